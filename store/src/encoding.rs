@@ -1,0 +1,63 @@
+//! The stored body format: one format byte, then the [`Payload`] in postcard.
+//!
+//! The format byte lets a later version change the encoding and still read old rows.
+//! Decoding never panics: an unknown format byte or truncated bytes is an error.
+
+use crate::model::Payload;
+
+/// Format byte of the current encoding (postcard of [`Payload`]).
+pub const FORMAT_POSTCARD_V1: u8 = 1;
+
+/// Encodes a payload for the `msg` column.
+pub fn encode(payload: &Payload) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.body.len() + 32);
+    out.push(FORMAT_POSTCARD_V1);
+    // Serializing into a Vec only fails on an allocation failure, which aborts anyway.
+    postcard::to_io(payload, &mut out).expect("postcard encoding into a Vec");
+    out
+}
+
+/// Decodes a `msg` column. The error text says what is wrong.
+pub fn decode(bytes: &[u8]) -> Result<Payload, String> {
+    match bytes.split_first() {
+        None => Err("empty".into()),
+        Some((&FORMAT_POSTCARD_V1, rest)) => {
+            let (payload, tail) =
+                postcard::take_from_bytes::<Payload>(rest).map_err(|e| e.to_string())?;
+            if tail.is_empty() {
+                Ok(payload)
+            } else {
+                Err(format!("{} trailing bytes", tail.len()))
+            }
+        }
+        Some((other, _)) => Err(format!("unknown format byte {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_keeps_nul_bytes_and_header_order() {
+        let p = Payload {
+            timestamp_ms: 1_700_000_000_000,
+            headers: vec![
+                ("k:ey".into(), "line1\nline2".into()),
+                ("k:ey".into(), "2".into()),
+            ],
+            body: vec![0x61, 0, 0x62, 0, 0, 0x63, 0x0a],
+        };
+        assert_eq!(decode(&encode(&p)).unwrap(), p);
+    }
+
+    #[test]
+    fn bad_bytes_are_errors_not_panics() {
+        assert_eq!(decode(&[]).unwrap_err(), "empty");
+        assert_eq!(decode(&[9, 1, 2]).unwrap_err(), "unknown format byte 9");
+        let mut ok = encode(&Payload::default());
+        ok.push(0);
+        assert_eq!(decode(&ok).unwrap_err(), "1 trailing bytes");
+        assert!(decode(&[FORMAT_POSTCARD_V1, 0xff]).is_err());
+    }
+}

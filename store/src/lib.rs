@@ -1,0 +1,267 @@
+//! # ebb-store: Ebb's SQL message store
+//!
+//! Everything Ebb keeps on disk goes through this crate: the schema and its migrations
+//! (one folder per backend, `migrations/{sqlite,postgres}`), every SQL statement
+//! ([`statements`]), and the async [`MessageStore`] API. It knows nothing of actors or
+//! STOMP; the store actor in `ebb-actors` is its only writer in a running broker.
+//!
+//! Map of the crate:
+//! - [`MessageStore`]: the API; [`open`] picks the backend from the URL.
+//! - [`model`]: messages, durable subscriptions, [`WriteOp`] / [`WriteOutcome`].
+//! - [`encoding`]: the stored body format (a format byte, then postcard).
+//! - `sql` (private): the one implementation of the API, instantiated for
+//!   [`sqlite::SqliteStore`] and [`postgres::PgStore`].
+//!
+//! Two promises hold on both backends, and the conformance suite (`tests/`) checks them:
+//! 1. **Every read is bounded in SQL.** No statement returns a number of rows that grows
+//!    with the backlog; [`ReadStats`] counts the message rows really fetched.
+//! 2. **A high-water mark never passes an un-acked message, and never moves back.**
+//!    Expiry returns only the run of expired messages directly after a subscription's
+//!    mark ([`MessageStore::recover_expired`]), the fix for ActiveMQ's JDBC store, where
+//!    acking an expired message moved `LAST_ACKED_ID` past live ones.
+
+pub mod encoding;
+mod error;
+mod migrate;
+pub mod model;
+pub mod postgres;
+mod sql;
+pub mod sqlite;
+pub mod statements;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub use error::{redact_url, Result, StoreError};
+pub use model::*;
+
+/// Which database a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// How to open a store. `Default` is what `ebb` uses.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Prefix of every table name (default `ebb_`: `ebb_msgs`, `ebb_acks`, ...), as
+    /// ActiveMQ's `tablePrefix`. ASCII letters, digits and `_` only.
+    pub table_prefix: String,
+    /// PostgreSQL only: the schema to create (if missing) and use, so the store touches
+    /// nothing else in the database. `None` uses the connection's `search_path`.
+    pub schema: Option<String>,
+    /// Connections in the pool (reads run on the pool; writes on one connection at a
+    /// time through the store actor). `sqlite::memory:` always uses 1.
+    pub max_connections: u32,
+    /// How long a call waits for a connection before it fails, ms. This is also how
+    /// long a write waits for a database that went away.
+    pub acquire_timeout_ms: u64,
+    /// SQLite only: `synchronous=FULL` (true, default: a commit survives power loss) or
+    /// `NORMAL` (a commit survives a process crash).
+    pub sqlite_sync_full: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            table_prefix: "ebb_".into(),
+            schema: None,
+            max_connections: 8,
+            acquire_timeout_ms: 10_000,
+            sqlite_sync_full: true,
+        }
+    }
+}
+
+/// Counters of what the store really fetched and wrote; cheap, always on.
+#[derive(Debug, Default)]
+pub struct ReadStats {
+    message_rows: AtomicU64,
+    body_bytes: AtomicU64,
+    write_transactions: AtomicU64,
+    write_ops: AtomicU64,
+}
+
+/// A copy of [`ReadStats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Rows of the message table fetched with their body, since the store opened.
+    pub message_rows: u64,
+    /// Stored body bytes fetched (the encoded `msg` column).
+    pub body_bytes: u64,
+    /// Write transactions committed.
+    pub write_transactions: u64,
+    /// Write operations committed (a transaction holds one or more).
+    pub write_ops: u64,
+}
+
+impl ReadStats {
+    pub(crate) fn fetched(&self, rows: u64, bytes: u64) {
+        self.message_rows.fetch_add(rows, Ordering::Relaxed);
+        self.body_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn committed(&self, ops: u64) {
+        self.write_transactions.fetch_add(1, Ordering::Relaxed);
+        self.write_ops.fetch_add(ops, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            message_rows: self.message_rows.load(Ordering::Relaxed),
+            body_bytes: self.body_bytes.load(Ordering::Relaxed),
+            write_transactions: self.write_transactions.load(Ordering::Relaxed),
+            write_ops: self.write_ops.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The store API. Implemented once (`sql`) for SQLite and PostgreSQL.
+///
+/// Writes go through [`MessageStore::write`], which applies a batch in one transaction;
+/// in a broker only the store actor calls it, one batch at a time, so ids are committed
+/// in the order they were assigned. Reads may be called by anyone at any time.
+#[async_trait::async_trait]
+pub trait MessageStore: Send + Sync + 'static {
+    /// Which database this is.
+    fn backend(&self) -> Backend;
+
+    /// What this store has fetched and written so far.
+    fn stats(&self) -> &ReadStats;
+
+    /// Applies `ops` in one transaction, in order, and returns one outcome per op. On an
+    /// error nothing of the batch is committed. Ids of added messages are assigned in
+    /// op order and are higher than every id assigned before.
+    ///
+    /// Errors: [`StoreError::Database`] (the database failed or went away),
+    /// [`StoreError::Closed`].
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>>;
+
+    /// The durable subscription `key` on `container`, if it exists.
+    async fn find_subscription(
+        &self,
+        container: &str,
+        key: &SubscriptionKey,
+    ) -> Result<Option<DurableSubscription>>;
+
+    /// Up to `limit` durable subscriptions of `container` after `after` in
+    /// `(client_id, subscription_name)` order (keyset pagination; `None` = from the
+    /// start).
+    async fn list_subscriptions(
+        &self,
+        container: &str,
+        after: Option<&SubscriptionKey>,
+        limit: u32,
+    ) -> Result<Vec<DurableSubscription>>;
+
+    /// Up to `limit` messages a durable subscription has not acked, with `id > after_id`,
+    /// in id order: above its mark (per priority), not acked individually, not in a
+    /// prepared transaction. With `priority`, only messages of that priority. An online
+    /// subscription pages its backlog with this, `after_id` being its cursor.
+    async fn read_pending(
+        &self,
+        container: &str,
+        key: &SubscriptionKey,
+        after_id: i64,
+        priority: Option<u8>,
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>>;
+
+    /// Up to `limit` messages of `container` with `id > after_id`, in id order, that are
+    /// not in a prepared transaction. Never acks or expires anything.
+    async fn browse(
+        &self,
+        container: &str,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>>;
+
+    /// For each of `subscriptions` (that exists on `container`), the run of expired
+    /// messages directly after its mark (per priority with per-priority marks), stopping
+    /// at the first message that is not expired at `now_ms` (epoch ms) or belongs to a
+    /// prepared transaction; messages acked individually neither stop the run nor
+    /// count. At most `limit` message rows for the whole call, in id order; a message
+    /// several subscriptions need is loaded once and shared (`Arc`).
+    ///
+    /// Acking what this returns (with [`WriteOp::Ack`]) moves each mark over expired
+    /// messages only: never over a live one. Two bounded statements, as apache/activemq
+    /// pull request #2630 does for the JDBC topic store; when nothing is expired the
+    /// second (the only one that reads bodies) is not run.
+    async fn recover_expired(
+        &self,
+        container: &str,
+        subscriptions: &[SubscriptionKey],
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<ExpiredPage>;
+
+    /// Whether `container` holds any message with an expiration (one indexed row at
+    /// most). A destination without one does no expiry work.
+    async fn has_expiring(&self, container: &str) -> Result<bool>;
+
+    /// How many message rows `container` holds (prepared ones included).
+    async fn count_messages(&self, container: &str) -> Result<u64>;
+
+    /// How many durable subscriptions `container` has.
+    async fn count_subscriptions(&self, container: &str) -> Result<u64>;
+
+    /// How many individual acks above the marks `container` holds (acks that arrived
+    /// out of order and wait for the gap before them to close).
+    async fn count_individual_acks(&self, container: &str) -> Result<u64>;
+
+    /// The highest message id assigned so far (0 for an empty store).
+    fn last_assigned_id(&self) -> i64;
+
+    /// Closes the pool after the statements in flight finish; later calls fail with
+    /// [`StoreError::Closed`].
+    async fn close(&self);
+}
+
+/// Convenience calls built on [`MessageStore::write`], one op per transaction.
+/// Tests and tools use them; the store actor batches instead.
+#[async_trait::async_trait]
+pub trait MessageStoreExt: MessageStore {
+    /// Adds messages in one transaction; returns their ids in order.
+    async fn add_messages(&self, messages: Vec<NewMessage>) -> Result<Vec<i64>> {
+        let outcomes = self
+            .write(messages.into_iter().map(WriteOp::Add).collect())
+            .await?;
+        Ok(outcomes
+            .into_iter()
+            .filter_map(|o| match o {
+                WriteOutcome::Added(id) => Some(id),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Runs one op and returns its outcome.
+    async fn write_one(&self, op: WriteOp) -> Result<WriteOutcome> {
+        let mut outcomes = self.write(vec![op]).await?;
+        Ok(outcomes.pop().expect("one outcome per op"))
+    }
+}
+
+impl<T: MessageStore + ?Sized> MessageStoreExt for T {}
+
+/// Opens (creating and migrating if needed) the store at `url`:
+/// `sqlite://PATH` (file created if missing, WAL), `sqlite::memory:`, or
+/// `postgres://…` / `postgresql://…`.
+///
+/// Errors: [`StoreError::InvalidUrl`] for a URL of another kind or one the driver
+/// rejects (the message names the URL, without its password, and the reason);
+/// [`StoreError::Open`] when the database cannot be reached; [`StoreError::Migration`].
+pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn MessageStore>> {
+    statements::check_name("table prefix", &options.table_prefix)?;
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteStore::open(url, options).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(postgres::PgStore::open(url, options).await?))
+    } else {
+        Err(StoreError::InvalidUrl {
+            url: redact_url(url),
+            reason: "expected sqlite://PATH, sqlite::memory: or postgres://...".into(),
+        })
+    }
+}

@@ -1,0 +1,56 @@
+//! The schema migrations, embedded from `migrations/{sqlite,postgres}/NNNN_name.sql`.
+//!
+//! Our own small runner instead of `sqlx::migrate!`: the table prefix is part of every
+//! table name (`{p}` in the files), and sqlx keeps one `_sqlx_migrations` table per
+//! schema, so two stores with different prefixes in one database would collide. The
+//! applied version is kept in `{p}schema_version`.
+
+/// `(version, name, SQL with {p})`, in version order.
+pub(crate) type Migration = (i64, &'static str, &'static str);
+
+pub(crate) const SQLITE: &[Migration] = &[(
+    1,
+    "initial",
+    include_str!("../migrations/sqlite/0001_initial.sql"),
+)];
+
+pub(crate) const POSTGRES: &[Migration] = &[(
+    1,
+    "initial",
+    include_str!("../migrations/postgres/0001_initial.sql"),
+)];
+
+/// The version table's DDL (same on both backends).
+pub(crate) fn version_table(p: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {p}schema_version \
+         (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_ms BIGINT NOT NULL)"
+    )
+}
+
+pub(crate) fn current_version(p: &str) -> String {
+    format!("SELECT MAX(version) FROM {p}schema_version")
+}
+
+pub(crate) fn record_version(p: &str) -> String {
+    format!("INSERT INTO {p}schema_version (version, name, applied_ms) VALUES ($1, $2, $3)")
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn both_backends_have_the_same_migrations() {
+        let names = |m: &[super::Migration]| m.iter().map(|(v, n, _)| (*v, *n)).collect::<Vec<_>>();
+        assert_eq!(names(super::SQLITE), names(super::POSTGRES));
+        for (_, _, sql) in super::SQLITE.iter().chain(super::POSTGRES) {
+            assert!(sql.contains("{p}msgs"));
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The values that cross the store API: messages, durable subscriptions, write operations.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Priority a message gets when the producer names none (JMS and STOMP default).
+pub const DEFAULT_PRIORITY: u8 = 4;
+
+/// The highest JMS priority; priorities run 0..=9.
+pub const MAX_PRIORITY: u8 = 9;
+
+/// What a producer sent, as it is stored in the `msg` column: headers and body.
+/// Encoded with a format byte and postcard ([`crate::encoding`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Payload {
+    /// When the broker accepted the message, epoch ms.
+    pub timestamp_ms: i64,
+    /// User headers in the order the producer sent them (names may repeat).
+    pub headers: Vec<(String, String)>,
+    /// The body, any bytes (NUL included).
+    pub body: Vec<u8>,
+}
+
+/// A message to add to the store.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    /// The destination's key in the store, e.g. `topic://orders`.
+    pub container: String,
+    /// The broker-assigned message id (STOMP `message-id`).
+    pub message_id: String,
+    /// Absolute expiration, epoch ms; 0 = never (JMS `JMSExpiration`).
+    pub expiration: i64,
+    /// 0..=9; higher is delivered first when the destination has prioritized messages.
+    pub priority: u8,
+    /// Set while the message belongs to a prepared (not yet committed) transaction: the
+    /// row is invisible to consumers and stops expiry runs until [`WriteOp::Commit`].
+    pub xid: Option<String>,
+    /// Headers and body; shared, never copied, by everyone who holds the message.
+    pub payload: Arc<Payload>,
+}
+
+/// A message read back from the store. Shared as `Arc<StoredMessage>` by every
+/// subscription that needs it, so its body is in memory once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    /// Store sequence id: strictly increasing in send order, store-wide.
+    pub id: i64,
+    pub container: String,
+    pub message_id: String,
+    /// Epoch ms; 0 = never.
+    pub expiration: i64,
+    pub priority: u8,
+    pub payload: Arc<Payload>,
+}
+
+impl StoredMessage {
+    /// True when the message has an expiration and it is at or before `now_ms`.
+    pub fn is_expired(&self, now_ms: i64) -> bool {
+        is_expired(self.expiration, now_ms)
+    }
+}
+
+/// The expiry rule used everywhere: an expiration of 0 never expires.
+pub fn is_expired(expiration: i64, now_ms: i64) -> bool {
+    expiration > 0 && expiration <= now_ms
+}
+
+/// A durable subscription's identity on a topic: `(client_id, subscription_name)`,
+/// ActiveMQ's `(CLIENT_ID, SUB_NAME)`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SubscriptionKey {
+    pub client_id: String,
+    pub subscription_name: String,
+}
+
+impl SubscriptionKey {
+    pub fn new(client_id: impl Into<String>, subscription_name: impl Into<String>) -> Self {
+        Self {
+            client_id: client_id.into(),
+            subscription_name: subscription_name.into(),
+        }
+    }
+}
+
+/// A durable subscription as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableSubscription {
+    pub container: String,
+    pub key: SubscriptionKey,
+    /// Selector text as given at creation, if any.
+    pub selector: Option<String>,
+    /// The high-water marks. Without prioritized messages: one entry `(None, mark)`
+    /// covering every priority. With them: ten entries `(Some(p), mark)`, p = 0..=9,
+    /// one mark per priority (as ActiveMQ's JDBC store since AMQ-2985).
+    pub marks: Vec<(Option<u8>, i64)>,
+}
+
+impl DurableSubscription {
+    /// True when the subscription keeps one mark per priority.
+    pub fn prioritized(&self) -> bool {
+        self.marks.iter().any(|(p, _)| p.is_some())
+    }
+
+    /// The mark that covers messages of `priority`: every such message with
+    /// `id <= mark` is done for this subscription.
+    pub fn mark_for(&self, priority: u8) -> i64 {
+        self.marks
+            .iter()
+            .find(|(p, _)| p.is_none() || *p == Some(priority))
+            .map(|(_, m)| *m)
+            .unwrap_or(i64::MAX)
+    }
+}
+
+/// One write. [`crate::MessageStore::write`] applies a batch of them in one transaction,
+/// in order; the store actor batches writes that arrive while one is in flight.
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    /// Store a message; the outcome is [`WriteOutcome::Added`] with its new id.
+    Add(NewMessage),
+    /// Create a durable subscription unless it exists (then it is returned unchanged).
+    /// A new one starts at the highest id the store has assigned: it receives what is
+    /// sent after it (ActiveMQ's default, not retroactive).
+    Subscribe {
+        container: String,
+        key: SubscriptionKey,
+        selector: Option<String>,
+        /// One mark per priority (see [`DurableSubscription::marks`]).
+        prioritized: bool,
+    },
+    /// Remove a durable subscription with its marks and individual acks.
+    Unsubscribe {
+        container: String,
+        key: SubscriptionKey,
+    },
+    /// Individual acks: each `(id, priority)` is done for the subscription. Acks above
+    /// the mark are kept (persisted) and the mark advances over them only when the gap
+    /// before them closes, so the mark never passes an un-acked message.
+    Ack {
+        container: String,
+        key: SubscriptionKey,
+        messages: Vec<(i64, u8)>,
+    },
+    /// Cumulative ack: every message of `priority` (all priorities with `None`, or for a
+    /// subscription without per-priority marks) with `id <= up_to` is done. The mark
+    /// never moves backwards: a lower value than the current mark changes nothing.
+    AckUpTo {
+        container: String,
+        key: SubscriptionKey,
+        priority: Option<u8>,
+        up_to: i64,
+    },
+    /// Commit a prepared transaction: its messages get new, highest ids (so no
+    /// subscription's mark can already be past them) and become visible.
+    Commit { xid: String },
+    /// Roll back a prepared transaction: its messages are deleted.
+    Rollback { xid: String },
+    /// Delete up to `limit` messages of a topic that every durable subscription has
+    /// acked by its mark. A topic with no durable subscription is left alone.
+    Cleanup { container: String, limit: u32 },
+}
+
+/// What one [`WriteOp`] did, in the same position of the result as its op.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The new message's id.
+    Added(i64),
+    /// The subscription, created or as it already was.
+    Subscribed(DurableSubscription),
+    /// Whether a subscription was removed.
+    Unsubscribed(bool),
+    /// How many of the acked messages were not yet done for the subscription (an ack
+    /// of a message already at or below the mark, or already acked, counts 0).
+    Acked { newly_acked: u64 },
+    /// Whether any mark moved.
+    AckedUpTo { moved: bool },
+    /// `(old id, new id)` of each committed message.
+    Committed(Vec<(i64, i64)>),
+    /// How many messages a rollback or cleanup deleted.
+    Deleted(u64),
+}
+
+/// The answer of [`crate::MessageStore::recover_expired`].
+#[derive(Debug, Clone, Default)]
+pub struct ExpiredPage {
+    /// Per subscription, the run of expired messages directly after its mark, in id
+    /// order. Subscriptions with nothing to expire are absent.
+    pub by_subscription: BTreeMap<SubscriptionKey, Vec<Arc<StoredMessage>>>,
+    /// Distinct message rows loaded (each is shared between the subscriptions above).
+    pub rows: usize,
+    /// True when the page may not have found everything: the row limit was reached or
+    /// some subscription's run reached the end of its bounded window. The caller
+    /// should ask again at once (after acking this page).
+    pub more: bool,
+}

@@ -1,0 +1,772 @@
+//! The one implementation of [`MessageStore`](crate::MessageStore), written once and
+//! instantiated for each backend by [`impl_sql_store!`].
+//!
+//! A macro rather than generics over `sqlx::Database`: the statement texts are the same
+//! on both backends, and concrete pool and row types keep sqlx's type checks exact (no
+//! `sqlx::Any`, which loses type fidelity) without a page of trait bounds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::model::{ExpiredPage, StoredMessage, SubscriptionKey};
+
+/// Row of statement 1 of `recover_expired`.
+pub(crate) type RunRow = (
+    String,
+    String,
+    i32,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
+/// Row of a message read: `(id, msgid, expiration, priority, msg)`.
+pub(crate) type MessageRow = (i64, String, i64, i32, Vec<u8>);
+
+/// The sub-row priority a message of `priority` falls under: -1 when the subscription
+/// keeps one mark for every priority.
+pub(crate) fn mark_row(prioritized: bool, priority: u8) -> i32 {
+    if prioritized {
+        i32::from(priority)
+    } else {
+        -1
+    }
+}
+
+/// Builds a subscription from its `(priority, mark, selector)` rows.
+pub(crate) fn subscription_of(
+    container: String,
+    key: SubscriptionKey,
+    rows: Vec<(i32, i64, Option<String>)>,
+) -> crate::DurableSubscription {
+    let selector = rows.first().and_then(|r| r.2.clone());
+    let marks = rows
+        .into_iter()
+        .map(|(p, mark, _)| ((p >= 0).then(|| priority_of(p)), mark))
+        .collect();
+    crate::DurableSubscription {
+        container,
+        key,
+        selector,
+        marks,
+    }
+}
+
+/// Converts a stored priority (an INTEGER column) to 0..=9.
+pub(crate) fn priority_of(stored: i32) -> u8 {
+    stored.clamp(0, crate::MAX_PRIORITY as i32) as u8
+}
+
+/// Turns fetched message rows into shared messages, counting them in `stats`.
+pub(crate) fn decode_messages(
+    container: &str,
+    rows: Vec<MessageRow>,
+    stats: &crate::ReadStats,
+) -> crate::Result<Vec<Arc<StoredMessage>>> {
+    let bytes: usize = rows.iter().map(|r| r.4.len()).sum();
+    stats.fetched(rows.len() as u64, bytes as u64);
+    rows.into_iter()
+        .map(|(id, message_id, expiration, priority, msg)| {
+            let payload = crate::encoding::decode(&msg)
+                .map_err(|reason| crate::StoreError::Corrupt { id, reason })?;
+            Ok(Arc::new(StoredMessage {
+                id,
+                container: container.to_string(),
+                message_id,
+                expiration,
+                priority: priority_of(priority),
+                payload: Arc::new(payload),
+            }))
+        })
+        .collect()
+}
+
+/// One subscription row's expired run: ids in `(after, before)`, `before = None`
+/// meaning no upper end (the window held fewer than `limit` rows).
+#[derive(Debug, Clone)]
+pub(crate) struct Run {
+    pub key: SubscriptionKey,
+    pub priority: Option<u8>,
+    pub after: i64,
+    pub before: Option<i64>,
+}
+
+/// Reads statement 1's rows into runs; returns the runs and whether some run reached
+/// the end of its full window (so there may be more after this page).
+pub(crate) fn runs_of(rows: Vec<RunRow>) -> (Vec<Run>, bool) {
+    let mut more = false;
+    let mut runs = Vec::new();
+    for (client_id, sub_name, priority, mark, wend, stop, first_expired) in rows {
+        let Some(first_expired) = first_expired else {
+            continue;
+        };
+        if stop.is_some_and(|stop| stop < first_expired) {
+            continue;
+        }
+        let before = match (stop, wend) {
+            (Some(stop), _) => Some(stop),
+            (None, Some(wend)) => {
+                more = true;
+                Some(wend + 1)
+            }
+            (None, None) => None,
+        };
+        runs.push(Run {
+            key: SubscriptionKey::new(client_id, sub_name),
+            priority: (priority >= 0).then(|| priority_of(priority)),
+            after: mark,
+            before,
+        });
+    }
+    (runs, more)
+}
+
+/// Hands each loaded message to every run it belongs to; the `Arc` is shared.
+pub(crate) fn assign(
+    runs: &[Run],
+    messages: Vec<Arc<StoredMessage>>,
+    limit: usize,
+    more: bool,
+) -> ExpiredPage {
+    let rows = messages.len();
+    let mut by_subscription: BTreeMap<SubscriptionKey, Vec<Arc<StoredMessage>>> = BTreeMap::new();
+    for message in &messages {
+        for run in runs {
+            let in_run = message.id > run.after
+                && run.before.is_none_or(|b| message.id < b)
+                && run.priority.is_none_or(|p| p == message.priority);
+            if in_run {
+                by_subscription
+                    .entry(run.key.clone())
+                    .or_default()
+                    .push(Arc::clone(message));
+            }
+        }
+    }
+    ExpiredPage {
+        by_subscription,
+        rows,
+        more: more || rows >= limit,
+    }
+}
+
+/// Implements [`crate::MessageStore`] for `$store`, whose fields are `pool:
+/// sqlx::Pool<$db>`, `sql: Statements`, `stats: ReadStats`, `last_id: AtomicI64`, and
+/// whose transactions start with `$begin`.
+macro_rules! impl_sql_store {
+    ($store:ty, $db:ty, $backend:expr, $begin:expr, $migrations:expr) => {
+        impl $store {
+            /// Applies the embedded migrations newer than the stored schema version.
+            async fn migrate(pool: &sqlx::Pool<$db>, prefix: &str) -> $crate::Result<()> {
+                use $crate::migrate::*;
+                let mut tx = pool
+                    .begin_with($begin)
+                    .await
+                    .map_err($crate::error::db("migration begin"))?;
+                sqlx::raw_sql(&version_table(prefix))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err($crate::error::db("migration version table"))?;
+                let current: Option<i64> = sqlx::query_scalar(&current_version(prefix))
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err($crate::error::db("migration version"))?;
+                for (version, name, text) in $migrations {
+                    if Some(*version) <= current {
+                        continue;
+                    }
+                    let text = text.replace("{p}", prefix);
+                    let failed = |source| $crate::StoreError::Migration {
+                        version: *version,
+                        name,
+                        source,
+                    };
+                    sqlx::raw_sql(&text)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(failed)?;
+                    sqlx::query(&record_version(prefix))
+                        .bind(*version)
+                        .bind(*name)
+                        .bind(now_ms())
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(failed)?;
+                    tracing::info!(version, name, "store schema migrated");
+                }
+                tx.commit()
+                    .await
+                    .map_err($crate::error::db("migration commit"))?;
+                Ok(())
+            }
+
+            /// The highest id in messages and marks: where the id sequence resumes
+            /// (as ActiveMQ seeds its sequence from MSGS and ACKS).
+            async fn seed_last_id(
+                pool: &sqlx::Pool<$db>,
+                sql: &$crate::statements::Statements,
+            ) -> $crate::Result<i64> {
+                let messages: Option<i64> = sqlx::query_scalar(&sql.max_message_id)
+                    .fetch_one(pool)
+                    .await
+                    .map_err($crate::error::db("read highest id"))?;
+                let marks: Option<i64> = sqlx::query_scalar(&sql.max_acked_id)
+                    .fetch_one(pool)
+                    .await
+                    .map_err($crate::error::db("read highest mark"))?;
+                Ok(messages.unwrap_or(0).max(marks.unwrap_or(0)).max(0))
+            }
+
+            /// Runs a `SELECT COUNT(*) ... WHERE container = $1`.
+            async fn count(
+                &self,
+                sql: &str,
+                container: &str,
+                op: &'static str,
+            ) -> $crate::Result<u64> {
+                let n: i64 = sqlx::query_scalar(sql)
+                    .bind(container)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err($crate::error::db(op))?;
+                Ok(n as u64)
+            }
+
+            fn next_id(&self) -> i64 {
+                self.last_id
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                    + 1
+            }
+
+            /// `(priority, mark, selector)` rows of a subscription, at most 11.
+            async fn subscription_rows(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                key: &$crate::SubscriptionKey,
+            ) -> $crate::Result<Vec<(i32, i64, Option<String>)>> {
+                sqlx::query_as(&self.sql.subscription_rows)
+                    .bind(container)
+                    .bind(&key.client_id)
+                    .bind(&key.subscription_name)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("read subscription"))
+            }
+
+            /// Moves the mark of sub-row `row` forward over messages acked individually,
+            /// in bounded windows, and deletes the individual acks it passed.
+            async fn advance_mark(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                key: &$crate::SubscriptionKey,
+                row: i32,
+                mark: i64,
+            ) -> $crate::Result<bool> {
+                use $crate::statements::ADVANCE_WINDOW;
+                let sql = &self.sql.advance_window[usize::from(row >= 0)];
+                let mut new_mark = mark;
+                loop {
+                    let window: Vec<(i64, i32)> = sqlx::query_as(sql)
+                        .bind(container)
+                        .bind(&key.client_id)
+                        .bind(&key.subscription_name)
+                        .bind(row)
+                        .bind(new_mark)
+                        .bind(ADVANCE_WINDOW)
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("advance mark"))?;
+                    let full = window.len() as i64 == ADVANCE_WINDOW;
+                    let mut blocked = false;
+                    for (id, acked) in window {
+                        if acked == 0 {
+                            blocked = true;
+                            break;
+                        }
+                        new_mark = id;
+                    }
+                    if blocked || !full {
+                        break;
+                    }
+                }
+                self.set_mark(conn, container, key, row, new_mark).await
+            }
+
+            /// Raises the mark of sub-row `row` to `mark` (never lowers it) and drops
+            /// the individual acks at or below it. Returns whether the mark moved.
+            async fn set_mark(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                key: &$crate::SubscriptionKey,
+                row: i32,
+                mark: i64,
+            ) -> $crate::Result<bool> {
+                let moved = sqlx::query(&self.sql.update_mark)
+                    .bind(container)
+                    .bind(&key.client_id)
+                    .bind(&key.subscription_name)
+                    .bind(row)
+                    .bind(mark)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("update mark"))?
+                    .rows_affected()
+                    > 0;
+                if moved {
+                    sqlx::query(&self.sql.delete_indacks_upto)
+                        .bind(container)
+                        .bind(&key.client_id)
+                        .bind(&key.subscription_name)
+                        .bind(row)
+                        .bind(mark)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("drop individual acks"))?;
+                }
+                Ok(moved)
+            }
+
+            async fn apply(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                op: $crate::WriteOp,
+            ) -> $crate::Result<$crate::WriteOutcome> {
+                use $crate::sql::mark_row;
+                use $crate::{WriteOp, WriteOutcome};
+                Ok(match op {
+                    WriteOp::Add(m) => {
+                        let id = self.next_id();
+                        sqlx::query(&self.sql.insert_message)
+                            .bind(id)
+                            .bind(&m.container)
+                            .bind(&m.message_id)
+                            .bind(m.expiration)
+                            .bind(i32::from(m.priority.min($crate::MAX_PRIORITY)))
+                            .bind(&m.xid)
+                            .bind($crate::encoding::encode(&m.payload))
+                            .execute(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("add message"))?;
+                        WriteOutcome::Added(id)
+                    }
+                    WriteOp::Subscribe {
+                        container,
+                        key,
+                        selector,
+                        prioritized,
+                    } => {
+                        let rows = self.subscription_rows(conn, &container, &key).await?;
+                        if rows.is_empty() {
+                            let mark = self.last_id.load(std::sync::atomic::Ordering::SeqCst);
+                            let priorities: Vec<i32> = if prioritized {
+                                (0..=i32::from($crate::MAX_PRIORITY)).collect()
+                            } else {
+                                vec![-1]
+                            };
+                            for priority in priorities {
+                                sqlx::query(&self.sql.insert_subscription_row)
+                                    .bind(&container)
+                                    .bind(&key.client_id)
+                                    .bind(&key.subscription_name)
+                                    .bind(&selector)
+                                    .bind(mark)
+                                    .bind(priority)
+                                    .execute(&mut *conn)
+                                    .await
+                                    .map_err($crate::error::db("add subscription"))?;
+                            }
+                        }
+                        let rows = self.subscription_rows(conn, &container, &key).await?;
+                        WriteOutcome::Subscribed($crate::sql::subscription_of(container, key, rows))
+                    }
+                    WriteOp::Unsubscribe { container, key } => {
+                        let removed = sqlx::query(&self.sql.delete_subscription)
+                            .bind(&container)
+                            .bind(&key.client_id)
+                            .bind(&key.subscription_name)
+                            .execute(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("remove subscription"))?
+                            .rows_affected();
+                        sqlx::query(&self.sql.delete_subscription_indacks)
+                            .bind(&container)
+                            .bind(&key.client_id)
+                            .bind(&key.subscription_name)
+                            .execute(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("remove subscription"))?;
+                        WriteOutcome::Unsubscribed(removed > 0)
+                    }
+                    WriteOp::Ack {
+                        container,
+                        key,
+                        messages,
+                    } => {
+                        let rows = self.subscription_rows(conn, &container, &key).await?;
+                        let prioritized = rows.iter().any(|r| r.0 >= 0);
+                        let mut newly_acked = 0;
+                        let mut touched: Vec<(i32, i64)> = Vec::new();
+                        for (id, priority) in messages {
+                            let row = mark_row(prioritized, priority);
+                            let Some(&(_, mark, _)) = rows.iter().find(|r| r.0 == row) else {
+                                continue;
+                            };
+                            if id <= mark {
+                                continue;
+                            }
+                            newly_acked += sqlx::query(&self.sql.insert_indack)
+                                .bind(&container)
+                                .bind(&key.client_id)
+                                .bind(&key.subscription_name)
+                                .bind(row)
+                                .bind(id)
+                                .execute(&mut *conn)
+                                .await
+                                .map_err($crate::error::db("record ack"))?
+                                .rows_affected();
+                            if !touched.iter().any(|t| t.0 == row) {
+                                touched.push((row, mark));
+                            }
+                        }
+                        for (row, mark) in touched {
+                            self.advance_mark(conn, &container, &key, row, mark).await?;
+                        }
+                        WriteOutcome::Acked { newly_acked }
+                    }
+                    WriteOp::AckUpTo {
+                        container,
+                        key,
+                        priority,
+                        up_to,
+                    } => {
+                        let rows = self.subscription_rows(conn, &container, &key).await?;
+                        let mut moved = false;
+                        for (row, mark, _) in rows {
+                            if row >= 0 && priority.is_some_and(|p| i32::from(p) != row) {
+                                continue;
+                            }
+                            moved |= self.set_mark(conn, &container, &key, row, up_to).await?;
+                            moved |= self
+                                .advance_mark(conn, &container, &key, row, mark.max(up_to))
+                                .await?;
+                        }
+                        WriteOutcome::AckedUpTo { moved }
+                    }
+                    WriteOp::Commit { xid } => {
+                        let mut renumbered = Vec::new();
+                        loop {
+                            let ids: Vec<i64> = sqlx::query_scalar(&self.sql.prepared_ids)
+                                .bind(&xid)
+                                .bind($crate::statements::WRITE_BATCH)
+                                .fetch_all(&mut *conn)
+                                .await
+                                .map_err($crate::error::db("commit transaction"))?;
+                            if ids.is_empty() {
+                                break;
+                            }
+                            for old in ids {
+                                let new = self.next_id();
+                                sqlx::query(&self.sql.renumber_prepared)
+                                    .bind(old)
+                                    .bind(new)
+                                    .execute(&mut *conn)
+                                    .await
+                                    .map_err($crate::error::db("commit transaction"))?;
+                                renumbered.push((old, new));
+                            }
+                        }
+                        WriteOutcome::Committed(renumbered)
+                    }
+                    WriteOp::Rollback { xid } => {
+                        let mut deleted = 0;
+                        loop {
+                            let n = sqlx::query(&self.sql.delete_prepared)
+                                .bind(&xid)
+                                .bind($crate::statements::WRITE_BATCH)
+                                .execute(&mut *conn)
+                                .await
+                                .map_err($crate::error::db("roll back transaction"))?
+                                .rows_affected();
+                            deleted += n;
+                            if n == 0 {
+                                break;
+                            }
+                        }
+                        WriteOutcome::Deleted(deleted)
+                    }
+                    WriteOp::Cleanup { container, limit } => {
+                        let marks: Vec<(i32, i64)> = sqlx::query_as(&self.sql.min_marks)
+                            .bind(&container)
+                            .fetch_all(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("cleanup"))?;
+                        let all = marks.iter().find(|m| m.0 < 0).map(|m| m.1);
+                        let per_priority: Vec<(i32, i64)> =
+                            marks.iter().filter(|m| m.0 >= 0).copied().collect();
+                        let mut deleted = 0;
+                        let limit = i64::from(limit);
+                        if per_priority.is_empty() {
+                            if let Some(mark) = all {
+                                deleted += sqlx::query(&self.sql.cleanup[0])
+                                    .bind(&container)
+                                    .bind(mark)
+                                    .bind(limit)
+                                    .execute(&mut *conn)
+                                    .await
+                                    .map_err($crate::error::db("cleanup"))?
+                                    .rows_affected();
+                            }
+                        } else {
+                            for (priority, mark) in per_priority {
+                                let mark = all.map_or(mark, |all| all.min(mark));
+                                let left = limit - deleted as i64;
+                                if left <= 0 {
+                                    break;
+                                }
+                                deleted += sqlx::query(&self.sql.cleanup[1])
+                                    .bind(&container)
+                                    .bind(mark)
+                                    .bind(priority)
+                                    .bind(left)
+                                    .execute(&mut *conn)
+                                    .await
+                                    .map_err($crate::error::db("cleanup"))?
+                                    .rows_affected();
+                            }
+                        }
+                        WriteOutcome::Deleted(deleted)
+                    }
+                })
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::MessageStore for $store {
+            fn backend(&self) -> $crate::Backend {
+                $backend
+            }
+
+            fn stats(&self) -> &$crate::ReadStats {
+                &self.stats
+            }
+
+            fn last_assigned_id(&self) -> i64 {
+                self.last_id.load(std::sync::atomic::Ordering::SeqCst)
+            }
+
+            async fn write(
+                &self,
+                ops: Vec<$crate::WriteOp>,
+            ) -> $crate::Result<Vec<$crate::WriteOutcome>> {
+                let count = ops.len() as u64;
+                let mut tx = self
+                    .pool
+                    .begin_with($begin)
+                    .await
+                    .map_err($crate::error::db("begin"))?;
+                let mut outcomes = Vec::with_capacity(ops.len());
+                for op in ops {
+                    outcomes.push(self.apply(&mut *tx, op).await?);
+                }
+                tx.commit().await.map_err($crate::error::db("commit"))?;
+                self.stats.committed(count);
+                Ok(outcomes)
+            }
+
+            async fn find_subscription(
+                &self,
+                container: &str,
+                key: &$crate::SubscriptionKey,
+            ) -> $crate::Result<Option<$crate::DurableSubscription>> {
+                let mut conn = self
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err($crate::error::db("read subscription"))?;
+                let rows = self.subscription_rows(&mut *conn, container, key).await?;
+                Ok((!rows.is_empty()).then(|| {
+                    $crate::sql::subscription_of(container.to_string(), key.clone(), rows)
+                }))
+            }
+
+            async fn list_subscriptions(
+                &self,
+                container: &str,
+                after: Option<&$crate::SubscriptionKey>,
+                limit: u32,
+            ) -> $crate::Result<Vec<$crate::DurableSubscription>> {
+                let per_sub = i64::from($crate::MAX_PRIORITY) + 1;
+                let cap = i64::from(limit) * per_sub;
+                let (client, name) = after
+                    .map(|k| (k.client_id.as_str(), k.subscription_name.as_str()))
+                    .unwrap_or(("", ""));
+                let rows: Vec<(String, String, Option<String>, i32, i64)> =
+                    sqlx::query_as(&self.sql.list_subscription_rows)
+                        .bind(container)
+                        .bind(client)
+                        .bind(name)
+                        .bind(cap)
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($crate::error::db("list subscriptions"))?;
+                let truncated = rows.len() as i64 == cap;
+                let mut subs: Vec<$crate::DurableSubscription> = Vec::new();
+                let mut group: Vec<(i32, i64, Option<String>)> = Vec::new();
+                let mut current: Option<$crate::SubscriptionKey> = None;
+                for (client_id, sub_name, selector, priority, mark) in rows {
+                    let key = $crate::SubscriptionKey::new(client_id, sub_name);
+                    if current.as_ref() != Some(&key) {
+                        if let Some(done) = current.take() {
+                            subs.push($crate::sql::subscription_of(
+                                container.to_string(),
+                                done,
+                                std::mem::take(&mut group),
+                            ));
+                        }
+                        current = Some(key);
+                    }
+                    group.push((priority, mark, selector));
+                }
+                if let Some(last) = current {
+                    // A page cut in the middle of a subscription's rows leaves it for
+                    // the next page.
+                    let complete = !truncated || group.len() as i64 == per_sub || group[0].0 < 0;
+                    if complete {
+                        subs.push($crate::sql::subscription_of(
+                            container.to_string(),
+                            last,
+                            group,
+                        ));
+                    }
+                }
+                subs.truncate(limit as usize);
+                Ok(subs)
+            }
+
+            async fn read_pending(
+                &self,
+                container: &str,
+                key: &$crate::SubscriptionKey,
+                after_id: i64,
+                priority: Option<u8>,
+                limit: u32,
+            ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
+                let query = sqlx::query_as(&self.sql.read_pending[usize::from(priority.is_some())])
+                    .bind(container)
+                    .bind(after_id)
+                    .bind(&key.client_id)
+                    .bind(&key.subscription_name)
+                    .bind(i64::from(limit));
+                let query = match priority {
+                    Some(p) => query.bind(i32::from(p)),
+                    None => query,
+                };
+                let rows: Vec<$crate::sql::MessageRow> = query
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err($crate::error::db("read pending"))?;
+                $crate::sql::decode_messages(container, rows, &self.stats)
+            }
+
+            async fn browse(
+                &self,
+                container: &str,
+                after_id: i64,
+                limit: u32,
+            ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
+                let rows: Vec<$crate::sql::MessageRow> = sqlx::query_as(&self.sql.browse)
+                    .bind(container)
+                    .bind(after_id)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err($crate::error::db("browse"))?;
+                $crate::sql::decode_messages(container, rows, &self.stats)
+            }
+
+            async fn recover_expired(
+                &self,
+                container: &str,
+                subscriptions: &[$crate::SubscriptionKey],
+                now_ms: i64,
+                limit: u32,
+            ) -> $crate::Result<$crate::ExpiredPage> {
+                if subscriptions.is_empty() || limit == 0 {
+                    return Ok($crate::ExpiredPage::default());
+                }
+                let text = self.sql.expiry_runs(subscriptions.len());
+                let mut query = sqlx::query_as(&text)
+                    .persistent(false)
+                    .bind(container)
+                    .bind(now_ms)
+                    .bind(i64::from(limit) - 1);
+                for key in subscriptions {
+                    query = query.bind(&key.client_id).bind(&key.subscription_name);
+                }
+                let rows: Vec<$crate::sql::RunRow> = query
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err($crate::error::db("find expired runs"))?;
+                let (runs, more) = $crate::sql::runs_of(rows);
+                if runs.is_empty() {
+                    return Ok($crate::ExpiredPage::default());
+                }
+                let mut ranges: Vec<(Option<u8>, i64, Option<i64>)> = runs
+                    .iter()
+                    .map(|r| (r.priority, r.after, r.before))
+                    .collect();
+                ranges.sort_unstable();
+                ranges.dedup();
+                let text = self.sql.expired_in_ranges(&ranges);
+                let rows: Vec<$crate::sql::MessageRow> = sqlx::query_as(&text)
+                    .persistent(false)
+                    .bind(container)
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err($crate::error::db("load expired"))?;
+                let messages = $crate::sql::decode_messages(container, rows, &self.stats)?;
+                Ok($crate::sql::assign(&runs, messages, limit as usize, more))
+            }
+
+            async fn has_expiring(&self, container: &str) -> $crate::Result<bool> {
+                let row: Option<i32> = sqlx::query_scalar(&self.sql.has_expiring)
+                    .bind(container)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err($crate::error::db("check expirations"))?;
+                Ok(row.is_some())
+            }
+
+            async fn count_messages(&self, container: &str) -> $crate::Result<u64> {
+                self.count(&self.sql.count_messages, container, "count messages")
+                    .await
+            }
+
+            async fn count_subscriptions(&self, container: &str) -> $crate::Result<u64> {
+                self.count(
+                    &self.sql.count_subscriptions,
+                    container,
+                    "count subscriptions",
+                )
+                .await
+            }
+
+            async fn count_individual_acks(&self, container: &str) -> $crate::Result<u64> {
+                self.count(&self.sql.count_indacks, container, "count individual acks")
+                    .await
+            }
+
+            async fn close(&self) {
+                self.pool.close().await;
+            }
+        }
+    };
+}
+
+pub(crate) use impl_sql_store;

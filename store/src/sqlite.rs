@@ -1,0 +1,96 @@
+//! The SQLite backend: the embedded default, zero set-up.
+//!
+//! Opened with WAL, `synchronous` FULL (or NORMAL, [`StoreOptions::sqlite_sync_full`]),
+//! a 5 s `busy_timeout`, and the file created if missing (sqlx sets no journal mode by
+//! itself). Write transactions start with `BEGIN IMMEDIATE`, so a write never fails
+//! half-way on a lock upgrade. `sqlite::memory:` gets a single connection that lives as
+//! long as the store, since every connection to `:memory:` is a database of its own.
+
+use std::str::FromStr;
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+use crate::error::redact_url;
+use crate::statements::Statements;
+use crate::{Backend, ReadStats, StoreError, StoreOptions};
+
+/// A store on SQLite.
+pub struct SqliteStore {
+    pool: SqlitePool,
+    sql: Statements,
+    stats: ReadStats,
+    last_id: AtomicI64,
+}
+
+impl SqliteStore {
+    /// Opens `sqlite://PATH` or `sqlite::memory:`, creating the file and the schema.
+    pub async fn open(url: &str, options: &StoreOptions) -> crate::Result<Self> {
+        let invalid = |reason: String| StoreError::InvalidUrl {
+            url: redact_url(url),
+            reason,
+        };
+        let memory = url.contains(":memory:") || url.contains("mode=memory");
+        let connect = SqliteConnectOptions::from_str(url)
+            .map_err(|e| invalid(e.to_string()))?
+            .create_if_missing(true)
+            .busy_timeout(Duration::from_secs(5))
+            .synchronous(if options.sqlite_sync_full {
+                SqliteSynchronous::Full
+            } else {
+                SqliteSynchronous::Normal
+            })
+            .foreign_keys(false);
+        let connect = if memory {
+            connect
+        } else {
+            if let Some(dir) = std::path::Path::new(connect.get_filename()).parent() {
+                if !dir.as_os_str().is_empty() {
+                    std::fs::create_dir_all(dir).map_err(|e| {
+                        invalid(format!("cannot create folder {}: {e}", dir.display()))
+                    })?;
+                }
+            }
+            connect.journal_mode(SqliteJournalMode::Wal)
+        };
+        let pool_options = SqlitePoolOptions::new()
+            .acquire_timeout(Duration::from_millis(options.acquire_timeout_ms));
+        let pool_options = if memory {
+            pool_options
+                .min_connections(1)
+                .max_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+        } else {
+            pool_options.max_connections(options.max_connections.max(1))
+        };
+        let pool = pool_options
+            .connect_with(connect)
+            .await
+            .map_err(|source| StoreError::Open {
+                url: redact_url(url),
+                source,
+            })?;
+        Self::migrate(&pool, &options.table_prefix).await?;
+        let sql = Statements::new(&options.table_prefix);
+        let last_id = Self::seed_last_id(&pool, &sql).await?;
+        tracing::info!(url = %redact_url(url), last_id, "SQLite store opened");
+        Ok(Self {
+            pool,
+            sql,
+            stats: ReadStats::default(),
+            last_id: AtomicI64::new(last_id),
+        })
+    }
+}
+
+crate::sql::impl_sql_store!(
+    SqliteStore,
+    sqlx::Sqlite,
+    Backend::Sqlite,
+    "BEGIN IMMEDIATE",
+    crate::migrate::SQLITE
+);

@@ -1,0 +1,289 @@
+//! Every SQL statement of the store, built once per store with its table prefix.
+//!
+//! The same text serves SQLite and PostgreSQL (`$N` placeholders, `ON CONFLICT`,
+//! `LIMIT`/`OFFSET`, scalar sub-selects). Every read of the message table is bounded
+//! in SQL: by `LIMIT`, by an aggregate that returns one row, or by an id window that
+//! was itself found with `LIMIT`. No statement returns a number of rows that grows
+//! with the backlog.
+
+/// Rows the mark advance looks at per statement (individual acks above the mark).
+pub const ADVANCE_WINDOW: i64 = 512;
+
+/// Rows a commit, rollback or cleanup statement touches at most.
+pub const WRITE_BATCH: i64 = 1000;
+
+/// The prefixed SQL texts. Field names say what each does.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub prefix: String,
+    pub insert_message: String,
+    pub max_message_id: String,
+    pub max_acked_id: String,
+    pub subscription_rows: String,
+    pub insert_subscription_row: String,
+    pub delete_subscription: String,
+    pub delete_subscription_indacks: String,
+    /// keyset page of subscription rows: `(client_id, sub_name) > ($2, $3)`, `LIMIT $4`
+    pub list_subscription_rows: String,
+    pub insert_indack: String,
+    /// window of `(id, individually acked?)` after `$5`, `LIMIT $6`; two variants
+    /// (`[0]` one mark for all priorities, `[1]` per priority) so each uses its index
+    pub advance_window: [String; 2],
+    pub update_mark: String,
+    pub delete_indacks_upto: String,
+    pub prepared_ids: String,
+    pub renumber_prepared: String,
+    pub delete_prepared: String,
+    pub min_marks: String,
+    /// cleanup up to mark `$2`: `[0]` every priority, `LIMIT $3`; `[1]` priority `$3`,
+    /// `LIMIT $4`
+    pub cleanup: [String; 2],
+    /// next pending messages after `$2` for a subscription; `[0]` every priority,
+    /// `[1]` one priority (`$6`)
+    pub read_pending: [String; 2],
+    pub browse: String,
+    pub has_expiring: String,
+    pub count_messages: String,
+    pub count_subscriptions: String,
+    pub count_indacks: String,
+}
+
+const MESSAGE_COLUMNS: &str = "m.id, m.msgid, m.expiration, m.priority, m.msg";
+
+impl Statements {
+    pub fn new(p: &str) -> Self {
+        let pending = |prio: &str| {
+            format!(
+                "SELECT {MESSAGE_COLUMNS} FROM {p}msgs m \
+                 WHERE m.container = $1 AND m.id > $2 AND m.xid IS NULL {prio} \
+                   AND m.id > (SELECT a.last_acked_id FROM {p}acks a \
+                               WHERE a.container = $1 AND a.client_id = $3 AND a.sub_name = $4 \
+                                 AND (a.priority < 0 OR a.priority = m.priority)) \
+                   AND NOT EXISTS (SELECT 1 FROM {p}indacks i \
+                                   WHERE i.container = $1 AND i.client_id = $3 AND i.sub_name = $4 \
+                                     AND i.msg_id = m.id) \
+                 ORDER BY m.id LIMIT $5"
+            )
+        };
+        let advance = |prio: &str| {
+            format!(
+                "SELECT m.id, CASE WHEN EXISTS (SELECT 1 FROM {p}indacks i \
+                     WHERE i.container = $1 AND i.client_id = $2 AND i.sub_name = $3 \
+                       AND i.priority = $4 AND i.msg_id = m.id) THEN 1 ELSE 0 END \
+                 FROM {p}msgs m \
+                 WHERE m.container = $1 AND m.id > $5 AND m.xid IS NULL {prio} \
+                 ORDER BY m.id LIMIT $6"
+            )
+        };
+        let cleanup = |prio: &str, limit: &str| {
+            format!(
+                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
+                 WHERE container = $1 AND id <= $2 AND xid IS NULL {prio} ORDER BY id LIMIT {limit})"
+            )
+        };
+        Self {
+            prefix: p.to_string(),
+            insert_message: format!(
+                "INSERT INTO {p}msgs (id, container, msgid, expiration, priority, xid, msg) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)"
+            ),
+            max_message_id: format!("SELECT MAX(id) FROM {p}msgs"),
+            max_acked_id: format!("SELECT MAX(last_acked_id) FROM {p}acks"),
+            subscription_rows: format!(
+                "SELECT priority, last_acked_id, selector FROM {p}acks \
+                 WHERE container = $1 AND client_id = $2 AND sub_name = $3 \
+                 ORDER BY priority LIMIT 11"
+            ),
+            insert_subscription_row: format!(
+                "INSERT INTO {p}acks (container, client_id, sub_name, selector, last_acked_id, priority) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"
+            ),
+            delete_subscription: format!(
+                "DELETE FROM {p}acks WHERE container = $1 AND client_id = $2 AND sub_name = $3"
+            ),
+            delete_subscription_indacks: format!(
+                "DELETE FROM {p}indacks WHERE container = $1 AND client_id = $2 AND sub_name = $3"
+            ),
+            list_subscription_rows: format!(
+                "SELECT client_id, sub_name, selector, priority, last_acked_id FROM {p}acks \
+                 WHERE container = $1 AND (client_id > $2 OR (client_id = $2 AND sub_name > $3)) \
+                 ORDER BY client_id, sub_name, priority LIMIT $4"
+            ),
+            insert_indack: format!(
+                "INSERT INTO {p}indacks (container, client_id, sub_name, priority, msg_id) \
+                 SELECT $1, $2, $3, $4, $5 WHERE EXISTS \
+                   (SELECT 1 FROM {p}msgs WHERE id = $5 AND container = $1) \
+                 ON CONFLICT DO NOTHING"
+            ),
+            advance_window: [advance(""), advance("AND m.priority = $4")],
+            update_mark: format!(
+                "UPDATE {p}acks SET last_acked_id = $5 \
+                 WHERE container = $1 AND client_id = $2 AND sub_name = $3 AND priority = $4 \
+                   AND last_acked_id < $5"
+            ),
+            delete_indacks_upto: format!(
+                "DELETE FROM {p}indacks WHERE container = $1 AND client_id = $2 AND sub_name = $3 \
+                 AND priority = $4 AND msg_id <= $5"
+            ),
+            prepared_ids: format!("SELECT id FROM {p}msgs WHERE xid = $1 ORDER BY id LIMIT $2"),
+            renumber_prepared: format!("UPDATE {p}msgs SET id = $2, xid = NULL WHERE id = $1"),
+            delete_prepared: format!(
+                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs WHERE xid = $1 LIMIT $2)"
+            ),
+            min_marks: format!(
+                "SELECT priority, MIN(last_acked_id) FROM {p}acks WHERE container = $1 \
+                 GROUP BY priority ORDER BY priority LIMIT 11"
+            ),
+            cleanup: [cleanup("", "$3"), cleanup("AND priority = $3", "$4")],
+            read_pending: [pending(""), pending("AND m.priority = $6")],
+            browse: format!(
+                "SELECT {MESSAGE_COLUMNS} FROM {p}msgs m \
+                 WHERE m.container = $1 AND m.id > $2 AND m.xid IS NULL ORDER BY m.id LIMIT $3"
+            ),
+            has_expiring: format!(
+                "SELECT 1 FROM {p}msgs WHERE container = $1 AND expiration > 0 LIMIT 1"
+            ),
+            count_messages: format!("SELECT COUNT(*) FROM {p}msgs WHERE container = $1"),
+            count_subscriptions: format!(
+                "SELECT COUNT(*) FROM {p}acks WHERE container = $1 AND priority <= 0"
+            ),
+            count_indacks: format!("SELECT COUNT(*) FROM {p}indacks WHERE container = $1"),
+        }
+    }
+
+    /// Statement 1 of `recover_expired`: for each requested subscription row, its mark,
+    /// the end of its window (the `limit`-th pending id, `OFFSET $3`), the first id in
+    /// the window that stops an expiry run (not expired, or prepared, and not acked
+    /// individually) and the first expired id. Reads index entries of at most `limit`
+    /// rows per subscription row, and no message body.
+    ///
+    /// Binds: `$1` container, `$2` now (epoch ms), `$3` limit - 1, then
+    /// `(client_id, sub_name)` pairs from `$4`.
+    pub fn expiry_runs(&self, subscriptions: usize) -> String {
+        let p = &self.prefix;
+        let subset = (0..subscriptions)
+            .map(|k| {
+                format!(
+                    "(a.client_id = ${} AND a.sub_name = ${})",
+                    4 + 2 * k,
+                    5 + 2 * k
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" OR ");
+        let part = |mode: &str, prio_s: &str, prio_a: &str| {
+            format!(
+                "SELECT s.client_id, s.sub_name, s.priority, s.last_acked_id, s.wend, \
+                   (SELECT MIN(m.id) FROM {p}msgs m \
+                    WHERE m.container = $1 AND m.id > s.last_acked_id \
+                      AND (s.wend IS NULL OR m.id <= s.wend) {prio_s} \
+                      AND (m.expiration = 0 OR m.expiration > $2 OR m.xid IS NOT NULL) \
+                      AND NOT EXISTS (SELECT 1 FROM {p}indacks i \
+                          WHERE i.container = $1 AND i.client_id = s.client_id \
+                            AND i.sub_name = s.sub_name AND i.priority = s.priority \
+                            AND i.msg_id = m.id)) AS stop_id, \
+                   (SELECT MIN(m.id) FROM {p}msgs m \
+                    WHERE m.container = $1 AND m.id > s.last_acked_id \
+                      AND (s.wend IS NULL OR m.id <= s.wend) {prio_s} \
+                      AND m.expiration > 0 AND m.expiration <= $2 AND m.xid IS NULL) AS first_expired \
+                 FROM (SELECT a.client_id, a.sub_name, a.priority, a.last_acked_id, \
+                         (SELECT m.id FROM {p}msgs m \
+                          WHERE m.container = $1 AND m.id > a.last_acked_id {prio_a} \
+                          ORDER BY m.id LIMIT 1 OFFSET $3) AS wend \
+                       FROM {p}acks a \
+                       WHERE a.container = $1 AND a.priority {mode} AND ({subset})) s"
+            )
+        };
+        format!(
+            "{} UNION ALL {}",
+            part("< 0", "", ""),
+            part(
+                ">= 0",
+                "AND m.priority = s.priority",
+                "AND m.priority = a.priority"
+            )
+        )
+    }
+
+    /// Statement 2 of `recover_expired`: the expired messages inside the given id
+    /// ranges, `LIMIT $3`. `ranges` are `(priority, after_id, before_id)`: ids with
+    /// `after_id < id < before_id` (no upper end with `None`), of one priority with
+    /// `Some`. The numbers were read from the store as integers, so they are written
+    /// into the text. Binds: `$1` container, `$2` now (epoch ms), `$3` limit.
+    pub fn expired_in_ranges(&self, ranges: &[(Option<u8>, i64, Option<i64>)]) -> String {
+        let p = &self.prefix;
+        let ranges = ranges
+            .iter()
+            .map(|(prio, after, before)| {
+                let mut r = format!("(m.id > {after}");
+                if let Some(before) = before {
+                    r.push_str(&format!(" AND m.id < {before}"));
+                }
+                if let Some(prio) = prio {
+                    r.push_str(&format!(" AND m.priority = {prio}"));
+                }
+                r.push(')');
+                r
+            })
+            .collect::<Vec<_>>()
+            .join(" OR ");
+        format!(
+            "SELECT {MESSAGE_COLUMNS} FROM {p}msgs m \
+             WHERE m.container = $1 AND m.expiration > 0 AND m.expiration <= $2 \
+               AND m.xid IS NULL AND ({ranges}) \
+             ORDER BY m.id LIMIT $3"
+        )
+    }
+}
+
+/// Checks a name that is written into SQL text (table prefix, schema).
+pub(crate) fn check_name(what: &'static str, value: &str) -> crate::Result<()> {
+    let ok = value.len() <= 48
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !value.starts_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::StoreError::InvalidName {
+            what,
+            value: value.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_table_read_is_bounded() {
+        let s = Statements::new("ebb_");
+        let reads = [
+            &s.read_pending[0],
+            &s.read_pending[1],
+            &s.advance_window[0],
+            &s.advance_window[1],
+            &s.browse,
+            &s.has_expiring,
+            &s.prepared_ids,
+            &s.cleanup[0],
+            &s.cleanup[1],
+            &s.delete_prepared,
+        ];
+        for sql in reads {
+            assert!(sql.contains("LIMIT"), "unbounded: {sql}");
+        }
+        assert!(s.expiry_runs(2).contains("OFFSET $3"));
+        assert!(s
+            .expired_in_ranges(&[(None, 1, Some(5)), (Some(3), 0, None)])
+            .ends_with("ORDER BY m.id LIMIT $3"));
+    }
+
+    #[test]
+    fn names_in_sql_text_are_checked() {
+        assert!(check_name("table prefix", "ebb_").is_ok());
+        assert!(check_name("table prefix", "").is_ok());
+        assert!(check_name("table prefix", "x; DROP TABLE y").is_err());
+        assert!(check_name("schema", "1abc").is_err());
+    }
+}

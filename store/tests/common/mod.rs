@@ -1,0 +1,141 @@
+//! Test harness: a fresh store per test on every backend.
+//!
+//! SQLite always (a file in a temporary folder, so WAL and reopening are exercised).
+//! PostgreSQL when `EBB_TEST_POSTGRES_URL` is set, each store in a schema of its own
+//! (`ebb_test_<pid>_<n>`), so runs never see each other's rows. When `CI` is set and the
+//! URL is not, PostgreSQL tests fail instead of skipping.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use ebb_store::{MessageStore, NewMessage, Payload, StoreOptions};
+
+pub const POSTGRES_ENV: &str = "EBB_TEST_POSTGRES_URL";
+
+/// Where a test store lives, so it can be opened again ("restart").
+pub struct TestStore {
+    pub url: String,
+    pub options: StoreOptions,
+    _dir: Option<tempfile_dir::Dir>,
+}
+
+mod tempfile_dir {
+    /// A temporary folder removed on drop (no extra crate needed).
+    pub struct Dir(pub std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn unique() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst),
+        nanos % 100_000
+    )
+}
+
+impl TestStore {
+    pub fn sqlite() -> Self {
+        let dir = std::env::temp_dir().join(format!("ebb-test-{}", unique()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self {
+            url: format!("sqlite://{}/ebb.db", dir.display()),
+            options: StoreOptions {
+                sqlite_sync_full: false,
+                ..StoreOptions::default()
+            },
+            _dir: Some(tempfile_dir::Dir(dir)),
+        }
+    }
+
+    /// `None` when PostgreSQL is not configured (and this is not CI).
+    pub fn postgres() -> Option<Self> {
+        match std::env::var(POSTGRES_ENV) {
+            Ok(url) if !url.is_empty() => Some(Self {
+                url,
+                options: StoreOptions {
+                    schema: Some(format!("ebb_test_{}", unique())),
+                    ..StoreOptions::default()
+                },
+                _dir: None,
+            }),
+            _ if std::env::var_os("CI").is_some() => {
+                panic!("{POSTGRES_ENV} is not set: CI must run the PostgreSQL tests")
+            }
+            _ => {
+                eprintln!("{POSTGRES_ENV} not set: PostgreSQL variant not run");
+                None
+            }
+        }
+    }
+
+    pub async fn open(&self) -> Arc<dyn MessageStore> {
+        ebb_store::open(&self.url, &self.options)
+            .await
+            .unwrap_or_else(|e| panic!("open {}: {e}", self.url))
+    }
+}
+
+/// Generates `<name>::sqlite` and `<name>::postgres` tokio tests from an
+/// `async fn(TestStore)`.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name($crate::common::TestStore::sqlite()).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    if let Some(store) = $crate::common::TestStore::postgres() {
+                        super::$name(store).await;
+                    }
+                }
+            }
+        )*
+    };
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A message on `container` with `expiration` (epoch ms, 0 = never) and priority 4.
+pub fn message(container: &str, body: &str, expiration: i64) -> NewMessage {
+    message_p(container, body, expiration, 4)
+}
+
+pub fn message_p(container: &str, body: &str, expiration: i64, priority: u8) -> NewMessage {
+    NewMessage {
+        container: container.to_string(),
+        message_id: format!("ID:{body}"),
+        expiration,
+        priority,
+        xid: None,
+        payload: Arc::new(Payload {
+            timestamp_ms: now_ms(),
+            headers: vec![("body".into(), body.into())],
+            body: body.as_bytes().to_vec(),
+        }),
+    }
+}
+
+/// An expiration already in the past.
+pub const EXPIRED: i64 = 1;
