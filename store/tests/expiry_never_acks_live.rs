@@ -86,10 +86,12 @@ async fn live_message_at_the_mark_blocks_the_run(t: TestStore) {
         ])
         .await
         .unwrap();
-    assert!(expired(&*store, &[s1.clone()], 400).await.is_empty());
+    assert!(expired(&*store, std::slice::from_ref(&s1), 400)
+        .await
+        .is_empty());
     expire_ack(&*store, &s1, &at4(&ids[..1])).await;
     assert_eq!(
-        expired(&*store, &[s1.clone()], 400).await,
+        expired(&*store, std::slice::from_ref(&s1), 400).await,
         map(&[("sub1", &ids[1..])])
     );
 }
@@ -253,16 +255,16 @@ async fn only_requested_subscriptions_are_answered(t: TestStore) {
         .await
         .unwrap();
     assert_eq!(
-        expired(&*store, &[s2.clone()], 400).await,
+        expired(&*store, std::slice::from_ref(&s2), 400).await,
         map(&[("sub2", &ids)])
     );
     expire_ack(&*store, &s2, &at4(&ids[..1])).await;
     assert_eq!(
-        expired(&*store, &[s2.clone()], 400).await,
+        expired(&*store, std::slice::from_ref(&s2), 400).await,
         map(&[("sub2", &ids[1..])])
     );
     assert_eq!(
-        expired(&*store, &[s1.clone()], 400).await,
+        expired(&*store, std::slice::from_ref(&s1), 400).await,
         map(&[("sub1", &ids)])
     );
     assert!(expired(&*store, &[key("sub3")], 400).await.is_empty());
@@ -388,7 +390,7 @@ async fn individually_acked_live_message_does_not_block(t: TestStore) {
         .unwrap();
     expire_ack(&*store, &s1, &at4(&ids[..1])).await;
     assert_eq!(
-        expired(&*store, &[s1.clone()], 400).await,
+        expired(&*store, std::slice::from_ref(&s1), 400).await,
         map(&[("sub1", &ids[1..3])])
     );
     expire_ack(&*store, &s1, &at4(&ids[1..])).await;
@@ -406,7 +408,7 @@ async fn individually_acked_live_message_does_not_block(t: TestStore) {
     assert_eq!(expire_ack(&*store, &s1, &at4(&more[1..2])).await, 1);
     assert_eq!(mark_of(&*store, &s1).await, ids[3], "e3 is not acked yet");
     assert_eq!(
-        expired(&*store, &[s1.clone()], 400).await,
+        expired(&*store, std::slice::from_ref(&s1), 400).await,
         map(&[("sub1", &[more[0], more[2]])])
     );
     assert_eq!(expire_ack(&*store, &s1, &at4(&[more[0], more[2]])).await, 2);
@@ -433,7 +435,7 @@ async fn already_acked_expired_messages_are_not_counted_twice(t: TestStore) {
         .unwrap();
     assert_eq!(expire_ack(&*store, &s1, &at4(&ids[2..])).await, 1);
     expire_ack(&*store, &s1, &at4(&ids[..1])).await;
-    let got = expired(&*store, &[s1.clone()], 400).await;
+    let got = expired(&*store, std::slice::from_ref(&s1), 400).await;
     assert_eq!(got["sub1"], ids[1..].to_vec());
     assert_eq!(expire_ack(&*store, &s1, &at4(&got["sub1"])).await, 1);
     assert!(expired(&*store, &[s1], 400).await.is_empty());

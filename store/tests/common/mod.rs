@@ -87,19 +87,20 @@ impl TestStore {
     }
 }
 
-/// Generates `<name>::sqlite` and `<name>::postgres` tokio tests from an
-/// `async fn(TestStore)`.
+/// Generates `<name>::sqlite` and `<name>::postgres` tests from an
+/// `async fn(TestStore)`; the test attribute may be given first (default: a two-thread
+/// tokio runtime), e.g. `on_every_backend!(#[actix_rt::test] a, b)`.
 #[macro_export]
 macro_rules! on_every_backend {
-    ($($name:ident),* $(,)?) => {
+    (#[$attr:meta] $($name:ident),* $(,)?) => {
         $(
             mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[$attr]
                 async fn sqlite() {
                     super::$name($crate::common::TestStore::sqlite()).await;
                 }
 
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[$attr]
                 async fn postgres() {
                     if let Some(store) = $crate::common::TestStore::postgres() {
                         super::$name(store).await;
@@ -107,6 +108,11 @@ macro_rules! on_every_backend {
                 }
             }
         )*
+    };
+    ($($name:ident),* $(,)?) => {
+        $crate::on_every_backend!(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)] $($name),*
+        );
     };
 }
 

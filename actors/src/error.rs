@@ -1,0 +1,30 @@
+//! The actors crate's one error type.
+
+use std::sync::Arc;
+
+use ebb_store::StoreError;
+use thiserror::Error;
+
+/// Why a request to an actor failed. Cloneable: one store failure is handed to every
+/// caller whose write was in the failed transaction.
+#[derive(Debug, Clone, Error)]
+pub enum ActorError {
+    /// The store failed; nothing of the transaction that held this write was committed.
+    #[error(transparent)]
+    Store(Arc<StoreError>),
+    /// The store actor was closed by shutdown and takes no more writes.
+    #[error("store actor is closed: the broker is shutting down")]
+    Closed,
+    /// The actor stopped before it answered.
+    #[error("actor is gone: {0}")]
+    Mailbox(#[from] actix::MailboxError),
+}
+
+impl From<StoreError> for ActorError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Closed => ActorError::Closed,
+            e => ActorError::Store(Arc::new(e)),
+        }
+    }
+}
