@@ -330,6 +330,40 @@ macro_rules! impl_sql_store {
                 Ok(moved)
             }
 
+            /// Inserts messages with new ids, in order, in multi-row statements.
+            async fn insert_messages(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                messages: Vec<$crate::NewMessage>,
+            ) -> $crate::Result<Vec<i64>> {
+                let mut ids = Vec::with_capacity(messages.len());
+                let mut messages = messages.into_iter().peekable();
+                while messages.peek().is_some() {
+                    let chunk: Vec<(i64, $crate::NewMessage)> = messages
+                        .by_ref()
+                        .take($crate::statements::INSERT_BATCH)
+                        .map(|m| (self.next_id(), m))
+                        .collect();
+                    ids.extend(chunk.iter().map(|(id, _)| *id));
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(&self.sql.insert_messages);
+                    insert.push_values(chunk, |mut row, (id, m)| {
+                        row.push_bind(id)
+                            .push_bind(m.container)
+                            .push_bind(m.message_id)
+                            .push_bind(m.expiration)
+                            .push_bind(i32::from(m.priority.min($crate::MAX_PRIORITY)))
+                            .push_bind(m.xid)
+                            .push_bind($crate::encoding::encode(&m.payload));
+                    });
+                    insert
+                        .build()
+                        .execute(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("add message"))?;
+                }
+                Ok(ids)
+            }
+
             async fn apply(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
@@ -339,18 +373,7 @@ macro_rules! impl_sql_store {
                 use $crate::{WriteOp, WriteOutcome};
                 Ok(match op {
                     WriteOp::Add(m) => {
-                        let id = self.next_id();
-                        sqlx::query(&self.sql.insert_message)
-                            .bind(id)
-                            .bind(&m.container)
-                            .bind(&m.message_id)
-                            .bind(m.expiration)
-                            .bind(i32::from(m.priority.min($crate::MAX_PRIORITY)))
-                            .bind(&m.xid)
-                            .bind($crate::encoding::encode(&m.payload))
-                            .execute(&mut *conn)
-                            .await
-                            .map_err($crate::error::db("add message"))?;
+                        let id = self.insert_messages(conn, vec![m]).await?[0];
                         WriteOutcome::Added(id)
                     }
                     WriteOp::Subscribe {
@@ -569,8 +592,21 @@ macro_rules! impl_sql_store {
                     .await
                     .map_err($crate::error::db("begin"))?;
                 let mut outcomes = Vec::with_capacity(ops.len());
-                for op in ops {
-                    outcomes.push(self.apply(&mut *tx, op).await?);
+                let mut ops = ops.into_iter().peekable();
+                while let Some(op) = ops.next() {
+                    let $crate::WriteOp::Add(first) = op else {
+                        outcomes.push(self.apply(&mut *tx, op).await?);
+                        continue;
+                    };
+                    // A run of adds goes into multi-row inserts.
+                    let mut adds = vec![first];
+                    while let Some($crate::WriteOp::Add(_)) = ops.peek() {
+                        if let Some($crate::WriteOp::Add(m)) = ops.next() {
+                            adds.push(m);
+                        }
+                    }
+                    let ids = self.insert_messages(&mut *tx, adds).await?;
+                    outcomes.extend(ids.into_iter().map($crate::WriteOutcome::Added));
                 }
                 tx.commit().await.map_err($crate::error::db("commit"))?;
                 self.stats.committed(count);

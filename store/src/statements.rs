@@ -9,6 +9,9 @@
 /// Rows the mark advance looks at per statement (individual acks above the mark).
 pub const ADVANCE_WINDOW: i64 = 512;
 
+/// Messages per multi-row `INSERT` (7 parameters each: SQLite allows 32,766).
+pub const INSERT_BATCH: usize = 500;
+
 /// Rows a commit, rollback or cleanup statement touches at most.
 pub const WRITE_BATCH: i64 = 1000;
 
@@ -16,7 +19,9 @@ pub const WRITE_BATCH: i64 = 1000;
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub prefix: String,
-    pub insert_message: String,
+    /// `INSERT ... (columns)`; the rows are added by a query builder, up to
+    /// [`INSERT_BATCH`] per statement
+    pub insert_messages: String,
     pub max_message_id: String,
     pub max_acked_id: String,
     pub subscription_rows: String,
@@ -47,6 +52,13 @@ pub(crate) struct Statements {
     pub count_subscriptions: String,
     pub count_indacks: String,
 }
+
+// In the expiry statements `+m.expiration` keeps the planners (both backends) off the
+// expiration index: the scan must follow the id range of a window, which is bounded,
+// not the expired rows of the whole container, which are not.
+
+/// The largest id, an open upper end in range conditions.
+const MAX_ID: i64 = i64::MAX;
 
 const MESSAGE_COLUMNS: &str = "m.id, m.msgid, m.expiration, m.priority, m.msg";
 
@@ -83,9 +95,8 @@ impl Statements {
         };
         Self {
             prefix: p.to_string(),
-            insert_message: format!(
-                "INSERT INTO {p}msgs (id, container, msgid, expiration, priority, xid, msg) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)"
+            insert_messages: format!(
+                "INSERT INTO {p}msgs (id, container, msgid, expiration, priority, xid, msg) "
             ),
             max_message_id: format!("SELECT MAX(id) FROM {p}msgs"),
             max_acked_id: format!("SELECT MAX(last_acked_id) FROM {p}acks"),
@@ -171,37 +182,43 @@ impl Statements {
             })
             .collect::<Vec<_>>()
             .join(" OR ");
-        let part = |mode: &str, prio_s: &str, prio_a: &str| {
+        // The window end is computed once per subscription row (MATERIALIZED), and used
+        // as an index range bound (COALESCE to the largest id when the window is short),
+        // so the scans below stop at it instead of running to the end of the backlog.
+        let window = |prio: &str| {
             format!(
-                "SELECT s.client_id, s.sub_name, s.priority, s.last_acked_id, s.wend, \
+                "(SELECT m.id FROM {p}msgs m WHERE m.container = $1 {prio} \
+                 AND m.id > a.last_acked_id ORDER BY m.id LIMIT 1 OFFSET $3)"
+            )
+        };
+        let part = |mode: &str, prio: &str| {
+            format!(
+                "SELECT w.client_id, w.sub_name, w.priority, w.last_acked_id, w.wend, \
                    (SELECT MIN(m.id) FROM {p}msgs m \
-                    WHERE m.container = $1 AND m.id > s.last_acked_id \
-                      AND (s.wend IS NULL OR m.id <= s.wend) {prio_s} \
-                      AND (m.expiration = 0 OR m.expiration > $2 OR m.xid IS NOT NULL) \
+                    WHERE m.container = $1 {prio} AND m.id > w.last_acked_id \
+                      AND m.id <= COALESCE(w.wend, {MAX_ID}) \
+                      AND (+m.expiration = 0 OR +m.expiration > $2 OR m.xid IS NOT NULL) \
                       AND NOT EXISTS (SELECT 1 FROM {p}indacks i \
-                          WHERE i.container = $1 AND i.client_id = s.client_id \
-                            AND i.sub_name = s.sub_name AND i.priority = s.priority \
+                          WHERE i.container = $1 AND i.client_id = w.client_id \
+                            AND i.sub_name = w.sub_name AND i.priority = w.priority \
                             AND i.msg_id = m.id)) AS stop_id, \
                    (SELECT MIN(m.id) FROM {p}msgs m \
-                    WHERE m.container = $1 AND m.id > s.last_acked_id \
-                      AND (s.wend IS NULL OR m.id <= s.wend) {prio_s} \
-                      AND m.expiration > 0 AND m.expiration <= $2 AND m.xid IS NULL) AS first_expired \
-                 FROM (SELECT a.client_id, a.sub_name, a.priority, a.last_acked_id, \
-                         (SELECT m.id FROM {p}msgs m \
-                          WHERE m.container = $1 AND m.id > a.last_acked_id {prio_a} \
-                          ORDER BY m.id LIMIT 1 OFFSET $3) AS wend \
-                       FROM {p}acks a \
-                       WHERE a.container = $1 AND a.priority {mode} AND ({subset})) s"
+                    WHERE m.container = $1 {prio} AND m.id > w.last_acked_id \
+                      AND m.id <= COALESCE(w.wend, {MAX_ID}) \
+                      AND +m.expiration > 0 AND +m.expiration <= $2 AND m.xid IS NULL) AS first_expired \
+                 FROM w WHERE w.priority {mode}"
             )
         };
         format!(
-            "{} UNION ALL {}",
-            part("< 0", "", ""),
-            part(
-                ">= 0",
-                "AND m.priority = s.priority",
-                "AND m.priority = a.priority"
-            )
+            "WITH w AS MATERIALIZED (\
+               SELECT a.client_id, a.sub_name, a.priority, a.last_acked_id, \
+                 CASE WHEN a.priority < 0 THEN {} ELSE {} END AS wend \
+               FROM {p}acks a WHERE a.container = $1 AND ({subset})) \
+             {} UNION ALL {}",
+            window(""),
+            window("AND m.priority = a.priority"),
+            part("< 0", ""),
+            part(">= 0", "AND m.priority = w.priority"),
         )
     }
 
@@ -229,7 +246,7 @@ impl Statements {
             .join(" OR ");
         format!(
             "SELECT {MESSAGE_COLUMNS} FROM {p}msgs m \
-             WHERE m.container = $1 AND m.expiration > 0 AND m.expiration <= $2 \
+             WHERE m.container = $1 AND +m.expiration > 0 AND +m.expiration <= $2 \
                AND m.xid IS NULL AND ({ranges}) \
              ORDER BY m.id LIMIT $3"
         )
@@ -285,5 +302,16 @@ mod tests {
         assert!(check_name("table prefix", "").is_ok());
         assert!(check_name("table prefix", "x; DROP TABLE y").is_err());
         assert!(check_name("schema", "1abc").is_err());
+    }
+}
+#[cfg(test)]
+mod print_sql {
+    #[test]
+    #[ignore]
+    fn print() {
+        let s = super::Statements::new("ebb_");
+        println!("{}", s.expiry_runs(1));
+        println!("---");
+        println!("{}", s.expired_in_ranges(&[(None, 0, Some(500))]));
     }
 }

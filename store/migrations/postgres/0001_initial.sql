@@ -12,7 +12,8 @@ CREATE TABLE IF NOT EXISTS {p}msgs (
 CREATE INDEX IF NOT EXISTS {p}msgs_cidx ON {p}msgs (container, id);
 CREATE INDEX IF NOT EXISTS {p}msgs_pidx ON {p}msgs (container, priority, id);
 CREATE INDEX IF NOT EXISTS {p}msgs_eidx ON {p}msgs (container, expiration);
-CREATE INDEX IF NOT EXISTS {p}msgs_xidx ON {p}msgs (xid);
+-- Partial: serves commit and rollback lookups only, so no plan uses it for `xid IS NULL`.
+CREATE INDEX IF NOT EXISTS {p}msgs_xidx ON {p}msgs (xid) WHERE xid IS NOT NULL;
 
 -- One row per durable subscription (priority -1: one mark for every priority),
 -- or ten rows, priority 0..9, when the destination has prioritized messages.
