@@ -7,11 +7,20 @@
 //!
 //! Map of Ebb (DESIGN.md has the whole picture):
 //! - [`ebb_store`] (`store/`): the schema, every SQL statement, the async store API.
-//! - [`ebb_actors`] (`actors/`): the store actor (the only writer); topics, queues and
-//!   the broker registry come next.
-//! - this crate (`src/`): the embedding API and the `ebb` binary ([`cli`]).
+//! - [`ebb_actors`] (`actors/`): the actors: broker registry, topics, the store actor.
+//! - this crate (`src/`): the embedding API ([`Broker`]) and the `ebb` binary ([`cli`]).
 
+pub mod broker;
 pub mod cli;
+pub mod error;
+
+pub use broker::{
+    AckMode, Broker, BrokerConfig, BrowsedMessage, Expiration, Message, Received, SendReceipt,
+    SubscribeOptions, Subscription,
+};
+pub use ebb_actors::messages::TopicStats;
+pub use ebb_actors::policy::{Policy, PolicyEntry, PolicyMap};
+pub use error::Error;
 
 pub use ebb_actors as actors;
 pub use ebb_store as store;

@@ -15,6 +15,16 @@ pub enum ActorError {
     /// The store actor was closed by shutdown and takes no more writes.
     #[error("store actor is closed: the broker is shutting down")]
     Closed,
+    /// A durable subscription can have one consumer at a time (ActiveMQ: "durable
+    /// consumer is in use"). Holds `client_id/subscription_name`.
+    #[error("durable subscription {0} is already in use by another consumer")]
+    DurableInUse(String),
+    /// An ack or detach named a subscription id the destination does not have.
+    #[error("unknown subscription {0}")]
+    UnknownSubscription(u64),
+    /// The broker is shutting down and takes no new destinations or subscriptions.
+    #[error("the broker is shutting down")]
+    ShuttingDown,
     /// The actor stopped before it answered.
     #[error("actor is gone: {0}")]
     Mailbox(#[from] actix::MailboxError),

@@ -1,22 +1,34 @@
 //! # ebb-actors: Ebb's actors
 //!
 //! Each piece of broker state has one owner, an actix actor, and changes only through
-//! messages to it. In this crate today:
+//! messages to it. Logic that can live outside an actor does, in plain structs with
+//! their own unit tests (subscription cursors, policies, the housekeeping budget).
 //!
 //! | actor | owns | file |
 //! |---|---|---|
+//! | [`BrokerActor`](broker::BrokerActor) | destination name → actor, policies, shutdown | `broker.rs` |
+//! | [`TopicActor`](topic::TopicActor) | subscriptions, cursors, expiry timer and state | `topic.rs` |
 //! | [`StoreActor`](store_actor::StoreActor) | the queue of store writes; the only writer | `store_actor.rs` |
 //!
-//! The broker registry, topics, queues and housekeeping join it here (DESIGN.md).
+//! Plain parts: [`subscription`] (one subscription's cursor and credit), [`policy`]
+//! (ActiveMQ-style policy map), [`housekeeping`] (the fair budget of expiry pages),
+//! [`messages`] (what actors exchange).
 //!
 //! ## Await ordering
 //! Which actor may `send().await` which, so that request cycles cannot deadlock:
-//! - anyone → store actor (through [`StoreHandle`](store_actor::StoreHandle)); the store
-//!   actor sends to no actor, it only awaits the database.
-//! - Handlers never await a reply from an actor that may be awaiting them.
+//! - embedding API → broker → topic → store actor; nothing sends the other way.
+//! - The store actor sends to no actor; it only awaits the database.
+//! - A topic awaits the store only inside spawned actor futures, never while holding
+//!   its mailbox (`ctx.wait` is used once, at start, for a store read).
 
+pub mod broker;
 pub mod error;
+pub mod housekeeping;
+pub mod messages;
+pub mod policy;
 pub mod store_actor;
+pub mod subscription;
+pub mod topic;
 
 pub use error::ActorError;
 pub use store_actor::{StoreActor, StoreActorConfig, StoreHandle};

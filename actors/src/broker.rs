@@ -1,0 +1,103 @@
+//! The broker (registry) actor: destination name → destination actor.
+//!
+//! State it owns: the topic actors by store key (`topic://NAME`), created on first use
+//! with the policy that matches their name; the policy map; the shared housekeeping
+//! budget; and the shutdown sequence.
+//!
+//! Messages it accepts: [`GetTopic`], [`ShutdownBroker`]. It never dispatches and
+//! never touches SQL.
+//!
+//! Shutdown, in order: refuse new destinations; stop every destination's housekeeping
+//! (each answers once its page in flight has finished, and starts none after); flush
+//! the store actor (every accepted write commits); close the pool last.
+
+use std::collections::HashMap;
+
+use actix::prelude::*;
+
+use crate::error::ActorError;
+use crate::housekeeping::HousekeepingBudget;
+use crate::messages::StopHousekeeping;
+use crate::policy::PolicyMap;
+use crate::store_actor::StoreHandle;
+use crate::topic::TopicActor;
+
+/// See the module documentation.
+pub struct BrokerActor {
+    store: StoreHandle,
+    policies: PolicyMap,
+    budget: HousekeepingBudget,
+    topics: HashMap<String, Addr<TopicActor>>,
+    shutting_down: bool,
+}
+
+impl BrokerActor {
+    pub fn new(store: StoreHandle, policies: PolicyMap, budget: HousekeepingBudget) -> Self {
+        Self {
+            store,
+            policies,
+            budget,
+            topics: HashMap::new(),
+            shutting_down: false,
+        }
+    }
+}
+
+impl Actor for BrokerActor {
+    type Context = Context<Self>;
+}
+
+/// The topic actor for `topic://NAME` (the store key), started on first use.
+#[derive(Message)]
+#[rtype(result = "Result<Addr<TopicActor>, ActorError>")]
+pub struct GetTopic(pub String);
+
+impl Handler<GetTopic> for BrokerActor {
+    type Result = Result<Addr<TopicActor>, ActorError>;
+
+    fn handle(&mut self, msg: GetTopic, _: &mut Context<Self>) -> Self::Result {
+        if self.shutting_down {
+            return Err(ActorError::ShuttingDown);
+        }
+        if let Some(addr) = self.topics.get(&msg.0) {
+            if addr.connected() {
+                return Ok(addr.clone());
+            }
+        }
+        let policy = self.policies.policy_for(&msg.0);
+        let topic = TopicActor::new(
+            msg.0.clone(),
+            policy,
+            self.store.clone(),
+            self.budget.clone(),
+        );
+        let addr = topic.start();
+        self.topics.insert(msg.0, addr.clone());
+        Ok(addr)
+    }
+}
+
+/// Runs the shutdown sequence (module documentation); answered when the pool is closed.
+#[derive(Message)]
+#[rtype(result = "Result<(), ActorError>")]
+pub struct ShutdownBroker;
+
+impl Handler<ShutdownBroker> for BrokerActor {
+    type Result = ResponseFuture<Result<(), ActorError>>;
+
+    fn handle(&mut self, _: ShutdownBroker, _: &mut Context<Self>) -> Self::Result {
+        self.shutting_down = true;
+        let topics: Vec<Addr<TopicActor>> = self.topics.values().cloned().collect();
+        let store = self.store.clone();
+        Box::pin(async move {
+            let stops = topics.iter().map(|t| t.send(StopHousekeeping));
+            for stopped in futures::future::join_all(stops).await {
+                // A topic that is already gone has nothing in flight.
+                let _ = stopped;
+            }
+            store.close().await?;
+            tracing::info!(topics = topics.len(), "broker shut down; store closed");
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,157 @@
+//! The messages actors exchange, and the values they carry.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use ebb_store::{Payload, StoredMessage, SubscriptionKey};
+use tokio::sync::mpsc;
+
+use crate::error::ActorError;
+
+/// A message as a destination holds it in memory. Shared (`Arc`) by every
+/// subscription that holds it, so its body is in memory once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMessage {
+    /// Store id when the message is persistent and was stored (send order).
+    pub id: Option<i64>,
+    /// The broker-assigned message id (STOMP `message-id`).
+    pub message_id: String,
+    pub persistent: bool,
+    /// 0..=9.
+    pub priority: u8,
+    /// Absolute expiration, epoch ms; 0 = never.
+    pub expiration: i64,
+    pub payload: Arc<Payload>,
+}
+
+impl TopicMessage {
+    /// True when it has an expiration at or before `now_ms`.
+    pub fn is_expired(&self, now_ms: i64) -> bool {
+        ebb_store::is_expired(self.expiration, now_ms)
+    }
+
+    /// A message read from the store (always persistent).
+    pub fn from_stored(m: &StoredMessage) -> Self {
+        Self {
+            id: Some(m.id),
+            message_id: m.message_id.clone(),
+            persistent: true,
+            priority: m.priority,
+            expiration: m.expiration,
+            payload: Arc::clone(&m.payload),
+        }
+    }
+}
+
+/// A message handed to a consumer.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The subscription it was delivered on.
+    pub subscription: u64,
+    /// Per subscription, increasing; what the consumer acks.
+    pub delivery_id: u64,
+    pub message: Arc<TopicMessage>,
+    /// True when this subscription was sent the message before and did not ack it.
+    pub redelivered: bool,
+}
+
+/// Publish a message to a topic. Answered once it is accepted: for a persistent
+/// message that a durable subscription needs, after the store committed it.
+#[derive(Message)]
+#[rtype(result = "Result<PublishOutcome, ActorError>")]
+pub struct Publish(pub TopicMessage);
+
+/// What happened to a published message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublishOutcome {
+    /// Its store id, when it was stored.
+    pub id: Option<i64>,
+    /// It had already expired when it arrived: not stored, not dispatched, counted as
+    /// expired once.
+    pub expired_on_arrival: bool,
+}
+
+/// Open a subscription. Deliveries go to `deliver`; no more than the prefetch are
+/// un-acked at once.
+#[derive(Message)]
+#[rtype(result = "Result<u64, ActorError>")]
+pub struct Subscribe {
+    /// `Some` for a durable subscription: created if new, re-attached if offline.
+    pub durable: Option<SubscriptionKey>,
+    /// Overrides the policy's `durable_prefetch` / `topic_prefetch`.
+    pub prefetch: Option<u32>,
+    pub deliver: mpsc::Sender<Delivery>,
+}
+
+/// Ack deliveries of a subscription: one (`cumulative == false`, client-individual)
+/// or every un-acked one up to it (client ack). Answered after the store committed
+/// the acks of a durable subscription.
+#[derive(Message)]
+#[rtype(result = "Result<(), ActorError>")]
+pub struct Ack {
+    pub subscription: u64,
+    pub delivery_id: u64,
+    pub cumulative: bool,
+}
+
+/// The consumer of a subscription went away: a durable one goes offline (its
+/// un-acked messages stay in the store and are delivered again), a non-durable one ends.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Detach {
+    pub subscription: u64,
+}
+
+/// Delete an offline durable subscription and its marks. `Ok(false)` if unknown;
+/// [`ActorError::DurableInUse`] if it is online.
+#[derive(Message)]
+#[rtype(result = "Result<bool, ActorError>")]
+pub struct RemoveDurable(pub SubscriptionKey);
+
+/// The destination's counters.
+#[derive(Message)]
+#[rtype(result = "TopicStats")]
+pub struct GetStats;
+
+/// Counters of one topic since it started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, MessageResponse)]
+pub struct TopicStats {
+    /// Messages accepted (expired-on-arrival ones included).
+    pub enqueued: u64,
+    /// Deliveries handed to consumers.
+    pub dispatched: u64,
+    /// Expirations: one per (message, subscription) whose expiry was acked, plus one per
+    /// message that expired on arrival or before reaching a non-durable consumer.
+    pub expired: u64,
+    /// Messages discarded for a non-durable subscription over its pending limit.
+    pub discarded: u64,
+    /// Housekeeping timer ticks.
+    pub ticks: u64,
+    /// Expiry pages started (each is one bounded `recover_expired` call).
+    pub expiry_pages_started: u64,
+    /// Expiry pages finished (with or without an error).
+    pub expiry_pages: u64,
+    /// Messages deleted by cleanup (acked by every durable subscription).
+    pub cleaned_up: u64,
+    /// Most rows one expiry page loaded.
+    pub max_expiry_page_rows: u64,
+    /// The budget's ticket of the last expiry page this topic ran (see
+    /// [`crate::housekeeping::HousekeepingBudget`]).
+    pub last_page_ticket: u64,
+    /// Whether housekeeping is looking for expired messages at all.
+    pub expiry_armed: bool,
+    pub online_subscriptions: u64,
+    pub durable_subscriptions: u64,
+}
+
+/// Run housekeeping now, as a timer tick would (an operator's "expire now"; tests use
+/// it with a long period to count pages without waiting for the clock).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RunHousekeeping;
+
+/// Stop housekeeping: cancel the timer, start no new page, and answer once the page in
+/// flight (if any) has finished. A step of shutdown.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopHousekeeping;

@@ -1,0 +1,510 @@
+//! One online subscription's dispatch state, as a plain struct (no actor): prefetch
+//! credit, in-flight deliveries, and the cursor that says what to deliver next.
+//!
+//! A non-durable subscription has an in-memory cursor: a bounded queue of messages.
+//!
+//! A durable subscription's cursor has two modes:
+//! - **store**: its backlog is in the store. It reads it in pages of at most its free
+//!   credit (`read_pending` after `queued_upto`, bounded in SQL). Messages published
+//!   while a read is in flight are kept aside (bounded); when a read comes back short
+//!   (the backlog is exhausted), they are appended and the cursor turns live. If more
+//!   arrived than could be kept, it stays in store mode and reads again, so nothing
+//!   falls between the store and the live path, and nothing is delivered twice.
+//! - **live**: new messages are queued in memory as they are published, up to a bound;
+//!   past it the queue is dropped and the cursor goes back to store mode (the store has
+//!   every persistent message), so a slow durable consumer costs store, not memory.
+//!
+//! Deliveries never exceed the prefetch; expired messages are never delivered: they
+//! are returned to the caller to ack in the store and count.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use ebb_store::SubscriptionKey;
+use tokio::sync::mpsc;
+
+use crate::messages::{Delivery, TopicMessage};
+
+/// A message delivered and not yet acked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlight {
+    pub store_id: Option<i64>,
+    pub priority: u8,
+}
+
+/// What to read from the store for a durable cursor: `read_pending(after, limit)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadRequest {
+    pub after: i64,
+    pub limit: u32,
+}
+
+#[derive(Debug)]
+enum Mode {
+    Store,
+    Live,
+}
+
+#[derive(Debug)]
+struct ReadInFlight {
+    asked: u32,
+    during: Vec<Arc<TopicMessage>>,
+    overflow: bool,
+}
+
+#[derive(Debug)]
+struct DurableCursor {
+    /// Every persistent message with `id <= queued_upto` was delivered, acked, or is
+    /// in `ready`.
+    queued_upto: i64,
+    mode: Mode,
+    read: Option<ReadInFlight>,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct SubscriptionState {
+    pub id: u64,
+    pub durable: Option<SubscriptionKey>,
+    prefetch: u32,
+    prioritized: bool,
+    deliver: mpsc::Sender<Delivery>,
+    next_delivery_id: u64,
+    in_flight: BTreeMap<u64, InFlight>,
+    /// Store ids delivered before and not acked (their next delivery is a redelivery).
+    redeliveries: HashSet<i64>,
+    /// Messages ready to deliver when credit allows.
+    ready: VecDeque<Arc<TopicMessage>>,
+    /// Most messages `ready` holds (the live queue's bound).
+    ready_limit: usize,
+    cursor: Option<DurableCursor>,
+}
+
+/// What [`SubscriptionState::take_ready`] produced.
+#[derive(Debug, Default)]
+pub struct Dispatch {
+    pub deliveries: Vec<Delivery>,
+    /// Messages that expired before delivery (not delivered, not counted as credit).
+    pub expired: Vec<Arc<TopicMessage>>,
+}
+
+impl SubscriptionState {
+    /// A non-durable subscription; at most `ready_limit` messages wait beyond its
+    /// prefetch.
+    pub fn non_durable(
+        id: u64,
+        prefetch: u32,
+        ready_limit: usize,
+        deliver: mpsc::Sender<Delivery>,
+    ) -> Self {
+        Self::new(id, None, prefetch, false, ready_limit, deliver, None)
+    }
+
+    /// A durable subscription whose backlog starts after `mark` (the lowest of its
+    /// marks), in store mode.
+    pub fn durable(
+        id: u64,
+        key: SubscriptionKey,
+        mark: i64,
+        prefetch: u32,
+        prioritized: bool,
+        deliver: mpsc::Sender<Delivery>,
+    ) -> Self {
+        let cursor = DurableCursor {
+            queued_upto: mark,
+            mode: Mode::Store,
+            read: None,
+        };
+        let limit = prefetch.max(1) as usize;
+        Self::new(
+            id,
+            Some(key),
+            prefetch,
+            prioritized,
+            limit,
+            deliver,
+            Some(cursor),
+        )
+    }
+
+    fn new(
+        id: u64,
+        durable: Option<SubscriptionKey>,
+        prefetch: u32,
+        prioritized: bool,
+        ready_limit: usize,
+        deliver: mpsc::Sender<Delivery>,
+        cursor: Option<DurableCursor>,
+    ) -> Self {
+        Self {
+            id,
+            durable,
+            prefetch: prefetch.max(1),
+            prioritized,
+            deliver,
+            next_delivery_id: 1,
+            in_flight: BTreeMap::new(),
+            redeliveries: HashSet::new(),
+            ready: VecDeque::new(),
+            ready_limit: ready_limit.max(1),
+            cursor,
+        }
+    }
+
+    /// Marks store ids that were delivered before, on an earlier attachment, and not
+    /// acked: their next delivery carries `redelivered`.
+    pub fn with_redeliveries(mut self, ids: impl IntoIterator<Item = i64>) -> Self {
+        self.redeliveries.extend(ids);
+        self
+    }
+
+    /// Store ids delivered and not acked (kept by the topic when the consumer leaves).
+    pub fn unacked_store_ids(&self) -> impl Iterator<Item = i64> + '_ {
+        self.in_flight
+            .values()
+            .filter_map(|f| f.store_id)
+            .chain(self.redeliveries.iter().copied())
+    }
+
+    /// Deliveries the consumer may still receive before it must ack.
+    pub fn credit(&self) -> usize {
+        (self.prefetch as usize).saturating_sub(self.in_flight.len())
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// True when the consumer's channel is closed (it went away).
+    pub fn is_closed(&self) -> bool {
+        self.deliver.is_closed()
+    }
+
+    /// A message published to the topic. Returns how many waiting messages were
+    /// discarded to stay within the bound (non-durable only).
+    pub fn offer(&mut self, message: &Arc<TopicMessage>) -> u64 {
+        let Some(cursor) = &mut self.cursor else {
+            self.ready.push_back(Arc::clone(message));
+            let mut discarded = 0;
+            while self.ready.len() > self.ready_limit {
+                self.ready.pop_front();
+                discarded += 1;
+            }
+            return discarded;
+        };
+        if message.id.is_some_and(|id| id <= cursor.queued_upto) {
+            return 0; // already covered by the store (sent before the subscription).
+        }
+        match cursor.mode {
+            Mode::Live if self.ready.len() < self.ready_limit => {
+                if let Some(id) = message.id {
+                    cursor.queued_upto = id;
+                }
+                self.ready.push_back(Arc::clone(message));
+            }
+            Mode::Live => {
+                // Too far behind: the store has every persistent message; read it
+                // from there. Non-persistent ones are not kept for a slow consumer.
+                let lowest = self.ready.iter().filter_map(|m| m.id).min();
+                if let Some(lowest) = lowest {
+                    cursor.queued_upto = lowest - 1;
+                }
+                self.ready.clear();
+                cursor.mode = Mode::Store;
+            }
+            Mode::Store => {
+                if let Some(read) = &mut cursor.read {
+                    if read.during.len() < self.ready_limit {
+                        read.during.push(Arc::clone(message));
+                    } else {
+                        read.overflow = true;
+                    }
+                }
+            }
+        }
+        0
+    }
+
+    /// The store read this cursor needs now, if any (durable, store mode, no read in
+    /// flight, credit left). Marks the read as in flight.
+    pub fn read_request(&mut self) -> Option<ReadRequest> {
+        let free = self.credit().saturating_sub(self.ready.len());
+        let cursor = self.cursor.as_mut()?;
+        if !matches!(cursor.mode, Mode::Store) || cursor.read.is_some() || free == 0 {
+            return None;
+        }
+        let limit = free.min(self.ready_limit) as u32;
+        cursor.read = Some(ReadInFlight {
+            asked: limit,
+            during: Vec::new(),
+            overflow: false,
+        });
+        Some(ReadRequest {
+            after: cursor.queued_upto,
+            limit,
+        })
+    }
+
+    /// The answer to the read from [`Self::read_request`] (`None` when it failed: the
+    /// next read asks again).
+    pub fn on_read(&mut self, rows: Option<Vec<Arc<TopicMessage>>>) {
+        let Some(cursor) = self.cursor.as_mut() else {
+            return;
+        };
+        let Some(read) = cursor.read.take() else {
+            return;
+        };
+        let Some(rows) = rows else { return };
+        let in_flight: HashSet<i64> = self.in_flight.values().filter_map(|f| f.store_id).collect();
+        let short = (rows.len() as u32) < read.asked;
+        for row in rows {
+            let Some(id) = row.id else { continue };
+            if id > cursor.queued_upto {
+                cursor.queued_upto = id;
+            }
+            if !in_flight.contains(&id) {
+                self.ready.push_back(row);
+            }
+        }
+        if short && !read.overflow {
+            for message in read.during {
+                match message.id {
+                    Some(id) if id <= cursor.queued_upto => continue,
+                    Some(id) => cursor.queued_upto = id,
+                    None => {}
+                }
+                self.ready.push_back(message);
+            }
+            cursor.mode = Mode::Live;
+        }
+    }
+
+    /// Takes what can be delivered now (within credit), in order (highest priority
+    /// first with prioritized messages), and the expired messages met on the way.
+    pub fn take_ready(&mut self, now_ms: i64) -> Dispatch {
+        let mut out = Dispatch::default();
+        while self.credit() > 0 {
+            let next = if self.prioritized {
+                let best = self
+                    .ready
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|(i, m)| (m.priority, std::cmp::Reverse(*i)))
+                    .map(|(i, _)| i);
+                best.and_then(|i| self.ready.remove(i))
+            } else {
+                self.ready.pop_front()
+            };
+            let Some(message) = next else { break };
+            if message.is_expired(now_ms) {
+                out.expired.push(message);
+                continue;
+            }
+            let delivery_id = self.next_delivery_id;
+            self.next_delivery_id += 1;
+            let redelivered = message.id.is_some_and(|id| self.redeliveries.remove(&id));
+            self.in_flight.insert(
+                delivery_id,
+                InFlight {
+                    store_id: message.id,
+                    priority: message.priority,
+                },
+            );
+            out.deliveries.push(Delivery {
+                subscription: self.id,
+                delivery_id,
+                message,
+                redelivered,
+            });
+        }
+        out
+    }
+
+    /// Sends deliveries to the consumer. Returns false when the consumer is gone.
+    pub fn send(&mut self, deliveries: Vec<Delivery>) -> bool {
+        for delivery in deliveries {
+            if self.deliver.try_send(delivery).is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Acks one delivery, or (cumulative) every in-flight delivery up to it. Returns
+    /// the acked messages; unknown delivery ids ack nothing.
+    pub fn ack(&mut self, delivery_id: u64, cumulative: bool) -> Vec<InFlight> {
+        if cumulative {
+            let rest = self.in_flight.split_off(&(delivery_id + 1));
+            let acked = std::mem::replace(&mut self.in_flight, rest);
+            acked.into_values().collect()
+        } else {
+            self.in_flight.remove(&delivery_id).into_iter().collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ebb_store::Payload;
+
+    fn msg(id: Option<i64>, priority: u8, expiration: i64) -> Arc<TopicMessage> {
+        Arc::new(TopicMessage {
+            id,
+            message_id: format!("m{id:?}"),
+            persistent: id.is_some(),
+            priority,
+            expiration,
+            payload: Arc::new(Payload::default()),
+        })
+    }
+
+    fn durable(prefetch: u32, prioritized: bool) -> (SubscriptionState, mpsc::Receiver<Delivery>) {
+        let (tx, rx) = mpsc::channel(1000);
+        let key = SubscriptionKey::new("c", "s");
+        (
+            SubscriptionState::durable(1, key, 10, prefetch, prioritized, tx),
+            rx,
+        )
+    }
+
+    fn ids(d: &Dispatch) -> Vec<i64> {
+        d.deliveries.iter().map(|d| d.message.id.unwrap()).collect()
+    }
+
+    #[test]
+    fn durable_reads_backlog_then_follows_live_without_gap_or_duplicate() {
+        let (mut s, _rx) = durable(5, false);
+        assert_eq!(
+            s.read_request(),
+            Some(ReadRequest {
+                after: 10,
+                limit: 5
+            })
+        );
+        // Published while the read is in flight: 15 is also in the read's snapshot.
+        s.offer(&msg(Some(15), 4, 0));
+        s.offer(&msg(Some(16), 4, 0));
+        s.on_read(Some(vec![msg(Some(11), 4, 0), msg(Some(15), 4, 0)]));
+        let d = s.take_ready(0);
+        assert_eq!(ids(&d), vec![11, 15, 16]);
+        // Live now: new messages are queued from memory, no read needed.
+        s.offer(&msg(Some(17), 4, 0));
+        assert_eq!(s.read_request(), None);
+        assert_eq!(ids(&s.take_ready(0)), vec![17]);
+        assert_eq!(s.credit(), 1);
+    }
+
+    #[test]
+    fn full_read_stays_in_store_mode_and_reads_on() {
+        let (mut s, _rx) = durable(2, false);
+        let r = s.read_request().unwrap();
+        s.on_read(Some(vec![msg(Some(11), 4, 0), msg(Some(12), 4, 0)]));
+        assert_eq!(r.limit, 2);
+        assert_eq!(ids(&s.take_ready(0)), vec![11, 12]);
+        assert_eq!(s.read_request(), None, "no credit");
+        s.ack(2, true);
+        assert_eq!(
+            s.read_request(),
+            Some(ReadRequest {
+                after: 12,
+                limit: 2
+            })
+        );
+    }
+
+    #[test]
+    fn overflow_during_read_reads_again_instead_of_going_live() {
+        let (mut s, _rx) = durable(1, false);
+        s.read_request().unwrap();
+        s.offer(&msg(Some(20), 4, 0));
+        s.offer(&msg(Some(21), 4, 0)); // over the bound of 1: overflow
+        s.on_read(Some(vec![]));
+        assert_eq!(
+            s.read_request(),
+            Some(ReadRequest {
+                after: 10,
+                limit: 1
+            })
+        );
+    }
+
+    #[test]
+    fn slow_live_consumer_falls_back_to_the_store() {
+        let (mut s, _rx) = durable(2, false);
+        s.read_request().unwrap();
+        s.on_read(Some(vec![]));
+        for id in 11..=14 {
+            s.offer(&msg(Some(id), 4, 0));
+        }
+        // The queue held 11 and 12; 13 overflowed: back to the store after 10.
+        assert_eq!(
+            s.read_request(),
+            Some(ReadRequest {
+                after: 10,
+                limit: 2
+            })
+        );
+    }
+
+    #[test]
+    fn reread_skips_messages_in_flight() {
+        let (mut s, _rx) = durable(3, true);
+        s.read_request().unwrap();
+        s.on_read(Some(vec![]));
+        s.offer(&msg(Some(11), 1, 0));
+        s.offer(&msg(Some(12), 9, 0));
+        s.offer(&msg(Some(13), 9, 0));
+        let d = s.take_ready(0);
+        assert_eq!(ids(&d), vec![12, 13, 11], "higher priority first");
+        s.ack(d.deliveries[0].delivery_id, false);
+        // Fall back to the store; a re-read returns 11 and 13 (in flight): skipped.
+        for id in 14..=17 {
+            s.offer(&msg(Some(id), 4, 0));
+        }
+        let r = s.read_request().unwrap();
+        s.on_read(Some(vec![
+            msg(Some(11), 1, 0),
+            msg(Some(13), 9, 0),
+            msg(Some(14), 4, 0),
+        ]));
+        assert!(r.after <= 11);
+        assert_eq!(ids(&s.take_ready(0)), vec![14]);
+    }
+
+    #[test]
+    fn expired_messages_are_not_delivered_and_use_no_credit() {
+        let (mut s, _rx) = durable(1, false);
+        s.read_request().unwrap();
+        s.on_read(Some(vec![msg(Some(11), 4, 5), msg(Some(12), 4, 0)]));
+        let d = s.take_ready(100);
+        assert_eq!(d.expired.len(), 1);
+        assert_eq!(ids(&d), vec![12]);
+    }
+
+    #[test]
+    fn non_durable_discards_oldest_over_its_bound() {
+        let (tx, _rx) = mpsc::channel(10);
+        let mut s = SubscriptionState::non_durable(1, 1, 2, tx);
+        let mut discarded = 0;
+        for i in 0..4 {
+            discarded += s.offer(&msg(None, 4, 0).clone());
+            let _ = i;
+        }
+        assert_eq!(discarded, 2);
+        assert_eq!(s.take_ready(0).deliveries.len(), 1);
+    }
+
+    #[test]
+    fn cumulative_ack_acks_everything_up_to_the_delivery() {
+        let (mut s, _rx) = durable(5, false);
+        s.read_request().unwrap();
+        s.on_read(Some((11..=13).map(|id| msg(Some(id), 4, 0)).collect()));
+        let d = s.take_ready(0);
+        assert_eq!(d.deliveries.len(), 3);
+        assert_eq!(s.ack(2, true).len(), 2);
+        assert_eq!(s.in_flight(), 1);
+        assert_eq!(s.ack(2, false).len(), 0, "already acked");
+        assert_eq!(s.ack(3, false)[0].store_id, Some(13));
+    }
+}

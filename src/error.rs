@@ -1,0 +1,25 @@
+//! The embedding API's one error type.
+
+use ebb_actors::ActorError;
+use ebb_store::StoreError;
+
+/// Why a broker call failed. The `Display` text is stable.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Opening or reading the store failed (URL, connection, migration, statement).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A destination or the store actor refused or failed the request (store write
+    /// failed, durable subscription in use, shutting down).
+    #[error(transparent)]
+    Actor(#[from] ActorError),
+    /// A destination name that cannot be used; the text says why.
+    #[error("invalid destination `{name}`: {reason}")]
+    InvalidDestination { name: String, reason: &'static str },
+    /// A priority outside 0..=9.
+    #[error("invalid priority {0}: priorities run from 0 to 9")]
+    InvalidPriority(u8),
+    /// A durable subscription needs a client id and a subscription name.
+    #[error("a durable subscription needs a non-empty client id and subscription name")]
+    InvalidSubscription,
+}

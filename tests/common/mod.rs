@@ -1,0 +1,112 @@
+//! End-to-end test harness: the store harness of `store/tests/common` (a fresh store
+//! per test, SQLite and PostgreSQL) plus helpers to run a broker on it.
+#![allow(dead_code)]
+
+#[path = "../../store/tests/common/mod.rs"]
+mod store;
+
+use std::time::Duration;
+
+use ebb::{
+    Broker, BrokerConfig, Policy, PolicyEntry, PolicyMap, Received, Subscription, TopicStats,
+};
+use futures::StreamExt;
+pub use store::*;
+
+/// A broker on `t` with `policy` for every topic and `permits` housekeeping permits.
+pub async fn broker(t: &TestStore, policy: Policy, permits: usize) -> Broker {
+    let config = BrokerConfig {
+        store: t.options.clone(),
+        policies: PolicyMap {
+            entries: vec![PolicyEntry {
+                destination: "topic://>".into(),
+                policy,
+            }],
+        },
+        housekeeping_permits: permits,
+        ..BrokerConfig::default()
+    };
+    Broker::start(&t.url, config).await.expect("broker starts")
+}
+
+/// A policy with `period` ms between housekeeping ticks and `page` rows per expiry page.
+pub fn policy(period: u64, page: u32) -> Policy {
+    Policy {
+        expire_messages_period: period,
+        max_expire_page_size: page,
+        ..Policy::default()
+    }
+}
+
+/// Polls the topic's counters until `done` holds. The 30 s limit only keeps a broken
+/// build from hanging; no assertion depends on how long this takes.
+pub async fn wait_for(
+    broker: &Broker,
+    topic: &str,
+    done: impl Fn(&TopicStats) -> bool,
+) -> TopicStats {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let stats = broker.topic_stats(topic).await.unwrap();
+        if done(&stats) {
+            return stats;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "condition never held: {stats:?}"
+        );
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The next message, or `None` if none arrives within `ms`.
+pub async fn next_within(sub: &mut Subscription, ms: u64) -> Option<Received> {
+    actix_rt::time::timeout(Duration::from_millis(ms), sub.next())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Bodies as text.
+pub fn body(m: &Received) -> String {
+    String::from_utf8_lossy(m.body()).into_owned()
+}
+
+/// Creates durable subscriptions directly in the store and fills `container` with
+/// `count` messages expiring at `expiration`, before any broker runs on it (fast
+/// set-up of large backlogs).
+pub async fn preload(
+    t: &TestStore,
+    container: &str,
+    subs: &[(&str, &str)],
+    count: usize,
+    expiration: i64,
+) {
+    use ebb_store::{MessageStoreExt, SubscriptionKey, WriteOp};
+    let store = t.open().await;
+    for (client, name) in subs {
+        store
+            .write_one(WriteOp::Subscribe {
+                container: container.into(),
+                key: SubscriptionKey::new(*client, *name),
+                selector: None,
+                prioritized: false,
+            })
+            .await
+            .unwrap();
+    }
+    let mut left = count;
+    while left > 0 {
+        let n = left.min(5_000);
+        store
+            .add_messages(
+                (0..n)
+                    .map(|i| message(container, &format!("p{left}-{i}"), expiration))
+                    .collect(),
+            )
+            .await
+            .unwrap();
+        left -= n;
+    }
+    store.close().await;
+}
