@@ -47,7 +47,9 @@ impl Actor for BrokerActor {
     type Context = Context<Self>;
 }
 
-/// The topic actor for `topic://NAME` (the store key), started on first use.
+/// The topic actor for `topic://NAME` (the store key), started on first use. During
+/// and after shutdown, existing topics are still returned (their counters stay
+/// readable; their writes fail with `Closed`), new ones are refused.
 #[derive(Message)]
 #[rtype(result = "Result<Addr<TopicActor>, ActorError>")]
 pub struct GetTopic(pub String);
@@ -56,13 +58,13 @@ impl Handler<GetTopic> for BrokerActor {
     type Result = Result<Addr<TopicActor>, ActorError>;
 
     fn handle(&mut self, msg: GetTopic, _: &mut Context<Self>) -> Self::Result {
-        if self.shutting_down {
-            return Err(ActorError::ShuttingDown);
-        }
         if let Some(addr) = self.topics.get(&msg.0) {
             if addr.connected() {
                 return Ok(addr.clone());
             }
+        }
+        if self.shutting_down {
+            return Err(ActorError::ShuttingDown);
         }
         let policy = self.policies.policy_for(&msg.0);
         let topic = TopicActor::new(

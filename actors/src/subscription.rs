@@ -449,27 +449,38 @@ mod tests {
 
     #[test]
     fn reread_skips_messages_in_flight() {
-        let (mut s, _rx) = durable(3, true);
+        let (mut s, _rx) = durable(2, true);
         s.read_request().unwrap();
         s.on_read(Some(vec![]));
-        s.offer(&msg(Some(11), 1, 0));
-        s.offer(&msg(Some(12), 9, 0));
+        s.offer(&msg(Some(11), 4, 0));
+        let first = s.take_ready(0);
+        assert_eq!(ids(&first), vec![11]);
+        s.offer(&msg(Some(12), 1, 0));
         s.offer(&msg(Some(13), 9, 0));
-        let d = s.take_ready(0);
-        assert_eq!(ids(&d), vec![12, 13, 11], "higher priority first");
-        s.ack(d.deliveries[0].delivery_id, false);
-        // Fall back to the store; a re-read returns 11 and 13 (in flight): skipped.
-        for id in 14..=17 {
-            s.offer(&msg(Some(id), 4, 0));
-        }
+        assert_eq!(ids(&s.take_ready(0)), vec![13], "higher priority first");
+        // 12 waits (no credit); 14 fits, 15 overflows: back to the store after 11,
+        // the highest id below everything not yet delivered.
+        s.offer(&msg(Some(14), 4, 0));
+        s.offer(&msg(Some(15), 4, 0));
+        s.ack(first.deliveries[0].delivery_id, false);
         let r = s.read_request().unwrap();
+        assert_eq!(
+            r,
+            ReadRequest {
+                after: 11,
+                limit: 1
+            }
+        );
+        // The store returns 13 too (delivered, not acked): it is not delivered again.
         s.on_read(Some(vec![
-            msg(Some(11), 1, 0),
+            msg(Some(12), 1, 0),
             msg(Some(13), 9, 0),
             msg(Some(14), 4, 0),
         ]));
-        assert!(r.after <= 11);
-        assert_eq!(ids(&s.take_ready(0)), vec![14]);
+        let d = s.take_ready(0);
+        assert_eq!(ids(&d), vec![14]);
+        s.ack(d.deliveries[0].delivery_id, false);
+        assert_eq!(ids(&s.take_ready(0)), vec![12]);
     }
 
     #[test]

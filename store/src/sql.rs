@@ -255,8 +255,11 @@ macro_rules! impl_sql_store {
                     .map_err($crate::error::db("read subscription"))
             }
 
-            /// Moves the mark of sub-row `row` forward over messages acked individually,
-            /// in bounded windows, and deletes the individual acks it passed.
+            /// Moves the mark of sub-row `row` forward over messages that are done: acked
+            /// individually before, or in `acking` (this op's acks, which are taken out of
+            /// the set as the mark passes them), in bounded windows; then drops the
+            /// individual acks it passed. Returns the new mark and how many of `acking`
+            /// it passed that were not acked before.
             async fn advance_mark(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
@@ -264,10 +267,12 @@ macro_rules! impl_sql_store {
                 key: &$crate::SubscriptionKey,
                 row: i32,
                 mark: i64,
-            ) -> $crate::Result<bool> {
+                acking: &mut std::collections::BTreeSet<i64>,
+            ) -> $crate::Result<(i64, u64)> {
                 use $crate::statements::ADVANCE_WINDOW;
                 let sql = &self.sql.advance_window[usize::from(row >= 0)];
                 let mut new_mark = mark;
+                let mut newly = 0;
                 loop {
                     let window: Vec<(i64, i32)> = sqlx::query_as(sql)
                         .bind(container)
@@ -281,18 +286,21 @@ macro_rules! impl_sql_store {
                         .map_err($crate::error::db("advance mark"))?;
                     let full = window.len() as i64 == ADVANCE_WINDOW;
                     let mut blocked = false;
-                    for (id, acked) in window {
-                        if acked == 0 {
+                    for (id, acked_before) in window {
+                        let acked_now = acking.remove(&id);
+                        if acked_before == 0 && !acked_now {
                             blocked = true;
                             break;
                         }
+                        newly += u64::from(acked_before == 0);
                         new_mark = id;
                     }
                     if blocked || !full {
                         break;
                     }
                 }
-                self.set_mark(conn, container, key, row, new_mark).await
+                self.set_mark(conn, container, key, row, new_mark).await?;
+                Ok((new_mark, newly))
             }
 
             /// Raises the mark of sub-row `row` to `mark` (never lowers it) and drops
@@ -429,34 +437,45 @@ macro_rules! impl_sql_store {
                         key,
                         messages,
                     } => {
+                        // Acks that close the gap after the mark move it directly; only
+                        // the ones left above the first un-acked message are recorded.
                         let rows = self.subscription_rows(conn, &container, &key).await?;
                         let prioritized = rows.iter().any(|r| r.0 >= 0);
-                        let mut newly_acked = 0;
-                        let mut touched: Vec<(i32, i64)> = Vec::new();
+                        let mut by_row: std::collections::BTreeMap<
+                            i32,
+                            std::collections::BTreeSet<i64>,
+                        > = Default::default();
                         for (id, priority) in messages {
-                            let row = mark_row(prioritized, priority);
+                            by_row
+                                .entry(mark_row(prioritized, priority))
+                                .or_default()
+                                .insert(id);
+                        }
+                        let mut newly_acked = 0;
+                        for (row, mut acking) in by_row {
                             let Some(&(_, mark, _)) = rows.iter().find(|r| r.0 == row) else {
                                 continue;
                             };
-                            if id <= mark {
+                            acking.retain(|id| *id > mark);
+                            if acking.is_empty() {
                                 continue;
                             }
-                            newly_acked += sqlx::query(&self.sql.insert_indack)
-                                .bind(&container)
-                                .bind(&key.client_id)
-                                .bind(&key.subscription_name)
-                                .bind(row)
-                                .bind(id)
-                                .execute(&mut *conn)
-                                .await
-                                .map_err($crate::error::db("record ack"))?
-                                .rows_affected();
-                            if !touched.iter().any(|t| t.0 == row) {
-                                touched.push((row, mark));
+                            let (_, passed) = self
+                                .advance_mark(conn, &container, &key, row, mark, &mut acking)
+                                .await?;
+                            newly_acked += passed;
+                            for id in acking {
+                                newly_acked += sqlx::query(&self.sql.insert_indack)
+                                    .bind(&container)
+                                    .bind(&key.client_id)
+                                    .bind(&key.subscription_name)
+                                    .bind(row)
+                                    .bind(id)
+                                    .execute(&mut *conn)
+                                    .await
+                                    .map_err($crate::error::db("record ack"))?
+                                    .rows_affected();
                             }
-                        }
-                        for (row, mark) in touched {
-                            self.advance_mark(conn, &container, &key, row, mark).await?;
                         }
                         WriteOutcome::Acked { newly_acked }
                     }
@@ -473,9 +492,17 @@ macro_rules! impl_sql_store {
                                 continue;
                             }
                             moved |= self.set_mark(conn, &container, &key, row, up_to).await?;
-                            moved |= self
-                                .advance_mark(conn, &container, &key, row, mark.max(up_to))
+                            let (advanced, _) = self
+                                .advance_mark(
+                                    conn,
+                                    &container,
+                                    &key,
+                                    row,
+                                    mark.max(up_to),
+                                    &mut Default::default(),
+                                )
                                 .await?;
+                            moved |= advanced > mark.max(up_to);
                         }
                         WriteOutcome::AckedUpTo { moved }
                     }

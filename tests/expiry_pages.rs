@@ -1,0 +1,87 @@
+//! Expiry runs in bounded pages: a full page chains the next one at once through the
+//! topic's mailbox, a short page ends the run, and no page loads more than
+//! `max_expire_page_size` rows. A topic with no message that expires does no expiry
+//! work at all, however often its timer ticks.
+
+mod common;
+
+use common::*;
+
+/// 1,000 expired messages, page 400, period one hour: one tick expires all 1,000 in
+/// exactly 3 pages (400, 400, 200) without waiting for another period.
+async fn full_pages_chain_without_waiting_for_the_next_period(t: TestStore) {
+    preload(&t, "topic://chain", &[("c", "s")], 1_000, EXPIRED).await;
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    b.run_housekeeping("chain").await.unwrap();
+    let stats = wait_for(&b, "chain", |s| s.expired == 1_000).await;
+    assert_eq!(stats.ticks, 1, "one tick");
+    assert_eq!(stats.expiry_pages, 3);
+    assert_eq!(stats.expiry_pages_started, 3);
+    assert_eq!(
+        stats.max_expiry_page_rows, 400,
+        "no page holds more than 400"
+    );
+    // The run is over: nothing else starts.
+    actix_rt::time::sleep(std::time::Duration::from_millis(100)).await;
+    let after = b.topic_stats("chain").await.unwrap();
+    assert_eq!(after.expiry_pages_started, 3);
+    // The next tick deletes the acked rows, in bounded batches.
+    b.run_housekeeping("chain").await.unwrap();
+    wait_for(&b, "chain", |s| s.cleaned_up == 1_000).await;
+    assert_eq!(b.store().count_messages("topic://chain").await.unwrap(), 0);
+    b.shutdown().await.unwrap();
+}
+
+/// 50,000 messages without TTL, period 10 ms, 100 ticks: zero expiry pages and zero
+/// message rows read.
+async fn no_ttl_backlog_costs_no_expiry_work(t: TestStore) {
+    preload(&t, "topic://calm", &[("c", "offline")], 50_000, 0).await;
+    let b = broker(&t, policy(10, 400), 2).await;
+    let before = b.store().stats().snapshot();
+    let stats = wait_for(&b, "calm", |s| s.ticks >= 100).await;
+    assert!(!stats.expiry_armed);
+    assert_eq!(stats.expiry_pages_started, 0, "no expiry query was made");
+    let after = b.store().stats().snapshot();
+    assert_eq!(
+        after.message_rows - before.message_rows,
+        0,
+        "no message row was read"
+    );
+    b.shutdown().await.unwrap();
+}
+
+/// A message with an expiration arms housekeeping; once the store holds no message
+/// with an expiration, a run that finds nothing disarms it again.
+async fn expiry_arms_on_first_expiring_message_and_disarms_when_none_left(t: TestStore) {
+    let b = broker(&t, policy(20, 400), 2).await;
+    drop(
+        b.subscribe("arm", ebb::SubscribeOptions::durable("c", "s"))
+            .await
+            .unwrap(),
+    );
+    assert!(!b.topic_stats("arm").await.unwrap().expiry_armed);
+    b.send(
+        "arm",
+        ebb::Message::new("x").ttl(std::time::Duration::from_millis(1)),
+    )
+    .await
+    .unwrap();
+    assert!(b.topic_stats("arm").await.unwrap().expiry_armed);
+    wait_for(&b, "arm", |s| s.expired == 1 && s.cleaned_up == 1).await;
+    let disarmed = wait_for(&b, "arm", |s| !s.expiry_armed).await;
+    b.send("arm", ebb::Message::new("plain")).await.unwrap();
+    let later = wait_for(&b, "arm", |s| s.ticks >= disarmed.ticks + 5).await;
+    assert!(
+        !later.expiry_armed,
+        "a message without expiration does not arm it"
+    );
+    assert_eq!(later.expiry_pages_started, disarmed.expiry_pages_started);
+    b.shutdown().await.unwrap();
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    full_pages_chain_without_waiting_for_the_next_period,
+    no_ttl_backlog_costs_no_expiry_work,
+    expiry_arms_on_first_expiring_message_and_disarms_when_none_left,
+);

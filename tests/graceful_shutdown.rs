@@ -1,0 +1,69 @@
+//! Shutdown stops the timers, lets the expiry page in flight finish, starts no new
+//! one, flushes every accepted write, and closes the store last. Nothing accepted is
+//! lost: after a restart every message that had not expired is still delivered.
+
+mod common;
+
+use common::*;
+use ebb::{AckMode, Message, SubscribeOptions};
+
+async fn shutdown_during_a_long_expiry_run(t: TestStore) {
+    preload(&t, "topic://long", &[("c", "s")], 20_000, EXPIRED).await;
+    let b = broker(&t, policy(3_600_000, 100), 1).await;
+    // Accepted just before shutdown: must survive it.
+    for i in 0..5 {
+        b.send("long", Message::new(format!("live-{i}")))
+            .await
+            .unwrap();
+    }
+    b.run_housekeeping("long").await.unwrap();
+    wait_for(&b, "long", |s| s.expiry_pages >= 2).await;
+    b.shutdown().await.unwrap();
+
+    let at_shutdown = b.topic_stats("long").await.unwrap();
+    assert_eq!(
+        at_shutdown.expiry_pages_started, at_shutdown.expiry_pages,
+        "the page in flight finished before shutdown returned"
+    );
+    assert!(
+        at_shutdown.expired < 20_000,
+        "the run was cut short, not completed"
+    );
+    actix_rt::time::sleep(std::time::Duration::from_millis(200)).await;
+    let later = b.topic_stats("long").await.unwrap();
+    assert_eq!(
+        later.expiry_pages_started, at_shutdown.expiry_pages_started,
+        "no page began after shutdown"
+    );
+    assert!(
+        b.send("long", Message::new("late")).await.is_err(),
+        "a stopped broker refuses sends"
+    );
+
+    let b = broker(&t, policy(0, 100), 1).await;
+    let mut sub = b
+        .subscribe(
+            "long",
+            SubscribeOptions::durable("c", "s")
+                .ack(AckMode::Client)
+                .prefetch(1000),
+        )
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(m) = next_within(&mut sub, 2_000).await {
+        got.push(body(&m));
+        sub.ack(&m).await.unwrap();
+        if got.len() == 5 {
+            break;
+        }
+    }
+    assert_eq!(got, (0..5).map(|i| format!("live-{i}")).collect::<Vec<_>>());
+    assert!(next_within(&mut sub, 200).await.is_none());
+    b.shutdown().await.unwrap();
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    shutdown_during_a_long_expiry_run
+);
