@@ -5,7 +5,8 @@
 //!
 //! A durable subscription's cursor has two modes:
 //! - **store**: its backlog is in the store. It reads it in pages of at most its free
-//!   credit (`read_pending` after `queued_upto`, bounded in SQL). Messages published
+//!   credit (`read_pending` after its position, bounded in SQL; with prioritized
+//!   messages one position per priority, read highest priority first). Messages published
 //!   while a read is in flight are kept aside (bounded); when a read comes back short
 //!   (the backlog is exhausted), they are appended and the cursor turns live. If more
 //!   arrived than could be kept, it stays in store mode and reads again, so nothing
@@ -32,10 +33,13 @@ pub struct InFlight {
     pub priority: u8,
 }
 
-/// What to read from the store for a durable cursor: `read_pending(after, limit)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What to read from the store for a durable cursor: `read_pending(after, priority,
+/// ..)` for each `(priority, after)` in order, until `limit` rows are read in all.
+/// One entry `(None, after)` without prioritized messages; ten, from priority 9 down,
+/// with them.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadRequest {
-    pub after: i64,
+    pub positions: Vec<(Option<u8>, i64)>,
     pub limit: u32,
 }
 
@@ -54,11 +58,45 @@ struct ReadInFlight {
 
 #[derive(Debug)]
 struct DurableCursor {
-    /// Every persistent message with `id <= queued_upto` was delivered, acked, or is
-    /// in `ready`.
-    queued_upto: i64,
+    /// Every persistent message with `id <=` its priority's position (the only one,
+    /// index 0, without prioritized messages) was delivered, acked, or is in `ready`.
+    queued_upto: Vec<i64>,
     mode: Mode,
     read: Option<ReadInFlight>,
+}
+
+impl DurableCursor {
+    fn slot(&self, priority: u8) -> usize {
+        if self.queued_upto.len() == 1 {
+            0
+        } else {
+            usize::from(priority.min(ebb_store::MAX_PRIORITY))
+        }
+    }
+
+    /// True when the store covers `message` already (at or below the position).
+    fn covers(&self, message: &TopicMessage) -> bool {
+        message
+            .id
+            .is_some_and(|id| id <= self.queued_upto[self.slot(message.priority)])
+    }
+
+    fn advance(&mut self, message: &TopicMessage) {
+        if let Some(id) = message.id {
+            let slot = self.slot(message.priority);
+            self.queued_upto[slot] = self.queued_upto[slot].max(id);
+        }
+    }
+
+    /// Moves positions back so that the dropped `messages` are read again.
+    fn rewind(&mut self, messages: &VecDeque<Arc<TopicMessage>>) {
+        for message in messages {
+            if let Some(id) = message.id {
+                let slot = self.slot(message.priority);
+                self.queued_upto[slot] = self.queued_upto[slot].min(id - 1);
+            }
+        }
+    }
 }
 
 /// See the module documentation.
@@ -110,8 +148,13 @@ impl SubscriptionState {
         prioritized: bool,
         deliver: mpsc::Sender<Delivery>,
     ) -> Self {
+        let slots = if prioritized {
+            usize::from(ebb_store::MAX_PRIORITY) + 1
+        } else {
+            1
+        };
         let cursor = DurableCursor {
-            queued_upto: mark,
+            queued_upto: vec![mark; slots],
             mode: Mode::Store,
             read: None,
         };
@@ -192,23 +235,18 @@ impl SubscriptionState {
             }
             return discarded;
         };
-        if message.id.is_some_and(|id| id <= cursor.queued_upto) {
+        if cursor.covers(message) {
             return 0; // already covered by the store (sent before the subscription).
         }
         match cursor.mode {
             Mode::Live if self.ready.len() < self.ready_limit => {
-                if let Some(id) = message.id {
-                    cursor.queued_upto = id;
-                }
+                cursor.advance(message);
                 self.ready.push_back(Arc::clone(message));
             }
             Mode::Live => {
                 // Too far behind: the store has every persistent message; read it
                 // from there. Non-persistent ones are not kept for a slow consumer.
-                let lowest = self.ready.iter().filter_map(|m| m.id).min();
-                if let Some(lowest) = lowest {
-                    cursor.queued_upto = lowest - 1;
-                }
+                cursor.rewind(&self.ready);
                 self.ready.clear();
                 cursor.mode = Mode::Store;
             }
@@ -239,10 +277,15 @@ impl SubscriptionState {
             during: Vec::new(),
             overflow: false,
         });
-        Some(ReadRequest {
-            after: cursor.queued_upto,
-            limit,
-        })
+        let positions = if cursor.queued_upto.len() == 1 {
+            vec![(None, cursor.queued_upto[0])]
+        } else {
+            (0..=ebb_store::MAX_PRIORITY)
+                .rev()
+                .map(|p| (Some(p), cursor.queued_upto[usize::from(p)]))
+                .collect()
+        };
+        Some(ReadRequest { positions, limit })
     }
 
     /// The answer to the read from [`Self::read_request`] (`None` when it failed: the
@@ -259,20 +302,17 @@ impl SubscriptionState {
         let short = (rows.len() as u32) < read.asked;
         for row in rows {
             let Some(id) = row.id else { continue };
-            if id > cursor.queued_upto {
-                cursor.queued_upto = id;
-            }
+            cursor.advance(&row);
             if !in_flight.contains(&id) {
                 self.ready.push_back(row);
             }
         }
         if short && !read.overflow {
             for message in read.during {
-                match message.id {
-                    Some(id) if id <= cursor.queued_upto => continue,
-                    Some(id) => cursor.queued_upto = id,
-                    None => {}
+                if cursor.covers(&message) {
+                    continue;
                 }
+                cursor.advance(&message);
                 self.ready.push_back(message);
             }
             cursor.mode = Mode::Live;
@@ -368,6 +408,13 @@ mod tests {
         )
     }
 
+    fn req(after: i64, limit: u32) -> ReadRequest {
+        ReadRequest {
+            positions: vec![(None, after)],
+            limit,
+        }
+    }
+
     fn ids(d: &Dispatch) -> Vec<i64> {
         d.deliveries.iter().map(|d| d.message.id.unwrap()).collect()
     }
@@ -375,13 +422,7 @@ mod tests {
     #[test]
     fn durable_reads_backlog_then_follows_live_without_gap_or_duplicate() {
         let (mut s, _rx) = durable(5, false);
-        assert_eq!(
-            s.read_request(),
-            Some(ReadRequest {
-                after: 10,
-                limit: 5
-            })
-        );
+        assert_eq!(s.read_request(), Some(req(10, 5)));
         // Published while the read is in flight: 15 is also in the read's snapshot.
         s.offer(&msg(Some(15), 4, 0));
         s.offer(&msg(Some(16), 4, 0));
@@ -404,13 +445,7 @@ mod tests {
         assert_eq!(ids(&s.take_ready(0)), vec![11, 12]);
         assert_eq!(s.read_request(), None, "no credit");
         s.ack(2, true);
-        assert_eq!(
-            s.read_request(),
-            Some(ReadRequest {
-                after: 12,
-                limit: 2
-            })
-        );
+        assert_eq!(s.read_request(), Some(req(12, 2)));
     }
 
     #[test]
@@ -420,13 +455,7 @@ mod tests {
         s.offer(&msg(Some(20), 4, 0));
         s.offer(&msg(Some(21), 4, 0)); // over the bound of 1: overflow
         s.on_read(Some(vec![]));
-        assert_eq!(
-            s.read_request(),
-            Some(ReadRequest {
-                after: 10,
-                limit: 1
-            })
-        );
+        assert_eq!(s.read_request(), Some(req(10, 1)));
     }
 
     #[test]
@@ -438,13 +467,7 @@ mod tests {
             s.offer(&msg(Some(id), 4, 0));
         }
         // The queue held 11 and 12; 13 overflowed: back to the store after 10.
-        assert_eq!(
-            s.read_request(),
-            Some(ReadRequest {
-                after: 10,
-                limit: 2
-            })
-        );
+        assert_eq!(s.read_request(), Some(req(10, 2)));
     }
 
     #[test]
@@ -458,19 +481,17 @@ mod tests {
         s.offer(&msg(Some(12), 1, 0));
         s.offer(&msg(Some(13), 9, 0));
         assert_eq!(ids(&s.take_ready(0)), vec![13], "higher priority first");
-        // 12 waits (no credit); 14 fits, 15 overflows: back to the store after 11,
-        // the highest id below everything not yet delivered.
+        // 12 waits (no credit); 14 fits, 15 overflows: back to the store, each
+        // priority's position just below what was dropped.
         s.offer(&msg(Some(14), 4, 0));
         s.offer(&msg(Some(15), 4, 0));
         s.ack(first.deliveries[0].delivery_id, false);
         let r = s.read_request().unwrap();
-        assert_eq!(
-            r,
-            ReadRequest {
-                after: 11,
-                limit: 1
-            }
-        );
+        assert_eq!(r.limit, 1);
+        assert_eq!(r.positions.len(), 10, "one position per priority, 9 first");
+        assert_eq!(r.positions[0], (Some(9), 13));
+        assert_eq!(r.positions[5], (Some(4), 13), "14 is read again");
+        assert_eq!(r.positions[8], (Some(1), 11), "12 is read again");
         // The store returns 13 too (delivered, not acked): it is not delivered again.
         s.on_read(Some(vec![
             msg(Some(12), 1, 0),

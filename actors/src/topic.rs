@@ -173,9 +173,21 @@ impl TopicActor {
         let store = Arc::clone(self.store.store());
         let container = self.container.clone();
         let fut = async move {
-            store
-                .read_pending(&container, &key, read.after, None, read.limit)
-                .await
+            // Highest priority first with prioritized messages: one bounded read per
+            // priority until the credit is filled.
+            let mut rows = Vec::new();
+            for (priority, after) in read.positions {
+                let left = read.limit - rows.len() as u32;
+                if left == 0 {
+                    break;
+                }
+                rows.extend(
+                    store
+                        .read_pending(&container, &key, after, priority, left)
+                        .await?,
+                );
+            }
+            Ok::<_, ebb_store::StoreError>(rows)
         };
         ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
             let rows = match result {

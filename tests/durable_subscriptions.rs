@@ -1,0 +1,227 @@
+//! Durable subscriptions through the embedding API: they survive restarts with their
+//! marks, deliver what they have not acked exactly once and in order (higher priority
+//! first with prioritized messages), expire per subscription, and a stalled one never
+//! holds another back. Covers the cases EXP-01, DUR-01 and DUR-03.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use ebb::{AckMode, Message, Policy, SubscribeOptions};
+
+fn client(name: &str) -> SubscribeOptions {
+    SubscribeOptions::durable("c1", name).ack(AckMode::Client)
+}
+
+async fn drain(sub: &mut ebb::Subscription, ack: bool) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Some(m) = next_within(sub, 500).await {
+        got.push(body(&m));
+        if ack {
+            sub.ack(&m).await.unwrap();
+        }
+    }
+    got
+}
+
+/// Un-acked messages are delivered once, in id order, after a restart; acked ones
+/// never again.
+async fn restart_delivers_unacked_once_in_order(t: TestStore) {
+    let b = broker(&t, policy(0, 400), 2).await;
+    let mut sub = b.subscribe("r", client("s1")).await.unwrap();
+    for i in 0..10 {
+        b.send("r", Message::new(format!("m{i}"))).await.unwrap();
+    }
+    for _ in 0..4 {
+        let m = next_within(&mut sub, 2_000).await.unwrap();
+        sub.ack(&m).await.unwrap();
+    }
+    drop(sub);
+    b.shutdown().await.unwrap();
+
+    let b = broker(&t, policy(0, 400), 2).await;
+    let mut sub = b.subscribe("r", client("s1")).await.unwrap();
+    let got = drain(&mut sub, true).await;
+    assert_eq!(got, (4..10).map(|i| format!("m{i}")).collect::<Vec<_>>());
+    drop(sub);
+    let mut sub = b.subscribe("r", client("s1")).await.unwrap();
+    assert!(
+        next_within(&mut sub, 300).await.is_none(),
+        "everything was acked"
+    );
+    b.shutdown().await.unwrap();
+}
+
+/// DUR-01: with prioritized messages, high priority first; acking the high-priority
+/// ones (larger ids) does not move the mark past the older low-priority ones, and
+/// cleanup does not delete them.
+async fn priority_acks_do_not_skip_older_low_priority_messages(t: TestStore) {
+    let prioritized = Policy {
+        prioritized_messages: true,
+        ..policy(50, 400)
+    };
+    let b = broker(&t, prioritized.clone(), 2).await;
+    drop(b.subscribe("p", client("s1").prefetch(1)).await.unwrap());
+    for (text, priority) in [("L1", 1), ("L2", 1), ("H1", 9), ("H2", 9)] {
+        b.send("p", Message::new(text).priority(priority))
+            .await
+            .unwrap();
+    }
+    let mut sub = b.subscribe("p", client("s1").prefetch(1)).await.unwrap();
+    let h1 = next_within(&mut sub, 2_000).await.unwrap();
+    assert_eq!(body(&h1), "H1");
+    sub.ack(&h1).await.unwrap();
+    let h2 = next_within(&mut sub, 2_000).await.unwrap();
+    assert_eq!(body(&h2), "H2");
+    sub.ack(&h2).await.unwrap();
+    drop(sub);
+    let before = b.topic_stats("p").await.unwrap().ticks;
+    wait_for(&b, "p", |s| s.ticks >= before + 2).await; // cleanup runs
+    assert_eq!(b.store().count_messages("topic://p").await.unwrap(), 2);
+    b.shutdown().await.unwrap();
+
+    let b = broker(&t, prioritized, 2).await;
+    let mut sub = b.subscribe("p", client("s1")).await.unwrap();
+    assert_eq!(drain(&mut sub, true).await, vec!["L1", "L2"]);
+    let before = b.topic_stats("p").await.unwrap().ticks;
+    wait_for(&b, "p", |s| s.ticks >= before + 2).await;
+    assert_eq!(b.store().count_messages("topic://p").await.unwrap(), 0);
+    b.shutdown().await.unwrap();
+}
+
+/// DUR-01 without priorities: m3 and m2 acked out of order; only m1 comes back, marked
+/// as a redelivery; nothing is deleted while m1 is un-acked.
+async fn out_of_order_acks_redeliver_only_the_gap(t: TestStore) {
+    let b = broker(&t, policy(50, 400), 2).await;
+    let mut sub = b.subscribe("o", client("s1").prefetch(3)).await.unwrap();
+    for i in 1..=3 {
+        b.send("o", Message::new(format!("m{i}"))).await.unwrap();
+    }
+    let m: Vec<_> = [
+        next_within(&mut sub, 2_000).await.unwrap(),
+        next_within(&mut sub, 2_000).await.unwrap(),
+        next_within(&mut sub, 2_000).await.unwrap(),
+    ]
+    .into();
+    sub.ack(&m[2]).await.unwrap();
+    sub.ack(&m[1]).await.unwrap();
+    drop(sub);
+    let before = b.topic_stats("o").await.unwrap().ticks;
+    wait_for(&b, "o", |s| s.ticks >= before + 2).await;
+    assert_eq!(b.store().count_messages("topic://o").await.unwrap(), 3);
+    let mut sub = b.subscribe("o", client("s1").prefetch(3)).await.unwrap();
+    let again = next_within(&mut sub, 2_000).await.unwrap();
+    assert_eq!(body(&again), "m1");
+    assert!(again.redelivered());
+    assert!(next_within(&mut sub, 300).await.is_none());
+    b.shutdown().await.unwrap();
+}
+
+/// DUR-03: a subscription that acked everything survives a restart with an empty
+/// topic, and what is sent after the restart is kept for it.
+async fn offline_subscription_survives_restart_with_empty_topic(t: TestStore) {
+    let b = broker(&t, policy(50, 400), 2).await;
+    let mut sub = b.subscribe("e", client("r")).await.unwrap();
+    for i in 0..10 {
+        b.send("e", Message::new(format!("old{i}"))).await.unwrap();
+    }
+    assert_eq!(drain(&mut sub, true).await.len(), 10);
+    drop(sub);
+    wait_for(&b, "e", |s| s.cleaned_up == 10).await;
+    b.shutdown().await.unwrap();
+
+    let b = broker(&t, policy(50, 400), 2).await;
+    for i in 1..=10 {
+        b.send("e", Message::new(format!("n{i}"))).await.unwrap();
+    }
+    let before = b.topic_stats("e").await.unwrap().ticks;
+    wait_for(&b, "e", |s| s.ticks >= before + 2).await;
+    assert_eq!(b.store().count_messages("topic://e").await.unwrap(), 10);
+    let mut sub = b.subscribe("e", client("r")).await.unwrap();
+    assert_eq!(
+        drain(&mut sub, true).await,
+        (1..=10).map(|i| format!("n{i}")).collect::<Vec<_>>()
+    );
+    wait_for(&b, "e", |s| s.cleaned_up == 10).await;
+    assert_eq!(b.store().count_messages("topic://e").await.unwrap(), 0);
+    b.shutdown().await.unwrap();
+}
+
+/// EXP-01: two offline durable subscriptions, three messages that expire: each
+/// message is expired for each subscription: the counter is exactly 6, the store
+/// empties, and re-attaching delivers nothing.
+async fn expiry_applies_to_every_durable_subscription(t: TestStore) {
+    let b = broker(&t, policy(100, 400), 2).await;
+    drop(b.subscribe("x", client("s1")).await.unwrap());
+    drop(b.subscribe("x", client("s2")).await.unwrap());
+    for i in 1..=3 {
+        b.send(
+            "x",
+            Message::new(format!("m{i}")).ttl(Duration::from_millis(500)),
+        )
+        .await
+        .unwrap();
+    }
+    let stats = wait_for(&b, "x", |s| s.expired >= 6 && s.cleaned_up == 3).await;
+    assert_eq!(stats.expired, 6);
+    assert_eq!(b.store().count_messages("topic://x").await.unwrap(), 0);
+    let mut s1 = b.subscribe("x", client("s1")).await.unwrap();
+    let mut s2 = b.subscribe("x", client("s2")).await.unwrap();
+    assert!(next_within(&mut s1, 300).await.is_none());
+    assert!(next_within(&mut s2, 300).await.is_none());
+    assert_eq!(
+        b.topic_stats("x").await.unwrap().expired,
+        6,
+        "never more than 6"
+    );
+    b.shutdown().await.unwrap();
+}
+
+/// Two subscriptions share a backlog; one is stalled (prefetch 1, never acks). The
+/// other still receives everything.
+async fn stalled_subscription_never_holds_back_another(t: TestStore) {
+    let b = broker(&t, policy(0, 400), 2).await;
+    let mut stalled = b
+        .subscribe("s", client("stalled").prefetch(1))
+        .await
+        .unwrap();
+    let mut fast = b.subscribe("s", client("fast").prefetch(50)).await.unwrap();
+    for i in 0..500 {
+        b.send("s", Message::new(format!("m{i}"))).await.unwrap();
+    }
+    let got = drain(&mut fast, true).await;
+    assert_eq!(got.len(), 500);
+    assert_eq!(got[0], "m0");
+    assert_eq!(got[499], "m499");
+    assert!(next_within(&mut stalled, 200).await.is_some());
+    assert!(
+        next_within(&mut stalled, 200).await.is_none(),
+        "credit 1, not acked"
+    );
+    b.shutdown().await.unwrap();
+}
+
+/// A durable subscription has one consumer at a time.
+async fn second_consumer_of_a_durable_subscription_is_refused(t: TestStore) {
+    let b = broker(&t, policy(0, 400), 2).await;
+    let _first = b.subscribe("d", client("s1")).await.unwrap();
+    let err = b.subscribe("d", client("s1")).await.err().unwrap();
+    assert!(err.to_string().contains("already in use"), "{err}");
+    assert!(b.remove_durable("d", "c1", "s1").await.is_err());
+    drop(_first);
+    assert!(b.remove_durable("d", "c1", "s1").await.unwrap());
+    assert!(!b.remove_durable("d", "c1", "s1").await.unwrap());
+    b.shutdown().await.unwrap();
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    restart_delivers_unacked_once_in_order,
+    priority_acks_do_not_skip_older_low_priority_messages,
+    out_of_order_acks_redeliver_only_the_gap,
+    offline_subscription_survives_restart_with_empty_topic,
+    expiry_applies_to_every_durable_subscription,
+    stalled_subscription_never_holds_back_another,
+    second_consumer_of_a_durable_subscription_is_refused,
+);
