@@ -24,3 +24,8 @@ pub use error::Error;
 
 pub use ebb_actors as actors;
 pub use ebb_store as store;
+
+/// The README's code blocks, run as doc tests so its example stays true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

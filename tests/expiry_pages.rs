@@ -32,15 +32,21 @@ async fn full_pages_chain_without_waiting_for_the_next_period(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
-/// 50,000 messages without TTL, period 10 ms, 100 ticks: zero expiry pages and zero
-/// message rows read.
+/// 50,000 messages without TTL, period 10 ms, for 100 periods: zero expiry pages, zero
+/// message rows read, and no timer wake-ups once the start-up cleanup is done.
 async fn no_ttl_backlog_costs_no_expiry_work(t: TestStore) {
     preload(&t, "topic://calm", &[("c", "offline")], 50_000, 0).await;
     let b = broker(&t, policy(10, 400), 2).await;
     let before = b.store().stats().snapshot();
-    let stats = wait_for(&b, "calm", |s| s.ticks >= 100).await;
+    wait_for(&b, "calm", |s| s.cleanup_batches == 1).await;
+    actix_rt::time::sleep(std::time::Duration::from_millis(100 * 10)).await;
+    let stats = b.topic_stats("calm").await.unwrap();
     assert!(!stats.expiry_armed);
     assert_eq!(stats.expiry_pages_started, 0, "no expiry query was made");
+    assert_eq!(
+        stats.ticks, 1,
+        "one tick for the start-up cleanup, then the timer stops"
+    );
     let after = b.store().stats().snapshot();
     assert_eq!(
         after.message_rows - before.message_rows,
@@ -70,10 +76,15 @@ async fn expiry_arms_on_first_expiring_message_and_disarms_when_none_left(t: Tes
     wait_for(&b, "arm", |s| s.expired == 1 && s.cleaned_up == 1).await;
     let disarmed = wait_for(&b, "arm", |s| !s.expiry_armed).await;
     b.send("arm", ebb::Message::new("plain")).await.unwrap();
-    let later = wait_for(&b, "arm", |s| s.ticks >= disarmed.ticks + 5).await;
+    actix_rt::time::sleep(std::time::Duration::from_millis(5 * 20)).await;
+    let later = b.topic_stats("arm").await.unwrap();
     assert!(
         !later.expiry_armed,
         "a message without expiration does not arm it"
+    );
+    assert_eq!(
+        later.ticks, disarmed.ticks,
+        "the timer stopped: no wake-ups"
     );
     assert_eq!(later.expiry_pages_started, disarmed.expiry_pages_started);
     b.shutdown().await.unwrap();

@@ -125,7 +125,8 @@ pub struct TopicStats {
     pub expired: u64,
     /// Messages discarded for a non-durable subscription over its pending limit.
     pub discarded: u64,
-    /// Housekeeping timer ticks.
+    /// Housekeeping timer ticks (wake-ups). The timer runs only while there is work:
+    /// an expiration to watch or acked messages to clean up.
     pub ticks: u64,
     /// Expiry pages started (each is one bounded `recover_expired` call).
     pub expiry_pages_started: u64,
@@ -133,6 +134,8 @@ pub struct TopicStats {
     pub expiry_pages: u64,
     /// Messages deleted by cleanup (acked by every durable subscription).
     pub cleaned_up: u64,
+    /// Cleanup batches finished (each one bounded delete).
+    pub cleanup_batches: u64,
     /// Most rows one expiry page loaded.
     pub max_expiry_page_rows: u64,
     /// The budget's ticket of the last expiry page this topic ran (see

@@ -125,7 +125,7 @@ impl TopicActor {
             page_in_flight: false,
             stopping: false,
             stop_waiters: Vec::new(),
-            cleanup_needed: true,
+            cleanup_needed: false,
             cleanup_in_flight: false,
             stats: TopicStats::default(),
         }
@@ -233,11 +233,12 @@ impl TopicActor {
             messages: acks,
         };
         let store = self.store.clone();
-        ctx.spawn(async move { store.write(op).await }.into_actor(self).map(|result, act, _| {
+        ctx.spawn(async move { store.write(op).await }.into_actor(self).map(|result, act, ctx| {
             match result {
                 Ok(WriteOutcome::Acked { newly_acked }) => {
                     act.stats.expired += newly_acked;
                     act.cleanup_needed = true;
+                    act.schedule(ctx);
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(topic = %act.container, error = %e, "ack of expired messages failed"),
@@ -272,6 +273,30 @@ impl TopicActor {
             .filter(|(_, d)| all || d.online.is_none())
             .map(|(k, _)| k.clone())
             .collect()
+    }
+
+    /// Starts the housekeeping timer if there is work for it (an expiration to watch or
+    /// acked messages to clean up) and it is not running. An idle topic has no timer,
+    /// so it costs no wake-ups at all.
+    fn schedule(&mut self, ctx: &mut Context<Self>) {
+        let period = self.policy.expire_messages_period;
+        let work = self.expiry_armed || self.cleanup_needed;
+        if period == 0 || self.stopping || self.timer.is_some() || !work {
+            return;
+        }
+        let every = Duration::from_millis(period);
+        self.timer = Some(ctx.run_interval(every, |act, ctx| act.tick(ctx)));
+    }
+
+    /// Stops the timer when nothing is left for it to do.
+    fn idle_if_done(&mut self, ctx: &mut Context<Self>) {
+        let busy =
+            self.expiry_armed || self.cleanup_needed || self.run_active || self.cleanup_in_flight;
+        if !busy {
+            if let Some(timer) = self.timer.take() {
+                ctx.cancel_future(timer);
+            }
+        }
     }
 
     fn tick(&mut self, ctx: &mut Context<Self>) {
@@ -364,6 +389,7 @@ impl TopicActor {
         let store = self.store.clone();
         ctx.spawn(async move { store.write(op).await }.into_actor(self).map(|result, act, ctx| {
             act.cleanup_in_flight = false;
+            act.stats.cleanup_batches += 1;
             match result {
                 Ok(WriteOutcome::Deleted(n)) => {
                     act.stats.cleaned_up += n;
@@ -379,12 +405,15 @@ impl TopicActor {
                 }
             }
             act.wake_stop_waiters();
+            act.idle_if_done(ctx);
         }));
     }
 
-    fn end_run(&mut self, _ctx: &mut Context<Self>) {
+    fn end_run(&mut self, ctx: &mut Context<Self>) {
         self.run_active = false;
         self.wake_stop_waiters();
+        self.schedule(ctx);
+        self.idle_if_done(ctx);
     }
 
     /// Answers [`StopHousekeeping`] once no page or cleanup batch is in flight.
@@ -402,9 +431,10 @@ impl TopicActor {
         let store = Arc::clone(self.store.store());
         let container = self.container.clone();
         let fut = async move { store.has_expiring(&container).await };
-        ctx.spawn(fut.into_actor(self).map(|result, act, _| {
+        ctx.spawn(fut.into_actor(self).map(|result, act, ctx| {
             if let Ok(false) = result {
                 act.expiry_armed = false;
+                act.idle_if_done(ctx);
             }
         }));
     }
@@ -431,14 +461,18 @@ impl TopicActor {
             let armed = store.has_expiring(&container).await?;
             Ok::<_, ebb_store::StoreError>((keys, armed))
         };
-        ctx.wait(fut.into_actor(self).map(|result, act, _| match result {
-            Ok((keys, armed)) => {
-                act.durables = keys.into_iter().map(|k| (k, Durable::default())).collect();
-                act.expiry_armed = armed;
+        ctx.wait(fut.into_actor(self).map(|result, act, ctx| {
+            match result {
+                Ok((keys, armed)) => {
+                    act.cleanup_needed = !keys.is_empty();
+                    act.durables = keys.into_iter().map(|k| (k, Durable::default())).collect();
+                    act.expiry_armed = armed;
+                }
+                Err(e) => {
+                    tracing::error!(topic = %act.container, error = %e, "cannot load durable subscriptions");
+                }
             }
-            Err(e) => {
-                tracing::error!(topic = %act.container, error = %e, "cannot load durable subscriptions");
-            }
+            act.schedule(ctx);
         }));
     }
 
@@ -474,13 +508,8 @@ impl Actor for TopicActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        // Bounded by the store actor's permits; a topic's mailbox is actix's default.
+        // The timer starts once the load shows work for it (see `schedule`).
         self.load(ctx);
-        let period = self.policy.expire_messages_period;
-        if period > 0 {
-            self.timer =
-                Some(ctx.run_interval(Duration::from_millis(period), |act, ctx| act.tick(ctx)));
-        }
     }
 }
 
@@ -510,6 +539,7 @@ impl Handler<Publish> for TopicActor {
         }
         if message.expiration > 0 {
             self.expiry_armed = true;
+            self.schedule(ctx);
         }
         let op = WriteOp::Add(NewMessage {
             container: self.container.clone(),
@@ -612,6 +642,7 @@ impl Handler<Ack> for TopicActor {
             return Box::pin(fut::ready(Ok(())));
         };
         self.cleanup_needed = true;
+        self.schedule(ctx);
         let op = WriteOp::Ack {
             container: self.container.clone(),
             key,
