@@ -218,6 +218,16 @@ impl Received {
     pub fn redelivered(&self) -> bool {
         self.delivery.redelivered
     }
+
+    /// Whether it is persistent.
+    pub fn persistent(&self) -> bool {
+        self.delivery.message.persistent
+    }
+
+    /// Per subscription, increasing: its order of delivery.
+    pub fn delivery_id(&self) -> u64 {
+        self.delivery.delivery_id
+    }
 }
 
 /// An open subscription: a [`Stream`] of [`Received`] messages. Dropping it detaches
@@ -234,25 +244,50 @@ impl Subscription {
     /// once the ack is committed; the mark moves only when no earlier message is
     /// still un-acked.
     pub async fn ack(&self, message: &Received) -> Result<(), Error> {
-        self.send_ack(message.delivery.delivery_id, false).await
+        self.acker().ack(message).await
     }
 
     /// Acks `message` and every earlier un-acked one of this subscription.
     pub async fn ack_up_to(&self, message: &Received) -> Result<(), Error> {
-        self.send_ack(message.delivery.delivery_id, true).await
+        self.acker().ack_up_to(message).await
     }
 
-    async fn send_ack(&self, delivery_id: u64, cumulative: bool) -> Result<(), Error> {
+    /// A handle that acks for this subscription without holding the stream (for a
+    /// transport that polls many subscriptions together).
+    pub fn acker(&self) -> Acker {
+        Acker {
+            topic: self.topic.clone(),
+            id: self.id,
+        }
+    }
+}
+
+/// Acks deliveries of one subscription; see [`Subscription::acker`].
+#[derive(Clone)]
+pub struct Acker {
+    topic: Addr<TopicActor>,
+    id: u64,
+}
+
+impl Acker {
+    /// As [`Subscription::ack`].
+    pub async fn ack(&self, message: &Received) -> Result<(), Error> {
+        self.send(message.delivery.delivery_id, false).await
+    }
+
+    /// As [`Subscription::ack_up_to`].
+    pub async fn ack_up_to(&self, message: &Received) -> Result<(), Error> {
+        self.send(message.delivery.delivery_id, true).await
+    }
+
+    async fn send(&self, delivery_id: u64, cumulative: bool) -> Result<(), Error> {
         let ack = Ack {
             subscription: self.id,
             delivery_id,
             cumulative,
         };
-        Ok(self
-            .topic
-            .send(ack)
-            .await
-            .map_err(ebb_actors::ActorError::from)??)
+        let answer = self.topic.send(ack).await;
+        Ok(answer.map_err(ebb_actors::ActorError::from)??)
     }
 }
 
@@ -421,7 +456,8 @@ impl Broker {
         };
         let topic = self.topic(name).await?;
         // Credit never lets more than the prefetch be queued; the channel holds that.
-        let capacity = options.prefetch.unwrap_or(32_767).clamp(1, 32_767) as usize;
+        let max = ebb_actors::subscription::MAX_PREFETCH;
+        let capacity = options.prefetch.unwrap_or(max).clamp(1, max) as usize;
         let (tx, rx) = mpsc::channel(capacity);
         let id = topic
             .send(Subscribe {

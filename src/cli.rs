@@ -16,6 +16,22 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the broker: STOMP over TCP on a store (SQLite by default, created if missing).
+    Serve {
+        /// Store URL: sqlite://PATH, sqlite::memory: or postgres://... [default: sqlite://ebb-data/ebb.db]
+        #[arg(long, env = "EBB_STORE")]
+        store: Option<String>,
+        /// STOMP listen address [default: 127.0.0.1:61613]
+        #[arg(long)]
+        stomp: Option<String>,
+        /// Configuration file (TOML); flags override it.
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// Listen on a non-loopback address although no users are configured (anyone
+        /// who can reach the port can then send and subscribe).
+        #[arg(long)]
+        allow_anonymous: bool,
+    },
     /// Open the store (creating and migrating it if needed) and report what it holds.
     Check {
         /// Store URL: sqlite://PATH, sqlite::memory: or postgres://...
@@ -33,9 +49,18 @@ pub enum Command {
     },
 }
 
+/// The STOMP address `ebb serve` listens on when none is given (ActiveMQ's port).
+pub const DEFAULT_STOMP: &str = "127.0.0.1:61613";
+
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Serve {
+            store,
+            stomp,
+            config,
+            allow_anonymous,
+        } => serve(store, stomp, config, allow_anonymous).await,
         Command::Check {
             store,
             table_prefix,
@@ -65,5 +90,108 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             opened.close().await;
             Ok(())
         }
+    }
+}
+
+/// `ebb serve`: the broker and its STOMP listener, until SIGINT or SIGTERM; then the
+/// graceful shutdown (a second signal exits at once).
+async fn serve(
+    store: Option<String>,
+    stomp: Option<String>,
+    config: Option<std::path::PathBuf>,
+    allow_anonymous: bool,
+) -> anyhow::Result<()> {
+    use crate::config::FileConfig;
+    use crate::transport::connection::ConnectionConfig;
+
+    let file = match &config {
+        Some(path) => FileConfig::load(path)?,
+        None => FileConfig::default(),
+    };
+    let store_url = store
+        .or_else(|| file.store.url.clone())
+        .unwrap_or_else(|| DEFAULT_STORE.to_string());
+    let listen = stomp
+        .or_else(|| file.stomp.listen.clone())
+        .unwrap_or_else(|| DEFAULT_STOMP.to_string());
+    let addr: std::net::SocketAddr = tokio::net::lookup_host(&listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("invalid STOMP address `{listen}`: {e}"))?
+        .next()
+        .ok_or_else(|| {
+            anyhow::anyhow!("invalid STOMP address `{listen}`: it resolves to nothing")
+        })?;
+    if !addr.ip().is_loopback() && !allow_anonymous {
+        anyhow::bail!(
+            "refusing to listen on {addr}: it is not a loopback address and no users are \
+             configured, so anyone who reaches it could send and subscribe; pass \
+             --allow-anonymous to do it anyway"
+        );
+    }
+    let mut options = StoreOptions::default();
+    if let Some(prefix) = &file.store.table_prefix {
+        options.table_prefix = prefix.clone();
+    }
+    options.schema = file.store.schema.clone();
+    let mut broker_config = crate::BrokerConfig {
+        store: options,
+        policies: file.policies(),
+        ..crate::BrokerConfig::default()
+    };
+    if let Some(permits) = file.housekeeping.permits {
+        broker_config.housekeeping_permits = permits;
+    }
+    let mut connection = ConnectionConfig::default();
+    if let Some(size) = file.stomp.max_frame_size {
+        connection.limits.max_frame_bytes = size.0 as usize;
+    }
+    if let Some([send, expect]) = file.stomp.heartbeat_ms {
+        connection.heartbeat_ms = (send, expect);
+    }
+
+    let broker = crate::Broker::start(&store_url, broker_config).await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
+    tracing::info!(stomp = %bound, store = %redact_url(&store_url), "ebb is running");
+    println!("ebb: STOMP on {bound}, store {}", redact_url(&store_url));
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let accept = actix_rt::spawn(crate::transport::listener::run(
+        listener,
+        broker.clone(),
+        connection,
+        stop_rx,
+    ));
+    shutdown_signal().await;
+    tracing::info!("shutting down (a second signal exits at once)");
+    actix_rt::spawn(async {
+        shutdown_signal().await;
+        eprintln!("ebb: second signal, exiting now");
+        std::process::exit(130);
+    });
+    let _ = stop_tx.send(true);
+    let _ = accept.await;
+    broker.shutdown().await?;
+    println!("ebb: stopped");
+    Ok(())
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
     }
 }

@@ -8,11 +8,16 @@
 //! Map of Ebb (DESIGN.md has the whole picture):
 //! - [`ebb_store`] (`store/`): the schema, every SQL statement, the async store API.
 //! - [`ebb_actors`] (`actors/`): the actors: broker registry, topics, the store actor.
-//! - this crate (`src/`): the embedding API ([`Broker`]) and the `ebb` binary ([`cli`]).
+//! - this crate (`src/`): the embedding API ([`Broker`]), the `ebb` binary ([`cli`],
+//!   [`config`]), and STOMP: the wire codec ([`stomp`], no broker types) and the TCP
+//!   transport ([`transport`]).
 
 pub mod broker;
 pub mod cli;
+pub mod config;
 pub mod error;
+pub mod stomp;
+pub mod transport;
 
 pub use broker::{
     AckMode, Broker, BrokerConfig, BrowsedMessage, Expiration, Message, Received, SendReceipt,

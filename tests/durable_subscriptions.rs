@@ -212,6 +212,24 @@ async fn second_consumer_of_a_durable_subscription_is_refused(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// Removing the last durable subscription frees what only it held: the store
+/// empties (no orphaned rows that nothing will ever delete).
+async fn removing_the_last_subscription_frees_its_messages(t: TestStore) {
+    let b = broker(&t, policy(20, 400), 2).await;
+    drop(b.subscribe("gone", client("s1")).await.unwrap());
+    for i in 0..5 {
+        b.send("gone", Message::new(format!("m{i}"))).await.unwrap();
+    }
+    assert_eq!(b.store().count_messages("topic://gone").await.unwrap(), 5);
+    assert!(b.remove_durable("gone", "c1", "s1").await.unwrap());
+    wait_for(&b, "gone", |s| s.cleaned_up == 5).await;
+    assert_eq!(b.store().count_messages("topic://gone").await.unwrap(), 0);
+    // With no durable subscription, persistent messages are not stored at all.
+    let receipt = b.send("gone", Message::new("after")).await.unwrap();
+    assert_eq!(receipt.store_id, None);
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
     restart_delivers_unacked_once_in_order,
@@ -221,4 +239,5 @@ on_every_backend!(
     expiry_applies_to_every_durable_subscription,
     stalled_subscription_never_holds_back_another,
     second_consumer_of_a_durable_subscription_is_refused,
+    removing_the_last_subscription_frees_its_messages,
 );

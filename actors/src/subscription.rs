@@ -26,6 +26,10 @@ use tokio::sync::mpsc;
 
 use crate::messages::{Delivery, TopicMessage};
 
+/// The largest prefetch, as ActiveMQ's `MAX_PREFETCH_SIZE` (32,767); larger values
+/// are lowered to it. A consumer's channel holds this many deliveries.
+pub const MAX_PREFETCH: u32 = 32_767;
+
 /// A message delivered and not yet acked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InFlight {
@@ -182,7 +186,7 @@ impl SubscriptionState {
         Self {
             id,
             durable,
-            prefetch: prefetch.max(1),
+            prefetch: prefetch.clamp(1, MAX_PREFETCH),
             prioritized,
             deliver,
             next_delivery_id: 1,

@@ -376,15 +376,17 @@ impl TopicActor {
     /// Deletes one bounded batch of messages every durable subscription has acked; a
     /// full batch sends the next one through the mailbox.
     fn cleanup(&mut self, ctx: &mut Context<Self>) {
-        if self.durables.is_empty() {
-            self.cleanup_needed = false;
-            return;
-        }
         self.cleanup_needed = false;
         self.cleanup_in_flight = true;
+        // With no durable subscription left, what is stored is needed by nobody.
+        let orphans_up_to = self
+            .durables
+            .is_empty()
+            .then(|| self.store.store().last_assigned_id());
         let op = WriteOp::Cleanup {
             container: self.container.clone(),
             limit: CLEANUP_BATCH,
+            orphans_up_to,
         };
         let store = self.store.clone();
         ctx.spawn(async move { store.write(op).await }.into_actor(self).map(|result, act, ctx| {
@@ -469,7 +471,11 @@ impl TopicActor {
                     act.expiry_armed = armed;
                 }
                 Err(e) => {
-                    tracing::error!(topic = %act.container, error = %e, "cannot load durable subscriptions");
+                    // Without its durable subscriptions the topic would not store
+                    // what they need: it refuses to run; the next use starts it again.
+                    tracing::error!(topic = %act.container, error = %e, "cannot load durable subscriptions; topic stopped");
+                    ctx.stop();
+                    return;
                 }
             }
             act.schedule(ctx);
@@ -586,6 +592,7 @@ impl Handler<Subscribe> for TopicActor {
             return Box::pin(fut::ready(Ok(id)));
         };
         let prefetch = msg.prefetch.unwrap_or(self.policy.durable_prefetch);
+        let existed = self.durables.contains_key(&key);
         let durable = self.durables.entry(key.clone()).or_default();
         if durable.online.is_some() {
             return Box::pin(fut::ready(Err(ActorError::DurableInUse(format!(
@@ -612,7 +619,9 @@ impl Handler<Subscribe> for TopicActor {
                 }
                 Ok(other) => unreachable!("a subscribe answers Subscribed, not {other:?}"),
                 Err(e) => {
-                    if let Some(d) = act.durables.get_mut(&key) {
+                    if !existed {
+                        act.durables.remove(&key);
+                    } else if let Some(d) = act.durables.get_mut(&key) {
                         d.online = None;
                     }
                     Err(e)
@@ -678,11 +687,14 @@ impl Handler<RemoveDurable> for TopicActor {
         };
         let store = self.store.clone();
         Box::pin(async move { store.write(op).await }.into_actor(self).map(
-            move |result, act, _| {
+            move |result, act, ctx| {
                 let removed = matches!(result?, WriteOutcome::Unsubscribed(true));
                 if act.durables.get(&key).is_some_and(|d| d.online.is_none()) {
                     act.durables.remove(&key);
                 }
+                // Rows only this subscription held are now acked by all (or by none).
+                act.cleanup_needed = true;
+                act.schedule(ctx);
                 Ok(removed)
             },
         ))

@@ -156,8 +156,15 @@ pub enum WriteOp {
     /// Roll back a prepared transaction: its messages are deleted.
     Rollback { xid: String },
     /// Delete up to `limit` messages of a topic that every durable subscription has
-    /// acked by its mark. A topic with no durable subscription is left alone.
-    Cleanup { container: String, limit: u32 },
+    /// acked by its mark. A topic with no durable subscription is left alone, unless
+    /// `orphans_up_to` is given: then its messages with `id <=` that are deleted (after
+    /// its last durable subscription was removed, nobody can need them: a new
+    /// subscription starts after the highest id). Prepared messages are never touched.
+    Cleanup {
+        container: String,
+        limit: u32,
+        orphans_up_to: Option<i64>,
+    },
 }
 
 /// What one [`WriteOp`] did, in the same position of the result as its op.

@@ -548,7 +548,11 @@ macro_rules! impl_sql_store {
                         }
                         WriteOutcome::Deleted(deleted)
                     }
-                    WriteOp::Cleanup { container, limit } => {
+                    WriteOp::Cleanup {
+                        container,
+                        limit,
+                        orphans_up_to,
+                    } => {
                         let marks: Vec<(i32, i64)> = sqlx::query_as(&self.sql.min_marks)
                             .bind(&container)
                             .fetch_all(&mut *conn)
@@ -559,6 +563,7 @@ macro_rules! impl_sql_store {
                             marks.iter().filter(|m| m.0 >= 0).copied().collect();
                         let mut deleted = 0;
                         let limit = i64::from(limit);
+                        let all = if marks.is_empty() { orphans_up_to } else { all };
                         if per_priority.is_empty() {
                             if let Some(mark) = all {
                                 deleted += sqlx::query(&self.sql.cleanup[0])

@@ -218,6 +218,7 @@ async fn per_priority_marks_keep_older_low_priority_messages(t: TestStore) {
         .write_one(WriteOp::Cleanup {
             container: T.into(),
             limit: 100,
+            orphans_up_to: None,
         })
         .await
         .unwrap();
@@ -301,6 +302,7 @@ async fn cleanup_deletes_only_what_every_subscription_acked(t: TestStore) {
     let cleanup = WriteOp::Cleanup {
         container: T.into(),
         limit: 8,
+        orphans_up_to: None,
     };
     let mut deleted = Vec::new();
     loop {
@@ -322,9 +324,25 @@ async fn cleanup_deletes_only_what_every_subscription_acked(t: TestStore) {
         .write_one(WriteOp::Cleanup {
             container: "topic://nosubs".into(),
             limit: 10,
+            orphans_up_to: None,
         })
         .await
         .unwrap();
+    assert_eq!(store.count_messages("topic://nosubs").await.unwrap(), 1);
+    // ... unless the caller says its last subscription is gone: then everything up to
+    // the given id goes, except a prepared message.
+    let mut prepared = message("topic://nosubs", "p", 0);
+    prepared.xid = Some("x2".into());
+    store.add_messages(vec![prepared]).await.unwrap();
+    let out = store
+        .write_one(WriteOp::Cleanup {
+            container: "topic://nosubs".into(),
+            limit: 10,
+            orphans_up_to: Some(store.last_assigned_id()),
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, WriteOutcome::Deleted(1));
     assert_eq!(store.count_messages("topic://nosubs").await.unwrap(), 1);
 }
 
@@ -343,6 +361,7 @@ async fn subscription_survives_restart_without_messages(t: TestStore) {
         .write_one(WriteOp::Cleanup {
             container: T.into(),
             limit: 100,
+            orphans_up_to: None,
         })
         .await
         .unwrap();
@@ -358,6 +377,7 @@ async fn subscription_survives_restart_without_messages(t: TestStore) {
         .write_one(WriteOp::Cleanup {
             container: T.into(),
             limit: 100,
+            orphans_up_to: None,
         })
         .await
         .unwrap();

@@ -1,0 +1,220 @@
+//! Expiry and idle-topic figures, printed as a table (long runs and memory, which a
+//! statistics harness does not suit).
+//!
+//! 1. Drain: 200,000 expired messages (256 bytes), one offline durable subscription,
+//!    pages of 400 chained at once: seconds from the first tick until all are
+//!    expired; and, for comparison, what one page per 30 s period (ActiveMQ's
+//!    schedule) would take for the same pages (computed: pages x period).
+//! 2. A producer on another topic during the drain: persistent sends per second, vs
+//!    the same producer with no drain running.
+//! 3. Idle topics: 10,000 topics with no TTL: resident memory per topic (SQLite run
+//!    only), and timer wake-ups per second over 5 s.
+//!
+//! Run: `cargo bench --bench expiry` (SQLite in a temporary folder; set
+//! `EBB_BENCH_POSTGRES_URL` to add PostgreSQL). `EBB_BENCH_DRAIN=N` changes the
+//! backlog.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ebb::{Broker, BrokerConfig, Message, Policy, PolicyEntry, PolicyMap, SubscribeOptions};
+use ebb_store::{MessageStoreExt, NewMessage, Payload, StoreOptions, SubscriptionKey, WriteOp};
+
+const PAGE: u32 = 400;
+
+fn config(store: StoreOptions, period: u64) -> BrokerConfig {
+    BrokerConfig {
+        store,
+        policies: PolicyMap {
+            entries: vec![PolicyEntry {
+                destination: "topic://>".into(),
+                policy: Policy {
+                    expire_messages_period: period,
+                    max_expire_page_size: PAGE,
+                    ..Policy::default()
+                },
+            }],
+        },
+        ..BrokerConfig::default()
+    }
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+async fn preload(url: &str, options: &StoreOptions, count: u64) {
+    let store = ebb_store::open(url, options).await.unwrap();
+    store
+        .write_one(WriteOp::Subscribe {
+            container: "topic://drain".into(),
+            key: SubscriptionKey::new("bench", "offline"),
+            selector: None,
+            prioritized: false,
+        })
+        .await
+        .unwrap();
+    let mut sent = 0;
+    while sent < count {
+        let n = (count - sent).min(5_000);
+        let batch = (0..n)
+            .map(|i| NewMessage {
+                container: "topic://drain".into(),
+                message_id: format!("ID:drain-{}", sent + i),
+                expiration: 1,
+                priority: 4,
+                xid: None,
+                payload: Arc::new(Payload {
+                    timestamp_ms: 0,
+                    headers: vec![],
+                    body: vec![b'x'; 256],
+                }),
+            })
+            .collect();
+        store.add_messages(batch).await.unwrap();
+        sent += n;
+    }
+    store.close().await;
+}
+
+/// Sends persistent messages to `topic://other` (which has a durable subscription)
+/// until `stop` says so; returns sends per second.
+async fn producer(broker: Broker, stop: impl Fn() -> bool) -> f64 {
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while !stop() {
+        broker
+            .send("other", Message::new(vec![b'y'; 256]))
+            .await
+            .unwrap();
+        sent += 1;
+    }
+    sent as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn drain(label: &str, url: &str, options: StoreOptions, count: u64) {
+    preload(url, &options, count).await;
+    let broker = Broker::start(url, config(options, 3_600_000))
+        .await
+        .unwrap();
+    drop(
+        broker
+            .subscribe("other", SubscribeOptions::durable("bench", "other"))
+            .await
+            .unwrap(),
+    );
+    broker.topic_stats("drain").await.unwrap();
+
+    // Baseline: the producer alone for 3 s.
+    let until = Instant::now() + Duration::from_secs(3);
+    let alone = producer(broker.clone(), move || Instant::now() >= until).await;
+
+    // The drain, with the producer running beside it.
+    let start = Instant::now();
+    broker.run_housekeeping("drain").await.unwrap();
+    let watcher = broker.clone();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done2 = Arc::clone(&done);
+    let side = actix_rt::spawn(producer(broker.clone(), move || {
+        done2.load(std::sync::atomic::Ordering::Relaxed)
+    }));
+    loop {
+        let stats = watcher.topic_stats("drain").await.unwrap();
+        if stats.expired >= count {
+            let seconds = start.elapsed().as_secs_f64();
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            let beside = side.await.unwrap();
+            let pages = stats.expiry_pages;
+            println!(
+                "| {label} | {count} | {pages} | {} | {seconds:.1} s | {:.0} s ({:.1} h) | {alone:.0}/s | {beside:.0}/s |",
+                stats.max_expiry_page_rows,
+                pages as f64 * 30.0,
+                pages as f64 * 30.0 / 3600.0,
+            );
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    broker.shutdown().await.unwrap();
+}
+
+async fn idle_topics(label: &str, url: &str, options: StoreOptions) {
+    const TOPICS: usize = 10_000;
+    let broker = Broker::start(url, config(options, 30_000)).await.unwrap();
+    broker.topic_stats("warm-up").await.unwrap();
+    let before = rss_bytes();
+    for i in 0..TOPICS {
+        broker.topic_stats(&format!("idle.{i}")).await.unwrap();
+    }
+    let after = rss_bytes();
+    let ticks_before: u64 = ticks(&broker, TOPICS).await;
+    actix_rt::time::sleep(Duration::from_secs(5)).await;
+    let ticks_after: u64 = ticks(&broker, TOPICS).await;
+    println!(
+        "| {label} | {TOPICS} | {} bytes | {:.1} |",
+        (after.saturating_sub(before)) / TOPICS as u64,
+        (ticks_after - ticks_before) as f64 / 5.0
+    );
+    broker.shutdown().await.unwrap();
+}
+
+async fn ticks(broker: &Broker, topics: usize) -> u64 {
+    let mut total = 0;
+    for i in 0..topics {
+        total += broker
+            .topic_stats(&format!("idle.{i}"))
+            .await
+            .unwrap()
+            .ticks;
+    }
+    total
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list" || a == "--test") {
+        return; // `cargo test --benches` / `cargo bench -- --list`: nothing to list.
+    }
+    let count: u64 = std::env::var("EBB_BENCH_DRAIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let dir = std::env::temp_dir().join(format!("ebb-bench-expiry-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut backends = vec![(
+        "sqlite".to_string(),
+        format!("sqlite://{}/drain.db", dir.display()),
+        StoreOptions::default(),
+    )];
+    if let Ok(url) = std::env::var("EBB_BENCH_POSTGRES_URL") {
+        backends.push((
+            "postgres".to_string(),
+            url,
+            StoreOptions {
+                schema: Some(format!("ebb_bench_expiry_{}", std::process::id())),
+                ..StoreOptions::default()
+            },
+        ));
+    }
+    actix_rt::System::new().block_on(async {
+        println!("| store | expired backlog | pages | max rows/page | drain, pages chained | one page per 30 s (computed) | producer alone | producer during drain |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for (label, url, options) in &backends {
+            drain(label, url, options.clone(), count).await;
+        }
+        println!();
+        println!("| store | idle topics | resident memory per topic | wake-ups per second |");
+        println!("|---|---|---|---|");
+        // Once, on SQLite: a topic's memory does not depend on the store, and a second
+        // run in the same process reuses the memory the first one freed.
+        let (label, url, options) = &backends[0];
+        idle_topics(label, &url.replace("drain.db", "idle.db"), options.clone()).await;
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,239 @@
+//! `ebb serve`'s configuration file (TOML).
+//!
+//! Every key is checked: an unknown key or a bad value stops the broker at start with
+//! an error that names the file, the line and the key, so it never runs on a
+//! half-understood configuration. Command-line flags override the file.
+//!
+//! ```toml
+//! [store]
+//! url = "sqlite://ebb-data/ebb.db"
+//!
+//! [stomp]
+//! listen = "127.0.0.1:61613"
+//! max_frame_size = "10mb"
+//!
+//! [[policy]]
+//! destination = "topic://>"        # ActiveMQ-style pattern
+//! expire_messages_period = 30000   # ms; 0 = off
+//! max_expire_page_size = 400
+//! ```
+
+use std::path::Path;
+
+use ebb_actors::policy::{Policy, PolicyEntry, PolicyMap};
+use serde::Deserialize;
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub store: StoreSection,
+    #[serde(default)]
+    pub stomp: StompSection,
+    #[serde(default)]
+    pub policy: Vec<PolicySection>,
+    #[serde(default)]
+    pub housekeeping: HousekeepingSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSection {
+    /// Store URL (`sqlite://PATH`, `postgres://...`).
+    pub url: Option<String>,
+    /// Table prefix (default `ebb_`).
+    pub table_prefix: Option<String>,
+    /// PostgreSQL schema to create and use.
+    pub schema: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StompSection {
+    /// `host:port` to listen on (default `127.0.0.1:61613`).
+    pub listen: Option<String>,
+    /// Largest frame accepted, bytes or with a unit (`10mb`); default 10 MiB.
+    pub max_frame_size: Option<ByteSize>,
+    /// `[send every, expect every]` ms offered in CONNECTED (default 10,000 both).
+    pub heartbeat_ms: Option<[u64; 2]>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HousekeepingSection {
+    /// Expiry pages that may run at once over all destinations (default: cores).
+    pub permits: Option<usize>,
+}
+
+/// One `[[policy]]` entry; unset keys keep ActiveMQ's defaults.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySection {
+    pub destination: String,
+    pub expire_messages_period: Option<u64>,
+    pub max_expire_page_size: Option<u32>,
+    pub prioritized_messages: Option<bool>,
+    pub durable_prefetch: Option<u32>,
+    pub topic_prefetch: Option<u32>,
+    pub expire_online_durable_subscriptions: Option<bool>,
+    pub max_pending_non_durable: Option<u32>,
+}
+
+/// A size in bytes: an integer, or a string with a unit (`64kb`, `10mb`, `1gb`,
+/// also `kib`/`mib`/`gib`; units are powers of 1024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(n) => Ok(ByteSize(n)),
+            Raw::Text(t) => parse_size(&t)
+                .map(ByteSize)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Parses `64mb`, `10 MiB`, `512`, ...
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim().to_ascii_lowercase();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("invalid size `{text}`: expected a number with an optional unit like 64mb")
+    })?;
+    let factor: u64 = match unit.trim() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => {
+            return Err(format!(
+                "invalid size unit `{other}` in `{text}`: use b, kb, mb or gb"
+            ))
+        }
+    };
+    n.checked_mul(factor)
+        .ok_or_else(|| format!("size `{text}` is too large"))
+}
+
+impl FileConfig {
+    /// Reads and checks `path`. The error names the file, and for TOML errors the
+    /// line, column and key.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read configuration {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| anyhow::anyhow!("configuration {}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let config: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        for entry in &config.policy {
+            let ok = entry.destination.starts_with("topic://")
+                || entry.destination.starts_with("queue://");
+            if !ok {
+                return Err(format!(
+                    "policy destination `{}` must start with topic:// or queue://",
+                    entry.destination
+                ));
+            }
+        }
+        Ok(config)
+    }
+
+    /// The policy map, entries in file order (the first match wins).
+    pub fn policies(&self) -> PolicyMap {
+        let entries = self
+            .policy
+            .iter()
+            .map(|p| {
+                let d = Policy::default();
+                PolicyEntry {
+                    destination: p.destination.clone(),
+                    policy: Policy {
+                        expire_messages_period: p
+                            .expire_messages_period
+                            .unwrap_or(d.expire_messages_period),
+                        max_expire_page_size: p
+                            .max_expire_page_size
+                            .unwrap_or(d.max_expire_page_size),
+                        prioritized_messages: p
+                            .prioritized_messages
+                            .unwrap_or(d.prioritized_messages),
+                        durable_prefetch: p.durable_prefetch.unwrap_or(d.durable_prefetch),
+                        topic_prefetch: p.topic_prefetch.unwrap_or(d.topic_prefetch),
+                        expire_online_durable_subscriptions: p
+                            .expire_online_durable_subscriptions
+                            .unwrap_or(d.expire_online_durable_subscriptions),
+                        max_pending_non_durable: p
+                            .max_pending_non_durable
+                            .unwrap_or(d.max_pending_non_durable),
+                    },
+                }
+            })
+            .collect();
+        PolicyMap { entries }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readme_shape_parses() {
+        let c = FileConfig::parse(
+            r#"
+[store]
+url = "sqlite://ebb-data/ebb.db"
+
+[stomp]
+listen = "127.0.0.1:61613"
+max_frame_size = "64kb"
+
+[[policy]]
+destination = "topic://>"
+expire_messages_period = 30000
+max_expire_page_size = 400
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.store.url.as_deref(), Some("sqlite://ebb-data/ebb.db"));
+        assert_eq!(c.stomp.max_frame_size, Some(ByteSize(64 * 1024)));
+        let p = c.policies().policy_for("topic://orders");
+        assert_eq!(p.max_expire_page_size, 400);
+        assert_eq!(p.durable_prefetch, 100);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_line_and_key() {
+        let e = FileConfig::parse("[stomp]\nlisten = \"x\"\nbogus = 1\n").unwrap_err();
+        assert!(e.contains("line 3") && e.contains("bogus"), "{e}");
+        let e = FileConfig::parse(
+            "[[policy]]\ndestination = \"topic://>\"\nmax_expire_page_size = -1\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("line 3"), "{e}");
+        let e = FileConfig::parse("[stomp]\nmax_frame_size = \"10 parsecs\"\n").unwrap_err();
+        assert!(e.contains("parsecs"), "{e}");
+        let e = FileConfig::parse("[[policy]]\ndestination = \"orders\"\n").unwrap_err();
+        assert!(e.contains("topic://"), "{e}");
+    }
+
+    #[test]
+    fn sizes_take_units() {
+        assert_eq!(parse_size("64mb").unwrap(), 64 << 20);
+        assert_eq!(parse_size("10 MiB").unwrap(), 10 << 20);
+        assert_eq!(parse_size("512").unwrap(), 512);
+        assert!(parse_size("mb").is_err());
+        assert!(parse_size("99999999999gb").is_err());
+    }
+}

@@ -1,0 +1,620 @@
+//! One STOMP connection: reads frames, applies them to the broker, writes receipts,
+//! messages and errors.
+//!
+//! The connection is a task that waits on three things at once: the next frame from
+//! the client, the next delivery from any of its subscriptions, and its heart-beat
+//! timer. Frames written in one turn are flushed together (with TCP_NODELAY set by the
+//! listener), so a receipt is never held back.
+//!
+//! Any protocol error (a malformed frame, a frame over the limits, a frame before
+//! CONNECT, a second CONNECT, a bad header value, an unknown destination) is answered
+//! with an ERROR frame whose `message` header says what was wrong (and `receipt-id` if
+//! the frame asked for a receipt), then the connection is closed. Nothing from the bad
+//! frame is applied; everything accepted before it stays accepted; other connections
+//! are not affected.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_stream::StreamMap;
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use crate::broker::{AckMode, Acker, Broker, Message, Received, SubscribeOptions, Subscription};
+use crate::stomp::codec::{Incoming, Limits, Outgoing, ProtocolError, StompCodec};
+use crate::stomp::frame::{Command, Frame, Version};
+
+/// What every connection of a listener shares.
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    pub limits: Limits,
+    /// Heart-beat the server offers: it can send every `.0` ms and wants one from the
+    /// client every `.1` ms (STOMP `heart-beat` header; 0 = none).
+    pub heartbeat_ms: (u64, u64),
+    /// Value of CONNECTED's `server` header.
+    pub server_name: String,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            heartbeat_ms: (10_000, 10_000),
+            server_name: format!("ebb/{}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+}
+
+/// Headers the broker sets or reads itself; every other SEND header is kept and
+/// delivered as a user header.
+const RESERVED: &[&str] = &[
+    "destination",
+    "persistent",
+    "expires",
+    "priority",
+    "receipt",
+    "transaction",
+    "content-length",
+    "message-id",
+    "subscription",
+    "ack",
+    "redelivered",
+    "timestamp",
+];
+
+/// A client subscription on this connection.
+struct Sub {
+    acker: Acker,
+    mode: StompAck,
+    destination: String,
+    durable_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StompAck {
+    Auto,
+    Client,
+    ClientIndividual,
+}
+
+/// A delivered message waiting for ACK/NACK, by its `ack` id.
+struct PendingAck {
+    subscription: String,
+    message: Received,
+}
+
+/// What a transaction collected until COMMIT.
+enum TxAction {
+    Send(String, Message),
+    Ack(String),
+}
+
+/// Why the loop ends.
+enum Close {
+    /// Clean end (DISCONNECT, client closed, broker shutting down).
+    Done,
+    /// After an ERROR frame.
+    Error,
+}
+
+struct Session {
+    broker: Broker,
+    config: ConnectionConfig,
+    session_id: String,
+    connected: bool,
+    version: Version,
+    client_id: Option<String>,
+    subscriptions: HashMap<String, Sub>,
+    pending: HashMap<String, PendingAck>,
+    next_ack: u64,
+    transactions: HashMap<String, Vec<TxAction>>,
+    out: Vec<Frame>,
+    /// (send every ms, expect every ms), negotiated; 0 = off.
+    heartbeat: (u64, u64),
+}
+
+type Streams = StreamMap<String, Subscription>;
+
+/// Serves one connection until it ends. `session_id` names it in CONNECTED and logs.
+pub async fn serve_connection<S>(
+    io: S,
+    broker: Broker,
+    config: ConnectionConfig,
+    session_id: String,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (read, write) = tokio::io::split(io);
+    let mut reader = FramedRead::new(read, StompCodec::new(config.limits));
+    let mut writer = FramedWrite::new(write, StompCodec::new(config.limits));
+    let mut streams: Streams = StreamMap::new();
+    let mut session = Session {
+        broker,
+        config,
+        session_id,
+        connected: false,
+        version: Version::V1_0,
+        client_id: None,
+        subscriptions: HashMap::new(),
+        pending: HashMap::new(),
+        next_ack: 1,
+        transactions: HashMap::new(),
+        out: Vec::new(),
+        heartbeat: (0, 0),
+    };
+    let mut last_read = Instant::now();
+    let mut last_write = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let close = loop {
+        let turn = tokio::select! {
+            incoming = reader.next() => {
+                last_read = Instant::now();
+                match incoming {
+                    None => Err(Close::Done),
+                    Some(Ok(Incoming::Heartbeat)) => Ok(()),
+                    Some(Ok(Incoming::Frame(frame))) => session.handle(frame, &mut streams).await,
+                    Some(Err(e)) => {
+                        session.error(&e.0, None);
+                        Err(Close::Error)
+                    }
+                }
+            }
+            Some((sub, message)) = streams.next(), if session.connected => {
+                session.deliver(sub, message);
+                Ok(())
+            }
+            _ = tick.tick() => {
+                let (send_every, expect_every) = session.heartbeat;
+                if expect_every > 0 && last_read.elapsed() > Duration::from_millis(expect_every * 2) {
+                    tracing::info!(session = %session.session_id, "closing: no heart-beat from the client");
+                    Err(Close::Done)
+                } else {
+                    if send_every > 0 && last_write.elapsed() >= Duration::from_millis(send_every) {
+                        if writer.send(Outgoing::Heartbeat).await.is_err() {
+                            break Close::Done;
+                        }
+                        last_write = Instant::now();
+                    }
+                    Ok(())
+                }
+            }
+        };
+        // The version may have changed (CONNECT): both halves of the codec follow it.
+        reader.decoder_mut().version = session.version;
+        writer.encoder_mut().version = session.version;
+        if !session.out.is_empty() {
+            for frame in session.out.drain(..) {
+                if writer.feed(Outgoing::Frame(frame)).await.is_err() {
+                    break;
+                }
+            }
+            if writer.flush().await.is_err() {
+                break Close::Done;
+            }
+            last_write = Instant::now();
+        }
+        if let Err(close) = turn {
+            break close;
+        }
+    };
+    if let Close::Error = close {
+        tracing::info!(session = %session.session_id, "connection closed after an ERROR frame");
+    }
+    // Dropping the subscriptions detaches them: durable ones go offline with their
+    // un-acked messages still in the store; open transactions are discarded.
+    drop(streams);
+}
+
+/// A protocol problem in one frame: the ERROR message, and whether to close.
+struct Refusal(String);
+
+fn refuse<T>(text: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal(text.into()))
+}
+
+impl Session {
+    /// Queues an ERROR frame (written before the connection closes).
+    fn error(&mut self, message: &str, receipt: Option<&str>) {
+        let mut frame = Frame::new(Command::Error).header("message", message);
+        if let Some(r) = receipt {
+            frame = frame.header("receipt-id", r);
+        }
+        self.out.push(
+            frame
+                .header("content-type", "text/plain")
+                .body(message.as_bytes().to_vec()),
+        );
+    }
+
+    fn receipt(&mut self, frame: &Frame) {
+        if let Some(r) = frame.get("receipt") {
+            let receipt = Frame::new(Command::Receipt).header("receipt-id", r);
+            self.out.push(receipt);
+        }
+    }
+
+    async fn handle(&mut self, frame: Frame, streams: &mut Streams) -> Result<(), Close> {
+        let receipt = frame.get("receipt").map(str::to_string);
+        match self.apply(&frame, streams).await {
+            Ok(true) => {
+                self.receipt(&frame);
+                Ok(())
+            }
+            Ok(false) => {
+                // DISCONNECT: the receipt, then close.
+                self.receipt(&frame);
+                Err(Close::Done)
+            }
+            Err(Refusal(message)) => {
+                tracing::info!(session = %self.session_id, command = frame.command.as_str(), %message, "frame refused");
+                self.error(&message, receipt.as_deref());
+                Err(Close::Error)
+            }
+        }
+    }
+
+    /// Applies one frame. `Ok(false)` ends the connection (DISCONNECT).
+    async fn apply(&mut self, frame: &Frame, streams: &mut Streams) -> Result<bool, Refusal> {
+        match (self.connected, frame.command) {
+            (false, Command::Connect | Command::Stomp) => self.connect(frame).map(|_| true),
+            (false, other) => refuse(format!("{} before CONNECT: connect first", other.as_str())),
+            (true, Command::Connect | Command::Stomp) => {
+                refuse("already connected: a second CONNECT is not allowed")
+            }
+            (true, Command::Send) => self.send(frame).await.map(|_| true),
+            (true, Command::Subscribe) => self.subscribe(frame, streams).await.map(|_| true),
+            (true, Command::Unsubscribe) => self.unsubscribe(frame, streams).await.map(|_| true),
+            (true, Command::Ack) => self.ack(frame).await.map(|_| true),
+            (true, Command::Nack) => self.nack(frame).map(|_| true),
+            (true, Command::Begin) => self.begin(frame).map(|_| true),
+            (true, Command::Commit) => self.commit(frame).await.map(|_| true),
+            (true, Command::Abort) => self.abort(frame).map(|_| true),
+            (true, Command::Disconnect) => Ok(false),
+            (true, server) => refuse(format!("{} is a server frame", server.as_str())),
+        }
+    }
+
+    fn connect(&mut self, frame: &Frame) -> Result<(), Refusal> {
+        let Some(version) = Version::negotiate(frame.get("accept-version")) else {
+            return refuse("no supported protocol version in accept-version (this server speaks 1.0, 1.1, 1.2)");
+        };
+        let (cx, cy) = match frame.get("heart-beat") {
+            None => (0, 0),
+            Some(hb) => {
+                parse_heartbeat(hb).ok_or_else(|| Refusal(format!("invalid heart-beat `{hb}`")))?
+            }
+        };
+        let (sx, sy) = self.config.heartbeat_ms;
+        // We send every max(sx, cy) if both want it; we expect every max(cx, sy).
+        let send_every = if cy == 0 || sx == 0 { 0 } else { sx.max(cy) };
+        let expect_every = if cx == 0 || sy == 0 { 0 } else { cx.max(sy) };
+        self.heartbeat = (send_every, expect_every);
+        self.version = version;
+        self.client_id = frame
+            .get("client-id")
+            .filter(|c| !c.is_empty())
+            .map(str::to_string);
+        self.connected = true;
+        let mut connected = Frame::new(Command::Connected)
+            .header("version", version.as_str())
+            .header("heart-beat", format!("{send_every},{expect_every}"))
+            .header("server", self.config.server_name.clone())
+            .header("session", self.session_id.clone());
+        if let Some(id) = frame.get("request-id") {
+            connected = connected.header("response-id", id);
+        }
+        self.out.push(connected);
+        Ok(())
+    }
+
+    async fn send(&mut self, frame: &Frame) -> Result<(), Refusal> {
+        let topic = topic_of(frame.get("destination"))?;
+        let message = message_of(frame)?;
+        if let Some(tx) = frame.get("transaction") {
+            let Some(actions) = self.transactions.get_mut(tx) else {
+                return refuse(format!("invalid transaction id `{tx}`: not begun"));
+            };
+            actions.push(TxAction::Send(topic, message));
+            return Ok(());
+        }
+        self.publish(&topic, message).await
+    }
+
+    async fn publish(&mut self, topic: &str, message: Message) -> Result<(), Refusal> {
+        self.broker
+            .send(topic, message)
+            .await
+            .map(|_| ())
+            .map_err(|e| Refusal(format!("message not accepted: {e}")))
+    }
+
+    async fn subscribe(&mut self, frame: &Frame, streams: &mut Streams) -> Result<(), Refusal> {
+        let topic = topic_of(frame.get("destination"))?;
+        let id = match (frame.get("id"), self.version) {
+            (Some(id), _) => id.to_string(),
+            (None, Version::V1_0) => frame.get("destination").unwrap_or_default().to_string(),
+            (None, _) => return refuse("SUBSCRIBE needs an id header"),
+        };
+        if self.subscriptions.contains_key(&id) {
+            return refuse(format!(
+                "subscription id `{id}` is already in use on this connection"
+            ));
+        }
+        let mode = match frame.get("ack").unwrap_or("auto") {
+            "auto" => StompAck::Auto,
+            "client" => StompAck::Client,
+            "client-individual" => StompAck::ClientIndividual,
+            other => {
+                return refuse(format!(
+                    "invalid ack mode `{other}`: auto, client or client-individual"
+                ))
+            }
+        };
+        let prefetch = match frame.get("activemq.prefetchSize") {
+            None => None,
+            Some(p) => Some(
+                p.parse::<u32>()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| Refusal(format!("invalid activemq.prefetchSize `{p}`")))?,
+            ),
+        };
+        let durable_name = frame.get("activemq.subscriptionName").map(str::to_string);
+        let mut options = match &durable_name {
+            Some(name) => {
+                let Some(client) = &self.client_id else {
+                    return refuse("a durable subscription (activemq.subscriptionName) needs client-id on CONNECT");
+                };
+                SubscribeOptions::durable(client.clone(), name.clone())
+            }
+            None => SubscribeOptions::non_durable(),
+        };
+        options.prefetch = prefetch;
+        options.ack = if mode == StompAck::Auto {
+            AckMode::Auto
+        } else {
+            AckMode::Client
+        };
+        let subscription = self
+            .broker
+            .subscribe(&topic, options)
+            .await
+            .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
+        self.subscriptions.insert(
+            id.clone(),
+            Sub {
+                acker: subscription.acker(),
+                mode,
+                destination: format!("/topic/{topic}"),
+                durable_name,
+            },
+        );
+        streams.insert(id, subscription);
+        Ok(())
+    }
+
+    async fn unsubscribe(&mut self, frame: &Frame, streams: &mut Streams) -> Result<(), Refusal> {
+        let id = frame
+            .get("id")
+            .or_else(|| frame.get("destination"))
+            .ok_or_else(|| Refusal("UNSUBSCRIBE needs an id header".into()))?
+            .to_string();
+        let Some(sub) = self.subscriptions.remove(&id) else {
+            return refuse(format!("no subscription with id `{id}` on this connection"));
+        };
+        streams.remove(&id);
+        self.pending.retain(|_, p| p.subscription != id);
+        // UNSUBSCRIBE with activemq.subscriptionName deletes the durable subscription.
+        if let (Some(name), Some(client)) =
+            (frame.get("activemq.subscriptionName"), &self.client_id)
+        {
+            let topic = sub.destination.trim_start_matches("/topic/").to_string();
+            let name = sub.durable_name.as_deref().unwrap_or(name).to_string();
+            self.broker
+                .remove_durable(&topic, client, &name)
+                .await
+                .map_err(|e| Refusal(format!("cannot remove durable subscription: {e}")))?;
+        }
+        Ok(())
+    }
+
+    fn deliver(&mut self, subscription: String, message: Received) {
+        let Some(sub) = self.subscriptions.get(&subscription) else {
+            return;
+        };
+        let ack_id = format!("{}-{}", self.session_id, self.next_ack);
+        self.next_ack += 1;
+        let mut frame = Frame::new(Command::Message)
+            .header("subscription", subscription.clone())
+            .header("message-id", message.message_id())
+            .header("destination", sub.destination.clone())
+            .header("expires", message.expiration().to_string())
+            .header("priority", message.priority().to_string())
+            .header("persistent", message.persistent().to_string())
+            .header("timestamp", message.timestamp_ms().to_string())
+            .header("redelivered", message.redelivered().to_string());
+        if sub.mode != StompAck::Auto {
+            frame = frame.header("ack", ack_id.clone());
+        }
+        for (name, value) in message.headers() {
+            frame = frame.header(name.clone(), value.clone());
+        }
+        frame = frame.body(message.body().to_vec());
+        if sub.mode != StompAck::Auto {
+            self.pending.insert(
+                ack_id,
+                PendingAck {
+                    subscription,
+                    message,
+                },
+            );
+        }
+        self.out.push(frame);
+    }
+
+    /// The pending ack an ACK or NACK frame names (1.2 `id`; 1.0/1.1 `message-id`).
+    fn ack_id(&self, frame: &Frame) -> Result<String, Refusal> {
+        if let Some(id) = frame.get("id") {
+            if self.pending.contains_key(id) {
+                return Ok(id.to_string());
+            }
+        }
+        if let Some(message_id) = frame.get("message-id") {
+            let subscription = frame.get("subscription");
+            let found = self.pending.iter().find(|(_, p)| {
+                p.message.message_id() == message_id
+                    && subscription.is_none_or(|s| s == p.subscription)
+            });
+            if let Some((id, _)) = found {
+                return Ok(id.clone());
+            }
+        }
+        refuse("ACK or NACK names no message waiting for an ack on this connection")
+    }
+
+    async fn ack(&mut self, frame: &Frame) -> Result<(), Refusal> {
+        let id = self.ack_id(frame)?;
+        if let Some(tx) = frame.get("transaction") {
+            let Some(actions) = self.transactions.get_mut(tx) else {
+                return refuse(format!("invalid transaction id `{tx}`: not begun"));
+            };
+            actions.push(TxAction::Ack(id));
+            return Ok(());
+        }
+        self.apply_ack(&id).await
+    }
+
+    async fn apply_ack(&mut self, id: &str) -> Result<(), Refusal> {
+        let Some(pending) = self.pending.remove(id) else {
+            return refuse(format!("ack id `{id}` was already acked"));
+        };
+        let Some(sub) = self.subscriptions.get(&pending.subscription) else {
+            return Ok(()); // unsubscribed meanwhile: nothing to ack any more
+        };
+        let acker = sub.acker.clone();
+        let result = if sub.mode == StompAck::Client {
+            // Cumulative: everything delivered on this subscription up to this one.
+            let up_to = pending.message.clone();
+            let subscription = pending.subscription.clone();
+            self.pending.retain(|_, p| {
+                p.subscription != subscription || p.message.delivery_id() > up_to.delivery_id()
+            });
+            acker.ack_up_to(&up_to).await
+        } else {
+            acker.ack(&pending.message).await
+        };
+        result.map_err(|e| Refusal(format!("ack failed: {e}")))
+    }
+
+    /// NACK: the message is not acked; a durable subscription gets it again when it
+    /// re-attaches (it stays in the store), a non-durable one does not.
+    fn nack(&mut self, frame: &Frame) -> Result<(), Refusal> {
+        let id = self.ack_id(frame)?;
+        self.pending.remove(&id);
+        Ok(())
+    }
+
+    fn begin(&mut self, frame: &Frame) -> Result<(), Refusal> {
+        let tx = transaction_of(frame)?;
+        if self.transactions.contains_key(&tx) {
+            return refuse(format!("transaction `{tx}` is already begun"));
+        }
+        self.transactions.insert(tx, Vec::new());
+        Ok(())
+    }
+
+    async fn commit(&mut self, frame: &Frame) -> Result<(), Refusal> {
+        let tx = transaction_of(frame)?;
+        let Some(actions) = self.transactions.remove(&tx) else {
+            return refuse(format!("invalid transaction id `{tx}`: not begun"));
+        };
+        for action in actions {
+            match action {
+                TxAction::Send(topic, message) => self.publish(&topic, message).await?,
+                TxAction::Ack(id) => self.apply_ack(&id).await?,
+            }
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self, frame: &Frame) -> Result<(), Refusal> {
+        let tx = transaction_of(frame)?;
+        if self.transactions.remove(&tx).is_none() {
+            return refuse(format!("invalid transaction id `{tx}`: not begun"));
+        }
+        Ok(())
+    }
+}
+
+fn transaction_of(frame: &Frame) -> Result<String, Refusal> {
+    match frame.get("transaction") {
+        Some(tx) if !tx.is_empty() => Ok(tx.to_string()),
+        _ => refuse(format!(
+            "{} needs a transaction header",
+            frame.command.as_str()
+        )),
+    }
+}
+
+/// `/topic/NAME` → `NAME`. Queues come with a later release.
+fn topic_of(destination: Option<&str>) -> Result<String, Refusal> {
+    let Some(destination) = destination.filter(|d| !d.is_empty()) else {
+        return refuse("missing destination header");
+    };
+    if let Some(name) = destination.strip_prefix("/topic/") {
+        if !name.is_empty() {
+            return Ok(name.to_string());
+        }
+    }
+    if destination.starts_with("/queue/") {
+        return refuse(format!(
+            "unknown destination `{destination}`: queues are not supported yet, use /topic/NAME"
+        ));
+    }
+    refuse(format!(
+        "invalid destination `{destination}`: use /topic/NAME"
+    ))
+}
+
+/// The message a SEND frame carries, with ActiveMQ's header conventions.
+fn message_of(frame: &Frame) -> Result<Message, Refusal> {
+    let mut message = Message::new(frame.body.clone());
+    // STOMP's default, as ActiveMQ: non-persistent unless persistent:true.
+    message.persistent = frame.get("persistent") == Some("true");
+    if let Some(p) = frame.get("priority") {
+        message.priority = p
+            .parse::<u8>()
+            .ok()
+            .filter(|p| *p <= 9)
+            .ok_or_else(|| Refusal(format!("invalid priority `{p}`: 0 to 9")))?;
+    }
+    if let Some(e) = frame.get("expires") {
+        let at = e
+            .parse::<i64>()
+            .ok()
+            .filter(|at| *at >= 0)
+            .ok_or_else(|| Refusal(format!("invalid expires `{e}`: epoch ms, 0 = never")))?;
+        if at > 0 {
+            message = message.expires_at(at);
+        }
+    }
+    message.headers = frame
+        .headers
+        .iter()
+        .filter(|(name, _)| !RESERVED.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    Ok(message)
+}
+
+fn parse_heartbeat(value: &str) -> Option<(u64, u64)> {
+    let (x, y) = value.split_once(',')?;
+    Some((x.trim().parse().ok()?, y.trim().parse().ok()?))
+}
+
+impl From<ProtocolError> for Refusal {
+    fn from(e: ProtocolError) -> Self {
+        Refusal(e.0)
+    }
+}

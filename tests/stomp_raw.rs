@@ -1,0 +1,353 @@
+//! STOMP over TCP with raw frames: a server on an ephemeral port, clients that write
+//! bytes and read frames. Covers the wire cases STOMP-01, STOMP-03, STOMP-04 and the
+//! ActiveMQ data-loss scenario through the wire.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use common::*;
+use ebb::stomp::codec::{Incoming, Limits, StompCodec};
+use ebb::stomp::frame::{Command, Frame, Version};
+use ebb::transport::connection::ConnectionConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::codec::Decoder;
+
+struct Server {
+    addr: std::net::SocketAddr,
+    broker: ebb::Broker,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+async fn server(t: &TestStore, limits: Limits) -> Server {
+    let broker = broker(t, policy(100, 400), 2).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let config = ConnectionConfig {
+        limits,
+        ..ConnectionConfig::default()
+    };
+    actix_rt::spawn(ebb::transport::listener::run(
+        listener,
+        broker.clone(),
+        config,
+        stop_rx,
+    ));
+    Server { addr, broker, stop }
+}
+
+impl Server {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.broker.shutdown().await.unwrap();
+    }
+}
+
+/// A client speaking raw bytes, reading frames with the server's own codec.
+struct Client {
+    stream: TcpStream,
+    codec: StompCodec,
+    buf: BytesMut,
+}
+
+impl Client {
+    async fn open(addr: std::net::SocketAddr) -> Self {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let mut codec = StompCodec::new(Limits::default());
+        codec.version = Version::V1_2;
+        Self {
+            stream,
+            codec,
+            buf: BytesMut::new(),
+        }
+    }
+
+    async fn connected(addr: std::net::SocketAddr, client_id: Option<&str>) -> Self {
+        let mut c = Self::open(addr).await;
+        let id = client_id
+            .map(|id| format!("client-id:{id}\n"))
+            .unwrap_or_default();
+        c.write(format!("CONNECT\naccept-version:1.2\nhost:x\n{id}\n\0").as_bytes())
+            .await;
+        let f = c.frame().await.expect("CONNECTED");
+        assert_eq!(f.command, Command::Connected, "{f:?}");
+        c
+    }
+
+    async fn write(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    /// The next frame (heart-beats skipped), or `None` if the server closed or
+    /// nothing came within 3 s.
+    async fn frame(&mut self) -> Option<Frame> {
+        self.frame_within(3_000).await
+    }
+
+    async fn frame_within(&mut self, ms: u64) -> Option<Frame> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
+        loop {
+            match self.codec.decode(&mut self.buf) {
+                Ok(Some(Incoming::Frame(f))) => return Some(f),
+                Ok(Some(Incoming::Heartbeat)) => continue,
+                Ok(None) => {}
+                Err(e) => panic!("server sent bad bytes: {e}"),
+            }
+            let mut chunk = [0u8; 8192];
+            let read = tokio::time::timeout_at(deadline, self.stream.read(&mut chunk)).await;
+            match read {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
+                Ok(Ok(n)) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// True when the server closed the connection (reads end) within 3 s.
+    async fn closed(&mut self) -> bool {
+        let mut chunk = [0u8; 1024];
+        loop {
+            match tokio::time::timeout(Duration::from_secs(3), self.stream.read(&mut chunk)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return true,
+                Ok(Ok(_)) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+async fn receipt(c: &mut Client, id: &str) {
+    let f = c.frame().await.expect("a RECEIPT");
+    assert_eq!(f.command, Command::Receipt, "{f:?}");
+    assert_eq!(f.get("receipt-id"), Some(id));
+}
+
+/// STOMP-01: NUL octets in a body with content-length, a second frame in the same
+/// write, an empty body; and the exact bytes after a restart (read back from SQL).
+async fn body_bytes_survive_the_wire_and_a_restart(t: TestStore) {
+    let s = server(&t, Limits::default()).await;
+    let mut c = Client::connected(s.addr, Some("c1")).await;
+    c.write(b"SUBSCRIBE\ndestination:/topic/B\nid:1\nack:client-individual\nactivemq.subscriptionName:b\nreceipt:s\n\n\0").await;
+    receipt(&mut c, "s").await;
+    let mut bytes = b"SEND\ndestination:/topic/B\npersistent:true\ncontent-length:7\n\n".to_vec();
+    bytes.extend_from_slice(&[0x61, 0, 0x62, 0, 0, 0x63, 0x0a, 0]);
+    bytes.extend_from_slice(b"SEND\ndestination:/topic/B\npersistent:true\n\nnext\0");
+    bytes.extend_from_slice(
+        b"SEND\ndestination:/topic/B\npersistent:true\ncontent-length:0\nreceipt:r\n\n\0",
+    );
+    c.write(&bytes).await;
+    // The receipt of the third SEND and the three messages, in whatever interleaving.
+    let mut messages = Vec::new();
+    let mut receipts = 0;
+    while messages.len() < 3 || receipts < 1 {
+        let f = c.frame().await.expect("a frame");
+        match f.command {
+            Command::Receipt => receipts += 1,
+            Command::Message => messages.push(f),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(messages[0].body, vec![0x61, 0, 0x62, 0, 0, 0x63, 0x0a]);
+    assert_eq!(messages[0].get("content-length"), Some("7"));
+    assert_eq!(messages[1].body, b"next");
+    assert!(messages[2].body.is_empty());
+    drop(c);
+    s.stop().await;
+
+    let s = server(&t, Limits::default()).await;
+    let mut c = Client::connected(s.addr, Some("c1")).await;
+    c.write(b"SUBSCRIBE\ndestination:/topic/B\nid:1\nack:client-individual\nactivemq.subscriptionName:b\n\n\0").await;
+    let again = c.frame().await.unwrap();
+    assert_eq!(
+        again.body,
+        vec![0x61, 0, 0x62, 0, 0, 0x63, 0x0a],
+        "same bytes from SQL"
+    );
+    s.stop().await;
+}
+
+/// STOMP-03: escaped header values arrive as their logical values and are escaped
+/// again on delivery; an undefined escape is an ERROR and the connection closes.
+async fn header_escaping_round_trips(t: TestStore) {
+    let s = server(&t, Limits::default()).await;
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\ndestination:/topic/E\nid:1\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut c, "s").await;
+    c.write(b"SEND\ndestination:/topic/E\nnote:line1\\nline2\\cx\\\\end\nk\\cey:v\nsp: padded \nsp:second\n\nx\0").await;
+    let m = c.frame().await.unwrap();
+    assert_eq!(m.get("note"), Some("line1\nline2:x\\end"));
+    assert_eq!(m.get("k:ey"), Some("v"));
+    assert_eq!(
+        m.get("sp"),
+        Some(" padded "),
+        "first wins, spaces kept in 1.2"
+    );
+    c.write(b"SEND\ndestination:/topic/E\nbad:x\\ty\n\n\0")
+        .await;
+    let e = c.frame().await.unwrap();
+    assert_eq!(e.command, Command::Error);
+    assert!(e.get("message").unwrap().contains("escape"), "{e:?}");
+    assert!(c.closed().await);
+    s.stop().await;
+}
+
+/// STOMP-04: frames before CONNECT, a second CONNECT, an empty destination, a frame
+/// over the size limit, a header over the limit (ERROR as soon as it is over): each
+/// gets an ERROR (with receipt-id when asked) and the connection closes; nothing is
+/// enqueued; DISCONNECT's receipt comes after the earlier frame's.
+async fn bad_frames_get_an_error_and_close(t: TestStore) {
+    let limits = Limits {
+        max_frame_bytes: 64 * 1024,
+        ..Limits::default()
+    };
+    let s = server(&t, limits).await;
+    // A well-behaved client connected throughout.
+    let mut good = Client::connected(s.addr, None).await;
+    good.write(b"SUBSCRIBE\ndestination:/topic/X\nid:1\nreceipt:g\n\n\0")
+        .await;
+    receipt(&mut good, "g").await;
+
+    let cases: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
+        (
+            "before CONNECT",
+            b"SEND\ndestination:/topic/X\n\nx\0".to_vec(),
+            None,
+        ),
+        (
+            "second CONNECT",
+            b"CONNECT\naccept-version:1.2\n\n\0".to_vec(),
+            None,
+        ),
+        (
+            "empty destination",
+            b"SUBSCRIBE\ndestination:\nid:1\nreceipt:s1\n\n\0".to_vec(),
+            Some("s1"),
+        ),
+        (
+            "queue",
+            b"SEND\ndestination:/queue/X\nreceipt:q\n\nx\0".to_vec(),
+            Some("q"),
+        ),
+        (
+            "bad priority",
+            b"SEND\ndestination:/topic/X\npriority:12\n\nx\0".to_vec(),
+            None,
+        ),
+        (
+            "bad expires",
+            b"SEND\ndestination:/topic/X\nexpires:soon\n\nx\0".to_vec(),
+            None,
+        ),
+        ("unknown command", b"FROB\n\n\0".to_vec(), None),
+    ];
+    for (name, bytes, receipt_id) in cases {
+        let mut c = if name == "before CONNECT" {
+            Client::open(s.addr).await
+        } else {
+            Client::connected(s.addr, None).await
+        };
+        c.write(&bytes).await;
+        let e = c
+            .frame()
+            .await
+            .unwrap_or_else(|| panic!("{name}: no ERROR"));
+        assert_eq!(e.command, Command::Error, "{name}: {e:?}");
+        assert!(!e.get("message").unwrap_or_default().is_empty(), "{name}");
+        assert_eq!(e.get("receipt-id"), receipt_id, "{name}");
+        assert!(
+            c.closed().await,
+            "{name}: the connection must close after ERROR"
+        );
+    }
+
+    // A header section over 64 KiB that never ends: ERROR without waiting for more.
+    let mut c = Client::connected(s.addr, None).await;
+    let mut big = b"SEND\ndestination:/topic/X\nh:".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 100 * 1024));
+    c.write(&big).await;
+    let e = c.frame().await.expect("ERROR for the oversized header");
+    assert!(e.get("message").unwrap().contains("limit"), "{e:?}");
+    assert!(c.closed().await);
+
+    // A frame with a correct content-length over the frame limit.
+    let mut c = Client::connected(s.addr, None).await;
+    let mut huge = b"SEND\ndestination:/topic/X\ncontent-length:1048576\n\n".to_vec();
+    huge.extend(std::iter::repeat_n(b'z', 1024));
+    c.write(&huge).await;
+    let e = c.frame().await.expect("ERROR for the oversized frame");
+    assert!(e.get("message").unwrap().contains("limit"), "{e:?}");
+    assert!(c.closed().await);
+
+    // The good client saw none of it.
+    assert!(
+        good.frame_within(300).await.is_none(),
+        "nothing from refused frames was enqueued"
+    );
+
+    // f) SEND with receipt, then DISCONNECT with receipt: both, in order, then close.
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SEND\ndestination:/topic/X\nreceipt:r1\n\nkept\0DISCONNECT\nreceipt:d1\n\n\0")
+        .await;
+    receipt(&mut c, "r1").await;
+    receipt(&mut c, "d1").await;
+    assert!(c.closed().await);
+    let m = good.frame().await.expect("the accepted message");
+    assert_eq!(m.body, b"kept");
+    s.stop().await;
+}
+
+/// The ActiveMQ data loss through the wire: durable subscription offline, A (no
+/// expiry) then B (expires in 1 s); after several expiry periods and a restart, A is
+/// delivered and B is not.
+async fn expiry_never_acks_a_live_message_over_stomp(t: TestStore) {
+    let s = server(&t, Limits::default()).await;
+    let mut c = Client::connected(s.addr, Some("c1")).await;
+    c.write(b"SUBSCRIBE\ndestination:/topic/orders\nid:1\nack:client-individual\nactivemq.subscriptionName:s1\nreceipt:s\n\n\0").await;
+    receipt(&mut c, "s").await;
+    c.write(b"DISCONNECT\nreceipt:d\n\n\0").await;
+    receipt(&mut c, "d").await;
+    let mut p = Client::connected(s.addr, None).await;
+    let soon = ebb_actors::topic::now_ms() + 1_000;
+    p.write(b"SEND\ndestination:/topic/orders\npersistent:true\nreceipt:a\n\nA\0")
+        .await;
+    receipt(&mut p, "a").await;
+    p.write(
+        format!(
+            "SEND\ndestination:/topic/orders\npersistent:true\nexpires:{soon}\nreceipt:b\n\nB\0"
+        )
+        .as_bytes(),
+    )
+    .await;
+    receipt(&mut p, "b").await;
+    actix_rt::time::sleep(Duration::from_millis(1_000 + 3 * 100)).await;
+    assert_eq!(s.broker.topic_stats("orders").await.unwrap().expired, 0);
+    s.stop().await;
+
+    let s = server(&t, Limits::default()).await;
+    let mut c = Client::connected(s.addr, Some("c1")).await;
+    c.write(b"SUBSCRIBE\ndestination:/topic/orders\nid:1\nack:client-individual\nactivemq.subscriptionName:s1\n\n\0").await;
+    let a = c.frame().await.expect("A is delivered");
+    assert_eq!(a.body, b"A");
+    assert_eq!(a.get("persistent"), Some("true"));
+    assert!(
+        c.frame_within(300).await.is_none(),
+        "B expired: not delivered"
+    );
+    let ack = a.get("ack").unwrap().to_string();
+    c.write(format!("ACK\nid:{ack}\nreceipt:k\n\n\0").as_bytes())
+        .await;
+    receipt(&mut c, "k").await;
+    s.stop().await;
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    body_bytes_survive_the_wire_and_a_restart,
+    header_escaping_round_trips,
+    bad_frames_get_an_error_and_close,
+    expiry_never_acks_a_live_message_over_stomp,
+);
