@@ -1,0 +1,244 @@
+"""End-to-end scenarios against a real `ebb serve` process, with the stomp.py client.
+
+Usage: stomp_scenarios.py EBB_BINARY CONFIG_TOML SCENARIO
+The config file names the store; the broker listens on a port it picks. Each
+scenario starts (and kills) the broker itself, never leaves one running, and exits
+non-zero with a message (and the broker's log) on failure.
+"""
+import atexit
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import stomp
+
+EBB, CONFIG, SCENARIO = sys.argv[1], sys.argv[2], sys.argv[3]
+PORT = 0  # set by start()
+
+
+def fail(message):
+    print(f"FAIL {SCENARIO}: {message}", flush=True)
+    try:
+        print("--- ebb's log ---\n" + open(LOG).read()[-4000:], flush=True)
+    except OSError:
+        pass
+    sys.exit(1)
+
+
+LOG = os.path.join(os.path.dirname(CONFIG), "ebb.log")
+PROCS = []
+
+
+def start():
+    """Starts `ebb serve` on a free port (it prints the address it bound) and points
+    the clients at it."""
+    global PORT
+    log = open(LOG, "a")
+    proc = subprocess.Popen(
+        [EBB, "serve", "--config", CONFIG, "--stomp", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    PROCS.append(proc)
+    line = proc.stdout.readline()  # "ebb: STOMP on 127.0.0.1:PORT, store ..."
+    if "STOMP on" not in line:
+        fail(f"ebb serve did not start (exit {proc.poll()}): {line!r}")
+    PORT = int(line.split("STOMP on ")[1].split(",")[0].rsplit(":", 1)[1])
+    threading.Thread(target=lambda: [log.write(l) for l in proc.stdout], daemon=True).start()
+    socket.create_connection(("127.0.0.1", PORT), timeout=5).close()
+    return proc
+
+
+def kill_all():
+    for proc in PROCS:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+atexit.register(kill_all)
+
+
+def kill(proc):
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGINT)
+    if proc.wait(timeout=20) != 0:
+        fail(f"ebb serve exited with {proc.returncode} after SIGINT")
+
+
+class Collector(stomp.ConnectionListener):
+    def __init__(self):
+        self.messages = []
+        self.receipts = set()
+        self.errors = []
+        self.lock = threading.Lock()
+
+    def on_message(self, frame):
+        with self.lock:
+            self.messages.append(frame)
+
+    def on_receipt(self, frame):
+        with self.lock:
+            self.receipts.add(frame.headers["receipt-id"])
+
+    def on_error(self, frame):
+        self.errors.append(frame)
+
+
+def connect(client_id=None):
+    conn = stomp.Connection12([("127.0.0.1", PORT)], heartbeats=(0, 0))
+    listener = Collector()
+    conn.set_listener("", listener)
+    headers = {"client-id": client_id} if client_id else {}
+    conn.connect(wait=True, headers=headers)
+    return conn, listener
+
+
+def wait_until(predicate, seconds=10):
+    """Polls `predicate`; the limit only keeps a broken build from hanging."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def bye(conn, listener):
+    """DISCONNECT and wait for its receipt: the server has then applied every frame
+    before it and let go of the connection's subscriptions (stomp.py does not wait)."""
+    conn.disconnect(receipt="bye")
+    wait_until(lambda: "bye" in listener.receipts, 5) or fail("no receipt for DISCONNECT")
+
+
+def durable(conn, topic, name, ack="client-individual"):
+    conn.subscribe(topic, id=name, ack=ack, headers={"activemq.subscriptionName": name, "receipt": f"sub-{name}"})
+
+
+def data_loss():
+    """The ActiveMQ JDBC data loss, through the wire, with SIGKILL."""
+    proc = start()
+    conn, seen = connect("c1")
+    durable(conn, "/topic/orders", "s1")
+    wait_until(lambda: "sub-s1" in seen.receipts) or fail("no receipt for SUBSCRIBE")
+    bye(conn, seen)
+    producer, p = connect()
+    producer.send("/topic/orders", "A", headers={"persistent": "true", "receipt": "a"})
+    expires = int(time.time() * 1000) + 1000
+    producer.send("/topic/orders", "B", headers={"persistent": "true", "expires": str(expires), "receipt": "b"})
+    wait_until(lambda: {"a", "b"} <= p.receipts) or fail("no receipts for the sends")
+    time.sleep(1.0 + 3 * 0.2 + 0.2)  # B expires, then three expiry periods
+    bye(producer, p)
+    kill(proc)
+    proc = start()
+    conn, seen = connect("c1")
+    durable(conn, "/topic/orders", "s1")
+    wait_until(lambda: len(seen.messages) >= 1, 5) or fail("A was not delivered after the restart")
+    time.sleep(0.5)
+    bodies = [m.body for m in seen.messages]
+    if bodies != ["A"]:
+        fail(f"expected exactly ['A'], got {bodies}")
+    conn.ack(seen.messages[0].headers["ack"])
+    bye(conn, seen)
+    stop(proc)
+
+
+def crash_safety():
+    """5,000 persistent sends with receipts, SIGKILL at a random point, restart:
+    every receipted message is delivered exactly once to the durable subscription."""
+    proc = start()
+    conn, seen = connect("c2")
+    durable(conn, "/topic/crash", "d1")
+    wait_until(lambda: "sub-d1" in seen.receipts) or fail("no receipt for SUBSCRIBE")
+    bye(conn, seen)
+    producer, p = connect()
+    stop_at = random.uniform(0.3, 1.5)
+    started = time.time()
+    sent = 0
+    try:
+        for n in range(5000):
+            producer.send("/topic/crash", f"m{n}", headers={"persistent": "true", "receipt": f"r{n}", "n": str(n)})
+            sent += 1
+            if time.time() - started > stop_at:
+                break
+    except Exception:
+        pass
+    kill(proc)
+    time.sleep(0.2)
+    with p.lock:
+        receipted = {int(r[1:]) for r in p.receipts}
+    try:
+        producer.disconnect()
+    except Exception:
+        pass
+    proc = start()
+    conn, seen = connect("c2")
+    durable(conn, "/topic/crash", "d1", ack="auto")
+    wait_until(lambda: len(seen.messages) >= len(receipted), 30)
+    time.sleep(0.5)
+    delivered = [int(m.headers["n"]) for m in seen.messages]
+    duplicates = len(delivered) - len(set(delivered))
+    missing = receipted - set(delivered)
+    print(f"crash_safety: sent {sent}, receipted {len(receipted)}, delivered {len(delivered)}", flush=True)
+    if missing:
+        fail(f"{len(missing)} receipted messages lost, e.g. {sorted(missing)[:5]}")
+    if duplicates:
+        fail(f"{duplicates} messages delivered twice")
+    if delivered != sorted(delivered):
+        fail("messages delivered out of order")
+    bye(conn, seen)
+    stop(proc)
+
+
+def acks_and_transactions():
+    """Client-individual acks out of order, a cumulative client ack, and a
+    transaction that commits one send and aborts another."""
+    proc = start()
+    conn, seen = connect("c3")
+    durable(conn, "/topic/tx", "t1")
+    wait_until(lambda: "sub-t1" in seen.receipts) or fail("no receipt for SUBSCRIBE")
+    for n in range(1, 4):
+        conn.send("/topic/tx", f"m{n}", headers={"persistent": "true"})
+    wait_until(lambda: len(seen.messages) == 3) or fail("three messages were not delivered")
+    m1, m2, m3 = seen.messages
+    conn.ack(m3.headers["ack"])
+    conn.ack(m2.headers["ack"])
+    bye(conn, seen)
+    conn, seen = connect("c3")
+    durable(conn, "/topic/tx", "t1")
+    wait_until(lambda: len(seen.messages) >= 1) or fail("m1 was not redelivered")
+    time.sleep(0.3)
+    if [m.body for m in seen.messages] != ["m1"]:
+        fail(f"only m1 must come back, got {[m.body for m in seen.messages]}")
+    conn.ack(seen.messages[0].headers["ack"])
+    tx = conn.begin()
+    conn.send("/topic/tx", "committed", headers={"persistent": "true"}, transaction=tx)
+    if not wait_until(lambda: len(seen.messages) == 1, 0.3) or len(seen.messages) != 1:
+        fail("a transactional send was delivered before COMMIT")
+    conn.commit(tx)
+    wait_until(lambda: len(seen.messages) == 2) or fail("the committed send was not delivered")
+    tx2 = conn.begin()
+    conn.send("/topic/tx", "aborted", headers={"persistent": "true"}, transaction=tx2)
+    conn.abort(tx2)
+    time.sleep(0.3)
+    bodies = [m.body for m in seen.messages]
+    if bodies != ["m1", "committed"]:
+        fail(f"expected ['m1', 'committed'], got {bodies}")
+    if seen.errors:
+        fail(f"unexpected ERROR frames: {[e.headers for e in seen.errors]}")
+    bye(conn, seen)
+    stop(proc)
+
+
+{"data_loss": data_loss, "crash_safety": crash_safety, "acks_and_transactions": acks_and_transactions}[SCENARIO]()
+print(f"ok {SCENARIO}", flush=True)
