@@ -53,16 +53,7 @@ impl PgStore {
             .connect_with(connect)
             .await
             .map_err(cannot_open)?;
-        Self::migrate(&pool, &options.table_prefix).await?;
-        let sql = Statements::new(&options.table_prefix);
-        let last_id = Self::seed_last_id(&pool, &sql).await?;
-        tracing::info!(url = %shown, last_id, "PostgreSQL store opened");
-        Ok(Self {
-            pool,
-            sql,
-            stats: ReadStats::default(),
-            last_id: AtomicI64::new(last_id),
-        })
+        Self::from_pool(pool, options, &shown).await
     }
 }
 

@@ -201,6 +201,40 @@ macro_rules! impl_sql_store {
                 Ok(())
             }
 
+            /// Finishes opening on a connected pool: migrations, statements, the id
+            /// sequence.
+            async fn from_pool(
+                pool: sqlx::Pool<$db>,
+                options: &$crate::StoreOptions,
+                shown_url: &str,
+            ) -> $crate::Result<Self> {
+                Self::migrate(&pool, &options.table_prefix).await?;
+                let sql = $crate::statements::Statements::new(&options.table_prefix);
+                let last_id = Self::seed_last_id(&pool, &sql).await?;
+                tracing::info!(url = %shown_url, backend = ?$backend, last_id, "store opened");
+                Ok(Self {
+                    pool,
+                    sql,
+                    stats: $crate::ReadStats::default(),
+                    last_id: std::sync::atomic::AtomicI64::new(last_id),
+                })
+            }
+
+            /// A statement whose first binds are a subscription's mark row:
+            /// `$1` container, `$2` client id, `$3` subscription name, `$4` priority row.
+            fn for_row<'q>(
+                sql: &'q str,
+                container: &'q str,
+                key: &'q $crate::SubscriptionKey,
+                row: i32,
+            ) -> sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>> {
+                sqlx::query(sql)
+                    .bind(container)
+                    .bind(&key.client_id)
+                    .bind(&key.subscription_name)
+                    .bind(row)
+            }
+
             /// The highest id in messages and marks: where the id sequence resumes
             /// (as ActiveMQ seeds its sequence from MSGS and ACKS).
             async fn seed_last_id(
@@ -313,11 +347,7 @@ macro_rules! impl_sql_store {
                 row: i32,
                 mark: i64,
             ) -> $crate::Result<bool> {
-                let moved = sqlx::query(&self.sql.update_mark)
-                    .bind(container)
-                    .bind(&key.client_id)
-                    .bind(&key.subscription_name)
-                    .bind(row)
+                let moved = Self::for_row(&self.sql.update_mark, container, key, row)
                     .bind(mark)
                     .execute(&mut *conn)
                     .await
@@ -325,11 +355,7 @@ macro_rules! impl_sql_store {
                     .rows_affected()
                     > 0;
                 if moved {
-                    sqlx::query(&self.sql.delete_indacks_upto)
-                        .bind(container)
-                        .bind(&key.client_id)
-                        .bind(&key.subscription_name)
-                        .bind(row)
+                    Self::for_row(&self.sql.delete_indacks_upto, container, key, row)
                         .bind(mark)
                         .execute(&mut *conn)
                         .await
@@ -465,11 +491,7 @@ macro_rules! impl_sql_store {
                                 .await?;
                             newly_acked += passed;
                             for id in acking {
-                                newly_acked += sqlx::query(&self.sql.insert_indack)
-                                    .bind(&container)
-                                    .bind(&key.client_id)
-                                    .bind(&key.subscription_name)
-                                    .bind(row)
+                                newly_acked += Self::for_row(&self.sql.insert_indack, &container, &key, row)
                                     .bind(id)
                                     .execute(&mut *conn)
                                     .await

@@ -74,16 +74,7 @@ impl SqliteStore {
                 url: redact_url(url),
                 source,
             })?;
-        Self::migrate(&pool, &options.table_prefix).await?;
-        let sql = Statements::new(&options.table_prefix);
-        let last_id = Self::seed_last_id(&pool, &sql).await?;
-        tracing::info!(url = %redact_url(url), last_id, "SQLite store opened");
-        Ok(Self {
-            pool,
-            sql,
-            stats: ReadStats::default(),
-            last_id: AtomicI64::new(last_id),
-        })
+        Self::from_pool(pool, options, &redact_url(url)).await
     }
 }
 
