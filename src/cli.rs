@@ -28,10 +28,13 @@ pub enum Command {
         #[arg(long)]
         config: Option<std::path::PathBuf>,
         /// Listen on a non-loopback address although no users are configured (anyone
-        /// who can reach the port can then send and subscribe).
+        /// who can reach the port can then send and subscribe). Not needed with users.
         #[arg(long)]
         allow_anonymous: bool,
     },
+    /// Read a password from standard input and print its argon2 hash, for
+    /// `password_hash` in the configuration's `[[users]]`.
+    Passwd,
     /// Open the store (creating and migrating it if needed) and report what it holds.
     Check {
         /// Store URL: sqlite://PATH, sqlite::memory: or postgres://...
@@ -61,6 +64,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             config,
             allow_anonymous,
         } => serve(store, stomp, config, allow_anonymous).await,
+        Command::Passwd => {
+            let mut password = String::new();
+            std::io::stdin().read_line(&mut password)?;
+            let password = password.trim_end_matches(['\n', '\r']);
+            anyhow::ensure!(!password.is_empty(), "no password on standard input");
+            println!(
+                "{}",
+                crate::auth::hash_password(password).map_err(anyhow::Error::msg)?
+            );
+            Ok(())
+        }
         Command::Check {
             store,
             table_prefix,
@@ -121,7 +135,8 @@ async fn serve(
         .ok_or_else(|| {
             anyhow::anyhow!("invalid STOMP address `{listen}`: it resolves to nothing")
         })?;
-    if !addr.ip().is_loopback() && !allow_anonymous {
+    let security = file.security();
+    if !addr.ip().is_loopback() && !security.requires_login() && !allow_anonymous {
         anyhow::bail!(
             "refusing to listen on {addr}: it is not a loopback address and no users are \
              configured, so anyone who reaches it could send and subscribe; pass \
@@ -148,6 +163,7 @@ async fn serve(
     if let Some([send, expect]) = file.stomp.heartbeat_ms {
         connection.heartbeat_ms = (send, expect);
     }
+    connection.security = std::sync::Arc::new(security);
 
     let broker = crate::Broker::start(&store_url, broker_config).await?;
     let listener = tokio::net::TcpListener::bind(addr)

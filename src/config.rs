@@ -35,6 +35,14 @@ pub struct FileConfig {
     pub policy: Vec<PolicySection>,
     #[serde(default)]
     pub housekeeping: HousekeepingSection,
+    /// Users (`[[users]]`: login, password_hash from `ebb passwd`, groups). With any,
+    /// CONNECT must log in.
+    #[serde(default)]
+    pub users: Vec<crate::auth::User>,
+    /// Rights by destination pattern (`[[authorization]]`: destination, read, write,
+    /// admin, each a list of logins or groups, `*` for every user).
+    #[serde(default)]
+    pub authorization: Vec<crate::auth::AuthorizationEntry>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -136,6 +144,7 @@ impl FileConfig {
 
     pub fn parse(text: &str) -> Result<Self, String> {
         let config: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.security().validate()?;
         for entry in &config.policy {
             let ok = entry.destination.starts_with("topic://")
                 || entry.destination.starts_with("queue://");
@@ -147,6 +156,14 @@ impl FileConfig {
             }
         }
         Ok(config)
+    }
+
+    /// The users and authorization entries.
+    pub fn security(&self) -> crate::auth::Security {
+        crate::auth::Security {
+            users: self.users.clone(),
+            authorization: self.authorization.clone(),
+        }
     }
 
     /// The policy map, entries in file order (the first match wins).

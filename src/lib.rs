@@ -12,6 +12,7 @@
 //!   [`config`]), and STOMP: the wire codec ([`stomp`], no broker types) and the TCP
 //!   transport ([`transport`]).
 
+pub mod auth;
 pub mod broker;
 pub mod cli;
 pub mod config;

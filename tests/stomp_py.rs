@@ -25,6 +25,11 @@ fn python() -> Option<String> {
 }
 
 async fn scenario(t: TestStore, name: &str) {
+    scenario_with(t, name, "").await;
+}
+
+/// Runs scenario `name` with `extra` appended to the broker's configuration file.
+async fn scenario_with(t: TestStore, name: &str, extra: &str) {
     let Some(python) = python() else { return };
     // Each run its own folder (config and log), so parallel tests never meet.
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -37,7 +42,7 @@ async fn scenario(t: TestStore, name: &str) {
         .map(|s| format!("schema = \"{s}\"\n"))
         .unwrap_or_default();
     let config = format!(
-        "[store]\nurl = \"{}\"\n{schema}\n[[policy]]\ndestination = \"topic://>\"\nexpire_messages_period = 200\n",
+        "[store]\nurl = \"{}\"\n{schema}\n[[policy]]\ndestination = \"topic://>\"\nexpire_messages_period = 200\n{extra}",
         t.url
     );
     let path = dir.join("ebb.toml");
@@ -70,4 +75,10 @@ async fn acks_and_transactions(t: TestStore) {
     scenario(t, "acks_and_transactions").await;
 }
 
-on_every_backend!(data_loss, crash_safety, acks_and_transactions);
+async fn auth(t: TestStore) {
+    let hash = ebb::auth::hash_password("pa:ss").unwrap();
+    let users = format!("\n[[users]]\nlogin = \"alice\"\npassword_hash = \"{hash}\"\n");
+    scenario_with(t, "auth", &users).await;
+}
+
+on_every_backend!(data_loss, crash_safety, acks_and_transactions, auth);

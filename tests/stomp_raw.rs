@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use common::*;
+use ebb::auth::{hash_password, AuthorizationEntry, Security, User};
 use ebb::stomp::codec::{Incoming, Limits, StompCodec};
 use ebb::stomp::frame::{Command, Frame, Version};
 use ebb::transport::connection::ConnectionConfig;
@@ -22,12 +23,17 @@ struct Server {
 }
 
 async fn server(t: &TestStore, limits: Limits) -> Server {
+    server_with(t, limits, Security::default()).await
+}
+
+async fn server_with(t: &TestStore, limits: Limits, security: Security) -> Server {
     let broker = broker(t, policy(100, 400), 2).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let config = ConnectionConfig {
         limits,
+        security: std::sync::Arc::new(security),
         ..ConnectionConfig::default()
     };
     actix_rt::spawn(ebb::transport::listener::run(
@@ -344,10 +350,89 @@ async fn expiry_never_acks_a_live_message_over_stomp(t: TestStore) {
     s.stop().await;
 }
 
+/// With users configured: CONNECT without or with a wrong login is refused (ERROR,
+/// close); the right one (a passcode with a colon, sent raw: CONNECT is not escaped)
+/// connects; rights by destination decide SEND, SUBSCRIBE and durable creation.
+async fn login_and_rights_are_enforced(t: TestStore) {
+    let security = Security {
+        users: vec![User {
+            login: "alice".into(),
+            password_hash: hash_password("pa:ss").unwrap(),
+            groups: vec!["billing".into()],
+        }],
+        authorization: vec![AuthorizationEntry {
+            destination: "topic://orders.>".into(),
+            read: vec!["billing".into()],
+            write: vec!["billing".into()],
+            admin: vec![],
+        }],
+    };
+    let s = server_with(&t, Limits::default(), security).await;
+    for (connect, why) in [
+        (
+            "CONNECT\naccept-version:1.2\n\n\0",
+            "authentication required",
+        ),
+        (
+            "CONNECT\naccept-version:1.2\nlogin:alice\npasscode:wrong\n\n\0",
+            "authentication failed",
+        ),
+        (
+            "CONNECT\naccept-version:1.2\nlogin:mallory\npasscode:pa:ss\n\n\0",
+            "authentication failed",
+        ),
+    ] {
+        let mut c = Client::open(s.addr).await;
+        c.write(connect.as_bytes()).await;
+        let e = c.frame().await.expect("ERROR");
+        assert_eq!(e.command, Command::Error);
+        assert!(e.get("message").unwrap().starts_with(why), "{e:?}");
+        assert!(c.closed().await);
+    }
+    let mut c = Client::open(s.addr).await;
+    c.write(b"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:pa:ss\nclient-id:a1\n\n\0")
+        .await;
+    assert_eq!(c.frame().await.unwrap().command, Command::Connected);
+    c.write(b"SUBSCRIBE\ndestination:/topic/orders.eu\nid:1\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut c, "s").await;
+    c.write(b"SEND\ndestination:/topic/orders.eu\nreceipt:w\n\nok\0")
+        .await;
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        got.push(c.frame().await.expect("RECEIPT and MESSAGE").command);
+    }
+    assert!(
+        got.contains(&Command::Receipt) && got.contains(&Command::Message),
+        "{got:?}"
+    );
+    // Creating a durable subscription needs admin, which alice lacks here.
+    c.write(b"SUBSCRIBE\ndestination:/topic/orders.eu\nid:2\nactivemq.subscriptionName:d\nreceipt:d\n\n\0").await;
+    let e = c.frame().await.expect("ERROR");
+    assert_eq!(e.get("receipt-id"), Some("d"));
+    assert!(
+        e.get("message").unwrap().contains("no admin right"),
+        "{e:?}"
+    );
+    assert!(c.closed().await);
+    let mut c = Client::open(s.addr).await;
+    c.write(b"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:pa:ss\n\n\0")
+        .await;
+    assert_eq!(c.frame().await.unwrap().command, Command::Connected);
+    c.write(b"SEND\ndestination:/topic/payroll\n\nx\0").await;
+    let e = c.frame().await.expect("ERROR");
+    assert!(
+        e.get("message").unwrap().contains("no authorization entry"),
+        "{e:?}"
+    );
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     body_bytes_survive_the_wire_and_a_restart,
     header_escaping_round_trips,
     bad_frames_get_an_error_and_close,
     expiry_never_acks_a_live_message_over_stomp,
+    login_and_rights_are_enforced,
 );

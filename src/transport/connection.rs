@@ -21,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_stream::StreamMap;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
+use crate::auth::{Principal, Right, Security};
 use crate::broker::{AckMode, Acker, Broker, Message, Received, SubscribeOptions, Subscription};
 use crate::stomp::codec::{Incoming, Limits, Outgoing, ProtocolError, StompCodec};
 use crate::stomp::frame::{Command, Frame, Version};
@@ -34,6 +35,8 @@ pub struct ConnectionConfig {
     pub heartbeat_ms: (u64, u64),
     /// Value of CONNECTED's `server` header.
     pub server_name: String,
+    /// Users and rights; the default lets everyone in.
+    pub security: std::sync::Arc<Security>,
 }
 
 impl Default for ConnectionConfig {
@@ -42,6 +45,7 @@ impl Default for ConnectionConfig {
             limits: Limits::default(),
             heartbeat_ms: (10_000, 10_000),
             server_name: format!("ebb/{}", env!("CARGO_PKG_VERSION")),
+            security: Default::default(),
         }
     }
 }
@@ -105,6 +109,7 @@ struct Session {
     connected: bool,
     version: Version,
     client_id: Option<String>,
+    principal: Option<Principal>,
     subscriptions: HashMap<String, Sub>,
     pending: HashMap<String, PendingAck>,
     next_ack: u64,
@@ -136,6 +141,7 @@ pub async fn serve_connection<S>(
         connected: false,
         version: Version::V1_0,
         client_id: None,
+        principal: None,
         subscriptions: HashMap::new(),
         pending: HashMap::new(),
         next_ack: 1,
@@ -257,7 +263,7 @@ impl Session {
     /// Applies one frame. `Ok(false)` ends the connection (DISCONNECT).
     async fn apply(&mut self, frame: &Frame, streams: &mut Streams) -> Result<bool, Refusal> {
         match (self.connected, frame.command) {
-            (false, Command::Connect | Command::Stomp) => self.connect(frame).map(|_| true),
+            (false, Command::Connect | Command::Stomp) => self.connect(frame).await.map(|_| true),
             (false, other) => refuse(format!("{} before CONNECT: connect first", other.as_str())),
             (true, Command::Connect | Command::Stomp) => {
                 refuse("already connected: a second CONNECT is not allowed")
@@ -275,10 +281,28 @@ impl Session {
         }
     }
 
-    fn connect(&mut self, frame: &Frame) -> Result<(), Refusal> {
+    async fn connect(&mut self, frame: &Frame) -> Result<(), Refusal> {
         let Some(version) = Version::negotiate(frame.get("accept-version")) else {
             return refuse("no supported protocol version in accept-version (this server speaks 1.0, 1.1, 1.2)");
         };
+        let security = std::sync::Arc::clone(&self.config.security);
+        if security.requires_login() {
+            let login = frame.get("login").map(str::to_string);
+            let passcode = frame.get("passcode").map(str::to_string);
+            // argon2 is slow on purpose: off the event loop.
+            let checked = actix_rt::task::spawn_blocking(move || {
+                security.authenticate(login.as_deref(), passcode.as_deref())
+            })
+            .await
+            .map_err(|_| Refusal("authentication failed: internal error".into()))?;
+            match checked {
+                Ok(principal) => self.principal = principal,
+                Err(reason) => {
+                    tracing::info!(session = %self.session_id, login = ?frame.get("login"), %reason, "refused connection");
+                    return refuse(reason);
+                }
+            }
+        }
         let (cx, cy) = match frame.get("heart-beat") {
             None => (0, 0),
             Some(hb) => {
@@ -308,8 +332,17 @@ impl Session {
         Ok(())
     }
 
+    /// Refuses unless this connection's user has `right` on `/topic/NAME`.
+    fn authorize(&self, right: Right, topic: &str) -> Result<(), Refusal> {
+        self.config
+            .security
+            .authorize(self.principal.as_ref(), right, &format!("topic://{topic}"))
+            .map_err(Refusal)
+    }
+
     async fn send(&mut self, frame: &Frame) -> Result<(), Refusal> {
         let topic = topic_of(frame.get("destination"))?;
+        self.authorize(Right::Write, &topic)?;
         let message = message_of(frame)?;
         if let Some(tx) = frame.get("transaction") {
             let Some(actions) = self.transactions.get_mut(tx) else {
@@ -331,6 +364,7 @@ impl Session {
 
     async fn subscribe(&mut self, frame: &Frame, streams: &mut Streams) -> Result<(), Refusal> {
         let topic = topic_of(frame.get("destination"))?;
+        self.authorize(Right::Read, &topic)?;
         let id = match (frame.get("id"), self.version) {
             (Some(id), _) => id.to_string(),
             (None, Version::V1_0) => frame.get("destination").unwrap_or_default().to_string(),
@@ -366,6 +400,18 @@ impl Session {
                 let Some(client) = &self.client_id else {
                     return refuse("a durable subscription (activemq.subscriptionName) needs client-id on CONNECT");
                 };
+                // Creating a durable subscription needs the admin right (ActiveMQ).
+                let key = ebb_store::SubscriptionKey::new(client.clone(), name.clone());
+                let exists = self
+                    .broker
+                    .store()
+                    .find_subscription(&format!("topic://{topic}"), &key)
+                    .await
+                    .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?
+                    .is_some();
+                if !exists {
+                    self.authorize(Right::Admin, &topic)?;
+                }
                 SubscribeOptions::durable(client.clone(), name.clone())
             }
             None => SubscribeOptions::non_durable(),

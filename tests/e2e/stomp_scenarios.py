@@ -95,12 +95,12 @@ class Collector(stomp.ConnectionListener):
         self.errors.append(frame)
 
 
-def connect(client_id=None):
+def connect(client_id=None, login=None, passcode=None):
     conn = stomp.Connection12([("127.0.0.1", PORT)], heartbeats=(0, 0))
     listener = Collector()
     conn.set_listener("", listener)
     headers = {"client-id": client_id} if client_id else {}
-    conn.connect(wait=True, headers=headers)
+    conn.connect(login, passcode, wait=True, headers=headers)
     return conn, listener
 
 
@@ -240,5 +240,33 @@ def acks_and_transactions():
     stop(proc)
 
 
-{"data_loss": data_loss, "crash_safety": crash_safety, "acks_and_transactions": acks_and_transactions}[SCENARIO]()
+def auth():
+    """With users configured: a wrong passcode is refused with an ERROR; the right one
+    (with a colon in it) connects, sends and receives."""
+    proc = start()
+    refused = stomp.Connection12([("127.0.0.1", PORT)], heartbeats=(0, 0))
+    errors = Collector()
+    refused.set_listener("", errors)
+    try:
+        refused.connect("alice", "wrong", wait=True)
+        fail("a wrong passcode was accepted")
+    except stomp.exception.ConnectFailedException:
+        pass
+    if not errors.errors or "authentication failed" not in errors.errors[0].headers.get("message", ""):
+        fail(f"expected an ERROR saying authentication failed, got {[e.headers for e in errors.errors]}")
+    conn, seen = connect(login="alice", passcode="pa:ss")
+    conn.subscribe("/topic/secure", id="1", ack="auto", headers={"receipt": "s"})
+    wait_until(lambda: "s" in seen.receipts) or fail("no receipt for SUBSCRIBE")
+    conn.send("/topic/secure", "hello")
+    wait_until(lambda: [m.body for m in seen.messages] == ["hello"]) or fail("the message did not arrive")
+    bye(conn, seen)
+    stop(proc)
+
+
+{
+    "data_loss": data_loss,
+    "crash_safety": crash_safety,
+    "acks_and_transactions": acks_and_transactions,
+    "auth": auth,
+}[SCENARIO]()
 print(f"ok {SCENARIO}", flush=True)

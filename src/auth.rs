@@ -1,0 +1,273 @@
+//! Users and authorization for `ebb serve`, in the manner of ActiveMQ's simple
+//! authentication and authorization plugins.
+//!
+//! With users configured, CONNECT must carry a `login` and `passcode` that match one
+//! of them; passwords are stored only as argon2 hashes (`ebb passwd` prints one). With
+//! authorization entries, each operation needs a right on the destination, granted to
+//! user names or groups by pattern (`topic://orders.>`): `write` to send, `read` to
+//! subscribe, `admin` to create or remove a durable subscription. The first entry that
+//! matches the destination decides; a destination no entry matches is refused. With
+//! no entries, every authenticated user may do everything.
+
+use argon2::password_hash::rand_core::OsRng;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use ebb_actors::policy::matches;
+
+/// A user as the configuration gives it.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct User {
+    pub login: String,
+    /// An argon2 PHC string (`$argon2id$...`), as `ebb passwd` prints.
+    pub password_hash: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// Who may do what on destinations matching `destination`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthorizationEntry {
+    pub destination: String,
+    #[serde(default)]
+    pub read: Vec<String>,
+    #[serde(default)]
+    pub write: Vec<String>,
+    #[serde(default)]
+    pub admin: Vec<String>,
+}
+
+/// A right an operation needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Right {
+    Read,
+    Write,
+    Admin,
+}
+
+impl Right {
+    fn name(self) -> &'static str {
+        match self {
+            Right::Read => "read",
+            Right::Write => "write",
+            Right::Admin => "admin",
+        }
+    }
+}
+
+/// An authenticated connection's identity: its login and groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub login: String,
+    pub groups: Vec<String>,
+}
+
+/// The users and entries of one broker. `Default` (no users, no entries) lets
+/// everyone in.
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    pub users: Vec<User>,
+    pub authorization: Vec<AuthorizationEntry>,
+}
+
+impl Security {
+    /// Whether CONNECT must authenticate.
+    pub fn requires_login(&self) -> bool {
+        !self.users.is_empty()
+    }
+
+    /// Checks `login`/`passcode`. Slow on purpose (argon2): call it off the event loop.
+    /// The error text is the same for an unknown user and a wrong password.
+    pub fn authenticate(
+        &self,
+        login: Option<&str>,
+        passcode: Option<&str>,
+    ) -> Result<Option<Principal>, String> {
+        if !self.requires_login() {
+            return Ok(None);
+        }
+        let refused = || "authentication failed: unknown login or wrong passcode".to_string();
+        let (Some(login), Some(passcode)) = (login, passcode) else {
+            return Err("authentication required: CONNECT needs login and passcode".into());
+        };
+        let Some(user) = self.users.iter().find(|u| u.login == login) else {
+            // Spend the same time as for a known user, so logins cannot be probed.
+            let _ = verify_password(passcode, dummy_hash());
+            return Err(refused());
+        };
+        if verify_password(passcode, &user.password_hash) {
+            Ok(Some(Principal {
+                login: user.login.clone(),
+                groups: user.groups.clone(),
+            }))
+        } else {
+            Err(refused())
+        }
+    }
+
+    /// Whether `principal` (None: anonymous, when no users are configured) has
+    /// `right` on `destination` (`topic://NAME`). The error says what is missing.
+    pub fn authorize(
+        &self,
+        principal: Option<&Principal>,
+        right: Right,
+        destination: &str,
+    ) -> Result<(), String> {
+        if self.authorization.is_empty() {
+            return Ok(());
+        }
+        let who = principal.map_or("anonymous", |p| p.login.as_str());
+        let Some(entry) = self
+            .authorization
+            .iter()
+            .find(|e| matches(&e.destination, destination))
+        else {
+            return Err(format!(
+                "not authorized: no authorization entry covers {destination}"
+            ));
+        };
+        let granted = match right {
+            Right::Read => &entry.read,
+            Right::Write => &entry.write,
+            Right::Admin => &entry.admin,
+        };
+        let allowed = principal.is_some_and(|p| {
+            granted
+                .iter()
+                .any(|g| g == "*" || *g == p.login || p.groups.contains(g))
+        });
+        if allowed {
+            Ok(())
+        } else {
+            Err(format!(
+                "not authorized: {who} has no {} right on {destination}",
+                right.name()
+            ))
+        }
+    }
+
+    /// Checks every user's hash parses, so a typo stops the broker at start.
+    pub fn validate(&self) -> Result<(), String> {
+        for user in &self.users {
+            PasswordHash::new(&user.password_hash).map_err(|e| {
+                format!("user `{}`: password_hash is not an argon2 hash ({e}); make one with `ebb passwd`", user.login)
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// A hash verified against for unknown logins (made once, on first use).
+fn dummy_hash() -> &'static str {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| hash_password("ebb: no such user").unwrap_or_default())
+}
+
+/// Hashes `password` with argon2id and a random salt (PHC string).
+pub fn hash_password(password: &str) -> Result<String, String> {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| format!("cannot hash the password: {e}"))
+}
+
+/// Whether `password` matches the PHC string `hash` (false for a malformed hash).
+pub fn verify_password(password: &str, hash: &str) -> bool {
+    PasswordHash::new(hash).is_ok_and(|parsed| {
+        Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn security() -> Security {
+        Security {
+            users: vec![
+                User {
+                    login: "alice".into(),
+                    password_hash: hash_password("pa:ss").unwrap(),
+                    groups: vec!["billing".into()],
+                },
+                User {
+                    login: "bob".into(),
+                    password_hash: hash_password("secret").unwrap(),
+                    groups: vec![],
+                },
+            ],
+            authorization: vec![
+                AuthorizationEntry {
+                    destination: "topic://orders.>".into(),
+                    read: vec!["billing".into()],
+                    write: vec!["bob".into(), "billing".into()],
+                    admin: vec!["alice".into()],
+                },
+                AuthorizationEntry {
+                    destination: "topic://public".into(),
+                    read: vec!["*".into()],
+                    write: vec![],
+                    admin: vec![],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn logins_are_checked_against_argon2_hashes() {
+        let s = security();
+        assert!(s.validate().is_ok());
+        let alice = s
+            .authenticate(Some("alice"), Some("pa:ss"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(alice.groups, vec!["billing".to_string()]);
+        let wrong = s.authenticate(Some("alice"), Some("nope")).unwrap_err();
+        let unknown = s.authenticate(Some("mallory"), Some("x")).unwrap_err();
+        assert_eq!(wrong, unknown, "no hint which part was wrong");
+        assert!(s.authenticate(None, None).unwrap_err().contains("login"));
+        assert_eq!(Security::default().authenticate(None, None), Ok(None));
+        assert!(PasswordHash::new(dummy_hash()).is_ok());
+    }
+
+    #[test]
+    fn rights_come_from_the_first_matching_entry() {
+        let s = security();
+        let alice = s.authenticate(Some("alice"), Some("pa:ss")).unwrap();
+        let bob = s.authenticate(Some("bob"), Some("secret")).unwrap();
+        assert!(s
+            .authorize(alice.as_ref(), Right::Read, "topic://orders.eu")
+            .is_ok());
+        assert!(s
+            .authorize(alice.as_ref(), Right::Admin, "topic://orders.eu")
+            .is_ok());
+        assert!(s
+            .authorize(bob.as_ref(), Right::Write, "topic://orders.eu")
+            .is_ok());
+        let e = s
+            .authorize(bob.as_ref(), Right::Read, "topic://orders.eu")
+            .unwrap_err();
+        assert!(e.contains("bob has no read right"), "{e}");
+        assert!(s
+            .authorize(bob.as_ref(), Right::Read, "topic://public")
+            .is_ok());
+        assert!(s
+            .authorize(bob.as_ref(), Right::Write, "topic://other")
+            .unwrap_err()
+            .contains("no authorization entry"));
+        assert!(Security::default()
+            .authorize(None, Right::Admin, "topic://x")
+            .is_ok());
+    }
+
+    #[test]
+    fn malformed_hashes_are_caught_at_start() {
+        let mut s = security();
+        s.users[1].password_hash = "plain-text".into();
+        assert!(s.validate().unwrap_err().contains("bob"));
+    }
+}
