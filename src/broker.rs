@@ -14,12 +14,13 @@ use actix::Addr;
 use ebb_actors::broker::{BrokerActor, GetTopic, ShutdownBroker};
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::messages::{
-    Ack, Delivery, Detach, GetStats, Publish, RemoveDurable, Subscribe, TopicMessage, TopicStats,
+    AbortPrepared, Ack, CommitPrepared, Delivery, Detach, GetStats, Publish, PublishPrepared,
+    RemoveDurable, Subscribe, TopicMessage, TopicStats,
 };
 use ebb_actors::policy::PolicyMap;
 use ebb_actors::topic::{now_ms, TopicActor};
 use ebb_actors::{StoreActorConfig, StoreHandle};
-use ebb_store::{MessageStore, Payload, StoreOptions, SubscriptionKey};
+use ebb_store::{MessageStore, Payload, StoreOptions, SubscriptionKey, WriteOp, WriteOutcome};
 use futures::Stream;
 use tokio::sync::mpsc;
 
@@ -392,17 +393,12 @@ impl Broker {
         Ok(addr)
     }
 
-    /// Publishes `message` to topic `name`. Returns once it is accepted: a persistent
-    /// message that a durable subscription needs is committed to the store first.
-    ///
-    /// Errors: [`Error::InvalidDestination`], [`Error::InvalidPriority`],
-    /// [`Error::Actor`] when the store write failed (nothing was stored; the send may
-    /// be retried) or the broker is shutting down.
-    pub async fn send(&self, name: &str, message: Message) -> Result<SendReceipt, Error> {
+    /// The topic message for `message`: checks the priority, turns a TTL into an
+    /// absolute expiration, gives it a message id.
+    fn outgoing(&self, message: Message) -> Result<TopicMessage, Error> {
         if message.priority > ebb_store::MAX_PRIORITY {
             return Err(Error::InvalidPriority(message.priority));
         }
-        let topic = self.topic(name).await?;
         let now = now_ms();
         let expiration = match message.expiration {
             Expiration::Never => 0,
@@ -414,9 +410,9 @@ impl Broker {
             self.ids.prefix,
             self.ids.next.fetch_add(1, Ordering::Relaxed)
         );
-        let outgoing = TopicMessage {
+        Ok(TopicMessage {
             id: None,
-            message_id: message_id.clone(),
+            message_id,
             persistent: message.persistent,
             priority: message.priority,
             expiration,
@@ -425,7 +421,19 @@ impl Broker {
                 headers: message.headers,
                 body: message.body,
             }),
-        };
+        })
+    }
+
+    /// Publishes `message` to topic `name`. Returns once it is accepted: a persistent
+    /// message that a durable subscription needs is committed to the store first.
+    ///
+    /// Errors: [`Error::InvalidDestination`], [`Error::InvalidPriority`],
+    /// [`Error::Actor`] when the store write failed (nothing was stored; the send may
+    /// be retried) or the broker is shutting down.
+    pub async fn send(&self, name: &str, message: Message) -> Result<SendReceipt, Error> {
+        let outgoing = self.outgoing(message)?;
+        let topic = self.topic(name).await?;
+        let message_id = outgoing.message_id.clone();
         let outcome = topic
             .send(Publish(outgoing))
             .await
@@ -435,6 +443,94 @@ impl Broker {
             store_id: outcome.id,
             expired_on_arrival: outcome.expired_on_arrival,
         })
+    }
+
+    /// Sends `message` to topic `name` inside transaction `xid`: a persistent message
+    /// that a durable subscription needs is stored prepared (invisible, and it stops
+    /// expiry runs rather than being passed by a mark); nothing is delivered until
+    /// [`Broker::commit_prepared`]. Errors as [`Broker::send`].
+    pub async fn send_prepared(
+        &self,
+        name: &str,
+        message: Message,
+        xid: &str,
+    ) -> Result<SendReceipt, Error> {
+        let outgoing = self.outgoing(message)?;
+        let topic = self.topic(name).await?;
+        let message_id = outgoing.message_id.clone();
+        let prepared = PublishPrepared {
+            message: outgoing,
+            xid: xid.to_string(),
+        };
+        let outcome = topic
+            .send(prepared)
+            .await
+            .map_err(ebb_actors::ActorError::from)??;
+        Ok(SendReceipt {
+            message_id,
+            store_id: outcome.id,
+            expired_on_arrival: outcome.expired_on_arrival,
+        })
+    }
+
+    /// Commits transaction `xid`, whose messages went to `topics`: in one store
+    /// transaction its stored messages become visible under new, highest ids (so no
+    /// subscription's mark can already be past them); then each topic delivers them.
+    pub async fn commit_prepared(&self, xid: &str, topics: &[String]) -> Result<(), Error> {
+        let committed = self
+            .store
+            .write(WriteOp::Commit {
+                xid: xid.to_string(),
+            })
+            .await?;
+        let WriteOutcome::Committed(renumbered) = committed else {
+            unreachable!("a commit answers Committed");
+        };
+        for name in topics {
+            let commit = CommitPrepared {
+                xid: xid.to_string(),
+                renumbered: renumbered.clone(),
+            };
+            self.topic(name)
+                .await?
+                .send(commit)
+                .await
+                .map_err(ebb_actors::ActorError::from)?;
+        }
+        Ok(())
+    }
+
+    /// Rolls back transaction `xid`: its stored messages are deleted, none is delivered.
+    pub async fn rollback_prepared(&self, xid: &str, topics: &[String]) -> Result<(), Error> {
+        self.store
+            .write(WriteOp::Rollback {
+                xid: xid.to_string(),
+            })
+            .await?;
+        for name in topics {
+            let abort = AbortPrepared {
+                xid: xid.to_string(),
+            };
+            self.topic(name)
+                .await?
+                .send(abort)
+                .await
+                .map_err(ebb_actors::ActorError::from)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the prepared messages of every transaction whose xid starts with
+    /// `xid_prefix`: transactions a previous run left open when it stopped. Call it at
+    /// start. Returns how many messages it deleted.
+    pub async fn rollback_abandoned(&self, xid_prefix: &str) -> Result<u64, Error> {
+        let op = WriteOp::RollbackAbandoned {
+            xid_prefix: xid_prefix.to_string(),
+        };
+        match self.store.write(op).await? {
+            WriteOutcome::Deleted(n) => Ok(n),
+            other => unreachable!("a rollback answers Deleted, not {other:?}"),
+        }
     }
 
     /// Subscribes to topic `name`.

@@ -166,6 +166,15 @@ async fn serve(
     connection.security = std::sync::Arc::new(security);
 
     let broker = crate::Broker::start(&store_url, broker_config).await?;
+    let abandoned = broker
+        .rollback_abandoned(crate::transport::connection::XID_PREFIX)
+        .await?;
+    if abandoned > 0 {
+        tracing::info!(
+            messages = abandoned,
+            "rolled back STOMP transactions left open by the last run"
+        );
+    }
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;

@@ -350,6 +350,77 @@ async fn expiry_never_acks_a_live_message_over_stomp(t: TestStore) {
     s.stop().await;
 }
 
+/// A transactional SEND of a persistent message is stored prepared: invisible to
+/// subscribers and browsing until COMMIT; ABORT deletes it; a connection that ends
+/// with a transaction open rolls it back.
+async fn transactional_sends_are_prepared_until_commit(t: TestStore) {
+    let s = server(&t, Limits::default()).await;
+    let mut sub = Client::connected(s.addr, Some("c9")).await;
+    sub.write(
+        b"SUBSCRIBE\ndestination:/topic/tx\nid:1\nactivemq.subscriptionName:d\nreceipt:s\n\n\0",
+    )
+    .await;
+    receipt(&mut sub, "s").await;
+    let mut p = Client::connected(s.addr, None).await;
+    p.write(b"BEGIN\ntransaction:t1\n\n\0SEND\ndestination:/topic/tx\npersistent:true\ntransaction:t1\nreceipt:r1\n\nin-tx\0").await;
+    receipt(&mut p, "r1").await;
+    assert_eq!(
+        s.broker.store().count_messages("topic://tx").await.unwrap(),
+        1,
+        "stored prepared"
+    );
+    assert!(
+        s.broker.browse("tx", 0, 10).await.unwrap().is_empty(),
+        "invisible before COMMIT"
+    );
+    assert!(
+        sub.frame_within(300).await.is_none(),
+        "not delivered before COMMIT"
+    );
+    p.write(b"COMMIT\ntransaction:t1\nreceipt:c1\n\n\0").await;
+    receipt(&mut p, "c1").await;
+    let m = sub.frame().await.expect("delivered at COMMIT");
+    assert_eq!(m.body, b"in-tx");
+    assert_eq!(s.broker.browse("tx", 0, 10).await.unwrap().len(), 1);
+
+    p.write(b"BEGIN\ntransaction:t2\n\n\0SEND\ndestination:/topic/tx\npersistent:true\ntransaction:t2\n\naborted\0ABORT\ntransaction:t2\nreceipt:a2\n\n\0").await;
+    receipt(&mut p, "a2").await;
+    p.write(b"BEGIN\ntransaction:t3\n\n\0SEND\ndestination:/topic/tx\npersistent:true\ntransaction:t3\nreceipt:r3\n\nleft open\0").await;
+    receipt(&mut p, "r3").await;
+    assert_eq!(
+        s.broker.store().count_messages("topic://tx").await.unwrap(),
+        2
+    );
+    p.write(b"DISCONNECT\nreceipt:bye\n\n\0").await;
+    receipt(&mut p, "bye").await;
+    assert!(p.closed().await);
+    for _ in 0..100 {
+        if s.broker.store().count_messages("topic://tx").await.unwrap() == 1 {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        s.broker.store().count_messages("topic://tx").await.unwrap(),
+        1,
+        "rolled back at disconnect"
+    );
+    assert!(
+        sub.frame_within(300).await.is_none(),
+        "aborted and abandoned sends are never delivered"
+    );
+    let mut bad = Client::connected(s.addr, None).await;
+    bad.write(b"COMMIT\ntransaction:nope\nreceipt:x\n\n\0")
+        .await;
+    let e = bad.frame().await.unwrap();
+    assert!(
+        e.get("message").unwrap().contains("invalid transaction id"),
+        "{e:?}"
+    );
+    assert_eq!(e.get("receipt-id"), Some("x"));
+    s.stop().await;
+}
+
 /// With users configured: CONNECT without or with a wrong login is refused (ERROR,
 /// close); the right one (a passcode with a colon, sent raw: CONNECT is not escaped)
 /// connects; rights by destination decide SEND, SUBSCRIBE and durable creation.
@@ -435,4 +506,5 @@ on_every_backend!(
     bad_frames_get_an_error_and_close,
     expiry_never_acks_a_live_message_over_stomp,
     login_and_rights_are_enforced,
+    transactional_sends_are_prepared_until_commit,
 );

@@ -61,6 +61,32 @@ pub struct Delivery {
 #[rtype(result = "Result<PublishOutcome, ActorError>")]
 pub struct Publish(pub TopicMessage);
 
+/// Publish a message as part of transaction `xid`: a persistent message a durable
+/// subscription needs is stored prepared (invisible, holding no mark back); nothing
+/// is dispatched until [`CommitPrepared`]. Answered once it is stored.
+#[derive(Message)]
+#[rtype(result = "Result<PublishOutcome, ActorError>")]
+pub struct PublishPrepared {
+    pub message: TopicMessage,
+    pub xid: String,
+}
+
+/// Transaction `xid` committed in the store (its rows renumbered, `(old, new)` ids):
+/// release its messages to subscriptions, in the order they were sent.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CommitPrepared {
+    pub xid: String,
+    pub renumbered: Vec<(i64, i64)>,
+}
+
+/// Transaction `xid` was rolled back: forget its messages.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AbortPrepared {
+    pub xid: String,
+}
+
 /// What happened to a published message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PublishOutcome {

@@ -74,6 +74,9 @@ pub struct TopicActor {
     next_seq: u64,
     release_seq: u64,
     completed: BTreeMap<u64, Option<Arc<TopicMessage>>>,
+    /// Messages of open transactions, by xid, in send order (stored ones carry their
+    /// prepared id).
+    prepared: HashMap<String, Vec<TopicMessage>>,
     // Housekeeping.
     timer: Option<SpawnHandle>,
     expiry_armed: bool,
@@ -119,6 +122,7 @@ impl TopicActor {
             next_seq: 0,
             release_seq: 0,
             completed: BTreeMap::new(),
+            prepared: HashMap::new(),
             timer: None,
             expiry_armed: false,
             run_active: false,
@@ -519,63 +523,166 @@ impl Actor for TopicActor {
     }
 }
 
+impl TopicActor {
+    /// The common start of a publish: a message expired on arrival is counted and
+    /// answered; otherwise whether it must be stored (persistent, and some durable
+    /// subscription needs it), arming expiry if it has an expiration.
+    fn accept(
+        &mut self,
+        message: &TopicMessage,
+        ctx: &mut Context<Self>,
+    ) -> Result<bool, PublishOutcome> {
+        if message.is_expired(now_ms()) {
+            self.stats.enqueued += 1;
+            self.stats.expired += 1;
+            return Err(PublishOutcome {
+                id: None,
+                expired_on_arrival: true,
+            });
+        }
+        let store = message.persistent && !self.durables.is_empty();
+        if store && message.expiration > 0 {
+            self.expiry_armed = true;
+            self.schedule(ctx);
+        }
+        Ok(store)
+    }
+
+    /// Writes `message` (prepared with `xid`) through the store actor.
+    fn store_write(
+        &self,
+        message: &TopicMessage,
+        xid: Option<String>,
+    ) -> impl std::future::Future<Output = Result<i64, ActorError>> {
+        let op = WriteOp::Add(NewMessage {
+            container: self.container.clone(),
+            message_id: message.message_id.clone(),
+            expiration: message.expiration,
+            priority: message.priority,
+            xid,
+            payload: Arc::clone(&message.payload),
+        });
+        let store = self.store.clone();
+        async move {
+            match store.write(op).await? {
+                WriteOutcome::Added(id) => Ok(id),
+                other => unreachable!("an add answers Added, not {other:?}"),
+            }
+        }
+    }
+
+    /// Releases `message` as the next published message (publish order).
+    fn release(&mut self, message: TopicMessage, ctx: &mut Context<Self>) {
+        self.stats.enqueued += 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.complete(seq, Some(Arc::new(message)), ctx);
+    }
+}
+
 impl Handler<Publish> for TopicActor {
     type Result = ResponseActFuture<Self, Result<PublishOutcome, ActorError>>;
 
     fn handle(&mut self, msg: Publish, ctx: &mut Context<Self>) -> Self::Result {
         let message = msg.0;
-        self.stats.enqueued += 1;
-        if message.is_expired(now_ms()) {
-            self.stats.expired += 1;
-            let outcome = PublishOutcome {
-                id: None,
-                expired_on_arrival: true,
-            };
-            return Box::pin(fut::ready(Ok(outcome)));
-        }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        if !message.persistent || self.durables.is_empty() {
-            self.complete(seq, Some(Arc::new(message)), ctx);
+        let store = match self.accept(&message, ctx) {
+            Err(outcome) => return Box::pin(fut::ready(Ok(outcome))),
+            Ok(store) => store,
+        };
+        if !store {
+            self.release(message, ctx);
             let outcome = PublishOutcome {
                 id: None,
                 expired_on_arrival: false,
             };
             return Box::pin(fut::ready(Ok(outcome)));
         }
-        if message.expiration > 0 {
-            self.expiry_armed = true;
-            self.schedule(ctx);
+        // Reserve the place in publish order now; fill it when the store answers.
+        self.stats.enqueued += 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let write = self.store_write(&message, None);
+        Box::pin(
+            write
+                .into_actor(self)
+                .map(move |result, act, ctx| match result {
+                    Ok(id) => {
+                        let stored = TopicMessage {
+                            id: Some(id),
+                            ..message
+                        };
+                        act.complete(seq, Some(Arc::new(stored)), ctx);
+                        Ok(PublishOutcome {
+                            id: Some(id),
+                            expired_on_arrival: false,
+                        })
+                    }
+                    Err(e) => {
+                        act.complete(seq, None, ctx);
+                        Err(e)
+                    }
+                }),
+        )
+    }
+}
+
+impl Handler<PublishPrepared> for TopicActor {
+    type Result = ResponseActFuture<Self, Result<PublishOutcome, ActorError>>;
+
+    fn handle(&mut self, msg: PublishPrepared, ctx: &mut Context<Self>) -> Self::Result {
+        let PublishPrepared { message, xid } = msg;
+        let store = match self.accept(&message, ctx) {
+            Err(outcome) => return Box::pin(fut::ready(Ok(outcome))),
+            Ok(store) => store,
+        };
+        if !store {
+            self.prepared.entry(xid).or_default().push(message);
+            let outcome = PublishOutcome {
+                id: None,
+                expired_on_arrival: false,
+            };
+            return Box::pin(fut::ready(Ok(outcome)));
         }
-        let op = WriteOp::Add(NewMessage {
-            container: self.container.clone(),
-            message_id: message.message_id.clone(),
-            expiration: message.expiration,
-            priority: message.priority,
-            xid: None,
-            payload: Arc::clone(&message.payload),
-        });
-        let store = self.store.clone();
-        Box::pin(async move { store.write(op).await }.into_actor(self).map(
-            move |result, act, ctx| match result {
-                Ok(WriteOutcome::Added(id)) => {
-                    let stored = TopicMessage {
-                        id: Some(id),
-                        ..message
-                    };
-                    act.complete(seq, Some(Arc::new(stored)), ctx);
-                    Ok(PublishOutcome {
-                        id: Some(id),
-                        expired_on_arrival: false,
-                    })
-                }
-                Ok(other) => unreachable!("an add answers Added, not {other:?}"),
-                Err(e) => {
-                    act.complete(seq, None, ctx);
-                    Err(e)
-                }
-            },
-        ))
+        let write = self.store_write(&message, Some(xid.clone()));
+        Box::pin(write.into_actor(self).map(move |result, act, _| {
+            let id = result?;
+            let prepared = TopicMessage {
+                id: Some(id),
+                ..message
+            };
+            act.prepared.entry(xid).or_default().push(prepared);
+            Ok(PublishOutcome {
+                id: Some(id),
+                expired_on_arrival: false,
+            })
+        }))
+    }
+}
+
+impl Handler<CommitPrepared> for TopicActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: CommitPrepared, ctx: &mut Context<Self>) {
+        let renumbered: HashMap<i64, i64> = msg.renumbered.into_iter().collect();
+        for message in self.prepared.remove(&msg.xid).unwrap_or_default() {
+            let id = match message.id {
+                // A stored message is visible under its new, highest id.
+                Some(old) => match renumbered.get(&old) {
+                    Some(new) => Some(*new),
+                    None => continue,
+                },
+                None => None,
+            };
+            self.release(TopicMessage { id, ..message }, ctx);
+        }
+    }
+}
+
+impl Handler<AbortPrepared> for TopicActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AbortPrepared, _: &mut Context<Self>) {
+        self.prepared.remove(&msg.xid);
     }
 }
 

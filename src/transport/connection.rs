@@ -88,11 +88,17 @@ struct PendingAck {
     message: Received,
 }
 
-/// What a transaction collected until COMMIT.
-enum TxAction {
-    Send(String, Message),
-    Ack(String),
+/// An open STOMP transaction: its sends are already stored prepared (under the
+/// connection's xid for it); its acks wait here until COMMIT.
+#[derive(Default)]
+struct Tx {
+    topics: Vec<String>,
+    acks: Vec<String>,
 }
+
+/// Prefix of the xids of STOMP transactions; `ebb serve` rolls back any left with it
+/// at start (a STOMP transaction does not outlive its connection).
+pub const XID_PREFIX: &str = "stomp:";
 
 /// Why the loop ends.
 enum Close {
@@ -113,7 +119,7 @@ struct Session {
     subscriptions: HashMap<String, Sub>,
     pending: HashMap<String, PendingAck>,
     next_ack: u64,
-    transactions: HashMap<String, Vec<TxAction>>,
+    transactions: HashMap<String, Tx>,
     out: Vec<Frame>,
     /// (send every ms, expect every ms), negotiated; 0 = off.
     heartbeat: (u64, u64),
@@ -207,8 +213,10 @@ pub async fn serve_connection<S>(
     if let Close::Error = close {
         tracing::info!(session = %session.session_id, "connection closed after an ERROR frame");
     }
+    // Open transactions end with the connection: their prepared messages go.
+    session.abort_all().await;
     // Dropping the subscriptions detaches them: durable ones go offline with their
-    // un-acked messages still in the store; open transactions are discarded.
+    // un-acked messages still in the store.
     drop(streams);
 }
 
@@ -275,7 +283,7 @@ impl Session {
             (true, Command::Nack) => self.nack(frame).map(|_| true),
             (true, Command::Begin) => self.begin(frame).map(|_| true),
             (true, Command::Commit) => self.commit(frame).await.map(|_| true),
-            (true, Command::Abort) => self.abort(frame).map(|_| true),
+            (true, Command::Abort) => self.abort(frame).await.map(|_| true),
             (true, Command::Disconnect) => Ok(false),
             (true, server) => refuse(format!("{} is a server frame", server.as_str())),
         }
@@ -344,22 +352,36 @@ impl Session {
         let topic = topic_of(frame.get("destination"))?;
         self.authorize(Right::Write, &topic)?;
         let message = message_of(frame)?;
-        if let Some(tx) = frame.get("transaction") {
-            let Some(actions) = self.transactions.get_mut(tx) else {
-                return refuse(format!("invalid transaction id `{tx}`: not begun"));
-            };
-            actions.push(TxAction::Send(topic, message));
-            return Ok(());
-        }
-        self.publish(&topic, message).await
+        let sent = match frame.get("transaction") {
+            Some(tx) => {
+                let xid = self.xid(tx);
+                let Some(open) = self.transactions.get_mut(tx) else {
+                    return refuse(format!("invalid transaction id `{tx}`: not begun"));
+                };
+                if !open.topics.contains(&topic) {
+                    open.topics.push(topic.clone());
+                }
+                self.broker.send_prepared(&topic, message, &xid).await
+            }
+            None => self.broker.send(&topic, message).await,
+        };
+        sent.map(|_| ())
+            .map_err(|e| Refusal(format!("message not accepted: {e}")))
     }
 
-    async fn publish(&mut self, topic: &str, message: Message) -> Result<(), Refusal> {
-        self.broker
-            .send(topic, message)
-            .await
-            .map(|_| ())
-            .map_err(|e| Refusal(format!("message not accepted: {e}")))
+    /// The store xid of this connection's transaction `tx`.
+    fn xid(&self, tx: &str) -> String {
+        format!("{XID_PREFIX}{}:{tx}", self.session_id)
+    }
+
+    /// Rolls back every open transaction (the connection is ending).
+    async fn abort_all(&mut self) {
+        for (tx, open) in std::mem::take(&mut self.transactions) {
+            let xid = self.xid(&tx);
+            if let Err(e) = self.broker.rollback_prepared(&xid, &open.topics).await {
+                tracing::warn!(session = %self.session_id, %tx, error = %e, "rollback at disconnect failed");
+            }
+        }
     }
 
     async fn subscribe(&mut self, frame: &Frame, streams: &mut Streams) -> Result<(), Refusal> {
@@ -522,10 +544,10 @@ impl Session {
     async fn ack(&mut self, frame: &Frame) -> Result<(), Refusal> {
         let id = self.ack_id(frame)?;
         if let Some(tx) = frame.get("transaction") {
-            let Some(actions) = self.transactions.get_mut(tx) else {
+            let Some(open) = self.transactions.get_mut(tx) else {
                 return refuse(format!("invalid transaction id `{tx}`: not begun"));
             };
-            actions.push(TxAction::Ack(id));
+            open.acks.push(id);
             return Ok(());
         }
         self.apply_ack(&id).await
@@ -566,30 +588,40 @@ impl Session {
         if self.transactions.contains_key(&tx) {
             return refuse(format!("transaction `{tx}` is already begun"));
         }
-        self.transactions.insert(tx, Vec::new());
+        self.transactions.insert(tx, Tx::default());
         Ok(())
     }
 
+    /// COMMIT: the prepared sends become visible (one store transaction), then the
+    /// acks are applied.
     async fn commit(&mut self, frame: &Frame) -> Result<(), Refusal> {
         let tx = transaction_of(frame)?;
-        let Some(actions) = self.transactions.remove(&tx) else {
+        let Some(open) = self.transactions.remove(&tx) else {
             return refuse(format!("invalid transaction id `{tx}`: not begun"));
         };
-        for action in actions {
-            match action {
-                TxAction::Send(topic, message) => self.publish(&topic, message).await?,
-                TxAction::Ack(id) => self.apply_ack(&id).await?,
-            }
+        let xid = self.xid(&tx);
+        self.broker
+            .commit_prepared(&xid, &open.topics)
+            .await
+            .map_err(|e| Refusal(format!("commit failed: {e}")))?;
+        for id in open.acks {
+            self.apply_ack(&id).await?;
         }
         Ok(())
     }
 
-    fn abort(&mut self, frame: &Frame) -> Result<(), Refusal> {
+    /// ABORT: the prepared sends are deleted; the acks are forgotten, so those messages
+    /// can be acked again.
+    async fn abort(&mut self, frame: &Frame) -> Result<(), Refusal> {
         let tx = transaction_of(frame)?;
-        if self.transactions.remove(&tx).is_none() {
+        let Some(open) = self.transactions.remove(&tx) else {
             return refuse(format!("invalid transaction id `{tx}`: not begun"));
-        }
-        Ok(())
+        };
+        let xid = self.xid(&tx);
+        self.broker
+            .rollback_prepared(&xid, &open.topics)
+            .await
+            .map_err(|e| Refusal(format!("abort failed: {e}")))
     }
 }
 

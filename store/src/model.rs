@@ -155,6 +155,10 @@ pub enum WriteOp {
     Commit { xid: String },
     /// Roll back a prepared transaction: its messages are deleted.
     Rollback { xid: String },
+    /// Roll back every prepared transaction whose xid starts with `xid_prefix`: those a
+    /// broker abandoned when it stopped (a STOMP transaction does not survive its
+    /// connection). Run at start, before anything else.
+    RollbackAbandoned { xid_prefix: String },
     /// Delete up to `limit` messages of a topic that every durable subscription has
     /// acked by its mark. A topic with no durable subscription is left alone, unless
     /// `orphans_up_to` is given: then its messages with `id <=` that are deleted (after

@@ -553,11 +553,19 @@ macro_rules! impl_sql_store {
                         }
                         WriteOutcome::Committed(renumbered)
                     }
-                    WriteOp::Rollback { xid } => {
+                    WriteOp::Rollback { .. } | WriteOp::RollbackAbandoned { .. } => {
+                        let (sql, pattern) = match op {
+                            WriteOp::Rollback { xid } => (&self.sql.delete_prepared, xid),
+                            WriteOp::RollbackAbandoned { xid_prefix } => {
+                                let escaped = xid_prefix.replace(['%', '_'], "");
+                                (&self.sql.delete_prepared_prefix, format!("{escaped}%"))
+                            }
+                            _ => unreachable!(),
+                        };
                         let mut deleted = 0;
                         loop {
-                            let n = sqlx::query(&self.sql.delete_prepared)
-                                .bind(&xid)
+                            let n = sqlx::query(sql)
+                                .bind(&pattern)
                                 .bind($crate::statements::WRITE_BATCH)
                                 .execute(&mut *conn)
                                 .await

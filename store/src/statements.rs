@@ -39,6 +39,7 @@ pub(crate) struct Statements {
     pub prepared_ids: String,
     pub renumber_prepared: String,
     pub delete_prepared: String,
+    pub delete_prepared_prefix: String,
     pub min_marks: String,
     /// cleanup up to mark `$2`: `[0]` every priority, `LIMIT $3`; `[1]` priority `$3`,
     /// `LIMIT $4`
@@ -140,6 +141,10 @@ impl Statements {
             renumber_prepared: format!("UPDATE {p}msgs SET id = $2, xid = NULL WHERE id = $1"),
             delete_prepared: format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs WHERE xid = $1 LIMIT $2)"
+            ),
+            delete_prepared_prefix: format!(
+                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
+                 WHERE xid IS NOT NULL AND xid LIKE $1 LIMIT $2)"
             ),
             min_marks: format!(
                 "SELECT priority, MIN(last_acked_id) FROM {p}acks WHERE container = $1 \
@@ -286,6 +291,7 @@ mod tests {
             &s.cleanup[0],
             &s.cleanup[1],
             &s.delete_prepared,
+            &s.delete_prepared_prefix,
         ];
         for sql in reads {
             assert!(sql.contains("LIMIT"), "unbounded: {sql}");

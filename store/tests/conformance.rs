@@ -277,6 +277,20 @@ async fn prepared_messages_are_invisible_until_commit(t: TestStore) {
         WriteOutcome::Deleted(1)
     );
     assert_eq!(store.count_messages(T).await.unwrap(), 2);
+    // Transactions a stopped broker left open are rolled back by prefix, others kept.
+    let mut left = message(T, "left", 0);
+    left.xid = Some("stomp:ebb-1:tx1".into());
+    let mut kept = message(T, "kept", 0);
+    kept.xid = Some("xa:other".into());
+    store.add_messages(vec![left, kept]).await.unwrap();
+    let out = store
+        .write_one(WriteOp::RollbackAbandoned {
+            xid_prefix: "stomp:".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, WriteOutcome::Deleted(1));
+    assert_eq!(store.count_messages(T).await.unwrap(), 3);
 }
 
 async fn cleanup_deletes_only_what_every_subscription_acked(t: TestStore) {
