@@ -163,6 +163,9 @@ async fn serve(
     if let Some([send, expect]) = file.stomp.heartbeat_ms {
         connection.heartbeat_ms = (send, expect);
     }
+    if let Some(ms) = file.stomp.stall_timeout_ms {
+        connection.stall_timeout_ms = ms;
+    }
     connection.security = std::sync::Arc::new(security);
 
     let broker = crate::Broker::start(&store_url, broker_config).await?;

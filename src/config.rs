@@ -65,6 +65,9 @@ pub struct StompSection {
     pub max_frame_size: Option<ByteSize>,
     /// `[send every, expect every]` ms offered in CONNECTED (default 10,000 both).
     pub heartbeat_ms: Option<[u64; 2]>,
+    /// Close a connection that sends no CONNECT, or stalls mid-frame, this long (ms;
+    /// default 30,000).
+    pub stall_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -27,6 +27,10 @@ async fn server(t: &TestStore, limits: Limits) -> Server {
 }
 
 async fn server_with(t: &TestStore, limits: Limits, security: Security) -> Server {
+    server_full(t, limits, security, 30_000).await
+}
+
+async fn server_full(t: &TestStore, limits: Limits, security: Security, stall_ms: u64) -> Server {
     let broker = broker(t, policy(100, 400), 2).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -34,6 +38,7 @@ async fn server_with(t: &TestStore, limits: Limits, security: Security) -> Serve
     let config = ConnectionConfig {
         limits,
         security: std::sync::Arc::new(security),
+        stall_timeout_ms: stall_ms,
         ..ConnectionConfig::default()
     };
     actix_rt::spawn(ebb::transport::listener::run(
@@ -350,6 +355,29 @@ async fn expiry_never_acks_a_live_message_over_stomp(t: TestStore) {
     s.stop().await;
 }
 
+/// A client that stalls in the middle of a frame, or never sends CONNECT, gets an
+/// ERROR and is closed once the stall timeout passes; a well-behaved one is untouched.
+async fn stalled_clients_are_closed(t: TestStore) {
+    let s = server_full(&t, Limits::default(), Security::default(), 300).await;
+    let mut good = Client::connected(s.addr, None).await;
+    let mut mid = Client::connected(s.addr, None).await;
+    mid.write(b"SEND\ndestination:/topic/x\ncontent-le").await;
+    let e = mid.frame().await.expect("ERROR for the stalled frame");
+    assert!(
+        e.get("message").unwrap().contains("incomplete frame"),
+        "{e:?}"
+    );
+    assert!(mid.closed().await);
+    let mut silent = Client::open(s.addr).await;
+    let e = silent.frame().await.expect("ERROR for no CONNECT");
+    assert!(e.get("message").unwrap().contains("no CONNECT"), "{e:?}");
+    assert!(silent.closed().await);
+    good.write(b"SEND\ndestination:/topic/x\nreceipt:g\n\nstill here\0")
+        .await;
+    receipt(&mut good, "g").await;
+    s.stop().await;
+}
+
 /// A transactional SEND of a persistent message is stored prepared: invisible to
 /// subscribers and browsing until COMMIT; ABORT deletes it; a connection that ends
 /// with a transaction open rolls it back.
@@ -507,4 +535,5 @@ on_every_backend!(
     expiry_never_acks_a_live_message_over_stomp,
     login_and_rights_are_enforced,
     transactional_sends_are_prepared_until_commit,
+    stalled_clients_are_closed,
 );

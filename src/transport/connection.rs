@@ -37,6 +37,9 @@ pub struct ConnectionConfig {
     pub server_name: String,
     /// Users and rights; the default lets everyone in.
     pub security: std::sync::Arc<Security>,
+    /// A connection that sends no CONNECT, or stops in the middle of a frame, for this
+    /// long (ms) gets an ERROR and is closed, so a stalled peer holds nothing for long.
+    pub stall_timeout_ms: u64,
 }
 
 impl Default for ConnectionConfig {
@@ -46,6 +49,7 @@ impl Default for ConnectionConfig {
             heartbeat_ms: (10_000, 10_000),
             server_name: format!("ebb/{}", env!("CARGO_PKG_VERSION")),
             security: Default::default(),
+            stall_timeout_ms: 30_000,
         }
     }
 }
@@ -157,6 +161,10 @@ pub async fn serve_connection<S>(
     };
     let mut last_read = Instant::now();
     let mut last_write = Instant::now();
+    let opened = Instant::now();
+    // (bytes of an unfinished frame, since when that count has not changed)
+    let mut partial = (0usize, Instant::now());
+    let stall = Duration::from_millis(session.config.stall_timeout_ms);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let close = loop {
         let turn = tokio::select! {
@@ -178,7 +186,18 @@ pub async fn serve_connection<S>(
             }
             _ = tick.tick() => {
                 let (send_every, expect_every) = session.heartbeat;
-                if expect_every > 0 && last_read.elapsed() > Duration::from_millis(expect_every * 2) {
+                let buffered = reader.read_buffer().len();
+                if buffered != partial.0 {
+                    partial = (buffered, Instant::now());
+                }
+                if !session.connected && opened.elapsed() > stall {
+                    session.error(&format!("no CONNECT within {} ms", stall.as_millis()), None);
+                    Err(Close::Error)
+                } else if buffered > 0 && partial.1.elapsed() > stall {
+                    let text = format!("incomplete frame: no more bytes for {} ms", stall.as_millis());
+                    session.error(&text, None);
+                    Err(Close::Error)
+                } else if expect_every > 0 && last_read.elapsed() > Duration::from_millis(expect_every * 2) {
                     tracing::info!(session = %session.session_id, "closing: no heart-beat from the client");
                     Err(Close::Done)
                 } else {
