@@ -14,7 +14,7 @@ use actix::Addr;
 use ebb_actors::broker::{BrokerActor, GetTopic, ShutdownBroker};
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::messages::{
-    AbortPrepared, Ack, CommitPrepared, Delivery, Detach, GetStats, Publish, PublishPrepared,
+    AbortPrepared, Ack, CommitPrepared, Delivery, Detach, GetStats, Nack, Publish, PublishPrepared,
     RemoveDurable, Subscribe, TopicMessage, TopicStats,
 };
 use ebb_actors::policy::PolicyMap;
@@ -279,6 +279,17 @@ impl Acker {
     /// As [`Subscription::ack_up_to`].
     pub async fn ack_up_to(&self, message: &Received) -> Result<(), Error> {
         self.send(message.delivery.delivery_id, true).await
+    }
+
+    /// Refuses `message` (NACK): its prefetch slot is freed without an ack; a durable
+    /// subscription gets it again, marked redelivered, when it next re-attaches.
+    pub async fn nack(&self, message: &Received) -> Result<(), Error> {
+        let nack = Nack {
+            subscription: self.id,
+            delivery_id: message.delivery.delivery_id,
+        };
+        let answer = self.topic.send(nack).await;
+        Ok(answer.map_err(ebb_actors::ActorError::from)??)
     }
 
     async fn send(&self, delivery_id: u64, cumulative: bool) -> Result<(), Error> {

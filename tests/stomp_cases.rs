@@ -181,9 +181,61 @@ async fn dur_03_offline_subscription_survives_restart(t: TestStore) {
     s.stop().await;
 }
 
+/// NACK frees the prefetch slot without acking: the next message flows, and the
+/// refused one comes back, marked redelivered, when the subscription re-attaches.
+async fn nack_releases_the_slot_and_redelivers_on_reattach(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let mut c = Client::connected(s.addr, Some("n1")).await;
+    c.write(&durable_sub("N", "1", "s", "activemq.prefetchSize:1\n"))
+        .await;
+    receipt(&mut c, "sub-1").await;
+    for i in 1..=2 {
+        c.write(
+            format!("SEND\ndestination:/topic/N\npersistent:true\nreceipt:r{i}\n\nm{i}\0")
+                .as_bytes(),
+        )
+        .await;
+    }
+    let mut frames = Vec::new();
+    while frames
+        .iter()
+        .filter(|f: &&ebb::stomp::frame::Frame| f.command == Command::Message)
+        .count()
+        < 1
+    {
+        frames.push(c.frame().await.unwrap());
+    }
+    let m1 = frames
+        .into_iter()
+        .find(|f| f.command == Command::Message)
+        .unwrap();
+    assert_eq!(m1.body, b"m1");
+    let id = m1.get("ack").unwrap().to_string();
+    c.write(format!("NACK\nid:{id}\n\n\0").as_bytes()).await;
+    let m2 = loop {
+        let f = c.frame().await.expect("m2 after the NACK");
+        if f.command == Command::Message {
+            break f;
+        }
+    };
+    assert_eq!(m2.body, b"m2");
+    ack(&mut c, &m2, "a2").await;
+    c.write(b"DISCONNECT\nreceipt:d\n\n\0").await;
+    receipt(&mut c, "d").await;
+    let mut c = Client::connected(s.addr, Some("n1")).await;
+    c.write(&durable_sub("N", "1", "s", "")).await;
+    receipt(&mut c, "sub-1").await;
+    let again = c.frame().await.expect("m1 again");
+    assert_eq!(again.body, b"m1");
+    assert_eq!(again.get("redelivered"), Some("true"));
+    assert!(c.frame_within(300).await.is_none());
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     exp_01_expiry_for_every_durable_subscription,
     dur_01_priority_acks_keep_low_priority_messages,
     dur_03_offline_subscription_survives_restart,
+    nack_releases_the_slot_and_redelivers_on_reattach,
 );

@@ -120,6 +120,16 @@ pub struct Ack {
     pub cumulative: bool,
 }
 
+/// The consumer refuses one delivery (STOMP NACK): its prefetch slot is freed and it
+/// is not acked. A durable subscription keeps it un-acked in the store and gets it
+/// again, marked redelivered, when it re-attaches; a non-durable one drops it.
+#[derive(Message)]
+#[rtype(result = "Result<(), ActorError>")]
+pub struct Nack {
+    pub subscription: u64,
+    pub delivery_id: u64,
+}
+
 /// The consumer of a subscription went away: a durable one goes offline (its
 /// un-acked messages stay in the store and are delivered again), a non-durable one ends.
 #[derive(Message)]

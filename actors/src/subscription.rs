@@ -374,6 +374,17 @@ impl SubscriptionState {
         true
     }
 
+    /// Releases one delivery without acking it (NACK): its slot is free again; a
+    /// stored message is remembered as a redelivery for the next attachment. Returns
+    /// whether the delivery was in flight.
+    pub fn release(&mut self, delivery_id: u64) -> Option<InFlight> {
+        let released = self.in_flight.remove(&delivery_id)?;
+        if let Some(id) = released.store_id {
+            self.redeliveries.insert(id);
+        }
+        Some(released)
+    }
+
     /// Acks one delivery, or (cumulative) every in-flight delivery up to it. Returns
     /// the acked messages; unknown delivery ids ack nothing.
     pub fn ack(&mut self, delivery_id: u64, cumulative: bool) -> Vec<InFlight> {
@@ -529,6 +540,22 @@ mod tests {
         }
         assert_eq!(discarded, 2);
         assert_eq!(s.take_ready(0).deliveries.len(), 1);
+    }
+
+    #[test]
+    fn release_frees_the_slot_and_marks_a_redelivery() {
+        let (mut s, _rx) = durable(1, false);
+        s.read_request().unwrap();
+        s.on_read(Some(vec![msg(Some(11), 4, 0)]));
+        let d = s.take_ready(0);
+        assert_eq!(s.credit(), 0);
+        assert!(s.release(d.deliveries[0].delivery_id).is_some());
+        assert_eq!(s.credit(), 1);
+        assert!(
+            s.release(d.deliveries[0].delivery_id).is_none(),
+            "only once"
+        );
+        assert_eq!(s.unacked_store_ids().collect::<Vec<_>>(), vec![11]);
     }
 
     #[test]

@@ -769,6 +769,19 @@ impl Handler<Ack> for TopicActor {
     }
 }
 
+impl Handler<Nack> for TopicActor {
+    type Result = Result<(), ActorError>;
+
+    fn handle(&mut self, msg: Nack, ctx: &mut Context<Self>) -> Self::Result {
+        let Some(sub) = self.subscriptions.get_mut(&msg.subscription) else {
+            return Err(ActorError::UnknownSubscription(msg.subscription));
+        };
+        sub.release(msg.delivery_id);
+        self.dispatch(msg.subscription, ctx);
+        Ok(())
+    }
+}
+
 impl Handler<Detach> for TopicActor {
     type Result = ();
 

@@ -299,7 +299,7 @@ impl Session {
             (true, Command::Subscribe) => self.subscribe(frame, streams).await.map(|_| true),
             (true, Command::Unsubscribe) => self.unsubscribe(frame, streams).await.map(|_| true),
             (true, Command::Ack) => self.ack(frame).await.map(|_| true),
-            (true, Command::Nack) => self.nack(frame).map(|_| true),
+            (true, Command::Nack) => self.nack(frame).await.map(|_| true),
             (true, Command::Begin) => self.begin(frame).map(|_| true),
             (true, Command::Commit) => self.commit(frame).await.map(|_| true),
             (true, Command::Abort) => self.abort(frame).await.map(|_| true),
@@ -594,12 +594,22 @@ impl Session {
         result.map_err(|e| Refusal(format!("ack failed: {e}")))
     }
 
-    /// NACK: the message is not acked; a durable subscription gets it again when it
-    /// re-attaches (it stays in the store), a non-durable one does not.
-    fn nack(&mut self, frame: &Frame) -> Result<(), Refusal> {
+    /// NACK: the message is not acked and its prefetch slot is freed; a durable
+    /// subscription gets it again (redelivered) when it re-attaches, a non-durable one
+    /// does not.
+    async fn nack(&mut self, frame: &Frame) -> Result<(), Refusal> {
         let id = self.ack_id(frame)?;
-        self.pending.remove(&id);
-        Ok(())
+        let Some(pending) = self.pending.remove(&id) else {
+            return Ok(());
+        };
+        let Some(sub) = self.subscriptions.get(&pending.subscription) else {
+            return Ok(());
+        };
+        sub.acker
+            .clone()
+            .nack(&pending.message)
+            .await
+            .map_err(|e| Refusal(format!("nack failed: {e}")))
     }
 
     fn begin(&mut self, frame: &Frame) -> Result<(), Refusal> {
