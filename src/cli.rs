@@ -122,19 +122,37 @@ async fn serve(
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
     };
-    let store_url = store
-        .or_else(|| file.store.url.clone())
-        .unwrap_or_else(|| DEFAULT_STORE.to_string());
-    let listen = stomp
-        .or_else(|| file.stomp.listen.clone())
-        .unwrap_or_else(|| DEFAULT_STOMP.to_string());
+    // Where a value came from, for errors: the flag, or the key in the file.
+    let from_file = |key: &str| {
+        config.as_ref().map_or(String::new(), |p| {
+            format!(" (from {key} in {})", p.display())
+        })
+    };
+    let (store_url, store_from) = match (store, &file.store.url) {
+        (Some(url), _) => (url, " (from --store)".to_string()),
+        (None, Some(url)) => (url.clone(), from_file("[store] url")),
+        (None, None) => (DEFAULT_STORE.to_string(), String::new()),
+    };
+    let (listen, listen_from) = match (stomp, &file.stomp.listen) {
+        (Some(addr), _) => (addr, " (from --stomp)".to_string()),
+        (None, Some(addr)) => (addr.clone(), from_file("[stomp] listen")),
+        (None, None) => (DEFAULT_STOMP.to_string(), String::new()),
+    };
+    let invalid = |why: String| {
+        anyhow::anyhow!("invalid STOMP address `{listen}`{listen_from}: {why}; use host:port")
+    };
     let addr: std::net::SocketAddr = tokio::net::lookup_host(&listen)
         .await
-        .map_err(|e| anyhow::anyhow!("invalid STOMP address `{listen}`: {e}"))?
+        .map_err(|e| invalid(e.to_string()))?
         .next()
-        .ok_or_else(|| {
-            anyhow::anyhow!("invalid STOMP address `{listen}`: it resolves to nothing")
-        })?;
+        .ok_or_else(|| invalid("it resolves to nothing".into()))?;
+    if file.store.schema.is_some() && !store_url.starts_with("postgres") {
+        anyhow::bail!(
+            "schema{} applies to PostgreSQL stores only; the store is {}",
+            from_file("[store] schema"),
+            redact_url(&store_url)
+        );
+    }
     let security = file.security();
     if !addr.ip().is_loopback() && !security.requires_login() && !allow_anonymous {
         anyhow::bail!(
@@ -168,7 +186,9 @@ async fn serve(
     }
     connection.security = std::sync::Arc::new(security);
 
-    let broker = crate::Broker::start(&store_url, broker_config).await?;
+    let broker = crate::Broker::start(&store_url, broker_config)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}{store_from}"))?;
     let abandoned = broker
         .rollback_abandoned(crate::transport::connection::XID_PREFIX)
         .await?;

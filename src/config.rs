@@ -81,14 +81,60 @@ pub struct HousekeepingSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicySection {
+    #[serde(deserialize_with = "pattern")]
     pub destination: String,
+    /// ms; 0 = off.
     pub expire_messages_period: Option<u64>,
+    #[serde(default, deserialize_with = "at_least_one")]
     pub max_expire_page_size: Option<u32>,
     pub prioritized_messages: Option<bool>,
+    #[serde(default, deserialize_with = "at_least_one")]
     pub durable_prefetch: Option<u32>,
+    #[serde(default, deserialize_with = "at_least_one")]
     pub topic_prefetch: Option<u32>,
     pub expire_online_durable_subscriptions: Option<bool>,
     pub max_pending_non_durable: Option<u32>,
+}
+
+/// A destination pattern: `topic://` or `queue://`, then `.`-separated segments, each
+/// a name, `*`, or (last only) `>`.
+fn pattern<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let text = String::deserialize(d)?;
+    check_pattern(&text).map_err(serde::de::Error::custom)?;
+    Ok(text)
+}
+
+/// Checks a destination pattern (see [`pattern`]).
+pub fn check_pattern(text: &str) -> Result<(), String> {
+    let Some(name) = text
+        .strip_prefix("topic://")
+        .or_else(|| text.strip_prefix("queue://"))
+    else {
+        return Err(format!(
+            "destination pattern `{text}` must start with topic:// or queue://"
+        ));
+    };
+    let segments: Vec<&str> = name.split('.').collect();
+    for (i, segment) in segments.iter().enumerate() {
+        if segment.is_empty() {
+            return Err(format!("destination pattern `{text}` has an empty segment"));
+        }
+        if *segment == ">" && i + 1 != segments.len() {
+            return Err(format!(
+                "destination pattern `{text}`: `>` may only be the last segment"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A count that must be at least 1 (page sizes, prefetch).
+fn at_least_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    let n = u32::deserialize(d)?;
+    if n == 0 {
+        return Err(serde::de::Error::custom("must be at least 1"));
+    }
+    Ok(Some(n))
 }
 
 /// A size in bytes: an integer, or a string with a unit (`64kb`, `10mb`, `1gb`,
@@ -148,15 +194,8 @@ impl FileConfig {
     pub fn parse(text: &str) -> Result<Self, String> {
         let config: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
         config.security().validate()?;
-        for entry in &config.policy {
-            let ok = entry.destination.starts_with("topic://")
-                || entry.destination.starts_with("queue://");
-            if !ok {
-                return Err(format!(
-                    "policy destination `{}` must start with topic:// or queue://",
-                    entry.destination
-                ));
-            }
+        for entry in &config.authorization {
+            check_pattern(&entry.destination)?;
         }
         Ok(config)
     }
@@ -245,7 +284,14 @@ max_expire_page_size = 400
         let e = FileConfig::parse("[stomp]\nmax_frame_size = \"10 parsecs\"\n").unwrap_err();
         assert!(e.contains("parsecs"), "{e}");
         let e = FileConfig::parse("[[policy]]\ndestination = \"orders\"\n").unwrap_err();
-        assert!(e.contains("topic://"), "{e}");
+        assert!(e.contains("topic://") && e.contains("line 2"), "{e}");
+        let e = FileConfig::parse("[[policy]]\ndestination = \"topic://a.>.b\"\n").unwrap_err();
+        assert!(e.contains("last segment") && e.contains("line 2"), "{e}");
+        let e = FileConfig::parse(
+            "[[policy]]\ndestination = \"topic://>\"\nmax_expire_page_size = 0\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("at least 1") && e.contains("line 3"), "{e}");
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The `ebb` binary: parses arguments and calls the library (`ebb::cli::run`).
 
+use std::io::IsTerminal;
+
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
@@ -9,6 +11,7 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = ebb::cli::Cli::parse();
     match actix_rt::System::new().block_on(ebb::cli::run(cli)) {

@@ -20,6 +20,14 @@ pub struct TestStore {
     _dir: Option<tempfile_dir::Dir>,
 }
 
+impl Drop for TestStore {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.drop_schema();
+        }
+    }
+}
+
 mod tempfile_dir {
     /// A temporary folder removed on drop (no extra crate needed).
     pub struct Dir(pub std::path::PathBuf);
@@ -78,6 +86,32 @@ impl TestStore {
                 None
             }
         }
+    }
+
+    /// Drops this test's PostgreSQL schema (at the end of the test), so runs leave
+    /// nothing behind. A test that panics keeps its schema for a look; `.ci/run`
+    /// drops those at the start of the next run.
+    fn drop_schema(&self) {
+        let Some(schema) = self.options.schema.clone() else {
+            return;
+        };
+        let url = self.url.clone();
+        // Drop runs inside the test's runtime: use a thread with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                use sqlx::Connection;
+                let mut conn = sqlx::PgConnection::connect(&url).await.ok()?;
+                sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                    .execute(&mut conn)
+                    .await
+                    .ok()
+            })
+        })
+        .join();
     }
 
     pub async fn open(&self) -> Arc<dyn MessageStore> {
