@@ -242,6 +242,71 @@ async fn expiry_never_acks_a_live_message_over_stomp(t: TestStore) {
     s.stop().await;
 }
 
+/// Errors found while parsing carry the frame's receipt; frames before CONNECT are
+/// small; a transaction is all or nothing; an ack of an already-acked message of this
+/// connection changes nothing.
+async fn parse_errors_receipts_and_all_or_nothing_commits(t: TestStore) {
+    let s = server(&t, Limits::default()).await;
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SEND\ndestination:/topic/p\nreceipt:r\ncontent-length:abc\n\nx\0")
+        .await;
+    let e = c.frame().await.unwrap();
+    assert_eq!(e.get("receipt-id"), Some("r"), "{e:?}");
+    assert!(c.closed().await);
+
+    let mut c = Client::open(s.addr).await;
+    let mut big = b"CONNECT\naccept-version:1.2\nx:".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 100 * 1024));
+    c.write(&big).await;
+    let e = c
+        .frame()
+        .await
+        .expect("ERROR for a large frame before CONNECT");
+    assert!(e.get("message").unwrap().contains("limit"), "{e:?}");
+
+    let mut c = Client::connected(s.addr, Some("tx1")).await;
+    c.write(b"SUBSCRIBE\ndestination:/topic/p\nid:1\nack:client\nactivemq.subscriptionName:d\nreceipt:s\n\n\0").await;
+    receipt(&mut c, "s").await;
+    c.write(b"SEND\ndestination:/topic/p\npersistent:true\n\none\0SEND\ndestination:/topic/p\npersistent:true\n\ntwo\0").await;
+    let one = c.frame().await.unwrap();
+    let two = c.frame().await.unwrap();
+    let (a1, a2) = (
+        one.get("ack").unwrap().to_string(),
+        two.get("ack").unwrap().to_string(),
+    );
+    // Cumulative ack of two covers one: acking one afterwards is a no-op.
+    c.write(format!("ACK\nid:{a2}\nreceipt:k2\n\n\0ACK\nid:{a1}\nreceipt:k1\n\n\0").as_bytes())
+        .await;
+    receipt(&mut c, "k2").await;
+    receipt(&mut c, "k1").await;
+    // The same ack twice in one transaction is refused; the transaction's send is
+    // rolled back with the connection and never delivered.
+    c.write(b"SEND\ndestination:/topic/p\npersistent:true\n\nthree\0")
+        .await;
+    let three = c.frame().await.unwrap();
+    let a3 = three.get("ack").unwrap().to_string();
+    let tx = format!(
+        "BEGIN\ntransaction:t\n\n\0SEND\ndestination:/topic/p\npersistent:true\ntransaction:t\n\nin-tx\0\
+         ACK\nid:{a3}\ntransaction:t\n\n\0ACK\nid:{a3}\ntransaction:t\nreceipt:dup\n\n\0"
+    );
+    c.write(tx.as_bytes()).await;
+    let e = c.frame().await.unwrap();
+    assert_eq!(e.get("receipt-id"), Some("dup"), "{e:?}");
+    assert!(c.closed().await);
+    let mut c = Client::connected(s.addr, Some("tx1")).await;
+    c.write(
+        b"SUBSCRIBE\ndestination:/topic/p\nid:1\nack:client\nactivemq.subscriptionName:d\n\n\0",
+    )
+    .await;
+    let again = c.frame().await.expect("three, never acked");
+    assert_eq!(again.body, b"three");
+    assert!(
+        c.frame_within(300).await.is_none(),
+        "the rolled-back send is never delivered"
+    );
+    s.stop().await;
+}
+
 /// A client that stalls in the middle of a frame, or never sends CONNECT, gets an
 /// ERROR and is closed once the stall timeout passes; a well-behaved one is untouched.
 async fn stalled_clients_are_closed(t: TestStore) {
@@ -430,4 +495,5 @@ on_every_backend!(
     login_and_rights_are_enforced,
     transactional_sends_are_prepared_until_commit,
     stalled_clients_are_closed,
+    parse_errors_receipts_and_all_or_nothing_commits,
 );

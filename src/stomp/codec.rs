@@ -44,14 +44,15 @@ pub enum Incoming {
 }
 
 /// A protocol error: the text goes into the ERROR frame's `message` header, and the
-/// connection is then closed.
+/// connection is then closed. `.1` is the bad frame's `receipt` header, when the
+/// decoder got far enough to read it (it goes into the ERROR's `receipt-id`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct ProtocolError(pub String);
+pub struct ProtocolError(pub String, pub Option<String>);
 
 impl From<std::io::Error> for ProtocolError {
     fn from(e: std::io::Error) -> Self {
-        ProtocolError(format!("connection error: {e}"))
+        ProtocolError(format!("connection error: {e}"), None)
     }
 }
 
@@ -72,7 +73,12 @@ impl StompCodec {
 }
 
 fn err<T>(text: impl Into<String>) -> Result<T, ProtocolError> {
-    Err(ProtocolError(text.into()))
+    Err(ProtocolError(text.into(), None))
+}
+
+/// True for a byte that may start or continue a command line (`SEND`, `CONNECT`...).
+fn command_byte(b: u8) -> bool {
+    b.is_ascii_uppercase() || b == b'\r'
 }
 
 impl Decoder for StompCodec {
@@ -93,6 +99,13 @@ impl Decoder for StompCodec {
             return Ok(None);
         }
         let limits = self.limits;
+        // Bytes that cannot begin a command are refused at once, not buffered.
+        let first_line = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
+        if let Some(bad) = buf[..first_line].iter().find(|&&b| !command_byte(b)) {
+            return err(format!(
+                "not a STOMP frame: byte 0x{bad:02x} in the command line"
+            ));
+        }
         // The header section ends at the first empty line.
         let mut lines: Vec<&[u8]> = Vec::new();
         let mut pos = 0;
@@ -142,24 +155,49 @@ impl Decoder for StompCodec {
             return err("empty frame");
         };
         let command_text = std::str::from_utf8(command_line)
-            .map_err(|_| ProtocolError("command is not UTF-8".into()))?;
+            .map_err(|_| ProtocolError("command is not UTF-8".into(), None))?;
         let Some(command) = Command::parse(command_text) else {
             return err(format!(
                 "unknown command `{}`",
                 command_text.chars().take(32).collect::<String>()
             ));
         };
+        // From here on, errors carry the frame's receipt so the ERROR can name it.
+        let receipt = header_lines
+            .iter()
+            .find_map(|l| l.strip_prefix(b"receipt:"))
+            .map(|v| String::from_utf8_lossy(v).into_owned());
+        let with_receipt = |e: ProtocolError| ProtocolError(e.0, receipt.clone());
+        let header_lines: Vec<Vec<u8>> = header_lines.iter().map(|l| l.to_vec()).collect();
+        self.parse_rest(buf, command, &header_lines, header_end)
+            .map_err(with_receipt)
+    }
+}
+
+impl StompCodec {
+    /// Headers and body of a frame whose header section is complete.
+    fn parse_rest(
+        &self,
+        buf: &mut BytesMut,
+        command: Command,
+        header_lines: &[Vec<u8>],
+        header_end: usize,
+    ) -> Result<Option<Incoming>, ProtocolError> {
+        let limits = self.limits;
         let mut headers = Vec::with_capacity(header_lines.len());
         for line in header_lines {
+            if line.contains(&0) {
+                return err("a header contains a NUL octet");
+            }
             let text = std::str::from_utf8(line)
-                .map_err(|_| ProtocolError("header is not UTF-8".into()))?;
+                .map_err(|_| ProtocolError("header is not UTF-8".into(), None))?;
             let Some((name, value)) = text.split_once(':') else {
                 let shown: String = text.chars().take(64).collect();
                 return err(format!("header line without a colon: `{shown}`"));
             };
             // CONNECT and CONNECTED are never escaped; 1.0 values are trimmed instead.
             let header = if command.escapes_headers() {
-                let unescaped = |t| unescape(t, self.version).map_err(ProtocolError);
+                let unescaped = |t| unescape(t, self.version).map_err(|e| ProtocolError(e, None));
                 (unescaped(name)?, unescaped(value)?)
             } else {
                 (name.to_string(), value.to_string())
@@ -172,20 +210,20 @@ impl Decoder for StompCodec {
             .map(|(_, v)| {
                 v.trim()
                     .parse::<usize>()
-                    .map_err(|_| ProtocolError(format!("invalid content-length `{v}`")))
+                    .map_err(|_| ProtocolError(format!("invalid content-length `{v}`"), None))
             })
             .transpose()?;
         let (body_end, next) = match content_length {
             Some(len) => {
-                if header_end + len + 1 > limits.max_frame_bytes {
+                let total = header_end.checked_add(len).and_then(|t| t.checked_add(1));
+                let Some(total) = total.filter(|t| *t <= limits.max_frame_bytes) else {
                     return err(format!(
-                        "frame of {} bytes is larger than the limit of {} bytes",
-                        header_end + len + 1,
+                        "content-length {len} makes the frame larger than the limit of {} bytes",
                         limits.max_frame_bytes
                     ));
-                }
-                if buf.len() < header_end + len + 1 {
-                    buf.reserve(header_end + len + 1 - buf.len());
+                };
+                if buf.len() < total {
+                    buf.reserve(total - buf.len());
                     return Ok(None);
                 }
                 if buf[header_end + len] != 0 {
@@ -238,6 +276,11 @@ impl Encoder<Outgoing> for StompCodec {
         let mut has_length = false;
         for (name, value) in &frame.headers {
             has_length |= name == "content-length";
+            // A NUL would end the frame early: it never goes out in a header.
+            let (name, value) = (
+                &name.replace('\0', "\u{fffd}"),
+                &value.replace('\0', "\u{fffd}"),
+            );
             if frame.command.escapes_headers() {
                 dst.put_slice(escape(name, self.version).as_bytes());
                 dst.put_u8(b':');
@@ -249,7 +292,7 @@ impl Encoder<Outgoing> for StompCodec {
             }
             dst.put_u8(b'\n');
         }
-        if !has_length && !frame.body.is_empty() {
+        if !has_length && (!frame.body.is_empty() || frame.command == Command::Message) {
             dst.put_slice(format!("content-length:{}\n", frame.body.len()).as_bytes());
         }
         dst.put_u8(b'\n');
@@ -370,6 +413,42 @@ mod tests {
             .unwrap_err()
             .0
             .contains("limit"));
+    }
+
+    #[test]
+    fn hostile_lengths_nuls_and_garbage_are_errors_with_the_receipt() {
+        let huge = b"SEND\ndestination:/a\nreceipt:r\ncontent-length:18446744073709551552\n\nx\0";
+        let e = decode_all(&mut v12(), huge).unwrap_err();
+        assert!(e.0.contains("limit"), "{e:?}");
+        assert_eq!(e.1.as_deref(), Some("r"));
+        let nul = b"SEND\ndestination:/a\nx:a\0MESSAGE\nreceipt:r\n\nreal\0";
+        assert!(decode_all(&mut v12(), nul).is_err());
+        let bad_escape = b"SEND\ndestination:/a\nx:a\\qb\nreceipt:r2\n\n\0";
+        assert_eq!(
+            decode_all(&mut v12(), bad_escape).unwrap_err().1.as_deref(),
+            Some("r2")
+        );
+        let garbage = b"\0\0\0";
+        assert!(decode_all(&mut v12(), garbage)
+            .unwrap_err()
+            .0
+            .contains("not a STOMP frame"));
+        let lower = b"send";
+        assert!(
+            decode_all(&mut v12(), lower).is_err(),
+            "refused before a newline arrives"
+        );
+    }
+
+    #[test]
+    fn messages_always_say_their_length_and_never_carry_nul_headers() {
+        let mut codec = v12();
+        let mut buf = BytesMut::new();
+        let f = Frame::new(Command::Message).header("x", "a\0b");
+        codec.encode(Outgoing::Frame(f), &mut buf).unwrap();
+        let back = decode_all(&mut codec, &buf).unwrap();
+        assert_eq!(frame(&back[0]).get("content-length"), Some("0"));
+        assert_eq!(frame(&back[0]).get("x"), Some("a\u{fffd}b"));
     }
 
     #[test]

@@ -98,7 +98,19 @@ struct PendingAck {
 struct Tx {
     topics: Vec<String>,
     acks: Vec<String>,
+    /// Body bytes sent in it (bounded by [`MAX_TRANSACTION_BYTES`]).
+    bytes: usize,
 }
+
+/// Most transactions a connection may have open at once.
+pub const MAX_OPEN_TRANSACTIONS: usize = 100;
+
+/// Most body bytes one transaction may send before COMMIT (64 MiB): its messages
+/// are held until then.
+pub const MAX_TRANSACTION_BYTES: usize = 64 << 20;
+
+/// Largest frame before CONNECT (64 KiB): a CONNECT frame is small.
+pub const PRE_CONNECT_MAX_FRAME: usize = 64 << 10;
 
 /// Prefix of the xids of STOMP transactions; `ebb serve` rolls back any left with it
 /// at start (a STOMP transaction does not outlive its connection).
@@ -141,7 +153,11 @@ pub async fn serve_connection<S>(
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let (read, write) = tokio::io::split(io);
-    let mut reader = FramedRead::new(read, StompCodec::new(config.limits));
+    // Until CONNECT, frames are small: no one buffers megabytes before logging in.
+    let mut pre_connect = config.limits;
+    pre_connect.max_frame_bytes = pre_connect.max_frame_bytes.min(PRE_CONNECT_MAX_FRAME);
+    pre_connect.max_header_bytes = pre_connect.max_header_bytes.min(PRE_CONNECT_MAX_FRAME);
+    let mut reader = FramedRead::new(read, StompCodec::new(pre_connect));
     let mut writer = FramedWrite::new(write, StompCodec::new(config.limits));
     let mut streams: Streams = StreamMap::new();
     let mut session = Session {
@@ -175,7 +191,7 @@ pub async fn serve_connection<S>(
                     Some(Ok(Incoming::Heartbeat)) => Ok(()),
                     Some(Ok(Incoming::Frame(frame))) => session.handle(frame, &mut streams).await,
                     Some(Err(e)) => {
-                        session.error(&e.0, None);
+                        session.error(&e.0, e.1.as_deref());
                         Err(Close::Error)
                     }
                 }
@@ -188,7 +204,9 @@ pub async fn serve_connection<S>(
                 let (send_every, expect_every) = session.heartbeat;
                 let buffered = reader.read_buffer().len();
                 if buffered != partial.0 {
+                    // Bytes of a frame still arriving count as activity (STOMP: any data).
                     partial = (buffered, Instant::now());
+                    last_read = last_read.max(partial.1);
                 }
                 if !session.connected && opened.elapsed() > stall {
                     session.error(&format!("no CONNECT within {} ms", stall.as_millis()), None);
@@ -197,12 +215,13 @@ pub async fn serve_connection<S>(
                     let text = format!("incomplete frame: no more bytes for {} ms", stall.as_millis());
                     session.error(&text, None);
                     Err(Close::Error)
-                } else if expect_every > 0 && last_read.elapsed() > Duration::from_millis(expect_every * 2) {
+                } else if expect_every > 0 && last_read.elapsed() > Duration::from_millis(expect_every.saturating_mul(2)) {
                     tracing::info!(session = %session.session_id, "closing: no heart-beat from the client");
                     Err(Close::Done)
                 } else {
                     if send_every > 0 && last_write.elapsed() >= Duration::from_millis(send_every) {
-                        if writer.send(Outgoing::Heartbeat).await.is_err() {
+                        let beat = tokio::time::timeout(stall, writer.send(Outgoing::Heartbeat));
+                        if !matches!(beat.await, Ok(Ok(()))) {
                             break Close::Done;
                         }
                         last_write = Instant::now();
@@ -213,17 +232,27 @@ pub async fn serve_connection<S>(
         };
         // The version may have changed (CONNECT): both halves of the codec follow it.
         reader.decoder_mut().version = session.version;
+        if session.connected {
+            reader.decoder_mut().limits = session.config.limits;
+        }
         writer.encoder_mut().version = session.version;
         if !session.out.is_empty() {
-            for frame in session.out.drain(..) {
-                if writer.feed(Outgoing::Frame(frame)).await.is_err() {
-                    break;
+            // A peer that reads nothing for the stall timeout is dead or hopelessly
+            // slow: close it, so it holds no durable subscription and no buffers.
+            let write = async {
+                for frame in session.out.drain(..) {
+                    writer.feed(Outgoing::Frame(frame)).await?;
+                }
+                writer.flush().await
+            };
+            match tokio::time::timeout(stall, write).await {
+                Ok(Ok(())) => last_write = Instant::now(),
+                Ok(Err(_)) => break Close::Done,
+                Err(_) => {
+                    tracing::info!(session = %session.session_id, "closing: the client reads nothing");
+                    break Close::Done;
                 }
             }
-            if writer.flush().await.is_err() {
-                break Close::Done;
-            }
-            last_write = Instant::now();
         }
         if let Err(close) = turn {
             break close;
@@ -377,6 +406,12 @@ impl Session {
                 let Some(open) = self.transactions.get_mut(tx) else {
                     return refuse(format!("invalid transaction id `{tx}`: not begun"));
                 };
+                open.bytes += message.body.len();
+                if open.bytes > MAX_TRANSACTION_BYTES {
+                    return refuse(format!(
+                        "transaction `{tx}` sends more than {MAX_TRANSACTION_BYTES} bytes before COMMIT"
+                    ));
+                }
                 if !open.topics.contains(&topic) {
                     open.topics.push(topic.clone());
                 }
@@ -560,12 +595,35 @@ impl Session {
         refuse("ACK or NACK names no message waiting for an ack on this connection")
     }
 
+    /// True for an ack id this connection handed out that is no longer waiting (acked
+    /// already, or covered by a cumulative ack): acking it again changes nothing.
+    fn acked_before(&self, frame: &Frame) -> bool {
+        let prefix = format!("{}-", self.session_id);
+        frame
+            .get("id")
+            .and_then(|id| id.strip_prefix(&prefix))
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| n < self.next_ack)
+    }
+
     async fn ack(&mut self, frame: &Frame) -> Result<(), Refusal> {
+        if frame.get("transaction").is_none() && self.acked_before(frame) {
+            if let Some(id) = frame.get("id") {
+                if !self.pending.contains_key(id) {
+                    return Ok(());
+                }
+            }
+        }
         let id = self.ack_id(frame)?;
         if let Some(tx) = frame.get("transaction") {
             let Some(open) = self.transactions.get_mut(tx) else {
                 return refuse(format!("invalid transaction id `{tx}`: not begun"));
             };
+            if open.acks.contains(&id) {
+                return refuse(format!(
+                    "ack id `{id}` is already acked in transaction `{tx}`"
+                ));
+            }
             open.acks.push(id);
             return Ok(());
         }
@@ -617,6 +675,11 @@ impl Session {
         if self.transactions.contains_key(&tx) {
             return refuse(format!("transaction `{tx}` is already begun"));
         }
+        if self.transactions.len() >= MAX_OPEN_TRANSACTIONS {
+            return refuse(format!(
+                "more than {MAX_OPEN_TRANSACTIONS} open transactions on one connection"
+            ));
+        }
         self.transactions.insert(tx, Tx::default());
         Ok(())
     }
@@ -629,6 +692,15 @@ impl Session {
             return refuse(format!("invalid transaction id `{tx}`: not begun"));
         };
         let xid = self.xid(&tx);
+        // All or nothing: if an ack of the transaction no longer applies (its message
+        // was acked outside it, or its subscription is gone), nothing is committed.
+        if let Some(stale) = open.acks.iter().find(|id| !self.pending.contains_key(*id)) {
+            let stale = stale.clone();
+            let _ = self.broker.rollback_prepared(&xid, &open.topics).await;
+            return refuse(format!(
+                "transaction `{tx}` rolled back: ack id `{stale}` no longer waits for an ack"
+            ));
+        }
         self.broker
             .commit_prepared(&xid, &open.topics)
             .await

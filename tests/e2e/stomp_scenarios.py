@@ -201,8 +201,8 @@ def crash_safety():
 
 
 def acks_and_transactions():
-    """Client-individual acks out of order, a cumulative client ack, and a
-    transaction that commits one send and aborts another."""
+    """Client-individual acks out of order, a transaction that commits one send and
+    aborts another, and cumulative client acks."""
     proc = start()
     conn, seen = connect("c3")
     durable(conn, "/topic/tx", "t1")
@@ -236,6 +236,23 @@ def acks_and_transactions():
         fail(f"expected ['m1', 'committed'], got {bodies}")
     if seen.errors:
         fail(f"unexpected ERROR frames: {[e.headers for e in seen.errors]}")
+    bye(conn, seen)
+
+    # ack:client is cumulative: acking the third message acks the first two as well.
+    conn, seen = connect("c4")
+    durable(conn, "/topic/cumulative", "k1", ack="client")
+    wait_until(lambda: "sub-k1" in seen.receipts) or fail("no receipt for SUBSCRIBE")
+    for n in range(1, 5):
+        conn.send("/topic/cumulative", f"k{n}", headers={"persistent": "true"})
+    wait_until(lambda: len(seen.messages) == 4) or fail("four messages were not delivered")
+    conn.ack(seen.messages[2].headers["ack"])
+    bye(conn, seen)
+    conn, seen = connect("c4")
+    durable(conn, "/topic/cumulative", "k1", ack="client")
+    wait_until(lambda: len(seen.messages) >= 1) or fail("k4 was not redelivered")
+    time.sleep(0.3)
+    if [m.body for m in seen.messages] != ["k4"]:
+        fail(f"a cumulative ack of k3 must leave only k4, got {[m.body for m in seen.messages]}")
     bye(conn, seen)
     stop(proc)
 
