@@ -288,8 +288,7 @@ impl Acker {
             subscription: self.id,
             delivery_id: message.delivery.delivery_id,
         };
-        let answer = self.topic.send(nack).await;
-        Ok(answer.map_err(ebb_actors::ActorError::from)??)
+        Ok(self.topic.send(nack).await??)
     }
 
     async fn send(&self, delivery_id: u64, cumulative: bool) -> Result<(), Error> {
@@ -298,8 +297,7 @@ impl Acker {
             delivery_id,
             cumulative,
         };
-        let answer = self.topic.send(ack).await;
-        Ok(answer.map_err(ebb_actors::ActorError::from)??)
+        Ok(self.topic.send(ack).await??)
     }
 }
 
@@ -396,11 +394,7 @@ impl Broker {
 
     async fn topic(&self, name: &str) -> Result<Addr<TopicActor>, Error> {
         let container = topic_container(name)?;
-        let addr = self
-            .registry
-            .send(GetTopic(container))
-            .await
-            .map_err(ebb_actors::ActorError::from)??;
+        let addr = self.registry.send(GetTopic(container)).await??;
         Ok(addr)
     }
 
@@ -445,10 +439,7 @@ impl Broker {
         let outgoing = self.outgoing(message)?;
         let topic = self.topic(name).await?;
         let message_id = outgoing.message_id.clone();
-        let outcome = topic
-            .send(Publish(outgoing))
-            .await
-            .map_err(ebb_actors::ActorError::from)??;
+        let outcome = topic.send(Publish(outgoing)).await??;
         Ok(SendReceipt {
             message_id,
             store_id: outcome.id,
@@ -473,10 +464,7 @@ impl Broker {
             message: outgoing,
             xid: xid.to_string(),
         };
-        let outcome = topic
-            .send(prepared)
-            .await
-            .map_err(ebb_actors::ActorError::from)??;
+        let outcome = topic.send(prepared).await??;
         Ok(SendReceipt {
             message_id,
             store_id: outcome.id,
@@ -497,16 +485,21 @@ impl Broker {
         let WriteOutcome::Committed(renumbered) = committed else {
             unreachable!("a commit answers Committed");
         };
+        self.tell_topics(topics, || CommitPrepared {
+            xid: xid.to_string(),
+            renumbered: renumbered.clone(),
+        })
+        .await
+    }
+
+    /// Sends `make()` to each of `topics` and waits for each to handle it.
+    async fn tell_topics<M>(&self, topics: &[String], make: impl Fn() -> M) -> Result<(), Error>
+    where
+        M: actix::Message<Result = ()> + Send + 'static,
+        TopicActor: actix::Handler<M>,
+    {
         for name in topics {
-            let commit = CommitPrepared {
-                xid: xid.to_string(),
-                renumbered: renumbered.clone(),
-            };
-            self.topic(name)
-                .await?
-                .send(commit)
-                .await
-                .map_err(ebb_actors::ActorError::from)?;
+            self.topic(name).await?.send(make()).await?;
         }
         Ok(())
     }
@@ -518,17 +511,10 @@ impl Broker {
                 xid: xid.to_string(),
             })
             .await?;
-        for name in topics {
-            let abort = AbortPrepared {
-                xid: xid.to_string(),
-            };
-            self.topic(name)
-                .await?
-                .send(abort)
-                .await
-                .map_err(ebb_actors::ActorError::from)?;
-        }
-        Ok(())
+        self.tell_topics(topics, || AbortPrepared {
+            xid: xid.to_string(),
+        })
+        .await
     }
 
     /// Deletes the prepared messages of every transaction whose xid starts with
@@ -572,8 +558,7 @@ impl Broker {
                 prefetch: options.prefetch,
                 deliver: tx,
             })
-            .await
-            .map_err(ebb_actors::ActorError::from)??;
+            .await??;
         Ok(Subscription {
             topic,
             id,
@@ -592,10 +577,7 @@ impl Broker {
     ) -> Result<bool, Error> {
         let topic = self.topic(name).await?;
         let key = SubscriptionKey::new(client_id, subscription);
-        Ok(topic
-            .send(RemoveDurable(key))
-            .await
-            .map_err(ebb_actors::ActorError::from)??)
+        Ok(topic.send(RemoveDurable(key)).await??)
     }
 
     /// Up to `limit` (at most [`MAX_BROWSE_PAGE`]) stored messages of topic `name`
@@ -638,10 +620,7 @@ impl Broker {
     /// The counters of topic `name` (starting it if it is not running).
     pub async fn topic_stats(&self, name: &str) -> Result<TopicStats, Error> {
         let topic = self.topic(name).await?;
-        Ok(topic
-            .send(GetStats)
-            .await
-            .map_err(ebb_actors::ActorError::from)?)
+        Ok(topic.send(GetStats).await?)
     }
 
     /// Runs topic `name`'s housekeeping now, as its timer would: starts an expiry run
@@ -649,10 +628,7 @@ impl Broker {
     /// watch [`Broker::topic_stats`] for the pages.
     pub async fn run_housekeeping(&self, name: &str) -> Result<(), Error> {
         let topic = self.topic(name).await?;
-        topic
-            .send(ebb_actors::messages::RunHousekeeping)
-            .await
-            .map_err(ebb_actors::ActorError::from)?;
+        topic.send(ebb_actors::messages::RunHousekeeping).await?;
         Ok(())
     }
 
@@ -665,10 +641,7 @@ impl Broker {
     /// flight finish and starts none, flushes the store actor (every accepted message
     /// is committed), and closes the store last. Returns when all of that is done.
     pub async fn shutdown(&self) -> Result<(), Error> {
-        self.registry
-            .send(ShutdownBroker)
-            .await
-            .map_err(ebb_actors::ActorError::from)??;
+        self.registry.send(ShutdownBroker).await??;
         Ok(())
     }
 }

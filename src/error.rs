@@ -23,3 +23,9 @@ pub enum Error {
     #[error("a durable subscription needs a non-empty client id and subscription name")]
     InvalidSubscription,
 }
+
+impl From<actix::MailboxError> for Error {
+    fn from(e: actix::MailboxError) -> Self {
+        Error::Actor(ActorError::Mailbox(e))
+    }
+}
