@@ -104,7 +104,8 @@ fn pattern<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     Ok(text)
 }
 
-/// Checks a destination pattern (see [`pattern`]).
+/// Checks a destination pattern: `topic://` or `queue://`, then `.`-separated
+/// segments, each a name, `*`, or (last only) `>`.
 pub fn check_pattern(text: &str) -> Result<(), String> {
     let Some(name) = text
         .strip_prefix("topic://")

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | [`BrokerActor`](broker::BrokerActor) | destination name → actor, policies, shutdown | `broker.rs` |
 //! | [`TopicActor`](topic::TopicActor) | subscriptions, cursors, expiry timer and state | `topic.rs` |
-//! | [`StoreActor`](store_actor::StoreActor) | the queue of store writes; the only writer | `store_actor.rs` |
+//! | [`StoreActor`] | the queue of store writes; the only writer | `store_actor.rs` |
 //!
 //! Plain parts: [`subscription`] (one subscription's cursor and credit), [`policy`]
 //! (ActiveMQ-style policy map), [`housekeeping`] (the fair budget of expiry pages),

@@ -5,9 +5,10 @@
 //! offline), the release order of published messages, its housekeeping timer and
 //! expiry state, and its counters.
 //!
-//! Messages it accepts: [`Publish`], [`Subscribe`], [`Ack`], [`Detach`],
-//! [`RemoveDurable`], [`GetStats`], [`StopHousekeeping`]; and from itself, the timer
-//! tick and [`ExpiryPage`].
+//! Messages it accepts: [`Publish`], [`PublishPrepared`], [`CommitPrepared`],
+//! [`AbortPrepared`], [`Subscribe`], [`Ack`], [`Nack`], [`Detach`], [`RemoveDurable`],
+//! [`GetStats`], [`RunHousekeeping`], [`StopHousekeeping`]; and from itself, the timer
+//! tick, [`ExpiryPage`] and [`CleanupBatch`].
 //!
 //! **Publishing.** A persistent message is stored (through the store actor) when the
 //! topic has a durable subscription, and the producer is answered after the commit. A
@@ -486,10 +487,12 @@ impl TopicActor {
         }));
     }
 
+    /// Puts durable subscription `key` online as subscription `id`, its backlog
+    /// starting after `mark` (the lowest of its marks), and dispatches.
     fn attach(
         &mut self,
         key: SubscriptionKey,
-        marks: i64,
+        mark: i64,
         prefetch: u32,
         deliver: tokio::sync::mpsc::Sender<Delivery>,
         id: u64,
@@ -503,7 +506,7 @@ impl TopicActor {
         let state = SubscriptionState::durable(
             id,
             key,
-            marks,
+            mark,
             prefetch,
             self.policy.prioritized_messages,
             deliver,
@@ -689,7 +692,7 @@ impl Handler<AbortPrepared> for TopicActor {
 impl Handler<Subscribe> for TopicActor {
     type Result = ResponseActFuture<Self, Result<u64, ActorError>>;
 
-    fn handle(&mut self, msg: Subscribe, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Subscribe, _: &mut Context<Self>) -> Self::Result {
         let id = self.next_subscription_id();
         let Some(key) = msg.durable else {
             let prefetch = msg.prefetch.unwrap_or(self.policy.topic_prefetch);
@@ -716,7 +719,6 @@ impl Handler<Subscribe> for TopicActor {
         };
         let store = self.store.clone();
         let deliver = msg.deliver;
-        let _ = ctx;
         Box::pin(async move { store.write(op).await }.into_actor(self).map(
             move |result, act, ctx| match result {
                 Ok(WriteOutcome::Subscribed(sub)) => {
