@@ -32,6 +32,9 @@ pub enum Command {
         #[arg(long)]
         allow_anonymous: bool,
     },
+    /// Build the ActiveMQ expiry out-of-memory workload (a large backlog for an offline
+    /// durable subscriber) on an in-process broker, and report memory and rows.
+    Soak(crate::soak::SoakOptions),
     /// Read a password from standard input and print its argon2 hash, for
     /// `password_hash` in the configuration's `[[users]]`.
     Passwd,
@@ -64,6 +67,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             config,
             allow_anonymous,
         } => serve(store, stomp, config, allow_anonymous).await,
+        Command::Soak(options) => {
+            let report = crate::soak::run(&options, true).await?;
+            print!("{}", crate::soak::table(&report, &options));
+            if let Some(path) = &options.plot {
+                crate::soak::plot(&report, &options, path)?;
+                println!("{:<28} {}", "chart", path.display());
+            }
+            if options.json {
+                println!("{}", serde_json::to_string(&report)?);
+            }
+            if options.assert_flat {
+                crate::soak::check_flat(&report, options.max_expire_page_size)
+                    .map_err(|why| anyhow::anyhow!("--assert-flat failed: {why}"))?;
+            }
+            Ok(())
+        }
         Command::Passwd => {
             let mut password = String::new();
             std::io::stdin().read_line(&mut password)?;

@@ -17,6 +17,7 @@ pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod soak;
 pub mod stomp;
 pub mod transport;
 

@@ -164,6 +164,8 @@ pub struct TopicStats {
     /// Housekeeping timer ticks (wake-ups). The timer runs only while there is work:
     /// an expiration to watch or acked messages to clean up.
     pub ticks: u64,
+    /// Expiry runs started (a run is one or more chained pages).
+    pub expiry_runs: u64,
     /// Expiry pages started (each is one bounded `recover_expired` call).
     pub expiry_pages_started: u64,
     /// Expiry pages finished (with or without an error).

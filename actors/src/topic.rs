@@ -316,6 +316,7 @@ impl TopicActor {
             return;
         }
         self.run_active = true;
+        self.stats.expiry_runs += 1;
         self.page(ctx);
     }
 

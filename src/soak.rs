@@ -1,0 +1,488 @@
+//! `ebb soak`: the ActiveMQ expiry out-of-memory workload, run against Ebb, with the
+//! figures a user needs to check that memory does not grow with the backlog.
+//!
+//! On ActiveMQ with the JDBC store, a topic with one offline durable subscriber and a
+//! backlog of 200,000 persistent 5 KB messages runs a 1 GB heap out of memory, because
+//! every expiry run reads the whole backlog. This command builds the same backlog on an
+//! in-process broker (SQLite in a temporary folder by default, or PostgreSQL in a
+//! schema of its own), samples resident memory and stored rows while it grows, and
+//! reports them: a table, a JSON line, a chart.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+
+use crate::{Broker, BrokerConfig, Message, Policy, PolicyEntry, PolicyMap, SubscribeOptions};
+use ebb_store::{redact_url, StoreOptions};
+
+/// The workload and what to do with the results (the `ebb soak` flags).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SoakOptions {
+    /// Store URL [default: a fresh SQLite file in a temporary folder]; a postgres://
+    /// store gets a schema of its own, dropped at the end.
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Durable subscriptions created and left offline.
+    #[arg(long, default_value_t = 1)]
+    pub durable_subscribers: u32,
+    /// Messages to send.
+    #[arg(long, default_value_t = 200_000)]
+    pub messages: u64,
+    /// Body size, bytes.
+    #[arg(long, default_value_t = 5120)]
+    pub size: usize,
+    /// Time to live of every message, ms (0 = no expiration).
+    #[arg(long, default_value_t = 0)]
+    pub ttl_ms: u64,
+    /// Housekeeping period, ms (30x more often than ActiveMQ's 30,000 default).
+    #[arg(long, default_value_t = 1000)]
+    pub expire_period_ms: u64,
+    /// Rows per expiry page.
+    #[arg(long, default_value_t = 400)]
+    pub max_expire_page_size: u32,
+    /// Concurrent producers.
+    #[arg(long, default_value_t = 1)]
+    pub producers: u32,
+    /// Non-durable subscribers that consume everything.
+    #[arg(long, default_value_t = 0)]
+    pub live_subscribers: u32,
+    /// Print one JSON object with the results as the last line.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw resident memory and stored rows against time into this PNG file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Exit non-zero if peak resident memory in the second half of the run exceeds the
+    /// first half's by more than 20 %, or an expiry page read more rows than its size.
+    #[arg(long)]
+    pub assert_flat: bool,
+}
+
+/// One sample of the run.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Sample {
+    pub elapsed_s: f64,
+    pub rss_bytes: u64,
+    pub stored_rows: u64,
+    pub sent: u64,
+}
+
+/// The results (the JSON line has these fields).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SoakReport {
+    pub messages_sent: u64,
+    pub messages_stored: u64,
+    pub messages_expired: u64,
+    pub expiry_runs: u64,
+    pub expiry_pages: u64,
+    pub max_rows_per_expiry_page: u64,
+    pub peak_rss_bytes: u64,
+    pub elapsed_s: f64,
+    /// Seconds from the last send until every message had expired (with a TTL).
+    pub drain_s: Option<f64>,
+    pub store_url: String,
+    #[serde(skip)]
+    pub samples: Vec<Sample>,
+}
+
+const TOPIC: &str = "soak";
+
+/// Resident memory now, bytes (Linux `/proc`; 0 elsewhere).
+pub fn rss_bytes() -> u64 {
+    proc_status_kb("VmRSS:") * 1024
+}
+
+/// Peak resident memory of the process, bytes (`VmHWM`).
+pub fn peak_rss_bytes() -> u64 {
+    proc_status_kb("VmHWM:") * 1024
+}
+
+fn proc_status_kb(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Runs the workload and returns the report (printing progress to stderr when
+/// `progress`).
+pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakReport> {
+    let stamp = format!(
+        "{}_{}",
+        std::process::id(),
+        ebb_actors::topic::now_ms() % 1_000_000
+    );
+    let temp_dir = std::env::temp_dir().join(format!("ebb-soak-{stamp}"));
+    let (url, schema) = match &options.store {
+        Some(url) if url.starts_with("postgres") => {
+            (url.clone(), Some(format!("ebb_soak_{stamp}")))
+        }
+        Some(url) => (url.clone(), None),
+        None => {
+            std::fs::create_dir_all(&temp_dir)?;
+            (format!("sqlite://{}/soak.db", temp_dir.display()), None)
+        }
+    };
+    let config = BrokerConfig {
+        store: StoreOptions {
+            schema: schema.clone(),
+            ..StoreOptions::default()
+        },
+        policies: PolicyMap {
+            entries: vec![PolicyEntry {
+                destination: "topic://>".into(),
+                policy: Policy {
+                    expire_messages_period: options.expire_period_ms,
+                    max_expire_page_size: options.max_expire_page_size.max(1),
+                    ..Policy::default()
+                },
+            }],
+        },
+        ..BrokerConfig::default()
+    };
+    let broker = Broker::start(&url, config).await?;
+    for n in 0..options.durable_subscribers {
+        let durable = SubscribeOptions::durable("soak", format!("offline-{n}"));
+        drop(broker.subscribe(TOPIC, durable).await?);
+    }
+    let mut consumers = Vec::new();
+    for _ in 0..options.live_subscribers {
+        let mut sub = broker
+            .subscribe(TOPIC, SubscribeOptions::non_durable())
+            .await?;
+        consumers.push(actix_rt::spawn(async move {
+            while sub.next().await.is_some() {}
+        }));
+    }
+
+    let sent = Arc::new(AtomicU64::new(0));
+    let stored = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let bar = progress.then(|| {
+        let bar = indicatif::ProgressBar::new(options.messages);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} sent, {per_sec} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+
+    // Producers: messages split among them, each persistent, with the TTL if any.
+    let producers: Vec<_> = (0..options.producers.max(1))
+        .map(|p| {
+            let (broker, sent, stored) = (broker.clone(), sent.clone(), stored.clone());
+            let count = options.messages / u64::from(options.producers.max(1))
+                + u64::from(u64::from(p) < options.messages % u64::from(options.producers.max(1)));
+            let (size, ttl) = (options.size, options.ttl_ms);
+            actix_rt::spawn(async move {
+                for _ in 0..count {
+                    let mut m = Message::new(vec![b'x'; size]);
+                    if ttl > 0 {
+                        m = m.ttl(Duration::from_millis(ttl));
+                    }
+                    let receipt = broker.send(TOPIC, m).await?;
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    if receipt.store_id.is_some() {
+                        stored.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Ok::<_, crate::Error>(())
+            })
+        })
+        .collect();
+
+    // Sample until every producer is done (and, with a TTL, until everything expired).
+    let mut samples = Vec::new();
+    let mut sent_done_at: Option<Instant> = None;
+    let expected_expired = options.messages * u64::from(options.durable_subscribers);
+    loop {
+        let stats = broker.topic_stats(TOPIC).await?;
+        let rows = broker
+            .store()
+            .count_messages(&format!("topic://{TOPIC}"))
+            .await?;
+        let now_sent = sent.load(Ordering::Relaxed);
+        samples.push(Sample {
+            elapsed_s: start.elapsed().as_secs_f64(),
+            rss_bytes: rss_bytes(),
+            stored_rows: rows,
+            sent: now_sent,
+        });
+        if let Some(bar) = &bar {
+            bar.set_position(now_sent);
+            bar.set_message(format!(
+                "| {rows} rows | RSS {} MiB | {} expiry pages",
+                rss_bytes() >> 20,
+                stats.expiry_pages
+            ));
+        }
+        if sent_done_at.is_none() && producers.iter().all(|p| p.is_finished()) {
+            sent_done_at = Some(Instant::now());
+        }
+        let drained = options.ttl_ms == 0
+            || stats.expired >= expected_expired
+            || options.durable_subscribers == 0;
+        if sent_done_at.is_some() && drained {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(500)).await;
+    }
+    for producer in producers {
+        producer.await??;
+    }
+    if let Some(bar) = &bar {
+        bar.finish();
+    }
+    let elapsed_s = start.elapsed().as_secs_f64();
+    let stats = broker.topic_stats(TOPIC).await?;
+    let drain_s =
+        (options.ttl_ms > 0).then(|| sent_done_at.map_or(0.0, |t| t.elapsed().as_secs_f64()));
+    broker.shutdown().await?;
+    for c in consumers {
+        c.abort();
+    }
+    if let Some(schema) = &schema {
+        drop_schema(&url, schema).await;
+    }
+    let _ = std::fs::remove_dir_all(&temp_dir);
+    Ok(SoakReport {
+        messages_sent: sent.load(Ordering::Relaxed),
+        messages_stored: stored.load(Ordering::Relaxed),
+        messages_expired: stats.expired,
+        expiry_runs: stats.expiry_runs,
+        expiry_pages: stats.expiry_pages,
+        max_rows_per_expiry_page: stats.max_expiry_page_rows,
+        peak_rss_bytes: peak_rss_bytes(),
+        elapsed_s,
+        drain_s,
+        store_url: redact_url(&url),
+        samples,
+    })
+}
+
+async fn drop_schema(url: &str, schema: &str) {
+    use sqlx::Connection;
+    if let Ok(mut conn) = sqlx::PgConnection::connect(url).await {
+        let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .execute(&mut conn)
+            .await;
+    }
+}
+
+/// `--assert-flat`: `Err` says which condition failed.
+pub fn check_flat(report: &SoakReport, page_size: u32) -> Result<(), String> {
+    if report.max_rows_per_expiry_page > u64::from(page_size) {
+        return Err(format!(
+            "an expiry page read {} rows, more than the page size {page_size}",
+            report.max_rows_per_expiry_page
+        ));
+    }
+    let half = report.samples.len() / 2;
+    let peak = |s: &[Sample]| s.iter().map(|x| x.rss_bytes).max().unwrap_or(0);
+    let (first, second) = (peak(&report.samples[..half]), peak(&report.samples[half..]));
+    if half > 0 && second as f64 > first as f64 * 1.2 {
+        return Err(format!(
+            "resident memory grew: peak {} MiB in the second half vs {} MiB in the first (more than 20 %)",
+            second >> 20,
+            first >> 20
+        ));
+    }
+    Ok(())
+}
+
+/// The summary table.
+pub fn table(report: &SoakReport, options: &SoakOptions) -> String {
+    let mut out = String::new();
+    let row = |out: &mut String, k: &str, v: String| out.push_str(&format!("{k:<28} {v}\n"));
+    row(&mut out, "store", report.store_url.clone());
+    row(
+        &mut out,
+        "workload",
+        format!(
+            "{} x {} B, ttl {} ms, {} offline durable, {} producers, expiry every {} ms, page {}",
+            options.messages,
+            options.size,
+            options.ttl_ms,
+            options.durable_subscribers,
+            options.producers,
+            options.expire_period_ms,
+            options.max_expire_page_size
+        ),
+    );
+    row(
+        &mut out,
+        "messages sent / stored",
+        format!("{} / {}", report.messages_sent, report.messages_stored),
+    );
+    row(
+        &mut out,
+        "messages expired",
+        report.messages_expired.to_string(),
+    );
+    row(
+        &mut out,
+        "expiry runs / pages",
+        format!("{} / {}", report.expiry_runs, report.expiry_pages),
+    );
+    row(
+        &mut out,
+        "max rows per expiry page",
+        report.max_rows_per_expiry_page.to_string(),
+    );
+    row(
+        &mut out,
+        "peak resident memory",
+        format!("{:.1} MiB", report.peak_rss_bytes as f64 / 1048576.0),
+    );
+    row(&mut out, "elapsed", format!("{:.1} s", report.elapsed_s));
+    if let Some(d) = report.drain_s {
+        row(&mut out, "drain after the last send", format!("{d:.1} s"));
+    }
+    out
+}
+
+/// Draws resident memory (MiB, left axis) and stored rows (right axis) against time.
+pub fn plot(
+    report: &SoakReport,
+    options: &SoakOptions,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let font = ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"]
+        .iter()
+        .find_map(|p| std::fs::read(p).ok());
+    let text = match font {
+        Some(bytes) => {
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok()
+        }
+        None => false,
+    };
+    if !text {
+        eprintln!(
+            "ebb soak: no TTF font found (install fonts-dejavu-core): the chart has no labels"
+        );
+    }
+    let root = BitMapBackend::new(path, (1000, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let samples = &report.samples;
+    let t_max = samples.last().map_or(1.0, |s| s.elapsed_s).max(1.0);
+    let mib_max = samples
+        .iter()
+        .map(|s| s.rss_bytes >> 20)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64
+        * 1.2;
+    let rows_max = samples
+        .iter()
+        .map(|s| s.stored_rows)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64
+        * 1.1;
+    let title = format!(
+        "ebb soak: {} x {} B, ttl {} ms, {} offline durable ({})",
+        options.messages,
+        options.size,
+        options.ttl_ms,
+        options.durable_subscribers,
+        report.store_url
+    );
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .margin(20)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .right_y_label_area_size(70);
+    if text {
+        builder.caption(title, ("sans-serif", 20));
+    }
+    let mut chart = builder
+        .build_cartesian_2d(0f64..t_max, 0f64..mib_max)?
+        .set_secondary_coord(0f64..t_max, 0f64..rows_max);
+    if text {
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc("resident memory, MiB")
+            .draw()?;
+        chart
+            .configure_secondary_axes()
+            .y_desc("stored rows")
+            .draw()?;
+    }
+    let rss = samples
+        .iter()
+        .map(|s| (s.elapsed_s, (s.rss_bytes >> 20) as f64));
+    let rows = samples.iter().map(|s| (s.elapsed_s, s.stored_rows as f64));
+    let rss_series = chart.draw_series(LineSeries::new(rss, RED.stroke_width(2)))?;
+    if text {
+        rss_series
+            .label("resident memory (MiB)")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED));
+    }
+    let rows_series = chart.draw_secondary_series(LineSeries::new(rows, BLUE.stroke_width(2)))?;
+    if text {
+        rows_series
+            .label("stored rows")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE));
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(rss_mib: &[u64], max_rows: u64) -> SoakReport {
+        SoakReport {
+            messages_sent: 0,
+            messages_stored: 0,
+            messages_expired: 0,
+            expiry_runs: 0,
+            expiry_pages: 0,
+            max_rows_per_expiry_page: max_rows,
+            peak_rss_bytes: 0,
+            elapsed_s: 0.0,
+            drain_s: None,
+            store_url: String::new(),
+            samples: rss_mib
+                .iter()
+                .enumerate()
+                .map(|(i, m)| Sample {
+                    elapsed_s: i as f64,
+                    rss_bytes: m << 20,
+                    stored_rows: 0,
+                    sent: 0,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn assert_flat_names_the_condition_that_failed() {
+        assert!(check_flat(&report(&[20, 21, 22, 22], 400), 400).is_ok());
+        let grew = check_flat(&report(&[20, 21, 30, 40], 400), 400).unwrap_err();
+        assert!(grew.contains("resident memory grew"), "{grew}");
+        let page = check_flat(&report(&[20, 20], 401), 400).unwrap_err();
+        assert!(page.contains("401 rows"), "{page}");
+    }
+}
