@@ -5,9 +5,9 @@
 #[path = "../../store/tests/common/mod.rs"]
 mod common;
 
-use common::{message, TestStore, EXPIRED};
+use common::{fill, subscribe_durable, TestStore, EXPIRED};
 use ebb_actors::{StoreActorConfig, StoreHandle};
-use ebb_store::{MessageStore, MessageStoreExt, SubscriptionKey, WriteOp};
+use ebb_store::{MessageStore, SubscriptionKey, WriteOp};
 use rand::seq::SliceRandom;
 
 const T: &str = "topic://marks";
@@ -18,30 +18,8 @@ async fn setup(
     expiration: i64,
 ) -> (StoreHandle, SubscriptionKey, Vec<i64>) {
     let store = t.open().await;
-    let k = SubscriptionKey::new("c1", "s1");
-    store
-        .write_one(WriteOp::Subscribe {
-            container: T.into(),
-            key: k.clone(),
-            selector: None,
-            prioritized: false,
-        })
-        .await
-        .unwrap();
-    let mut ids = Vec::new();
-    for chunk in 0..count.div_ceil(2_000) {
-        let n = 2_000.min(count - chunk * 2_000);
-        ids.extend(
-            store
-                .add_messages(
-                    (0..n)
-                        .map(|i| message(T, &format!("m{chunk}-{i}"), expiration))
-                        .collect(),
-                )
-                .await
-                .unwrap(),
-        );
-    }
+    let k = subscribe_durable(&*store, T, "c1", "s1").await;
+    let ids = fill(&*store, T, count, expiration).await;
     (
         StoreHandle::start(store, StoreActorConfig::default()),
         k,

@@ -6,38 +6,19 @@
 
 mod common;
 
-use common::{message, now_ms, TestStore, EXPIRED};
-use ebb_store::{MessageStore, MessageStoreExt, SubscriptionKey, WriteOp};
+use common::{fill, now_ms, subscribe_durable, TestStore, EXPIRED};
+use ebb_store::{MessageStore, SubscriptionKey};
 
 const T: &str = "topic://backlog";
 const BACKLOG: usize = 50_000;
 
-async fn fill(store: &dyn MessageStore, expiration: i64) {
-    for chunk in 0..BACKLOG / 5_000 {
-        store
-            .add_messages(
-                (0..5_000)
-                    .map(|i| message(T, &format!("m{chunk}-{i}"), expiration))
-                    .collect(),
-            )
-            .await
-            .unwrap();
-    }
+async fn backlog(store: &dyn MessageStore, expiration: i64) {
+    fill(store, T, BACKLOG, expiration).await;
     assert_eq!(store.count_messages(T).await.unwrap(), BACKLOG as u64);
 }
 
 async fn subscribe(store: &dyn MessageStore) -> SubscriptionKey {
-    let k = SubscriptionKey::new("c1", "offline");
-    store
-        .write_one(WriteOp::Subscribe {
-            container: T.into(),
-            key: k.clone(),
-            selector: None,
-            prioritized: false,
-        })
-        .await
-        .unwrap();
-    k
+    subscribe_durable(store, T, "c1", "offline").await
 }
 
 fn rows(store: &dyn MessageStore) -> u64 {
@@ -47,7 +28,7 @@ fn rows(store: &dyn MessageStore) -> u64 {
 async fn backlog_without_ttl_reads_no_message_rows(t: TestStore) {
     let store = t.open().await;
     let k = subscribe(&*store).await;
-    fill(&*store, 0).await;
+    backlog(&*store, 0).await;
 
     let before = rows(&*store);
     let page = store
@@ -72,7 +53,7 @@ async fn backlog_without_ttl_reads_no_message_rows(t: TestStore) {
 async fn fully_expired_backlog_reads_one_page(t: TestStore) {
     let store = t.open().await;
     let k = subscribe(&*store).await;
-    fill(&*store, EXPIRED).await;
+    backlog(&*store, EXPIRED).await;
 
     let before = rows(&*store);
     let page = store

@@ -82,31 +82,10 @@ pub async fn preload(
     count: usize,
     expiration: i64,
 ) {
-    use ebb_store::{MessageStoreExt, SubscriptionKey, WriteOp};
     let store = t.open().await;
     for (client, name) in subs {
-        store
-            .write_one(WriteOp::Subscribe {
-                container: container.into(),
-                key: SubscriptionKey::new(*client, *name),
-                selector: None,
-                prioritized: false,
-            })
-            .await
-            .unwrap();
+        subscribe_durable(&*store, container, client, name).await;
     }
-    let mut left = count;
-    while left > 0 {
-        let n = left.min(5_000);
-        store
-            .add_messages(
-                (0..n)
-                    .map(|i| message(container, &format!("p{left}-{i}"), expiration))
-                    .collect(),
-            )
-            .await
-            .unwrap();
-        left -= n;
-    }
+    fill(&*store, container, count, expiration).await;
     store.close().await;
 }

@@ -177,5 +177,48 @@ pub fn message_p(container: &str, body: &str, expiration: i64, priority: u8) -> 
     }
 }
 
+/// Creates durable subscription `client/name` on `container`, one mark for every
+/// priority, and returns its key.
+pub async fn subscribe_durable(
+    store: &dyn MessageStore,
+    container: &str,
+    client: &str,
+    name: &str,
+) -> ebb_store::SubscriptionKey {
+    use ebb_store::{MessageStoreExt, SubscriptionKey, WriteOp};
+    let key = SubscriptionKey::new(client, name);
+    store
+        .write_one(WriteOp::Subscribe {
+            container: container.into(),
+            key: key.clone(),
+            selector: None,
+            prioritized: false,
+        })
+        .await
+        .unwrap();
+    key
+}
+
+/// Adds `count` messages expiring at `expiration` to `container`, in transactions of
+/// 5,000, and returns their ids in order.
+pub async fn fill(
+    store: &dyn MessageStore,
+    container: &str,
+    count: usize,
+    expiration: i64,
+) -> Vec<i64> {
+    use ebb_store::MessageStoreExt;
+    let mut ids = Vec::with_capacity(count);
+    while ids.len() < count {
+        let n = (count - ids.len()).min(5_000);
+        let start = ids.len();
+        let batch = (0..n)
+            .map(|i| message(container, &format!("m{}", start + i), expiration))
+            .collect();
+        ids.extend(store.add_messages(batch).await.unwrap());
+    }
+    ids
+}
+
 /// An expiration already in the past.
 pub const EXPIRED: i64 = 1;
