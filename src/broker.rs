@@ -367,13 +367,22 @@ impl Broker {
     /// on the current actix system.
     ///
     /// Errors: [`Error::Store`] when the store cannot be opened (the message names the
-    /// URL, without its password, and the reason).
+    /// URL, without its password, and the reason), or another broker runs on it
+    /// ([`ebb_store::StoreError::Locked`]: one broker per store, as ActiveMQ's JDBC
+    /// exclusive locker; the lock goes with the broker, also when its process dies).
     pub async fn start(store_url: &str, config: BrokerConfig) -> Result<Self, Error> {
         let store = ebb_store::open(store_url, &config.store).await?;
+        // One broker per store (ids would collide): refuse if another holds it.
+        if let Err(e) = store.lock_exclusive().await {
+            store.close().await;
+            return Err(e.into());
+        }
         Ok(Self::start_with_store(store, config))
     }
 
     /// Starts the broker on a store that is already open (`config.store` is not used).
+    /// The caller takes care that no other broker uses it
+    /// ([`MessageStore::lock_exclusive`]).
     pub fn start_with_store(store: Arc<dyn MessageStore>, config: BrokerConfig) -> Self {
         let handle = StoreHandle::start(store, config.store_actor.clone());
         let budget = HousekeepingBudget::new(config.housekeeping_permits);

@@ -63,7 +63,31 @@ async fn shutdown_during_a_long_expiry_run(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A second broker on the same store is refused while the first runs, and starts
+/// once the first has shut down.
+async fn one_broker_per_store(t: TestStore) {
+    let first = broker(&t, policy(0, 100), 1).await;
+    let config = ebb::BrokerConfig {
+        store: t.options.clone(),
+        ..ebb::BrokerConfig::default()
+    };
+    let err = ebb::Broker::start(&t.url, config.clone())
+        .await
+        .err()
+        .expect("a second broker is refused");
+    assert!(
+        err.to_string().contains("in use by another broker"),
+        "{err}"
+    );
+    first.shutdown().await.unwrap();
+    let second = ebb::Broker::start(&t.url, config)
+        .await
+        .expect("starts after the first");
+    second.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
-    shutdown_during_a_long_expiry_run
+    shutdown_during_a_long_expiry_run,
+    one_broker_per_store,
 );

@@ -46,6 +46,11 @@ pub enum StoreError {
     #[error("message {id}: stored body cannot be decoded: {reason}")]
     Corrupt { id: i64, reason: String },
 
+    /// Another broker holds this store's exclusive lock (as ActiveMQ's JDBC exclusive
+    /// locker: one broker per store, so message ids never collide).
+    #[error("store `{0}` is in use by another broker (its exclusive lock is held)")]
+    Locked(String),
+
     /// The store was closed by [`crate::MessageStore::close`].
     #[error("store is closed")]
     Closed,

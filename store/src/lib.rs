@@ -213,8 +213,15 @@ pub trait MessageStore: Send + Sync + 'static {
     /// The highest message id assigned so far (0 for an empty store).
     fn last_assigned_id(&self) -> i64;
 
-    /// Closes the pool after the statements in flight finish; later calls fail with
-    /// [`StoreError::Closed`].
+    /// Takes the store's exclusive lock for a broker, held until [`Self::close`] (or
+    /// the process ends: it is a file lock on SQLite and a session-level advisory lock
+    /// on PostgreSQL, both released by the operating system or the server when the
+    /// holder dies, so a crash never leaves it stuck). `sqlite::memory:` has nothing to
+    /// lock. Errors: [`StoreError::Locked`] when another broker holds it.
+    async fn lock_exclusive(&self) -> Result<()>;
+
+    /// Closes the pool after the statements in flight finish, then releases the
+    /// exclusive lock; later calls fail with [`StoreError::Closed`].
     async fn close(&self);
 }
 

@@ -21,6 +21,11 @@ pub struct PgStore {
     sql: Statements,
     stats: ReadStats,
     last_id: AtomicI64,
+    /// The connection that holds the advisory lock while
+    /// [`crate::MessageStore::lock_exclusive`] holds it.
+    lock: tokio::sync::Mutex<Option<sqlx::PgConnection>>,
+    /// `url` and the lock's key (schema and table prefix), tab-separated.
+    lock_target: String,
 }
 
 impl PgStore {
@@ -53,7 +58,44 @@ impl PgStore {
             .connect_with(connect)
             .await
             .map_err(cannot_open)?;
-        Self::from_pool(pool, options, &shown).await
+        let key = format!(
+            "ebb:{}:{}",
+            options.schema.as_deref().unwrap_or("(search_path)"),
+            options.table_prefix
+        );
+        Self::from_pool(pool, options, &shown, format!("{url}\t{key}")).await
+    }
+}
+
+impl PgStore {
+    /// A session-level advisory lock on a connection of its own (the server releases
+    /// it when that connection ends, also when the holder dies).
+    async fn take_lock(&self) -> crate::Result<Option<sqlx::PgConnection>> {
+        let (url, key) = self
+            .lock_target
+            .split_once('\t')
+            .unwrap_or((&self.lock_target, ""));
+        let mut conn =
+            sqlx::PgConnection::connect(url)
+                .await
+                .map_err(|source| StoreError::Open {
+                    url: redact_url(url),
+                    source,
+                })?;
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext($1))")
+            .bind(key)
+            .fetch_one(&mut conn)
+            .await
+            .map_err(crate::error::db("lock store"))?;
+        if locked {
+            Ok(Some(conn))
+        } else {
+            Err(StoreError::Locked(format!("{} ({key})", redact_url(url))))
+        }
+    }
+
+    async fn release_lock(conn: sqlx::PgConnection) {
+        let _ = conn.close().await;
     }
 }
 

@@ -207,6 +207,7 @@ macro_rules! impl_sql_store {
                 pool: sqlx::Pool<$db>,
                 options: &$crate::StoreOptions,
                 shown_url: &str,
+                lock_target: String,
             ) -> $crate::Result<Self> {
                 Self::migrate(&pool, &options.table_prefix).await?;
                 let sql = $crate::statements::Statements::new(&options.table_prefix);
@@ -217,6 +218,8 @@ macro_rules! impl_sql_store {
                     sql,
                     stats: $crate::ReadStats::default(),
                     last_id: std::sync::atomic::AtomicI64::new(last_id),
+                    lock: Default::default(),
+                    lock_target,
                 })
             }
 
@@ -860,8 +863,19 @@ macro_rules! impl_sql_store {
                     .await
             }
 
+            async fn lock_exclusive(&self) -> $crate::Result<()> {
+                let mut held = self.lock.lock().await;
+                if held.is_none() {
+                    *held = self.take_lock().await?;
+                }
+                Ok(())
+            }
+
             async fn close(&self) {
                 self.pool.close().await;
+                if let Some(lock) = self.lock.lock().await.take() {
+                    Self::release_lock(lock).await;
+                }
             }
         }
     };

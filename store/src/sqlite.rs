@@ -24,6 +24,10 @@ pub struct SqliteStore {
     sql: Statements,
     stats: ReadStats,
     last_id: AtomicI64,
+    /// The open lock file while [`crate::MessageStore::lock_exclusive`] holds it.
+    lock: tokio::sync::Mutex<Option<std::fs::File>>,
+    /// `<database file>.lock`; empty for `sqlite::memory:`.
+    lock_target: String,
 }
 
 impl SqliteStore {
@@ -44,6 +48,7 @@ impl SqliteStore {
                 SqliteSynchronous::Normal
             })
             .foreign_keys(false);
+        let connect_path = connect.get_filename().to_path_buf();
         let connect = if memory {
             connect
         } else {
@@ -74,7 +79,44 @@ impl SqliteStore {
                 url: redact_url(url),
                 source,
             })?;
-        Self::from_pool(pool, options, &redact_url(url)).await
+        let lock_target = if memory {
+            String::new()
+        } else {
+            format!("{}.lock", connect_path.display())
+        };
+        Self::from_pool(pool, options, &redact_url(url), lock_target).await
+    }
+}
+
+impl SqliteStore {
+    /// An exclusive lock on `<database file>.lock` (released by the OS if we die).
+    async fn take_lock(&self) -> crate::Result<Option<std::fs::File>> {
+        if self.lock_target.is_empty() {
+            return Ok(None);
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&self.lock_target)
+            .map_err(|e| StoreError::InvalidUrl {
+                url: self.lock_target.clone(),
+                reason: format!("cannot open the lock file: {e}"),
+            })?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                Err(StoreError::Locked(self.lock_target.clone()))
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(StoreError::InvalidUrl {
+                url: self.lock_target.clone(),
+                reason: format!("cannot lock: {e}"),
+            }),
+        }
+    }
+
+    async fn release_lock(file: std::fs::File) {
+        let _ = file.unlock();
     }
 }
 

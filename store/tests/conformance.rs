@@ -490,6 +490,24 @@ async fn table_prefix_keeps_stores_apart(t: TestStore) {
     assert!(matches!(bad, Err(StoreError::InvalidName { .. })));
 }
 
+/// One broker per store: a second lock on the same store is refused until the first
+/// holder closes.
+async fn exclusive_lock_admits_one_holder(t: TestStore) {
+    let first = t.open().await;
+    first.lock_exclusive().await.unwrap();
+    first.lock_exclusive().await.unwrap(); // again by the holder: fine
+    let second = t.open().await;
+    let err = second.lock_exclusive().await.unwrap_err();
+    assert!(matches!(err, StoreError::Locked(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("in use by another broker"),
+        "{err}"
+    );
+    first.close().await;
+    second.lock_exclusive().await.unwrap();
+    second.close().await;
+}
+
 async fn closed_store_says_so(t: TestStore) {
     let store = t.open().await;
     store.close().await;
@@ -515,6 +533,7 @@ on_every_backend!(
     has_expiring_sees_only_messages_with_an_expiration,
     table_prefix_keeps_stores_apart,
     closed_store_says_so,
+    exclusive_lock_admits_one_holder,
 );
 
 #[tokio::test]
