@@ -27,6 +27,15 @@ async fn setup(
     )
 }
 
+fn ack_up_to(key: SubscriptionKey, up_to: i64) -> WriteOp {
+    WriteOp::AckUpTo {
+        container: T.into(),
+        key,
+        priority: None,
+        up_to,
+    }
+}
+
 async fn mark(store: &dyn MessageStore, k: &SubscriptionKey) -> i64 {
     store.find_subscription(T, k).await.unwrap().unwrap().marks[0].1
 }
@@ -40,17 +49,7 @@ async fn random_order_cumulative_acks_end_at_the_highest(t: TestStore) {
         .map(|id| {
             let handle = handle.clone();
             let k = k.clone();
-            actix_rt::spawn(async move {
-                handle
-                    .write(WriteOp::AckUpTo {
-                        container: T.into(),
-                        key: k,
-                        priority: None,
-                        up_to: id,
-                    })
-                    .await
-                    .unwrap()
-            })
+            actix_rt::spawn(async move { handle.write(ack_up_to(k, id)).await.unwrap() })
         })
         .collect();
     for task in tasks {
@@ -67,16 +66,7 @@ async fn expiry_ack_racing_consumer_ack_is_never_lost(t: TestStore) {
         let consumer = {
             let (handle, k) = (handle.clone(), k.clone());
             let up_to = ids[base + 4];
-            actix_rt::spawn(async move {
-                handle
-                    .write(WriteOp::AckUpTo {
-                        container: T.into(),
-                        key: k,
-                        priority: None,
-                        up_to,
-                    })
-                    .await
-            })
+            actix_rt::spawn(async move { handle.write(ack_up_to(k, up_to)).await })
         };
         let expiry = {
             let (handle, k) = (handle.clone(), k.clone());

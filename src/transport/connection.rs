@@ -403,9 +403,7 @@ impl Session {
         let sent = match frame.get("transaction") {
             Some(tx) => {
                 let xid = self.xid(tx);
-                let Some(open) = self.transactions.get_mut(tx) else {
-                    return refuse(format!("invalid transaction id `{tx}`: not begun"));
-                };
+                let open = self.open_transaction(tx)?;
                 open.bytes += message.body.len();
                 if open.bytes > MAX_TRANSACTION_BYTES {
                     return refuse(format!(
@@ -616,9 +614,7 @@ impl Session {
         }
         let id = self.ack_id(frame)?;
         if let Some(tx) = frame.get("transaction") {
-            let Some(open) = self.transactions.get_mut(tx) else {
-                return refuse(format!("invalid transaction id `{tx}`: not begun"));
-            };
+            let open = self.open_transaction(tx)?;
             if open.acks.contains(&id) {
                 return refuse(format!(
                     "ack id `{id}` is already acked in transaction `{tx}`"
@@ -684,14 +680,27 @@ impl Session {
         Ok(())
     }
 
-    /// COMMIT: the prepared sends become visible (one store transaction), then the
-    /// acks are applied.
-    async fn commit(&mut self, frame: &Frame) -> Result<(), Refusal> {
+    /// The open transaction `tx` (a SEND or ACK joins it).
+    fn open_transaction(&mut self, tx: &str) -> Result<&mut Tx, Refusal> {
+        self.transactions
+            .get_mut(tx)
+            .ok_or_else(|| Refusal(format!("invalid transaction id `{tx}`: not begun")))
+    }
+
+    /// Ends the transaction a COMMIT or ABORT names: `(name, its state, its xid)`.
+    fn end_transaction(&mut self, frame: &Frame) -> Result<(String, Tx, String), Refusal> {
         let tx = transaction_of(frame)?;
         let Some(open) = self.transactions.remove(&tx) else {
             return refuse(format!("invalid transaction id `{tx}`: not begun"));
         };
         let xid = self.xid(&tx);
+        Ok((tx, open, xid))
+    }
+
+    /// COMMIT: the prepared sends become visible (one store transaction), then the
+    /// acks are applied.
+    async fn commit(&mut self, frame: &Frame) -> Result<(), Refusal> {
+        let (tx, open, xid) = self.end_transaction(frame)?;
         // All or nothing: if an ack of the transaction no longer applies (its message
         // was acked outside it, or its subscription is gone), nothing is committed.
         if let Some(stale) = open.acks.iter().find(|id| !self.pending.contains_key(*id)) {
@@ -714,11 +723,7 @@ impl Session {
     /// ABORT: the prepared sends are deleted; the acks are forgotten, so those messages
     /// can be acked again.
     async fn abort(&mut self, frame: &Frame) -> Result<(), Refusal> {
-        let tx = transaction_of(frame)?;
-        let Some(open) = self.transactions.remove(&tx) else {
-            return refuse(format!("invalid transaction id `{tx}`: not begun"));
-        };
-        let xid = self.xid(&tx);
+        let (_, open, xid) = self.end_transaction(frame)?;
         self.broker
             .rollback_prepared(&xid, &open.topics)
             .await
