@@ -8,17 +8,31 @@
 /// `(version, name, SQL with {p})`, in version order.
 pub(crate) type Migration = (i64, &'static str, &'static str);
 
-pub(crate) const SQLITE: &[Migration] = &[(
-    1,
-    "initial",
-    include_str!("../migrations/sqlite/0001_initial.sql"),
-)];
+pub(crate) const SQLITE: &[Migration] = &[
+    (
+        1,
+        "initial",
+        include_str!("../migrations/sqlite/0001_initial.sql"),
+    ),
+    (
+        2,
+        "expiration_index_with_id",
+        include_str!("../migrations/sqlite/0002_expiration_index_with_id.sql"),
+    ),
+];
 
-pub(crate) const POSTGRES: &[Migration] = &[(
-    1,
-    "initial",
-    include_str!("../migrations/postgres/0001_initial.sql"),
-)];
+pub(crate) const POSTGRES: &[Migration] = &[
+    (
+        1,
+        "initial",
+        include_str!("../migrations/postgres/0001_initial.sql"),
+    ),
+    (
+        2,
+        "expiration_index_with_id",
+        include_str!("../migrations/postgres/0002_expiration_index_with_id.sql"),
+    ),
+];
 
 /// The version table's DDL (same on both backends).
 pub(crate) fn version_table(p: &str) -> String {
