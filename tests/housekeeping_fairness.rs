@@ -111,6 +111,9 @@ impl MessageStore for FailOnce {
     fn last_assigned_id(&self) -> i64 {
         self.inner.last_assigned_id()
     }
+    fn stored_bytes(&self) -> u64 {
+        self.inner.stored_bytes()
+    }
     async fn lock_exclusive(&self) -> Result<()> {
         self.inner.lock_exclusive().await
     }

@@ -213,6 +213,16 @@ pub trait MessageStore: Send + Sync + 'static {
     /// The highest message id assigned so far (0 for an empty store).
     fn last_assigned_id(&self) -> i64;
 
+    /// Bytes of the `msg` column (encoded headers and body, [`encoding`]) held in the
+    /// store for every container, prepared messages included: what ActiveMQ calls store
+    /// usage, checked against the store limit (`[usage] store`). Read once at open with
+    /// one aggregate statement (`SUM(length(msg))`, one row), then kept exact in memory:
+    /// each committed write adds the lengths of the rows it added and subtracts those of
+    /// the rows it deleted (as `RETURNING` reported them); a write that fails changes
+    /// nothing. Rows written to the tables by anything but this store are not seen
+    /// until it is opened again.
+    fn stored_bytes(&self) -> u64;
+
     /// Takes the store's exclusive lock for a broker, held until [`Self::close`] (or
     /// the process ends: it is a file lock on SQLite and a session-level advisory lock
     /// on PostgreSQL, both released by the operating system or the server when the

@@ -21,6 +21,9 @@ pub struct PgStore {
     sql: Statements,
     stats: ReadStats,
     last_id: AtomicI64,
+    /// [`crate::MessageStore::stored_bytes`]: bytes of the `msg` column, changed only
+    /// after a write commits. Signed so a net change is one `fetch_add`.
+    stored_bytes: AtomicI64,
     /// The connection that holds the advisory lock while
     /// [`crate::MessageStore::lock_exclusive`] holds it.
     lock: tokio::sync::Mutex<Option<sqlx::PgConnection>>,

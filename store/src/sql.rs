@@ -24,6 +24,13 @@ pub(crate) type RunRow = (
 /// Row of a message read: `(id, msgid, expiration, priority, msg)`.
 pub(crate) type MessageRow = (i64, String, i64, i32, Vec<u8>);
 
+/// Counts the rows a `DELETE ... RETURNING` length statement deleted, and takes their
+/// `msg` lengths off `bytes`, the transaction's change of stored bytes.
+pub(crate) fn deleted(lengths: Vec<i64>, bytes: &mut i64) -> u64 {
+    *bytes -= lengths.iter().sum::<i64>();
+    lengths.len() as u64
+}
+
 /// The sub-row priority a message of `priority` falls under: -1 when the subscription
 /// keeps one mark for every priority.
 pub(crate) fn mark_row(prioritized: bool, priority: u8) -> i32 {
@@ -152,8 +159,12 @@ pub(crate) fn assign(
 }
 
 /// Implements [`crate::MessageStore`] for `$store`, whose fields are `pool:
-/// sqlx::Pool<$db>`, `sql: Statements`, `stats: ReadStats`, `last_id: AtomicI64`, and
-/// whose transactions start with `$begin`.
+/// sqlx::Pool<$db>`, `sql: Statements`, `stats: ReadStats`, `last_id: AtomicI64`,
+/// `stored_bytes: AtomicI64`, and whose transactions start with `$begin`.
+///
+/// Every op that adds or deletes message rows adds the change of stored `msg` bytes to
+/// a `bytes: &mut i64` of its transaction; [`crate::MessageStore::write`] applies it to
+/// `stored_bytes` after the commit, so a failed transaction changes nothing.
 macro_rules! impl_sql_store {
     ($store:ty, $db:ty, $backend:expr, $begin:expr, $migrations:expr) => {
         impl $store {
@@ -212,12 +223,23 @@ macro_rules! impl_sql_store {
                 Self::migrate(&pool, &options.table_prefix).await?;
                 let sql = $crate::statements::Statements::new(&options.table_prefix);
                 let last_id = Self::seed_last_id(&pool, &sql).await?;
-                tracing::info!(url = %shown_url, backend = ?$backend, last_id, "store opened");
+                let stored_bytes: i64 = sqlx::query_scalar(&sql.stored_bytes)
+                    .fetch_one(&pool)
+                    .await
+                    .map_err($crate::error::db("read stored bytes"))?;
+                tracing::info!(
+                    url = %shown_url,
+                    backend = ?$backend,
+                    last_id,
+                    stored_bytes,
+                    "store opened"
+                );
                 Ok(Self {
                     pool,
                     sql,
                     stats: $crate::ReadStats::default(),
                     last_id: std::sync::atomic::AtomicI64::new(last_id),
+                    stored_bytes: std::sync::atomic::AtomicI64::new(stored_bytes),
                     lock: Default::default(),
                     lock_target,
                 })
@@ -367,11 +389,13 @@ macro_rules! impl_sql_store {
                 Ok(moved)
             }
 
-            /// Inserts messages with new ids, in order, in multi-row statements.
+            /// Inserts messages with new ids, in order, in multi-row statements, and adds
+            /// their encoded lengths to `bytes`.
             async fn insert_messages(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 messages: Vec<$crate::NewMessage>,
+                bytes: &mut i64,
             ) -> $crate::Result<Vec<i64>> {
                 let mut ids = Vec::with_capacity(messages.len());
                 let mut messages = messages.into_iter().peekable();
@@ -384,13 +408,15 @@ macro_rules! impl_sql_store {
                     ids.extend(chunk.iter().map(|(id, _)| *id));
                     let mut insert = sqlx::QueryBuilder::<$db>::new(&self.sql.insert_messages);
                     insert.push_values(chunk, |mut row, (id, m)| {
+                        let msg = $crate::encoding::encode(&m.payload);
+                        *bytes += msg.len() as i64;
                         row.push_bind(id)
                             .push_bind(m.container)
                             .push_bind(m.message_id)
                             .push_bind(m.expiration)
                             .push_bind(i32::from(m.priority.min($crate::MAX_PRIORITY)))
                             .push_bind(m.xid)
-                            .push_bind($crate::encoding::encode(&m.payload));
+                            .push_bind(msg);
                     });
                     insert
                         .build()
@@ -401,16 +427,19 @@ macro_rules! impl_sql_store {
                 Ok(ids)
             }
 
+            /// Applies one op in the transaction on `conn`; adds its change of stored
+            /// bytes to `bytes`.
             async fn apply(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 op: $crate::WriteOp,
+                bytes: &mut i64,
             ) -> $crate::Result<$crate::WriteOutcome> {
-                use $crate::sql::mark_row;
+                use $crate::sql::{deleted, mark_row};
                 use $crate::{WriteOp, WriteOutcome};
                 Ok(match op {
                     WriteOp::Add(m) => {
-                        let id = self.insert_messages(conn, vec![m]).await?[0];
+                        let id = self.insert_messages(conn, vec![m], bytes).await?[0];
                         WriteOutcome::Added(id)
                     }
                     WriteOp::Subscribe {
@@ -565,21 +594,21 @@ macro_rules! impl_sql_store {
                             }
                             _ => unreachable!(),
                         };
-                        let mut deleted = 0;
+                        let mut count = 0;
                         loop {
-                            let n = sqlx::query(sql)
+                            let lengths: Vec<i64> = sqlx::query_scalar(sql)
                                 .bind(&pattern)
                                 .bind($crate::statements::WRITE_BATCH)
-                                .execute(&mut *conn)
+                                .fetch_all(&mut *conn)
                                 .await
-                                .map_err($crate::error::db("roll back transaction"))?
-                                .rows_affected();
-                            deleted += n;
+                                .map_err($crate::error::db("roll back transaction"))?;
+                            let n = deleted(lengths, bytes);
+                            count += n;
                             if n == 0 {
                                 break;
                             }
                         }
-                        WriteOutcome::Deleted(deleted)
+                        WriteOutcome::Deleted(count)
                     }
                     WriteOp::Cleanup {
                         container,
@@ -594,39 +623,39 @@ macro_rules! impl_sql_store {
                         let all = marks.iter().find(|m| m.0 < 0).map(|m| m.1);
                         let per_priority: Vec<(i32, i64)> =
                             marks.iter().filter(|m| m.0 >= 0).copied().collect();
-                        let mut deleted = 0;
+                        let mut count = 0;
                         let limit = i64::from(limit);
                         let all = if marks.is_empty() { orphans_up_to } else { all };
                         if per_priority.is_empty() {
                             if let Some(mark) = all {
-                                deleted += sqlx::query(&self.sql.cleanup[0])
+                                let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.cleanup[0])
                                     .bind(&container)
                                     .bind(mark)
                                     .bind(limit)
-                                    .execute(&mut *conn)
+                                    .fetch_all(&mut *conn)
                                     .await
-                                    .map_err($crate::error::db("cleanup"))?
-                                    .rows_affected();
+                                    .map_err($crate::error::db("cleanup"))?;
+                                count += deleted(lengths, bytes);
                             }
                         } else {
                             for (priority, mark) in per_priority {
                                 let mark = all.map_or(mark, |all| all.min(mark));
-                                let left = limit - deleted as i64;
+                                let left = limit - count as i64;
                                 if left <= 0 {
                                     break;
                                 }
-                                deleted += sqlx::query(&self.sql.cleanup[1])
+                                let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.cleanup[1])
                                     .bind(&container)
                                     .bind(mark)
                                     .bind(priority)
                                     .bind(left)
-                                    .execute(&mut *conn)
+                                    .fetch_all(&mut *conn)
                                     .await
-                                    .map_err($crate::error::db("cleanup"))?
-                                    .rows_affected();
+                                    .map_err($crate::error::db("cleanup"))?;
+                                count += deleted(lengths, bytes);
                             }
                         }
-                        WriteOutcome::Deleted(deleted)
+                        WriteOutcome::Deleted(count)
                     }
                 })
             }
@@ -646,6 +675,14 @@ macro_rules! impl_sql_store {
                 self.last_id.load(std::sync::atomic::Ordering::SeqCst)
             }
 
+            fn stored_bytes(&self) -> u64 {
+                // Negative only for a moment if two writers' commits and updates
+                // interleave (a broker has one writer).
+                self.stored_bytes
+                    .load(std::sync::atomic::Ordering::SeqCst)
+                    .max(0) as u64
+            }
+
             async fn write(
                 &self,
                 ops: Vec<$crate::WriteOp>,
@@ -657,10 +694,11 @@ macro_rules! impl_sql_store {
                     .await
                     .map_err($crate::error::db("begin"))?;
                 let mut outcomes = Vec::with_capacity(ops.len());
+                let mut bytes = 0;
                 let mut ops = ops.into_iter().peekable();
                 while let Some(op) = ops.next() {
                     let $crate::WriteOp::Add(first) = op else {
-                        outcomes.push(self.apply(&mut *tx, op).await?);
+                        outcomes.push(self.apply(&mut *tx, op, &mut bytes).await?);
                         continue;
                     };
                     // A run of adds goes into multi-row inserts.
@@ -670,10 +708,12 @@ macro_rules! impl_sql_store {
                             adds.push(m);
                         }
                     }
-                    let ids = self.insert_messages(&mut *tx, adds).await?;
+                    let ids = self.insert_messages(&mut *tx, adds, &mut bytes).await?;
                     outcomes.extend(ids.into_iter().map($crate::WriteOutcome::Added));
                 }
                 tx.commit().await.map_err($crate::error::db("commit"))?;
+                self.stored_bytes
+                    .fetch_add(bytes, std::sync::atomic::Ordering::SeqCst);
                 self.stats.committed(count);
                 Ok(outcomes)
             }

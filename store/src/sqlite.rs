@@ -24,6 +24,9 @@ pub struct SqliteStore {
     sql: Statements,
     stats: ReadStats,
     last_id: AtomicI64,
+    /// [`crate::MessageStore::stored_bytes`]: bytes of the `msg` column, changed only
+    /// after a write commits. Signed so a net change is one `fetch_add`.
+    stored_bytes: AtomicI64,
     /// The open lock file while [`crate::MessageStore::lock_exclusive`] holds it.
     lock: tokio::sync::Mutex<Option<std::fs::File>>,
     /// `<database file>.lock`; empty for `sqlite::memory:`.

@@ -44,6 +44,8 @@ pub(crate) struct Statements {
     /// cleanup up to mark `$2`: `[0]` every priority, `LIMIT $3`; `[1]` priority `$3`,
     /// `LIMIT $4`
     pub cleanup: [String; 2],
+    /// the `msg` bytes of the whole table: one aggregate row, read at open
+    pub stored_bytes: String,
     /// next pending messages after `$2` for a subscription; `[0]` every priority,
     /// `[1]` one priority (`$6`)
     pub read_pending: [String; 2],
@@ -57,6 +59,12 @@ pub(crate) struct Statements {
 // In the expiry statements `+m.expiration` keeps the planners (both backends) off the
 // expiration index: the scan must follow the id range of a window, which is bounded,
 // not the expired rows of the whole container, which are not.
+
+/// The length of a deleted row's `msg` column, in bytes, for `RETURNING`: `length` of a
+/// BLOB (SQLite) or a BYTEA (PostgreSQL, `int4`, hence the cast) counts bytes, without
+/// loading a large value (SQLite reads the size from the record header, PostgreSQL from
+/// the TOAST pointer).
+const MSG_LENGTH: &str = "CAST(length(msg) AS BIGINT)";
 
 /// The largest id, an open upper end in range conditions.
 const MAX_ID: i64 = i64::MAX;
@@ -91,7 +99,8 @@ impl Statements {
         let cleanup = |prio: &str, limit: &str| {
             format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
-                 WHERE container = $1 AND id <= $2 AND xid IS NULL {prio} ORDER BY id LIMIT {limit})"
+                 WHERE container = $1 AND id <= $2 AND xid IS NULL {prio} ORDER BY id LIMIT {limit}) \
+                 RETURNING {MSG_LENGTH}"
             )
         };
         Self {
@@ -140,17 +149,21 @@ impl Statements {
             prepared_ids: format!("SELECT id FROM {p}msgs WHERE xid = $1 ORDER BY id LIMIT $2"),
             renumber_prepared: format!("UPDATE {p}msgs SET id = $2, xid = NULL WHERE id = $1"),
             delete_prepared: format!(
-                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs WHERE xid = $1 LIMIT $2)"
+                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs WHERE xid = $1 LIMIT $2) \
+                 RETURNING {MSG_LENGTH}"
             ),
             delete_prepared_prefix: format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
-                 WHERE xid IS NOT NULL AND xid LIKE $1 LIMIT $2)"
+                 WHERE xid IS NOT NULL AND xid LIKE $1 LIMIT $2) RETURNING {MSG_LENGTH}"
             ),
             min_marks: format!(
                 "SELECT priority, MIN(last_acked_id) FROM {p}acks WHERE container = $1 \
                  GROUP BY priority ORDER BY priority LIMIT 11"
             ),
             cleanup: [cleanup("", "$3"), cleanup("AND priority = $3", "$4")],
+            stored_bytes: format!(
+                "SELECT CAST(COALESCE(SUM(length(msg)), 0) AS BIGINT) FROM {p}msgs"
+            ),
             read_pending: [pending(""), pending("AND m.priority = $6")],
             browse: format!(
                 "SELECT {MESSAGE_COLUMNS} FROM {p}msgs m \

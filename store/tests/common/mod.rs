@@ -177,6 +177,13 @@ pub fn message_p(container: &str, body: &str, expiration: i64, priority: u8) -> 
     }
 }
 
+/// A message on `container` in prepared transaction `xid` (invisible until committed).
+pub fn prepared(container: &str, body: &str, expiration: i64, xid: &str) -> NewMessage {
+    let mut m = message(container, body, expiration);
+    m.xid = Some(xid.into());
+    m
+}
+
 /// Creates durable subscription `client/name` on `container`, one mark for every
 /// priority, and returns its key.
 pub async fn subscribe_durable(
@@ -222,3 +229,78 @@ pub async fn fill(
 
 /// An expiration already in the past.
 pub const EXPIRED: i64 = 1;
+
+/// A connection of its own to a test store's database, beside the store (its tables
+/// have the default `ebb_` prefix), to check the store against what is really stored.
+pub enum Raw {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+impl Raw {
+    pub async fn connect(t: &TestStore) -> Self {
+        use sqlx::Connection;
+        if t.url.starts_with("sqlite:") {
+            Raw::Sqlite(sqlx::SqliteConnection::connect(&t.url).await.unwrap())
+        } else {
+            let mut conn = sqlx::PgConnection::connect(&t.url).await.unwrap();
+            if let Some(schema) = &t.options.schema {
+                sqlx::raw_sql(&format!("SET search_path TO \"{schema}\""))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+            Raw::Postgres(conn)
+        }
+    }
+
+    /// `SUM` of the `msg` lengths of every message row: what
+    /// [`MessageStore::stored_bytes`] must say.
+    pub async fn stored_bytes(&mut self) -> u64 {
+        let sql = "SELECT CAST(COALESCE(SUM(length(msg)), 0) AS BIGINT) FROM ebb_msgs";
+        let n: i64 = match self {
+            Raw::Sqlite(c) => sqlx::query_scalar(sql).fetch_one(c).await.unwrap(),
+            Raw::Postgres(c) => sqlx::query_scalar(sql).fetch_one(c).await.unwrap(),
+        };
+        n as u64
+    }
+
+    /// Inserts a message row with `id` behind the store's back (a body of `len` bytes).
+    pub async fn insert_message(&mut self, id: i64, container: &str, len: usize) {
+        let sql = "INSERT INTO ebb_msgs (id, container, msgid, msg) VALUES ($1, $2, 'raw', $3)";
+        let body = vec![7u8; len];
+        match self {
+            Raw::Sqlite(c) => {
+                sqlx::query(sql)
+                    .bind(id)
+                    .bind(container)
+                    .bind(body)
+                    .execute(c)
+                    .await
+                    .unwrap();
+            }
+            Raw::Postgres(c) => {
+                sqlx::query(sql)
+                    .bind(id)
+                    .bind(container)
+                    .bind(body)
+                    .execute(c)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    /// Deletes the message row `id` behind the store's back.
+    pub async fn delete_message(&mut self, id: i64) {
+        let sql = "DELETE FROM ebb_msgs WHERE id = $1";
+        match self {
+            Raw::Sqlite(c) => {
+                sqlx::query(sql).bind(id).execute(c).await.unwrap();
+            }
+            Raw::Postgres(c) => {
+                sqlx::query(sql).bind(id).execute(c).await.unwrap();
+            }
+        }
+    }
+}
