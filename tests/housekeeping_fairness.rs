@@ -96,6 +96,9 @@ impl MessageStore for FailOnce {
         }
         self.inner.recover_expired(c, subs, now, limit).await
     }
+    async fn read_expired(&self, c: &str, now: i64, limit: u32) -> Result<Vec<Arc<StoredMessage>>> {
+        self.inner.read_expired(c, now, limit).await
+    }
     async fn has_expiring(&self, c: &str) -> Result<bool> {
         self.inner.has_expiring(c).await
     }

@@ -12,6 +12,12 @@
 //! - `sql` (private): the one implementation of the API, instantiated for
 //!   [`sqlite::SqliteStore`] and [`postgres::PgStore`].
 //!
+//! Queues keep their messages in the same table as topics (container `queue://NAME`),
+//! without marks: acking deletes the row ([`WriteOp::Remove`]), expiry deletes expired
+//! rows chosen by expiration time ([`WriteOp::ExpireQueue`], or
+//! [`MessageStore::read_expired`] then [`WriteOp::DeadLetter`] for a dead-letter queue).
+//! [`MessageStore::stored_bytes`] is the store usage every write keeps exact.
+//!
 //! Two promises hold on both backends, and the conformance suite (`tests/`) checks them:
 //! 1. **Every read is bounded in SQL.** No statement returns a number of rows that grows
 //!    with the backlog; [`ReadStats`] counts the message rows really fetched.
@@ -131,8 +137,9 @@ pub trait MessageStore: Send + Sync + 'static {
     fn stats(&self) -> &ReadStats;
 
     /// Applies `ops` in one transaction, in order, and returns one outcome per op. On an
-    /// error nothing of the batch is committed. Ids of added messages are assigned in
-    /// op order and are higher than every id assigned before.
+    /// error nothing of the batch is committed. Ids of added messages (by
+    /// [`WriteOp::Add`] and [`WriteOp::DeadLetter`]) are assigned in op order and are
+    /// higher than every id assigned before.
     ///
     /// Errors: [`StoreError::Database`] (the database failed or went away),
     /// [`StoreError::Closed`].
@@ -195,6 +202,24 @@ pub trait MessageStore: Send + Sync + 'static {
         now_ms: i64,
         limit: u32,
     ) -> Result<ExpiredPage>;
+
+    /// Up to `limit` messages of `container` that are expired at `now_ms` (epoch ms;
+    /// `0 < expiration <= now_ms`) and not prepared, with their bodies, ordered by
+    /// expiration, then id: the rows [`WriteOp::ExpireQueue`] would delete, in the
+    /// same order. Wherever they sit in the queue: behind messages with a long TTL or
+    /// none (ActiveMQ AMQ-6967, case EXP-02). Reads nothing else; counted in
+    /// [`ReadStats`]. A queue whose expired messages go to a dead-letter queue reads
+    /// them with this and moves each with [`WriteOp::DeadLetter`]; when that returns
+    /// `None` another writer took the message first.
+    ///
+    /// Errors: [`StoreError::Database`], [`StoreError::Corrupt`] (a stored body cannot
+    /// be decoded), [`StoreError::Closed`].
+    async fn read_expired(
+        &self,
+        container: &str,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>>;
 
     /// Whether `container` holds any message with an expiration (one indexed row at
     /// most). A destination without one does no expiry work.

@@ -169,6 +169,43 @@ pub enum WriteOp {
         limit: u32,
         orphans_up_to: Option<i64>,
     },
+    /// Queue ack: delete the rows `ids` of `container` (`queue://NAME`), except those in
+    /// a prepared transaction (`xid` set). Acking a queue message deletes it, as in
+    /// ActiveMQ's JDBC store (`JDBCMessageStore.removeMessage`). The outcome is
+    /// [`WriteOutcome::Deleted`] with the number of rows really deleted: an id that is
+    /// already gone, of another container, or prepared counts 0 (so does a repeated
+    /// id). Bound: callers pass at most a few thousand ids; the store cuts the list into
+    /// statements of at most 512 ([`crate::statements::REMOVE_SIZES`]).
+    Remove { container: String, ids: Vec<i64> },
+    /// One bounded queue expiry page: delete at most `limit` messages of `container`
+    /// that are expired at `now_ms` (epoch ms; `0 < expiration <= now_ms`) and not
+    /// prepared, chosen by expiration time, then id, not by id: an expired message is
+    /// found even when it sits behind messages with a long TTL or none (ActiveMQ
+    /// AMQ-6967, case EXP-02). One statement over the `(container, expiration, id)`
+    /// index, whatever the backlog. The outcome is [`WriteOutcome::Removed`] with the
+    /// deleted ids; fewer than `limit` means the container has no more expired rows at
+    /// `now_ms` outside prepared transactions. For expired messages that must go to a dead-letter queue, use
+    /// [`crate::MessageStore::read_expired`] and [`WriteOp::DeadLetter`] instead.
+    ExpireQueue {
+        container: String,
+        now_ms: i64,
+        limit: u32,
+    },
+    /// Move one message to a dead-letter queue in one transaction: delete row `id` of
+    /// `container` (unless it is prepared) and, only if it was deleted, add `message`
+    /// under a new id, higher than every id assigned before, as [`WriteOp::Add`] does.
+    /// `message` is stored as given: normally on another container (`queue://DLQ.NAME`),
+    /// and built by the caller as the copy ActiveMQ's
+    /// `RegionBroker.sendToDeadLetterQueue` sends (expiration 0, `originalExpiration`,
+    /// `dlqDeliveryFailureCause`). The outcome is [`WriteOutcome::DeadLettered`]:
+    /// `Some(new id)`, or `None` when the source row was already gone (acked, expired
+    /// or dead-lettered before) and nothing was added, so a message is never
+    /// dead-lettered twice (ActiveMQ keeps an audit for the same purpose).
+    DeadLetter {
+        container: String,
+        id: i64,
+        message: NewMessage,
+    },
 }
 
 /// What one [`WriteOp`] did, in the same position of the result as its op.
@@ -187,8 +224,14 @@ pub enum WriteOutcome {
     AckedUpTo { moved: bool },
     /// `(old id, new id)` of each committed message.
     Committed(Vec<(i64, i64)>),
-    /// How many messages a rollback or cleanup deleted.
+    /// How many messages a rollback, cleanup or queue remove deleted.
     Deleted(u64),
+    /// The ids a queue expiry page ([`WriteOp::ExpireQueue`]) deleted, ascending; at
+    /// most its `limit`.
+    Removed(Vec<i64>),
+    /// The dead-lettered message's new id ([`WriteOp::DeadLetter`]), or `None` when the
+    /// source row was already gone and nothing was added.
+    DeadLettered(Option<i64>),
 }
 
 /// The answer of [`crate::MessageStore::recover_expired`].

@@ -31,6 +31,23 @@ pub(crate) fn deleted(lengths: Vec<i64>, bytes: &mut i64) -> u64 {
     lengths.len() as u64
 }
 
+/// Pads `ids` (1 to 512 of them) to the smallest [`REMOVE_SIZES`] entry that holds
+/// them, by repeating the last id (an `IN` list matches a row once). Returns the
+/// index of the statement text and the ids to bind.
+///
+/// [`REMOVE_SIZES`]: crate::statements::REMOVE_SIZES
+pub(crate) fn padded(ids: &[i64]) -> (usize, Vec<i64>) {
+    use crate::statements::REMOVE_SIZES;
+    let k = REMOVE_SIZES
+        .iter()
+        .position(|&size| size >= ids.len())
+        .expect("a chunk of at most the largest remove size");
+    let last = *ids.last().expect("a chunk is not empty");
+    let mut bound = ids.to_vec();
+    bound.resize(REMOVE_SIZES[k], last);
+    (k, bound)
+}
+
 /// The sub-row priority a message of `priority` falls under: -1 when the subscription
 /// keeps one mark for every priority.
 pub(crate) fn mark_row(prioritized: bool, priority: u8) -> i32 {
@@ -657,6 +674,61 @@ macro_rules! impl_sql_store {
                         }
                         WriteOutcome::Deleted(count)
                     }
+                    WriteOp::Remove { container, ids } => {
+                        use $crate::statements::REMOVE_SIZES;
+                        let largest = REMOVE_SIZES[REMOVE_SIZES.len() - 1];
+                        let mut count = 0;
+                        for chunk in ids.chunks(largest) {
+                            let (k, bound) = $crate::sql::padded(chunk);
+                            let mut query = sqlx::query_scalar(&self.sql.remove[k]).bind(&container);
+                            for id in bound {
+                                query = query.bind(id);
+                            }
+                            let lengths: Vec<i64> = query
+                                .fetch_all(&mut *conn)
+                                .await
+                                .map_err($crate::error::db("remove messages"))?;
+                            count += deleted(lengths, bytes);
+                        }
+                        WriteOutcome::Deleted(count)
+                    }
+                    WriteOp::ExpireQueue {
+                        container,
+                        now_ms,
+                        limit,
+                    } => {
+                        let rows: Vec<(i64, i64)> = sqlx::query_as(&self.sql.expire_queue)
+                            .bind(&container)
+                            .bind(now_ms)
+                            .bind(i64::from(limit))
+                            .fetch_all(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("expire queue messages"))?;
+                        let (mut ids, lengths): (Vec<i64>, Vec<i64>) = rows.into_iter().unzip();
+                        deleted(lengths, bytes);
+                        ids.sort_unstable();
+                        WriteOutcome::Removed(ids)
+                    }
+                    WriteOp::DeadLetter {
+                        container,
+                        id,
+                        message,
+                    } => {
+                        // The one-id remove statement: only a row that is still there,
+                        // and not prepared, is moved.
+                        let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.remove[0])
+                            .bind(&container)
+                            .bind(id)
+                            .fetch_all(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("dead-letter message"))?;
+                        if deleted(lengths, bytes) == 0 {
+                            WriteOutcome::DeadLettered(None)
+                        } else {
+                            let new = self.insert_messages(conn, vec![message], bytes).await?[0];
+                            WriteOutcome::DeadLettered(Some(new))
+                        }
+                    }
                 })
             }
         }
@@ -875,6 +947,22 @@ macro_rules! impl_sql_store {
                 Ok($crate::sql::assign(&runs, messages, limit as usize, more))
             }
 
+            async fn read_expired(
+                &self,
+                container: &str,
+                now_ms: i64,
+                limit: u32,
+            ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
+                let rows: Vec<$crate::sql::MessageRow> = sqlx::query_as(&self.sql.read_expired)
+                    .bind(container)
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err($crate::error::db("read expired"))?;
+                $crate::sql::decode_messages(container, rows, &self.stats)
+            }
+
             async fn has_expiring(&self, container: &str) -> $crate::Result<bool> {
                 let row: Option<i32> = sqlx::query_scalar(&self.sql.has_expiring)
                     .bind(container)
@@ -922,3 +1010,16 @@ macro_rules! impl_sql_store {
 }
 
 pub(crate) use impl_sql_store;
+
+#[cfg(test)]
+mod tests {
+    use super::padded;
+
+    #[test]
+    fn remove_lists_are_padded_to_four_sizes() {
+        assert_eq!(padded(&[5]), (0, vec![5]));
+        assert_eq!(padded(&[5, 6]), (1, vec![5, 6, 6, 6, 6, 6, 6, 6]));
+        let (k, ids) = padded(&(1..=65).collect::<Vec<i64>>());
+        assert_eq!((k, ids.len(), ids[64], ids[511]), (3, 512, 65, 65));
+    }
+}

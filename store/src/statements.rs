@@ -15,6 +15,14 @@ pub const INSERT_BATCH: usize = 500;
 /// Rows a commit, rollback or cleanup statement touches at most.
 pub const WRITE_BATCH: i64 = 1000;
 
+/// Sizes of the id list of a queue remove statement ([`crate::WriteOp::Remove`], and
+/// the single-id one of [`crate::WriteOp::DeadLetter`]): a list is cut into chunks of
+/// at most the largest size, and each chunk is padded (its last id repeated) to the
+/// smallest size that holds it. So any number of ids needs at most four statement
+/// texts, each prepared once per connection, and no statement binds more than 513
+/// values (SQLite allows 32,766).
+pub const REMOVE_SIZES: [usize; 4] = [1, 8, 64, 512];
+
 /// The prefixed SQL texts. Field names say what each does.
 #[derive(Debug)]
 pub(crate) struct Statements {
@@ -44,6 +52,14 @@ pub(crate) struct Statements {
     /// cleanup up to mark `$2`: `[0]` every priority, `LIMIT $3`; `[1]` priority `$3`,
     /// `LIMIT $4`
     pub cleanup: [String; 2],
+    /// queue ack: delete rows `$2..` of container `$1` that are not prepared, one text
+    /// per [`REMOVE_SIZES`] entry; returns each deleted row's `msg` length
+    pub remove: [String; 4],
+    /// one queue expiry page: delete the first `$3` expired rows (at `$2`) by
+    /// `(expiration, id)`; returns `(id, msg length)`
+    pub expire_queue: String,
+    /// the first `$3` expired rows (at `$2`) by `(expiration, id)`, with their bodies
+    pub read_expired: String,
     /// the `msg` bytes of the whole table: one aggregate row, read at open
     pub stored_bytes: String,
     /// next pending messages after `$2` for a subscription; `[0]` every priority,
@@ -56,9 +72,30 @@ pub(crate) struct Statements {
     pub count_indacks: String,
 }
 
-// In the expiry statements `+m.expiration` keeps the planners (both backends) off the
-// expiration index: the scan must follow the id range of a window, which is bounded,
+// In the topic expiry statements `+m.expiration` keeps the planners (both backends) off
+// the expiration index: the scan must follow the id range of a window, which is bounded,
 // not the expired rows of the whole container, which are not.
+//
+// The queue expiry statements (`expire_queue`, `read_expired`) want that index: a queue
+// has no mark, and an expired message may sit anywhere behind live ones (ActiveMQ
+// AMQ-6967, case EXP-02), so rows are chosen by `ORDER BY expiration, id LIMIT n` over
+// `msgs_eidx (container, expiration, id)` (migration 0002 added `id`). The plans, with
+// 50,000 live rows (no TTL, then a long TTL) ahead of the expired ones, checked by the
+// `plans` tests below:
+// - SQLite: `SEARCH m USING INDEX ebb_msgs_eidx (container=? AND expiration>? AND
+//   expiration<?)`, no `USE TEMP B-TREE FOR ORDER BY`; the delete adds `SEARCH ebb_msgs
+//   USING INTEGER PRIMARY KEY (rowid=?)` over `LIST SUBQUERY 1`.
+// - PostgreSQL (custom and generic plans): `Limit -> Index Scan using ebb_msgs_eidx
+//   (Index Cond: container = $1 AND expiration > 0 AND expiration <= $2; Filter: xid IS
+//   NULL)`, no Sort node; the delete is `Nested Loop -> HashAggregate (the sub-select
+//   above) -> Index Scan using ebb_msgs_pkey`. It reads `limit` index entries (plus any
+//   prepared expired rows the filter skips). The outer side is the planner's choice:
+//   when the whole table costs less to scan than `limit` primary-key probes (a small
+//   table, tiny rows) it takes `Hash Semi Join` over `Seq Scan`, so that choice is bounded
+//   by the cost of `limit` probes too. With the old `(container, expiration)` index
+//   PostgreSQL sorted by id within equal expirations (`Incremental Sort`) and read every
+//   row of a tie: 50,000 rows sent in one millisecond with one TTL were all read for a
+//   page of 400.
 
 /// The length of a deleted row's `msg` column, in bytes, for `RETURNING`: `length` of a
 /// BLOB (SQLite) or a BYTEA (PostgreSQL, `int4`, hence the cast) counts bytes, without
@@ -103,6 +140,18 @@ impl Statements {
                  RETURNING {MSG_LENGTH}"
             )
         };
+        let remove = |size: usize| {
+            let ids = (2..size + 2)
+                .map(|n| format!("${n}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND id IN ({ids}) \
+                 RETURNING {MSG_LENGTH}"
+            )
+        };
+        let expired = "container = $1 AND expiration > 0 AND expiration <= $2 AND xid IS NULL \
+                       ORDER BY expiration, id LIMIT $3";
         Self {
             prefix: p.to_string(),
             insert_messages: format!(
@@ -161,6 +210,12 @@ impl Statements {
                  GROUP BY priority ORDER BY priority LIMIT 11"
             ),
             cleanup: [cleanup("", "$3"), cleanup("AND priority = $3", "$4")],
+            remove: REMOVE_SIZES.map(remove),
+            expire_queue: format!(
+                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs WHERE {expired}) \
+                 RETURNING id, {MSG_LENGTH}"
+            ),
+            read_expired: format!("SELECT {MESSAGE_COLUMNS} FROM {p}msgs m WHERE {expired}"),
             stored_bytes: format!(
                 "SELECT CAST(COALESCE(SUM(length(msg)), 0) AS BIGINT) FROM {p}msgs"
             ),
@@ -305,11 +360,16 @@ mod tests {
             &s.cleanup[1],
             &s.delete_prepared,
             &s.delete_prepared_prefix,
+            &s.expire_queue,
+            &s.read_expired,
         ];
         for sql in reads {
             assert!(sql.contains("LIMIT"), "unbounded: {sql}");
         }
         assert!(s.expiry_runs(2).contains("OFFSET $3"));
+        // A remove is bounded by its id list; the largest list has 512 ids, $2..=$513.
+        assert!(s.remove[3].contains("$513)") && !s.remove[3].contains("$514"));
+        assert!(s.remove[0].ends_with("id IN ($2) RETURNING CAST(length(msg) AS BIGINT)"));
         assert!(s
             .expired_in_ranges(&[(None, 1, Some(5)), (Some(3), 0, None)])
             .ends_with("ORDER BY m.id LIMIT $3"));
@@ -323,6 +383,137 @@ mod tests {
         assert!(check_name("schema", "1abc").is_err());
     }
 }
+
+/// The plans noted above the statements: the queue expiry statements search the
+/// expiration index and sort nothing, with 50,000 live rows (no TTL, then a long TTL)
+/// ahead of 5,000 expired ones that share one expiration. SQLite always; PostgreSQL
+/// when `EBB_TEST_POSTGRES_URL` is set, custom and generic plans, in a schema of its own,
+/// with 1,000-byte bodies (on a table of tiny rows PostgreSQL rightly prefers one
+/// sequential scan to 400 primary-key probes for the outer delete).
+#[cfg(test)]
+mod plans {
+    use super::Statements;
+
+    const Q: &str = "'queue://q'";
+
+    fn queries(s: &Statements) -> [(&'static str, String); 2] {
+        [
+            ("read_expired", s.read_expired.clone()),
+            ("expire_queue", s.expire_queue.clone()),
+        ]
+    }
+
+    #[tokio::test]
+    async fn sqlite_queue_expiry_searches_the_expiration_index() {
+        use sqlx::Row;
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        for (_, _, text) in crate::migrate::SQLITE {
+            sqlx::raw_sql(&text.replace("{p}", "ebb_"))
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        sqlx::raw_sql(
+            "WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < 55000) \
+             INSERT INTO ebb_msgs (id, container, msgid, expiration, priority, msg) \
+             SELECT x, 'queue://q', 'ID:' || x, \
+               CASE WHEN x <= 25000 THEN 0 WHEN x <= 50000 THEN 9999999999999 ELSE 1000 END, \
+               4, x'0102' FROM g",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        for (name, sql) in queries(&Statements::new("ebb_")) {
+            let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .bind("queue://q")
+                .bind(2000_i64)
+                .bind(400_i64)
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+            let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>(3)).collect();
+            let text = plan.join("\n");
+            assert!(
+                plan.iter().any(|l| l.starts_with("SEARCH")
+                    && l.contains(
+                        "USING INDEX ebb_msgs_eidx (container=? AND expiration>? AND expiration<?)"
+                    )),
+                "{name}: {text}"
+            );
+            assert!(!text.contains("TEMP B-TREE"), "{name} sorts: {text}");
+            assert!(
+                !plan.iter().any(|l| l.starts_with("SCAN")),
+                "{name} scans: {text}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn postgres_queue_expiry_scans_the_expiration_index() {
+        use sqlx::Connection;
+        let Ok(url) = std::env::var("EBB_TEST_POSTGRES_URL") else {
+            eprintln!("EBB_TEST_POSTGRES_URL not set: PostgreSQL plans not checked");
+            return;
+        };
+        let schema = format!("ebb_plans_{}", std::process::id());
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        let mut setup = format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}; \
+             SET search_path = {schema};"
+        );
+        for (_, _, text) in crate::migrate::POSTGRES {
+            setup.push_str(&text.replace("{p}", "ebb_"));
+        }
+        setup.push_str(
+            "INSERT INTO ebb_msgs (id, container, msgid, expiration, priority, msg) \
+             SELECT x, 'queue://q', 'ID:' || x, \
+               CASE WHEN x <= 25000 THEN 0 WHEN x <= 50000 THEN 9999999999999 ELSE 1000 END, \
+               4, decode(repeat('ab', 1000), 'hex') FROM generate_series(1, 55000) x; \
+             ANALYZE ebb_msgs;",
+        );
+        sqlx::raw_sql(&setup).execute(&mut conn).await.unwrap();
+        for (name, sql) in queries(&Statements::new("ebb_")) {
+            sqlx::raw_sql(&format!("PREPARE {name}(text, bigint, bigint) AS {sql}"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            for mode in ["force_custom_plan", "force_generic_plan"] {
+                sqlx::raw_sql(&format!("SET plan_cache_mode = {mode}"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                let plan: Vec<String> =
+                    sqlx::query_scalar(&format!("EXPLAIN EXECUTE {name}({Q}, 2000, 400)"))
+                        .fetch_all(&mut conn)
+                        .await
+                        .unwrap();
+                let text = plan.join("\n");
+                assert!(
+                    text.contains("Index Scan using ebb_msgs_eidx"),
+                    "{name}, {mode}: {text}"
+                );
+                assert!(!text.contains("Sort"), "{name}, {mode} sorts: {text}");
+                assert!(!text.contains("Seq Scan"), "{name}, {mode} scans: {text}");
+                if name == "expire_queue" {
+                    assert!(
+                        text.contains("Nested Loop")
+                            && text.contains("Index Scan using ebb_msgs_pkey"),
+                        "{name}, {mode}: {text}"
+                    );
+                }
+            }
+        }
+        sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
 #[cfg(test)]
 mod print_sql {
     #[test]

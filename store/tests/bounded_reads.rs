@@ -2,14 +2,16 @@
 //! the store fetches no more rows than the call's limit, and `recover_expired` fetches
 //! no message row at all when nothing is expired. Counted by the store's own fetch
 //! counters ([`ebb_store::ReadStats`]), which see every message row that comes back
-//! from the database.
+//! from the database. The same holds for a queue's expiry (`read_expired`, and the
+//! ids `ExpireQueue` deletes and returns).
 
 mod common;
 
 use common::{fill, now_ms, subscribe_durable, TestStore, EXPIRED};
-use ebb_store::{MessageStore, SubscriptionKey};
+use ebb_store::{MessageStore, MessageStoreExt, SubscriptionKey, WriteOp, WriteOutcome};
 
 const T: &str = "topic://backlog";
+const Q: &str = "queue://backlog";
 const BACKLOG: usize = 50_000;
 
 async fn backlog(store: &dyn MessageStore, expiration: i64) {
@@ -70,7 +72,72 @@ async fn fully_expired_backlog_reads_one_page(t: TestStore) {
     assert_eq!(page.by_subscription[&k].len(), 400);
 }
 
+async fn expire_queue(store: &dyn MessageStore, limit: u32) -> Vec<i64> {
+    match store
+        .write_one(WriteOp::ExpireQueue {
+            container: Q.into(),
+            now_ms: now_ms(),
+            limit,
+        })
+        .await
+        .unwrap()
+    {
+        WriteOutcome::Removed(ids) => ids,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Half without TTL, half with a long one: nothing is expired, nothing is fetched.
+async fn queue_backlog_without_expired_reads_no_message_rows(t: TestStore) {
+    let store = t.open().await;
+    fill(&*store, Q, BACKLOG / 2, 0).await;
+    fill(&*store, Q, BACKLOG / 2, now_ms() + 3_600_000).await;
+
+    let before = rows(&*store);
+    assert!(store
+        .read_expired(Q, now_ms(), 400)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(rows(&*store) - before, 0, "read_expired read message rows");
+    assert!(expire_queue(&*store, 400).await.is_empty());
+    assert_eq!(store.count_messages(Q).await.unwrap(), BACKLOG as u64);
+}
+
+/// Everything expired: each call fetches, or deletes and returns, exactly `limit`.
+async fn fully_expired_queue_backlog_goes_one_page_per_call(t: TestStore) {
+    let store = t.open().await;
+    let ids = fill(&*store, Q, BACKLOG, EXPIRED).await;
+
+    let before = rows(&*store);
+    let page = store.read_expired(Q, now_ms(), 400).await.unwrap();
+    assert_eq!(page.len(), 400);
+    assert_eq!(
+        rows(&*store) - before,
+        400,
+        "one page is 400 rows, not the backlog"
+    );
+    // All share one expiration, so the page is the first 400 by id.
+    assert_eq!(page.iter().map(|m| m.id).collect::<Vec<_>>(), ids[..400]);
+
+    let before = rows(&*store);
+    assert_eq!(expire_queue(&*store, 400).await, ids[..400]);
+    assert_eq!(expire_queue(&*store, 400).await, ids[400..800]);
+    assert_eq!(expire_queue(&*store, 1_000).await.len(), 1_000);
+    assert_eq!(
+        rows(&*store) - before,
+        0,
+        "a delete page decodes no message"
+    );
+    assert_eq!(
+        store.count_messages(Q).await.unwrap(),
+        BACKLOG as u64 - 1_800
+    );
+}
+
 on_every_backend!(
     backlog_without_ttl_reads_no_message_rows,
     fully_expired_backlog_reads_one_page,
+    queue_backlog_without_expired_reads_no_message_rows,
+    fully_expired_queue_backlog_goes_one_page_per_call,
 );

@@ -12,6 +12,7 @@ use common::{message, prepared, Raw, TestStore, EXPIRED};
 use ebb_store::{MessageStore, MessageStoreExt, NewMessage, Payload, WriteOp, WriteOutcome};
 
 const Q: &str = "queue://bytes";
+const DLQ: &str = "queue://DLQ.bytes";
 const T: &str = "topic://bytes";
 
 /// A message whose encoded size grows with `n`.
@@ -43,16 +44,52 @@ async fn stored_bytes_follows_every_add_and_delete(t: TestStore) {
         };
     }
 
-    store
+    let q = store
         .add_messages((0..40).map(|n| sized(Q, 10 + n * 37, 0)).collect())
         .await
         .unwrap();
-    store
+    let expired = store
         .add_messages((0..12).map(|n| sized(Q, 3 + n * 101, EXPIRED)).collect())
         .await
         .unwrap();
     assert!(store.stored_bytes() > 40 * 10);
     same!("adds");
+
+    let removed = write(
+        &*store,
+        WriteOp::Remove {
+            container: Q.into(),
+            ids: q[..15].to_vec(),
+        },
+    )
+    .await;
+    assert_eq!(removed, WriteOutcome::Deleted(15));
+    same!("remove");
+    let WriteOutcome::Removed(gone) = write(
+        &*store,
+        WriteOp::ExpireQueue {
+            container: Q.into(),
+            now_ms: common::now_ms(),
+            limit: 5,
+        },
+    )
+    .await
+    else {
+        panic!()
+    };
+    assert_eq!(gone.len(), 5);
+    same!("queue expiry");
+    let moved = write(
+        &*store,
+        WriteOp::DeadLetter {
+            container: Q.into(),
+            id: expired[11],
+            message: sized(DLQ, 999, 0),
+        },
+    )
+    .await;
+    assert!(matches!(moved, WriteOutcome::DeadLettered(Some(_))));
+    same!("dead letter");
 
     // Topic cleanup after a durable subscription acked everything.
     let key = common::subscribe_durable(&*store, T, "c", "s").await;
@@ -123,19 +160,19 @@ async fn stored_bytes_follows_every_add_and_delete(t: TestStore) {
     same!("abandoned rollback");
 
     // A batch that adds and deletes the same row nets out.
-    let mut held = sized(Q, 4_000, 0);
-    held.xid = Some("xid-3".into());
+    let next = store.last_assigned_id() + 1;
     let out = store
         .write(vec![
-            WriteOp::Add(held),
-            WriteOp::Rollback {
-                xid: "xid-3".into(),
+            WriteOp::Add(sized(Q, 4_000, 0)),
+            WriteOp::Remove {
+                container: Q.into(),
+                ids: vec![next],
             },
         ])
         .await
         .unwrap();
     assert_eq!(out[1], WriteOutcome::Deleted(1));
-    same!("add and rollback in one batch");
+    same!("add and remove in one batch");
 
     // Reopened: read again with the aggregate.
     let bytes = store.stored_bytes();
@@ -146,12 +183,12 @@ async fn stored_bytes_follows_every_add_and_delete(t: TestStore) {
     assert_eq!(raw.stored_bytes().await, bytes);
 }
 
-/// A write that fails changes nothing: the rows its first op deleted are back, and
+/// A write that fails changes nothing: the rows its first ops deleted are back, and
 /// `stored_bytes` is what it was.
 async fn stored_bytes_unchanged_after_a_failed_write(t: TestStore) {
     let store = t.open().await;
     let mut raw = Raw::connect(&t).await;
-    store
+    let ids = store
         .add_messages((0..3).map(|i| message(Q, &format!("m{i}"), 0)).collect())
         .await
         .unwrap();
@@ -168,6 +205,10 @@ async fn stored_bytes_unchanged_after_a_failed_write(t: TestStore) {
     raw.insert_message(taken, "queue://intruder", 100).await;
     let result = store
         .write(vec![
+            WriteOp::Remove {
+                container: Q.into(),
+                ids: ids.clone(),
+            },
             WriteOp::Rollback {
                 xid: "xid-1".into(),
             },
@@ -182,14 +223,23 @@ async fn stored_bytes_unchanged_after_a_failed_write(t: TestStore) {
     assert_eq!(store.stored_bytes(), raw.stored_bytes().await);
     // The store goes on.
     let out = store
-        .write_one(WriteOp::Rollback {
-            xid: "xid-1".into(),
-        })
+        .write(vec![
+            WriteOp::Remove {
+                container: Q.into(),
+                ids,
+            },
+            WriteOp::Rollback {
+                xid: "xid-1".into(),
+            },
+        ])
         .await
         .unwrap();
-    assert_eq!(out, WriteOutcome::Deleted(1));
-    assert!(store.stored_bytes() < bytes);
-    assert_eq!(store.stored_bytes(), raw.stored_bytes().await);
+    assert_eq!(
+        out,
+        vec![WriteOutcome::Deleted(3), WriteOutcome::Deleted(1)]
+    );
+    assert_eq!(store.stored_bytes(), 0);
+    assert_eq!(raw.stored_bytes().await, 0);
 }
 
 on_every_backend!(
