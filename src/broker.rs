@@ -10,18 +10,21 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use actix::Addr;
-use ebb_actors::broker::{BrokerActor, GetTopic, ShutdownBroker};
+use actix::{Addr, Handler, Recipient};
+use ebb_actors::broker::{BrokerActor, GetQueue, GetTopic, ShutdownBroker};
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::messages::{
-    AbortPrepared, Ack, CommitPrepared, Delivery, Detach, GetStats, Nack, Publish, PublishPrepared,
-    RemoveDurable, Subscribe, TopicMessage, TopicStats,
+    AbortPrepared, Ack, CommitPrepared, Delivery, Detach, GetQueueStats, GetStats, Nack, Publish,
+    PublishPrepared, QueueStats, RemoveDurable, Subscribe, TopicMessage, TopicStats,
 };
 use ebb_actors::policy::PolicyMap;
+use ebb_actors::queue::QueueActor;
 use ebb_actors::topic::{now_ms, TopicActor};
+use ebb_actors::usage::Usage;
 use ebb_actors::{StoreActorConfig, StoreHandle};
 use ebb_store::{MessageStore, Payload, StoreOptions, SubscriptionKey, WriteOp, WriteOutcome};
 use futures::Stream;
+use std::collections::HashMap;
 use tokio::sync::mpsc;
 
 use crate::error::Error;
@@ -38,6 +41,8 @@ pub struct BrokerConfig {
     pub housekeeping_permits: usize,
     /// Group-commit batch and the bound on outstanding store writes.
     pub store_actor: StoreActorConfig,
+    /// Memory, store and temp limits and what a producer meets at them.
+    pub usage: UsageConfig,
 }
 
 impl Default for BrokerConfig {
@@ -47,7 +52,73 @@ impl Default for BrokerConfig {
             policies: PolicyMap::default(),
             housekeeping_permits: std::thread::available_parallelism().map_or(1, |n| n.get()),
             store_actor: StoreActorConfig::default(),
+            usage: UsageConfig::default(),
         }
+    }
+}
+
+/// System usage limits, as ActiveMQ's `systemUsage`, and producer flow control. All
+/// limits in bytes; 0 = no limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageConfig {
+    /// Bytes of messages the broker holds in memory (waiting in cursors, in flight to
+    /// consumers, in consumers' channels), each message counted once. Default 64 MiB
+    /// (ActiveMQ's example configuration).
+    pub memory: u64,
+    /// Bytes of message bodies in the store. Default 100 GiB (ActiveMQ's default).
+    pub store: u64,
+    /// Bytes of non-persistent messages held (they exist only in memory, so they count
+    /// in `memory` too). Default 0: only `memory` bounds them.
+    pub temp: u64,
+    /// Fail a send at once with [`Error::ResourceLimit`] instead of waiting for space
+    /// (ActiveMQ's `sendFailIfNoSpace`, default off: producers wait).
+    pub send_fail_if_no_space: bool,
+    /// Wait at most this long (ms) for space, then fail (ActiveMQ's
+    /// `sendFailIfNoSpaceAfterTimeout`). `None`: wait as long as it takes.
+    pub send_fail_if_no_space_after_timeout: Option<u64>,
+}
+
+impl Default for UsageConfig {
+    fn default() -> Self {
+        Self {
+            memory: 64 << 20,
+            store: 100 << 30,
+            temp: 0,
+            send_fail_if_no_space: false,
+            send_fail_if_no_space_after_timeout: None,
+        }
+    }
+}
+
+/// What a send meets in producer flow control, checked without waiting
+/// ([`Broker::check_space`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Space {
+    /// There is room: send now.
+    Free,
+    /// A limit is reached and the producer should wait ([`Broker::wait_for_space`]).
+    Wait,
+    /// A limit is reached and the broker is set to fail at once.
+    Fail(String),
+}
+
+/// The broker's usage counters and limits, shared by every clone of a [`Broker`].
+struct Usages {
+    config: UsageConfig,
+    memory: Arc<Usage>,
+    temp: Arc<Usage>,
+    policies: PolicyMap,
+    /// Per destination (store key), children of `memory`.
+    destinations: parking_lot::Mutex<HashMap<String, Arc<Usage>>>,
+}
+
+impl Usages {
+    fn of(&self, container: &str) -> Arc<Usage> {
+        let mut map = self.destinations.lock();
+        Arc::clone(map.entry(container.to_string()).or_insert_with(|| {
+            let limit = self.policies.policy_for(container).memory_limit;
+            self.memory.child(container, limit)
+        }))
     }
 }
 
@@ -234,10 +305,18 @@ impl Received {
 /// An open subscription: a [`Stream`] of [`Received`] messages. Dropping it detaches
 /// the consumer (a durable subscription goes offline and keeps its messages).
 pub struct Subscription {
-    topic: Addr<TopicActor>,
+    destination: Endpoints,
     id: u64,
     ack: AckMode,
     rx: mpsc::Receiver<Delivery>,
+}
+
+/// Where a subscription's acks, NACKs and detach go (its topic or queue actor).
+#[derive(Clone)]
+struct Endpoints {
+    ack: Recipient<Ack>,
+    nack: Recipient<Nack>,
+    detach: Recipient<Detach>,
 }
 
 impl Subscription {
@@ -257,7 +336,7 @@ impl Subscription {
     /// transport that polls many subscriptions together).
     pub fn acker(&self) -> Acker {
         Acker {
-            topic: self.topic.clone(),
+            destination: self.destination.clone(),
             id: self.id,
         }
     }
@@ -266,7 +345,7 @@ impl Subscription {
 /// Acks deliveries of one subscription; see [`Subscription::acker`].
 #[derive(Clone)]
 pub struct Acker {
-    topic: Addr<TopicActor>,
+    destination: Endpoints,
     id: u64,
 }
 
@@ -281,14 +360,16 @@ impl Acker {
         self.send(message.delivery.delivery_id, true).await
     }
 
-    /// Refuses `message` (NACK): its prefetch slot is freed without an ack; a durable
-    /// subscription gets it again, marked redelivered, when it next re-attaches.
+    /// Refuses `message` (NACK): its prefetch slot is freed without an ack. On a queue it
+    /// goes back in its place and is delivered again (to any consumer), marked
+    /// redelivered, until `maximum_redeliveries` failures send it to the dead-letter
+    /// queue; a durable subscription gets it again when it next re-attaches.
     pub async fn nack(&self, message: &Received) -> Result<(), Error> {
         let nack = Nack {
             subscription: self.id,
             delivery_id: message.delivery.delivery_id,
         };
-        Ok(self.topic.send(nack).await??)
+        Ok(self.destination.nack.send(nack).await??)
     }
 
     async fn send(&self, delivery_id: u64, cumulative: bool) -> Result<(), Error> {
@@ -297,7 +378,7 @@ impl Acker {
             delivery_id,
             cumulative,
         };
-        Ok(self.topic.send(ack).await??)
+        Ok(self.destination.ack.send(ack).await??)
     }
 }
 
@@ -308,7 +389,7 @@ impl Stream for Subscription {
         let polled = self.rx.poll_recv(cx);
         if let Poll::Ready(Some(delivery)) = &polled {
             if self.ack == AckMode::Auto {
-                let ack = self.topic.send(Ack {
+                let ack = self.destination.ack.send(Ack {
                     subscription: self.id,
                     delivery_id: delivery.delivery_id,
                     cumulative: false,
@@ -327,7 +408,7 @@ impl Stream for Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         // Drop cannot await; Detach is small and the topic handles it in order.
-        self.topic.do_send(Detach {
+        self.destination.detach.do_send(Detach {
             subscription: self.id,
         });
     }
@@ -354,6 +435,7 @@ pub struct Broker {
     registry: Addr<BrokerActor>,
     store: StoreHandle,
     ids: Arc<MessageIds>,
+    usages: Arc<Usages>,
 }
 
 struct MessageIds {
@@ -398,18 +480,159 @@ impl Broker {
                 prefix: format!("ID:ebb-{}-{}", std::process::id(), now_ms()),
                 next: AtomicU64::new(1),
             }),
+            usages: Arc::new(Usages {
+                memory: Usage::root("memory", config.usage.memory),
+                temp: Usage::root("temp", config.usage.temp),
+                config: config.usage.clone(),
+                policies: config.policies.clone(),
+                destinations: Default::default(),
+            }),
         }
     }
 
+    /// The limit a send of a `persistent` message to `container` would meet now:
+    /// `(name, used, limit)` of the first full usage (store, then the destination's
+    /// memory, then the broker's memory, then temp for a non-persistent message).
+    fn full_usage(&self, container: &str, persistent: bool) -> Option<(String, u64, u64)> {
+        let config = &self.usages.config;
+        if persistent && config.store > 0 {
+            let used = self.store.store().stored_bytes();
+            if used >= config.store {
+                return Some(("store".into(), used, config.store));
+            }
+        }
+        let usage = self.usages.of(container);
+        if let Some(full) = usage.full() {
+            return Some((full.name().to_string(), full.used(), full.limit()));
+        }
+        if !persistent {
+            if let Some(full) = self.usages.temp.full() {
+                return Some((full.name().to_string(), full.used(), full.limit()));
+            }
+        }
+        None
+    }
+
+    /// Producer flow control without waiting: whether a send of a `persistent` (or
+    /// not) message to destination `name` can go now, must wait, or fails at once
+    /// (with `send_fail_if_no_space`; the text names the limit). A transport that must
+    /// not block (STOMP) holds the send while this says [`Space::Wait`].
+    pub fn check_space(&self, name: &str, persistent: bool) -> Result<Space, Error> {
+        let container = Destination::parse(name)?.container().to_string();
+        Ok(match self.full_usage(&container, persistent) {
+            None => Space::Free,
+            Some((usage, used, limit)) if self.usages.config.send_fail_if_no_space => Space::Fail(
+                Error::ResourceLimit {
+                    usage,
+                    used,
+                    limit,
+                    waited_ms: None,
+                }
+                .to_string(),
+            ),
+            Some(_) => Space::Wait,
+        })
+    }
+
+    /// Waits until a send of a `persistent` (or not) message to destination `name`
+    /// finds space (producer flow control), or fails: at once with
+    /// `send_fail_if_no_space`, after `send_fail_if_no_space_after_timeout` ms with it
+    /// set, never otherwise. Errors: [`Error::ResourceLimit`] naming the limit.
+    pub async fn wait_for_space(&self, name: &str, persistent: bool) -> Result<(), Error> {
+        let container = Destination::parse(name)?.container().to_string();
+        let config = &self.usages.config;
+        let started = std::time::Instant::now();
+        let deadline = config
+            .send_fail_if_no_space_after_timeout
+            .map(|ms| started + Duration::from_millis(ms));
+        let usage = self.usages.of(&container);
+        loop {
+            let Some((full, used, limit)) = self.full_usage(&container, persistent) else {
+                return Ok(());
+            };
+            let refuse = |waited: bool| Error::ResourceLimit {
+                usage: full.clone(),
+                used,
+                limit,
+                waited_ms: waited.then(|| started.elapsed().as_millis() as u64),
+            };
+            if config.send_fail_if_no_space && deadline.is_none() {
+                return Err(refuse(false));
+            }
+            // Memory wakes waiters on every release; the store is polled (rows go by
+            // acks, expiry and cleanup, which do not notify).
+            let space = async {
+                if full == "store" {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                } else if full == "temp" {
+                    self.usages.temp.wait_for_space().await;
+                } else {
+                    usage.wait_for_space().await;
+                }
+            };
+            match deadline {
+                Some(at) => {
+                    if tokio::time::timeout_at(at.into(), space).await.is_err() {
+                        return Err(refuse(true));
+                    }
+                }
+                None => space.await,
+            }
+        }
+    }
+
+    /// The broker's memory, store and temp usage now, and producers blocked.
+    pub fn usage(&self) -> UsageSnapshot {
+        let u = &self.usages;
+        let blocked = u
+            .destinations
+            .lock()
+            .values()
+            .map(|d| d.blocked_producers())
+            .sum::<u64>()
+            + u.temp.blocked_producers();
+        UsageSnapshot {
+            memory_bytes: u.memory.used(),
+            memory_limit: u.memory.limit(),
+            store_bytes: self.store.store().stored_bytes(),
+            store_limit: u.config.store,
+            temp_bytes: u.temp.used(),
+            temp_limit: u.temp.limit(),
+            blocked_producers: blocked,
+        }
+    }
+
+    /// Bytes destination `name` holds in memory now, and its own limit (0 = none).
+    pub fn destination_memory(&self, name: &str) -> Result<(u64, u64), Error> {
+        let container = Destination::parse(name)?.container().to_string();
+        let usage = self.usages.of(&container);
+        Ok((usage.used(), usage.limit()))
+    }
+
     async fn topic(&self, name: &str) -> Result<Addr<TopicActor>, Error> {
-        let container = topic_container(name)?;
-        let addr = self.registry.send(GetTopic(container)).await??;
-        Ok(addr)
+        match self.destination(name).await? {
+            DestinationAddr::Topic(addr) => Ok(addr),
+            DestinationAddr::Queue(_) => Err(Error::InvalidDestination {
+                name: name.to_string(),
+                reason: "this works on topics only",
+            }),
+        }
+    }
+
+    async fn destination(&self, name: &str) -> Result<DestinationAddr, Error> {
+        Ok(match Destination::parse(name)? {
+            Destination::Topic(container) => {
+                DestinationAddr::Topic(self.registry.send(GetTopic(container)).await??)
+            }
+            Destination::Queue(container) => {
+                DestinationAddr::Queue(self.registry.send(GetQueue(container)).await??)
+            }
+        })
     }
 
     /// The topic message for `message`: checks the priority, turns a TTL into an
     /// absolute expiration, gives it a message id.
-    fn outgoing(&self, message: Message) -> Result<TopicMessage, Error> {
+    fn outgoing(&self, container: &str, message: Message) -> Result<TopicMessage, Error> {
         if message.priority > ebb_store::MAX_PRIORITY {
             return Err(Error::InvalidPriority(message.priority));
         }
@@ -424,31 +647,56 @@ impl Broker {
             self.ids.prefix,
             self.ids.next.fetch_add(1, Ordering::Relaxed)
         );
+        let payload = Payload {
+            timestamp_ms: now,
+            headers: message.headers,
+            body: message.body,
+        };
+        let bytes = payload.body.len()
+            + payload
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>();
+        let mut charge = self.usages.of(container).charge(bytes as u64);
+        if !message.persistent {
+            charge = charge.and(&self.usages.temp);
+        }
         Ok(TopicMessage {
             id: None,
             message_id,
             persistent: message.persistent,
             priority: message.priority,
             expiration,
-            payload: Arc::new(Payload {
-                timestamp_ms: now,
-                headers: message.headers,
-                body: message.body,
-            }),
+            payload: Arc::new(payload),
+            charge: Some(Arc::new(charge)),
         })
     }
 
-    /// Publishes `message` to topic `name`. Returns once it is accepted: a persistent
-    /// message that a durable subscription needs is committed to the store first.
+    /// Sends `message` to destination `name`: `queue://NAME`, `topic://NAME`, or a plain
+    /// `NAME` (a topic). Returns once it is accepted: a persistent message sent to a
+    /// queue, or to a topic that a durable subscription needs it for, is committed to
+    /// the store first. When a usage limit is reached it first waits for space
+    /// (producer flow control, [`Broker::wait_for_space`]).
     ///
     /// Errors: [`Error::InvalidDestination`], [`Error::InvalidPriority`],
-    /// [`Error::Actor`] when the store write failed (nothing was stored; the send may
-    /// be retried) or the broker is shutting down.
+    /// [`Error::ResourceLimit`] (flow control set to fail), [`Error::Actor`] when the
+    /// store write failed (nothing was stored; the send may be retried) or the broker
+    /// is shutting down.
     pub async fn send(&self, name: &str, message: Message) -> Result<SendReceipt, Error> {
-        let outgoing = self.outgoing(message)?;
-        let topic = self.topic(name).await?;
+        self.wait_for_space(name, message.persistent).await?;
+        self.send_now(name, message).await
+    }
+
+    /// Sends as [`Broker::send`] without waiting for space: the caller checked with
+    /// [`Broker::check_space`] or [`Broker::wait_for_space`] (a send that races others
+    /// for the last space may go over a limit by its own size).
+    pub async fn send_now(&self, name: &str, message: Message) -> Result<SendReceipt, Error> {
+        let destination = self.destination(name).await?;
+        let container = Destination::parse(name)?.container().to_string();
+        let outgoing = self.outgoing(&container, message)?;
         let message_id = outgoing.message_id.clone();
-        let outcome = topic.send(Publish(outgoing)).await??;
+        let outcome = destination.ask(Publish(outgoing)).await??;
         Ok(SendReceipt {
             message_id,
             store_id: outcome.id,
@@ -456,24 +704,36 @@ impl Broker {
         })
     }
 
-    /// Sends `message` to topic `name` inside transaction `xid`: a persistent message
-    /// that a durable subscription needs is stored prepared (invisible, and it stops
-    /// expiry runs rather than being passed by a mark); nothing is delivered until
-    /// [`Broker::commit_prepared`]. Errors as [`Broker::send`].
+    /// Sends `message` to destination `name` (as [`Broker::send`]) inside transaction
+    /// `xid`: a persistent message that must be stored is stored prepared (invisible,
+    /// and it stops expiry runs rather than being passed by a mark); nothing is
+    /// delivered until [`Broker::commit_prepared`]. Errors as [`Broker::send`].
     pub async fn send_prepared(
         &self,
         name: &str,
         message: Message,
         xid: &str,
     ) -> Result<SendReceipt, Error> {
-        let outgoing = self.outgoing(message)?;
-        let topic = self.topic(name).await?;
+        self.wait_for_space(name, message.persistent).await?;
+        self.send_prepared_now(name, message, xid).await
+    }
+
+    /// [`Broker::send_prepared`] without waiting for space (as [`Broker::send_now`]).
+    pub async fn send_prepared_now(
+        &self,
+        name: &str,
+        message: Message,
+        xid: &str,
+    ) -> Result<SendReceipt, Error> {
+        let destination = self.destination(name).await?;
+        let container = Destination::parse(name)?.container().to_string();
+        let outgoing = self.outgoing(&container, message)?;
         let message_id = outgoing.message_id.clone();
         let prepared = PublishPrepared {
             message: outgoing,
             xid: xid.to_string(),
         };
-        let outcome = topic.send(prepared).await??;
+        let outcome = destination.ask(prepared).await??;
         Ok(SendReceipt {
             message_id,
             store_id: outcome.id,
@@ -481,10 +741,11 @@ impl Broker {
         })
     }
 
-    /// Commits transaction `xid`, whose messages went to `topics`: in one store
-    /// transaction its stored messages become visible under new, highest ids (so no
-    /// subscription's mark can already be past them); then each topic delivers them.
-    pub async fn commit_prepared(&self, xid: &str, topics: &[String]) -> Result<(), Error> {
+    /// Commits transaction `xid`, whose messages went to `destinations` (names as for
+    /// [`Broker::send`]): in one store transaction its stored messages become visible
+    /// under new, highest ids (so no subscription's mark can already be past them);
+    /// then each destination delivers them.
+    pub async fn commit_prepared(&self, xid: &str, destinations: &[String]) -> Result<(), Error> {
         let committed = self
             .store
             .write(WriteOp::Commit {
@@ -494,33 +755,34 @@ impl Broker {
         let WriteOutcome::Committed(renumbered) = committed else {
             unreachable!("a commit answers Committed");
         };
-        self.tell_topics(topics, || CommitPrepared {
+        self.tell(destinations, || CommitPrepared {
             xid: xid.to_string(),
             renumbered: renumbered.clone(),
         })
         .await
     }
 
-    /// Sends `make()` to each of `topics` and waits for each to handle it.
-    async fn tell_topics<M>(&self, topics: &[String], make: impl Fn() -> M) -> Result<(), Error>
+    /// Sends `make()` to each of `destinations` and waits for each to handle it.
+    async fn tell<M>(&self, destinations: &[String], make: impl Fn() -> M) -> Result<(), Error>
     where
         M: actix::Message<Result = ()> + Send + 'static,
-        TopicActor: actix::Handler<M>,
+        TopicActor: Handler<M>,
+        QueueActor: Handler<M>,
     {
-        for name in topics {
-            self.topic(name).await?.send(make()).await?;
+        for name in destinations {
+            self.destination(name).await?.ask(make()).await?;
         }
         Ok(())
     }
 
     /// Rolls back transaction `xid`: its stored messages are deleted, none is delivered.
-    pub async fn rollback_prepared(&self, xid: &str, topics: &[String]) -> Result<(), Error> {
+    pub async fn rollback_prepared(&self, xid: &str, destinations: &[String]) -> Result<(), Error> {
         self.store
             .write(WriteOp::Rollback {
                 xid: xid.to_string(),
             })
             .await?;
-        self.tell_topics(topics, || AbortPrepared {
+        self.tell(destinations, || AbortPrepared {
             xid: xid.to_string(),
         })
         .await
@@ -539,11 +801,13 @@ impl Broker {
         }
     }
 
-    /// Subscribes to topic `name`.
+    /// Subscribes to destination `name` (as for [`Broker::send`]). On a queue the
+    /// subscription is one of its competing consumers: each message goes to one of
+    /// them (prefetch default: the policy's `queue_prefetch`, 1,000).
     ///
-    /// Errors: [`Error::InvalidDestination`], [`Error::InvalidSubscription`],
-    /// [`Error::Actor`] with `DurableInUse` when the durable subscription already has a
-    /// consumer, or a store error.
+    /// Errors: [`Error::InvalidDestination`] (also for a durable subscription on a
+    /// queue), [`Error::InvalidSubscription`], [`Error::Actor`] with `DurableInUse` when
+    /// the durable subscription already has a consumer, or a store error.
     pub async fn subscribe(
         &self,
         name: &str,
@@ -556,20 +820,26 @@ impl Broker {
             Some((client, sub)) => Some(SubscriptionKey::new(client, sub)),
             None => None,
         };
-        let topic = self.topic(name).await?;
+        let destination = self.destination(name).await?;
+        if durable.is_some() && matches!(destination, DestinationAddr::Queue(_)) {
+            return Err(Error::InvalidDestination {
+                name: name.to_string(),
+                reason: "a queue has no durable subscriptions: subscribe without one",
+            });
+        }
         // Credit never lets more than the prefetch be queued; the channel holds that.
         let max = ebb_actors::subscription::MAX_PREFETCH;
         let capacity = options.prefetch.unwrap_or(max).clamp(1, max) as usize;
         let (tx, rx) = mpsc::channel(capacity);
-        let id = topic
-            .send(Subscribe {
+        let id = destination
+            .ask(Subscribe {
                 durable,
                 prefetch: options.prefetch,
                 deliver: tx,
             })
             .await??;
         Ok(Subscription {
-            topic,
+            destination: destination.endpoints(),
             id,
             ack: options.ack,
             rx,
@@ -589,15 +859,16 @@ impl Broker {
         Ok(topic.send(RemoveDurable(key)).await??)
     }
 
-    /// Up to `limit` (at most [`MAX_BROWSE_PAGE`]) stored messages of topic `name`
-    /// with store id `> after_id`, in id order. Browsing never acks or expires.
+    /// Up to `limit` (at most [`MAX_BROWSE_PAGE`]) stored messages of destination `name`
+    /// (as for [`Broker::send`]) with store id `> after_id`, in id order. Browsing never
+    /// acks or expires.
     pub async fn browse(
         &self,
         name: &str,
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<BrowsedMessage>, Error> {
-        let container = topic_container(name)?;
+        let container = Destination::parse(name)?.container().to_string();
         let rows = self
             .store
             .store()
@@ -616,7 +887,7 @@ impl Broker {
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<BrowsedMessage>, Error> {
-        let container = topic_container(name)?;
+        let container = Destination::parse(name)?.container().to_string();
         let key = SubscriptionKey::new(client_id, subscription);
         let rows = self
             .store
@@ -632,12 +903,28 @@ impl Broker {
         Ok(topic.send(GetStats).await?)
     }
 
-    /// Runs topic `name`'s housekeeping now, as its timer would: starts an expiry run
-    /// (unless one is running) and a cleanup batch. Returns once the request is queued;
-    /// watch [`Broker::topic_stats`] for the pages.
+    /// The counters of queue `name` (plain name or `queue://NAME`; starting it if it is
+    /// not running).
+    pub async fn queue_stats(&self, name: &str) -> Result<QueueStats, Error> {
+        let name = match name.strip_prefix("queue://") {
+            Some(_) => name.to_string(),
+            None => format!("queue://{name}"),
+        };
+        match self.destination(&name).await? {
+            DestinationAddr::Queue(queue) => Ok(queue.send(GetQueueStats).await?),
+            DestinationAddr::Topic(_) => unreachable!("a queue:// name is a queue"),
+        }
+    }
+
+    /// Runs destination `name`'s housekeeping now, as its timer would: starts an expiry
+    /// run (unless one is running) and, on a topic, a cleanup batch. Returns once the
+    /// request is queued; watch [`Broker::topic_stats`] or [`Broker::queue_stats`] for
+    /// the pages.
     pub async fn run_housekeeping(&self, name: &str) -> Result<(), Error> {
-        let topic = self.topic(name).await?;
-        topic.send(ebb_actors::messages::RunHousekeeping).await?;
+        let destination = self.destination(name).await?;
+        destination
+            .ask(ebb_actors::messages::RunHousekeeping)
+            .await?;
         Ok(())
     }
 
@@ -666,8 +953,95 @@ fn browsed(m: &ebb_store::StoredMessage) -> BrowsedMessage {
     }
 }
 
+/// Memory, store and temp usage at one moment ([`Broker::usage`]); bytes, limits 0 =
+/// none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct UsageSnapshot {
+    pub memory_bytes: u64,
+    pub memory_limit: u64,
+    pub store_bytes: u64,
+    pub store_limit: u64,
+    pub temp_bytes: u64,
+    pub temp_limit: u64,
+    /// Producers waiting in [`Broker::wait_for_space`] now.
+    pub blocked_producers: u64,
+}
+
+/// A destination named in the API, with its store key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    /// `topic://NAME`.
+    Topic(String),
+    /// `queue://NAME`.
+    Queue(String),
+}
+
+impl Destination {
+    /// `queue://NAME` → a queue; `topic://NAME` or a plain `NAME` → a topic. Refuses
+    /// empty names, names over 200 bytes, control characters and wildcards
+    /// ([`Error::InvalidDestination`]).
+    pub fn parse(name: &str) -> Result<Self, Error> {
+        if let Some(queue) = name.strip_prefix("queue://") {
+            return Ok(Self::Queue(container("queue", queue)?));
+        }
+        let topic = name.strip_prefix("topic://").unwrap_or(name);
+        Ok(Self::Topic(container("topic", topic)?))
+    }
+
+    /// The store key, e.g. `queue://jobs`.
+    pub fn container(&self) -> &str {
+        match self {
+            Self::Topic(c) | Self::Queue(c) => c,
+        }
+    }
+}
+
+/// A running destination actor.
+#[derive(Clone)]
+enum DestinationAddr {
+    Topic(Addr<TopicActor>),
+    Queue(Addr<QueueActor>),
+}
+
+impl DestinationAddr {
+    /// Sends `message` to the actor and waits for its answer.
+    async fn ask<M>(&self, message: M) -> Result<M::Result, actix::MailboxError>
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        TopicActor: Handler<M>,
+        QueueActor: Handler<M>,
+    {
+        match self {
+            Self::Topic(a) => a.send(message).await,
+            Self::Queue(a) => a.send(message).await,
+        }
+    }
+
+    fn endpoints(&self) -> Endpoints {
+        match self {
+            Self::Topic(a) => Endpoints {
+                ack: a.clone().recipient(),
+                nack: a.clone().recipient(),
+                detach: a.clone().recipient(),
+            },
+            Self::Queue(a) => Endpoints {
+                ack: a.clone().recipient(),
+                nack: a.clone().recipient(),
+                detach: a.clone().recipient(),
+            },
+        }
+    }
+}
+
 /// `orders` → `topic://orders`; refuses names that cannot be a topic.
+#[cfg(test)]
 fn topic_container(name: &str) -> Result<String, Error> {
+    container("topic", name)
+}
+
+/// `kind://name`, or why `name` cannot name a destination.
+fn container(kind: &str, name: &str) -> Result<String, Error> {
     let invalid = |reason| Error::InvalidDestination {
         name: name.to_string(),
         reason,
@@ -680,13 +1054,15 @@ fn topic_container(name: &str) -> Result<String, Error> {
     }
     if name.contains("://") || name.chars().any(|c| c.is_control()) {
         return Err(invalid(
-            "give the plain topic name, without a scheme or control characters",
+            "give the plain name after queue:// or topic://, without another scheme or control characters",
         ));
     }
     if name.split('.').any(|s| s == "*" || s == ">") {
-        return Err(invalid("wildcards `*` and `>` name patterns, not a topic"));
+        return Err(invalid(
+            "wildcards `*` and `>` name patterns, not a destination",
+        ));
     }
-    Ok(format!("topic://{name}"))
+    Ok(format!("{kind}://{name}"))
 }
 
 #[cfg(test)]
@@ -699,5 +1075,15 @@ mod tests {
         for bad in ["", "topic://x", "a.*", "a.>", "bad\nname"] {
             assert!(topic_container(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(
+            Destination::parse("queue://jobs").unwrap(),
+            Destination::Queue("queue://jobs".into())
+        );
+        assert_eq!(
+            Destination::parse("topic://a.b").unwrap(),
+            Destination::Topic("topic://a.b".into())
+        );
+        assert!(Destination::parse("queue://").is_err());
+        assert!(Destination::parse("queue://a.*").is_err());
     }
 }

@@ -188,6 +188,7 @@ async fn serve(
     let mut broker_config = crate::BrokerConfig {
         store: options,
         policies: file.policies(),
+        usage: file.usage.usage(),
         ..crate::BrokerConfig::default()
     };
     if let Some(permits) = file.housekeeping.permits {

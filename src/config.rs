@@ -12,6 +12,10 @@
 //! listen = "127.0.0.1:61613"
 //! max_frame_size = "10mb"
 //!
+//! [usage]
+//! memory = "64mb"
+//! store = "10gb"
+//!
 //! [[policy]]
 //! destination = "topic://>"        # ActiveMQ-style pattern
 //! expire_messages_period = 30000   # ms; 0 = off
@@ -35,6 +39,9 @@ pub struct FileConfig {
     pub policy: Vec<PolicySection>,
     #[serde(default)]
     pub housekeeping: HousekeepingSection,
+    /// System usage limits and producer flow control (`[usage]`).
+    #[serde(default)]
+    pub usage: UsageSection,
     /// Users (`[[users]]`: login, password_hash from `ebb passwd`, groups). With any,
     /// CONNECT must log in.
     #[serde(default)]
@@ -70,6 +77,41 @@ pub struct StompSection {
     pub stall_timeout_ms: Option<u64>,
 }
 
+/// `[usage]`: system usage limits, as ActiveMQ's `systemUsage`. Sizes in bytes or with a
+/// unit (`64mb`); unset keys keep the defaults of [`crate::broker::UsageConfig`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageSection {
+    /// Memory held by messages (default 64 MiB); `0` = no limit.
+    pub memory: Option<ByteSize>,
+    /// Bytes of messages in the store (default 100 GiB); `0` = no limit.
+    pub store: Option<ByteSize>,
+    /// Bytes of non-persistent messages held (default 0 = bounded by `memory` only).
+    pub temp: Option<ByteSize>,
+    /// Fail a send at a limit instead of waiting (default false).
+    pub send_fail_if_no_space: Option<bool>,
+    /// Wait at most this many ms at a limit, then fail.
+    pub send_fail_if_no_space_after_timeout: Option<u64>,
+}
+
+impl UsageSection {
+    /// The usage configuration this section gives.
+    pub fn usage(&self) -> crate::broker::UsageConfig {
+        let d = crate::broker::UsageConfig::default();
+        crate::broker::UsageConfig {
+            memory: self.memory.map_or(d.memory, |b| b.0),
+            store: self.store.map_or(d.store, |b| b.0),
+            temp: self.temp.map_or(d.temp, |b| b.0),
+            send_fail_if_no_space: self
+                .send_fail_if_no_space
+                .unwrap_or(d.send_fail_if_no_space),
+            send_fail_if_no_space_after_timeout: self
+                .send_fail_if_no_space_after_timeout
+                .or(d.send_fail_if_no_space_after_timeout),
+        }
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HousekeepingSection {
@@ -94,6 +136,16 @@ pub struct PolicySection {
     pub topic_prefetch: Option<u32>,
     pub expire_online_durable_subscriptions: Option<bool>,
     pub max_pending_non_durable: Option<u32>,
+    #[serde(default, deserialize_with = "at_least_one")]
+    pub queue_prefetch: Option<u32>,
+    #[serde(default, deserialize_with = "at_least_one")]
+    pub max_page_size: Option<u32>,
+    pub maximum_redeliveries: Option<u32>,
+    /// A shared dead-letter queue's name (default: `DLQ.<queue>` per queue).
+    pub dead_letter_queue: Option<String>,
+    pub dead_letter_expired: Option<bool>,
+    /// The destination's own memory limit (bytes or with a unit; 0 = none).
+    pub memory_limit: Option<ByteSize>,
 }
 
 /// A destination pattern: `topic://` or `queue://`, then `.`-separated segments, each
@@ -236,6 +288,14 @@ impl FileConfig {
                         max_pending_non_durable: p
                             .max_pending_non_durable
                             .unwrap_or(d.max_pending_non_durable),
+                        queue_prefetch: p.queue_prefetch.unwrap_or(d.queue_prefetch),
+                        max_page_size: p.max_page_size.unwrap_or(d.max_page_size),
+                        maximum_redeliveries: p
+                            .maximum_redeliveries
+                            .unwrap_or(d.maximum_redeliveries),
+                        dead_letter_queue: p.dead_letter_queue.clone().or(d.dead_letter_queue),
+                        dead_letter_expired: p.dead_letter_expired.unwrap_or(d.dead_letter_expired),
+                        memory_limit: p.memory_limit.map_or(d.memory_limit, |b| b.0),
                     },
                 }
             })
@@ -259,13 +319,30 @@ url = "sqlite://ebb-data/ebb.db"
 listen = "127.0.0.1:61613"
 max_frame_size = "64kb"
 
+[usage]
+memory = "64mb"
+store = "10gb"
+
 [[policy]]
 destination = "topic://>"
 expire_messages_period = 30000
 max_expire_page_size = 400
+
+[[policy]]
+destination = "queue://jobs.>"
+maximum_redeliveries = 2
+dead_letter_queue = "ActiveMQ.DLQ"
+memory_limit = "1mb"
 "#,
         )
         .unwrap();
+        let usage = c.usage.usage();
+        assert_eq!((usage.memory, usage.store), (64 << 20, 10 << 30));
+        assert!(!usage.send_fail_if_no_space);
+        let q = c.policies().policy_for("queue://jobs.eu");
+        assert_eq!((q.maximum_redeliveries, q.memory_limit), (2, 1 << 20));
+        assert_eq!(q.dead_letter_queue_for("jobs.eu"), "ActiveMQ.DLQ");
+        assert_eq!(q.queue_prefetch, 1000);
         assert_eq!(c.store.url.as_deref(), Some("sqlite://ebb-data/ebb.db"));
         assert_eq!(c.stomp.max_frame_size, Some(ByteSize(64 * 1024)));
         let p = c.policies().policy_for("topic://orders");

@@ -19,6 +19,18 @@ pub enum Error {
     /// A priority outside 0..=9.
     #[error("invalid priority {0}: priorities run from 0 to 9")]
     InvalidPriority(u8),
+    /// Producer flow control refused a send: a usage limit is reached and the broker is
+    /// set to fail rather than wait (`send_fail_if_no_space`), or waited
+    /// `send_fail_if_no_space_after_timeout` ms in vain. Nothing was stored. As
+    /// ActiveMQ's `ResourceAllocationException`.
+    #[error("resource allocation: {usage} usage limit reached ({used} of {limit} bytes); the message was not accepted{}", match waited_ms { Some(ms) => format!(" after waiting {ms} ms for space"), None => String::new() })]
+    ResourceLimit {
+        /// Which limit: `memory`, `temp`, `store`, or a destination (`queue://jobs`).
+        usage: String,
+        used: u64,
+        limit: u64,
+        waited_ms: Option<u64>,
+    },
     /// A durable subscription needs a client id and a subscription name.
     #[error("a durable subscription needs a non-empty client id and subscription name")]
     InvalidSubscription,

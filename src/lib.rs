@@ -22,10 +22,10 @@ pub mod stomp;
 pub mod transport;
 
 pub use broker::{
-    AckMode, Broker, BrokerConfig, BrowsedMessage, Expiration, Message, Received, SendReceipt,
-    SubscribeOptions, Subscription,
+    AckMode, Broker, BrokerConfig, BrowsedMessage, Destination, Expiration, Message, Received,
+    SendReceipt, Space, SubscribeOptions, Subscription, UsageConfig, UsageSnapshot,
 };
-pub use ebb_actors::messages::TopicStats;
+pub use ebb_actors::messages::{QueueStats, TopicStats};
 pub use ebb_actors::policy::{Policy, PolicyEntry, PolicyMap};
 pub use error::Error;
 

@@ -1,11 +1,11 @@
 //! The broker (registry) actor: destination name → destination actor.
 //!
-//! State it owns: the topic actors by store key (`topic://NAME`), created on first use
-//! with the policy that matches their name; the policy map; the shared housekeeping
-//! budget; and the shutdown sequence.
+//! State it owns: the destination actors by store key (`topic://NAME`,
+//! `queue://NAME`), created on first use with the policy that matches their name; the
+//! policy map; the shared housekeeping budget; and the shutdown sequence.
 //!
-//! Messages it accepts: [`GetTopic`], [`ShutdownBroker`]. It never dispatches and
-//! never touches SQL.
+//! Messages it accepts: [`GetTopic`], [`GetQueue`], [`ShutdownBroker`]. It never
+//! dispatches and never touches SQL.
 //!
 //! Shutdown, in order: refuse new destinations; stop every destination's housekeeping
 //! (each answers once its page in flight has finished, and starts none after); flush
@@ -19,6 +19,7 @@ use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
 use crate::messages::StopHousekeeping;
 use crate::policy::PolicyMap;
+use crate::queue::QueueActor;
 use crate::store_actor::StoreHandle;
 use crate::topic::TopicActor;
 
@@ -28,6 +29,7 @@ pub struct BrokerActor {
     policies: PolicyMap,
     budget: HousekeepingBudget,
     topics: HashMap<String, Addr<TopicActor>>,
+    queues: HashMap<String, Addr<QueueActor>>,
     shutting_down: bool,
 }
 
@@ -38,6 +40,7 @@ impl BrokerActor {
             policies,
             budget,
             topics: HashMap::new(),
+            queues: HashMap::new(),
             shutting_down: false,
         }
     }
@@ -79,6 +82,38 @@ impl Handler<GetTopic> for BrokerActor {
     }
 }
 
+/// The queue actor for `queue://NAME` (the store key), started on first use; as
+/// [`GetTopic`] during shutdown.
+#[derive(Message)]
+#[rtype(result = "Result<Addr<QueueActor>, ActorError>")]
+pub struct GetQueue(pub String);
+
+impl Handler<GetQueue> for BrokerActor {
+    type Result = Result<Addr<QueueActor>, ActorError>;
+
+    fn handle(&mut self, msg: GetQueue, ctx: &mut Context<Self>) -> Self::Result {
+        if let Some(addr) = self.queues.get(&msg.0) {
+            if addr.connected() {
+                return Ok(addr.clone());
+            }
+        }
+        if self.shutting_down {
+            return Err(ActorError::ShuttingDown);
+        }
+        let policy = self.policies.policy_for(&msg.0);
+        let queue = QueueActor::new(
+            msg.0.clone(),
+            policy,
+            self.store.clone(),
+            self.budget.clone(),
+            Some(ctx.address()),
+        );
+        let addr = queue.start();
+        self.queues.insert(msg.0, addr.clone());
+        Ok(addr)
+    }
+}
+
 /// Runs the shutdown sequence (module documentation); answered when the pool is closed.
 #[derive(Message)]
 #[rtype(result = "Result<(), ActorError>")]
@@ -90,15 +125,20 @@ impl Handler<ShutdownBroker> for BrokerActor {
     fn handle(&mut self, _: ShutdownBroker, _: &mut Context<Self>) -> Self::Result {
         self.shutting_down = true;
         let topics: Vec<Addr<TopicActor>> = self.topics.values().cloned().collect();
+        let queues: Vec<Addr<QueueActor>> = self.queues.values().cloned().collect();
         let store = self.store.clone();
         Box::pin(async move {
             let stops = topics.iter().map(|t| t.send(StopHousekeeping));
-            for stopped in futures::future::join_all(stops).await {
-                // A topic that is already gone has nothing in flight.
-                let _ = stopped;
-            }
+            // A destination that is already gone has nothing in flight.
+            let _ = futures::future::join_all(stops).await;
+            let stops = queues.iter().map(|q| q.send(StopHousekeeping));
+            let _ = futures::future::join_all(stops).await;
             store.close().await?;
-            tracing::info!(topics = topics.len(), "broker shut down; store closed");
+            tracing::info!(
+                topics = topics.len(),
+                queues = queues.len(),
+                "broker shut down; store closed"
+            );
             Ok(())
         })
     }

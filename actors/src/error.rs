@@ -22,6 +22,9 @@ pub enum ActorError {
     /// An ack or detach named a subscription id the destination does not have.
     #[error("unknown subscription {0}")]
     UnknownSubscription(u64),
+    /// A request the destination cannot take; the text says why.
+    #[error("{0}")]
+    Invalid(String),
     /// The broker is shutting down and takes no new destinations or subscriptions.
     #[error("the broker is shutting down")]
     ShuttingDown,

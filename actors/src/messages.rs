@@ -8,8 +8,8 @@ use tokio::sync::mpsc;
 
 use crate::error::ActorError;
 
-/// A message as a destination holds it in memory. Shared (`Arc`) by every
-/// subscription that holds it, so its body is in memory once.
+/// A message as a destination (topic or queue) holds it in memory. Shared (`Arc`) by
+/// every subscription that holds it, so its body is in memory once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMessage {
     /// Store id when the message is persistent and was stored (send order).
@@ -22,12 +22,21 @@ pub struct TopicMessage {
     /// Absolute expiration, epoch ms; 0 = never.
     pub expiration: i64,
     pub payload: Arc<Payload>,
+    /// The memory it is charged to while the broker holds it (see [`crate::usage`]);
+    /// `None` for messages read from the store.
+    pub charge: Option<Arc<crate::usage::MemoryCharge>>,
 }
 
 impl TopicMessage {
     /// True when it has an expiration at or before `now_ms`.
     pub fn is_expired(&self, now_ms: i64) -> bool {
         ebb_store::is_expired(self.expiration, now_ms)
+    }
+
+    /// True when its memory charge is at a limit (see [`crate::usage`]): a cursor then
+    /// leaves it in the store (if stored) instead of caching it.
+    pub fn memory_full(&self) -> bool {
+        self.charge.as_ref().is_some_and(|c| c.is_full())
     }
 
     /// A message read from the store (always persistent).
@@ -39,6 +48,7 @@ impl TopicMessage {
             priority: m.priority,
             expiration: m.expiration,
             payload: Arc::clone(&m.payload),
+            charge: None,
         }
     }
 }
@@ -196,3 +206,69 @@ pub struct RunHousekeeping;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct StopHousekeeping;
+
+/// A queue's counters.
+#[derive(Message)]
+#[rtype(result = "QueueStats")]
+pub struct GetQueueStats;
+
+/// Counters of one queue since it started, and its state now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, MessageResponse, serde::Serialize)]
+pub struct QueueStats {
+    /// Messages accepted (expired-on-arrival ones and dead letters received included).
+    pub enqueued: u64,
+    /// Deliveries handed to consumers (redeliveries included).
+    pub dispatched: u64,
+    /// Messages acked by a consumer (and so removed from the queue).
+    pub dequeued: u64,
+    /// Messages that expired: on arrival, at dispatch, or found by housekeeping.
+    pub expired: u64,
+    /// Messages moved to the dead-letter queue (too many failed deliveries, or expired
+    /// with `dead_letter_expired`).
+    pub dead_lettered: u64,
+    /// Dead messages dropped instead: non-persistent ones (ActiveMQ's dead-letter
+    /// strategy skips them by default) and those of a dead-letter queue itself.
+    pub discarded: u64,
+    /// Deliveries that were redeliveries.
+    pub redelivered: u64,
+    /// Housekeeping timer ticks.
+    pub ticks: u64,
+    /// Expiry runs started (one or more chained pages).
+    pub expiry_runs: u64,
+    /// Expiry pages started (each one bounded delete, or one bounded read with
+    /// `dead_letter_expired`).
+    pub expiry_pages_started: u64,
+    /// Expiry pages finished.
+    pub expiry_pages: u64,
+    /// Most rows one expiry page removed.
+    pub max_expiry_page_rows: u64,
+    /// The budget's ticket of the last expiry page (see
+    /// [`crate::housekeeping::HousekeepingBudget`]).
+    pub last_page_ticket: u64,
+    /// Whether housekeeping looks for expired messages (the queue has seen one with an
+    /// expiration).
+    pub expiry_armed: bool,
+    /// Consumers attached now.
+    pub consumers: u64,
+    /// Messages delivered and not yet acked, now.
+    pub in_flight: u64,
+    /// Messages waiting in the queue's memory now (a cache of the stored ones, plus
+    /// the non-persistent ones).
+    pub pending_in_memory: u64,
+    /// Non-persistent messages waiting now (in memory only).
+    pub pending_non_persistent: u64,
+    /// Whether the cursor follows publishes live (true) or pages the store (false).
+    pub cursor_live: bool,
+}
+
+/// A dead message for this queue (its dead-letter queue): from queue `from`, store row
+/// `from_id` (moved in one store transaction: deleted there, added here), with the
+/// reason and origin already in its headers. Answered once it is stored (`Ok(None)` if
+/// the source row was already gone: it is never dead-lettered twice).
+#[derive(Message)]
+#[rtype(result = "Result<Option<i64>, ActorError>")]
+pub struct AcceptDeadLetter {
+    pub from: String,
+    pub from_id: i64,
+    pub message: TopicMessage,
+}

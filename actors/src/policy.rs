@@ -30,6 +30,38 @@ pub struct Policy {
     /// it the oldest waiting message is discarded and counted (ActiveMQ's pending
     /// message limit for slow topic consumers).
     pub max_pending_non_durable: u32,
+    /// Prefetch of a queue consumer: messages dispatched to it and not yet acked
+    /// (ActiveMQ's default 1,000).
+    pub queue_prefetch: u32,
+    /// Most messages a queue reads from the store in one page, and half of what its
+    /// in-memory cursor caches (ActiveMQ's `maxPageSize`, default 200).
+    pub max_page_size: u32,
+    /// Deliveries a queue message may fail (NACK, or its consumer closing without an
+    /// ack) before it goes to the dead-letter queue (ActiveMQ's redelivery policy
+    /// `maximumRedeliveries`, default 6).
+    pub maximum_redeliveries: u32,
+    /// Where a queue's dead messages go: `None` = one dead-letter queue per queue,
+    /// `DLQ.<queue>` (ActiveMQ's `individualDeadLetterStrategy` with its `DLQ.` prefix);
+    /// `Some(name)` = the shared queue `name` (as ActiveMQ's `ActiveMQ.DLQ`).
+    pub dead_letter_queue: Option<String>,
+    /// Send expired queue messages to the dead-letter queue instead of dropping them
+    /// (default off: a DLQ without expiry would keep them forever; ActiveMQ's
+    /// `processExpired`).
+    pub dead_letter_expired: bool,
+    /// Bytes of message bodies this destination may hold in memory (pending, in
+    /// flight, in cursors); when reached, producers to it wait (producer flow control).
+    /// 0 = only the broker-wide memory limit applies (ActiveMQ's `memoryLimit`).
+    pub memory_limit: u64,
+}
+
+impl Policy {
+    /// The dead-letter queue (its name, without `queue://`) of queue `name`.
+    pub fn dead_letter_queue_for(&self, name: &str) -> String {
+        match &self.dead_letter_queue {
+            Some(shared) => shared.clone(),
+            None => format!("DLQ.{name}"),
+        }
+    }
 }
 
 impl Default for Policy {
@@ -42,6 +74,12 @@ impl Default for Policy {
             topic_prefetch: 32_767,
             expire_online_durable_subscriptions: false,
             max_pending_non_durable: 10_000,
+            queue_prefetch: 1_000,
+            max_page_size: 200,
+            maximum_redeliveries: 6,
+            dead_letter_queue: None,
+            dead_letter_expired: false,
+            memory_limit: 0,
         }
     }
 }

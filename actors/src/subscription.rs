@@ -11,9 +11,10 @@
 //!   (the backlog is exhausted), they are appended and the cursor turns live. If more
 //!   arrived than could be kept, it stays in store mode and reads again, so nothing
 //!   falls between the store and the live path, and nothing is delivered twice.
-//! - **live**: new messages are queued in memory as they are published, up to a bound;
-//!   past it the queue is dropped and the cursor goes back to store mode (the store has
-//!   every persistent message), so a slow durable consumer costs store, not memory.
+//! - **live**: new messages are queued in memory as they are published, up to a bound
+//!   and while the topic's memory is under its limit; past either the queue is dropped
+//!   and the cursor goes back to store mode (the store has every persistent message),
+//!   so a slow durable consumer costs store, not memory.
 //!
 //! Deliveries never exceed the prefetch; expired messages are never delivered: they
 //! are returned to the caller to ack in the store and count.
@@ -243,7 +244,8 @@ impl SubscriptionState {
             return 0; // already covered by the store (sent before the subscription).
         }
         match cursor.mode {
-            Mode::Live if self.ready.len() < self.ready_limit => {
+            // Memory at its limit: a stalled durable subscriber costs store, not memory.
+            Mode::Live if self.ready.len() < self.ready_limit && !message.memory_full() => {
                 cursor.advance(message);
                 self.ready.push_back(Arc::clone(message));
             }
@@ -411,6 +413,7 @@ mod tests {
             priority,
             expiration,
             payload: Arc::new(Payload::default()),
+            charge: None,
         })
     }
 

@@ -96,7 +96,8 @@ struct PendingAck {
 /// connection's xid for it); its acks wait here until COMMIT.
 #[derive(Default)]
 struct Tx {
-    topics: Vec<String>,
+    /// Destinations it sent to (`topic://NAME`, `queue://NAME`).
+    destinations: Vec<String>,
     acks: Vec<String>,
     /// Body bytes sent in it (bounded by [`MAX_TRANSACTION_BYTES`]).
     bytes: usize,
@@ -115,6 +116,50 @@ pub const PRE_CONNECT_MAX_FRAME: usize = 64 << 10;
 /// Prefix of the xids of STOMP transactions; `ebb serve` rolls back any left with it
 /// at start (a STOMP transaction does not outlive its connection).
 pub const XID_PREFIX: &str = "stomp:";
+
+/// Most frames a connection may send while one of its SENDs waits for space (producer
+/// flow control); past it, or past [`MAX_HELD_BYTES`], the broker stops reading it
+/// until the SEND goes through. ACK and NACK frames are never held: they are applied at
+/// once, since they are what frees space (ActiveMQ's AMQ-2523 deadlock, where a blocked
+/// connection could no longer ack).
+pub const MAX_HELD_FRAMES: usize = 64;
+
+/// Most body bytes of frames held behind a waiting SEND (16 MiB).
+pub const MAX_HELD_BYTES: usize = 16 << 20;
+
+type SpaceWait = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), crate::Error>>>>;
+
+/// Frames held behind a SEND that waits for space, in arrival order (the SEND first),
+/// and the wait itself.
+#[derive(Default)]
+struct Held {
+    frames: std::collections::VecDeque<Frame>,
+    bytes: usize,
+    wait: Option<SpaceWait>,
+}
+
+impl Held {
+    fn push_back(&mut self, frame: Frame) {
+        self.bytes += frame.body.len();
+        self.frames.push_back(frame);
+    }
+
+    fn pop_front(&mut self) -> Option<Frame> {
+        let frame = self.frames.pop_front()?;
+        self.bytes -= frame.body.len();
+        Some(frame)
+    }
+
+    fn push_front(&mut self, frame: Frame) {
+        self.bytes += frame.body.len();
+        self.frames.push_front(frame);
+    }
+
+    /// Whether the connection may read more frames now.
+    fn reading(&self) -> bool {
+        self.frames.len() < MAX_HELD_FRAMES && self.bytes < MAX_HELD_BYTES
+    }
+}
 
 /// Why the loop ends.
 enum Close {
@@ -182,16 +227,30 @@ pub async fn serve_connection<S>(
     let mut partial = (0usize, Instant::now());
     let stall = Duration::from_millis(session.config.stall_timeout_ms);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut held = Held::default();
     let close = loop {
         let turn = tokio::select! {
-            incoming = reader.next() => {
+            incoming = reader.next(), if held.reading() => {
                 last_read = Instant::now();
                 match incoming {
                     None => Err(Close::Done),
                     Some(Ok(Incoming::Heartbeat)) => Ok(()),
-                    Some(Ok(Incoming::Frame(frame))) => session.handle(frame, &mut streams).await,
+                    Some(Ok(Incoming::Frame(frame))) => {
+                        session.take(frame, &mut streams, &mut held).await
+                    }
                     Some(Err(e)) => {
                         session.error(&e.0, e.1.as_deref());
+                        Err(Close::Error)
+                    }
+                }
+            }
+            waited = async { held.wait.as_mut().expect("guarded").await }, if held.wait.is_some() => {
+                held.wait = None;
+                match waited {
+                    Ok(()) => session.release(&mut streams, &mut held).await,
+                    Err(e) => {
+                        let receipt = held.frames.front().and_then(|f| f.get("receipt")).map(str::to_string);
+                        session.error(&e.to_string(), receipt.as_deref());
                         Err(Close::Error)
                     }
                 }
@@ -202,6 +261,10 @@ pub async fn serve_connection<S>(
             }
             _ = tick.tick() => {
                 let (send_every, expect_every) = session.heartbeat;
+                if !held.reading() {
+                    // The broker stopped reading (flow control): the client is not silent.
+                    last_read = Instant::now();
+                }
                 let buffered = reader.read_buffer().len();
                 if buffered != partial.0 {
                     // Bytes of a frame still arriving count as activity (STOMP: any data).
@@ -293,6 +356,66 @@ impl Session {
         if let Some(r) = frame.get("receipt") {
             let receipt = Frame::new(Command::Receipt).header("receipt-id", r);
             self.out.push(receipt);
+        }
+    }
+
+    /// A frame from the client: applied now, or held behind a SEND that waits for
+    /// space (ACK and NACK are never held).
+    async fn take(
+        &mut self,
+        frame: Frame,
+        streams: &mut Streams,
+        held: &mut Held,
+    ) -> Result<(), Close> {
+        if !held.frames.is_empty() && !matches!(frame.command, Command::Ack | Command::Nack) {
+            held.push_back(frame);
+            return Ok(());
+        }
+        if self.must_wait(&frame, held)? {
+            held.push_front(frame);
+            return Ok(());
+        }
+        self.handle(frame, streams).await
+    }
+
+    /// Space came back: applies held frames in order until a SEND must wait again.
+    async fn release(&mut self, streams: &mut Streams, held: &mut Held) -> Result<(), Close> {
+        while let Some(frame) = held.pop_front() {
+            if self.must_wait(&frame, held)? {
+                held.push_front(frame);
+                return Ok(());
+            }
+            self.handle(frame, streams).await?;
+        }
+        Ok(())
+    }
+
+    /// Producer flow control for a SEND: true (and the wait set up in `held`) when a
+    /// usage limit is reached and the producer must wait; an ERROR naming the limit
+    /// when the broker is set to fail instead. Other frames, and SENDs the broker will
+    /// refuse for another reason, go on.
+    fn must_wait(&mut self, frame: &Frame, held: &mut Held) -> Result<bool, Close> {
+        if !self.connected || frame.command != Command::Send {
+            return Ok(false);
+        }
+        let Ok(destination) = destination_of(frame.get("destination")) else {
+            return Ok(false);
+        };
+        let persistent = frame.get("persistent") == Some("true");
+        match self.broker.check_space(&destination, persistent) {
+            Ok(crate::broker::Space::Free) | Err(_) => Ok(false),
+            Ok(crate::broker::Space::Fail(text)) => {
+                tracing::info!(session = %self.session_id, %destination, %text, "send refused by producer flow control");
+                self.error(&text, frame.get("receipt"));
+                Err(Close::Error)
+            }
+            Ok(crate::broker::Space::Wait) => {
+                let broker = self.broker.clone();
+                held.wait = Some(Box::pin(async move {
+                    broker.wait_for_space(&destination, persistent).await
+                }));
+                Ok(true)
+            }
         }
     }
 
@@ -388,17 +511,18 @@ impl Session {
         Ok(())
     }
 
-    /// Refuses unless this connection's user has `right` on `/topic/NAME`.
-    fn authorize(&self, right: Right, topic: &str) -> Result<(), Refusal> {
+    /// Refuses unless this connection's user has `right` on `destination`
+    /// (`topic://NAME` or `queue://NAME`).
+    fn authorize(&self, right: Right, destination: &str) -> Result<(), Refusal> {
         self.config
             .security
-            .authorize(self.principal.as_ref(), right, &format!("topic://{topic}"))
+            .authorize(self.principal.as_ref(), right, destination)
             .map_err(Refusal)
     }
 
     async fn send(&mut self, frame: &Frame) -> Result<(), Refusal> {
-        let topic = topic_of(frame.get("destination"))?;
-        self.authorize(Right::Write, &topic)?;
+        let destination = destination_of(frame.get("destination"))?;
+        self.authorize(Right::Write, &destination)?;
         let message = message_of(frame)?;
         let sent = match frame.get("transaction") {
             Some(tx) => {
@@ -410,12 +534,15 @@ impl Session {
                         "transaction `{tx}` sends more than {MAX_TRANSACTION_BYTES} bytes before COMMIT"
                     ));
                 }
-                if !open.topics.contains(&topic) {
-                    open.topics.push(topic.clone());
+                if !open.destinations.contains(&destination) {
+                    open.destinations.push(destination.clone());
                 }
-                self.broker.send_prepared(&topic, message, &xid).await
+                self.broker
+                    .send_prepared_now(&destination, message, &xid)
+                    .await
             }
-            None => self.broker.send(&topic, message).await,
+            // Flow control was checked before (`must_wait`).
+            None => self.broker.send_now(&destination, message).await,
         };
         sent.map(|_| ())
             .map_err(|e| Refusal(format!("message not accepted: {e}")))
@@ -430,15 +557,19 @@ impl Session {
     async fn abort_all(&mut self) {
         for (tx, open) in std::mem::take(&mut self.transactions) {
             let xid = self.xid(&tx);
-            if let Err(e) = self.broker.rollback_prepared(&xid, &open.topics).await {
+            if let Err(e) = self
+                .broker
+                .rollback_prepared(&xid, &open.destinations)
+                .await
+            {
                 tracing::warn!(session = %self.session_id, %tx, error = %e, "rollback at disconnect failed");
             }
         }
     }
 
     async fn subscribe(&mut self, frame: &Frame, streams: &mut Streams) -> Result<(), Refusal> {
-        let topic = topic_of(frame.get("destination"))?;
-        self.authorize(Right::Read, &topic)?;
+        let destination = destination_of(frame.get("destination"))?;
+        self.authorize(Right::Read, &destination)?;
         let id = match (frame.get("id"), self.version) {
             (Some(id), _) => id.to_string(),
             (None, Version::V1_0) => frame.get("destination").unwrap_or_default().to_string(),
@@ -470,6 +601,9 @@ impl Session {
         };
         let durable_name = frame.get("activemq.subscriptionName").map(str::to_string);
         let mut options = match &durable_name {
+            Some(_) if destination.starts_with("queue://") => {
+                return refuse("activemq.subscriptionName is for topics: a queue keeps its messages for any consumer");
+            }
             Some(name) => {
                 let Some(client) = &self.client_id else {
                     return refuse("a durable subscription (activemq.subscriptionName) needs client-id on CONNECT");
@@ -479,12 +613,12 @@ impl Session {
                 let exists = self
                     .broker
                     .store()
-                    .find_subscription(&format!("topic://{topic}"), &key)
+                    .find_subscription(&destination, &key)
                     .await
                     .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?
                     .is_some();
                 if !exists {
-                    self.authorize(Right::Admin, &topic)?;
+                    self.authorize(Right::Admin, &destination)?;
                 }
                 SubscribeOptions::durable(client.clone(), name.clone())
             }
@@ -498,7 +632,7 @@ impl Session {
         };
         let subscription = self
             .broker
-            .subscribe(&topic, options)
+            .subscribe(&destination, options)
             .await
             .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
         self.subscriptions.insert(
@@ -506,7 +640,7 @@ impl Session {
             Sub {
                 acker: subscription.acker(),
                 mode,
-                destination: format!("/topic/{topic}"),
+                destination: frame.get("destination").unwrap_or_default().to_string(),
                 durable_name,
             },
         );
@@ -526,10 +660,12 @@ impl Session {
         streams.remove(&id);
         self.pending.retain(|_, p| p.subscription != id);
         // UNSUBSCRIBE with activemq.subscriptionName deletes the durable subscription.
-        if let (Some(name), Some(client)) =
-            (frame.get("activemq.subscriptionName"), &self.client_id)
-        {
-            let topic = sub.destination.trim_start_matches("/topic/").to_string();
+        if let (Some(name), Some(client), true) = (
+            frame.get("activemq.subscriptionName"),
+            &self.client_id,
+            sub.destination.starts_with("/topic/"),
+        ) {
+            let topic = destination_of(Some(&sub.destination))?;
             let name = sub.durable_name.as_deref().unwrap_or(name).to_string();
             self.broker
                 .remove_durable(&topic, client, &name)
@@ -705,13 +841,16 @@ impl Session {
         // was acked outside it, or its subscription is gone), nothing is committed.
         if let Some(stale) = open.acks.iter().find(|id| !self.pending.contains_key(*id)) {
             let stale = stale.clone();
-            let _ = self.broker.rollback_prepared(&xid, &open.topics).await;
+            let _ = self
+                .broker
+                .rollback_prepared(&xid, &open.destinations)
+                .await;
             return refuse(format!(
                 "transaction `{tx}` rolled back: ack id `{stale}` no longer waits for an ack"
             ));
         }
         self.broker
-            .commit_prepared(&xid, &open.topics)
+            .commit_prepared(&xid, &open.destinations)
             .await
             .map_err(|e| Refusal(format!("commit failed: {e}")))?;
         for id in open.acks {
@@ -725,7 +864,7 @@ impl Session {
     async fn abort(&mut self, frame: &Frame) -> Result<(), Refusal> {
         let (_, open, xid) = self.end_transaction(frame)?;
         self.broker
-            .rollback_prepared(&xid, &open.topics)
+            .rollback_prepared(&xid, &open.destinations)
             .await
             .map_err(|e| Refusal(format!("abort failed: {e}")))
     }
@@ -741,23 +880,21 @@ fn transaction_of(frame: &Frame) -> Result<String, Refusal> {
     }
 }
 
-/// `/topic/NAME` → `NAME`. Queues come with a later release.
-fn topic_of(destination: Option<&str>) -> Result<String, Refusal> {
+/// `/topic/NAME` → `topic://NAME`, `/queue/NAME` → `queue://NAME` (ActiveMQ's STOMP
+/// destinations); the broker checks the name itself.
+fn destination_of(destination: Option<&str>) -> Result<String, Refusal> {
     let Some(destination) = destination.filter(|d| !d.is_empty()) else {
         return refuse("missing destination header");
     };
-    if let Some(name) = destination.strip_prefix("/topic/") {
-        if !name.is_empty() {
-            return Ok(name.to_string());
+    for (prefix, kind) in [("/topic/", "topic"), ("/queue/", "queue")] {
+        if let Some(name) = destination.strip_prefix(prefix) {
+            let parsed = crate::broker::Destination::parse(&format!("{kind}://{name}"))
+                .map_err(|e| Refusal(format!("invalid destination `{destination}`: {e}")))?;
+            return Ok(parsed.container().to_string());
         }
     }
-    if destination.starts_with("/queue/") {
-        return refuse(format!(
-            "unknown destination `{destination}`: queues are not supported yet, use /topic/NAME"
-        ));
-    }
     refuse(format!(
-        "invalid destination `{destination}`: use /topic/NAME"
+        "invalid destination `{destination}`: use /queue/NAME or /topic/NAME"
     ))
 }
 

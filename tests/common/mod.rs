@@ -89,3 +89,65 @@ pub async fn preload(
     fill(&*store, container, count, expiration).await;
     store.close().await;
 }
+
+/// A broker on `t` with the given policy entries and usage limits.
+pub async fn broker_with(
+    t: &TestStore,
+    entries: Vec<(&str, Policy)>,
+    usage: ebb::UsageConfig,
+) -> Broker {
+    let config = BrokerConfig {
+        store: t.options.clone(),
+        policies: PolicyMap {
+            entries: entries
+                .into_iter()
+                .map(|(destination, policy)| PolicyEntry {
+                    destination: destination.into(),
+                    policy,
+                })
+                .collect(),
+        },
+        housekeeping_permits: 2,
+        usage,
+        ..BrokerConfig::default()
+    };
+    Broker::start(&t.url, config).await.expect("broker starts")
+}
+
+/// Polls a queue's counters until `done` holds (30 s only keeps a broken build from
+/// hanging; no assertion depends on how long this takes).
+pub async fn wait_for_queue(
+    broker: &Broker,
+    queue: &str,
+    done: impl Fn(&ebb::QueueStats) -> bool,
+) -> ebb::QueueStats {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let stats = broker.queue_stats(queue).await.unwrap();
+        if done(&stats) {
+            return stats;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "condition never held: {stats:?}"
+        );
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Polls the store until `container` holds `rows` message rows (acks are answered
+/// after their commit, but an auto ack is sent in the background).
+pub async fn wait_rows(broker: &Broker, container: &str, rows: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = broker.store().count_messages(container).await.unwrap();
+        if now == rows {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{container} holds {now} rows, never {rows}"
+        );
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -34,6 +34,16 @@ pub async fn server_full(
     stall_ms: u64,
 ) -> Server {
     let broker = broker(t, policy, 2).await;
+    serve(broker, limits, security, stall_ms).await
+}
+
+/// A STOMP server on an ephemeral port for a broker built by the test.
+pub async fn serve(
+    broker: ebb::Broker,
+    limits: Limits,
+    security: Security,
+    stall_ms: u64,
+) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
@@ -133,7 +143,10 @@ impl Client {
 }
 
 pub async fn receipt(c: &mut Client, id: &str) {
-    let f = c.frame().await.expect("a RECEIPT");
+    let f = c
+        .frame()
+        .await
+        .unwrap_or_else(|| panic!("no RECEIPT {id} within 3 s"));
     assert_eq!(f.command, Command::Receipt, "{f:?}");
     assert_eq!(f.get("receipt-id"), Some(id));
 }

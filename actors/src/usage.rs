@@ -1,0 +1,249 @@
+//! Memory usage and its limits: what producer flow control looks at.
+//!
+//! A [`Usage`] counts bytes against a limit, as ActiveMQ's `MemoryUsage`: the broker has
+//! one for all memory (`[usage] memory`), one for non-persistent messages (`[usage]
+//! temp`: they exist only in memory, so this bounds what a fast producer of them can
+//! pile up), and each destination one of its own (its policy's `memory_limit`) whose
+//! parent is the broker's. Bytes charged to a destination count in its parent too.
+//!
+//! A message is charged once, when the broker accepts it, by the size of its body and
+//! headers: the [`MemoryCharge`] travels inside the message (`Arc`-shared by every
+//! subscription, queue cursor and consumer channel that holds it) and gives the bytes
+//! back when the last holder drops it. So a message many subscriptions share costs its
+//! size once, and nothing has to remember to release it. Messages read back from the
+//! store are not charged: every read is bounded (a page, a prefetch).
+//!
+//! Producers wait with [`Usage::wait_for_space`]. Every release wakes every waiter,
+//! which checks again (no wake-up can be lost between the check and the wait, the
+//! fault of ActiveMQ's AMQ-2523).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+/// A byte counter with a limit; see the module documentation. Shared (`Arc`).
+#[derive(Debug)]
+pub struct Usage {
+    name: String,
+    /// Bytes; 0 = no limit.
+    limit: u64,
+    used: AtomicU64,
+    parent: Option<Arc<Usage>>,
+    /// Shared by a root and all its children: every release wakes every waiter.
+    space: Arc<Notify>,
+    blocked: Arc<AtomicU64>,
+}
+
+impl Usage {
+    /// A root usage named `name` with `limit` bytes (0 = no limit).
+    pub fn root(name: impl Into<String>, limit: u64) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.into(),
+            limit,
+            used: AtomicU64::new(0),
+            parent: None,
+            space: Arc::new(Notify::new()),
+            blocked: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// A child of this usage (a destination's): its bytes count here too.
+    pub fn child(self: &Arc<Self>, name: impl Into<String>, limit: u64) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.into(),
+            limit,
+            used: AtomicU64::new(0),
+            parent: Some(Arc::clone(self)),
+            space: Arc::clone(&self.space),
+            blocked: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// What it is named in errors and metrics (`memory`, `temp`, `queue://jobs`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Bytes charged now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The limit in bytes; 0 = none.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Producers waiting for space here now.
+    pub fn blocked_producers(&self) -> u64 {
+        self.blocked.load(Ordering::Relaxed)
+    }
+
+    /// The first usage, this one or an ancestor, that is at or over its limit.
+    pub fn full(&self) -> Option<&Usage> {
+        let mut at = Some(self);
+        while let Some(usage) = at {
+            if usage.limit > 0 && usage.used() >= usage.limit {
+                return Some(usage);
+            }
+            at = usage.parent.as_deref();
+        }
+        None
+    }
+
+    /// Charges `bytes` here and in every ancestor, whatever the limits (the caller
+    /// waited for space first, if it had to); they are given back when the returned
+    /// charge is dropped.
+    pub fn charge(self: &Arc<Self>, bytes: u64) -> MemoryCharge {
+        self.add(bytes);
+        MemoryCharge {
+            usages: vec![Arc::clone(self)],
+            bytes,
+        }
+    }
+
+    /// Waits until neither this usage nor an ancestor is full. Returns at once if there
+    /// is space. Counted in [`Self::blocked_producers`] while it waits.
+    pub async fn wait_for_space(&self) {
+        if self.full().is_none() {
+            return;
+        }
+        self.blocked.fetch_add(1, Ordering::Relaxed);
+        let _unblock = Unblock(&self.blocked);
+        loop {
+            let notified = self.space.notified();
+            tokio::pin!(notified);
+            // Registered before the check: a release between the check and the await
+            // still wakes this waiter.
+            notified.as_mut().enable();
+            if self.full().is_none() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn add(&self, bytes: u64) {
+        let mut at = Some(self);
+        while let Some(usage) = at {
+            usage.used.fetch_add(bytes, Ordering::Relaxed);
+            at = usage.parent.as_deref();
+        }
+    }
+
+    fn release(&self, bytes: u64) {
+        let mut at = Some(self);
+        while let Some(usage) = at {
+            usage.used.fetch_sub(bytes, Ordering::Relaxed);
+            at = usage.parent.as_deref();
+        }
+        self.space.notify_waiters();
+    }
+}
+
+struct Unblock<'a>(&'a AtomicU64);
+
+impl Drop for Unblock<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Bytes charged to one or more usages, given back on drop. Travels inside a message.
+#[derive(Debug)]
+pub struct MemoryCharge {
+    usages: Vec<Arc<Usage>>,
+    bytes: u64,
+}
+
+impl MemoryCharge {
+    /// Also charges the same bytes to `other` (a non-persistent message counts in the
+    /// temp usage as well as in memory).
+    pub fn and(mut self, other: &Arc<Usage>) -> Self {
+        other.add(self.bytes);
+        self.usages.push(Arc::clone(other));
+        self
+    }
+
+    /// Whether the usage it was charged to (or an ancestor) is at its limit: a cursor
+    /// then leaves a stored message in the store rather than caching it.
+    pub fn is_full(&self) -> bool {
+        self.usages.first().is_some_and(|u| u.full().is_some())
+    }
+
+    /// The bytes charged.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for MemoryCharge {
+    fn drop(&mut self) {
+        for usage in &self.usages {
+            usage.release(self.bytes);
+        }
+    }
+}
+
+// A charge says nothing about a message's identity: messages compare equal whatever
+// they are charged to.
+impl PartialEq for MemoryCharge {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for MemoryCharge {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn charges_count_in_parents_and_come_back_on_drop() {
+        let memory = Usage::root("memory", 100);
+        let queue = memory.child("queue://q", 50);
+        let a = queue.charge(30);
+        assert_eq!((queue.used(), memory.used()), (30, 30));
+        assert!(queue.full().is_none());
+        let b = queue.charge(20);
+        assert_eq!(queue.full().map(Usage::name), Some("queue://q"));
+        drop(a);
+        drop(b);
+        assert_eq!((queue.used(), memory.used()), (0, 0));
+        let other = memory.child("queue://other", 0);
+        let big = other.charge(100);
+        assert_eq!(queue.full().map(Usage::name), Some("memory"));
+        drop(big);
+        assert!(queue.full().is_none());
+    }
+
+    #[test]
+    fn a_charge_can_count_twice_and_comes_back_from_both() {
+        let memory = Usage::root("memory", 0);
+        let temp = Usage::root("temp", 0);
+        let charge = memory.charge(10).and(&temp);
+        assert_eq!((memory.used(), temp.used(), charge.bytes()), (10, 10, 10));
+        drop(charge);
+        assert_eq!((memory.used(), temp.used()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_waiting_producer_wakes_when_space_comes_back() {
+        let memory = Usage::root("memory", 10);
+        let queue = memory.child("queue://q", 0);
+        let held = queue.charge(10);
+        let waiter = {
+            let queue = Arc::clone(&queue);
+            tokio::spawn(async move { queue.wait_for_space().await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        assert_eq!(queue.blocked_producers(), 1);
+        drop(held);
+        waiter.await.unwrap();
+        assert_eq!(queue.blocked_producers(), 0);
+    }
+}

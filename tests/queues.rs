@@ -1,0 +1,325 @@
+//! Queues through the embedding API: competing consumers each get their share and
+//! every message once; a backlog pages from the store in order; redelivery counts
+//! failed deliveries and ends in the dead-letter queue; expiry finds expired messages
+//! anywhere in the queue (case EXP-02) in bounded pages.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::*;
+use ebb::{AckMode, Message, Policy, SubscribeOptions, UsageConfig};
+use futures::StreamExt;
+
+fn queue_policy() -> Policy {
+    Policy {
+        expire_messages_period: 0,
+        ..Policy::default()
+    }
+}
+
+/// 10,000 messages, 3 consumers consuming at the same speed: each message is received
+/// exactly once, and round-robin gives each consumer a third within 5 %.
+async fn competing_consumers_share_round_robin(t: TestStore) {
+    let b = broker_with(
+        &t,
+        vec![("queue://>", queue_policy())],
+        UsageConfig::default(),
+    )
+    .await;
+    const N: usize = 10_000;
+    let mut tasks = Vec::new();
+    let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+    for _ in 0..3 {
+        let mut sub = b
+            .subscribe("queue://work", SubscribeOptions::non_durable())
+            .await
+            .unwrap();
+        let mut done = done_rx.clone();
+        tasks.push(actix_rt::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                tokio::select! {
+                    m = sub.next() => got.push(body(&m.unwrap())),
+                    _ = done.changed() => break,
+                }
+            }
+            // Whatever is still in the channel is this consumer's too.
+            while let Some(m) = next_within(&mut sub, 200).await {
+                got.push(body(&m));
+            }
+            got
+        }));
+    }
+    for i in 0..N {
+        b.send("queue://work", Message::new(format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    wait_rows(&b, "queue://work", 0).await;
+    done_tx.send(true).unwrap();
+    let mut all = HashSet::new();
+    let mut shares = Vec::new();
+    for task in tasks {
+        let got = task.await.unwrap();
+        shares.push(got.len());
+        for m in got {
+            assert!(all.insert(m.clone()), "{m} delivered twice");
+        }
+    }
+    assert_eq!(all.len(), N, "every message once");
+    assert_eq!(b.queue_stats("work").await.unwrap().dequeued, N as u64);
+    for share in &shares {
+        let third = N as f64 / 3.0;
+        assert!(
+            (*share as f64 - third).abs() <= third * 0.05,
+            "shares {shares:?} are not within 5 % of a third"
+        );
+    }
+    b.shutdown().await.unwrap();
+}
+
+/// A backlog larger than the cursor's cache, sent before any consumer: delivered in
+/// send order, each once, read from the store in pages no larger than the cache.
+async fn backlog_pages_from_the_store_in_order(t: TestStore) {
+    let policy = Policy {
+        max_page_size: 50,
+        ..queue_policy()
+    };
+    let b = broker_with(&t, vec![("queue://>", policy)], UsageConfig::default()).await;
+    for i in 0..1_000 {
+        b.send("queue://backlog", Message::new(format!("m{i:04}")))
+            .await
+            .unwrap();
+    }
+    let stats = b.queue_stats("backlog").await.unwrap();
+    assert!(
+        stats.pending_in_memory <= 100,
+        "the cache holds at most 2 x max_page_size: {stats:?}"
+    );
+    let before = b.store().stats().snapshot().message_rows;
+    let mut sub = b
+        .subscribe(
+            "queue://backlog",
+            SubscribeOptions::non_durable().prefetch(10),
+        )
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(m) = next_within(&mut sub, 1_000).await {
+        got.push(body(&m));
+        if got.len() == 1_000 {
+            break;
+        }
+    }
+    assert_eq!(
+        got,
+        (0..1_000).map(|i| format!("m{i:04}")).collect::<Vec<_>>()
+    );
+    let read = b.store().stats().snapshot().message_rows - before;
+    assert!(
+        read <= 1_000,
+        "each stored message read once at most: {read}"
+    );
+    wait_for_queue(&b, "backlog", |s| s.dequeued == 1_000).await;
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
+/// NACK and a consumer closing both count as failed deliveries; the message comes
+/// back marked redelivered until `maximum_redeliveries` failures, then it is in the
+/// dead-letter queue with the reason and its origin, and nowhere else.
+async fn failed_deliveries_end_in_the_dead_letter_queue(t: TestStore) {
+    let policy = Policy {
+        maximum_redeliveries: 2,
+        ..queue_policy()
+    };
+    let b = broker_with(&t, vec![("queue://>", policy)], UsageConfig::default()).await;
+    b.send("queue://orders", Message::new("poison").header("k", "v"))
+        .await
+        .unwrap();
+    let client = || SubscribeOptions::non_durable().ack(AckMode::Client);
+
+    // Failure 1: NACK.
+    let mut sub = b.subscribe("queue://orders", client()).await.unwrap();
+    let m = next_within(&mut sub, 2_000).await.unwrap();
+    assert!(!m.redelivered());
+    sub.acker().nack(&m).await.unwrap();
+    // Failure 2: the consumer closes without an ack.
+    let m = next_within(&mut sub, 2_000).await.unwrap();
+    assert!(m.redelivered());
+    drop(sub);
+    let mut sub = b.subscribe("queue://orders", client()).await.unwrap();
+    let m = next_within(&mut sub, 2_000).await.unwrap();
+    assert!(m.redelivered());
+    // Failure 3 > maximum_redeliveries 2: dead-lettered.
+    sub.acker().nack(&m).await.unwrap();
+    assert!(next_within(&mut sub, 300).await.is_none());
+    let stats = wait_for_queue(&b, "orders", |s| s.dead_lettered == 1).await;
+    assert_eq!((stats.redelivered, stats.dequeued), (2, 0));
+    assert_eq!(b.store().count_messages("queue://orders").await.unwrap(), 0);
+
+    let mut dlq = b
+        .subscribe("queue://DLQ.orders", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let dead = next_within(&mut dlq, 2_000).await.unwrap();
+    assert_eq!(body(&dead), "poison");
+    let header = |name: &str| {
+        dead.headers()
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(header("k").as_deref(), Some("v"));
+    assert_eq!(
+        header("originalDestination").as_deref(),
+        Some("/queue/orders")
+    );
+    let cause = header("dlqDeliveryFailureCause").unwrap();
+    assert!(
+        cause.contains("3 times") && cause.contains("NACK"),
+        "{cause}"
+    );
+    wait_rows(&b, "queue://DLQ.orders", 0).await;
+    drop((sub, dlq));
+    b.shutdown().await.unwrap();
+}
+
+/// Case EXP-02 B: a short TTL behind a long one (and behind a higher priority) is
+/// expired by housekeeping without any consumer; the consumer then gets the others in
+/// order.
+async fn expiry_finds_messages_behind_the_head(t: TestStore) {
+    let b = broker_with(
+        &t,
+        vec![("queue://>", policy(100, 100))],
+        UsageConfig::default(),
+    )
+    .await;
+    let now = now_ms();
+    for (q, first) in [
+        ("q2", Message::new("m1")),
+        ("q3", Message::new("m1").priority(9)),
+    ] {
+        let q = format!("queue://{q}");
+        b.send(&q, first.expires_at(now + 600_000)).await.unwrap();
+        b.send(&q, Message::new("m2").priority(1).expires_at(now + 300))
+            .await
+            .unwrap();
+        b.send(&q, Message::new("m3")).await.unwrap();
+    }
+    for q in ["q2", "q3"] {
+        wait_for_queue(&b, q, |s| s.expired == 1).await;
+        let container = format!("queue://{q}");
+        assert_eq!(b.store().count_messages(&container).await.unwrap(), 2);
+        let mut sub = b
+            .subscribe(&container, SubscribeOptions::non_durable())
+            .await
+            .unwrap();
+        let got: Vec<String> = [
+            next_within(&mut sub, 2_000).await,
+            next_within(&mut sub, 2_000).await,
+        ]
+        .iter()
+        .flatten()
+        .map(body)
+        .collect();
+        assert_eq!(got, ["m1", "m3"]);
+        assert!(next_within(&mut sub, 200).await.is_none());
+    }
+    b.shutdown().await.unwrap();
+}
+
+/// Case EXP-02 A: a queue without consumers whose messages do not fit its memory
+/// limit: every message expires, the store empties, and no page removes more than the
+/// page size. The producer is held by flow control while the queue is full, and goes
+/// on as expiry frees memory.
+async fn expiry_drains_a_queue_larger_than_its_memory(t: TestStore) {
+    let queue = Policy {
+        memory_limit: 1_600_000,
+        ..policy(200, 100)
+    };
+    let b = broker_with(&t, vec![("queue://>", queue)], UsageConfig::default()).await;
+    let body = vec![b'x'; 16 * 1024];
+    for _ in 0..500 {
+        let m = Message::new(body.clone()).ttl(Duration::from_millis(1_000));
+        b.send("queue://Q", m).await.unwrap();
+    }
+    let stats = wait_for_queue(&b, "Q", |s| s.expired == 500).await;
+    assert!(stats.max_expiry_page_rows <= 100, "{stats:?}");
+    assert_eq!(b.store().count_messages("queue://Q").await.unwrap(), 0);
+    assert_eq!(b.destination_memory("queue://Q").unwrap().0, 0);
+    b.shutdown().await.unwrap();
+}
+
+/// With `dead_letter_expired`, expired messages move to the dead-letter queue (bounded
+/// pages) instead of being dropped; a DLQ message does not expire.
+async fn expired_messages_can_go_to_the_dead_letter_queue(t: TestStore) {
+    let queue = Policy {
+        dead_letter_expired: true,
+        ..policy(100, 3)
+    };
+    let b = broker_with(&t, vec![("queue://>", queue)], UsageConfig::default()).await;
+    for i in 0..10 {
+        let m = Message::new(format!("e{i}")).ttl(Duration::from_millis(100));
+        b.send("queue://late", m).await.unwrap();
+    }
+    b.send("queue://late", Message::new("live")).await.unwrap();
+    let stats = wait_for_queue(&b, "late", |s| s.dead_lettered == 10).await;
+    assert_eq!(stats.expired, 10);
+    assert!(stats.max_expiry_page_rows <= 3, "{stats:?}");
+    assert_eq!(b.store().count_messages("queue://late").await.unwrap(), 1);
+    let rows = b.browse("queue://DLQ.late", 0, 100).await.unwrap();
+    assert_eq!(rows.len(), 10);
+    assert!(rows.iter().all(|r| r.expiration == 0));
+    assert!(rows.iter().all(|r| r
+        .headers
+        .iter()
+        .any(|(k, v)| k == "dlqDeliveryFailureCause" && v == "message expired")));
+    b.shutdown().await.unwrap();
+}
+
+/// A queue keeps its messages across a restart, and a durable subscription on a queue
+/// is refused with a reason.
+async fn queue_survives_restart(t: TestStore) {
+    let b = broker_with(&t, vec![], UsageConfig::default()).await;
+    for i in 0..5 {
+        b.send("queue://keep", Message::new(format!("k{i}")))
+            .await
+            .unwrap();
+    }
+    let err = b
+        .subscribe("queue://keep", SubscribeOptions::durable("c", "s"))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("no durable subscriptions"),
+        "{err}"
+    );
+    b.shutdown().await.unwrap();
+    let b = broker_with(&t, vec![], UsageConfig::default()).await;
+    let mut sub = b
+        .subscribe("queue://keep", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(m) = next_within(&mut sub, 500).await {
+        got.push(body(&m));
+    }
+    assert_eq!(got, ["k0", "k1", "k2", "k3", "k4"]);
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    competing_consumers_share_round_robin,
+    backlog_pages_from_the_store_in_order,
+    failed_deliveries_end_in_the_dead_letter_queue,
+    expiry_finds_messages_behind_the_head,
+    expiry_drains_a_queue_larger_than_its_memory,
+    expired_messages_can_go_to_the_dead_letter_queue,
+    queue_survives_restart,
+);

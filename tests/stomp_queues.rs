@@ -1,0 +1,416 @@
+//! Queues over STOMP with raw frames: the cases TX-01 (transactional acks in
+//! client-individual mode, COMMIT and ABORT edge cases, a transaction over a queue and
+//! a topic), FLOW-01 (producer flow control blocks and resumes, keeps applying ACKs
+//! from a blocked connection, or fails loudly with the receipt id) and EXP-03 (one
+//! queue's expiry never starves another's, nor live traffic).
+
+mod common;
+
+#[path = "stomp_client/mod.rs"]
+mod stomp_client;
+
+use std::time::Duration;
+
+use common::*;
+use ebb::stomp::codec::Limits;
+use ebb::stomp::frame::{Command, Frame};
+use ebb::{Policy, UsageConfig};
+use stomp_client::*;
+
+async fn send(c: &mut Client, destination: &str, body: &str, extra: &str) {
+    c.write(
+        format!("SEND\ndestination:{destination}\npersistent:true\n{extra}\n{body}\0").as_bytes(),
+    )
+    .await;
+}
+
+async fn messages(c: &mut Client, n: usize) -> Vec<Frame> {
+    let mut got = Vec::new();
+    for _ in 0..n {
+        let f = c.frame().await.expect("a MESSAGE");
+        assert_eq!(f.command, Command::Message, "{f:?}");
+        got.push(f);
+    }
+    got
+}
+
+fn ack_id(f: &Frame) -> String {
+    f.get("ack").expect("an ack header").to_string()
+}
+
+async fn rows(s: &Server, container: &str) -> u64 {
+    s.broker.store().count_messages(container).await.unwrap()
+}
+
+async fn queue_server(t: &TestStore, policy: Policy, usage: UsageConfig) -> Server {
+    let broker = broker_with(
+        t,
+        vec![("queue://>", policy.clone()), ("topic://>", policy)],
+        usage,
+    )
+    .await;
+    serve(broker, Limits::default(), Default::default(), 30_000).await
+}
+
+/// TX-01, every step of the case.
+async fn tx_01_transactional_acks_commit_and_abort(t: TestStore) {
+    let s = queue_server(&t, policy(0, 400), UsageConfig::default()).await;
+    let mut c = Client::connected(s.addr, None).await;
+    for i in 1..=4 {
+        send(
+            &mut c,
+            "/queue/TX",
+            &format!("M{i}"),
+            &format!("receipt:p{i}\n"),
+        )
+        .await;
+        receipt(&mut c, &format!("p{i}")).await;
+    }
+    c.write(b"SUBSCRIBE\nid:1\ndestination:/queue/TX\nack:client-individual\nactivemq.prefetchSize:4\n\n\0")
+        .await;
+    let m = messages(&mut c, 4).await;
+    let bodies: Vec<&[u8]> = m.iter().map(|f| f.body.as_slice()).collect();
+    assert_eq!(bodies, [b"M1", b"M2", b"M3", b"M4"]);
+
+    // Step 3: out-of-order acks in tx1, committed.
+    c.write(b"BEGIN\ntransaction:tx1\n\n\0").await;
+    for i in [1, 0] {
+        c.write(format!("ACK\nid:{}\ntransaction:tx1\n\n\0", ack_id(&m[i])).as_bytes())
+            .await;
+    }
+    c.write(b"COMMIT\ntransaction:tx1\nreceipt:c1\n\n\0").await;
+    receipt(&mut c, "c1").await;
+    assert_eq!(rows(&s, "queue://TX").await, 2);
+
+    // Step 4: a plain ack after the commit still works.
+    c.write(format!("ACK\nid:{}\nreceipt:a4\n\n\0", ack_id(&m[3])).as_bytes())
+        .await;
+    receipt(&mut c, "a4").await;
+    assert_eq!(rows(&s, "queue://TX").await, 1);
+
+    // Step 5: ack and send in tx2, aborted: M3 stays un-acked, Z never exists.
+    c.write(b"BEGIN\ntransaction:tx2\n\n\0").await;
+    c.write(format!("ACK\nid:{}\ntransaction:tx2\n\n\0", ack_id(&m[2])).as_bytes())
+        .await;
+    send(&mut c, "/queue/TX2", "Z", "transaction:tx2\n").await;
+    c.write(b"ABORT\ntransaction:tx2\nreceipt:ab2\n\n\0").await;
+    receipt(&mut c, "ab2").await;
+    assert_eq!(rows(&s, "queue://TX").await, 1);
+    assert_eq!(rows(&s, "queue://TX2").await, 0);
+
+    // Step 6: M3 can be acked again outside any transaction.
+    c.write(format!("ACK\nid:{}\nreceipt:a3\n\n\0", ack_id(&m[2])).as_bytes())
+        .await;
+    receipt(&mut c, "a3").await;
+    assert_eq!(rows(&s, "queue://TX").await, 0);
+    c.write(b"DISCONNECT\nreceipt:d\n\n\0").await;
+    receipt(&mut c, "d").await;
+
+    // Re-subscribing delivers nothing.
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\nid:1\ndestination:/queue/TX\nack:auto\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut c, "s").await;
+    c.write(b"SUBSCRIBE\nid:2\ndestination:/queue/TX2\nack:auto\nreceipt:s2\n\n\0")
+        .await;
+    receipt(&mut c, "s2").await;
+    assert!(
+        c.frame_within(500).await.is_none(),
+        "nothing left, Z never delivered"
+    );
+
+    // Step 7: one transaction over a queue and a topic; visible only after COMMIT.
+    let mut live = Client::connected(s.addr, None).await;
+    live.write(b"SUBSCRIBE\nid:b\ndestination:/topic/B\nack:auto\nreceipt:sb\n\n\0")
+        .await;
+    receipt(&mut live, "sb").await;
+    live.write(b"SUBSCRIBE\nid:a\ndestination:/queue/A\nack:auto\nreceipt:sa\n\n\0")
+        .await;
+    receipt(&mut live, "sa").await;
+    c.write(b"BEGIN\ntransaction:tx3\n\n\0").await;
+    send(&mut c, "/queue/A", "to-a", "transaction:tx3\n").await;
+    send(
+        &mut c,
+        "/topic/B",
+        "to-b",
+        "transaction:tx3\nreceipt:before\n",
+    )
+    .await;
+    receipt(&mut c, "before").await;
+    assert!(
+        live.frame_within(300).await.is_none(),
+        "nothing before COMMIT"
+    );
+    c.write(b"COMMIT\ntransaction:tx3\nreceipt:c3\n\n\0").await;
+    receipt(&mut c, "c3").await;
+    let mut got: Vec<(String, Vec<u8>)> = messages(&mut live, 2)
+        .await
+        .into_iter()
+        .map(|f| (f.get("destination").unwrap().to_string(), f.body))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("/queue/A".to_string(), b"to-a".to_vec()),
+            ("/topic/B".to_string(), b"to-b".to_vec())
+        ]
+    );
+    s.stop().await;
+}
+
+fn flow_policy(limit: u64) -> Policy {
+    Policy {
+        memory_limit: limit,
+        ..policy(0, 400)
+    }
+}
+
+/// Sends 1 KiB persistent messages with receipts to `destination` until no receipt has
+/// come for `quiet_ms`; returns how many receipts came.
+async fn send_until_blocked(
+    c: &mut Client,
+    destination: &str,
+    from: usize,
+    quiet_ms: u64,
+) -> usize {
+    let body = "x".repeat(1024);
+    let mut sent = from;
+    let mut receipts = 0;
+    loop {
+        send(c, destination, &body, &format!("receipt:r{sent}\n")).await;
+        sent += 1;
+        match c.frame_within(quiet_ms).await {
+            Some(f) if f.command == Command::Receipt => receipts += 1,
+            Some(f) => panic!("unexpected {f:?}"),
+            None => return receipts,
+        }
+    }
+}
+
+/// FLOW-01 A: a producer blocks when its queue is full, resumes when a consumer acks,
+/// blocks again; a producer to another queue is never held.
+async fn flow_01_block_and_resume(t: TestStore) {
+    let s = queue_server(&t, flow_policy(64 * 1024), UsageConfig::default()).await;
+    let mut p = Client::connected(s.addr, None).await;
+    let accepted = send_until_blocked(&mut p, "/queue/Q", 0, 1_000).await;
+    // Each message is 1 KiB of body; the queue holds at most its limit (plus the one
+    // that crossed it).
+    assert!((60..=66).contains(&accepted), "accepted {accepted}");
+    let usage = s.broker.usage();
+    assert_eq!(usage.blocked_producers, 1);
+    // Another producer, another queue: never held.
+    let mut p2 = Client::connected(s.addr, None).await;
+    for i in 0..20 {
+        send(&mut p2, "/queue/OTHER", "o", &format!("receipt:o{i}\n")).await;
+        receipt(&mut p2, &format!("o{i}")).await;
+    }
+    // A consumer takes messages and acks 5: the held SEND goes through.
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\nid:1\ndestination:/queue/Q\nack:client-individual\nactivemq.prefetchSize:5\n\n\0")
+        .await;
+    let m = messages(&mut c, 5).await;
+    // (Each ack frees a prefetch slot, so more MESSAGEs follow; no receipts to wait for.)
+    for f in &m {
+        c.write(format!("ACK\nid:{}\n\n\0", ack_id(f)).as_bytes())
+            .await;
+    }
+    let f = p
+        .frame_within(2_000)
+        .await
+        .expect("the held SEND's receipt");
+    assert_eq!(f.get("receipt-id"), Some(format!("r{accepted}").as_str()));
+    // ... and it blocks again once the queue is full again.
+    let more = send_until_blocked(&mut p, "/queue/Q", accepted + 1, 1_000).await;
+    assert!(
+        more <= 6,
+        "blocked again after at most the freed space: {more}"
+    );
+    s.stop().await;
+}
+
+/// FLOW-01 B: one connection consumes and produces; its SEND is held, but its ACKs are
+/// still read and applied, which frees the space its SEND waits for. No deadlock.
+async fn flow_01_blocked_connection_still_acks(t: TestStore) {
+    let s = queue_server(&t, flow_policy(16 * 1024), UsageConfig::default()).await;
+    let mut x = Client::connected(s.addr, None).await;
+    x.write(b"SUBSCRIBE\nid:1\ndestination:/queue/Q\nack:client-individual\nactivemq.prefetchSize:10\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut x, "s").await;
+    let body = "x".repeat(1024);
+    let mut delivered = Vec::new();
+    let mut receipts = 0;
+    let mut next = 0;
+    // Send until a receipt stops coming (MESSAGE frames arrive meanwhile).
+    loop {
+        send(&mut x, "/queue/Q", &body, &format!("receipt:r{next}\n")).await;
+        next += 1;
+        let mut got_receipt = false;
+        while let Some(f) = x.frame_within(500).await {
+            match f.command {
+                Command::Message => delivered.push(f),
+                Command::Receipt => {
+                    receipts += 1;
+                    got_receipt = true;
+                    break;
+                }
+                _ => panic!("{f:?}"),
+            }
+        }
+        if !got_receipt {
+            break;
+        }
+    }
+    assert_eq!(delivered.len(), 10, "prefetch 10 delivered");
+    assert_eq!(s.broker.usage().blocked_producers, 1);
+    // ACK on the same connection: applied although a SEND of this connection is held.
+    for f in &delivered {
+        x.write(format!("ACK\nid:{}\n\n\0", ack_id(f)).as_bytes())
+            .await;
+    }
+    let mut held_receipt = false;
+    while let Some(f) = x.frame_within(1_000).await {
+        if f.command == Command::Receipt && f.get("receipt-id") == Some(&format!("r{receipts}")) {
+            held_receipt = true;
+            break;
+        }
+    }
+    assert!(held_receipt, "the held SEND completed after the ACKs");
+    s.stop().await;
+}
+
+/// FLOW-01 C: with send_fail_if_no_space, a SEND to a full queue gets an ERROR with its
+/// receipt id naming the limit, no RECEIPT, and is not stored; once space is freed a
+/// new connection sends.
+async fn flow_01_fail_mode_errors_with_the_receipt(t: TestStore) {
+    let usage = UsageConfig {
+        send_fail_if_no_space: true,
+        ..UsageConfig::default()
+    };
+    let s = queue_server(&t, flow_policy(64 * 1024), usage).await;
+    let mut p = Client::connected(s.addr, None).await;
+    let body = "x".repeat(1024);
+    let mut i = 0;
+    let error = loop {
+        send(&mut p, "/queue/Q", &body, &format!("receipt:r{i}\n")).await;
+        let f = p.frame().await.expect("a RECEIPT or an ERROR");
+        if f.command == Command::Error {
+            break f;
+        }
+        assert_eq!(f.get("receipt-id"), Some(format!("r{i}").as_str()));
+        i += 1;
+    };
+    assert_eq!(error.get("receipt-id"), Some(format!("r{i}").as_str()));
+    let text = error.get("message").unwrap();
+    assert!(
+        text.contains("queue://Q") && text.contains("limit"),
+        "{text}"
+    );
+    assert!(p.closed().await, "the connection closes after the ERROR");
+    assert_eq!(
+        rows(&s, "queue://Q").await,
+        i as u64,
+        "the refused message was not stored"
+    );
+    // Free the space: consume everything.
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\nid:1\ndestination:/queue/Q\nack:auto\n\n\0")
+        .await;
+    messages(&mut c, i).await;
+    wait_rows(&s.broker, "queue://Q", 0).await;
+    let mut p = Client::connected(s.addr, None).await;
+    send(&mut p, "/queue/Q", "again", "receipt:again\n").await;
+    receipt(&mut p, "again").await;
+    s.stop().await;
+}
+
+/// EXP-03 over STOMP, scaled down: a big queue draining its expired messages to the
+/// DLQ in pages never holds up a small queue's expiry or live traffic on a third
+/// queue; the big one drains too.
+async fn exp_03_big_expiry_does_not_starve_others(t: TestStore) {
+    let expiring = Policy {
+        dead_letter_expired: true,
+        ..policy(300, 200)
+    };
+    let s = queue_server(&t, expiring, UsageConfig::default()).await;
+    let mut p = Client::connected(s.addr, None).await;
+    let soon = ebb_actors::topic::now_ms() + 3_000;
+    for i in 0..3_000 {
+        let receipt_header = if i % 500 == 499 {
+            format!("receipt:b{i}\n")
+        } else {
+            String::new()
+        };
+        send(
+            &mut p,
+            "/queue/BIG",
+            "b",
+            &format!("expires:{soon}\n{receipt_header}"),
+        )
+        .await;
+        if !receipt_header.is_empty() {
+            receipt(&mut p, &format!("b{i}")).await;
+        }
+    }
+    for i in 0..10 {
+        send(
+            &mut p,
+            "/queue/SMALL",
+            "s",
+            &format!("expires:{soon}\nreceipt:s{i}\n"),
+        )
+        .await;
+        receipt(&mut p, &format!("s{i}")).await;
+    }
+    let mut live = Client::connected(s.addr, None).await;
+    live.write(b"SUBSCRIBE\nid:1\ndestination:/queue/LIVE\nack:auto\nreceipt:l\n\n\0")
+        .await;
+    receipt(&mut live, "l").await;
+    // Live traffic while BIG drains: every send is receipted and delivered.
+    let mut worst_ms = 0u128;
+    let mut small_done_while_big_had = None;
+    for i in 0..40 {
+        let started = std::time::Instant::now();
+        send(
+            &mut p,
+            "/queue/LIVE",
+            &format!("l{i}"),
+            &format!("receipt:live{i}\n"),
+        )
+        .await;
+        receipt(&mut p, &format!("live{i}")).await;
+        let m = live.frame().await.expect("the live message");
+        assert_eq!(m.body, format!("l{i}").into_bytes());
+        worst_ms = worst_ms.max(started.elapsed().as_millis());
+        if small_done_while_big_had.is_none() && rows(&s, "queue://SMALL").await == 0 {
+            small_done_while_big_had = Some(rows(&s, "queue://BIG").await);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let big = wait_for_queue(&s.broker, "BIG", |q| q.expired == 3_000).await;
+    assert!(big.max_expiry_page_rows <= 200, "{big:?}");
+    assert_eq!(rows(&s, "queue://BIG").await, 0);
+    // Those that expired before they arrived (a slow machine) are dropped, not moved.
+    assert!(big.dead_lettered > 0);
+    assert_eq!(rows(&s, "queue://DLQ.BIG").await, big.dead_lettered);
+    let small = wait_for_queue(&s.broker, "SMALL", |q| q.expired == 10).await;
+    // Fairness by the budget's tickets, not the clock: SMALL's one page ran before BIG
+    // finished its run.
+    assert!(
+        small.last_page_ticket < big.last_page_ticket,
+        "{small:?} {big:?}"
+    );
+    eprintln!(
+        "EXP-03: worst live send-to-delivery {worst_ms} ms; SMALL emptied while BIG held {small_done_while_big_had:?} rows"
+    );
+    s.stop().await;
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    tx_01_transactional_acks_commit_and_abort,
+    flow_01_block_and_resume,
+    flow_01_blocked_connection_still_acks,
+    flow_01_fail_mode_errors_with_the_receipt,
+    exp_03_big_expiry_does_not_starve_others,
+);
