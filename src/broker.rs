@@ -401,6 +401,11 @@ impl Broker {
         }
     }
 
+    /// The registry actor, for the crate's own reports ([`crate::stats`]).
+    pub(crate) fn registry(&self) -> &Addr<BrokerActor> {
+        &self.registry
+    }
+
     async fn topic(&self, name: &str) -> Result<Addr<TopicActor>, Error> {
         let container = topic_container(name)?;
         let addr = self.registry.send(GetTopic(container)).await??;

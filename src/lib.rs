@@ -11,6 +11,8 @@
 //! - this crate (`src/`): the embedding API ([`Broker`]), the `ebb` binary ([`cli`],
 //!   [`config`]), and STOMP: the wire codec ([`stomp`], no broker types) and the TCP
 //!   transport ([`transport`]).
+//! - operators' views: snapshots of usage and destinations ([`stats`],
+//!   [`Broker::stats`]).
 
 pub mod auth;
 pub mod broker;
@@ -18,6 +20,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod soak;
+pub mod stats;
 pub mod stomp;
 pub mod transport;
 
