@@ -12,13 +12,14 @@
 //!   [`config`]), and STOMP: the wire codec ([`stomp`], no broker types) and the TCP
 //!   transport ([`transport`]).
 //! - operators' views: snapshots of usage and destinations ([`stats`],
-//!   [`Broker::stats`]).
+//!   [`Broker::stats`]) and the Prometheus endpoint ([`metrics`]).
 
 pub mod auth;
 pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod metrics;
 pub mod soak;
 pub mod stats;
 pub mod stomp;
