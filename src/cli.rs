@@ -36,6 +36,13 @@ pub enum Command {
         #[arg(long, value_name = "ADDR")]
         metrics: Option<String>,
     },
+    /// Print a running broker's usage and destinations, read from its metrics
+    /// endpoint (`ebb serve --metrics ADDR`).
+    Stat {
+        /// The broker's metrics address, host:port.
+        #[arg(long, value_name = "ADDR", default_value = crate::metrics::DEFAULT_METRICS_ADDR)]
+        metrics: String,
+    },
     /// Build the ActiveMQ expiry out-of-memory workload (a large backlog for an offline
     /// durable subscriber) on an in-process broker, and report memory and rows.
     Soak(crate::soak::SoakOptions),
@@ -72,6 +79,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             allow_anonymous,
             metrics,
         } => serve(store, stomp, config, allow_anonymous, metrics).await,
+        Command::Stat { metrics } => {
+            print!("{}", crate::stat::run(&metrics).await?);
+            Ok(())
+        }
         Command::Soak(options) => {
             let report = crate::soak::run(&options, true).await?;
             print!("{}", crate::soak::table(&report, &options));
