@@ -609,6 +609,11 @@ impl Broker {
         Ok((usage.used(), usage.limit()))
     }
 
+    /// The registry actor, for the crate's own reports ([`crate::stats`]).
+    pub(crate) fn registry(&self) -> &Addr<BrokerActor> {
+        &self.registry
+    }
+
     async fn topic(&self, name: &str) -> Result<Addr<TopicActor>, Error> {
         match self.destination(name).await? {
             DestinationAddr::Topic(addr) => Ok(addr),

@@ -31,6 +31,17 @@ pub enum Command {
         /// who can reach the port can then send and subscribe). Not needed with users.
         #[arg(long)]
         allow_anonymous: bool,
+        /// Serve Prometheus metrics at http://ADDR/metrics (off by default; also
+        /// `[metrics] listen` in the configuration file).
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
+    },
+    /// Print a running broker's usage and destinations, read from its metrics
+    /// endpoint (`ebb serve --metrics ADDR`).
+    Stat {
+        /// The broker's metrics address, host:port.
+        #[arg(long, value_name = "ADDR", default_value = crate::metrics::DEFAULT_METRICS_ADDR)]
+        metrics: String,
     },
     /// Build the ActiveMQ expiry out-of-memory workload (a large backlog for an offline
     /// durable subscriber) on an in-process broker, and report memory and rows.
@@ -66,7 +77,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             stomp,
             config,
             allow_anonymous,
-        } => serve(store, stomp, config, allow_anonymous).await,
+            metrics,
+        } => serve(store, stomp, config, allow_anonymous, metrics).await,
+        Command::Stat { metrics } => {
+            print!("{}", crate::stat::run(&metrics).await?);
+            Ok(())
+        }
         Command::Soak(options) => {
             let report = crate::soak::run(&options, true).await?;
             print!("{}", crate::soak::table(&report, &options));
@@ -133,6 +149,7 @@ async fn serve(
     stomp: Option<String>,
     config: Option<std::path::PathBuf>,
     allow_anonymous: bool,
+    metrics: Option<String>,
 ) -> anyhow::Result<()> {
     use crate::config::FileConfig;
     use crate::transport::connection::ConnectionConfig;
@@ -172,6 +189,15 @@ async fn serve(
             redact_url(&store_url)
         );
     }
+    let metrics_addr = match (metrics, &file.metrics.listen) {
+        (Some(addr), _) => Some((addr, " (from --metrics)".to_string())),
+        (None, Some(addr)) => Some((addr.clone(), from_file("[metrics] listen"))),
+        (None, None) => None,
+    };
+    let metrics_addr = match metrics_addr {
+        Some((text, from)) => Some(resolve(&text, &from, "metrics").await?),
+        None => None,
+    };
     let security = file.security();
     if !addr.ip().is_loopback() && !security.requires_login() && !allow_anonymous {
         anyhow::bail!(
@@ -225,6 +251,11 @@ async fn serve(
     tracing::info!(stomp = %bound, store = %redact_url(&store_url), "ebb is running");
     println!("ebb: STOMP on {bound}, store {}", redact_url(&store_url));
 
+    let metrics = match metrics_addr {
+        Some(addr) => Some(crate::metrics::MetricsServer::start(addr, broker.clone()).await?),
+        None => None,
+    };
+
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let accept = actix_rt::spawn(crate::transport::listener::run(
         listener,
@@ -241,9 +272,25 @@ async fn serve(
     });
     let _ = stop_tx.send(true);
     let _ = accept.await;
+    if let Some(metrics) = metrics {
+        metrics.stop().await;
+    }
     broker.shutdown().await?;
     println!("ebb: stopped");
     Ok(())
+}
+
+/// `host:port` from `text` (`from` says where it came from, `what` names the
+/// listener), for errors that name both.
+async fn resolve(text: &str, from: &str, what: &str) -> anyhow::Result<std::net::SocketAddr> {
+    let invalid = |why: String| {
+        anyhow::anyhow!("invalid {what} address `{text}`{from}: {why}; use host:port")
+    };
+    tokio::net::lookup_host(text)
+        .await
+        .map_err(|e| invalid(e.to_string()))?
+        .next()
+        .ok_or_else(|| invalid("it resolves to nothing".into()))
 }
 
 /// SIGINT or SIGTERM.

@@ -42,6 +42,9 @@ pub struct FileConfig {
     /// System usage limits and producer flow control (`[usage]`).
     #[serde(default)]
     pub usage: UsageSection,
+    /// `[metrics] listen = "host:port"`: the Prometheus endpoint (off without it).
+    #[serde(default)]
+    pub metrics: crate::metrics::MetricsSection,
     /// Users (`[[users]]`: login, password_hash from `ebb passwd`, groups). With any,
     /// CONNECT must log in.
     #[serde(default)]
@@ -370,6 +373,15 @@ memory_limit = "1mb"
         )
         .unwrap_err();
         assert!(e.contains("at least 1") && e.contains("line 3"), "{e}");
+    }
+
+    #[test]
+    fn metrics_listen_is_read_and_checked() {
+        let c = FileConfig::parse("[metrics]\nlisten = \"127.0.0.1:9404\"\n").unwrap();
+        assert_eq!(c.metrics.listen.as_deref(), Some("127.0.0.1:9404"));
+        assert_eq!(FileConfig::parse("").unwrap().metrics.listen, None);
+        let e = FileConfig::parse("[metrics]\nport = 9404\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("port"), "{e}");
     }
 
     #[test]

@@ -34,6 +34,10 @@ pub enum Error {
     /// A durable subscription needs a client id and a subscription name.
     #[error("a durable subscription needs a non-empty client id and subscription name")]
     InvalidSubscription,
+    /// The metrics endpoint could not start (its address cannot be bound, or another
+    /// metrics recorder is installed in this process); the text says which.
+    #[error("metrics endpoint: {0}")]
+    Metrics(String),
 }
 
 impl From<actix::MailboxError> for Error {

@@ -4,8 +4,8 @@
 //! `queue://NAME`), created on first use with the policy that matches their name; the
 //! policy map; the shared housekeeping budget; and the shutdown sequence.
 //!
-//! Messages it accepts: [`GetTopic`], [`GetQueue`], [`ShutdownBroker`]. It never
-//! dispatches and never touches SQL.
+//! Messages it accepts: [`GetTopic`], [`GetQueue`], [`ListTopics`], [`ShutdownBroker`]. It
+//! never dispatches and never touches SQL.
 //!
 //! Shutdown, in order: refuse new destinations; stop every destination's housekeeping
 //! (each answers once its page in flight has finished, and starts none after); flush
@@ -111,6 +111,45 @@ impl Handler<GetQueue> for BrokerActor {
         let addr = queue.start();
         self.queues.insert(msg.0, addr.clone());
         Ok(addr)
+    }
+}
+
+/// The store keys (`topic://NAME`) of the running topic actors, sorted, at most
+/// `limit` of them (the first ones in sort order), so that an answer never grows with
+/// the number of topics. Read-only: it starts no topic.
+#[derive(Message)]
+#[rtype(result = "TopicList")]
+pub struct ListTopics {
+    /// Most keys in the answer.
+    pub limit: usize,
+}
+
+/// The answer to [`ListTopics`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, MessageResponse)]
+pub struct TopicList {
+    /// Store keys of running topics, sorted, at most the limit asked for.
+    pub keys: Vec<String>,
+    /// How many topics are running in all (more than `keys.len()` when the limit cut
+    /// the list).
+    pub total: usize,
+}
+
+impl Handler<ListTopics> for BrokerActor {
+    type Result = TopicList;
+
+    fn handle(&mut self, msg: ListTopics, _: &mut Context<Self>) -> TopicList {
+        let mut keys: Vec<&String> = self
+            .topics
+            .iter()
+            .filter(|(_, addr)| addr.connected())
+            .map(|(key, _)| key)
+            .collect();
+        let total = keys.len();
+        keys.sort_unstable();
+        TopicList {
+            keys: keys.into_iter().take(msg.limit).cloned().collect(),
+            total,
+        }
     }
 }
 

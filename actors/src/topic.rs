@@ -361,6 +361,8 @@ impl TopicActor {
                     act.stats.expired += newly;
                     act.cleanup_needed |= newly > 0;
                     act.stats.max_expiry_page_rows = act.stats.max_expiry_page_rows.max(rows);
+                    metrics::histogram!("ebb_expiry_page_rows", "destination" => act.container.clone())
+                        .record(rows as f64);
                     act.stats.last_page_ticket = ticket;
                     if more && !act.stopping {
                         ctx.notify(ExpiryPage);

@@ -1,0 +1,279 @@
+//! Snapshots of what a running broker holds, for operators: [`Broker::stats`].
+//!
+//! Plain values (serde-serializable, no actor types): [`BrokerStats`] is the system
+//! usage ([`UsageStats`]) and one [`DestinationStats`] per running destination. The
+//! metrics endpoint ([`crate::metrics`]) publishes them in Prometheus' format and
+//! `ebb stat` reads them back from there ([`crate::stat`]).
+//!
+//! What is measured today and what is a placeholder is said field by field: usage
+//! (memory, store, temp) and producer counts come with producer flow control and read
+//! 0 until then; topics do not count acks, in-flight deliveries or dead letters yet.
+//!
+//! Cost of one call: one message to the registry, then, for each destination in turn
+//! (at most [`MAX_DESTINATIONS`]), one message to its actor and one `COUNT` of its rows
+//! in the store (a single-row answer; the statement walks the `(container, id)` index,
+//! so its time grows with the destination's backlog). Destinations are asked one after
+//! the other, so a stats call never holds more than one pool connection.
+
+use actix::MailboxError;
+use ebb_actors::broker::ListTopics;
+use ebb_actors::ActorError;
+use serde::{Deserialize, Serialize};
+
+use crate::{Broker, Error, TopicStats};
+
+/// Most destinations one [`Broker::stats`] call reports (the first ones in store-key
+/// order); [`BrokerStats::destinations_total`] says how many there are in all.
+pub const MAX_DESTINATIONS: usize = 10_000;
+
+/// `used` as a percentage of `limit` (0.0 ..= 100.0, more when over the limit).
+/// A `limit` of 0 means "no limit" and gives 0.0: nothing is ever full.
+pub fn percent(used: u64, limit: u64) -> f64 {
+    if limit == 0 {
+        0.0
+    } else {
+        used as f64 * 100.0 / limit as f64
+    }
+}
+
+/// System usage, as ActiveMQ's `systemUsage`: what the broker holds against its
+/// limits. Every size is in bytes; a limit of 0 means no limit.
+///
+/// Not measured yet (producer flow control brings them): every field reads 0 for now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageStats {
+    /// Bytes of message bodies and headers held in memory (each shared body once).
+    pub memory_bytes: u64,
+    /// Memory limit in bytes (0 = none).
+    pub memory_limit_bytes: u64,
+    /// Bytes the store's messages take.
+    pub store_bytes: u64,
+    /// Store limit in bytes (0 = none).
+    pub store_limit_bytes: u64,
+    /// Bytes of non-persistent messages spooled to temporary storage.
+    pub temp_bytes: u64,
+    /// Temporary storage limit in bytes (0 = none).
+    pub temp_limit_bytes: u64,
+    /// Producers whose sends are waiting for space (producer flow control), now.
+    pub blocked_producers: u64,
+}
+
+impl UsageStats {
+    /// Memory used, in percent of its limit (0.0 without a limit); see [`percent`].
+    pub fn memory_percent(&self) -> f64 {
+        percent(self.memory_bytes, self.memory_limit_bytes)
+    }
+
+    /// Store used, in percent of its limit (0.0 without a limit).
+    pub fn store_percent(&self) -> f64 {
+        percent(self.store_bytes, self.store_limit_bytes)
+    }
+
+    /// Temporary storage used, in percent of its limit (0.0 without a limit).
+    pub fn temp_percent(&self) -> f64 {
+        percent(self.temp_bytes, self.temp_limit_bytes)
+    }
+}
+
+/// Whether a destination is a topic or a queue (serialized `"topic"` / `"queue"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DestinationKind {
+    Topic,
+    Queue,
+}
+
+impl DestinationKind {
+    /// The kind a store key names (`topic://...`, `queue://...`); `None` for others.
+    pub fn of_key(key: &str) -> Option<Self> {
+        if key.starts_with("topic://") {
+            Some(Self::Topic)
+        } else if key.starts_with("queue://") {
+            Some(Self::Queue)
+        } else {
+            None
+        }
+    }
+
+    /// `"topic"` or `"queue"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Topic => "topic",
+            Self::Queue => "queue",
+        }
+    }
+}
+
+/// One destination's gauges (now) and counters (since the destination's actor
+/// started: they restart from 0 with the broker). Counts are messages unless said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestinationStats {
+    /// The store key, e.g. `topic://orders` or `queue://jobs`.
+    pub destination: String,
+    pub kind: DestinationKind,
+    /// Messages waiting: pending plus in flight. For a topic, the message rows the
+    /// store holds for it: persistent messages some durable subscription has not acked
+    /// (in-flight ones included, they stay stored until acked), acked ones the next
+    /// cleanup batch has not deleted yet, and prepared ones of open transactions.
+    /// Non-persistent messages waiting in memory for a non-durable subscriber are not
+    /// counted.
+    pub queue_size: u64,
+    /// Deliveries handed to consumers and not acked yet. Topics do not report it yet:
+    /// 0 for them.
+    pub in_flight: u64,
+    /// Consumers attached now (for a topic: its online subscriptions, durable or not).
+    pub consumers: u64,
+    /// Producers sending to it now. Not tracked yet: 0.
+    pub producers: u64,
+    /// Messages accepted, those that expired on arrival included.
+    pub enqueued_total: u64,
+    /// For a topic: deliveries handed to consumers (one per subscription a message
+    /// reached, redeliveries counted again). Topics do not count acks, so this runs
+    /// ahead of ActiveMQ's ack-based dequeue count by the deliveries in flight.
+    pub dequeued_total: u64,
+    /// Expirations. For a topic: one per (message, durable subscription) whose expiry
+    /// was acked, plus one per message that expired on arrival or before reaching a
+    /// non-durable consumer.
+    pub expired_total: u64,
+    /// Messages moved to a dead-letter queue. There is no DLQ yet: 0.
+    pub dead_lettered_total: u64,
+    /// Expiry pages finished (each one bounded store read of at most
+    /// `max_expire_page_size` rows).
+    pub expiry_pages_total: u64,
+    /// Bytes of messages this destination holds in memory. Not measured yet: 0.
+    pub memory_bytes: u64,
+    /// Producers of this destination waiting for space now. Not measured yet: 0.
+    pub blocked_producers: u64,
+}
+
+impl DestinationStats {
+    /// The stats of topic `destination` (its store key) from its counters and the
+    /// number of message rows the store holds for it. The mapping: `enqueued` →
+    /// `enqueued_total`, `dispatched` → `dequeued_total`, `expired` → `expired_total`,
+    /// `expiry_pages` → `expiry_pages_total`, `online_subscriptions` → `consumers`,
+    /// `stored_rows` → `queue_size`; the rest is not measured for topics and is 0.
+    pub fn from_topic(destination: String, topic: &TopicStats, stored_rows: u64) -> Self {
+        Self {
+            destination,
+            kind: DestinationKind::Topic,
+            queue_size: stored_rows,
+            in_flight: 0,
+            consumers: topic.online_subscriptions,
+            producers: 0,
+            enqueued_total: topic.enqueued,
+            dequeued_total: topic.dispatched,
+            expired_total: topic.expired,
+            dead_lettered_total: 0,
+            expiry_pages_total: topic.expiry_pages,
+            memory_bytes: 0,
+            blocked_producers: 0,
+        }
+    }
+}
+
+/// A snapshot of the whole broker: [`Broker::stats`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BrokerStats {
+    pub usage: UsageStats,
+    /// One entry per running destination, sorted by store key, at most
+    /// [`MAX_DESTINATIONS`].
+    pub destinations: Vec<DestinationStats>,
+    /// How many destinations are running in all; more than `destinations.len()` when
+    /// the list was cut at [`MAX_DESTINATIONS`].
+    pub destinations_total: u64,
+}
+
+impl Broker {
+    /// A snapshot of the broker's usage and of every running destination (at most
+    /// [`MAX_DESTINATIONS`], in store-key order). Destinations are the ones in use since
+    /// the broker started (sent to, subscribed to, asked about); a topic that only
+    /// exists in the store is not started by this call.
+    ///
+    /// A destination whose actor stops between the listing and its question is left
+    /// out. Errors: [`Error::Actor`] when the registry is gone, [`Error::Store`] when a
+    /// count fails (the store is closed or unreachable).
+    pub async fn stats(&self) -> Result<BrokerStats, Error> {
+        let list = self
+            .registry()
+            .send(ListTopics {
+                limit: MAX_DESTINATIONS,
+            })
+            .await?;
+        let mut destinations = Vec::with_capacity(list.keys.len());
+        for key in list.keys {
+            let Some(name) = key.strip_prefix("topic://") else {
+                continue;
+            };
+            let topic = match self.topic_stats(name).await {
+                Ok(topic) => topic,
+                Err(Error::Actor(ActorError::ShuttingDown))
+                | Err(Error::Actor(ActorError::Mailbox(MailboxError::Closed))) => continue,
+                Err(e) => return Err(e),
+            };
+            let stored = self.store().count_messages(&key).await?;
+            destinations.push(DestinationStats::from_topic(key, &topic, stored));
+        }
+        Ok(BrokerStats {
+            usage: UsageStats::default(),
+            destinations,
+            destinations_total: list.total as u64,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_of_no_limit_is_zero() {
+        assert_eq!(percent(10, 0), 0.0);
+        assert_eq!(percent(0, 100), 0.0);
+        assert_eq!(percent(25, 100), 25.0);
+        assert_eq!(percent(150, 100), 150.0);
+        let usage = UsageStats {
+            store_bytes: 1 << 20,
+            store_limit_bytes: 4 << 20,
+            ..UsageStats::default()
+        };
+        assert_eq!(usage.store_percent(), 25.0);
+        assert_eq!(usage.memory_percent(), 0.0);
+    }
+
+    #[test]
+    fn topic_counters_map_to_destination_fields() {
+        let topic = TopicStats {
+            enqueued: 8,
+            dispatched: 5,
+            expired: 3,
+            expiry_pages: 2,
+            online_subscriptions: 1,
+            ..TopicStats::default()
+        };
+        let d = DestinationStats::from_topic("topic://orders".into(), &topic, 6);
+        assert_eq!(d.kind, DestinationKind::Topic);
+        assert_eq!(
+            (d.queue_size, d.enqueued_total, d.dequeued_total),
+            (6, 8, 5)
+        );
+        assert_eq!(
+            (d.expired_total, d.expiry_pages_total, d.consumers),
+            (3, 2, 1)
+        );
+        let json = serde_json::to_string(&d).unwrap();
+        assert!(json.contains("\"kind\":\"topic\""), "{json}");
+    }
+
+    #[test]
+    fn kinds_come_from_store_keys() {
+        assert_eq!(
+            DestinationKind::of_key("queue://jobs"),
+            Some(DestinationKind::Queue)
+        );
+        assert_eq!(
+            DestinationKind::of_key("topic://a"),
+            Some(DestinationKind::Topic)
+        );
+        assert_eq!(DestinationKind::of_key("jobs"), None);
+    }
+}

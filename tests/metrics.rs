@@ -1,0 +1,296 @@
+//! The metrics endpoint reports what the broker really holds: a scrape of
+//! `/metrics` shows the enqueued count, the queue size (stored rows) before and after
+//! expiry and cleanup, the expired count, and the `ebb_expiry_page_rows` histogram
+//! with one observation per expiry page; `ebb stat` prints the same numbers, and says
+//! plainly when nothing listens. `ebb serve` takes the address from `--metrics` or
+//! from `[metrics] listen`, the flag first.
+//!
+//! The Prometheus recorder is global to the process: every endpoint in this file
+//! renders the one recorder ([`ebb::metrics::install_recorder`] installs it once), so
+//! each test uses topic names of its own and reads only its own series.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use ebb::metrics::MetricsServer;
+use ebb::stat::{from_samples, parse, Sample};
+use ebb::{Message, SubscribeOptions};
+
+/// Scrapes `addr` until `done` holds for the samples (30 s limit, as `wait_for`).
+async fn scrape_until(addr: &str, done: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = ebb::stat::fetch(addr).await.expect("the endpoint answers");
+        let samples = parse(&text).expect("valid Prometheus text");
+        if done(&samples) {
+            return samples;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "condition never held; last scrape:\n{text}"
+        );
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The value of `name{destination="key"}`, if the scrape has it.
+fn value(samples: &[Sample], name: &str, key: &str) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| s.name == name && s.label("destination") == Some(key))
+        .map(|s| s.value)
+}
+
+/// Runs the `ebb` binary with `args`; returns (success, stdout, stderr).
+async fn ebb(args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
+        .args(args)
+        .output()
+        .await
+        .expect("ebb runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A topic with an offline durable subscription: 3 messages that expire, then 5 that
+/// do not. The scrape shows 8 enqueued and 8 stored; after housekeeping, 3 expired in
+/// one page of 3 rows (histogram count 1, sum 3), and after cleanup 5 stored.
+async fn a_scrape_shows_real_values(t: TestStore) {
+    let topic = format!(
+        "metrics.{}",
+        if t.options.schema.is_some() {
+            "pg"
+        } else {
+            "sqlite"
+        }
+    );
+    let key = format!("topic://{topic}");
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), b.clone())
+        .await
+        .expect("the endpoint starts");
+    let addr = server.local_addr().to_string();
+
+    drop(
+        b.subscribe(&topic, SubscribeOptions::durable("ops", "audit"))
+            .await
+            .unwrap(),
+    );
+    for i in 0..3 {
+        let m = Message::new(format!("short {i}")).ttl(Duration::from_millis(300));
+        assert!(b.send(&topic, m).await.unwrap().store_id.is_some());
+    }
+    for i in 0..5 {
+        b.send(&topic, Message::new(format!("live {i}")))
+            .await
+            .unwrap();
+    }
+    let samples = scrape_until(&addr, |s| {
+        value(s, "ebb_destination_queue_size", &key) == Some(8.0)
+    })
+    .await;
+    assert_eq!(
+        value(&samples, "ebb_destination_enqueued_total", &key),
+        Some(8.0)
+    );
+    assert_eq!(
+        value(&samples, "ebb_destination_consumers", &key),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&samples, "ebb_destination_expired_total", &key),
+        Some(0.0)
+    );
+    assert!(samples.iter().any(|s| s.name == "ebb_memory_usage_ratio"));
+    assert!(samples.iter().any(|s| s.name == "ebb_producers_blocked"));
+
+    // The short ones expire; one housekeeping run acks them in one short page.
+    actix_rt::time::sleep(Duration::from_millis(400)).await;
+    b.run_housekeeping(&topic).await.unwrap();
+    let stats = wait_for(&b, &topic, |s| s.expired == 3 && s.expiry_pages >= 1).await;
+    assert_eq!(stats.expiry_pages, 1, "3 rows fit one page of 400");
+    let samples = scrape_until(&addr, |s| {
+        value(s, "ebb_destination_expired_total", &key) == Some(3.0)
+            && value(s, "ebb_expiry_page_rows_count", &key) == Some(1.0)
+    })
+    .await;
+    assert_eq!(value(&samples, "ebb_expiry_page_rows_sum", &key), Some(3.0));
+    assert_eq!(value(&samples, "ebb_expiry_pages_total", &key), Some(1.0));
+    let bucket = |le: &str| {
+        samples
+            .iter()
+            .find(|s| {
+                s.name == "ebb_expiry_page_rows_bucket"
+                    && s.label("destination") == Some(key.as_str())
+                    && s.label("le") == Some(le)
+            })
+            .map(|s| s.value)
+    };
+    assert_eq!(bucket("1"), Some(0.0), "the page had more than 1 row");
+    assert_eq!(bucket("10"), Some(1.0), "and at most 10");
+
+    // The next run deletes the acked rows: 5 left in the store.
+    b.run_housekeeping(&topic).await.unwrap();
+    wait_for(&b, &topic, |s| s.cleaned_up == 3).await;
+    scrape_until(&addr, |s| {
+        value(s, "ebb_destination_queue_size", &key) == Some(5.0)
+    })
+    .await;
+
+    // `ebb stat` (the binary) reads the same numbers.
+    let (ok, out, err) = ebb(&["stat", "--metrics", &addr]).await;
+    assert!(ok, "ebb stat failed: {err}");
+    assert!(out.contains("blocked producers  0"), "{out}");
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with(&format!("{key} ")))
+        .unwrap_or_else(|| panic!("no row for {key}:\n{out}"))
+        .split_whitespace()
+        .collect();
+    // destination, queue size, in flight, consumers, producers, enqueued, dequeued,
+    // expired, DLQ
+    assert_eq!(row, [key.as_str(), "5", "0", "0", "0", "8", "0", "3", "0"]);
+    let parsed = from_samples(&parse(&ebb::stat::fetch(&addr).await.unwrap()).unwrap()).unwrap();
+    assert!(parsed.destinations.iter().any(|d| d.destination == key));
+
+    // Once the endpoint stops, `ebb stat` says what to do.
+    server.stop().await;
+    let e = ebb::stat::fetch(&addr).await.unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "no broker metrics at {addr}: start ebb serve with --metrics {addr}"
+        )),
+        "{e}"
+    );
+    let (ok, _, err) = ebb(&["stat", "--metrics", &addr]).await;
+    assert!(!ok);
+    assert!(err.contains("no broker metrics at"), "{err}");
+    b.shutdown().await.unwrap();
+}
+
+/// `Broker::stats` lists running destinations in store-key order with their counts,
+/// and does not start topics that were never used.
+async fn stats_lists_running_destinations(t: TestStore) {
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    assert!(b.stats().await.unwrap().destinations.is_empty());
+    drop(
+        b.subscribe("zeta", SubscribeOptions::durable("c", "s"))
+            .await
+            .unwrap(),
+    );
+    b.send("zeta", Message::new("1")).await.unwrap();
+    b.send("alpha", Message::new("1")).await.unwrap();
+    let stats = b.stats().await.unwrap();
+    let keys: Vec<&str> = stats
+        .destinations
+        .iter()
+        .map(|d| d.destination.as_str())
+        .collect();
+    assert_eq!(keys, ["topic://alpha", "topic://zeta"]);
+    assert_eq!(stats.destinations_total, 2);
+    let zeta = &stats.destinations[1];
+    assert_eq!((zeta.queue_size, zeta.enqueued_total), (1, 1));
+    let alpha = &stats.destinations[0];
+    assert_eq!(
+        (alpha.queue_size, alpha.enqueued_total),
+        (0, 1),
+        "no durable subscription: nothing stored"
+    );
+    assert_eq!(stats.usage, ebb::stats::UsageStats::default());
+    b.shutdown().await.unwrap();
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    a_scrape_shows_real_values,
+    stats_lists_running_destinations,
+);
+
+/// Reads `ebb serve`'s standard error until the metrics line, and returns the
+/// address in it.
+async fn metrics_address(stderr: tokio::process::ChildStderr) -> String {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let find = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.split("metrics at http://").nth(1) {
+                return rest.split('/').next().unwrap().to_string();
+            }
+        }
+        panic!("ebb serve ended without a metrics line");
+    };
+    let addr = actix_rt::time::timeout(Duration::from_secs(30), find)
+        .await
+        .expect("ebb serve logs where metrics are served");
+    // Keep reading, so the broker never writes to a closed or full pipe.
+    actix_rt::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    addr
+}
+
+/// `ebb serve` as a process: `[metrics] listen` in the file is used, `--metrics`
+/// overrides it, and a bad address is refused naming where it came from.
+#[actix_rt::test]
+async fn serve_takes_the_address_from_the_flag_or_the_file() {
+    let t = TestStore::sqlite();
+    let dir = std::env::temp_dir().join(format!("ebb-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = |listen: &str| {
+        let path = dir.join(format!("ebb-{}.toml", listen.replace([':', '.'], "_")));
+        std::fs::write(
+            &path,
+            format!(
+                "[store]\nurl = \"{}\"\n\n[stomp]\nlisten = \"127.0.0.1:0\"\n\n[metrics]\nlisten = \"{listen}\"\n",
+                t.url
+            ),
+        )
+        .unwrap();
+        path.display().to_string()
+    };
+
+    for (file_listen, flag) in [("127.0.0.1:0", None), ("no-port-here", Some("127.0.0.1:0"))] {
+        let path = config(file_listen);
+        let mut args = vec!["serve", "--config", &path];
+        if let Some(flag) = flag {
+            args.extend(["--metrics", flag]);
+        }
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
+            .args(&args)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("ebb serve starts");
+        let addr = metrics_address(child.stderr.take().unwrap()).await;
+        let (ok, out, err) = ebb(&["stat", "--metrics", &addr]).await;
+        assert!(ok, "{err}");
+        assert!(out.contains("no destination in use"), "{out}");
+        // SIGTERM: the graceful shutdown, which stops the endpoint first.
+        let pid = child.id().unwrap().to_string();
+        let killed = tokio::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .unwrap();
+        assert!(killed.success());
+        let status = actix_rt::time::timeout(Duration::from_secs(30), child.wait())
+            .await
+            .expect("ebb serve stops")
+            .unwrap();
+        assert!(status.success(), "{status}");
+    }
+
+    let path = config("no-port-here");
+    let (ok, _, err) = ebb(&["serve", "--config", &path]).await;
+    assert!(!ok);
+    assert!(
+        err.contains("invalid metrics address `no-port-here` (from [metrics] listen in"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
