@@ -110,6 +110,8 @@ struct Usages {
     policies: PolicyMap,
     /// Per destination (store key), children of `memory`.
     destinations: parking_lot::Mutex<HashMap<String, Arc<Usage>>>,
+    /// Producers per destination (store key), as transports report them.
+    producers: parking_lot::Mutex<HashMap<String, u64>>,
 }
 
 impl Usages {
@@ -486,6 +488,7 @@ impl Broker {
                 config: config.usage.clone(),
                 policies: config.policies.clone(),
                 destinations: Default::default(),
+                producers: Default::default(),
             }),
         }
     }
@@ -602,11 +605,45 @@ impl Broker {
         }
     }
 
-    /// Bytes destination `name` holds in memory now, and its own limit (0 = none).
-    pub fn destination_memory(&self, name: &str) -> Result<(u64, u64), Error> {
+    /// Destination `name`'s memory and producers now.
+    pub fn destination_flow(&self, name: &str) -> Result<DestinationFlow, Error> {
         let container = Destination::parse(name)?.container().to_string();
         let usage = self.usages.of(&container);
-        Ok((usage.used(), usage.limit()))
+        let producers = self
+            .usages
+            .producers
+            .lock()
+            .get(&container)
+            .copied()
+            .unwrap_or(0);
+        Ok(DestinationFlow {
+            memory_bytes: usage.used(),
+            memory_limit: usage.limit(),
+            blocked_producers: usage.blocked_producers(),
+            producers,
+        })
+    }
+
+    /// A producer (a transport's connection) started sending to destination `name`;
+    /// counted in [`DestinationFlow::producers`] until [`Broker::producer_left`].
+    pub fn producer_joined(&self, name: &str) {
+        if let Ok(d) = Destination::parse(name) {
+            *self
+                .usages
+                .producers
+                .lock()
+                .entry(d.container().to_string())
+                .or_default() += 1;
+        }
+    }
+
+    /// The producer counted by [`Broker::producer_joined`] is gone.
+    pub fn producer_left(&self, name: &str) {
+        if let Ok(d) = Destination::parse(name) {
+            if let Some(n) = self.usages.producers.lock().get_mut(d.container()) {
+                *n = n.saturating_sub(1);
+            }
+        }
     }
 
     /// The registry actor, for the crate's own reports ([`crate::stats`]).
@@ -970,6 +1007,19 @@ pub struct UsageSnapshot {
     pub temp_limit: u64,
     /// Producers waiting in [`Broker::wait_for_space`] now.
     pub blocked_producers: u64,
+}
+
+/// One destination's memory and producers ([`Broker::destination_flow`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DestinationFlow {
+    /// Bytes of messages it holds in memory now.
+    pub memory_bytes: u64,
+    /// Its own memory limit, bytes (0 = only the broker's applies).
+    pub memory_limit: u64,
+    /// Producers waiting for space in it now.
+    pub blocked_producers: u64,
+    /// Producers reported by transports ([`Broker::producer_joined`]).
+    pub producers: u64,
 }
 
 /// A destination named in the API, with its store key.

@@ -27,8 +27,9 @@ pub mod stomp;
 pub mod transport;
 
 pub use broker::{
-    AckMode, Broker, BrokerConfig, BrowsedMessage, Destination, Expiration, Message, Received,
-    SendReceipt, Space, SubscribeOptions, Subscription, UsageConfig, UsageSnapshot,
+    AckMode, Broker, BrokerConfig, BrowsedMessage, Destination, DestinationFlow, Expiration,
+    Message, Received, SendReceipt, Space, SubscribeOptions, Subscription, UsageConfig,
+    UsageSnapshot,
 };
 pub use ebb_actors::messages::{QueueStats, TopicStats};
 pub use ebb_actors::policy::{Policy, PolicyEntry, PolicyMap};

@@ -5,9 +5,9 @@
 //! metrics endpoint ([`crate::metrics`]) publishes them in Prometheus' format and
 //! `ebb stat` reads them back from there ([`crate::stat`]).
 //!
-//! What is measured today and what is a placeholder is said field by field: usage
-//! (memory, store, temp) and producer counts come with producer flow control and read
-//! 0 until then; topics do not count acks, in-flight deliveries or dead letters yet.
+//! What each field means for a topic and for a queue is said field by field; topics do
+//! not count acks or in-flight deliveries (their subscriptions do, per subscription),
+//! and have no dead-letter queue.
 //!
 //! Cost of one call: one message to the registry, then, for each destination in turn
 //! (at most [`MAX_DESTINATIONS`]), one message to its actor and one `COUNT` of its rows
@@ -16,11 +16,11 @@
 //! the other, so a stats call never holds more than one pool connection.
 
 use actix::MailboxError;
-use ebb_actors::broker::ListTopics;
+use ebb_actors::broker::ListDestinations;
 use ebb_actors::ActorError;
 use serde::{Deserialize, Serialize};
 
-use crate::{Broker, Error, TopicStats};
+use crate::{Broker, Error, QueueStats, TopicStats};
 
 /// Most destinations one [`Broker::stats`] call reports (the first ones in store-key
 /// order); [`BrokerStats::destinations_total`] says how many there are in all.
@@ -38,8 +38,6 @@ pub fn percent(used: u64, limit: u64) -> f64 {
 
 /// System usage, as ActiveMQ's `systemUsage`: what the broker holds against its
 /// limits. Every size is in bytes; a limit of 0 means no limit.
-///
-/// Not measured yet (producer flow control brings them): every field reads 0 for now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageStats {
     /// Bytes of message bodies and headers held in memory (each shared body once).
@@ -50,7 +48,8 @@ pub struct UsageStats {
     pub store_bytes: u64,
     /// Store limit in bytes (0 = none).
     pub store_limit_bytes: u64,
-    /// Bytes of non-persistent messages spooled to temporary storage.
+    /// Bytes of non-persistent messages held (in memory: Ebb has no temporary store;
+    /// they count in `memory_bytes` too).
     pub temp_bytes: u64,
     /// Temporary storage limit in bytes (0 = none).
     pub temp_limit_bytes: u64,
@@ -118,12 +117,13 @@ pub struct DestinationStats {
     /// Non-persistent messages waiting in memory for a non-durable subscriber are not
     /// counted.
     pub queue_size: u64,
-    /// Deliveries handed to consumers and not acked yet. Topics do not report it yet:
-    /// 0 for them.
+    /// For a queue: messages delivered and not acked yet (also in `queue_size`). Topics
+    /// do not report it: 0 for them.
     pub in_flight: u64,
     /// Consumers attached now (for a topic: its online subscriptions, durable or not).
     pub consumers: u64,
-    /// Producers sending to it now. Not tracked yet: 0.
+    /// STOMP connections that have sent to it and are still open (as ActiveMQ counts a
+    /// producer per connection and destination). Embedding callers are not counted.
     pub producers: u64,
     /// Messages accepted, those that expired on arrival included.
     pub enqueued_total: u64,
@@ -135,18 +135,40 @@ pub struct DestinationStats {
     /// was acked, plus one per message that expired on arrival or before reaching a
     /// non-durable consumer.
     pub expired_total: u64,
-    /// Messages moved to a dead-letter queue. There is no DLQ yet: 0.
+    /// Messages moved to a dead-letter queue (queues only).
     pub dead_lettered_total: u64,
     /// Expiry pages finished (each one bounded store read of at most
     /// `max_expire_page_size` rows).
     pub expiry_pages_total: u64,
-    /// Bytes of messages this destination holds in memory. Not measured yet: 0.
+    /// Bytes of messages this destination holds in memory (charged once per message).
     pub memory_bytes: u64,
-    /// Producers of this destination waiting for space now. Not measured yet: 0.
+    /// Producers of this destination waiting for space now (producer flow control).
     pub blocked_producers: u64,
 }
 
 impl DestinationStats {
+    /// The stats of queue `destination` (its store key) from its counters and the
+    /// number of message rows the store holds for it. `queue_size` is the stored rows
+    /// (in-flight ones included: a row goes at its ack) plus the non-persistent
+    /// messages waiting; `dequeued_total` counts acks.
+    pub fn from_queue(destination: String, queue: &QueueStats, stored_rows: u64) -> Self {
+        Self {
+            destination,
+            kind: DestinationKind::Queue,
+            queue_size: stored_rows + queue.pending_non_persistent,
+            in_flight: queue.in_flight,
+            consumers: queue.consumers,
+            producers: 0,
+            enqueued_total: queue.enqueued,
+            dequeued_total: queue.dequeued,
+            expired_total: queue.expired,
+            dead_lettered_total: queue.dead_lettered,
+            expiry_pages_total: queue.expiry_pages,
+            memory_bytes: 0,
+            blocked_producers: 0,
+        }
+    }
+
     /// The stats of topic `destination` (its store key) from its counters and the
     /// number of message rows the store holds for it. The mapping: `enqueued` →
     /// `enqueued_total`, `dispatched` → `dequeued_total`, `expired` → `expired_total`,
@@ -195,26 +217,50 @@ impl Broker {
     pub async fn stats(&self) -> Result<BrokerStats, Error> {
         let list = self
             .registry()
-            .send(ListTopics {
+            .send(ListDestinations {
                 limit: MAX_DESTINATIONS,
             })
             .await?;
         let mut destinations = Vec::with_capacity(list.keys.len());
         for key in list.keys {
-            let Some(name) = key.strip_prefix("topic://") else {
-                continue;
+            let asked = match DestinationKind::of_key(&key) {
+                Some(DestinationKind::Topic) => {
+                    self.topic_stats(&key).await.map(|t| (Some(t), None))
+                }
+                Some(DestinationKind::Queue) => {
+                    self.queue_stats(&key).await.map(|q| (None, Some(q)))
+                }
+                None => continue,
             };
-            let topic = match self.topic_stats(name).await {
-                Ok(topic) => topic,
+            let (topic, queue): (Option<TopicStats>, Option<QueueStats>) = match asked {
+                Ok(both) => both,
                 Err(Error::Actor(ActorError::ShuttingDown))
                 | Err(Error::Actor(ActorError::Mailbox(MailboxError::Closed))) => continue,
                 Err(e) => return Err(e),
             };
             let stored = self.store().count_messages(&key).await?;
-            destinations.push(DestinationStats::from_topic(key, &topic, stored));
+            let mut stats = match (topic, queue) {
+                (Some(t), _) => DestinationStats::from_topic(key.clone(), &t, stored),
+                (_, Some(q)) => DestinationStats::from_queue(key.clone(), &q, stored),
+                _ => continue,
+            };
+            let flow = self.destination_flow(&key)?;
+            stats.memory_bytes = flow.memory_bytes;
+            stats.blocked_producers = flow.blocked_producers;
+            stats.producers = flow.producers;
+            destinations.push(stats);
         }
+        let usage = self.usage();
         Ok(BrokerStats {
-            usage: UsageStats::default(),
+            usage: UsageStats {
+                memory_bytes: usage.memory_bytes,
+                memory_limit_bytes: usage.memory_limit,
+                store_bytes: usage.store_bytes,
+                store_limit_bytes: usage.store_limit,
+                temp_bytes: usage.temp_bytes,
+                temp_limit_bytes: usage.temp_limit,
+                blocked_producers: usage.blocked_producers,
+            },
             destinations,
             destinations_total: list.total as u64,
         })

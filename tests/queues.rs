@@ -249,7 +249,7 @@ async fn expiry_drains_a_queue_larger_than_its_memory(t: TestStore) {
     let stats = wait_for_queue(&b, "Q", |s| s.expired == 500).await;
     assert!(stats.max_expiry_page_rows <= 100, "{stats:?}");
     assert_eq!(b.store().count_messages("queue://Q").await.unwrap(), 0);
-    assert_eq!(b.destination_memory("queue://Q").unwrap().0, 0);
+    assert_eq!(b.destination_flow("queue://Q").unwrap().memory_bytes, 0);
     b.shutdown().await.unwrap();
 }
 

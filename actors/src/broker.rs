@@ -4,7 +4,7 @@
 //! `queue://NAME`), created on first use with the policy that matches their name; the
 //! policy map; the shared housekeeping budget; and the shutdown sequence.
 //!
-//! Messages it accepts: [`GetTopic`], [`GetQueue`], [`ListTopics`], [`ShutdownBroker`]. It
+//! Messages it accepts: [`GetTopic`], [`GetQueue`], [`ListDestinations`], [`ShutdownBroker`]. It
 //! never dispatches and never touches SQL.
 //!
 //! Shutdown, in order: refuse new destinations; stop every destination's housekeeping
@@ -114,39 +114,44 @@ impl Handler<GetQueue> for BrokerActor {
     }
 }
 
-/// The store keys (`topic://NAME`) of the running topic actors, sorted, at most
-/// `limit` of them (the first ones in sort order), so that an answer never grows with
-/// the number of topics. Read-only: it starts no topic.
+/// The store keys (`topic://NAME`, `queue://NAME`) of the running destination actors,
+/// sorted, at most `limit` of them (the first ones in sort order), so that an answer
+/// never grows with the number of destinations. Read-only: it starts nothing.
 #[derive(Message)]
-#[rtype(result = "TopicList")]
-pub struct ListTopics {
+#[rtype(result = "DestinationList")]
+pub struct ListDestinations {
     /// Most keys in the answer.
     pub limit: usize,
 }
 
-/// The answer to [`ListTopics`].
+/// The answer to [`ListDestinations`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, MessageResponse)]
-pub struct TopicList {
-    /// Store keys of running topics, sorted, at most the limit asked for.
+pub struct DestinationList {
+    /// Store keys of running destinations, sorted, at most the limit asked for.
     pub keys: Vec<String>,
-    /// How many topics are running in all (more than `keys.len()` when the limit cut
-    /// the list).
+    /// How many destinations are running in all (more than `keys.len()` when the limit
+    /// cut the list).
     pub total: usize,
 }
 
-impl Handler<ListTopics> for BrokerActor {
-    type Result = TopicList;
+impl Handler<ListDestinations> for BrokerActor {
+    type Result = DestinationList;
 
-    fn handle(&mut self, msg: ListTopics, _: &mut Context<Self>) -> TopicList {
-        let mut keys: Vec<&String> = self
+    fn handle(&mut self, msg: ListDestinations, _: &mut Context<Self>) -> DestinationList {
+        let topics = self
             .topics
             .iter()
-            .filter(|(_, addr)| addr.connected())
-            .map(|(key, _)| key)
-            .collect();
+            .filter(|(_, a)| a.connected())
+            .map(|(k, _)| k);
+        let queues = self
+            .queues
+            .iter()
+            .filter(|(_, a)| a.connected())
+            .map(|(k, _)| k);
+        let mut keys: Vec<&String> = topics.chain(queues).collect();
         let total = keys.len();
         keys.sort_unstable();
-        TopicList {
+        DestinationList {
             keys: keys.into_iter().take(msg.limit).cloned().collect(),
             total,
         }

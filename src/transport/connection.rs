@@ -181,6 +181,8 @@ struct Session {
     pending: HashMap<String, PendingAck>,
     next_ack: u64,
     transactions: HashMap<String, Tx>,
+    /// Destinations this connection has sent to (it counts as one producer of each).
+    producing: std::collections::HashSet<String>,
     out: Vec<Frame>,
     /// (send every ms, expect every ms), negotiated; 0 = off.
     heartbeat: (u64, u64),
@@ -217,6 +219,7 @@ pub async fn serve_connection<S>(
         pending: HashMap::new(),
         next_ack: 1,
         transactions: HashMap::new(),
+        producing: Default::default(),
         out: Vec::new(),
         heartbeat: (0, 0),
     };
@@ -326,6 +329,9 @@ pub async fn serve_connection<S>(
     }
     // Open transactions end with the connection: their prepared messages go.
     session.abort_all().await;
+    for destination in session.producing.drain() {
+        session.broker.producer_left(&destination);
+    }
     // Dropping the subscriptions detaches them: durable ones go offline with their
     // un-acked messages still in the store.
     drop(streams);
@@ -524,6 +530,9 @@ impl Session {
         let destination = destination_of(frame.get("destination"))?;
         self.authorize(Right::Write, &destination)?;
         let message = message_of(frame)?;
+        if self.producing.insert(destination.clone()) {
+            self.broker.producer_joined(&destination);
+        }
         let sent = match frame.get("transaction") {
             Some(tx) => {
                 let xid = self.xid(tx);
