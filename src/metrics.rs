@@ -94,6 +94,9 @@ pub mod names {
     pub const TEMP_USAGE_RATIO: &str = "ebb_temp_usage_ratio";
     pub const PRODUCERS_BLOCKED: &str = "ebb_producers_blocked";
     pub const DESTINATIONS: &str = "ebb_destinations";
+    pub const PROCESS_RESIDENT_BYTES: &str = "ebb_process_resident_memory_bytes";
+    pub const PROCESS_PEAK_RESIDENT_BYTES: &str = "ebb_process_peak_resident_memory_bytes";
+    pub const MAX_EXPIRY_PAGE_ROWS: &str = "ebb_destination_max_expiry_page_rows";
     pub const QUEUE_SIZE: &str = "ebb_destination_queue_size";
     pub const IN_FLIGHT: &str = "ebb_destination_in_flight";
     pub const CONSUMERS: &str = "ebb_destination_consumers";
@@ -162,6 +165,14 @@ fn describe() {
             DESTINATION_MEMORY_BYTES,
             "Bytes of messages a destination holds in memory",
         ),
+        (
+            PROCESS_RESIDENT_BYTES,
+            "The broker process's resident memory",
+        ),
+        (
+            PROCESS_PEAK_RESIDENT_BYTES,
+            "The broker process's peak resident memory",
+        ),
     ] {
         describe_gauge!(name, Unit::Bytes, what);
     }
@@ -190,6 +201,10 @@ fn describe() {
         (QUEUE_SIZE, "Messages pending plus in flight"),
         (IN_FLIGHT, "Deliveries not acked yet"),
         (CONSUMERS, "Consumers attached"),
+        (
+            MAX_EXPIRY_PAGE_ROWS,
+            "Most rows one expiry page of a destination handled since start",
+        ),
         (PRODUCERS, "Producers sending"),
         (
             DESTINATION_PRODUCERS_BLOCKED,
@@ -239,6 +254,11 @@ pub fn record(stats: &BrokerStats) {
         (TEMP_USAGE_RATIO, ratio(u.temp_bytes, u.temp_limit_bytes)),
         (PRODUCERS_BLOCKED, u.blocked_producers as f64),
         (DESTINATIONS, stats.destinations_total as f64),
+        (PROCESS_RESIDENT_BYTES, u.process_resident_bytes as f64),
+        (
+            PROCESS_PEAK_RESIDENT_BYTES,
+            u.process_peak_resident_bytes as f64,
+        ),
     ] {
         gauge!(name).set(value);
     }
@@ -251,6 +271,7 @@ pub fn record(stats: &BrokerStats) {
             (PRODUCERS, d.producers),
             (DESTINATION_MEMORY_BYTES, d.memory_bytes),
             (DESTINATION_PRODUCERS_BLOCKED, d.blocked_producers),
+            (MAX_EXPIRY_PAGE_ROWS, d.max_expiry_page_rows),
         ] {
             gauge!(name, labels.iter()).set(value as f64);
         }

@@ -170,6 +170,8 @@ pub fn from_samples(samples: &[Sample]) -> Option<BrokerStats> {
             TEMP_USAGE_BYTES => &mut usage.temp_bytes,
             TEMP_LIMIT_BYTES => &mut usage.temp_limit_bytes,
             PRODUCERS_BLOCKED => &mut usage.blocked_producers,
+            PROCESS_RESIDENT_BYTES => &mut usage.process_resident_bytes,
+            PROCESS_PEAK_RESIDENT_BYTES => &mut usage.process_peak_resident_bytes,
             DESTINATIONS => {
                 seen = true;
                 total = Some(v);
@@ -215,6 +217,7 @@ fn destination_sample(destinations: &mut BTreeMap<String, DestinationStats>, s: 
         DEQUEUED_TOTAL => &mut d.dequeued_total,
         EXPIRED_TOTAL => &mut d.expired_total,
         DEAD_LETTERED_TOTAL => &mut d.dead_lettered_total,
+        MAX_EXPIRY_PAGE_ROWS => &mut d.max_expiry_page_rows,
         _ => &mut d.expiry_pages_total,
     };
     *field = v;
@@ -234,6 +237,7 @@ fn is_destination_metric(name: &str) -> bool {
         EXPIRED_TOTAL,
         DEAD_LETTERED_TOTAL,
         EXPIRY_PAGES_TOTAL,
+        MAX_EXPIRY_PAGE_ROWS,
     ]
     .contains(&name)
 }
@@ -253,6 +257,7 @@ fn empty_destination(key: &str, kind: DestinationKind) -> DestinationStats {
         expiry_pages_total: 0,
         memory_bytes: 0,
         blocked_producers: 0,
+        max_expiry_page_rows: 0,
     }
 }
 

@@ -55,6 +55,12 @@ pub struct UsageStats {
     pub temp_limit_bytes: u64,
     /// Producers whose sends are waiting for space (producer flow control), now.
     pub blocked_producers: u64,
+    /// The broker process's resident memory now, bytes (Linux `VmRSS`; 0 elsewhere).
+    #[serde(default)]
+    pub process_resident_bytes: u64,
+    /// The broker process's peak resident memory, bytes (Linux `VmHWM`; 0 elsewhere).
+    #[serde(default)]
+    pub process_peak_resident_bytes: u64,
 }
 
 impl UsageStats {
@@ -140,6 +146,10 @@ pub struct DestinationStats {
     /// Expiry pages finished (each one bounded store read of at most
     /// `max_expire_page_size` rows).
     pub expiry_pages_total: u64,
+    /// Most rows one expiry page of this destination loaded (topics) or removed
+    /// (queues) since start: never more than its `max_expire_page_size`.
+    #[serde(default)]
+    pub max_expiry_page_rows: u64,
     /// Bytes of messages this destination holds in memory (charged once per message).
     pub memory_bytes: u64,
     /// Producers of this destination waiting for space now (producer flow control).
@@ -164,6 +174,7 @@ impl DestinationStats {
             expired_total: queue.expired,
             dead_lettered_total: queue.dead_lettered,
             expiry_pages_total: queue.expiry_pages,
+            max_expiry_page_rows: queue.max_expiry_page_rows,
             memory_bytes: 0,
             blocked_producers: 0,
         }
@@ -187,6 +198,7 @@ impl DestinationStats {
             expired_total: topic.expired,
             dead_lettered_total: 0,
             expiry_pages_total: topic.expiry_pages,
+            max_expiry_page_rows: topic.max_expiry_page_rows,
             memory_bytes: 0,
             blocked_producers: 0,
         }
@@ -260,6 +272,8 @@ impl Broker {
                 temp_bytes: usage.temp_bytes,
                 temp_limit_bytes: usage.temp_limit,
                 blocked_producers: usage.blocked_producers,
+                process_resident_bytes: crate::soak::rss_bytes(),
+                process_peak_resident_bytes: crate::soak::peak_rss_bytes(),
             },
             destinations,
             destinations_total: list.total as u64,

@@ -201,7 +201,16 @@ async fn stats_lists_running_destinations(t: TestStore) {
         (0, 1),
         "no durable subscription: nothing stored"
     );
-    assert_eq!(stats.usage, ebb::stats::UsageStats::default());
+    // The default limits; one small message stored (for zeta's subscription), nothing
+    // held in memory once it was delivered nowhere.
+    let u = stats.usage;
+    assert_eq!(
+        (u.memory_limit_bytes, u.store_limit_bytes),
+        (64 << 20, 100 << 30)
+    );
+    assert_eq!((u.memory_bytes, u.blocked_producers), (0, 0));
+    assert_eq!(u.store_bytes, b.store().stored_bytes());
+    assert!(u.store_bytes > 0);
     b.shutdown().await.unwrap();
 }
 

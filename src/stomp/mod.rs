@@ -2,6 +2,7 @@
 //! no store: this is where hostile bytes arrive, so it stands alone and is tested
 //! alone (unit tests, property tests).
 
+pub mod client;
 pub mod codec;
 pub mod escape;
 pub mod frame;
