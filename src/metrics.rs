@@ -108,6 +108,7 @@ pub mod names {
     pub const EXPIRED_TOTAL: &str = "ebb_destination_expired_total";
     pub const DEAD_LETTERED_TOTAL: &str = "ebb_destination_dead_lettered_total";
     pub const EXPIRY_PAGES_TOTAL: &str = "ebb_expiry_pages_total";
+    pub const EXPIRY_RUNS_TOTAL: &str = "ebb_expiry_runs_total";
     pub const EXPIRY_PAGE_ROWS: &str = "ebb_expiry_page_rows";
     /// The label every per-destination metric has: the store key.
     pub const DESTINATION_LABEL: &str = "destination";
@@ -222,6 +223,10 @@ fn describe() {
         (EXPIRED_TOTAL, "Message expirations since start"),
         (DEAD_LETTERED_TOTAL, "Messages sent to a dead-letter queue"),
         (EXPIRY_PAGES_TOTAL, "Expiry pages finished since start"),
+        (
+            EXPIRY_RUNS_TOTAL,
+            "Expiry runs (chains of pages) started since start",
+        ),
     ] {
         describe_counter!(name, what);
     }
@@ -281,6 +286,7 @@ pub fn record(stats: &BrokerStats) {
             (EXPIRED_TOTAL, d.expired_total),
             (DEAD_LETTERED_TOTAL, d.dead_lettered_total),
             (EXPIRY_PAGES_TOTAL, d.expiry_pages_total),
+            (EXPIRY_RUNS_TOTAL, d.expiry_runs_total),
         ] {
             counter!(name, labels.iter()).absolute(value);
         }

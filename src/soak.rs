@@ -59,6 +59,19 @@ pub struct SoakOptions {
     /// first half's by more than 20 %, or an expiry page read more rows than its size.
     #[arg(long)]
     pub assert_flat: bool,
+    /// Drive a running broker (`ebb serve`) over STOMP at this address instead of an
+    /// in-process one. Its own configuration then sets the store and the expiry
+    /// policy (`--store`, `--expire-period-ms` and `--max-expire-page-size` do not
+    /// apply; `--assert-flat` checks pages against `--max-expire-page-size`).
+    #[arg(long, requires = "metrics")]
+    pub stomp: Option<String>,
+    /// With `--stomp`: the broker's metrics endpoint (`ebb serve --metrics ADDR`), read
+    /// every 500 ms for its resident memory, stored rows and expiry pages.
+    #[arg(long, requires = "stomp")]
+    pub metrics: Option<String>,
+    /// With `--stomp`: login and passcode, as `LOGIN:PASSCODE`.
+    #[arg(long, requires = "stomp")]
+    pub login: Option<String>,
 }
 
 /// One sample of the run.
@@ -113,8 +126,11 @@ fn proc_status_kb(field: &str) -> u64 {
 }
 
 /// Runs the workload and returns the report (printing progress to stderr when
-/// `progress`).
+/// `progress`): on an in-process broker, or over STOMP with `--stomp`.
 pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakReport> {
+    if let (Some(stomp), Some(metrics)) = (&options.stomp, &options.metrics) {
+        return run_stomp(options, stomp, metrics, progress).await;
+    }
     let stamp = format!(
         "{}_{}",
         std::process::id(),
@@ -266,6 +282,212 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
         elapsed_s,
         drain_s,
         store_url: redact_url(&url),
+        samples,
+    })
+}
+
+/// Receipts a STOMP producer waits for at most at once (a window, so the wire stays
+/// busy without an unbounded backlog of unconfirmed sends).
+const STOMP_WINDOW: usize = 64;
+
+/// The progress bar both modes show.
+fn progress_bar(messages: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(messages);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} sent, {per_sec} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// `--stomp`: the same workload against a running broker. Durable subscriptions are
+/// created on a topic of the run's own (`soak.<pid>.<ms>`) and left offline, every
+/// SEND is persistent and receipted (at most [`STOMP_WINDOW`] unconfirmed per
+/// producer), and the broker's memory, rows and pages come from its metrics endpoint.
+/// The durable subscriptions are removed at the end, so the broker's cleanup frees
+/// what the run stored.
+async fn run_stomp(
+    options: &SoakOptions,
+    addr: &str,
+    metrics: &str,
+    progress: bool,
+) -> anyhow::Result<SoakReport> {
+    use crate::stomp::client::{describe, StompClient};
+    use crate::stomp::frame::{Command, Frame};
+
+    let topic = format!(
+        "soak.{}.{}",
+        std::process::id(),
+        ebb_actors::topic::now_ms() % 1_000_000
+    );
+    let container = format!("topic://{topic}");
+    let destination = format!("/topic/{topic}");
+    let login = options
+        .login
+        .as_deref()
+        .map(|l| l.split_once(':').unwrap_or((l, "")));
+    // The endpoint must answer before anything is sent.
+    crate::stat::fetch(metrics).await?;
+    let client_id = format!("soak-{}", std::process::id());
+    let mut admin = StompClient::connect(addr, Some(&client_id), login).await?;
+    for n in 0..options.durable_subscribers {
+        let subscribe = Frame::new(Command::Subscribe)
+            .header("destination", destination.clone())
+            .header("id", n.to_string())
+            .header("activemq.subscriptionName", format!("offline-{n}"));
+        admin.request(subscribe, &format!("sub-{n}")).await?;
+    }
+    admin.disconnect().await?;
+    let mut consumers = Vec::new();
+    for n in 0..options.live_subscribers {
+        let mut live = StompClient::connect(addr, None, login).await?;
+        let subscribe = Frame::new(Command::Subscribe)
+            .header("destination", destination.clone())
+            .header("id", format!("live-{n}"));
+        live.request(subscribe, "live").await?;
+        consumers.push(actix_rt::spawn(async move {
+            while live.next().await.is_ok() {}
+        }));
+    }
+
+    let sent = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let bar = progress.then(|| progress_bar(options.messages));
+    let per = |p: u32| {
+        let n = u64::from(options.producers.max(1));
+        options.messages / n + u64::from(u64::from(p) < options.messages % n)
+    };
+    let mut producers = Vec::new();
+    for p in 0..options.producers.max(1) {
+        let mut client = StompClient::connect(addr, None, login).await?;
+        let (sent, count, size, ttl) = (sent.clone(), per(p), options.size, options.ttl_ms);
+        let destination = destination.clone();
+        producers.push(actix_rt::spawn(async move {
+            let body = vec![b'x'; size];
+            let (mut next, mut outstanding) = (0u64, 0usize);
+            while next < count || outstanding > 0 {
+                while next < count && outstanding < STOMP_WINDOW {
+                    let mut send = Frame::new(Command::Send)
+                        .header("destination", destination.clone())
+                        .header("persistent", "true")
+                        .header("receipt", next.to_string());
+                    if ttl > 0 {
+                        let at = ebb_actors::topic::now_ms() + ttl as i64;
+                        send = send.header("expires", at.to_string());
+                    }
+                    client.feed(send.body(body.clone())).await?;
+                    next += 1;
+                    outstanding += 1;
+                }
+                client.flush().await?;
+                let answer = client.next().await?;
+                match answer.command {
+                    Command::Receipt => {
+                        outstanding -= 1;
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Command::Error => {
+                        anyhow::bail!("the broker refused a send: {}", describe(&answer))
+                    }
+                    _ => {}
+                }
+            }
+            client.disconnect().await
+        }));
+    }
+
+    let mut samples = Vec::new();
+    let mut sent_done_at: Option<Instant> = None;
+    let expected_expired = options.messages * u64::from(options.durable_subscribers);
+    let (report_at_end, last) = loop {
+        let scraped = crate::stat::parse(&crate::stat::fetch(metrics).await?)
+            .map_err(|e| anyhow::anyhow!("cannot read {metrics}: {e}"))?;
+        let stats = crate::stat::from_samples(&scraped)
+            .ok_or_else(|| anyhow::anyhow!("{metrics} serves no Ebb broker metrics"))?;
+        let dest = stats
+            .destinations
+            .iter()
+            .find(|d| d.destination == container)
+            .cloned();
+        let rows = dest.as_ref().map_or(0, |d| d.queue_size);
+        let expired = dest.as_ref().map_or(0, |d| d.expired_total);
+        let pages = dest.as_ref().map_or(0, |d| d.expiry_pages_total);
+        let now_sent = sent.load(Ordering::Relaxed);
+        samples.push(Sample {
+            elapsed_s: start.elapsed().as_secs_f64(),
+            rss_bytes: stats.usage.process_resident_bytes,
+            stored_rows: rows,
+            sent: now_sent,
+        });
+        if let Some(bar) = &bar {
+            bar.set_position(now_sent);
+            bar.set_message(format!(
+                "| {rows} rows | broker RSS {} MiB | {pages} expiry pages",
+                stats.usage.process_resident_bytes >> 20
+            ));
+        }
+        if sent_done_at.is_none() && producers.iter().all(|p| p.is_finished()) {
+            sent_done_at = Some(Instant::now());
+        }
+        let drained =
+            options.ttl_ms == 0 || expired >= expected_expired || options.durable_subscribers == 0;
+        if sent_done_at.is_some() && drained {
+            break (stats, dest);
+        }
+        actix_rt::time::sleep(Duration::from_millis(500)).await;
+    };
+    for producer in producers {
+        producer.await??;
+    }
+    if let Some(bar) = &bar {
+        bar.finish();
+    }
+    let elapsed_s = start.elapsed().as_secs_f64();
+    let drain_s =
+        (options.ttl_ms > 0).then(|| sent_done_at.map_or(0.0, |t| t.elapsed().as_secs_f64()));
+    for c in consumers {
+        c.abort();
+    }
+    // Remove the run's durable subscriptions: the broker's cleanup frees their rows.
+    let mut admin = StompClient::connect(addr, Some(&client_id), login).await?;
+    for n in 0..options.durable_subscribers {
+        let subscribe = Frame::new(Command::Subscribe)
+            .header("destination", destination.clone())
+            .header("id", n.to_string())
+            .header("activemq.subscriptionName", format!("offline-{n}"));
+        admin.request(subscribe, &format!("attach-{n}")).await?;
+        let unsubscribe = Frame::new(Command::Unsubscribe)
+            .header("id", n.to_string())
+            .header("activemq.subscriptionName", format!("offline-{n}"));
+        admin.request(unsubscribe, &format!("remove-{n}")).await?;
+    }
+    admin.disconnect().await?;
+    let dest = last.unwrap_or_else(|| {
+        crate::stats::DestinationStats::from_topic(
+            container.clone(),
+            &crate::TopicStats::default(),
+            0,
+        )
+    });
+    Ok(SoakReport {
+        messages_sent: sent.load(Ordering::Relaxed),
+        // Every receipted persistent SEND to a topic with a durable subscription is
+        // stored (the broker answers after the commit).
+        messages_stored: if options.durable_subscribers > 0 {
+            sent.load(Ordering::Relaxed)
+        } else {
+            0
+        },
+        messages_expired: dest.expired_total,
+        expiry_runs: dest.expiry_runs_total,
+        expiry_pages: dest.expiry_pages_total,
+        max_rows_per_expiry_page: dest.max_expiry_page_rows,
+        peak_rss_bytes: report_at_end.usage.process_peak_resident_bytes,
+        elapsed_s,
+        drain_s,
+        store_url: format!("stomp://{addr} ({container})"),
         samples,
     })
 }

@@ -218,6 +218,7 @@ fn destination_sample(destinations: &mut BTreeMap<String, DestinationStats>, s: 
         EXPIRED_TOTAL => &mut d.expired_total,
         DEAD_LETTERED_TOTAL => &mut d.dead_lettered_total,
         MAX_EXPIRY_PAGE_ROWS => &mut d.max_expiry_page_rows,
+        EXPIRY_RUNS_TOTAL => &mut d.expiry_runs_total,
         _ => &mut d.expiry_pages_total,
     };
     *field = v;
@@ -238,6 +239,7 @@ fn is_destination_metric(name: &str) -> bool {
         DEAD_LETTERED_TOTAL,
         EXPIRY_PAGES_TOTAL,
         MAX_EXPIRY_PAGE_ROWS,
+        EXPIRY_RUNS_TOTAL,
     ]
     .contains(&name)
 }
@@ -258,6 +260,7 @@ fn empty_destination(key: &str, kind: DestinationKind) -> DestinationStats {
         memory_bytes: 0,
         blocked_producers: 0,
         max_expiry_page_rows: 0,
+        expiry_runs_total: 0,
     }
 }
 

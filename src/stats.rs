@@ -146,6 +146,9 @@ pub struct DestinationStats {
     /// Expiry pages finished (each one bounded store read of at most
     /// `max_expire_page_size` rows).
     pub expiry_pages_total: u64,
+    /// Expiry runs started since start (a run is one or more chained pages).
+    #[serde(default)]
+    pub expiry_runs_total: u64,
     /// Most rows one expiry page of this destination loaded (topics) or removed
     /// (queues) since start: never more than its `max_expire_page_size`.
     #[serde(default)]
@@ -175,6 +178,7 @@ impl DestinationStats {
             dead_lettered_total: queue.dead_lettered,
             expiry_pages_total: queue.expiry_pages,
             max_expiry_page_rows: queue.max_expiry_page_rows,
+            expiry_runs_total: queue.expiry_runs,
             memory_bytes: 0,
             blocked_producers: 0,
         }
@@ -199,6 +203,7 @@ impl DestinationStats {
             dead_lettered_total: 0,
             expiry_pages_total: topic.expiry_pages,
             max_expiry_page_rows: topic.max_expiry_page_rows,
+            expiry_runs_total: topic.expiry_runs,
             memory_bytes: 0,
             blocked_producers: 0,
         }

@@ -1,9 +1,13 @@
-//! `ebb soak` end to end, short: 10,000 messages of 1 KiB on SQLite and PostgreSQL.
+//! `ebb soak` end to end, short: 10,000 messages of 1 KiB on SQLite and PostgreSQL,
+//! in process and through `--stomp` against a broker served over STOMP.
 //! The counts are asserted (stored = sent; with a TTL, every message expires and the
 //! drain ends), and no expiry page reads more rows than its size. Memory figures are
 //! reported by the command, not asserted against the clock.
 
 mod common;
+
+#[path = "stomp_client/mod.rs"]
+mod stomp_client;
 
 use common::*;
 use ebb::soak::{run, SoakOptions};
@@ -22,6 +26,9 @@ fn options(t: &TestStore, ttl_ms: u64) -> SoakOptions {
         json: true,
         plot: None,
         assert_flat: false,
+        stomp: None,
+        metrics: None,
+        login: None,
     }
 }
 
@@ -62,8 +69,37 @@ async fn backlog_with_ttl_drains_completely_in_bounded_pages(t: TestStore) {
     assert!(report.drain_s.is_some());
 }
 
+/// `--stomp`: the same run against a broker served over STOMP, its figures read from
+/// its metrics endpoint; the run's durable subscription is removed at the end.
+async fn the_same_run_through_stomp(t: TestStore) {
+    let s = stomp_client::server(&t, policy(100, 400)).await;
+    let metrics =
+        ebb::metrics::MetricsServer::start("127.0.0.1:0".parse().unwrap(), s.broker.clone())
+            .await
+            .unwrap();
+    let o = SoakOptions {
+        stomp: Some(s.addr.to_string()),
+        metrics: Some(metrics.local_addr().to_string()),
+        store: None,
+        ..options(&t, 200)
+    };
+    let report = run(&o, false).await.unwrap();
+    assert_eq!(report.messages_sent, 10_000);
+    assert_eq!(report.messages_expired, 10_000);
+    assert!(report.max_rows_per_expiry_page <= 400 && report.max_rows_per_expiry_page > 0);
+    assert!(report.expiry_runs >= 1 && report.expiry_pages >= 25);
+    assert!(
+        report.peak_rss_bytes > 0,
+        "the broker's memory, read from its metrics"
+    );
+    assert!(report.store_url.starts_with("stomp://"));
+    metrics.stop().await;
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    the_same_run_through_stomp,
     backlog_without_ttl_is_stored_and_never_expired,
     backlog_with_ttl_drains_completely_in_bounded_pages,
 );
