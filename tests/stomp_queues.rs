@@ -229,6 +229,34 @@ async fn flow_01_block_and_resume(t: TestStore) {
     s.stop().await;
 }
 
+/// A SEND held by flow control for longer than the stall timeout: the client is not
+/// stalled (the broker is the one not reading), so the connection stays open and the
+/// SEND completes when space comes back.
+async fn a_held_send_outlasts_the_stall_timeout(t: TestStore) {
+    let broker = broker_with(
+        &t,
+        vec![("queue://>", flow_policy(16 * 1024))],
+        UsageConfig::default(),
+    )
+    .await;
+    let s = serve(broker, Limits::default(), Default::default(), 300).await;
+    let mut p = Client::connected(s.addr, None).await;
+    let accepted = send_until_blocked(&mut p, "/queue/Q", 0, 1_000).await;
+    assert!(accepted > 0);
+    // Three stall timeouts more, still held.
+    assert!(p.frame_within(900).await.is_none());
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\nid:1\ndestination:/queue/Q\nack:auto\n\n\0")
+        .await;
+    let f = p
+        .frame_within(5_000)
+        .await
+        .expect("the held SEND's receipt");
+    assert_eq!(f.command, Command::Receipt, "{f:?}");
+    assert_eq!(f.get("receipt-id"), Some(format!("r{accepted}").as_str()));
+    s.stop().await;
+}
+
 /// FLOW-01 B: one connection consumes and produces; its SEND is held, but its ACKs are
 /// still read and applied, which frees the space its SEND waits for. No deadlock.
 async fn flow_01_blocked_connection_still_acks(t: TestStore) {
@@ -411,6 +439,7 @@ on_every_backend!(
     tx_01_transactional_acks_commit_and_abort,
     flow_01_block_and_resume,
     flow_01_blocked_connection_still_acks,
+    a_held_send_outlasts_the_stall_timeout,
     flow_01_fail_mode_errors_with_the_receipt,
     exp_03_big_expiry_does_not_starve_others,
 );

@@ -234,8 +234,7 @@ pub async fn serve_connection<S>(
     let close = loop {
         let turn = tokio::select! {
             incoming = reader.next(), if held.reading() => {
-                last_read = Instant::now();
-                match incoming {
+                let turn = match incoming {
                     None => Err(Close::Done),
                     Some(Ok(Incoming::Heartbeat)) => Ok(()),
                     Some(Ok(Incoming::Frame(frame))) => {
@@ -245,18 +244,26 @@ pub async fn serve_connection<S>(
                         session.error(&e.0, e.1.as_deref());
                         Err(Close::Error)
                     }
-                }
+                };
+                // Time the broker spent on the frame is not the client's stall.
+                partial = (reader.read_buffer().len(), Instant::now());
+                last_read = Instant::now();
+                turn
             }
             waited = async { held.wait.as_mut().expect("guarded").await }, if held.wait.is_some() => {
                 held.wait = None;
-                match waited {
+                let turn = match waited {
                     Ok(()) => session.release(&mut streams, &mut held).await,
                     Err(e) => {
                         let receipt = held.frames.front().and_then(|f| f.get("receipt")).map(str::to_string);
                         session.error(&e.to_string(), receipt.as_deref());
                         Err(Close::Error)
                     }
-                }
+                };
+                // While frames were held the broker did not read: no stall of the client's.
+                partial = (reader.read_buffer().len(), Instant::now());
+                last_read = Instant::now();
+                turn
             }
             Some((sub, message)) = streams.next(), if session.connected => {
                 session.deliver(sub, message);
@@ -265,8 +272,10 @@ pub async fn serve_connection<S>(
             _ = tick.tick() => {
                 let (send_every, expect_every) = session.heartbeat;
                 if !held.reading() {
-                    // The broker stopped reading (flow control): the client is not silent.
+                    // The broker stopped reading (flow control): the client is neither
+                    // silent nor stalled.
                     last_read = Instant::now();
+                    partial.1 = Instant::now();
                 }
                 let buffered = reader.read_buffer().len();
                 if buffered != partial.0 {
@@ -347,6 +356,7 @@ fn refuse<T>(text: impl Into<String>) -> Result<T, Refusal> {
 impl Session {
     /// Queues an ERROR frame (written before the connection closes).
     fn error(&mut self, message: &str, receipt: Option<&str>) {
+        tracing::info!(session = %self.session_id, %message, "ERROR frame sent");
         let mut frame = Frame::new(Command::Error).header("message", message);
         if let Some(r) = receipt {
             frame = frame.header("receipt-id", r);
