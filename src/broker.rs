@@ -524,15 +524,24 @@ impl Broker {
         let container = Destination::parse(name)?.container().to_string();
         Ok(match self.full_usage(&container, persistent) {
             None => Space::Free,
-            Some((usage, used, limit)) if self.usages.config.send_fail_if_no_space => Space::Fail(
-                Error::ResourceLimit {
-                    usage,
-                    used,
-                    limit,
-                    waited_ms: None,
-                }
-                .to_string(),
-            ),
+            Some((usage, used, limit))
+                if self.usages.config.send_fail_if_no_space
+                    && self
+                        .usages
+                        .config
+                        .send_fail_if_no_space_after_timeout
+                        .is_none() =>
+            {
+                Space::Fail(
+                    Error::ResourceLimit {
+                        usage,
+                        used,
+                        limit,
+                        waited_ms: None,
+                    }
+                    .to_string(),
+                )
+            }
             Some(_) => Space::Wait,
         })
     }
@@ -566,6 +575,7 @@ impl Broker {
             // acks, expiry and cleanup, which do not notify).
             let space = async {
                 if full == "store" {
+                    let _counted = usage.blocked();
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 } else if full == "temp" {
                     self.usages.temp.wait_for_space().await;

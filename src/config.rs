@@ -144,11 +144,21 @@ pub struct PolicySection {
     #[serde(default, deserialize_with = "at_least_one")]
     pub max_page_size: Option<u32>,
     pub maximum_redeliveries: Option<u32>,
-    /// A shared dead-letter queue's name (default: `DLQ.<queue>` per queue).
+    /// A shared dead-letter queue's name (default: `DLQ.<queue>` per queue); it must be a
+    /// valid queue name (no wildcards, not empty).
+    #[serde(default, deserialize_with = "queue_name")]
     pub dead_letter_queue: Option<String>,
     pub dead_letter_expired: Option<bool>,
     /// The destination's own memory limit (bytes or with a unit; 0 = none).
     pub memory_limit: Option<ByteSize>,
+}
+
+/// A queue's name (what follows `queue://`), checked as the broker checks names.
+fn queue_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let name = String::deserialize(d)?;
+    crate::broker::Destination::parse(&format!("queue://{name}"))
+        .map_err(serde::de::Error::custom)?;
+    Ok(Some(name))
 }
 
 /// A destination pattern: `topic://` or `queue://`, then `.`-separated segments, each
@@ -373,6 +383,15 @@ memory_limit = "1mb"
         )
         .unwrap_err();
         assert!(e.contains("at least 1") && e.contains("line 3"), "{e}");
+        for bad in ["\"a.*\"", "\"\""] {
+            let text =
+                format!("[[policy]]\ndestination = \"queue://>\"\ndead_letter_queue = {bad}\n");
+            let e = FileConfig::parse(&text).unwrap_err();
+            assert!(
+                e.contains("line 3") && e.contains("invalid destination"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

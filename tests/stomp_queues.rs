@@ -307,6 +307,92 @@ async fn flow_01_blocked_connection_still_acks(t: TestStore) {
     s.stop().await;
 }
 
+/// FLOW-01 B with a client that pipelines SENDs without receipts and acks what it
+/// receives on the same connection: the broker keeps reading (the held frames are
+/// bounded in bytes, not at a handful), so the ACKs behind the SENDs are applied and
+/// every message goes through.
+async fn flow_01_pipelined_sends_without_receipts_still_ack(t: TestStore) {
+    let s = queue_server(&t, flow_policy(16 * 1024), UsageConfig::default()).await;
+    let mut x = Client::connected(s.addr, None).await;
+    x.write(b"SUBSCRIBE\nid:1\ndestination:/queue/Q\nack:client-individual\nactivemq.prefetchSize:10\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut x, "s").await;
+    let body = "x".repeat(1024);
+    let mut burst = Vec::new();
+    for i in 0..200 {
+        burst.extend_from_slice(
+            format!("SEND\ndestination:/queue/Q\npersistent:true\nn:{i}\n\n{body}\0").as_bytes(),
+        );
+    }
+    x.write(&burst).await;
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < 200 {
+        let f = x.frame_within(5_000).await.expect("the next MESSAGE");
+        assert_eq!(f.command, Command::Message, "{:?}", f.get("message"));
+        seen.insert(f.get("n").unwrap().to_string());
+        x.write(format!("ACK\nid:{}\n\n\0", ack_id(&f)).as_bytes())
+            .await;
+    }
+    wait_rows(&s.broker, "queue://Q", 0).await;
+    s.stop().await;
+}
+
+/// Acks and NACKs inside transactions: out-of-order `client` (cumulative) acks commit
+/// without an error; a transactional NACK does nothing until COMMIT and is forgotten
+/// at ABORT.
+async fn transactional_nack_and_cumulative_acks(t: TestStore) {
+    let s = queue_server(&t, policy(0, 400), UsageConfig::default()).await;
+    let mut c = Client::connected(s.addr, None).await;
+    for i in 1..=3 {
+        send(
+            &mut c,
+            "/queue/T",
+            &format!("M{i}"),
+            &format!("receipt:p{i}\n"),
+        )
+        .await;
+        receipt(&mut c, &format!("p{i}")).await;
+    }
+    c.write(b"SUBSCRIBE\nid:1\ndestination:/queue/T\nack:client\nactivemq.prefetchSize:3\n\n\0")
+        .await;
+    let m = messages(&mut c, 3).await;
+    c.write(b"BEGIN\ntransaction:t1\n\n\0").await;
+    for i in [1, 0] {
+        c.write(format!("ACK\nid:{}\ntransaction:t1\n\n\0", ack_id(&m[i])).as_bytes())
+            .await;
+    }
+    c.write(b"COMMIT\ntransaction:t1\nreceipt:c1\n\n\0").await;
+    receipt(&mut c, "c1").await;
+    assert_eq!(rows(&s, "queue://T").await, 1);
+    c.write(b"BEGIN\ntransaction:t2\n\n\0").await;
+    c.write(format!("NACK\nid:{}\ntransaction:t2\n\n\0", ack_id(&m[2])).as_bytes())
+        .await;
+    c.write(b"ABORT\ntransaction:t2\nreceipt:a2\n\n\0").await;
+    receipt(&mut c, "a2").await;
+    assert!(
+        c.frame_within(300).await.is_none(),
+        "an aborted NACK redelivers nothing"
+    );
+    c.write(b"BEGIN\ntransaction:t3\n\n\0").await;
+    c.write(format!("NACK\nid:{}\ntransaction:t3\n\n\0", ack_id(&m[2])).as_bytes())
+        .await;
+    assert!(c.frame_within(300).await.is_none(), "nothing before COMMIT");
+    c.write(b"COMMIT\ntransaction:t3\nreceipt:c3\n\n\0").await;
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        got.push(c.frame().await.expect("RECEIPT and the redelivery"));
+    }
+    let again = got
+        .iter()
+        .find(|f| f.command == Command::Message)
+        .expect("redelivered");
+    assert_eq!(
+        (again.body.as_slice(), again.get("redelivered")),
+        (&b"M3"[..], Some("true"))
+    );
+    s.stop().await;
+}
+
 /// FLOW-01 C: with send_fail_if_no_space, a SEND to a full queue gets an ERROR with its
 /// receipt id naming the limit, no RECEIPT, and is not stored; once space is freed a
 /// new connection sends.
@@ -440,6 +526,8 @@ on_every_backend!(
     flow_01_block_and_resume,
     flow_01_blocked_connection_still_acks,
     a_held_send_outlasts_the_stall_timeout,
+    flow_01_pipelined_sends_without_receipts_still_ack,
+    transactional_nack_and_cumulative_acks,
     flow_01_fail_mode_errors_with_the_receipt,
     exp_03_big_expiry_does_not_starve_others,
 );

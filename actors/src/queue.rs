@@ -314,6 +314,8 @@ impl QueueActor {
                 self.stats.expired += 1;
             } else {
                 self.stats.discarded += 1;
+                tracing::warn!(queue = %self.container, message_id = %entry.message.message_id, %cause,
+                    "dead message discarded: it is non-persistent, or this queue is a dead-letter queue");
             }
             if let Some(id) = entry.message.id {
                 self.delete_rows(vec![id], ctx);

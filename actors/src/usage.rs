@@ -124,6 +124,13 @@ impl Usage {
         }
     }
 
+    /// Counts a producer as blocked here until the returned guard is dropped (for
+    /// waits this usage does not run itself, such as on the store limit).
+    pub fn blocked(&self) -> impl Drop + '_ {
+        self.blocked.fetch_add(1, Ordering::Relaxed);
+        Unblock(&self.blocked)
+    }
+
     fn add(&self, bytes: u64) {
         let mut at = Some(self);
         while let Some(usage) = at {

@@ -99,6 +99,8 @@ struct Tx {
     /// Destinations it sent to (`topic://NAME`, `queue://NAME`).
     destinations: Vec<String>,
     acks: Vec<String>,
+    /// NACKs waiting for COMMIT.
+    nacks: Vec<String>,
     /// Body bytes sent in it (bounded by [`MAX_TRANSACTION_BYTES`]).
     bytes: usize,
 }
@@ -119,10 +121,12 @@ pub const XID_PREFIX: &str = "stomp:";
 
 /// Most frames a connection may send while one of its SENDs waits for space (producer
 /// flow control); past it, or past [`MAX_HELD_BYTES`], the broker stops reading it
-/// until the SEND goes through. ACK and NACK frames are never held: they are applied at
-/// once, since they are what frees space (ActiveMQ's AMQ-2523 deadlock, where a blocked
-/// connection could no longer ack).
-pub const MAX_HELD_FRAMES: usize = 64;
+/// until the SEND goes through. ACK and NACK frames outside a transaction are never
+/// held: they are applied at once, since they are what frees space (ActiveMQ's
+/// AMQ-2523 deadlock, where a blocked connection could no longer ack). The bounds are
+/// large so that a client pipelining SENDs without receipts, and acking in between,
+/// gets its ACKs read.
+pub const MAX_HELD_FRAMES: usize = 10_000;
 
 /// Most body bytes of frames held behind a waiting SEND (16 MiB).
 pub const MAX_HELD_BYTES: usize = 16 << 20;
@@ -383,7 +387,11 @@ impl Session {
         streams: &mut Streams,
         held: &mut Held,
     ) -> Result<(), Close> {
-        if !held.frames.is_empty() && !matches!(frame.command, Command::Ack | Command::Nack) {
+        // Plain ACK and NACK go ahead of held frames (they free space); one inside a
+        // transaction keeps its place behind the transaction's BEGIN.
+        let frees_space = matches!(frame.command, Command::Ack | Command::Nack)
+            && frame.get("transaction").is_none();
+        if !held.frames.is_empty() && !frees_space {
             held.push_back(frame);
             return Ok(());
         }
@@ -808,7 +816,19 @@ impl Session {
     /// does not.
     async fn nack(&mut self, frame: &Frame) -> Result<(), Refusal> {
         let id = self.ack_id(frame)?;
-        let Some(pending) = self.pending.remove(&id) else {
+        if let Some(tx) = frame.get("transaction") {
+            // Applied at COMMIT, forgotten at ABORT, as a transactional ACK.
+            let open = self.open_transaction(tx)?;
+            if !open.nacks.contains(&id) {
+                open.nacks.push(id);
+            }
+            return Ok(());
+        }
+        self.apply_nack(&id).await
+    }
+
+    async fn apply_nack(&mut self, id: &str) -> Result<(), Refusal> {
+        let Some(pending) = self.pending.remove(id) else {
             return Ok(());
         };
         let Some(sub) = self.subscriptions.get(&pending.subscription) else {
@@ -873,7 +893,13 @@ impl Session {
             .await
             .map_err(|e| Refusal(format!("commit failed: {e}")))?;
         for id in open.acks {
-            self.apply_ack(&id).await?;
+            // A cumulative (`client`) ack earlier in this commit may have covered it.
+            if self.pending.contains_key(&id) {
+                self.apply_ack(&id).await?;
+            }
+        }
+        for id in open.nacks {
+            self.apply_nack(&id).await?;
         }
         Ok(())
     }
