@@ -194,9 +194,11 @@ async fn flow_01_block_and_resume(t: TestStore) {
     let s = queue_server(&t, flow_policy(64 * 1024), UsageConfig::default()).await;
     let mut p = Client::connected(s.addr, None).await;
     let accepted = send_until_blocked(&mut p, "/queue/Q", 0, 1_000).await;
-    // Each message is 1 KiB of body; the queue holds at most its limit (plus the one
-    // that crossed it).
-    assert!((60..=66).contains(&accepted), "accepted {accepted}");
+    // Each message is 1 KiB of body; the queue holds its limit (plus the one that
+    // crossed it). Messages its cursor read back from the store while the first
+    // messages arrived are not charged (reads are bounded by a page instead), so a few
+    // more may be accepted: never more than the queue's first page.
+    assert!((60..=64 + 200).contains(&accepted), "accepted {accepted}");
     let usage = s.broker.usage();
     assert_eq!(usage.blocked_producers, 1);
     // Another producer, another queue: never held.
