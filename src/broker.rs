@@ -435,6 +435,7 @@ pub const MAX_BROWSE_PAGE: u32 = 1000;
 #[derive(Clone)]
 pub struct Broker {
     registry: Addr<BrokerActor>,
+    budget: HousekeepingBudget,
     store: StoreHandle,
     ids: Arc<MessageIds>,
     usages: Arc<Usages>,
@@ -473,10 +474,11 @@ impl Broker {
         let registry = actix::Actor::start(BrokerActor::new(
             handle.clone(),
             config.policies.clone(),
-            budget,
+            budget.clone(),
         ));
         Self {
             registry,
+            budget,
             store: handle,
             ids: Arc::new(MessageIds {
                 prefix: format!("ID:ebb-{}-{}", std::process::id(), now_ms()),
@@ -592,6 +594,13 @@ impl Broker {
                 None => space.await,
             }
         }
+    }
+
+    /// Housekeeping lag: how long the expiry page that has waited longest for a
+    /// housekeeping permit has been waiting, and how many pages wait (zero and 0 when
+    /// housekeeping keeps up).
+    pub fn housekeeping_lag(&self) -> (Duration, usize) {
+        (self.budget.lag(), self.budget.pages_waiting())
     }
 
     /// The broker's memory, store and temp usage now, and producers blocked.

@@ -94,6 +94,8 @@ pub mod names {
     pub const TEMP_USAGE_RATIO: &str = "ebb_temp_usage_ratio";
     pub const PRODUCERS_BLOCKED: &str = "ebb_producers_blocked";
     pub const DESTINATIONS: &str = "ebb_destinations";
+    pub const HOUSEKEEPING_LAG_SECONDS: &str = "ebb_housekeeping_lag_seconds";
+    pub const HOUSEKEEPING_PAGES_WAITING: &str = "ebb_housekeeping_pages_waiting";
     pub const PROCESS_RESIDENT_BYTES: &str = "ebb_process_resident_memory_bytes";
     pub const PROCESS_PEAK_RESIDENT_BYTES: &str = "ebb_process_peak_resident_memory_bytes";
     pub const MAX_EXPIRY_PAGE_ROWS: &str = "ebb_destination_max_expiry_page_rows";
@@ -199,6 +201,14 @@ fn describe() {
             "Producers waiting for space (flow control)",
         ),
         (DESTINATIONS, "Running destinations"),
+        (
+            HOUSEKEEPING_LAG_SECONDS,
+            "How long the expiry page waiting longest for a housekeeping permit has waited, seconds",
+        ),
+        (
+            HOUSEKEEPING_PAGES_WAITING,
+            "Expiry pages waiting for a housekeeping permit",
+        ),
         (QUEUE_SIZE, "Messages pending plus in flight"),
         (IN_FLIGHT, "Deliveries not acked yet"),
         (CONSUMERS, "Consumers attached"),
@@ -260,6 +270,14 @@ pub fn record(stats: &BrokerStats) {
         (PRODUCERS_BLOCKED, u.blocked_producers as f64),
         (DESTINATIONS, stats.destinations_total as f64),
         (PROCESS_RESIDENT_BYTES, u.process_resident_bytes as f64),
+        (
+            HOUSEKEEPING_LAG_SECONDS,
+            u.housekeeping_lag_ms as f64 / 1000.0,
+        ),
+        (
+            HOUSEKEEPING_PAGES_WAITING,
+            u.housekeeping_pages_waiting as f64,
+        ),
         (
             PROCESS_PEAK_RESIDENT_BYTES,
             u.process_peak_resident_bytes as f64,

@@ -171,6 +171,12 @@ pub fn from_samples(samples: &[Sample]) -> Option<BrokerStats> {
             TEMP_LIMIT_BYTES => &mut usage.temp_limit_bytes,
             PRODUCERS_BLOCKED => &mut usage.blocked_producers,
             PROCESS_RESIDENT_BYTES => &mut usage.process_resident_bytes,
+            HOUSEKEEPING_PAGES_WAITING => &mut usage.housekeeping_pages_waiting,
+            HOUSEKEEPING_LAG_SECONDS => {
+                seen = true;
+                usage.housekeeping_lag_ms = (s.value * 1000.0).max(0.0) as u64;
+                continue;
+            }
             PROCESS_PEAK_RESIDENT_BYTES => &mut usage.process_peak_resident_bytes,
             DESTINATIONS => {
                 seen = true;
@@ -317,6 +323,11 @@ pub fn render(stats: &BrokerStats) -> String {
         usage_line(u.temp_bytes, u.temp_limit_bytes)
     );
     let _ = writeln!(out, "blocked producers  {}", u.blocked_producers);
+    let _ = writeln!(
+        out,
+        "housekeeping       lag {} ms, {} pages waiting",
+        u.housekeeping_lag_ms, u.housekeeping_pages_waiting
+    );
     let _ = writeln!(out, "destinations       {}", stats.destinations_total);
     out.push('\n');
     if stats.destinations.is_empty() {
@@ -555,6 +566,7 @@ memory             1.5 MiB of 64.0 MiB (2.3 %)
 store              0 B (no limit)
 temp               0 B (no limit)
 blocked producers  2
+housekeeping       lag 0 ms, 0 pages waiting
 destinations       3
 
 DESTINATION                QUEUE SIZE  IN FLIGHT  CONSUMERS  PRODUCERS  ENQUEUED  DEQUEUED  EXPIRED  DLQ

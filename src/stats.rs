@@ -55,6 +55,13 @@ pub struct UsageStats {
     pub temp_limit_bytes: u64,
     /// Producers whose sends are waiting for space (producer flow control), now.
     pub blocked_producers: u64,
+    /// Housekeeping lag, ms: how long the expiry page that has waited longest for a
+    /// housekeeping permit has been waiting (0 when housekeeping keeps up).
+    #[serde(default)]
+    pub housekeeping_lag_ms: u64,
+    /// Expiry pages waiting for a housekeeping permit now.
+    #[serde(default)]
+    pub housekeeping_pages_waiting: u64,
     /// The broker process's resident memory now, bytes (Linux `VmRSS`; 0 elsewhere).
     #[serde(default)]
     pub process_resident_bytes: u64,
@@ -268,6 +275,7 @@ impl Broker {
             destinations.push(stats);
         }
         let usage = self.usage();
+        let (lag, waiting) = self.housekeeping_lag();
         Ok(BrokerStats {
             usage: UsageStats {
                 memory_bytes: usage.memory_bytes,
@@ -277,6 +285,8 @@ impl Broker {
                 temp_bytes: usage.temp_bytes,
                 temp_limit_bytes: usage.temp_limit,
                 blocked_producers: usage.blocked_producers,
+                housekeeping_lag_ms: lag.as_millis() as u64,
+                housekeeping_pages_waiting: waiting as u64,
                 process_resident_bytes: crate::soak::rss_bytes(),
                 process_peak_resident_bytes: crate::soak::peak_rss_bytes(),
             },

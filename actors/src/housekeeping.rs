@@ -9,8 +9,10 @@
 //! Each page also takes a ticket (a global count of pages started), so tests and
 //! operators can tell in what order pages ran without looking at the clock.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -19,6 +21,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct HousekeepingBudget {
     permits: Arc<Semaphore>,
     tickets: Arc<AtomicU64>,
+    /// Pages waiting for a permit: arrival number → since when.
+    waiting: Arc<parking_lot::Mutex<BTreeMap<u64, Instant>>>,
+    arrivals: Arc<AtomicU64>,
 }
 
 /// A running page's permit; dropping it lets the next page run.
@@ -35,11 +40,17 @@ impl HousekeepingBudget {
         Self {
             permits: Arc::new(Semaphore::new(permits.max(1))),
             tickets: Arc::new(AtomicU64::new(0)),
+            waiting: Default::default(),
+            arrivals: Arc::new(AtomicU64::new(0)),
         }
     }
 
     /// Waits for a permit (in arrival order). `None` once the budget is closed.
     pub async fn acquire(&self) -> Option<PagePermit> {
+        let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
+        self.waiting.lock().insert(arrival, Instant::now());
+        // Removed from `waiting` however the wait ends (also if it is cancelled).
+        let _waiting = Waiting(&self.waiting, arrival);
         let permit = Arc::clone(&self.permits).acquire_owned().await.ok()?;
         Some(PagePermit {
             _permit: permit,
@@ -47,9 +58,33 @@ impl HousekeepingBudget {
         })
     }
 
+    /// Housekeeping lag: how long the page that has waited longest for a permit has
+    /// been waiting (zero when none waits). It grows when expiry work arrives faster
+    /// than the permits get through it.
+    pub fn lag(&self) -> Duration {
+        self.waiting
+            .lock()
+            .values()
+            .next()
+            .map_or(Duration::ZERO, |since| since.elapsed())
+    }
+
+    /// Pages waiting for a permit now.
+    pub fn pages_waiting(&self) -> usize {
+        self.waiting.lock().len()
+    }
+
     /// Pages started so far, over all destinations.
     pub fn pages_started(&self) -> u64 {
         self.tickets.load(Ordering::SeqCst)
+    }
+}
+
+struct Waiting<'a>(&'a parking_lot::Mutex<BTreeMap<u64, Instant>>, u64);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.lock().remove(&self.1);
     }
 }
 
@@ -66,9 +101,12 @@ mod tests {
         tokio::task::yield_now().await;
         let small = tokio::spawn(async move { b2.acquire().await.unwrap().ticket });
         tokio::task::yield_now().await;
+        assert_eq!(budget.pages_waiting(), 2);
+        assert!(budget.lag() > Duration::ZERO);
         drop(first);
         assert_eq!(big.await.unwrap(), 2);
         assert_eq!(small.await.unwrap(), 3);
+        assert_eq!((budget.pages_waiting(), budget.lag()), (0, Duration::ZERO));
         assert_eq!(budget.pages_started(), 3);
     }
 }
