@@ -183,6 +183,28 @@ async fn failed_deliveries_end_in_the_dead_letter_queue(t: TestStore) {
         "{cause}"
     );
     wait_rows(&b, "queue://DLQ.orders", 0).await;
+    // What operators see (Broker::stats, the metrics endpoint's source).
+    let stats = b.stats().await.unwrap();
+    let row = |key: &str| {
+        stats
+            .destinations
+            .iter()
+            .find(|d| d.destination == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("{key} missing from {stats:?}"))
+    };
+    let orders = row("queue://orders");
+    assert_eq!(orders.kind, ebb::stats::DestinationKind::Queue);
+    assert_eq!(
+        (
+            orders.enqueued_total,
+            orders.dead_lettered_total,
+            orders.queue_size
+        ),
+        (1, 1, 0)
+    );
+    let dlq = row("queue://DLQ.orders");
+    assert_eq!((dlq.enqueued_total, dlq.dequeued_total), (1, 1));
     drop((sub, dlq));
     b.shutdown().await.unwrap();
 }
