@@ -27,7 +27,10 @@
 //! 20,000), `EBB_BENCH_QUEUE_WINDOW` (100), `EBB_BENCH_QUEUE_PREFETCH` (100),
 //! `EBB_BENCH_POSTGRES_URL` adds the PostgreSQL rows, `EBB_BENCH_RABBITMQ_STOMP`
 //! (default `127.0.0.1:61623`; unreachable: those rows are skipped, with a line
-//! saying so).
+//! saying so), `EBB_BENCH_QUEUE_ONLY` runs only the rows whose label contains one of
+//! its comma-separated parts (`ebb sqlite in-process 4/4`, `rabbitmq stomp 1/1`). A run
+//! that loses or duplicates a message, or stalls, is reported and the bench fails at
+//! the end, after the table of the other rows.
 
 mod common;
 
@@ -59,6 +62,14 @@ struct Settings {
     postgres: Option<String>,
     rabbit: SocketAddr,
     dir: std::path::PathBuf,
+    /// Rows to run: substrings of their labels (`ebb sqlite in-process 4/4`); empty: all.
+    only: Vec<String>,
+}
+
+impl Settings {
+    fn wants(&self, label: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| label.contains(o.as_str()))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -92,6 +103,15 @@ struct Row {
 enum Store {
     Sqlite,
     Postgres(String),
+}
+
+impl Transport {
+    fn label(self) -> &'static str {
+        match self {
+            Transport::InProcess => "in-process",
+            Transport::Stomp => "STOMP",
+        }
+    }
 }
 
 impl Store {
@@ -544,7 +564,8 @@ fn print_table(rows: &[Row]) {
     }
 }
 
-async fn bench(s: Settings) -> Vec<Row> {
+/// Runs every wanted row; answers the rows measured and the runs that failed.
+async fn bench(s: Settings) -> (Vec<Row>, Vec<String>) {
     let mut stores = vec![Store::Sqlite];
     match &s.postgres {
         Some(url) => match postgres_answers(url).await {
@@ -568,11 +589,13 @@ async fn bench(s: Settings) -> Vec<Row> {
         }
     };
     let mut rows = Vec::new();
+    let mut failures = Vec::new();
     let mut run = 0;
     for pc in CONFIGS {
         let (p, c) = pc;
-        if rabbit {
-            eprintln!("running: RabbitMQ STOMP {p}/{c}");
+        let label = format!("rabbitmq stomp {p}/{c}");
+        if rabbit && s.wants(&label) {
+            eprintln!("running: {label}");
             match rabbit_stomp(&s, p, c).await {
                 Ok(m) => rows.push(row(
                     "RabbitMQ",
@@ -582,13 +605,18 @@ async fn bench(s: Settings) -> Vec<Row> {
                     s.messages,
                     &m,
                 )),
-                Err(e) => panic!("RabbitMQ STOMP {p}/{c}: {e}"),
+                Err(e) => failures.push(format!("{label}, {} messages: {e}", s.messages)),
             }
         }
         for transport in [Transport::Stomp, Transport::InProcess] {
             for store in &stores {
+                let label =
+                    format!("ebb {} {} {p}/{c}", store.label(), transport.label()).to_lowercase();
+                if !s.wants(&label) {
+                    continue;
+                }
                 run += 1;
-                eprintln!("running: Ebb {} {transport:?} {p}/{c}", store.label());
+                eprintln!("running: {label}");
                 let ebb = start_ebb(store, &s, run).await;
                 let measured = match transport {
                     Transport::Stomp => ebb_stomp(&ebb, &s, p, c).await,
@@ -597,11 +625,11 @@ async fn bench(s: Settings) -> Vec<Row> {
                 ebb.finish().await;
                 match measured {
                     Ok(m) => rows.push(row("Ebb", store.label(), transport, pc, s.messages, &m)),
-                    Err(e) => panic!(
-                        "Ebb {} {transport:?} {p}/{c}, {} messages: {e}",
-                        store.label(),
-                        s.messages
-                    ),
+                    Err(e) => {
+                        let failure = format!("{label}, {} messages: {e}", s.messages);
+                        eprintln!("FAILED: {failure}");
+                        failures.push(failure);
+                    }
                 }
             }
         }
@@ -621,7 +649,7 @@ async fn bench(s: Settings) -> Vec<Row> {
             .find(|(p, c, _)| (*p, *c) == (r.producers, r.consumers))
             .map(|(_, _, rabbit)| r.msgs_per_s / rabbit);
     }
-    rows
+    (rows, failures)
 }
 
 fn main() {
@@ -641,6 +669,12 @@ fn main() {
             SocketAddr::from(([127, 0, 0, 1], 61623)),
         ),
         dir: dir.clone(),
+        only: std::env::var("EBB_BENCH_QUEUE_ONLY")
+            .unwrap_or_default()
+            .split(',')
+            .map(|o| o.trim().to_lowercase())
+            .filter(|o| !o.is_empty())
+            .collect(),
     };
     println!(
         "queues: {} persistent messages of {BODY_BYTES} bytes per run, one durable queue; \
@@ -651,7 +685,7 @@ fn main() {
         settings.prefetch,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
-    let rows = actix_rt::System::new().block_on(bench(settings.clone()));
+    let (rows, failures) = actix_rt::System::new().block_on(bench(settings.clone()));
     println!();
     print_table(&rows);
     let json = serde_json::json!({
@@ -662,7 +696,15 @@ fn main() {
         "prefetch": settings.prefetch,
         "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
         "rows": rows,
+        "failed": failures,
     });
     println!("{json}");
     let _ = std::fs::remove_dir_all(&dir);
+    // A lost or duplicated message, or a stall, is a broker bug: the bench fails.
+    assert!(
+        failures.is_empty(),
+        "{} runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
