@@ -21,7 +21,10 @@
 //! rows the ratio column is Ebb / RabbitMQ for the same producers and consumers, in the
 //! same run. CPU is in cores (CPU seconds / wall seconds): of the whole process in
 //! process, of the broker over STOMP (Ebb: the process less the client's thread;
-//! RabbitMQ: its `beam.smp`); PostgreSQL's own processes are not counted.
+//! RabbitMQ: its `beam.smp`); PostgreSQL's own processes are not counted. For Ebb the
+//! table also shows the store transactions committed during the run with the writes
+//! in each (a send is one write, an ack one delete), and the message rows read back
+//! from the store (a queue whose memory cache is full pages from the store).
 //!
 //! Run: `cargo bench --bench queues`. Settings: `EBB_BENCH_QUEUE_MESSAGES` (N, default
 //! 20,000), `EBB_BENCH_QUEUE_WINDOW` (100), `EBB_BENCH_QUEUE_PREFETCH` (100),
@@ -97,6 +100,9 @@ struct Row {
     /// Ebb only: store transactions committed during the run, and writes in them.
     store_commits: Option<u64>,
     store_writes: Option<u64>,
+    /// Ebb only: message rows read back from the store during the run (a queue whose
+    /// cache is full pages its messages from the store).
+    store_rows_read: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -307,7 +313,8 @@ async fn consume_in_process(
 struct Measured {
     elapsed: Duration,
     cpu_s: f64,
-    commits: Option<(u64, u64)>,
+    /// Ebb: store transactions, writes in them, message rows read.
+    commits: Option<(u64, u64, u64)>,
 }
 
 async fn ebb_in_process(
@@ -369,6 +376,7 @@ async fn ebb_in_process(
         commits: Some((
             after.write_transactions - before.write_transactions,
             after.write_ops - before.write_ops,
+            after.message_rows - before.message_rows,
         )),
     })
 }
@@ -447,6 +455,7 @@ async fn ebb_stomp(run: &EbbRun, s: &Settings, p: usize, c: usize) -> Result<Mea
         commits: Some((
             after.write_transactions - before.write_transactions,
             after.write_ops - before.write_ops,
+            after.message_rows - before.message_rows,
         )),
     })
 }
@@ -517,6 +526,7 @@ fn row(
         cpu_cores: m.cpu_s / seconds,
         store_commits: m.commits.map(|c| c.0),
         store_writes: m.commits.map(|c| c.1),
+        store_rows_read: m.commits.map(|c| c.2),
     }
 }
 
@@ -533,8 +543,8 @@ fn thousands(n: f64) -> String {
 }
 
 fn print_table(rows: &[Row]) {
-    println!("| broker | store | transport | producers/consumers | msgs/s | Ebb/RabbitMQ | seconds | CPU (cores) | store commits (writes per commit) |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| broker | store | transport | producers/consumers | msgs/s | Ebb/RabbitMQ | seconds | CPU (cores) | store commits (writes per commit) | rows read back |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         let ratio = r
             .ratio_to_rabbitmq
@@ -545,8 +555,11 @@ fn print_table(rows: &[Row]) {
             }
             _ => "—".into(),
         };
+        let read = r
+            .store_rows_read
+            .map_or("—".to_string(), |n| thousands(n as f64));
         println!(
-            "| {} | {} | {} | {}/{} | {} | {} | {:.1} | {:.2} | {} |",
+            "| {} | {} | {} | {}/{} | {} | {} | {:.1} | {:.2} | {} | {} |",
             r.broker,
             r.store,
             match r.transport {
@@ -560,6 +573,7 @@ fn print_table(rows: &[Row]) {
             r.seconds,
             r.cpu_cores,
             commits,
+            read,
         );
     }
 }
