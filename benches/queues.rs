@@ -26,6 +26,9 @@
 //! in each (a send is one write, an ack one delete), and the message rows read back
 //! from the store (a queue whose memory cache is full pages from the store).
 //!
+//! Each row runs `EBB_BENCH_QUEUE_ROUNDS` times (default 3), the rows in turn within a
+//! round; the table shows the median round and the lowest and highest.
+//!
 //! Run: `cargo bench --bench queues`. Settings: `EBB_BENCH_QUEUE_MESSAGES` (N, default
 //! 20,000), `EBB_BENCH_QUEUE_WINDOW` (100), `EBB_BENCH_QUEUE_PREFETCH` (100),
 //! `EBB_BENCH_POSTGRES_URL` adds the PostgreSQL rows, `EBB_BENCH_RABBITMQ_STOMP`
@@ -65,6 +68,8 @@ struct Settings {
     postgres: Option<String>,
     rabbit: SocketAddr,
     dir: std::path::PathBuf,
+    /// Runs of each row; the table shows the median.
+    rounds: usize,
     /// Rows to run: substrings of their labels (`ebb sqlite in-process 4/4`); empty: all.
     only: Vec<String>,
 }
@@ -103,6 +108,8 @@ struct Row {
     /// Ebb only: message rows read back from the store during the run (a queue whose
     /// cache is full pages its messages from the store).
     store_rows_read: Option<u64>,
+    /// msgs/s of every round, lowest first (the row is the median round).
+    rounds_msgs_per_s: Vec<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -527,6 +534,7 @@ fn row(
         store_commits: m.commits.map(|c| c.0),
         store_writes: m.commits.map(|c| c.1),
         store_rows_read: m.commits.map(|c| c.2),
+        rounds_msgs_per_s: Vec::new(),
     }
 }
 
@@ -543,8 +551,8 @@ fn thousands(n: f64) -> String {
 }
 
 fn print_table(rows: &[Row]) {
-    println!("| broker | store | transport | producers/consumers | msgs/s | Ebb/RabbitMQ | seconds | CPU (cores) | store commits (writes per commit) | rows read back |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| broker | store | transport | producers/consumers | msgs/s (median) | rounds min–max | Ebb/RabbitMQ | seconds | CPU (cores) | store commits (writes per commit) | rows read back |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         let ratio = r
             .ratio_to_rabbitmq
@@ -555,11 +563,17 @@ fn print_table(rows: &[Row]) {
             }
             _ => "—".into(),
         };
+        let spread = match (r.rounds_msgs_per_s.first(), r.rounds_msgs_per_s.last()) {
+            (Some(lo), Some(hi)) if r.rounds_msgs_per_s.len() > 1 => {
+                format!("{}–{}", thousands(*lo), thousands(*hi))
+            }
+            _ => "—".into(),
+        };
         let read = r
             .store_rows_read
             .map_or("—".to_string(), |n| thousands(n as f64));
         println!(
-            "| {} | {} | {} | {}/{} | {} | {} | {:.1} | {:.2} | {} | {} |",
+            "| {} | {} | {} | {}/{} | {} | {} | {} | {:.1} | {:.2} | {} | {} |",
             r.broker,
             r.store,
             match r.transport {
@@ -569,6 +583,7 @@ fn print_table(rows: &[Row]) {
             r.producers,
             r.consumers,
             thousands(r.msgs_per_s),
+            spread,
             ratio,
             r.seconds,
             r.cpu_cores,
@@ -578,7 +593,62 @@ fn print_table(rows: &[Row]) {
     }
 }
 
-/// Runs every wanted row; answers the rows measured and the runs that failed.
+/// One row to measure.
+#[derive(Debug, Clone)]
+enum Spec {
+    Rabbit,
+    Ebb(Store, Transport),
+}
+
+impl Spec {
+    fn label(&self, (p, c): (usize, usize)) -> String {
+        match self {
+            Spec::Rabbit => format!("rabbitmq stomp {p}/{c}"),
+            Spec::Ebb(store, transport) => {
+                format!("ebb {} {} {p}/{c}", store.label(), transport.label()).to_lowercase()
+            }
+        }
+    }
+
+    async fn measure(
+        &self,
+        s: &Settings,
+        pc: (usize, usize),
+        run: usize,
+    ) -> Result<Measured, String> {
+        let (p, c) = pc;
+        match self {
+            Spec::Rabbit => rabbit_stomp(s, p, c).await,
+            Spec::Ebb(store, transport) => {
+                let ebb = start_ebb(store, s, run).await;
+                let measured = match transport {
+                    Transport::Stomp => ebb_stomp(&ebb, s, p, c).await,
+                    Transport::InProcess => ebb_in_process(&ebb, s, p, c).await,
+                };
+                ebb.finish().await;
+                measured
+            }
+        }
+    }
+
+    fn row(&self, pc: (usize, usize), messages: u64, m: &Measured) -> Row {
+        match self {
+            Spec::Rabbit => row(
+                "RabbitMQ",
+                "classic queue",
+                Transport::Stomp,
+                pc,
+                messages,
+                m,
+            ),
+            Spec::Ebb(store, transport) => row("Ebb", store.label(), *transport, pc, messages, m),
+        }
+    }
+}
+
+/// Runs every wanted row `rounds` times, the rows in turn within a round (so a change
+/// in the machine's load falls on all of them); answers each row's median run, and
+/// the runs that failed.
 async fn bench(s: Settings) -> (Vec<Row>, Vec<String>) {
     let mut stores = vec![Store::Sqlite];
     match &s.postgres {
@@ -602,52 +672,47 @@ async fn bench(s: Settings) -> (Vec<Row>, Vec<String>) {
             false
         }
     };
-    let mut rows = Vec::new();
-    let mut failures = Vec::new();
-    let mut run = 0;
+    let mut specs = Vec::new();
     for pc in CONFIGS {
-        let (p, c) = pc;
-        let label = format!("rabbitmq stomp {p}/{c}");
-        if rabbit && s.wants(&label) {
-            eprintln!("running: {label}");
-            match rabbit_stomp(&s, p, c).await {
-                Ok(m) => rows.push(row(
-                    "RabbitMQ",
-                    "classic queue",
-                    Transport::Stomp,
-                    pc,
-                    s.messages,
-                    &m,
-                )),
-                Err(e) => failures.push(format!("{label}, {} messages: {e}", s.messages)),
-            }
+        if rabbit {
+            specs.push((Spec::Rabbit, pc));
         }
         for transport in [Transport::Stomp, Transport::InProcess] {
             for store in &stores {
-                let label =
-                    format!("ebb {} {} {p}/{c}", store.label(), transport.label()).to_lowercase();
-                if !s.wants(&label) {
-                    continue;
-                }
-                run += 1;
-                eprintln!("running: {label}");
-                let ebb = start_ebb(store, &s, run).await;
-                let measured = match transport {
-                    Transport::Stomp => ebb_stomp(&ebb, &s, p, c).await,
-                    Transport::InProcess => ebb_in_process(&ebb, &s, p, c).await,
-                };
-                ebb.finish().await;
-                match measured {
-                    Ok(m) => rows.push(row("Ebb", store.label(), transport, pc, s.messages, &m)),
-                    Err(e) => {
-                        let failure = format!("{label}, {} messages: {e}", s.messages);
-                        eprintln!("FAILED: {failure}");
-                        failures.push(failure);
-                    }
+                specs.push((Spec::Ebb(store.clone(), transport), pc));
+            }
+        }
+    }
+    specs.retain(|(spec, pc)| s.wants(&spec.label(*pc)));
+    let mut runs: Vec<Vec<Row>> = vec![Vec::new(); specs.len()];
+    let mut failures = Vec::new();
+    let mut run = 0;
+    for round in 1..=s.rounds {
+        for (i, (spec, pc)) in specs.iter().enumerate() {
+            let label = spec.label(*pc);
+            run += 1;
+            eprintln!("running: {label} (round {round} of {})", s.rounds);
+            match spec.measure(&s, *pc, run).await {
+                Ok(m) => runs[i].push(spec.row(*pc, s.messages, &m)),
+                Err(e) => {
+                    let failure = format!("{label}, {} messages, round {round}: {e}", s.messages);
+                    eprintln!("FAILED: {failure}");
+                    failures.push(failure);
                 }
             }
         }
     }
+    let mut rows: Vec<Row> = runs
+        .into_iter()
+        .filter(|r| !r.is_empty())
+        .map(|mut r| {
+            r.sort_by(|a, b| a.msgs_per_s.total_cmp(&b.msgs_per_s));
+            let rounds: Vec<f64> = r.iter().map(|x| x.msgs_per_s).collect();
+            let mut median = r[r.len() / 2].clone();
+            median.rounds_msgs_per_s = rounds;
+            median
+        })
+        .collect();
     // The ratio: each Ebb STOMP row against RabbitMQ's row with the same shape.
     let reference: Vec<(usize, usize, f64)> = rows
         .iter()
@@ -677,6 +742,7 @@ fn main() {
         messages: env("EBB_BENCH_QUEUE_MESSAGES", 20_000u64).max(1),
         window: env("EBB_BENCH_QUEUE_WINDOW", 100usize).max(1),
         prefetch: env("EBB_BENCH_QUEUE_PREFETCH", 100u32).max(1),
+        rounds: env("EBB_BENCH_QUEUE_ROUNDS", 3usize).max(1),
         postgres: std::env::var("EBB_BENCH_POSTGRES_URL").ok(),
         rabbit: env(
             "EBB_BENCH_RABBITMQ_STOMP",
@@ -693,10 +759,11 @@ fn main() {
     println!(
         "queues: {} persistent messages of {BODY_BYTES} bytes per run, one durable queue; \
          producers keep at most {} sends unconfirmed, consumers ack each message \
-         (client-individual), prefetch {}; {} cores",
+         (client-individual), prefetch {}; median of {} rounds; {} cores",
         settings.messages,
         settings.window,
         settings.prefetch,
+        settings.rounds,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
     let (rows, failures) = actix_rt::System::new().block_on(bench(settings.clone()));
@@ -708,6 +775,7 @@ fn main() {
         "body_bytes": BODY_BYTES,
         "window": settings.window,
         "prefetch": settings.prefetch,
+        "rounds": settings.rounds,
         "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
         "rows": rows,
         "failed": failures,
