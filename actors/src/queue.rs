@@ -593,9 +593,10 @@ impl QueueActor {
         xid: Option<String>,
     ) -> impl std::future::Future<Output = Result<i64, ActorError>> {
         let op = WriteOp::Add(new_message(&self.container, message, xid));
-        let store = self.store.clone();
+        // In publish order: the cursor sees ids in the order it releases messages.
+        let write = self.store.write_in_order(op);
         async move {
-            match store.write(op).await? {
+            match write.await? {
                 WriteOutcome::Added(id) => Ok(id),
                 other => unreachable!("an add answers Added, not {other:?}"),
             }
@@ -757,29 +758,31 @@ impl Handler<AcceptDeadLetter> for QueueActor {
         };
         let seq = self.next_seq;
         self.next_seq += 1;
-        let store = self.store.clone();
+        let write = self.store.write_in_order(op);
         let message = msg.message;
-        Box::pin(async move { store.write(op).await }.into_actor(self).map(
-            move |result, act, ctx| match result {
-                Ok(WriteOutcome::DeadLettered(Some(id))) => {
-                    act.stats.enqueued += 1;
-                    let stored = TopicMessage {
-                        id: Some(id),
-                        ..message
-                    };
-                    act.complete(seq, Some(Arc::new(stored)), ctx);
-                    Ok(Some(id))
-                }
-                Ok(_) => {
-                    act.complete(seq, None, ctx);
-                    Ok(None)
-                }
-                Err(e) => {
-                    act.complete(seq, None, ctx);
-                    Err(e)
-                }
-            },
-        ))
+        Box::pin(
+            write
+                .into_actor(self)
+                .map(move |result, act, ctx| match result {
+                    Ok(WriteOutcome::DeadLettered(Some(id))) => {
+                        act.stats.enqueued += 1;
+                        let stored = TopicMessage {
+                            id: Some(id),
+                            ..message
+                        };
+                        act.complete(seq, Some(Arc::new(stored)), ctx);
+                        Ok(Some(id))
+                    }
+                    Ok(_) => {
+                        act.complete(seq, None, ctx);
+                        Ok(None)
+                    }
+                    Err(e) => {
+                        act.complete(seq, None, ctx);
+                        Err(e)
+                    }
+                }),
+        )
     }
 }
 

@@ -24,7 +24,7 @@
 //! Non-persistent messages are cached whatever the mode (they exist nowhere else); the
 //! broker's memory limit bounds them through producer flow control.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::messages::TopicMessage;
@@ -74,6 +74,10 @@ pub struct QueueCursor {
     paged_upto: i64,
     read: Option<ReadInFlight>,
     next_transient: u64,
+    /// Ids the latest reads returned (the most recent `4 * cache_limit`): a message's
+    /// own publish may be released after a read already found it in the store, and must
+    /// not be queued twice.
+    read_ids: BTreeSet<i64>,
 }
 
 impl QueueCursor {
@@ -87,6 +91,7 @@ impl QueueCursor {
             paged_upto: 0,
             read: None,
             next_transient: 1,
+            read_ids: BTreeSet::new(),
         }
     }
 
@@ -113,6 +118,9 @@ impl QueueCursor {
             self.pending.insert(place, Entry::new(message));
             return;
         };
+        if self.read_ids.contains(&id) {
+            return; // a read found it in the store already
+        }
         match self.mode {
             Mode::Live if self.pending.len() < self.cache_limit => {
                 self.paged_upto = self.paged_upto.max(id);
@@ -162,15 +170,22 @@ impl QueueCursor {
         for message in rows {
             let Some(id) = message.id else { continue };
             if id > self.paged_upto {
-                self.paged_upto = id;
+                self.read_ids.insert(id);
                 self.pending.insert((id, 0), Entry::new(message));
             }
         }
+        if let Some(last) = self.read_ids.last() {
+            self.paged_upto = self.paged_upto.max(*last);
+        }
+        while self.read_ids.len() > self.cache_limit * 4 {
+            self.read_ids.pop_first();
+        }
         if short && !read.overflow {
+            // Published while the read ran: queued unless the read found them.
             for message in read.during {
                 let Some(id) = message.id else { continue };
-                if id > self.paged_upto {
-                    self.paged_upto = id;
+                if !self.read_ids.contains(&id) && !self.pending.contains_key(&(id, 0)) {
+                    self.paged_upto = self.paged_upto.max(id);
                     self.pending.insert((id, 0), Entry::new(message));
                 }
             }
@@ -289,6 +304,28 @@ mod tests {
         );
         c.pop();
         assert_eq!(c.read_request(), Some((1, 2)));
+    }
+
+    #[test]
+    fn a_publish_released_after_a_read_found_it_is_not_queued_twice() {
+        let mut c = QueueCursor::new(10);
+        assert_eq!(c.read_request(), Some((0, 10)));
+        c.on_read(Some(vec![msg(Some(5))]));
+        assert_eq!(ids(&mut c), vec![Some(5)]);
+        // Id 5's own publish is released late (live mode now): not queued again.
+        c.offer(msg(Some(5)), 5);
+        c.offer(msg(Some(6)), 6);
+        assert_eq!(ids(&mut c), vec![Some(6)]);
+    }
+
+    #[test]
+    fn out_of_order_ids_during_a_read_are_all_queued() {
+        let mut c = QueueCursor::new(10);
+        assert_eq!(c.read_request(), Some((0, 10)));
+        c.offer(msg(Some(2)), 2);
+        c.offer(msg(Some(1)), 2);
+        c.on_read(Some(vec![]));
+        assert_eq!(ids(&mut c), vec![Some(1), Some(2)]);
     }
 
     #[test]

@@ -202,7 +202,15 @@ pub struct StoreHandle {
 impl StoreHandle {
     /// Starts a store actor on the current arbiter.
     pub fn start(store: Arc<dyn MessageStore>, config: StoreActorConfig) -> Self {
-        let addr = StoreActor::new(Arc::clone(&store), &config).start();
+        let actor = StoreActor::new(Arc::clone(&store), &config);
+        // Writes are bounded by `permits` and flow control, not by the mailbox (room for
+        // a million): a full mailbox would defer a `send` until it is polled, and
+        // writes could then get their ids out of the order they were sent in (see
+        // `write_in_order`).
+        let addr = StoreActor::create(|ctx| {
+            ctx.set_mailbox_capacity(1 << 20);
+            actor
+        });
         Self {
             addr,
             permits: Arc::new(Semaphore::new(config.max_pending.max(1))),
@@ -221,6 +229,24 @@ impl StoreHandle {
             .await
             .map_err(|_| ActorError::Closed)?;
         self.addr.send(Write(op)).await?
+    }
+
+    /// Applies one write like [`Self::write`], but puts it in the store actor's mailbox
+    /// now, before returning the future: writes sent this way from one actor's handlers
+    /// are applied, and get their ids, in the order the handlers ran (a destination's
+    /// publish order), whatever order their futures are polled in. A destination's
+    /// cursor relies on it. The bound on outstanding writes is taken if free and not
+    /// waited for (the caller is an actor; producer flow control bounds what it sends).
+    pub fn write_in_order(
+        &self,
+        op: WriteOp,
+    ) -> impl std::future::Future<Output = Result<WriteOutcome, ActorError>> {
+        let permit = Arc::clone(&self.permits).try_acquire_owned().ok();
+        let request = self.addr.send(Write(op));
+        async move {
+            let _permit = permit;
+            request.await?
+        }
     }
 
     /// Waits until every write sent before this call is committed or failed.

@@ -568,9 +568,10 @@ impl TopicActor {
             xid,
             payload: Arc::clone(&message.payload),
         });
-        let store = self.store.clone();
+        // In publish order: cursors see ids in the order the topic releases messages.
+        let write = self.store.write_in_order(op);
         async move {
-            match store.write(op).await? {
+            match write.await? {
                 WriteOutcome::Added(id) => Ok(id),
                 other => unreachable!("an add answers Added, not {other:?}"),
             }
