@@ -182,16 +182,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
     let sent = Arc::new(AtomicU64::new(0));
     let stored = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
-    let bar = progress.then(|| {
-        let bar = indicatif::ProgressBar::new(options.messages);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:30}] {pos}/{len} sent, {per_sec} {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
+    let bar = progress.then(|| progress_bar(options.messages));
 
     // Producers: messages split among them, each persistent, with the TTL if any.
     let producers: Vec<_> = (0..options.producers.max(1))
