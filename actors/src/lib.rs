@@ -27,6 +27,7 @@
 //!   its mailbox (`ctx.wait` is used once, at start, for a store read).
 
 pub mod broker;
+pub mod destination;
 pub mod error;
 pub mod housekeeping;
 pub mod messages;
@@ -38,5 +39,6 @@ pub mod subscription;
 pub mod topic;
 pub mod usage;
 
+pub use destination::{DestinationKey, DestinationKind};
 pub use error::ActorError;
 pub use store_actor::{StoreActor, StoreActorConfig, StoreHandle};

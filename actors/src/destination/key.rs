@@ -1,0 +1,269 @@
+//! [`DestinationKey`]: what names a destination everywhere inside Ebb.
+//!
+//! A destination is named once, at the edge (a STOMP frame, the configuration, the
+//! embedding API), and carried as a key from there on: its kind and its plain name.
+//! Its text forms are made here and nowhere else:
+//!
+//! | form | example | used by |
+//! |---|---|---|
+//! | store key ([`DestinationKey::container`]) | `queue://jobs` | the store's `container` column, policies, metrics labels |
+//! | STOMP ([`DestinationKey::stomp`]) | `/queue/jobs` | STOMP's `destination` header, ActiveMQ's convention |
+//! | plain name ([`DestinationKey::name`]) | `jobs` | dead-letter queue names (`DLQ.jobs`) |
+
+use std::fmt;
+
+use thiserror::Error;
+
+/// The longest destination name, bytes (the store's `container` column holds the
+/// name and its `queue://` / `topic://` prefix).
+pub const MAX_NAME_BYTES: usize = 200;
+
+/// Whether a destination is a topic or a queue (serialized `"topic"` / `"queue"`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum DestinationKind {
+    /// Every subscription gets every message (publish/subscribe).
+    Topic,
+    /// Each message goes to one consumer (point to point).
+    Queue,
+}
+
+impl DestinationKind {
+    /// `"topic"` or `"queue"`: the scheme of the store key.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Topic => "topic",
+            Self::Queue => "queue",
+        }
+    }
+
+    /// The kind a store key names (`topic://...`, `queue://...`); `None` for others.
+    pub fn of_container(container: &str) -> Option<Self> {
+        DestinationKey::split_container(container).map(|(kind, _)| kind)
+    }
+}
+
+impl fmt::Display for DestinationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a text cannot name a destination. Its `Display` is the text a client sees.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid destination `{name}`: {reason}")]
+pub struct InvalidDestination {
+    /// The text as given.
+    pub name: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+/// One destination: its kind and its plain name (`jobs`, never `queue://jobs`).
+///
+/// Ordered by kind, then name: a sorted list shows topics, then queues. Made only by
+/// the constructors below, so a key always holds a valid name: not empty, at most
+/// [`MAX_NAME_BYTES`], no control characters, no scheme, no wildcard segment (`*`,
+/// `>`: those name patterns, see [`crate::policy`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DestinationKey {
+    kind: DestinationKind,
+    name: String,
+}
+
+impl DestinationKey {
+    /// A key of `kind` for the plain `name`, or why the name cannot be one.
+    pub fn new(kind: DestinationKind, name: &str) -> Result<Self, InvalidDestination> {
+        let invalid = |reason| InvalidDestination {
+            name: name.to_string(),
+            reason,
+        };
+        if name.is_empty() {
+            return Err(invalid("empty"));
+        }
+        if name.len() > MAX_NAME_BYTES {
+            return Err(invalid("longer than 200 bytes"));
+        }
+        if name.contains("://") || name.chars().any(|c| c.is_control()) {
+            return Err(invalid(
+                "give the plain name after queue:// or topic://, without another scheme or control characters",
+            ));
+        }
+        if name.split('.').any(|s| s == "*" || s == ">") {
+            return Err(invalid(
+                "wildcards `*` and `>` name patterns, not a destination",
+            ));
+        }
+        Ok(Self {
+            kind,
+            name: name.to_string(),
+        })
+    }
+
+    /// The topic `name` (plain name).
+    pub fn topic(name: &str) -> Result<Self, InvalidDestination> {
+        Self::new(DestinationKind::Topic, name)
+    }
+
+    /// The queue `name` (plain name).
+    pub fn queue(name: &str) -> Result<Self, InvalidDestination> {
+        Self::new(DestinationKind::Queue, name)
+    }
+
+    /// The embedding API's form: `queue://NAME` → a queue; `topic://NAME` or a plain
+    /// `NAME` → a topic.
+    pub fn parse(text: &str) -> Result<Self, InvalidDestination> {
+        match Self::split_container(text) {
+            Some((kind, name)) => Self::new(kind, name),
+            None => Self::topic(text),
+        }
+    }
+
+    /// A store key (`topic://NAME` or `queue://NAME`) read back from the store or a
+    /// configuration; a text without one of the two schemes is refused.
+    pub fn from_container(container: &str) -> Result<Self, InvalidDestination> {
+        match Self::split_container(container) {
+            Some((kind, name)) => Self::new(kind, name),
+            None => Err(InvalidDestination {
+                name: container.to_string(),
+                reason: "a store key starts with topic:// or queue://",
+            }),
+        }
+    }
+
+    /// STOMP's form, as ActiveMQ's: `/queue/NAME` or `/topic/NAME`.
+    pub fn from_stomp(destination: &str) -> Result<Self, InvalidDestination> {
+        for kind in [DestinationKind::Topic, DestinationKind::Queue] {
+            let prefix = match kind {
+                DestinationKind::Topic => "/topic/",
+                DestinationKind::Queue => "/queue/",
+            };
+            if let Some(name) = destination.strip_prefix(prefix) {
+                return Self::new(kind, name).map_err(|e| InvalidDestination {
+                    name: destination.to_string(),
+                    reason: e.reason,
+                });
+            }
+        }
+        Err(InvalidDestination {
+            name: destination.to_string(),
+            reason: "use /queue/NAME or /topic/NAME",
+        })
+    }
+
+    fn split_container(text: &str) -> Option<(DestinationKind, &str)> {
+        if let Some(name) = text.strip_prefix("queue://") {
+            Some((DestinationKind::Queue, name))
+        } else {
+            text.strip_prefix("topic://")
+                .map(|name| (DestinationKind::Topic, name))
+        }
+    }
+
+    /// Topic or queue.
+    pub fn kind(&self) -> DestinationKind {
+        self.kind
+    }
+
+    /// True for a queue.
+    pub fn is_queue(&self) -> bool {
+        self.kind == DestinationKind::Queue
+    }
+
+    /// True for a topic.
+    pub fn is_topic(&self) -> bool {
+        self.kind == DestinationKind::Topic
+    }
+
+    /// The plain name, e.g. `jobs`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The store key, e.g. `queue://jobs`: the `container` column, what policies
+    /// match and what metrics label.
+    pub fn container(&self) -> String {
+        format!("{}://{}", self.kind.as_str(), self.name)
+    }
+
+    /// STOMP's form, e.g. `/queue/jobs`.
+    pub fn stomp(&self) -> String {
+        format!("/{}/{}", self.kind.as_str(), self.name)
+    }
+}
+
+/// The store key (`queue://jobs`).
+impl fmt::Display for DestinationKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}", self.kind.as_str(), self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_form_names_the_same_key() {
+        let q = DestinationKey::queue("jobs").unwrap();
+        assert_eq!(DestinationKey::parse("queue://jobs").unwrap(), q);
+        assert_eq!(DestinationKey::from_container("queue://jobs").unwrap(), q);
+        assert_eq!(DestinationKey::from_stomp("/queue/jobs").unwrap(), q);
+        assert_eq!(q.container(), "queue://jobs");
+        assert_eq!(q.to_string(), "queue://jobs");
+        assert_eq!(q.stomp(), "/queue/jobs");
+        assert_eq!(q.name(), "jobs");
+        let t = DestinationKey::parse("orders.eu").unwrap();
+        assert_eq!(t, DestinationKey::parse("topic://orders.eu").unwrap());
+        assert_eq!(t, DestinationKey::from_stomp("/topic/orders.eu").unwrap());
+        assert!(t.is_topic() && !t.is_queue());
+        assert_eq!(
+            DestinationKind::of_container("topic://a"),
+            Some(DestinationKind::Topic)
+        );
+        assert_eq!(
+            DestinationKind::of_container("queue://a"),
+            Some(DestinationKind::Queue)
+        );
+        assert_eq!(DestinationKind::of_container("jobs"), None);
+    }
+
+    #[test]
+    fn bad_names_are_refused_with_the_reason() {
+        for bad in [
+            "",
+            "topic://x",
+            "a.*",
+            "a.>",
+            "bad\nname",
+            "queue://",
+            "queue://a.*",
+        ] {
+            assert!(DestinationKey::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(DestinationKey::topic(&"x".repeat(201)).is_err());
+        assert!(DestinationKey::topic(&"x".repeat(200)).is_ok());
+        assert!(DestinationKey::from_container("jobs").is_err());
+        let e = DestinationKey::from_stomp("jobs").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid destination `jobs`: use /queue/NAME or /topic/NAME"
+        );
+        let e = DestinationKey::from_stomp("/queue/a.>").unwrap_err();
+        assert_eq!(e.name, "/queue/a.>");
+    }
+
+    #[test]
+    fn keys_sort_topics_first_then_by_name() {
+        let mut keys = vec![
+            DestinationKey::queue("a").unwrap(),
+            DestinationKey::topic("b").unwrap(),
+            DestinationKey::topic("a").unwrap(),
+        ];
+        keys.sort();
+        let shown: Vec<String> = keys.iter().map(|k| k.container()).collect();
+        assert_eq!(shown, ["topic://a", "topic://b", "queue://a"]);
+    }
+}
