@@ -11,7 +11,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use actix::{Addr, Handler, Recipient};
-use ebb_actors::broker::{BrokerActor, GetQueue, GetTopic, ShutdownBroker};
+use ebb_actors::broker::{BrokerActor, GetDestination, ShutdownBroker};
+use ebb_actors::destination::now_ms;
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::messages::{
     AbortPrepared, Ack, CommitPrepared, Delivery, Detach, GetQueueStats, GetStats, Nack, Publish,
@@ -19,7 +20,7 @@ use ebb_actors::messages::{
 };
 use ebb_actors::policy::PolicyMap;
 use ebb_actors::queue::QueueActor;
-use ebb_actors::topic::{now_ms, TopicActor};
+use ebb_actors::topic::TopicActor;
 use ebb_actors::usage::Usage;
 use ebb_actors::{StoreActorConfig, StoreHandle};
 use ebb_store::{MessageStore, Payload, StoreOptions, SubscriptionKey, WriteOp, WriteOutcome};
@@ -681,13 +682,14 @@ impl Broker {
     }
 
     async fn destination(&self, name: &str) -> Result<DestinationAddr, Error> {
-        Ok(match Destination::parse(name)? {
-            Destination::Topic(container) => {
-                DestinationAddr::Topic(self.registry.send(GetTopic(container)).await??)
-            }
-            Destination::Queue(container) => {
-                DestinationAddr::Queue(self.registry.send(GetQueue(container)).await??)
-            }
+        let key = ebb_actors::DestinationKey::from_container(Destination::parse(name)?.container())
+            .map_err(|e| Error::InvalidDestination {
+                name: name.to_string(),
+                reason: e.reason,
+            })?;
+        Ok(match self.registry.send(GetDestination(key)).await?? {
+            ebb_actors::broker::DestinationAddr::Topic(addr) => DestinationAddr::Topic(addr),
+            ebb_actors::broker::DestinationAddr::Queue(addr) => DestinationAddr::Queue(addr),
         })
     }
 

@@ -134,7 +134,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
     let stamp = format!(
         "{}_{}",
         std::process::id(),
-        ebb_actors::topic::now_ms() % 1_000_000
+        ebb_actors::destination::now_ms() % 1_000_000
     );
     let temp_dir = std::env::temp_dir().join(format!("ebb-soak-{stamp}"));
     let (url, schema) = match &options.store {
@@ -311,7 +311,7 @@ async fn run_stomp(
     let topic = format!(
         "soak.{}.{}",
         std::process::id(),
-        ebb_actors::topic::now_ms() % 1_000_000
+        ebb_actors::destination::now_ms() % 1_000_000
     );
     let container = format!("topic://{topic}");
     let destination = format!("/topic/{topic}");
@@ -365,7 +365,7 @@ async fn run_stomp(
                         .header("persistent", "true")
                         .header("receipt", next.to_string());
                     if ttl > 0 {
-                        let at = ebb_actors::topic::now_ms() + ttl as i64;
+                        let at = ebb_actors::destination::now_ms() + ttl as i64;
                         send = send.header("expires", at.to_string());
                     }
                     client.feed(send.body(body.clone())).await?;

@@ -318,10 +318,13 @@ mod tests {
     #[test]
     fn topic_counters_map_to_destination_fields() {
         let topic = TopicStats {
-            enqueued: 8,
-            dispatched: 5,
-            expired: 3,
-            expiry_pages: 2,
+            counters: ebb_actors::destination::DestinationCounters {
+                enqueued: 8,
+                dispatched: 5,
+                expired: 3,
+                expiry_pages: 2,
+                ..Default::default()
+            },
             online_subscriptions: 1,
             ..TopicStats::default()
         };

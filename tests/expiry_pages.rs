@@ -71,7 +71,9 @@ async fn expiry_arms_on_first_expiring_message_and_disarms_when_none_left(t: Tes
     assert!(!b.topic_stats("arm").await.unwrap().expiry_armed);
     b.send(
         "arm",
-        ebb::Message::new("x").ttl(std::time::Duration::from_millis(50)),
+        // Long enough that no tick can expire it (and disarm) before the check below,
+        // however slow the commit on a loaded machine.
+        ebb::Message::new("x").ttl(std::time::Duration::from_millis(1_000)),
     )
     .await
     .unwrap();

@@ -39,7 +39,7 @@ async fn exp_01_expiry_for_every_durable_subscription(t: TestStore) {
     a.write(b"DISCONNECT\nreceipt:d\n\n\0").await;
     receipt(&mut a, "d").await;
     let mut b = Client::connected(s.addr, None).await;
-    let soon = ebb_actors::topic::now_ms() + 500;
+    let soon = ebb_actors::destination::now_ms() + 500;
     for i in 1..=3 {
         b.write(format!("SEND\ndestination:/topic/T\npersistent:true\nexpires:{soon}\nreceipt:r{i}\n\nm{i}\0").as_bytes())
             .await;

@@ -450,7 +450,7 @@ async fn exp_03_big_expiry_does_not_starve_others(t: TestStore) {
     };
     let s = queue_server(&t, expiring, UsageConfig::default()).await;
     let mut p = Client::connected(s.addr, None).await;
-    let soon = ebb_actors::topic::now_ms() + 3_000;
+    let soon = ebb_actors::destination::now_ms() + 3_000;
     for i in 0..3_000 {
         let receipt_header = if i % 500 == 499 {
             format!("receipt:b{i}\n")

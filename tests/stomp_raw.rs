@@ -209,7 +209,7 @@ async fn expiry_never_acks_a_live_message_over_stomp(t: TestStore) {
     c.write(b"DISCONNECT\nreceipt:d\n\n\0").await;
     receipt(&mut c, "d").await;
     let mut p = Client::connected(s.addr, None).await;
-    let soon = ebb_actors::topic::now_ms() + 1_000;
+    let soon = ebb_actors::destination::now_ms() + 1_000;
     p.write(b"SEND\ndestination:/topic/orders\npersistent:true\nreceipt:a\n\nA\0")
         .await;
     receipt(&mut p, "a").await;

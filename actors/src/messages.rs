@@ -6,6 +6,7 @@ use actix::prelude::*;
 use ebb_store::{Payload, StoredMessage, SubscriptionKey};
 use tokio::sync::mpsc;
 
+use crate::destination::{DestinationCounters, DestinationKey};
 use crate::error::ActorError;
 
 /// A message as a destination (topic or queue) holds it in memory. Shared (`Arc`) by
@@ -159,40 +160,31 @@ pub struct RemoveDurable(pub SubscriptionKey);
 #[rtype(result = "TopicStats")]
 pub struct GetStats;
 
-/// Counters of one topic since it started.
+/// Counters of one topic since it started, and its state now. The counters every
+/// destination keeps are in [`counters`](Self::counters), read through (`stats.expired`).
+/// For a topic, `dispatched` counts deliveries, and `expired` counts one per (message,
+/// subscription) whose expiry was acked, plus one per message that expired on arrival
+/// or before reaching a non-durable consumer.
 #[derive(Debug, Clone, Default, PartialEq, Eq, MessageResponse)]
 pub struct TopicStats {
-    /// Messages accepted (expired-on-arrival ones included).
-    pub enqueued: u64,
-    /// Deliveries handed to consumers.
-    pub dispatched: u64,
-    /// Expirations: one per (message, subscription) whose expiry was acked, plus one per
-    /// message that expired on arrival or before reaching a non-durable consumer.
-    pub expired: u64,
+    /// What every destination counts.
+    pub counters: DestinationCounters,
     /// Messages discarded for a non-durable subscription over its pending limit.
     pub discarded: u64,
-    /// Housekeeping timer ticks (wake-ups). The timer runs only while there is work:
-    /// an expiration to watch or acked messages to clean up.
-    pub ticks: u64,
-    /// Expiry runs started (a run is one or more chained pages).
-    pub expiry_runs: u64,
-    /// Expiry pages started (each is one bounded `recover_expired` call).
-    pub expiry_pages_started: u64,
-    /// Expiry pages finished (with or without an error).
-    pub expiry_pages: u64,
     /// Messages deleted by cleanup (acked by every durable subscription).
     pub cleaned_up: u64,
     /// Cleanup batches finished (each one bounded delete).
     pub cleanup_batches: u64,
-    /// Most rows one expiry page loaded.
-    pub max_expiry_page_rows: u64,
-    /// The budget's ticket of the last expiry page this topic ran (see
-    /// [`crate::housekeeping::HousekeepingBudget`]).
-    pub last_page_ticket: u64,
-    /// Whether housekeeping is looking for expired messages at all.
-    pub expiry_armed: bool,
     pub online_subscriptions: u64,
     pub durable_subscriptions: u64,
+}
+
+impl std::ops::Deref for TopicStats {
+    type Target = DestinationCounters;
+
+    fn deref(&self) -> &DestinationCounters {
+        &self.counters
+    }
 }
 
 /// Run housekeeping now, as a timer tick would (an operator's "expire now"; tests use
@@ -212,17 +204,17 @@ pub struct StopHousekeeping;
 #[rtype(result = "QueueStats")]
 pub struct GetQueueStats;
 
-/// Counters of one queue since it started, and its state now.
+/// Counters of one queue since it started, and its state now. The counters every
+/// destination keeps are in [`counters`](Self::counters), read through
+/// (`stats.enqueued`); for a queue, `expired` counts messages that expired on arrival,
+/// at dispatch, or were found by housekeeping.
 #[derive(Debug, Clone, Default, PartialEq, Eq, MessageResponse, serde::Serialize)]
 pub struct QueueStats {
-    /// Messages accepted (expired-on-arrival ones and dead letters received included).
-    pub enqueued: u64,
-    /// Deliveries handed to consumers (redeliveries included).
-    pub dispatched: u64,
+    /// What every destination counts.
+    #[serde(flatten)]
+    pub counters: DestinationCounters,
     /// Messages acked by a consumer (and so removed from the queue).
     pub dequeued: u64,
-    /// Messages that expired: on arrival, at dispatch, or found by housekeeping.
-    pub expired: u64,
     /// Messages moved to the dead-letter queue (too many failed deliveries, or expired
     /// with `dead_letter_expired`).
     pub dead_lettered: u64,
@@ -231,23 +223,6 @@ pub struct QueueStats {
     pub discarded: u64,
     /// Deliveries that were redeliveries.
     pub redelivered: u64,
-    /// Housekeeping timer ticks.
-    pub ticks: u64,
-    /// Expiry runs started (one or more chained pages).
-    pub expiry_runs: u64,
-    /// Expiry pages started (each one bounded delete, or one bounded read with
-    /// `dead_letter_expired`).
-    pub expiry_pages_started: u64,
-    /// Expiry pages finished.
-    pub expiry_pages: u64,
-    /// Most rows one expiry page removed.
-    pub max_expiry_page_rows: u64,
-    /// The budget's ticket of the last expiry page (see
-    /// [`crate::housekeeping::HousekeepingBudget`]).
-    pub last_page_ticket: u64,
-    /// Whether housekeeping looks for expired messages (the queue has seen one with an
-    /// expiration).
-    pub expiry_armed: bool,
     /// Consumers attached now.
     pub consumers: u64,
     /// Messages delivered and not yet acked, now.
@@ -261,6 +236,14 @@ pub struct QueueStats {
     pub cursor_live: bool,
 }
 
+impl std::ops::Deref for QueueStats {
+    type Target = DestinationCounters;
+
+    fn deref(&self) -> &DestinationCounters {
+        &self.counters
+    }
+}
+
 /// A dead message for this queue (its dead-letter queue): from queue `from`, store row
 /// `from_id` (moved in one store transaction: deleted there, added here), with the
 /// reason and origin already in its headers. Answered once it is stored (`Ok(None)` if
@@ -268,7 +251,17 @@ pub struct QueueStats {
 #[derive(Message)]
 #[rtype(result = "Result<Option<i64>, ActorError>")]
 pub struct AcceptDeadLetter {
-    pub from: String,
+    pub from: DestinationKey,
     pub from_id: i64,
     pub message: TopicMessage,
+}
+
+/// To the registry: hand `letter` to the dead-letter queue `to` (started if it is not
+/// running), and answer as [`AcceptDeadLetter`] does. A queue reaches its dead-letter
+/// queue this way, through a `Recipient`, without knowing the registry.
+#[derive(Message)]
+#[rtype(result = "Result<Option<i64>, ActorError>")]
+pub struct RouteDeadLetter {
+    pub to: DestinationKey,
+    pub letter: AcceptDeadLetter,
 }

@@ -37,17 +37,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use ebb_store::{NewMessage, Payload, WriteOp, WriteOutcome};
+use ebb_store::{Payload, WriteOp, WriteOutcome};
 use tokio::sync::mpsc;
 
-use crate::broker::{BrokerActor, GetQueue};
+use crate::destination::{
+    self, destination_handlers, now_ms, DestinationActor, DestinationCore, DestinationKey, Plan,
+};
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
 use crate::messages::*;
 use crate::policy::Policy;
 use crate::queue_cursor::{Entry, Place, QueueCursor};
 use crate::store_actor::StoreHandle;
-use crate::topic::now_ms;
 
 /// Header naming why a message went to the dead-letter queue (ActiveMQ's property).
 pub const DLQ_CAUSE_HEADER: &str = "dlqDeliveryFailureCause";
@@ -74,100 +75,48 @@ struct Delivered {
 type DeadLetterMove =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Option<i64>, ActorError>>>>;
 
-/// The next expiry page of a run (sent by the queue to itself).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct QueueExpiryPage;
-
 /// See the module documentation.
 pub struct QueueActor {
-    container: String,
-    name: String,
-    policy: Policy,
-    store: StoreHandle,
-    budget: HousekeepingBudget,
-    registry: Option<Addr<BrokerActor>>,
+    core: DestinationCore,
+    /// Where dead messages go: the registry, which hands each to its dead-letter queue
+    /// (without it, dead messages are dropped and counted).
+    dead_letters: Option<Recipient<RouteDeadLetter>>,
     consumers: BTreeMap<u64, Consumer>,
     next_consumer: u64,
     /// Round-robin: the consumer that got the last delivery.
     last_consumer: u64,
     cursor: QueueCursor,
     delivered: HashMap<Place, Delivered>,
-    /// Publish order: messages are released to the cursor by `seq`.
-    next_seq: u64,
-    release_seq: u64,
-    completed: BTreeMap<u64, Option<Arc<TopicMessage>>>,
-    prepared: HashMap<String, Vec<TopicMessage>>,
-    // Housekeeping.
-    timer: Option<SpawnHandle>,
-    expiry_armed: bool,
-    run_active: bool,
-    page_in_flight: bool,
-    stopping: bool,
-    stop_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
     stats: QueueStats,
 }
 
 impl QueueActor {
-    /// `container` is the queue's store key (`queue://NAME`). `registry` finds the
-    /// dead-letter queue (without it, dead messages are dropped and counted).
+    /// Queue `key`, with `policy`, writing through `store`, its expiry pages sharing
+    /// `budget`; dead messages go to `dead_letters` (the registry).
     pub fn new(
-        container: String,
+        key: DestinationKey,
         policy: Policy,
         store: StoreHandle,
         budget: HousekeepingBudget,
-        registry: Option<Addr<BrokerActor>>,
+        dead_letters: Option<Recipient<RouteDeadLetter>>,
     ) -> Self {
-        let name = container
-            .strip_prefix("queue://")
-            .unwrap_or(&container)
-            .to_string();
         let cache = (policy.max_page_size.max(1) as usize) * 2;
         Self {
-            container,
-            name,
-            policy,
-            store,
-            budget,
-            registry,
+            core: DestinationCore::new(key, policy, store, budget),
+            dead_letters,
             consumers: BTreeMap::new(),
             next_consumer: 1,
             last_consumer: 0,
             cursor: QueueCursor::new(cache),
             delivered: HashMap::new(),
-            next_seq: 0,
-            release_seq: 0,
-            completed: BTreeMap::new(),
-            prepared: HashMap::new(),
-            timer: None,
-            expiry_armed: false,
-            run_active: false,
-            page_in_flight: false,
-            stopping: false,
-            stop_waiters: Vec::new(),
             stats: QueueStats::default(),
         }
     }
 
-    /// Records the outcome of publish `seq` and releases, in order, every message whose
-    /// predecessors are all done.
-    fn complete(&mut self, seq: u64, message: Option<Arc<TopicMessage>>, ctx: &mut Context<Self>) {
-        self.completed.insert(seq, message);
-        let last = self.store.store().last_assigned_id();
-        while let Some(message) = self.completed.remove(&self.release_seq) {
-            self.release_seq += 1;
-            if let Some(message) = message {
-                self.cursor.offer(message, last);
-            }
-        }
-        self.dispatch(ctx);
-    }
-
-    /// Releases `message` as the next published message.
-    fn release(&mut self, message: TopicMessage, ctx: &mut Context<Self>) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.complete(seq, Some(Arc::new(message)), ctx);
+    /// Fills `place` in publish order and releases what it frees.
+    fn fill(&mut self, place: u64, message: Option<TopicMessage>, ctx: &mut Context<Self>) {
+        let released = self.core.order.fill(place, message.map(Arc::new));
+        self.release(released, ctx);
     }
 
     /// The next consumer after the last one served, in id order, with free prefetch.
@@ -209,7 +158,7 @@ impl QueueActor {
             consumer.next_delivery_id += 1;
             consumer.in_flight.insert(delivery_id, place);
             self.last_consumer = consumer_id;
-            self.stats.dispatched += 1;
+            self.core.counters.dispatched += 1;
             if entry.failed_deliveries > 0 {
                 self.stats.redelivered += 1;
             }
@@ -225,8 +174,8 @@ impl QueueActor {
         let Some((after, limit)) = self.cursor.read_request() else {
             return;
         };
-        let store = Arc::clone(self.store.store());
-        let container = self.container.clone();
+        let store = Arc::clone(self.core.store.store());
+        let container = self.core.container.clone();
         let fut = async move { store.browse(&container, after, limit).await };
         ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
             Ok(rows) => {
@@ -239,7 +188,7 @@ impl QueueActor {
             }
             Err(e) => {
                 act.cursor.on_read(None);
-                tracing::warn!(queue = %act.container, error = %e, "backlog read failed; retrying in 1 s");
+                tracing::warn!(queue = %act.core.container, error = %e, "backlog read failed; retrying in 1 s");
                 ctx.run_later(Duration::from_secs(1), |act, ctx| act.dispatch(ctx));
             }
         }));
@@ -252,7 +201,7 @@ impl QueueActor {
         if expired.is_empty() {
             return;
         }
-        if self.policy.dead_letter_expired {
+        if self.core.policy.dead_letter_expired {
             for entry in expired {
                 self.dead_letter(entry, "message expired", true, ctx);
             }
@@ -262,22 +211,22 @@ impl QueueActor {
         for entry in expired {
             match entry.message.id {
                 Some(id) => ids.push(id),
-                None => self.stats.expired += 1,
+                None => self.core.counters.expired += 1,
             }
         }
         if ids.is_empty() {
             return;
         }
         let op = WriteOp::Remove {
-            container: self.container.clone(),
+            container: self.core.container.clone(),
             ids,
         };
-        let store = self.store.clone();
+        let store = self.core.store.clone();
         ctx.spawn(async move { store.write(op).await }.into_actor(self).map(|result, act, _| {
             match result {
-                Ok(WriteOutcome::Deleted(n)) => act.stats.expired += n,
+                Ok(WriteOutcome::Deleted(n)) => act.core.counters.expired += n,
                 Ok(_) => {}
-                Err(e) => tracing::warn!(queue = %act.container, error = %e, "delete of expired messages failed; housekeeping retries"),
+                Err(e) => tracing::warn!(queue = %act.core.container, error = %e, "delete of expired messages failed; housekeeping retries"),
             }
         }));
     }
@@ -304,17 +253,18 @@ impl QueueActor {
         expired: bool,
         ctx: &mut Context<Self>,
     ) -> Option<DeadLetterMove> {
-        let dlq = format!("queue://{}", self.policy.dead_letter_queue_for(&self.name));
-        let (Some(id), Some(registry), false) = (
+        let name = self.core.key.name();
+        let dlq = self.core.policy.dead_letter_queue_for(name);
+        let (Some(id), Some(dead_letters), false) = (
             entry.message.id,
-            self.registry.clone(),
-            dlq == self.container || self.name.starts_with("DLQ."),
+            self.dead_letters.clone(),
+            dlq == name || name.starts_with("DLQ."),
         ) else {
             if expired {
-                self.stats.expired += 1;
+                self.core.counters.expired += 1;
             } else {
                 self.stats.discarded += 1;
-                tracing::warn!(queue = %self.container, message_id = %entry.message.message_id, %cause,
+                tracing::warn!(queue = %self.core.container, message_id = %entry.message.message_id, %cause,
                     "dead message discarded: it is non-persistent, or this queue is a dead-letter queue");
             }
             if let Some(id) = entry.message.id {
@@ -325,7 +275,7 @@ impl QueueActor {
         let original = &entry.message;
         let mut headers = original.payload.headers.clone();
         headers.push((DLQ_CAUSE_HEADER.into(), cause.into()));
-        headers.push((DLQ_ORIGIN_HEADER.into(), format!("/queue/{}", self.name)));
+        headers.push((DLQ_ORIGIN_HEADER.into(), self.core.key.stomp()));
         let message = TopicMessage {
             id: None,
             message_id: original.message_id.clone(),
@@ -340,15 +290,14 @@ impl QueueActor {
             }),
             charge: None,
         };
-        let from = self.container.clone();
+        let letter = AcceptDeadLetter {
+            from: self.core.key.clone(),
+            from_id: id,
+            message,
+        };
         Some(Box::pin(async move {
-            let target = registry.send(GetQueue(dlq)).await??;
-            let moved = AcceptDeadLetter {
-                from,
-                from_id: id,
-                message,
-            };
-            target.send(moved).await?
+            let to = DestinationKey::queue(&dlq).map_err(|e| ActorError::Invalid(e.to_string()))?;
+            dead_letters.send(RouteDeadLetter { to, letter }).await?
         }))
     }
 
@@ -357,11 +306,11 @@ impl QueueActor {
         match result {
             Ok(Some(_)) => {
                 self.stats.dead_lettered += 1;
-                self.stats.expired += u64::from(expired);
+                self.core.counters.expired += u64::from(expired);
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(queue = %self.container, error = %e, "move to the dead-letter queue failed; the message stays in the store and comes back after a restart")
+                tracing::warn!(queue = %self.core.container, error = %e, "move to the dead-letter queue failed; the message stays in the store and comes back after a restart")
             }
         }
     }
@@ -369,13 +318,13 @@ impl QueueActor {
     /// Deletes rows without counting them (a dead message with nowhere to go).
     fn delete_rows(&mut self, ids: Vec<i64>, ctx: &mut Context<Self>) {
         let op = WriteOp::Remove {
-            container: self.container.clone(),
+            container: self.core.container.clone(),
             ids,
         };
-        let store = self.store.clone();
+        let store = self.core.store.clone();
         ctx.spawn(async move { store.write(op).await }.into_actor(self).map(|result, act, _| {
             if let Err(e) = result {
-                tracing::warn!(queue = %act.container, error = %e, "delete of a dead message failed");
+                tracing::warn!(queue = %act.core.container, error = %e, "delete of a dead message failed");
             }
         }));
     }
@@ -387,10 +336,10 @@ impl QueueActor {
             return;
         };
         entry.failed_deliveries += 1;
-        if entry.failed_deliveries > self.policy.maximum_redeliveries {
+        if entry.failed_deliveries > self.core.policy.maximum_redeliveries {
             let cause = format!(
                 "{why}: delivery failed {} times (maximum_redeliveries {})",
-                entry.failed_deliveries, self.policy.maximum_redeliveries
+                entry.failed_deliveries, self.core.policy.maximum_redeliveries
             );
             self.dead_letter(entry, &cause, false, ctx);
         } else {
@@ -408,49 +357,15 @@ impl QueueActor {
         }
     }
 
-    fn schedule(&mut self, ctx: &mut Context<Self>) {
-        let period = self.policy.expire_messages_period;
-        if period == 0 || self.stopping || self.timer.is_some() || !self.expiry_armed {
-            return;
-        }
-        let every = Duration::from_millis(period);
-        self.timer = Some(ctx.run_interval(every, |act, ctx| act.tick(ctx)));
-    }
-
-    fn tick(&mut self, ctx: &mut Context<Self>) {
-        self.stats.ticks += 1;
-        if self.run_active || self.stopping || !self.expiry_armed {
-            return;
-        }
-        self.run_active = true;
-        self.stats.expiry_runs += 1;
-        // Non-persistent messages exist only here: drop the expired ones (bounded by
-        // what the queue holds in memory).
-        let now = now_ms();
-        for (_, entry) in self.cursor.take_expired(now) {
-            if entry.message.id.is_none() {
-                self.stats.expired += 1;
-            } else if self.policy.dead_letter_expired {
-                self.dead_letter(entry, "message expired", true, ctx);
-            } else {
-                // Stored: the page below deletes it and counts it.
-            }
-        }
-        self.page(ctx);
-    }
-
     /// Runs one expiry page (see the module documentation).
     fn page(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping {
-            self.end_run(ctx);
+        if !destination::begin_page(self, ctx) {
             return;
         }
-        self.page_in_flight = true;
-        self.stats.expiry_pages_started += 1;
-        let (store, budget) = (self.store.clone(), self.budget.clone());
-        let container = self.container.clone();
-        let limit = self.policy.max_expire_page_size.max(1);
-        let to_dlq = self.policy.dead_letter_expired;
+        let (store, budget) = (self.core.store.clone(), self.core.budget.clone());
+        let container = self.core.container.clone();
+        let limit = self.core.policy.max_expire_page_size.max(1);
+        let to_dlq = self.core.policy.dead_letter_expired;
         let fut = async move {
             let Some(permit) = budget.acquire().await else {
                 return Ok::<_, ActorError>((Vec::new(), Vec::new(), None));
@@ -476,15 +391,12 @@ impl QueueActor {
             let (removed, to_move, permit) = match result {
                 Ok(page) => page,
                 Err(e) => {
-                    act.page_in_flight = false;
-                    act.stats.expiry_pages += 1;
-                    tracing::warn!(queue = %act.container, error = %e, "expiry page failed; the next tick tries again");
-                    act.end_run(ctx);
+                    destination::page_failed(act, ctx, &e);
                     return;
                 }
             };
             let rows = (removed.len() + to_move.len()) as u64;
-            act.stats.expired += removed.len() as u64;
+            act.core.counters.expired += removed.len() as u64;
             for id in &removed {
                 act.cursor.remove(*id);
             }
@@ -510,128 +422,29 @@ impl QueueActor {
                 for result in results {
                     act.count_move(result, true);
                 }
-                act.page_in_flight = false;
-                act.stats.expiry_pages += 1;
-                if let Some(permit) = &permit {
-                    act.stats.last_page_ticket = permit.ticket;
-                }
-                drop(permit);
-                act.stats.max_expiry_page_rows = act.stats.max_expiry_page_rows.max(rows);
-                if full && !act.stopping {
-                    ctx.notify(QueueExpiryPage);
-                } else {
-                    if rows == 0 {
-                        act.disarm_if_nothing_expires(ctx);
-                    }
-                    act.end_run(ctx);
-                }
+                let ticket = permit.map(|p| p.ticket);
+                destination::page_finished(act, ctx, rows, ticket, full);
             }));
         }));
     }
 
-    fn end_run(&mut self, ctx: &mut Context<Self>) {
-        self.run_active = false;
-        self.wake_stop_waiters();
-        if !self.expiry_armed && !self.run_active {
-            if let Some(timer) = self.timer.take() {
-                ctx.cancel_future(timer);
-            }
-        }
-    }
-
-    fn wake_stop_waiters(&mut self) {
-        if !self.page_in_flight {
-            for waiter in self.stop_waiters.drain(..) {
-                let _ = waiter.send(());
-            }
-        }
-    }
-
-    /// After a run that found nothing: stop looking until a message with an expiration
-    /// arrives, if the store holds none and no message in memory has one.
-    fn disarm_if_nothing_expires(&mut self, ctx: &mut Context<Self>) {
-        let store = Arc::clone(self.store.store());
-        let container = self.container.clone();
-        let fut = async move { store.has_expiring(&container).await };
-        ctx.spawn(fut.into_actor(self).map(|result, act, ctx| {
-            if let Ok(false) = result {
-                if act.cursor.transient_len() == 0 {
-                    act.expiry_armed = false;
-                    if let Some(timer) = act.timer.take() {
-                        ctx.cancel_future(timer);
-                    }
-                }
-            }
-        }));
-    }
-
-    /// The common start of a publish: a message expired on arrival is counted and
-    /// answered; otherwise expiry is armed if it has an expiration.
-    fn accept(
-        &mut self,
-        message: &TopicMessage,
-        ctx: &mut Context<Self>,
-    ) -> Result<(), PublishOutcome> {
-        self.stats.enqueued += 1;
-        if message.is_expired(now_ms()) {
-            self.stats.expired += 1;
-            return Err(PublishOutcome {
-                id: None,
-                expired_on_arrival: true,
-            });
-        }
-        if message.expiration > 0 {
-            self.expiry_armed = true;
-            self.schedule(ctx);
-        }
-        Ok(())
-    }
-
-    fn store_write(
-        &self,
-        message: &TopicMessage,
-        xid: Option<String>,
-    ) -> impl std::future::Future<Output = Result<i64, ActorError>> {
-        let op = WriteOp::Add(new_message(&self.container, message, xid));
-        // In publish order: the cursor sees ids in the order it releases messages.
-        let write = self.store.write_in_order(op);
-        async move {
-            match write.await? {
-                WriteOutcome::Added(id) => Ok(id),
-                other => unreachable!("an add answers Added, not {other:?}"),
-            }
-        }
-    }
-
     /// Reads whether the store holds expiring messages before anything else is handled.
     fn load(&mut self, ctx: &mut Context<Self>) {
-        let store = Arc::clone(self.store.store());
-        let container = self.container.clone();
+        let store = Arc::clone(self.core.store.store());
+        let container = self.core.container.clone();
         let fut = async move { store.has_expiring(&container).await };
-        ctx.wait(fut.into_actor(self).map(|result, act, ctx| match result {
-            Ok(armed) => {
-                act.expiry_armed = armed;
-                act.schedule(ctx);
+        ctx.wait(fut.into_actor(self).map(|result, act, ctx| {
+            match result {
+                Ok(false) => {}
+                Ok(true) => act.core.schedule.arm(),
+                Err(e) => {
+                    // Arm anyway: a page that finds nothing disarms it again.
+                    tracing::warn!(queue = %act.core.container, error = %e, "cannot read whether messages expire; expiry armed");
+                    act.core.schedule.arm();
+                }
             }
-            Err(e) => {
-                // Arm anyway: a page that finds nothing disarms it again.
-                tracing::warn!(queue = %act.container, error = %e, "cannot read whether messages expire; expiry armed");
-                act.expiry_armed = true;
-                act.schedule(ctx);
-            }
+            destination::schedule(act, ctx);
         }));
-    }
-}
-
-/// The store row for `message` on `container`.
-fn new_message(container: &str, message: &TopicMessage, xid: Option<String>) -> NewMessage {
-    NewMessage {
-        container: container.to_string(),
-        message_id: message.message_id.clone(),
-        expiration: message.expiration,
-        priority: message.priority,
-        xid,
-        payload: Arc::clone(&message.payload),
     }
 }
 
@@ -643,142 +456,95 @@ impl Actor for QueueActor {
     }
 }
 
-impl Handler<Publish> for QueueActor {
-    type Result = ResponseActFuture<Self, Result<PublishOutcome, ActorError>>;
+impl DestinationActor for QueueActor {
+    fn core(&mut self) -> &mut DestinationCore {
+        &mut self.core
+    }
 
-    fn handle(&mut self, msg: Publish, ctx: &mut Context<Self>) -> Self::Result {
-        let message = msg.0;
-        if let Err(outcome) = self.accept(&message, ctx) {
-            return Box::pin(fut::ready(Ok(outcome)));
+    /// A persistent message is stored; any message with an expiration arms expiry (a
+    /// non-persistent one expires in memory).
+    fn plan(&self, message: &TopicMessage) -> Plan {
+        Plan {
+            store: message.persistent,
+            arm_expiry: message.expiration > 0,
         }
-        let accepted = PublishOutcome {
-            id: None,
-            expired_on_arrival: false,
-        };
-        if !message.persistent {
-            self.release(message, ctx);
-            return Box::pin(fut::ready(Ok(accepted)));
+    }
+
+    /// Appends the messages to the cursor, in order, and dispatches.
+    fn release(&mut self, messages: Vec<Arc<TopicMessage>>, ctx: &mut Context<Self>) {
+        let last = self.core.store.store().last_assigned_id();
+        for message in messages {
+            self.cursor.offer(message, last);
         }
-        // Reserve the place in publish order now; fill it when the store answers.
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let write = self.store_write(&message, None);
-        Box::pin(
-            write
-                .into_actor(self)
-                .map(move |result, act, ctx| match result {
-                    Ok(id) => {
-                        let stored = TopicMessage {
-                            id: Some(id),
-                            ..message
-                        };
-                        act.complete(seq, Some(Arc::new(stored)), ctx);
-                        Ok(PublishOutcome {
-                            id: Some(id),
-                            ..accepted
-                        })
-                    }
-                    Err(e) => {
-                        act.stats.enqueued -= 1;
-                        act.complete(seq, None, ctx);
-                        Err(e)
-                    }
-                }),
-        )
+        self.dispatch(ctx);
+    }
+
+    /// Drops expired non-persistent messages (they exist only here) and starts an
+    /// expiry run if expiry is armed.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        self.core.counters.ticks += 1;
+        if !self.core.schedule.start_run(|| true) {
+            return;
+        }
+        self.core.counters.expiry_runs += 1;
+        // Non-persistent messages exist only here: drop the expired ones (bounded by
+        // what the queue holds in memory).
+        let now = now_ms();
+        for (_, entry) in self.cursor.take_expired(now) {
+            if entry.message.id.is_none() {
+                self.core.counters.expired += 1;
+            } else if self.core.policy.dead_letter_expired {
+                self.dead_letter(entry, "message expired", true, ctx);
+            } else {
+                // Stored: the page below deletes it and counts it.
+            }
+        }
+        self.page(ctx);
+    }
+
+    fn expiry_page(&mut self, ctx: &mut Context<Self>) {
+        self.page(ctx);
+    }
+
+    /// Only when no message in memory has an expiration either.
+    fn may_disarm(&self) -> bool {
+        self.cursor.transient_len() == 0
     }
 }
 
-impl Handler<PublishPrepared> for QueueActor {
-    type Result = ResponseActFuture<Self, Result<PublishOutcome, ActorError>>;
-
-    fn handle(&mut self, msg: PublishPrepared, ctx: &mut Context<Self>) -> Self::Result {
-        let PublishPrepared { message, xid } = msg;
-        if let Err(outcome) = self.accept(&message, ctx) {
-            return Box::pin(fut::ready(Ok(outcome)));
-        }
-        let accepted = PublishOutcome {
-            id: None,
-            expired_on_arrival: false,
-        };
-        if !message.persistent {
-            self.prepared.entry(xid).or_default().push(message);
-            return Box::pin(fut::ready(Ok(accepted)));
-        }
-        let write = self.store_write(&message, Some(xid.clone()));
-        Box::pin(write.into_actor(self).map(move |result, act, _| {
-            let id = result?;
-            act.prepared.entry(xid).or_default().push(TopicMessage {
-                id: Some(id),
-                ..message
-            });
-            Ok(PublishOutcome {
-                id: Some(id),
-                ..accepted
-            })
-        }))
-    }
-}
-
-impl Handler<CommitPrepared> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: CommitPrepared, ctx: &mut Context<Self>) {
-        let renumbered: HashMap<i64, i64> = msg.renumbered.into_iter().collect();
-        for message in self.prepared.remove(&msg.xid).unwrap_or_default() {
-            let id = match message.id {
-                Some(old) => match renumbered.get(&old) {
-                    Some(new) => Some(*new),
-                    None => continue,
-                },
-                None => None,
-            };
-            self.release(TopicMessage { id, ..message }, ctx);
-        }
-    }
-}
-
-impl Handler<AbortPrepared> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: AbortPrepared, _: &mut Context<Self>) {
-        if let Some(messages) = self.prepared.remove(&msg.xid) {
-            self.stats.enqueued = self.stats.enqueued.saturating_sub(messages.len() as u64);
-        }
-    }
-}
+destination_handlers!(QueueActor);
 
 impl Handler<AcceptDeadLetter> for QueueActor {
     type Result = ResponseActFuture<Self, Result<Option<i64>, ActorError>>;
 
     fn handle(&mut self, msg: AcceptDeadLetter, _: &mut Context<Self>) -> Self::Result {
         let op = WriteOp::DeadLetter {
-            container: msg.from,
+            container: msg.from.container(),
             id: msg.from_id,
-            message: new_message(&self.container, &msg.message, None),
+            message: self.core.new_message(&msg.message, None),
         };
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let write = self.store.write_in_order(op);
+        let place = self.core.order.reserve();
+        let write = self.core.store.write_in_order(op);
         let message = msg.message;
         Box::pin(
             write
                 .into_actor(self)
                 .map(move |result, act, ctx| match result {
                     Ok(WriteOutcome::DeadLettered(Some(id))) => {
-                        act.stats.enqueued += 1;
+                        act.core.counters.enqueued += 1;
                         let stored = TopicMessage {
                             id: Some(id),
                             ..message
                         };
-                        act.complete(seq, Some(Arc::new(stored)), ctx);
+                        act.fill(place, Some(stored), ctx);
                         Ok(Some(id))
                     }
                     Ok(_) => {
-                        act.complete(seq, None, ctx);
+                        act.fill(place, None, ctx);
                         Ok(None)
                     }
                     Err(e) => {
-                        act.complete(seq, None, ctx);
+                        act.fill(place, None, ctx);
                         Err(e)
                     }
                 }),
@@ -797,7 +563,7 @@ impl Handler<Subscribe> for QueueActor {
         }
         let id = self.next_consumer;
         self.next_consumer += 1;
-        let prefetch = msg.prefetch.unwrap_or(self.policy.queue_prefetch);
+        let prefetch = msg.prefetch.unwrap_or(self.core.policy.queue_prefetch);
         let prefetch = prefetch.clamp(1, crate::subscription::MAX_PREFETCH) as usize;
         self.consumers.insert(
             id,
@@ -846,10 +612,10 @@ impl Handler<Ack> for QueueActor {
             return Box::pin(fut::ready(Ok(())));
         }
         let op = WriteOp::Remove {
-            container: self.container.clone(),
+            container: self.core.container.clone(),
             ids,
         };
-        let store = self.store.clone();
+        let store = self.core.store.clone();
         Box::pin(async move { store.write(op).await.map(|_| ()) }.into_actor(self))
     }
 }
@@ -883,7 +649,7 @@ impl Handler<GetQueueStats> for QueueActor {
 
     fn handle(&mut self, _: GetQueueStats, _: &mut Context<Self>) -> QueueStats {
         QueueStats {
-            expiry_armed: self.expiry_armed,
+            counters: self.core.counters(),
             consumers: self.consumers.len() as u64,
             in_flight: self.delivered.len() as u64,
             pending_in_memory: self.cursor.len() as u64,
@@ -891,38 +657,5 @@ impl Handler<GetQueueStats> for QueueActor {
             cursor_live: self.cursor.is_live(),
             ..self.stats.clone()
         }
-    }
-}
-
-impl Handler<QueueExpiryPage> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, _: QueueExpiryPage, ctx: &mut Context<Self>) {
-        self.page(ctx);
-    }
-}
-
-impl Handler<RunHousekeeping> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, _: RunHousekeeping, ctx: &mut Context<Self>) {
-        self.tick(ctx);
-    }
-}
-
-impl Handler<StopHousekeeping> for QueueActor {
-    type Result = ResponseFuture<()>;
-
-    fn handle(&mut self, _: StopHousekeeping, ctx: &mut Context<Self>) -> Self::Result {
-        self.stopping = true;
-        if let Some(timer) = self.timer.take() {
-            ctx.cancel_future(timer);
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.stop_waiters.push(tx);
-        self.wake_stop_waiters();
-        Box::pin(async move {
-            let _ = rx.await;
-        })
     }
 }

@@ -1,14 +1,18 @@
 //! The topic actor: one per topic.
 //!
-//! State it owns: its online subscriptions ([`SubscriptionState`]: cursors, prefetch
-//! credit, in-flight deliveries), the list of its durable subscriptions (online or
-//! offline), the release order of published messages, its housekeeping timer and
-//! expiry state, and its counters.
+//! State it owns: its [`DestinationCore`] (publish order, prepared messages, the
+//! housekeeping schedule and the shared counters: see [`crate::destination`]), its
+//! online subscriptions ([`SubscriptionState`]: cursors, prefetch credit, in-flight
+//! deliveries), the list of its durable subscriptions (online or offline), and the
+//! counters only a topic keeps.
 //!
-//! Messages it accepts: [`Publish`], [`PublishPrepared`], [`CommitPrepared`],
-//! [`AbortPrepared`], [`Subscribe`], [`Ack`], [`Nack`], [`Detach`], [`RemoveDurable`],
-//! [`GetStats`], [`RunHousekeeping`], [`StopHousekeeping`]; and from itself, the timer
-//! tick, [`ExpiryPage`] and [`CleanupBatch`].
+//! Messages it accepts: those every destination accepts ([`Publish`],
+//! [`PublishPrepared`], [`CommitPrepared`], [`AbortPrepared`], [`RunHousekeeping`],
+//! [`StopHousekeeping`], handled in [`crate::destination`]), and [`Subscribe`], [`Ack`],
+//! [`Nack`], [`Detach`], [`RemoveDurable`], [`GetStats`]; from itself, the timer tick,
+//! [`ExpiryPage`](crate::destination::ExpiryPage) and [`CleanupBatch`]. What it writes
+//! itself: its dispatch (every subscription gets every message), its expiry page and
+//! its cleanup batch.
 //!
 //! **Publishing.** A persistent message is stored (through the store actor) when the
 //! topic has a durable subscription, and the producer is answered after the commit. A
@@ -33,8 +37,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use ebb_store::{NewMessage, SubscriptionKey, WriteOp, WriteOutcome};
+use ebb_store::{SubscriptionKey, WriteOp, WriteOutcome};
 
+use crate::destination::{
+    self, destination_handlers, now_ms, DestinationActor, DestinationCore, DestinationKey, Plan,
+};
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
 use crate::messages::*;
@@ -44,14 +51,6 @@ use crate::subscription::{Dispatch, InFlight, SubscriptionState};
 
 /// Durable subscriptions the topic loads per store read at start.
 const SUBSCRIPTION_PAGE: u32 = 500;
-
-/// Wall clock, epoch ms: what expirations are compared with.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// A durable subscription the topic knows.
 #[derive(Debug, Default)]
@@ -64,37 +63,12 @@ struct Durable {
 
 /// See the module documentation.
 pub struct TopicActor {
-    container: String,
-    policy: Policy,
-    store: StoreHandle,
-    budget: HousekeepingBudget,
+    core: DestinationCore,
     subscriptions: HashMap<u64, SubscriptionState>,
     durables: BTreeMap<SubscriptionKey, Durable>,
     next_subscription: u64,
-    /// Publish order: messages are released to subscriptions by `seq`.
-    next_seq: u64,
-    release_seq: u64,
-    completed: BTreeMap<u64, Option<Arc<TopicMessage>>>,
-    /// Messages of open transactions, by xid, in send order (stored ones carry their
-    /// prepared id).
-    prepared: HashMap<String, Vec<TopicMessage>>,
-    // Housekeeping.
-    timer: Option<SpawnHandle>,
-    expiry_armed: bool,
-    run_active: bool,
-    page_in_flight: bool,
-    stopping: bool,
-    stop_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
-    /// Some durable ack happened since the last cleanup.
-    cleanup_needed: bool,
-    cleanup_in_flight: bool,
     stats: TopicStats,
 }
-
-/// The next expiry page of a run (sent by the topic to itself).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct ExpiryPage;
 
 /// The next cleanup batch (sent by the topic to itself).
 #[derive(Message)]
@@ -105,51 +79,20 @@ pub struct CleanupBatch;
 const CLEANUP_BATCH: u32 = 1000;
 
 impl TopicActor {
-    /// `container` is the topic's store key (`topic://NAME`).
+    /// Topic `key`, with `policy`, writing through `store`, its expiry pages sharing
+    /// `budget`.
     pub fn new(
-        container: String,
+        key: DestinationKey,
         policy: Policy,
         store: StoreHandle,
         budget: HousekeepingBudget,
     ) -> Self {
         Self {
-            container,
-            policy,
-            store,
-            budget,
+            core: DestinationCore::new(key, policy, store, budget),
             subscriptions: HashMap::new(),
             durables: BTreeMap::new(),
             next_subscription: 1,
-            next_seq: 0,
-            release_seq: 0,
-            completed: BTreeMap::new(),
-            prepared: HashMap::new(),
-            timer: None,
-            expiry_armed: false,
-            run_active: false,
-            page_in_flight: false,
-            stopping: false,
-            stop_waiters: Vec::new(),
-            cleanup_needed: false,
-            cleanup_in_flight: false,
             stats: TopicStats::default(),
-        }
-    }
-
-    /// Records the outcome of publish `seq` and releases, in order, every message
-    /// whose predecessors are all done.
-    fn complete(&mut self, seq: u64, message: Option<Arc<TopicMessage>>, ctx: &mut Context<Self>) {
-        self.completed.insert(seq, message);
-        while let Some(message) = self.completed.remove(&self.release_seq) {
-            self.release_seq += 1;
-            let Some(message) = message else { continue };
-            let ids: Vec<u64> = self.subscriptions.keys().copied().collect();
-            for id in ids {
-                if let Some(sub) = self.subscriptions.get_mut(&id) {
-                    self.stats.discarded += sub.offer(&message);
-                }
-                self.dispatch(id, ctx);
-            }
         }
     }
 
@@ -163,7 +106,7 @@ impl TopicActor {
             deliveries,
             expired,
         } = sub.take_ready(now_ms());
-        self.stats.dispatched += deliveries.len() as u64;
+        self.core.counters.dispatched += deliveries.len() as u64;
         let alive = sub.send(deliveries);
         let key = sub.durable.clone();
         let read = sub.read_request();
@@ -175,8 +118,8 @@ impl TopicActor {
         let (Some(read), Some(key)) = (read, key) else {
             return;
         };
-        let store = Arc::clone(self.store.store());
-        let container = self.container.clone();
+        let store = Arc::clone(self.core.store.store());
+        let container = self.core.container.clone();
         let fut = async move {
             // Highest priority first with prioritized messages: one bounded read per
             // priority until the credit is filled.
@@ -198,7 +141,7 @@ impl TopicActor {
             let rows = match result {
                 Ok(rows) => Some(rows.iter().map(|m| Arc::new(TopicMessage::from_stored(m))).collect()),
                 Err(e) => {
-                    tracing::warn!(topic = %act.container, error = %e, "backlog read failed; retrying in 1 s");
+                    tracing::warn!(topic = %act.core.container, error = %e, "backlog read failed; retrying in 1 s");
                     ctx.run_later(Duration::from_secs(1), move |act, ctx| act.dispatch(id, ctx));
                     None
                 }
@@ -226,27 +169,27 @@ impl TopicActor {
         for message in expired {
             match (key, message.id) {
                 (Some(_), Some(id)) => acks.push((id, message.priority)),
-                _ => self.stats.expired += 1,
+                _ => self.core.counters.expired += 1,
             }
         }
         let (Some(key), false) = (key, acks.is_empty()) else {
             return;
         };
         let op = WriteOp::Ack {
-            container: self.container.clone(),
+            container: self.core.container.clone(),
             key: key.clone(),
             messages: acks,
         };
-        let store = self.store.clone();
+        let store = self.core.store.clone();
         ctx.spawn(async move { store.write(op).await }.into_actor(self).map(|result, act, ctx| {
             match result {
                 Ok(WriteOutcome::Acked { newly_acked }) => {
-                    act.stats.expired += newly_acked;
-                    act.cleanup_needed = true;
-                    act.schedule(ctx);
+                    act.core.counters.expired += newly_acked;
+                    act.core.schedule.need_cleanup();
+                    destination::schedule(act, ctx);
                 }
                 Ok(_) => {}
-                Err(e) => tracing::warn!(topic = %act.container, error = %e, "ack of expired messages failed"),
+                Err(e) => tracing::warn!(topic = %act.core.container, error = %e, "ack of expired messages failed"),
             }
         }));
     }
@@ -272,7 +215,7 @@ impl TopicActor {
     /// Durable subscriptions expiry works for: offline ones (and online ones when the
     /// policy says so).
     fn expiry_subscriptions(&self) -> Vec<SubscriptionKey> {
-        let all = self.policy.expire_online_durable_subscriptions;
+        let all = self.core.policy.expire_online_durable_subscriptions;
         self.durables
             .iter()
             .filter(|(_, d)| all || d.online.is_none())
@@ -280,61 +223,22 @@ impl TopicActor {
             .collect()
     }
 
-    /// Starts the housekeeping timer if there is work for it (an expiration to watch or
-    /// acked messages to clean up) and it is not running. An idle topic has no timer,
-    /// so it costs no wake-ups at all.
-    fn schedule(&mut self, ctx: &mut Context<Self>) {
-        let period = self.policy.expire_messages_period;
-        let work = self.expiry_armed || self.cleanup_needed;
-        if period == 0 || self.stopping || self.timer.is_some() || !work {
-            return;
-        }
-        let every = Duration::from_millis(period);
-        self.timer = Some(ctx.run_interval(every, |act, ctx| act.tick(ctx)));
-    }
-
-    /// Stops the timer when nothing is left for it to do.
-    fn idle_if_done(&mut self, ctx: &mut Context<Self>) {
-        let busy =
-            self.expiry_armed || self.cleanup_needed || self.run_active || self.cleanup_in_flight;
-        if !busy {
-            if let Some(timer) = self.timer.take() {
-                ctx.cancel_future(timer);
-            }
-        }
-    }
-
-    fn tick(&mut self, ctx: &mut Context<Self>) {
-        self.stats.ticks += 1;
-        if !self.stopping && self.cleanup_needed && !self.cleanup_in_flight {
-            self.cleanup(ctx);
-        }
-        if self.run_active || self.stopping || !self.expiry_armed {
-            return;
-        }
-        if self.expiry_subscriptions().is_empty() {
-            return;
-        }
-        self.run_active = true;
-        self.stats.expiry_runs += 1;
-        self.page(ctx);
-    }
-
     /// Runs one expiry page (see the module documentation).
     fn page(&mut self, ctx: &mut Context<Self>) {
         let subscriptions = self.expiry_subscriptions();
-        if self.stopping || subscriptions.is_empty() {
-            self.end_run(ctx);
+        if subscriptions.is_empty() {
+            destination::end_run(self, ctx);
             return;
         }
-        self.page_in_flight = true;
-        self.stats.expiry_pages_started += 1;
-        let (store, budget) = (self.store.clone(), self.budget.clone());
-        let container = self.container.clone();
-        let limit = self.policy.max_expire_page_size.max(1);
+        if !destination::begin_page(self, ctx) {
+            return;
+        }
+        let (store, budget) = (self.core.store.clone(), self.core.budget.clone());
+        let container = self.core.container.clone();
+        let limit = self.core.policy.max_expire_page_size.max(1);
         let fut = async move {
             let Some(permit) = budget.acquire().await else {
-                return Ok((0, 0, false, 0));
+                return Ok((0, 0, false, None));
             };
             let page = store
                 .store()
@@ -351,109 +255,66 @@ impl TopicActor {
                     newly += newly_acked;
                 }
             }
-            Ok::<_, ActorError>((page.rows as u64, newly, page.more, permit.ticket))
+            Ok::<_, ActorError>((page.rows as u64, newly, page.more, Some(permit.ticket)))
         };
-        ctx.spawn(fut.into_actor(self).map(|result, act, ctx| {
-            act.page_in_flight = false;
-            act.stats.expiry_pages += 1;
-            match result {
-                Ok((rows, newly, more, ticket)) => {
-                    act.stats.expired += newly;
-                    act.cleanup_needed |= newly > 0;
-                    act.stats.max_expiry_page_rows = act.stats.max_expiry_page_rows.max(rows);
-                    metrics::histogram!("ebb_expiry_page_rows", "destination" => act.container.clone())
-                        .record(rows as f64);
-                    act.stats.last_page_ticket = ticket;
-                    if more && !act.stopping {
-                        ctx.notify(ExpiryPage);
-                    } else {
-                        if rows == 0 {
-                            act.disarm_if_nothing_expires(ctx);
-                        }
-                        act.end_run(ctx);
-                    }
+        ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
+            Ok((rows, newly, more, ticket)) => {
+                act.core.counters.expired += newly;
+                if newly > 0 {
+                    act.core.schedule.need_cleanup();
                 }
-                Err(e) => {
-                    tracing::warn!(topic = %act.container, error = %e, "expiry page failed; the next tick tries again");
-                    act.end_run(ctx);
-                }
+                destination::page_finished(act, ctx, rows, ticket, more);
             }
+            Err(e) => destination::page_failed(act, ctx, &e),
         }));
     }
 
     /// Deletes one bounded batch of messages every durable subscription has acked; a
     /// full batch sends the next one through the mailbox.
     fn cleanup(&mut self, ctx: &mut Context<Self>) {
-        self.cleanup_needed = false;
-        self.cleanup_in_flight = true;
+        if !self.core.schedule.start_cleanup() {
+            return;
+        }
         // With no durable subscription left, what is stored is needed by nobody.
         let orphans_up_to = self
             .durables
             .is_empty()
-            .then(|| self.store.store().last_assigned_id());
+            .then(|| self.core.store.store().last_assigned_id());
         let op = WriteOp::Cleanup {
-            container: self.container.clone(),
+            container: self.core.container.clone(),
             limit: CLEANUP_BATCH,
             orphans_up_to,
         };
-        let store = self.store.clone();
+        let store = self.core.store.clone();
         ctx.spawn(async move { store.write(op).await }.into_actor(self).map(|result, act, ctx| {
-            act.cleanup_in_flight = false;
             act.stats.cleanup_batches += 1;
-            match result {
+            // A full batch chains the next through the mailbox; a failed one waits
+            // for the next tick.
+            let (full, retry) = match result {
                 Ok(WriteOutcome::Deleted(n)) => {
                     act.stats.cleaned_up += n;
-                    if n >= u64::from(CLEANUP_BATCH) {
-                        act.cleanup_needed = true;
-                        ctx.notify(CleanupBatch);
-                    }
+                    (n >= u64::from(CLEANUP_BATCH), false)
                 }
-                Ok(_) => {}
+                Ok(_) => (false, false),
                 Err(e) => {
-                    act.cleanup_needed = true;
-                    tracing::warn!(topic = %act.container, error = %e, "cleanup failed; the next tick tries again");
+                    tracing::warn!(topic = %act.core.container, error = %e, "cleanup failed; the next tick tries again");
+                    (false, true)
                 }
+            };
+            act.core.schedule.cleanup_finished(full || retry);
+            if full {
+                ctx.notify(CleanupBatch);
             }
-            act.wake_stop_waiters();
-            act.idle_if_done(ctx);
-        }));
-    }
-
-    fn end_run(&mut self, ctx: &mut Context<Self>) {
-        self.run_active = false;
-        self.wake_stop_waiters();
-        self.schedule(ctx);
-        self.idle_if_done(ctx);
-    }
-
-    /// Answers [`StopHousekeeping`] once no page or cleanup batch is in flight.
-    fn wake_stop_waiters(&mut self) {
-        if !self.page_in_flight && !self.cleanup_in_flight {
-            for waiter in self.stop_waiters.drain(..) {
-                let _ = waiter.send(());
-            }
-        }
-    }
-
-    /// After a run that found nothing: stop looking until a message with an
-    /// expiration arrives, if the store holds none (one indexed row at most).
-    fn disarm_if_nothing_expires(&mut self, ctx: &mut Context<Self>) {
-        let store = Arc::clone(self.store.store());
-        let container = self.container.clone();
-        let fut = async move { store.has_expiring(&container).await };
-        ctx.spawn(fut.into_actor(self).map(|result, act, ctx| {
-            if let Ok(false) = result {
-                act.expiry_armed = false;
-                act.idle_if_done(ctx);
-            }
+            act.core.schedule.wake_stop_waiters();
+            destination::idle_if_done(act, ctx);
         }));
     }
 
     /// Loads durable subscriptions and whether any message expires (before any other
     /// message is handled).
     fn load(&mut self, ctx: &mut Context<Self>) {
-        let store = Arc::clone(self.store.store());
-        let container = self.container.clone();
+        let store = Arc::clone(self.core.store.store());
+        let container = self.core.container.clone();
         let fut = async move {
             let mut keys = Vec::new();
             let mut after: Option<SubscriptionKey> = None;
@@ -474,19 +335,23 @@ impl TopicActor {
         ctx.wait(fut.into_actor(self).map(|result, act, ctx| {
             match result {
                 Ok((keys, armed)) => {
-                    act.cleanup_needed = !keys.is_empty();
+                    if !keys.is_empty() {
+                        act.core.schedule.need_cleanup();
+                    }
                     act.durables = keys.into_iter().map(|k| (k, Durable::default())).collect();
-                    act.expiry_armed = armed;
+                    if armed {
+                        act.core.schedule.arm();
+                    }
                 }
                 Err(e) => {
                     // Without its durable subscriptions the topic would not store
                     // what they need: it refuses to run; the next use starts it again.
-                    tracing::error!(topic = %act.container, error = %e, "cannot load durable subscriptions; topic stopped");
+                    tracing::error!(topic = %act.core.container, error = %e, "cannot load durable subscriptions; topic stopped");
                     ctx.stop();
                     return;
                 }
             }
-            act.schedule(ctx);
+            destination::schedule(act, ctx);
         }));
     }
 
@@ -511,7 +376,7 @@ impl TopicActor {
             key,
             mark,
             prefetch,
-            self.policy.prioritized_messages,
+            self.core.policy.prioritized_messages,
             deliver,
         )
         .with_redeliveries(unacked);
@@ -529,169 +394,52 @@ impl Actor for TopicActor {
     }
 }
 
-impl TopicActor {
-    /// The common start of a publish: a message expired on arrival is counted and
-    /// answered; otherwise whether it must be stored (persistent, and some durable
-    /// subscription needs it), arming expiry if it has an expiration.
-    fn accept(
-        &mut self,
-        message: &TopicMessage,
-        ctx: &mut Context<Self>,
-    ) -> Result<bool, PublishOutcome> {
-        if message.is_expired(now_ms()) {
-            self.stats.enqueued += 1;
-            self.stats.expired += 1;
-            return Err(PublishOutcome {
-                id: None,
-                expired_on_arrival: true,
-            });
-        }
-        let store = message.persistent && !self.durables.is_empty();
-        if store && message.expiration > 0 {
-            self.expiry_armed = true;
-            self.schedule(ctx);
-        }
-        Ok(store)
+impl DestinationActor for TopicActor {
+    fn core(&mut self) -> &mut DestinationCore {
+        &mut self.core
     }
 
-    /// Writes `message` (prepared with `xid`) through the store actor.
-    fn store_write(
-        &self,
-        message: &TopicMessage,
-        xid: Option<String>,
-    ) -> impl std::future::Future<Output = Result<i64, ActorError>> {
-        let op = WriteOp::Add(NewMessage {
-            container: self.container.clone(),
-            message_id: message.message_id.clone(),
-            expiration: message.expiration,
-            priority: message.priority,
-            xid,
-            payload: Arc::clone(&message.payload),
-        });
-        // In publish order: cursors see ids in the order the topic releases messages.
-        let write = self.store.write_in_order(op);
-        async move {
-            match write.await? {
-                WriteOutcome::Added(id) => Ok(id),
-                other => unreachable!("an add answers Added, not {other:?}"),
+    /// A persistent message is stored when some durable subscription needs it; a
+    /// stored message with an expiration arms expiry.
+    fn plan(&self, message: &TopicMessage) -> Plan {
+        let store = message.persistent && !self.durables.is_empty();
+        Plan {
+            store,
+            arm_expiry: store && message.expiration > 0,
+        }
+    }
+
+    /// Offers each message to every subscription, in order, and dispatches.
+    fn release(&mut self, messages: Vec<Arc<TopicMessage>>, ctx: &mut Context<Self>) {
+        for message in messages {
+            let ids: Vec<u64> = self.subscriptions.keys().copied().collect();
+            for id in ids {
+                if let Some(sub) = self.subscriptions.get_mut(&id) {
+                    self.stats.discarded += sub.offer(&message);
+                }
+                self.dispatch(id, ctx);
             }
         }
     }
 
-    /// Releases `message` as the next published message (publish order).
-    fn release(&mut self, message: TopicMessage, ctx: &mut Context<Self>) {
-        self.stats.enqueued += 1;
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.complete(seq, Some(Arc::new(message)), ctx);
-    }
-}
-
-impl Handler<Publish> for TopicActor {
-    type Result = ResponseActFuture<Self, Result<PublishOutcome, ActorError>>;
-
-    fn handle(&mut self, msg: Publish, ctx: &mut Context<Self>) -> Self::Result {
-        let message = msg.0;
-        let store = match self.accept(&message, ctx) {
-            Err(outcome) => return Box::pin(fut::ready(Ok(outcome))),
-            Ok(store) => store,
-        };
-        if !store {
-            self.release(message, ctx);
-            let outcome = PublishOutcome {
-                id: None,
-                expired_on_arrival: false,
-            };
-            return Box::pin(fut::ready(Ok(outcome)));
-        }
-        // Reserve the place in publish order now; fill it when the store answers.
-        self.stats.enqueued += 1;
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let write = self.store_write(&message, None);
-        Box::pin(
-            write
-                .into_actor(self)
-                .map(move |result, act, ctx| match result {
-                    Ok(id) => {
-                        let stored = TopicMessage {
-                            id: Some(id),
-                            ..message
-                        };
-                        act.complete(seq, Some(Arc::new(stored)), ctx);
-                        Ok(PublishOutcome {
-                            id: Some(id),
-                            expired_on_arrival: false,
-                        })
-                    }
-                    Err(e) => {
-                        act.complete(seq, None, ctx);
-                        Err(e)
-                    }
-                }),
-        )
-    }
-}
-
-impl Handler<PublishPrepared> for TopicActor {
-    type Result = ResponseActFuture<Self, Result<PublishOutcome, ActorError>>;
-
-    fn handle(&mut self, msg: PublishPrepared, ctx: &mut Context<Self>) -> Self::Result {
-        let PublishPrepared { message, xid } = msg;
-        let store = match self.accept(&message, ctx) {
-            Err(outcome) => return Box::pin(fut::ready(Ok(outcome))),
-            Ok(store) => store,
-        };
-        if !store {
-            self.prepared.entry(xid).or_default().push(message);
-            let outcome = PublishOutcome {
-                id: None,
-                expired_on_arrival: false,
-            };
-            return Box::pin(fut::ready(Ok(outcome)));
-        }
-        let write = self.store_write(&message, Some(xid.clone()));
-        Box::pin(write.into_actor(self).map(move |result, act, _| {
-            let id = result?;
-            let prepared = TopicMessage {
-                id: Some(id),
-                ..message
-            };
-            act.prepared.entry(xid).or_default().push(prepared);
-            Ok(PublishOutcome {
-                id: Some(id),
-                expired_on_arrival: false,
-            })
-        }))
-    }
-}
-
-impl Handler<CommitPrepared> for TopicActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: CommitPrepared, ctx: &mut Context<Self>) {
-        let renumbered: HashMap<i64, i64> = msg.renumbered.into_iter().collect();
-        for message in self.prepared.remove(&msg.xid).unwrap_or_default() {
-            let id = match message.id {
-                // A stored message is visible under its new, highest id.
-                Some(old) => match renumbered.get(&old) {
-                    Some(new) => Some(*new),
-                    None => continue,
-                },
-                None => None,
-            };
-            self.release(TopicMessage { id, ..message }, ctx);
+    /// Starts a cleanup batch if one is due, and an expiry run if expiry is armed and
+    /// some durable subscription is one expiry works for.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        self.core.counters.ticks += 1;
+        self.cleanup(ctx);
+        let has_work = !self.expiry_subscriptions().is_empty();
+        if self.core.schedule.start_run(|| has_work) {
+            self.core.counters.expiry_runs += 1;
+            self.page(ctx);
         }
     }
-}
 
-impl Handler<AbortPrepared> for TopicActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: AbortPrepared, _: &mut Context<Self>) {
-        self.prepared.remove(&msg.xid);
+    fn expiry_page(&mut self, ctx: &mut Context<Self>) {
+        self.page(ctx);
     }
 }
+
+destination_handlers!(TopicActor);
 
 impl Handler<Subscribe> for TopicActor {
     type Result = ResponseActFuture<Self, Result<u64, ActorError>>;
@@ -699,13 +447,13 @@ impl Handler<Subscribe> for TopicActor {
     fn handle(&mut self, msg: Subscribe, _: &mut Context<Self>) -> Self::Result {
         let id = self.next_subscription_id();
         let Some(key) = msg.durable else {
-            let prefetch = msg.prefetch.unwrap_or(self.policy.topic_prefetch);
-            let limit = self.policy.max_pending_non_durable as usize;
+            let prefetch = msg.prefetch.unwrap_or(self.core.policy.topic_prefetch);
+            let limit = self.core.policy.max_pending_non_durable as usize;
             let state = SubscriptionState::non_durable(id, prefetch, limit, msg.deliver);
             self.subscriptions.insert(id, state);
             return Box::pin(fut::ready(Ok(id)));
         };
-        let prefetch = msg.prefetch.unwrap_or(self.policy.durable_prefetch);
+        let prefetch = msg.prefetch.unwrap_or(self.core.policy.durable_prefetch);
         let existed = self.durables.contains_key(&key);
         let durable = self.durables.entry(key.clone()).or_default();
         if durable.online.is_some() {
@@ -716,12 +464,12 @@ impl Handler<Subscribe> for TopicActor {
         }
         durable.online = Some(id);
         let op = WriteOp::Subscribe {
-            container: self.container.clone(),
+            container: self.core.container.clone(),
             key: key.clone(),
             selector: None,
-            prioritized: self.policy.prioritized_messages,
+            prioritized: self.core.policy.prioritized_messages,
         };
-        let store = self.store.clone();
+        let store = self.core.store.clone();
         let deliver = msg.deliver;
         Box::pin(async move { store.write(op).await }.into_actor(self).map(
             move |result, act, ctx| match result {
@@ -763,14 +511,14 @@ impl Handler<Ack> for TopicActor {
         let (Some(key), false) = (key, messages.is_empty()) else {
             return Box::pin(fut::ready(Ok(())));
         };
-        self.cleanup_needed = true;
-        self.schedule(ctx);
+        self.core.schedule.need_cleanup();
+        destination::schedule(self, ctx);
         let op = WriteOp::Ack {
-            container: self.container.clone(),
+            container: self.core.container.clone(),
             key,
             messages,
         };
-        let store = self.store.clone();
+        let store = self.core.store.clone();
         Box::pin(async move { store.write(op).await.map(|_| ()) }.into_actor(self))
     }
 }
@@ -808,10 +556,10 @@ impl Handler<RemoveDurable> for TopicActor {
             )))));
         }
         let op = WriteOp::Unsubscribe {
-            container: self.container.clone(),
+            container: self.core.container.clone(),
             key: key.clone(),
         };
-        let store = self.store.clone();
+        let store = self.core.store.clone();
         Box::pin(async move { store.write(op).await }.into_actor(self).map(
             move |result, act, ctx| {
                 let removed = matches!(result?, WriteOutcome::Unsubscribed(true));
@@ -819,8 +567,8 @@ impl Handler<RemoveDurable> for TopicActor {
                     act.durables.remove(&key);
                 }
                 // Rows only this subscription held are now acked by all (or by none).
-                act.cleanup_needed = true;
-                act.schedule(ctx);
+                act.core.schedule.need_cleanup();
+                destination::schedule(act, ctx);
                 Ok(removed)
             },
         ))
@@ -832,7 +580,7 @@ impl Handler<GetStats> for TopicActor {
 
     fn handle(&mut self, _: GetStats, _: &mut Context<Self>) -> TopicStats {
         TopicStats {
-            expiry_armed: self.expiry_armed,
+            counters: self.core.counters(),
             online_subscriptions: self.subscriptions.len() as u64,
             durable_subscriptions: self.durables.len() as u64,
             ..self.stats.clone()
@@ -840,45 +588,10 @@ impl Handler<GetStats> for TopicActor {
     }
 }
 
-impl Handler<ExpiryPage> for TopicActor {
-    type Result = ();
-
-    fn handle(&mut self, _: ExpiryPage, ctx: &mut Context<Self>) {
-        self.page(ctx);
-    }
-}
-
 impl Handler<CleanupBatch> for TopicActor {
     type Result = ();
 
     fn handle(&mut self, _: CleanupBatch, ctx: &mut Context<Self>) {
-        if !self.stopping && !self.cleanup_in_flight {
-            self.cleanup(ctx);
-        }
-    }
-}
-
-impl Handler<RunHousekeeping> for TopicActor {
-    type Result = ();
-
-    fn handle(&mut self, _: RunHousekeeping, ctx: &mut Context<Self>) {
-        self.tick(ctx);
-    }
-}
-
-impl Handler<StopHousekeeping> for TopicActor {
-    type Result = ResponseFuture<()>;
-
-    fn handle(&mut self, _: StopHousekeeping, ctx: &mut Context<Self>) -> Self::Result {
-        self.stopping = true;
-        if let Some(timer) = self.timer.take() {
-            ctx.cancel_future(timer);
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.stop_waiters.push(tx);
-        self.wake_stop_waiters();
-        Box::pin(async move {
-            let _ = rx.await;
-        })
+        self.cleanup(ctx);
     }
 }

@@ -234,7 +234,7 @@ mod tests {
     fn bad_names_are_refused_with_the_reason() {
         for bad in [
             "",
-            "topic://x",
+            "topic://a://b",
             "a.*",
             "a.>",
             "bad\nname",
@@ -243,6 +243,10 @@ mod tests {
         ] {
             assert!(DestinationKey::parse(bad).is_err(), "{bad:?} accepted");
         }
+        assert!(
+            DestinationKey::topic("topic://x").is_err(),
+            "a plain name has no scheme"
+        );
         assert!(DestinationKey::topic(&"x".repeat(201)).is_err());
         assert!(DestinationKey::topic(&"x".repeat(200)).is_ok());
         assert!(DestinationKey::from_container("jobs").is_err());
@@ -257,7 +261,7 @@ mod tests {
 
     #[test]
     fn keys_sort_topics_first_then_by_name() {
-        let mut keys = vec![
+        let mut keys = [
             DestinationKey::queue("a").unwrap(),
             DestinationKey::topic("b").unwrap(),
             DestinationKey::topic("a").unwrap(),

@@ -1,7 +1,138 @@
-//! What every destination shares.
+//! What every destination shares, as plain parts and one set of handlers.
 //!
-//! - [`key`]: [`DestinationKey`], the one name of a destination inside Ebb.
+//! A destination kind (topic, queue) is an actor of its own file that writes only its
+//! dispatch and its expiry page; everything else is here:
+//!
+//! | part | what it keeps | file |
+//! |---|---|---|
+//! | [`DestinationKey`] | the one name of a destination: kind and plain name | `key.rs` |
+//! | [`PublishOrder`] | the reorder buffer: messages released in publish order | `publish_order.rs` |
+//! | [`PreparedMessages`] | messages of open transactions, renumbered at commit | `prepared.rs` |
+//! | [`HousekeepingSchedule`] | timer, expiry runs and pages, cleanup batches, stop | `schedule.rs` |
+//! | [`DestinationCounters`] | the counters every kind reports | `counters.rs` |
+//! | [`DestinationCore`], [`DestinationActor`] | the above together, and the shared handlers | `core.rs` |
+//!
+//! A new kind of destination adds its actor file (a [`DestinationCore`], the
+//! [`DestinationActor`] methods, [`destination_handlers!`] and its own messages) and
+//! an entry in the registry ([`crate::broker`]).
 
+mod core;
+mod counters;
 pub mod key;
+mod prepared;
+mod publish_order;
+mod schedule;
 
+pub use self::core::{
+    begin_page, commit_prepared, end_run, idle_if_done, now_ms, page_failed, page_finished,
+    publish, schedule, stop_housekeeping, DestinationActor, DestinationCore, ExpiryPage, Plan,
+};
+pub use counters::DestinationCounters;
 pub use key::{DestinationKey, DestinationKind, InvalidDestination, MAX_NAME_BYTES};
+pub use prepared::PreparedMessages;
+pub use publish_order::PublishOrder;
+pub use schedule::{AfterPage, HousekeepingSchedule};
+
+/// Implements, for destination actor `$actor` (a [`DestinationActor`]), the handlers
+/// every destination shares: [`Publish`](crate::messages::Publish),
+/// [`PublishPrepared`](crate::messages::PublishPrepared),
+/// [`CommitPrepared`](crate::messages::CommitPrepared),
+/// [`AbortPrepared`](crate::messages::AbortPrepared),
+/// [`RunHousekeeping`](crate::messages::RunHousekeeping),
+/// [`StopHousekeeping`](crate::messages::StopHousekeeping) and [`ExpiryPage`].
+macro_rules! destination_handlers {
+    ($actor:ty) => {
+        impl actix::Handler<$crate::messages::Publish> for $actor {
+            type Result = actix::ResponseActFuture<
+                Self,
+                Result<$crate::messages::PublishOutcome, $crate::error::ActorError>,
+            >;
+
+            fn handle(
+                &mut self,
+                msg: $crate::messages::Publish,
+                ctx: &mut actix::Context<Self>,
+            ) -> Self::Result {
+                $crate::destination::publish(self, msg.0, None, ctx)
+            }
+        }
+
+        impl actix::Handler<$crate::messages::PublishPrepared> for $actor {
+            type Result = actix::ResponseActFuture<
+                Self,
+                Result<$crate::messages::PublishOutcome, $crate::error::ActorError>,
+            >;
+
+            fn handle(
+                &mut self,
+                msg: $crate::messages::PublishPrepared,
+                ctx: &mut actix::Context<Self>,
+            ) -> Self::Result {
+                $crate::destination::publish(self, msg.message, Some(msg.xid), ctx)
+            }
+        }
+
+        impl actix::Handler<$crate::messages::CommitPrepared> for $actor {
+            type Result = ();
+
+            fn handle(
+                &mut self,
+                msg: $crate::messages::CommitPrepared,
+                ctx: &mut actix::Context<Self>,
+            ) {
+                $crate::destination::commit_prepared(self, &msg.xid, &msg.renumbered, ctx);
+            }
+        }
+
+        impl actix::Handler<$crate::messages::AbortPrepared> for $actor {
+            type Result = ();
+
+            fn handle(
+                &mut self,
+                msg: $crate::messages::AbortPrepared,
+                _: &mut actix::Context<Self>,
+            ) {
+                $crate::destination::DestinationActor::core(self)
+                    .prepared
+                    .abort(&msg.xid);
+            }
+        }
+
+        impl actix::Handler<$crate::messages::RunHousekeeping> for $actor {
+            type Result = ();
+
+            fn handle(
+                &mut self,
+                _: $crate::messages::RunHousekeeping,
+                ctx: &mut actix::Context<Self>,
+            ) {
+                $crate::destination::DestinationActor::tick(self, ctx);
+            }
+        }
+
+        impl actix::Handler<$crate::messages::StopHousekeeping> for $actor {
+            type Result = actix::ResponseFuture<()>;
+
+            fn handle(
+                &mut self,
+                _: $crate::messages::StopHousekeeping,
+                ctx: &mut actix::Context<Self>,
+            ) -> Self::Result {
+                $crate::destination::stop_housekeeping(self, ctx)
+            }
+        }
+
+        impl actix::Handler<$crate::destination::ExpiryPage> for $actor {
+            type Result = ();
+
+            fn handle(
+                &mut self,
+                _: $crate::destination::ExpiryPage,
+                ctx: &mut actix::Context<Self>,
+            ) {
+                $crate::destination::DestinationActor::expiry_page(self, ctx);
+            }
+        }
+    };
+}
+pub(crate) use destination_handlers;

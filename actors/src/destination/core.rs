@@ -1,0 +1,372 @@
+//! [`DestinationCore`] and [`DestinationActor`]: the state and the handlers every
+//! destination actor shares.
+//!
+//! A destination actor (topic, queue, ...) holds a [`DestinationCore`] and implements
+//! [`DestinationActor`]: how it keeps a message it accepts ([`DestinationActor::plan`]),
+//! how it hands released messages on ([`DestinationActor::release`]: its dispatch), and
+//! its housekeeping tick and expiry page. The functions here do the rest, the same way
+//! for every kind: accepting a publish (expired on arrival, store write in publish
+//! order, reorder buffer), transactions (prepared messages, release at commit), the
+//! housekeeping timer, the end of an expiry page, and stop. The
+//! [`destination_handlers!`](crate::destination::destination_handlers) macro wires them
+//! to the actor's [`Publish`], [`PublishPrepared`], [`CommitPrepared`],
+//! [`AbortPrepared`], [`RunHousekeeping`], [`StopHousekeeping`] and [`ExpiryPage`]
+//! handlers.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use ebb_store::{NewMessage, WriteOp, WriteOutcome};
+
+use super::{
+    AfterPage, DestinationCounters, DestinationKey, HousekeepingSchedule, PreparedMessages,
+    PublishOrder,
+};
+use crate::error::ActorError;
+use crate::housekeeping::HousekeepingBudget;
+use crate::messages::{PublishOutcome, TopicMessage};
+use crate::policy::Policy;
+use crate::store_actor::StoreHandle;
+
+/// Wall clock, epoch ms: what expirations are compared with.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The next expiry page of a run: sent by a destination to itself (`ctx.notify`), so
+/// it waits behind the publishes, acks and dispatch already in the mailbox.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ExpiryPage;
+
+/// What every destination actor holds (see the module documentation).
+pub struct DestinationCore {
+    /// Which destination this is.
+    pub key: DestinationKey,
+    /// Its store key (`queue://jobs`), kept as text for the store and log lines.
+    pub container: String,
+    /// The policy that matched its name when it started.
+    pub policy: Policy,
+    /// The store actor (the only writer) and, through it, the pool for reads.
+    pub store: StoreHandle,
+    /// The housekeeping budget every destination's expiry pages share.
+    pub budget: HousekeepingBudget,
+    /// Published messages waiting for earlier ones before release.
+    pub order: PublishOrder<Arc<TopicMessage>>,
+    /// Messages of open transactions.
+    pub prepared: PreparedMessages,
+    /// Timer, expiry runs and pages, cleanup batches, stop.
+    pub schedule: HousekeepingSchedule<SpawnHandle>,
+    /// What every destination counts.
+    pub counters: DestinationCounters,
+}
+
+impl DestinationCore {
+    /// The core of destination `key`.
+    pub fn new(
+        key: DestinationKey,
+        policy: Policy,
+        store: StoreHandle,
+        budget: HousekeepingBudget,
+    ) -> Self {
+        Self {
+            container: key.container(),
+            key,
+            policy,
+            store,
+            budget,
+            order: PublishOrder::default(),
+            prepared: PreparedMessages::default(),
+            schedule: HousekeepingSchedule::default(),
+            counters: DestinationCounters::default(),
+        }
+    }
+
+    /// The counters, with `expiry_armed` as it is now.
+    pub fn counters(&self) -> DestinationCounters {
+        DestinationCounters {
+            expiry_armed: self.schedule.expiry_armed(),
+            ..self.counters.clone()
+        }
+    }
+
+    /// The store row for `message` on this destination (prepared when `xid` is set).
+    pub fn new_message(&self, message: &TopicMessage, xid: Option<String>) -> NewMessage {
+        NewMessage {
+            container: self.container.clone(),
+            message_id: message.message_id.clone(),
+            expiration: message.expiration,
+            priority: message.priority,
+            xid,
+            payload: Arc::clone(&message.payload),
+        }
+    }
+
+    /// Writes `message` through the store actor, queued now in publish order (cursors
+    /// see ids in the order the destination releases messages); answers its store id.
+    fn store_add(
+        &self,
+        message: &TopicMessage,
+        xid: Option<String>,
+    ) -> impl Future<Output = Result<i64, ActorError>> {
+        let write = self
+            .store
+            .write_in_order(WriteOp::Add(self.new_message(message, xid)));
+        async move {
+            match write.await? {
+                WriteOutcome::Added(id) => Ok(id),
+                other => unreachable!("an add answers Added, not {other:?}"),
+            }
+        }
+    }
+}
+
+/// How a destination keeps a message it accepts ([`DestinationActor::plan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Write it to the store (and answer the producer after the commit).
+    pub store: bool,
+    /// It has an expiration housekeeping must watch: arm expiry.
+    pub arm_expiry: bool,
+}
+
+/// A destination actor: what each kind writes itself (see the module documentation).
+pub trait DestinationActor: Actor<Context = Context<Self>> + Handler<ExpiryPage> {
+    /// The shared state.
+    fn core(&mut self) -> &mut DestinationCore;
+
+    /// How a message accepted now (not expired) is kept.
+    fn plan(&self, message: &TopicMessage) -> Plan;
+
+    /// Hands on messages released in publish order (none after a failed write) and
+    /// dispatches.
+    fn release(&mut self, messages: Vec<Arc<TopicMessage>>, ctx: &mut Context<Self>);
+
+    /// A housekeeping tick (the timer, or [`RunHousekeeping`]): count it, start what
+    /// is due.
+    ///
+    /// [`RunHousekeeping`]: crate::messages::RunHousekeeping
+    fn tick(&mut self, ctx: &mut Context<Self>);
+
+    /// The next expiry page of the run under way.
+    fn expiry_page(&mut self, ctx: &mut Context<Self>);
+
+    /// Whether expiry may stop looking once the store holds nothing that expires
+    /// (a queue also holds expiring messages in memory only).
+    fn may_disarm(&self) -> bool {
+        true
+    }
+}
+
+/// Starts the housekeeping timer if there is work for it and it is not running.
+pub fn schedule<A: DestinationActor>(act: &mut A, ctx: &mut Context<A>) {
+    let period = act.core().policy.expire_messages_period;
+    if act.core().schedule.timer_wanted(period) {
+        let every = Duration::from_millis(period);
+        let timer = ctx.run_interval(every, |act, ctx| act.tick(ctx));
+        act.core().schedule.timer_started(timer);
+    }
+}
+
+/// Cancels the timer when nothing is left for it to do.
+pub fn idle_if_done<A: DestinationActor>(act: &mut A, ctx: &mut Context<A>) {
+    if let Some(timer) = act.core().schedule.idle_timer() {
+        ctx.cancel_future(timer);
+    }
+}
+
+/// Starts an expiry page of the run under way: false (and the run is over) when a stop
+/// is under way.
+pub fn begin_page<A: DestinationActor>(act: &mut A, ctx: &mut Context<A>) -> bool {
+    let core = act.core();
+    if !core.schedule.start_page() {
+        end_run(act, ctx);
+        return false;
+    }
+    core.counters.expiry_pages_started += 1;
+    true
+}
+
+/// Ends the expiry run under way: answers a waiting stop, keeps the timer only while
+/// there is work.
+pub fn end_run<A: DestinationActor>(act: &mut A, ctx: &mut Context<A>) {
+    let core = act.core();
+    core.schedule.end_run();
+    core.schedule.wake_stop_waiters();
+    schedule(act, ctx);
+    idle_if_done(act, ctx);
+}
+
+/// An expiry page finished after handling `rows` rows under budget ticket `ticket`;
+/// `full` says more may wait: the next page goes through the mailbox at once, or the
+/// run ends (and a run that found nothing checks whether anything still expires).
+pub fn page_finished<A: DestinationActor>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    rows: u64,
+    ticket: Option<u64>,
+    full: bool,
+) {
+    let core = act.core();
+    let container = core.container.clone();
+    core.counters.page_finished(&container, rows, ticket);
+    match core.schedule.page_finished(full, rows) {
+        AfterPage::NextPage => ctx.notify(ExpiryPage),
+        AfterPage::RunOver { found_nothing } => {
+            if found_nothing {
+                disarm_if_nothing_expires(act, ctx);
+            }
+            end_run(act, ctx);
+        }
+    }
+}
+
+/// An expiry page failed: counted, the run ends, the next tick tries again.
+pub fn page_failed<A: DestinationActor>(act: &mut A, ctx: &mut Context<A>, error: &ActorError) {
+    let core = act.core();
+    core.schedule.page_finished(false, 0);
+    core.counters.page_failed();
+    tracing::warn!(destination = %core.container, %error, "expiry page failed; the next tick tries again");
+    end_run(act, ctx);
+}
+
+/// After a run that found nothing: stop looking until a message with an expiration
+/// arrives, if the store holds none (one indexed row at most) and the actor agrees.
+fn disarm_if_nothing_expires<A: DestinationActor>(act: &mut A, ctx: &mut Context<A>) {
+    let store = Arc::clone(act.core().store.store());
+    let container = act.core().container.clone();
+    let fut = async move { store.has_expiring(&container).await };
+    ctx.spawn(fut.into_actor(act).map(|result, act, ctx| {
+        if let Ok(false) = result {
+            if act.may_disarm() {
+                act.core().schedule.disarm();
+                idle_if_done(act, ctx);
+            }
+        }
+    }));
+}
+
+/// The answer to a publish that was accepted (not expired on arrival).
+fn accepted(id: Option<i64>) -> PublishOutcome {
+    PublishOutcome {
+        id,
+        expired_on_arrival: false,
+    }
+}
+
+/// Accepts a publish, in transaction `xid` or not (see the module documentation).
+///
+/// A message expired on arrival is counted (enqueued and expired) and answered at
+/// once. Otherwise, as [`DestinationActor::plan`] says, it arms expiry, and it is
+/// stored through the store actor and answered after the commit, or kept in memory
+/// and answered at once. Outside a transaction it is released in publish order and
+/// counted as enqueued once accepted; a failed store write answers the error and is
+/// not counted. In a transaction it is kept (stored prepared) until
+/// [`commit_prepared`].
+pub fn publish<A: DestinationActor>(
+    act: &mut A,
+    message: TopicMessage,
+    xid: Option<String>,
+    ctx: &mut Context<A>,
+) -> ResponseActFuture<A, Result<PublishOutcome, ActorError>> {
+    if message.is_expired(now_ms()) {
+        let counters = &mut act.core().counters;
+        counters.enqueued += 1;
+        counters.expired += 1;
+        let outcome = PublishOutcome {
+            id: None,
+            expired_on_arrival: true,
+        };
+        return Box::pin(fut::ready(Ok(outcome)));
+    }
+    let plan = act.plan(&message);
+    if plan.arm_expiry {
+        act.core().schedule.arm();
+        schedule(act, ctx);
+    }
+    let core = act.core();
+    match (xid, plan.store) {
+        (None, false) => {
+            core.counters.enqueued += 1;
+            let released = core.order.push(Arc::new(message));
+            act.release(released, ctx);
+            Box::pin(fut::ready(Ok(accepted(None))))
+        }
+        (None, true) => {
+            // The place in publish order is taken now and filled when the store answers.
+            let place = core.order.reserve();
+            let write = core.store_add(&message, None);
+            Box::pin(write.into_actor(act).map(move |result, act, ctx| {
+                let core = act.core();
+                let (stored, answer) = match result {
+                    Ok(id) => {
+                        core.counters.enqueued += 1;
+                        let stored = TopicMessage {
+                            id: Some(id),
+                            ..message
+                        };
+                        (Some(Arc::new(stored)), Ok(accepted(Some(id))))
+                    }
+                    Err(e) => (None, Err(e)),
+                };
+                let released = core.order.fill(place, stored);
+                act.release(released, ctx);
+                answer
+            }))
+        }
+        (Some(xid), false) => {
+            core.prepared.add(xid, message);
+            Box::pin(fut::ready(Ok(accepted(None))))
+        }
+        (Some(xid), true) => {
+            let write = core.store_add(&message, Some(xid.clone()));
+            Box::pin(write.into_actor(act).map(move |result, act, _| {
+                let id = result?;
+                let prepared = TopicMessage {
+                    id: Some(id),
+                    ..message
+                };
+                act.core().prepared.add(xid, prepared);
+                Ok(accepted(Some(id)))
+            }))
+        }
+    }
+}
+
+/// Transaction `xid` committed in the store (`renumbered`: its rows' `(old, new)` ids):
+/// its messages are released in the order they were sent, and counted as enqueued.
+pub fn commit_prepared<A: DestinationActor>(
+    act: &mut A,
+    xid: &str,
+    renumbered: &[(i64, i64)],
+    ctx: &mut Context<A>,
+) {
+    let core = act.core();
+    let messages = core.prepared.commit(xid, renumbered);
+    core.counters.enqueued += messages.len() as u64;
+    let mut released = Vec::new();
+    for message in messages {
+        released.extend(core.order.push(Arc::new(message)));
+    }
+    act.release(released, ctx);
+}
+
+/// Begins a stop (a step of shutdown): cancels the timer, starts nothing new, and
+/// answers once no page and no cleanup batch is in flight.
+pub fn stop_housekeeping<A: DestinationActor>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+) -> ResponseFuture<()> {
+    let (timer, stopped) = act.core().schedule.stop();
+    if let Some(timer) = timer {
+        ctx.cancel_future(timer);
+    }
+    Box::pin(async move {
+        let _ = stopped.await;
+    })
+}
