@@ -2,29 +2,43 @@
 //!
 //! Each piece of broker state has one owner, an actix actor, and changes only through
 //! messages to it. Logic that can live outside an actor does, in plain structs with
-//! their own unit tests (subscription cursors, policies, the housekeeping budget).
+//! their own unit tests (the parts every destination shares, subscription cursors,
+//! policies, the housekeeping budget); an actor is a thin shell that wires them to its
+//! mailbox.
+//!
+//! ## Map of the crate
 //!
 //! | actor | owns | file |
 //! |---|---|---|
-//! | [`BrokerActor`](broker::BrokerActor) | destination name → actor, policies, shutdown | `broker.rs` |
-//! | [`TopicActor`](topic::TopicActor) | subscriptions, cursors, expiry timer and state | `topic.rs` |
-//! | [`QueueActor`](queue::QueueActor) | consumers, its cursor, redelivery counts, expiry timer | `queue.rs` |
-//! | [`StoreActor`] | the queue of store writes; the only writer | `store_actor.rs` |
+//! | [`BrokerActor`](broker::BrokerActor) (registry) | one map of running destinations by [`DestinationKey`], policies, shutdown | `broker.rs` |
+//! | [`TopicActor`](topic::TopicActor) | subscriptions, durable cursors, cleanup of acked rows | `topic.rs` |
+//! | [`QueueActor`](queue::QueueActor) | consumers, its cursor, redelivery counts, dead letters | `queue.rs` |
+//! | [`StoreActor`] | the queue of store writes; the only writer (group commit) | `store_actor.rs` |
 //!
-//! Plain parts: [`subscription`] (one subscription's cursor and credit), [`queue_cursor`]
-//! (a queue's cursor), [`usage`] (memory limits and producer flow control), [`policy`]
-//! (ActiveMQ-style policy map), [`housekeeping`] (the fair budget of expiry pages),
-//! [`messages`] (what actors exchange).
+//! Plain parts:
+//! - [`destination`]: what every destination shares — [`DestinationKey`] (the one name
+//!   of a destination), the publish-order buffer, prepared messages, the housekeeping
+//!   schedule, the shared counters — and the handlers built on them. A destination
+//!   actor writes only its dispatch and its expiry page; a new kind is its own file
+//!   plus a variant in the registry's [`DestinationAddr`](broker::DestinationAddr).
+//! - [`subscription`] (one topic subscription's cursor and credit), [`queue_cursor`] (a
+//!   queue's cursor), [`usage`] (memory limits and producer flow control), [`policy`]
+//!   (ActiveMQ-style policy map), [`housekeeping`] (the fair budget of expiry pages),
+//!   [`messages`] (what actors exchange).
 //!
 //! ## Await ordering
 //! Which actor may `send().await` which, so that request cycles cannot deadlock:
-//! - embedding API → broker → topic or queue → store actor.
-//! - A queue asks the broker for its dead-letter queue and sends it the dead message,
-//!   both from a spawned future (its mailbox stays free); a dead-letter queue never
-//!   dead-letters, so no cycle of queues can form.
+//! - embedding API → broker (registry) → topic or queue → store actor.
+//! - A queue hands a dead message to the registry ([`RouteDeadLetter`], through a
+//!   `Recipient`: the queue does not know the registry's type), from a spawned future
+//!   (its mailbox stays free); the registry answers with a future that sends it on to
+//!   the dead-letter queue, so the registry's mailbox stays free too. A dead-letter
+//!   queue never dead-letters, so no cycle of queues can form.
 //! - The store actor sends to no actor; it only awaits the database.
-//! - A topic awaits the store only inside spawned actor futures, never while holding
-//!   its mailbox (`ctx.wait` is used once, at start, for a store read).
+//! - A destination awaits the store only inside spawned actor futures, never while
+//!   holding its mailbox (`ctx.wait` is used once, at start, for a store read).
+//!
+//! [`RouteDeadLetter`]: messages::RouteDeadLetter
 
 pub mod broker;
 pub mod destination;

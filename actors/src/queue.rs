@@ -1,14 +1,20 @@
 //! The queue actor: one per queue.
 //!
-//! State it owns: its consumers (prefetch credit and the deliveries each holds), its
-//! cursor ([`QueueCursor`]: what waits, in order, and what to read from the store next),
-//! the release order of published messages, the failed-delivery count of each message
-//! in memory, its housekeeping timer and expiry state, and its counters.
+//! State it owns: its [`DestinationCore`] (publish order, prepared messages, the
+//! housekeeping schedule and the shared counters: see [`crate::destination`]), its
+//! consumers (prefetch credit and the deliveries each holds), its cursor
+//! ([`QueueCursor`]: what waits, in order, and what to read from the store next), the
+//! failed-delivery count of each message in memory, and the counters only a queue
+//! keeps.
 //!
-//! Messages it accepts: [`Publish`], [`PublishPrepared`], [`CommitPrepared`],
-//! [`AbortPrepared`], [`Subscribe`] (non-durable only), [`Ack`], [`Nack`], [`Detach`],
-//! [`GetQueueStats`], [`RunHousekeeping`], [`StopHousekeeping`], [`AcceptDeadLetter`];
-//! and from itself, the timer tick and [`QueueExpiryPage`].
+//! Messages it accepts: those every destination accepts ([`Publish`],
+//! [`PublishPrepared`], [`CommitPrepared`], [`AbortPrepared`], [`RunHousekeeping`],
+//! [`StopHousekeeping`], handled in [`crate::destination`]), and [`Subscribe`]
+//! (non-durable only), [`Ack`], [`Nack`], [`Detach`], [`GetQueueStats`],
+//! [`AcceptDeadLetter`]; from itself, the timer tick and
+//! [`ExpiryPage`](crate::destination::ExpiryPage). It sends dead messages to a
+//! `Recipient` of [`RouteDeadLetter`] (the registry). What it writes itself: its
+//! dispatch (one consumer per message), redelivery and dead letters, its expiry page.
 //!
 //! **Competing consumers.** Each message goes to one consumer: the next one, in
 //! round-robin order, that has free prefetch. An ack (individual or cumulative) deletes

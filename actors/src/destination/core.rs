@@ -8,7 +8,7 @@
 //! for every kind: accepting a publish (expired on arrival, store write in publish
 //! order, reorder buffer), transactions (prepared messages, release at commit), the
 //! housekeeping timer, the end of an expiry page, and stop. The
-//! [`destination_handlers!`](crate::destination::destination_handlers) macro wires them
+//! `destination_handlers!` macro (in `destination/mod.rs`) wires them
 //! to the actor's [`Publish`], [`PublishPrepared`], [`CommitPrepared`],
 //! [`AbortPrepared`], [`RunHousekeeping`], [`StopHousekeeping`] and [`ExpiryPage`]
 //! handlers.

@@ -13,7 +13,7 @@
 //! | [`DestinationCore`], [`DestinationActor`] | the above together, and the shared handlers | `core.rs` |
 //!
 //! A new kind of destination adds its actor file (a [`DestinationCore`], the
-//! [`DestinationActor`] methods, [`destination_handlers!`] and its own messages) and
+//! [`DestinationActor`] methods, `destination_handlers!` and its own messages) and
 //! an entry in the registry ([`crate::broker`]).
 
 mod core;
