@@ -119,7 +119,9 @@ impl Usages {
     fn of(&self, container: &str) -> Arc<Usage> {
         let mut map = self.destinations.lock();
         Arc::clone(map.entry(container.to_string()).or_insert_with(|| {
-            let limit = self.policies.policy_for(container).memory_limit;
+            let limit = ebb_actors::DestinationKey::from_container(container)
+                .map(|key| self.policies.policy_for(&key).memory_limit)
+                .unwrap_or_default();
             self.memory.child(container, limit)
         }))
     }

@@ -156,8 +156,7 @@ pub struct PolicySection {
 /// A queue's name (what follows `queue://`), checked as the broker checks names.
 fn queue_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     let name = String::deserialize(d)?;
-    crate::broker::Destination::parse(&format!("queue://{name}"))
-        .map_err(serde::de::Error::custom)?;
+    ebb_actors::DestinationKey::queue(&name).map_err(serde::de::Error::custom)?;
     Ok(Some(name))
 }
 
@@ -169,29 +168,13 @@ fn pattern<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     Ok(text)
 }
 
-/// Checks a destination pattern: `topic://` or `queue://`, then `.`-separated
-/// segments, each a name, `*`, or (last only) `>`.
+/// Checks a destination pattern ([`ebb_actors::destination::DestinationPattern`]):
+/// `topic://` or `queue://`, then `.`-separated segments, each a name, `*`, or (last
+/// only) `>`.
 pub fn check_pattern(text: &str) -> Result<(), String> {
-    let Some(name) = text
-        .strip_prefix("topic://")
-        .or_else(|| text.strip_prefix("queue://"))
-    else {
-        return Err(format!(
-            "destination pattern `{text}` must start with topic:// or queue://"
-        ));
-    };
-    let segments: Vec<&str> = name.split('.').collect();
-    for (i, segment) in segments.iter().enumerate() {
-        if segment.is_empty() {
-            return Err(format!("destination pattern `{text}` has an empty segment"));
-        }
-        if *segment == ">" && i + 1 != segments.len() {
-            return Err(format!(
-                "destination pattern `{text}`: `>` may only be the last segment"
-            ));
-        }
-    }
-    Ok(())
+    ebb_actors::destination::DestinationPattern::parse(text)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// A count that must be at least 1 (page sizes, prefetch).
@@ -352,13 +335,17 @@ memory_limit = "1mb"
         let usage = c.usage.usage();
         assert_eq!((usage.memory, usage.store), (64 << 20, 10 << 30));
         assert!(!usage.send_fail_if_no_space);
-        let q = c.policies().policy_for("queue://jobs.eu");
+        let q = c
+            .policies()
+            .policy_for(&ebb_actors::DestinationKey::queue("jobs.eu").unwrap());
         assert_eq!((q.maximum_redeliveries, q.memory_limit), (2, 1 << 20));
         assert_eq!(q.dead_letter_queue_for("jobs.eu"), "ActiveMQ.DLQ");
         assert_eq!(q.queue_prefetch, 1000);
         assert_eq!(c.store.url.as_deref(), Some("sqlite://ebb-data/ebb.db"));
         assert_eq!(c.stomp.max_frame_size, Some(ByteSize(64 * 1024)));
-        let p = c.policies().policy_for("topic://orders");
+        let p = c
+            .policies()
+            .policy_for(&ebb_actors::DestinationKey::topic("orders").unwrap());
         assert_eq!(p.max_expire_page_size, 400);
         assert_eq!(p.durable_prefetch, 100);
     }

@@ -111,7 +111,7 @@ impl BrokerActor {
         if self.shutting_down {
             return Err(ActorError::ShuttingDown);
         }
-        let policy = self.policies.policy_for(&key.container());
+        let policy = self.policies.policy_for(&key);
         let (store, budget) = (self.store.clone(), self.budget.clone());
         let addr = match key.kind() {
             DestinationKind::Topic => {

@@ -4,7 +4,10 @@
 //! segments may be `*` (exactly one segment) or end with `>` (every remaining segment,
 //! at least zero): `topic://>` matches every topic, `topic://orders.*` matches
 //! `topic://orders.eu` but not `topic://orders.eu.north`. The first entry that matches
-//! wins; a destination no entry matches gets [`Policy::default`].
+//! wins; a destination no entry matches gets [`Policy::default`]. Patterns are
+//! [`DestinationPattern`]s.
+
+use crate::destination::{DestinationKey, DestinationPattern};
 
 /// Per-destination settings. Names follow ActiveMQ's `PolicyEntry` in snake_case.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +90,7 @@ impl Default for Policy {
 /// A pattern and the policy for what it matches.
 #[derive(Debug, Clone)]
 pub struct PolicyEntry {
+    /// A [`DestinationPattern`], e.g. `queue://jobs.>`.
     pub destination: String,
     pub policy: Policy,
 }
@@ -98,36 +102,26 @@ pub struct PolicyMap {
 }
 
 impl PolicyMap {
-    /// The policy of `destination` (e.g. `topic://orders`).
-    pub fn policy_for(&self, destination: &str) -> Policy {
+    /// The policy of destination `key`: the first entry whose pattern matches it (an
+    /// entry whose pattern does not parse matches nothing), or the default.
+    pub fn policy_for(&self, key: &DestinationKey) -> Policy {
         self.entries
             .iter()
-            .find(|e| matches(&e.destination, destination))
+            .find(|e| DestinationPattern::parse(&e.destination).is_ok_and(|p| p.matches(key)))
             .map(|e| e.policy.clone())
             .unwrap_or_default()
     }
 }
 
-/// Whether `pattern` matches `destination` (both with their `topic://`/`queue://`).
+/// Whether `pattern` ([`DestinationPattern`]) matches `destination` (a store key such as
+/// `topic://orders`). False when either does not parse.
 pub fn matches(pattern: &str, destination: &str) -> bool {
-    let (Some((pk, pname)), Some((dk, dname))) =
-        (pattern.split_once("://"), destination.split_once("://"))
-    else {
-        return false;
-    };
-    if pk != dk {
-        return false;
-    }
-    let mut p = pname.split('.');
-    let mut d = dname.split('.');
-    loop {
-        match (p.next(), d.next()) {
-            (Some(">"), _) => return true,
-            (Some("*"), Some(_)) => {}
-            (Some(a), Some(b)) if a == b => {}
-            (None, None) => return true,
-            _ => return false,
-        }
+    match (
+        DestinationPattern::parse(pattern),
+        DestinationKey::from_container(destination),
+    ) {
+        (Ok(pattern), Ok(key)) => pattern.matches(&key),
+        _ => false,
     }
 }
 
@@ -171,8 +165,9 @@ mod tests {
                 },
             ],
         };
-        assert_eq!(map.policy_for("topic://fast.x"), fast);
-        assert_eq!(map.policy_for("topic://slow").max_expire_page_size, 5);
-        assert_eq!(map.policy_for("queue://q"), Policy::default());
+        let key = |k| DestinationKey::from_container(k).unwrap();
+        assert_eq!(map.policy_for(&key("topic://fast.x")), fast);
+        assert_eq!(map.policy_for(&key("topic://slow")).max_expire_page_size, 5);
+        assert_eq!(map.policy_for(&key("queue://q")), Policy::default());
     }
 }

@@ -109,11 +109,17 @@ impl DestinationCore {
 
     /// Writes `message` through the store actor, queued now in publish order (cursors
     /// see ids in the order the destination releases messages); answers its store id.
+    /// `expiring`: the message has an expiration housekeeping watches; the write is
+    /// counted in flight (the caller counts it finished when it is answered).
     fn store_add(
-        &self,
+        &mut self,
         message: &TopicMessage,
         xid: Option<String>,
+        expiring: bool,
     ) -> impl Future<Output = Result<i64, ActorError>> {
+        if expiring {
+            self.schedule.expiring_write_started();
+        }
         let write = self
             .store
             .write_in_order(WriteOp::Add(self.new_message(message, xid)));
@@ -236,15 +242,19 @@ pub fn page_failed<A: DestinationActor>(act: &mut A, ctx: &mut Context<A>, error
 }
 
 /// After a run that found nothing: stop looking until a message with an expiration
-/// arrives, if the store holds none (one indexed row at most) and the actor agrees.
+/// arrives, if the store holds none (one indexed row at most) and the actor agrees. No
+/// check while an expiring message's write is in flight, and a check that an arriving
+/// expiring message overtook is dropped: a message being stored is never missed.
 fn disarm_if_nothing_expires<A: DestinationActor>(act: &mut A, ctx: &mut Context<A>) {
+    let Some(token) = act.core().schedule.disarm_check() else {
+        return;
+    };
     let store = Arc::clone(act.core().store.store());
     let container = act.core().container.clone();
     let fut = async move { store.has_expiring(&container).await };
-    ctx.spawn(fut.into_actor(act).map(|result, act, ctx| {
+    ctx.spawn(fut.into_actor(act).map(move |result, act, ctx| {
         if let Ok(false) = result {
-            if act.may_disarm() {
-                act.core().schedule.disarm();
+            if act.may_disarm() && act.core().schedule.disarm_if_unchanged(token) {
                 idle_if_done(act, ctx);
             }
         }
@@ -300,9 +310,12 @@ pub fn publish<A: DestinationActor>(
         (None, true) => {
             // The place in publish order is taken now and filled when the store answers.
             let place = core.order.reserve();
-            let write = core.store_add(&message, None);
+            let write = core.store_add(&message, None, plan.arm_expiry);
             Box::pin(write.into_actor(act).map(move |result, act, ctx| {
                 let core = act.core();
+                if plan.arm_expiry {
+                    core.schedule.expiring_write_finished();
+                }
                 let (stored, answer) = match result {
                     Ok(id) => {
                         core.counters.enqueued += 1;
@@ -324,8 +337,11 @@ pub fn publish<A: DestinationActor>(
             Box::pin(fut::ready(Ok(accepted(None))))
         }
         (Some(xid), true) => {
-            let write = core.store_add(&message, Some(xid.clone()));
+            let write = core.store_add(&message, Some(xid.clone()), plan.arm_expiry);
             Box::pin(write.into_actor(act).map(move |result, act, _| {
+                if plan.arm_expiry {
+                    act.core().schedule.expiring_write_finished();
+                }
                 let id = result?;
                 let prepared = TopicMessage {
                     id: Some(id),

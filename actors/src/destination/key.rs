@@ -201,6 +201,61 @@ impl fmt::Display for DestinationKey {
     }
 }
 
+/// A pattern over destination names, as ActiveMQ's policy and authorization maps use:
+/// `topic://` or `queue://`, then `.`-separated segments, each a name, `*` (exactly one
+/// segment) or, last only, `>` (every remaining segment, at least zero). `topic://>`
+/// matches every topic; `topic://orders.*` matches `topic://orders.eu` but not
+/// `topic://orders.eu.north`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestinationPattern {
+    kind: DestinationKind,
+    segments: Vec<String>,
+}
+
+impl DestinationPattern {
+    /// Parses `text`; the error says what is wrong with it.
+    pub fn parse(text: &str) -> Result<Self, InvalidDestination> {
+        let invalid = |reason| InvalidDestination {
+            name: text.to_string(),
+            reason,
+        };
+        let (kind, name) = DestinationKey::split_container(text)
+            .ok_or_else(|| invalid("a destination pattern starts with topic:// or queue://"))?;
+        let segments: Vec<String> = name.split('.').map(str::to_string).collect();
+        if segments.iter().any(|s| s.is_empty()) {
+            return Err(invalid("a destination pattern has no empty segment"));
+        }
+        if segments.iter().rev().skip(1).any(|s| s == ">") {
+            return Err(invalid("`>` may only be the last segment of a pattern"));
+        }
+        Ok(Self { kind, segments })
+    }
+
+    /// Whether `key` is one of the destinations the pattern names.
+    pub fn matches(&self, key: &DestinationKey) -> bool {
+        if self.kind != key.kind {
+            return false;
+        }
+        let mut names = key.name.split('.');
+        for segment in &self.segments {
+            match (segment.as_str(), names.next()) {
+                (">", _) => return true,
+                ("*", Some(_)) => {}
+                (a, Some(b)) if a == b => {}
+                _ => return false,
+            }
+        }
+        names.next().is_none()
+    }
+}
+
+/// The pattern's text (`topic://orders.>`).
+impl fmt::Display for DestinationPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}", self.kind.as_str(), self.segments.join("."))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,5 +324,35 @@ mod tests {
         keys.sort();
         let shown: Vec<String> = keys.iter().map(|k| k.container()).collect();
         assert_eq!(shown, ["topic://a", "topic://b", "queue://a"]);
+    }
+
+    #[test]
+    fn patterns_follow_activemq_wildcards() {
+        let m = |p: &str, k: &str| {
+            DestinationPattern::parse(p)
+                .unwrap()
+                .matches(&DestinationKey::from_container(k).unwrap())
+        };
+        assert!(m("topic://>", "topic://orders"));
+        assert!(m("topic://>", "topic://a.b.c"));
+        assert!(!m("topic://>", "queue://orders"));
+        assert!(m("topic://orders.*", "topic://orders.eu"));
+        assert!(!m("topic://orders.*", "topic://orders.eu.north"));
+        assert!(!m("topic://orders.*", "topic://orders"));
+        assert!(m("topic://orders.>", "topic://orders.eu.north"));
+        assert!(m("topic://orders.>", "topic://orders"));
+        assert!(m("topic://*.eu", "topic://orders.eu"));
+        assert!(m("topic://orders", "topic://orders"));
+        assert!(!m("topic://orders", "topic://orders2"));
+        assert!(!m("topic://orders", "topic://orders.eu"));
+        for bad in ["orders", "topic://a..b", "topic://>.a", "queue://"] {
+            assert!(DestinationPattern::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(
+            DestinationPattern::parse("queue://jobs.>")
+                .unwrap()
+                .to_string(),
+            "queue://jobs.>"
+        );
     }
 }

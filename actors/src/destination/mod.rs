@@ -5,7 +5,7 @@
 //!
 //! | part | what it keeps | file |
 //! |---|---|---|
-//! | [`DestinationKey`] | the one name of a destination: kind and plain name | `key.rs` |
+//! | [`DestinationKey`], [`DestinationPattern`] | the one name of a destination (kind and plain name), and patterns over names | `key.rs` |
 //! | [`PublishOrder`] | the reorder buffer: messages released in publish order | `publish_order.rs` |
 //! | [`PreparedMessages`] | messages of open transactions, renumbered at commit | `prepared.rs` |
 //! | [`HousekeepingSchedule`] | timer, expiry runs and pages, cleanup batches, stop | `schedule.rs` |
@@ -28,7 +28,9 @@ pub use self::core::{
     publish, schedule, stop_housekeeping, DestinationActor, DestinationCore, ExpiryPage, Plan,
 };
 pub use counters::DestinationCounters;
-pub use key::{DestinationKey, DestinationKind, InvalidDestination, MAX_NAME_BYTES};
+pub use key::{
+    DestinationKey, DestinationKind, DestinationPattern, InvalidDestination, MAX_NAME_BYTES,
+};
 pub use prepared::PreparedMessages;
 pub use publish_order::PublishOrder;
 pub use schedule::{AfterPage, HousekeepingSchedule};

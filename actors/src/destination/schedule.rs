@@ -22,6 +22,11 @@ use tokio::sync::oneshot;
 pub struct HousekeepingSchedule<H> {
     timer: Option<H>,
     expiry_armed: bool,
+    /// Bumped by every [`Self::arm`]: a disarm check that saw another value is stale.
+    arm_epoch: u64,
+    /// Store writes of messages with an expiration not yet answered: the store may not
+    /// show them to a disarm check yet.
+    expiring_writes: u64,
     run_active: bool,
     page_in_flight: bool,
     cleanup_needed: bool,
@@ -35,6 +40,8 @@ impl<H> Default for HousekeepingSchedule<H> {
         Self {
             timer: None,
             expiry_armed: false,
+            arm_epoch: 0,
+            expiring_writes: 0,
             run_active: false,
             page_in_flight: false,
             cleanup_needed: false,
@@ -65,11 +72,35 @@ impl<H> HousekeepingSchedule<H> {
     /// A message with an expiration arrived (or the store holds one): expiry looks.
     pub fn arm(&mut self) {
         self.expiry_armed = true;
+        self.arm_epoch += 1;
     }
 
-    /// Nothing expires any more (checked by the destination): expiry stops looking.
-    pub fn disarm(&mut self) {
+    /// A store write of a message with an expiration started.
+    pub fn expiring_write_started(&mut self) {
+        self.expiring_writes += 1;
+    }
+
+    /// A store write of a message with an expiration was answered (committed or not).
+    pub fn expiring_write_finished(&mut self) {
+        self.expiring_writes = self.expiring_writes.saturating_sub(1);
+    }
+
+    /// Before asking the store whether anything still expires: `None` when the answer
+    /// could not be trusted (a write of an expiring message is in flight, so the store
+    /// may not show it yet); otherwise the token to give [`Self::disarm_if_unchanged`].
+    pub fn disarm_check(&self) -> Option<u64> {
+        (self.expiring_writes == 0).then_some(self.arm_epoch)
+    }
+
+    /// The store holds nothing that expires, as of the check that returned `token`:
+    /// expiry stops looking, unless a message with an expiration arrived since (then
+    /// the answer is stale and expiry stays armed). True when it disarmed.
+    pub fn disarm_if_unchanged(&mut self, token: u64) -> bool {
+        if token != self.arm_epoch {
+            return false;
+        }
         self.expiry_armed = false;
+        true
     }
 
     /// True once stop has begun: nothing new starts.
@@ -210,7 +241,8 @@ mod tests {
         s.timer_started("timer");
         assert!(!s.timer_wanted(1000), "one timer at a time");
         assert_eq!(s.idle_timer(), None, "armed: the timer stays");
-        s.disarm();
+        let token = s.disarm_check().unwrap();
+        assert!(s.disarm_if_unchanged(token));
         assert_eq!(s.idle_timer(), Some("timer"));
         s.need_cleanup();
         assert!(s.timer_wanted(1000), "a cleanup due is work too");
@@ -282,6 +314,26 @@ mod tests {
         assert!(!s.start_cleanup(), "no batch after stop");
         s.wake_stop_waiters();
         assert!(stopped.try_recv().is_ok());
+    }
+
+    #[test]
+    fn a_disarm_check_never_races_an_expiring_message() {
+        let mut s = Schedule::default();
+        s.arm();
+        s.expiring_write_started();
+        assert_eq!(
+            s.disarm_check(),
+            None,
+            "the store may not show the write yet"
+        );
+        s.expiring_write_finished();
+        let token = s.disarm_check().expect("nothing in flight");
+        s.arm();
+        assert!(!s.disarm_if_unchanged(token), "armed again since the check");
+        assert!(s.expiry_armed());
+        let token = s.disarm_check().unwrap();
+        assert!(s.disarm_if_unchanged(token));
+        assert!(!s.expiry_armed());
     }
 
     #[test]
