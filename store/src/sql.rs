@@ -31,6 +31,22 @@ pub(crate) fn deleted(lengths: Vec<i64>, bytes: &mut i64) -> u64 {
     lengths.len() as u64
 }
 
+/// The `LIKE` pattern (with `ESCAPE '!'`) that matches every text starting with
+/// `prefix`, taken literally: `%`, `_` and the escape character `!` itself are escaped.
+/// `!` rather than a backslash, which PostgreSQL reads as a string escape when
+/// `standard_conforming_strings` is off.
+pub(crate) fn like_prefix(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '%' | '_' | '!') {
+            pattern.push('!');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
 /// Pads `ids` (1 to 512 of them) to the smallest [`REMOVE_SIZES`] entry that holds
 /// them, by repeating the last id (an `IN` list matches a row once). Returns the
 /// index of the statement text and the ids to bind.
@@ -712,16 +728,17 @@ macro_rules! impl_sql_store {
                     .await
             }
 
-            /// [`WriteOp::RollbackAbandoned`](crate::WriteOp::RollbackAbandoned):
-            /// returns how many messages it deleted.
+            /// [`WriteOp::RollbackAbandoned`](crate::WriteOp::RollbackAbandoned): the
+            /// prefix is matched literally, `%` and `_` included
+            /// ([`like_prefix`](crate::sql::like_prefix)); returns how many messages it
+            /// deleted.
             async fn rollback_abandoned(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 xid_prefix: &str,
                 bytes: &mut i64,
             ) -> $crate::Result<u64> {
-                let escaped = xid_prefix.replace(['%', '_'], "");
-                let pattern = format!("{escaped}%");
+                let pattern = $crate::sql::like_prefix(xid_prefix);
                 self.delete_prepared(conn, &self.sql.delete_prepared_prefix, &pattern, bytes)
                     .await
             }
@@ -1161,7 +1178,15 @@ pub(crate) use impl_sql_store;
 
 #[cfg(test)]
 mod tests {
-    use super::padded;
+    use super::{like_prefix, padded};
+
+    #[test]
+    fn like_prefixes_are_taken_literally() {
+        assert_eq!(like_prefix("stomp:"), "stomp:%");
+        assert_eq!(like_prefix("my_app:"), "my!_app:%");
+        assert_eq!(like_prefix("50%!"), "50!%!!%");
+        assert_eq!(like_prefix(""), "%");
+    }
 
     #[test]
     fn remove_lists_are_padded_to_four_sizes() {
