@@ -99,7 +99,7 @@ fn group_commit(c: &mut Criterion) {
                                 actix_rt::spawn(async move {
                                     for i in 0..per_writer {
                                         let m = message("queue://bench", w * per_writer + i, 0);
-                                        handle.write(WriteOp::Add(m)).await.unwrap();
+                                        handle.add(m).await.unwrap();
                                     }
                                 })
                             })

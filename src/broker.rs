@@ -23,7 +23,7 @@ use ebb_actors::queue::QueueActor;
 use ebb_actors::topic::TopicActor;
 use ebb_actors::usage::Usage;
 use ebb_actors::{StoreActorConfig, StoreHandle};
-use ebb_store::{MessageStore, Payload, StoreOptions, SubscriptionKey, WriteOp, WriteOutcome};
+use ebb_store::{MessageStore, Payload, StoreOptions, SubscriptionKey};
 use futures::Stream;
 use std::collections::HashMap;
 use tokio::sync::mpsc;
@@ -811,15 +811,7 @@ impl Broker {
     /// under new, highest ids (so no subscription's mark can already be past them);
     /// then each destination delivers them.
     pub async fn commit_prepared(&self, xid: &str, destinations: &[String]) -> Result<(), Error> {
-        let committed = self
-            .store
-            .write(WriteOp::Commit {
-                xid: xid.to_string(),
-            })
-            .await?;
-        let WriteOutcome::Committed(renumbered) = committed else {
-            unreachable!("a commit answers Committed");
-        };
+        let renumbered = self.store.commit(xid.to_string()).await?;
         self.tell(destinations, || CommitPrepared {
             xid: xid.to_string(),
             renumbered: renumbered.clone(),
@@ -842,11 +834,7 @@ impl Broker {
 
     /// Rolls back transaction `xid`: its stored messages are deleted, none is delivered.
     pub async fn rollback_prepared(&self, xid: &str, destinations: &[String]) -> Result<(), Error> {
-        self.store
-            .write(WriteOp::Rollback {
-                xid: xid.to_string(),
-            })
-            .await?;
+        self.store.rollback(xid.to_string()).await?;
         self.tell(destinations, || AbortPrepared {
             xid: xid.to_string(),
         })
@@ -857,13 +845,10 @@ impl Broker {
     /// `xid_prefix`: transactions a previous run left open when it stopped. Call it at
     /// start. Returns how many messages it deleted.
     pub async fn rollback_abandoned(&self, xid_prefix: &str) -> Result<u64, Error> {
-        let op = WriteOp::RollbackAbandoned {
-            xid_prefix: xid_prefix.to_string(),
-        };
-        match self.store.write(op).await? {
-            WriteOutcome::Deleted(n) => Ok(n),
-            other => unreachable!("a rollback answers Deleted, not {other:?}"),
-        }
+        Ok(self
+            .store
+            .rollback_abandoned(xid_prefix.to_string())
+            .await?)
     }
 
     /// Subscribes to destination `name` (as for [`Broker::send`]). On a queue the

@@ -5,6 +5,12 @@
 //! [`Flush`] (answered once every write queued before it is committed) and [`Close`]
 //! (flush, close the pool, refuse later writes).
 //!
+//! **Typed writes.** Callers use [`StoreHandle`]'s methods, one per [`WriteOp`]
+//! variant, each answering with the value of its outcome: [`StoreHandle::add`] the new
+//! id, [`StoreHandle::commit`] the renumbering, [`StoreHandle::remove`] the rows
+//! deleted, and so on. A destination stores its publishes with
+//! [`StoreHandle::add_in_order`], so their ids follow publish order.
+//!
 //! **Group commit.** At most one transaction is in flight. Writes that arrive meanwhile
 //! wait in the queue and go together into the next transaction (at most
 //! [`StoreActorConfig::max_batch`] ops), so many producers share one commit (one fsync).
@@ -22,10 +28,13 @@
 //! than that many writes: a flood of writers waits instead of growing the queue.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use ebb_store::{MessageStore, WriteOp, WriteOutcome};
+use ebb_store::{
+    DurableSubscription, MessageStore, NewMessage, SubscriptionKey, WriteOp, WriteOutcome,
+};
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::error::ActorError;
@@ -222,6 +231,9 @@ impl StoreHandle {
     ///
     /// Errors: [`ActorError::Store`] when its transaction failed (nothing of it was
     /// committed; the write may be retried), [`ActorError::Closed`] after [`Close`].
+    ///
+    /// The untyped form of the methods below, which answer with the value of the op's
+    /// outcome; prefer those.
     pub async fn write(&self, op: WriteOp) -> Result<WriteOutcome, ActorError> {
         let _permit = self
             .permits
@@ -237,16 +249,196 @@ impl StoreHandle {
     /// publish order), whatever order their futures are polled in. A destination's
     /// cursor relies on it. The bound on outstanding writes is taken if free and not
     /// waited for (the caller is an actor; producer flow control bounds what it sends).
+    ///
+    /// The untyped form of [`Self::add_in_order`] and [`Self::dead_letter_in_order`].
     pub fn write_in_order(
         &self,
         op: WriteOp,
-    ) -> impl std::future::Future<Output = Result<WriteOutcome, ActorError>> {
+    ) -> impl Future<Output = Result<WriteOutcome, ActorError>> {
         let permit = Arc::clone(&self.permits).try_acquire_owned().ok();
         let request = self.addr.send(Write(op));
         async move {
             let _permit = permit;
             request.await?
         }
+    }
+
+    // Typed writes: one per `WriteOp` variant (documented there), each answered after
+    // its transaction commits, with the errors of `write`, and with the value of the
+    // op's outcome. An outcome of the wrong kind (a store that broke its contract) is
+    // `ActorError::Store` with `StoreError::WrongOutcome`.
+
+    /// [`WriteOp::Add`]: stores `message`; returns its new id.
+    pub async fn add(&self, message: NewMessage) -> Result<i64, ActorError> {
+        Ok(self.write(WriteOp::Add(message)).await?.added()?)
+    }
+
+    /// [`Self::add`] in the caller's order, as [`Self::write_in_order`]: a destination
+    /// stores its publishes with this, so their ids follow publish order.
+    pub fn add_in_order(
+        &self,
+        message: NewMessage,
+    ) -> impl Future<Output = Result<i64, ActorError>> {
+        let write = self.write_in_order(WriteOp::Add(message));
+        async move { Ok(write.await?.added()?) }
+    }
+
+    /// [`WriteOp::Subscribe`]: creates durable subscription `key` on `container` unless
+    /// it exists; returns it as stored (created, or as it already was).
+    pub async fn subscribe(
+        &self,
+        container: String,
+        key: SubscriptionKey,
+        selector: Option<String>,
+        prioritized: bool,
+    ) -> Result<DurableSubscription, ActorError> {
+        let op = WriteOp::Subscribe {
+            container,
+            key,
+            selector,
+            prioritized,
+        };
+        Ok(self.write(op).await?.subscribed()?)
+    }
+
+    /// [`WriteOp::Unsubscribe`]: removes durable subscription `key` of `container`;
+    /// returns whether it existed.
+    pub async fn unsubscribe(
+        &self,
+        container: String,
+        key: SubscriptionKey,
+    ) -> Result<bool, ActorError> {
+        let op = WriteOp::Unsubscribe { container, key };
+        Ok(self.write(op).await?.unsubscribed()?)
+    }
+
+    /// [`WriteOp::Ack`]: individual acks of `(id, priority)` for subscription `key`;
+    /// returns how many of them were not yet done for it.
+    pub async fn ack(
+        &self,
+        container: String,
+        key: SubscriptionKey,
+        messages: Vec<(i64, u8)>,
+    ) -> Result<u64, ActorError> {
+        let op = WriteOp::Ack {
+            container,
+            key,
+            messages,
+        };
+        Ok(self.write(op).await?.acked()?)
+    }
+
+    /// [`WriteOp::AckUpTo`]: cumulative ack up to id `up_to` (of `priority`, or of
+    /// every priority with `None`); returns whether any mark moved.
+    pub async fn ack_up_to(
+        &self,
+        container: String,
+        key: SubscriptionKey,
+        priority: Option<u8>,
+        up_to: i64,
+    ) -> Result<bool, ActorError> {
+        let op = WriteOp::AckUpTo {
+            container,
+            key,
+            priority,
+            up_to,
+        };
+        Ok(self.write(op).await?.acked_up_to()?)
+    }
+
+    /// [`WriteOp::Commit`]: makes prepared transaction `xid` visible; returns
+    /// `(old id, new id)` of each of its messages, in old-id order.
+    pub async fn commit(&self, xid: String) -> Result<Vec<(i64, i64)>, ActorError> {
+        Ok(self.write(WriteOp::Commit { xid }).await?.committed()?)
+    }
+
+    /// [`WriteOp::Rollback`]: deletes the messages of prepared transaction `xid`;
+    /// returns how many.
+    pub async fn rollback(&self, xid: String) -> Result<u64, ActorError> {
+        Ok(self.write(WriteOp::Rollback { xid }).await?.deleted()?)
+    }
+
+    /// [`WriteOp::RollbackAbandoned`]: deletes the messages of every prepared
+    /// transaction whose xid starts with `xid_prefix` (taken literally, `%` and `_`
+    /// included); returns how many.
+    pub async fn rollback_abandoned(&self, xid_prefix: String) -> Result<u64, ActorError> {
+        let op = WriteOp::RollbackAbandoned { xid_prefix };
+        Ok(self.write(op).await?.deleted()?)
+    }
+
+    /// [`WriteOp::Cleanup`]: deletes up to `limit` messages of topic `container` that
+    /// every durable subscription has acked (or, with no subscription, those with
+    /// `id <= orphans_up_to`); returns how many.
+    pub async fn cleanup(
+        &self,
+        container: String,
+        limit: u32,
+        orphans_up_to: Option<i64>,
+    ) -> Result<u64, ActorError> {
+        let op = WriteOp::Cleanup {
+            container,
+            limit,
+            orphans_up_to,
+        };
+        Ok(self.write(op).await?.deleted()?)
+    }
+
+    /// [`WriteOp::Remove`]: deletes rows `ids` of queue `container` (prepared ones
+    /// excepted); returns how many it deleted.
+    pub async fn remove(&self, container: String, ids: Vec<i64>) -> Result<u64, ActorError> {
+        Ok(self
+            .write(WriteOp::Remove { container, ids })
+            .await?
+            .deleted()?)
+    }
+
+    /// [`WriteOp::ExpireQueue`]: one expiry page of queue `container`, at most `limit`
+    /// rows expired at `now_ms` (epoch ms); returns the deleted ids, ascending.
+    pub async fn expire_queue(
+        &self,
+        container: String,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<i64>, ActorError> {
+        let op = WriteOp::ExpireQueue {
+            container,
+            now_ms,
+            limit,
+        };
+        Ok(self.write(op).await?.removed()?)
+    }
+
+    /// [`WriteOp::DeadLetter`]: moves row `id` of `container` to `message` (normally
+    /// on a dead-letter queue); returns the copy's new id, or `None` when the row was
+    /// already gone and nothing was added.
+    pub async fn dead_letter(
+        &self,
+        container: String,
+        id: i64,
+        message: NewMessage,
+    ) -> Result<Option<i64>, ActorError> {
+        let op = WriteOp::DeadLetter {
+            container,
+            id,
+            message,
+        };
+        Ok(self.write(op).await?.dead_lettered()?)
+    }
+
+    /// [`Self::dead_letter`] in the caller's order, as [`Self::write_in_order`]: a
+    /// dead-letter queue stores what it accepts with this, in its publish order.
+    pub fn dead_letter_in_order(
+        &self,
+        container: String,
+        id: i64,
+        message: NewMessage,
+    ) -> impl Future<Output = Result<Option<i64>, ActorError>> {
+        let write = self.write_in_order(WriteOp::DeadLetter {
+            container,
+            id,
+            message,
+        });
+        async move { Ok(write.await?.dead_lettered()?) }
     }
 
     /// Waits until every write sent before this call is committed or failed.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use common::{message, TestStore};
 use ebb_actors::{ActorError, StoreActorConfig, StoreHandle};
-use ebb_store::{StoreOptions, WriteOp, WriteOutcome};
+use ebb_store::StoreOptions;
 use parking_lot::Mutex;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -91,29 +91,25 @@ async fn writes_fail_while_the_database_is_gone_and_work_after() {
     };
     let store = ebb_store::open(&url, &options).await.unwrap();
     let handle = StoreHandle::start(store, StoreActorConfig::default());
-    let add = |name: String| WriteOp::Add(message(T, &name, 0));
+    let add = |name: String| message(T, &name, 0);
 
     let mut committed = Vec::new();
     for i in 0..20 {
-        match handle.write(add(format!("before-{i}"))).await.unwrap() {
-            WriteOutcome::Added(id) => committed.push(id),
-            other => panic!("{other:?}"),
-        }
+        committed.push(handle.add(add(format!("before-{i}"))).await.unwrap());
     }
 
     // Writes in flight when the connections are cut, and writes while it is down.
     let in_flight: Vec<_> = (0..50)
         .map(|i| {
-            let (handle, op) = (handle.clone(), add(format!("during-{i}")));
-            actix_rt::spawn(async move { handle.write(op).await })
+            let (handle, m) = (handle.clone(), add(format!("during-{i}")));
+            actix_rt::spawn(async move { handle.add(m).await })
         })
         .collect();
     proxy.cut();
     let mut failed = 0;
     for task in in_flight {
         match task.await.unwrap() {
-            Ok(WriteOutcome::Added(id)) => committed.push(id),
-            Ok(other) => panic!("{other:?}"),
+            Ok(id) => committed.push(id),
             Err(ActorError::Store(e)) => {
                 failed += 1;
                 assert!(e.to_string().starts_with("store "), "{e}");
@@ -121,7 +117,7 @@ async fn writes_fail_while_the_database_is_gone_and_work_after() {
             Err(other) => panic!("unexpected error kind: {other:?}"),
         }
     }
-    let down = handle.write(add("while-down".into())).await;
+    let down = handle.add(add("while-down".into())).await;
     let err = down.expect_err("a write while the database is gone must fail");
     assert!(matches!(err, ActorError::Store(_)), "{err:?}");
     assert!(failed > 0 || committed.len() == 70);
@@ -129,10 +125,7 @@ async fn writes_fail_while_the_database_is_gone_and_work_after() {
     // Back: the same actor writes again, on new connections.
     proxy.restore();
     for i in 0..20 {
-        match handle.write(add(format!("after-{i}"))).await.unwrap() {
-            WriteOutcome::Added(id) => committed.push(id),
-            other => panic!("{other:?}"),
-        }
+        committed.push(handle.add(add(format!("after-{i}"))).await.unwrap());
     }
     handle.close().await.unwrap();
 

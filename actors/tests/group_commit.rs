@@ -1,13 +1,14 @@
 //! The store actor batches writes that arrive while a transaction is in flight into
 //! the next one (group commit), answers each write only after its commit, and keeps
-//! ids in send order for every writer.
+//! ids in send order for every writer. Writes of every kind share a transaction, and
+//! each typed write is answered with the value of its own op.
 
 #[path = "../../store/tests/common/mod.rs"]
 mod common;
 
-use common::{message, TestStore};
+use common::{message, now_ms, prepared, TestStore, EXPIRED};
 use ebb_actors::{StoreActorConfig, StoreHandle};
-use ebb_store::{WriteOp, WriteOutcome};
+use ebb_store::SubscriptionKey;
 
 const T: &str = "topic://group";
 const WRITERS: usize = 64;
@@ -23,13 +24,10 @@ async fn concurrent_writers_share_transactions(t: TestStore) {
         tasks.push(actix_rt::spawn(async move {
             let mut ids = Vec::new();
             for i in 0..EACH {
-                let out = handle
-                    .write(WriteOp::Add(message(T, &format!("w{w}-{i}"), 0)))
+                let id = handle
+                    .add(message(T, &format!("w{w}-{i}"), 0))
                     .await
                     .expect("write");
-                let WriteOutcome::Added(id) = out else {
-                    panic!("{out:?}")
-                };
                 // Answered after commit: a separate read sees it at once.
                 let seen = handle.store().browse(T, id - 1, 1).await.unwrap();
                 assert_eq!(seen.first().map(|m| m.id), Some(id));
@@ -71,11 +69,7 @@ async fn close_flushes_then_refuses(t: TestStore) {
     let pending: Vec<_> = (0..20)
         .map(|i| {
             let handle = handle.clone();
-            actix_rt::spawn(async move {
-                handle
-                    .write(WriteOp::Add(message(T, &format!("m{i}"), 0)))
-                    .await
-            })
+            actix_rt::spawn(async move { handle.add(message(T, &format!("m{i}"), 0)).await })
         })
         .collect();
     actix_rt::task::yield_now().await;
@@ -86,10 +80,7 @@ async fn close_flushes_then_refuses(t: TestStore) {
             committed += 1;
         }
     }
-    let err = handle
-        .write(WriteOp::Add(message(T, "late", 0)))
-        .await
-        .unwrap_err();
+    let err = handle.add(message(T, "late", 0)).await.unwrap_err();
     assert!(matches!(err, ebb_actors::ActorError::Closed), "{err:?}");
     let reopened = t.open().await;
     assert_eq!(reopened.count_messages(T).await.unwrap(), committed);
@@ -99,8 +90,120 @@ async fn close_flushes_then_refuses(t: TestStore) {
     );
 }
 
+async fn every_typed_write_answers_its_own_value(t: TestStore) {
+    const Q: &str = "queue://typed";
+    const DLQ: &str = "queue://DLQ.typed";
+    let store = t.open().await;
+    let handle = StoreHandle::start(store.clone(), StoreActorConfig::default());
+    let key = |name: &str| SubscriptionKey::new("c1", name);
+
+    // Set-up, one write at a time.
+    let sub = handle.subscribe(T.into(), key("s1"), None, false).await;
+    let sub = sub.unwrap();
+    assert_eq!((sub.container.as_str(), &sub.key), (T, &key("s1")));
+    assert_eq!(sub.selector, None);
+    assert_eq!(sub.marks, vec![(None, store.last_assigned_id())]);
+    handle
+        .subscribe(T.into(), key("gone"), None, false)
+        .await
+        .unwrap();
+    let mut topic = Vec::new();
+    for body in ["t0", "t1", "t2"] {
+        topic.push(handle.add(message(T, body, 0)).await.unwrap());
+    }
+    assert!(topic.windows(2).all(|w| w[1] > w[0]), "{topic:?}");
+    let to_commit = handle.add(prepared(T, "c", 0, "tx-c")).await.unwrap();
+    handle.add(prepared(T, "r", 0, "tx-r")).await.unwrap();
+    handle.add(prepared(T, "a", 0, "my_app:1")).await.unwrap();
+    let mut queue = Vec::new();
+    for (body, expiration) in [("q0", EXPIRED), ("q1", EXPIRED), ("q2", 0), ("q3", 0)] {
+        queue.push(handle.add(message(Q, body, expiration)).await.unwrap());
+    }
+
+    // Every kind at once. The two in-order writes are queued when they are made, the
+    // others when first polled, in argument order; all but the first arrive while the
+    // first one's transaction is in flight, so they share the next.
+    let before = store.stats().snapshot();
+    let late = handle.add_in_order(message(T, "late", 0));
+    let moved = handle.dead_letter_in_order(Q.into(), queue[3], message(DLQ, "dead", 0));
+    let (
+        late,
+        moved,
+        acked,
+        up_to,
+        gone,
+        never,
+        renumbered,
+        rolled,
+        abandoned,
+        removed,
+        expired,
+        not_moved,
+        cleaned,
+    ) = futures::join!(
+        late,
+        moved,
+        handle.ack(T.into(), key("s1"), vec![(topic[0], 4), (topic[1], 4)]),
+        handle.ack_up_to(T.into(), key("s1"), None, topic[2]),
+        handle.unsubscribe(T.into(), key("gone")),
+        handle.unsubscribe(T.into(), key("never")),
+        handle.commit("tx-c".into()),
+        handle.rollback("tx-r".into()),
+        handle.rollback_abandoned("my_app:".into()),
+        handle.remove(Q.into(), vec![queue[2]]),
+        handle.expire_queue(Q.into(), now_ms(), 10),
+        handle.dead_letter(Q.into(), queue[2], message(DLQ, "twice", 0)),
+        handle.cleanup(T.into(), 100, None),
+    );
+    let after = store.stats().snapshot();
+
+    let (late, moved) = (late.unwrap(), moved.unwrap().expect("q3 was there to move"));
+    assert!(late > queue[3] && moved > late, "{late} {moved}");
+    assert_eq!(acked.unwrap(), 2);
+    assert!(up_to.unwrap(), "the mark moves to {}", topic[2]);
+    assert!(gone.unwrap());
+    assert!(!never.unwrap());
+    let renumbered = renumbered.unwrap();
+    assert_eq!(renumbered.len(), 1);
+    assert_eq!(renumbered[0].0, to_commit);
+    assert!(renumbered[0].1 > moved, "{renumbered:?}");
+    assert_eq!(rolled.unwrap(), 1);
+    assert_eq!(abandoned.unwrap(), 1);
+    assert_eq!(removed.unwrap(), 1);
+    assert_eq!(expired.unwrap(), vec![queue[0], queue[1]]);
+    assert_eq!(not_moved.unwrap(), None, "q2 was removed before");
+    assert_eq!(
+        cleaned.unwrap(),
+        3,
+        "t0..t2: acked by s1, the one subscription left"
+    );
+
+    assert_eq!(after.write_ops - before.write_ops, 13);
+    let transactions = after.write_transactions - before.write_transactions;
+    assert!(
+        transactions <= 2,
+        "{transactions} transactions for 13 writes sent at once"
+    );
+    let dead: Vec<i64> = store
+        .browse(DLQ, 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(dead, vec![moved]);
+    assert_eq!(store.count_messages(Q).await.unwrap(), 0);
+    assert_eq!(
+        store.count_messages(T).await.unwrap(),
+        2,
+        "late and the committed one"
+    );
+    handle.close().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
     concurrent_writers_share_transactions,
     close_flushes_then_refuses,
+    every_typed_write_answers_its_own_value,
 );

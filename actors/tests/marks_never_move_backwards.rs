@@ -7,7 +7,7 @@ mod common;
 
 use common::{fill, subscribe_durable, TestStore, EXPIRED};
 use ebb_actors::{StoreActorConfig, StoreHandle};
-use ebb_store::{MessageStore, SubscriptionKey, WriteOp};
+use ebb_store::{MessageStore, SubscriptionKey};
 use rand::seq::SliceRandom;
 
 const T: &str = "topic://marks";
@@ -27,13 +27,13 @@ async fn setup(
     )
 }
 
-fn ack_up_to(key: SubscriptionKey, up_to: i64) -> WriteOp {
-    WriteOp::AckUpTo {
-        container: T.into(),
-        key,
-        priority: None,
-        up_to,
-    }
+/// A cumulative ack of every priority up to `up_to`; returns whether the mark moved.
+async fn ack_up_to(
+    handle: &StoreHandle,
+    key: SubscriptionKey,
+    up_to: i64,
+) -> Result<bool, ebb_actors::ActorError> {
+    handle.ack_up_to(T.into(), key, None, up_to).await
 }
 
 async fn mark(store: &dyn MessageStore, k: &SubscriptionKey) -> i64 {
@@ -49,7 +49,7 @@ async fn random_order_cumulative_acks_end_at_the_highest(t: TestStore) {
         .map(|id| {
             let handle = handle.clone();
             let k = k.clone();
-            actix_rt::spawn(async move { handle.write(ack_up_to(k, id)).await.unwrap() })
+            actix_rt::spawn(async move { ack_up_to(&handle, k, id).await.unwrap() })
         })
         .collect();
     for task in tasks {
@@ -66,20 +66,12 @@ async fn expiry_ack_racing_consumer_ack_is_never_lost(t: TestStore) {
         let consumer = {
             let (handle, k) = (handle.clone(), k.clone());
             let up_to = ids[base + 4];
-            actix_rt::spawn(async move { handle.write(ack_up_to(k, up_to)).await })
+            actix_rt::spawn(async move { ack_up_to(&handle, k, up_to).await })
         };
         let expiry = {
             let (handle, k) = (handle.clone(), k.clone());
             let run: Vec<(i64, u8)> = ids[base + 5..base + 10].iter().map(|&id| (id, 4)).collect();
-            actix_rt::spawn(async move {
-                handle
-                    .write(WriteOp::Ack {
-                        container: T.into(),
-                        key: k,
-                        messages: run,
-                    })
-                    .await
-            })
+            actix_rt::spawn(async move { handle.ack(T.into(), k, run).await })
         };
         consumer.await.unwrap().unwrap();
         expiry.await.unwrap().unwrap();

@@ -51,6 +51,16 @@ pub enum StoreError {
     #[error("store `{0}` is in use by another broker (its exclusive lock is held)")]
     Locked(String),
 
+    /// A [`crate::MessageStore::write`] answered an op with an outcome of another kind
+    /// than the op's (see [`crate::WriteOutcome`]'s typed accessors). The built-in
+    /// backends never do; a wrapper or another implementation that broke the contract
+    /// can.
+    #[error("store answered with a {got} outcome where {expected} was due")]
+    WrongOutcome {
+        expected: &'static str,
+        got: &'static str,
+    },
+
     /// The store was closed by [`crate::MessageStore::close`].
     #[error("store is closed")]
     Closed,

@@ -234,6 +234,106 @@ pub enum WriteOutcome {
     DeadLettered(Option<i64>),
 }
 
+/// Typed answers: each takes the value out of the outcome kind its op answers with
+/// (see [`WriteOp`]). Errors: [`crate::StoreError::WrongOutcome`] for another kind,
+/// which only a [`crate::MessageStore`] that broke its contract can return.
+impl WriteOutcome {
+    /// The variant's name, for errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Added(_) => "Added",
+            Self::Subscribed(_) => "Subscribed",
+            Self::Unsubscribed(_) => "Unsubscribed",
+            Self::Acked { .. } => "Acked",
+            Self::AckedUpTo { .. } => "AckedUpTo",
+            Self::Committed(_) => "Committed",
+            Self::Deleted(_) => "Deleted",
+            Self::Removed(_) => "Removed",
+            Self::DeadLettered(_) => "DeadLettered",
+        }
+    }
+
+    fn wrong(self, expected: &'static str) -> crate::StoreError {
+        crate::StoreError::WrongOutcome {
+            expected,
+            got: self.kind(),
+        }
+    }
+
+    /// The new id of [`WriteOp::Add`].
+    pub fn added(self) -> crate::Result<i64> {
+        match self {
+            Self::Added(id) => Ok(id),
+            other => Err(other.wrong("Added")),
+        }
+    }
+
+    /// The subscription of [`WriteOp::Subscribe`].
+    pub fn subscribed(self) -> crate::Result<DurableSubscription> {
+        match self {
+            Self::Subscribed(sub) => Ok(sub),
+            other => Err(other.wrong("Subscribed")),
+        }
+    }
+
+    /// Whether [`WriteOp::Unsubscribe`] removed a subscription.
+    pub fn unsubscribed(self) -> crate::Result<bool> {
+        match self {
+            Self::Unsubscribed(removed) => Ok(removed),
+            other => Err(other.wrong("Unsubscribed")),
+        }
+    }
+
+    /// How many messages [`WriteOp::Ack`] newly acked.
+    pub fn acked(self) -> crate::Result<u64> {
+        match self {
+            Self::Acked { newly_acked } => Ok(newly_acked),
+            other => Err(other.wrong("Acked")),
+        }
+    }
+
+    /// Whether [`WriteOp::AckUpTo`] moved a mark.
+    pub fn acked_up_to(self) -> crate::Result<bool> {
+        match self {
+            Self::AckedUpTo { moved } => Ok(moved),
+            other => Err(other.wrong("AckedUpTo")),
+        }
+    }
+
+    /// `(old id, new id)` of each message [`WriteOp::Commit`] made visible.
+    pub fn committed(self) -> crate::Result<Vec<(i64, i64)>> {
+        match self {
+            Self::Committed(renumbered) => Ok(renumbered),
+            other => Err(other.wrong("Committed")),
+        }
+    }
+
+    /// How many rows [`WriteOp::Rollback`], [`WriteOp::RollbackAbandoned`],
+    /// [`WriteOp::Cleanup`] or [`WriteOp::Remove`] deleted.
+    pub fn deleted(self) -> crate::Result<u64> {
+        match self {
+            Self::Deleted(n) => Ok(n),
+            other => Err(other.wrong("Deleted")),
+        }
+    }
+
+    /// The ids [`WriteOp::ExpireQueue`] deleted, ascending.
+    pub fn removed(self) -> crate::Result<Vec<i64>> {
+        match self {
+            Self::Removed(ids) => Ok(ids),
+            other => Err(other.wrong("Removed")),
+        }
+    }
+
+    /// The new id of [`WriteOp::DeadLetter`]'s copy, or `None` when nothing moved.
+    pub fn dead_lettered(self) -> crate::Result<Option<i64>> {
+        match self {
+            Self::DeadLettered(id) => Ok(id),
+            other => Err(other.wrong("DeadLettered")),
+        }
+    }
+}
+
 /// The answer of [`crate::MessageStore::recover_expired`].
 #[derive(Debug, Clone, Default)]
 pub struct ExpiredPage {
@@ -246,4 +346,35 @@ pub struct ExpiredPage {
     /// some subscription's run reached the end of its bounded window. The caller
     /// should ask again at once (after acking this page).
     pub more: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WriteOutcome;
+    use crate::StoreError;
+
+    #[test]
+    fn a_typed_answer_of_another_kind_is_an_error() {
+        assert_eq!(WriteOutcome::Added(7).added().unwrap(), 7);
+        assert_eq!(WriteOutcome::Deleted(2).deleted().unwrap(), 2);
+        assert_eq!(
+            WriteOutcome::DeadLettered(None).dead_lettered().unwrap(),
+            None
+        );
+        let err = WriteOutcome::Deleted(2).added().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::WrongOutcome {
+                    expected: "Added",
+                    got: "Deleted"
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "store answered with a Deleted outcome where Added was due"
+        );
+    }
 }

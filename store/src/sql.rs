@@ -31,6 +31,22 @@ pub(crate) fn deleted(lengths: Vec<i64>, bytes: &mut i64) -> u64 {
     lengths.len() as u64
 }
 
+/// The `LIKE` pattern (with `ESCAPE '!'`) that matches every text starting with
+/// `prefix`, taken literally: `%`, `_` and the escape character `!` itself are escaped.
+/// `!` rather than a backslash, which PostgreSQL reads as a string escape when
+/// `standard_conforming_strings` is off.
+pub(crate) fn like_prefix(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '%' | '_' | '!') {
+            pattern.push('!');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
 /// Pads `ids` (1 to 512 of them) to the smallest [`REMOVE_SIZES`] entry that holds
 /// them, by repeating the last id (an `IN` list matches a row once). Returns the
 /// index of the statement text and the ids to bind.
@@ -444,292 +460,441 @@ macro_rules! impl_sql_store {
                 Ok(ids)
             }
 
-            /// Applies one op in the transaction on `conn`; adds its change of stored
-            /// bytes to `bytes`.
+            /// Applies one op in the transaction on `conn`: one method per
+            /// [`WriteOp`](crate::WriteOp) variant (documented there) does the work,
+            /// and this wraps its answer in the op's [`WriteOutcome`](crate::WriteOutcome).
+            /// Adds the op's change of stored bytes to `bytes`.
             async fn apply(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 op: $crate::WriteOp,
                 bytes: &mut i64,
             ) -> $crate::Result<$crate::WriteOutcome> {
-                use $crate::sql::{deleted, mark_row};
                 use $crate::{WriteOp, WriteOutcome};
                 Ok(match op {
                     WriteOp::Add(m) => {
-                        let id = self.insert_messages(conn, vec![m], bytes).await?[0];
-                        WriteOutcome::Added(id)
+                        WriteOutcome::Added(self.insert_messages(conn, vec![m], bytes).await?[0])
                     }
                     WriteOp::Subscribe {
                         container,
                         key,
                         selector,
                         prioritized,
-                    } => {
-                        let rows = self.subscription_rows(conn, &container, &key).await?;
-                        if rows.is_empty() {
-                            let mark = self.last_id.load(std::sync::atomic::Ordering::SeqCst);
-                            let priorities: Vec<i32> = if prioritized {
-                                (0..=i32::from($crate::MAX_PRIORITY)).collect()
-                            } else {
-                                vec![-1]
-                            };
-                            for priority in priorities {
-                                sqlx::query(&self.sql.insert_subscription_row)
-                                    .bind(&container)
-                                    .bind(&key.client_id)
-                                    .bind(&key.subscription_name)
-                                    .bind(&selector)
-                                    .bind(mark)
-                                    .bind(priority)
-                                    .execute(&mut *conn)
-                                    .await
-                                    .map_err($crate::error::db("add subscription"))?;
-                            }
-                        }
-                        let rows = self.subscription_rows(conn, &container, &key).await?;
-                        WriteOutcome::Subscribed($crate::sql::subscription_of(container, key, rows))
-                    }
+                    } => WriteOutcome::Subscribed(
+                        self.subscribe(conn, container, key, selector, prioritized)
+                            .await?,
+                    ),
                     WriteOp::Unsubscribe { container, key } => {
-                        let removed = sqlx::query(&self.sql.delete_subscription)
-                            .bind(&container)
-                            .bind(&key.client_id)
-                            .bind(&key.subscription_name)
-                            .execute(&mut *conn)
-                            .await
-                            .map_err($crate::error::db("remove subscription"))?
-                            .rows_affected();
-                        sqlx::query(&self.sql.delete_subscription_indacks)
-                            .bind(&container)
-                            .bind(&key.client_id)
-                            .bind(&key.subscription_name)
-                            .execute(&mut *conn)
-                            .await
-                            .map_err($crate::error::db("remove subscription"))?;
-                        WriteOutcome::Unsubscribed(removed > 0)
+                        WriteOutcome::Unsubscribed(self.unsubscribe(conn, &container, &key).await?)
                     }
                     WriteOp::Ack {
                         container,
                         key,
                         messages,
-                    } => {
-                        // Acks that close the gap after the mark move it directly; only
-                        // the ones left above the first un-acked message are recorded.
-                        let rows = self.subscription_rows(conn, &container, &key).await?;
-                        let prioritized = rows.iter().any(|r| r.0 >= 0);
-                        let mut by_row: std::collections::BTreeMap<
-                            i32,
-                            std::collections::BTreeSet<i64>,
-                        > = Default::default();
-                        for (id, priority) in messages {
-                            by_row
-                                .entry(mark_row(prioritized, priority))
-                                .or_default()
-                                .insert(id);
-                        }
-                        let mut newly_acked = 0;
-                        for (row, mut acking) in by_row {
-                            let Some(&(_, mark, _)) = rows.iter().find(|r| r.0 == row) else {
-                                continue;
-                            };
-                            acking.retain(|id| *id > mark);
-                            if acking.is_empty() {
-                                continue;
-                            }
-                            let (_, passed) = self
-                                .advance_mark(conn, &container, &key, row, mark, &mut acking)
-                                .await?;
-                            newly_acked += passed;
-                            for id in acking {
-                                newly_acked += Self::for_row(&self.sql.insert_indack, &container, &key, row)
-                                    .bind(id)
-                                    .execute(&mut *conn)
-                                    .await
-                                    .map_err($crate::error::db("record ack"))?
-                                    .rows_affected();
-                            }
-                        }
-                        WriteOutcome::Acked { newly_acked }
-                    }
+                    } => WriteOutcome::Acked {
+                        newly_acked: self.ack(conn, &container, &key, messages).await?,
+                    },
                     WriteOp::AckUpTo {
                         container,
                         key,
                         priority,
                         up_to,
-                    } => {
-                        let rows = self.subscription_rows(conn, &container, &key).await?;
-                        let mut moved = false;
-                        for (row, mark, _) in rows {
-                            if row >= 0 && priority.is_some_and(|p| i32::from(p) != row) {
-                                continue;
-                            }
-                            moved |= self.set_mark(conn, &container, &key, row, up_to).await?;
-                            let (advanced, _) = self
-                                .advance_mark(
-                                    conn,
-                                    &container,
-                                    &key,
-                                    row,
-                                    mark.max(up_to),
-                                    &mut Default::default(),
-                                )
-                                .await?;
-                            moved |= advanced > mark.max(up_to);
-                        }
-                        WriteOutcome::AckedUpTo { moved }
-                    }
+                    } => WriteOutcome::AckedUpTo {
+                        moved: self
+                            .ack_up_to(conn, &container, &key, priority, up_to)
+                            .await?,
+                    },
                     WriteOp::Commit { xid } => {
-                        let mut renumbered = Vec::new();
-                        loop {
-                            let ids: Vec<i64> = sqlx::query_scalar(&self.sql.prepared_ids)
-                                .bind(&xid)
-                                .bind($crate::statements::WRITE_BATCH)
-                                .fetch_all(&mut *conn)
-                                .await
-                                .map_err($crate::error::db("commit transaction"))?;
-                            if ids.is_empty() {
-                                break;
-                            }
-                            for old in ids {
-                                let new = self.next_id();
-                                sqlx::query(&self.sql.renumber_prepared)
-                                    .bind(old)
-                                    .bind(new)
-                                    .execute(&mut *conn)
-                                    .await
-                                    .map_err($crate::error::db("commit transaction"))?;
-                                renumbered.push((old, new));
-                            }
-                        }
-                        WriteOutcome::Committed(renumbered)
+                        WriteOutcome::Committed(self.commit_prepared(conn, &xid).await?)
                     }
-                    WriteOp::Rollback { .. } | WriteOp::RollbackAbandoned { .. } => {
-                        let (sql, pattern) = match op {
-                            WriteOp::Rollback { xid } => (&self.sql.delete_prepared, xid),
-                            WriteOp::RollbackAbandoned { xid_prefix } => {
-                                let escaped = xid_prefix.replace(['%', '_'], "");
-                                (&self.sql.delete_prepared_prefix, format!("{escaped}%"))
-                            }
-                            _ => unreachable!(),
-                        };
-                        let mut count = 0;
-                        loop {
-                            let lengths: Vec<i64> = sqlx::query_scalar(sql)
-                                .bind(&pattern)
-                                .bind($crate::statements::WRITE_BATCH)
-                                .fetch_all(&mut *conn)
-                                .await
-                                .map_err($crate::error::db("roll back transaction"))?;
-                            let n = deleted(lengths, bytes);
-                            count += n;
-                            if n == 0 {
-                                break;
-                            }
-                        }
-                        WriteOutcome::Deleted(count)
+                    WriteOp::Rollback { xid } => {
+                        WriteOutcome::Deleted(self.rollback_prepared(conn, &xid, bytes).await?)
                     }
+                    WriteOp::RollbackAbandoned { xid_prefix } => WriteOutcome::Deleted(
+                        self.rollback_abandoned(conn, &xid_prefix, bytes).await?,
+                    ),
                     WriteOp::Cleanup {
                         container,
                         limit,
                         orphans_up_to,
-                    } => {
-                        let marks: Vec<(i32, i64)> = sqlx::query_as(&self.sql.min_marks)
-                            .bind(&container)
-                            .fetch_all(&mut *conn)
-                            .await
-                            .map_err($crate::error::db("cleanup"))?;
-                        let all = marks.iter().find(|m| m.0 < 0).map(|m| m.1);
-                        let per_priority: Vec<(i32, i64)> =
-                            marks.iter().filter(|m| m.0 >= 0).copied().collect();
-                        let mut count = 0;
-                        let limit = i64::from(limit);
-                        let all = if marks.is_empty() { orphans_up_to } else { all };
-                        if per_priority.is_empty() {
-                            if let Some(mark) = all {
-                                let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.cleanup[0])
-                                    .bind(&container)
-                                    .bind(mark)
-                                    .bind(limit)
-                                    .fetch_all(&mut *conn)
-                                    .await
-                                    .map_err($crate::error::db("cleanup"))?;
-                                count += deleted(lengths, bytes);
-                            }
-                        } else {
-                            for (priority, mark) in per_priority {
-                                let mark = all.map_or(mark, |all| all.min(mark));
-                                let left = limit - count as i64;
-                                if left <= 0 {
-                                    break;
-                                }
-                                let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.cleanup[1])
-                                    .bind(&container)
-                                    .bind(mark)
-                                    .bind(priority)
-                                    .bind(left)
-                                    .fetch_all(&mut *conn)
-                                    .await
-                                    .map_err($crate::error::db("cleanup"))?;
-                                count += deleted(lengths, bytes);
-                            }
-                        }
-                        WriteOutcome::Deleted(count)
-                    }
+                    } => WriteOutcome::Deleted(
+                        self.cleanup(conn, &container, limit, orphans_up_to, bytes)
+                            .await?,
+                    ),
                     WriteOp::Remove { container, ids } => {
-                        use $crate::statements::REMOVE_SIZES;
-                        let largest = REMOVE_SIZES[REMOVE_SIZES.len() - 1];
-                        let mut count = 0;
-                        for chunk in ids.chunks(largest) {
-                            let (k, bound) = $crate::sql::padded(chunk);
-                            let mut query = sqlx::query_scalar(&self.sql.remove[k]).bind(&container);
-                            for id in bound {
-                                query = query.bind(id);
-                            }
-                            let lengths: Vec<i64> = query
-                                .fetch_all(&mut *conn)
-                                .await
-                                .map_err($crate::error::db("remove messages"))?;
-                            count += deleted(lengths, bytes);
-                        }
-                        WriteOutcome::Deleted(count)
+                        WriteOutcome::Deleted(self.remove(conn, &container, &ids, bytes).await?)
                     }
                     WriteOp::ExpireQueue {
                         container,
                         now_ms,
                         limit,
-                    } => {
-                        let rows: Vec<(i64, i64)> = sqlx::query_as(&self.sql.expire_queue)
-                            .bind(&container)
-                            .bind(now_ms)
-                            .bind(i64::from(limit))
-                            .fetch_all(&mut *conn)
-                            .await
-                            .map_err($crate::error::db("expire queue messages"))?;
-                        let (mut ids, lengths): (Vec<i64>, Vec<i64>) = rows.into_iter().unzip();
-                        deleted(lengths, bytes);
-                        ids.sort_unstable();
-                        WriteOutcome::Removed(ids)
-                    }
+                    } => WriteOutcome::Removed(
+                        self.expire_queue(conn, &container, now_ms, limit, bytes)
+                            .await?,
+                    ),
                     WriteOp::DeadLetter {
                         container,
                         id,
                         message,
-                    } => {
-                        // The one-id remove statement: only a row that is still there,
-                        // and not prepared, is moved.
-                        let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.remove[0])
+                    } => WriteOutcome::DeadLettered(
+                        self.dead_letter(conn, &container, id, message, bytes)
+                            .await?,
+                    ),
+                })
+            }
+
+            /// [`WriteOp::Subscribe`](crate::WriteOp::Subscribe): creates the
+            /// subscription unless it exists, and returns it as stored.
+            async fn subscribe(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: String,
+                key: $crate::SubscriptionKey,
+                selector: Option<String>,
+                prioritized: bool,
+            ) -> $crate::Result<$crate::DurableSubscription> {
+                let rows = self.subscription_rows(conn, &container, &key).await?;
+                if rows.is_empty() {
+                    let mark = self.last_id.load(std::sync::atomic::Ordering::SeqCst);
+                    let priorities: Vec<i32> = if prioritized {
+                        (0..=i32::from($crate::MAX_PRIORITY)).collect()
+                    } else {
+                        vec![-1]
+                    };
+                    for priority in priorities {
+                        sqlx::query(&self.sql.insert_subscription_row)
                             .bind(&container)
+                            .bind(&key.client_id)
+                            .bind(&key.subscription_name)
+                            .bind(&selector)
+                            .bind(mark)
+                            .bind(priority)
+                            .execute(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("add subscription"))?;
+                    }
+                }
+                let rows = self.subscription_rows(conn, &container, &key).await?;
+                Ok($crate::sql::subscription_of(container, key, rows))
+            }
+
+            /// [`WriteOp::Unsubscribe`](crate::WriteOp::Unsubscribe): returns whether
+            /// the subscription existed.
+            async fn unsubscribe(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                key: &$crate::SubscriptionKey,
+            ) -> $crate::Result<bool> {
+                let removed = sqlx::query(&self.sql.delete_subscription)
+                    .bind(container)
+                    .bind(&key.client_id)
+                    .bind(&key.subscription_name)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("remove subscription"))?
+                    .rows_affected();
+                sqlx::query(&self.sql.delete_subscription_indacks)
+                    .bind(container)
+                    .bind(&key.client_id)
+                    .bind(&key.subscription_name)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("remove subscription"))?;
+                Ok(removed > 0)
+            }
+
+            /// [`WriteOp::Ack`](crate::WriteOp::Ack): returns how many of `messages`
+            /// were not done for the subscription before.
+            async fn ack(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                key: &$crate::SubscriptionKey,
+                messages: Vec<(i64, u8)>,
+            ) -> $crate::Result<u64> {
+                // Acks that close the gap after the mark move it directly; only the ones
+                // left above the first un-acked message are recorded.
+                let rows = self.subscription_rows(conn, container, key).await?;
+                let prioritized = rows.iter().any(|r| r.0 >= 0);
+                let mut by_row: std::collections::BTreeMap<i32, std::collections::BTreeSet<i64>> =
+                    Default::default();
+                for (id, priority) in messages {
+                    by_row
+                        .entry($crate::sql::mark_row(prioritized, priority))
+                        .or_default()
+                        .insert(id);
+                }
+                let mut newly_acked = 0;
+                for (row, mut acking) in by_row {
+                    let Some(&(_, mark, _)) = rows.iter().find(|r| r.0 == row) else {
+                        continue;
+                    };
+                    acking.retain(|id| *id > mark);
+                    if acking.is_empty() {
+                        continue;
+                    }
+                    let (_, passed) = self
+                        .advance_mark(conn, container, key, row, mark, &mut acking)
+                        .await?;
+                    newly_acked += passed;
+                    for id in acking {
+                        newly_acked += Self::for_row(&self.sql.insert_indack, container, key, row)
                             .bind(id)
+                            .execute(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("record ack"))?
+                            .rows_affected();
+                    }
+                }
+                Ok(newly_acked)
+            }
+
+            /// [`WriteOp::AckUpTo`](crate::WriteOp::AckUpTo): returns whether any mark
+            /// moved.
+            async fn ack_up_to(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                key: &$crate::SubscriptionKey,
+                priority: Option<u8>,
+                up_to: i64,
+            ) -> $crate::Result<bool> {
+                let rows = self.subscription_rows(conn, container, key).await?;
+                let mut moved = false;
+                for (row, mark, _) in rows {
+                    if row >= 0 && priority.is_some_and(|p| i32::from(p) != row) {
+                        continue;
+                    }
+                    moved |= self.set_mark(conn, container, key, row, up_to).await?;
+                    let (advanced, _) = self
+                        .advance_mark(
+                            conn,
+                            container,
+                            key,
+                            row,
+                            mark.max(up_to),
+                            &mut Default::default(),
+                        )
+                        .await?;
+                    moved |= advanced > mark.max(up_to);
+                }
+                Ok(moved)
+            }
+
+            /// [`WriteOp::Commit`](crate::WriteOp::Commit): gives each message of `xid`
+            /// a new, highest id, in batches of
+            /// [`WRITE_BATCH`](crate::statements::WRITE_BATCH); returns
+            /// `(old id, new id)` of each.
+            async fn commit_prepared(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                xid: &str,
+            ) -> $crate::Result<Vec<(i64, i64)>> {
+                let mut renumbered = Vec::new();
+                loop {
+                    let ids: Vec<i64> = sqlx::query_scalar(&self.sql.prepared_ids)
+                        .bind(xid)
+                        .bind($crate::statements::WRITE_BATCH)
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("commit transaction"))?;
+                    if ids.is_empty() {
+                        break;
+                    }
+                    for old in ids {
+                        let new = self.next_id();
+                        sqlx::query(&self.sql.renumber_prepared)
+                            .bind(old)
+                            .bind(new)
+                            .execute(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("commit transaction"))?;
+                        renumbered.push((old, new));
+                    }
+                }
+                Ok(renumbered)
+            }
+
+            /// [`WriteOp::Rollback`](crate::WriteOp::Rollback): returns how many
+            /// messages it deleted.
+            async fn rollback_prepared(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                xid: &str,
+                bytes: &mut i64,
+            ) -> $crate::Result<u64> {
+                self.delete_prepared(conn, &self.sql.delete_prepared, xid, bytes)
+                    .await
+            }
+
+            /// [`WriteOp::RollbackAbandoned`](crate::WriteOp::RollbackAbandoned): the
+            /// prefix is matched literally, `%` and `_` included
+            /// ([`like_prefix`](crate::sql::like_prefix)); returns how many messages it
+            /// deleted.
+            async fn rollback_abandoned(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                xid_prefix: &str,
+                bytes: &mut i64,
+            ) -> $crate::Result<u64> {
+                let pattern = $crate::sql::like_prefix(xid_prefix);
+                self.delete_prepared(conn, &self.sql.delete_prepared_prefix, &pattern, bytes)
+                    .await
+            }
+
+            /// Runs a prepared-message delete (`$1` the xid or its pattern, `$2` the
+            /// batch size) until it deletes nothing; returns how many rows it deleted.
+            async fn delete_prepared(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                sql: &str,
+                xid: &str,
+                bytes: &mut i64,
+            ) -> $crate::Result<u64> {
+                let mut count = 0;
+                loop {
+                    let lengths: Vec<i64> = sqlx::query_scalar(sql)
+                        .bind(xid)
+                        .bind($crate::statements::WRITE_BATCH)
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("roll back transaction"))?;
+                    let n = $crate::sql::deleted(lengths, bytes);
+                    count += n;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                Ok(count)
+            }
+
+            /// [`WriteOp::Cleanup`](crate::WriteOp::Cleanup): returns how many messages
+            /// it deleted, at most `limit`.
+            async fn cleanup(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                limit: u32,
+                orphans_up_to: Option<i64>,
+                bytes: &mut i64,
+            ) -> $crate::Result<u64> {
+                use $crate::sql::deleted;
+                let marks: Vec<(i32, i64)> = sqlx::query_as(&self.sql.min_marks)
+                    .bind(container)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("cleanup"))?;
+                let all = marks.iter().find(|m| m.0 < 0).map(|m| m.1);
+                let per_priority: Vec<(i32, i64)> =
+                    marks.iter().filter(|m| m.0 >= 0).copied().collect();
+                let mut count = 0;
+                let limit = i64::from(limit);
+                let all = if marks.is_empty() { orphans_up_to } else { all };
+                if per_priority.is_empty() {
+                    if let Some(mark) = all {
+                        let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.cleanup[0])
+                            .bind(container)
+                            .bind(mark)
+                            .bind(limit)
                             .fetch_all(&mut *conn)
                             .await
-                            .map_err($crate::error::db("dead-letter message"))?;
-                        if deleted(lengths, bytes) == 0 {
-                            WriteOutcome::DeadLettered(None)
-                        } else {
-                            let new = self.insert_messages(conn, vec![message], bytes).await?[0];
-                            WriteOutcome::DeadLettered(Some(new))
-                        }
+                            .map_err($crate::error::db("cleanup"))?;
+                        count += deleted(lengths, bytes);
                     }
-                })
+                } else {
+                    for (priority, mark) in per_priority {
+                        let mark = all.map_or(mark, |all| all.min(mark));
+                        let left = limit - count as i64;
+                        if left <= 0 {
+                            break;
+                        }
+                        let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.cleanup[1])
+                            .bind(container)
+                            .bind(mark)
+                            .bind(priority)
+                            .bind(left)
+                            .fetch_all(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("cleanup"))?;
+                        count += deleted(lengths, bytes);
+                    }
+                }
+                Ok(count)
+            }
+
+            /// [`WriteOp::Remove`](crate::WriteOp::Remove): returns how many rows it
+            /// deleted.
+            async fn remove(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                ids: &[i64],
+                bytes: &mut i64,
+            ) -> $crate::Result<u64> {
+                use $crate::statements::REMOVE_SIZES;
+                let largest = REMOVE_SIZES[REMOVE_SIZES.len() - 1];
+                let mut count = 0;
+                for chunk in ids.chunks(largest) {
+                    let (k, bound) = $crate::sql::padded(chunk);
+                    let mut query = sqlx::query_scalar(&self.sql.remove[k]).bind(container);
+                    for id in bound {
+                        query = query.bind(id);
+                    }
+                    let lengths: Vec<i64> = query
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("remove messages"))?;
+                    count += $crate::sql::deleted(lengths, bytes);
+                }
+                Ok(count)
+            }
+
+            /// [`WriteOp::ExpireQueue`](crate::WriteOp::ExpireQueue): returns the
+            /// deleted ids, ascending.
+            async fn expire_queue(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                now_ms: i64,
+                limit: u32,
+                bytes: &mut i64,
+            ) -> $crate::Result<Vec<i64>> {
+                let rows: Vec<(i64, i64)> = sqlx::query_as(&self.sql.expire_queue)
+                    .bind(container)
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("expire queue messages"))?;
+                let (mut ids, lengths): (Vec<i64>, Vec<i64>) = rows.into_iter().unzip();
+                $crate::sql::deleted(lengths, bytes);
+                ids.sort_unstable();
+                Ok(ids)
+            }
+
+            /// [`WriteOp::DeadLetter`](crate::WriteOp::DeadLetter): returns the moved
+            /// message's new id, or `None` when row `id` was gone (nothing added).
+            async fn dead_letter(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                id: i64,
+                message: $crate::NewMessage,
+                bytes: &mut i64,
+            ) -> $crate::Result<Option<i64>> {
+                // The one-id remove statement: only a row that is still there, and not
+                // prepared, is moved.
+                let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.remove[0])
+                    .bind(container)
+                    .bind(id)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("dead-letter message"))?;
+                if $crate::sql::deleted(lengths, bytes) == 0 {
+                    return Ok(None);
+                }
+                Ok(Some(self.insert_messages(conn, vec![message], bytes).await?[0]))
             }
         }
 
@@ -1013,7 +1178,15 @@ pub(crate) use impl_sql_store;
 
 #[cfg(test)]
 mod tests {
-    use super::padded;
+    use super::{like_prefix, padded};
+
+    #[test]
+    fn like_prefixes_are_taken_literally() {
+        assert_eq!(like_prefix("stomp:"), "stomp:%");
+        assert_eq!(like_prefix("my_app:"), "my!_app:%");
+        assert_eq!(like_prefix("50%!"), "50!%!!%");
+        assert_eq!(like_prefix(""), "%");
+    }
 
     #[test]
     fn remove_lists_are_padded_to_four_sizes() {

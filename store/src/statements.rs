@@ -47,6 +47,8 @@ pub(crate) struct Statements {
     pub prepared_ids: String,
     pub renumber_prepared: String,
     pub delete_prepared: String,
+    /// prepared rows whose xid matches `LIKE $1 ESCAPE '!'` (a pattern made by
+    /// `sql::like_prefix`), `LIMIT $2`
     pub delete_prepared_prefix: String,
     pub min_marks: String,
     /// cleanup up to mark `$2`: `[0]` every priority, `LIMIT $3`; `[1]` priority `$3`,
@@ -203,7 +205,8 @@ impl Statements {
             ),
             delete_prepared_prefix: format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
-                 WHERE xid IS NOT NULL AND xid LIKE $1 LIMIT $2) RETURNING {MSG_LENGTH}"
+                 WHERE xid IS NOT NULL AND xid LIKE $1 ESCAPE '!' LIMIT $2) \
+                 RETURNING {MSG_LENGTH}"
             ),
             min_marks: format!(
                 "SELECT priority, MIN(last_acked_id) FROM {p}acks WHERE container = $1 \

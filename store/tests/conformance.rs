@@ -293,6 +293,59 @@ async fn prepared_messages_are_invisible_until_commit(t: TestStore) {
     assert_eq!(store.count_messages(T).await.unwrap(), 3);
 }
 
+/// The prefix of [`WriteOp::RollbackAbandoned`] is matched literally: `_` and `%` (and
+/// the store's `LIKE` escape character, `!`) are themselves, not wildcards.
+async fn rollback_abandoned_takes_the_prefix_literally(t: TestStore) {
+    let store = t.open().await;
+    // (prefix, xids it rolls back, xids it keeps)
+    let cases: [(&str, &[&str], &[&str]); 5] = [
+        (
+            "my_app:",
+            &["my_app:1", "my_app:", "my_app:2_%"],
+            &["myXapp:1", "my%app:1", "myapp:1", "my_app", "x:my_app:1"],
+        ),
+        (
+            "50%:",
+            &["50%:a", "50%:"],
+            &["50:a", "500:a", "50%", "50%x:a"],
+        ),
+        ("a!_", &["a!_1"], &["a!x1", "a_1", "a!1", "a!!_1"]),
+        ("%", &["%", "%x"], &["x%", "_x"]),
+        ("_", &["_", "_x"], &["x", "x_", "%x"]),
+    ];
+    for (prefix, rolled, kept) in cases {
+        let batch = rolled
+            .iter()
+            .chain(kept)
+            .map(|xid| common::prepared(T, "tx", 0, xid))
+            .collect();
+        store.add_messages(batch).await.unwrap();
+        let out = store
+            .write_one(WriteOp::RollbackAbandoned {
+                xid_prefix: prefix.into(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(out, WriteOutcome::Deleted(rolled.len() as u64), "{prefix}");
+        // What is left of each transaction is what its commit makes visible.
+        for xid in rolled.iter().chain(kept) {
+            let out = store
+                .write_one(WriteOp::Commit {
+                    xid: xid.to_string(),
+                })
+                .await
+                .unwrap();
+            let WriteOutcome::Committed(renumbered) = out else {
+                panic!("{out:?}")
+            };
+            let left = usize::from(kept.contains(xid));
+            assert_eq!(renumbered.len(), left, "prefix {prefix}, xid {xid}");
+        }
+    }
+    let total: usize = cases.iter().map(|c| c.2.len()).sum();
+    assert_eq!(store.count_messages(T).await.unwrap(), total as u64);
+}
+
 async fn cleanup_deletes_only_what_every_subscription_acked(t: TestStore) {
     let store = t.open().await;
     let (a, b) = (key("a"), key("b"));
@@ -526,6 +579,7 @@ on_every_backend!(
     individual_acks_never_skip_a_gap,
     per_priority_marks_keep_older_low_priority_messages,
     prepared_messages_are_invisible_until_commit,
+    rollback_abandoned_takes_the_prefix_literally,
     cleanup_deletes_only_what_every_subscription_acked,
     subscription_survives_restart_without_messages,
     unsubscribe_removes_marks_and_acks,
