@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use ebb_store::{Payload, WriteOp, WriteOutcome};
+use ebb_store::Payload;
 use tokio::sync::mpsc;
 
 use crate::destination::{
@@ -223,15 +223,10 @@ impl QueueActor {
         if ids.is_empty() {
             return;
         }
-        let op = WriteOp::Remove {
-            container: self.core.container.clone(),
-            ids,
-        };
-        let store = self.core.store.clone();
-        ctx.spawn(async move { store.write(op).await }.into_actor(self).map(|result, act, _| {
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        ctx.spawn(async move { store.remove(container, ids).await }.into_actor(self).map(|result, act, _| {
             match result {
-                Ok(WriteOutcome::Deleted(n)) => act.core.counters.expired += n,
-                Ok(_) => {}
+                Ok(n) => act.core.counters.expired += n,
                 Err(e) => tracing::warn!(queue = %act.core.container, error = %e, "delete of expired messages failed; housekeeping retries"),
             }
         }));
@@ -323,12 +318,8 @@ impl QueueActor {
 
     /// Deletes rows without counting them (a dead message with nowhere to go).
     fn delete_rows(&mut self, ids: Vec<i64>, ctx: &mut Context<Self>) {
-        let op = WriteOp::Remove {
-            container: self.core.container.clone(),
-            ids,
-        };
-        let store = self.core.store.clone();
-        ctx.spawn(async move { store.write(op).await }.into_actor(self).map(|result, act, _| {
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        ctx.spawn(async move { store.remove(container, ids).await }.into_actor(self).map(|result, act, _| {
             if let Err(e) = result {
                 tracing::warn!(queue = %act.core.container, error = %e, "delete of a dead message failed");
             }
@@ -383,15 +374,8 @@ impl QueueActor {
                     .await?;
                 return Ok((Vec::new(), rows, Some(permit)));
             }
-            let op = WriteOp::ExpireQueue {
-                container,
-                now_ms: now_ms(),
-                limit,
-            };
-            match store.write(op).await? {
-                WriteOutcome::Removed(ids) => Ok((ids, Vec::new(), Some(permit))),
-                other => unreachable!("an expiry page answers Removed, not {other:?}"),
-            }
+            let ids = store.expire_queue(container, now_ms(), limit).await?;
+            Ok((ids, Vec::new(), Some(permit)))
         };
         ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
             let (removed, to_move, permit) = match result {
@@ -524,19 +508,18 @@ impl Handler<AcceptDeadLetter> for QueueActor {
     type Result = ResponseActFuture<Self, Result<Option<i64>, ActorError>>;
 
     fn handle(&mut self, msg: AcceptDeadLetter, _: &mut Context<Self>) -> Self::Result {
-        let op = WriteOp::DeadLetter {
-            container: msg.from.container(),
-            id: msg.from_id,
-            message: self.core.new_message(&msg.message, None),
-        };
+        let row = self.core.new_message(&msg.message, None);
         let place = self.core.order.reserve();
-        let write = self.core.store.write_in_order(op);
+        let write = self
+            .core
+            .store
+            .dead_letter_in_order(msg.from.container(), msg.from_id, row);
         let message = msg.message;
         Box::pin(
             write
                 .into_actor(self)
                 .map(move |result, act, ctx| match result {
-                    Ok(WriteOutcome::DeadLettered(Some(id))) => {
+                    Ok(Some(id)) => {
                         act.core.counters.enqueued += 1;
                         let stored = TopicMessage {
                             id: Some(id),
@@ -545,7 +528,7 @@ impl Handler<AcceptDeadLetter> for QueueActor {
                         act.fill(place, Some(stored), ctx);
                         Ok(Some(id))
                     }
-                    Ok(_) => {
+                    Ok(None) => {
                         act.fill(place, None, ctx);
                         Ok(None)
                     }
@@ -617,12 +600,8 @@ impl Handler<Ack> for QueueActor {
         if ids.is_empty() {
             return Box::pin(fut::ready(Ok(())));
         }
-        let op = WriteOp::Remove {
-            container: self.core.container.clone(),
-            ids,
-        };
-        let store = self.core.store.clone();
-        Box::pin(async move { store.write(op).await.map(|_| ()) }.into_actor(self))
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        Box::pin(async move { store.remove(container, ids).await.map(drop) }.into_actor(self))
     }
 }
 

@@ -233,8 +233,8 @@ impl StoreHandle {
     /// committed; the write may be retried), [`ActorError::Closed`] after [`Close`].
     ///
     /// The untyped form of the methods below, which answer with the value of the op's
-    /// outcome; prefer those.
-    pub async fn write(&self, op: WriteOp) -> Result<WriteOutcome, ActorError> {
+    /// outcome: callers use those.
+    async fn write(&self, op: WriteOp) -> Result<WriteOutcome, ActorError> {
         let _permit = self
             .permits
             .acquire()
@@ -251,7 +251,7 @@ impl StoreHandle {
     /// waited for (the caller is an actor; producer flow control bounds what it sends).
     ///
     /// The untyped form of [`Self::add_in_order`] and [`Self::dead_letter_in_order`].
-    pub fn write_in_order(
+    fn write_in_order(
         &self,
         op: WriteOp,
     ) -> impl Future<Output = Result<WriteOutcome, ActorError>> {
@@ -273,8 +273,13 @@ impl StoreHandle {
         Ok(self.write(WriteOp::Add(message)).await?.added()?)
     }
 
-    /// [`Self::add`] in the caller's order, as [`Self::write_in_order`]: a destination
-    /// stores its publishes with this, so their ids follow publish order.
+    /// [`Self::add`] in the caller's order: the write is put in the store actor's
+    /// mailbox now, before the future is returned, so writes sent this way from one
+    /// actor's handlers get their ids in the order the handlers ran, whatever order
+    /// their futures are polled in. A destination stores its publishes with this (its
+    /// cursor relies on ids following publish order). The bound on outstanding writes is
+    /// taken if free and not waited for (producer flow control bounds what an actor
+    /// sends).
     pub fn add_in_order(
         &self,
         message: NewMessage,
@@ -425,7 +430,7 @@ impl StoreHandle {
         Ok(self.write(op).await?.dead_lettered()?)
     }
 
-    /// [`Self::dead_letter`] in the caller's order, as [`Self::write_in_order`]: a
+    /// [`Self::dead_letter`] in the caller's order, as [`Self::add_in_order`]: a
     /// dead-letter queue stores what it accepts with this, in its publish order.
     pub fn dead_letter_in_order(
         &self,

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use ebb_store::{SubscriptionKey, WriteOp, WriteOutcome};
+use ebb_store::SubscriptionKey;
 
 use crate::destination::{
     self, destination_handlers, now_ms, DestinationActor, DestinationCore, DestinationKey, Plan,
@@ -175,20 +175,18 @@ impl TopicActor {
         let (Some(key), false) = (key, acks.is_empty()) else {
             return;
         };
-        let op = WriteOp::Ack {
-            container: self.core.container.clone(),
-            key: key.clone(),
-            messages: acks,
-        };
-        let store = self.core.store.clone();
-        ctx.spawn(async move { store.write(op).await }.into_actor(self).map(|result, act, ctx| {
+        let (store, container, key) = (
+            self.core.store.clone(),
+            self.core.container.clone(),
+            key.clone(),
+        );
+        ctx.spawn(async move { store.ack(container, key, acks).await }.into_actor(self).map(|result, act, ctx| {
             match result {
-                Ok(WriteOutcome::Acked { newly_acked }) => {
+                Ok(newly_acked) => {
                     act.core.counters.expired += newly_acked;
                     act.core.schedule.need_cleanup();
                     destination::schedule(act, ctx);
                 }
-                Ok(_) => {}
                 Err(e) => tracing::warn!(topic = %act.core.container, error = %e, "ack of expired messages failed"),
             }
         }));
@@ -246,14 +244,8 @@ impl TopicActor {
                 .await?;
             let mut newly = 0;
             for (key, messages) in page.by_subscription {
-                let op = WriteOp::Ack {
-                    container: container.clone(),
-                    key,
-                    messages: messages.iter().map(|m| (m.id, m.priority)).collect(),
-                };
-                if let WriteOutcome::Acked { newly_acked } = store.write(op).await? {
-                    newly += newly_acked;
-                }
+                let acks = messages.iter().map(|m| (m.id, m.priority)).collect();
+                newly += store.ack(container.clone(), key, acks).await?;
             }
             Ok::<_, ActorError>((page.rows as u64, newly, page.more, Some(permit.ticket)))
         };
@@ -280,22 +272,17 @@ impl TopicActor {
             .durables
             .is_empty()
             .then(|| self.core.store.store().last_assigned_id());
-        let op = WriteOp::Cleanup {
-            container: self.core.container.clone(),
-            limit: CLEANUP_BATCH,
-            orphans_up_to,
-        };
-        let store = self.core.store.clone();
-        ctx.spawn(async move { store.write(op).await }.into_actor(self).map(|result, act, ctx| {
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        let batch = async move { store.cleanup(container, CLEANUP_BATCH, orphans_up_to).await };
+        ctx.spawn(batch.into_actor(self).map(|result, act, ctx| {
             act.stats.cleanup_batches += 1;
             // A full batch chains the next through the mailbox; a failed one waits
             // for the next tick.
             let (full, retry) = match result {
-                Ok(WriteOutcome::Deleted(n)) => {
+                Ok(n) => {
                     act.stats.cleaned_up += n;
                     (n >= u64::from(CLEANUP_BATCH), false)
                 }
-                Ok(_) => (false, false),
                 Err(e) => {
                     tracing::warn!(topic = %act.core.container, error = %e, "cleanup failed; the next tick tries again");
                     (false, true)
@@ -463,32 +450,33 @@ impl Handler<Subscribe> for TopicActor {
             )))));
         }
         durable.online = Some(id);
-        let op = WriteOp::Subscribe {
-            container: self.core.container.clone(),
-            key: key.clone(),
-            selector: None,
-            prioritized: self.core.policy.prioritized_messages,
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        let (stored_key, prioritized) = (key.clone(), self.core.policy.prioritized_messages);
+        let write = async move {
+            store
+                .subscribe(container, stored_key, None, prioritized)
+                .await
         };
-        let store = self.core.store.clone();
         let deliver = msg.deliver;
-        Box::pin(async move { store.write(op).await }.into_actor(self).map(
-            move |result, act, ctx| match result {
-                Ok(WriteOutcome::Subscribed(sub)) => {
-                    let mark = sub.marks.iter().map(|(_, m)| *m).min().unwrap_or(0);
-                    act.attach(key, mark, prefetch, deliver, id, ctx);
-                    Ok(id)
-                }
-                Ok(other) => unreachable!("a subscribe answers Subscribed, not {other:?}"),
-                Err(e) => {
-                    if !existed {
-                        act.durables.remove(&key);
-                    } else if let Some(d) = act.durables.get_mut(&key) {
-                        d.online = None;
+        Box::pin(
+            write
+                .into_actor(self)
+                .map(move |result, act, ctx| match result {
+                    Ok(sub) => {
+                        let mark = sub.marks.iter().map(|(_, m)| *m).min().unwrap_or(0);
+                        act.attach(key, mark, prefetch, deliver, id, ctx);
+                        Ok(id)
                     }
-                    Err(e)
-                }
-            },
-        ))
+                    Err(e) => {
+                        if !existed {
+                            act.durables.remove(&key);
+                        } else if let Some(d) = act.durables.get_mut(&key) {
+                            d.online = None;
+                        }
+                        Err(e)
+                    }
+                }),
+        )
     }
 }
 
@@ -513,13 +501,10 @@ impl Handler<Ack> for TopicActor {
         };
         self.core.schedule.need_cleanup();
         destination::schedule(self, ctx);
-        let op = WriteOp::Ack {
-            container: self.core.container.clone(),
-            key,
-            messages,
-        };
-        let store = self.core.store.clone();
-        Box::pin(async move { store.write(op).await.map(|_| ()) }.into_actor(self))
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        Box::pin(
+            async move { store.ack(container, key, messages).await.map(drop) }.into_actor(self),
+        )
     }
 }
 
@@ -555,23 +540,25 @@ impl Handler<RemoveDurable> for TopicActor {
                 key.client_id, key.subscription_name
             )))));
         }
-        let op = WriteOp::Unsubscribe {
-            container: self.core.container.clone(),
-            key: key.clone(),
-        };
-        let store = self.core.store.clone();
-        Box::pin(async move { store.write(op).await }.into_actor(self).map(
-            move |result, act, ctx| {
-                let removed = matches!(result?, WriteOutcome::Unsubscribed(true));
-                if act.durables.get(&key).is_some_and(|d| d.online.is_none()) {
-                    act.durables.remove(&key);
-                }
-                // Rows only this subscription held are now acked by all (or by none).
-                act.core.schedule.need_cleanup();
-                destination::schedule(act, ctx);
-                Ok(removed)
-            },
-        ))
+        let (store, container, removed_key) = (
+            self.core.store.clone(),
+            self.core.container.clone(),
+            key.clone(),
+        );
+        Box::pin(
+            async move { store.unsubscribe(container, removed_key).await }
+                .into_actor(self)
+                .map(move |result, act, ctx| {
+                    let removed = result?;
+                    if act.durables.get(&key).is_some_and(|d| d.online.is_none()) {
+                        act.durables.remove(&key);
+                    }
+                    // Rows only this subscription held are now acked by all (or by none).
+                    act.core.schedule.need_cleanup();
+                    destination::schedule(act, ctx);
+                    Ok(removed)
+                }),
+        )
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use ebb_store::{NewMessage, WriteOp, WriteOutcome};
+use ebb_store::NewMessage;
 
 use super::{
     AfterPage, DestinationCounters, DestinationKey, HousekeepingSchedule, PreparedMessages,
@@ -120,15 +120,7 @@ impl DestinationCore {
         if expiring {
             self.schedule.expiring_write_started();
         }
-        let write = self
-            .store
-            .write_in_order(WriteOp::Add(self.new_message(message, xid)));
-        async move {
-            match write.await? {
-                WriteOutcome::Added(id) => Ok(id),
-                other => unreachable!("an add answers Added, not {other:?}"),
-            }
-        }
+        self.store.add_in_order(self.new_message(message, xid))
     }
 }
 
