@@ -724,7 +724,7 @@ macro_rules! impl_sql_store {
                 xid: &str,
                 bytes: &mut i64,
             ) -> $crate::Result<u64> {
-                self.delete_prepared(conn, &self.sql.delete_prepared, xid, bytes)
+                self.delete_prepared(conn, &self.sql.delete_prepared, xid, None, bytes)
                     .await
             }
 
@@ -739,24 +739,31 @@ macro_rules! impl_sql_store {
                 bytes: &mut i64,
             ) -> $crate::Result<u64> {
                 let pattern = $crate::sql::like_prefix(xid_prefix);
-                self.delete_prepared(conn, &self.sql.delete_prepared_prefix, &pattern, bytes)
+                let sql = &self.sql.delete_prepared_prefix;
+                self.delete_prepared(conn, sql, &pattern, Some(xid_prefix), bytes)
                     .await
             }
 
             /// Runs a prepared-message delete (`$1` the xid or its pattern, `$2` the
-            /// batch size) until it deletes nothing; returns how many rows it deleted.
+            /// batch size, `$3` the exact prefix if given) until it deletes nothing;
+            /// returns how many rows it deleted.
             async fn delete_prepared(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 sql: &str,
                 xid: &str,
+                prefix: Option<&str>,
                 bytes: &mut i64,
             ) -> $crate::Result<u64> {
                 let mut count = 0;
                 loop {
-                    let lengths: Vec<i64> = sqlx::query_scalar(sql)
+                    let mut query = sqlx::query_scalar(sql)
                         .bind(xid)
-                        .bind($crate::statements::WRITE_BATCH)
+                        .bind($crate::statements::WRITE_BATCH);
+                    if let Some(prefix) = prefix {
+                        query = query.bind(prefix);
+                    }
+                    let lengths: Vec<i64> = query
                         .fetch_all(&mut *conn)
                         .await
                         .map_err($crate::error::db("roll back transaction"))?;

@@ -48,7 +48,9 @@ pub(crate) struct Statements {
     pub renumber_prepared: String,
     pub delete_prepared: String,
     /// prepared rows whose xid matches `LIKE $1 ESCAPE '!'` (a pattern made by
-    /// `sql::like_prefix`), `LIMIT $2`
+    /// `sql::like_prefix`) and starts with `$3` exactly (SQLite's `LIKE` ignores ASCII
+    /// case, PostgreSQL's does not: the second test makes both case-sensitive),
+    /// `LIMIT $2`
     pub delete_prepared_prefix: String,
     pub min_marks: String,
     /// cleanup up to mark `$2`: `[0]` every priority, `LIMIT $3`; `[1]` priority `$3`,
@@ -205,7 +207,8 @@ impl Statements {
             ),
             delete_prepared_prefix: format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
-                 WHERE xid IS NOT NULL AND xid LIKE $1 ESCAPE '!' LIMIT $2) \
+                 WHERE xid IS NOT NULL AND xid LIKE $1 ESCAPE '!' \
+                 AND substr(xid, 1, length($3)) = $3 LIMIT $2) \
                  RETURNING {MSG_LENGTH}"
             ),
             min_marks: format!(

@@ -302,7 +302,14 @@ async fn rollback_abandoned_takes_the_prefix_literally(t: TestStore) {
         (
             "my_app:",
             &["my_app:1", "my_app:", "my_app:2_%"],
-            &["myXapp:1", "my%app:1", "myapp:1", "my_app", "x:my_app:1"],
+            &[
+                "myXapp:1",
+                "my%app:1",
+                "myapp:1",
+                "my_app",
+                "x:my_app:1",
+                "MY_APP:1",
+            ],
         ),
         (
             "50%:",
