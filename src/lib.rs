@@ -11,8 +11,9 @@
 //! - this crate (`src/`): the embedding API ([`Broker`]), the `ebb` binary ([`cli`],
 //!   [`config`]), and STOMP: the wire codec ([`stomp`], no broker types) and the TCP
 //!   transport ([`transport`]).
-//! - operators' views: snapshots ([`stats`], [`Broker::stats`]), the Prometheus
-//!   endpoint ([`metrics`]) and `ebb stat`, which reads it ([`stat`]).
+//! - operators' views: snapshots ([`stats`], [`Broker::stats`]), the process's memory
+//!   ([`process`]), the Prometheus endpoint ([`metrics`]) and `ebb stat`, which reads
+//!   it ([`stat`]).
 
 pub mod auth;
 pub mod broker;
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod metrics;
+pub mod process;
 pub mod soak;
 pub mod stat;
 pub mod stats;

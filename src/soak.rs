@@ -103,28 +103,6 @@ pub struct SoakReport {
 
 const TOPIC: &str = "soak";
 
-/// Resident memory now, bytes (Linux `/proc`; 0 elsewhere).
-pub fn rss_bytes() -> u64 {
-    proc_status_kb("VmRSS:") * 1024
-}
-
-/// Peak resident memory of the process, bytes (`VmHWM`).
-pub fn peak_rss_bytes() -> u64 {
-    proc_status_kb("VmHWM:") * 1024
-}
-
-fn proc_status_kb(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// Runs the workload and returns the report (printing progress to stderr when
 /// `progress`): on an in-process broker, or over STOMP with `--stomp`.
 pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakReport> {
@@ -221,7 +199,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
         let now_sent = sent.load(Ordering::Relaxed);
         samples.push(Sample {
             elapsed_s: start.elapsed().as_secs_f64(),
-            rss_bytes: rss_bytes(),
+            rss_bytes: crate::process::resident_bytes(),
             stored_rows: rows,
             sent: now_sent,
         });
@@ -229,7 +207,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
             bar.set_position(now_sent);
             bar.set_message(format!(
                 "| {rows} rows | RSS {} MiB | {} expiry pages",
-                rss_bytes() >> 20,
+                crate::process::resident_bytes() >> 20,
                 stats.expiry_pages
             ));
         }
@@ -269,7 +247,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
         expiry_runs: stats.expiry_runs,
         expiry_pages: stats.expiry_pages,
         max_rows_per_expiry_page: stats.max_expiry_page_rows,
-        peak_rss_bytes: peak_rss_bytes(),
+        peak_rss_bytes: crate::process::peak_resident_bytes(),
         elapsed_s,
         drain_s,
         store_url: redact_url(&url),
