@@ -234,10 +234,10 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 impl FileConfig {
     /// Reads and checks `path`. The error names the file, and for TOML errors the
     /// line, column and key.
-    pub fn load(path: &Path) -> anyhow::Result<Self> {
+    pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read configuration {}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| anyhow::anyhow!("configuration {}: {e}", path.display()))
+            .map_err(|e| format!("cannot read configuration {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("configuration {}: {e}", path.display()))
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {

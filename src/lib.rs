@@ -8,20 +8,25 @@
 //! Map of Ebb (DESIGN.md has the whole picture):
 //! - [`ebb_store`] (`store/`): the schema, every SQL statement, the async store API.
 //! - [`ebb_actors`] (`actors/`): the actors: broker registry, topics, the store actor.
-//! - this crate (`src/`): the embedding API ([`Broker`]), the `ebb` binary ([`cli`],
-//!   [`config`]), and STOMP: the wire codec ([`stomp`], no broker types) and the TCP
+//! - this crate (`src/`): the embedding API ([`Broker`]), the configuration file
+//!   ([`config`]), and STOMP: the wire codec ([`stomp`], no broker types) and the TCP
 //!   transport ([`transport`]).
-//! - operators' views: snapshots ([`stats`], [`Broker::stats`]), the Prometheus
-//!   endpoint ([`metrics`]) and `ebb stat`, which reads it ([`stat`]).
+//! - operators' views: snapshots ([`stats`], [`Broker::stats`]), the process's memory
+//!   ([`process`]) and the Prometheus endpoint ([`metrics`]).
+//! - the `ebb` binary's commands (`cli`: `serve`, `stat`, `soak`, `passwd`, `check`),
+//!   behind the `cli` cargo feature, on by default. With `default-features = false` an
+//!   embedder compiles neither them nor what only they need (clap, plotters,
+//!   indicatif, ureq, anyhow; the Prometheus endpoint is its own feature,
+//!   `prometheus`). Nothing outside `cli` imports from it.
 
 pub mod auth;
 pub mod broker;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod error;
 pub mod metrics;
-pub mod soak;
-pub mod stat;
+pub mod process;
 pub mod stats;
 pub mod stomp;
 pub mod transport;

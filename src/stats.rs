@@ -3,7 +3,8 @@
 //! Plain values (serde-serializable, no actor types): [`BrokerStats`] is the system
 //! usage ([`UsageStats`]) and one [`DestinationStats`] per running destination. The
 //! metrics endpoint ([`crate::metrics`]) publishes them in Prometheus' format and
-//! `ebb stat` reads them back from there ([`crate::stat`]).
+//! `ebb stat` reads them back from there (`ebb::cli::stat`, with the `cli` feature).
+//! The process's memory comes from [`crate::process`].
 //!
 //! What each field means for a topic and for a queue is said field by field; topics do
 //! not count acks or in-flight deliveries (their subscriptions do, per subscription),
@@ -287,8 +288,8 @@ impl Broker {
                 blocked_producers: usage.blocked_producers,
                 housekeeping_lag_ms: lag.as_millis() as u64,
                 housekeeping_pages_waiting: waiting as u64,
-                process_resident_bytes: crate::soak::rss_bytes(),
-                process_peak_resident_bytes: crate::soak::peak_rss_bytes(),
+                process_resident_bytes: crate::process::resident_bytes(),
+                process_peak_resident_bytes: crate::process::peak_resident_bytes(),
             },
             destinations,
             destinations_total: list.total as u64,

@@ -14,15 +14,17 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use ebb::cli::stat::{from_samples, parse, Sample};
 use ebb::metrics::MetricsServer;
-use ebb::stat::{from_samples, parse, Sample};
 use ebb::{Message, SubscribeOptions};
 
 /// Scrapes `addr` until `done` holds for the samples (30 s limit, as `wait_for`).
 async fn scrape_until(addr: &str, done: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let text = ebb::stat::fetch(addr).await.expect("the endpoint answers");
+        let text = ebb::cli::stat::fetch(addr)
+            .await
+            .expect("the endpoint answers");
         let samples = parse(&text).expect("valid Prometheus text");
         if done(&samples) {
             return samples;
@@ -155,12 +157,13 @@ async fn a_scrape_shows_real_values(t: TestStore) {
     // destination, queue size, in flight, consumers, producers, enqueued, dequeued,
     // expired, DLQ
     assert_eq!(row, [key.as_str(), "5", "0", "0", "0", "8", "0", "3", "0"]);
-    let parsed = from_samples(&parse(&ebb::stat::fetch(&addr).await.unwrap()).unwrap()).unwrap();
+    let parsed =
+        from_samples(&parse(&ebb::cli::stat::fetch(&addr).await.unwrap()).unwrap()).unwrap();
     assert!(parsed.destinations.iter().any(|d| d.destination == key));
 
     // Once the endpoint stops, `ebb stat` says what to do.
     server.stop().await;
-    let e = ebb::stat::fetch(&addr).await.unwrap_err().to_string();
+    let e = ebb::cli::stat::fetch(&addr).await.unwrap_err().to_string();
     assert!(
         e.contains(&format!(
             "no broker metrics at {addr}: start ebb serve with --metrics {addr}"

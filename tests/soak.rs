@@ -10,7 +10,7 @@ mod common;
 mod stomp_client;
 
 use common::*;
-use ebb::soak::{run, SoakOptions};
+use ebb::cli::soak::{run, SoakOptions};
 
 fn options(t: &TestStore, ttl_ms: u64) -> SoakOptions {
     SoakOptions {

@@ -2,6 +2,8 @@
 //! no store: this is where hostile bytes arrive, so it stands alone and is tested
 //! alone (unit tests, property tests).
 
+// Only `ebb soak --stomp` drives it, and it answers with anyhow errors: a tool's part.
+#[cfg(feature = "cli")]
 pub mod client;
 pub mod codec;
 pub mod escape;

@@ -12,12 +12,30 @@ use std::time::Duration;
 use crate::metrics::names::*;
 use crate::stats::{BrokerStats, DestinationKind, DestinationStats, UsageStats};
 
+/// The `ebb stat` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StatArgs {
+    /// The broker's metrics address, host:port.
+    #[arg(long, value_name = "ADDR", default_value = super::DEFAULT_METRICS_ADDR)]
+    pub metrics: String,
+}
+
+/// Runs `ebb stat`: prints the table for the broker at `--metrics` ([`run`]).
+///
+/// Errors: as [`run`].
+pub async fn execute(args: &StatArgs) -> anyhow::Result<()> {
+    print!("{}", run(&args.metrics).await?);
+    Ok(())
+}
+
 /// One sample line: `name{label="value",...} value [timestamp]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
+    /// The metric name (for a histogram, with its `_bucket`, `_sum`, `_count` suffix).
     pub name: String,
     /// Labels in the order written, values unescaped.
     pub labels: Vec<(String, String)>,
+    /// The value as written (`NaN`, `+Inf` and `-Inf` included).
     pub value: f64,
 }
 

@@ -74,56 +74,71 @@ pub struct SoakOptions {
     pub login: Option<String>,
 }
 
-/// One sample of the run.
+/// One sample of the run, taken every 500 ms.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Sample {
+    /// Seconds since the first send.
     pub elapsed_s: f64,
+    /// Resident memory, bytes: this process's ([`crate::process`]), or with `--stomp`
+    /// the broker's, read from its metrics.
     pub rss_bytes: u64,
+    /// Rows the soak topic holds in the store.
     pub stored_rows: u64,
+    /// Messages sent so far (with `--stomp`, receipted).
     pub sent: u64,
 }
 
 /// The results (the JSON line has these fields).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SoakReport {
+    /// Messages sent (with `--stomp`, receipted by the broker).
     pub messages_sent: u64,
+    /// Messages the broker stored (sent while a durable subscription existed).
     pub messages_stored: u64,
+    /// Expirations the topic counted (one per message and offline subscription).
     pub messages_expired: u64,
+    /// Expiry runs (chains of pages) started.
     pub expiry_runs: u64,
+    /// Expiry pages finished.
     pub expiry_pages: u64,
+    /// Most rows one expiry page read: never more than the page size.
     pub max_rows_per_expiry_page: u64,
+    /// Peak resident memory, bytes (as [`Sample::rss_bytes`]: whose depends on the mode).
     pub peak_rss_bytes: u64,
+    /// Seconds from the first send to the end of the run.
     pub elapsed_s: f64,
     /// Seconds from the last send until every message had expired (with a TTL).
     pub drain_s: Option<f64>,
+    /// The store, password hidden; with `--stomp`, `stomp://ADDR (topic://NAME)`.
     pub store_url: String,
+    /// The samples, for the chart (not in the JSON line).
     #[serde(skip)]
     pub samples: Vec<Sample>,
 }
 
+/// Runs `ebb soak`: the workload with a progress bar on stderr ([`run`]), then the
+/// table ([`table`]), the chart with `--plot` ([`plot`]), the JSON line with `--json`,
+/// and the check of `--assert-flat` ([`check_flat`]).
+///
+/// Errors: as [`run`]; the chart cannot be drawn; `--assert-flat failed: why`.
+pub async fn execute(options: &SoakOptions) -> anyhow::Result<()> {
+    let report = run(options, true).await?;
+    print!("{}", table(&report, options));
+    if let Some(path) = &options.plot {
+        plot(&report, options, path)?;
+        println!("{:<28} {}", "chart", path.display());
+    }
+    if options.json {
+        println!("{}", serde_json::to_string(&report)?);
+    }
+    if options.assert_flat {
+        check_flat(&report, options.max_expire_page_size)
+            .map_err(|why| anyhow::anyhow!("--assert-flat failed: {why}"))?;
+    }
+    Ok(())
+}
+
 const TOPIC: &str = "soak";
-
-/// Resident memory now, bytes (Linux `/proc`; 0 elsewhere).
-pub fn rss_bytes() -> u64 {
-    proc_status_kb("VmRSS:") * 1024
-}
-
-/// Peak resident memory of the process, bytes (`VmHWM`).
-pub fn peak_rss_bytes() -> u64 {
-    proc_status_kb("VmHWM:") * 1024
-}
-
-fn proc_status_kb(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 /// Runs the workload and returns the report (printing progress to stderr when
 /// `progress`): on an in-process broker, or over STOMP with `--stomp`.
@@ -221,7 +236,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
         let now_sent = sent.load(Ordering::Relaxed);
         samples.push(Sample {
             elapsed_s: start.elapsed().as_secs_f64(),
-            rss_bytes: rss_bytes(),
+            rss_bytes: crate::process::resident_bytes(),
             stored_rows: rows,
             sent: now_sent,
         });
@@ -229,7 +244,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
             bar.set_position(now_sent);
             bar.set_message(format!(
                 "| {rows} rows | RSS {} MiB | {} expiry pages",
-                rss_bytes() >> 20,
+                crate::process::resident_bytes() >> 20,
                 stats.expiry_pages
             ));
         }
@@ -269,7 +284,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
         expiry_runs: stats.expiry_runs,
         expiry_pages: stats.expiry_pages,
         max_rows_per_expiry_page: stats.max_expiry_page_rows,
-        peak_rss_bytes: peak_rss_bytes(),
+        peak_rss_bytes: crate::process::peak_resident_bytes(),
         elapsed_s,
         drain_s,
         store_url: redact_url(&url),
@@ -320,7 +335,7 @@ async fn run_stomp(
         .as_deref()
         .map(|l| l.split_once(':').unwrap_or((l, "")));
     // The endpoint must answer before anything is sent.
-    crate::stat::fetch(metrics).await?;
+    super::stat::fetch(metrics).await?;
     let client_id = format!("soak-{}", std::process::id());
     let mut admin = StompClient::connect(addr, Some(&client_id), login).await?;
     for n in 0..options.durable_subscribers {
@@ -393,9 +408,9 @@ async fn run_stomp(
     let mut sent_done_at: Option<Instant> = None;
     let expected_expired = options.messages * u64::from(options.durable_subscribers);
     let (report_at_end, last) = loop {
-        let scraped = crate::stat::parse(&crate::stat::fetch(metrics).await?)
+        let scraped = super::stat::parse(&super::stat::fetch(metrics).await?)
             .map_err(|e| anyhow::anyhow!("cannot read {metrics}: {e}"))?;
-        let stats = crate::stat::from_samples(&scraped)
+        let stats = super::stat::from_samples(&scraped)
             .ok_or_else(|| anyhow::anyhow!("{metrics} serves no Ebb broker metrics"))?;
         let dest = stats
             .destinations

@@ -1,0 +1,205 @@
+//! `ebb serve`: the broker and its STOMP listener, with the metrics endpoint when
+//! asked for, until SIGINT or SIGTERM; then the graceful shutdown (a second signal
+//! exits at once).
+//!
+//! Every setting comes from a flag, else the configuration file (`--config`,
+//! [`crate::config`]), else a default; an error about a value names where it came
+//! from.
+
+use ebb_store::{redact_url, StoreOptions};
+
+use super::{DEFAULT_STOMP, DEFAULT_STORE};
+use crate::config::FileConfig;
+use crate::transport::connection::ConnectionConfig;
+
+/// The `ebb serve` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Store URL: sqlite://PATH, sqlite::memory: or postgres://... [default: sqlite://ebb-data/ebb.db]
+    #[arg(long, env = "EBB_STORE")]
+    pub store: Option<String>,
+    /// STOMP listen address [default: 127.0.0.1:61613]
+    #[arg(long)]
+    pub stomp: Option<String>,
+    /// Configuration file (TOML); flags override it.
+    #[arg(long)]
+    pub config: Option<std::path::PathBuf>,
+    /// Listen on a non-loopback address although no users are configured (anyone
+    /// who can reach the port can then send and subscribe). Not needed with users.
+    #[arg(long)]
+    pub allow_anonymous: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (off by default; also
+    /// `[metrics] listen` in the configuration file).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+}
+
+/// Runs `ebb serve` until a signal and the shutdown that follows it.
+///
+/// Errors: a bad configuration file or address (naming the flag or key it came from),
+/// a non-loopback address without users and without `--allow-anonymous`, a store that
+/// cannot be opened, an address that cannot be bound.
+pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
+    let ServeArgs {
+        store,
+        stomp,
+        config,
+        allow_anonymous,
+        metrics,
+    } = args;
+    let file = match &config {
+        Some(path) => FileConfig::load(path).map_err(anyhow::Error::msg)?,
+        None => FileConfig::default(),
+    };
+    // Where a value came from, for errors: the flag, or the key in the file.
+    let from_file = |key: &str| {
+        config.as_ref().map_or(String::new(), |p| {
+            format!(" (from {key} in {})", p.display())
+        })
+    };
+    let (store_url, store_from) = match (store, &file.store.url) {
+        (Some(url), _) => (url, " (from --store)".to_string()),
+        (None, Some(url)) => (url.clone(), from_file("[store] url")),
+        (None, None) => (DEFAULT_STORE.to_string(), String::new()),
+    };
+    let (listen, listen_from) = match (stomp, &file.stomp.listen) {
+        (Some(addr), _) => (addr, " (from --stomp)".to_string()),
+        (None, Some(addr)) => (addr.clone(), from_file("[stomp] listen")),
+        (None, None) => (DEFAULT_STOMP.to_string(), String::new()),
+    };
+    let invalid = |why: String| {
+        anyhow::anyhow!("invalid STOMP address `{listen}`{listen_from}: {why}; use host:port")
+    };
+    let addr: std::net::SocketAddr = tokio::net::lookup_host(&listen)
+        .await
+        .map_err(|e| invalid(e.to_string()))?
+        .next()
+        .ok_or_else(|| invalid("it resolves to nothing".into()))?;
+    if file.store.schema.is_some() && !store_url.starts_with("postgres") {
+        anyhow::bail!(
+            "schema{} applies to PostgreSQL stores only; the store is {}",
+            from_file("[store] schema"),
+            redact_url(&store_url)
+        );
+    }
+    let metrics_addr = match (metrics, &file.metrics.listen) {
+        (Some(addr), _) => Some((addr, " (from --metrics)".to_string())),
+        (None, Some(addr)) => Some((addr.clone(), from_file("[metrics] listen"))),
+        (None, None) => None,
+    };
+    let metrics_addr = match metrics_addr {
+        Some((text, from)) => Some(resolve(&text, &from, "metrics").await?),
+        None => None,
+    };
+    let security = file.security();
+    if !addr.ip().is_loopback() && !security.requires_login() && !allow_anonymous {
+        anyhow::bail!(
+            "refusing to listen on {addr}: it is not a loopback address and no users are \
+             configured, so anyone who reaches it could send and subscribe; pass \
+             --allow-anonymous to do it anyway"
+        );
+    }
+    let mut options = StoreOptions::default();
+    if let Some(prefix) = &file.store.table_prefix {
+        options.table_prefix = prefix.clone();
+    }
+    options.schema = file.store.schema.clone();
+    let mut broker_config = crate::BrokerConfig {
+        store: options,
+        policies: file.policies(),
+        usage: file.usage.usage(),
+        ..crate::BrokerConfig::default()
+    };
+    if let Some(permits) = file.housekeeping.permits {
+        broker_config.housekeeping_permits = permits;
+    }
+    let mut connection = ConnectionConfig::default();
+    if let Some(size) = file.stomp.max_frame_size {
+        connection.limits.max_frame_bytes = size.0 as usize;
+    }
+    if let Some([send, expect]) = file.stomp.heartbeat_ms {
+        connection.heartbeat_ms = (send, expect);
+    }
+    if let Some(ms) = file.stomp.stall_timeout_ms {
+        connection.stall_timeout_ms = ms;
+    }
+    connection.security = std::sync::Arc::new(security);
+
+    let broker = crate::Broker::start(&store_url, broker_config)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}{store_from}"))?;
+    let abandoned = broker
+        .rollback_abandoned(crate::transport::connection::XID_PREFIX)
+        .await?;
+    if abandoned > 0 {
+        tracing::info!(
+            messages = abandoned,
+            "rolled back STOMP transactions left open by the last run"
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
+    tracing::info!(stomp = %bound, store = %redact_url(&store_url), "ebb is running");
+    println!("ebb: STOMP on {bound}, store {}", redact_url(&store_url));
+
+    let metrics = match metrics_addr {
+        Some(addr) => Some(crate::metrics::MetricsServer::start(addr, broker.clone()).await?),
+        None => None,
+    };
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let accept = actix_rt::spawn(crate::transport::listener::run(
+        listener,
+        broker.clone(),
+        connection,
+        stop_rx,
+    ));
+    shutdown_signal().await;
+    tracing::info!("shutting down (a second signal exits at once)");
+    actix_rt::spawn(async {
+        shutdown_signal().await;
+        eprintln!("ebb: second signal, exiting now");
+        std::process::exit(130);
+    });
+    let _ = stop_tx.send(true);
+    let _ = accept.await;
+    if let Some(metrics) = metrics {
+        metrics.stop().await;
+    }
+    broker.shutdown().await?;
+    println!("ebb: stopped");
+    Ok(())
+}
+
+/// `host:port` from `text` (`from` says where it came from, `what` names the
+/// listener), for errors that name both.
+async fn resolve(text: &str, from: &str, what: &str) -> anyhow::Result<std::net::SocketAddr> {
+    let invalid = |why: String| {
+        anyhow::anyhow!("invalid {what} address `{text}`{from}: {why}; use host:port")
+    };
+    tokio::net::lookup_host(text)
+        .await
+        .map_err(|e| invalid(e.to_string()))?
+        .next()
+        .ok_or_else(|| invalid("it resolves to nothing".into()))
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

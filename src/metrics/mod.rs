@@ -1,0 +1,289 @@
+//! Ebb's metrics: their names ([`names`]), how a
+//! [`Broker::stats`](crate::Broker::stats) snapshot becomes their values ([`record`])
+//! and the Prometheus endpoint that serves them: `ebb serve --metrics ADDR` (or
+//! `[metrics] listen` in the configuration file) answers `GET /metrics` in Prometheus'
+//! text format (`MetricsServer`).
+//!
+//! **How it is built.** Metrics go through the `metrics` facade into the process's
+//! one recorder. The endpoint (`endpoint.rs`, the `prometheus` cargo feature, on by
+//! default and part of `cli`) installs the recorder of `metrics-exporter-prometheus`,
+//! once per process (`install_recorder`: a second call hands back the same handle
+//! instead of fighting over it). The exporter's own HTTP listener (hyper) is not used:
+//! `MetricsServer` is a small HTTP/1.1 responder on a tokio listener that answers
+//! each `GET /metrics` with the recorder's render and closes the connection, with a
+//! bound on connections at once, on the request head's size and on the time a request
+//! may take. That keeps the dependency tree small, runs on the broker's actix system
+//! like the STOMP listener, and lets tests start any number of endpoints on ephemeral
+//! ports in one process, all rendering the one recorder. An application that brings
+//! its own recorder builds without the feature, calls [`describe`] once and [`record`]
+//! with a snapshot as often as it likes.
+//!
+//! **Where values come from.** Broker and destination values are copied from a
+//! [`Broker::stats`](crate::Broker::stats) snapshot by the endpoint's refresh task
+//! every `REFRESH_EVERY` (one second); when a snapshot takes longer than that, the task
+//! waits as long as the snapshot took before the next one, so it never keeps the store
+//! busy more than half the time. The histogram `ebb_expiry_page_rows` is recorded by the topic actor itself
+//! when an expiry page finishes, so it holds every page, not a sample.
+//!
+//! **Names** (Prometheus conventions: base units, `_total` for counters, usage as a
+//! ratio from 0 to 1, never a percentage):
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `ebb_memory_usage_bytes`, `ebb_memory_limit_bytes`, `ebb_memory_usage_ratio` | gauge | | memory usage, its limit (0 = none), usage / limit (0 without a limit) |
+//! | `ebb_store_usage_bytes`, `ebb_store_limit_bytes`, `ebb_store_usage_ratio` | gauge | | the same for the store |
+//! | `ebb_temp_usage_bytes`, `ebb_temp_limit_bytes`, `ebb_temp_usage_ratio` | gauge | | the same for temporary storage |
+//! | `ebb_producers_blocked` | gauge | | producers waiting for space |
+//! | `ebb_destinations` | gauge | | running destinations (also those past the report's cap) |
+//! | `ebb_housekeeping_lag_seconds` | gauge | | how long the expiry page waiting longest for a housekeeping permit has waited |
+//! | `ebb_housekeeping_pages_waiting` | gauge | | expiry pages waiting for a housekeeping permit |
+//! | `ebb_process_resident_memory_bytes`, `ebb_process_peak_resident_memory_bytes` | gauge | | the broker process's resident memory now and at its peak ([`crate::process`]) |
+//! | `ebb_destination_queue_size` | gauge | `destination` | messages pending plus in flight |
+//! | `ebb_destination_in_flight` | gauge | `destination` | delivered, not acked |
+//! | `ebb_destination_consumers`, `ebb_destination_producers` | gauge | `destination` | attached now |
+//! | `ebb_destination_memory_usage_bytes`, `ebb_destination_producers_blocked` | gauge | `destination` | per destination usage |
+//! | `ebb_destination_max_expiry_page_rows` | gauge | `destination` | most rows one expiry page handled since start |
+//! | `ebb_destination_enqueued_total`, `ebb_destination_dequeued_total`, `ebb_destination_expired_total`, `ebb_destination_dead_lettered_total` | counter | `destination` | messages since start |
+//! | `ebb_expiry_runs_total` | counter | `destination` | expiry runs (chains of pages) started |
+//! | `ebb_expiry_pages_total` | counter | `destination` | expiry pages finished |
+//! | `ebb_expiry_page_rows` | histogram | `destination` | rows one expiry page loaded (buckets [`PAGE_ROW_BUCKETS`]); a page that failed is counted in `ebb_expiry_pages_total` only |
+//!
+//! The `destination` label is the store key (`topic://orders`). What each value means
+//! is in [`crate::stats`].
+//!
+//! A destination's series stay for the life of the process (destinations are never
+//! removed while the broker runs). The endpoint has no authentication and shows
+//! destination names: keep it on loopback or a private network.
+
+#[cfg(feature = "prometheus")]
+mod endpoint;
+
+#[cfg(feature = "prometheus")]
+pub use endpoint::{install_recorder, MetricsServer, REFRESH_EVERY};
+
+use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Label};
+use serde::Deserialize;
+
+use crate::stats::BrokerStats;
+
+/// Upper bounds of the `ebb_expiry_page_rows` buckets, in rows (the default page is
+/// 400 rows).
+pub const PAGE_ROW_BUCKETS: &[f64] = &[0.0, 1.0, 10.0, 50.0, 100.0, 200.0, 400.0, 1000.0, 5000.0];
+
+/// Metric names, shared with `ebb stat`'s reader (`ebb::cli::stat`).
+pub mod names {
+    pub const MEMORY_USAGE_BYTES: &str = "ebb_memory_usage_bytes";
+    pub const MEMORY_LIMIT_BYTES: &str = "ebb_memory_limit_bytes";
+    pub const MEMORY_USAGE_RATIO: &str = "ebb_memory_usage_ratio";
+    pub const STORE_USAGE_BYTES: &str = "ebb_store_usage_bytes";
+    pub const STORE_LIMIT_BYTES: &str = "ebb_store_limit_bytes";
+    pub const STORE_USAGE_RATIO: &str = "ebb_store_usage_ratio";
+    pub const TEMP_USAGE_BYTES: &str = "ebb_temp_usage_bytes";
+    pub const TEMP_LIMIT_BYTES: &str = "ebb_temp_limit_bytes";
+    pub const TEMP_USAGE_RATIO: &str = "ebb_temp_usage_ratio";
+    pub const PRODUCERS_BLOCKED: &str = "ebb_producers_blocked";
+    pub const DESTINATIONS: &str = "ebb_destinations";
+    pub const HOUSEKEEPING_LAG_SECONDS: &str = "ebb_housekeeping_lag_seconds";
+    pub const HOUSEKEEPING_PAGES_WAITING: &str = "ebb_housekeeping_pages_waiting";
+    pub const PROCESS_RESIDENT_BYTES: &str = "ebb_process_resident_memory_bytes";
+    pub const PROCESS_PEAK_RESIDENT_BYTES: &str = "ebb_process_peak_resident_memory_bytes";
+    pub const MAX_EXPIRY_PAGE_ROWS: &str = "ebb_destination_max_expiry_page_rows";
+    pub const QUEUE_SIZE: &str = "ebb_destination_queue_size";
+    pub const IN_FLIGHT: &str = "ebb_destination_in_flight";
+    pub const CONSUMERS: &str = "ebb_destination_consumers";
+    pub const PRODUCERS: &str = "ebb_destination_producers";
+    pub const DESTINATION_MEMORY_BYTES: &str = "ebb_destination_memory_usage_bytes";
+    pub const DESTINATION_PRODUCERS_BLOCKED: &str = "ebb_destination_producers_blocked";
+    pub const ENQUEUED_TOTAL: &str = "ebb_destination_enqueued_total";
+    pub const DEQUEUED_TOTAL: &str = "ebb_destination_dequeued_total";
+    pub const EXPIRED_TOTAL: &str = "ebb_destination_expired_total";
+    pub const DEAD_LETTERED_TOTAL: &str = "ebb_destination_dead_lettered_total";
+    pub const EXPIRY_PAGES_TOTAL: &str = "ebb_expiry_pages_total";
+    pub const EXPIRY_RUNS_TOTAL: &str = "ebb_expiry_runs_total";
+    pub const EXPIRY_PAGE_ROWS: &str = "ebb_expiry_page_rows";
+    /// The label every per-destination metric has: the store key.
+    pub const DESTINATION_LABEL: &str = "destination";
+}
+
+/// `[metrics]` in `ebb serve`'s configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    /// `host:port` to serve `/metrics` on; without it there is no endpoint.
+    /// `ebb serve --metrics` overrides it.
+    pub listen: Option<String>,
+}
+
+/// Describes Ebb's metrics to the installed recorder: the `# HELP` lines, with units.
+/// `install_recorder` calls it; an application with a recorder of its own calls it
+/// once after installing that recorder.
+pub fn describe() {
+    use ::metrics::Unit;
+    use names::*;
+    for (name, what) in [
+        (MEMORY_USAGE_BYTES, "Bytes of messages held in memory"),
+        (MEMORY_LIMIT_BYTES, "Memory limit in bytes (0 = none)"),
+        (STORE_USAGE_BYTES, "Bytes the store's messages take"),
+        (STORE_LIMIT_BYTES, "Store limit in bytes (0 = none)"),
+        (TEMP_USAGE_BYTES, "Bytes in temporary storage"),
+        (
+            TEMP_LIMIT_BYTES,
+            "Temporary storage limit in bytes (0 = none)",
+        ),
+        (
+            DESTINATION_MEMORY_BYTES,
+            "Bytes of messages a destination holds in memory",
+        ),
+        (
+            PROCESS_RESIDENT_BYTES,
+            "The broker process's resident memory",
+        ),
+        (
+            PROCESS_PEAK_RESIDENT_BYTES,
+            "The broker process's peak resident memory",
+        ),
+    ] {
+        describe_gauge!(name, Unit::Bytes, what);
+    }
+    for (name, what) in [
+        (
+            MEMORY_USAGE_RATIO,
+            "Memory usage / limit, 0..1 (0 without a limit)",
+        ),
+        (
+            STORE_USAGE_RATIO,
+            "Store usage / limit, 0..1 (0 without a limit)",
+        ),
+        (
+            TEMP_USAGE_RATIO,
+            "Temp usage / limit, 0..1 (0 without a limit)",
+        ),
+    ] {
+        describe_gauge!(name, what);
+    }
+    for (name, what) in [
+        (
+            PRODUCERS_BLOCKED,
+            "Producers waiting for space (flow control)",
+        ),
+        (DESTINATIONS, "Running destinations"),
+        (
+            HOUSEKEEPING_LAG_SECONDS,
+            "How long the expiry page waiting longest for a housekeeping permit has waited, seconds",
+        ),
+        (
+            HOUSEKEEPING_PAGES_WAITING,
+            "Expiry pages waiting for a housekeeping permit",
+        ),
+        (QUEUE_SIZE, "Messages pending plus in flight"),
+        (IN_FLIGHT, "Deliveries not acked yet"),
+        (CONSUMERS, "Consumers attached"),
+        (
+            MAX_EXPIRY_PAGE_ROWS,
+            "Most rows one expiry page of a destination handled since start",
+        ),
+        (PRODUCERS, "Producers sending"),
+        (
+            DESTINATION_PRODUCERS_BLOCKED,
+            "Producers of a destination waiting for space",
+        ),
+    ] {
+        describe_gauge!(name, what);
+    }
+    for (name, what) in [
+        (ENQUEUED_TOTAL, "Messages accepted since start"),
+        (
+            DEQUEUED_TOTAL,
+            "Deliveries handed to consumers since start (topics: not acks)",
+        ),
+        (EXPIRED_TOTAL, "Message expirations since start"),
+        (DEAD_LETTERED_TOTAL, "Messages sent to a dead-letter queue"),
+        (EXPIRY_PAGES_TOTAL, "Expiry pages finished since start"),
+        (
+            EXPIRY_RUNS_TOTAL,
+            "Expiry runs (chains of pages) started since start",
+        ),
+    ] {
+        describe_counter!(name, what);
+    }
+    describe_histogram!(EXPIRY_PAGE_ROWS, "Rows one expiry page loaded");
+}
+
+/// usage / limit, 0..1; 0 without a limit.
+fn ratio(used: u64, limit: u64) -> f64 {
+    crate::stats::percent(used, limit) / 100.0
+}
+
+/// Copies a snapshot into the installed recorder: gauges are set, counters are raised
+/// to the snapshot's totals (a counter never goes down). Does nothing without an
+/// installed recorder.
+pub fn record(stats: &BrokerStats) {
+    use names::*;
+    let u = &stats.usage;
+    for (name, value) in [
+        (MEMORY_USAGE_BYTES, u.memory_bytes as f64),
+        (MEMORY_LIMIT_BYTES, u.memory_limit_bytes as f64),
+        (
+            MEMORY_USAGE_RATIO,
+            ratio(u.memory_bytes, u.memory_limit_bytes),
+        ),
+        (STORE_USAGE_BYTES, u.store_bytes as f64),
+        (STORE_LIMIT_BYTES, u.store_limit_bytes as f64),
+        (STORE_USAGE_RATIO, ratio(u.store_bytes, u.store_limit_bytes)),
+        (TEMP_USAGE_BYTES, u.temp_bytes as f64),
+        (TEMP_LIMIT_BYTES, u.temp_limit_bytes as f64),
+        (TEMP_USAGE_RATIO, ratio(u.temp_bytes, u.temp_limit_bytes)),
+        (PRODUCERS_BLOCKED, u.blocked_producers as f64),
+        (DESTINATIONS, stats.destinations_total as f64),
+        (PROCESS_RESIDENT_BYTES, u.process_resident_bytes as f64),
+        (
+            HOUSEKEEPING_LAG_SECONDS,
+            u.housekeeping_lag_ms as f64 / 1000.0,
+        ),
+        (
+            HOUSEKEEPING_PAGES_WAITING,
+            u.housekeeping_pages_waiting as f64,
+        ),
+        (
+            PROCESS_PEAK_RESIDENT_BYTES,
+            u.process_peak_resident_bytes as f64,
+        ),
+    ] {
+        gauge!(name).set(value);
+    }
+    for d in &stats.destinations {
+        let labels = [Label::new(DESTINATION_LABEL, d.destination.clone())];
+        for (name, value) in [
+            (QUEUE_SIZE, d.queue_size),
+            (IN_FLIGHT, d.in_flight),
+            (CONSUMERS, d.consumers),
+            (PRODUCERS, d.producers),
+            (DESTINATION_MEMORY_BYTES, d.memory_bytes),
+            (DESTINATION_PRODUCERS_BLOCKED, d.blocked_producers),
+            (MAX_EXPIRY_PAGE_ROWS, d.max_expiry_page_rows),
+        ] {
+            gauge!(name, labels.iter()).set(value as f64);
+        }
+        for (name, value) in [
+            (ENQUEUED_TOTAL, d.enqueued_total),
+            (DEQUEUED_TOTAL, d.dequeued_total),
+            (EXPIRED_TOTAL, d.expired_total),
+            (DEAD_LETTERED_TOTAL, d.dead_lettered_total),
+            (EXPIRY_PAGES_TOTAL, d.expiry_pages_total),
+            (EXPIRY_RUNS_TOTAL, d.expiry_runs_total),
+        ] {
+            counter!(name, labels.iter()).absolute(value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_are_zero_without_a_limit() {
+        assert_eq!(ratio(5, 0), 0.0);
+        assert_eq!(ratio(1, 4), 0.25);
+    }
+}
