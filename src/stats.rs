@@ -88,34 +88,7 @@ impl UsageStats {
     }
 }
 
-/// Whether a destination is a topic or a queue (serialized `"topic"` / `"queue"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DestinationKind {
-    Topic,
-    Queue,
-}
-
-impl DestinationKind {
-    /// The kind a store key names (`topic://...`, `queue://...`); `None` for others.
-    pub fn of_key(key: &str) -> Option<Self> {
-        if key.starts_with("topic://") {
-            Some(Self::Topic)
-        } else if key.starts_with("queue://") {
-            Some(Self::Queue)
-        } else {
-            None
-        }
-    }
-
-    /// `"topic"` or `"queue"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Topic => "topic",
-            Self::Queue => "queue",
-        }
-    }
-}
+pub use ebb_actors::DestinationKind;
 
 /// One destination's gauges (now) and counters (since the destination's actor
 /// started: they restart from 0 with the broker). Counts are messages unless said.
@@ -247,15 +220,11 @@ impl Broker {
             })
             .await?;
         let mut destinations = Vec::with_capacity(list.keys.len());
-        for key in list.keys {
-            let asked = match DestinationKind::of_key(&key) {
-                Some(DestinationKind::Topic) => {
-                    self.topic_stats(&key).await.map(|t| (Some(t), None))
-                }
-                Some(DestinationKind::Queue) => {
-                    self.queue_stats(&key).await.map(|q| (None, Some(q)))
-                }
-                None => continue,
+        for destination in list.keys {
+            let key = destination.container();
+            let asked = match destination.kind() {
+                DestinationKind::Topic => self.topic_stats(&key).await.map(|t| (Some(t), None)),
+                DestinationKind::Queue => self.queue_stats(&key).await.map(|q| (None, Some(q))),
             };
             let (topic, queue): (Option<TopicStats>, Option<QueueStats>) = match asked {
                 Ok(both) => both,
@@ -346,13 +315,13 @@ mod tests {
     #[test]
     fn kinds_come_from_store_keys() {
         assert_eq!(
-            DestinationKind::of_key("queue://jobs"),
+            DestinationKind::of_container("queue://jobs"),
             Some(DestinationKind::Queue)
         );
         assert_eq!(
-            DestinationKind::of_key("topic://a"),
+            DestinationKind::of_container("topic://a"),
             Some(DestinationKind::Topic)
         );
-        assert_eq!(DestinationKind::of_key("jobs"), None);
+        assert_eq!(DestinationKind::of_container("jobs"), None);
     }
 }

@@ -159,8 +159,8 @@ impl Handler<RouteDeadLetter> for BrokerActor {
     }
 }
 
-/// The store keys (`topic://NAME`, `queue://NAME`) of the running destination actors,
-/// sorted, at most `limit` of them (the first ones in sort order), so that an answer
+/// The keys of the running destination actors, sorted (as their store keys sort), at
+/// most `limit` of them (the first ones in sort order), so that an answer
 /// never grows with the number of destinations. Read-only: it starts nothing.
 #[derive(Message)]
 #[rtype(result = "DestinationList")]
@@ -172,8 +172,8 @@ pub struct ListDestinations {
 /// The answer to [`ListDestinations`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, MessageResponse)]
 pub struct DestinationList {
-    /// Store keys of running destinations, sorted, at most the limit asked for.
-    pub keys: Vec<String>,
+    /// Running destinations, sorted, at most the limit asked for.
+    pub keys: Vec<DestinationKey>,
     /// How many destinations are running in all (more than `keys.len()` when the limit
     /// cut the list).
     pub total: usize,
@@ -183,11 +183,11 @@ impl Handler<ListDestinations> for BrokerActor {
     type Result = DestinationList;
 
     fn handle(&mut self, msg: ListDestinations, _: &mut Context<Self>) -> DestinationList {
-        let mut keys: Vec<String> = self
+        let mut keys: Vec<DestinationKey> = self
             .destinations
             .iter()
             .filter(|(_, a)| a.connected())
-            .map(|(k, _)| k.container())
+            .map(|(k, _)| k.clone())
             .collect();
         let total = keys.len();
         keys.sort_unstable();

@@ -224,7 +224,7 @@ fn destination_sample(destinations: &mut BTreeMap<String, DestinationStats>, s: 
     let (Some(key), true) = (s.label(DESTINATION_LABEL), is_destination_metric(&s.name)) else {
         return;
     };
-    let Some(kind) = DestinationKind::of_key(key) else {
+    let Some(kind) = DestinationKind::of_container(key) else {
         return;
     };
     let d = destinations

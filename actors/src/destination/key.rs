@@ -24,10 +24,10 @@ pub const MAX_NAME_BYTES: usize = 200;
 )]
 #[serde(rename_all = "lowercase")]
 pub enum DestinationKind {
-    /// Every subscription gets every message (publish/subscribe).
-    Topic,
     /// Each message goes to one consumer (point to point).
     Queue,
+    /// Every subscription gets every message (publish/subscribe).
+    Topic,
 }
 
 impl DestinationKind {
@@ -63,7 +63,8 @@ pub struct InvalidDestination {
 
 /// One destination: its kind and its plain name (`jobs`, never `queue://jobs`).
 ///
-/// Ordered by kind, then name: a sorted list shows topics, then queues. Made only by
+/// Ordered as their store keys are (`queue://…` before `topic://…`, then by name).
+/// Made only by
 /// the constructors below, so a key always holds a valid name: not empty, at most
 /// [`MAX_NAME_BYTES`], no control characters, no scheme, no wildcard segment (`*`,
 /// `>`: those name patterns, see [`crate::policy`]).
@@ -315,7 +316,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_sort_topics_first_then_by_name() {
+    fn keys_sort_as_their_store_keys() {
         let mut keys = [
             DestinationKey::queue("a").unwrap(),
             DestinationKey::topic("b").unwrap(),
@@ -323,7 +324,10 @@ mod tests {
         ];
         keys.sort();
         let shown: Vec<String> = keys.iter().map(|k| k.container()).collect();
-        assert_eq!(shown, ["topic://a", "topic://b", "queue://a"]);
+        let mut texts = shown.clone();
+        texts.sort();
+        assert_eq!(shown, texts);
+        assert_eq!(shown, ["queue://a", "topic://a", "topic://b"]);
     }
 
     #[test]
