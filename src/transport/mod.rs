@@ -3,7 +3,7 @@
 //! A connection is three layers, each usable without the one above it:
 //! - [`command`]: a client frame parsed into a typed [`command::Command`] (headers
 //!   checked, the destination a key); it knows no connection.
-//! - [`session`]: applies commands to the [`crate::Broker`] and owns what one
+//! - [`session`]: applies commands to the [`Broker`](crate::broker::Broker) and owns what one
 //!   connection holds there (subscriptions, pending acks, transactions); it knows no
 //!   socket.
 //! - [`connection`]: the socket loop (read, deliver, heart-beat, write, timeouts,

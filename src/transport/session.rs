@@ -112,9 +112,8 @@ pub struct Session {
     pending: HashMap<String, PendingAck>,
     next_ack: u64,
     transactions: HashMap<String, Tx>,
-    /// Destinations this connection has sent to (it counts as one producer of each),
-    /// as store keys.
-    producing: HashSet<String>,
+    /// Destinations this connection has sent to (it counts as one producer of each).
+    producing: HashSet<DestinationKey>,
     out: Vec<Frame>,
     /// (send every ms, expect every ms), negotiated; 0 = off.
     heartbeat: (u64, u64),
@@ -375,9 +374,9 @@ impl Session {
         transaction: Option<String>,
     ) -> Result<(), Refusal> {
         self.authorize(Right::Write, &destination)?;
-        let destination = destination.container();
-        if self.producing.insert(destination.clone()) {
-            self.broker.producer_joined(&destination);
+        let container = destination.container();
+        if self.producing.insert(destination) {
+            self.broker.producer_joined(&container);
         }
         let sent = match transaction {
             Some(tx) => {
@@ -388,10 +387,10 @@ impl Session {
                         "transaction `{tx}` sends more than {MAX_TRANSACTION_BYTES} bytes before COMMIT"
                     ));
                 }
-                open.sends.send_now(&destination, message).await
+                open.sends.send_now(&container, message).await
             }
             // Flow control was checked before ([`Session::flow`]).
-            None => self.broker.send_now(&destination, message).await,
+            None => self.broker.send_now(&container, message).await,
         };
         sent.map(|_| ())
             .map_err(|e| Refusal(format!("message not accepted: {e}")))
@@ -711,7 +710,7 @@ impl Session {
             }
         }
         for destination in self.producing.drain() {
-            self.broker.producer_left(&destination);
+            self.broker.producer_left(&destination.container());
         }
         // Dropping the subscriptions detaches them.
         drop(std::mem::take(&mut self.streams));
