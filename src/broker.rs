@@ -909,6 +909,40 @@ impl Broker {
         Ok(topic.send(RemoveDurable(key)).await??)
     }
 
+    /// Whether the durable subscription `subscription` of client `client_id` exists on
+    /// topic `name` (as for [`Broker::send`]), attached or not: a transport asks before
+    /// [`Broker::subscribe`] creates one, since creating needs a right that
+    /// re-attaching does not (ActiveMQ's admin right). Reads the store; starts nothing.
+    ///
+    /// Errors: [`Error::InvalidDestination`], or a store error.
+    pub async fn durable_subscription_exists(
+        &self,
+        name: &str,
+        client_id: &str,
+        subscription: &str,
+    ) -> Result<bool, Error> {
+        let container = Destination::parse(name)?.container().to_string();
+        let key = SubscriptionKey::new(client_id, subscription);
+        let found = self
+            .store
+            .store()
+            .find_subscription(&container, &key)
+            .await?;
+        Ok(found.is_some())
+    }
+
+    /// A transaction of sends under `xid` (see [`Transaction`]): nothing is stored or
+    /// sent until its first send. The xid names it in the store; give each open
+    /// transaction its own, with a prefix [`Broker::rollback_abandoned`] can clear at
+    /// start.
+    pub fn transaction(&self, xid: impl Into<String>) -> Transaction {
+        Transaction {
+            broker: self.clone(),
+            xid: xid.into(),
+            destinations: Vec::new(),
+        }
+    }
+
     /// Up to `limit` (at most [`MAX_BROWSE_PAGE`]) stored messages of destination `name`
     /// (as for [`Broker::send`]) with store id `> after_id`, in id order. Browsing never
     /// acks or expires.
@@ -978,7 +1012,18 @@ impl Broker {
         Ok(())
     }
 
-    /// The store, for reads (counts, browsing) and its fetch counters.
+    /// The store, for the crate's own reads (counts in [`Broker::stats`], the soak
+    /// report). Crate-private: an embedder or a transport goes through the methods
+    /// above. Tests and benches that check what was stored get it public with the
+    /// `test-util` feature (the workspace's dev-dependencies turn it on).
+    #[cfg(not(feature = "test-util"))]
+    pub(crate) fn store(&self) -> &Arc<dyn MessageStore> {
+        self.store.store()
+    }
+
+    /// The store, for reads (counts, browsing) and its fetch counters. Public only with
+    /// the `test-util` feature, for tests and benches that check what was stored.
+    #[cfg(feature = "test-util")]
     pub fn store(&self) -> &Arc<dyn MessageStore> {
         self.store.store()
     }
@@ -989,6 +1034,62 @@ impl Broker {
     pub async fn shutdown(&self) -> Result<(), Error> {
         self.registry.send(ShutdownBroker).await??;
         Ok(())
+    }
+}
+
+/// An open transaction of sends ([`Broker::transaction`]): its messages are held
+/// prepared (a persistent one that must be stored is stored invisible) until
+/// [`Transaction::commit`] delivers them all or [`Transaction::rollback`] deletes them.
+/// It remembers the destinations it sent to, so that both reach each of them.
+///
+/// Dropping it without either leaves its prepared messages held until
+/// [`Broker::rollback_abandoned`] at the next start: end every transaction.
+pub struct Transaction {
+    broker: Broker,
+    xid: String,
+    /// Destinations sent to, as named to [`Transaction::send_now`], in first-send order.
+    destinations: Vec<String>,
+}
+
+impl Transaction {
+    /// The store xid it was opened with.
+    pub fn xid(&self) -> &str {
+        &self.xid
+    }
+
+    /// Sends `message` to destination `name` inside the transaction, as
+    /// [`Broker::send_prepared`] (waits for space first).
+    pub async fn send(&mut self, name: &str, message: Message) -> Result<SendReceipt, Error> {
+        self.broker.wait_for_space(name, message.persistent).await?;
+        self.send_now(name, message).await
+    }
+
+    /// As [`Transaction::send`] without waiting for space (as [`Broker::send_now`]).
+    /// The destination joins the transaction before the send, so a commit or rollback
+    /// reaches it even when this send fails.
+    pub async fn send_now(&mut self, name: &str, message: Message) -> Result<SendReceipt, Error> {
+        if !self.destinations.iter().any(|d| d == name) {
+            self.destinations.push(name.to_string());
+        }
+        self.broker
+            .send_prepared_now(name, message, &self.xid)
+            .await
+    }
+
+    /// Commits: its messages become visible and are delivered
+    /// ([`Broker::commit_prepared`]).
+    pub async fn commit(self) -> Result<(), Error> {
+        self.broker
+            .commit_prepared(&self.xid, &self.destinations)
+            .await
+    }
+
+    /// Rolls back: its prepared messages are deleted, none is delivered
+    /// ([`Broker::rollback_prepared`]).
+    pub async fn rollback(self) -> Result<(), Error> {
+        self.broker
+            .rollback_prepared(&self.xid, &self.destinations)
+            .await
     }
 }
 

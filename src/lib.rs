@@ -33,9 +33,10 @@ pub mod transport;
 
 pub use broker::{
     AckMode, Broker, BrokerConfig, BrowsedMessage, Destination, DestinationFlow, Expiration,
-    Message, Received, SendReceipt, Space, SubscribeOptions, Subscription, UsageConfig,
-    UsageSnapshot,
+    Message, Received, SendReceipt, Space, SubscribeOptions, Subscription, Transaction,
+    UsageConfig, UsageSnapshot,
 };
+pub use ebb_actors::destination::{DestinationKey, DestinationKind};
 pub use ebb_actors::messages::{QueueStats, TopicStats};
 pub use ebb_actors::policy::{Policy, PolicyEntry, PolicyMap};
 pub use error::Error;

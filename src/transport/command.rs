@@ -1,0 +1,776 @@
+//! A client frame as a typed [`Command`]: the STOMP headers read, checked and turned
+//! into values (a [`DestinationKey`], a [`Message`], an ack mode) once, at the edge.
+//!
+//! Parsing looks at the frame alone (and the protocol version the connection
+//! negotiated, which decides SUBSCRIBE's default id): it never sees a connection's
+//! subscriptions, transactions or user. What depends on those (is the transaction
+//! begun, is the id in use, may this user write here) is the session's to refuse
+//! ([`super::session`]). A frame that cannot be a command is a [`Refusal`] whose text
+//! is the ERROR frame's `message`; clients and tests match on these texts, so they are
+//! stable.
+
+use crate::broker::Message;
+use crate::stomp::frame::{self, Frame, Version};
+use crate::{DestinationKey, DestinationKind};
+
+/// Why a frame is refused: the text of the ERROR frame's `message` header. The
+/// connection is closed after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+/// A refusal with `text`, as an `Err`.
+pub fn refuse<T>(text: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal(text.into()))
+}
+
+/// Headers the broker sets or reads itself; every other SEND header is kept and
+/// delivered as a user header.
+pub const RESERVED: &[&str] = &[
+    "destination",
+    "persistent",
+    "expires",
+    "priority",
+    "receipt",
+    "transaction",
+    "content-length",
+    "message-id",
+    "subscription",
+    "ack",
+    "redelivered",
+    "timestamp",
+];
+
+/// One frame from the client, parsed: what the session applies, and what the
+/// connection loop looks at for producer flow control.
+#[derive(Debug)]
+pub struct Request {
+    /// The frame's command as read. The session checks it against the connection's
+    /// state (CONNECT first, and only once) before it looks at [`Request::command`].
+    pub kind: frame::Command,
+    /// The `receipt` header: a RECEIPT once the command is applied, the `receipt-id`
+    /// of the ERROR if it is refused.
+    pub receipt: Option<String>,
+    /// The typed command, or why the frame cannot be one.
+    pub command: Result<Command, Refusal>,
+    /// Body bytes of the frame (what it holds in memory while it waits behind a SEND).
+    pub body_bytes: usize,
+}
+
+impl Request {
+    /// Parses `frame` for a connection that negotiated `version` (1.0 before CONNECT).
+    pub fn parse(frame: &Frame, version: Version) -> Self {
+        Self {
+            kind: frame.command,
+            receipt: frame.get("receipt").map(str::to_string),
+            command: Command::parse(frame, version),
+            body_bytes: frame.body.len(),
+        }
+    }
+
+    /// True for an ACK or NACK outside a transaction: applied at once, ahead of frames
+    /// held behind a SEND that waits for space, since it is what frees space.
+    pub fn frees_space(&self) -> bool {
+        matches!(
+            self.command,
+            Ok(Command::Ack {
+                transaction: None,
+                ..
+            } | Command::Nack {
+                transaction: None,
+                ..
+            })
+        )
+    }
+}
+
+/// A SUBSCRIBE's `ack` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StompAck {
+    /// `auto` (the default): a message counts as acked once it is sent.
+    Auto,
+    /// `client`: an ACK acks its message and every earlier one of the subscription.
+    Client,
+    /// `client-individual`: an ACK acks its message alone.
+    ClientIndividual,
+}
+
+/// What an ACK or NACK names: STOMP 1.2's `id` (the MESSAGE's `ack` header), or 1.0
+/// and 1.1's `message-id` with an optional `subscription`. The session resolves it
+/// against the messages waiting for an ack.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AckRef {
+    pub id: Option<String>,
+    pub message_id: Option<String>,
+    pub subscription: Option<String>,
+}
+
+/// A client frame's meaning.
+#[derive(Debug)]
+pub enum Command {
+    /// CONNECT or STOMP.
+    Connect {
+        /// The highest version both sides speak (`accept-version`; none: 1.0).
+        version: Version,
+        login: Option<String>,
+        passcode: Option<String>,
+        /// `heart-beat`: (client sends every ms, client wants every ms); 0 = none.
+        heart_beat: (u64, u64),
+        /// `client-id` (not empty): names the client's durable subscriptions.
+        client_id: Option<String>,
+        /// `request-id`, echoed as CONNECTED's `response-id`.
+        request_id: Option<String>,
+    },
+    Send {
+        destination: DestinationKey,
+        /// Body, user headers, and `persistent`, `priority`, `expires` as ActiveMQ
+        /// reads them.
+        message: Message,
+        /// The `transaction` header as given (an empty one names no open transaction).
+        transaction: Option<String>,
+    },
+    Subscribe {
+        destination: DestinationKey,
+        /// `id`; on STOMP 1.0 the destination when there is none.
+        id: String,
+        ack: StompAck,
+        /// `activemq.prefetchSize` (at least 1).
+        prefetch: Option<u32>,
+        /// `activemq.subscriptionName` (topics only): a durable subscription.
+        durable_name: Option<String>,
+    },
+    Unsubscribe {
+        /// `id`, or the destination (STOMP 1.0).
+        id: String,
+        /// `activemq.subscriptionName`: also delete the durable subscription.
+        durable_name: Option<String>,
+    },
+    Ack {
+        ack: AckRef,
+        transaction: Option<String>,
+    },
+    Nack {
+        ack: AckRef,
+        transaction: Option<String>,
+    },
+    Begin {
+        transaction: String,
+    },
+    Commit {
+        transaction: String,
+    },
+    Abort {
+        transaction: String,
+    },
+    Disconnect,
+}
+
+impl Command {
+    /// The command `frame` carries, or the first thing wrong with its headers.
+    /// `version` is the connection's negotiated one (1.0 before CONNECT).
+    pub fn parse(frame: &Frame, version: Version) -> Result<Self, Refusal> {
+        use frame::Command as C;
+        let header = |name| frame.get(name).map(str::to_string);
+        Ok(match frame.command {
+            C::Connect | C::Stomp => {
+                let Some(version) = Version::negotiate(frame.get("accept-version")) else {
+                    return refuse("no supported protocol version in accept-version (this server speaks 1.0, 1.1, 1.2)");
+                };
+                let heart_beat = match frame.get("heart-beat") {
+                    None => (0, 0),
+                    Some(hb) => parse_heartbeat(hb)
+                        .ok_or_else(|| Refusal(format!("invalid heart-beat `{hb}`")))?,
+                };
+                Command::Connect {
+                    version,
+                    login: header("login"),
+                    passcode: header("passcode"),
+                    heart_beat,
+                    client_id: frame
+                        .get("client-id")
+                        .filter(|c| !c.is_empty())
+                        .map(str::to_string),
+                    request_id: header("request-id"),
+                }
+            }
+            C::Send => Command::Send {
+                destination: destination_of(frame.get("destination"))?,
+                message: message_of(frame)?,
+                transaction: header("transaction"),
+            },
+            C::Subscribe => subscribe_of(frame, version)?,
+            C::Unsubscribe => Command::Unsubscribe {
+                id: frame
+                    .get("id")
+                    .or_else(|| frame.get("destination"))
+                    .ok_or_else(|| Refusal("UNSUBSCRIBE needs an id header".into()))?
+                    .to_string(),
+                durable_name: header("activemq.subscriptionName"),
+            },
+            C::Ack => Command::Ack {
+                ack: ack_ref_of(frame),
+                transaction: header("transaction"),
+            },
+            C::Nack => Command::Nack {
+                ack: ack_ref_of(frame),
+                transaction: header("transaction"),
+            },
+            C::Begin => Command::Begin {
+                transaction: transaction_of(frame)?,
+            },
+            C::Commit => Command::Commit {
+                transaction: transaction_of(frame)?,
+            },
+            C::Abort => Command::Abort {
+                transaction: transaction_of(frame)?,
+            },
+            C::Disconnect => Command::Disconnect,
+            server @ (C::Connected | C::Message | C::Receipt | C::Error) => {
+                return refuse(format!("{} is a server frame", server.as_str()))
+            }
+        })
+    }
+}
+
+fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
+    let destination = destination_of(frame.get("destination"))?;
+    let id = match (frame.get("id"), version) {
+        (Some(id), _) => id.to_string(),
+        (None, Version::V1_0) => frame.get("destination").unwrap_or_default().to_string(),
+        (None, _) => return refuse("SUBSCRIBE needs an id header"),
+    };
+    let ack = match frame.get("ack").unwrap_or("auto") {
+        "auto" => StompAck::Auto,
+        "client" => StompAck::Client,
+        "client-individual" => StompAck::ClientIndividual,
+        other => {
+            return refuse(format!(
+                "invalid ack mode `{other}`: auto, client or client-individual"
+            ))
+        }
+    };
+    let prefetch = match frame.get("activemq.prefetchSize") {
+        None => None,
+        Some(p) => Some(
+            p.parse::<u32>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| Refusal(format!("invalid activemq.prefetchSize `{p}`")))?,
+        ),
+    };
+    let durable_name = frame.get("activemq.subscriptionName").map(str::to_string);
+    if durable_name.is_some() && destination.is_queue() {
+        return refuse(
+            "activemq.subscriptionName is for topics: a queue keeps its messages for any consumer",
+        );
+    }
+    Ok(Command::Subscribe {
+        destination,
+        id,
+        ack,
+        prefetch,
+        durable_name,
+    })
+}
+
+fn ack_ref_of(frame: &Frame) -> AckRef {
+    let header = |name| frame.get(name).map(str::to_string);
+    AckRef {
+        id: header("id"),
+        message_id: header("message-id"),
+        subscription: header("subscription"),
+    }
+}
+
+/// BEGIN, COMMIT and ABORT's `transaction` header (not empty).
+fn transaction_of(frame: &Frame) -> Result<String, Refusal> {
+    match frame.get("transaction") {
+        Some(tx) if !tx.is_empty() => Ok(tx.to_string()),
+        _ => refuse(format!(
+            "{} needs a transaction header",
+            frame.command.as_str()
+        )),
+    }
+}
+
+/// `/topic/NAME` or `/queue/NAME` (ActiveMQ's STOMP destinations) as a key.
+fn destination_of(destination: Option<&str>) -> Result<DestinationKey, Refusal> {
+    let Some(destination) = destination.filter(|d| !d.is_empty()) else {
+        return refuse("missing destination header");
+    };
+    DestinationKey::from_stomp(destination).map_err(|e| {
+        // A refused name is worded as it always was: the destination, then the plain
+        // name with the reason ("invalid destination `/queue/a.*`: invalid destination
+        // `a.*`: wildcards ..."). A destination of neither kind has the key's own text
+        // ("invalid destination `jobs`: use /queue/NAME or /topic/NAME").
+        let name = [DestinationKind::Topic, DestinationKind::Queue]
+            .into_iter()
+            .find_map(|kind| destination.strip_prefix(format!("/{kind}/").as_str()));
+        match name {
+            Some(name) => Refusal(format!(
+                "invalid destination `{destination}`: invalid destination `{name}`: {}",
+                e.reason
+            )),
+            None => Refusal(e.to_string()),
+        }
+    })
+}
+
+/// The message a SEND frame carries, with ActiveMQ's header conventions.
+fn message_of(frame: &Frame) -> Result<Message, Refusal> {
+    let mut message = Message::new(frame.body.clone());
+    // STOMP's default, as ActiveMQ: non-persistent unless persistent:true.
+    message.persistent = frame.get("persistent") == Some("true");
+    if let Some(p) = frame.get("priority") {
+        message.priority = p
+            .parse::<u8>()
+            .ok()
+            .filter(|p| *p <= 9)
+            .ok_or_else(|| Refusal(format!("invalid priority `{p}`: 0 to 9")))?;
+    }
+    if let Some(e) = frame.get("expires") {
+        let at = e
+            .parse::<i64>()
+            .ok()
+            .filter(|at| *at >= 0)
+            .ok_or_else(|| Refusal(format!("invalid expires `{e}`: epoch ms, 0 = never")))?;
+        if at > 0 {
+            message = message.expires_at(at);
+        }
+    }
+    message.headers = frame
+        .headers
+        .iter()
+        .filter(|(name, _)| !RESERVED.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    Ok(message)
+}
+
+/// `x,y` (ms) as STOMP's `heart-beat` header gives them.
+fn parse_heartbeat(value: &str) -> Option<(u64, u64)> {
+    let (x, y) = value.split_once(',')?;
+    Some((x.trim().parse().ok()?, y.trim().parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::Expiration;
+
+    fn frame(command: frame::Command, headers: &[(&str, &str)]) -> Frame {
+        headers
+            .iter()
+            .fold(Frame::new(command), |f, (n, v)| f.header(*n, *v))
+    }
+
+    fn parse(command: frame::Command, headers: &[(&str, &str)]) -> Result<Command, Refusal> {
+        Command::parse(&frame(command, headers), Version::V1_2)
+    }
+
+    /// The ERROR text for a frame with these headers (it must be refused).
+    fn refusal(command: frame::Command, headers: &[(&str, &str)], version: Version) -> String {
+        match Command::parse(&frame(command, headers), version) {
+            Err(Refusal(text)) => text,
+            Ok(c) => panic!("{command:?} {headers:?} parsed: {c:?}"),
+        }
+    }
+
+    #[test]
+    fn connect_negotiates_the_version_and_reads_its_headers() {
+        let c = parse(
+            frame::Command::Connect,
+            &[
+                ("accept-version", "1.0,1.1"),
+                ("login", "alice"),
+                ("passcode", "pa:ss"),
+                ("heart-beat", "100, 200"),
+                ("client-id", "c1"),
+                ("request-id", "r"),
+            ],
+        )
+        .unwrap();
+        let Command::Connect {
+            version,
+            login,
+            passcode,
+            heart_beat,
+            client_id,
+            request_id,
+        } = c
+        else {
+            panic!("{c:?}")
+        };
+        assert_eq!(version, Version::V1_1);
+        assert_eq!(login.as_deref(), Some("alice"));
+        assert_eq!(passcode.as_deref(), Some("pa:ss"));
+        assert_eq!(heart_beat, (100, 200));
+        assert_eq!(client_id.as_deref(), Some("c1"));
+        assert_eq!(request_id.as_deref(), Some("r"));
+        // STOMP is CONNECT; no accept-version is 1.0; an empty client-id is none.
+        let c = parse(frame::Command::Stomp, &[("client-id", "")]).unwrap();
+        let Command::Connect {
+            version,
+            heart_beat,
+            client_id,
+            ..
+        } = c
+        else {
+            panic!("{c:?}")
+        };
+        assert_eq!(
+            (version, heart_beat, client_id),
+            (Version::V1_0, (0, 0), None)
+        );
+    }
+
+    #[test]
+    fn send_carries_a_key_and_the_message_as_activemq_reads_it() {
+        let mut f = frame(
+            frame::Command::Send,
+            &[
+                ("destination", "/queue/jobs"),
+                ("persistent", "true"),
+                ("priority", "7"),
+                ("expires", "1700000000000"),
+                ("transaction", "t1"),
+                ("receipt", "r1"),
+                ("content-length", "3"),
+                ("color", "red"),
+                ("message-id", "forged"),
+                ("shape", "round"),
+            ],
+        );
+        f.body = b"abc".to_vec();
+        let request = Request::parse(&f, Version::V1_2);
+        assert_eq!(request.kind, frame::Command::Send);
+        assert_eq!(request.receipt.as_deref(), Some("r1"));
+        assert_eq!(request.body_bytes, 3);
+        assert!(!request.frees_space());
+        let Ok(Command::Send {
+            destination,
+            message,
+            transaction,
+        }) = request.command
+        else {
+            panic!("{:?}", request.command)
+        };
+        assert_eq!(destination, DestinationKey::queue("jobs").unwrap());
+        assert_eq!(transaction.as_deref(), Some("t1"));
+        assert_eq!(message.body, b"abc");
+        assert!(message.persistent);
+        assert_eq!(message.priority, 7);
+        assert_eq!(message.expiration, Expiration::At(1_700_000_000_000));
+        // Reserved headers are the broker's; the others are delivered, in order.
+        let user: Vec<(&str, &str)> = message
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(user, [("color", "red"), ("shape", "round")]);
+
+        // Defaults: non-persistent (STOMP, as ActiveMQ), priority 4, expires 0 = never.
+        let c = parse(
+            frame::Command::Send,
+            &[("destination", "/topic/a.b"), ("expires", "0")],
+        )
+        .unwrap();
+        let Command::Send {
+            destination,
+            message,
+            transaction,
+        } = c
+        else {
+            panic!("{c:?}")
+        };
+        assert_eq!(destination, DestinationKey::topic("a.b").unwrap());
+        assert!(!message.persistent);
+        assert_eq!(message.priority, 4);
+        assert_eq!(message.expiration, Expiration::Never);
+        assert_eq!(transaction, None);
+    }
+
+    #[test]
+    fn send_refusals_keep_their_texts() {
+        let send = |headers: &[(&str, &str)]| refusal(frame::Command::Send, headers, Version::V1_2);
+        assert_eq!(send(&[]), "missing destination header");
+        assert_eq!(send(&[("destination", "")]), "missing destination header");
+        assert_eq!(
+            send(&[("destination", "jobs")]),
+            "invalid destination `jobs`: use /queue/NAME or /topic/NAME"
+        );
+        assert_eq!(
+            send(&[("destination", "/queue/X.*")]),
+            "invalid destination `/queue/X.*`: invalid destination `X.*`: wildcards `*` and `>` name patterns, not a destination"
+        );
+        assert_eq!(
+            send(&[("destination", "/topic/")]),
+            "invalid destination `/topic/`: invalid destination ``: empty"
+        );
+        assert_eq!(
+            send(&[("destination", "/topic/queue://x")]),
+            "invalid destination `/topic/queue://x`: invalid destination `queue://x`: give the plain name after queue:// or topic://, without another scheme or control characters"
+        );
+        let long = format!("/queue/{}", "x".repeat(201));
+        assert_eq!(
+            send(&[("destination", &long)]),
+            format!(
+                "invalid destination `{long}`: invalid destination `{}`: longer than 200 bytes",
+                "x".repeat(201)
+            )
+        );
+        assert_eq!(
+            send(&[("destination", "/topic/X"), ("priority", "12")]),
+            "invalid priority `12`: 0 to 9"
+        );
+        assert_eq!(
+            send(&[("destination", "/topic/X"), ("priority", "high")]),
+            "invalid priority `high`: 0 to 9"
+        );
+        assert_eq!(
+            send(&[("destination", "/topic/X"), ("expires", "soon")]),
+            "invalid expires `soon`: epoch ms, 0 = never"
+        );
+        assert_eq!(
+            send(&[("destination", "/topic/X"), ("expires", "-1")]),
+            "invalid expires `-1`: epoch ms, 0 = never"
+        );
+    }
+
+    #[test]
+    fn subscribe_reads_id_ack_prefetch_and_durable_name() {
+        let c = parse(
+            frame::Command::Subscribe,
+            &[
+                ("destination", "/topic/t"),
+                ("id", "s1"),
+                ("ack", "client-individual"),
+                ("activemq.prefetchSize", "10"),
+                ("activemq.subscriptionName", "d"),
+            ],
+        )
+        .unwrap();
+        let Command::Subscribe {
+            destination,
+            id,
+            ack,
+            prefetch,
+            durable_name,
+        } = c
+        else {
+            panic!("{c:?}")
+        };
+        assert_eq!(destination, DestinationKey::topic("t").unwrap());
+        assert_eq!(id, "s1");
+        assert_eq!(ack, StompAck::ClientIndividual);
+        assert_eq!(prefetch, Some(10));
+        assert_eq!(durable_name.as_deref(), Some("d"));
+        for (header, mode) in [
+            (None, StompAck::Auto),
+            (Some("auto"), StompAck::Auto),
+            (Some("client"), StompAck::Client),
+        ] {
+            let mut headers = vec![("destination", "/queue/q"), ("id", "1")];
+            headers.extend(header.map(|h| ("ack", h)));
+            let Ok(Command::Subscribe { ack, prefetch, .. }) =
+                parse(frame::Command::Subscribe, &headers)
+            else {
+                panic!("{header:?}")
+            };
+            assert_eq!((ack, prefetch), (mode, None));
+        }
+        // STOMP 1.0 lets the destination be the id.
+        let c = Command::parse(
+            &frame(frame::Command::Subscribe, &[("destination", "/queue/q")]),
+            Version::V1_0,
+        )
+        .unwrap();
+        let Command::Subscribe { id, .. } = c else {
+            panic!("{c:?}")
+        };
+        assert_eq!(id, "/queue/q");
+    }
+
+    #[test]
+    fn subscribe_refusals_keep_their_texts() {
+        let sub =
+            |headers: &[(&str, &str)]| refusal(frame::Command::Subscribe, headers, Version::V1_2);
+        assert_eq!(sub(&[("id", "1")]), "missing destination header");
+        assert_eq!(
+            sub(&[("destination", "/topic/t")]),
+            "SUBSCRIBE needs an id header"
+        );
+        assert_eq!(
+            refusal(
+                frame::Command::Subscribe,
+                &[("destination", "/topic/t")],
+                Version::V1_1
+            ),
+            "SUBSCRIBE needs an id header"
+        );
+        assert_eq!(
+            sub(&[
+                ("destination", "/topic/t"),
+                ("id", "1"),
+                ("ack", "sometimes")
+            ]),
+            "invalid ack mode `sometimes`: auto, client or client-individual"
+        );
+        for bad in ["0", "-1", "lots"] {
+            assert_eq!(
+                sub(&[
+                    ("destination", "/topic/t"),
+                    ("id", "1"),
+                    ("activemq.prefetchSize", bad)
+                ]),
+                format!("invalid activemq.prefetchSize `{bad}`")
+            );
+        }
+        assert_eq!(
+            sub(&[
+                ("destination", "/queue/q"),
+                ("id", "1"),
+                ("activemq.subscriptionName", "d")
+            ]),
+            "activemq.subscriptionName is for topics: a queue keeps its messages for any consumer"
+        );
+    }
+
+    #[test]
+    fn unsubscribe_ack_and_nack_name_what_they_end() {
+        let c = parse(
+            frame::Command::Unsubscribe,
+            &[("id", "s1"), ("activemq.subscriptionName", "d")],
+        )
+        .unwrap();
+        let Command::Unsubscribe { id, durable_name } = c else {
+            panic!("{c:?}")
+        };
+        assert_eq!((id.as_str(), durable_name.as_deref()), ("s1", Some("d")));
+        // STOMP 1.0: the destination names the subscription.
+        let Ok(Command::Unsubscribe { id, durable_name }) =
+            parse(frame::Command::Unsubscribe, &[("destination", "/topic/t")])
+        else {
+            panic!("no id from the destination")
+        };
+        assert_eq!((id.as_str(), durable_name), ("/topic/t", None));
+        assert_eq!(
+            refusal(frame::Command::Unsubscribe, &[], Version::V1_2),
+            "UNSUBSCRIBE needs an id header"
+        );
+
+        let ack = Request::parse(
+            &frame(frame::Command::Ack, &[("id", "ebb-1-4"), ("receipt", "a")]),
+            Version::V1_2,
+        );
+        assert!(ack.frees_space());
+        let Ok(Command::Ack { ack, transaction }) = ack.command else {
+            panic!("{:?}", ack.command)
+        };
+        assert_eq!(
+            ack,
+            AckRef {
+                id: Some("ebb-1-4".into()),
+                ..AckRef::default()
+            }
+        );
+        assert_eq!(transaction, None);
+        let nack = Request::parse(
+            &frame(
+                frame::Command::Nack,
+                &[
+                    ("message-id", "m"),
+                    ("subscription", "s"),
+                    ("transaction", "t"),
+                ],
+            ),
+            Version::V1_1,
+        );
+        // Inside a transaction it keeps its place behind held frames.
+        assert!(!nack.frees_space());
+        let Ok(Command::Nack { ack, transaction }) = nack.command else {
+            panic!("{:?}", nack.command)
+        };
+        assert_eq!(
+            ack,
+            AckRef {
+                id: None,
+                message_id: Some("m".into()),
+                subscription: Some("s".into()),
+            }
+        );
+        assert_eq!(transaction.as_deref(), Some("t"));
+        // An empty transaction header is kept: the session says it names no transaction.
+        let Ok(Command::Ack { transaction, .. }) =
+            parse(frame::Command::Ack, &[("id", "x"), ("transaction", "")])
+        else {
+            panic!("ACK refused")
+        };
+        assert_eq!(transaction.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn transactions_need_a_name() {
+        for (command, text) in [
+            (frame::Command::Begin, "BEGIN needs a transaction header"),
+            (frame::Command::Commit, "COMMIT needs a transaction header"),
+            (frame::Command::Abort, "ABORT needs a transaction header"),
+        ] {
+            assert_eq!(refusal(command, &[], Version::V1_2), text);
+            assert_eq!(
+                refusal(command, &[("transaction", "")], Version::V1_2),
+                text
+            );
+        }
+        let Ok(Command::Begin { transaction }) =
+            parse(frame::Command::Begin, &[("transaction", "t1")])
+        else {
+            panic!("BEGIN refused")
+        };
+        assert_eq!(transaction, "t1");
+        assert!(matches!(
+            parse(frame::Command::Commit, &[("transaction", "t1")]),
+            Ok(Command::Commit { transaction }) if transaction == "t1"
+        ));
+        assert!(matches!(
+            parse(frame::Command::Abort, &[("transaction", "t1")]),
+            Ok(Command::Abort { transaction }) if transaction == "t1"
+        ));
+        assert!(matches!(
+            parse(frame::Command::Disconnect, &[("receipt", "bye")]),
+            Ok(Command::Disconnect)
+        ));
+    }
+
+    #[test]
+    fn connect_and_server_frame_refusals_keep_their_texts() {
+        assert_eq!(
+            refusal(
+                frame::Command::Connect,
+                &[("accept-version", "2.0")],
+                Version::V1_0
+            ),
+            "no supported protocol version in accept-version (this server speaks 1.0, 1.1, 1.2)"
+        );
+        for bad in ["10", "a,b", "1,", "-1,0"] {
+            assert_eq!(
+                refusal(
+                    frame::Command::Connect,
+                    &[("accept-version", "1.2"), ("heart-beat", bad)],
+                    Version::V1_0
+                ),
+                format!("invalid heart-beat `{bad}`")
+            );
+        }
+        for server in [
+            frame::Command::Connected,
+            frame::Command::Message,
+            frame::Command::Receipt,
+            frame::Command::Error,
+        ] {
+            assert_eq!(
+                refusal(server, &[], Version::V1_2),
+                format!("{} is a server frame", server.as_str())
+            );
+        }
+    }
+}

@@ -1,0 +1,718 @@
+//! One STOMP session: applies a connection's [`Command`]s to the [`Broker`] and keeps
+//! what the connection owns there, its subscriptions, the messages waiting for its
+//! acks, and its open transactions.
+//!
+//! The session never sees the socket. It takes parsed [`Request`]s, hands out the
+//! deliveries of its subscriptions ([`Session::next_delivery`]), and queues the frames
+//! to write (CONNECTED, MESSAGE, RECEIPT, ERROR) for whoever carries them
+//! ([`Session::output`]): the TCP loop in [`super::connection`] today, another framing
+//! (STOMP over WebSocket) later.
+//!
+//! A refused command (its [`Refusal`] text in an ERROR frame) applies nothing; what
+//! was applied before it stays. At the end ([`Session::close`]) open transactions are
+//! rolled back and subscriptions detached: durable ones go offline with their un-acked
+//! messages still stored.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tokio_stream::StreamMap;
+
+use super::command::{refuse, AckRef, Command, Refusal, Request, StompAck};
+use crate::auth::{Principal, Right, Security};
+use crate::broker::{
+    AckMode, Acker, Broker, Message, Received, Space, SubscribeOptions, Subscription, Transaction,
+};
+use crate::stomp::frame::{self, Frame, Version};
+use crate::DestinationKey;
+
+/// Most transactions a connection may have open at once.
+pub const MAX_OPEN_TRANSACTIONS: usize = 100;
+
+/// Most body bytes one transaction may send before COMMIT (64 MiB): its messages
+/// are held until then.
+pub const MAX_TRANSACTION_BYTES: usize = 64 << 20;
+
+/// Prefix of the xids of STOMP transactions; `ebb serve` rolls back any left with it
+/// at start (a STOMP transaction does not outlive its connection).
+pub const XID_PREFIX: &str = "stomp:";
+
+/// What a session needs from its listener's configuration.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Heart-beat the server offers: it can send every `.0` ms and wants one from the
+    /// client every `.1` ms (STOMP `heart-beat` header; 0 = none).
+    pub heartbeat_ms: (u64, u64),
+    /// Value of CONNECTED's `server` header.
+    pub server_name: String,
+    /// Users and rights.
+    pub security: Arc<Security>,
+}
+
+/// Why a connection ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Close {
+    /// Clean end (DISCONNECT, client closed, broker shutting down).
+    Done,
+    /// After an ERROR frame.
+    Error,
+}
+
+/// A wait for space in producer flow control ([`Broker::wait_for_space`]).
+pub type SpaceWait = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), crate::Error>>>>;
+
+/// What producer flow control says about a request ([`Session::flow`]).
+pub enum Flow {
+    /// Apply it now.
+    Go,
+    /// A SEND that must wait for space: apply it once this resolves.
+    Wait(SpaceWait),
+    /// The broker fails sends at the limit: an ERROR is queued; close.
+    Refused,
+}
+
+/// A client subscription on this connection.
+struct Sub {
+    acker: Acker,
+    mode: StompAck,
+    destination: DestinationKey,
+    durable_name: Option<String>,
+}
+
+/// A delivered message waiting for ACK/NACK, by its `ack` id.
+struct PendingAck {
+    subscription: String,
+    message: Received,
+}
+
+/// An open STOMP transaction: its sends are already stored prepared (in `sends`,
+/// under the connection's xid for it); its acks wait here until COMMIT.
+struct Tx {
+    sends: Transaction,
+    acks: Vec<String>,
+    /// NACKs waiting for COMMIT.
+    nacks: Vec<String>,
+    /// Body bytes sent in it (bounded by [`MAX_TRANSACTION_BYTES`]).
+    bytes: usize,
+}
+
+/// The broker-facing state of one connection.
+pub struct Session {
+    broker: Broker,
+    config: SessionConfig,
+    session_id: String,
+    connected: bool,
+    version: Version,
+    client_id: Option<String>,
+    principal: Option<Principal>,
+    subscriptions: HashMap<String, Sub>,
+    /// The subscriptions' message streams, by subscription id.
+    streams: StreamMap<String, Subscription>,
+    pending: HashMap<String, PendingAck>,
+    next_ack: u64,
+    transactions: HashMap<String, Tx>,
+    /// Destinations this connection has sent to (it counts as one producer of each).
+    producing: HashSet<DestinationKey>,
+    out: Vec<Frame>,
+    /// (send every ms, expect every ms), negotiated; 0 = off.
+    heartbeat: (u64, u64),
+}
+
+impl Session {
+    /// A session before CONNECT. `session_id` names it in CONNECTED, ack ids, xids and
+    /// logs.
+    pub fn new(broker: Broker, config: SessionConfig, session_id: String) -> Self {
+        Self {
+            broker,
+            config,
+            session_id,
+            connected: false,
+            version: Version::V1_0,
+            client_id: None,
+            principal: None,
+            subscriptions: HashMap::new(),
+            streams: StreamMap::new(),
+            pending: HashMap::new(),
+            next_ack: 1,
+            transactions: HashMap::new(),
+            producing: HashSet::new(),
+            out: Vec::new(),
+            heartbeat: (0, 0),
+        }
+    }
+
+    /// Its id, as given to [`Session::new`].
+    pub fn id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// True once CONNECT was accepted.
+    pub fn connected(&self) -> bool {
+        self.connected
+    }
+
+    /// The negotiated protocol version (1.0 before CONNECT).
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// Negotiated heart-beat: (send every ms, expect every ms); 0 = off.
+    pub fn heartbeat(&self) -> (u64, u64) {
+        self.heartbeat
+    }
+
+    /// Frames queued for the client, in order; the caller writes them.
+    pub fn output(&mut self) -> &mut Vec<Frame> {
+        &mut self.out
+    }
+
+    /// The next message from any of its subscriptions (`(subscription id, message)`);
+    /// `None` at once when it has none. Pass it to [`Session::deliver`].
+    pub async fn next_delivery(&mut self) -> Option<(String, Received)> {
+        self.streams.next().await
+    }
+
+    /// Queues an ERROR frame (written before the connection closes).
+    pub fn error(&mut self, message: &str, receipt: Option<&str>) {
+        tracing::info!(session = %self.session_id, %message, "ERROR frame sent");
+        let mut frame = Frame::new(frame::Command::Error).header("message", message);
+        if let Some(r) = receipt {
+            frame = frame.header("receipt-id", r);
+        }
+        self.out.push(
+            frame
+                .header("content-type", "text/plain")
+                .body(message.as_bytes().to_vec()),
+        );
+    }
+
+    fn receipt(&mut self, receipt: Option<String>) {
+        if let Some(r) = receipt {
+            let receipt = Frame::new(frame::Command::Receipt).header("receipt-id", r);
+            self.out.push(receipt);
+        }
+    }
+
+    /// Producer flow control for `request`, about to be applied: a SEND to a
+    /// destination at a usage limit waits, or is refused when the broker is set to fail
+    /// instead (the ERROR names the limit). Other requests, and SENDs the broker will
+    /// refuse for another reason, go on.
+    pub fn flow(&mut self, request: &Request) -> Flow {
+        if !self.connected {
+            return Flow::Go;
+        }
+        let Ok(Command::Send {
+            destination,
+            message,
+            ..
+        }) = &request.command
+        else {
+            return Flow::Go;
+        };
+        let destination = destination.container();
+        let persistent = message.persistent;
+        match self.broker.check_space(&destination, persistent) {
+            Ok(Space::Free) | Err(_) => Flow::Go,
+            Ok(Space::Fail(text)) => {
+                tracing::info!(session = %self.session_id, %destination, %text, "send refused by producer flow control");
+                self.error(&text, request.receipt.as_deref());
+                Flow::Refused
+            }
+            Ok(Space::Wait) => {
+                let broker = self.broker.clone();
+                Flow::Wait(Box::pin(async move {
+                    broker.wait_for_space(&destination, persistent).await
+                }))
+            }
+        }
+    }
+
+    /// Applies one request and queues its answer: a RECEIPT if it asked for one, or an
+    /// ERROR naming what was wrong. `Err` ends the connection: after DISCONNECT
+    /// ([`Close::Done`]) or a refusal ([`Close::Error`]).
+    pub async fn apply(&mut self, request: Request) -> Result<(), Close> {
+        let Request {
+            kind,
+            receipt,
+            command,
+            ..
+        } = request;
+        match self.apply_command(kind, command).await {
+            Ok(true) => {
+                self.receipt(receipt);
+                Ok(())
+            }
+            Ok(false) => {
+                // DISCONNECT: the receipt, then close.
+                self.receipt(receipt);
+                Err(Close::Done)
+            }
+            Err(Refusal(message)) => {
+                tracing::info!(session = %self.session_id, command = kind.as_str(), %message, "frame refused");
+                self.error(&message, receipt.as_deref());
+                Err(Close::Error)
+            }
+        }
+    }
+
+    /// Applies one command. `Ok(false)` ends the connection (DISCONNECT).
+    async fn apply_command(
+        &mut self,
+        kind: frame::Command,
+        command: Result<Command, Refusal>,
+    ) -> Result<bool, Refusal> {
+        use frame::Command as C;
+        // The connection's state first: a frame before CONNECT, or a second CONNECT,
+        // is refused for that whatever its headers.
+        match (self.connected, kind) {
+            (false, C::Connect | C::Stomp) => {}
+            (false, other) => {
+                return refuse(format!("{} before CONNECT: connect first", other.as_str()))
+            }
+            (true, C::Connect | C::Stomp) => {
+                return refuse("already connected: a second CONNECT is not allowed")
+            }
+            (true, _) => {}
+        }
+        match command? {
+            Command::Connect {
+                version,
+                login,
+                passcode,
+                heart_beat,
+                client_id,
+                request_id,
+            } => {
+                self.connect(version, login, passcode, heart_beat, client_id, request_id)
+                    .await?
+            }
+            Command::Send {
+                destination,
+                message,
+                transaction,
+            } => self.send(destination, message, transaction).await?,
+            Command::Subscribe {
+                destination,
+                id,
+                ack,
+                prefetch,
+                durable_name,
+            } => {
+                self.subscribe(destination, id, ack, prefetch, durable_name)
+                    .await?
+            }
+            Command::Unsubscribe { id, durable_name } => self.unsubscribe(id, durable_name).await?,
+            Command::Ack { ack, transaction } => self.ack(ack, transaction).await?,
+            Command::Nack { ack, transaction } => self.nack(ack, transaction).await?,
+            Command::Begin { transaction } => self.begin(transaction)?,
+            Command::Commit { transaction } => self.commit(transaction).await?,
+            Command::Abort { transaction } => self.abort(transaction).await?,
+            Command::Disconnect => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    async fn connect(
+        &mut self,
+        version: Version,
+        login: Option<String>,
+        passcode: Option<String>,
+        (cx, cy): (u64, u64),
+        client_id: Option<String>,
+        request_id: Option<String>,
+    ) -> Result<(), Refusal> {
+        let security = Arc::clone(&self.config.security);
+        if security.requires_login() {
+            let shown = login.clone();
+            // argon2 is slow on purpose: off the event loop.
+            let checked = actix_rt::task::spawn_blocking(move || {
+                security.authenticate(login.as_deref(), passcode.as_deref())
+            })
+            .await
+            .map_err(|_| Refusal("authentication failed: internal error".into()))?;
+            match checked {
+                Ok(principal) => self.principal = principal,
+                Err(reason) => {
+                    tracing::info!(session = %self.session_id, login = ?shown, %reason, "refused connection");
+                    return refuse(reason);
+                }
+            }
+        }
+        let (sx, sy) = self.config.heartbeat_ms;
+        // We send every max(sx, cy) if both want it; we expect every max(cx, sy).
+        let send_every = if cy == 0 || sx == 0 { 0 } else { sx.max(cy) };
+        let expect_every = if cx == 0 || sy == 0 { 0 } else { cx.max(sy) };
+        self.heartbeat = (send_every, expect_every);
+        self.version = version;
+        self.client_id = client_id;
+        self.connected = true;
+        let mut connected = Frame::new(frame::Command::Connected)
+            .header("version", version.as_str())
+            .header("heart-beat", format!("{send_every},{expect_every}"))
+            .header("server", self.config.server_name.clone())
+            .header("session", self.session_id.clone());
+        if let Some(id) = request_id {
+            connected = connected.header("response-id", id);
+        }
+        self.out.push(connected);
+        Ok(())
+    }
+
+    /// Refuses unless this connection's user has `right` on `destination`.
+    fn authorize(&self, right: Right, destination: &DestinationKey) -> Result<(), Refusal> {
+        self.config
+            .security
+            .authorize(self.principal.as_ref(), right, &destination.container())
+            .map_err(Refusal)
+    }
+
+    async fn send(
+        &mut self,
+        destination: DestinationKey,
+        message: Message,
+        transaction: Option<String>,
+    ) -> Result<(), Refusal> {
+        self.authorize(Right::Write, &destination)?;
+        let container = destination.container();
+        if self.producing.insert(destination) {
+            self.broker.producer_joined(&container);
+        }
+        let sent = match transaction {
+            Some(tx) => {
+                let open = self.open_transaction(&tx)?;
+                open.bytes += message.body.len();
+                if open.bytes > MAX_TRANSACTION_BYTES {
+                    return refuse(format!(
+                        "transaction `{tx}` sends more than {MAX_TRANSACTION_BYTES} bytes before COMMIT"
+                    ));
+                }
+                open.sends.send_now(&container, message).await
+            }
+            // Flow control was checked before ([`Session::flow`]).
+            None => self.broker.send_now(&container, message).await,
+        };
+        sent.map(|_| ())
+            .map_err(|e| Refusal(format!("message not accepted: {e}")))
+    }
+
+    /// The store xid of this connection's transaction `tx`.
+    fn xid(&self, tx: &str) -> String {
+        format!("{XID_PREFIX}{}:{tx}", self.session_id)
+    }
+
+    async fn subscribe(
+        &mut self,
+        destination: DestinationKey,
+        id: String,
+        mode: StompAck,
+        prefetch: Option<u32>,
+        durable_name: Option<String>,
+    ) -> Result<(), Refusal> {
+        self.authorize(Right::Read, &destination)?;
+        if self.subscriptions.contains_key(&id) {
+            return refuse(format!(
+                "subscription id `{id}` is already in use on this connection"
+            ));
+        }
+        let container = destination.container();
+        let mut options = match &durable_name {
+            Some(name) => {
+                let Some(client) = &self.client_id else {
+                    return refuse("a durable subscription (activemq.subscriptionName) needs client-id on CONNECT");
+                };
+                // Creating a durable subscription needs the admin right (ActiveMQ).
+                let exists = self
+                    .broker
+                    .durable_subscription_exists(&container, client, name)
+                    .await
+                    .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
+                if !exists {
+                    self.authorize(Right::Admin, &destination)?;
+                }
+                SubscribeOptions::durable(client.clone(), name.clone())
+            }
+            None => SubscribeOptions::non_durable(),
+        };
+        options.prefetch = prefetch;
+        options.ack = if mode == StompAck::Auto {
+            AckMode::Auto
+        } else {
+            AckMode::Client
+        };
+        let subscription = self
+            .broker
+            .subscribe(&container, options)
+            .await
+            .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
+        self.subscriptions.insert(
+            id.clone(),
+            Sub {
+                acker: subscription.acker(),
+                mode,
+                destination,
+                durable_name,
+            },
+        );
+        self.streams.insert(id, subscription);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &mut self,
+        id: String,
+        durable_name: Option<String>,
+    ) -> Result<(), Refusal> {
+        let Some(sub) = self.subscriptions.remove(&id) else {
+            return refuse(format!("no subscription with id `{id}` on this connection"));
+        };
+        self.streams.remove(&id);
+        self.pending.retain(|_, p| p.subscription != id);
+        // UNSUBSCRIBE with activemq.subscriptionName deletes the durable subscription.
+        if let (Some(name), Some(client), true) =
+            (durable_name, &self.client_id, sub.destination.is_topic())
+        {
+            let name = sub.durable_name.unwrap_or(name);
+            self.broker
+                .remove_durable(&sub.destination.container(), client, &name)
+                .await
+                .map_err(|e| Refusal(format!("cannot remove durable subscription: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Queues the MESSAGE frame for a delivery on subscription `subscription` (from
+    /// [`Session::next_delivery`]); unless the subscription acks automatically, the
+    /// message waits for an ACK or NACK under the frame's `ack` id.
+    pub fn deliver(&mut self, subscription: String, message: Received) {
+        let Some(sub) = self.subscriptions.get(&subscription) else {
+            return;
+        };
+        let ack_id = format!("{}-{}", self.session_id, self.next_ack);
+        self.next_ack += 1;
+        let mut frame = Frame::new(frame::Command::Message)
+            .header("subscription", subscription.clone())
+            .header("message-id", message.message_id())
+            .header("destination", sub.destination.stomp())
+            .header("expires", message.expiration().to_string())
+            .header("priority", message.priority().to_string())
+            .header("persistent", message.persistent().to_string())
+            .header("timestamp", message.timestamp_ms().to_string())
+            .header("redelivered", message.redelivered().to_string());
+        if sub.mode != StompAck::Auto {
+            frame = frame.header("ack", ack_id.clone());
+        }
+        for (name, value) in message.headers() {
+            frame = frame.header(name.clone(), value.clone());
+        }
+        frame = frame.body(message.body().to_vec());
+        if sub.mode != StompAck::Auto {
+            self.pending.insert(
+                ack_id,
+                PendingAck {
+                    subscription,
+                    message,
+                },
+            );
+        }
+        self.out.push(frame);
+    }
+
+    /// The pending ack an ACK or NACK names (1.2 `id`; 1.0/1.1 `message-id`).
+    fn ack_id(&self, ack: &AckRef) -> Result<String, Refusal> {
+        if let Some(id) = &ack.id {
+            if self.pending.contains_key(id) {
+                return Ok(id.clone());
+            }
+        }
+        if let Some(message_id) = &ack.message_id {
+            let found = self.pending.iter().find(|(_, p)| {
+                p.message.message_id() == message_id
+                    && ack
+                        .subscription
+                        .as_ref()
+                        .is_none_or(|s| *s == p.subscription)
+            });
+            if let Some((id, _)) = found {
+                return Ok(id.clone());
+            }
+        }
+        refuse("ACK or NACK names no message waiting for an ack on this connection")
+    }
+
+    /// True for an ack id this connection handed out that is no longer waiting (acked
+    /// already, or covered by a cumulative ack): acking it again changes nothing.
+    fn acked_before(&self, ack: &AckRef) -> bool {
+        let prefix = format!("{}-", self.session_id);
+        ack.id
+            .as_deref()
+            .and_then(|id| id.strip_prefix(&prefix))
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| n < self.next_ack)
+    }
+
+    async fn ack(&mut self, ack: AckRef, transaction: Option<String>) -> Result<(), Refusal> {
+        if transaction.is_none() && self.acked_before(&ack) {
+            if let Some(id) = &ack.id {
+                if !self.pending.contains_key(id) {
+                    return Ok(());
+                }
+            }
+        }
+        let id = self.ack_id(&ack)?;
+        if let Some(tx) = transaction {
+            let open = self.open_transaction(&tx)?;
+            if open.acks.contains(&id) {
+                return refuse(format!(
+                    "ack id `{id}` is already acked in transaction `{tx}`"
+                ));
+            }
+            open.acks.push(id);
+            return Ok(());
+        }
+        self.apply_ack(&id).await
+    }
+
+    async fn apply_ack(&mut self, id: &str) -> Result<(), Refusal> {
+        let Some(pending) = self.pending.remove(id) else {
+            return refuse(format!("ack id `{id}` was already acked"));
+        };
+        let Some(sub) = self.subscriptions.get(&pending.subscription) else {
+            return Ok(()); // unsubscribed meanwhile: nothing to ack any more
+        };
+        let acker = sub.acker.clone();
+        let result = if sub.mode == StompAck::Client {
+            // Cumulative: everything delivered on this subscription up to this one.
+            let up_to = pending.message.clone();
+            let subscription = pending.subscription.clone();
+            self.pending.retain(|_, p| {
+                p.subscription != subscription || p.message.delivery_id() > up_to.delivery_id()
+            });
+            acker.ack_up_to(&up_to).await
+        } else {
+            acker.ack(&pending.message).await
+        };
+        result.map_err(|e| Refusal(format!("ack failed: {e}")))
+    }
+
+    /// NACK: the message is not acked and its prefetch slot is freed; a durable
+    /// subscription gets it again (redelivered) when it re-attaches, a non-durable one
+    /// does not.
+    async fn nack(&mut self, ack: AckRef, transaction: Option<String>) -> Result<(), Refusal> {
+        let id = self.ack_id(&ack)?;
+        if let Some(tx) = transaction {
+            // Applied at COMMIT, forgotten at ABORT, as a transactional ACK.
+            let open = self.open_transaction(&tx)?;
+            if !open.nacks.contains(&id) {
+                open.nacks.push(id);
+            }
+            return Ok(());
+        }
+        self.apply_nack(&id).await
+    }
+
+    async fn apply_nack(&mut self, id: &str) -> Result<(), Refusal> {
+        let Some(pending) = self.pending.remove(id) else {
+            return Ok(());
+        };
+        let Some(sub) = self.subscriptions.get(&pending.subscription) else {
+            return Ok(());
+        };
+        sub.acker
+            .clone()
+            .nack(&pending.message)
+            .await
+            .map_err(|e| Refusal(format!("nack failed: {e}")))
+    }
+
+    fn begin(&mut self, tx: String) -> Result<(), Refusal> {
+        if self.transactions.contains_key(&tx) {
+            return refuse(format!("transaction `{tx}` is already begun"));
+        }
+        if self.transactions.len() >= MAX_OPEN_TRANSACTIONS {
+            return refuse(format!(
+                "more than {MAX_OPEN_TRANSACTIONS} open transactions on one connection"
+            ));
+        }
+        let sends = self.broker.transaction(self.xid(&tx));
+        self.transactions.insert(
+            tx,
+            Tx {
+                sends,
+                acks: Vec::new(),
+                nacks: Vec::new(),
+                bytes: 0,
+            },
+        );
+        Ok(())
+    }
+
+    /// The open transaction `tx` (a SEND or ACK joins it).
+    fn open_transaction(&mut self, tx: &str) -> Result<&mut Tx, Refusal> {
+        self.transactions
+            .get_mut(tx)
+            .ok_or_else(|| Refusal(format!("invalid transaction id `{tx}`: not begun")))
+    }
+
+    /// Ends the transaction a COMMIT or ABORT names.
+    fn end_transaction(&mut self, tx: &str) -> Result<Tx, Refusal> {
+        self.transactions
+            .remove(tx)
+            .ok_or_else(|| Refusal(format!("invalid transaction id `{tx}`: not begun")))
+    }
+
+    /// COMMIT: the prepared sends become visible (one store transaction), then the
+    /// acks are applied.
+    async fn commit(&mut self, tx: String) -> Result<(), Refusal> {
+        let open = self.end_transaction(&tx)?;
+        // All or nothing: if an ack of the transaction no longer applies (its message
+        // was acked outside it, or its subscription is gone), nothing is committed.
+        if let Some(stale) = open.acks.iter().find(|id| !self.pending.contains_key(*id)) {
+            let stale = stale.clone();
+            let _ = open.sends.rollback().await;
+            return refuse(format!(
+                "transaction `{tx}` rolled back: ack id `{stale}` no longer waits for an ack"
+            ));
+        }
+        open.sends
+            .commit()
+            .await
+            .map_err(|e| Refusal(format!("commit failed: {e}")))?;
+        for id in open.acks {
+            // A cumulative (`client`) ack earlier in this commit may have covered it.
+            if self.pending.contains_key(&id) {
+                self.apply_ack(&id).await?;
+            }
+        }
+        for id in open.nacks {
+            self.apply_nack(&id).await?;
+        }
+        Ok(())
+    }
+
+    /// ABORT: the prepared sends are deleted; the acks are forgotten, so those messages
+    /// can be acked again.
+    async fn abort(&mut self, tx: String) -> Result<(), Refusal> {
+        let open = self.end_transaction(&tx)?;
+        open.sends
+            .rollback()
+            .await
+            .map_err(|e| Refusal(format!("abort failed: {e}")))
+    }
+
+    /// Ends the session with its connection: open transactions are rolled back (their
+    /// prepared messages go), its producers leave, and its subscriptions detach
+    /// (durable ones go offline with their un-acked messages still in the store).
+    pub async fn close(mut self) {
+        for (tx, open) in std::mem::take(&mut self.transactions) {
+            if let Err(e) = open.sends.rollback().await {
+                tracing::warn!(session = %self.session_id, %tx, error = %e, "rollback at disconnect failed");
+            }
+        }
+        for destination in self.producing.drain() {
+            self.broker.producer_left(&destination.container());
+        }
+        // Dropping the subscriptions detaches them.
+        drop(std::mem::take(&mut self.streams));
+    }
+}
