@@ -12,7 +12,7 @@
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
-use ebb_actors::policy::matches;
+use ebb_actors::destination::{DestinationKey, DestinationPattern};
 
 /// A user as the configuration gives it.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -107,22 +107,21 @@ impl Security {
     }
 
     /// Whether `principal` (None: anonymous, when no users are configured) has
-    /// `right` on `destination` (`topic://NAME`). The error says what is missing.
+    /// `right` on `destination`, by the first entry whose pattern
+    /// ([`DestinationPattern`]) matches it. The error says what is missing.
     pub fn authorize(
         &self,
         principal: Option<&Principal>,
         right: Right,
-        destination: &str,
+        destination: &DestinationKey,
     ) -> Result<(), String> {
         if self.authorization.is_empty() {
             return Ok(());
         }
         let who = principal.map_or("anonymous", |p| p.login.as_str());
-        let Some(entry) = self
-            .authorization
-            .iter()
-            .find(|e| matches(&e.destination, destination))
-        else {
+        let Some(entry) = self.authorization.iter().find(|e| {
+            DestinationPattern::parse(&e.destination).is_ok_and(|p| p.matches(destination))
+        }) else {
             return Err(format!(
                 "not authorized: no authorization entry covers {destination}"
             ));
@@ -217,6 +216,10 @@ mod tests {
         }
     }
 
+    fn key(text: &str) -> DestinationKey {
+        DestinationKey::from_container(text).unwrap()
+    }
+
     #[test]
     fn logins_are_checked_against_argon2_hashes() {
         let s = security();
@@ -240,27 +243,27 @@ mod tests {
         let alice = s.authenticate(Some("alice"), Some("pa:ss")).unwrap();
         let bob = s.authenticate(Some("bob"), Some("secret")).unwrap();
         assert!(s
-            .authorize(alice.as_ref(), Right::Read, "topic://orders.eu")
+            .authorize(alice.as_ref(), Right::Read, &key("topic://orders.eu"))
             .is_ok());
         assert!(s
-            .authorize(alice.as_ref(), Right::Admin, "topic://orders.eu")
+            .authorize(alice.as_ref(), Right::Admin, &key("topic://orders.eu"))
             .is_ok());
         assert!(s
-            .authorize(bob.as_ref(), Right::Write, "topic://orders.eu")
+            .authorize(bob.as_ref(), Right::Write, &key("topic://orders.eu"))
             .is_ok());
         let e = s
-            .authorize(bob.as_ref(), Right::Read, "topic://orders.eu")
+            .authorize(bob.as_ref(), Right::Read, &key("topic://orders.eu"))
             .unwrap_err();
         assert!(e.contains("bob has no read right"), "{e}");
         assert!(s
-            .authorize(bob.as_ref(), Right::Read, "topic://public")
+            .authorize(bob.as_ref(), Right::Read, &key("topic://public"))
             .is_ok());
         assert!(s
-            .authorize(bob.as_ref(), Right::Write, "topic://other")
+            .authorize(bob.as_ref(), Right::Write, &key("topic://other"))
             .unwrap_err()
             .contains("no authorization entry"));
         assert!(Security::default()
-            .authorize(None, Right::Admin, "topic://x")
+            .authorize(None, Right::Admin, &key("topic://x"))
             .is_ok());
     }
 

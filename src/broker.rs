@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use actix::{Addr, Handler, Recipient};
-use ebb_actors::broker::{BrokerActor, GetDestination, ShutdownBroker};
+use ebb_actors::broker::{BrokerActor, DestinationAddr, GetDestination, ShutdownBroker};
 use ebb_actors::destination::now_ms;
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::messages::{
@@ -22,7 +22,7 @@ use ebb_actors::policy::PolicyMap;
 use ebb_actors::queue::QueueActor;
 use ebb_actors::topic::TopicActor;
 use ebb_actors::usage::Usage;
-use ebb_actors::{StoreActorConfig, StoreHandle};
+use ebb_actors::{DestinationKey, DestinationKind, StoreActorConfig, StoreHandle};
 use ebb_store::{MessageStore, Payload, StoreOptions, SubscriptionKey};
 use futures::Stream;
 use std::collections::HashMap;
@@ -109,20 +109,18 @@ struct Usages {
     memory: Arc<Usage>,
     temp: Arc<Usage>,
     policies: PolicyMap,
-    /// Per destination (store key), children of `memory`.
-    destinations: parking_lot::Mutex<HashMap<String, Arc<Usage>>>,
-    /// Producers per destination (store key), as transports report them.
-    producers: parking_lot::Mutex<HashMap<String, u64>>,
+    /// Per destination, children of `memory` (named by their store keys).
+    destinations: parking_lot::Mutex<HashMap<DestinationKey, Arc<Usage>>>,
+    /// Producers per destination, as transports report them.
+    producers: parking_lot::Mutex<HashMap<DestinationKey, u64>>,
 }
 
 impl Usages {
-    fn of(&self, container: &str) -> Arc<Usage> {
+    fn of(&self, key: &DestinationKey) -> Arc<Usage> {
         let mut map = self.destinations.lock();
-        Arc::clone(map.entry(container.to_string()).or_insert_with(|| {
-            let limit = ebb_actors::DestinationKey::from_container(container)
-                .map(|key| self.policies.policy_for(&key).memory_limit)
-                .unwrap_or_default();
-            self.memory.child(container, limit)
+        Arc::clone(map.entry(key.clone()).or_insert_with(|| {
+            let limit = self.policies.policy_for(key).memory_limit;
+            self.memory.child(key.container(), limit)
         }))
     }
 }
@@ -501,7 +499,7 @@ impl Broker {
     /// The limit a send of a `persistent` message to `container` would meet now:
     /// `(name, used, limit)` of the first full usage (store, then the destination's
     /// memory, then the broker's memory, then temp for a non-persistent message).
-    fn full_usage(&self, container: &str, persistent: bool) -> Option<(String, u64, u64)> {
+    fn full_usage(&self, key: &DestinationKey, persistent: bool) -> Option<(String, u64, u64)> {
         let config = &self.usages.config;
         if persistent && config.store > 0 {
             let used = self.store.store().stored_bytes();
@@ -509,7 +507,7 @@ impl Broker {
                 return Some(("store".into(), used, config.store));
             }
         }
-        let usage = self.usages.of(container);
+        let usage = self.usages.of(key);
         if let Some(full) = usage.full() {
             return Some((full.name().to_string(), full.used(), full.limit()));
         }
@@ -525,9 +523,13 @@ impl Broker {
     /// not) message to destination `name` can go now, must wait, or fails at once
     /// (with `send_fail_if_no_space`; the text names the limit). A transport that must
     /// not block (STOMP) holds the send while this says [`Space::Wait`].
-    pub fn check_space(&self, name: &str, persistent: bool) -> Result<Space, Error> {
-        let container = Destination::parse(name)?.container().to_string();
-        Ok(match self.full_usage(&container, persistent) {
+    pub fn check_space(
+        &self,
+        destination: impl ToDestination,
+        persistent: bool,
+    ) -> Result<Space, Error> {
+        let key = destination.to_destination()?;
+        Ok(match self.full_usage(&key, persistent) {
             None => Space::Free,
             Some((usage, used, limit))
                 if self.usages.config.send_fail_if_no_space
@@ -555,16 +557,20 @@ impl Broker {
     /// finds space (producer flow control), or fails: at once with
     /// `send_fail_if_no_space`, after `send_fail_if_no_space_after_timeout` ms with it
     /// set, never otherwise. Errors: [`Error::ResourceLimit`] naming the limit.
-    pub async fn wait_for_space(&self, name: &str, persistent: bool) -> Result<(), Error> {
-        let container = Destination::parse(name)?.container().to_string();
+    pub async fn wait_for_space(
+        &self,
+        destination: impl ToDestination,
+        persistent: bool,
+    ) -> Result<(), Error> {
+        let key = destination.to_destination()?;
         let config = &self.usages.config;
         let started = std::time::Instant::now();
         let deadline = config
             .send_fail_if_no_space_after_timeout
             .map(|ms| started + Duration::from_millis(ms));
-        let usage = self.usages.of(&container);
+        let usage = self.usages.of(&key);
         loop {
-            let Some((full, used, limit)) = self.full_usage(&container, persistent) else {
+            let Some((full, used, limit)) = self.full_usage(&key, persistent) else {
                 return Ok(());
             };
             let refuse = |waited: bool| Error::ResourceLimit {
@@ -628,16 +634,13 @@ impl Broker {
     }
 
     /// Destination `name`'s memory and producers now.
-    pub fn destination_flow(&self, name: &str) -> Result<DestinationFlow, Error> {
-        let container = Destination::parse(name)?.container().to_string();
-        let usage = self.usages.of(&container);
-        let producers = self
-            .usages
-            .producers
-            .lock()
-            .get(&container)
-            .copied()
-            .unwrap_or(0);
+    pub fn destination_flow(
+        &self,
+        destination: impl ToDestination,
+    ) -> Result<DestinationFlow, Error> {
+        let key = destination.to_destination()?;
+        let usage = self.usages.of(&key);
+        let producers = self.usages.producers.lock().get(&key).copied().unwrap_or(0);
         Ok(DestinationFlow {
             memory_bytes: usage.used(),
             memory_limit: usage.limit(),
@@ -648,21 +651,16 @@ impl Broker {
 
     /// A producer (a transport's connection) started sending to destination `name`;
     /// counted in [`DestinationFlow::producers`] until [`Broker::producer_left`].
-    pub fn producer_joined(&self, name: &str) {
-        if let Ok(d) = Destination::parse(name) {
-            *self
-                .usages
-                .producers
-                .lock()
-                .entry(d.container().to_string())
-                .or_default() += 1;
+    pub fn producer_joined(&self, destination: impl ToDestination) {
+        if let Ok(key) = destination.to_destination() {
+            *self.usages.producers.lock().entry(key).or_default() += 1;
         }
     }
 
     /// The producer counted by [`Broker::producer_joined`] is gone.
-    pub fn producer_left(&self, name: &str) {
-        if let Ok(d) = Destination::parse(name) {
-            if let Some(n) = self.usages.producers.lock().get_mut(d.container()) {
+    pub fn producer_left(&self, destination: impl ToDestination) {
+        if let Ok(key) = destination.to_destination() {
+            if let Some(n) = self.usages.producers.lock().get_mut(&key) {
                 *n = n.saturating_sub(1);
             }
         }
@@ -673,31 +671,24 @@ impl Broker {
         &self.registry
     }
 
-    async fn topic(&self, name: &str) -> Result<Addr<TopicActor>, Error> {
-        match self.destination(name).await? {
+    async fn topic(&self, key: &DestinationKey) -> Result<Addr<TopicActor>, Error> {
+        match self.destination(key).await? {
             DestinationAddr::Topic(addr) => Ok(addr),
             DestinationAddr::Queue(_) => Err(Error::InvalidDestination {
-                name: name.to_string(),
+                name: key.container(),
                 reason: "this works on topics only",
             }),
         }
     }
 
-    async fn destination(&self, name: &str) -> Result<DestinationAddr, Error> {
-        let key = ebb_actors::DestinationKey::from_container(Destination::parse(name)?.container())
-            .map_err(|e| Error::InvalidDestination {
-                name: name.to_string(),
-                reason: e.reason,
-            })?;
-        Ok(match self.registry.send(GetDestination(key)).await?? {
-            ebb_actors::broker::DestinationAddr::Topic(addr) => DestinationAddr::Topic(addr),
-            ebb_actors::broker::DestinationAddr::Queue(addr) => DestinationAddr::Queue(addr),
-        })
+    /// The running actor of `key` (started on first use by the registry).
+    async fn destination(&self, key: &DestinationKey) -> Result<DestinationAddr, Error> {
+        Ok(self.registry.send(GetDestination(key.clone())).await??)
     }
 
     /// The topic message for `message`: checks the priority, turns a TTL into an
     /// absolute expiration, gives it a message id.
-    fn outgoing(&self, container: &str, message: Message) -> Result<TopicMessage, Error> {
+    fn outgoing(&self, key: &DestinationKey, message: Message) -> Result<TopicMessage, Error> {
         if message.priority > ebb_store::MAX_PRIORITY {
             return Err(Error::InvalidPriority(message.priority));
         }
@@ -723,7 +714,7 @@ impl Broker {
                 .iter()
                 .map(|(k, v)| k.len() + v.len())
                 .sum::<usize>();
-        let mut charge = self.usages.of(container).charge(bytes as u64);
+        let mut charge = self.usages.of(key).charge(bytes as u64);
         if !message.persistent {
             charge = charge.and(&self.usages.temp);
         }
@@ -748,20 +739,29 @@ impl Broker {
     /// [`Error::ResourceLimit`] (flow control set to fail), [`Error::Actor`] when the
     /// store write failed (nothing was stored; the send may be retried) or the broker
     /// is shutting down.
-    pub async fn send(&self, name: &str, message: Message) -> Result<SendReceipt, Error> {
-        self.wait_for_space(name, message.persistent).await?;
-        self.send_now(name, message).await
+    pub async fn send(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<SendReceipt, Error> {
+        let key = destination.to_destination()?;
+        self.wait_for_space(&key, message.persistent).await?;
+        self.send_now(&key, message).await
     }
 
     /// Sends as [`Broker::send`] without waiting for space: the caller checked with
     /// [`Broker::check_space`] or [`Broker::wait_for_space`] (a send that races others
     /// for the last space may go over a limit by its own size).
-    pub async fn send_now(&self, name: &str, message: Message) -> Result<SendReceipt, Error> {
-        let destination = self.destination(name).await?;
-        let container = Destination::parse(name)?.container().to_string();
-        let outgoing = self.outgoing(&container, message)?;
+    pub async fn send_now(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<SendReceipt, Error> {
+        let key = destination.to_destination()?;
+        let actor = self.destination(&key).await?;
+        let outgoing = self.outgoing(&key, message)?;
         let message_id = outgoing.message_id.clone();
-        let outcome = destination.ask(Publish(outgoing)).await??;
+        let outcome = actor.ask(Publish(outgoing)).await??;
         Ok(SendReceipt {
             message_id,
             store_id: outcome.id,
@@ -775,30 +775,31 @@ impl Broker {
     /// delivered until [`Broker::commit_prepared`]. Errors as [`Broker::send`].
     pub async fn send_prepared(
         &self,
-        name: &str,
+        destination: impl ToDestination,
         message: Message,
         xid: &str,
     ) -> Result<SendReceipt, Error> {
-        self.wait_for_space(name, message.persistent).await?;
-        self.send_prepared_now(name, message, xid).await
+        let key = destination.to_destination()?;
+        self.wait_for_space(&key, message.persistent).await?;
+        self.send_prepared_now(&key, message, xid).await
     }
 
     /// [`Broker::send_prepared`] without waiting for space (as [`Broker::send_now`]).
     pub async fn send_prepared_now(
         &self,
-        name: &str,
+        destination: impl ToDestination,
         message: Message,
         xid: &str,
     ) -> Result<SendReceipt, Error> {
-        let destination = self.destination(name).await?;
-        let container = Destination::parse(name)?.container().to_string();
-        let outgoing = self.outgoing(&container, message)?;
+        let key = destination.to_destination()?;
+        let actor = self.destination(&key).await?;
+        let outgoing = self.outgoing(&key, message)?;
         let message_id = outgoing.message_id.clone();
         let prepared = PublishPrepared {
             message: outgoing,
             xid: xid.to_string(),
         };
-        let outcome = destination.ask(prepared).await??;
+        let outcome = actor.ask(prepared).await??;
         Ok(SendReceipt {
             message_id,
             store_id: outcome.id,
@@ -810,7 +811,11 @@ impl Broker {
     /// [`Broker::send`]): in one store transaction its stored messages become visible
     /// under new, highest ids (so no subscription's mark can already be past them);
     /// then each destination delivers them.
-    pub async fn commit_prepared(&self, xid: &str, destinations: &[String]) -> Result<(), Error> {
+    pub async fn commit_prepared<D: ToDestination>(
+        &self,
+        xid: &str,
+        destinations: &[D],
+    ) -> Result<(), Error> {
         let renumbered = self.store.commit(xid.to_string()).await?;
         self.tell(destinations, || CommitPrepared {
             xid: xid.to_string(),
@@ -820,20 +825,29 @@ impl Broker {
     }
 
     /// Sends `make()` to each of `destinations` and waits for each to handle it.
-    async fn tell<M>(&self, destinations: &[String], make: impl Fn() -> M) -> Result<(), Error>
+    async fn tell<M, D: ToDestination>(
+        &self,
+        destinations: &[D],
+        make: impl Fn() -> M,
+    ) -> Result<(), Error>
     where
         M: actix::Message<Result = ()> + Send + 'static,
         TopicActor: Handler<M>,
         QueueActor: Handler<M>,
     {
-        for name in destinations {
-            self.destination(name).await?.ask(make()).await?;
+        for destination in destinations {
+            let key = destination.to_destination()?;
+            self.destination(&key).await?.ask(make()).await?;
         }
         Ok(())
     }
 
     /// Rolls back transaction `xid`: its stored messages are deleted, none is delivered.
-    pub async fn rollback_prepared(&self, xid: &str, destinations: &[String]) -> Result<(), Error> {
+    pub async fn rollback_prepared<D: ToDestination>(
+        &self,
+        xid: &str,
+        destinations: &[D],
+    ) -> Result<(), Error> {
         self.store.rollback(xid.to_string()).await?;
         self.tell(destinations, || AbortPrepared {
             xid: xid.to_string(),
@@ -860,7 +874,7 @@ impl Broker {
     /// the durable subscription already has a consumer, or a store error.
     pub async fn subscribe(
         &self,
-        name: &str,
+        destination: impl ToDestination,
         options: SubscribeOptions,
     ) -> Result<Subscription, Error> {
         let durable = match options.durable {
@@ -870,10 +884,11 @@ impl Broker {
             Some((client, sub)) => Some(SubscriptionKey::new(client, sub)),
             None => None,
         };
-        let destination = self.destination(name).await?;
-        if durable.is_some() && matches!(destination, DestinationAddr::Queue(_)) {
+        let key = destination.to_destination()?;
+        let destination = self.destination(&key).await?;
+        if durable.is_some() && key.is_queue() {
             return Err(Error::InvalidDestination {
-                name: name.to_string(),
+                name: key.container(),
                 reason: "a queue has no durable subscriptions: subscribe without one",
             });
         }
@@ -889,7 +904,7 @@ impl Broker {
             })
             .await??;
         Ok(Subscription {
-            destination: destination.endpoints(),
+            destination: endpoints(&destination),
             id,
             ack: options.ack,
             rx,
@@ -900,11 +915,11 @@ impl Broker {
     /// messages are then deleted by cleanup. `Ok(false)` if it did not exist.
     pub async fn remove_durable(
         &self,
-        name: &str,
+        destination: impl ToDestination,
         client_id: &str,
         subscription: &str,
     ) -> Result<bool, Error> {
-        let topic = self.topic(name).await?;
+        let topic = self.topic(&destination.to_destination()?).await?;
         let key = SubscriptionKey::new(client_id, subscription);
         Ok(topic.send(RemoveDurable(key)).await??)
     }
@@ -917,11 +932,11 @@ impl Broker {
     /// Errors: [`Error::InvalidDestination`], or a store error.
     pub async fn durable_subscription_exists(
         &self,
-        name: &str,
+        destination: impl ToDestination,
         client_id: &str,
         subscription: &str,
     ) -> Result<bool, Error> {
-        let container = Destination::parse(name)?.container().to_string();
+        let container = destination.to_destination()?.container();
         let key = SubscriptionKey::new(client_id, subscription);
         let found = self
             .store
@@ -948,11 +963,11 @@ impl Broker {
     /// acks or expires.
     pub async fn browse(
         &self,
-        name: &str,
+        destination: impl ToDestination,
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<BrowsedMessage>, Error> {
-        let container = Destination::parse(name)?.container().to_string();
+        let container = destination.to_destination()?.container();
         let rows = self
             .store
             .store()
@@ -965,13 +980,13 @@ impl Broker {
     /// not acked, with store id `> after_id`. Never acks or expires.
     pub async fn browse_subscription(
         &self,
-        name: &str,
+        destination: impl ToDestination,
         client_id: &str,
         subscription: &str,
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<BrowsedMessage>, Error> {
-        let container = Destination::parse(name)?.container().to_string();
+        let container = destination.to_destination()?.container();
         let key = SubscriptionKey::new(client_id, subscription);
         let rows = self
             .store
@@ -982,21 +997,24 @@ impl Broker {
     }
 
     /// The counters of topic `name` (starting it if it is not running).
-    pub async fn topic_stats(&self, name: &str) -> Result<TopicStats, Error> {
-        let topic = self.topic(name).await?;
+    pub async fn topic_stats(&self, destination: impl ToDestination) -> Result<TopicStats, Error> {
+        let topic = self.topic(&destination.to_destination()?).await?;
         Ok(topic.send(GetStats).await?)
     }
 
     /// The counters of queue `name` (plain name or `queue://NAME`; starting it if it is
     /// not running).
     pub async fn queue_stats(&self, name: &str) -> Result<QueueStats, Error> {
-        let name = match name.strip_prefix("queue://") {
-            Some(_) => name.to_string(),
-            None => format!("queue://{name}"),
+        let key = match DestinationKind::of_container(name) {
+            Some(_) => DestinationKey::from_container(name)?,
+            None => DestinationKey::queue(name)?,
         };
-        match self.destination(&name).await? {
+        match self.destination(&key).await? {
             DestinationAddr::Queue(queue) => Ok(queue.send(GetQueueStats).await?),
-            DestinationAddr::Topic(_) => unreachable!("a queue:// name is a queue"),
+            DestinationAddr::Topic(_) => Err(Error::InvalidDestination {
+                name: name.to_string(),
+                reason: "this works on queues only",
+            }),
         }
     }
 
@@ -1004,9 +1022,10 @@ impl Broker {
     /// run (unless one is running) and, on a topic, a cleanup batch. Returns once the
     /// request is queued; watch [`Broker::topic_stats`] or [`Broker::queue_stats`] for
     /// the pages.
-    pub async fn run_housekeeping(&self, name: &str) -> Result<(), Error> {
-        let destination = self.destination(name).await?;
-        destination
+    pub async fn run_housekeeping(&self, destination: impl ToDestination) -> Result<(), Error> {
+        let key = destination.to_destination()?;
+        self.destination(&key)
+            .await?
             .ask(ebb_actors::messages::RunHousekeeping)
             .await?;
         Ok(())
@@ -1047,8 +1066,8 @@ impl Broker {
 pub struct Transaction {
     broker: Broker,
     xid: String,
-    /// Destinations sent to, as named to [`Transaction::send_now`], in first-send order.
-    destinations: Vec<String>,
+    /// Destinations sent to, in first-send order.
+    destinations: Vec<DestinationKey>,
 }
 
 impl Transaction {
@@ -1059,20 +1078,30 @@ impl Transaction {
 
     /// Sends `message` to destination `name` inside the transaction, as
     /// [`Broker::send_prepared`] (waits for space first).
-    pub async fn send(&mut self, name: &str, message: Message) -> Result<SendReceipt, Error> {
-        self.broker.wait_for_space(name, message.persistent).await?;
-        self.send_now(name, message).await
+    pub async fn send(
+        &mut self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<SendReceipt, Error> {
+        let key = destination.to_destination()?;
+        self.broker.wait_for_space(&key, message.persistent).await?;
+        self.send_now(key, message).await
     }
 
     /// As [`Transaction::send`] without waiting for space (as [`Broker::send_now`]).
     /// The destination joins the transaction before the send, so a commit or rollback
     /// reaches it even when this send fails.
-    pub async fn send_now(&mut self, name: &str, message: Message) -> Result<SendReceipt, Error> {
-        if !self.destinations.iter().any(|d| d == name) {
-            self.destinations.push(name.to_string());
+    pub async fn send_now(
+        &mut self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<SendReceipt, Error> {
+        let key = destination.to_destination()?;
+        if !self.destinations.contains(&key) {
+            self.destinations.push(key.clone());
         }
         self.broker
-            .send_prepared_now(name, message, &self.xid)
+            .send_prepared_now(&key, message, &self.xid)
             .await
     }
 
@@ -1131,102 +1160,47 @@ pub struct DestinationFlow {
     pub producers: u64,
 }
 
-/// A destination named in the API, with its store key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Destination {
-    /// `topic://NAME`.
-    Topic(String),
-    /// `queue://NAME`.
-    Queue(String),
+/// What names a destination in the embedding API: a [`DestinationKey`] (parsed once,
+/// e.g. by a transport), or text in the API's form, parsed by
+/// [`DestinationKey::parse`]: `queue://NAME` → a queue; `topic://NAME` or a plain
+/// `NAME` → a topic.
+pub trait ToDestination {
+    /// The key; [`Error::InvalidDestination`] for text that cannot name one (empty,
+    /// over 200 bytes, control characters, another scheme, wildcards).
+    fn to_destination(&self) -> Result<DestinationKey, Error>;
 }
 
-impl Destination {
-    /// `queue://NAME` → a queue; `topic://NAME` or a plain `NAME` → a topic. Refuses
-    /// empty names, names over 200 bytes, control characters and wildcards
-    /// ([`Error::InvalidDestination`]).
-    pub fn parse(name: &str) -> Result<Self, Error> {
-        if let Some(queue) = name.strip_prefix("queue://") {
-            return Ok(Self::Queue(container("queue", queue)?));
-        }
-        let topic = name.strip_prefix("topic://").unwrap_or(name);
-        Ok(Self::Topic(container("topic", topic)?))
-    }
-
-    /// The store key, e.g. `queue://jobs`.
-    pub fn container(&self) -> &str {
-        match self {
-            Self::Topic(c) | Self::Queue(c) => c,
-        }
+impl ToDestination for DestinationKey {
+    fn to_destination(&self) -> Result<DestinationKey, Error> {
+        Ok(self.clone())
     }
 }
 
-/// A running destination actor.
-#[derive(Clone)]
-enum DestinationAddr {
-    Topic(Addr<TopicActor>),
-    Queue(Addr<QueueActor>),
-}
-
-impl DestinationAddr {
-    /// Sends `message` to the actor and waits for its answer.
-    async fn ask<M>(&self, message: M) -> Result<M::Result, actix::MailboxError>
-    where
-        M: actix::Message + Send + 'static,
-        M::Result: Send,
-        TopicActor: Handler<M>,
-        QueueActor: Handler<M>,
-    {
-        match self {
-            Self::Topic(a) => a.send(message).await,
-            Self::Queue(a) => a.send(message).await,
-        }
-    }
-
-    fn endpoints(&self) -> Endpoints {
-        match self {
-            Self::Topic(a) => Endpoints {
-                ack: a.clone().recipient(),
-                nack: a.clone().recipient(),
-                detach: a.clone().recipient(),
-            },
-            Self::Queue(a) => Endpoints {
-                ack: a.clone().recipient(),
-                nack: a.clone().recipient(),
-                detach: a.clone().recipient(),
-            },
-        }
+impl ToDestination for str {
+    fn to_destination(&self) -> Result<DestinationKey, Error> {
+        Ok(DestinationKey::parse(self)?)
     }
 }
 
-/// `orders` → `topic://orders`; refuses names that cannot be a topic.
-#[cfg(test)]
-fn topic_container(name: &str) -> Result<String, Error> {
-    container("topic", name)
+impl ToDestination for String {
+    fn to_destination(&self) -> Result<DestinationKey, Error> {
+        self.as_str().to_destination()
+    }
 }
 
-/// `kind://name`, or why `name` cannot name a destination.
-fn container(kind: &str, name: &str) -> Result<String, Error> {
-    let invalid = |reason| Error::InvalidDestination {
-        name: name.to_string(),
-        reason,
-    };
-    if name.is_empty() {
-        return Err(invalid("empty"));
+impl<T: ToDestination + ?Sized> ToDestination for &T {
+    fn to_destination(&self) -> Result<DestinationKey, Error> {
+        (**self).to_destination()
     }
-    if name.len() > 200 {
-        return Err(invalid("longer than 200 bytes"));
+}
+
+/// The recipients a [`Subscription`] talks to, at its destination's actor.
+fn endpoints(destination: &DestinationAddr) -> Endpoints {
+    Endpoints {
+        ack: destination.recipient(),
+        nack: destination.recipient(),
+        detach: destination.recipient(),
     }
-    if name.contains("://") || name.chars().any(|c| c.is_control()) {
-        return Err(invalid(
-            "give the plain name after queue:// or topic://, without another scheme or control characters",
-        ));
-    }
-    if name.split('.').any(|s| s == "*" || s == ">") {
-        return Err(invalid(
-            "wildcards `*` and `>` name patterns, not a destination",
-        ));
-    }
-    Ok(format!("{kind}://{name}"))
 }
 
 #[cfg(test)]
@@ -1234,20 +1208,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn topic_names_are_checked() {
-        assert_eq!(topic_container("orders.eu").unwrap(), "topic://orders.eu");
-        for bad in ["", "topic://x", "a.*", "a.>", "bad\nname"] {
-            assert!(topic_container(bad).is_err(), "{bad:?}");
+    fn text_and_keys_name_the_same_destination() {
+        let key = "orders.eu".to_destination().unwrap();
+        assert_eq!(key, DestinationKey::topic("orders.eu").unwrap());
+        assert_eq!("topic://orders.eu".to_destination().unwrap(), key);
+        assert_eq!(key.to_destination().unwrap(), key);
+        assert_eq!(
+            String::from("queue://jobs").to_destination().unwrap(),
+            DestinationKey::queue("jobs").unwrap()
+        );
+        for bad in ["", "a.*", "a.>", "bad\nname", "queue://", "queue://a.*"] {
+            let e = bad.to_destination().unwrap_err();
+            assert!(
+                matches!(e, Error::InvalidDestination { .. }),
+                "{bad:?}: {e}"
+            );
         }
         assert_eq!(
-            Destination::parse("queue://jobs").unwrap(),
-            Destination::Queue("queue://jobs".into())
+            "queue://a.*".to_destination().unwrap_err().to_string(),
+            "invalid destination `a.*`: wildcards `*` and `>` name patterns, not a destination"
         );
-        assert_eq!(
-            Destination::parse("topic://a.b").unwrap(),
-            Destination::Topic("topic://a.b".into())
-        );
-        assert!(Destination::parse("queue://").is_err());
-        assert!(Destination::parse("queue://a.*").is_err());
     }
 }

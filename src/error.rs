@@ -45,3 +45,12 @@ impl From<actix::MailboxError> for Error {
         Error::Actor(ActorError::Mailbox(e))
     }
 }
+
+impl From<ebb_actors::destination::InvalidDestination> for Error {
+    fn from(e: ebb_actors::destination::InvalidDestination) -> Self {
+        Error::InvalidDestination {
+            name: e.name,
+            reason: e.reason,
+        }
+    }
+}

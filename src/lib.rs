@@ -32,9 +32,9 @@ pub mod stomp;
 pub mod transport;
 
 pub use broker::{
-    AckMode, Broker, BrokerConfig, BrowsedMessage, Destination, DestinationFlow, Expiration,
-    Message, Received, SendReceipt, Space, SubscribeOptions, Subscription, Transaction,
-    UsageConfig, UsageSnapshot,
+    AckMode, Broker, BrokerConfig, BrowsedMessage, DestinationFlow, Expiration, Message, Received,
+    SendReceipt, Space, SubscribeOptions, Subscription, ToDestination, Transaction, UsageConfig,
+    UsageSnapshot,
 };
 pub use ebb_actors::destination::{DestinationKey, DestinationKind};
 pub use ebb_actors::messages::{QueueStats, TopicStats};

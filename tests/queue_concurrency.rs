@@ -91,7 +91,7 @@ async fn slow_consumers_while_producers_pipeline(t: TestStore) {
                         }
                         sub.ack(&m).await.unwrap();
                         n += 1;
-                        if n % 20 == 0 {
+                        if n.is_multiple_of(20) {
                             actix_rt::time::sleep(std::time::Duration::from_millis(10)).await;
                         }
                     }

@@ -8,6 +8,7 @@
 //! schema of its own), samples resident memory and stored rows while it grows, and
 //! reports them: a table, a JSON line, a chart.
 
+use ebb_actors::DestinationKey;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -231,7 +232,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
         let stats = broker.topic_stats(TOPIC).await?;
         let rows = broker
             .store()
-            .count_messages(&format!("topic://{TOPIC}"))
+            .count_messages(&DestinationKey::topic(TOPIC)?.container())
             .await?;
         let now_sent = sent.load(Ordering::Relaxed);
         samples.push(Sample {
@@ -328,8 +329,8 @@ async fn run_stomp(
         std::process::id(),
         ebb_actors::destination::now_ms() % 1_000_000
     );
-    let container = format!("topic://{topic}");
-    let destination = format!("/topic/{topic}");
+    let key = DestinationKey::topic(&topic)?;
+    let (container, destination) = (key.container(), key.stomp());
     let login = options
         .login
         .as_deref()

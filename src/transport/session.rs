@@ -210,7 +210,7 @@ impl Session {
         else {
             return Flow::Go;
         };
-        let destination = destination.container();
+        let destination = destination.clone();
         let persistent = message.persistent;
         match self.broker.check_space(&destination, persistent) {
             Ok(Space::Free) | Err(_) => Flow::Go,
@@ -363,7 +363,7 @@ impl Session {
     fn authorize(&self, right: Right, destination: &DestinationKey) -> Result<(), Refusal> {
         self.config
             .security
-            .authorize(self.principal.as_ref(), right, &destination.container())
+            .authorize(self.principal.as_ref(), right, destination)
             .map_err(Refusal)
     }
 
@@ -374,9 +374,8 @@ impl Session {
         transaction: Option<String>,
     ) -> Result<(), Refusal> {
         self.authorize(Right::Write, &destination)?;
-        let container = destination.container();
-        if self.producing.insert(destination) {
-            self.broker.producer_joined(&container);
+        if self.producing.insert(destination.clone()) {
+            self.broker.producer_joined(&destination);
         }
         let sent = match transaction {
             Some(tx) => {
@@ -387,10 +386,10 @@ impl Session {
                         "transaction `{tx}` sends more than {MAX_TRANSACTION_BYTES} bytes before COMMIT"
                     ));
                 }
-                open.sends.send_now(&container, message).await
+                open.sends.send_now(&destination, message).await
             }
             // Flow control was checked before ([`Session::flow`]).
-            None => self.broker.send_now(&container, message).await,
+            None => self.broker.send_now(&destination, message).await,
         };
         sent.map(|_| ())
             .map_err(|e| Refusal(format!("message not accepted: {e}")))
@@ -415,7 +414,6 @@ impl Session {
                 "subscription id `{id}` is already in use on this connection"
             ));
         }
-        let container = destination.container();
         let mut options = match &durable_name {
             Some(name) => {
                 let Some(client) = &self.client_id else {
@@ -424,7 +422,7 @@ impl Session {
                 // Creating a durable subscription needs the admin right (ActiveMQ).
                 let exists = self
                     .broker
-                    .durable_subscription_exists(&container, client, name)
+                    .durable_subscription_exists(&destination, client, name)
                     .await
                     .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
                 if !exists {
@@ -442,7 +440,7 @@ impl Session {
         };
         let subscription = self
             .broker
-            .subscribe(&container, options)
+            .subscribe(&destination, options)
             .await
             .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
         self.subscriptions.insert(
@@ -474,7 +472,7 @@ impl Session {
         {
             let name = sub.durable_name.unwrap_or(name);
             self.broker
-                .remove_durable(&sub.destination.container(), client, &name)
+                .remove_durable(&sub.destination, client, &name)
                 .await
                 .map_err(|e| Refusal(format!("cannot remove durable subscription: {e}")))?;
         }
@@ -710,7 +708,7 @@ impl Session {
             }
         }
         for destination in self.producing.drain() {
-            self.broker.producer_left(&destination.container());
+            self.broker.producer_left(&destination);
         }
         // Dropping the subscriptions detaches them.
         drop(std::mem::take(&mut self.streams));
