@@ -1,23 +1,87 @@
 //! # Ebb: a message-broker core
 //!
-//! Topics with durable subscriptions and persistent messages in a SQL store (SQLite
-//! embedded, PostgreSQL for production), built from actix actors, in the line of
-//! ActiveMQ Classic, without its two expiry faults: expiry reads bounded pages, and it
-//! never acks a live message.
+//! Queues and topics with durable subscriptions, persistent messages in a SQL store
+//! (SQLite embedded, PostgreSQL for production), built from actix actors, in the line
+//! of ActiveMQ Classic, without its two expiry faults: expiry reads bounded pages, and
+//! it never acks a live message. This page is the map and the design; each module's
+//! own documentation says what it owns.
 //!
-//! Map of Ebb (DESIGN.md has the whole picture):
-//! - [`ebb_store`] (`store/`): the schema, every SQL statement, the async store API.
-//! - [`ebb_actors`] (`actors/`): the actors: broker registry, topics, the store actor.
-//! - this crate (`src/`): the embedding API ([`Broker`]), the configuration file
-//!   ([`config`]), and STOMP: the wire codec ([`stomp`], no broker types) and the TCP
-//!   transport ([`transport`]).
-//! - operators' views: snapshots ([`stats`], [`Broker::stats`]), the process's memory
-//!   ([`process`]) and the Prometheus endpoint ([`metrics`]).
-//! - the `ebb` binary's commands (`cli`: `serve`, `stat`, `soak`, `passwd`, `check`),
-//!   behind the `cli` cargo feature, on by default. With `default-features = false` an
-//!   embedder compiles neither them nor what only they need (clap, plotters,
-//!   indicatif, ureq, anyhow; the Prometheus endpoint is its own feature,
-//!   `prometheus`). Nothing outside `cli` imports from it.
+//! ## Map of Ebb
+//!
+//! Three crates, layered one way: `ebb` → `ebb-actors` → `ebb-store`. The store knows
+//! nothing of actors, the actors nothing of STOMP, and the transport knows only
+//! [`Broker`].
+//!
+//! | layer | where | what |
+//! |---|---|---|
+//! | store | [`ebb_store`] (`store/`) | the schema, every SQL statement, the async store API; each read bounded in SQL |
+//! | actors | [`ebb_actors`] (`actors/`) | the registry, one actor per destination over a shared destination core, the store actor (the only writer), memory usage |
+//! | embedding API | [`broker`] | [`Broker`]: send, subscribe, ack, transactions, browse, stats, shutdown |
+//! | wire codec | [`stomp`] | STOMP frames and their codec; no broker types |
+//! | transport | [`transport`] | STOMP over TCP: a typed [`transport::command`] parsed from each frame, a [`transport::session`] that applies commands to [`Broker`], and the socket loop ([`transport::connection`]) |
+//! | configuration | [`config`], [`auth`] | the TOML file, users and rights by destination pattern |
+//! | operators' views | [`stats`], [`metrics`], [`process`] | snapshots ([`Broker::stats`]), Prometheus metrics (the endpoint behind the `prometheus` feature), the process's memory |
+//! | tools | `cli` | the `ebb` binary's commands (`serve`, `stat`, `soak`, `passwd`, `check`), behind the default `cli` feature; nothing outside it imports from it |
+//!
+//! An embedder who writes `ebb = { default-features = false }` compiles none of the
+//! tools' dependencies (clap, plotters, indicatif, ureq, anyhow).
+//!
+//! ## Names
+//!
+//! A destination is named once, where it enters (a STOMP `destination` header, the
+//! configuration file, a call to [`Broker`]), as a [`DestinationKey`] (kind and plain
+//! name), and carried as one from there on. Its text forms: `queue://jobs` in the store
+//! (the `container` column), policies and metrics; `/queue/jobs` in STOMP; a plain name
+//! in the API means a topic. Patterns (`topic://orders.>`) select destinations for
+//! policies and rights ([`actors::destination::DestinationPattern`]).
+//!
+//! ## Actors and who owns what
+//!
+//! | actor | owns | never does |
+//! |---|---|---|
+//! | registry (`BrokerActor`) | one map of running destinations by key, the policies, the shutdown sequence | dispatch, SQL |
+//! | topic | its subscriptions (durable and not), their cursors and prefetch, cleanup of acked rows | write to the store itself |
+//! | queue | its consumers, its cursor, redelivery counts, dead letters | write to the store itself |
+//! | store actor | every write, batched while a transaction is in flight (group commit); mark updates in order | decide what to expire or dispatch |
+//!
+//! What every destination shares (publish order, prepared messages of open
+//! transactions, the housekeeping schedule, the counters) is one set of plain parts in
+//! [`actors::destination`]; a destination actor writes only its dispatch and its expiry
+//! page. Reads that do not race writes (a cursor's next page, an expiry page) go to the
+//! store's pool directly, each bounded in SQL (`LIMIT`, keyset pagination): no
+//! statement returns a number of rows that grows with the backlog.
+//!
+//! ## Durable subscriptions and the high-water mark
+//!
+//! A durable subscription's progress is its mark (`last_acked_id`, as ActiveMQ's
+//! `LAST_ACKED_ID`): every message with a lower or equal id is done for it. A new
+//! subscription starts at the highest id (not retroactive). The mark only moves
+//! forward, only through the store actor, and only over messages really done; acks
+//! that arrive out of order are kept above it (persisted) until the gap before them
+//! closes.
+//!
+//! **The rule that prevents ActiveMQ's data loss:** expiry may move a mark only over
+//! the run of expired messages directly after it, stopping at the first message that
+//! is not expired or belongs to a prepared transaction; per priority with prioritized
+//! messages. A message without TTL before expired ones keeps the mark where it is.
+//!
+//! ## Expiry: bounded, chunked housekeeping (Qpid's QPID-7364)
+//!
+//! Each destination has a housekeeping timer (`expire_messages_period`, 30,000 ms) that
+//! runs only while the destination has seen a message with an expiration. A page reads
+//! at most `max_expire_page_size` (400) rows in one bounded statement; a full page
+//! sends the next one through the destination's own mailbox at once, behind the sends
+//! and acks already waiting; a short page ends the run. Pages of all destinations share
+//! a fair budget of permits, so a destination with a million expired messages delays a
+//! small one by a few pages at most. Shutdown stops the timers, lets pages in flight
+//! finish, flushes the store actor and closes the store last.
+//!
+//! ## Flow control
+//!
+//! Messages held in memory count once (their body is shared) against the broker's
+//! memory limit and their destination's; stored ones against the store limit. At a
+//! limit a send waits (producer flow control), or fails with `send_fail_if_no_space`;
+//! nothing accepted is dropped.
 
 pub mod auth;
 pub mod broker;

@@ -457,7 +457,8 @@ impl StoreHandle {
         Ok(())
     }
 
-    /// The store, for reads (which may go to the pool directly, see DESIGN.md).
+    /// The store, for reads: reads that do not race writes (a cursor's next page, an
+    /// expiry page) go to the pool directly; every write goes through this actor.
     pub fn store(&self) -> &Arc<dyn MessageStore> {
         &self.store
     }

@@ -7,10 +7,19 @@
 //!
 //! Map of the crate:
 //! - [`MessageStore`]: the API; [`open`] picks the backend from the URL.
-//! - [`model`]: messages, durable subscriptions, [`WriteOp`] / [`WriteOutcome`].
+//! - [`model`]: messages, durable subscriptions, the writes ([`WriteOp`]) and what each
+//!   answers ([`WriteOutcome`], read through its typed accessors such as
+//!   [`WriteOutcome::added`]: a wrong kind of answer is an error, never a panic).
 //! - [`encoding`]: the stored body format (a format byte, then postcard).
+//! - [`statements`]: every SQL text, made once per table prefix and backend.
 //! - `sql` (private): the one implementation of the API, instantiated for
-//!   [`sqlite::SqliteStore`] and [`postgres::PgStore`].
+//!   [`sqlite::SqliteStore`] and [`postgres::PgStore`]; one method per write, and
+//!   `apply` only dispatches a batch of writes inside one transaction.
+//! - `migrate` (private): the migrations of each backend.
+//!
+//! In a running broker, writes reach the store through the store actor
+//! (`ebb_actors::StoreHandle`), which batches writes of many callers into one
+//! transaction (group commit) and answers each caller with its own typed value.
 //!
 //! Queues keep their messages in the same table as topics (container `queue://NAME`),
 //! without marks: acking deletes the row ([`WriteOp::Remove`]), expiry deletes expired
