@@ -2,11 +2,8 @@
 //! the next one (group commit), answers each write only after its commit, and keeps
 //! ids in send order for every writer.
 
-#[path = "../../store/tests/common/mod.rs"]
-mod common;
-
-use common::{message, TestStore};
 use ebb_actors::{StoreActorConfig, StoreHandle};
+use ebb_store::test_util::{message, on_every_backend, TestStore};
 use ebb_store::{WriteOp, WriteOutcome};
 
 const T: &str = "topic://group";

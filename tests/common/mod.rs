@@ -1,17 +1,14 @@
-//! End-to-end test harness: the store harness of `store/tests/common` (a fresh store
-//! per test, SQLite and PostgreSQL) plus helpers to run a broker on it.
+//! End-to-end test harness: the store harness of `ebb_store::test_util` (a fresh
+//! store per test, SQLite and PostgreSQL) plus helpers to run a broker on it.
 #![allow(dead_code)]
-
-#[path = "../../store/tests/common/mod.rs"]
-mod store;
 
 use std::time::Duration;
 
 use ebb::{
     Broker, BrokerConfig, Policy, PolicyEntry, PolicyMap, Received, Subscription, TopicStats,
 };
+pub use ebb_store::test_util::*;
 use futures::StreamExt;
-pub use store::*;
 
 /// A broker on `t` with `policy` for every topic and `permits` housekeeping permits.
 pub async fn broker(t: &TestStore, policy: Policy, permits: usize) -> Broker {
