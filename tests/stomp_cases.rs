@@ -4,14 +4,11 @@
 
 mod common;
 
-#[path = "stomp_client/mod.rs"]
-mod stomp_client;
-
 use std::time::Duration;
 
+use common::stomp::*;
 use common::*;
 use ebb::stomp::frame::Command;
-use stomp_client::*;
 
 fn durable_sub(topic: &str, id: &str, name: &str, extra: &str) -> Vec<u8> {
     format!(

@@ -6,16 +6,13 @@
 
 mod common;
 
-#[path = "stomp_client/mod.rs"]
-mod stomp_client;
-
 use std::time::Duration;
 
+use common::stomp::*;
 use common::*;
 use ebb::stomp::codec::Limits;
 use ebb::stomp::frame::{Command, Frame};
 use ebb::{Policy, UsageConfig};
-use stomp_client::*;
 
 async fn send(c: &mut Client, destination: &str, body: &str, extra: &str) {
     c.write(

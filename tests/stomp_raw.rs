@@ -4,16 +4,13 @@
 
 mod common;
 
-#[path = "stomp_client/mod.rs"]
-mod stomp_client;
-
 use std::time::Duration;
 
+use common::stomp::*;
 use common::*;
 use ebb::auth::{hash_password, AuthorizationEntry, Security, User};
 use ebb::stomp::codec::Limits;
 use ebb::stomp::frame::Command;
-use stomp_client::*;
 
 async fn server(t: &TestStore, limits: Limits) -> Server {
     server_with(t, limits, Security::default()).await

@@ -2,6 +2,8 @@
 //! store per test, SQLite and PostgreSQL) plus helpers to run a broker on it.
 #![allow(dead_code)]
 
+pub mod stomp;
+
 use std::time::Duration;
 
 use ebb::{

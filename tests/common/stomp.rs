@@ -1,19 +1,15 @@
-//! A raw STOMP test client and an in-process server on an ephemeral port, shared by
-//! the STOMP test files.
-#![allow(dead_code)]
+//! STOMP over TCP for the tests: an in-process server on an ephemeral port, and the
+//! library's client ([`ebb::stomp::client`]) with the tests' manners.
 
 use std::time::Duration;
 
-use bytes::BytesMut;
 use ebb::auth::Security;
-use ebb::stomp::codec::{Incoming, Limits, StompCodec};
-use ebb::stomp::frame::{Command, Frame, Version};
+use ebb::stomp::client::{ClientError, StompClient};
+use ebb::stomp::codec::Limits;
+use ebb::stomp::frame::{Command, Frame};
 use ebb::transport::connection::ConnectionConfig;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio_util::codec::Decoder;
 
-use crate::common::{broker, TestStore};
+use super::{broker, TestStore};
 
 pub struct Server {
     pub addr: std::net::SocketAddr,
@@ -69,40 +65,29 @@ impl Server {
     }
 }
 
-/// A client speaking raw bytes, reading frames with the server's own codec.
-pub struct Client {
-    stream: TcpStream,
-    codec: StompCodec,
-    buf: BytesMut,
-}
+/// The library's STOMP client as the tests use it: a write that fails or bad bytes
+/// from the server are a panic, and a frame that does not come (in time, or before
+/// the server closes) is `None`. The rest of [`StompClient`] is there through `Deref`.
+pub struct Client(pub StompClient);
 
 impl Client {
+    /// A TCP connection, nothing sent (the test writes its own CONNECT).
     pub async fn open(addr: std::net::SocketAddr) -> Self {
-        let stream = TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        let mut codec = StompCodec::new(Limits::default());
-        codec.version = Version::V1_2;
-        Self {
-            stream,
-            codec,
-            buf: BytesMut::new(),
+        Self(StompClient::open(addr).await.unwrap())
+    }
+
+    /// Connected and logged in: CONNECT 1.2, with `client-id` if given, answered by
+    /// CONNECTED.
+    pub async fn connected(addr: std::net::SocketAddr, client_id: Option<&str>) -> Self {
+        match StompClient::connect(addr, client_id, None).await {
+            Ok(client) => Self(client),
+            Err(e) => panic!("CONNECT to {addr}: {e}"),
         }
     }
 
-    pub async fn connected(addr: std::net::SocketAddr, client_id: Option<&str>) -> Self {
-        let mut c = Self::open(addr).await;
-        let id = client_id
-            .map(|id| format!("client-id:{id}\n"))
-            .unwrap_or_default();
-        c.write(format!("CONNECT\naccept-version:1.2\nhost:x\n{id}\n\0").as_bytes())
-            .await;
-        let f = c.frame().await.expect("CONNECTED");
-        assert_eq!(f.command, Command::Connected, "{f:?}");
-        c
-    }
-
+    /// Writes `bytes` as they are.
     pub async fn write(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.unwrap();
+        self.0.send_raw(bytes).await.unwrap();
     }
 
     /// The next frame (heart-beats skipped), or `None` if the server closed or
@@ -111,37 +96,38 @@ impl Client {
         self.frame_within(3_000).await
     }
 
+    /// The next frame, or `None` if the server closed or nothing came within `ms`.
     pub async fn frame_within(&mut self, ms: u64) -> Option<Frame> {
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
-        loop {
-            match self.codec.decode(&mut self.buf) {
-                Ok(Some(Incoming::Frame(f))) => return Some(f),
-                Ok(Some(Incoming::Heartbeat)) => continue,
-                Ok(None) => {}
-                Err(e) => panic!("server sent bad bytes: {e}"),
-            }
-            let mut chunk = [0u8; 8192];
-            let read = tokio::time::timeout_at(deadline, self.stream.read(&mut chunk)).await;
-            match read {
-                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
-                Ok(Ok(n)) => self.buf.extend_from_slice(&chunk[..n]),
-            }
+        match self.0.next_within(Duration::from_millis(ms)).await {
+            Ok(frame) => frame,
+            Err(ClientError::Closed | ClientError::Io(_)) => None,
+            Err(e) => panic!("server sent bad bytes: {e}"),
         }
     }
 
     /// True when the server closed the connection (reads end) within 3 s.
     pub async fn closed(&mut self) -> bool {
-        let mut chunk = [0u8; 1024];
-        loop {
-            match tokio::time::timeout(Duration::from_secs(3), self.stream.read(&mut chunk)).await {
-                Ok(Ok(0)) | Ok(Err(_)) => return true,
-                Ok(Ok(_)) => continue,
-                Err(_) => return false,
-            }
+        match self.0.closes_within(Duration::from_secs(3)).await {
+            Ok(closed) => closed,
+            Err(e) => panic!("server sent bad bytes: {e}"),
         }
     }
 }
 
+impl std::ops::Deref for Client {
+    type Target = StompClient;
+    fn deref(&self) -> &StompClient {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Client {
+    fn deref_mut(&mut self) -> &mut StompClient {
+        &mut self.0
+    }
+}
+
+/// Asserts that the next frame is the RECEIPT for `id`.
 pub async fn receipt(c: &mut Client, id: &str) {
     let f = c
         .frame()
