@@ -24,6 +24,8 @@ pub mod soak;
 pub mod stat;
 pub mod stats;
 pub mod stomp;
+#[cfg(feature = "test-util")]
+pub mod test_util;
 pub mod transport;
 
 pub use broker::{

@@ -7,9 +7,7 @@
 //! (`build.rs` sets `cfg(ebb_test_python)` when the variable is set), except under CI,
 //! where they run and fail.
 
-mod common;
-
-use common::*;
+use ebb::test_util::*;
 
 static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 

@@ -4,14 +4,12 @@
 //! from a blocked connection, or fails loudly with the receipt id) and EXP-03 (one
 //! queue's expiry never starves another's, nor live traffic).
 
-mod common;
-
 use std::time::Duration;
 
-use common::stomp::*;
-use common::*;
 use ebb::stomp::codec::Limits;
 use ebb::stomp::frame::{Command, Frame};
+use ebb::test_util::stomp::*;
+use ebb::test_util::*;
 use ebb::{Policy, UsageConfig};
 
 async fn send(c: &mut Client, destination: &str, body: &str, extra: &str) {

@@ -1,30 +1,36 @@
 //! STOMP over TCP for the tests: an in-process server on an ephemeral port, and the
-//! library's client ([`ebb::stomp::client`]) with the tests' manners.
+//! library's client ([`crate::stomp::client`]) with the tests' manners.
 
 use std::time::Duration;
 
-use ebb::auth::Security;
-use ebb::stomp::client::{ClientError, StompClient};
-use ebb::stomp::codec::Limits;
-use ebb::stomp::frame::{Command, Frame};
-use ebb::transport::connection::ConnectionConfig;
-
 use super::{broker, TestStore};
+use crate::auth::Security;
+use crate::stomp::client::{ClientError, StompClient};
+use crate::stomp::codec::Limits;
+use crate::stomp::frame::{Command, Frame};
+use crate::transport::connection::ConnectionConfig;
 
+/// A STOMP listener (the one `ebb serve` runs) in this process, on `127.0.0.1` and an
+/// ephemeral port, in front of `broker`.
 pub struct Server {
+    /// Where clients connect.
     pub addr: std::net::SocketAddr,
-    pub broker: ebb::Broker,
+    /// The broker behind the listener, for the test to inspect.
+    pub broker: crate::Broker,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
-/// A server with `policy` for every topic.
-pub async fn server(t: &TestStore, policy: ebb::Policy) -> Server {
+/// A server with `policy` for every topic, default limits, no users, a 30 s stall
+/// timeout.
+pub async fn server(t: &TestStore, policy: crate::Policy) -> Server {
     server_full(t, policy, Limits::default(), Security::default(), 30_000).await
 }
 
+/// A server with `policy` for every topic, the codec's `limits`, `security` and a
+/// stall timeout of `stall_ms` (how long a client may stay silent, ms).
 pub async fn server_full(
     t: &TestStore,
-    policy: ebb::Policy,
+    policy: crate::Policy,
     limits: Limits,
     security: Security,
     stall_ms: u64,
@@ -35,7 +41,7 @@ pub async fn server_full(
 
 /// A STOMP server on an ephemeral port for a broker built by the test.
 pub async fn serve(
-    broker: ebb::Broker,
+    broker: crate::Broker,
     limits: Limits,
     security: Security,
     stall_ms: u64,
@@ -49,7 +55,7 @@ pub async fn serve(
         stall_timeout_ms: stall_ms,
         ..ConnectionConfig::default()
     };
-    actix_rt::spawn(ebb::transport::listener::run(
+    actix_rt::spawn(crate::transport::listener::run(
         listener,
         broker.clone(),
         config,
@@ -59,6 +65,7 @@ pub async fn serve(
 }
 
 impl Server {
+    /// Stops the listener and shuts the broker down (panics if shutdown fails).
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         self.broker.shutdown().await.unwrap();
