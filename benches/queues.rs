@@ -661,8 +661,8 @@ async fn bench(s: Settings) -> (Vec<Row>, Vec<String>) {
         },
         None => println!("EBB_BENCH_POSTGRES_URL is not set: the PostgreSQL rows are skipped"),
     }
-    let rabbit = match stomp_load::Conn::connect(s.rabbit, &rabbit_dialect()).await {
-        Ok(conn) => conn.disconnect(|_| {}).await.is_ok(),
+    let rabbit = match stomp_load::connect(s.rabbit, &rabbit_dialect()).await {
+        Ok(conn) => conn.disconnect().await.is_ok(),
         Err(e) => {
             println!(
                 "RabbitMQ's STOMP at {} cannot be reached ({e}): its rows are skipped \

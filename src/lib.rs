@@ -93,6 +93,8 @@ pub mod metrics;
 pub mod process;
 pub mod stats;
 pub mod stomp;
+#[cfg(feature = "test-util")]
+pub mod test_util;
 pub mod transport;
 
 pub use broker::{

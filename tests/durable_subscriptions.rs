@@ -3,11 +3,9 @@
 //! first with prioritized messages), expire per subscription, and a stalled one never
 //! holds another back. Covers the cases EXP-01, DUR-01 and DUR-03.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use ebb::test_util::*;
 use ebb::{AckMode, Message, Policy, SubscribeOptions};
 
 fn client(name: &str) -> SubscribeOptions {

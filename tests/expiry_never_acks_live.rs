@@ -1,9 +1,7 @@
 //! Through the embedding API: housekeeping never acks a live message. ActiveMQ's JDBC
 //! store lost M1 here: expiring M2 moved the durable subscription's mark past M1.
 
-mod common;
-
-use common::*;
+use ebb::test_util::*;
 use ebb::{AckMode, Message, SubscribeOptions};
 use std::time::Duration;
 

@@ -3,9 +3,7 @@
 //! `max_expire_page_size` rows. A topic with no message that expires does no expiry
 //! work at all, however often its timer ticks.
 
-mod common;
-
-use common::*;
+use ebb::test_util::*;
 
 /// 1,000 expired messages, page 400, period one hour: one tick expires all 1,000 in
 /// exactly 3 pages (400, 400, 200) without waiting for another period.

@@ -5,13 +5,11 @@
 //! subscriber costs store, not memory, and never holds the others back (the
 //! HornetQ/Artemis caveat); a full store stops producers with the store-limit error.
 
-mod common;
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::*;
+use ebb::test_util::*;
 use ebb::{AckMode, Error, Message, SubscribeOptions, UsageConfig};
 
 /// Counts the bytes allocated and not yet freed by the whole test process.

@@ -2,9 +2,7 @@
 //! one, flushes every accepted write, and closes the store last. Nothing accepted is
 //! lost: after a restart every message that had not expired is still delivered.
 
-mod common;
-
-use common::*;
+use ebb::test_util::*;
 use ebb::{AckMode, Message, SubscribeOptions};
 
 async fn shutdown_during_a_long_expiry_run(t: TestStore) {

@@ -3,12 +3,10 @@
 //! its whole run (EXP-03). A failed page is logged, ends the run, and the next tick
 //! carries on. Order is read from the budget's page tickets, not from the clock.
 
-mod common;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::*;
+use ebb::test_util::*;
 use ebb::{Broker, BrokerConfig, PolicyEntry, PolicyMap};
 use ebb_store::*;
 

@@ -9,13 +9,11 @@
 //! renders the one recorder ([`ebb::metrics::install_recorder`] installs it once), so
 //! each test uses topic names of its own and reads only its own series.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use ebb::cli::stat::{from_samples, parse, Sample};
 use ebb::metrics::MetricsServer;
+use ebb::test_util::*;
 use ebb::{Message, SubscribeOptions};
 
 /// Scrapes `addr` until `done` holds for the samples (30 s limit, as `wait_for`).

@@ -3,11 +3,9 @@
 //! Found by the queue benchmark: store ids once came back out of publish order, and
 //! the cursor lost or repeated messages.
 
-mod common;
-
 use std::collections::HashSet;
 
-use common::*;
+use ebb::test_util::*;
 use ebb::{AckMode, Message, Policy, SubscribeOptions, UsageConfig};
 use futures::StreamExt;
 

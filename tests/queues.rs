@@ -3,12 +3,10 @@
 //! failed deliveries and ends in the dead-letter queue; expiry finds expired messages
 //! anywhere in the queue (case EXP-02) in bounded pages.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::*;
+use ebb::test_util::*;
 use ebb::{AckMode, Message, Policy, SubscribeOptions, UsageConfig};
 use futures::StreamExt;
 

@@ -4,13 +4,8 @@
 //! drain ends), and no expiry page reads more rows than its size. Memory figures are
 //! reported by the command, not asserted against the clock.
 
-mod common;
-
-#[path = "stomp_client/mod.rs"]
-mod stomp_client;
-
-use common::*;
 use ebb::cli::soak::{run, SoakOptions};
+use ebb::test_util::*;
 
 fn options(t: &TestStore, ttl_ms: u64) -> SoakOptions {
     SoakOptions {
@@ -72,7 +67,7 @@ async fn backlog_with_ttl_drains_completely_in_bounded_pages(t: TestStore) {
 /// `--stomp`: the same run against a broker served over STOMP, its figures read from
 /// its metrics endpoint; the run's durable subscription is removed at the end.
 async fn the_same_run_through_stomp(t: TestStore) {
-    let s = stomp_client::server(&t, policy(100, 400)).await;
+    let s = ebb::test_util::stomp::server(&t, policy(100, 400)).await;
     let metrics =
         ebb::metrics::MetricsServer::start("127.0.0.1:0".parse().unwrap(), s.broker.clone())
             .await

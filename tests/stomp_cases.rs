@@ -2,16 +2,11 @@
 //! subscription), DUR-01 (out-of-order and priority acks never skip a message) and
 //! DUR-03 (an offline subscription survives a restart with an empty topic).
 
-mod common;
-
-#[path = "stomp_client/mod.rs"]
-mod stomp_client;
-
 use std::time::Duration;
 
-use common::*;
 use ebb::stomp::frame::Command;
-use stomp_client::*;
+use ebb::test_util::stomp::*;
+use ebb::test_util::*;
 
 fn durable_sub(topic: &str, id: &str, name: &str, extra: &str) -> Vec<u8> {
     format!(

@@ -3,23 +3,56 @@
 //! transactions. The scenarios are in `tests/e2e/stomp_scenarios.py`.
 //!
 //! Needs `EBB_TEST_PYTHON`: a Python with stomp.py (`.ci/run` makes a virtual
-//! environment). Without it the tests say so and pass, except under CI, where they fail.
+//! environment). Without it the tests are built as ignored and `cargo test` says why
+//! (`build.rs` sets `cfg(ebb_test_python)` when the variable is set), except under CI,
+//! where they run and fail.
 
-mod common;
-
-use common::*;
+use ebb::test_util::*;
 
 static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-fn python() -> Option<String> {
+/// `<name>::sqlite` and `<name>::postgres` for each scenario, as `on_every_backend!`
+/// writes them, and both ignored (with the reason) without `cfg(ebb_test_python)`.
+macro_rules! scenarios {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[cfg_attr(
+                    not(ebb_test_python),
+                    ignore = "set EBB_TEST_PYTHON=/path/to/python (with stomp.py) to run the stomp.py scenarios"
+                )]
+                async fn sqlite() {
+                    super::$name(super::TestStore::sqlite()).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[cfg_attr(
+                    not(ebb_test_python),
+                    ignore = "set EBB_TEST_PYTHON=/path/to/python (with stomp.py) to run the stomp.py scenarios"
+                )]
+                #[cfg_attr(
+                    all(ebb_test_python, not(ebb_test_postgres)),
+                    ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
+                )]
+                async fn postgres() {
+                    super::$name(super::TestStore::postgres()).await;
+                }
+            }
+        )*
+    };
+}
+
+/// The Python that runs the scenarios. Panics without `EBB_TEST_PYTHON`: the tests
+/// are ignored then, unless under CI (which must run them) or run with `--ignored`.
+fn python() -> String {
     match std::env::var("EBB_TEST_PYTHON") {
-        Ok(p) if !p.is_empty() => Some(p),
+        Ok(p) if !p.is_empty() => p,
         _ if std::env::var_os("CI").is_some() => {
             panic!("EBB_TEST_PYTHON is not set: CI must run the stomp.py tests")
         }
         _ => {
-            eprintln!("EBB_TEST_PYTHON not set: stomp.py scenarios not run");
-            None
+            panic!("EBB_TEST_PYTHON is not set: the stomp.py scenarios need a Python with stomp.py")
         }
     }
 }
@@ -30,7 +63,7 @@ async fn scenario(t: TestStore, name: &str) {
 
 /// Runs scenario `name` with `extra` appended to the broker's configuration file.
 async fn scenario_with(t: TestStore, name: &str, extra: &str) {
-    let Some(python) = python() else { return };
+    let python = python();
     // Each run its own folder (config and log), so parallel tests never meet.
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let dir = std::env::temp_dir().join(format!("ebb-e2e-{}-{name}-{n}", std::process::id()));
@@ -81,4 +114,4 @@ async fn auth(t: TestStore) {
     scenario_with(t, "auth", &users).await;
 }
 
-on_every_backend!(data_loss, crash_safety, acks_and_transactions, auth);
+scenarios!(data_loss, crash_safety, acks_and_transactions, auth);

@@ -4,18 +4,13 @@
 //! from a blocked connection, or fails loudly with the receipt id) and EXP-03 (one
 //! queue's expiry never starves another's, nor live traffic).
 
-mod common;
-
-#[path = "stomp_client/mod.rs"]
-mod stomp_client;
-
 use std::time::Duration;
 
-use common::*;
 use ebb::stomp::codec::Limits;
 use ebb::stomp::frame::{Command, Frame};
+use ebb::test_util::stomp::*;
+use ebb::test_util::*;
 use ebb::{Policy, UsageConfig};
-use stomp_client::*;
 
 async fn send(c: &mut Client, destination: &str, body: &str, extra: &str) {
     c.write(

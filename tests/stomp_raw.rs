@@ -2,18 +2,13 @@
 //! bytes and read frames. Covers the wire cases STOMP-01, STOMP-03, STOMP-04 and the
 //! ActiveMQ data-loss scenario through the wire.
 
-mod common;
-
-#[path = "stomp_client/mod.rs"]
-mod stomp_client;
-
 use std::time::Duration;
 
-use common::*;
 use ebb::auth::{hash_password, AuthorizationEntry, Security, User};
 use ebb::stomp::codec::Limits;
 use ebb::stomp::frame::Command;
-use stomp_client::*;
+use ebb::test_util::stomp::*;
+use ebb::test_util::*;
 
 async fn server(t: &TestStore, limits: Limits) -> Server {
     server_with(t, limits, Security::default()).await

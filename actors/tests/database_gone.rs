@@ -3,14 +3,11 @@
 //! committed lost. PostgreSQL is reached through a TCP proxy in this test that can
 //! cut every connection and refuse new ones, and later let them through again.
 
-#[path = "../../store/tests/common/mod.rs"]
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{message, TestStore};
 use ebb_actors::{ActorError, StoreActorConfig, StoreHandle};
+use ebb_store::test_util::{message, TestStore};
 use ebb_store::StoreOptions;
 use parking_lot::Mutex;
 use tokio::net::{TcpListener, TcpStream};
@@ -76,10 +73,12 @@ fn through_proxy(url: &str, port: u16) -> (String, String) {
 }
 
 #[actix_rt::test]
+#[cfg_attr(
+    not(ebb_test_postgres),
+    ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run this PostgreSQL test"
+)]
 async fn writes_fail_while_the_database_is_gone_and_work_after() {
-    let Some(t) = TestStore::postgres() else {
-        return;
-    };
+    let t = TestStore::postgres();
     let direct = t.open().await;
     let (target, _) = through_proxy(&t.url, 0);
     let proxy = Proxy::start(target).await;

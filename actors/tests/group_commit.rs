@@ -3,11 +3,8 @@
 //! ids in send order for every writer. Writes of every kind share a transaction, and
 //! each typed write is answered with the value of its own op.
 
-#[path = "../../store/tests/common/mod.rs"]
-mod common;
-
-use common::{message, now_ms, prepared, TestStore, EXPIRED};
 use ebb_actors::{StoreActorConfig, StoreHandle};
+use ebb_store::test_util::{message, now_ms, on_every_backend, prepared, TestStore, EXPIRED};
 use ebb_store::SubscriptionKey;
 
 const T: &str = "topic://group";

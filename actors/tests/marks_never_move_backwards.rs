@@ -2,11 +2,8 @@
 //! lost, however they interleave: 10,000 cumulative acks in random order end at the
 //! highest id, and an expiry ack racing a consumer ack always ends past both.
 
-#[path = "../../store/tests/common/mod.rs"]
-mod common;
-
-use common::{fill, subscribe_durable, TestStore, EXPIRED};
 use ebb_actors::{StoreActorConfig, StoreHandle};
+use ebb_store::test_util::{fill, on_every_backend, subscribe_durable, TestStore, EXPIRED};
 use ebb_store::{MessageStore, SubscriptionKey};
 use rand::seq::SliceRandom;
 

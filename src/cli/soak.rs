@@ -401,7 +401,7 @@ async fn run_stomp(
                     _ => {}
                 }
             }
-            client.disconnect().await
+            Ok(client.disconnect().await?)
         }));
     }
 

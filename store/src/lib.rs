@@ -43,6 +43,8 @@ pub mod postgres;
 mod sql;
 pub mod sqlite;
 pub mod statements;
+#[cfg(feature = "test-util")]
+pub mod test_util;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

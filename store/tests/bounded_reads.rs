@@ -5,9 +5,7 @@
 //! from the database. The same holds for a queue's expiry (`read_expired`, and the
 //! ids `ExpireQueue` deletes and returns).
 
-mod common;
-
-use common::{fill, now_ms, subscribe_durable, TestStore, EXPIRED};
+use ebb_store::test_util::{fill, now_ms, on_every_backend, subscribe_durable, TestStore, EXPIRED};
 use ebb_store::{MessageStore, MessageStoreExt, SubscriptionKey, WriteOp, WriteOutcome};
 
 const T: &str = "topic://backlog";

@@ -2,11 +2,9 @@
 //! PostgreSQL when `EBB_TEST_POSTGRES_URL` is set): subscriptions and marks, individual
 //! acks, prepared transactions, cleanup, restart, and open errors.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{message, message_p, now_ms, TestStore, EXPIRED};
+use ebb_store::test_util::{message, message_p, now_ms, on_every_backend, TestStore, EXPIRED};
 use ebb_store::{
     MessageStore, MessageStoreExt, Payload, StoreError, StoreOptions, SubscriptionKey, WriteOp,
     WriteOutcome,
@@ -324,7 +322,7 @@ async fn rollback_abandoned_takes_the_prefix_literally(t: TestStore) {
         let batch = rolled
             .iter()
             .chain(kept)
-            .map(|xid| common::prepared(T, "tx", 0, xid))
+            .map(|xid| ebb_store::test_util::prepared(T, "tx", 0, xid))
             .collect();
         store.add_messages(batch).await.unwrap();
         let out = store

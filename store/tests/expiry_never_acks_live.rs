@@ -2,12 +2,10 @@
 //! directly after its mark, so acking it can never move a mark over a live message
 //! (the ActiveMQ JDBC data loss). Mirrors ActiveMQ's `JDBCRecoverExpiredTest`.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use common::{message, message_p, now_ms, TestStore, EXPIRED};
+use ebb_store::test_util::{message, message_p, now_ms, on_every_backend, TestStore, EXPIRED};
 use ebb_store::{MessageStore, MessageStoreExt, SubscriptionKey, WriteOp, WriteOutcome};
 
 const T: &str = "topic://expiry";

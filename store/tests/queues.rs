@@ -4,11 +4,11 @@
 //! AMQ-6967, case EXP-02), and a message moves to a dead-letter queue at most once
 //! ([`WriteOp::DeadLetter`]).
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{message, message_p, now_ms, prepared, TestStore, EXPIRED};
+use ebb_store::test_util::{
+    message, message_p, now_ms, on_every_backend, prepared, TestStore, EXPIRED,
+};
 use ebb_store::{MessageStore, MessageStoreExt, NewMessage, Payload, WriteOp, WriteOutcome};
 
 const Q: &str = "queue://orders";
@@ -144,8 +144,8 @@ async fn expired_message_behind_live_ones_is_expired(t: TestStore) {
 
     // Behind a backlog of live messages (no TTL, then a long TTL) larger than a page.
     const B: &str = "queue://backlog";
-    common::fill(&*store, B, 600, 0).await;
-    common::fill(&*store, B, 600, now + 600_000).await;
+    ebb_store::test_util::fill(&*store, B, 600, 0).await;
+    ebb_store::test_util::fill(&*store, B, 600, now + 600_000).await;
     let late = store
         .add_messages(vec![message(B, "late", now - 1)])
         .await

@@ -4,11 +4,9 @@
 //! after a write that failed (which changes nothing). Checked against a fresh
 //! `SUM(length(msg))` on a connection of its own.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{message, prepared, Raw, TestStore, EXPIRED};
+use ebb_store::test_util::{message, on_every_backend, prepared, Raw, TestStore, EXPIRED};
 use ebb_store::{MessageStore, MessageStoreExt, NewMessage, Payload, WriteOp, WriteOutcome};
 
 const Q: &str = "queue://bytes";
@@ -69,7 +67,7 @@ async fn stored_bytes_follows_every_add_and_delete(t: TestStore) {
         &*store,
         WriteOp::ExpireQueue {
             container: Q.into(),
-            now_ms: common::now_ms(),
+            now_ms: ebb_store::test_util::now_ms(),
             limit: 5,
         },
     )
@@ -92,7 +90,7 @@ async fn stored_bytes_follows_every_add_and_delete(t: TestStore) {
     same!("dead letter");
 
     // Topic cleanup after a durable subscription acked everything.
-    let key = common::subscribe_durable(&*store, T, "c", "s").await;
+    let key = ebb_store::test_util::subscribe_durable(&*store, T, "c", "s").await;
     let topic = store
         .add_messages((0..9).map(|n| sized(T, 50 + n, 0)).collect())
         .await

@@ -1,17 +1,19 @@
-//! End-to-end test harness: the store harness of `store/tests/common` (a fresh store
-//! per test, SQLite and PostgreSQL) plus helpers to run a broker on it.
-#![allow(dead_code)]
+//! The harness of Ebb's end-to-end tests (cargo feature `test-util`, enabled only
+//! from dev-dependencies): the store harness of [`ebb_store::test_util`] (a fresh
+//! store per test, SQLite and PostgreSQL, and [`on_every_backend!`]) plus helpers to
+//! run a broker on it and wait for what it reports; [`stomp`] puts it on a TCP port
+//! and talks to it.
 
-#[path = "../../store/tests/common/mod.rs"]
-mod store;
+pub mod stomp;
 
 use std::time::Duration;
 
-use ebb::{
+pub use ebb_store::test_util::*;
+use futures::StreamExt;
+
+use crate::{
     Broker, BrokerConfig, Policy, PolicyEntry, PolicyMap, Received, Subscription, TopicStats,
 };
-use futures::StreamExt;
-pub use store::*;
 
 /// A broker on `t` with `policy` for every topic and `permits` housekeeping permits.
 pub async fn broker(t: &TestStore, policy: Policy, permits: usize) -> Broker {
@@ -94,7 +96,7 @@ pub async fn preload(
 pub async fn broker_with(
     t: &TestStore,
     entries: Vec<(&str, Policy)>,
-    usage: ebb::UsageConfig,
+    usage: crate::UsageConfig,
 ) -> Broker {
     let config = BrokerConfig {
         store: t.options.clone(),
@@ -119,8 +121,8 @@ pub async fn broker_with(
 pub async fn wait_for_queue(
     broker: &Broker,
     queue: &str,
-    done: impl Fn(&ebb::QueueStats) -> bool,
-) -> ebb::QueueStats {
+    done: impl Fn(&crate::QueueStats) -> bool,
+) -> crate::QueueStats {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let stats = broker.queue_stats(queue).await.unwrap();

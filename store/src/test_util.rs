@@ -1,21 +1,33 @@
-//! Test harness: a fresh store per test on every backend.
+//! Test harness shared by the workspace's tests (cargo feature `test-util`, enabled
+//! only from dev-dependencies): a fresh store per test on every backend, and helpers
+//! to fill and inspect it.
 //!
 //! SQLite always (a file in a temporary folder, so WAL and reopening are exercised).
 //! PostgreSQL when `EBB_TEST_POSTGRES_URL` is set, each store in a schema of its own
-//! (`ebb_test_<pid>_<n>`), so runs never see each other's rows. When `CI` is set and the
-//! URL is not, PostgreSQL tests fail instead of skipping.
-#![allow(dead_code)]
+//! (`ebb_test_<pid>_<n>`), so runs never see each other's rows.
+//!
+//! [`on_every_backend!`] writes one test per backend. Whether the PostgreSQL variant
+//! runs is decided when the test crate is built: its build script (`build.rs`, through
+//! `build/test_services.rs`) sets `cfg(ebb_test_postgres)` when `EBB_TEST_POSTGRES_URL`
+//! or `CI` is set. Without it the variant is ignored, and `cargo test` says why; under
+//! CI it runs, and fails if the URL is missing.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use ebb_store::{MessageStore, NewMessage, Payload, StoreOptions};
+use crate::{MessageStore, NewMessage, Payload, StoreOptions};
 
+pub use crate::on_every_backend;
+
+/// The environment variable with the PostgreSQL URL the tests use
+/// (`postgres://USER@HOST:PORT/DB`).
 pub const POSTGRES_ENV: &str = "EBB_TEST_POSTGRES_URL";
 
 /// Where a test store lives, so it can be opened again ("restart").
 pub struct TestStore {
+    /// `sqlite://<temporary folder>/ebb.db`, or the PostgreSQL URL.
     pub url: String,
+    /// What [`TestStore::open`] passes to [`crate::open`] (the schema on PostgreSQL).
     pub options: StoreOptions,
     _dir: Option<tempfile_dir::Dir>,
 }
@@ -54,6 +66,8 @@ fn unique() -> String {
 }
 
 impl TestStore {
+    /// A SQLite store in a new temporary folder (removed when this is dropped), with
+    /// `synchronous=NORMAL` to spare the disk.
     pub fn sqlite() -> Self {
         let dir = std::env::temp_dir().join(format!("ebb-test-{}", unique()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -67,24 +81,26 @@ impl TestStore {
         }
     }
 
-    /// `None` when PostgreSQL is not configured (and this is not CI).
-    pub fn postgres() -> Option<Self> {
+    /// A PostgreSQL store at `EBB_TEST_POSTGRES_URL`, in a schema of its own (dropped
+    /// when this is dropped, unless the test panicked).
+    ///
+    /// Panics when the variable is not set: a test that calls this is ignored unless
+    /// built with `cfg(ebb_test_postgres)`, so it gets here without the URL only
+    /// under CI (which must run it) or when asked to run ignored tests.
+    pub fn postgres() -> Self {
         match std::env::var(POSTGRES_ENV) {
-            Ok(url) if !url.is_empty() => Some(Self {
+            Ok(url) if !url.is_empty() => Self {
                 url,
                 options: StoreOptions {
                     schema: Some(format!("ebb_test_{}", unique())),
                     ..StoreOptions::default()
                 },
                 _dir: None,
-            }),
+            },
             _ if std::env::var_os("CI").is_some() => {
                 panic!("{POSTGRES_ENV} is not set: CI must run the PostgreSQL tests")
             }
-            _ => {
-                eprintln!("{POSTGRES_ENV} not set: PostgreSQL variant not run");
-                None
-            }
+            _ => panic!("{POSTGRES_ENV} is not set: the PostgreSQL tests need its URL"),
         }
     }
 
@@ -114,8 +130,9 @@ impl TestStore {
         .join();
     }
 
+    /// Opens the store (again, for a "restart"); panics if it cannot.
     pub async fn open(&self) -> Arc<dyn MessageStore> {
-        ebb_store::open(&self.url, &self.options)
+        crate::open(&self.url, &self.options)
             .await
             .unwrap_or_else(|e| panic!("open {}: {e}", self.url))
     }
@@ -124,6 +141,10 @@ impl TestStore {
 /// Generates `<name>::sqlite` and `<name>::postgres` tests from an
 /// `async fn(TestStore)`; the test attribute may be given first (default: a two-thread
 /// tokio runtime), e.g. `on_every_backend!(#[actix_rt::test] a, b)`.
+///
+/// The PostgreSQL variant is `#[ignore]`d, with the reason, unless the calling crate
+/// is built with `cfg(ebb_test_postgres)` (see the module documentation): a crate
+/// that uses this macro needs the build script that sets it.
 #[macro_export]
 macro_rules! on_every_backend {
     (#[$attr:meta] $($name:ident),* $(,)?) => {
@@ -131,14 +152,16 @@ macro_rules! on_every_backend {
             mod $name {
                 #[$attr]
                 async fn sqlite() {
-                    super::$name($crate::common::TestStore::sqlite()).await;
+                    super::$name($crate::test_util::TestStore::sqlite()).await;
                 }
 
                 #[$attr]
+                #[cfg_attr(
+                    not(ebb_test_postgres),
+                    ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
+                )]
                 async fn postgres() {
-                    if let Some(store) = $crate::common::TestStore::postgres() {
-                        super::$name(store).await;
-                    }
+                    super::$name($crate::test_util::TestStore::postgres()).await;
                 }
             }
         )*
@@ -150,6 +173,7 @@ macro_rules! on_every_backend {
     };
 }
 
+/// The wall clock, ms since the Unix epoch (what expirations are compared with).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -162,6 +186,7 @@ pub fn message(container: &str, body: &str, expiration: i64) -> NewMessage {
     message_p(container, body, expiration, 4)
 }
 
+/// [`message`] with a priority (0..=9).
 pub fn message_p(container: &str, body: &str, expiration: i64, priority: u8) -> NewMessage {
     NewMessage {
         container: container.to_string(),
@@ -191,8 +216,8 @@ pub async fn subscribe_durable(
     container: &str,
     client: &str,
     name: &str,
-) -> ebb_store::SubscriptionKey {
-    use ebb_store::{MessageStoreExt, SubscriptionKey, WriteOp};
+) -> crate::SubscriptionKey {
+    use crate::{MessageStoreExt, SubscriptionKey, WriteOp};
     let key = SubscriptionKey::new(client, name);
     store
         .write_one(WriteOp::Subscribe {
@@ -214,7 +239,7 @@ pub async fn fill(
     count: usize,
     expiration: i64,
 ) -> Vec<i64> {
-    use ebb_store::MessageStoreExt;
+    use crate::MessageStoreExt;
     let mut ids = Vec::with_capacity(count);
     while ids.len() < count {
         let n = (count - ids.len()).min(5_000);
@@ -233,11 +258,14 @@ pub const EXPIRED: i64 = 1;
 /// A connection of its own to a test store's database, beside the store (its tables
 /// have the default `ebb_` prefix), to check the store against what is really stored.
 pub enum Raw {
+    /// On a SQLite store.
     Sqlite(sqlx::SqliteConnection),
+    /// On a PostgreSQL store, with `search_path` set to its schema.
     Postgres(sqlx::PgConnection),
 }
 
 impl Raw {
+    /// Connects to `t`'s database (panics if it cannot).
     pub async fn connect(t: &TestStore) -> Self {
         use sqlx::Connection;
         if t.url.starts_with("sqlite:") {
