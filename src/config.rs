@@ -174,7 +174,7 @@ fn pattern<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 pub fn check_pattern(text: &str) -> Result<(), String> {
     ebb_actors::destination::DestinationPattern::parse(text)
         .map(drop)
-        .map_err(|e| e.to_string())
+        .map_err(|e| format!("destination pattern `{}`: {}", e.name, e.reason))
 }
 
 /// A count that must be at least 1 (page sizes, prefetch).
