@@ -1,0 +1,20 @@
+//! Ebb's end-to-end tests, one binary: one module per promise, each file's `//!`
+//! says which. One binary links once (a test binary per file linked the whole broker
+//! again for each), and its tests share the cores instead of running one file after
+//! another. `tests/flow_control.rs` stays apart: it counts the heap of its whole
+//! process.
+
+mod durable_subscriptions;
+mod expiry_never_acks_live;
+mod expiry_pages;
+mod graceful_shutdown;
+mod housekeeping_fairness;
+mod metrics;
+mod queue_concurrency;
+mod queues;
+mod soak;
+mod stomp_cases;
+mod stomp_codec_props;
+mod stomp_py;
+mod stomp_queues;
+mod stomp_raw;
