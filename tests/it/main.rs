@@ -9,12 +9,18 @@ mod expiry_never_acks_live;
 mod expiry_pages;
 mod graceful_shutdown;
 mod housekeeping_fairness;
+mod layering;
+// These drive the `ebb` binary's tools (`ebb::cli`, the binary itself): they need the
+// default `cli` feature.
+#[cfg(feature = "cli")]
 mod metrics;
 mod queue_concurrency;
 mod queues;
+#[cfg(feature = "cli")]
 mod soak;
 mod stomp_cases;
 mod stomp_codec_props;
+#[cfg(feature = "cli")]
 mod stomp_py;
 mod stomp_queues;
 mod stomp_raw;
