@@ -113,36 +113,9 @@ impl PolicyMap {
     }
 }
 
-/// Whether `pattern` ([`DestinationPattern`]) matches `destination` (a store key such as
-/// `topic://orders`). False when either does not parse.
-pub fn matches(pattern: &str, destination: &str) -> bool {
-    match (
-        DestinationPattern::parse(pattern),
-        DestinationKey::from_container(destination),
-    ) {
-        (Ok(pattern), Ok(key)) => pattern.matches(&key),
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wildcards_follow_activemq() {
-        assert!(matches("topic://>", "topic://orders"));
-        assert!(matches("topic://>", "topic://a.b.c"));
-        assert!(!matches("topic://>", "queue://orders"));
-        assert!(matches("topic://orders.*", "topic://orders.eu"));
-        assert!(!matches("topic://orders.*", "topic://orders.eu.north"));
-        assert!(!matches("topic://orders.*", "topic://orders"));
-        assert!(matches("topic://orders.>", "topic://orders.eu.north"));
-        assert!(matches("topic://*.eu", "topic://orders.eu"));
-        assert!(matches("topic://orders", "topic://orders"));
-        assert!(!matches("topic://orders", "topic://orders2"));
-        assert!(!matches("orders", "topic://orders"));
-    }
 
     #[test]
     fn first_matching_entry_wins() {
