@@ -23,7 +23,7 @@
 //!   plus a variant in the registry's [`DestinationAddr`](broker::DestinationAddr).
 //! - [`subscription`] (one topic subscription's cursor and credit), [`queue_cursor`] (a
 //!   queue's cursor), [`usage`] (memory limits and producer flow control), [`policy`]
-//!   (ActiveMQ-style policy map), [`housekeeping`] (the fair budget of expiry pages),
+//!   (ActiveMQ-style policy map, in `destination/policy.rs`), [`housekeeping`] (the fair budget of expiry pages),
 //!   [`messages`] (what actors exchange).
 //!
 //! ## Await ordering
@@ -44,8 +44,8 @@ pub mod broker;
 pub mod destination;
 pub mod error;
 pub mod housekeeping;
+pub mod message;
 pub mod messages;
-pub mod policy;
 pub mod queue;
 pub mod queue_cursor;
 pub mod store_actor;
@@ -53,6 +53,7 @@ pub mod subscription;
 pub mod topic;
 pub mod usage;
 
+pub use destination::policy;
 pub use destination::{DestinationKey, DestinationKind};
 pub use error::ActorError;
 pub use store_actor::{StoreActor, StoreActorConfig, StoreHandle};

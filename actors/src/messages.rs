@@ -1,112 +1,15 @@
 //! The messages actors exchange, and the values they carry.
 
-use std::sync::Arc;
-
 use actix::prelude::*;
-use ebb_store::{Payload, StoredMessage, SubscriptionKey};
+use ebb_store::SubscriptionKey;
 use tokio::sync::mpsc;
 
+pub use crate::destination::{
+    AbortPrepared, CommitPrepared, Publish, PublishPrepared, RunHousekeeping, StopHousekeeping,
+};
 use crate::destination::{DestinationCounters, DestinationKey};
 use crate::error::ActorError;
-
-/// A message as a destination (topic or queue) holds it in memory. Shared (`Arc`) by
-/// every subscription that holds it, so its body is in memory once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopicMessage {
-    /// Store id when the message is persistent and was stored (send order).
-    pub id: Option<i64>,
-    /// The broker-assigned message id (STOMP `message-id`).
-    pub message_id: String,
-    pub persistent: bool,
-    /// 0..=9.
-    pub priority: u8,
-    /// Absolute expiration, epoch ms; 0 = never.
-    pub expiration: i64,
-    pub payload: Arc<Payload>,
-    /// The memory it is charged to while the broker holds it (see [`crate::usage`]);
-    /// `None` for messages read from the store.
-    pub charge: Option<Arc<crate::usage::MemoryCharge>>,
-}
-
-impl TopicMessage {
-    /// True when it has an expiration at or before `now_ms`.
-    pub fn is_expired(&self, now_ms: i64) -> bool {
-        ebb_store::is_expired(self.expiration, now_ms)
-    }
-
-    /// True when its memory charge is at a limit (see [`crate::usage`]): a cursor then
-    /// leaves it in the store (if stored) instead of caching it.
-    pub fn memory_full(&self) -> bool {
-        self.charge.as_ref().is_some_and(|c| c.is_full())
-    }
-
-    /// A message read from the store (always persistent).
-    pub fn from_stored(m: &StoredMessage) -> Self {
-        Self {
-            id: Some(m.id),
-            message_id: m.message_id.clone(),
-            persistent: true,
-            priority: m.priority,
-            expiration: m.expiration,
-            payload: Arc::clone(&m.payload),
-            charge: None,
-        }
-    }
-}
-
-/// A message handed to a consumer.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    /// The subscription it was delivered on.
-    pub subscription: u64,
-    /// Per subscription, increasing; what the consumer acks.
-    pub delivery_id: u64,
-    pub message: Arc<TopicMessage>,
-    /// True when this subscription was sent the message before and did not ack it.
-    pub redelivered: bool,
-}
-
-/// Publish a message to a topic. Answered once it is accepted: for a persistent
-/// message that a durable subscription needs, after the store committed it.
-#[derive(Message)]
-#[rtype(result = "Result<PublishOutcome, ActorError>")]
-pub struct Publish(pub TopicMessage);
-
-/// Publish a message as part of transaction `xid`: a persistent message a durable
-/// subscription needs is stored prepared (invisible, holding no mark back); nothing
-/// is dispatched until [`CommitPrepared`]. Answered once it is stored.
-#[derive(Message)]
-#[rtype(result = "Result<PublishOutcome, ActorError>")]
-pub struct PublishPrepared {
-    pub message: TopicMessage,
-    pub xid: String,
-}
-
-/// Transaction `xid` committed in the store (its rows renumbered, `(old, new)` ids):
-/// release its messages to subscriptions, in the order they were sent.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct CommitPrepared {
-    pub xid: String,
-    pub renumbered: Vec<(i64, i64)>,
-}
-
-/// Transaction `xid` was rolled back: forget its messages.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct AbortPrepared {
-    pub xid: String,
-}
-
-/// What happened to a published message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PublishOutcome {
-    /// Its store id, when it was stored.
-    pub id: Option<i64>,
-    /// It had already expired when it arrived: not stored, not dispatched, counted as
-    /// expired once.
-    pub expired_on_arrival: bool,
-}
+pub use crate::message::{Delivery, PublishOutcome, TopicMessage};
 
 /// Open a subscription. Deliveries go to `deliver`; no more than the prefetch are
 /// un-acked at once.
@@ -186,18 +89,6 @@ impl std::ops::Deref for TopicStats {
         &self.counters
     }
 }
-
-/// Run housekeeping now, as a timer tick would (an operator's "expire now"; tests use
-/// it with a long period to count pages without waiting for the clock).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct RunHousekeeping;
-
-/// Stop housekeeping: cancel the timer, start no new page, and answer once the page in
-/// flight (if any) has finished. A step of shutdown.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct StopHousekeeping;
 
 /// A queue's counters.
 #[derive(Message)]

@@ -20,14 +20,14 @@ use std::time::Duration;
 use actix::prelude::*;
 use ebb_store::NewMessage;
 
+use super::policy::Policy;
 use super::{
     AfterPage, DestinationCounters, DestinationKey, HousekeepingSchedule, PreparedMessages,
     PublishOrder,
 };
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
-use crate::messages::{PublishOutcome, TopicMessage};
-use crate::policy::Policy;
+use crate::message::{PublishOutcome, TopicMessage};
 use crate::store_actor::StoreHandle;
 
 /// Wall clock, epoch ms: what expirations are compared with.
@@ -37,6 +37,50 @@ pub fn now_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+/// Publish a message to a destination. Answered once it is accepted: for a message the
+/// destination stores, after the store committed it.
+#[derive(Message)]
+#[rtype(result = "Result<PublishOutcome, ActorError>")]
+pub struct Publish(pub TopicMessage);
+
+/// Publish a message as part of transaction `xid`: a message the destination stores is
+/// stored prepared (invisible, holding no mark back); nothing is dispatched until
+/// [`CommitPrepared`]. Answered once it is stored.
+#[derive(Message)]
+#[rtype(result = "Result<PublishOutcome, ActorError>")]
+pub struct PublishPrepared {
+    pub message: TopicMessage,
+    pub xid: String,
+}
+
+/// Transaction `xid` committed in the store (its rows renumbered, `(old, new)` ids):
+/// release its messages, in the order they were sent.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CommitPrepared {
+    pub xid: String,
+    pub renumbered: Vec<(i64, i64)>,
+}
+
+/// Transaction `xid` was rolled back: forget its messages.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AbortPrepared {
+    pub xid: String,
+}
+
+/// Run housekeeping now, as a timer tick would (an operator's "expire now"; tests use
+/// it with a long period to count pages without waiting for the clock).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RunHousekeeping;
+
+/// Stop housekeeping: cancel the timer, start no new page, and answer once the page in
+/// flight (if any) has finished. A step of shutdown.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopHousekeeping;
 
 /// The next expiry page of a run: sent by a destination to itself (`ctx.notify`), so
 /// it waits behind the publishes, acks and dispatch already in the mailbox.
@@ -148,7 +192,7 @@ pub trait DestinationActor: Actor<Context = Context<Self>> + Handler<ExpiryPage>
     /// A housekeeping tick (the timer, or [`RunHousekeeping`]): count it, start what
     /// is due.
     ///
-    /// [`RunHousekeeping`]: crate::messages::RunHousekeeping
+    /// [`RunHousekeeping`]: crate::destination::RunHousekeeping
     fn tick(&mut self, ctx: &mut Context<Self>);
 
     /// The next expiry page of the run under way.

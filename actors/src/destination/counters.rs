@@ -3,8 +3,8 @@
 
 /// Counters every destination keeps since its actor started (they restart from 0 with
 /// the broker), and whether its expiry is armed now. Counts are messages unless said.
-/// [`TopicStats`](crate::messages::TopicStats) and
-/// [`QueueStats`](crate::messages::QueueStats) carry them, and read through to them.
+/// `TopicStats` and `QueueStats` (what a destination answers to its stats request)
+/// carry them, and read through to them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DestinationCounters {
     /// Messages accepted: published (expired-on-arrival ones included), released by a

@@ -67,7 +67,7 @@ pub struct InvalidDestination {
 /// Made only by
 /// the constructors below, so a key always holds a valid name: not empty, at most
 /// [`MAX_NAME_BYTES`], no control characters, no scheme, no wildcard segment (`*`,
-/// `>`: those name patterns, see [`crate::policy`]).
+/// `>`: those name patterns, see the policy map).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DestinationKey {
     kind: DestinationKind,

@@ -10,22 +10,25 @@
 //! | [`PreparedMessages`] | messages of open transactions, renumbered at commit | `prepared.rs` |
 //! | [`HousekeepingSchedule`] | timer, expiry runs and pages, cleanup batches, stop | `schedule.rs` |
 //! | [`DestinationCounters`] | the counters every kind reports | `counters.rs` |
+//! | [`policy::Policy`], [`policy::PolicyMap`] | per-destination settings, matched by pattern (also `ebb_actors::policy`) | `policy.rs` |
 //! | [`DestinationCore`], [`DestinationActor`] | the above together, and the shared handlers | `core.rs` |
 //!
 //! A new kind of destination adds its actor file (a [`DestinationCore`], the
 //! [`DestinationActor`] methods, `destination_handlers!` and its own messages) and
-//! an entry in the registry ([`crate::broker`]).
+//! an entry in the registry (`broker.rs`).
 
 mod core;
 mod counters;
 pub mod key;
+pub mod policy;
 mod prepared;
 mod publish_order;
 mod schedule;
 
 pub use self::core::{
     begin_page, commit_prepared, end_run, idle_if_done, now_ms, page_failed, page_finished,
-    publish, schedule, stop_housekeeping, DestinationActor, DestinationCore, ExpiryPage, Plan,
+    publish, schedule, stop_housekeeping, AbortPrepared, CommitPrepared, DestinationActor,
+    DestinationCore, ExpiryPage, Plan, Publish, PublishPrepared, RunHousekeeping, StopHousekeeping,
 };
 pub use counters::DestinationCounters;
 pub use key::{
@@ -36,62 +39,62 @@ pub use publish_order::PublishOrder;
 pub use schedule::{AfterPage, HousekeepingSchedule};
 
 /// Implements, for destination actor `$actor` (a [`DestinationActor`]), the handlers
-/// every destination shares: [`Publish`](crate::messages::Publish),
-/// [`PublishPrepared`](crate::messages::PublishPrepared),
-/// [`CommitPrepared`](crate::messages::CommitPrepared),
-/// [`AbortPrepared`](crate::messages::AbortPrepared),
-/// [`RunHousekeeping`](crate::messages::RunHousekeeping),
-/// [`StopHousekeeping`](crate::messages::StopHousekeeping) and [`ExpiryPage`].
+/// every destination shares: [`Publish`](crate::destination::Publish),
+/// [`PublishPrepared`](crate::destination::PublishPrepared),
+/// [`CommitPrepared`](crate::destination::CommitPrepared),
+/// [`AbortPrepared`](crate::destination::AbortPrepared),
+/// [`RunHousekeeping`](crate::destination::RunHousekeeping),
+/// [`StopHousekeeping`](crate::destination::StopHousekeeping) and [`ExpiryPage`].
 macro_rules! destination_handlers {
     ($actor:ty) => {
-        impl actix::Handler<$crate::messages::Publish> for $actor {
+        impl actix::Handler<$crate::destination::Publish> for $actor {
             type Result = actix::ResponseActFuture<
                 Self,
-                Result<$crate::messages::PublishOutcome, $crate::error::ActorError>,
+                Result<$crate::message::PublishOutcome, $crate::error::ActorError>,
             >;
 
             fn handle(
                 &mut self,
-                msg: $crate::messages::Publish,
+                msg: $crate::destination::Publish,
                 ctx: &mut actix::Context<Self>,
             ) -> Self::Result {
                 $crate::destination::publish(self, msg.0, None, ctx)
             }
         }
 
-        impl actix::Handler<$crate::messages::PublishPrepared> for $actor {
+        impl actix::Handler<$crate::destination::PublishPrepared> for $actor {
             type Result = actix::ResponseActFuture<
                 Self,
-                Result<$crate::messages::PublishOutcome, $crate::error::ActorError>,
+                Result<$crate::message::PublishOutcome, $crate::error::ActorError>,
             >;
 
             fn handle(
                 &mut self,
-                msg: $crate::messages::PublishPrepared,
+                msg: $crate::destination::PublishPrepared,
                 ctx: &mut actix::Context<Self>,
             ) -> Self::Result {
                 $crate::destination::publish(self, msg.message, Some(msg.xid), ctx)
             }
         }
 
-        impl actix::Handler<$crate::messages::CommitPrepared> for $actor {
+        impl actix::Handler<$crate::destination::CommitPrepared> for $actor {
             type Result = ();
 
             fn handle(
                 &mut self,
-                msg: $crate::messages::CommitPrepared,
+                msg: $crate::destination::CommitPrepared,
                 ctx: &mut actix::Context<Self>,
             ) {
                 $crate::destination::commit_prepared(self, &msg.xid, &msg.renumbered, ctx);
             }
         }
 
-        impl actix::Handler<$crate::messages::AbortPrepared> for $actor {
+        impl actix::Handler<$crate::destination::AbortPrepared> for $actor {
             type Result = ();
 
             fn handle(
                 &mut self,
-                msg: $crate::messages::AbortPrepared,
+                msg: $crate::destination::AbortPrepared,
                 _: &mut actix::Context<Self>,
             ) {
                 $crate::destination::DestinationActor::core(self)
@@ -100,24 +103,24 @@ macro_rules! destination_handlers {
             }
         }
 
-        impl actix::Handler<$crate::messages::RunHousekeeping> for $actor {
+        impl actix::Handler<$crate::destination::RunHousekeeping> for $actor {
             type Result = ();
 
             fn handle(
                 &mut self,
-                _: $crate::messages::RunHousekeeping,
+                _: $crate::destination::RunHousekeeping,
                 ctx: &mut actix::Context<Self>,
             ) {
                 $crate::destination::DestinationActor::tick(self, ctx);
             }
         }
 
-        impl actix::Handler<$crate::messages::StopHousekeeping> for $actor {
+        impl actix::Handler<$crate::destination::StopHousekeeping> for $actor {
             type Result = actix::ResponseFuture<()>;
 
             fn handle(
                 &mut self,
-                _: $crate::messages::StopHousekeeping,
+                _: $crate::destination::StopHousekeeping,
                 ctx: &mut actix::Context<Self>,
             ) -> Self::Result {
                 $crate::destination::stop_housekeeping(self, ctx)

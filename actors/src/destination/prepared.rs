@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use crate::messages::TopicMessage;
+use crate::message::TopicMessage;
 
 /// See the module documentation.
 #[derive(Debug, Default)]

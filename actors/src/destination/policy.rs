@@ -7,7 +7,7 @@
 //! wins; a destination no entry matches gets [`Policy::default`]. Patterns are
 //! [`DestinationPattern`]s.
 
-use crate::destination::{DestinationKey, DestinationPattern};
+use super::key::{DestinationKey, DestinationPattern};
 
 /// Per-destination settings. Names follow ActiveMQ's `PolicyEntry` in snake_case.
 #[derive(Debug, Clone, PartialEq, Eq)]

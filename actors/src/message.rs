@@ -1,0 +1,74 @@
+//! The values destinations hold and hand on: a message in memory ([`TopicMessage`]), a
+//! delivery to a consumer ([`Delivery`]), and what a publish answers
+//! ([`PublishOutcome`]). The messages actors exchange (`messages.rs`) carry them.
+
+use std::sync::Arc;
+
+use ebb_store::{Payload, StoredMessage};
+
+/// A message as a destination (topic or queue) holds it in memory. Shared (`Arc`) by
+/// every subscription that holds it, so its body is in memory once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMessage {
+    /// Store id when the message is persistent and was stored (send order).
+    pub id: Option<i64>,
+    /// The broker-assigned message id (STOMP `message-id`).
+    pub message_id: String,
+    pub persistent: bool,
+    /// 0..=9.
+    pub priority: u8,
+    /// Absolute expiration, epoch ms; 0 = never.
+    pub expiration: i64,
+    pub payload: Arc<Payload>,
+    /// The memory it is charged to while the broker holds it (see [`crate::usage`]);
+    /// `None` for messages read from the store.
+    pub charge: Option<Arc<crate::usage::MemoryCharge>>,
+}
+
+impl TopicMessage {
+    /// True when it has an expiration at or before `now_ms`.
+    pub fn is_expired(&self, now_ms: i64) -> bool {
+        ebb_store::is_expired(self.expiration, now_ms)
+    }
+
+    /// True when its memory charge is at a limit (see [`crate::usage`]): a cursor then
+    /// leaves it in the store (if stored) instead of caching it.
+    pub fn memory_full(&self) -> bool {
+        self.charge.as_ref().is_some_and(|c| c.is_full())
+    }
+
+    /// A message read from the store (always persistent).
+    pub fn from_stored(m: &StoredMessage) -> Self {
+        Self {
+            id: Some(m.id),
+            message_id: m.message_id.clone(),
+            persistent: true,
+            priority: m.priority,
+            expiration: m.expiration,
+            payload: Arc::clone(&m.payload),
+            charge: None,
+        }
+    }
+}
+
+/// A message handed to a consumer.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The subscription it was delivered on.
+    pub subscription: u64,
+    /// Per subscription, increasing; what the consumer acks.
+    pub delivery_id: u64,
+    pub message: Arc<TopicMessage>,
+    /// True when this subscription was sent the message before and did not ack it.
+    pub redelivered: bool,
+}
+
+/// What happened to a published message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublishOutcome {
+    /// Its store id, when it was stored.
+    pub id: Option<i64>,
+    /// It had already expired when it arrived: not stored, not dispatched, counted as
+    /// expired once.
+    pub expired_on_arrival: bool,
+}
