@@ -666,7 +666,7 @@ impl Broker {
         }
     }
 
-    /// The registry actor, for the crate's own reports ([`crate::stats`]).
+    /// The registry actor, for the crate's own reports (`Broker::stats`, in `stats.rs`).
     pub(crate) fn registry(&self) -> &Addr<BrokerActor> {
         &self.registry
     }

@@ -3,7 +3,7 @@
 //!
 //! Read from Linux's `/proc/self/status` (`VmRSS` and `VmHWM`, which the kernel writes
 //! in KiB); elsewhere, or when the file cannot be read, both read 0. Each call reads
-//! the file once (a few microseconds): [`crate::stats`] takes them for every
+//! the file once (a few microseconds): `Broker::stats` takes them for every
 //! [`Broker::stats`](crate::Broker::stats) snapshot, the metrics endpoint publishes
 //! them from there, and `ebb soak` samples them while its backlog grows.
 

@@ -2,7 +2,7 @@
 //!
 //! Plain values (serde-serializable, no actor types): [`BrokerStats`] is the system
 //! usage ([`UsageStats`]) and one [`DestinationStats`] per running destination. The
-//! metrics endpoint ([`crate::metrics`]) publishes them in Prometheus' format and
+//! metrics endpoint (`metrics/`) publishes them in Prometheus' format and
 //! `ebb stat` reads them back from there (`ebb::cli::stat`, with the `cli` feature).
 //! The process's memory comes from [`crate::process`].
 //!
