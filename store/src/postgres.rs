@@ -97,7 +97,18 @@ impl PgStore {
         }
     }
 
-    async fn release_lock(conn: sqlx::PgConnection) {
+    /// Unlocks explicitly before closing the connection: the server ends a closed
+    /// session in the background, so without the unlock the next holder could still
+    /// find the lock taken for a moment after [`crate::MessageStore::close`] returned.
+    async fn release_lock(&self, mut conn: sqlx::PgConnection) {
+        let key = self.lock_target.split_once('\t').map_or("", |(_, key)| key);
+        let unlocked = sqlx::query_scalar::<_, bool>("SELECT pg_advisory_unlock(hashtext($1))")
+            .bind(key)
+            .fetch_one(&mut conn)
+            .await;
+        if let Err(e) = unlocked {
+            tracing::warn!(error = %e, "advisory unlock failed; the server releases the lock when the session ends");
+        }
         let _ = conn.close().await;
     }
 }

@@ -1174,7 +1174,7 @@ macro_rules! impl_sql_store {
             async fn close(&self) {
                 self.pool.close().await;
                 if let Some(lock) = self.lock.lock().await.take() {
-                    Self::release_lock(lock).await;
+                    self.release_lock(lock).await;
                 }
             }
         }

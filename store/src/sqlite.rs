@@ -118,7 +118,7 @@ impl SqliteStore {
         }
     }
 
-    async fn release_lock(file: std::fs::File) {
+    async fn release_lock(&self, file: std::fs::File) {
         let _ = file.unlock();
     }
 }

@@ -1,0 +1,8 @@
+//! The store's conformance tests, one binary: one module per promise, each run on
+//! SQLite and on PostgreSQL (`on_every_backend!`). One binary links once.
+
+mod bounded_reads;
+mod conformance;
+mod expiry_never_acks_live;
+mod queues;
+mod stored_bytes;
