@@ -414,8 +414,10 @@ impl DestinationActor for TopicActor {
     fn tick(&mut self, ctx: &mut Context<Self>) {
         self.core.counters.ticks += 1;
         self.cleanup(ctx);
-        let has_work = !self.expiry_subscriptions().is_empty();
-        if self.core.schedule.start_run(|| has_work) {
+        let all = self.core.policy.expire_online_durable_subscriptions;
+        let durables = &self.durables;
+        let has_work = || durables.values().any(|d| all || d.online.is_none());
+        if self.core.schedule.start_run(has_work) {
             self.core.counters.expiry_runs += 1;
             self.page(ctx);
         }

@@ -103,11 +103,6 @@ impl<H> HousekeepingSchedule<H> {
         true
     }
 
-    /// True once stop has begun: nothing new starts.
-    pub fn stopping(&self) -> bool {
-        self.stopping
-    }
-
     /// True while an expiry run is under way.
     pub fn run_active(&self) -> bool {
         self.run_active
@@ -116,11 +111,6 @@ impl<H> HousekeepingSchedule<H> {
     /// Some acks happened: a cleanup batch is due at the next tick.
     pub fn need_cleanup(&mut self) {
         self.cleanup_needed = true;
-    }
-
-    /// Whether a cleanup batch is due.
-    pub fn cleanup_needed(&self) -> bool {
-        self.cleanup_needed
     }
 
     /// Whether the timer should be started now, with period `period_ms` (0 = off): it
