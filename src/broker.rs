@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use actix::{Addr, Handler, Recipient};
 use ebb_actors::broker::{BrokerActor, DestinationAddr, GetDestination, ShutdownBroker};
-use ebb_actors::destination::now_ms;
+use ebb_actors::destination::{now_ms, PublishTicket};
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::messages::{
     AbortPrepared, Ack, CommitPrepared, Delivery, Detach, GetQueueStats, GetStats, Nack, Publish,
@@ -201,6 +201,38 @@ pub struct SendReceipt {
     pub store_id: Option<i64>,
     /// It had expired before it arrived: counted as expired, not delivered.
     pub expired_on_arrival: bool,
+}
+
+/// A send that has its place in its destination's order ([`Broker::start_send`]) and
+/// waits to be accepted. Await it for the [`SendReceipt`]: after the commit, for a
+/// message that is stored. Dropping it does not cancel the send.
+///
+/// Errors: [`Error::Actor`] when the store write failed (nothing was stored) or the
+/// broker shut down first.
+#[must_use = "a send is confirmed only when its PendingSend resolves"]
+pub struct PendingSend {
+    message_id: String,
+    ticket: PublishTicket,
+}
+
+impl PendingSend {
+    /// The message id the broker gave the message.
+    pub fn message_id(&self) -> &str {
+        &self.message_id
+    }
+}
+
+impl std::future::Future for PendingSend {
+    type Output = Result<SendReceipt, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let outcome = std::task::ready!(Pin::new(&mut self.ticket).poll(cx))?;
+        Poll::Ready(Ok(SendReceipt {
+            message_id: std::mem::take(&mut self.message_id),
+            store_id: outcome.id,
+            expired_on_arrival: outcome.expired_on_arrival,
+        }))
+    }
 }
 
 /// How deliveries are acknowledged.
@@ -436,6 +468,8 @@ pub const MAX_BROWSE_PAGE: u32 = 1000;
 #[derive(Clone)]
 pub struct Broker {
     registry: Addr<BrokerActor>,
+    /// The registry's answers, by destination (see `Broker::destination`).
+    addresses: Arc<parking_lot::RwLock<HashMap<DestinationKey, DestinationAddr>>>,
     budget: HousekeepingBudget,
     store: StoreHandle,
     ids: Arc<MessageIds>,
@@ -479,6 +513,7 @@ impl Broker {
         ));
         Self {
             registry,
+            addresses: Default::default(),
             budget,
             store: handle,
             ids: Arc::new(MessageIds {
@@ -681,9 +716,18 @@ impl Broker {
         }
     }
 
-    /// The running actor of `key` (started on first use by the registry).
+    /// The running actor of `key` (started on first use by the registry). Addresses
+    /// are cached, so a send to a destination in use costs no round trip to the
+    /// registry; an actor that stopped is looked up again.
     async fn destination(&self, key: &DestinationKey) -> Result<DestinationAddr, Error> {
-        Ok(self.registry.send(GetDestination(key.clone())).await??)
+        if let Some(addr) = self.addresses.read().get(key) {
+            if addr.connected() {
+                return Ok(addr.clone());
+            }
+        }
+        let addr = self.registry.send(GetDestination(key.clone())).await??;
+        self.addresses.write().insert(key.clone(), addr.clone());
+        Ok(addr)
     }
 
     /// The topic message for `message`: checks the priority, turns a TTL into an
@@ -757,16 +801,43 @@ impl Broker {
         destination: impl ToDestination,
         message: Message,
     ) -> Result<SendReceipt, Error> {
+        self.start_send_now(destination, message).await?.await
+    }
+
+    /// Starts a send and returns once the message has its place in its destination's
+    /// order, without waiting for its commit: await the [`PendingSend`] for the
+    /// [`SendReceipt`] (after the commit, for a message that is stored). Waits for
+    /// space first, as [`Broker::send`].
+    ///
+    /// This is how a producer pipelines: sends started one after another (each
+    /// `start_send` awaited before the next) are stored and delivered in that order,
+    /// while their commits overlap and share the store's group commit. A transport uses
+    /// it to keep reading while earlier frames are in the store.
+    ///
+    /// Errors: as [`Broker::send`]; those of the store write come from the
+    /// [`PendingSend`] (nothing was stored).
+    pub async fn start_send(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<PendingSend, Error> {
+        let key = destination.to_destination()?;
+        self.wait_for_space(&key, message.persistent).await?;
+        self.start_send_now(&key, message).await
+    }
+
+    /// [`Broker::start_send`] without waiting for space (as [`Broker::send_now`]).
+    pub async fn start_send_now(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
         let actor = self.destination(&key).await?;
         let outgoing = self.outgoing(&key, message)?;
         let message_id = outgoing.message_id.clone();
-        let outcome = actor.ask(Publish(outgoing)).await??;
-        Ok(SendReceipt {
-            message_id,
-            store_id: outcome.id,
-            expired_on_arrival: outcome.expired_on_arrival,
-        })
+        let ticket = actor.ask(Publish(outgoing)).await?;
+        Ok(PendingSend { message_id, ticket })
     }
 
     /// Sends `message` to destination `name` (as [`Broker::send`]) inside transaction
@@ -791,6 +862,20 @@ impl Broker {
         message: Message,
         xid: &str,
     ) -> Result<SendReceipt, Error> {
+        self.start_send_prepared_now(destination, message, xid)
+            .await?
+            .await
+    }
+
+    /// [`Broker::send_prepared_now`] in two steps, as [`Broker::start_send`]: returns
+    /// once the message has its place; the [`PendingSend`] resolves once it is stored
+    /// prepared.
+    pub async fn start_send_prepared_now(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+        xid: &str,
+    ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
         let actor = self.destination(&key).await?;
         let outgoing = self.outgoing(&key, message)?;
@@ -799,12 +884,8 @@ impl Broker {
             message: outgoing,
             xid: xid.to_string(),
         };
-        let outcome = actor.ask(prepared).await??;
-        Ok(SendReceipt {
-            message_id,
-            store_id: outcome.id,
-            expired_on_arrival: outcome.expired_on_arrival,
-        })
+        let ticket = actor.ask(prepared).await?;
+        Ok(PendingSend { message_id, ticket })
     }
 
     /// Commits transaction `xid`, whose messages went to `destinations` (names as for
@@ -1096,12 +1177,23 @@ impl Transaction {
         destination: impl ToDestination,
         message: Message,
     ) -> Result<SendReceipt, Error> {
+        self.start_send_now(destination, message).await?.await
+    }
+
+    /// As [`Transaction::send_now`] in two steps ([`Broker::start_send`]): returns once
+    /// the message has its place; the [`PendingSend`] resolves once it is stored
+    /// prepared. Commit only after every pending send of the transaction resolved.
+    pub async fn start_send_now(
+        &mut self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
         if !self.destinations.contains(&key) {
             self.destinations.push(key.clone());
         }
         self.broker
-            .send_prepared_now(&key, message, &self.xid)
+            .start_send_prepared_now(&key, message, &self.xid)
             .await
     }
 

@@ -78,6 +78,12 @@ pub struct StompSection {
     /// Close a connection that sends no CONNECT, or stalls mid-frame, this long (ms;
     /// default 30,000).
     pub stall_timeout_ms: Option<u64>,
+    /// The pipeline's window: most frames one connection may have applied and not yet
+    /// committed before the broker stops reading it (default 1,000; 1 applies one
+    /// frame at a time, waiting for each commit).
+    pub pipeline_frames: Option<usize>,
+    /// The same window in body bytes, or with a unit (default `8mb`).
+    pub pipeline_bytes: Option<ByteSize>,
 }
 
 /// `[usage]`: system usage limits, as ActiveMQ's `systemUsage`. Sizes in bytes or with a
@@ -314,6 +320,8 @@ url = "sqlite://ebb-data/ebb.db"
 [stomp]
 listen = "127.0.0.1:61613"
 max_frame_size = "64kb"
+pipeline_frames = 500
+pipeline_bytes = "4mb"
 
 [usage]
 memory = "64mb"
@@ -343,6 +351,8 @@ memory_limit = "1mb"
         assert_eq!(q.queue_prefetch, 1000);
         assert_eq!(c.store.url.as_deref(), Some("sqlite://ebb-data/ebb.db"));
         assert_eq!(c.stomp.max_frame_size, Some(ByteSize(64 * 1024)));
+        assert_eq!(c.stomp.pipeline_frames, Some(500));
+        assert_eq!(c.stomp.pipeline_bytes, Some(ByteSize(4 << 20)));
         let p = c
             .policies()
             .policy_for(&ebb_actors::DestinationKey::topic("orders").unwrap());

@@ -98,9 +98,9 @@ pub mod test_util;
 pub mod transport;
 
 pub use broker::{
-    AckMode, Broker, BrokerConfig, BrowsedMessage, DestinationFlow, Expiration, Message, Received,
-    SendReceipt, Space, SubscribeOptions, Subscription, ToDestination, Transaction, UsageConfig,
-    UsageSnapshot,
+    AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, DestinationFlow, Expiration, Message,
+    PendingSend, Received, SendReceipt, Space, SubscribeOptions, Subscription, ToDestination,
+    Transaction, UsageConfig, UsageSnapshot,
 };
 pub use ebb_actors::destination::{DestinationKey, DestinationKind};
 pub use ebb_actors::messages::{QueueStats, TopicStats};

@@ -47,7 +47,8 @@ use ebb_store::Payload;
 use tokio::sync::mpsc;
 
 use crate::destination::{
-    self, destination_handlers, now_ms, DestinationActor, DestinationCore, DestinationKey, Plan,
+    self, destination_handlers, now_ms, Completions, DestinationActor, DestinationCore,
+    DestinationKey, Plan,
 };
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
@@ -84,6 +85,8 @@ type DeadLetterMove =
 /// See the module documentation.
 pub struct QueueActor {
     core: DestinationCore,
+    /// Store writes in flight, answered on the actor when done.
+    completions: Completions<Self>,
     /// Where dead messages go: the registry, which hands each to its dead-letter queue
     /// (without it, dead messages are dropped and counted).
     dead_letters: Option<Recipient<RouteDeadLetter>>,
@@ -109,6 +112,7 @@ impl QueueActor {
         let cache = (policy.max_page_size.max(1) as usize) * 2;
         Self {
             core: DestinationCore::new(key, policy, store, budget),
+            completions: Completions::default(),
             dead_letters,
             consumers: BTreeMap::new(),
             next_consumer: 1,
@@ -451,6 +455,10 @@ impl DestinationActor for QueueActor {
         &mut self.core
     }
 
+    fn completions(&mut self) -> &mut Completions<Self> {
+        &mut self.completions
+    }
+
     /// A persistent message is stored; any message with an expiration arms expiry (a
     /// non-persistent one expires in memory).
     fn plan(&self, message: &TopicMessage) -> Plan {
@@ -569,13 +577,14 @@ impl Handler<Subscribe> for QueueActor {
 }
 
 impl Handler<Ack> for QueueActor {
-    type Result = ResponseActFuture<Self, Result<(), ActorError>>;
+    // Answered from a task of its own after the commit (not a future in the actor's
+    // context: see `Completions`), since nothing of the actor is needed then.
+    type Result = ResponseFuture<Result<(), ActorError>>;
 
     fn handle(&mut self, msg: Ack, ctx: &mut Context<Self>) -> Self::Result {
         let Some(consumer) = self.consumers.get_mut(&msg.subscription) else {
-            return Box::pin(fut::ready(Err(ActorError::UnknownSubscription(
-                msg.subscription,
-            ))));
+            let unknown = ActorError::UnknownSubscription(msg.subscription);
+            return Box::pin(std::future::ready(Err(unknown)));
         };
         let places: Vec<Place> = if msg.cumulative {
             let rest = consumer.in_flight.split_off(&(msg.delivery_id + 1));
@@ -598,10 +607,10 @@ impl Handler<Ack> for QueueActor {
         }
         self.dispatch(ctx);
         if ids.is_empty() {
-            return Box::pin(fut::ready(Ok(())));
+            return Box::pin(std::future::ready(Ok(())));
         }
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        Box::pin(async move { store.remove(container, ids).await.map(drop) }.into_actor(self))
+        Box::pin(async move { store.remove(container, ids).await.map(drop) })
     }
 }
 

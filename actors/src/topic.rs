@@ -40,7 +40,8 @@ use actix::prelude::*;
 use ebb_store::SubscriptionKey;
 
 use crate::destination::{
-    self, destination_handlers, now_ms, DestinationActor, DestinationCore, DestinationKey, Plan,
+    self, destination_handlers, now_ms, Completions, DestinationActor, DestinationCore,
+    DestinationKey, Plan,
 };
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
@@ -64,6 +65,8 @@ struct Durable {
 /// See the module documentation.
 pub struct TopicActor {
     core: DestinationCore,
+    /// Store writes in flight, answered on the actor when done.
+    completions: Completions<Self>,
     subscriptions: HashMap<u64, SubscriptionState>,
     durables: BTreeMap<SubscriptionKey, Durable>,
     next_subscription: u64,
@@ -89,6 +92,7 @@ impl TopicActor {
     ) -> Self {
         Self {
             core: DestinationCore::new(key, policy, store, budget),
+            completions: Completions::default(),
             subscriptions: HashMap::new(),
             durables: BTreeMap::new(),
             next_subscription: 1,
@@ -386,6 +390,10 @@ impl DestinationActor for TopicActor {
         &mut self.core
     }
 
+    fn completions(&mut self) -> &mut Completions<Self> {
+        &mut self.completions
+    }
+
     /// A persistent message is stored when some durable subscription needs it; a
     /// stored message with an expiration arms expiry.
     fn plan(&self, message: &TopicMessage) -> Plan {
@@ -483,13 +491,14 @@ impl Handler<Subscribe> for TopicActor {
 }
 
 impl Handler<Ack> for TopicActor {
-    type Result = ResponseActFuture<Self, Result<(), ActorError>>;
+    // Answered from a task of its own after the commit (not a future in the actor's
+    // context: see `Completions`), since nothing of the actor is needed then.
+    type Result = ResponseFuture<Result<(), ActorError>>;
 
     fn handle(&mut self, msg: Ack, ctx: &mut Context<Self>) -> Self::Result {
         let Some(sub) = self.subscriptions.get_mut(&msg.subscription) else {
-            return Box::pin(fut::ready(Err(ActorError::UnknownSubscription(
-                msg.subscription,
-            ))));
+            let unknown = ActorError::UnknownSubscription(msg.subscription);
+            return Box::pin(std::future::ready(Err(unknown)));
         };
         let acked: Vec<InFlight> = sub.ack(msg.delivery_id, msg.cumulative);
         let key = sub.durable.clone();
@@ -499,14 +508,12 @@ impl Handler<Ack> for TopicActor {
             .filter_map(|f| f.store_id.map(|id| (id, f.priority)))
             .collect();
         let (Some(key), false) = (key, messages.is_empty()) else {
-            return Box::pin(fut::ready(Ok(())));
+            return Box::pin(std::future::ready(Ok(())));
         };
         self.core.schedule.need_cleanup();
         destination::schedule(self, ctx);
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        Box::pin(
-            async move { store.ack(container, key, messages).await.map(drop) }.into_actor(self),
-        )
+        Box::pin(async move { store.ack(container, key, messages).await.map(drop) })
     }
 }
 

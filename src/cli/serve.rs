@@ -123,6 +123,17 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(ms) = file.stomp.stall_timeout_ms {
         connection.stall_timeout_ms = ms;
     }
+    if let Some(frames) = file.stomp.pipeline_frames {
+        anyhow::ensure!(frames > 0, "[stomp] pipeline_frames must be at least 1");
+        connection.pipeline_frames = frames;
+    }
+    if let Some(bytes) = file.stomp.pipeline_bytes {
+        anyhow::ensure!(
+            bytes.0 > 0,
+            "[stomp] pipeline_bytes must be at least 1 byte"
+        );
+        connection.pipeline_bytes = bytes.0 as usize;
+    }
     connection.security = std::sync::Arc::new(security);
 
     let broker = crate::Broker::start(&store_url, broker_config)

@@ -143,3 +143,23 @@ pub async fn receipt(c: &mut Client, id: &str) {
     assert_eq!(f.command, Command::Receipt, "{f:?}");
     assert_eq!(f.get("receipt-id"), Some(id));
 }
+
+/// Reads up to the RECEIPT for `id` and returns the MESSAGE frames that came before it,
+/// in order. A pipelined connection answers an ACK's receipt after its commit, while
+/// the message whose prefetch slot that ACK freed may be delivered at once, before the
+/// receipt. Panics on any other frame, or when no RECEIPT comes within 3 s of the last
+/// frame.
+pub async fn messages_until_receipt(c: &mut Client, id: &str) -> Vec<Frame> {
+    let mut messages = Vec::new();
+    loop {
+        let f = c
+            .frame()
+            .await
+            .unwrap_or_else(|| panic!("no RECEIPT {id} within 3 s"));
+        match f.command {
+            Command::Message => messages.push(f),
+            Command::Receipt if f.get("receipt-id") == Some(id) => return messages,
+            _ => panic!("expected MESSAGE frames, then RECEIPT {id}: {f:?}"),
+        }
+    }
+}

@@ -67,6 +67,25 @@ impl Request {
         }
     }
 
+    /// True for a command whose meaning needs every frame before it to be done first
+    /// (their store writes committed, their acks applied): SUBSCRIBE and UNSUBSCRIBE
+    /// (a subscription's acks reach it before it goes; what was sent before a
+    /// SUBSCRIBE is not delivered to it as new), COMMIT and ABORT (the transaction's
+    /// sends are stored), DISCONNECT (its receipt means everything before it is done).
+    /// A pipelined connection applies it only once every earlier frame resolved; SEND,
+    /// ACK, NACK and BEGIN go on without waiting (their receipts still go out in
+    /// frame order).
+    pub fn waits_for_earlier(&self) -> bool {
+        matches!(
+            self.command,
+            Ok(Command::Subscribe { .. }
+                | Command::Unsubscribe { .. }
+                | Command::Commit { .. }
+                | Command::Abort { .. }
+                | Command::Disconnect)
+        )
+    }
+
     /// True for an ACK or NACK outside a transaction: applied at once, ahead of frames
     /// held behind a SEND that waits for space, since it is what frees space.
     pub fn frees_space(&self) -> bool {

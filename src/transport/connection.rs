@@ -19,12 +19,16 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use futures::{SinkExt, StreamExt};
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::stream::FuturesOrdered;
+use futures::{FutureExt, SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-use super::command::Request;
-use super::session::{Close, Flow, Session, SessionConfig, SpaceWait};
+use super::command::{Refusal, Request};
+use super::session::{Close, Flow, Outcome, Session, SessionConfig, SpaceWait, Step};
 use crate::auth::Security;
 use crate::broker::Broker;
 use crate::stomp::codec::{Incoming, Limits, Outgoing, StompCodec};
@@ -43,6 +47,13 @@ pub struct ConnectionConfig {
     /// A connection that sends no CONNECT, or stops in the middle of a frame, for this
     /// long (ms) gets an ERROR and is closed, so a stalled peer holds nothing for long.
     pub stall_timeout_ms: u64,
+    /// The pipeline's window: most frames a connection may have applied and not yet
+    /// committed (SENDs in the store, ACKs being written). At the window the broker
+    /// stops reading the connection until earlier frames commit. Default
+    /// [`PIPELINE_FRAMES`]; 1 applies one frame at a time.
+    pub pipeline_frames: usize,
+    /// The same window in body bytes (default [`PIPELINE_BYTES`]).
+    pub pipeline_bytes: usize,
 }
 
 impl Default for ConnectionConfig {
@@ -53,6 +64,8 @@ impl Default for ConnectionConfig {
             server_name: format!("ebb/{}", env!("CARGO_PKG_VERSION")),
             security: Default::default(),
             stall_timeout_ms: 30_000,
+            pipeline_frames: PIPELINE_FRAMES,
+            pipeline_bytes: PIPELINE_BYTES,
         }
     }
 }
@@ -62,47 +75,103 @@ pub use super::session::{MAX_OPEN_TRANSACTIONS, MAX_TRANSACTION_BYTES, XID_PREFI
 /// Largest frame before CONNECT (64 KiB): a CONNECT frame is small.
 pub const PRE_CONNECT_MAX_FRAME: usize = 64 << 10;
 
-/// Most frames a connection may send while one of its SENDs waits for space (producer
-/// flow control); past it, or past [`MAX_HELD_BYTES`], the broker stops reading it
-/// until the SEND goes through. ACK and NACK frames outside a transaction are never
-/// held: they are applied at once, since they are what frees space (ActiveMQ's
-/// AMQ-2523 deadlock, where a blocked connection could no longer ack). The bounds are
-/// large so that a client pipelining SENDs without receipts, and acking in between,
-/// gets its ACKs read.
+/// Most frames a connection may have read and not yet applied: frames behind a SEND
+/// that waits for space (producer flow control), or behind a frame that waits for
+/// the ones before it; past it, or past [`MAX_HELD_BYTES`], the broker stops reading
+/// the connection until they go through. ACK and NACK frames outside a transaction are
+/// never held behind a SEND that waits for space: they are applied at once, since they
+/// are what frees space (ActiveMQ's AMQ-2523 deadlock, where a blocked connection could
+/// no longer ack). The bounds are large so that a client pipelining SENDs without
+/// receipts, and acking in between, gets its ACKs read.
 pub const MAX_HELD_FRAMES: usize = 10_000;
 
-/// Most body bytes of frames held behind a waiting SEND (16 MiB).
+/// Most body bytes of frames held (16 MiB), as [`MAX_HELD_FRAMES`].
 pub const MAX_HELD_BYTES: usize = 16 << 20;
 
-/// Requests held behind a SEND that waits for space, in arrival order (the SEND
-/// first), and the wait itself.
-#[derive(Default)]
-struct Held {
-    requests: VecDeque<Request>,
-    bytes: usize,
+/// Default [`ConnectionConfig::pipeline_frames`]: frames applied and not yet committed.
+pub const PIPELINE_FRAMES: usize = 1_000;
+
+/// Default [`ConnectionConfig::pipeline_bytes`] (8 MiB).
+pub const PIPELINE_BYTES: usize = 8 << 20;
+
+/// Most frames written before one flush of the socket (MESSAGE frames of deliveries
+/// that are ready, RECEIPTs of frames committed together).
+const WRITE_BATCH: usize = 256;
+
+/// Bytes buffered before a write to the socket within one turn (256 KiB).
+const WRITE_BUFFER: usize = 256 << 10;
+
+/// A connection's frames between the socket and the session: those read and not yet
+/// applied (`held`), the wait of a SEND for space, and the frames applied whose
+/// outcome is still to come (`in_flight`, resolved in frame order).
+struct Pipeline {
+    held: VecDeque<Request>,
+    held_bytes: usize,
     wait: Option<SpaceWait>,
+    in_flight: FuturesOrdered<Pin<Box<dyn Future<Output = Outcome>>>>,
+    in_flight_bytes: usize,
+    /// A frame that ends the connection (refused, or DISCONNECT) was applied: nothing
+    /// after it is read or applied.
+    ended: bool,
+    /// Window of `in_flight`: frames and body bytes.
+    max_frames: usize,
+    max_bytes: usize,
 }
 
-impl Held {
-    fn push_back(&mut self, request: Request) {
-        self.bytes += request.body_bytes;
-        self.requests.push_back(request);
+impl Pipeline {
+    fn new(config: &ConnectionConfig) -> Self {
+        Self {
+            held: VecDeque::new(),
+            held_bytes: 0,
+            wait: None,
+            in_flight: FuturesOrdered::new(),
+            in_flight_bytes: 0,
+            ended: false,
+            max_frames: config.pipeline_frames.max(1),
+            max_bytes: config.pipeline_bytes.max(1),
+        }
     }
 
-    fn pop_front(&mut self) -> Option<Request> {
-        let request = self.requests.pop_front()?;
-        self.bytes -= request.body_bytes;
+    fn hold_back(&mut self, request: Request) {
+        self.held_bytes += request.body_bytes;
+        self.held.push_back(request);
+    }
+
+    fn unhold(&mut self) -> Option<Request> {
+        let request = self.held.pop_front()?;
+        self.held_bytes -= request.body_bytes;
         Some(request)
     }
 
-    fn push_front(&mut self, request: Request) {
-        self.bytes += request.body_bytes;
-        self.requests.push_front(request);
+    fn hold_front(&mut self, request: Request) {
+        self.held_bytes += request.body_bytes;
+        self.held.push_front(request);
+    }
+
+    /// Room in the window for one more frame in flight.
+    fn has_room(&self) -> bool {
+        self.in_flight.len() < self.max_frames && self.in_flight_bytes < self.max_bytes
     }
 
     /// Whether the connection may read more frames now.
     fn reading(&self) -> bool {
-        self.requests.len() < MAX_HELD_FRAMES && self.bytes < MAX_HELD_BYTES
+        !self.ended
+            && self.has_room()
+            && self.held.len() < MAX_HELD_FRAMES
+            && self.held_bytes < MAX_HELD_BYTES
+    }
+
+    fn start(&mut self, step: Step) {
+        self.ended |= step.last;
+        self.in_flight_bytes += step.body_bytes;
+        self.in_flight.push_back(step.outcome);
+    }
+
+    /// The next outcome, in frame order, if one is ready now.
+    fn ready(&mut self) -> Option<Outcome> {
+        let outcome = self.in_flight.next().now_or_never()??;
+        self.in_flight_bytes -= outcome.body_bytes;
+        Some(outcome)
     }
 }
 
@@ -122,6 +191,9 @@ pub async fn serve_connection<S>(
     pre_connect.max_header_bytes = pre_connect.max_header_bytes.min(PRE_CONNECT_MAX_FRAME);
     let mut reader = FramedRead::new(read, StompCodec::new(pre_connect));
     let mut writer = FramedWrite::new(write, StompCodec::new(config.limits));
+    // Frames of one turn go out in one write (the default boundary, 8 KiB, would write
+    // every few frames of a batch).
+    writer.set_backpressure_boundary(WRITE_BUFFER);
     let session_config = SessionConfig {
         heartbeat_ms: config.heartbeat_ms,
         server_name: config.server_name.clone(),
@@ -135,20 +207,21 @@ pub async fn serve_connection<S>(
     let mut partial = (0usize, Instant::now());
     let stall = Duration::from_millis(config.stall_timeout_ms);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
-    let mut held = Held::default();
+    let mut pipe = Pipeline::new(&config);
     let close = loop {
         let turn = tokio::select! {
-            incoming = reader.next(), if held.reading() => {
+            incoming = reader.next(), if pipe.reading() => {
                 let turn = match incoming {
                     None => Err(Close::Done),
                     Some(Ok(Incoming::Heartbeat)) => Ok(()),
                     Some(Ok(Incoming::Frame(frame))) => {
                         let request = Request::parse(&frame, session.version());
-                        take(&mut session, request, &mut held).await
+                        take(&mut session, request, &mut pipe).await;
+                        Ok(())
                     }
                     Some(Err(e)) => {
-                        session.error(&e.0, e.1.as_deref());
-                        Err(Close::Error)
+                        pipe.start(session.malformed(Refusal(e.0), e.1));
+                        Ok(())
                     }
                 };
                 // Time the broker spent on the frame is not the client's stall.
@@ -156,30 +229,46 @@ pub async fn serve_connection<S>(
                 last_read = Instant::now();
                 turn
             }
-            waited = async { held.wait.as_mut().expect("guarded").await }, if held.wait.is_some() => {
-                held.wait = None;
-                let turn = match waited {
-                    Ok(()) => release(&mut session, &mut held).await,
-                    Err(e) => {
-                        let receipt = held.requests.front().and_then(|r| r.receipt.clone());
-                        session.error(&e.to_string(), receipt.as_deref());
-                        Err(Close::Error)
-                    }
-                };
+            waited = async { pipe.wait.as_mut().expect("guarded").await }, if pipe.wait.is_some() => {
+                pipe.wait = None;
+                if let Err(e) = waited {
+                    // The SEND that waited is refused in its place.
+                    let request = pipe.unhold().expect("a SEND waited");
+                    pipe.start(session.refused(request, Refusal(e.to_string())));
+                }
+                pump(&mut session, &mut pipe).await;
                 // While frames were held the broker did not read: no stall of the client's.
                 partial = (reader.read_buffer().len(), Instant::now());
                 last_read = Instant::now();
+                Ok(())
+            }
+            Some(outcome) = pipe.in_flight.next(), if !pipe.in_flight.is_empty() => {
+                pipe.in_flight_bytes -= outcome.body_bytes;
+                // Every outcome that is ready goes out in this turn's write.
+                let mut turn = session.finish(outcome);
+                while turn.is_ok() && session.output().len() < WRITE_BATCH {
+                    let Some(outcome) = pipe.ready() else { break };
+                    turn = session.finish(outcome);
+                }
+                if turn.is_ok() {
+                    pump(&mut session, &mut pipe).await;
+                }
                 turn
             }
             Some((sub, message)) = session.next_delivery(), if session.connected() => {
                 session.deliver(sub, message);
+                // Deliveries that are ready too go out in the same write.
+                while session.output().len() < WRITE_BATCH {
+                    let Some(Some((sub, message))) = session.next_delivery().now_or_never() else { break };
+                    session.deliver(sub, message);
+                }
                 Ok(())
             }
             _ = tick.tick() => {
                 let (send_every, expect_every) = session.heartbeat();
-                if !held.reading() {
-                    // The broker stopped reading (flow control): the client is neither
-                    // silent nor stalled.
+                if !pipe.reading() {
+                    // The broker stopped reading (flow control, the pipeline's window):
+                    // the client is neither silent nor stalled.
                     last_read = Instant::now();
                     partial.1 = Instant::now();
                 }
@@ -246,44 +335,41 @@ pub async fn serve_connection<S>(
     session.close().await;
 }
 
-/// A request from the client: applied now, or held behind a SEND that waits for
-/// space (ACK and NACK outside a transaction are never held).
-async fn take(session: &mut Session, request: Request, held: &mut Held) -> Result<(), Close> {
-    // Plain ACK and NACK go ahead of held frames (they free space); one inside a
-    // transaction keeps its place behind the transaction's BEGIN.
-    if !held.requests.is_empty() && !request.frees_space() {
-        held.push_back(request);
-        return Ok(());
+/// A request from the client: applied now, or held until the frames ahead of it go
+/// (see [`pump`]). A plain ACK or NACK goes ahead of frames held behind a SEND that
+/// waits for space, since it frees space; one inside a transaction keeps its place.
+async fn take(session: &mut Session, request: Request, pipe: &mut Pipeline) {
+    if pipe.wait.is_some() && request.frees_space() {
+        let step = session.apply(request).await;
+        pipe.start(step);
+        return;
     }
-    if must_wait(session, &request, held)? {
-        held.push_front(request);
-        return Ok(());
-    }
-    session.apply(request).await
+    pipe.hold_back(request);
+    pump(session, pipe).await;
 }
 
-/// Space came back: applies held requests in order until a SEND must wait again.
-async fn release(session: &mut Session, held: &mut Held) -> Result<(), Close> {
-    while let Some(request) = held.pop_front() {
-        if must_wait(session, &request, held)? {
-            held.push_front(request);
-            return Ok(());
+/// Applies held requests in order while it may: not after a frame that ended the
+/// connection, not while a SEND waits for space, not past the window of frames in
+/// flight, and a request that waits for the frames before it
+/// ([`Request::waits_for_earlier`]) only once none is in flight.
+async fn pump(session: &mut Session, pipe: &mut Pipeline) {
+    while !pipe.ended && pipe.wait.is_none() && pipe.has_room() {
+        let Some(request) = pipe.unhold() else {
+            return;
+        };
+        if request.waits_for_earlier() && !pipe.in_flight.is_empty() {
+            pipe.hold_front(request);
+            return;
         }
-        session.apply(request).await?;
-    }
-    Ok(())
-}
-
-/// Producer flow control for a request about to be applied: true (and the wait set
-/// up in `held`) when it is a SEND that must wait for space; [`Close::Error`] (the
-/// session queued the ERROR) when the broker fails it instead.
-fn must_wait(session: &mut Session, request: &Request, held: &mut Held) -> Result<bool, Close> {
-    match session.flow(request) {
-        Flow::Go => Ok(false),
-        Flow::Wait(wait) => {
-            held.wait = Some(wait);
-            Ok(true)
-        }
-        Flow::Refused => Err(Close::Error),
+        let step = match session.flow(&request) {
+            Flow::Go => session.apply(request).await,
+            Flow::Wait(wait) => {
+                pipe.wait = Some(wait);
+                pipe.hold_front(request);
+                return;
+            }
+            Flow::Refused(refusal) => session.refused(request, refusal),
+        };
+        pipe.start(step);
     }
 }

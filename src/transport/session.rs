@@ -14,6 +14,8 @@
 //! messages still stored.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -68,8 +70,81 @@ pub enum Flow {
     Go,
     /// A SEND that must wait for space: apply it once this resolves.
     Wait(SpaceWait),
-    /// The broker fails sends at the limit: an ERROR is queued; close.
-    Refused,
+    /// The broker fails sends at the limit: refuse the SEND ([`Session::refused`])
+    /// with this text, which names the limit.
+    Refused(Refusal),
+}
+
+/// What is left of a frame after [`Session::apply`]: it resolves once the frame's
+/// work is done (its store writes committed).
+type Later = Pin<Box<dyn Future<Output = Result<(), Refusal>>>>;
+
+/// How far [`Session::apply_command`] got.
+enum Applied {
+    /// The command is done.
+    Done,
+    /// The command is under way; done when this resolves.
+    Later(Later),
+    /// DISCONNECT: done, and the connection ends.
+    Disconnect,
+}
+
+impl Applied {
+    /// Resolves once the command is done.
+    async fn finished(self) -> Result<(), Refusal> {
+        match self {
+            Applied::Later(later) => later.await,
+            Applied::Done | Applied::Disconnect => Ok(()),
+        }
+    }
+}
+
+/// A frame applied by [`Session::apply`] (or refused before, [`Session::refused`]),
+/// whose outcome is still to come: a future of its [`Outcome`], for
+/// [`Session::finish`] in frame order.
+pub struct Step {
+    /// Resolves with the frame's outcome.
+    pub outcome: Pin<Box<dyn Future<Output = Outcome>>>,
+    /// Body bytes of the frame (what it holds in memory until it resolves).
+    pub body_bytes: usize,
+    /// No frame after this one may be applied: it is refused, or DISCONNECT.
+    pub last: bool,
+}
+
+impl Step {
+    fn new(
+        kind: &'static str,
+        receipt: Option<String>,
+        body_bytes: usize,
+        work: Pin<Box<dyn Future<Output = Result<bool, Refusal>>>>,
+        last: bool,
+    ) -> Self {
+        let outcome = Box::pin(async move {
+            Outcome {
+                kind,
+                receipt,
+                body_bytes,
+                result: work.await,
+            }
+        });
+        Self {
+            outcome,
+            body_bytes,
+            last,
+        }
+    }
+}
+
+/// How a frame ended, for [`Session::finish`].
+pub struct Outcome {
+    /// The frame's command, for the log.
+    kind: &'static str,
+    receipt: Option<String>,
+    /// Body bytes of the frame, as in its [`Step`].
+    pub body_bytes: usize,
+    /// `Ok(true)` done, `Ok(false)` done and the connection ends (DISCONNECT), `Err`
+    /// refused or failed.
+    result: Result<bool, Refusal>,
 }
 
 /// A client subscription on this connection.
@@ -196,7 +271,7 @@ impl Session {
 
     /// Producer flow control for `request`, about to be applied: a SEND to a
     /// destination at a usage limit waits, or is refused when the broker is set to fail
-    /// instead (the ERROR names the limit). Other requests, and SENDs the broker will
+    /// instead (the refusal names the limit). Other requests, and SENDs the broker will
     /// refuse for another reason, go on.
     pub fn flow(&mut self, request: &Request) -> Flow {
         if !self.connected {
@@ -216,8 +291,7 @@ impl Session {
             Ok(Space::Free) | Err(_) => Flow::Go,
             Ok(Space::Fail(text)) => {
                 tracing::info!(session = %self.session_id, %destination, %text, "send refused by producer flow control");
-                self.error(&text, request.receipt.as_deref());
-                Flow::Refused
+                Flow::Refused(Refusal(text))
             }
             Ok(Space::Wait) => {
                 let broker = self.broker.clone();
@@ -228,40 +302,84 @@ impl Session {
         }
     }
 
-    /// Applies one request and queues its answer: a RECEIPT if it asked for one, or an
-    /// ERROR naming what was wrong. `Err` ends the connection: after DISCONNECT
-    /// ([`Close::Done`]) or a refusal ([`Close::Error`]).
-    pub async fn apply(&mut self, request: Request) -> Result<(), Close> {
+    /// Applies one request as far as it can without waiting for the store, and returns
+    /// the rest as a [`Step`]: a SEND has its place in its destination's order, an ACK
+    /// or NACK has changed what this connection waits for, any other command is done.
+    /// The caller resolves steps in frame order and hands each outcome to
+    /// [`Session::finish`], which queues the RECEIPT or the ERROR; a refused request is
+    /// a step that resolves at once with its refusal, and nothing of it is applied.
+    ///
+    /// A request whose meaning needs the frames before it to be done
+    /// ([`Request::waits_for_earlier`]: SUBSCRIBE, UNSUBSCRIBE, COMMIT, ABORT,
+    /// DISCONNECT) must be applied only once every earlier step resolved.
+    pub async fn apply(&mut self, request: Request) -> Step {
         let Request {
             kind,
             receipt,
             command,
-            ..
+            body_bytes,
         } = request;
-        match self.apply_command(kind, command).await {
+        type Work = Pin<Box<dyn Future<Output = Result<bool, Refusal>>>>;
+        let (work, last): (Work, bool) = match self.apply_command(kind, command).await {
+            Ok(Applied::Done) => (Box::pin(std::future::ready(Ok(true))), false),
+            Ok(Applied::Later(later)) => {
+                (Box::pin(async move { later.await.map(|()| true) }), false)
+            }
+            Ok(Applied::Disconnect) => (Box::pin(std::future::ready(Ok(false))), true),
+            Err(refusal) => (Box::pin(std::future::ready(Err(refusal))), true),
+        };
+        Step::new(kind.as_str(), receipt, body_bytes, work, last)
+    }
+
+    /// The step of a request refused before it was applied (by producer flow control):
+    /// it resolves at once with `refusal`, in its place among the frames.
+    pub fn refused(&self, request: Request, refusal: Refusal) -> Step {
+        let work = Box::pin(std::future::ready(Err(refusal)));
+        Step::new(
+            request.kind.as_str(),
+            request.receipt,
+            request.body_bytes,
+            work,
+            true,
+        )
+    }
+
+    /// The step of bytes that are no frame (the codec's error `refusal`; `receipt` if
+    /// the frame's headers could be read): it resolves at once with the refusal, after
+    /// the frames before it.
+    pub fn malformed(&self, refusal: Refusal, receipt: Option<String>) -> Step {
+        let work = Box::pin(std::future::ready(Err(refusal)));
+        Step::new("malformed frame", receipt, 0, work, true)
+    }
+
+    /// Queues the answer to a resolved step: its RECEIPT (if it asked for one), or an
+    /// ERROR naming what was wrong (with its `receipt-id`). `Err` ends the connection:
+    /// after DISCONNECT ([`Close::Done`]) or a refusal ([`Close::Error`]).
+    pub fn finish(&mut self, outcome: Outcome) -> Result<(), Close> {
+        match outcome.result {
             Ok(true) => {
-                self.receipt(receipt);
+                self.receipt(outcome.receipt);
                 Ok(())
             }
             Ok(false) => {
                 // DISCONNECT: the receipt, then close.
-                self.receipt(receipt);
+                self.receipt(outcome.receipt);
                 Err(Close::Done)
             }
             Err(Refusal(message)) => {
-                tracing::info!(session = %self.session_id, command = kind.as_str(), %message, "frame refused");
-                self.error(&message, receipt.as_deref());
+                tracing::info!(session = %self.session_id, command = outcome.kind, %message, "frame refused");
+                self.error(&message, outcome.receipt.as_deref());
                 Err(Close::Error)
             }
         }
     }
 
-    /// Applies one command. `Ok(false)` ends the connection (DISCONNECT).
+    /// Applies one command as far as it goes without waiting for the store.
     async fn apply_command(
         &mut self,
         kind: frame::Command,
         command: Result<Command, Refusal>,
-    ) -> Result<bool, Refusal> {
+    ) -> Result<Applied, Refusal> {
         use frame::Command as C;
         // The connection's state first: a frame before CONNECT, or a second CONNECT,
         // is refused for that whatever its headers.
@@ -291,7 +409,7 @@ impl Session {
                 destination,
                 message,
                 transaction,
-            } => self.send(destination, message, transaction).await?,
+            } => return self.send(destination, message, transaction).await,
             Command::Subscribe {
                 destination,
                 id,
@@ -303,14 +421,14 @@ impl Session {
                     .await?
             }
             Command::Unsubscribe { id, durable_name } => self.unsubscribe(id, durable_name).await?,
-            Command::Ack { ack, transaction } => self.ack(ack, transaction).await?,
-            Command::Nack { ack, transaction } => self.nack(ack, transaction).await?,
+            Command::Ack { ack, transaction } => return self.ack(ack, transaction),
+            Command::Nack { ack, transaction } => return self.nack(ack, transaction),
             Command::Begin { transaction } => self.begin(transaction)?,
             Command::Commit { transaction } => self.commit(transaction).await?,
             Command::Abort { transaction } => self.abort(transaction).await?,
-            Command::Disconnect => return Ok(false),
+            Command::Disconnect => return Ok(Applied::Disconnect),
         }
-        Ok(true)
+        Ok(Applied::Done)
     }
 
     async fn connect(
@@ -367,17 +485,19 @@ impl Session {
             .map_err(Refusal)
     }
 
+    /// SEND: the message takes its place in its destination's order (in its
+    /// transaction, if it names one); what is left is its commit.
     async fn send(
         &mut self,
         destination: DestinationKey,
         message: Message,
         transaction: Option<String>,
-    ) -> Result<(), Refusal> {
+    ) -> Result<Applied, Refusal> {
         self.authorize(Right::Write, &destination)?;
         if self.producing.insert(destination.clone()) {
             self.broker.producer_joined(&destination);
         }
-        let sent = match transaction {
+        let started = match transaction {
             Some(tx) => {
                 let open = self.open_transaction(&tx)?;
                 open.bytes += message.body.len();
@@ -386,13 +506,16 @@ impl Session {
                         "transaction `{tx}` sends more than {MAX_TRANSACTION_BYTES} bytes before COMMIT"
                     ));
                 }
-                open.sends.send_now(&destination, message).await
+                open.sends.start_send_now(&destination, message).await
             }
             // Flow control was checked before ([`Session::flow`]).
-            None => self.broker.send_now(&destination, message).await,
+            None => self.broker.start_send_now(&destination, message).await,
         };
-        sent.map(|_| ())
-            .map_err(|e| Refusal(format!("message not accepted: {e}")))
+        let not_accepted = |e: crate::Error| Refusal(format!("message not accepted: {e}"));
+        let pending = started.map_err(not_accepted)?;
+        Ok(Applied::Later(Box::pin(async move {
+            pending.await.map(drop).map_err(not_accepted)
+        })))
     }
 
     /// The store xid of this connection's transaction `tx`.
@@ -549,11 +672,13 @@ impl Session {
             .is_some_and(|n| n < self.next_ack)
     }
 
-    async fn ack(&mut self, ack: AckRef, transaction: Option<String>) -> Result<(), Refusal> {
+    /// ACK: the message no longer waits for an ack on this connection (in a
+    /// transaction: at COMMIT); what is left is the destination's ack and its commit.
+    fn ack(&mut self, ack: AckRef, transaction: Option<String>) -> Result<Applied, Refusal> {
         if transaction.is_none() && self.acked_before(&ack) {
             if let Some(id) = &ack.id {
                 if !self.pending.contains_key(id) {
-                    return Ok(());
+                    return Ok(Applied::Done);
                 }
             }
         }
@@ -566,37 +691,45 @@ impl Session {
                 ));
             }
             open.acks.push(id);
-            return Ok(());
+            return Ok(Applied::Done);
         }
-        self.apply_ack(&id).await
+        self.apply_ack(&id)
     }
 
-    async fn apply_ack(&mut self, id: &str) -> Result<(), Refusal> {
+    /// Takes ack id `id` off the messages waiting for an ack (in `client` mode, every
+    /// earlier one of its subscription too) and returns the ack at the destination,
+    /// which resolves once it is committed.
+    fn apply_ack(&mut self, id: &str) -> Result<Applied, Refusal> {
         let Some(pending) = self.pending.remove(id) else {
             return refuse(format!("ack id `{id}` was already acked"));
         };
         let Some(sub) = self.subscriptions.get(&pending.subscription) else {
-            return Ok(()); // unsubscribed meanwhile: nothing to ack any more
+            return Ok(Applied::Done); // unsubscribed meanwhile: nothing to ack any more
         };
         let acker = sub.acker.clone();
-        let result = if sub.mode == StompAck::Client {
-            // Cumulative: everything delivered on this subscription up to this one.
-            let up_to = pending.message.clone();
-            let subscription = pending.subscription.clone();
+        let cumulative = sub.mode == StompAck::Client;
+        let message = pending.message;
+        if cumulative {
+            // Everything delivered on this subscription up to this one.
+            let subscription = pending.subscription;
             self.pending.retain(|_, p| {
-                p.subscription != subscription || p.message.delivery_id() > up_to.delivery_id()
+                p.subscription != subscription || p.message.delivery_id() > message.delivery_id()
             });
-            acker.ack_up_to(&up_to).await
-        } else {
-            acker.ack(&pending.message).await
-        };
-        result.map_err(|e| Refusal(format!("ack failed: {e}")))
+        }
+        Ok(Applied::Later(Box::pin(async move {
+            let acked = if cumulative {
+                acker.ack_up_to(&message).await
+            } else {
+                acker.ack(&message).await
+            };
+            acked.map_err(|e| Refusal(format!("ack failed: {e}")))
+        })))
     }
 
     /// NACK: the message is not acked and its prefetch slot is freed; a durable
     /// subscription gets it again (redelivered) when it re-attaches, a non-durable one
     /// does not.
-    async fn nack(&mut self, ack: AckRef, transaction: Option<String>) -> Result<(), Refusal> {
+    fn nack(&mut self, ack: AckRef, transaction: Option<String>) -> Result<Applied, Refusal> {
         let id = self.ack_id(&ack)?;
         if let Some(tx) = transaction {
             // Applied at COMMIT, forgotten at ABORT, as a transactional ACK.
@@ -604,23 +737,27 @@ impl Session {
             if !open.nacks.contains(&id) {
                 open.nacks.push(id);
             }
-            return Ok(());
+            return Ok(Applied::Done);
         }
-        self.apply_nack(&id).await
+        Ok(self.apply_nack(&id))
     }
 
-    async fn apply_nack(&mut self, id: &str) -> Result<(), Refusal> {
+    /// Takes ack id `id` off the messages waiting for an ack and returns the NACK at
+    /// the destination.
+    fn apply_nack(&mut self, id: &str) -> Applied {
         let Some(pending) = self.pending.remove(id) else {
-            return Ok(());
+            return Applied::Done;
         };
         let Some(sub) = self.subscriptions.get(&pending.subscription) else {
-            return Ok(());
+            return Applied::Done;
         };
-        sub.acker
-            .clone()
-            .nack(&pending.message)
-            .await
-            .map_err(|e| Refusal(format!("nack failed: {e}")))
+        let acker = sub.acker.clone();
+        Applied::Later(Box::pin(async move {
+            acker
+                .nack(&pending.message)
+                .await
+                .map_err(|e| Refusal(format!("nack failed: {e}")))
+        }))
     }
 
     fn begin(&mut self, tx: String) -> Result<(), Refusal> {
@@ -679,11 +816,11 @@ impl Session {
         for id in open.acks {
             // A cumulative (`client`) ack earlier in this commit may have covered it.
             if self.pending.contains_key(&id) {
-                self.apply_ack(&id).await?;
+                self.apply_ack(&id)?.finished().await?;
             }
         }
         for id in open.nacks {
-            self.apply_nack(&id).await?;
+            self.apply_nack(&id).finished().await?;
         }
         Ok(())
     }

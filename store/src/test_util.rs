@@ -332,3 +332,68 @@ impl Raw {
         }
     }
 }
+
+/// A TCP proxy in front of a PostgreSQL server, for tests of a database that goes
+/// away: [`DatabaseProxy::cut`] closes every connection through it and makes new ones
+/// close at once, [`DatabaseProxy::restore`] lets them through again.
+pub struct DatabaseProxy {
+    url: String,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    links: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl DatabaseProxy {
+    /// A proxy on `127.0.0.1` and an ephemeral port to the server of `url`
+    /// (`postgres://user@host:port/db`); [`DatabaseProxy::url`] is `url` through it.
+    /// Runs on the current tokio runtime.
+    pub async fn start(url: &str) -> Self {
+        let rest = url
+            .split_once('@')
+            .map(|(_, r)| r)
+            .unwrap_or(url.trim_start_matches("postgres://"));
+        let target = rest.split('/').next().unwrap().to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let links: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let (up2, links2) = (up.clone(), links.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !up2.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let target = target.clone();
+                links2.lock().unwrap().push(tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                }));
+            }
+        });
+        let host_port = rest.split('/').next().unwrap();
+        Self {
+            url: url.replacen(host_port, &format!("127.0.0.1:{port}"), 1),
+            up,
+            links,
+        }
+    }
+
+    /// The database's URL through the proxy.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Closes every connection and refuses new ones until [`DatabaseProxy::restore`].
+    pub fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}

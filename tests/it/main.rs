@@ -10,6 +10,7 @@ mod expiry_pages;
 mod graceful_shutdown;
 mod housekeeping_fairness;
 mod layering;
+mod pipelining;
 // These drive the `ebb` binary's tools (`ebb::cli`, the binary itself): they need the
 // default `cli` feature.
 #[cfg(feature = "cli")]

@@ -14,16 +14,19 @@
 //! handlers.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use actix::prelude::*;
 use ebb_store::NewMessage;
+use tokio::sync::oneshot;
 
 use super::policy::Policy;
 use super::{
-    AfterPage, DestinationCounters, DestinationKey, HousekeepingSchedule, PreparedMessages,
-    PublishOrder,
+    AfterPage, Completions, DestinationCounters, DestinationKey, HousekeepingSchedule,
+    PreparedMessages, PublishOrder,
 };
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
@@ -38,17 +41,24 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Publish a message to a destination. Answered once it is accepted: for a message the
-/// destination stores, after the store committed it.
+/// Publish a message to a destination. Answered at once with a [`PublishTicket`]: the
+/// message has its place in the destination's publish order (and its store write is
+/// queued, in that order); the ticket resolves once the message is accepted: for a
+/// message the destination stores, after the store committed it.
+///
+/// Two steps so that a producer can pipeline: publishes whose answers it awaits one
+/// after the other are stored and delivered in that order, while their commits overlap
+/// (and share the store actor's group commit).
 #[derive(Message)]
-#[rtype(result = "Result<PublishOutcome, ActorError>")]
+#[rtype(result = "PublishTicket")]
 pub struct Publish(pub TopicMessage);
 
 /// Publish a message as part of transaction `xid`: a message the destination stores is
 /// stored prepared (invisible, holding no mark back); nothing is dispatched until
-/// [`CommitPrepared`]. Answered once it is stored.
+/// [`CommitPrepared`]. Answered at once with a [`PublishTicket`], as [`Publish`], that
+/// resolves once the message is stored.
 #[derive(Message)]
-#[rtype(result = "Result<PublishOutcome, ActorError>")]
+#[rtype(result = "PublishTicket")]
 pub struct PublishPrepared {
     pub message: TopicMessage,
     pub xid: String,
@@ -87,6 +97,61 @@ pub struct StopHousekeeping;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct ExpiryPage;
+
+/// The answer to [`Publish`] and [`PublishPrepared`]: a future of the publish's
+/// outcome. The message already has its place in publish order when the ticket is
+/// handed out; the ticket resolves with [`PublishOutcome`] once the message is accepted
+/// (after its commit, for one that is stored), or with the write's error (nothing was
+/// stored). Dropping the ticket changes nothing: the publish goes on.
+pub struct PublishTicket(Ticket);
+
+enum Ticket {
+    /// Answered already (kept in memory, expired on arrival); taken when polled.
+    Ready(Option<Result<PublishOutcome, ActorError>>),
+    /// Waiting for the store.
+    Waiting(oneshot::Receiver<Result<PublishOutcome, ActorError>>),
+}
+
+impl PublishTicket {
+    /// A ticket that resolves at once with `outcome`.
+    pub fn ready(outcome: Result<PublishOutcome, ActorError>) -> Self {
+        Self(Ticket::Ready(Some(outcome)))
+    }
+
+    /// A ticket and the sender that resolves it.
+    fn waiting() -> (Self, oneshot::Sender<Result<PublishOutcome, ActorError>>) {
+        let (tx, rx) = oneshot::channel();
+        (Self(Ticket::Waiting(rx)), tx)
+    }
+}
+
+impl Future for PublishTicket {
+    type Output = Result<PublishOutcome, ActorError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        match &mut self.0 {
+            Ticket::Ready(outcome) => {
+                Poll::Ready(outcome.take().unwrap_or(Err(ActorError::Closed)))
+            }
+            // The destination stopped before the store answered.
+            Ticket::Waiting(rx) => Pin::new(rx)
+                .poll(cx)
+                .map(|r| r.unwrap_or(Err(ActorError::Closed))),
+        }
+    }
+}
+
+impl<A, M> actix::dev::MessageResponse<A, M> for PublishTicket
+where
+    A: Actor,
+    M: Message<Result = PublishTicket>,
+{
+    fn handle(self, _: &mut A::Context, tx: Option<actix::dev::OneshotSender<M::Result>>) {
+        if let Some(tx) = tx {
+            let _ = tx.send(self);
+        }
+    }
+}
 
 /// What every destination actor holds (see the module documentation).
 pub struct DestinationCore {
@@ -181,6 +246,10 @@ pub struct Plan {
 pub trait DestinationActor: Actor<Context = Context<Self>> + Handler<ExpiryPage> {
     /// The shared state.
     fn core(&mut self) -> &mut DestinationCore;
+
+    /// Its store writes in flight ([`Completions`]): publishes and acks whose result
+    /// comes back to the actor.
+    fn completions(&mut self) -> &mut Completions<Self>;
 
     /// How a message accepted now (not expired) is kept.
     fn plan(&self, message: &TopicMessage) -> Plan;
@@ -305,7 +374,8 @@ fn accepted(id: Option<i64>) -> PublishOutcome {
     }
 }
 
-/// Accepts a publish, in transaction `xid` or not (see the module documentation).
+/// Accepts a publish, in transaction `xid` or not (see the module documentation), and
+/// answers with its [`PublishTicket`]: the message has its place in publish order now.
 ///
 /// A message expired on arrival is counted (enqueued and expired) and answered at
 /// once. Otherwise, as [`DestinationActor::plan`] says, it arms expiry, and it is
@@ -319,7 +389,7 @@ pub fn publish<A: DestinationActor>(
     message: TopicMessage,
     xid: Option<String>,
     ctx: &mut Context<A>,
-) -> ResponseActFuture<A, Result<PublishOutcome, ActorError>> {
+) -> PublishTicket {
     if message.is_expired(now_ms()) {
         let counters = &mut act.core().counters;
         counters.enqueued += 1;
@@ -328,7 +398,7 @@ pub fn publish<A: DestinationActor>(
             id: None,
             expired_on_arrival: true,
         };
-        return Box::pin(fut::ready(Ok(outcome)));
+        return PublishTicket::ready(Ok(outcome));
     }
     let plan = act.plan(&message);
     if plan.arm_expiry {
@@ -341,51 +411,59 @@ pub fn publish<A: DestinationActor>(
             core.counters.enqueued += 1;
             let released = core.order.push(Arc::new(message));
             act.release(released, ctx);
-            Box::pin(fut::ready(Ok(accepted(None))))
+            PublishTicket::ready(Ok(accepted(None)))
         }
         (None, true) => {
             // The place in publish order is taken now and filled when the store answers.
             let place = core.order.reserve();
             let write = core.store_add(&message, None, plan.arm_expiry);
-            Box::pin(write.into_actor(act).map(move |result, act, ctx| {
-                let core = act.core();
-                if plan.arm_expiry {
-                    core.schedule.expiring_write_finished();
-                }
-                let (stored, answer) = match result {
-                    Ok(id) => {
-                        core.counters.enqueued += 1;
-                        let stored = TopicMessage {
-                            id: Some(id),
-                            ..message
-                        };
-                        (Some(Arc::new(stored)), Ok(accepted(Some(id))))
+            let (ticket, answer) = PublishTicket::waiting();
+            act.completions()
+                .when_done(ctx, write, move |result, act, ctx| {
+                    let core = act.core();
+                    if plan.arm_expiry {
+                        core.schedule.expiring_write_finished();
                     }
-                    Err(e) => (None, Err(e)),
-                };
-                let released = core.order.fill(place, stored);
-                act.release(released, ctx);
-                answer
-            }))
+                    let (stored, outcome) = match result {
+                        Ok(id) => {
+                            core.counters.enqueued += 1;
+                            let stored = TopicMessage {
+                                id: Some(id),
+                                ..message
+                            };
+                            (Some(Arc::new(stored)), Ok(accepted(Some(id))))
+                        }
+                        Err(e) => (None, Err(e)),
+                    };
+                    let released = core.order.fill(place, stored);
+                    act.release(released, ctx);
+                    let _ = answer.send(outcome);
+                });
+            ticket
         }
         (Some(xid), false) => {
             core.prepared.add(xid, message);
-            Box::pin(fut::ready(Ok(accepted(None))))
+            PublishTicket::ready(Ok(accepted(None)))
         }
         (Some(xid), true) => {
             let write = core.store_add(&message, Some(xid.clone()), plan.arm_expiry);
-            Box::pin(write.into_actor(act).map(move |result, act, _| {
-                if plan.arm_expiry {
-                    act.core().schedule.expiring_write_finished();
-                }
-                let id = result?;
-                let prepared = TopicMessage {
-                    id: Some(id),
-                    ..message
-                };
-                act.core().prepared.add(xid, prepared);
-                Ok(accepted(Some(id)))
-            }))
+            let (ticket, answer) = PublishTicket::waiting();
+            act.completions()
+                .when_done(ctx, write, move |result, act, _| {
+                    if plan.arm_expiry {
+                        act.core().schedule.expiring_write_finished();
+                    }
+                    let outcome = result.map(|id| {
+                        let prepared = TopicMessage {
+                            id: Some(id),
+                            ..message
+                        };
+                        act.core().prepared.add(xid, prepared);
+                        accepted(Some(id))
+                    });
+                    let _ = answer.send(outcome);
+                });
+            ticket
         }
     }
 }

@@ -11,12 +11,14 @@
 //! | [`HousekeepingSchedule`] | timer, expiry runs and pages, cleanup batches, stop | `schedule.rs` |
 //! | [`DestinationCounters`] | the counters every kind reports | `counters.rs` |
 //! | [`policy::Policy`], [`policy::PolicyMap`] | per-destination settings, matched by pattern (also `ebb_actors::policy`) | `policy.rs` |
+//! | [`Completions`] | store writes in flight, their results handed back to the actor (one future, however many writes) | `completions.rs` |
 //! | [`DestinationCore`], [`DestinationActor`] | the above together, and the shared handlers | `core.rs` |
 //!
 //! A new kind of destination adds its actor file (a [`DestinationCore`], the
 //! [`DestinationActor`] methods, `destination_handlers!` and its own messages) and
 //! an entry in the registry (`broker.rs`).
 
+mod completions;
 mod core;
 mod counters;
 pub mod key;
@@ -28,8 +30,10 @@ mod schedule;
 pub use self::core::{
     begin_page, commit_prepared, end_run, idle_if_done, now_ms, page_failed, page_finished,
     publish, schedule, stop_housekeeping, AbortPrepared, CommitPrepared, DestinationActor,
-    DestinationCore, ExpiryPage, Plan, Publish, PublishPrepared, RunHousekeeping, StopHousekeeping,
+    DestinationCore, ExpiryPage, Plan, Publish, PublishPrepared, PublishTicket, RunHousekeeping,
+    StopHousekeeping,
 };
+pub use completions::Completions;
 pub use counters::DestinationCounters;
 pub use key::{
     DestinationKey, DestinationKind, DestinationPattern, InvalidDestination, MAX_NAME_BYTES,
@@ -48,10 +52,7 @@ pub use schedule::{AfterPage, HousekeepingSchedule};
 macro_rules! destination_handlers {
     ($actor:ty) => {
         impl actix::Handler<$crate::destination::Publish> for $actor {
-            type Result = actix::ResponseActFuture<
-                Self,
-                Result<$crate::message::PublishOutcome, $crate::error::ActorError>,
-            >;
+            type Result = $crate::destination::PublishTicket;
 
             fn handle(
                 &mut self,
@@ -63,10 +64,7 @@ macro_rules! destination_handlers {
         }
 
         impl actix::Handler<$crate::destination::PublishPrepared> for $actor {
-            type Result = actix::ResponseActFuture<
-                Self,
-                Result<$crate::message::PublishOutcome, $crate::error::ActorError>,
-            >;
+            type Result = $crate::destination::PublishTicket;
 
             fn handle(
                 &mut self,

@@ -1,0 +1,282 @@
+//! A STOMP connection is pipelined: it keeps reading while earlier frames are in the
+//! store, and still every RECEIPT goes out in frame order, only once its frame and
+//! every frame before it are committed; messages from one producer are stored and
+//! delivered in the order sent; a DISCONNECT receipt means everything before it is
+//! stored; a frame that fails gets an ERROR with its `receipt-id` and nothing after it
+//! is receipted.
+
+use ebb::stomp::frame::{Command, Frame};
+use ebb::test_util::stomp::*;
+use ebb::test_util::*;
+
+/// Messages each producer sends in the order test.
+const PER_PRODUCER: usize = 10_000;
+
+fn send(destination: &str, body: String, receipt: Option<String>) -> Frame {
+    let mut frame = Frame::new(Command::Send)
+        .header("destination", destination)
+        .header("persistent", "true");
+    if let Some(r) = receipt {
+        frame = frame.header("receipt", r);
+    }
+    frame.body(body.into_bytes())
+}
+
+/// Producer `p`: writes [`PER_PRODUCER`] receipted SENDs without waiting, while it
+/// reads the receipts, which must come in frame order.
+async fn produce(addr: std::net::SocketAddr, p: usize) {
+    let mut c = Client::connected(addr, None).await;
+    let (reader, writer) = c.0.halves();
+    let write = async {
+        for n in 0..PER_PRODUCER {
+            let frame = send("/queue/order", format!("{p}:{n}"), Some(format!("{p}-{n}")));
+            writer.feed(frame).await.unwrap();
+            if n % 200 == 199 {
+                writer.flush().await.unwrap();
+            }
+        }
+        writer.flush().await.unwrap();
+    };
+    let read = async {
+        for n in 0..PER_PRODUCER {
+            let f = reader.next().await.expect("a RECEIPT");
+            assert_eq!(f.command, Command::Receipt, "{f:?}");
+            let expected = format!("{p}-{n}");
+            assert_eq!(
+                f.get("receipt-id"),
+                Some(expected.as_str()),
+                "in frame order"
+            );
+        }
+    };
+    futures::join!(write, read);
+    c.write(b"DISCONNECT\nreceipt:bye\n\n\0").await;
+    receipt(&mut c, "bye").await;
+}
+
+/// Three producers pipelining 10,000 receipted SENDs each, one consumer: per
+/// producer, bodies arrive in the order sent, and all receipts arrive, in order.
+async fn order_per_producer_and_receipts_in_frame_order(t: TestStore) {
+    let s = server(&t, policy(30_000, 400)).await;
+    let mut consumer = Client::connected(s.addr, None).await;
+    consumer
+        .write(b"SUBSCRIBE\ndestination:/queue/order\nid:1\nack:auto\nreceipt:sub\n\n\0")
+        .await;
+    receipt(&mut consumer, "sub").await;
+    let producers: Vec<_> = (0..3)
+        .map(|p| actix_rt::spawn(produce(s.addr, p)))
+        .collect();
+    let mut next = [0usize; 3];
+    for _ in 0..3 * PER_PRODUCER {
+        let Some(f) = consumer.frame().await else {
+            panic!("no MESSAGE within 3 s after {next:?} of each producer's");
+        };
+        assert_eq!(f.command, Command::Message, "{f:?}");
+        let body = String::from_utf8(f.body).unwrap();
+        let (p, n) = body.split_once(':').unwrap();
+        let (p, n): (usize, usize) = (p.parse().unwrap(), n.parse().unwrap());
+        assert_eq!(n, next[p], "producer {p}'s messages in the order sent");
+        next[p] += 1;
+    }
+    assert_eq!(next, [PER_PRODUCER; 3]);
+    for producer in producers {
+        producer.await.unwrap();
+    }
+    s.stop().await;
+}
+
+/// A DISCONNECT with a receipt after 1,000 SENDs without receipts: the receipt comes
+/// only once all 1,000 are stored.
+async fn disconnect_receipt_after_everything_before_it(t: TestStore) {
+    let s = server(&t, policy(30_000, 400)).await;
+    let mut c = Client::connected(s.addr, None).await;
+    let mut bytes = Vec::new();
+    for n in 0..1_000 {
+        bytes.extend(format!("SEND\ndestination:/queue/bye\npersistent:true\n\nm{n}\0").as_bytes());
+    }
+    bytes.extend(b"DISCONNECT\nreceipt:d\n\n\0");
+    c.write(&bytes).await;
+    receipt(&mut c, "d").await;
+    // Counted right at the receipt: nothing is still on its way to the store.
+    assert_eq!(
+        s.broker
+            .store()
+            .count_messages("queue://bye")
+            .await
+            .unwrap(),
+        1_000
+    );
+    assert!(c.closed().await, "DISCONNECT closes the connection");
+    s.stop().await;
+}
+
+/// Receipts of frames that need no store (BEGIN, an ACK in a transaction) still wait
+/// for the SENDs before them: every receipt in frame order.
+async fn receipts_of_quick_frames_wait_their_turn(t: TestStore) {
+    let s = server(&t, policy(30_000, 400)).await;
+    let mut c = Client::connected(s.addr, None).await;
+    let mut bytes = Vec::new();
+    for n in 0..300 {
+        let frame = match n % 3 {
+            0 => format!("SEND\ndestination:/queue/mixed\npersistent:true\nreceipt:{n}\n\nm{n}\0"),
+            1 => format!("BEGIN\ntransaction:t{n}\nreceipt:{n}\n\n\0"),
+            _ => format!("ABORT\ntransaction:t{}\nreceipt:{n}\n\n\0", n - 1),
+        };
+        bytes.extend(frame.as_bytes());
+    }
+    c.write(&bytes).await;
+    for n in 0..300 {
+        receipt(&mut c, &n.to_string()).await;
+    }
+    assert_eq!(
+        s.broker
+            .store()
+            .count_messages("queue://mixed")
+            .await
+            .unwrap(),
+        100
+    );
+    s.stop().await;
+}
+
+/// A frame refused in the middle of a pipeline (a SEND to an invalid destination):
+/// the frames before it are receipted, it gets the ERROR with its receipt-id, and
+/// nothing after it is applied or receipted.
+async fn a_refused_frame_ends_the_pipeline_in_its_place(t: TestStore) {
+    let s = server(&t, policy(30_000, 400)).await;
+    let mut c = Client::connected(s.addr, None).await;
+    let mut bytes = Vec::new();
+    for n in 0..200 {
+        let destination = if n == 100 {
+            "nowhere"
+        } else {
+            "/queue/refused"
+        };
+        bytes.extend(
+            format!("SEND\ndestination:{destination}\npersistent:true\nreceipt:{n}\n\nm{n}\0")
+                .as_bytes(),
+        );
+    }
+    c.write(&bytes).await;
+    for n in 0..100 {
+        receipt(&mut c, &n.to_string()).await;
+    }
+    let error = c.frame().await.expect("the ERROR");
+    assert_eq!(error.command, Command::Error, "{error:?}");
+    assert_eq!(error.get("receipt-id"), Some("100"));
+    assert!(c.closed().await, "nothing after the ERROR");
+    assert_eq!(
+        s.broker
+            .store()
+            .count_messages("queue://refused")
+            .await
+            .unwrap(),
+        100,
+        "nothing after the refused frame is applied"
+    );
+    s.stop().await;
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    order_per_producer_and_receipts_in_frame_order,
+    disconnect_receipt_after_everything_before_it,
+    receipts_of_quick_frames_wait_their_turn,
+    a_refused_frame_ends_the_pipeline_in_its_place,
+);
+
+/// The database goes away in the middle of a window (PostgreSQL through a proxy that
+/// cuts every connection): the first SEND that fails gets an ERROR carrying its
+/// receipt-id, no RECEIPT is sent for any frame after it, and after a restart every
+/// receipted message is stored.
+#[actix_rt::test]
+#[cfg_attr(
+    not(ebb_test_postgres),
+    ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run this PostgreSQL test"
+)]
+async fn a_store_failure_mid_window_errors_in_place_and_loses_nothing_receipted() {
+    use ebb_store::test_util::DatabaseProxy;
+    let t = TestStore::postgres();
+    let proxy = DatabaseProxy::start(&t.url).await;
+    let mut config = ebb::BrokerConfig::default();
+    config.store = ebb_store::StoreOptions {
+        acquire_timeout_ms: 1_500,
+        max_connections: 2,
+        ..t.options.clone()
+    };
+    let broker = ebb::Broker::start(proxy.url(), config).await.unwrap();
+    let s = serve(broker, Default::default(), Default::default(), 30_000).await;
+    let mut c = Client::connected(s.addr, None).await;
+    let (reader, writer) = c.0.halves();
+    const SENT: usize = 5_000;
+    let write = async {
+        for n in 0..SENT {
+            let frame = send("/queue/cut", format!("m{n}"), Some(n.to_string()));
+            if writer.feed(frame).await.is_err() {
+                return; // the broker closed the connection after its ERROR
+            }
+            if n % 50 == 49 && writer.flush().await.is_err() {
+                return;
+            }
+        }
+        let _ = writer.flush().await;
+    };
+    let read = async {
+        let mut receipted = 0usize;
+        let error = loop {
+            let f = reader.next().await.expect("a RECEIPT or the ERROR");
+            match f.command {
+                Command::Receipt => {
+                    assert_eq!(f.get("receipt-id"), Some(receipted.to_string().as_str()));
+                    receipted += 1;
+                    if receipted == 200 {
+                        proxy.cut();
+                    }
+                }
+                Command::Error => break f,
+                _ => panic!("{f:?}"),
+            }
+        };
+        assert!(receipted >= 200, "the cut came after 200 receipts");
+        assert_eq!(
+            error.get("receipt-id"),
+            Some(receipted.to_string().as_str()),
+            "the ERROR is the first frame not receipted: {error:?}"
+        );
+        assert!(
+            matches!(reader.next().await, Err(_)),
+            "nothing after the ERROR"
+        );
+        receipted
+    };
+    let (_, receipted) = futures::join!(write, read);
+    assert!(receipted < SENT, "the cut failed a SEND");
+    proxy.restore();
+    s.stop().await;
+
+    // Restart on the database directly: every receipted message is there.
+    let broker = ebb::Broker::start(
+        &t.url,
+        ebb::BrokerConfig {
+            store: t.options.clone(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut stored = std::collections::HashSet::new();
+    let mut after = 0;
+    loop {
+        let page = broker.browse("queue://cut", after, 1_000).await.unwrap();
+        let Some(last) = page.last() else { break };
+        after = last.store_id;
+        stored.extend(page.into_iter().map(|m| String::from_utf8(m.body).unwrap()));
+    }
+    for n in 0..receipted {
+        assert!(
+            stored.contains(&format!("m{n}")),
+            "receipted message m{n} lost"
+        );
+    }
+    broker.shutdown().await.unwrap();
+}
