@@ -238,7 +238,9 @@ impl std::future::Future for PendingSend {
 /// How deliveries are acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AckMode {
-    /// Each message is acked as the stream yields it.
+    /// Each message is acked once the stream has yielded it: in one cumulative ack per
+    /// burst of messages (when nothing more is ready, or after a quarter of the
+    /// prefetch, at most 256), and when the subscription is dropped.
     #[default]
     Auto,
     /// The consumer acks with [`Subscription::ack`] (one message) or
@@ -344,6 +346,7 @@ pub struct Subscription {
     id: u64,
     ack: AckMode,
     rx: mpsc::Receiver<Delivery>,
+    auto_ack: AutoAck,
 }
 
 /// Where a subscription's acks, NACKs and detach go (its topic or queue actor).
@@ -417,23 +420,61 @@ impl Acker {
     }
 }
 
+impl Subscription {
+    /// In [`AckMode::Auto`]: acks (cumulatively) every message the stream has yielded
+    /// and not acked yet. Pushed into the destination's mailbox now, so it is handled
+    /// before a later detach.
+    fn flush_auto_acks(&mut self) {
+        if let Some(delivery_id) = self.auto_ack.up_to.take() {
+            self.auto_ack.taken = 0;
+            self.destination.ack.do_send(Ack {
+                subscription: self.id,
+                delivery_id,
+                cumulative: true,
+            });
+        }
+    }
+}
+
+/// Most messages an [`AckMode::Auto`] subscription yields before it acks them: a
+/// quarter of its prefetch, at least 1 and at most 256.
+fn auto_ack_batch(prefetch: usize) -> u32 {
+    (prefetch / 4).clamp(1, 256) as u32
+}
+
+/// Messages an [`AckMode::Auto`] subscription yielded and has not acked yet.
+#[derive(Debug, Default)]
+struct AutoAck {
+    /// Delivery id of the last one.
+    up_to: Option<u64>,
+    /// How many.
+    taken: u32,
+    /// Ack once this many are taken ([`auto_ack_batch`]).
+    batch: u32,
+}
+
 impl Stream for Subscription {
     type Item = Received;
 
+    /// The next message. In [`AckMode::Auto`] the messages yielded are acked in one
+    /// cumulative ack when nothing more is ready, or every quarter of the prefetch
+    /// (at most 256), and when the subscription is dropped: one ack message per burst
+    /// instead of one per message, and never more than that many yielded messages
+    /// un-acked at the broker (as ActiveMQ's `optimizeAcknowledge`, bounded by count
+    /// instead of a timeout).
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Received>> {
         let polled = self.rx.poll_recv(cx);
-        if let Poll::Ready(Some(delivery)) = &polled {
-            if self.ack == AckMode::Auto {
-                let ack = self.destination.ack.send(Ack {
-                    subscription: self.id,
-                    delivery_id: delivery.delivery_id,
-                    cumulative: false,
-                });
-                actix_rt::spawn(async move {
-                    if let Ok(Err(e)) = ack.await {
-                        tracing::warn!(error = %e, "auto ack failed");
+        if self.ack == AckMode::Auto {
+            match &polled {
+                Poll::Ready(Some(delivery)) => {
+                    self.auto_ack.up_to = Some(delivery.delivery_id);
+                    self.auto_ack.taken += 1;
+                    if self.auto_ack.taken >= self.auto_ack.batch {
+                        self.flush_auto_acks();
                     }
-                });
+                }
+                // Nothing more is ready: ack what was taken.
+                _ => self.flush_auto_acks(),
             }
         }
         polled.map(|d| d.map(|delivery| Received { delivery }))
@@ -442,7 +483,9 @@ impl Stream for Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        // Drop cannot await; Detach is small and the topic handles it in order.
+        self.flush_auto_acks();
+        // Drop cannot await; Detach is small and the destination handles it in order,
+        // after the acks sent before it.
         self.destination.detach.do_send(Detach {
             subscription: self.id,
         });
@@ -989,6 +1032,10 @@ impl Broker {
             id,
             ack: options.ack,
             rx,
+            auto_ack: AutoAck {
+                batch: auto_ack_batch(capacity),
+                ..AutoAck::default()
+            },
         })
     }
 

@@ -47,7 +47,7 @@ use ebb_store::Payload;
 use tokio::sync::mpsc;
 
 use crate::destination::{
-    self, destination_handlers, now_ms, Completions, DestinationActor, DestinationCore,
+    self, destination_handlers, now_ms, AckBatch, Completions, DestinationActor, DestinationCore,
     DestinationKey, Plan,
 };
 use crate::error::ActorError;
@@ -87,6 +87,8 @@ pub struct QueueActor {
     core: DestinationCore,
     /// Store writes in flight, answered on the actor when done.
     completions: Completions<Self>,
+    /// Acked rows waiting to be deleted together.
+    acks: AckBatch<i64>,
     /// Where dead messages go: the registry, which hands each to its dead-letter queue
     /// (without it, dead messages are dropped and counted).
     dead_letters: Option<Recipient<RouteDeadLetter>>,
@@ -113,6 +115,7 @@ impl QueueActor {
         Self {
             core: DestinationCore::new(key, policy, store, budget),
             completions: Completions::default(),
+            acks: AckBatch::default(),
             dead_letters,
             consumers: BTreeMap::new(),
             next_consumer: 1,
@@ -176,6 +179,23 @@ impl QueueActor {
         }
         self.remove_expired(expired, ctx);
         self.read_if_needed(ctx);
+    }
+
+    /// Deletes the acked rows gathered while the last delete was in flight, in one
+    /// write, unless one is in flight ([`AckBatch`]).
+    fn write_acks(&mut self, ctx: &mut Context<Self>) {
+        let Some(mut write) = self.acks.take() else {
+            return;
+        };
+        let ids = std::mem::take(&mut write.items);
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        let delete = async move { store.remove(container, ids).await.map(drop) };
+        self.completions
+            .when_done(ctx, delete, move |result, act, ctx| {
+                write.answer(&result);
+                act.acks.finished();
+                act.write_acks(ctx);
+            });
     }
 
     /// Starts a bounded store read when the cursor wants one (also with no consumer: a
@@ -577,8 +597,8 @@ impl Handler<Subscribe> for QueueActor {
 }
 
 impl Handler<Ack> for QueueActor {
-    // Answered from a task of its own after the commit (not a future in the actor's
-    // context: see `Completions`), since nothing of the actor is needed then.
+    // Answered after the commit of the delete that holds the ack (`AckBatch`), from a
+    // task of its own (not a future in the actor's context: see `Completions`).
     type Result = ResponseFuture<Result<(), ActorError>>;
 
     fn handle(&mut self, msg: Ack, ctx: &mut Context<Self>) -> Self::Result {
@@ -609,8 +629,9 @@ impl Handler<Ack> for QueueActor {
         if ids.is_empty() {
             return Box::pin(std::future::ready(Ok(())));
         }
-        let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        Box::pin(async move { store.remove(container, ids).await.map(drop) })
+        let answer = self.acks.add(ids);
+        self.write_acks(ctx);
+        Box::pin(async move { answer.await.unwrap_or(Err(ActorError::Closed)) })
     }
 }
 

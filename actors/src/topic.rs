@@ -40,7 +40,7 @@ use actix::prelude::*;
 use ebb_store::SubscriptionKey;
 
 use crate::destination::{
-    self, destination_handlers, now_ms, Completions, DestinationActor, DestinationCore,
+    self, destination_handlers, now_ms, AckBatch, Completions, DestinationActor, DestinationCore,
     DestinationKey, Plan,
 };
 use crate::error::ActorError;
@@ -67,6 +67,9 @@ pub struct TopicActor {
     core: DestinationCore,
     /// Store writes in flight, answered on the actor when done.
     completions: Completions<Self>,
+    /// Acks of each durable subscription waiting to be written together (an entry
+    /// only while some wait or are being written).
+    acks: HashMap<SubscriptionKey, AckBatch<(i64, u8)>>,
     subscriptions: HashMap<u64, SubscriptionState>,
     durables: BTreeMap<SubscriptionKey, Durable>,
     next_subscription: u64,
@@ -93,6 +96,7 @@ impl TopicActor {
         Self {
             core: DestinationCore::new(key, policy, store, budget),
             completions: Completions::default(),
+            acks: HashMap::new(),
             subscriptions: HashMap::new(),
             durables: BTreeMap::new(),
             next_subscription: 1,
@@ -376,6 +380,35 @@ impl TopicActor {
     }
 }
 
+impl TopicActor {
+    /// Writes the acks of durable subscription `key` gathered while its last ack write
+    /// was in flight, in one write, unless one is in flight ([`AckBatch`]).
+    fn write_acks(&mut self, key: SubscriptionKey, ctx: &mut Context<Self>) {
+        let Some(batch) = self.acks.get_mut(&key) else {
+            return;
+        };
+        let Some(mut write) = batch.take() else {
+            return;
+        };
+        let messages = std::mem::take(&mut write.items);
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        let written = key.clone();
+        let ack = async move { store.ack(container, written, messages).await.map(drop) };
+        self.completions
+            .when_done(ctx, ack, move |result, act, ctx| {
+                write.answer(&result);
+                if let Some(batch) = act.acks.get_mut(&key) {
+                    batch.finished();
+                    if batch.is_idle() {
+                        act.acks.remove(&key);
+                    } else {
+                        act.write_acks(key, ctx);
+                    }
+                }
+            });
+    }
+}
+
 impl Actor for TopicActor {
     type Context = Context<Self>;
 
@@ -491,8 +524,9 @@ impl Handler<Subscribe> for TopicActor {
 }
 
 impl Handler<Ack> for TopicActor {
-    // Answered from a task of its own after the commit (not a future in the actor's
-    // context: see `Completions`), since nothing of the actor is needed then.
+    // Answered after the commit of the write that holds the ack (`AckBatch`: acks of
+    // one durable subscription go together), from a task of its own (not a future in
+    // the actor's context: see `Completions`).
     type Result = ResponseFuture<Result<(), ActorError>>;
 
     fn handle(&mut self, msg: Ack, ctx: &mut Context<Self>) -> Self::Result {
@@ -512,8 +546,9 @@ impl Handler<Ack> for TopicActor {
         };
         self.core.schedule.need_cleanup();
         destination::schedule(self, ctx);
-        let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        Box::pin(async move { store.ack(container, key, messages).await.map(drop) })
+        let answer = self.acks.entry(key.clone()).or_default().add(messages);
+        self.write_acks(key, ctx);
+        Box::pin(async move { answer.await.unwrap_or(Err(ActorError::Closed)) })
     }
 }
 

@@ -154,8 +154,10 @@ def data_loss():
 
 
 def crash_safety():
-    """5,000 persistent sends with receipts, SIGKILL at a random point, restart:
-    every receipted message is delivered exactly once to the durable subscription."""
+    """Up to 50,000 persistent sends with receipts, written without waiting (the
+    broker pipelines up to its window of 1,000 frames per connection), SIGKILL at a
+    random point, restart: every receipted message is delivered exactly once to the
+    durable subscription, in order."""
     proc = start()
     conn, seen = connect("c2")
     durable(conn, "/topic/crash", "d1")
@@ -166,7 +168,7 @@ def crash_safety():
     started = time.time()
     sent = 0
     try:
-        for n in range(5000):
+        for n in range(50000):
             producer.send("/topic/crash", f"m{n}", headers={"persistent": "true", "receipt": f"r{n}", "n": str(n)})
             sent += 1
             if time.time() - started > stop_at:

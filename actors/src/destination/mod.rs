@@ -11,6 +11,7 @@
 //! | [`HousekeepingSchedule`] | timer, expiry runs and pages, cleanup batches, stop | `schedule.rs` |
 //! | [`DestinationCounters`] | the counters every kind reports | `counters.rs` |
 //! | [`policy::Policy`], [`policy::PolicyMap`] | per-destination settings, matched by pattern (also `ebb_actors::policy`) | `policy.rs` |
+//! | [`AckBatch`] | acks of one subscription gathered while its last ack write is in flight, written together | `ack_batch.rs` |
 //! | [`Completions`] | store writes in flight, their results handed back to the actor (one future, however many writes) | `completions.rs` |
 //! | [`DestinationCore`], [`DestinationActor`] | the above together, and the shared handlers | `core.rs` |
 //!
@@ -18,6 +19,7 @@
 //! [`DestinationActor`] methods, `destination_handlers!` and its own messages) and
 //! an entry in the registry (`broker.rs`).
 
+mod ack_batch;
 mod completions;
 mod core;
 mod counters;
@@ -33,6 +35,7 @@ pub use self::core::{
     DestinationCore, ExpiryPage, Plan, Publish, PublishPrepared, PublishTicket, RunHousekeeping,
     StopHousekeeping,
 };
+pub use ack_batch::{AckAnswer, AckBatch, AckWrite};
 pub use completions::Completions;
 pub use counters::DestinationCounters;
 pub use key::{
