@@ -34,8 +34,8 @@
 //!   `heart-beat:H,H` (default H = 10,000 ms); the client sends a heart-beat on each at
 //!   the negotiated interval and reads the broker's. Once all are connected (and 1 s
 //!   later) the broker's resident memory is read again: per connection = (after −
-//!   before) / connections. Then `idle_s` (default 10) seconds of idleness: the
-//!   broker's CPU seconds over them. Afterwards every connection must still be open
+//!   before) / connections. Then 10 s (`EBB_BENCH_WIRE_IDLE_SECONDS`) of idleness:
+//!   the broker's CPU seconds over them. Afterwards every connection must still be open
 //!   and answer DISCONNECT with its receipt. To measure Ebb alone, Ebb here is `ebb
 //!   serve` as a child process (the release binary cargo built with this bench, or
 //!   `EBB_BENCH_EBB_BIN`) on a temporary SQLite store and an ephemeral loopback port,
