@@ -44,11 +44,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::ebb_run::{self, EbbRun, Store};
+use common::report::{env, thousands};
 use common::stomp_load::{self, Dialect, Load};
 use common::tally::{self, Seen, Tally};
-use ebb::transport::connection::ConnectionConfig;
-use ebb::{AckMode, Broker, BrokerConfig, Message, SubscribeOptions};
-use ebb_store::StoreOptions;
+use ebb::{AckMode, Broker, Message, SubscribeOptions};
 use futures::stream::FuturesUnordered;
 use futures::{StreamExt, TryStreamExt};
 
@@ -76,7 +76,7 @@ struct Settings {
 
 impl Settings {
     fn wants(&self, label: &str) -> bool {
-        self.only.is_empty() || self.only.iter().any(|o| label.contains(o.as_str()))
+        common::report::wanted(&self.only, label)
     }
 }
 
@@ -112,12 +112,6 @@ struct Row {
     rounds_msgs_per_s: Vec<f64>,
 }
 
-#[derive(Debug, Clone)]
-enum Store {
-    Sqlite,
-    Postgres(String),
-}
-
 impl Transport {
     fn label(self) -> &'static str {
         match self {
@@ -127,78 +121,11 @@ impl Transport {
     }
 }
 
-impl Store {
-    fn label(&self) -> &'static str {
-        match self {
-            Store::Sqlite => "SQLite",
-            Store::Postgres(_) => "PostgreSQL",
-        }
-    }
-}
-
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v}: not a valid value")),
-        Err(_) => default,
-    }
-}
-
-/// An Ebb broker on a fresh store, and what to remove after it.
-struct EbbRun {
-    broker: Broker,
-    schema: Option<(String, String)>,
-    file: Option<std::path::PathBuf>,
-}
-
 async fn start_ebb(store: &Store, settings: &Settings, run: usize) -> EbbRun {
-    let (url, options, schema, file) = match store {
-        Store::Sqlite => {
-            let file = settings.dir.join(format!("run-{run}.db"));
-            let url = format!("sqlite://{}", file.display());
-            (url, StoreOptions::default(), None, Some(file))
-        }
-        Store::Postgres(url) => {
-            let schema = format!("ebb_bench_queues_{}_{run}", std::process::id());
-            let options = StoreOptions {
-                schema: Some(schema.clone()),
-                ..StoreOptions::default()
-            };
-            (url.clone(), options, Some((url.clone(), schema)), None)
-        }
-    };
-    // As `ebb serve` without a configuration file: every default.
-    let config = BrokerConfig {
-        store: options,
-        ..BrokerConfig::default()
-    };
-    let broker = Broker::start(&url, config)
-        .await
-        .expect("the broker starts");
-    EbbRun {
-        broker,
-        schema,
-        file,
-    }
+    ebb_run::start(store, &settings.dir, "queues", run).await
 }
 
 impl EbbRun {
-    async fn finish(self) {
-        let stopped = tokio::time::timeout(Duration::from_secs(30), self.broker.shutdown()).await;
-        if !matches!(stopped, Ok(Ok(()))) {
-            eprintln!("warning: the broker did not shut down cleanly: {stopped:?}");
-        }
-        if let Some((url, schema)) = self.schema {
-            drop_schema(&url, &schema).await;
-        }
-        if let Some(file) = self.file {
-            for suffix in ["", "-wal", "-shm", ".lock"] {
-                let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
-            }
-        }
-    }
-
     /// After a run: nothing left in the queue, each message dispatched once and acked.
     async fn check(&self, messages: u64) -> Result<(), String> {
         let rows = self
@@ -230,29 +157,6 @@ impl EbbRun {
             Ok(stats) => format!("queue stats: {stats:?}"),
             Err(e) => format!("queue stats unavailable: {e}"),
         }
-    }
-}
-
-async fn drop_schema(url: &str, schema: &str) {
-    use sqlx::Connection;
-    if let Ok(mut conn) = sqlx::PgConnection::connect(url).await {
-        let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-            .execute(&mut conn)
-            .await;
-    }
-}
-
-/// `Err` when PostgreSQL at `url` cannot be reached.
-async fn postgres_answers(url: &str) -> Result<(), String> {
-    use sqlx::Connection;
-    let connect = sqlx::PgConnection::connect(url);
-    match tokio::time::timeout(Duration::from_secs(5), connect).await {
-        Ok(Ok(conn)) => {
-            let _ = conn.close().await;
-            Ok(())
-        }
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("no answer within 5 s".into()),
     }
 }
 
@@ -389,31 +293,11 @@ async fn ebb_in_process(
 }
 
 fn ebb_dialect() -> Dialect {
-    Dialect {
-        login: None,
-        host: "localhost".into(),
-        destination: "/queue/bench".into(),
-        send_headers: vec![("persistent".into(), "true".into())],
-        subscribe_headers: vec![],
-        prefetch_header: "activemq.prefetchSize".into(),
-    }
+    Dialect::ebb("/queue/bench").persistent()
 }
 
 fn rabbit_dialect() -> Dialect {
-    let durable = vec![
-        ("durable".to_string(), "true".to_string()),
-        ("auto-delete".to_string(), "false".to_string()),
-    ];
-    let mut send_headers = vec![("persistent".to_string(), "true".to_string())];
-    send_headers.extend(durable.clone());
-    Dialect {
-        login: Some(("guest".into(), "guest".into())),
-        host: "/".into(),
-        destination: RABBIT_QUEUE.into(),
-        send_headers,
-        subscribe_headers: durable,
-        prefetch_header: "prefetch-count".into(),
-    }
+    Dialect::rabbitmq(RABBIT_QUEUE).persistent().durable()
 }
 
 fn load(addr: SocketAddr, dialect: Dialect, s: &Settings, p: usize, c: usize) -> Load {
@@ -431,25 +315,15 @@ fn load(addr: SocketAddr, dialect: Dialect, s: &Settings, p: usize, c: usize) ->
 }
 
 async fn ebb_stomp(run: &EbbRun, s: &Settings, p: usize, c: usize) -> Result<Measured, String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| e.to_string())?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let accept = actix_rt::spawn(ebb::transport::listener::run(
-        listener,
-        run.broker.clone(),
-        ConnectionConfig::default(),
-        stop_rx,
-    ));
+    let listener = run.listen().await?;
+    let addr = listener.addr;
     let tally = Arc::new(Tally::new(s.messages));
     let before = run.broker.store().stats().snapshot();
     let cpu_before = stomp_load::cpu_s("/proc/self/stat");
     let report = stomp_load::spawn(load(addr, ebb_dialect(), s, p, c), Arc::clone(&tally)).await;
     let cpu_s = stomp_load::cpu_s("/proc/self/stat") - cpu_before;
     let after = run.broker.store().stats().snapshot();
-    let _ = stop.send(true);
-    let _ = accept.await;
+    listener.stop().await;
     let report = match report {
         Ok(Ok(report)) => report,
         Ok(Err(e)) => return Err(format!("{e}; {}", run.describe().await)),
@@ -467,31 +341,13 @@ async fn ebb_stomp(run: &EbbRun, s: &Settings, p: usize, c: usize) -> Result<Mea
     })
 }
 
-/// `/proc/PID/stat` of the RabbitMQ node (`beam.smp ... -s rabbit boot`), if it runs here.
-fn rabbit_stat() -> Option<String> {
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let path = entry.path();
-        let cmdline = std::fs::read(path.join("cmdline")).unwrap_or_default();
-        let words: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-        let is_beam = words.first().is_some_and(|w| w.ends_with(b"beam.smp"));
-        if is_beam
-            && words
-                .windows(3)
-                .any(|w| w == [&b"-s"[..], b"rabbit", b"boot"])
-        {
-            return Some(path.join("stat").display().to_string());
-        }
-    }
-    None
-}
-
 async fn rabbit_stomp(s: &Settings, p: usize, c: usize) -> Result<Measured, String> {
     let dialect = rabbit_dialect();
     let drained = stomp_load::drain(s.rabbit, &dialect).await?;
     if drained > 0 {
         eprintln!("  (removed {drained} messages an earlier run left in {RABBIT_QUEUE})");
     }
-    let stat = rabbit_stat();
+    let stat = common::procfs::rabbitmq_stat();
     let cpu_before = stat.as_deref().map_or(0.0, stomp_load::cpu_s);
     let tally = Arc::new(Tally::new(s.messages));
     let report = stomp_load::spawn(load(s.rabbit, dialect.clone(), s, p, c), tally)
@@ -536,18 +392,6 @@ fn row(
         store_rows_read: m.commits.map(|c| c.2),
         rounds_msgs_per_s: Vec::new(),
     }
-}
-
-fn thousands(n: f64) -> String {
-    let digits = format!("{:.0}", n);
-    let mut out = String::new();
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }
 
 fn print_table(rows: &[Row]) {
@@ -650,17 +494,7 @@ impl Spec {
 /// in the machine's load falls on all of them); answers each row's median run, and
 /// the runs that failed.
 async fn bench(s: Settings) -> (Vec<Row>, Vec<String>) {
-    let mut stores = vec![Store::Sqlite];
-    match &s.postgres {
-        Some(url) => match postgres_answers(url).await {
-            Ok(()) => stores.push(Store::Postgres(url.clone())),
-            Err(e) => println!(
-                "PostgreSQL at {} cannot be reached ({e}): its rows are skipped",
-                ebb_store::redact_url(url)
-            ),
-        },
-        None => println!("EBB_BENCH_POSTGRES_URL is not set: the PostgreSQL rows are skipped"),
-    }
+    let stores = ebb_run::stores(s.postgres.as_deref()).await;
     let rabbit = match stomp_load::connect(s.rabbit, &rabbit_dialect()).await {
         Ok(conn) => conn.disconnect().await.is_ok(),
         Err(e) => {
@@ -749,12 +583,7 @@ fn main() {
             SocketAddr::from(([127, 0, 0, 1], 61623)),
         ),
         dir: dir.clone(),
-        only: std::env::var("EBB_BENCH_QUEUE_ONLY")
-            .unwrap_or_default()
-            .split(',')
-            .map(|o| o.trim().to_lowercase())
-            .filter(|o| !o.is_empty())
-            .collect(),
+        only: common::report::only("EBB_BENCH_QUEUE_ONLY"),
     };
     println!(
         "queues: {} persistent messages of {BODY_BYTES} bytes per run, one durable queue; \

@@ -7,6 +7,10 @@
 //! A run ([`run`]) connects everything first (CONNECT, SUBSCRIBE with a receipt), then
 //! times from the first SEND until every consumer's DISCONNECT receipt: a broker
 //! answers DISCONNECT after the frames before it, so the time covers the last ACK.
+//!
+//! The pieces are there for other workloads too: [`connect_with`] (heart-beats),
+//! [`subscribe`], [`next`], [`drain_with`] (what a queue held, message by message),
+//! [`on_thread`] (a client on a thread of its own), and the CPU counters.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -41,6 +45,62 @@ pub struct Dialect {
     pub prefetch_header: String,
 }
 
+impl Dialect {
+    /// Ebb's STOMP: no login (no users configured), `host:localhost`, `destination`
+    /// as Ebb names it (`/queue/NAME`, `/topic/NAME`), prefetch
+    /// `activemq.prefetchSize`; no extra headers (add them with [`Self::persistent`]).
+    pub fn ebb(destination: &str) -> Self {
+        Self {
+            login: None,
+            host: "localhost".into(),
+            destination: destination.into(),
+            send_headers: vec![],
+            subscribe_headers: vec![],
+            prefetch_header: "activemq.prefetchSize".into(),
+        }
+    }
+
+    /// RabbitMQ's STOMP plugin: `guest`/`guest` on the virtual host `/`, prefetch
+    /// `prefetch-count`; no extra headers (see [`Self::durable`], [`Self::persistent`]).
+    pub fn rabbitmq(destination: &str) -> Self {
+        Self {
+            login: Some(("guest".into(), "guest".into())),
+            host: "/".into(),
+            destination: destination.into(),
+            send_headers: vec![],
+            subscribe_headers: vec![],
+            prefetch_header: "prefetch-count".into(),
+        }
+    }
+
+    /// SENDs carry `persistent:true`.
+    pub fn persistent(mut self) -> Self {
+        self.send_headers.push(("persistent".into(), "true".into()));
+        self
+    }
+
+    /// RabbitMQ: SEND and SUBSCRIBE declare the queue `durable:true`,
+    /// `auto-delete:false` (the broker refuses a declaration that differs from the
+    /// queue's, so both carry the same).
+    pub fn durable(mut self) -> Self {
+        for headers in [&mut self.send_headers, &mut self.subscribe_headers] {
+            headers.push(("durable".into(), "true".into()));
+            headers.push(("auto-delete".into(), "false".into()));
+        }
+        self
+    }
+
+    /// A SEND of `body` to the destination with the dialect's SEND headers (no
+    /// receipt: the caller adds one when it wants it).
+    pub fn send_frame(&self, body: Vec<u8>) -> Frame {
+        let mut frame = Frame::new(Command::Send).header("destination", self.destination.clone());
+        for (name, value) in &self.send_headers {
+            frame = frame.header(name.clone(), value.clone());
+        }
+        frame.body(body)
+    }
+}
+
 /// One run's shape.
 #[derive(Debug, Clone)]
 pub struct Load {
@@ -66,9 +126,20 @@ pub struct LoadReport {
     pub client_cpu_s: f64,
 }
 
-/// Connects and logs in with `dialect`'s CONNECT; `Err` says why not (refused, ERROR
-/// frame, no answer within 5 s).
+/// Connects and logs in with `dialect`'s CONNECT, without heart-beats; `Err` says why
+/// not (refused, ERROR frame, no answer within 5 s).
 pub async fn connect(addr: SocketAddr, dialect: &Dialect) -> Result<StompClient, String> {
+    Ok(connect_with(addr, dialect, (0, 0)).await?.0)
+}
+
+/// [`connect`] offering `heart_beat` (ms: can send every `.0`, wants one every `.1`;
+/// 0 = none) in CONNECT's `heart-beat` header; answers the client and the broker's
+/// CONNECTED frame (its `heart-beat` header is the broker's side of the negotiation).
+pub async fn connect_with(
+    addr: SocketAddr,
+    dialect: &Dialect,
+    heart_beat: (u64, u64),
+) -> Result<(StompClient, Frame), String> {
     let mut client = tokio::time::timeout(Duration::from_secs(5), StompClient::open(addr))
         .await
         .map_err(|_| format!("no answer from {addr} within 5 s"))?
@@ -76,22 +147,22 @@ pub async fn connect(addr: SocketAddr, dialect: &Dialect) -> Result<StompClient,
     let mut connect = Frame::new(Command::Connect)
         .header("accept-version", "1.2")
         .header("host", dialect.host.clone())
-        .header("heart-beat", "0,0");
+        .header("heart-beat", format!("{},{}", heart_beat.0, heart_beat.1));
     if let Some((login, passcode)) = &dialect.login {
         connect = connect
             .header("login", login.clone())
             .header("passcode", passcode.clone());
     }
-    tokio::time::timeout(Duration::from_secs(5), client.handshake(connect))
+    let connected = tokio::time::timeout(Duration::from_secs(5), client.handshake(connect))
         .await
         .map_err(|_| format!("no CONNECTED from {addr} within 5 s"))?
         .map_err(|e| e.to_string())?;
-    Ok(client)
+    Ok((client, connected))
 }
 
 /// The next frame (heart-beats skipped); an ERROR frame or a closed connection is an
 /// `Err`.
-async fn next(reader: &mut StompReader) -> Result<Frame, String> {
+pub async fn next(reader: &mut StompReader) -> Result<Frame, String> {
     let f = reader.next().await.map_err(|e| e.to_string())?;
     if f.command == Command::Error {
         return Err(format!(
@@ -103,21 +174,24 @@ async fn next(reader: &mut StompReader) -> Result<Frame, String> {
     Ok(f)
 }
 
-/// SUBSCRIBE, answered by its receipt (so the consumer is attached before timing);
-/// answers the frames that came before the receipt.
-async fn subscribe(
+/// SUBSCRIBE with `ack` (`auto`, `client`, `client-individual`) and the dialect's
+/// prefetch header when `prefetch` is given, answered by its receipt (so the consumer
+/// is attached before timing); answers the frames that came before the receipt.
+pub async fn subscribe(
     client: &mut StompClient,
     dialect: &Dialect,
     id: &str,
     ack: &str,
-    prefetch: u32,
+    prefetch: Option<u32>,
 ) -> Result<Vec<Frame>, String> {
     let mut subscribe = Frame::new(Command::Subscribe)
         .header("id", id)
         .header("destination", dialect.destination.clone())
         .header("ack", ack)
-        .header(dialect.prefetch_header.clone(), prefetch.to_string())
         .header("receipt", format!("sub-{id}"));
+    if let Some(prefetch) = prefetch {
+        subscribe = subscribe.header(dialect.prefetch_header.clone(), prefetch.to_string());
+    }
     for (name, value) in &dialect.subscribe_headers {
         subscribe = subscribe.header(name.clone(), value.clone());
     }
@@ -150,13 +224,10 @@ async fn produce(
                     window.acquire().await.expect("never closed").forget();
                 }
             }
-            let mut frame = Frame::new(Command::Send)
-                .header("destination", load.dialect.destination.clone())
+            let frame = load
+                .dialect
+                .send_frame(super::tally::body(index, load.body_bytes))
                 .header("receipt", index.to_string());
-            for (name, value) in &load.dialect.send_headers {
-                frame = frame.header(name.clone(), value.clone());
-            }
-            let frame = frame.body(super::tally::body(index, load.body_bytes));
             writer.feed(frame).await.map_err(|e| e.to_string())?;
         }
         writer.flush().await.map_err(|e| e.to_string())
@@ -241,10 +312,26 @@ async fn consume(
 /// Drains what `dialect.destination` holds (a leftover of an interrupted run), acking
 /// it; returns how many messages it removed. Ends after 300 ms without a message.
 pub async fn drain(addr: SocketAddr, dialect: &Dialect) -> Result<u64, String> {
+    drain_with(addr, dialect, |_| {}).await
+}
+
+/// [`drain`], handing each message to `seen` before it is acked (to count what a
+/// queue held).
+pub async fn drain_with(
+    addr: SocketAddr,
+    dialect: &Dialect,
+    mut seen: impl FnMut(&Frame),
+) -> Result<u64, String> {
     let mut client = connect(addr, dialect).await?;
-    let mut early = subscribe(&mut client, dialect, "drain", "client-individual", 1_000)
-        .await?
-        .into_iter();
+    let mut early = subscribe(
+        &mut client,
+        dialect,
+        "drain",
+        "client-individual",
+        Some(1_000),
+    )
+    .await?
+    .into_iter();
     let mut drained = 0;
     loop {
         let f = match early.next() {
@@ -258,6 +345,7 @@ pub async fn drain(addr: SocketAddr, dialect: &Dialect) -> Result<u64, String> {
             }
         };
         if let Some(id) = f.get("ack") {
+            seen(&f);
             client
                 .send(Frame::new(Command::Ack).header("id", id))
                 .await
@@ -308,7 +396,7 @@ pub async fn run(load: Load, tally: Arc<Tally>) -> Result<LoadReport, String> {
             &load.dialect,
             &id,
             "client-individual",
-            load.prefetch,
+            Some(load.prefetch),
         )
         .await?;
         if !early.is_empty() {
@@ -362,6 +450,19 @@ pub fn spawn(
     load: Load,
     tally: Arc<Tally>,
 ) -> tokio::sync::oneshot::Receiver<Result<LoadReport, String>> {
+    on_thread(move || run(load, tally))
+}
+
+/// Runs the future `make` builds on a new thread of its own (a current-thread tokio
+/// runtime with a `LocalSet`, so it may `spawn_local`), and answers its output through
+/// the returned channel (closed if the thread panics). What [`spawn`] runs a load on;
+/// a benchmark's own client code goes the same way.
+pub fn on_thread<F, Fut, T>(make: F) -> tokio::sync::oneshot::Receiver<T>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T> + 'static,
+    T: Send + 'static,
+{
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -369,7 +470,7 @@ pub fn spawn(
             .build()
             .expect("a tokio runtime");
         let local = tokio::task::LocalSet::new();
-        let _ = tx.send(local.block_on(&runtime, run(load, tally)));
+        let _ = tx.send(local.block_on(&runtime, make()));
     });
     rx
 }

@@ -155,18 +155,25 @@ impl Tally {
 /// Waits until `tally` makes no progress for `stall`, then answers what it saw. Race it
 /// against a run: a run that ends first wins.
 pub async fn watchdog(tally: &Tally, stall: std::time::Duration) -> String {
-    let mut last = (tally.progress(), std::time::Instant::now());
+    stalled(|| tally.progress(), || tally.describe(), stall).await
+}
+
+/// [`watchdog`] over anything that counts its progress: waits until `progress` has
+/// not changed for `stall` (checked every 250 ms), then answers `no progress for N s:`
+/// and `describe`'s text.
+pub async fn stalled(
+    progress: impl Fn() -> u64,
+    describe: impl Fn() -> String,
+    stall: std::time::Duration,
+) -> String {
+    let mut last = (progress(), std::time::Instant::now());
     loop {
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        let now = tally.progress();
+        let now = progress();
         if now != last.0 {
             last = (now, std::time::Instant::now());
         } else if last.1.elapsed() >= stall {
-            return format!(
-                "no progress for {} s: {}",
-                stall.as_secs(),
-                tally.describe()
-            );
+            return format!("no progress for {} s: {}", stall.as_secs(), describe());
         }
     }
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Makes RabbitMQ on this machine speak STOMP on 127.0.0.1:61623 (not 61613, Ebb's
-# default), for the RabbitMQ rows of `cargo bench --bench queues`. Idempotent: run it as
-# often as you like; it says what it checks and what it changes.
+# default), for the RabbitMQ rows of `cargo bench --bench queues` and `--bench wire`.
+# Idempotent: run it as often as you like; it says what it checks and what it changes.
+# (The node's open-files limit is left as it is: `wire`'s 10,000 idle connections need
+# one above about 11,200, and the bench skips that row, saying so, when it is lower.)
 #
 # What it does, in order:
 #   1. checks that a RabbitMQ node answers (`rabbitmqctl status`); starts it with

@@ -1,0 +1,173 @@
+//! An Ebb broker in the bench process, on a fresh store per run, and its STOMP
+//! listener (the one `ebb serve` runs) on an ephemeral port of 127.0.0.1: what the
+//! end-to-end benchmarks measure Ebb with.
+//!
+//! SQLite runs on a temporary file (`synchronous=FULL`, the store's default) removed
+//! afterwards; PostgreSQL on a schema of its own (`ebb_bench_<tag>_<pid>_<run>`),
+//! dropped afterwards. The broker has every default, as `ebb serve` without a
+//! configuration file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ebb::transport::connection::ConnectionConfig;
+use ebb::{Broker, BrokerConfig};
+use ebb_store::{StatsSnapshot, StoreOptions};
+
+/// Which database a run's store is.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// A temporary SQLite file.
+    Sqlite,
+    /// PostgreSQL at this URL (a schema of its own per run).
+    Postgres(String),
+}
+
+impl Store {
+    /// `SQLite` or `PostgreSQL`, for tables.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Store::Sqlite => "SQLite",
+            Store::Postgres(_) => "PostgreSQL",
+        }
+    }
+}
+
+/// An Ebb broker on a fresh store, and what to remove after it.
+pub struct EbbRun {
+    pub broker: Broker,
+    schema: Option<(String, String)>,
+    file: Option<PathBuf>,
+}
+
+/// Starts a broker on a fresh `store`: the SQLite file `run-<run>.db` in `dir`, or the
+/// PostgreSQL schema `ebb_bench_<tag>_<pid>_<run>`. Panics if the broker cannot start.
+pub async fn start(store: &Store, dir: &Path, tag: &str, run: usize) -> EbbRun {
+    let (url, options, schema, file) = match store {
+        Store::Sqlite => {
+            let file = dir.join(format!("run-{run}.db"));
+            let url = format!("sqlite://{}", file.display());
+            (url, StoreOptions::default(), None, Some(file))
+        }
+        Store::Postgres(url) => {
+            let schema = format!("ebb_bench_{tag}_{}_{run}", std::process::id());
+            let options = StoreOptions {
+                schema: Some(schema.clone()),
+                ..StoreOptions::default()
+            };
+            (url.clone(), options, Some((url.clone(), schema)), None)
+        }
+    };
+    // As `ebb serve` without a configuration file: every default.
+    let config = BrokerConfig {
+        store: options,
+        ..BrokerConfig::default()
+    };
+    let broker = Broker::start(&url, config)
+        .await
+        .expect("the broker starts");
+    EbbRun {
+        broker,
+        schema,
+        file,
+    }
+}
+
+impl EbbRun {
+    /// Shuts the broker down (a warning if that fails or takes over 30 s), then removes
+    /// its store.
+    pub async fn finish(self) {
+        let stopped = tokio::time::timeout(Duration::from_secs(30), self.broker.shutdown()).await;
+        if !matches!(stopped, Ok(Ok(()))) {
+            eprintln!("warning: the broker did not shut down cleanly: {stopped:?}");
+        }
+        if let Some((url, schema)) = self.schema {
+            drop_schema(&url, &schema).await;
+        }
+        if let Some(file) = self.file {
+            for suffix in ["", "-wal", "-shm", ".lock"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+            }
+        }
+    }
+
+    /// The store's counters now (transactions committed, writes in them, rows read).
+    pub fn store_stats(&self) -> StatsSnapshot {
+        self.broker.store().stats().snapshot()
+    }
+
+    /// Starts the STOMP listener in front of the broker, with
+    /// `ConnectionConfig::default()` (as `ebb serve`), on an ephemeral port.
+    pub async fn listen(&self) -> Result<Listener, String> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| e.to_string())?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let accept = actix_rt::spawn(ebb::transport::listener::run(
+            listener,
+            self.broker.clone(),
+            ConnectionConfig::default(),
+            stop_rx,
+        ));
+        Ok(Listener { addr, stop, accept })
+    }
+}
+
+/// A running STOMP listener ([`EbbRun::listen`]).
+pub struct Listener {
+    /// Where clients connect.
+    pub addr: SocketAddr,
+    stop: tokio::sync::watch::Sender<bool>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Listener {
+    /// Stops accepting (open connections end with the broker's shutdown).
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.accept.await;
+    }
+}
+
+/// Drops a run's PostgreSQL schema (errors ignored: a bench cleans up as it can).
+pub async fn drop_schema(url: &str, schema: &str) {
+    use sqlx::Connection;
+    if let Ok(mut conn) = sqlx::PgConnection::connect(url).await {
+        let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .execute(&mut conn)
+            .await;
+    }
+}
+
+/// `Err` when PostgreSQL at `url` cannot be reached within 5 s.
+pub async fn postgres_answers(url: &str) -> Result<(), String> {
+    use sqlx::Connection;
+    let connect = sqlx::PgConnection::connect(url);
+    match tokio::time::timeout(Duration::from_secs(5), connect).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer within 5 s".into()),
+    }
+}
+
+/// The stores to measure: SQLite, and PostgreSQL when `url` is given and answers;
+/// prints a line for a PostgreSQL that is skipped, and why.
+pub async fn stores(url: Option<&str>) -> Vec<Store> {
+    let mut stores = vec![Store::Sqlite];
+    match url {
+        Some(url) => match postgres_answers(url).await {
+            Ok(()) => stores.push(Store::Postgres(url.to_string())),
+            Err(e) => println!(
+                "PostgreSQL at {} cannot be reached ({e}): its rows are skipped",
+                ebb_store::redact_url(url)
+            ),
+        },
+        None => println!("EBB_BENCH_POSTGRES_URL is not set: the PostgreSQL rows are skipped"),
+    }
+    stores
+}
