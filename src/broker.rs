@@ -238,9 +238,10 @@ impl std::future::Future for PendingSend {
 /// How deliveries are acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AckMode {
-    /// Each message is acked once the stream has yielded it: in one cumulative ack per
-    /// burst of messages (when nothing more is ready, or after a quarter of the
-    /// prefetch, at most 256), and when the subscription is dropped.
+    /// Each message is acked once the stream has yielded it: at once when it was the
+    /// last one ready; in a burst, in one cumulative ack after a quarter of the
+    /// prefetch (at most 256) or at the burst's end; and when the subscription is
+    /// dropped.
     #[default]
     Auto,
     /// The consumer acks with [`Subscription::ack`] (one message) or
@@ -457,11 +458,12 @@ impl Stream for Subscription {
     type Item = Received;
 
     /// The next message. In [`AckMode::Auto`] the messages yielded are acked in one
-    /// cumulative ack when nothing more is ready, or every quarter of the prefetch
-    /// (at most 256), and when the subscription is dropped: one ack message per burst
-    /// instead of one per message, and never more than that many yielded messages
-    /// un-acked at the broker (as ActiveMQ's `optimizeAcknowledge`, bounded by count
-    /// instead of a timeout).
+    /// cumulative ack when the one yielded is the last one ready, every quarter of the
+    /// prefetch (at most 256), and when the subscription is dropped: one ack message
+    /// per burst instead of one per message, never more than that many yielded
+    /// messages un-acked at the broker, and a consumer that keeps up acks each message
+    /// as it takes it (as ActiveMQ's `optimizeAcknowledge`, bounded by count instead of
+    /// a timeout).
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Received>> {
         let polled = self.rx.poll_recv(cx);
         if self.ack == AckMode::Auto {
@@ -469,7 +471,9 @@ impl Stream for Subscription {
                 Poll::Ready(Some(delivery)) => {
                     self.auto_ack.up_to = Some(delivery.delivery_id);
                     self.auto_ack.taken += 1;
-                    if self.auto_ack.taken >= self.auto_ack.batch {
+                    // The last one ready (a consumer that keeps up acks each at once),
+                    // or the batch is full.
+                    if self.rx.is_empty() || self.auto_ack.taken >= self.auto_ack.batch {
                         self.flush_auto_acks();
                     }
                 }

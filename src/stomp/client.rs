@@ -109,6 +109,22 @@ impl StompReader {
             Err(_) => Ok(None),
         }
     }
+
+    /// The next frame or heart-beat within `limit`: `Ok(Some(Some(frame)))`, a
+    /// heart-beat (an EOL) `Ok(Some(None))`, nothing in time `Ok(None)`. For tests of
+    /// the broker's heart-beats. Errors as [`Self::next`].
+    pub async fn next_any_within(
+        &mut self,
+        limit: Duration,
+    ) -> Result<Option<Option<Frame>>, ClientError> {
+        match tokio::time::timeout(limit, self.frames.next()).await {
+            Ok(Some(Ok(Incoming::Frame(frame)))) => Ok(Some(Some(frame))),
+            Ok(Some(Ok(Incoming::Heartbeat))) => Ok(Some(None)),
+            Ok(Some(Err(e))) => Err(e),
+            Ok(None) => Err(ClientError::Closed),
+            Err(_) => Ok(None),
+        }
+    }
 }
 
 /// The writing half of a connection.
@@ -247,6 +263,14 @@ impl StompClient {
     /// [`StompReader::next_within`].
     pub async fn next_within(&mut self, limit: Duration) -> Result<Option<Frame>, ClientError> {
         self.reader.next_within(limit).await
+    }
+
+    /// [`StompReader::next_any_within`].
+    pub async fn next_any_within(
+        &mut self,
+        limit: Duration,
+    ) -> Result<Option<Option<Frame>>, ClientError> {
+        self.reader.next_any_within(limit).await
     }
 
     /// Waits for the RECEIPT with `receipt-id:<id>`, handing every other frame that

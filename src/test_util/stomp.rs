@@ -46,15 +46,21 @@ pub async fn serve(
     security: Security,
     stall_ms: u64,
 ) -> Server {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let config = ConnectionConfig {
         limits,
         security: std::sync::Arc::new(security),
         stall_timeout_ms: stall_ms,
         ..ConnectionConfig::default()
     };
+    serve_with(broker, config).await
+}
+
+/// A STOMP server on an ephemeral port for a broker built by the test, with every
+/// connection setting the test's (heart-beats, the pipeline's window, ...).
+pub async fn serve_with(broker: crate::Broker, config: ConnectionConfig) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
     actix_rt::spawn(crate::transport::listener::run(
         listener,
         broker.clone(),

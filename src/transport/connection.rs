@@ -3,11 +3,12 @@
 //! it to the broker; it writes what the session queues (receipts, messages, errors),
 //! keeps the heart-beats and timeouts, and holds frames back for producer flow control.
 //!
-//! The loop waits on four things at once: the next frame from the client, the next
-//! delivery from any of the session's subscriptions, the wait of a SEND held for space,
-//! and a 250 ms tick for heart-beats and timeouts. Frames written in one turn are
-//! flushed together (with TCP_NODELAY set by the listener), so a receipt is never held
-//! back.
+//! The loop waits on five things at once: the next frame from the client, the next
+//! outcome of the frames in flight (in frame order), the next delivery from any of the
+//! session's subscriptions, the wait of a SEND held for space, and a timer for
+//! heart-beats and timeouts, set to whatever is due next. Frames written in one turn
+//! are flushed together (with TCP_NODELAY set by the listener), so a receipt is never
+//! held back.
 //!
 //! Any protocol error (a malformed frame, a frame over the limits, a frame before
 //! CONNECT, a second CONNECT, a bad header value, an unknown destination) is answered
@@ -161,10 +162,20 @@ impl Pipeline {
             && self.held_bytes < MAX_HELD_BYTES
     }
 
-    fn start(&mut self, step: Step) {
+    /// Puts an applied frame in flight, or, when nothing is in flight before it and
+    /// its outcome is there already (a frame done at once: SUBSCRIBE, BEGIN, a refusal,
+    /// a non-persistent SEND), finishes it now, so its RECEIPT goes out before anything
+    /// its effect causes (the MESSAGEs of a new subscription). `Err` ends the connection.
+    fn start(&mut self, session: &mut Session, mut step: Step) -> Result<(), Close> {
         self.ended |= step.last;
+        if self.in_flight.is_empty() {
+            if let Some(outcome) = (&mut step.outcome).now_or_never() {
+                return session.finish(outcome);
+            }
+        }
         self.in_flight_bytes += step.body_bytes;
         self.in_flight.push_back(step.outcome);
+        Ok(())
     }
 
     /// The next outcome, in frame order, if one is ready now.
@@ -206,9 +217,35 @@ pub async fn serve_connection<S>(
     // (bytes of an unfinished frame, since when that count has not changed)
     let mut partial = (0usize, Instant::now());
     let stall = Duration::from_millis(config.stall_timeout_ms);
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let timer = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(timer);
     let mut pipe = Pipeline::new(&config);
     let close = loop {
+        // The timers wake the connection only when something is due: the next
+        // heart-beat to send (exactly one interval after the last write, HB-10), the
+        // latest the client's may come, the stall checks. An idle connection costs a
+        // few wake-ups per heart-beat interval, not one per 250 ms.
+        let due = {
+            let (send_every, expect_every) = session.heartbeat();
+            let slack = Duration::from_millis(1);
+            let mut due = Instant::now() + Duration::from_secs(3_600);
+            if !session.connected() {
+                due = due.min(opened + stall + slack);
+            }
+            // Bytes of a frame arrive without a turn of this loop: the buffer is looked
+            // at every quarter of the stall timeout (a frame that stalls is found
+            // between 1 and 1.5 timeouts after its last byte).
+            due = due.min(Instant::now() + stall / 4);
+            if expect_every > 0 {
+                due = due
+                    .min(last_read + Duration::from_millis(expect_every.saturating_mul(2)) + slack);
+            }
+            if send_every > 0 {
+                due = due.min(last_write + Duration::from_millis(send_every));
+            }
+            due
+        };
+        timer.as_mut().reset(due.into());
         let turn = tokio::select! {
             incoming = reader.next(), if pipe.reading() => {
                 let turn = match incoming {
@@ -216,12 +253,11 @@ pub async fn serve_connection<S>(
                     Some(Ok(Incoming::Heartbeat)) => Ok(()),
                     Some(Ok(Incoming::Frame(frame))) => {
                         let request = Request::parse(&frame, session.version());
-                        take(&mut session, request, &mut pipe).await;
-                        Ok(())
+                        take(&mut session, request, &mut pipe).await
                     }
                     Some(Err(e)) => {
-                        pipe.start(session.malformed(Refusal(e.0), e.1));
-                        Ok(())
+                        let step = session.malformed(Refusal(e.0), e.1);
+                        pipe.start(&mut session, step)
                     }
                 };
                 // Time the broker spent on the frame is not the client's stall.
@@ -231,16 +267,22 @@ pub async fn serve_connection<S>(
             }
             waited = async { pipe.wait.as_mut().expect("guarded").await }, if pipe.wait.is_some() => {
                 pipe.wait = None;
-                if let Err(e) = waited {
-                    // The SEND that waited is refused in its place.
-                    let request = pipe.unhold().expect("a SEND waited");
-                    pipe.start(session.refused(request, Refusal(e.to_string())));
-                }
-                pump(&mut session, &mut pipe).await;
+                let turn = match waited {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        // The SEND that waited is refused in its place.
+                        let request = pipe.unhold().expect("a SEND waited");
+                        let step = session.refused(request, Refusal(e.to_string()));
+                        pipe.start(&mut session, step)
+                    }
+                };
                 // While frames were held the broker did not read: no stall of the client's.
                 partial = (reader.read_buffer().len(), Instant::now());
                 last_read = Instant::now();
-                Ok(())
+                match turn {
+                    Ok(()) => pump(&mut session, &mut pipe).await,
+                    closed => closed,
+                }
             }
             Some(outcome) = pipe.in_flight.next(), if !pipe.in_flight.is_empty() => {
                 pipe.in_flight_bytes -= outcome.body_bytes;
@@ -250,10 +292,10 @@ pub async fn serve_connection<S>(
                     let Some(outcome) = pipe.ready() else { break };
                     turn = session.finish(outcome);
                 }
-                if turn.is_ok() {
-                    pump(&mut session, &mut pipe).await;
+                match turn {
+                    Ok(()) => pump(&mut session, &mut pipe).await,
+                    closed => closed,
                 }
-                turn
             }
             Some((sub, message)) = session.next_delivery(), if session.connected() => {
                 session.deliver(sub, message);
@@ -264,7 +306,7 @@ pub async fn serve_connection<S>(
                 }
                 Ok(())
             }
-            _ = tick.tick() => {
+            _ = &mut timer => {
                 let (send_every, expect_every) = session.heartbeat();
                 if !pipe.reading() {
                     // The broker stopped reading (flow control, the pipeline's window):
@@ -338,38 +380,39 @@ pub async fn serve_connection<S>(
 /// A request from the client: applied now, or held until the frames ahead of it go
 /// (see [`pump`]). A plain ACK or NACK goes ahead of frames held behind a SEND that
 /// waits for space, since it frees space; one inside a transaction keeps its place.
-async fn take(session: &mut Session, request: Request, pipe: &mut Pipeline) {
+async fn take(session: &mut Session, request: Request, pipe: &mut Pipeline) -> Result<(), Close> {
     if pipe.wait.is_some() && request.frees_space() {
         let step = session.apply(request).await;
-        pipe.start(step);
-        return;
+        return pipe.start(session, step);
     }
     pipe.hold_back(request);
-    pump(session, pipe).await;
+    pump(session, pipe).await
 }
 
 /// Applies held requests in order while it may: not after a frame that ended the
 /// connection, not while a SEND waits for space, not past the window of frames in
 /// flight, and a request that waits for the frames before it
-/// ([`Request::waits_for_earlier`]) only once none is in flight.
-async fn pump(session: &mut Session, pipe: &mut Pipeline) {
+/// ([`Request::waits_for_earlier`]) only once none is in flight. `Err` ends the
+/// connection (a frame finished at once was refused, or was DISCONNECT).
+async fn pump(session: &mut Session, pipe: &mut Pipeline) -> Result<(), Close> {
     while !pipe.ended && pipe.wait.is_none() && pipe.has_room() {
         let Some(request) = pipe.unhold() else {
-            return;
+            break;
         };
         if request.waits_for_earlier() && !pipe.in_flight.is_empty() {
             pipe.hold_front(request);
-            return;
+            break;
         }
         let step = match session.flow(&request) {
             Flow::Go => session.apply(request).await,
             Flow::Wait(wait) => {
                 pipe.wait = Some(wait);
                 pipe.hold_front(request);
-                return;
+                break;
             }
             Flow::Refused(refusal) => session.refused(request, refusal),
         };
-        pipe.start(step);
+        pipe.start(session, step)?;
     }
+    Ok(())
 }

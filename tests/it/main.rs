@@ -8,6 +8,7 @@ mod durable_subscriptions;
 mod expiry_never_acks_live;
 mod expiry_pages;
 mod graceful_shutdown;
+mod heartbeats;
 mod housekeeping_fairness;
 mod layering;
 mod pipelining;
