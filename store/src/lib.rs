@@ -27,13 +27,22 @@
 //! [`MessageStore::read_expired`] then [`WriteOp::DeadLetter`] for a dead-letter queue).
 //! [`MessageStore::stored_bytes`] is the store usage every write keeps exact.
 //!
-//! Two promises hold on both backends, and the conformance suite (`tests/`) checks them:
+//! Three promises hold on both backends, and the conformance suite (`tests/`) checks them:
 //! 1. **Every read is bounded in SQL.** No statement returns a number of rows that grows
 //!    with the backlog; [`ReadStats`] counts the message rows really fetched.
 //! 2. **A high-water mark never passes an un-acked message, and never moves back.**
 //!    Expiry returns only the run of expired messages directly after a subscription's
 //!    mark ([`MessageStore::recover_expired`]), the fix for ActiveMQ's JDBC store, where
 //!    acking an expired message moved `LAST_ACKED_ID` past live ones.
+//! 3. **The reads a drain runs per page are index ranges whatever the statistics.**
+//!    `read_pending`, `browse`, `read_expired` and the writes' mark advance, cleanup
+//!    and queue expiry are each a range of one index in the order it gives, with no
+//!    sub-select in the range, written so that no other index and no sort can serve
+//!    them (the index's order, by a row comparison on its columns where needed, on
+//!    PostgreSQL, whose transactions also price sorts and sequential scans out;
+//!    `INDEXED BY` on SQLite): a table with
+//!    no statistics (autovacuum off, or bulk-loaded before autoanalyze) or stale ones
+//!    gets the same plan ([`statements`] has the notes and the figures).
 
 pub mod encoding;
 mod error;
@@ -174,9 +183,24 @@ pub trait MessageStore: Send + Sync + 'static {
     ) -> Result<Vec<DurableSubscription>>;
 
     /// Up to `limit` messages a durable subscription has not acked, with `id > after_id`,
-    /// in id order: above its mark (per priority), not acked individually, not in a
-    /// prepared transaction. With `priority`, only messages of that priority. An online
-    /// subscription pages its backlog with this, `after_id` being its cursor.
+    /// in id order: above its mark (with per-priority marks, the mark of the message's
+    /// priority), not acked individually (under that mark), not in a prepared
+    /// transaction. With `priority`, only messages of that priority. Fewer than `limit`
+    /// only when no more is pending; none for a subscription that does not exist. An
+    /// online subscription pages its backlog with this, `after_id` being its cursor.
+    ///
+    /// Cost, whatever the table's statistics: in one read transaction (one snapshot),
+    /// the subscription's marks (at most 11 rows of its primary key), then one index
+    /// range after `max(after_id, mark)`: `(container, id)`, or `(container, priority,
+    /// id)` for one priority, or ten of those merged by id for every priority with
+    /// per-priority marks. The range stops at the `limit`-th pending message, so a page
+    /// examines `limit + S` index entries (`+ 10` merged), where `S` counts the
+    /// messages in the page's id span that are prepared or acked individually: each
+    /// costs one primary-key probe of the individual acks and no body read, and a
+    /// caller paging with its cursor passes each of them once per drain. At most
+    /// `limit` bodies are fetched ([`ReadStats`]). `S` has no cap of its own: a page cut
+    /// short after a fixed number of skipped rows would look like the end of the
+    /// backlog to the caller (a durable cursor turns live on a short read).
     async fn read_pending(
         &self,
         container: &str,

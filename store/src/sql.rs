@@ -74,6 +74,64 @@ pub(crate) fn mark_row(prioritized: bool, priority: u8) -> i32 {
     }
 }
 
+/// Which statement a `read_pending` runs, with its lower bounds: read from the
+/// subscription's mark rows first, in the same read transaction, so the message read is
+/// plain index ranges with no sub-select in their bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PendingRead {
+    /// No such subscription: nothing is pending, no message row is read.
+    Nothing,
+    /// `read_pending`: one mark for every priority; ids after `bound`.
+    All { bound: i64 },
+    /// `read_pending_priority`: messages of `priority` after `bound`, individual acks
+    /// of mark row `row` (-1 with one mark for every priority).
+    Priority { priority: u8, bound: i64, row: i32 },
+    /// `read_pending_merged`: per-priority marks; priority `k` after `bounds[k]`.
+    Merged { bounds: [i64; 10] },
+}
+
+/// The read `read_pending(after_id, priority)` needs for a subscription with
+/// `(mark row, mark)` rows `marks`: each lower bound is `max(after_id, the mark that
+/// covers the priority)`. A priority without a mark row (none with per-priority marks
+/// has one outside 0..=9) gets `i64::MAX`: nothing, as before, when its mark sub-select
+/// found no row.
+pub(crate) fn pending_read(
+    marks: &[(i32, i64)],
+    after_id: i64,
+    priority: Option<u8>,
+) -> PendingRead {
+    if marks.is_empty() {
+        return PendingRead::Nothing;
+    }
+    if let Some(&(_, mark)) = marks.iter().find(|(row, _)| *row < 0) {
+        let bound = mark.max(after_id);
+        return match priority {
+            None => PendingRead::All { bound },
+            Some(priority) => PendingRead::Priority {
+                priority,
+                bound,
+                row: -1,
+            },
+        };
+    }
+    let bound = |p: u8| {
+        marks
+            .iter()
+            .find(|(row, _)| *row == i32::from(p))
+            .map_or(i64::MAX, |&(_, mark)| mark.max(after_id))
+    };
+    match priority {
+        Some(priority) => PendingRead::Priority {
+            priority,
+            bound: bound(priority),
+            row: i32::from(priority),
+        },
+        None => PendingRead::Merged {
+            bounds: std::array::from_fn(|k| bound(k as u8)),
+        },
+    }
+}
+
 /// Builds a subscription from its `(priority, mark, selector)` rows.
 pub(crate) fn subscription_of(
     container: String,
@@ -191,21 +249,41 @@ pub(crate) fn assign(
     }
 }
 
+/// How a backend opens its transactions: the `BEGIN` texts, and the planner settings
+/// that make PostgreSQL plan each message read as its index range (see the notes in
+/// [`crate::statements`]). Each text is sent as one simple query (one round trip).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Transactions {
+    /// Starts a migration: a plain write transaction, planner settings untouched.
+    pub migration: &'static str,
+    /// Starts a write transaction ([`crate::MessageStore::write`]).
+    pub write: &'static str,
+    /// Starts a read transaction: the statements of one read see one snapshot.
+    pub read: &'static str,
+    /// Gives the planner its usual settings back for the rest of the transaction, for a
+    /// statement no index orders; empty when the backend changes none.
+    pub usual_plans: &'static str,
+    /// Sets the index-plan settings again after [`Self::usual_plans`]; empty when the
+    /// backend has none.
+    pub index_plans: &'static str,
+}
+
 /// Implements [`crate::MessageStore`] for `$store`, whose fields are `pool:
 /// sqlx::Pool<$db>`, `sql: Statements`, `stats: ReadStats`, `last_id: AtomicI64`,
-/// `stored_bytes: AtomicI64`, and whose transactions start with `$begin`.
+/// `stored_bytes: AtomicI64`, and whose transactions are opened as `$tx`
+/// ([`Transactions`]) says.
 ///
 /// Every op that adds or deletes message rows adds the change of stored `msg` bytes to
 /// a `bytes: &mut i64` of its transaction; [`crate::MessageStore::write`] applies it to
 /// `stored_bytes` after the commit, so a failed transaction changes nothing.
 macro_rules! impl_sql_store {
-    ($store:ty, $db:ty, $backend:expr, $begin:expr, $migrations:expr) => {
+    ($store:ty, $db:ty, $backend:expr, $tx:expr, $migrations:expr) => {
         impl $store {
             /// Applies the embedded migrations newer than the stored schema version.
             async fn migrate(pool: &sqlx::Pool<$db>, prefix: &str) -> $crate::Result<()> {
                 use $crate::migrate::*;
                 let mut tx = pool
-                    .begin_with($begin)
+                    .begin_with($tx.migration)
                     .await
                     .map_err($crate::error::db("migration begin"))?;
                 sqlx::raw_sql(&version_table(prefix))
@@ -254,7 +332,7 @@ macro_rules! impl_sql_store {
                 lock_target: String,
             ) -> $crate::Result<Self> {
                 Self::migrate(&pool, &options.table_prefix).await?;
-                let sql = $crate::statements::Statements::new(&options.table_prefix);
+                let sql = $crate::statements::Statements::new(&options.table_prefix, $backend);
                 let last_id = Self::seed_last_id(&pool, &sql).await?;
                 let stored_bytes: i64 = sqlx::query_scalar(&sql.stored_bytes)
                     .fetch_one(&pool)
@@ -291,6 +369,34 @@ macro_rules! impl_sql_store {
                     .bind(&key.client_id)
                     .bind(&key.subscription_name)
                     .bind(row)
+            }
+
+            /// Runs planner settings (`$tx.usual_plans` or `$tx.index_plans`, one simple
+            /// query) on `conn`, inside its transaction; nothing when `text` is empty.
+            async fn plans(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                text: &str,
+            ) -> $crate::Result<()> {
+                if !text.is_empty() {
+                    // A `&str` without arguments goes as one simple query.
+                    sqlx::Executor::execute(&mut *conn, text)
+                        .await
+                        .map_err($crate::error::db("planner settings"))?;
+                }
+                Ok(())
+            }
+
+            /// A read transaction (`$tx.read`): one snapshot, and on PostgreSQL the
+            /// index-plan settings, for the reads of the message table a drain runs per
+            /// page. Read-only; ended with `commit`.
+            async fn begin_read(
+                &self,
+                op: &'static str,
+            ) -> $crate::Result<sqlx::Transaction<'_, $db>> {
+                self.pool
+                    .begin_with($tx.read)
+                    .await
+                    .map_err($crate::error::db(op))
             }
 
             /// The highest id in messages and marks: where the id sequence resumes
@@ -691,6 +797,12 @@ macro_rules! impl_sql_store {
                 conn: &mut <$db as sqlx::Database>::Connection,
                 xid: &str,
             ) -> $crate::Result<Vec<(i64, i64)>> {
+                // `xid = $1 ORDER BY id`: no index has that order on PostgreSQL (the xid
+                // index is on `xid` alone), so under the index-plan settings the planner
+                // would walk the primary key of the whole table to avoid the sort. With its
+                // usual settings it reads the transaction's rows by the xid index and sorts
+                // them.
+                Self::plans(&mut *conn, $tx.usual_plans).await?;
                 let mut renumbered = Vec::new();
                 loop {
                     let ids: Vec<i64> = sqlx::query_scalar(&self.sql.prepared_ids)
@@ -713,6 +825,7 @@ macro_rules! impl_sql_store {
                         renumbered.push((old, new));
                     }
                 }
+                Self::plans(&mut *conn, $tx.index_plans).await?;
                 Ok(renumbered)
             }
 
@@ -934,7 +1047,7 @@ macro_rules! impl_sql_store {
                 let count = ops.len() as u64;
                 let mut tx = self
                     .pool
-                    .begin_with($begin)
+                    .begin_with($tx.write)
                     .await
                     .map_err($crate::error::db("begin"))?;
                 let mut outcomes = Vec::with_capacity(ops.len());
@@ -1040,20 +1153,60 @@ macro_rules! impl_sql_store {
                 priority: Option<u8>,
                 limit: u32,
             ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
-                let query = sqlx::query_as(&self.sql.read_pending[usize::from(priority.is_some())])
-                    .bind(container)
-                    .bind(after_id)
-                    .bind(&key.client_id)
-                    .bind(&key.subscription_name)
-                    .bind(i64::from(limit));
-                let query = match priority {
-                    Some(p) => query.bind(i32::from(p)),
-                    None => query,
+                use $crate::sql::PendingRead;
+                const OP: &str = "read pending";
+                let mut tx = self.begin_read(OP).await?;
+                let marks: Vec<(i32, i64)> = self
+                    .subscription_rows(&mut *tx, container, key)
+                    .await?
+                    .into_iter()
+                    .map(|(row, mark, _)| (row, mark))
+                    .collect();
+                let limit = i64::from(limit);
+                let read = $crate::sql::pending_read(&marks, after_id, priority);
+                let rows: Vec<$crate::sql::MessageRow> = match read {
+                    PendingRead::Nothing => Vec::new(),
+                    PendingRead::All { bound } => {
+                        sqlx::query_as(&self.sql.read_pending)
+                            .bind(container)
+                            .bind(bound)
+                            .bind(&key.client_id)
+                            .bind(&key.subscription_name)
+                            .bind(limit)
+                            .fetch_all(&mut *tx)
+                            .await
+                            .map_err($crate::error::db(OP))?
+                    }
+                    PendingRead::Priority {
+                        priority,
+                        bound,
+                        row,
+                    } => {
+                        sqlx::query_as(&self.sql.read_pending_priority)
+                            .bind(container)
+                            .bind(bound)
+                            .bind(&key.client_id)
+                            .bind(&key.subscription_name)
+                            .bind(limit)
+                            .bind(i32::from(priority))
+                            .bind(row)
+                            .fetch_all(&mut *tx)
+                            .await
+                            .map_err($crate::error::db(OP))?
+                    }
+                    PendingRead::Merged { bounds } => {
+                        let mut query = sqlx::query_as(&self.sql.read_pending_merged)
+                            .bind(container)
+                            .bind(&key.client_id)
+                            .bind(&key.subscription_name)
+                            .bind(limit);
+                        for bound in bounds {
+                            query = query.bind(bound);
+                        }
+                        query.fetch_all(&mut *tx).await.map_err($crate::error::db(OP))?
+                    }
                 };
-                let rows: Vec<$crate::sql::MessageRow> = query
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err($crate::error::db("read pending"))?;
+                tx.commit().await.map_err($crate::error::db(OP))?;
                 $crate::sql::decode_messages(container, rows, &self.stats)
             }
 
@@ -1063,13 +1216,15 @@ macro_rules! impl_sql_store {
                 after_id: i64,
                 limit: u32,
             ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
+                let mut tx = self.begin_read("browse").await?;
                 let rows: Vec<$crate::sql::MessageRow> = sqlx::query_as(&self.sql.browse)
                     .bind(container)
                     .bind(after_id)
                     .bind(i64::from(limit))
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *tx)
                     .await
                     .map_err($crate::error::db("browse"))?;
+                tx.commit().await.map_err($crate::error::db("browse"))?;
                 $crate::sql::decode_messages(container, rows, &self.stats)
             }
 
@@ -1125,13 +1280,15 @@ macro_rules! impl_sql_store {
                 now_ms: i64,
                 limit: u32,
             ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
+                let mut tx = self.begin_read("read expired").await?;
                 let rows: Vec<$crate::sql::MessageRow> = sqlx::query_as(&self.sql.read_expired)
                     .bind(container)
                     .bind(now_ms)
                     .bind(i64::from(limit))
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *tx)
                     .await
                     .map_err($crate::error::db("read expired"))?;
+                tx.commit().await.map_err($crate::error::db("read expired"))?;
                 $crate::sql::decode_messages(container, rows, &self.stats)
             }
 
@@ -1185,7 +1342,62 @@ pub(crate) use impl_sql_store;
 
 #[cfg(test)]
 mod tests {
-    use super::{like_prefix, padded};
+    use super::{like_prefix, padded, pending_read, PendingRead};
+
+    #[test]
+    fn pending_reads_start_after_the_mark_of_each_priority() {
+        use PendingRead::*;
+        assert_eq!(pending_read(&[], 5, None), Nothing);
+        assert_eq!(pending_read(&[], 5, Some(3)), Nothing);
+        // One mark: the cursor below it, then above it.
+        assert_eq!(pending_read(&[(-1, 10)], 5, None), All { bound: 10 });
+        assert_eq!(pending_read(&[(-1, 10)], 15, None), All { bound: 15 });
+        assert_eq!(
+            pending_read(&[(-1, 10)], 5, Some(7)),
+            Priority {
+                priority: 7,
+                bound: 10,
+                row: -1
+            }
+        );
+        // Per-priority marks 0, 100, ..., 900.
+        let marks: Vec<(i32, i64)> = (0..10).map(|p| (p, 100 * i64::from(p))).collect();
+        assert_eq!(
+            pending_read(&marks, 250, Some(4)),
+            Priority {
+                priority: 4,
+                bound: 400,
+                row: 4
+            }
+        );
+        assert_eq!(
+            pending_read(&marks, 250, Some(1)),
+            Priority {
+                priority: 1,
+                bound: 250,
+                row: 1
+            }
+        );
+        assert_eq!(
+            pending_read(&marks, 250, None),
+            Merged {
+                bounds: [250, 250, 250, 300, 400, 500, 600, 700, 800, 900]
+            }
+        );
+        // A priority without a mark row has nothing pending.
+        assert_eq!(
+            pending_read(&marks[..9], 0, Some(9)),
+            Priority {
+                priority: 9,
+                bound: i64::MAX,
+                row: 9
+            }
+        );
+        let PendingRead::Merged { bounds } = pending_read(&marks[..9], 0, None) else {
+            panic!("per-priority marks read merged")
+        };
+        assert_eq!((bounds[8], bounds[9]), (800, i64::MAX));
+    }
 
     #[test]
     fn like_prefixes_are_taken_literally() {

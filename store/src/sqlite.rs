@@ -123,10 +123,22 @@ impl SqliteStore {
     }
 }
 
+/// How the store opens its transactions on SQLite: writes take the write lock at once
+/// (`IMMEDIATE`); a read is deferred, and its snapshot starts with its first statement
+/// and lasts until it ends (WAL). No planner settings: the hot statements name their
+/// index (`INDEXED BY`, see [`crate::statements`]).
+pub(crate) const TRANSACTIONS: crate::sql::Transactions = crate::sql::Transactions {
+    migration: "BEGIN IMMEDIATE",
+    write: "BEGIN IMMEDIATE",
+    read: "BEGIN",
+    usual_plans: "",
+    index_plans: "",
+};
+
 crate::sql::impl_sql_store!(
     SqliteStore,
     sqlx::Sqlite,
     Backend::Sqlite,
-    "BEGIN IMMEDIATE",
+    TRANSACTIONS,
     crate::migrate::SQLITE
 );

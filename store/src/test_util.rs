@@ -397,3 +397,93 @@ impl DatabaseProxy {
         self.up.store(true, Ordering::SeqCst);
     }
 }
+
+/// The text of one of the store's statements on `backend`, with the default `ebb_`
+/// prefix, for tests that check plans: `read_pending`, `read_pending_priority`,
+/// `read_pending_merged`, `browse`, `read_expired`, `advance_window`,
+/// `advance_window_priority`, `cleanup`, `cleanup_priority`, `expire_queue`. The binds
+/// of each are documented on its field in `statements.rs`. Panics on another name.
+pub fn statement(backend: crate::Backend, name: &str) -> String {
+    let s = crate::statements::Statements::new("ebb_", backend);
+    match name {
+        "read_pending" => s.read_pending,
+        "read_pending_priority" => s.read_pending_priority,
+        "read_pending_merged" => s.read_pending_merged,
+        "browse" => s.browse,
+        "read_expired" => s.read_expired,
+        "advance_window" => s.advance_window[0].clone(),
+        "advance_window_priority" => s.advance_window[1].clone(),
+        "cleanup" => s.cleanup[0].clone(),
+        "cleanup_priority" => s.cleanup[1].clone(),
+        "expire_queue" => s.expire_queue,
+        other => panic!("no statement {other} for plan tests"),
+    }
+}
+
+/// The text that opens a read (`write == false`) or write transaction of the store on
+/// `backend`, planner settings included: a plan test runs `EXPLAIN` after it, so it sees
+/// the plan the store gets.
+pub fn transaction_begin(backend: crate::Backend, write: bool) -> &'static str {
+    let tx = match backend {
+        crate::Backend::Sqlite => crate::sqlite::TRANSACTIONS,
+        crate::Backend::Postgres => crate::postgres::TRANSACTIONS,
+    };
+    if write {
+        tx.write
+    } else {
+        tx.read
+    }
+}
+
+/// The one-statement `read_pending` the store ran before issue 11: the mark as a
+/// sub-select correlated on each row's priority, and individual acks matched on the
+/// subscription and id alone. The conformance suite compares the bounded reads with it.
+/// Binds: `$1` container, `$2` after id, `$3` client id, `$4` subscription name, `$5`
+/// limit, and with `priority` `$6` the priority (INTEGER).
+pub fn reference_read_pending(priority: bool) -> String {
+    let prio = if priority { "AND m.priority = $6" } else { "" };
+    format!(
+        "SELECT m.id FROM ebb_msgs m \
+         WHERE m.container = $1 AND m.id > $2 AND m.xid IS NULL {prio} \
+           AND m.id > (SELECT a.last_acked_id FROM ebb_acks a \
+                       WHERE a.container = $1 AND a.client_id = $3 AND a.sub_name = $4 \
+                         AND (a.priority < 0 OR a.priority = m.priority)) \
+           AND NOT EXISTS (SELECT 1 FROM ebb_indacks i \
+                           WHERE i.container = $1 AND i.client_id = $3 AND i.sub_name = $4 \
+                             AND i.msg_id = m.id) \
+         ORDER BY m.id LIMIT $5"
+    )
+}
+
+impl Raw {
+    /// Ids `reference_read_pending` returns (the old statement, run on this connection).
+    pub async fn reference_pending(
+        &mut self,
+        container: &str,
+        key: &crate::SubscriptionKey,
+        after_id: i64,
+        priority: Option<u8>,
+        limit: u32,
+    ) -> Vec<i64> {
+        let sql = reference_read_pending(priority.is_some());
+        macro_rules! run {
+            ($conn:expr) => {{
+                let query = sqlx::query_scalar(&sql)
+                    .bind(container)
+                    .bind(after_id)
+                    .bind(&key.client_id)
+                    .bind(&key.subscription_name)
+                    .bind(i64::from(limit));
+                let query = match priority {
+                    Some(p) => query.bind(i32::from(p)),
+                    None => query,
+                };
+                query.fetch_all($conn).await.unwrap()
+            }};
+        }
+        match self {
+            Raw::Sqlite(c) => run!(c),
+            Raw::Postgres(c) => run!(c),
+        }
+    }
+}
