@@ -73,7 +73,7 @@ async fn preload(url: &str, options: &StoreOptions, count: u64) {
                 payload: Arc::new(Payload {
                     timestamp_ms: 0,
                     headers: vec![],
-                    body: vec![b'x'; 256],
+                    body: vec![b'x'; 256].into(),
                 }),
             })
             .collect();

@@ -72,7 +72,7 @@ fn message(container: &str, i: u64, expiration: i64) -> NewMessage {
         payload: Arc::new(Payload {
             timestamp_ms: 0,
             headers: vec![],
-            body: vec![b'x'; 256],
+            body: vec![b'x'; 256].into(),
         }),
     }
 }

@@ -140,7 +140,9 @@ pub enum Expiration {
 /// A message to send.
 #[derive(Debug, Clone)]
 pub struct Message {
-    pub body: Vec<u8>,
+    /// The body, any bytes: a shared buffer, never copied on its way to the store and
+    /// to subscribers.
+    pub body: bytes::Bytes,
     /// User headers, in order.
     pub headers: Vec<(String, String)>,
     /// Stored so that durable subscriptions get it after a restart (default true, as
@@ -153,7 +155,7 @@ pub struct Message {
 
 impl Message {
     /// A persistent message with priority 4 that never expires.
-    pub fn new(body: impl Into<Vec<u8>>) -> Self {
+    pub fn new(body: impl Into<bytes::Bytes>) -> Self {
         Self {
             body: body.into(),
             headers: Vec::new(),
@@ -295,6 +297,11 @@ pub struct Received {
 impl Received {
     pub fn body(&self) -> &[u8] {
         &self.delivery.message.payload.body
+    }
+
+    /// The body as the shared buffer the broker holds (no bytes copied).
+    pub fn shared_body(&self) -> bytes::Bytes {
+        self.delivery.message.payload.body.clone()
     }
 
     pub fn headers(&self) -> &[(String, String)] {
@@ -505,7 +512,7 @@ pub struct BrowsedMessage {
     /// Epoch ms; 0 = never.
     pub expiration: i64,
     pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    pub body: bytes::Bytes,
 }
 
 /// Most rows one browse call returns.

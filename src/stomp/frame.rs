@@ -110,7 +110,8 @@ impl Command {
 pub struct Frame {
     pub command: Command,
     pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    /// The body: a shared buffer (cloning a frame or its body copies no bytes).
+    pub body: bytes::Bytes,
 }
 
 impl Frame {
@@ -118,7 +119,7 @@ impl Frame {
         Self {
             command,
             headers: Vec::new(),
-            body: Vec::new(),
+            body: bytes::Bytes::new(),
         }
     }
 
@@ -127,7 +128,7 @@ impl Frame {
         self
     }
 
-    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
+    pub fn body(mut self, body: impl Into<bytes::Bytes>) -> Self {
         self.body = body.into();
         self
     }

@@ -459,7 +459,7 @@ mod tests {
                 ("shape", "round"),
             ],
         );
-        f.body = b"abc".to_vec();
+        f.body = b"abc".to_vec().into();
         let request = Request::parse(&f, Version::V1_2);
         assert_eq!(request.kind, frame::Command::Send);
         assert_eq!(request.receipt.as_deref(), Some("r1"));
@@ -475,7 +475,7 @@ mod tests {
         };
         assert_eq!(destination, DestinationKey::queue("jobs").unwrap());
         assert_eq!(transaction.as_deref(), Some("t1"));
-        assert_eq!(message.body, b"abc");
+        assert_eq!(message.body, &b"abc"[..]);
         assert!(message.persistent);
         assert_eq!(message.priority, 7);
         assert_eq!(message.expiration, Expiration::At(1_700_000_000_000));

@@ -626,7 +626,7 @@ impl Session {
         for (name, value) in message.headers() {
             frame = frame.header(name.clone(), value.clone());
         }
-        frame = frame.body(message.body().to_vec());
+        frame = frame.body(message.shared_body());
         if sub.mode != StompAck::Auto {
             self.pending.insert(
                 ack_id,

@@ -46,9 +46,37 @@ mod tests {
                 ("k:ey".into(), "line1\nline2".into()),
                 ("k:ey".into(), "2".into()),
             ],
-            body: vec![0x61, 0, 0x62, 0, 0, 0x63, 0x0a],
+            body: vec![0x61, 0, 0x62, 0, 0, 0x63, 0x0a].into(),
         };
         assert_eq!(decode(&encode(&p)).unwrap(), p);
+    }
+
+    /// Rows written while the body was a `Vec<u8>` (before it became a shared
+    /// `Bytes`) read back the same, and new rows are byte for byte what they were: both
+    /// are a length, then the raw bytes, in postcard.
+    #[test]
+    fn the_body_as_bytes_keeps_the_stored_format() {
+        #[derive(serde::Serialize)]
+        struct VecPayload {
+            timestamp_ms: i64,
+            headers: Vec<(String, String)>,
+            body: Vec<u8>,
+        }
+        let body = vec![0u8, 1, 2, 0xff, 0, 7];
+        let old = VecPayload {
+            timestamp_ms: 42,
+            headers: vec![("a".into(), "b".into())],
+            body: body.clone(),
+        };
+        let mut stored = vec![FORMAT_POSTCARD_V1];
+        postcard::to_io(&old, &mut stored).unwrap();
+        let new = Payload {
+            timestamp_ms: 42,
+            headers: vec![("a".into(), "b".into())],
+            body: body.clone().into(),
+        };
+        assert_eq!(encode(&new), stored);
+        assert_eq!(decode(&stored).unwrap(), new);
     }
 
     #[test]

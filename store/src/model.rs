@@ -17,8 +17,9 @@ pub struct Payload {
     pub timestamp_ms: i64,
     /// User headers in the order the producer sent them (names may repeat).
     pub headers: Vec<(String, String)>,
-    /// The body, any bytes (NUL included).
-    pub body: Vec<u8>,
+    /// The body, any bytes (NUL included): one shared buffer (cloning it copies no
+    /// bytes), from the STOMP codec to the store and to every subscriber.
+    pub body: bytes::Bytes,
 }
 
 /// A message to add to the store.

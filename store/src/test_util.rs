@@ -197,7 +197,7 @@ pub fn message_p(container: &str, body: &str, expiration: i64, priority: u8) -> 
         payload: Arc::new(Payload {
             timestamp_ms: now_ms(),
             headers: vec![("body".into(), body.into())],
-            body: body.as_bytes().to_vec(),
+            body: body.as_bytes().to_vec().into(),
         }),
     }
 }

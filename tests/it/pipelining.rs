@@ -72,7 +72,7 @@ async fn order_per_producer_and_receipts_in_frame_order(t: TestStore) {
             panic!("no MESSAGE within 3 s after {next:?} of each producer's");
         };
         assert_eq!(f.command, Command::Message, "{f:?}");
-        let body = String::from_utf8(f.body).unwrap();
+        let body = String::from_utf8(f.body.to_vec()).unwrap();
         let (p, n) = body.split_once(':').unwrap();
         let (p, n): (usize, usize) = (p.parse().unwrap(), n.parse().unwrap());
         assert_eq!(n, next[p], "producer {p}'s messages in the order sent");
@@ -270,7 +270,10 @@ async fn a_store_failure_mid_window_errors_in_place_and_loses_nothing_receipted(
         let page = broker.browse("queue://cut", after, 1_000).await.unwrap();
         let Some(last) = page.last() else { break };
         after = last.store_id;
-        stored.extend(page.into_iter().map(|m| String::from_utf8(m.body).unwrap()));
+        stored.extend(
+            page.into_iter()
+                .map(|m| String::from_utf8(m.body.to_vec()).unwrap()),
+        );
     }
     for n in 0..receipted {
         assert!(

@@ -57,7 +57,7 @@ fn frame_strategy() -> impl Strategy<Value = Frame> {
                 .into_iter()
                 .filter(|(n, _)| n != "content-length")
                 .collect(),
-            body,
+            body: body.into(),
         })
 }
 

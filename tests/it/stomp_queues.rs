@@ -64,7 +64,7 @@ async fn tx_01_transactional_acks_commit_and_abort(t: TestStore) {
     c.write(b"SUBSCRIBE\nid:1\ndestination:/queue/TX\nack:client-individual\nactivemq.prefetchSize:4\n\n\0")
         .await;
     let m = messages(&mut c, 4).await;
-    let bodies: Vec<&[u8]> = m.iter().map(|f| f.body.as_slice()).collect();
+    let bodies: Vec<&[u8]> = m.iter().map(|f| &f.body[..]).collect();
     assert_eq!(bodies, [b"M1", b"M2", b"M3", b"M4"]);
 
     // Step 3: out-of-order acks in tx1, committed.
@@ -141,7 +141,7 @@ async fn tx_01_transactional_acks_commit_and_abort(t: TestStore) {
     let mut got: Vec<(String, Vec<u8>)> = messages(&mut live, 2)
         .await
         .into_iter()
-        .map(|f| (f.get("destination").unwrap().to_string(), f.body))
+        .map(|f| (f.get("destination").unwrap().to_string(), f.body.to_vec()))
         .collect();
     got.sort();
     assert_eq!(
@@ -384,7 +384,7 @@ async fn transactional_nack_and_cumulative_acks(t: TestStore) {
         .find(|f| f.command == Command::Message)
         .expect("redelivered");
     assert_eq!(
-        (again.body.as_slice(), again.get("redelivered")),
+        (&again.body[..], again.get("redelivered")),
         (&b"M3"[..], Some("true"))
     );
     s.stop().await;

@@ -45,7 +45,7 @@ async fn body_bytes_survive_the_wire_and_a_restart(t: TestStore) {
     }
     assert_eq!(messages[0].body, vec![0x61, 0, 0x62, 0, 0, 0x63, 0x0a]);
     assert_eq!(messages[0].get("content-length"), Some("7"));
-    assert_eq!(messages[1].body, b"next");
+    assert_eq!(messages[1].body, &b"next"[..]);
     assert!(messages[2].body.is_empty());
     drop(c);
     s.stop().await;
@@ -189,7 +189,7 @@ async fn bad_frames_get_an_error_and_close(t: TestStore) {
     receipt(&mut c, "d1").await;
     assert!(c.closed().await);
     let m = good.frame().await.expect("the accepted message");
-    assert_eq!(m.body, b"kept");
+    assert_eq!(m.body, &b"kept"[..]);
     s.stop().await;
 }
 
@@ -224,7 +224,7 @@ async fn expiry_never_acks_a_live_message_over_stomp(t: TestStore) {
     let mut c = Client::connected(s.addr, Some("c1")).await;
     c.write(b"SUBSCRIBE\ndestination:/topic/orders\nid:1\nack:client-individual\nactivemq.subscriptionName:s1\n\n\0").await;
     let a = c.frame().await.expect("A is delivered");
-    assert_eq!(a.body, b"A");
+    assert_eq!(a.body, &b"A"[..]);
     assert_eq!(a.get("persistent"), Some("true"));
     assert!(
         c.frame_within(300).await.is_none(),
@@ -294,7 +294,7 @@ async fn parse_errors_receipts_and_all_or_nothing_commits(t: TestStore) {
     )
     .await;
     let again = c.frame().await.expect("three, never acked");
-    assert_eq!(again.body, b"three");
+    assert_eq!(again.body, &b"three"[..]);
     assert!(
         c.frame_within(300).await.is_none(),
         "the rolled-back send is never delivered"
@@ -362,7 +362,7 @@ async fn transactional_sends_are_prepared_until_commit(t: TestStore) {
     p.write(b"COMMIT\ntransaction:t1\nreceipt:c1\n\n\0").await;
     receipt(&mut p, "c1").await;
     let m = sub.frame().await.expect("delivered at COMMIT");
-    assert_eq!(m.body, b"in-tx");
+    assert_eq!(m.body, &b"in-tx"[..]);
     assert_eq!(s.broker.browse("tx", 0, 10).await.unwrap().len(), 1);
 
     p.write(b"BEGIN\ntransaction:t2\n\n\0SEND\ndestination:/topic/tx\npersistent:true\ntransaction:t2\n\naborted\0ABORT\ntransaction:t2\nreceipt:a2\n\n\0").await;

@@ -68,7 +68,7 @@ mod tests {
             payload: Arc::new(ebb_store::Payload {
                 timestamp_ms: 0,
                 headers: Vec::new(),
-                body: text.as_bytes().to_vec(),
+                body: text.as_bytes().to_vec().into(),
             }),
             charge: None,
         }

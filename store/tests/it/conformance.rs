@@ -107,7 +107,7 @@ async fn body_bytes_and_headers_round_trip(t: TestStore) {
             ("k:ey".into(), "v".into()),
             ("sp".into(), " padded ".into()),
         ],
-        body: vec![0x61, 0, 0x62, 0, 0, 0x63, 0x0a],
+        body: vec![0x61, 0, 0x62, 0, 0, 0x63, 0x0a].into(),
     };
     m.payload = Arc::new(payload.clone());
     store.add_messages(vec![m]).await.unwrap();

@@ -179,7 +179,7 @@ async fn expiry_pages_follow_expiration_order_and_drain(t: TestStore) {
     let page = store.read_expired(Q, now, 10).await.unwrap();
     let order: Vec<(i64, String)> = page
         .iter()
-        .map(|m| (m.id, String::from_utf8(m.payload.body.clone()).unwrap()))
+        .map(|m| (m.id, String::from_utf8(m.payload.body.to_vec()).unwrap()))
         .collect();
     assert_eq!(
         order,
@@ -246,7 +246,7 @@ async fn dead_letter_moves_a_message_once(t: TestStore) {
     copy.payload = Arc::new(Payload {
         timestamp_ms: 7,
         headers: vec![("originalExpiration".into(), EXPIRED.to_string())],
-        body: b"a".to_vec(),
+        body: b"a".to_vec().into(),
     });
     let new = dead_letter(&*store, ids[0], copy.clone()).await.unwrap();
     assert!(

@@ -19,7 +19,7 @@ fn sized(container: &str, n: usize, expiration: i64) -> NewMessage {
     m.payload = Arc::new(Payload {
         timestamp_ms: 1,
         headers: vec![("k".into(), "v".repeat(n % 7))],
-        body: vec![b'x'; n],
+        body: vec![b'x'; n].into(),
     });
     m
 }
