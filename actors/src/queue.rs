@@ -597,14 +597,15 @@ impl Handler<Subscribe> for QueueActor {
 }
 
 impl Handler<Ack> for QueueActor {
-    // Answered after the commit of the delete that holds the ack (`AckBatch`), from a
-    // task of its own (not a future in the actor's context: see `Completions`).
-    type Result = ResponseFuture<Result<(), ActorError>>;
+    // Answered at once when nothing is to be written; else after the commit of the
+    // delete that holds the ack (`AckBatch`), from a task of its own (not a future in
+    // the actor's context: see `Completions`).
+    type Result = Response<Result<(), ActorError>>;
 
     fn handle(&mut self, msg: Ack, ctx: &mut Context<Self>) -> Self::Result {
         let Some(consumer) = self.consumers.get_mut(&msg.subscription) else {
             let unknown = ActorError::UnknownSubscription(msg.subscription);
-            return Box::pin(std::future::ready(Err(unknown)));
+            return Response::reply(Err(unknown));
         };
         let places: Vec<Place> = if msg.cumulative {
             let rest = consumer.in_flight.split_off(&(msg.delivery_id + 1));
@@ -627,11 +628,11 @@ impl Handler<Ack> for QueueActor {
         }
         self.dispatch(ctx);
         if ids.is_empty() {
-            return Box::pin(std::future::ready(Ok(())));
+            return Response::reply(Ok(()));
         }
         let answer = self.acks.add(ids);
         self.write_acks(ctx);
-        Box::pin(async move { answer.await.unwrap_or(Err(ActorError::Closed)) })
+        Response::fut(async move { answer.await.unwrap_or(Err(ActorError::Closed)) })
     }
 }
 

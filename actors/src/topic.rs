@@ -107,21 +107,30 @@ impl TopicActor {
     /// Delivers what subscription `id` can take now, acks what expired on the way,
     /// and starts a store read if its cursor needs one.
     fn dispatch(&mut self, id: u64, ctx: &mut Context<Self>) {
+        self.dispatch_at(id, now_ms(), ctx);
+    }
+
+    /// [`Self::dispatch`] with the clock read once by the caller (`now_ms`, epoch ms),
+    /// for a caller that dispatches to every subscription.
+    fn dispatch_at(&mut self, id: u64, now_ms: i64, ctx: &mut Context<Self>) {
         let Some(sub) = self.subscriptions.get_mut(&id) else {
             return;
         };
         let Dispatch {
             deliveries,
             expired,
-        } = sub.take_ready(now_ms());
+        } = sub.take_ready(now_ms);
         self.core.counters.dispatched += deliveries.len() as u64;
         let alive = sub.send(deliveries);
-        let key = sub.durable.clone();
-        let read = sub.read_request();
         if !alive {
             self.detach(id);
             return;
         }
+        let read = sub.read_request();
+        if expired.is_empty() && read.is_none() {
+            return;
+        }
+        let key = sub.durable.clone();
         self.expired_at_dispatch(key.as_ref(), expired, ctx);
         let (Some(read), Some(key)) = (read, key) else {
             return;
@@ -439,13 +448,20 @@ impl DestinationActor for TopicActor {
 
     /// Offers each message to every subscription, in order, and dispatches.
     fn release(&mut self, messages: Vec<Arc<TopicMessage>>, ctx: &mut Context<Self>) {
-        for message in messages {
-            let ids: Vec<u64> = self.subscriptions.keys().copied().collect();
-            for id in ids {
+        if messages.is_empty() {
+            return;
+        }
+        // Each message is offered to every subscription and dispatched at once (so a
+        // subscription with credit never holds more than one of them waiting), with
+        // the clock read once for them all.
+        let now = now_ms();
+        let ids: Vec<u64> = self.subscriptions.keys().copied().collect();
+        for message in &messages {
+            for &id in &ids {
                 if let Some(sub) = self.subscriptions.get_mut(&id) {
-                    self.stats.discarded += sub.offer(&message);
+                    self.stats.discarded += sub.offer(message);
                 }
-                self.dispatch(id, ctx);
+                self.dispatch_at(id, now, ctx);
             }
         }
     }
@@ -524,15 +540,16 @@ impl Handler<Subscribe> for TopicActor {
 }
 
 impl Handler<Ack> for TopicActor {
-    // Answered after the commit of the write that holds the ack (`AckBatch`: acks of
-    // one durable subscription go together), from a task of its own (not a future in
-    // the actor's context: see `Completions`).
-    type Result = ResponseFuture<Result<(), ActorError>>;
+    // Answered at once when nothing is to be written (a non-durable subscription);
+    // else after the commit of the write that holds the ack (`AckBatch`: acks of one
+    // durable subscription go together), from a task of its own (not a future in the
+    // actor's context: see `Completions`).
+    type Result = Response<Result<(), ActorError>>;
 
     fn handle(&mut self, msg: Ack, ctx: &mut Context<Self>) -> Self::Result {
         let Some(sub) = self.subscriptions.get_mut(&msg.subscription) else {
             let unknown = ActorError::UnknownSubscription(msg.subscription);
-            return Box::pin(std::future::ready(Err(unknown)));
+            return Response::reply(Err(unknown));
         };
         let acked: Vec<InFlight> = sub.ack(msg.delivery_id, msg.cumulative);
         let key = sub.durable.clone();
@@ -542,13 +559,13 @@ impl Handler<Ack> for TopicActor {
             .filter_map(|f| f.store_id.map(|id| (id, f.priority)))
             .collect();
         let (Some(key), false) = (key, messages.is_empty()) else {
-            return Box::pin(std::future::ready(Ok(())));
+            return Response::reply(Ok(()));
         };
         self.core.schedule.need_cleanup();
         destination::schedule(self, ctx);
         let answer = self.acks.entry(key.clone()).or_default().add(messages);
         self.write_acks(key, ctx);
-        Box::pin(async move { answer.await.unwrap_or(Err(ActorError::Closed)) })
+        Response::fut(async move { answer.await.unwrap_or(Err(ActorError::Closed)) })
     }
 }
 
