@@ -373,6 +373,10 @@ pub async fn serve_connection<S>(
     if let Close::Error = close {
         tracing::info!(session = %session.id(), "connection closed after an ERROR frame");
     }
+    // Frames applied before the end still finish (nothing more is written): an ACK the
+    // client sent just before it closed the socket is applied, as a SEND is stored,
+    // and both before the subscriptions detach and open transactions roll back.
+    while pipe.in_flight.next().await.is_some() {}
     // Open transactions end with the connection; subscriptions detach.
     session.close().await;
 }

@@ -177,8 +177,46 @@ async fn a_refused_frame_ends_the_pipeline_in_its_place(t: TestStore) {
     s.stop().await;
 }
 
+/// ACKs without receipts, the socket closed right after them (no DISCONNECT): every
+/// ACK the broker read is applied, so nothing acked comes back.
+async fn acks_read_before_the_socket_closes_are_applied(t: TestStore) {
+    let s = server(&t, policy(30_000, 400)).await;
+    let mut p = Client::connected(s.addr, None).await;
+    let mut bytes = Vec::new();
+    for n in 0..300 {
+        bytes.extend(
+            format!("SEND\ndestination:/queue/acked\npersistent:true\n\nm{n}\0").as_bytes(),
+        );
+    }
+    bytes.extend(b"DISCONNECT\nreceipt:sent\n\n\0");
+    p.write(&bytes).await;
+    receipt(&mut p, "sent").await;
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\ndestination:/queue/acked\nid:1\nack:client-individual\n\n\0")
+        .await;
+    let mut acks = Vec::new();
+    for _ in 0..300 {
+        let m = c.frame().await.expect("a MESSAGE");
+        let id = m.get("ack").expect("an ack id");
+        acks.extend(format!("ACK\nid:{id}\n\n\0").as_bytes());
+    }
+    c.write(&acks).await;
+    drop(c);
+    wait_rows(&s.broker, "queue://acked", 0).await;
+    let mut again = Client::connected(s.addr, None).await;
+    again
+        .write(b"SUBSCRIBE\ndestination:/queue/acked\nid:1\nack:auto\n\n\0")
+        .await;
+    assert!(
+        again.frame_within(300).await.is_none(),
+        "nothing acked comes back"
+    );
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    acks_read_before_the_socket_closes_are_applied,
     order_per_producer_and_receipts_in_frame_order,
     disconnect_receipt_after_everything_before_it,
     receipts_of_quick_frames_wait_their_turn,
