@@ -82,6 +82,28 @@
 //! memory limit and their destination's; stored ones against the store limit. At a
 //! limit a send waits (producer flow control), or fails with `send_fail_if_no_space`;
 //! nothing accepted is dropped.
+//!
+//! ## Pipelining: what waits for a commit, and what does not
+//!
+//! A send has two steps ([`Broker::start_send`]): the message takes its place in its
+//! destination's order (the destination reserves it and queues the store write, in
+//! that order), then it is accepted (after its commit, for one that is stored). A
+//! producer that awaits each first step before the next gets its messages stored and
+//! delivered in the order sent, while their commits overlap and share the store
+//! actor's group commit. A STOMP connection works so
+//! ([`transport::connection`]): SENDs, ACKs and NACKs go on without waiting for their
+//! commits, up to a window of frames and bytes; each RECEIPT goes out in frame order,
+//! after its frame and every frame before it are done; SUBSCRIBE, UNSUBSCRIBE,
+//! COMMIT, ABORT and DISCONNECT wait for the frames before them; a failed frame gets
+//! an ERROR in its place and nothing after it is receipted.
+//!
+//! Acks of one subscription that arrive while its last ack write is in flight go
+//! together in the next write ([`actors::destination::AckBatch`]), each answered after
+//! that write commits. A destination's store writes in flight come back to it through
+//! one channel ([`actors::destination::Completions`]), not as one future each in its
+//! actix context (actix polls every such future on every wake-up of the actor). A body
+//! is one shared buffer (`bytes::Bytes`) from the STOMP codec to the store and to
+//! every subscriber.
 
 pub mod auth;
 pub mod broker;

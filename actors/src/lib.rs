@@ -35,8 +35,14 @@
 //!   the dead-letter queue, so the registry's mailbox stays free too. A dead-letter
 //!   queue never dead-letters, so no cycle of queues can form.
 //! - The store actor sends to no actor; it only awaits the database.
-//! - A destination awaits the store only inside spawned actor futures, never while
-//!   holding its mailbox (`ctx.wait` is used once, at start, for a store read).
+//! - A destination awaits the store only outside its mailbox: a publish's or an ack's
+//!   store write runs as a task of its own whose result comes back through the
+//!   destination's [`Completions`](destination::Completions) channel (a
+//!   [`PublishTicket`](destination::PublishTicket) or an ack's answer resolves after
+//!   it), other reads in spawned actor futures; never while holding its mailbox
+//!   (`ctx.wait` is used once, at start, for a store read). Publishes are answered at
+//!   once with their ticket, so a producer that awaits the answers one by one keeps
+//!   its order without waiting for each commit.
 //!
 //! [`RouteDeadLetter`]: messages::RouteDeadLetter
 
