@@ -20,6 +20,7 @@ use ebb_actors::messages::{
 };
 use ebb_actors::policy::PolicyMap;
 use ebb_actors::queue::QueueActor;
+use ebb_actors::subscription::AutoAcks;
 use ebb_actors::topic::TopicActor;
 use ebb_actors::usage::Usage;
 use ebb_actors::{DestinationKey, DestinationKind, StoreActorConfig, StoreHandle};
@@ -459,6 +460,8 @@ struct AutoAck {
     taken: u32,
     /// Ack once this many are taken ([`auto_ack_batch`]).
     batch: u32,
+    /// A non-durable topic subscription's: acks recorded without a message.
+    shared: Option<Arc<AutoAcks>>,
 }
 
 impl Stream for Subscription {
@@ -470,11 +473,24 @@ impl Stream for Subscription {
     /// per burst instead of one per message, never more than that many yielded
     /// messages un-acked at the broker, and a consumer that keeps up acks each message
     /// as it takes it (as ActiveMQ's `optimizeAcknowledge`, bounded by count instead of
-    /// a timeout).
+    /// a timeout). A non-durable topic subscription's acks only give credit back: each
+    /// message is acked as it is taken, through counters shared with the topic, and a
+    /// message goes to the topic only when it waits for that credit.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Received>> {
         let polled = self.rx.poll_recv(cx);
         if self.ack == AckMode::Auto {
             match &polled {
+                Poll::Ready(Some(delivery)) if self.auto_ack.shared.is_some() => {
+                    let shared = self.auto_ack.shared.as_ref().expect("matched");
+                    if shared.taken(delivery.delivery_id) {
+                        // The topic ran out of credit: wake it.
+                        self.destination.ack.do_send(Ack {
+                            subscription: self.id,
+                            delivery_id: delivery.delivery_id,
+                            cumulative: true,
+                        });
+                    }
+                }
                 Poll::Ready(Some(delivery)) => {
                     self.auto_ack.up_to = Some(delivery.delivery_id);
                     self.auto_ack.taken += 1;
@@ -1031,11 +1047,16 @@ impl Broker {
         let max = ebb_actors::subscription::MAX_PREFETCH;
         let capacity = options.prefetch.unwrap_or(max).clamp(1, max) as usize;
         let (tx, rx) = mpsc::channel(capacity);
+        // A non-durable topic subscription's automatic acks only give credit back: they
+        // go through shared counters instead of a message each (`AutoAcks`).
+        let shared = (options.ack == AckMode::Auto && durable.is_none() && key.is_topic())
+            .then(|| Arc::new(AutoAcks::default()));
         let id = destination
             .ask(Subscribe {
                 durable,
                 prefetch: options.prefetch,
                 deliver: tx,
+                auto_acks: shared.clone(),
             })
             .await??;
         Ok(Subscription {
@@ -1045,6 +1066,7 @@ impl Broker {
             rx,
             auto_ack: AutoAck {
                 batch: auto_ack_batch(capacity),
+                shared,
                 ..AutoAck::default()
             },
         })

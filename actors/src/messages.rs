@@ -21,6 +21,12 @@ pub struct Subscribe {
     /// Overrides the policy's `durable_prefetch` / `topic_prefetch`.
     pub prefetch: Option<u32>,
     pub deliver: mpsc::Sender<Delivery>,
+    /// For a non-durable topic subscription whose consumer acks automatically: the
+    /// acks it records without a message ([`AutoAcks`]); a queue or a durable
+    /// subscription ignores it (their acks are written to the store).
+    ///
+    /// [`AutoAcks`]: crate::subscription::AutoAcks
+    pub auto_acks: Option<std::sync::Arc<crate::subscription::AutoAcks>>,
 }
 
 /// Ack deliveries of a subscription: one (`cumulative == false`, client-individual)

@@ -20,6 +20,7 @@
 //! are returned to the caller to ack in the store and count.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ebb_store::SubscriptionKey;
@@ -104,6 +105,44 @@ impl DurableCursor {
     }
 }
 
+/// The acks of a non-durable topic subscription in automatic ack mode, shared by its
+/// consumer and its topic without a message per ack. For such a subscription an ack
+/// only gives credit back (nothing is stored), and a consumer that keeps up would
+/// otherwise send one ack message per delivery: at a hundred subscriptions that was
+/// most of a fan-out's cost. The consumer records the last delivery it took
+/// ([`AutoAcks::taken`]); the topic settles those acks whenever it dispatches, and only
+/// when it finds no credit with messages waiting does it ask to be woken (the next
+/// [`AutoAcks::taken`] says so, and the consumer sends a cumulative [`Ack`] then).
+///
+/// [`Ack`]: crate::messages::Ack
+#[derive(Debug, Default)]
+pub struct AutoAcks {
+    /// Every delivery id up to this one was taken by the consumer (acked).
+    taken_up_to: AtomicU64,
+    /// The topic ran out of credit with messages waiting and waits to be woken.
+    starved: AtomicBool,
+}
+
+impl AutoAcks {
+    /// The consumer took every delivery up to `delivery_id`. True when the topic is
+    /// waiting for credit: the caller then sends it a cumulative ack to wake it.
+    pub fn taken(&self, delivery_id: u64) -> bool {
+        self.taken_up_to.fetch_max(delivery_id, Ordering::SeqCst);
+        self.starved.swap(false, Ordering::SeqCst)
+    }
+
+    fn up_to(&self) -> u64 {
+        self.taken_up_to.load(Ordering::SeqCst)
+    }
+
+    /// The topic found no credit: the consumer's next [`AutoAcks::taken`] wakes it.
+    /// (Set before the topic looks at the acks once more, so that either it sees the
+    /// consumer's latest ack or the consumer sees the flag: no wake-up is lost.)
+    fn starve(&self) {
+        self.starved.store(true, Ordering::SeqCst);
+    }
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub struct SubscriptionState {
@@ -121,6 +160,8 @@ pub struct SubscriptionState {
     /// Most messages `ready` holds (the live queue's bound).
     ready_limit: usize,
     cursor: Option<DurableCursor>,
+    /// Acks the consumer records without a message ([`AutoAcks`]).
+    auto_acks: Option<Arc<AutoAcks>>,
 }
 
 /// What [`SubscriptionState::take_ready`] produced.
@@ -196,6 +237,28 @@ impl SubscriptionState {
             ready: VecDeque::new(),
             ready_limit: ready_limit.max(1),
             cursor,
+            auto_acks: None,
+        }
+    }
+
+    /// A non-durable subscription whose consumer acks automatically through `acks`
+    /// ([`AutoAcks`]) instead of an ack message per delivery.
+    pub fn with_auto_acks(mut self, acks: Arc<AutoAcks>) -> Self {
+        self.auto_acks = Some(acks);
+        self
+    }
+
+    /// Frees the credit of the deliveries the consumer took ([`AutoAcks`]).
+    fn settle_auto_acks(&mut self) {
+        let Some(acks) = &self.auto_acks else {
+            return;
+        };
+        let up_to = acks.up_to();
+        while let Some(first) = self.in_flight.first_entry() {
+            if *first.key() > up_to {
+                break;
+            }
+            first.remove();
         }
     }
 
@@ -329,6 +392,26 @@ impl SubscriptionState {
     /// first with prioritized messages), and the expired messages met on the way.
     pub fn take_ready(&mut self, now_ms: i64) -> Dispatch {
         let mut out = Dispatch::default();
+        loop {
+            self.settle_auto_acks();
+            self.take_within_credit(now_ms, &mut out);
+            let Some(acks) = &self.auto_acks else { break };
+            if self.credit() > 0 || self.ready.is_empty() {
+                break;
+            }
+            // Out of credit with messages waiting: ask to be woken, then look at the
+            // acks once more (the consumer may have taken more meanwhile).
+            acks.starve();
+            let before = self.in_flight.len();
+            self.settle_auto_acks();
+            if self.in_flight.len() == before {
+                break;
+            }
+        }
+        out
+    }
+
+    fn take_within_credit(&mut self, now_ms: i64, out: &mut Dispatch) {
         while self.credit() > 0 {
             let next = if self.prioritized {
                 let best = self
@@ -363,7 +446,6 @@ impl SubscriptionState {
                 redelivered,
             });
         }
-        out
     }
 
     /// Sends deliveries to the consumer. Returns false when the consumer is gone.
@@ -474,6 +556,36 @@ mod tests {
         s.offer(&msg(Some(21), 4, 0)); // over the bound of 1: overflow
         s.on_read(Some(vec![]));
         assert_eq!(s.read_request(), Some(req(10, 1)));
+    }
+
+    #[test]
+    fn auto_acks_give_credit_back_without_a_message_and_wake_a_starved_topic() {
+        let (tx, _rx) = mpsc::channel(10);
+        let acks = Arc::new(AutoAcks::default());
+        let mut s = SubscriptionState::non_durable(1, 2, 100, tx).with_auto_acks(acks.clone());
+        for id in 1..=5 {
+            s.offer(&msg(Some(id), 4, 0));
+        }
+        let first = s.take_ready(0);
+        assert_eq!(ids(&first), vec![1, 2], "prefetch 2");
+        // Out of credit with 3..5 waiting: the topic asked to be woken.
+        assert!(
+            acks.taken(1),
+            "the first take after starving wakes the topic"
+        );
+        assert!(!acks.taken(1), "once");
+        // The topic dispatches (woken, or for a publish): the taken one is settled.
+        assert_eq!(ids(&s.take_ready(0)), vec![3]);
+        assert_eq!(s.in_flight(), 2);
+        // Out of credit again with 4 and 5 waiting: the next take wakes it again.
+        assert!(acks.taken(3));
+        assert_eq!(ids(&s.take_ready(0)), vec![4, 5]);
+        assert_eq!(s.in_flight(), 2);
+        // Nothing waits: no wake-up is asked for; the acks are settled at the next
+        // dispatch.
+        assert!(!acks.taken(5));
+        assert_eq!(ids(&s.take_ready(0)), Vec::<i64>::new());
+        assert_eq!(s.in_flight(), 0);
     }
 
     #[test]

@@ -495,7 +495,10 @@ impl Handler<Subscribe> for TopicActor {
         let Some(key) = msg.durable else {
             let prefetch = msg.prefetch.unwrap_or(self.core.policy.topic_prefetch);
             let limit = self.core.policy.max_pending_non_durable as usize;
-            let state = SubscriptionState::non_durable(id, prefetch, limit, msg.deliver);
+            let mut state = SubscriptionState::non_durable(id, prefetch, limit, msg.deliver);
+            if let Some(acks) = msg.auto_acks {
+                state = state.with_auto_acks(acks);
+            }
             self.subscriptions.insert(id, state);
             return Box::pin(fut::ready(Ok(id)));
         };
