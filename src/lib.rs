@@ -99,7 +99,9 @@
 //!
 //! Acks of one subscription that arrive while its last ack write is in flight go
 //! together in the next write ([`actors::destination::AckBatch`]), each answered after
-//! that write commits. A destination's store writes in flight come back to it through
+//! that write commits. A non-durable topic subscription's automatic acks, which only
+//! give credit back, go through counters shared with its topic
+//! ([`actors::subscription::AutoAcks`]): a message only when the topic waits for credit. A destination's store writes in flight come back to it through
 //! one channel ([`actors::destination::Completions`]), not as one future each in its
 //! actix context (actix polls every such future on every wake-up of the actor). A body
 //! is one shared buffer (`bytes::Bytes`) from the STOMP codec to the store and to
