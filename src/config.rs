@@ -82,7 +82,8 @@ pub struct StompSection {
     /// committed before the broker stops reading it (default 1,000; 1 applies one
     /// frame at a time, waiting for each commit).
     pub pipeline_frames: Option<usize>,
-    /// The same window in body bytes, or with a unit (default `8mb`).
+    /// The same window in bytes of frames (headers and body), or with a unit (default
+    /// `8mb`).
     pub pipeline_bytes: Option<ByteSize>,
 }
 

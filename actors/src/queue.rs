@@ -112,6 +112,7 @@ impl QueueActor {
         dead_letters: Option<Recipient<RouteDeadLetter>>,
     ) -> Self {
         let cache = (policy.max_page_size.max(1) as usize) * 2;
+        let floor = store.store().last_assigned_id();
         Self {
             core: DestinationCore::new(key, policy, store, budget),
             completions: Completions::default(),
@@ -120,7 +121,7 @@ impl QueueActor {
             consumers: BTreeMap::new(),
             next_consumer: 1,
             last_consumer: 0,
-            cursor: QueueCursor::new(cache),
+            cursor: QueueCursor::new(cache, floor),
             delivered: HashMap::new(),
             stats: QueueStats::default(),
         }
@@ -490,9 +491,8 @@ impl DestinationActor for QueueActor {
 
     /// Appends the messages to the cursor, in order, and dispatches.
     fn release(&mut self, messages: Vec<Arc<TopicMessage>>, ctx: &mut Context<Self>) {
-        let last = self.core.store.store().last_assigned_id();
         for message in messages {
-            self.cursor.offer(message, last);
+            self.cursor.offer(message);
         }
         self.dispatch(ctx);
     }

@@ -74,6 +74,9 @@ pub struct QueueCursor {
     paged_upto: i64,
     read: Option<ReadInFlight>,
     next_transient: u64,
+    /// The highest id of a persistent message offered (published) so far, or the
+    /// store's highest id when the queue started: a non-persistent message's place.
+    published_upto: i64,
     /// Ids the latest reads returned (the most recent `4 * cache_limit`): a message's
     /// own publish may be released after a read already found it in the store, and must
     /// not be queued twice.
@@ -82,8 +85,10 @@ pub struct QueueCursor {
 
 impl QueueCursor {
     /// A cursor that first reads the store (a queue may have a backlog from an earlier
-    /// run); at most `cache_limit` messages cached (at least 2).
-    pub fn new(cache_limit: usize) -> Self {
+    /// run); at most `cache_limit` messages cached (at least 2). `floor` is the store's
+    /// highest id when the queue starts (every message published from then on gets a
+    /// higher one; the backlog's are at most it).
+    pub fn new(cache_limit: usize, floor: i64) -> Self {
         Self {
             pending: BTreeMap::new(),
             cache_limit: cache_limit.max(2),
@@ -91,6 +96,7 @@ impl QueueCursor {
             paged_upto: 0,
             read: None,
             next_transient: 1,
+            published_upto: floor,
             read_ids: BTreeSet::new(),
         }
     }
@@ -110,14 +116,18 @@ impl QueueCursor {
     }
 
     /// A message that was published (and, if persistent, committed with its id), in
-    /// publish order. `last_assigned_id` is the store's highest id at this moment.
-    pub fn offer(&mut self, message: Arc<TopicMessage>, last_assigned_id: i64) {
+    /// publish order. A non-persistent one takes its place right after the persistent
+    /// message published before it (not after the store's highest id: with producers
+    /// pipelining, later messages may have their ids already), so a producer's mix of
+    /// persistent and non-persistent messages keeps its order.
+    pub fn offer(&mut self, message: Arc<TopicMessage>) {
         let Some(id) = message.id else {
-            let place = (last_assigned_id, self.next_transient);
+            let place = (self.published_upto, self.next_transient);
             self.next_transient += 1;
             self.pending.insert(place, Entry::new(message));
             return;
         };
+        self.published_upto = self.published_upto.max(id);
         if self.read_ids.contains(&id) {
             return; // a read found it in the store already
         }
@@ -255,14 +265,14 @@ mod tests {
 
     #[test]
     fn reads_the_backlog_then_follows_live_without_gap_or_duplicate() {
-        let mut c = QueueCursor::new(10);
+        let mut c = QueueCursor::new(10, 0);
         assert_eq!(c.read_request(), Some((0, 10)));
         // Published while the read is in flight: 3 (also in the page) and 4 (not).
-        c.offer(msg(Some(3)), 3);
-        c.offer(msg(Some(4)), 4);
+        c.offer(msg(Some(3)));
+        c.offer(msg(Some(4)));
         c.on_read(Some(vec![msg(Some(1)), msg(Some(2)), msg(Some(3))]));
         assert!(c.is_live());
-        c.offer(msg(Some(5)), 5);
+        c.offer(msg(Some(5)));
         assert_eq!(
             ids(&mut c),
             vec![Some(1), Some(2), Some(3), Some(4), Some(5)]
@@ -271,11 +281,11 @@ mod tests {
 
     #[test]
     fn a_full_cache_leaves_new_messages_in_the_store_and_reads_them_later() {
-        let mut c = QueueCursor::new(4);
+        let mut c = QueueCursor::new(4, 0);
         assert_eq!(c.read_request(), Some((0, 4)));
         c.on_read(Some(vec![]));
         for id in 1..=6 {
-            c.offer(msg(Some(id)), id);
+            c.offer(msg(Some(id)));
         }
         assert_eq!(c.len(), 4);
         assert!(!c.is_live());
@@ -292,10 +302,10 @@ mod tests {
 
     #[test]
     fn overflow_during_a_read_reads_again() {
-        let mut c = QueueCursor::new(2);
+        let mut c = QueueCursor::new(2, 0);
         assert_eq!(c.read_request(), Some((0, 2)));
         for id in 1..=3 {
-            c.offer(msg(Some(id)), id);
+            c.offer(msg(Some(id)));
         }
         c.on_read(Some(vec![msg(Some(1))]));
         assert!(
@@ -308,33 +318,55 @@ mod tests {
 
     #[test]
     fn a_publish_released_after_a_read_found_it_is_not_queued_twice() {
-        let mut c = QueueCursor::new(10);
+        let mut c = QueueCursor::new(10, 0);
         assert_eq!(c.read_request(), Some((0, 10)));
         c.on_read(Some(vec![msg(Some(5))]));
         assert_eq!(ids(&mut c), vec![Some(5)]);
         // Id 5's own publish is released late (live mode now): not queued again.
-        c.offer(msg(Some(5)), 5);
-        c.offer(msg(Some(6)), 6);
+        c.offer(msg(Some(5)));
+        c.offer(msg(Some(6)));
         assert_eq!(ids(&mut c), vec![Some(6)]);
+    }
+
+    /// A producer's mix of persistent and non-persistent messages keeps its order, even
+    /// when later persistent messages have their ids before an earlier non-persistent
+    /// one is released (pipelined producers, one group commit).
+    #[test]
+    fn a_non_persistent_message_keeps_its_place_among_persistent_ones() {
+        let mut c = QueueCursor::new(10, 2);
+        c.read_request();
+        c.on_read(Some(vec![]));
+        // Published: 3, a transient, 4, another transient; 3 and 4 committed together.
+        c.offer(msg(Some(3)));
+        c.offer(msg(None));
+        c.offer(msg(Some(4)));
+        c.offer(msg(None));
+        assert_eq!(ids(&mut c), vec![Some(3), None, Some(4), None]);
+        // Before any persistent message, a transient goes after the backlog (floor 2).
+        let mut c = QueueCursor::new(10, 2);
+        c.read_request();
+        c.offer(msg(None));
+        c.on_read(Some(vec![msg(Some(1)), msg(Some(2))]));
+        assert_eq!(ids(&mut c), vec![Some(1), Some(2), None]);
     }
 
     #[test]
     fn out_of_order_ids_during_a_read_are_all_queued() {
-        let mut c = QueueCursor::new(10);
+        let mut c = QueueCursor::new(10, 0);
         assert_eq!(c.read_request(), Some((0, 10)));
-        c.offer(msg(Some(2)), 2);
-        c.offer(msg(Some(1)), 2);
+        c.offer(msg(Some(2)));
+        c.offer(msg(Some(1)));
         c.on_read(Some(vec![]));
         assert_eq!(ids(&mut c), vec![Some(1), Some(2)]);
     }
 
     #[test]
     fn given_back_messages_come_first_and_transients_keep_their_place() {
-        let mut c = QueueCursor::new(10);
+        let mut c = QueueCursor::new(10, 2);
         c.read_request();
         c.on_read(Some(vec![msg(Some(1)), msg(Some(2))]));
-        c.offer(msg(None), 2);
-        c.offer(msg(Some(3)), 3);
+        c.offer(msg(None));
+        c.offer(msg(Some(3)));
         let (place, first) = c.pop().unwrap();
         assert_eq!(first.message.id, Some(1));
         c.put_back(

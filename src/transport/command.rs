@@ -52,8 +52,9 @@ pub struct Request {
     pub receipt: Option<String>,
     /// The typed command, or why the frame cannot be one.
     pub command: Result<Command, Refusal>,
-    /// Body bytes of the frame (what it holds in memory while it waits behind a SEND).
-    pub body_bytes: usize,
+    /// Bytes of the frame, headers and body: what it holds in memory while it is held
+    /// or in flight (both bounded by bytes as well as frames, so large headers count).
+    pub frame_bytes: usize,
 }
 
 impl Request {
@@ -63,7 +64,12 @@ impl Request {
             kind: frame.command,
             receipt: frame.get("receipt").map(str::to_string),
             command: Command::parse(frame, version),
-            body_bytes: frame.body.len(),
+            frame_bytes: frame.body.len()
+                + frame
+                    .headers
+                    .iter()
+                    .map(|(n, v)| n.len() + v.len() + 2)
+                    .sum::<usize>(),
         }
     }
 
@@ -463,7 +469,8 @@ mod tests {
         let request = Request::parse(&f, Version::V1_2);
         assert_eq!(request.kind, frame::Command::Send);
         assert_eq!(request.receipt.as_deref(), Some("r1"));
-        assert_eq!(request.body_bytes, 3);
+        let headers: usize = f.headers.iter().map(|(n, v)| n.len() + v.len() + 2).sum();
+        assert_eq!(request.frame_bytes, 3 + headers, "headers count too");
         assert!(!request.frees_space());
         let Ok(Command::Send {
             destination,

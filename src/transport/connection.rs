@@ -53,7 +53,8 @@ pub struct ConnectionConfig {
     /// stops reading the connection until earlier frames commit. Default
     /// [`PIPELINE_FRAMES`]; 1 applies one frame at a time.
     pub pipeline_frames: usize,
-    /// The same window in body bytes (default [`PIPELINE_BYTES`]).
+    /// The same window in bytes of frames, headers and body (default
+    /// [`PIPELINE_BYTES`]).
     pub pipeline_bytes: usize,
 }
 
@@ -86,7 +87,7 @@ pub const PRE_CONNECT_MAX_FRAME: usize = 64 << 10;
 /// receipts, and acking in between, gets its ACKs read.
 pub const MAX_HELD_FRAMES: usize = 10_000;
 
-/// Most body bytes of frames held (16 MiB), as [`MAX_HELD_FRAMES`].
+/// Most bytes of frames held, headers and body (16 MiB), as [`MAX_HELD_FRAMES`].
 pub const MAX_HELD_BYTES: usize = 16 << 20;
 
 /// Default [`ConnectionConfig::pipeline_frames`]: frames applied and not yet committed.
@@ -134,18 +135,18 @@ impl Pipeline {
     }
 
     fn hold_back(&mut self, request: Request) {
-        self.held_bytes += request.body_bytes;
+        self.held_bytes += request.frame_bytes;
         self.held.push_back(request);
     }
 
     fn unhold(&mut self) -> Option<Request> {
         let request = self.held.pop_front()?;
-        self.held_bytes -= request.body_bytes;
+        self.held_bytes -= request.frame_bytes;
         Some(request)
     }
 
     fn hold_front(&mut self, request: Request) {
-        self.held_bytes += request.body_bytes;
+        self.held_bytes += request.frame_bytes;
         self.held.push_front(request);
     }
 
@@ -173,7 +174,7 @@ impl Pipeline {
                 return session.finish(outcome);
             }
         }
-        self.in_flight_bytes += step.body_bytes;
+        self.in_flight_bytes += step.frame_bytes;
         self.in_flight.push_back(step.outcome);
         Ok(())
     }
@@ -181,7 +182,7 @@ impl Pipeline {
     /// The next outcome, in frame order, if one is ready now.
     fn ready(&mut self) -> Option<Outcome> {
         let outcome = self.in_flight.next().now_or_never()??;
-        self.in_flight_bytes -= outcome.body_bytes;
+        self.in_flight_bytes -= outcome.frame_bytes;
         Some(outcome)
     }
 }
@@ -285,7 +286,7 @@ pub async fn serve_connection<S>(
                 }
             }
             Some(outcome) = pipe.in_flight.next(), if !pipe.in_flight.is_empty() => {
-                pipe.in_flight_bytes -= outcome.body_bytes;
+                pipe.in_flight_bytes -= outcome.frame_bytes;
                 // Every outcome that is ready goes out in this turn's write.
                 let mut turn = session.finish(outcome);
                 while turn.is_ok() && session.output().len() < WRITE_BATCH {

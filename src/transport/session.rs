@@ -105,8 +105,8 @@ impl Applied {
 pub struct Step {
     /// Resolves with the frame's outcome.
     pub outcome: Pin<Box<dyn Future<Output = Outcome>>>,
-    /// Body bytes of the frame (what it holds in memory until it resolves).
-    pub body_bytes: usize,
+    /// Bytes of the frame, headers and body (what it holds in memory until it resolves).
+    pub frame_bytes: usize,
     /// No frame after this one may be applied: it is refused, or DISCONNECT.
     pub last: bool,
 }
@@ -115,7 +115,7 @@ impl Step {
     fn new(
         kind: &'static str,
         receipt: Option<String>,
-        body_bytes: usize,
+        frame_bytes: usize,
         work: Pin<Box<dyn Future<Output = Result<bool, Refusal>>>>,
         last: bool,
     ) -> Self {
@@ -123,13 +123,13 @@ impl Step {
             Outcome {
                 kind,
                 receipt,
-                body_bytes,
+                frame_bytes,
                 result: work.await,
             }
         });
         Self {
             outcome,
-            body_bytes,
+            frame_bytes,
             last,
         }
     }
@@ -140,8 +140,8 @@ pub struct Outcome {
     /// The frame's command, for the log.
     kind: &'static str,
     receipt: Option<String>,
-    /// Body bytes of the frame, as in its [`Step`].
-    pub body_bytes: usize,
+    /// Bytes of the frame, as in its [`Step`].
+    pub frame_bytes: usize,
     /// `Ok(true)` done, `Ok(false)` done and the connection ends (DISCONNECT), `Err`
     /// refused or failed.
     result: Result<bool, Refusal>,
@@ -317,7 +317,7 @@ impl Session {
             kind,
             receipt,
             command,
-            body_bytes,
+            frame_bytes,
         } = request;
         type Work = Pin<Box<dyn Future<Output = Result<bool, Refusal>>>>;
         let (work, last): (Work, bool) = match self.apply_command(kind, command).await {
@@ -328,7 +328,7 @@ impl Session {
             Ok(Applied::Disconnect) => (Box::pin(std::future::ready(Ok(false))), true),
             Err(refusal) => (Box::pin(std::future::ready(Err(refusal))), true),
         };
-        Step::new(kind.as_str(), receipt, body_bytes, work, last)
+        Step::new(kind.as_str(), receipt, frame_bytes, work, last)
     }
 
     /// The step of a request refused before it was applied (by producer flow control):
@@ -338,7 +338,7 @@ impl Session {
         Step::new(
             request.kind.as_str(),
             request.receipt,
-            request.body_bytes,
+            request.frame_bytes,
             work,
             true,
         )

@@ -214,8 +214,44 @@ async fn acks_read_before_the_socket_closes_are_applied(t: TestStore) {
     s.stop().await;
 }
 
+/// A producer's pipelined mix of persistent and non-persistent SENDs to one queue
+/// comes out in the order sent (a non-persistent message's place in the queue is
+/// fixed when it is published, not after ids later messages already have).
+async fn a_mix_of_persistent_and_not_keeps_its_order(t: TestStore) {
+    let s = server(&t, policy(30_000, 400)).await;
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\ndestination:/queue/mix\nid:1\nack:auto\nreceipt:sub\n\n\0")
+        .await;
+    receipt(&mut c, "sub").await;
+    // One message through first: the queue's start-up read of the store is over and
+    // its cursor follows publishes live. (While a queue's cursor pages the store, a
+    // non-persistent message can still overtake persistent ones still in the store:
+    // a known fault of the cursor, not of pipelining.)
+    c.write(b"SEND\ndestination:/queue/mix\npersistent:true\n\nfirst\0")
+        .await;
+    assert_eq!(c.frame().await.expect("first").body, &b"first"[..]);
+    let mut bytes = Vec::new();
+    for n in 0..400 {
+        let persistent = n % 3 != 1;
+        bytes.extend(
+            format!("SEND\ndestination:/queue/mix\npersistent:{persistent}\n\n{n}\0").as_bytes(),
+        );
+    }
+    c.write(&bytes).await;
+    for n in 0..400 {
+        let m = c.frame().await.expect("a MESSAGE");
+        assert_eq!(
+            String::from_utf8(m.body.to_vec()).unwrap(),
+            n.to_string(),
+            "in the order sent"
+        );
+    }
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    a_mix_of_persistent_and_not_keeps_its_order,
     acks_read_before_the_socket_closes_are_applied,
     order_per_producer_and_receipts_in_frame_order,
     disconnect_receipt_after_everything_before_it,
