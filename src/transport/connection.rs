@@ -103,11 +103,28 @@ const WRITE_BATCH: usize = 256;
 /// Bytes buffered before a write to the socket within one turn (256 KiB).
 const WRITE_BUFFER: usize = 256 << 10;
 
+/// A frame held behind the ones before it: read and not yet applied, or applied
+/// ahead of them (an ACK that frees space while a SEND waits; the codec's refusal of
+/// bytes that are no frame), its outcome to take its place among theirs.
+enum Held {
+    Request(Request),
+    Applied(Step),
+}
+
+impl Held {
+    fn frame_bytes(&self) -> usize {
+        match self {
+            Held::Request(r) => r.frame_bytes,
+            Held::Applied(s) => s.frame_bytes,
+        }
+    }
+}
+
 /// A connection's frames between the socket and the session: those read and not yet
 /// applied (`held`), the wait of a SEND for space, and the frames applied whose
 /// outcome is still to come (`in_flight`, resolved in frame order).
 struct Pipeline {
-    held: VecDeque<Request>,
+    held: VecDeque<Held>,
     held_bytes: usize,
     wait: Option<SpaceWait>,
     in_flight: FuturesOrdered<Pin<Box<dyn Future<Output = Outcome>>>>,
@@ -115,6 +132,11 @@ struct Pipeline {
     /// A frame that ends the connection (refused, or DISCONNECT) was applied: nothing
     /// after it is read or applied.
     ended: bool,
+    /// Nothing more is read: the client closed its side, or sent bytes that are no
+    /// frame. What was read before still goes through.
+    input_over: bool,
+    /// A COMMIT or ABORT is in flight: later frames wait for it ([`Step::fence`]).
+    fenced: bool,
     /// Window of `in_flight`: frames and body bytes.
     max_frames: usize,
     max_bytes: usize,
@@ -129,25 +151,33 @@ impl Pipeline {
             in_flight: FuturesOrdered::new(),
             in_flight_bytes: 0,
             ended: false,
+            input_over: false,
+            fenced: false,
             max_frames: config.pipeline_frames.max(1),
             max_bytes: config.pipeline_bytes.max(1),
         }
     }
 
-    fn hold_back(&mut self, request: Request) {
-        self.held_bytes += request.frame_bytes;
-        self.held.push_back(request);
+    fn hold_back(&mut self, held: Held) {
+        self.held_bytes += held.frame_bytes();
+        self.held.push_back(held);
     }
 
-    fn unhold(&mut self) -> Option<Request> {
-        let request = self.held.pop_front()?;
-        self.held_bytes -= request.frame_bytes;
-        Some(request)
+    fn unhold(&mut self) -> Option<Held> {
+        let held = self.held.pop_front()?;
+        self.held_bytes -= held.frame_bytes();
+        Some(held)
     }
 
-    fn hold_front(&mut self, request: Request) {
-        self.held_bytes += request.frame_bytes;
-        self.held.push_front(request);
+    fn hold_front(&mut self, held: Held) {
+        self.held_bytes += held.frame_bytes();
+        self.held.push_front(held);
+    }
+
+    /// True once the input is over and every frame read has finished: the connection
+    /// ends.
+    fn drained(&self) -> bool {
+        self.input_over && self.held.is_empty() && self.in_flight.is_empty()
     }
 
     /// Room in the window for one more frame in flight.
@@ -158,6 +188,7 @@ impl Pipeline {
     /// Whether the connection may read more frames now.
     fn reading(&self) -> bool {
         !self.ended
+            && !self.input_over
             && self.has_room()
             && self.held.len() < MAX_HELD_FRAMES
             && self.held_bytes < MAX_HELD_BYTES
@@ -169,6 +200,7 @@ impl Pipeline {
     /// its effect causes (the MESSAGEs of a new subscription). `Err` ends the connection.
     fn start(&mut self, session: &mut Session, mut step: Step) -> Result<(), Close> {
         self.ended |= step.last;
+        self.fenced |= step.fence;
         if self.in_flight.is_empty() {
             if let Some(outcome) = (&mut step.outcome).now_or_never() {
                 return session.finish(outcome);
@@ -250,15 +282,28 @@ pub async fn serve_connection<S>(
         let turn = tokio::select! {
             incoming = reader.next(), if pipe.reading() => {
                 let turn = match incoming {
-                    None => Err(Close::Done),
+                    None => {
+                        // The client closed its side (it may still read): what it sent
+                        // goes through and is answered, then the connection ends. Frames
+                        // held behind a SEND waiting for space are not applied.
+                        pipe.input_over = true;
+                        if pipe.wait.take().is_some() {
+                            pipe.held.retain(|h| matches!(h, Held::Applied(_)));
+                            pipe.held_bytes = pipe.held.iter().map(Held::frame_bytes).sum();
+                        }
+                        pump(&mut session, &mut pipe).await
+                    }
                     Some(Ok(Incoming::Heartbeat)) => Ok(()),
                     Some(Ok(Incoming::Frame(frame))) => {
                         let request = Request::parse(&frame, session.version());
                         take(&mut session, request, &mut pipe).await
                     }
                     Some(Err(e)) => {
-                        let step = session.malformed(Refusal(e.0), e.1);
-                        pipe.start(&mut session, step)
+                        // Bytes that are no frame: its ERROR comes after the frames
+                        // read before it, and nothing after it is read.
+                        pipe.input_over = true;
+                        pipe.hold_back(Held::Applied(session.malformed(Refusal(e.0), e.1)));
+                        pump(&mut session, &mut pipe).await
                     }
                 };
                 // Time the broker spent on the frame is not the client's stall.
@@ -272,7 +317,9 @@ pub async fn serve_connection<S>(
                     Ok(()) => Ok(()),
                     Err(e) => {
                         // The SEND that waited is refused in its place.
-                        let request = pipe.unhold().expect("a SEND waited");
+                        let Some(Held::Request(request)) = pipe.unhold() else {
+                            unreachable!("a SEND waits at the front of the held frames")
+                        };
                         let step = session.refused(request, Refusal(e.to_string()));
                         pipe.start(&mut session, step)
                     }
@@ -370,6 +417,9 @@ pub async fn serve_connection<S>(
         if let Err(close) = turn {
             break close;
         }
+        if pipe.drained() {
+            break Close::Done;
+        }
     };
     if let Close::Error = close {
         tracing::info!(session = %session.id(), "connection closed after an ERROR frame");
@@ -387,10 +437,12 @@ pub async fn serve_connection<S>(
 /// waits for space, since it frees space; one inside a transaction keeps its place.
 async fn take(session: &mut Session, request: Request, pipe: &mut Pipeline) -> Result<(), Close> {
     if pipe.wait.is_some() && request.frees_space() {
-        let step = session.apply(request).await;
-        return pipe.start(session, step);
+        // Applied now (it frees space), answered in its place behind the SEND.
+        let step = session.apply(request).await.started();
+        pipe.hold_back(Held::Applied(step));
+        return Ok(());
     }
-    pipe.hold_back(request);
+    pipe.hold_back(Held::Request(request));
     pump(session, pipe).await
 }
 
@@ -401,18 +453,29 @@ async fn take(session: &mut Session, request: Request, pipe: &mut Pipeline) -> R
 /// connection (a frame finished at once was refused, or was DISCONNECT).
 async fn pump(session: &mut Session, pipe: &mut Pipeline) -> Result<(), Close> {
     while !pipe.ended && pipe.wait.is_none() && pipe.has_room() {
-        let Some(request) = pipe.unhold() else {
-            break;
+        if pipe.fenced {
+            if !pipe.in_flight.is_empty() {
+                break;
+            }
+            pipe.fenced = false;
+        }
+        let request = match pipe.unhold() {
+            None => break,
+            Some(Held::Applied(step)) => {
+                pipe.start(session, step)?;
+                continue;
+            }
+            Some(Held::Request(request)) => request,
         };
         if request.waits_for_earlier() && !pipe.in_flight.is_empty() {
-            pipe.hold_front(request);
+            pipe.hold_front(Held::Request(request));
             break;
         }
         let step = match session.flow(&request) {
             Flow::Go => session.apply(request).await,
             Flow::Wait(wait) => {
                 pipe.wait = Some(wait);
-                pipe.hold_front(request);
+                pipe.hold_front(Held::Request(request));
                 break;
             }
             Flow::Refused(refusal) => session.refused(request, refusal),

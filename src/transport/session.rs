@@ -109,6 +109,9 @@ pub struct Step {
     pub frame_bytes: usize,
     /// No frame after this one may be applied: it is refused, or DISCONNECT.
     pub last: bool,
+    /// Frames after this one wait until it resolves (COMMIT, ABORT: a later frame must
+    /// not overtake the transaction's messages, nor act on a transaction half done).
+    pub fence: bool,
 }
 
 impl Step {
@@ -131,6 +134,22 @@ impl Step {
             outcome,
             frame_bytes,
             last,
+            fence: false,
+        }
+    }
+
+    /// The same step, its work started now as a task of its own, whether or not its
+    /// outcome is awaited yet: an ACK applied ahead of a SEND that waits for space
+    /// frees space at once, while its RECEIPT still waits its turn behind the SEND.
+    pub fn started(self) -> Step {
+        let outcome = actix_rt::spawn(self.outcome);
+        Step {
+            outcome: Box::pin(async move {
+                outcome
+                    .await
+                    .expect("a connection's frame task is never cancelled")
+            }),
+            ..self
         }
     }
 }
@@ -328,7 +347,9 @@ impl Session {
             Ok(Applied::Disconnect) => (Box::pin(std::future::ready(Ok(false))), true),
             Err(refusal) => (Box::pin(std::future::ready(Err(refusal))), true),
         };
-        Step::new(kind.as_str(), receipt, frame_bytes, work, last)
+        let mut step = Step::new(kind.as_str(), receipt, frame_bytes, work, last);
+        step.fence = matches!(kind, frame::Command::Commit | frame::Command::Abort);
+        step
     }
 
     /// The step of a request refused before it was applied (by producer flow control):
@@ -424,8 +445,8 @@ impl Session {
             Command::Ack { ack, transaction } => return self.ack(ack, transaction),
             Command::Nack { ack, transaction } => return self.nack(ack, transaction),
             Command::Begin { transaction } => self.begin(transaction)?,
-            Command::Commit { transaction } => self.commit(transaction).await?,
-            Command::Abort { transaction } => self.abort(transaction).await?,
+            Command::Commit { transaction } => return self.commit(transaction),
+            Command::Abort { transaction } => return self.abort(transaction),
             Command::Disconnect => return Ok(Applied::Disconnect),
         }
         Ok(Applied::Done)
@@ -797,42 +818,55 @@ impl Session {
     }
 
     /// COMMIT: the prepared sends become visible (one store transaction), then the
-    /// acks are applied.
-    async fn commit(&mut self, tx: String) -> Result<(), Refusal> {
-        let open = self.end_transaction(&tx)?;
+    /// acks (and NACKs) are applied. They leave the list of messages waiting for an ack
+    /// now; what is left, the store's commit and the acks at their destinations, is
+    /// the step's work, so the connection keeps beating while a large transaction
+    /// commits (frames after it wait for it: [`Step::fence`]).
+    fn commit(&mut self, tx: String) -> Result<Applied, Refusal> {
+        let Tx {
+            sends, acks, nacks, ..
+        } = self.end_transaction(&tx)?;
         // All or nothing: if an ack of the transaction no longer applies (its message
         // was acked outside it, or its subscription is gone), nothing is committed.
-        if let Some(stale) = open.acks.iter().find(|id| !self.pending.contains_key(*id)) {
-            let stale = stale.clone();
-            let _ = open.sends.rollback().await;
-            return refuse(format!(
+        if let Some(stale) = acks.iter().find(|id| !self.pending.contains_key(*id)) {
+            let refusal = Refusal(format!(
                 "transaction `{tx}` rolled back: ack id `{stale}` no longer waits for an ack"
             ));
+            return Ok(Applied::Later(Box::pin(async move {
+                let _ = sends.rollback().await;
+                Err(refusal)
+            })));
         }
-        open.sends
-            .commit()
-            .await
-            .map_err(|e| Refusal(format!("commit failed: {e}")))?;
-        for id in open.acks {
+        let mut settled = Vec::new();
+        for id in &acks {
             // A cumulative (`client`) ack earlier in this commit may have covered it.
-            if self.pending.contains_key(&id) {
-                self.apply_ack(&id)?.finished().await?;
+            if self.pending.contains_key(id) {
+                settled.push(self.apply_ack(id)?);
             }
         }
-        for id in open.nacks {
-            self.apply_nack(&id).finished().await?;
+        for id in &nacks {
+            settled.push(self.apply_nack(id));
         }
-        Ok(())
+        Ok(Applied::Later(Box::pin(async move {
+            sends
+                .commit()
+                .await
+                .map_err(|e| Refusal(format!("commit failed: {e}")))?;
+            futures::future::try_join_all(settled.into_iter().map(Applied::finished)).await?;
+            Ok(())
+        })))
     }
 
-    /// ABORT: the prepared sends are deleted; the acks are forgotten, so those messages
-    /// can be acked again.
-    async fn abort(&mut self, tx: String) -> Result<(), Refusal> {
+    /// ABORT: the prepared sends are deleted (the step's work); the acks are
+    /// forgotten, so those messages can be acked again.
+    fn abort(&mut self, tx: String) -> Result<Applied, Refusal> {
         let open = self.end_transaction(&tx)?;
-        open.sends
-            .rollback()
-            .await
-            .map_err(|e| Refusal(format!("abort failed: {e}")))
+        Ok(Applied::Later(Box::pin(async move {
+            open.sends
+                .rollback()
+                .await
+                .map_err(|e| Refusal(format!("abort failed: {e}")))
+        })))
     }
 
     /// Ends the session with its connection: open transactions are rolled back (their

@@ -249,8 +249,93 @@ async fn a_mix_of_persistent_and_not_keeps_its_order(t: TestStore) {
     s.stop().await;
 }
 
+/// Bytes that are no frame, after frames still waiting (behind a SUBSCRIBE that waits
+/// for the SENDs before it): those frames are applied and receipted first, then the
+/// ERROR, then the connection closes.
+async fn a_malformed_frame_comes_after_the_frames_before_it(t: TestStore) {
+    let s = server(&t, policy(30_000, 400)).await;
+    let mut c = Client::connected(s.addr, None).await;
+    let mut bytes = Vec::new();
+    for n in 0..20 {
+        bytes.extend(
+            format!("SEND\ndestination:/queue/bad\npersistent:true\nreceipt:a{n}\n\nm\0")
+                .as_bytes(),
+        );
+    }
+    bytes.extend(b"SUBSCRIBE\ndestination:/topic/t\nid:1\nreceipt:s1\n\n\0");
+    for n in 0..5 {
+        bytes.extend(
+            format!("SEND\ndestination:/queue/bad\npersistent:true\nreceipt:b{n}\n\nm\0")
+                .as_bytes(),
+        );
+    }
+    bytes.extend(b"SEND\ndestination:/queue/bad\na header without a colon\n\nm\0");
+    c.write(&bytes).await;
+    let expected: Vec<String> = (0..20)
+        .map(|n| format!("a{n}"))
+        .chain(["s1".to_string()])
+        .chain((0..5).map(|n| format!("b{n}")))
+        .collect();
+    for id in &expected {
+        receipt(&mut c, id).await;
+    }
+    let error = c.frame().await.expect("the ERROR");
+    assert_eq!(error.command, Command::Error, "{error:?}");
+    assert!(c.closed().await);
+    assert_eq!(
+        s.broker
+            .store()
+            .count_messages("queue://bad")
+            .await
+            .unwrap(),
+        25
+    );
+    s.stop().await;
+}
+
+/// A client that closes its side of the socket after a burst (it still reads) gets
+/// every receipt, the DISCONNECT's too, and nothing it sent is lost.
+async fn a_half_closed_client_still_gets_its_receipts(t: TestStore) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = server(&t, policy(30_000, 400)).await;
+    let mut socket = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut bytes = b"CONNECT\naccept-version:1.2\n\n\0".to_vec();
+    for n in 0..200 {
+        bytes.extend(
+            format!("SEND\ndestination:/queue/half\npersistent:true\nreceipt:r{n}\n\nm\0")
+                .as_bytes(),
+        );
+    }
+    bytes.extend(b"DISCONNECT\nreceipt:d\n\n\0");
+    socket.write_all(&bytes).await.unwrap();
+    socket.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        socket.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the broker closes once it has answered")
+    .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert_eq!(answer.matches("RECEIPT\n").count(), 201, "{answer}");
+    assert!(answer.contains("receipt-id:d\n"));
+    assert!(!answer.contains("ERROR"));
+    assert_eq!(
+        s.broker
+            .store()
+            .count_messages("queue://half")
+            .await
+            .unwrap(),
+        200
+    );
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    a_malformed_frame_comes_after_the_frames_before_it,
+    a_half_closed_client_still_gets_its_receipts,
     a_mix_of_persistent_and_not_keeps_its_order,
     acks_read_before_the_socket_closes_are_applied,
     order_per_producer_and_receipts_in_frame_order,
