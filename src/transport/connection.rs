@@ -174,6 +174,12 @@ impl Pipeline {
         self.held.push_front(held);
     }
 
+    /// Forgets the held frames not applied yet (those applied ahead keep their place).
+    fn drop_unapplied(&mut self) {
+        self.held.retain(|h| matches!(h, Held::Applied(_)));
+        self.held_bytes = self.held.iter().map(Held::frame_bytes).sum();
+    }
+
     /// True once the input is over and every frame read has finished: the connection
     /// ends.
     fn drained(&self) -> bool {
@@ -288,8 +294,7 @@ pub async fn serve_connection<S>(
                         // held behind a SEND waiting for space are not applied.
                         pipe.input_over = true;
                         if pipe.wait.take().is_some() {
-                            pipe.held.retain(|h| matches!(h, Held::Applied(_)));
-                            pipe.held_bytes = pipe.held.iter().map(Held::frame_bytes).sum();
+                            pipe.drop_unapplied();
                         }
                         pump(&mut session, &mut pipe).await
                     }
@@ -473,6 +478,12 @@ async fn pump(session: &mut Session, pipe: &mut Pipeline) -> Result<(), Close> {
         }
         let step = match session.flow(&request) {
             Flow::Go => session.apply(request).await,
+            // The client is gone (or half-closed): a SEND that would wait for space,
+            // and what follows it, is not applied (never receipted either).
+            Flow::Wait(_) if pipe.input_over => {
+                pipe.drop_unapplied();
+                break;
+            }
             Flow::Wait(wait) => {
                 pipe.wait = Some(wait);
                 pipe.hold_front(Held::Request(request));

@@ -289,7 +289,7 @@ enum Examined {
     Exactly((i64, i64)),
     /// Ten merged ranges: the page, plus at most one row ahead in each range.
     Merged,
-    /// A write: only planned, not run.
+    /// A write: only planned (EXPLAIN), never executed.
     NotRun,
 }
 
