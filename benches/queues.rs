@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::ebb_run::{self, EbbRun, Store};
-use common::report::{env, thousands};
+use common::report::{self, env, thousands};
 use common::stomp_load::{self, Dialect, Load};
 use common::tally::{self, Seen, Tally};
 use ebb::{AckMode, Broker, Message, SubscribeOptions};
@@ -536,17 +536,11 @@ async fn bench(s: Settings) -> (Vec<Row>, Vec<String>) {
             }
         }
     }
-    let mut rows: Vec<Row> = runs
-        .into_iter()
-        .filter(|r| !r.is_empty())
-        .map(|mut r| {
-            r.sort_by(|a, b| a.msgs_per_s.total_cmp(&b.msgs_per_s));
-            let rounds: Vec<f64> = r.iter().map(|x| x.msgs_per_s).collect();
-            let mut median = r[r.len() / 2].clone();
-            median.rounds_msgs_per_s = rounds;
-            median
-        })
-        .collect();
+    let mut rows: Vec<Row> = report::median_rounds(
+        runs,
+        |r: &Row| r.msgs_per_s,
+        |r, rounds| r.rounds_msgs_per_s = rounds,
+    );
     // The ratio: each Ebb STOMP row against RabbitMQ's row with the same shape.
     let reference: Vec<(usize, usize, f64)> = rows
         .iter()

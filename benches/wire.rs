@@ -95,7 +95,7 @@ use std::time::{Duration, Instant};
 
 use common::ebb_run::{self, EbbRun, Store};
 use common::procfs;
-use common::report::{env, thousands};
+use common::report::{self, env, thousands};
 use common::stomp_load::{self, Dialect};
 use common::tally::{self, Seen, Tally};
 use ebb::stomp::client::{ClientError, StompClient};
@@ -1405,17 +1405,8 @@ async fn bench(s: Settings, open_files: u64) -> (Vec<Row>, Vec<String>, Vec<Stri
             }
         }
     }
-    let mut rows: Vec<Row> = runs
-        .into_iter()
-        .filter(|r| !r.is_empty())
-        .map(|mut r| {
-            r.sort_by(|a, b| a.figure.total_cmp(&b.figure));
-            let rounds: Vec<f64> = r.iter().map(|x| x.figure).collect();
-            let mut median = r[r.len() / 2].clone();
-            median.rounds = rounds;
-            median
-        })
-        .collect();
+    let mut rows: Vec<Row> =
+        report::median_rounds(runs, |r: &Row| r.figure, |r, rounds| r.rounds = rounds);
     let reference: Vec<(&'static str, f64)> = rows
         .iter()
         .filter(|r| r.broker == "RabbitMQ")

@@ -44,3 +44,23 @@ pub fn thousands(n: f64) -> String {
     }
     out
 }
+
+/// The median round of each row that ran: `runs[i]` holds row `i`'s rounds (empty when
+/// every round failed, and then dropped). Rounds are ranked by `figure`; the median one
+/// is kept, with every round's figure, lowest first, stored by `keep_rounds`.
+pub fn median_rounds<R: Clone>(
+    runs: Vec<Vec<R>>,
+    figure: impl Fn(&R) -> f64,
+    keep_rounds: impl Fn(&mut R, Vec<f64>),
+) -> Vec<R> {
+    runs.into_iter()
+        .filter(|r| !r.is_empty())
+        .map(|mut r| {
+            r.sort_by(|a, b| figure(a).total_cmp(&figure(b)));
+            let rounds: Vec<f64> = r.iter().map(&figure).collect();
+            let mut median = r[r.len() / 2].clone();
+            keep_rounds(&mut median, rounds);
+            median
+        })
+        .collect()
+}
