@@ -22,6 +22,14 @@ fn send(destination: &str, body: String, receipt: Option<String>) -> Frame {
     frame.body(body.into_bytes())
 }
 
+/// The bytes of a persistent SEND of `body` to `destination`, with a receipt if given.
+fn raw_send(destination: &str, receipt: Option<&str>, body: &str) -> Vec<u8> {
+    let receipt = receipt
+        .map(|r| format!("receipt:{r}\n"))
+        .unwrap_or_default();
+    format!("SEND\ndestination:{destination}\npersistent:true\n{receipt}\n{body}\0").into_bytes()
+}
+
 /// Producer `p`: writes [`PER_PRODUCER`] receipted SENDs without waiting, while it
 /// reads the receipts, which must come in frame order.
 async fn produce(addr: std::net::SocketAddr, p: usize) {
@@ -92,7 +100,7 @@ async fn disconnect_receipt_after_everything_before_it(t: TestStore) {
     let mut c = Client::connected(s.addr, None).await;
     let mut bytes = Vec::new();
     for n in 0..1_000 {
-        bytes.extend(format!("SEND\ndestination:/queue/bye\npersistent:true\n\nm{n}\0").as_bytes());
+        bytes.extend(raw_send("/queue/bye", None, &format!("m{n}")));
     }
     bytes.extend(b"DISCONNECT\nreceipt:d\n\n\0");
     c.write(&bytes).await;
@@ -152,10 +160,11 @@ async fn a_refused_frame_ends_the_pipeline_in_its_place(t: TestStore) {
         } else {
             "/queue/refused"
         };
-        bytes.extend(
-            format!("SEND\ndestination:{destination}\npersistent:true\nreceipt:{n}\n\nm{n}\0")
-                .as_bytes(),
-        );
+        bytes.extend(raw_send(
+            destination,
+            Some(&n.to_string()),
+            &format!("m{n}"),
+        ));
     }
     c.write(&bytes).await;
     for n in 0..100 {
@@ -184,9 +193,7 @@ async fn acks_read_before_the_socket_closes_are_applied(t: TestStore) {
     let mut p = Client::connected(s.addr, None).await;
     let mut bytes = Vec::new();
     for n in 0..300 {
-        bytes.extend(
-            format!("SEND\ndestination:/queue/acked\npersistent:true\n\nm{n}\0").as_bytes(),
-        );
+        bytes.extend(raw_send("/queue/acked", None, &format!("m{n}")));
     }
     bytes.extend(b"DISCONNECT\nreceipt:sent\n\n\0");
     p.write(&bytes).await;
@@ -257,17 +264,11 @@ async fn a_malformed_frame_comes_after_the_frames_before_it(t: TestStore) {
     let mut c = Client::connected(s.addr, None).await;
     let mut bytes = Vec::new();
     for n in 0..20 {
-        bytes.extend(
-            format!("SEND\ndestination:/queue/bad\npersistent:true\nreceipt:a{n}\n\nm\0")
-                .as_bytes(),
-        );
+        bytes.extend(raw_send("/queue/bad", Some(&format!("a{n}")), "m"));
     }
     bytes.extend(b"SUBSCRIBE\ndestination:/topic/t\nid:1\nreceipt:s1\n\n\0");
     for n in 0..5 {
-        bytes.extend(
-            format!("SEND\ndestination:/queue/bad\npersistent:true\nreceipt:b{n}\n\nm\0")
-                .as_bytes(),
-        );
+        bytes.extend(raw_send("/queue/bad", Some(&format!("b{n}")), "m"));
     }
     bytes.extend(b"SEND\ndestination:/queue/bad\na header without a colon\n\nm\0");
     c.write(&bytes).await;
@@ -301,10 +302,7 @@ async fn a_half_closed_client_still_gets_its_receipts(t: TestStore) {
     let mut socket = tokio::net::TcpStream::connect(s.addr).await.unwrap();
     let mut bytes = b"CONNECT\naccept-version:1.2\n\n\0".to_vec();
     for n in 0..200 {
-        bytes.extend(
-            format!("SEND\ndestination:/queue/half\npersistent:true\nreceipt:r{n}\n\nm\0")
-                .as_bytes(),
-        );
+        bytes.extend(raw_send("/queue/half", Some(&format!("r{n}")), "m"));
     }
     bytes.extend(b"DISCONNECT\nreceipt:d\n\n\0");
     socket.write_all(&bytes).await.unwrap();
