@@ -15,8 +15,8 @@ use ebb_actors::broker::{BrokerActor, DestinationAddr, GetDestination, ShutdownB
 use ebb_actors::destination::{now_ms, PublishTicket};
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::messages::{
-    AbortPrepared, Ack, CommitPrepared, Delivery, Detach, GetQueueStats, GetStats, Nack, Publish,
-    PublishPrepared, QueueStats, RemoveDurable, Subscribe, TopicMessage, TopicStats,
+    AbortPrepared, Ack, Browse, CommitPrepared, Delivery, Detach, GetQueueStats, GetStats, Nack,
+    Publish, PublishPrepared, QueueStats, RemoveDurable, Subscribe, TopicMessage, TopicStats,
 };
 use ebb_actors::policy::PolicyMap;
 use ebb_actors::queue::QueueActor;
@@ -25,7 +25,7 @@ use ebb_actors::topic::TopicActor;
 use ebb_actors::usage::Usage;
 use ebb_actors::{DestinationKey, DestinationKind, StoreActorConfig, StoreHandle};
 use ebb_store::{MessageStore, Payload, StoreOptions, SubscriptionKey};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use std::collections::HashMap;
 use tokio::sync::mpsc;
 
@@ -533,6 +533,26 @@ pub struct BrowsedMessage {
 
 /// Most rows one browse call returns.
 pub const MAX_BROWSE_PAGE: u32 = 1000;
+
+/// Messages a [`QueueBrowser`] reads from its queue at a time (one bounded store read
+/// plus the queue's non-persistent messages in that range).
+pub const BROWSE_PAGE: u32 = 100;
+
+/// A browse of a queue ([`Broker::browse_queue`]): a [`Stream`] of the messages
+/// waiting in it, in queue order, that ends at the end of the queue. Each item is a
+/// [`Received`] that cannot be acked (browsing consumes nothing): its
+/// `delivery_id` is 0 and `redelivered` false.
+pub struct QueueBrowser {
+    inner: Pin<Box<dyn Stream<Item = Result<Received, Error>>>>,
+}
+
+impl Stream for QueueBrowser {
+    type Item = Result<Received, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
 
 /// A running broker. Cheap to clone (handles to actors).
 #[derive(Clone)]
@@ -1135,6 +1155,67 @@ impl Broker {
             .browse(&container, after_id, limit.min(MAX_BROWSE_PAGE))
             .await?;
         Ok(rows.iter().map(|m| browsed(m)).collect())
+    }
+
+    /// Browses queue `destination` (as for [`Broker::send`]; a topic is refused): a
+    /// [`QueueBrowser`] stream of the messages waiting in it, in queue order, stored
+    /// and non-persistent ones alike, without consuming, acking or expiring any (as
+    /// ActiveMQ's queue browser and STOMP `browser:true`). Expired messages are left
+    /// out. It reads the queue in pages of [`BROWSE_PAGE`] messages, one at a time as
+    /// the stream is polled, and ends (`None`) when it reaches the end of the queue;
+    /// messages sent meanwhile are shown if the browse gets to them before the end.
+    ///
+    /// Errors: [`Error::InvalidDestination`] for a topic or a bad name; a page that
+    /// fails (a store error) is an `Err` item, after which the stream ends.
+    pub async fn browse_queue(
+        &self,
+        destination: impl ToDestination,
+    ) -> Result<QueueBrowser, Error> {
+        let key = destination.to_destination()?;
+        let DestinationAddr::Queue(queue) = self.destination(&key).await? else {
+            return Err(Error::InvalidDestination {
+                name: key.container(),
+                reason: "only a queue can be browsed: a topic keeps no messages for later",
+            });
+        };
+        let pages = futures::stream::unfold(Some((0i64, 0u64)), move |after| {
+            let queue = queue.clone();
+            async move {
+                let after = after?;
+                let page = queue
+                    .send(Browse {
+                        after,
+                        limit: BROWSE_PAGE,
+                    })
+                    .await;
+                let page = match page
+                    .map_err(Error::from)
+                    .and_then(|p| p.map_err(Error::from))
+                {
+                    Ok(page) => page,
+                    Err(e) => return Some((vec![Err(e)], None)),
+                };
+                let next = (!page.end).then_some(page.next);
+                let messages = page
+                    .messages
+                    .into_iter()
+                    .map(|(_, message)| {
+                        Ok(Received {
+                            delivery: Delivery {
+                                subscription: 0,
+                                delivery_id: 0,
+                                message,
+                                redelivered: false,
+                            },
+                        })
+                    })
+                    .collect();
+                Some((messages, next))
+            }
+        });
+        Ok(QueueBrowser {
+            inner: Box::pin(pages.map(futures::stream::iter).flatten()),
+        })
     }
 
     /// Up to `limit` (at most [`MAX_BROWSE_PAGE`]) messages a durable subscription has

@@ -123,8 +123,8 @@ pub mod transport;
 
 pub use broker::{
     AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, DestinationFlow, Expiration, Message,
-    PendingSend, Received, SendReceipt, Space, SubscribeOptions, Subscription, ToDestination,
-    Transaction, UsageConfig, UsageSnapshot,
+    PendingSend, QueueBrowser, Received, SendReceipt, Space, SubscribeOptions, Subscription,
+    ToDestination, Transaction, UsageConfig, UsageSnapshot,
 };
 pub use ebb_actors::destination::{DestinationKey, DestinationKind};
 pub use ebb_actors::messages::{QueueStats, TopicStats};

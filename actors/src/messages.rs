@@ -96,6 +96,31 @@ impl std::ops::Deref for TopicStats {
     }
 }
 
+/// Browse a queue: up to `limit` of the messages waiting in it (not expired), in
+/// queue order, after place `after` (`(0, 0)` for the first page; then the last place
+/// returned). Stored messages come from one bounded store read (`browse`, id order,
+/// prepared ones left out), including those delivered and not yet acked (they are
+/// still in the queue); non-persistent ones from the queue's memory, in their places.
+/// Nothing is acked, expired or counted as delivered: a browser never consumes.
+#[derive(Message)]
+#[rtype(result = "Result<BrowsePage, ActorError>")]
+pub struct Browse {
+    pub after: crate::queue_cursor::Place,
+    pub limit: u32,
+}
+
+/// One page of a [`Browse`].
+#[derive(Debug, Clone, Default)]
+pub struct BrowsePage {
+    /// The messages, in queue order, with their places (at most the limit; fewer
+    /// when some had expired).
+    pub messages: Vec<(crate::queue_cursor::Place, std::sync::Arc<TopicMessage>)>,
+    /// Where the next page starts (the last place this one looked at).
+    pub next: crate::queue_cursor::Place,
+    /// Nothing waits after `next` (now): the browse is over.
+    pub end: bool,
+}
+
 /// A queue's counters.
 #[derive(Message)]
 #[rtype(result = "QueueStats")]

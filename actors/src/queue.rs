@@ -10,7 +10,7 @@
 //! Messages it accepts: those every destination accepts ([`Publish`],
 //! [`PublishPrepared`], [`CommitPrepared`], [`AbortPrepared`], [`RunHousekeeping`],
 //! [`StopHousekeeping`], handled in [`crate::destination`]), and [`Subscribe`]
-//! (non-durable only), [`Ack`], [`Nack`], [`Detach`], [`GetQueueStats`],
+//! (non-durable only), [`Ack`], [`Nack`], [`Detach`], [`Browse`], [`GetQueueStats`],
 //! [`AcceptDeadLetter`]; from itself, the timer tick and
 //! [`ExpiryPage`](crate::destination::ExpiryPage). It sends dead messages to a
 //! `Recipient` of [`RouteDeadLetter`] (the registry). What it writes itself: its
@@ -657,6 +657,42 @@ impl Handler<Detach> for QueueActor {
     fn handle(&mut self, msg: Detach, ctx: &mut Context<Self>) {
         self.detach(msg.subscription, ctx);
         self.dispatch(ctx);
+    }
+}
+
+impl Handler<Browse> for QueueActor {
+    type Result = ResponseActFuture<Self, Result<BrowsePage, ActorError>>;
+
+    fn handle(&mut self, msg: Browse, _: &mut Context<Self>) -> Self::Result {
+        let store = Arc::clone(self.core.store.store());
+        let container = self.core.container.clone();
+        let limit = msg.limit.max(1) as usize;
+        let after = msg.after;
+        let read = async move { store.browse(&container, after.0, limit as u32).await };
+        Box::pin(read.into_actor(self).map(move |rows, act, _| {
+            let rows = rows?;
+            let store_done = rows.len() < limit;
+            // A full page of rows ends at its last one: transients after it come next.
+            let before = rows.last().filter(|_| !store_done).map(|m| (m.id, 0));
+            let mut page: Vec<(Place, Arc<TopicMessage>)> = rows
+                .iter()
+                .filter(|m| (m.id, 0) > after)
+                .map(|m| ((m.id, 0), Arc::new(TopicMessage::from_stored(m))))
+                .collect();
+            // In-flight non-persistent messages are with their consumer, not here.
+            page.extend(act.cursor.transients_between(after, before, limit));
+            page.sort_by_key(|(place, _)| *place);
+            let end = store_done && page.len() <= limit;
+            page.truncate(limit);
+            let next = page.last().map_or(after, |(place, _)| *place);
+            let now = now_ms();
+            page.retain(|(_, m)| !m.is_expired(now));
+            Ok(BrowsePage {
+                messages: page,
+                next,
+                end,
+            })
+        }))
     }
 }
 

@@ -232,6 +232,25 @@ impl QueueCursor {
             .collect()
     }
 
+    /// Non-persistent messages waiting with a place in `after..before` (exclusive at
+    /// both ends; `before` `None`: no upper bound), in order, at most `limit`: what a
+    /// browse shows of them.
+    pub fn transients_between(
+        &self,
+        after: Place,
+        before: Option<Place>,
+        limit: usize,
+    ) -> Vec<(Place, Arc<TopicMessage>)> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let upper = before.map_or(Unbounded, Excluded);
+        self.pending
+            .range((Excluded(after), upper))
+            .filter(|((_, n), _)| *n > 0)
+            .take(limit)
+            .map(|(p, e)| (*p, Arc::clone(&e.message)))
+            .collect()
+    }
+
     /// Non-persistent messages waiting (they are nowhere else).
     pub fn transient_len(&self) -> usize {
         self.pending.keys().filter(|(_, n)| *n > 0).count()

@@ -162,6 +162,11 @@ pub enum Command {
         prefetch: Option<u32>,
         /// `activemq.subscriptionName` (topics only): a durable subscription.
         durable_name: Option<String>,
+        /// `selector`: only messages it matches are delivered.
+        selector: Option<String>,
+        /// `browser:true` (queues, STOMP 1.1+, auto ack): list the messages present
+        /// without consuming them, then a MESSAGE with `browser:end`.
+        browser: bool,
     },
     Unsubscribe {
         /// `id`, or the destination (STOMP 1.0).
@@ -235,6 +240,10 @@ impl Command {
                 ack: ack_ref_of(frame),
                 transaction: header("transaction"),
             },
+            // As ActiveMQ: "NACK received but connection is in v1.0 mode" (STOMP-11).
+            C::Nack if version == Version::V1_0 => {
+                return refuse("NACK does not exist in STOMP 1.0: connect with accept-version:1.1 or 1.2 to use it")
+            }
             C::Nack => Command::Nack {
                 ack: ack_ref_of(frame),
                 transaction: header("transaction"),
@@ -256,7 +265,85 @@ impl Command {
     }
 }
 
+/// SUBSCRIBE headers that would change what the consumer receives and that Ebb does
+/// not honour: `(name, value that means the default, why)`. Refused with an ERROR,
+/// never ignored (an ignored `browser:true` once consumed a whole queue); the value
+/// that asks for the default behaviour (`activemq.exclusive:false`) is accepted. Other
+/// brokers' subscription headers are refused so that a client written for them does
+/// not silently get other semantics (RabbitMQ's `durable`, `auto-delete` and `x-*`
+/// queue arguments, Artemis's `subscription-type` and `durable-subscription-name`).
+const UNSUPPORTED_SUBSCRIBE: &[(&str, &str, &str)] = &[
+    ("activemq.exclusive", "false", "exclusive consumers are not supported yet"),
+    ("activemq.noLocal", "false", "noLocal is not supported yet"),
+    ("activemq.retroactive", "false", "retroactive subscriptions are not supported"),
+    ("activemq.priority", "", "consumer priorities are not supported"),
+    (
+        "activemq.maximumPendingMessageLimit",
+        "",
+        "a per-consumer pending limit is not supported: set the destination policy's pending_message_limit",
+    ),
+    (
+        "durable",
+        "false",
+        "RabbitMQ's durable subscriptions are not supported: use activemq.subscriptionName with client-id",
+    ),
+    ("auto-delete", "true", "RabbitMQ's auto-delete setting is not supported"),
+    ("exclusive", "false", "exclusive consumers are not supported yet"),
+    ("prefetch-count", "", "use activemq.prefetchSize"),
+    (
+        "subscription-type",
+        "",
+        "Artemis routing types are not supported: use /queue/NAME or /topic/NAME",
+    ),
+    ("durable-subscription-name", "", "use activemq.subscriptionName"),
+    ("durable-subscriber-name", "", "use activemq.subscriptionName"),
+    ("no-local", "false", "noLocal is not supported yet"),
+];
+
+/// SUBSCRIBE headers Ebb reads or that change nothing a client receives
+/// (`activemq.dispatchAsync` is a delivery detail ActiveMQ's clients set).
+const KNOWN_SUBSCRIBE: &[&str] = &[
+    "destination",
+    "id",
+    "ack",
+    "receipt",
+    "selector",
+    "browser",
+    "activemq.prefetchSize",
+    "activemq.subscriptionName",
+    "activemq.subcriptionName",
+    "activemq.dispatchAsync",
+];
+
+/// The first SUBSCRIBE header that changes what the consumer receives and is not
+/// honoured: an unknown `activemq.*` or `x-*` option, or one of
+/// [`UNSUPPORTED_SUBSCRIBE`] (unless it asks for the default).
+fn unsupported_subscribe_header(frame: &Frame) -> Option<Refusal> {
+    frame.headers.iter().find_map(|(name, value)| {
+        if KNOWN_SUBSCRIBE.contains(&name.as_str()) {
+            return None;
+        }
+        let listed = UNSUPPORTED_SUBSCRIBE.iter().find(|(n, _, _)| n == name);
+        let reason = match listed {
+            Some((_, default, _)) if !default.is_empty() && value.eq_ignore_ascii_case(default) => {
+                return None
+            }
+            Some((_, _, why)) => *why,
+            None if name.starts_with("activemq.") || name.starts_with("x-") => {
+                "this broker does not know it, and it may change what the consumer receives"
+            }
+            None => return None,
+        };
+        Some(Refusal(format!(
+            "SUBSCRIBE header `{name}:{value}` refused: {reason}"
+        )))
+    })
+}
+
 fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
+    if let Some(refusal) = unsupported_subscribe_header(frame) {
+        return Err(refusal);
+    }
     let destination = destination_of(frame.get("destination"))?;
     let id = match (frame.get("id"), version) {
         (Some(id), _) => id.to_string(),
@@ -282,18 +369,45 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
                 .ok_or_else(|| Refusal(format!("invalid activemq.prefetchSize `{p}`")))?,
         ),
     };
-    let durable_name = frame.get("activemq.subscriptionName").map(str::to_string);
+    // ActiveMQ also reads its old misspelling, `activemq.subcriptionName`.
+    let durable_name = frame
+        .get("activemq.subscriptionName")
+        .or_else(|| frame.get("activemq.subcriptionName"))
+        .map(str::to_string);
     if durable_name.is_some() && destination.is_queue() {
         return refuse(
             "activemq.subscriptionName is for topics: a queue keeps its messages for any consumer",
         );
     }
+    let browser = match frame.get("browser") {
+        None | Some("false") => false,
+        Some("true") if version == Version::V1_0 => {
+            return refuse("browser:true needs STOMP 1.1 or 1.2 (as ActiveMQ)")
+        }
+        Some("true") if !destination.is_queue() => {
+            return refuse("browser:true is for queues: a topic keeps no messages to browse")
+        }
+        Some("true") if ack != StompAck::Auto => {
+            return refuse("browser:true takes no ack mode: browsing acks nothing")
+        }
+        Some("true") if frame.get("browser-end") == Some("false") => {
+            return refuse("browser-end:false is not supported: a browse ends with browser:end")
+        }
+        Some("true") => true,
+        Some(other) => return refuse(format!("invalid browser `{other}`: true or false")),
+    };
+    if browser && durable_name.is_some() {
+        return refuse("browser:true is for queues: a topic keeps no messages to browse");
+    }
+    let selector = frame.get("selector").map(str::to_string);
     Ok(Command::Subscribe {
         destination,
         id,
         ack,
         prefetch,
         durable_name,
+        selector,
+        browser,
     })
 }
 
@@ -581,6 +695,7 @@ mod tests {
             ack,
             prefetch,
             durable_name,
+            ..
         } = c
         else {
             panic!("{c:?}")
@@ -659,6 +774,148 @@ mod tests {
             ]),
             "activemq.subscriptionName is for topics: a queue keeps its messages for any consumer"
         );
+    }
+
+    /// Every SUBSCRIBE header that changes what the consumer receives is honoured or
+    /// refused, never ignored (cases SEL-10, STOMP-13): an unknown `activemq.*` option
+    /// and other brokers' subscription headers get an ERROR naming the header.
+    #[test]
+    fn subscribe_headers_that_change_delivery_are_honoured_or_refused() {
+        let sub = |extra: &[(&str, &str)]| {
+            let mut headers = vec![("destination", "/queue/q"), ("id", "1")];
+            headers.extend_from_slice(extra);
+            Command::parse(&frame(frame::Command::Subscribe, &headers), Version::V1_2)
+        };
+        for (name, value) in [
+            ("activemq.exclusive", "true"),
+            ("activemq.noLocal", "true"),
+            ("activemq.retroactive", "true"),
+            ("activemq.priority", "9"),
+            ("activemq.maximumPendingMessageLimit", "10"),
+            ("activemq.somethingNew", "1"),
+            ("durable", "true"),
+            ("auto-delete", "false"),
+            ("x-queue-name", "q"),
+            ("prefetch-count", "10"),
+            ("subscription-type", "ANYCAST"),
+        ] {
+            let Err(Refusal(text)) = sub(&[(name, value)]) else {
+                panic!("{name}:{value} was not refused");
+            };
+            assert!(
+                text.starts_with(&format!("SUBSCRIBE header `{name}:{value}` refused: ")),
+                "{text}"
+            );
+        }
+        // A boolean option at its default, and headers that change nothing delivered.
+        for (name, value) in [
+            ("activemq.exclusive", "false"),
+            ("activemq.noLocal", "false"),
+            ("activemq.dispatchAsync", "true"),
+            ("content-type", "text/plain"),
+            ("my-tag", "x"),
+        ] {
+            assert!(sub(&[(name, value)]).is_ok(), "{name}:{value} refused");
+        }
+        // ActiveMQ's old misspelling of the durable name is read too.
+        let Ok(Command::Subscribe { durable_name, .. }) = Command::parse(
+            &frame(
+                frame::Command::Subscribe,
+                &[
+                    ("destination", "/topic/t"),
+                    ("id", "1"),
+                    ("activemq.subcriptionName", "d"),
+                ],
+            ),
+            Version::V1_2,
+        ) else {
+            panic!("refused");
+        };
+        assert_eq!(durable_name.as_deref(), Some("d"));
+    }
+
+    /// `browser:true` is for queues on STOMP 1.1+, without an ack mode (as ActiveMQ).
+    #[test]
+    fn browser_is_read_for_queues_and_refused_elsewhere() {
+        let sub = |headers: &[(&str, &str)], version| {
+            Command::parse(&frame(frame::Command::Subscribe, headers), version)
+        };
+        let Ok(Command::Subscribe { browser: true, .. }) = sub(
+            &[
+                ("destination", "/queue/q"),
+                ("id", "1"),
+                ("browser", "true"),
+            ],
+            Version::V1_2,
+        ) else {
+            panic!("browser:true not read");
+        };
+        let Ok(Command::Subscribe { browser: false, .. }) = sub(
+            &[
+                ("destination", "/queue/q"),
+                ("id", "1"),
+                ("browser", "false"),
+            ],
+            Version::V1_2,
+        ) else {
+            panic!("browser:false not read");
+        };
+        let refused = |headers: &[(&str, &str)], version| match sub(headers, version) {
+            Err(Refusal(text)) => text,
+            Ok(c) => panic!("{headers:?} parsed: {c:?}"),
+        };
+        assert_eq!(
+            refused(
+                &[
+                    ("destination", "/topic/t"),
+                    ("id", "1"),
+                    ("browser", "true")
+                ],
+                Version::V1_2
+            ),
+            "browser:true is for queues: a topic keeps no messages to browse"
+        );
+        assert_eq!(
+            refused(
+                &[("destination", "/queue/q"), ("browser", "true")],
+                Version::V1_0
+            ),
+            "browser:true needs STOMP 1.1 or 1.2 (as ActiveMQ)"
+        );
+        assert_eq!(
+            refused(
+                &[
+                    ("destination", "/queue/q"),
+                    ("id", "1"),
+                    ("browser", "true"),
+                    ("ack", "client")
+                ],
+                Version::V1_2
+            ),
+            "browser:true takes no ack mode: browsing acks nothing"
+        );
+        assert_eq!(
+            refused(
+                &[("destination", "/queue/q"), ("id", "1"), ("browser", "yes")],
+                Version::V1_2
+            ),
+            "invalid browser `yes`: true or false"
+        );
+    }
+
+    /// STOMP 1.0 has no NACK (case STOMP-11; ActiveMQ: "NACK received but connection
+    /// is in v1.0 mode").
+    #[test]
+    fn nack_is_refused_on_stomp_1_0() {
+        let nack = frame(frame::Command::Nack, &[("message-id", "m1")]);
+        let Err(Refusal(text)) = Command::parse(&nack, Version::V1_0) else {
+            panic!("NACK on 1.0 parsed");
+        };
+        assert_eq!(
+            text,
+            "NACK does not exist in STOMP 1.0: connect with accept-version:1.1 or 1.2 to use it"
+        );
+        assert!(Command::parse(&nack, Version::V1_1).is_ok());
     }
 
     #[test]

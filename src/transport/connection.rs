@@ -350,14 +350,14 @@ pub async fn serve_connection<S>(
                     closed => closed,
                 }
             }
-            Some((sub, message)) = session.next_delivery(), if session.connected() => {
-                session.deliver(sub, message);
+            Some((sub, fed)) = session.next_delivery(), if session.connected() => {
+                let mut turn = session.deliver(sub, fed);
                 // Deliveries that are ready too go out in the same write.
-                while session.output().len() < WRITE_BATCH {
-                    let Some(Some((sub, message))) = session.next_delivery().now_or_never() else { break };
-                    session.deliver(sub, message);
+                while turn.is_ok() && session.output().len() < WRITE_BATCH {
+                    let Some(Some((sub, fed))) = session.next_delivery().now_or_never() else { break };
+                    turn = session.deliver(sub, fed);
                 }
-                Ok(())
+                turn
             }
             _ = &mut timer => {
                 let (send_every, expect_every) = session.heartbeat();

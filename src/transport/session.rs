@@ -24,7 +24,8 @@ use tokio_stream::StreamMap;
 use super::command::{refuse, AckRef, Command, Refusal, Request, StompAck};
 use crate::auth::{Principal, Right, Security};
 use crate::broker::{
-    AckMode, Acker, Broker, Message, Received, Space, SubscribeOptions, Subscription, Transaction,
+    AckMode, Acker, Broker, Message, QueueBrowser, Received, Space, SubscribeOptions, Subscription,
+    Transaction,
 };
 use crate::stomp::frame::{self, Frame, Version};
 use crate::DestinationKey;
@@ -166,9 +167,57 @@ pub struct Outcome {
     result: Result<bool, Refusal>,
 }
 
+/// What a STOMP subscription reads: a consumer's deliveries, or a queue browse.
+enum Feed {
+    Consumer(Subscription),
+    /// `browser:true`: the queue's messages, then one [`Fed::BrowseEnd`].
+    Browse {
+        browser: QueueBrowser,
+        ended: bool,
+    },
+}
+
+/// One item for [`Session::deliver`], from [`Session::next_delivery`].
+pub enum Fed {
+    /// A message for the subscription.
+    Message(Received),
+    /// A browse reached the end of its queue: the MESSAGE with `browser:end`.
+    BrowseEnd,
+    /// A browse page failed (the text says why): an ERROR, and the connection ends.
+    BrowseFailed(String),
+}
+
+impl futures::Stream for Feed {
+    type Item = Fed;
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Fed>> {
+        use std::task::Poll;
+        match self.get_mut() {
+            Feed::Consumer(sub) => sub.poll_next_unpin(cx).map(|m| m.map(Fed::Message)),
+            Feed::Browse { ended: true, .. } => Poll::Ready(None),
+            Feed::Browse { browser, ended } => match browser.poll_next_unpin(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Some(Ok(message))) => Poll::Ready(Some(Fed::Message(message))),
+                Poll::Ready(Some(Err(e))) => {
+                    *ended = true;
+                    Poll::Ready(Some(Fed::BrowseFailed(e.to_string())))
+                }
+                Poll::Ready(None) => {
+                    *ended = true;
+                    Poll::Ready(Some(Fed::BrowseEnd))
+                }
+            },
+        }
+    }
+}
+
 /// A client subscription on this connection.
 struct Sub {
-    acker: Acker,
+    /// `None` for a browse (it acks nothing).
+    acker: Option<Acker>,
     mode: StompAck,
     destination: DestinationKey,
     durable_name: Option<String>,
@@ -202,7 +251,7 @@ pub struct Session {
     principal: Option<Principal>,
     subscriptions: HashMap<String, Sub>,
     /// The subscriptions' message streams, by subscription id.
-    streams: StreamMap<String, Subscription>,
+    streams: StreamMap<String, Feed>,
     pending: HashMap<String, PendingAck>,
     next_ack: u64,
     transactions: HashMap<String, Tx>,
@@ -263,7 +312,7 @@ impl Session {
 
     /// The next message from any of its subscriptions (`(subscription id, message)`);
     /// `None` at once when it has none. Pass it to [`Session::deliver`].
-    pub async fn next_delivery(&mut self) -> Option<(String, Received)> {
+    pub async fn next_delivery(&mut self) -> Option<(String, Fed)> {
         self.streams.next().await
     }
 
@@ -437,9 +486,19 @@ impl Session {
                 ack,
                 prefetch,
                 durable_name,
+                selector,
+                browser,
             } => {
-                self.subscribe(destination, id, ack, prefetch, durable_name)
-                    .await?
+                self.subscribe(
+                    destination,
+                    id,
+                    ack,
+                    prefetch,
+                    durable_name,
+                    selector,
+                    browser,
+                )
+                .await?
             }
             Command::Unsubscribe { id, durable_name } => self.unsubscribe(id, durable_name).await?,
             Command::Ack { ack, transaction } => return self.ack(ack, transaction),
@@ -544,6 +603,7 @@ impl Session {
         format!("{XID_PREFIX}{}:{tx}", self.session_id)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn subscribe(
         &mut self,
         destination: DestinationKey,
@@ -551,12 +611,44 @@ impl Session {
         mode: StompAck,
         prefetch: Option<u32>,
         durable_name: Option<String>,
+        selector: Option<String>,
+        browser: bool,
     ) -> Result<(), Refusal> {
         self.authorize(Right::Read, &destination)?;
         if self.subscriptions.contains_key(&id) {
             return refuse(format!(
                 "subscription id `{id}` is already in use on this connection"
             ));
+        }
+        if let Some(selector) = selector {
+            return refuse(format!(
+                "selector `{selector}` refused: selectors are not supported yet"
+            ));
+        }
+        if browser {
+            // Browsing needs only the read right (as ActiveMQ's browse permission).
+            let browser = self
+                .broker
+                .browse_queue(&destination)
+                .await
+                .map_err(|e| Refusal(format!("cannot browse: {e}")))?;
+            self.subscriptions.insert(
+                id.clone(),
+                Sub {
+                    acker: None,
+                    mode,
+                    destination,
+                    durable_name: None,
+                },
+            );
+            self.streams.insert(
+                id,
+                Feed::Browse {
+                    browser,
+                    ended: false,
+                },
+            );
+            return Ok(());
         }
         let mut options = match &durable_name {
             Some(name) => {
@@ -590,13 +682,13 @@ impl Session {
         self.subscriptions.insert(
             id.clone(),
             Sub {
-                acker: subscription.acker(),
+                acker: Some(subscription.acker()),
                 mode,
                 destination,
                 durable_name,
             },
         );
-        self.streams.insert(id, subscription);
+        self.streams.insert(id, Feed::Consumer(subscription));
         Ok(())
     }
 
@@ -625,10 +717,29 @@ impl Session {
 
     /// Queues the MESSAGE frame for a delivery on subscription `subscription` (from
     /// [`Session::next_delivery`]); unless the subscription acks automatically, the
-    /// message waits for an ACK or NACK under the frame's `ack` id.
-    pub fn deliver(&mut self, subscription: String, message: Received) {
+    /// message waits for an ACK or NACK under the frame's `ack` id. The end of a browse
+    /// is a MESSAGE with `browser:end` and no body (as ActiveMQ's); a browse that
+    /// failed is an ERROR, and `Err` ends the connection.
+    pub fn deliver(&mut self, subscription: String, fed: Fed) -> Result<(), Close> {
         let Some(sub) = self.subscriptions.get(&subscription) else {
-            return;
+            return Ok(());
+        };
+        let message = match fed {
+            Fed::Message(message) => message,
+            Fed::BrowseEnd => {
+                let end = Frame::new(frame::Command::Message)
+                    .header("subscription", subscription)
+                    .header("message-id", format!("{}-browser-end", self.session_id))
+                    .header("destination", sub.destination.stomp())
+                    .header("browser", "end");
+                self.out.push(end);
+                return Ok(());
+            }
+            Fed::BrowseFailed(text) => {
+                let text = format!("browse of {} failed: {text}", sub.destination.stomp());
+                self.error(&text, None);
+                return Err(Close::Error);
+            }
         };
         let ack_id = format!("{}-{}", self.session_id, self.next_ack);
         self.next_ack += 1;
@@ -658,6 +769,7 @@ impl Session {
             );
         }
         self.out.push(frame);
+        Ok(())
     }
 
     /// The pending ack an ACK or NACK names (1.2 `id`; 1.0/1.1 `message-id`).
@@ -724,10 +836,14 @@ impl Session {
         let Some(pending) = self.pending.remove(id) else {
             return refuse(format!("ack id `{id}` was already acked"));
         };
-        let Some(sub) = self.subscriptions.get(&pending.subscription) else {
+        let Some(acker) = self
+            .subscriptions
+            .get(&pending.subscription)
+            .and_then(|sub| sub.acker.clone())
+        else {
             return Ok(Applied::Done); // unsubscribed meanwhile: nothing to ack any more
         };
-        let acker = sub.acker.clone();
+        let sub = &self.subscriptions[&pending.subscription];
         let cumulative = sub.mode == StompAck::Client;
         let message = pending.message;
         if cumulative {
@@ -769,10 +885,13 @@ impl Session {
         let Some(pending) = self.pending.remove(id) else {
             return Applied::Done;
         };
-        let Some(sub) = self.subscriptions.get(&pending.subscription) else {
+        let Some(acker) = self
+            .subscriptions
+            .get(&pending.subscription)
+            .and_then(|sub| sub.acker.clone())
+        else {
             return Applied::Done;
         };
-        let acker = sub.acker.clone();
         Applied::Later(Box::pin(async move {
             acker
                 .nack(&pending.message)

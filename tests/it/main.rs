@@ -4,6 +4,7 @@
 //! another. `tests/flow_control.rs` stays apart: it counts the heap of its whole
 //! process.
 
+mod consumer_cases;
 mod durable_subscriptions;
 mod expiry_never_acks_live;
 mod expiry_pages;

@@ -1,0 +1,221 @@
+//! The second set of STOMP cases, about what a consumer receives: STOMP-13 (a queue
+//! browse lists without consuming), STOMP-11 (acks follow the negotiated version),
+//! and every SUBSCRIBE header that changes delivery honoured or refused.
+
+use ebb::stomp::frame::{Command, Frame};
+use ebb::test_util::stomp::*;
+use ebb::test_util::*;
+
+async fn send(c: &mut Client, destination: &str, body: &str, receipt_id: &str) {
+    c.write(
+        format!(
+            "SEND\ndestination:{destination}\npersistent:true\nreceipt:{receipt_id}\n\n{body}\0"
+        )
+        .as_bytes(),
+    )
+    .await;
+    receipt(c, receipt_id).await;
+}
+
+/// Frames until the first one `stop` accepts (included), or a panic after 3 s of
+/// silence.
+async fn frames_until(c: &mut Client, stop: impl Fn(&Frame) -> bool) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    loop {
+        let f = c.frame().await.expect("a frame within 3 s");
+        let done = stop(&f);
+        frames.push(f);
+        if done {
+            return frames;
+        }
+    }
+}
+
+fn bodies(frames: &[Frame]) -> Vec<String> {
+    frames
+        .iter()
+        .filter(|f| f.command == Command::Message && f.get("browser").is_none())
+        .map(|f| String::from_utf8_lossy(&f.body).into_owned())
+        .collect()
+}
+
+/// STOMP-13: `browser:true` lists b0..b9 and ends with a MESSAGE `browser:end`; the
+/// queue still holds all ten afterwards. Non-persistent messages are listed in their
+/// places; more than a page (100) is listed in order.
+async fn stomp_13_browsing_does_not_consume(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let mut p = Client::connected(s.addr, None).await;
+    for i in 0..10 {
+        send(&mut p, "/queue/BR", &format!("b{i}"), &format!("r{i}")).await;
+    }
+    let mut b = Client::connected(s.addr, None).await;
+    b.write(b"SUBSCRIBE\ndestination:/queue/BR\nid:12345\nbrowser:true\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut b, "s").await;
+    let frames = frames_until(&mut b, |f| f.get("browser") == Some("end")).await;
+    let expected: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
+    assert_eq!(bodies(&frames), expected);
+    let end = frames.last().unwrap();
+    assert_eq!(end.command, Command::Message);
+    assert_eq!(end.get("subscription"), Some("12345"));
+    assert_eq!(end.get("destination"), Some("/queue/BR"));
+    assert!(end.body.is_empty());
+    for f in &frames {
+        assert_eq!(f.get("ack"), None, "a browse acks nothing: {f:?}");
+    }
+    assert!(b.frame_within(300).await.is_none(), "nothing after the end");
+    b.write(b"UNSUBSCRIBE\nid:12345\nreceipt:u\n\n\0").await;
+    receipt(&mut b, "u").await;
+    assert_eq!(s.broker.queue_stats("BR").await.unwrap().dispatched, 0);
+
+    // A consumer still receives all ten.
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\ndestination:/queue/BR\nid:1\nack:client-individual\nactivemq.prefetchSize:20\n\n\0")
+        .await;
+    let mut got = Vec::new();
+    for _ in 0..10 {
+        got.push(c.frame().await.expect("a MESSAGE"));
+    }
+    assert_eq!(bodies(&got), expected);
+
+    // 150 messages, a non-persistent one among them: two pages, in order.
+    for i in 0..150 {
+        let persistent = if i == 70 { "false" } else { "true" };
+        p.write(
+            format!("SEND\ndestination:/queue/BIG\npersistent:{persistent}\n\nm{i}\0").as_bytes(),
+        )
+        .await;
+    }
+    p.write(b"SEND\ndestination:/queue/BIG\nreceipt:last\npersistent:true\n\nm150\0")
+        .await;
+    receipt(&mut p, "last").await;
+    let mut b = Client::connected(s.addr, None).await;
+    b.write(b"SUBSCRIBE\ndestination:/queue/BIG\nid:b\nbrowser:true\n\n\0")
+        .await;
+    let frames = frames_until(&mut b, |f| f.get("browser") == Some("end")).await;
+    let expected: Vec<String> = (0..=150).map(|i| format!("m{i}")).collect();
+    assert_eq!(bodies(&frames), expected);
+    let stats = s.broker.queue_stats("BIG").await.unwrap();
+    assert_eq!(stats.dispatched, 0);
+    assert_eq!(stats.pending_non_persistent, 1, "the browse took nothing");
+    s.stop().await;
+}
+
+/// STOMP-13's refusals: browsing a topic, with an ack mode, or on STOMP 1.0, is an
+/// ERROR with the receipt id, and nothing is subscribed.
+async fn browsing_is_refused_where_it_means_nothing(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    for frame in [
+        "SUBSCRIBE\ndestination:/topic/T\nid:1\nbrowser:true\nreceipt:x\n\n\0",
+        "SUBSCRIBE\ndestination:/queue/Q\nid:1\nbrowser:true\nack:client\nreceipt:x\n\n\0",
+    ] {
+        let mut c = Client::connected(s.addr, None).await;
+        c.write(frame.as_bytes()).await;
+        let f = c.frame().await.expect("an ERROR");
+        assert_eq!(f.command, Command::Error, "{f:?}");
+        assert_eq!(f.get("receipt-id"), Some("x"));
+        assert!(c.closed().await);
+    }
+    let mut c = Client::open(s.addr).await;
+    c.write(b"CONNECT\n\n\0").await;
+    assert_eq!(c.frame().await.unwrap().command, Command::Connected);
+    c.write(b"SUBSCRIBE\ndestination:/queue/Q\nbrowser:true\nreceipt:x\n\n\0")
+        .await;
+    let f = c.frame().await.expect("an ERROR");
+    assert_eq!(f.command, Command::Error, "{f:?}");
+    assert_eq!(
+        f.get("message"),
+        Some("browser:true needs STOMP 1.1 or 1.2 (as ActiveMQ)")
+    );
+    s.stop().await;
+}
+
+/// STOMP-11 step 1: on STOMP 1.0, ACK by `message-id` acks; NACK is an ERROR (1.0
+/// has no NACK) and the message stays un-acked, so it comes back to the next consumer.
+async fn stomp_11_nack_is_refused_on_stomp_1_0(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let mut p = Client::connected(s.addr, None).await;
+    send(&mut p, "/queue/V10", "one", "r1").await;
+    send(&mut p, "/queue/V10", "two", "r2").await;
+    let connect_1_0 = |c: Client| async move {
+        let mut c = c;
+        c.write(b"CONNECT\n\n\0").await;
+        let f = c.frame().await.unwrap();
+        assert_eq!(f.command, Command::Connected);
+        assert_eq!(f.get("version"), Some("1.0"));
+        c
+    };
+    let mut a = connect_1_0(Client::open(s.addr).await).await;
+    a.write(b"SUBSCRIBE\ndestination:/queue/V10\nack:client\nactivemq.prefetchSize:1\n\n\0")
+        .await;
+    let one = a.frame().await.expect("one");
+    assert_eq!(one.body, &b"one"[..]);
+    let id = one.get("message-id").unwrap().to_string();
+    a.write(format!("ACK\nmessage-id:{id}\nreceipt:a10\n\n\0").as_bytes())
+        .await;
+    let frames = frames_until(&mut a, |f| f.command == Command::Receipt).await;
+    assert_eq!(frames.last().unwrap().get("receipt-id"), Some("a10"));
+    let two = match frames.iter().find(|f| f.command == Command::Message) {
+        Some(two) => two.clone(),
+        None => a.frame().await.expect("two"),
+    };
+    assert_eq!(two.body, &b"two"[..]);
+    let id = two.get("message-id").unwrap().to_string();
+    a.write(format!("NACK\nmessage-id:{id}\nreceipt:n10\n\n\0").as_bytes())
+        .await;
+    let f = a.frame().await.expect("an ERROR");
+    assert_eq!(f.command, Command::Error, "{f:?}");
+    assert_eq!(f.get("receipt-id"), Some("n10"));
+    assert!(a.closed().await);
+    // The connection closed without acking `two`: it goes back to the queue.
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\ndestination:/queue/V10\nid:1\nack:client-individual\n\n\0")
+        .await;
+    let again = c.frame().await.expect("two again");
+    assert_eq!(again.body, &b"two"[..]);
+    assert_eq!(again.get("redelivered"), Some("true"));
+    assert!(c.frame_within(300).await.is_none(), "`one` was acked");
+    s.stop().await;
+}
+
+/// A SUBSCRIBE header that would change what the consumer receives and is not
+/// supported gets an ERROR naming it, and nothing is consumed: the queue's message is
+/// still there for an ordinary consumer.
+async fn unsupported_subscribe_headers_are_refused(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let mut p = Client::connected(s.addr, None).await;
+    send(&mut p, "/queue/H", "kept", "r").await;
+    for header in [
+        "activemq.exclusive:true",
+        "activemq.noLocal:true",
+        "x-stream-offset:first",
+    ] {
+        let mut c = Client::connected(s.addr, None).await;
+        c.write(
+            format!("SUBSCRIBE\ndestination:/queue/H\nid:1\n{header}\nreceipt:x\n\n\0").as_bytes(),
+        )
+        .await;
+        let f = c.frame().await.expect("an ERROR");
+        assert_eq!(f.command, Command::Error, "{header}: {f:?}");
+        assert_eq!(f.get("receipt-id"), Some("x"));
+        assert!(
+            f.get("message")
+                .unwrap()
+                .contains(&format!("`{header}` refused")),
+            "{f:?}"
+        );
+    }
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\ndestination:/queue/H\nid:1\nactivemq.exclusive:false\n\n\0")
+        .await;
+    assert_eq!(c.frame().await.expect("kept").body, &b"kept"[..]);
+    s.stop().await;
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    stomp_13_browsing_does_not_consume,
+    browsing_is_refused_where_it_means_nothing,
+    stomp_11_nack_is_refused_on_stomp_1_0,
+    unsupported_subscribe_headers_are_refused,
+);
