@@ -85,6 +85,10 @@ pub struct StompSection {
     /// The same window in bytes of frames (headers and body), or with a unit (default
     /// `8mb`).
     pub pipeline_bytes: Option<ByteSize>,
+    /// A CONNECT with a `client-id` that is already connected closes the older
+    /// connection instead of being refused with an ERROR (ActiveMQ's
+    /// `allowLinkStealing`; default false).
+    pub allow_link_stealing: Option<bool>,
 }
 
 /// `[usage]`: system usage limits, as ActiveMQ's `systemUsage`. Sizes in bytes or with a
@@ -323,6 +327,7 @@ listen = "127.0.0.1:61613"
 max_frame_size = "64kb"
 pipeline_frames = 500
 pipeline_bytes = "4mb"
+allow_link_stealing = true
 
 [usage]
 memory = "64mb"
@@ -353,6 +358,7 @@ memory_limit = "1mb"
         assert_eq!(c.store.url.as_deref(), Some("sqlite://ebb-data/ebb.db"));
         assert_eq!(c.stomp.max_frame_size, Some(ByteSize(64 * 1024)));
         assert_eq!(c.stomp.pipeline_frames, Some(500));
+        assert_eq!(c.stomp.allow_link_stealing, Some(true));
         assert_eq!(c.stomp.pipeline_bytes, Some(ByteSize(4 << 20)));
         let p = c
             .policies()

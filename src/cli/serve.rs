@@ -134,6 +134,9 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         );
         connection.pipeline_bytes = bytes.0 as usize;
     }
+    if let Some(steal) = file.stomp.allow_link_stealing {
+        connection.allow_link_stealing = steal;
+    }
     connection.security = std::sync::Arc::new(security);
 
     let broker = crate::Broker::start(&store_url, broker_config)

@@ -28,6 +28,7 @@ use futures::{FutureExt, SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
+use super::client_ids::ClientIds;
 use super::command::{Refusal, Request};
 use super::session::{Close, Flow, Outcome, Session, SessionConfig, SpaceWait, Step};
 use crate::auth::Security;
@@ -56,6 +57,12 @@ pub struct ConnectionConfig {
     /// The same window in bytes of frames, headers and body (default
     /// [`PIPELINE_BYTES`]).
     pub pipeline_bytes: usize,
+    /// The client ids connected now, shared by every connection (and listener) of a
+    /// broker: a client id may be connected once (CONN-10).
+    pub client_ids: std::sync::Arc<ClientIds>,
+    /// A CONNECT with a client id that is connected closes the older connection
+    /// instead of being refused (ActiveMQ's `allowLinkStealing`; default false).
+    pub allow_link_stealing: bool,
 }
 
 impl Default for ConnectionConfig {
@@ -68,6 +75,8 @@ impl Default for ConnectionConfig {
             stall_timeout_ms: 30_000,
             pipeline_frames: PIPELINE_FRAMES,
             pipeline_bytes: PIPELINE_BYTES,
+            client_ids: Default::default(),
+            allow_link_stealing: false,
         }
     }
 }
@@ -248,6 +257,8 @@ pub async fn serve_connection<S>(
         heartbeat_ms: config.heartbeat_ms,
         server_name: config.server_name.clone(),
         security: std::sync::Arc::clone(&config.security),
+        client_ids: std::sync::Arc::clone(&config.client_ids),
+        allow_link_stealing: config.allow_link_stealing,
     };
     let mut session = Session::new(broker, session_config, session_id);
     let mut last_read = Instant::now();
@@ -259,6 +270,8 @@ pub async fn serve_connection<S>(
     let timer = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(timer);
     let mut pipe = Pipeline::new(&config);
+    // Fires when a newer connection takes this one's client id over.
+    let mut take_over = None;
     let close = loop {
         // The timers wake the connection only when something is due: the next
         // heart-beat to send (exactly one interval after the last write, HB-10), the
@@ -350,6 +363,16 @@ pub async fn serve_connection<S>(
                     closed => closed,
                 }
             }
+            told = async { take_over.as_mut().expect("guarded").await }, if take_over.is_some() => {
+                take_over = None;
+                match told {
+                    Ok(()) => {
+                        session.error("client id taken over by a newer connection (allow_link_stealing)", None);
+                        Err(Close::Error)
+                    }
+                    Err(_) => Ok(()),
+                }
+            }
             Some((sub, fed)) = session.next_delivery(), if session.connected() => {
                 let mut turn = session.deliver(sub, fed);
                 // Deliveries that are ready too go out in the same write.
@@ -395,6 +418,9 @@ pub async fn serve_connection<S>(
                 }
             }
         };
+        if take_over.is_none() {
+            take_over = session.take_over_signal();
+        }
         // The version may have changed (CONNECT): both halves of the codec follow it.
         reader.decoder_mut().version = session.version();
         if session.connected() {

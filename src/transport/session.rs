@@ -21,6 +21,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use tokio_stream::StreamMap;
 
+use super::client_ids::{Claim, ClientIds};
 use super::command::{refuse, AckRef, Command, Refusal, Request, StompAck};
 use crate::auth::{Principal, Right, Security};
 use crate::broker::{
@@ -51,6 +52,11 @@ pub struct SessionConfig {
     pub server_name: String,
     /// Users and rights.
     pub security: Arc<Security>,
+    /// The broker's connected client ids (a client id is connected once).
+    pub client_ids: Arc<ClientIds>,
+    /// A CONNECT with a connected client id takes it over from the older connection
+    /// (ActiveMQ's `allowLinkStealing`) instead of being refused.
+    pub allow_link_stealing: bool,
 }
 
 /// Why a connection ends.
@@ -248,6 +254,8 @@ pub struct Session {
     connected: bool,
     version: Version,
     client_id: Option<String>,
+    /// The hold on `client_id` while the session lives.
+    claim: Option<Claim>,
     principal: Option<Principal>,
     subscriptions: HashMap<String, Sub>,
     /// The subscriptions' message streams, by subscription id.
@@ -273,6 +281,7 @@ impl Session {
             connected: false,
             version: Version::V1_0,
             client_id: None,
+            claim: None,
             principal: None,
             subscriptions: HashMap::new(),
             streams: StreamMap::new(),
@@ -303,6 +312,12 @@ impl Session {
     /// Negotiated heart-beat: (send every ms, expect every ms); 0 = off.
     pub fn heartbeat(&self) -> (u64, u64) {
         self.heartbeat
+    }
+
+    /// Once, after a CONNECT with a client id: what resolves (`Ok`) when a newer
+    /// connection takes the id over (link stealing); the connection then closes.
+    pub fn take_over_signal(&mut self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        self.claim.as_mut()?.take_over_signal()
     }
 
     /// Frames queued for the client, in order; the caller writes them.
@@ -536,6 +551,15 @@ impl Session {
                     return refuse(reason);
                 }
             }
+        }
+        if let Some(id) = &client_id {
+            let claim = self
+                .config
+                .client_ids
+                .claim(id, self.config.allow_link_stealing)
+                .await
+                .map_err(Refusal)?;
+            self.claim = Some(claim);
         }
         let (sx, sy) = self.config.heartbeat_ms;
         // We send every max(sx, cy) if both want it; we expect every max(cx, sy).

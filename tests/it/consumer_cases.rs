@@ -212,10 +212,106 @@ async fn unsupported_subscribe_headers_are_refused(t: TestStore) {
     s.stop().await;
 }
 
+/// CONN-10: a client id may be connected once. A second CONNECT with it gets an
+/// ERROR and is closed, the first connection is unaffected; once the first is gone
+/// (reset, no DISCONNECT) the id connects again at once and its durable subscription
+/// gets its un-acked messages back, in order.
+async fn conn_10_a_client_id_is_connected_once(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let mut a = Client::connected(s.addr, Some("dup")).await;
+    a.write(b"SUBSCRIBE\ndestination:/topic/CD\nid:1\nack:client-individual\nactivemq.prefetchSize:10\nactivemq.subscriptionName:sd\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut a, "s").await;
+    let mut b = Client::open(s.addr).await;
+    b.write(b"CONNECT\naccept-version:1.2\nclient-id:dup\nreceipt:c\n\n\0")
+        .await;
+    let f = b.frame().await.expect("an ERROR");
+    assert_eq!(f.command, Command::Error, "{f:?}");
+    assert!(
+        f.get("message")
+            .unwrap()
+            .starts_with("client id `dup` is already connected"),
+        "{f:?}"
+    );
+    assert!(b.closed().await);
+    // The first connection still works: it receives what is sent to its durable.
+    let mut p = Client::connected(s.addr, None).await;
+    for i in 1..=3 {
+        send(&mut p, "/topic/CD", &format!("k{i}"), &format!("r{i}")).await;
+    }
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let f = a.frame().await.expect("k1..k3");
+        assert_eq!(f.command, Command::Message, "{f:?}");
+        got.push(f);
+    }
+    assert_eq!(bodies(&got), ["k1", "k2", "k3"]);
+    // An abortive close, without ACK: the id is free again at once.
+    drop(a);
+    let mut again = None;
+    for _ in 0..30 {
+        match ebb::stomp::client::StompClient::connect(s.addr, Some("dup"), None).await {
+            Ok(c) => {
+                again = Some(Client(c));
+                break;
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
+    }
+    let mut a = again.expect("client id `dup` connects again within 3 s");
+    a.write(b"SUBSCRIBE\ndestination:/topic/CD\nid:1\nack:client-individual\nactivemq.subscriptionName:sd\n\n\0")
+        .await;
+    let mut back = Vec::new();
+    while back.len() < 3 {
+        back.push(a.frame().await.expect("k1..k3 again"));
+    }
+    assert_eq!(bodies(&back), ["k1", "k2", "k3"]);
+    assert!(back.iter().all(|f| f.get("redelivered") == Some("true")));
+    s.stop().await;
+}
+
+/// CONN-10 with `allow_link_stealing`: the newer CONNECT closes the older connection
+/// (an ERROR says why) and takes over its durable subscription at once.
+async fn conn_10_link_stealing_closes_the_older_connection(t: TestStore) {
+    let broker = broker(&t, policy(0, 400), 2).await;
+    let config = ebb::transport::connection::ConnectionConfig {
+        allow_link_stealing: true,
+        ..Default::default()
+    };
+    let s = serve_with(broker, config).await;
+    let mut a = Client::connected(s.addr, Some("dup")).await;
+    a.write(b"SUBSCRIBE\ndestination:/topic/LS\nid:1\nack:client-individual\nactivemq.subscriptionName:sd\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut a, "s").await;
+    let mut p = Client::connected(s.addr, None).await;
+    send(&mut p, "/topic/LS", "held", "r").await;
+    let held = a.frame().await.expect("held");
+    assert_eq!(held.body, &b"held"[..]);
+    let mut b = Client::connected(s.addr, Some("dup")).await;
+    let f = a
+        .frame_within(1_000)
+        .await
+        .expect("an ERROR for the older connection");
+    assert_eq!(f.command, Command::Error, "{f:?}");
+    assert_eq!(
+        f.get("message"),
+        Some("client id taken over by a newer connection (allow_link_stealing)")
+    );
+    assert!(a.closed().await);
+    b.write(b"SUBSCRIBE\ndestination:/topic/LS\nid:1\nack:client-individual\nactivemq.subscriptionName:sd\n\n\0")
+        .await;
+    let again = b.frame().await.expect("held, again");
+    assert_eq!(again.body, &b"held"[..]);
+    assert_eq!(again.get("redelivered"), Some("true"));
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     stomp_13_browsing_does_not_consume,
     browsing_is_refused_where_it_means_nothing,
     stomp_11_nack_is_refused_on_stomp_1_0,
     unsupported_subscribe_headers_are_refused,
+    conn_10_a_client_id_is_connected_once,
+    conn_10_link_stealing_closes_the_older_connection,
 );

@@ -1,0 +1,188 @@
+//! The client ids of the connections that are open: a client id may be connected
+//! only once (case CONN-10), as ActiveMQ's `RegionBroker.addConnection`.
+//!
+//! A CONNECT with a `client-id` claims it ([`ClientIds::claim`]); the claim is
+//! released when the connection's session ends (the [`Claim`] is dropped), however it
+//! ends: DISCONNECT, a reset, an ERROR, a heart-beat timeout. A second CONNECT with an
+//! id that is claimed gets an ERROR (ActiveMQ's `InvalidClientIDException`), unless
+//! the listener allows link stealing (ActiveMQ's `allowLinkStealing`): then the older
+//! connection is told to close ([`Claim::taken_over`]) and the newer one waits, up to
+//! [`TAKEOVER_WAIT`], until the older one has let go of everything it held (its
+//! durable subscriptions detached), so that it can re-attach them at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{oneshot, watch};
+
+/// Longest a CONNECT that steals a client id waits for the older connection to end.
+pub const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
+
+/// The client ids in use, shared by every connection of the broker's listeners.
+#[derive(Debug, Default)]
+pub struct ClientIds {
+    held: Mutex<HashMap<String, Holder>>,
+    next_token: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug)]
+struct Holder {
+    token: u64,
+    /// Fired to tell the holder a newer connection takes the id over.
+    take_over: Option<oneshot::Sender<()>>,
+    /// Turns `true` when the holder's claim is dropped.
+    released: watch::Receiver<bool>,
+}
+
+/// A connection's hold on its client id; dropping it releases the id.
+#[derive(Debug)]
+pub struct Claim {
+    ids: Arc<ClientIds>,
+    id: String,
+    token: u64,
+    taken_over: Option<oneshot::Receiver<()>>,
+    released: watch::Sender<bool>,
+}
+
+impl ClientIds {
+    /// Claims `id` for a new connection. When it is held by another connection:
+    /// without `steal`, `Err` with the text of the ERROR; with `steal`, the other
+    /// connection is told to close and this waits (up to [`TAKEOVER_WAIT`]) until it
+    /// has, then claims the id.
+    pub async fn claim(self: &Arc<Self>, id: &str, steal: bool) -> Result<Claim, String> {
+        let waited = {
+            let mut held = self.held.lock();
+            match held.get_mut(id) {
+                None => None,
+                Some(_) if !steal => {
+                    return Err(format!(
+                        "client id `{id}` is already connected: close that connection first (a broker may be set to take the id over: [stomp] allow_link_stealing)"
+                    ))
+                }
+                Some(holder) => {
+                    if let Some(tell) = holder.take_over.take() {
+                        let _ = tell.send(());
+                    }
+                    Some(holder.released.clone())
+                }
+            }
+        };
+        if let Some(mut released) = waited {
+            tracing::info!(client_id = %id, "client id taken over by a newer connection");
+            let gone = released.wait_for(|released| *released);
+            if tokio::time::timeout(TAKEOVER_WAIT, gone).await.is_err() {
+                return Err(format!(
+                    "client id `{id}` is still held by a connection that did not close within {} ms",
+                    TAKEOVER_WAIT.as_millis()
+                ));
+            }
+        }
+        let mut held = self.held.lock();
+        if held.contains_key(id) {
+            // Another connection claimed it while this one waited.
+            return Err(format!("client id `{id}` is already connected"));
+        }
+        let token = self
+            .next_token
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tell, taken_over) = oneshot::channel();
+        let (released, watch) = watch::channel(false);
+        held.insert(
+            id.to_string(),
+            Holder {
+                token,
+                take_over: Some(tell),
+                released: watch,
+            },
+        );
+        Ok(Claim {
+            ids: Arc::clone(self),
+            id: id.to_string(),
+            token,
+            taken_over: Some(taken_over),
+            released,
+        })
+    }
+
+    /// Client ids connected now.
+    pub fn len(&self) -> usize {
+        self.held.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Claim {
+    /// The client id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// What resolves (`Ok`) when a newer connection takes the id over (link
+    /// stealing); `Err` means it never will. `None` after the first call.
+    pub fn take_over_signal(&mut self) -> Option<oneshot::Receiver<()>> {
+        self.taken_over.take()
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut held = self.ids.held.lock();
+        if held.get(&self.id).is_some_and(|h| h.token == self.token) {
+            held.remove(&self.id);
+        }
+        drop(held);
+        let _ = self.released.send(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_id_is_held_once_and_free_again_after_the_claim_ends() {
+        let ids = Arc::new(ClientIds::default());
+        let first = ids.claim("c", false).await.unwrap();
+        let refused = ids.claim("c", false).await.unwrap_err();
+        assert!(
+            refused.starts_with("client id `c` is already connected"),
+            "{refused}"
+        );
+        assert!(ids.claim("other", false).await.is_ok());
+        assert_eq!(ids.len(), 1, "the other claim was dropped at once");
+        drop(first);
+        assert!(ids.is_empty());
+        assert!(ids.claim("c", false).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn stealing_tells_the_holder_and_waits_until_it_lets_go() {
+        let ids = Arc::new(ClientIds::default());
+        let mut first = ids.claim("c", false).await.unwrap();
+        let told = first.take_over_signal().unwrap();
+        let steal = tokio::spawn({
+            let ids = Arc::clone(&ids);
+            async move { ids.claim("c", true).await.map(|c| c.token) }
+        });
+        // The holder is told, and the newer claim waits until it is dropped.
+        tokio::time::timeout(Duration::from_secs(2), told)
+            .await
+            .expect("told in time")
+            .expect("told to close");
+        tokio::task::yield_now().await;
+        assert!(!steal.is_finished());
+        let first_token = first.token;
+        drop(first);
+        let token = steal
+            .await
+            .unwrap()
+            .expect("claimed after the holder let go");
+        assert_ne!(token, first_token);
+        assert_eq!(ids.len(), 1);
+    }
+}
