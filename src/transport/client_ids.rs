@@ -178,11 +178,11 @@ mod tests {
         assert!(!steal.is_finished());
         let first_token = first.token;
         drop(first);
-        let token = steal
+        let second = steal
             .await
             .unwrap()
             .expect("claimed after the holder let go");
-        assert_ne!(token, first_token);
+        assert_ne!(second.token, first_token);
         assert_eq!(ids.len(), 1);
     }
 }
