@@ -1063,6 +1063,9 @@ impl Broker {
                 reason: "a queue has no durable subscriptions: subscribe without one",
             });
         }
+        if let Some(durable) = &durable {
+            self.replace_durable_elsewhere(&key, durable).await?;
+        }
         // Credit never lets more than the prefetch be queued; the channel holds that.
         let max = ebb_actors::subscription::MAX_PREFETCH;
         let capacity = options.prefetch.unwrap_or(max).clamp(1, max) as usize;
@@ -1090,6 +1093,37 @@ impl Broker {
                 ..AutoAck::default()
             },
         })
+    }
+
+    /// A durable subscription is `(client id, name)` across the broker (JMS): before
+    /// `key` subscribes it to `topic`, the subscription of that name on any other topic
+    /// is deleted, as if unsubscribed (JMS 2.0 §8.3, ActiveMQ's `hasDurableSubChanged`;
+    /// case DUR-11). Its backlog goes with it (its rows are cleaned up on that topic).
+    /// Errors: [`ActorError::DurableInUse`] when it has a consumer there.
+    async fn replace_durable_elsewhere(
+        &self,
+        topic: &DestinationKey,
+        key: &SubscriptionKey,
+    ) -> Result<(), Error> {
+        let containers = self
+            .store
+            .store()
+            .find_subscription_containers(key, 16)
+            .await?;
+        for container in containers {
+            if container == topic.container() {
+                continue;
+            }
+            let old = DestinationKey::from_container(&container)?;
+            tracing::info!(client_id = %key.client_id, subscription = %key.subscription_name,
+                from = %container, to = %topic.container(),
+                "durable subscription moved to another topic: the old one is deleted with its backlog");
+            self.topic(&old)
+                .await?
+                .send(RemoveDurable(key.clone()))
+                .await??;
+        }
+        Ok(())
     }
 
     /// Deletes an offline durable subscription (its marks and pending acks); its

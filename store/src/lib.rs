@@ -172,6 +172,15 @@ pub trait MessageStore: Send + Sync + 'static {
         key: &SubscriptionKey,
     ) -> Result<Option<DurableSubscription>>;
 
+    /// Up to `limit` containers (in name order) holding a durable subscription `key`.
+    /// A key names one subscription across the broker (JMS), so there is at most one
+    /// once the broker enforces it; more show a store written before it did (DUR-11).
+    async fn find_subscription_containers(
+        &self,
+        key: &SubscriptionKey,
+        limit: u32,
+    ) -> Result<Vec<String>>;
+
     /// Up to `limit` durable subscriptions of `container` after `after` in
     /// `(client_id, subscription_name)` order (keyset pagination; `None` = from the
     /// start).

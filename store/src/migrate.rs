@@ -19,6 +19,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         "expiration_index_with_id",
         include_str!("../migrations/sqlite/0002_expiration_index_with_id.sql"),
     ),
+    (
+        3,
+        "subscription_key_index",
+        include_str!("../migrations/sqlite/0003_subscription_key_index.sql"),
+    ),
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -31,6 +36,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         2,
         "expiration_index_with_id",
         include_str!("../migrations/postgres/0002_expiration_index_with_id.sql"),
+    ),
+    (
+        3,
+        "subscription_key_index",
+        include_str!("../migrations/postgres/0003_subscription_key_index.sql"),
     ),
 ];
 

@@ -1091,6 +1091,21 @@ macro_rules! impl_sql_store {
                 }))
             }
 
+            async fn find_subscription_containers(
+                &self,
+                key: &$crate::SubscriptionKey,
+                limit: u32,
+            ) -> $crate::Result<Vec<String>> {
+                let rows: Vec<(String,)> = sqlx::query_as(&self.sql.subscription_containers)
+                    .bind(&key.client_id)
+                    .bind(&key.subscription_name)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err($crate::error::db("find subscription"))?;
+                Ok(rows.into_iter().map(|(c,)| c).collect())
+            }
+
             async fn list_subscriptions(
                 &self,
                 container: &str,

@@ -91,6 +91,9 @@ pub(crate) struct Statements {
     pub count_messages: String,
     pub count_subscriptions: String,
     pub count_indacks: String,
+    /// the containers holding durable subscription `($1, $2)` (client id, name), by
+    /// `acks_kidx`, `LIMIT $3`
+    pub subscription_containers: String,
 }
 
 // In the topic expiry statements `+m.expiration` keeps the planners (both backends) off
@@ -440,6 +443,10 @@ impl Statements {
                 "SELECT COUNT(*) FROM {p}acks WHERE container = $1 AND priority <= 0"
             ),
             count_indacks: format!("SELECT COUNT(*) FROM {p}indacks WHERE container = $1"),
+            subscription_containers: format!(
+                "SELECT DISTINCT container FROM {p}acks WHERE client_id = $1 AND sub_name = $2 \
+                 ORDER BY container LIMIT $3"
+            ),
         }
     }
 
@@ -577,6 +584,7 @@ mod tests {
             &s.delete_prepared_prefix,
             &s.expire_queue,
             &s.read_expired,
+            &s.subscription_containers,
         ];
         for sql in reads {
             assert!(sql.contains("LIMIT"), "unbounded: {sql}");

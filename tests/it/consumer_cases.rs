@@ -306,6 +306,68 @@ async fn conn_10_link_stealing_closes_the_older_connection(t: TestStore) {
     s.stop().await;
 }
 
+/// DUR-11: a durable subscription is `(client id, name)`; subscribing the name to
+/// another topic deletes the old one with its backlog (JMS), so the old topic's rows
+/// are cleaned up, and subscribing the old topic again starts afresh.
+async fn dur_11_resubscribing_to_another_topic_replaces_the_subscription(t: TestStore) {
+    let s = server(&t, policy(100, 400)).await;
+    let durable = |topic: &str, receipt_id: &str| {
+        format!("SUBSCRIBE\ndestination:/topic/{topic}\nid:1\nack:client-individual\nactivemq.subscriptionName:sx\nreceipt:{receipt_id}\n\n\0")
+    };
+    let mut c = Client::connected(s.addr, Some("cx")).await;
+    c.write(durable("DA", "s1").as_bytes()).await;
+    receipt(&mut c, "s1").await;
+    c.write(b"DISCONNECT\nreceipt:d\n\n\0").await;
+    receipt(&mut c, "d").await;
+    let mut p = Client::connected(s.addr, None).await;
+    send(&mut p, "/topic/DA", "a1", "ra1").await;
+    send(&mut p, "/topic/DA", "a2", "ra2").await;
+    assert_eq!(
+        s.broker.store().count_messages("topic://DA").await.unwrap(),
+        2
+    );
+
+    let mut c = Client::connected(s.addr, Some("cx")).await;
+    c.write(durable("DB", "s2").as_bytes()).await;
+    receipt(&mut c, "s2").await;
+    send(&mut p, "/topic/DB", "b1", "rb1").await;
+    send(&mut p, "/topic/DA", "a3", "ra3").await;
+    let b1 = c.frame().await.expect("b1");
+    assert_eq!(b1.body, &b"b1"[..], "no a1/a2 on the new subscription");
+    assert!(c.frame_within(300).await.is_none());
+    c.write(b"DISCONNECT\nreceipt:d\n\n\0").await;
+    receipt(&mut c, "d").await;
+    assert_eq!(
+        s.broker
+            .store()
+            .count_subscriptions("topic://DA")
+            .await
+            .unwrap(),
+        0,
+        "the old subscription is gone"
+    );
+    // With no subscription left on DA, its rows are cleaned up.
+    wait_rows(&s.broker, "topic://DA", 0).await;
+
+    let mut c = Client::connected(s.addr, Some("cx")).await;
+    c.write(durable("DA", "s3").as_bytes()).await;
+    receipt(&mut c, "s3").await;
+    assert!(
+        c.frame_within(500).await.is_none(),
+        "a fresh subscription: nothing from before"
+    );
+    assert_eq!(
+        s.broker
+            .store()
+            .count_subscriptions("topic://DB")
+            .await
+            .unwrap(),
+        0,
+        "and the one on DB went in turn"
+    );
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     stomp_13_browsing_does_not_consume,
@@ -314,4 +376,5 @@ on_every_backend!(
     unsupported_subscribe_headers_are_refused,
     conn_10_a_client_id_is_connected_once,
     conn_10_link_stealing_closes_the_older_connection,
+    dur_11_resubscribing_to_another_topic_replaces_the_subscription,
 );

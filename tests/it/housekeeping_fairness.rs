@@ -60,6 +60,13 @@ impl MessageStore for FailOnce {
     ) -> Result<Option<DurableSubscription>> {
         self.inner.find_subscription(c, k).await
     }
+    async fn find_subscription_containers(
+        &self,
+        k: &SubscriptionKey,
+        limit: u32,
+    ) -> Result<Vec<String>> {
+        self.inner.find_subscription_containers(k, limit).await
+    }
     async fn list_subscriptions(
         &self,
         c: &str,
