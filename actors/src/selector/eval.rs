@@ -341,3 +341,354 @@ pub(crate) fn compare(a: Value<'_>, op: CmpOp, b: Value<'_>) -> Truth {
         (Value::Bool(_), Value::Num(_)) | (Value::Num(_), Value::Bool(_)) => Truth::False,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::selector::testing::eval;
+    use crate::selector::Truth::{False, True, Unknown};
+
+    fn t(s: &str) -> Truth {
+        eval(s, &[])
+    }
+
+    #[test]
+    fn header_strings_read_as_numbers() {
+        assert_eq!(parse_number("10"), Some(Num::Int(10)));
+        assert_eq!(parse_number("-3"), Some(Num::Int(-3)));
+        assert_eq!(parse_number("+3"), Some(Num::Int(3)));
+        assert_eq!(parse_number("007"), Some(Num::Int(7)));
+        assert_eq!(parse_number("2.5"), Some(Num::Float(2.5)));
+        assert_eq!(parse_number("7."), Some(Num::Float(7.0)));
+        assert_eq!(parse_number(".5"), Some(Num::Float(0.5)));
+        assert_eq!(parse_number("1e3"), Some(Num::Float(1000.0)));
+        assert_eq!(parse_number("-1.5E-2"), Some(Num::Float(-0.015)));
+        assert_eq!(
+            parse_number("9223372036854775808"),
+            Some(Num::Float(9223372036854775808.0))
+        );
+        for not_a_number in [
+            "", "abc", "-", "+", ".", "1e", "1e+", " 1", "1 ", "0x10", "inf", "NaN", "1.2.3",
+            "1,5", "--1", "e5",
+        ] {
+            assert_eq!(parse_number(not_a_number), None, "{not_a_number:?}");
+        }
+    }
+
+    #[test]
+    fn truth_tables() {
+        // (x, y, x AND y, x OR y) with NULL as unknown, as JMS 1.1 §3.8.1.2.
+        let table = [
+            ("TRUE", "TRUE", True, True),
+            ("TRUE", "FALSE", False, True),
+            ("TRUE", "NULL", Unknown, True),
+            ("FALSE", "TRUE", False, True),
+            ("FALSE", "FALSE", False, False),
+            ("FALSE", "NULL", False, Unknown),
+            ("NULL", "TRUE", Unknown, True),
+            ("NULL", "FALSE", False, Unknown),
+            ("NULL", "NULL", Unknown, Unknown),
+        ];
+        for (x, y, and, or) in table {
+            assert_eq!(t(&format!("{x} AND {y}")), and, "{x} AND {y}");
+            assert_eq!(t(&format!("{x} OR {y}")), or, "{x} OR {y}");
+        }
+        assert_eq!(t("NOT TRUE"), False);
+        assert_eq!(t("NOT FALSE"), True);
+        assert_eq!(t("NOT NULL"), Unknown);
+        // The same through missing headers.
+        assert_eq!(t("missing = 1 AND 1 = 1"), Unknown);
+        assert_eq!(t("missing = 1 AND 1 = 2"), False);
+        assert_eq!(t("missing = 1 OR 1 = 1"), True);
+        assert_eq!(t("missing = 1 OR 1 = 2"), Unknown);
+        assert_eq!(t("NOT (missing = 1)"), Unknown);
+        assert_eq!(t("NOT NOT missing"), Unknown);
+    }
+
+    #[test]
+    fn null_makes_comparisons_and_arithmetic_unknown() {
+        for s in [
+            "missing = 1",
+            "missing <> 1",
+            "missing < 1",
+            "missing = 'x'",
+            "missing <> 'x'",
+            "missing = TRUE",
+            "missing = missing",
+            "missing + 1 = 1",
+            "1 + missing > 0",
+            "-missing < 0",
+            "NULL = NULL",
+            "NULL <> 1",
+            "missing IN ('a')",
+            "missing NOT IN ('a')",
+            "missing LIKE '%'",
+            "missing NOT LIKE '%'",
+            "missing BETWEEN 1 AND 2",
+            "missing NOT BETWEEN 1 AND 2",
+            "1 BETWEEN missing AND 2",
+            "missing",
+        ] {
+            assert_eq!(t(s), Unknown, "{s}");
+        }
+        assert_eq!(t("missing IS NULL"), True);
+        assert_eq!(t("missing IS NOT NULL"), False);
+        assert_eq!(t("(missing + 1) IS NULL"), True);
+        assert_eq!(eval("a IS NULL", &[("a", "")]), False);
+        assert_eq!(eval("a IS NOT NULL", &[("a", "")]), True);
+        assert_eq!(t("NULL IS NULL"), True);
+        assert_eq!(t("(missing = 1) IS NULL"), True);
+        assert_eq!(t("(1 = 1) IS NULL"), False);
+    }
+
+    #[test]
+    fn comparisons_of_numbers_and_numeric_headers() {
+        let n = &[("n", "10")];
+        for (s, want) in [
+            ("n = 10", True),
+            ("n = 10.0", True),
+            ("n <> 10", False),
+            ("n <> 11", True),
+            ("n > 9", True),
+            ("n > 10", False),
+            ("n >= 10", True),
+            ("n < 10", False),
+            ("n <= 10", True),
+            ("n < 10.5", True),
+            ("10 = n", True),
+            ("9 < n", True),
+            ("n = '10'", True),
+            ("n = '10.0'", False),
+            ("n > '9'", True),
+            ("n < '9'", False),
+        ] {
+            assert_eq!(eval(s, n), want, "{s} with n=10");
+        }
+        assert_eq!(eval("n = 1", &[("n", "1.0")]), True);
+        assert_eq!(eval("n = 1000", &[("n", "1e3")]), True);
+        assert_eq!(eval("n > -1", &[("n", "-0.5")]), True);
+        assert_eq!(t("1 = 1.0"), True);
+        assert_eq!(t("9007199254740993 = 9007199254740992"), False);
+        assert_eq!(t("9007199254740993 = 9007199254740992.0"), True);
+    }
+
+    #[test]
+    fn mismatched_types_compare_false() {
+        let s = &[("s", "abc"), ("flag", "true"), ("yes", "yes")];
+        for c in [
+            "s = 1",
+            "s <> 1",
+            "s > 1",
+            "1 < s",
+            "s < 'z'",
+            "'a' < 'b'",
+            "s >= s",
+            "'10' < '9x'",
+            "TRUE < FALSE",
+            "TRUE = 1",
+            "1 <> TRUE",
+            "yes = TRUE",
+            "yes <> TRUE",
+            "flag > FALSE",
+            "s BETWEEN 'a' AND 'z'",
+            "s BETWEEN 1 AND 2",
+            "JMSPriority IN ('4')",
+            "JMSPriority LIKE '4'",
+            "(s = 'abc') LIKE 'true'",
+            "(1 + 1) IN ('2')",
+        ] {
+            assert_eq!(eval(c, s), False, "{c}");
+        }
+        // ... so their negations are true.
+        assert_eq!(eval("NOT (s = 1)", s), True);
+        assert_eq!(eval("s NOT BETWEEN 1 AND 2", s), True);
+        assert_eq!(eval("JMSPriority NOT IN ('4')", s), True);
+    }
+
+    #[test]
+    fn strings_compare_exactly_and_order_only_as_numbers() {
+        let h = &[("kind", "image"), ("a", "10"), ("b", "9"), ("c", "10")];
+        assert_eq!(eval("kind = 'image'", h), True);
+        assert_eq!(eval("kind = 'Image'", h), False);
+        assert_eq!(eval("kind <> 'video'", h), True);
+        assert_eq!(eval("kind = 'image '", h), False);
+        assert_eq!(eval("a > b", h), True);
+        assert_eq!(eval("a = b", h), False);
+        assert_eq!(eval("a = c", h), True);
+        assert_eq!(eval("'10' > '9'", h), True);
+        assert_eq!(eval("'1.0' = '1'", h), False);
+        assert_eq!(eval("'1.0' >= '1'", h), True);
+        assert_eq!(eval("'it''s' = x", &[("x", "it's")]), True);
+    }
+
+    #[test]
+    fn booleans_and_boolean_strings() {
+        for (value, alone, eq_true, not) in [
+            ("true", True, True, False),
+            ("TRUE", True, True, False),
+            ("False", False, False, True),
+            ("yes", False, False, True),
+            ("1", False, False, True),
+            ("", False, False, True),
+        ] {
+            let h = &[("flag", value)];
+            assert_eq!(eval("flag", h), alone, "flag={value:?}");
+            assert_eq!(eval("flag = TRUE", h), eq_true, "flag={value:?}");
+            assert_eq!(eval("NOT flag", h), not, "flag={value:?}");
+        }
+        assert_eq!(eval("flag = FALSE", &[("flag", "false")]), True);
+        assert_eq!(eval("flag <> FALSE", &[("flag", "true")]), True);
+        assert_eq!(eval("flag AND 1 = 1", &[("flag", "true")]), True);
+        assert_eq!(eval("flag = 'true'", &[("flag", "TRUE")]), False);
+        assert_eq!(t("(1 = 1) = TRUE"), True);
+        assert_eq!(t("(1 = 2) <> (2 = 3)"), False);
+        assert_eq!(t("TRUE = TRUE"), True);
+        assert_eq!(t("TRUE"), True);
+        assert_eq!(t("FALSE"), False);
+        assert_eq!(t("NULL"), Unknown);
+    }
+
+    #[test]
+    fn arithmetic() {
+        let n = &[("n", "10"), ("s", "abc"), ("f", "2.5")];
+        for s in [
+            "n + 1 = 11",
+            "n - 15 = -5",
+            "n * 2 = 20",
+            "n / 5 = 2",
+            "n / 4 = 2.5",
+            "7 / 2 = 3.5",
+            "-7 / 2 = -3.5",
+            "6 / -3 = -2",
+            "f * 2 = 5",
+            "f + n = 12.5",
+            "-n = -10",
+            "- -n = 10",
+            "+n = 10",
+            "+'5' = 5",
+            "'5' + '6' = 11",
+            "2 + 3 * 4 = 14",
+            "(2 + 3) * 4 = 20",
+            "10 - 2 - 3 = 5",
+            "8 / 2 / 2 = 2",
+            "2 * 3 / 4 = 1.5",
+            "JMSPriority + 1 = 5",
+            // Exact integers, then f64 past i64.
+            "9223372036854775807 - 1 = 9223372036854775806",
+            "9223372036854775807 + 1 = 9223372036854775808.0",
+            "9223372036854775807 * 2 = 1.8446744073709552e19",
+            "-9223372036854775807 - 1 = -9223372036854775808",
+            "-(-9223372036854775808) = 9223372036854775808.0",
+            "-9223372036854775808 / -1 = 9223372036854775808.0",
+            "1e308 * 10 > 1e308",
+        ] {
+            assert_eq!(eval(s, n), True, "{s}");
+        }
+        for s in [
+            "n / 0 = 1",
+            "n / 0.0 = 1",
+            "n / (n - 10) > 0",
+            "s + 1 = 1",
+            "-s = 0",
+            "+s = 0",
+            "n + NULL = 1",
+        ] {
+            assert_eq!(eval(s, n), Unknown, "{s}");
+        }
+        // NaN (inf - inf) is unequal to everything.
+        assert_eq!(t("1e308 * 10 - 1e308 * 10 = 0"), False);
+        assert_eq!(t("1e308 * 10 - 1e308 * 10 <> 0"), True);
+    }
+
+    #[test]
+    fn between() {
+        let n = &[("n", "10"), ("s", "m")];
+        assert_eq!(eval("n BETWEEN 5 AND 10", n), True);
+        assert_eq!(eval("n BETWEEN 10 AND 10", n), True);
+        assert_eq!(eval("n BETWEEN 11 AND 20", n), False);
+        assert_eq!(eval("n BETWEEN 20 AND 5", n), False);
+        assert_eq!(eval("n NOT BETWEEN 11 AND 20", n), True);
+        assert_eq!(eval("n NOT BETWEEN 5 AND 10", n), False);
+        assert_eq!(eval("n BETWEEN 9.5 AND '10.5'", n), True);
+        assert_eq!(eval("n + 1 BETWEEN 2 * 5 AND 12", n), True);
+        assert_eq!(eval("n BETWEEN 1 AND NULL", n), Unknown);
+        assert_eq!(eval("n BETWEEN 20 AND NULL", n), False);
+        assert_eq!(eval("n NOT BETWEEN 20 AND NULL", n), True);
+        assert_eq!(eval("s BETWEEN 'a' AND 'z'", n), False);
+    }
+
+    #[test]
+    fn in_lists() {
+        let h = &[("kind", "image")];
+        assert_eq!(eval("kind IN ('image', 'video')", h), True);
+        assert_eq!(eval("kind IN ('video')", h), False);
+        assert_eq!(eval("kind NOT IN ('image', 'video')", h), False);
+        assert_eq!(eval("kind NOT IN ('video', 'IMAGE')", h), True);
+        assert_eq!(eval("kind in ('x', 'y', 'image')", h), True);
+        assert_eq!(eval("x IN ('')", &[("x", "")]), True);
+        assert_eq!(eval("n IN ('1')", &[("n", "1.0")]), False);
+    }
+
+    #[test]
+    fn like() {
+        let h = &[("kind", "image"), ("name", "a_b"), ("plain", "ab")];
+        assert_eq!(eval("kind LIKE 'im%'", h), True);
+        assert_eq!(eval("kind LIKE 'im_ge'", h), True);
+        assert_eq!(eval("kind LIKE 'IM%'", h), False);
+        assert_eq!(eval("kind NOT LIKE 'im%'", h), False);
+        assert_eq!(eval("kind NOT LIKE 'v%'", h), True);
+        assert_eq!(eval(r"name LIKE 'a\_%' ESCAPE '\'", h), True);
+        assert_eq!(eval(r"plain LIKE 'a\_%' ESCAPE '\'", h), False);
+        assert_eq!(eval("plain LIKE 'a_%'", h), True);
+        assert_eq!(eval(r"name NOT LIKE 'a\_%' ESCAPE '\'", h), False);
+        assert_eq!(eval("name LIKE 'a!_b' ESCAPE '!'", h), True);
+        assert_eq!(eval("name LIKE 'a''b'", &[("name", "a'b")]), True);
+        assert_eq!(eval("JMSMessageID LIKE 'ID:%'", h), True);
+    }
+
+    #[test]
+    fn comparison_kernel_directly() {
+        // Pairs the parser cannot produce from literals alone.
+        assert_eq!(
+            compare(Value::Num(Num::Int(1)), CmpOp::Eq, Value::Bool(true)),
+            False
+        );
+        assert_eq!(
+            compare(Value::Bool(true), CmpOp::Ne, Value::Num(Num::Int(1))),
+            False
+        );
+        assert_eq!(
+            compare(Value::Str("true"), CmpOp::Eq, Value::Bool(true)),
+            True
+        );
+        assert_eq!(
+            compare(Value::Bool(false), CmpOp::Eq, Value::Str("FALSE")),
+            True
+        );
+        assert_eq!(
+            compare(Value::Str("x"), CmpOp::Eq, Value::Bool(true)),
+            False
+        );
+        assert_eq!(compare(Value::Null, CmpOp::Eq, Value::Bool(true)), Unknown);
+        assert_eq!(
+            compare(
+                Value::Num(Num::Float(f64::NAN)),
+                CmpOp::Ne,
+                Value::Num(Num::Float(f64::NAN))
+            ),
+            True
+        );
+        assert_eq!(arith(Num::Int(1), ArithOp::Div, Num::Int(0)), None);
+        assert_eq!(arith(Num::Float(1.0), ArithOp::Div, Num::Float(-0.0)), None);
+        assert_eq!(
+            arith(Num::Int(7), ArithOp::Div, Num::Int(2)),
+            Some(Num::Float(3.5))
+        );
+        assert_eq!(
+            arith(Num::Int(i64::MIN), ArithOp::Div, Num::Int(-1)),
+            Some(Num::Float(9223372036854775808.0))
+        );
+        assert_eq!(as_truth(Value::Num(Num::Int(1))), False);
+        assert_eq!(as_truth(Value::Str("tRuE")), True);
+    }
+}

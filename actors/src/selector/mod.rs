@@ -276,7 +276,7 @@ impl SelectorError {
 pub(crate) mod testing {
     //! A message for tests: headers in order, the JMS fields as plain values.
 
-    use super::Fields;
+    use super::{Fields, Selector, Truth};
 
     #[derive(Debug, Clone, Default)]
     pub struct TestMessage {
@@ -304,6 +304,22 @@ pub(crate) mod testing {
         }
     }
 
+    /// `selector` evaluated against a message with `headers` (and the defaults of
+    /// [`TestMessage::with`]); panics if it does not parse.
+    pub fn eval(selector: &str, headers: &[(&str, &str)]) -> Truth {
+        Selector::parse(selector)
+            .unwrap_or_else(|e| panic!("{selector:?}: {e}"))
+            .evaluate(&TestMessage::with(headers))
+    }
+
+    /// The error `selector` is refused with, as `(column, message)`; panics if it parses.
+    pub fn refused(selector: &str) -> (usize, String) {
+        match Selector::parse(selector) {
+            Ok(s) => panic!("{selector:?} parsed: {s:?}"),
+            Err(e) => (e.column, e.message),
+        }
+    }
+
     impl Fields for TestMessage {
         fn header(&self, name: &str) -> Option<&str> {
             self.headers
@@ -326,5 +342,215 @@ pub(crate) mod testing {
         fn expiration_ms(&self) -> i64 {
             self.expiration_ms
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::testing::{eval, refused, TestMessage};
+    use super::*;
+
+    #[test]
+    fn jms_fields() {
+        let mut m = TestMessage::with(&[
+            ("type", "car"),
+            ("correlation-id", "instance:1"),
+            ("JMSXGroupID", "g1"),
+            ("JMSPriority", "0"),
+        ]);
+        m.priority = 7;
+        m.expiration_ms = 1_700_000_060_000;
+        let yes = |s: &str, m: &TestMessage| {
+            let selector = Selector::parse(s).unwrap();
+            assert_eq!(selector.evaluate(m), Truth::True, "{s}");
+        };
+        yes("JMSPriority = 7", &m);
+        yes("JMSPriority > 4 AND JMSPriority <= 9", &m);
+        yes("JMSMessageID = 'ID:ebb-1'", &m);
+        yes("JMSTimestamp = 1700000000000", &m);
+        yes("JMSTimestamp BETWEEN 1600000000000 AND 1800000000000", &m);
+        yes("JMSExpiration - JMSTimestamp = 60000", &m);
+        yes("JMSDeliveryMode = 'PERSISTENT'", &m);
+        yes("JMSType = 'car'", &m);
+        yes("JMSXGroupID = 'g1'", &m);
+        // The header colon must survive (RabbitMQ's STOMP plugin once split on it).
+        yes("JMSCorrelationID = 'instance:1'", &m);
+        m.persistent = false;
+        yes("JMSDeliveryMode = 'NON_PERSISTENT'", &m);
+        let bare = TestMessage::with(&[]);
+        yes("JMSType IS NULL AND JMSCorrelationID IS NULL", &bare);
+        yes("JMSExpiration = 0", &bare);
+        assert_eq!(
+            Selector::parse("JMSType = 'car'").unwrap().evaluate(&bare),
+            Truth::Unknown
+        );
+    }
+
+    #[test]
+    fn unsupported_jms_fields_are_refused() {
+        for (text, column, name) in [
+            ("JMSRedelivered = TRUE", 1, "JMSRedelivered"),
+            ("JMSDestination = 'x'", 1, "JMSDestination"),
+            ("a = 1 OR JMSReplyTo IS NULL", 10, "JMSReplyTo"),
+        ] {
+            assert_eq!(refused(text), (column, format!("unknown JMS field {name}")));
+        }
+    }
+
+    #[test]
+    fn headers_are_exact_and_the_first_one_wins() {
+        let h = &[("kind", "image"), ("kind", "video"), ("Size", "3")];
+        assert_eq!(eval("kind = 'image'", h), Truth::True);
+        assert_eq!(eval("kind = 'video'", h), Truth::False);
+        assert_eq!(eval("Kind = 'image'", h), Truth::Unknown);
+        assert_eq!(eval("Size = 3", h), Truth::True);
+        assert_eq!(eval("size = 3", h), Truth::Unknown);
+    }
+
+    #[test]
+    fn matches_only_when_true() {
+        let selector = Selector::parse("kind = 'image'").unwrap();
+        assert_eq!(selector.text(), "kind = 'image'");
+        assert_eq!(selector.to_string(), "kind = 'image'");
+        assert!(selector.matches(&TestMessage::with(&[("kind", "image")])));
+        assert!(!selector.matches(&TestMessage::with(&[("kind", "video")])));
+        assert!(!selector.matches(&TestMessage::with(&[])));
+        assert_eq!(selector.evaluate(&TestMessage::with(&[])), Truth::Unknown);
+        let negated = Selector::parse("NOT (kind = 'image')").unwrap();
+        assert!(!negated.matches(&TestMessage::with(&[])));
+    }
+
+    #[test]
+    fn a_topic_message_is_fields() {
+        let message = TopicMessage {
+            id: Some(3),
+            message_id: "ID:ebb-42".into(),
+            persistent: false,
+            priority: 9,
+            expiration: 1_000,
+            payload: Arc::new(ebb_store::Payload {
+                timestamp_ms: 500,
+                headers: vec![
+                    ("kind".into(), "image".into()),
+                    ("correlation-id".into(), "instance:1".into()),
+                    ("kind".into(), "video".into()),
+                    ("type".into(), "thumb".into()),
+                ],
+                ..Default::default()
+            }),
+            charge: None,
+        };
+        assert_eq!(message.header("kind"), Some("image"));
+        assert_eq!(message.header("missing"), None);
+        assert_eq!(Fields::message_id(&message), "ID:ebb-42");
+        assert_eq!(Fields::priority(&message), 9);
+        assert_eq!(message.timestamp_ms(), 500);
+        assert!(!Fields::persistent(&message));
+        assert_eq!(message.expiration_ms(), 1_000);
+        let selector = Selector::parse(
+            "kind = 'image' AND JMSCorrelationID = 'instance:1' AND JMSType LIKE 'th%' \
+             AND JMSDeliveryMode = 'NON_PERSISTENT' AND JMSPriority = 9 \
+             AND JMSTimestamp = 500 AND JMSExpiration = 1000 AND JMSMessageID = 'ID:ebb-42'",
+        )
+        .unwrap();
+        assert!(selector.matches(&message));
+    }
+
+    #[test]
+    fn truth_operations() {
+        use Truth::*;
+        assert_eq!(!True, False);
+        assert_eq!(!Unknown, Unknown);
+        assert_eq!(True.and(Unknown), Unknown);
+        assert_eq!(False.and(Unknown), False);
+        assert_eq!(True.or(Unknown), True);
+        assert_eq!(False.or(Unknown), Unknown);
+        assert_eq!(Truth::from(true), True);
+    }
+
+    #[test]
+    fn a_selector_is_shareable() {
+        fn send_sync<T: Send + Sync + Clone>() {}
+        send_sync::<Selector>();
+        let selector = Selector::parse("a = 1").unwrap();
+        let copy = selector.clone();
+        assert_eq!(copy.text(), selector.text());
+        assert_eq!(
+            copy.evaluate(&TestMessage::with(&[("a", "1")])),
+            Truth::True
+        );
+    }
+
+    /// Counts this thread's allocations while `COUNTING` is set, so a test can show
+    /// that evaluation allocates nothing (other threads' tests are not counted).
+    mod counting {
+        use std::alloc::{GlobalAlloc, Layout, System};
+        use std::cell::Cell;
+
+        thread_local! {
+            pub static COUNTING: Cell<bool> = const { Cell::new(false) };
+            pub static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+        }
+
+        pub struct Counting;
+
+        // SAFETY: forwards to `System`; the thread-locals are `const`-initialized
+        // `Cell`s without destructors, so touching them cannot allocate or recurse.
+        unsafe impl GlobalAlloc for Counting {
+            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+                if COUNTING.with(Cell::get) {
+                    ALLOCATIONS.with(|a| a.set(a.get() + 1));
+                }
+                System.alloc(layout)
+            }
+            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+                System.dealloc(ptr, layout)
+            }
+        }
+
+        #[global_allocator]
+        static GLOBAL: Counting = Counting;
+
+        /// Allocations `f` makes on this thread.
+        pub fn allocations(f: impl FnOnce()) -> usize {
+            ALLOCATIONS.with(|a| a.set(0));
+            COUNTING.with(|c| c.set(true));
+            f();
+            COUNTING.with(|c| c.set(false));
+            ALLOCATIONS.with(Cell::get)
+        }
+    }
+
+    #[test]
+    fn evaluation_does_not_allocate() {
+        let message = TestMessage::with(&[
+            ("kind", "image"),
+            ("size", "1048576"),
+            ("ratio", "1.5"),
+            ("flag", "TRUE"),
+            ("name", "a_b"),
+        ]);
+        let selectors: Vec<Selector> = [
+            "kind = 'image' AND size > 1024 * 1024 - 1",
+            "ratio BETWEEN 1 AND 2 OR missing IS NULL",
+            "flag AND NOT (kind IN ('video', 'audio'))",
+            r"name LIKE 'a\_%' ESCAPE '\' AND JMSMessageID LIKE 'ID:%'",
+            "JMSDeliveryMode = 'PERSISTENT' AND JMSPriority / 2 = 2 AND -size < 0",
+        ]
+        .iter()
+        .map(|s| Selector::parse(s).unwrap())
+        .collect();
+        let mut matched = 0;
+        let n = counting::allocations(|| {
+            for s in &selectors {
+                matched += usize::from(s.matches(&message));
+            }
+        });
+        assert_eq!(matched, selectors.len());
+        assert_eq!(n, 0);
+        // The counter counts: parsing allocates.
+        assert!(counting::allocations(|| drop(Selector::parse("a = 1"))) > 0);
     }
 }

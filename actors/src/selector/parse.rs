@@ -809,13 +809,14 @@ impl<'a> Parser<'a> {
         SelectorError::new(self.peek().column, message)
     }
 
-    /// One more level of nesting at the current token.
-    fn enter(&mut self) -> Result<(), SelectorError> {
+    /// One more level of nesting, opened by the token at `column`.
+    fn enter(&mut self, column: usize) -> Result<(), SelectorError> {
         self.depth += 1;
         if self.depth > MAX_NESTING {
-            return Err(self.error_here(format!(
-                "nesting deeper than {MAX_NESTING} (parentheses, NOT, unary signs)"
-            )));
+            return Err(SelectorError::new(
+                column,
+                format!("nesting deeper than {MAX_NESTING} (parentheses, NOT, unary signs)"),
+            ));
         }
         Ok(())
     }
@@ -865,7 +866,7 @@ impl<'a> Parser<'a> {
             return self.comparison();
         }
         let column = self.next().column;
-        self.enter()?;
+        self.enter(column)?;
         let operand = condition(self.not()?, "the operand of NOT")?;
         self.leave();
         Ok(Parsed {
@@ -1065,7 +1066,7 @@ impl<'a> Parser<'a> {
             _ => return self.primary(),
         };
         let column = self.next().column;
-        self.enter()?;
+        self.enter(column)?;
         // A sign right before a number literal is part of it (so -9223372036854775808
         // is i64::MIN).
         if let Tok::Int { value, .. } = self.peek().tok {
@@ -1124,7 +1125,7 @@ impl<'a> Parser<'a> {
             Tok::Keyword(Keyword::Null) => (Expr::Literal(Literal::Null), Kind::Null),
             Tok::LParen => {
                 self.next();
-                self.enter()?;
+                self.enter(column)?;
                 let inner = self.or()?;
                 if self.peek().tok != Tok::RParen {
                     return Err(self
@@ -1148,5 +1149,424 @@ impl<'a> Parser<'a> {
         };
         self.next();
         Ok(Parsed { expr, kind, column })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::selector::testing::{eval, refused};
+    use crate::selector::{Selector, Truth};
+
+    fn expr(text: &str) -> Expr {
+        parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"))
+    }
+
+    fn like(pattern: &str, escape: Option<char>, subject: &str) -> bool {
+        LikePattern::compile(pattern, escape)
+            .unwrap()
+            .matches(subject)
+    }
+
+    #[test]
+    fn errors_name_the_column_and_what_was_expected() {
+        let cases: &[(&str, usize, &str)] = &[
+            ("JMSType =", 10, "expected a value after '='"),
+            ("a = AND b", 5, "expected a value after '='"),
+            ("a = 1 AND", 10, "expected a value after 'AND'"),
+            ("kind = 'image", 8, "unterminated string"),
+            ("a # 1", 3, "unexpected character '#'"),
+            (
+                "a = \"x\"",
+                5,
+                "unexpected character '\"': strings are in single quotes",
+            ),
+            ("a != 1", 3, "unexpected '!=': not-equal is written '<>'"),
+            ("a = 1 b", 7, "unexpected 'b' after a complete expression"),
+            ("a = 1 = 2", 7, "unexpected '=' after a complete expression"),
+            ("", 1, "empty selector"),
+            ("  \t ", 1, "empty selector"),
+            (")", 1, "expected an expression"),
+            ("(a = 1", 7, "expected ')' to close the '(' at column 1"),
+            (
+                "3 + 4",
+                1,
+                "the selector must be a condition, not an arithmetic expression",
+            ),
+            ("'abc'", 1, "the selector must be a condition, not a string"),
+            ("57", 1, "the selector must be a condition, not a number"),
+            (
+                "-a",
+                1,
+                "the selector must be a condition, not an arithmetic expression",
+            ),
+            (
+                "JMSPriority",
+                1,
+                "the selector must be a condition, not a number",
+            ),
+            (
+                "NOT 1",
+                5,
+                "the operand of NOT must be a condition, not a number",
+            ),
+            (
+                "a = 1 OR 'x'",
+                10,
+                "an operand of OR must be a condition, not a string",
+            ),
+            (
+                "2 * 3 AND a",
+                1,
+                "an operand of AND must be a condition, not an arithmetic expression",
+            ),
+            (
+                "(a = 1) + 2 > 0",
+                1,
+                "arithmetic needs a number, not a condition",
+            ),
+            ("-TRUE = a", 2, "a sign needs a number, not a condition"),
+            (
+                "JMSRedelivered = TRUE",
+                1,
+                "unknown JMS field JMSRedelivered",
+            ),
+            (
+                "a = 1 AND JMSReplyTo IS NULL",
+                11,
+                "unknown JMS field JMSReplyTo",
+            ),
+            (
+                "a LIKE 'x' ESCAPE 'ab'",
+                19,
+                "ESCAPE takes exactly one character",
+            ),
+            (
+                "a LIKE 'x' ESCAPE 1",
+                19,
+                "expected a string literal after 'ESCAPE'",
+            ),
+            (
+                r"a LIKE 'x\' ESCAPE '\'",
+                8,
+                "the LIKE pattern ends with its escape character",
+            ),
+            ("a LIKE b", 8, "expected a string literal after 'LIKE'"),
+            (
+                "a IN (1)",
+                7,
+                "expected a string literal in the IN list after '('",
+            ),
+            (
+                "a IN ('x',)",
+                11,
+                "expected a string literal in the IN list after ','",
+            ),
+            ("a IN ('x' 'y')", 11, "expected ',' or ')' in the IN list"),
+            ("a IN 'x'", 6, "expected '(' after 'IN'"),
+            (
+                "a NOT x",
+                7,
+                "expected 'BETWEEN', 'IN' or 'LIKE' after 'NOT'",
+            ),
+            ("a IS 1", 6, "expected 'NULL' after 'IS'"),
+            ("a IS NOT TRUE", 10, "expected 'NULL' after 'NOT'"),
+            (
+                "a BETWEEN 1 OR 2",
+                13,
+                "expected 'AND' in BETWEEN after '1'",
+            ),
+            (
+                "010 = a",
+                1,
+                "a number may not start with 0 ('010'): ActiveMQ would read it as octal",
+            ),
+            ("a = 1.2.3", 8, "unexpected character '.' after a number"),
+            ("a = 12abc", 7, "unexpected character 'a' after a number"),
+            ("1e = a", 2, "expected digits in the exponent"),
+            ("0x = a", 1, "expected hex digits after '0x'"),
+            ("a = 0x8000000000000000", 5, "hex literal out of range"),
+            ("a = 0x10000000000000000", 5, "hex literal out of range"),
+            // Columns count characters, not bytes.
+            ("é = 'ü' #", 9, "unexpected character '#'"),
+        ];
+        for (text, column, message) in cases {
+            assert_eq!(
+                refused(text),
+                (*column, message.to_string()),
+                "selector {text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_error_prints_as_the_brief_shows() {
+        let e = Selector::parse("JMSType =").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid selector at column 10: expected a value after '='"
+        );
+    }
+
+    #[test]
+    fn long_messages_quote_a_shortened_token() {
+        let text = format!("a = 1 {}", "b".repeat(40));
+        assert_eq!(
+            refused(&text),
+            (
+                7,
+                format!(
+                    "unexpected '{}...' after a complete expression",
+                    "b".repeat(24)
+                )
+            )
+        );
+    }
+
+    #[test]
+    fn length_limit_is_4096_bytes() {
+        let at_limit = format!("a = '{}'", "x".repeat(MAX_SELECTOR_BYTES - 6));
+        assert_eq!(at_limit.len(), MAX_SELECTOR_BYTES);
+        let long_value = "x".repeat(MAX_SELECTOR_BYTES - 6);
+        assert_eq!(eval(&at_limit, &[("a", &long_value)]), Truth::True);
+
+        let over = format!("a = '{}'", "x".repeat(MAX_SELECTOR_BYTES - 5));
+        assert_eq!(
+            refused(&over),
+            (4097, "the selector is longer than 4096 bytes".to_string())
+        );
+        // The column counts characters: 2-byte characters put byte 4096 at column 2049.
+        let wide = "é".repeat(3000);
+        assert_eq!(
+            refused(&wide),
+            (2049, "the selector is longer than 4096 bytes".to_string())
+        );
+    }
+
+    #[test]
+    fn nesting_limit_is_64_parentheses_nots_and_signs_together() {
+        let parens = |n: usize| format!("{}a = 1{}", "(".repeat(n), ")".repeat(n));
+        assert_eq!(eval(&parens(64), &[("a", "1")]), Truth::True);
+        let deep = "nesting deeper than 64 (parentheses, NOT, unary signs)".to_string();
+        assert_eq!(refused(&parens(65)), (65, deep.clone()));
+
+        let nots = |n: usize| format!("{}a", "NOT ".repeat(n));
+        assert_eq!(eval(&nots(64), &[("a", "true")]), Truth::True);
+        assert_eq!(refused(&nots(65)), (257, deep.clone()));
+
+        let signs = |n: usize| format!("a = {}1", "-".repeat(n));
+        assert_eq!(eval(&signs(64), &[("a", "1")]), Truth::True);
+        assert_eq!(eval(&signs(63), &[("a", "-1")]), Truth::True);
+        assert_eq!(refused(&signs(65)), (69, deep.clone()));
+
+        // They count together: 32 parentheses, 31 NOTs and a sign are 64.
+        let mixed = |nots: usize| {
+            format!(
+                "{}{}a = -1{}",
+                "(".repeat(32),
+                "NOT ".repeat(nots),
+                ")".repeat(32)
+            )
+        };
+        assert_eq!(eval(&mixed(31), &[("a", "-1")]), Truth::False);
+        assert_eq!(eval(&mixed(31), &[("a", "1")]), Truth::True);
+        // One more NOT: the sign (column 165) is the 65th level.
+        assert_eq!(refused(&mixed(32)), (32 + 4 * 32 + 5, deep.clone()));
+
+        // Hostile: a whole 4 KiB of parentheses stops at the limit.
+        assert_eq!(refused(&"(".repeat(MAX_SELECTOR_BYTES)), (65, deep));
+    }
+
+    #[test]
+    fn long_flat_chains_do_not_nest() {
+        // ~4 KiB of ORs and of additions: flat nodes, no deep recursion.
+        let ors = vec!["a = 1"; 450].join(" OR ");
+        assert!(ors.len() <= MAX_SELECTOR_BYTES);
+        match expr(&ors) {
+            Expr::Or(items) => assert_eq!(items.len(), 450),
+            e => panic!("not an OR: {e:?}"),
+        }
+        assert_eq!(eval(&ors, &[("a", "1")]), Truth::True);
+        assert_eq!(eval(&ors, &[("a", "2")]), Truth::False);
+        let sum = format!("{} = 2000", vec!["1"; 2000].join("+"));
+        assert!(sum.len() <= MAX_SELECTOR_BYTES);
+        assert_eq!(eval(&sum, &[]), Truth::True);
+    }
+
+    #[test]
+    fn precedence_and_associativity() {
+        assert_eq!(
+            expr("a OR b AND NOT c = 1").to_string(),
+            "(a OR (b AND (NOT (c = 1))))"
+        );
+        assert_eq!(
+            expr("x = 1 + 2 * 3 - -4 / 2").to_string(),
+            "(x = (1 + (2 * 3) - (-4 / 2)))"
+        );
+        assert_eq!(
+            expr("a BETWEEN 1 AND 2 AND b").to_string(),
+            "((a BETWEEN 1 AND 2) AND b)"
+        );
+        assert_eq!(
+            expr("NOT a NOT IN ('x', 'it''s')").to_string(),
+            "(NOT (a NOT IN ('x', 'it''s')))"
+        );
+        assert_eq!(
+            expr(r"a NOT LIKE 'a\_%' ESCAPE '\' OR b IS NOT NULL").to_string(),
+            r"((a NOT LIKE 'a\_%' ESCAPE '\') OR (b IS NOT NULL))"
+        );
+        assert_eq!(expr("(a = 1) = TRUE").to_string(), "((a = 1) = TRUE)");
+        assert_eq!(expr("+a > - b").to_string(), "((+a) > (-b))");
+    }
+
+    #[test]
+    fn keywords_are_case_insensitive_identifiers_are_not() {
+        assert_eq!(
+            expr("a = 1 and not b or c is null").to_string(),
+            "(((a = 1) AND (NOT b)) OR (c IS NULL))"
+        );
+        assert_eq!(expr("Kind = kind").to_string(), "(Kind = kind)");
+        assert_eq!(expr("$a_1 = _b$").to_string(), "($a_1 = _b$)");
+        assert_eq!(
+            refused("and = 1"),
+            (1, "expected an expression".to_string())
+        );
+    }
+
+    #[test]
+    fn literals() {
+        let literal = |text: &str| match expr(&format!("a = {text}")) {
+            Expr::Compare { right, .. } => match *right {
+                Expr::Literal(l) => l,
+                e => panic!("{text}: not a literal: {e:?}"),
+            },
+            e => panic!("{text}: {e:?}"),
+        };
+        assert_eq!(literal("57"), Literal::Int(57));
+        assert_eq!(literal("-957"), Literal::Int(-957));
+        assert_eq!(literal("57L"), Literal::Int(57));
+        assert_eq!(literal("57l"), Literal::Int(57));
+        assert_eq!(literal("0"), Literal::Int(0));
+        assert_eq!(literal("0x1F"), Literal::Int(31));
+        assert_eq!(literal("0X1fL"), Literal::Int(31));
+        assert_eq!(literal("-0x8000000000000000"), Literal::Int(i64::MIN));
+        assert_eq!(literal("9223372036854775807"), Literal::Int(i64::MAX));
+        assert_eq!(literal("-9223372036854775808"), Literal::Int(i64::MIN));
+        assert_eq!(
+            literal("9223372036854775808"),
+            Literal::Float(9223372036854775808.0)
+        );
+        assert_eq!(
+            literal("123456789012345678901234567890"),
+            Literal::Float(1.2345678901234568e29)
+        );
+        assert_eq!(literal("7."), Literal::Float(7.0));
+        assert_eq!(literal(".5"), Literal::Float(0.5));
+        assert_eq!(literal("-95.7"), Literal::Float(-95.7));
+        assert_eq!(literal("6.02e23"), Literal::Float(6.02e23));
+        assert_eq!(literal("1E-3"), Literal::Float(0.001));
+        assert_eq!(literal("0.5"), Literal::Float(0.5));
+        assert_eq!(literal("TRUE"), Literal::Bool(true));
+        assert_eq!(literal("false"), Literal::Bool(false));
+        assert_eq!(literal("NULL"), Literal::Null);
+        assert_eq!(literal("'it''s'"), Literal::Str("it's".into()));
+        assert_eq!(literal("''"), Literal::Str(String::new()));
+        assert_eq!(literal("'a:b\nc'"), Literal::Str("a:b\nc".into()));
+    }
+
+    #[test]
+    fn jms_identifiers() {
+        let field = |text: &str| match expr(&format!("{text} IS NULL")) {
+            Expr::IsNull { value, .. } => match *value {
+                Expr::Field(f) => f,
+                e => panic!("{e:?}"),
+            },
+            e => panic!("{e:?}"),
+        };
+        assert_eq!(field("JMSPriority"), Field::Priority);
+        assert_eq!(field("JMSMessageID"), Field::MessageId);
+        assert_eq!(field("JMSTimestamp"), Field::Timestamp);
+        assert_eq!(field("JMSType"), Field::Type);
+        assert_eq!(field("JMSCorrelationID"), Field::CorrelationId);
+        assert_eq!(field("JMSDeliveryMode"), Field::DeliveryMode);
+        assert_eq!(field("JMSExpiration"), Field::Expiration);
+        assert_eq!(field("JMSXGroupID"), Field::Header("JMSXGroupID".into()));
+        assert_eq!(field("JMSXGroupSeq"), Field::Header("JMSXGroupSeq".into()));
+        assert_eq!(field("jmsPriority"), Field::Header("jmsPriority".into()));
+        assert_eq!(
+            refused("JMSpriority IS NULL"),
+            (1, "unknown JMS field JMSpriority".to_string())
+        );
+    }
+
+    #[test]
+    fn like_matching() {
+        assert!(like("im%", None, "image"));
+        assert!(like("im_ge", None, "image"));
+        assert!(like("%age", None, "image"));
+        assert!(like("i%e", None, "image"));
+        assert!(like("%", None, ""));
+        assert!(like("%%", None, "x"));
+        assert!(like("", None, ""));
+        assert!(!like("", None, "x"));
+        assert!(!like("_", None, ""));
+        assert!(!like("im%", None, "IMAGE"));
+        assert!(!like("%x%", None, "image"));
+        assert!(!like("image_", None, "image"));
+        // Regex characters are plain.
+        assert!(like("a.b", None, "a.b"));
+        assert!(!like("a.b", None, "axb"));
+        assert!(like("a*b[c]", None, "a*b[c]"));
+        // `_` is one character, not one byte.
+        assert!(like("__", None, "日本"));
+        assert!(!like("_", None, "日本"));
+        assert!(like("é%ü", None, "éaaü"));
+        // Escapes.
+        assert!(like(r"a\_%", Some('\\'), "a_b"));
+        assert!(!like(r"a\_%", Some('\\'), "ab"));
+        assert!(like("a_%", None, "ab"));
+        assert!(like(r"100\%", Some('\\'), "100%"));
+        assert!(!like(r"100\%", Some('\\'), "1000"));
+        assert!(like(r"a\\b", Some('\\'), r"a\b"));
+        assert!(like("a!%b", Some('!'), "a%b"));
+        assert!(!like("a!%b", Some('!'), "axb"));
+        // Without ESCAPE a backslash is plain.
+        assert!(like(r"a\_", None, r"a\x"));
+        // Backtracking to the latest `%` only.
+        assert!(like("%ab%ab", None, "xabyabab"));
+        assert!(!like("%ab%abc", None, "xabyabab"));
+        assert_eq!(
+            LikePattern::compile("a%%%b", None).unwrap().tokens,
+            vec![LikeToken::Char('a'), LikeToken::Any, LikeToken::Char('b')]
+        );
+    }
+
+    #[test]
+    fn like_has_no_backtracking_blow_up() {
+        let subject = "a".repeat(20_000);
+        let pattern = format!("{}b", "%a".repeat(40));
+        let started = std::time::Instant::now();
+        assert!(!like(&pattern, None, &subject));
+        assert!(like(&format!("{}%", "%a".repeat(40)), None, &subject));
+        // O(n·m) is ~10^6 steps; naive recursion would not finish.
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn printing_reads_back() {
+        for text in [
+            "a = 1",
+            "NOT (a = 'it''s') OR b IS NULL",
+            r"a LIKE '%''\%' ESCAPE '\' AND b NOT IN ('x', '')",
+            "a BETWEEN -1 AND 2.5e10 OR a NOT BETWEEN 1 + 2 AND 3 * 4",
+            "-(a + 1) * 2 / (b - 3) > -9223372036854775808",
+            "a LIKE 'x' ESCAPE ''''",
+            "(a = 1) <> (b = 2)",
+            "NULL",
+            "TRUE",
+        ] {
+            let tree = expr(text);
+            assert_eq!(expr(&tree.to_string()), tree, "{text:?} printed as {tree}");
+        }
     }
 }
