@@ -25,6 +25,9 @@
 //!   queue's cursor), [`usage`] (memory limits and producer flow control), [`policy`]
 //!   (ActiveMQ-style policy map, in `destination/policy.rs`), [`housekeeping`] (the fair budget of expiry pages),
 //!   [`messages`] (what actors exchange).
+//! - [`selector`]: JMS message selectors (`color = 'red' AND weight > 2`), parsed once
+//!   and evaluated per message with three-valued logic; no actor, no allocation per
+//!   evaluation.
 //!
 //! ## Await ordering
 //! Which actor may `send().await` which, so that request cycles cannot deadlock:
@@ -54,6 +57,7 @@ pub mod message;
 pub mod messages;
 pub mod queue;
 pub mod queue_cursor;
+pub mod selector;
 pub mod store_actor;
 pub mod subscription;
 pub mod topic;
