@@ -20,6 +20,7 @@ use ebb_actors::messages::{
 };
 use ebb_actors::policy::PolicyMap;
 use ebb_actors::queue::QueueActor;
+pub use ebb_actors::selector::{Selector, SelectorError};
 use ebb_actors::subscription::AutoAcks;
 use ebb_actors::topic::TopicActor;
 use ebb_actors::usage::Usage;
@@ -261,6 +262,12 @@ pub struct SubscribeOptions {
     /// `durable_prefetch` 100 or `topic_prefetch` 32,767).
     pub prefetch: Option<u32>,
     pub ack: AckMode,
+    /// A JMS message selector ([`Selector::parse`]): only messages it matches are
+    /// delivered. On a queue, matching messages are found in the store beyond what the
+    /// queue holds in memory (a bounded scan per page), so a backlog of messages for
+    /// other consumers does not hide them. Durable topic subscriptions refuse one for
+    /// now ([`Error::Actor`] with `Invalid`).
+    pub selector: Option<Selector>,
 }
 
 impl SubscribeOptions {
@@ -285,6 +292,12 @@ impl SubscribeOptions {
 
     pub fn ack(mut self, ack: AckMode) -> Self {
         self.ack = ack;
+        self
+    }
+
+    /// Only messages `selector` matches are delivered (see [`SubscribeOptions::selector`]).
+    pub fn selector(mut self, selector: Selector) -> Self {
+        self.selector = Some(selector);
         self
     }
 }
@@ -1079,6 +1092,7 @@ impl Broker {
                 durable,
                 prefetch: options.prefetch,
                 deliver: tx,
+                selector: options.selector.map(Arc::new),
                 auto_acks: shared.clone(),
             })
             .await??;

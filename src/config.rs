@@ -154,6 +154,8 @@ pub struct PolicySection {
     pub queue_prefetch: Option<u32>,
     #[serde(default, deserialize_with = "at_least_one")]
     pub max_page_size: Option<u32>,
+    #[serde(default, deserialize_with = "at_least_one")]
+    pub max_browse_page_size: Option<u32>,
     pub maximum_redeliveries: Option<u32>,
     /// A shared dead-letter queue's name (default: `DLQ.<queue>` per queue); it must be a
     /// valid queue name (no wildcards, not empty).
@@ -297,6 +299,9 @@ impl FileConfig {
                             .unwrap_or(d.max_pending_non_durable),
                         queue_prefetch: p.queue_prefetch.unwrap_or(d.queue_prefetch),
                         max_page_size: p.max_page_size.unwrap_or(d.max_page_size),
+                        max_browse_page_size: p
+                            .max_browse_page_size
+                            .unwrap_or(d.max_browse_page_size),
                         maximum_redeliveries: p
                             .maximum_redeliveries
                             .unwrap_or(d.maximum_redeliveries),

@@ -123,7 +123,8 @@ pub mod transport;
 
 pub use broker::{
     AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, DestinationFlow, Expiration, Message,
-    PendingSend, QueueBrowser, Received, SendReceipt, Space, SubscribeOptions, Subscription,
+    PendingSend, QueueBrowser, Received, Selector, SelectorError, SendReceipt, Space,
+    SubscribeOptions, Subscription,
     ToDestination, Transaction, UsageConfig, UsageSnapshot,
 };
 pub use ebb_actors::destination::{DestinationKey, DestinationKind};

@@ -21,6 +21,10 @@ pub struct Subscribe {
     /// Overrides the policy's `durable_prefetch` / `topic_prefetch`.
     pub prefetch: Option<u32>,
     pub deliver: mpsc::Sender<Delivery>,
+    /// Only messages it matches are delivered (the STOMP `selector` header). A queue
+    /// finds them in its store beyond what it holds in memory; a non-durable topic
+    /// subscription is offered only those; a durable one refuses a selector for now.
+    pub selector: Option<std::sync::Arc<crate::selector::Selector>>,
     /// For a non-durable topic subscription whose consumer acks automatically: the
     /// acks it records without a message ([`AutoAcks`]); a queue or a durable
     /// subscription ignores it (their acks are written to the store).
@@ -156,6 +160,16 @@ pub struct QueueStats {
     pub pending_non_persistent: u64,
     /// Whether the cursor follows publishes live (true) or pages the store (false).
     pub cursor_live: bool,
+    /// Pages of selector scans: reads of the store beyond the cursor for a consumer
+    /// with a selector that found nothing it matches in memory.
+    pub scan_pages: u64,
+    /// Rows those pages read (each at most `max_browse_page_size`).
+    pub scan_rows: u64,
+    /// Messages delivered from those pages.
+    pub scan_matches: u64,
+    /// Stored messages taken ahead of the cursor by scans and still remembered now
+    /// (bounded by prefetch and acks in flight, never by the backlog).
+    pub taken_ahead: u64,
 }
 
 impl std::ops::Deref for QueueStats {

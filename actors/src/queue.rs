@@ -55,6 +55,7 @@ use crate::housekeeping::HousekeepingBudget;
 use crate::messages::*;
 use crate::policy::Policy;
 use crate::queue_cursor::{Entry, Place, QueueCursor};
+use crate::selector::Selector;
 use crate::store_actor::StoreHandle;
 
 /// Header naming why a message went to the dead-letter queue (ActiveMQ's property).
@@ -70,6 +71,33 @@ struct Consumer {
     next_delivery_id: u64,
     /// Delivery id → the message's place.
     in_flight: BTreeMap<u64, Place>,
+    /// Only messages it matches are delivered to it.
+    selector: Option<Arc<Selector>>,
+    /// With a selector: every waiting message with a place before this one was looked
+    /// at for it and does not match (so a dispatch looks only at what is new).
+    examined_before: Place,
+    /// With a selector: the store id up to which its scan of the store beyond the
+    /// cursor has looked ("Selectors" in the module documentation).
+    scanned_upto: i64,
+}
+
+impl Consumer {
+    fn has_credit(&self) -> bool {
+        self.in_flight.len() < self.prefetch
+    }
+
+    /// Whether `message`, at `place`, may go to this consumer (and, with a selector,
+    /// marks it looked at).
+    fn takes(&mut self, place: Place, message: &TopicMessage) -> bool {
+        let Some(selector) = &self.selector else {
+            return true;
+        };
+        if place < self.examined_before {
+            return false;
+        }
+        self.examined_before = (place.0, place.1 + 1);
+        selector.matches(message)
+    }
 }
 
 /// A delivered message, not yet acked.
@@ -99,6 +127,11 @@ pub struct QueueActor {
     cursor: QueueCursor,
     delivered: HashMap<Place, Delivered>,
     stats: QueueStats,
+    /// Consumers with a selector (0: every message goes to the next consumer with
+    /// credit, without looking at it).
+    selective: usize,
+    /// A selector's scan of the store is in flight (one at a time per queue).
+    scanning: bool,
 }
 
 impl QueueActor {
@@ -124,6 +157,8 @@ impl QueueActor {
             cursor: QueueCursor::new(cache, floor),
             delivered: HashMap::new(),
             stats: QueueStats::default(),
+            selective: 0,
+            scanning: false,
         }
     }
 
@@ -143,43 +178,218 @@ impl QueueActor {
     }
 
     /// Hands waiting messages to consumers with free prefetch, round-robin; removes
-    /// what expired on the way; starts a store read if the cursor needs one.
+    /// what expired on the way; starts a store read if the cursor needs one, and a scan
+    /// of the store for a consumer with a selector that found nothing in memory.
     fn dispatch(&mut self, ctx: &mut Context<Self>) {
         let now = now_ms();
         let mut expired = Vec::new();
-        while let Some(consumer_id) = self.next_consumer() {
-            let Some((place, entry)) = self.cursor.pop() else {
-                break;
-            };
-            if entry.message.is_expired(now) {
-                expired.push(entry);
-                continue;
+        if self.selective == 0 {
+            while let Some(consumer_id) = self.next_consumer() {
+                let Some((place, entry)) = self.cursor.pop() else {
+                    break;
+                };
+                if entry.message.is_expired(now) {
+                    expired.push(entry);
+                    continue;
+                }
+                self.hand_out(consumer_id, place, entry, ctx);
             }
-            let consumer = self.consumers.get_mut(&consumer_id).expect("found above");
-            let delivery_id = consumer.next_delivery_id;
-            let delivery = Delivery {
-                subscription: consumer_id,
-                delivery_id,
-                message: Arc::clone(&entry.message),
-                redelivered: entry.failed_deliveries > 0,
-            };
-            // The channel holds the prefetch, so it is full only if the consumer is gone.
-            if consumer.deliver.try_send(delivery).is_err() {
-                self.cursor.put_back(place, entry);
-                self.detach(consumer_id, ctx);
-                continue;
-            }
-            consumer.next_delivery_id += 1;
-            consumer.in_flight.insert(delivery_id, place);
-            self.last_consumer = consumer_id;
-            self.core.counters.dispatched += 1;
-            if entry.failed_deliveries > 0 {
-                self.stats.redelivered += 1;
-            }
-            self.delivered.insert(place, Delivered { entry });
+        } else {
+            self.dispatch_selective(now, &mut expired, ctx);
         }
         self.remove_expired(expired, ctx);
         self.read_if_needed(ctx);
+        self.scan_if_needed(ctx);
+    }
+
+    /// Dispatch when some consumers have selectors: each waiting message, in order,
+    /// goes to the next consumer (round-robin) with credit that takes it; one no
+    /// consumer takes stays in its place for later consumers. A consumer with a
+    /// selector looks at each waiting message once ([`Consumer::takes`]).
+    fn dispatch_selective(&mut self, now: i64, expired: &mut Vec<Entry>, ctx: &mut Context<Self>) {
+        if let Some(lowest) = self.cursor.take_lowest_inserted() {
+            for consumer in self.consumers.values_mut() {
+                consumer.examined_before = consumer.examined_before.min(lowest);
+            }
+        }
+        // Start at the first message a consumer with credit has not looked at yet.
+        let start = self
+            .consumers
+            .values()
+            .filter(|c| c.has_credit())
+            .map(|c| match c.selector {
+                Some(_) => c.examined_before,
+                None => (i64::MIN, 0),
+            })
+            .min();
+        let Some(start) = start else {
+            return;
+        };
+        let mut at = self.cursor.first_from(start);
+        while let Some(place) = at {
+            let next = self.cursor.first_from((place.0, place.1 + 1));
+            let entry = self.cursor.get(place).expect("a waiting place");
+            let message = Arc::clone(&entry.message);
+            if message.is_expired(now) {
+                expired.extend(self.cursor.take(place));
+                at = next;
+                continue;
+            }
+            let ids: Vec<u64> = self
+                .consumers
+                .range(self.last_consumer + 1..)
+                .chain(self.consumers.range(..=self.last_consumer))
+                .map(|(id, _)| *id)
+                .collect();
+            let mut any_credit = false;
+            let mut taker = None;
+            for id in ids {
+                let consumer = self.consumers.get_mut(&id).expect("listed above");
+                if !consumer.has_credit() {
+                    continue;
+                }
+                any_credit = true;
+                if consumer.takes(place, &message) {
+                    taker = Some(id);
+                    break;
+                }
+            }
+            if !any_credit {
+                break;
+            }
+            if let Some(consumer_id) = taker {
+                let entry = self.cursor.take(place).expect("a waiting place");
+                self.hand_out(consumer_id, place, entry, ctx);
+            }
+            at = next;
+        }
+    }
+
+    /// Delivers `entry` (at `place`) to consumer `consumer_id`, which has credit; a
+    /// consumer that is gone gives it back.
+    fn hand_out(&mut self, consumer_id: u64, place: Place, entry: Entry, ctx: &mut Context<Self>) {
+        let consumer = self.consumers.get_mut(&consumer_id).expect("a consumer");
+        let delivery_id = consumer.next_delivery_id;
+        let delivery = Delivery {
+            subscription: consumer_id,
+            delivery_id,
+            message: Arc::clone(&entry.message),
+            redelivered: entry.failed_deliveries > 0,
+        };
+        // The channel holds the prefetch, so it is full only if the consumer is gone.
+        if consumer.deliver.try_send(delivery).is_err() {
+            self.cursor.put_back(place, entry);
+            self.detach(consumer_id, ctx);
+            return;
+        }
+        consumer.next_delivery_id += 1;
+        consumer.in_flight.insert(delivery_id, place);
+        self.last_consumer = consumer_id;
+        self.core.counters.dispatched += 1;
+        if entry.failed_deliveries > 0 {
+            self.stats.redelivered += 1;
+        }
+        self.delivered.insert(place, Delivered { entry });
+    }
+
+    /// Starts one page of a scan of the store for a consumer with a selector that has
+    /// credit, has looked at every waiting message, and has not scanned up to the last
+    /// message published: a bounded read (`browse`, `max_browse_page_size` rows) after
+    /// the cursor's position and the consumer's own, one at a time per queue.
+    fn scan_if_needed(&mut self, ctx: &mut Context<Self>) {
+        if self.selective == 0 || self.scanning {
+            return;
+        }
+        let Some(floor) = self.cursor.scan_floor() else {
+            return;
+        };
+        let published = self.cursor.published_upto();
+        let last_waiting = self.cursor.last_place();
+        let wants = |c: &Consumer| {
+            c.selector.is_some()
+                && c.has_credit()
+                && last_waiting.is_none_or(|last| c.examined_before > last)
+                && c.scanned_upto.max(floor) < published
+        };
+        let Some(consumer_id) = self
+            .consumers
+            .range(self.last_consumer + 1..)
+            .chain(self.consumers.range(..=self.last_consumer))
+            .find(|(_, c)| wants(c))
+            .map(|(id, _)| *id)
+        else {
+            return;
+        };
+        let after = self.consumers[&consumer_id].scanned_upto.max(floor);
+        let limit = self.core.policy.max_browse_page_size.max(1);
+        let seq = self.cursor.begin_read();
+        self.scanning = true;
+        self.stats.scan_pages += 1;
+        let store = Arc::clone(self.core.store.store());
+        let container = self.core.container.clone();
+        let read = async move { store.browse(&container, after, limit).await };
+        ctx.spawn(read.into_actor(self).map(move |rows, act, ctx| {
+            act.scanning = false;
+            match rows {
+                Ok(rows) => act.scanned(consumer_id, after, published, limit, &rows, ctx),
+                Err(e) => {
+                    tracing::warn!(queue = %act.core.container, error = %e, "selector scan failed; retrying in 1 s");
+                    act.cursor.end_read(seq);
+                    ctx.run_later(Duration::from_secs(1), |act, ctx| act.dispatch(ctx));
+                    return;
+                }
+            }
+            act.cursor.end_read(seq);
+            act.dispatch(ctx);
+        }));
+    }
+
+    /// A page of consumer `consumer_id`'s scan (read after `after`, when `published`
+    /// was the last id published): what it matches is delivered to it, while it has
+    /// credit; the scan's position moves past what it looked at.
+    fn scanned(
+        &mut self,
+        consumer_id: u64,
+        after: i64,
+        published: i64,
+        limit: u32,
+        rows: &[Arc<ebb_store::StoredMessage>],
+        ctx: &mut Context<Self>,
+    ) {
+        self.stats.scan_rows += rows.len() as u64;
+        let now = now_ms();
+        let mut upto = after;
+        for row in rows {
+            let Some(consumer) = self.consumers.get_mut(&consumer_id) else {
+                return;
+            };
+            if !consumer.has_credit() {
+                break;
+            }
+            upto = row.id;
+            if self.cursor.holds(row.id)
+                || self.delivered.contains_key(&(row.id, 0))
+                || ebb_store::is_expired(row.expiration, now)
+            {
+                continue;
+            }
+            let message = Arc::new(TopicMessage::from_stored(row));
+            if !consumer.selector.as_ref().is_some_and(|s| s.matches(&*message)) {
+                continue;
+            }
+            self.cursor.take_ahead(row.id);
+            self.stats.scan_matches += 1;
+            self.hand_out(consumer_id, (row.id, 0), Entry::new(message), ctx);
+        }
+        // A short page it looked at to the end: the store holds nothing more for it
+        // up to what was published when the page was asked for.
+        let looked_at_all = rows.last().is_none_or(|last| last.id == upto);
+        if looked_at_all && rows.len() < limit as usize {
+            upto = upto.max(published);
+        }
+        if let Some(consumer) = self.consumers.get_mut(&consumer_id) {
+            consumer.scanned_upto = consumer.scanned_upto.max(upto);
+        }
     }
 
     /// Deletes the acked rows gathered while the last delete was in flight, in one
@@ -189,10 +399,16 @@ impl QueueActor {
             return;
         };
         let ids = std::mem::take(&mut write.items);
+        // Messages a selector's scan took ahead of the cursor are forgotten once their
+        // delete is committed (see `QueueCursor::deleted`).
+        let ahead: Vec<i64> = ids.iter().copied().filter(|id| self.cursor.is_ahead(*id)).collect();
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
         let delete = async move { store.remove(container, ids).await.map(drop) };
         self.completions
             .when_done(ctx, delete, move |result, act, ctx| {
+                if result.is_ok() {
+                    act.cursor.deleted(&ahead);
+                }
                 write.answer(&result);
                 act.acks.finished();
                 act.write_acks(ctx);
@@ -374,6 +590,7 @@ impl QueueActor {
         let Some(consumer) = self.consumers.remove(&id) else {
             return;
         };
+        self.selective -= usize::from(consumer.selector.is_some());
         for place in consumer.in_flight.into_values() {
             self.give_back(place, "consumer closed without ack", ctx);
         }
@@ -582,6 +799,7 @@ impl Handler<Subscribe> for QueueActor {
         self.next_consumer += 1;
         let prefetch = msg.prefetch.unwrap_or(self.core.policy.queue_prefetch);
         let prefetch = prefetch.clamp(1, crate::subscription::MAX_PREFETCH) as usize;
+        self.selective += usize::from(msg.selector.is_some());
         self.consumers.insert(
             id,
             Consumer {
@@ -589,6 +807,9 @@ impl Handler<Subscribe> for QueueActor {
                 deliver: msg.deliver,
                 next_delivery_id: 1,
                 in_flight: BTreeMap::new(),
+                selector: msg.selector,
+                examined_before: (i64::MIN, 0),
+                scanned_upto: 0,
             },
         );
         self.dispatch(ctx);
@@ -707,6 +928,7 @@ impl Handler<GetQueueStats> for QueueActor {
             pending_in_memory: self.cursor.len() as u64,
             pending_non_persistent: self.cursor.transient_len() as u64,
             cursor_live: self.cursor.is_live(),
+            taken_ahead: self.cursor.ahead_len() as u64,
             ..self.stats.clone()
         }
     }

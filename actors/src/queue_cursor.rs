@@ -23,6 +23,18 @@
 //!
 //! Non-persistent messages are cached whatever the mode (they exist nowhere else); the
 //! broker's memory limit bounds them through producer flow control.
+//!
+//! **Out of order.** A consumer with a selector may find nothing it matches in the
+//! cache while the cache is full of messages no one takes (case SEL-10: 450 messages
+//! for other consumers ahead of 3 for it). The queue then scans the store beyond the
+//! cursor for that consumer ([`Self::scan_floor`]) and delivers what matches from
+//! there; the cursor records each such message as taken ahead
+//! ([`Self::take_ahead`]) so that neither a later read nor the message's own
+//! (late-released) publish queues it again. It forgets one once nothing can bring it
+//! back: the cursor's reads have passed it, or its row is deleted and every read that
+//! began before the delete has returned ([`Self::begin_read`], [`Self::deleted`]). So
+//! what it remembers is bounded by the consumers' prefetch and the acks in flight, not
+//! by the backlog.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -57,6 +69,17 @@ enum Mode {
     Live,
 }
 
+/// A stored message a scan took ahead of the cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ahead {
+    /// Its own publish reached the cursor (or it was stored before the queue started):
+    /// no late [`QueueCursor::offer`] of it can come any more.
+    released: bool,
+    /// Its row is deleted (acked); the number of the last read started before the
+    /// delete committed (a read started later cannot return it).
+    deleted_after: Option<u64>,
+}
+
 #[derive(Debug)]
 struct ReadInFlight {
     asked: u32,
@@ -81,6 +104,18 @@ pub struct QueueCursor {
     /// own publish may be released after a read already found it in the store, and must
     /// not be queued twice.
     read_ids: BTreeSet<i64>,
+    /// Stored messages above `paged_upto` that a selector's scan took ahead of the
+    /// cursor ([`Self::take_ahead`]): never queued from a read or a publish while
+    /// here. See "Out of order" in the module documentation.
+    ahead: BTreeMap<i64, Ahead>,
+    /// Reads of the store in flight (the cursor's and scans), by start number.
+    reads_in_flight: BTreeSet<u64>,
+    next_read: u64,
+    /// The start number of the cursor's own read in flight.
+    cursor_read: Option<u64>,
+    /// The lowest place a message was put at since [`Self::take_lowest_inserted`]
+    /// last looked (by a publish, a read, a give-back).
+    lowest_inserted: Option<Place>,
 }
 
 impl QueueCursor {
@@ -98,7 +133,48 @@ impl QueueCursor {
             next_transient: 1,
             published_upto: floor,
             read_ids: BTreeSet::new(),
+            ahead: BTreeMap::new(),
+            reads_in_flight: BTreeSet::new(),
+            next_read: 1,
+            cursor_read: None,
+            lowest_inserted: None,
         }
+    }
+
+    fn insert(&mut self, place: Place, entry: Entry) {
+        self.lowest_inserted = Some(self.lowest_inserted.map_or(place, |l| l.min(place)));
+        self.pending.insert(place, entry);
+    }
+
+    /// The lowest place a message was put at since the last call (a consumer with a
+    /// selector looks at the waiting messages from there again).
+    pub fn take_lowest_inserted(&mut self) -> Option<Place> {
+        self.lowest_inserted.take()
+    }
+
+    /// The place of the first waiting message at or after `from`.
+    pub fn first_from(&self, from: Place) -> Option<Place> {
+        self.pending.range(from..).next().map(|(p, _)| *p)
+    }
+
+    /// The waiting message at `place`.
+    pub fn get(&self, place: Place) -> Option<&Entry> {
+        self.pending.get(&place)
+    }
+
+    /// Takes the waiting message at `place`.
+    pub fn take(&mut self, place: Place) -> Option<Entry> {
+        self.pending.remove(&place)
+    }
+
+    /// The place of the last waiting message.
+    pub fn last_place(&self) -> Option<Place> {
+        self.pending.last_key_value().map(|(p, _)| *p)
+    }
+
+    /// True when stored message `id` was taken ahead by a scan and not yet forgotten.
+    pub fn is_ahead(&self, id: i64) -> bool {
+        self.ahead.contains_key(&id)
     }
 
     /// Messages waiting in memory.
@@ -124,17 +200,22 @@ impl QueueCursor {
         let Some(id) = message.id else {
             let place = (self.published_upto, self.next_transient);
             self.next_transient += 1;
-            self.pending.insert(place, Entry::new(message));
+            self.insert(place, Entry::new(message));
             return;
         };
         self.published_upto = self.published_upto.max(id);
+        if let Some(ahead) = self.ahead.get_mut(&id) {
+            ahead.released = true; // a scan took it already
+            self.prune_ahead();
+            return;
+        }
         if self.read_ids.contains(&id) {
             return; // a read found it in the store already
         }
         match self.mode {
             Mode::Live if self.pending.len() < self.cache_limit => {
                 self.paged_upto = self.paged_upto.max(id);
-                self.pending.insert((id, 0), Entry::new(message));
+                self.insert((id, 0), Entry::new(message));
             }
             Mode::Live => self.mode = Mode::Store,
             Mode::Store => {
@@ -159,6 +240,7 @@ impl QueueCursor {
             return None;
         }
         let asked = (self.cache_limit - self.pending.len()) as u32;
+        self.cursor_read = Some(self.begin_read());
         self.read = Some(ReadInFlight {
             asked,
             during: Vec::new(),
@@ -173,19 +255,24 @@ impl QueueCursor {
         let Some(read) = self.read.take() else {
             return;
         };
+        if let Some(seq) = self.cursor_read.take() {
+            self.end_read(seq);
+        }
         let Some(rows) = rows else {
             return;
         };
         let short = rows.len() < read.asked as usize;
+        let start = self.paged_upto;
         for message in rows {
             let Some(id) = message.id else { continue };
-            if id > self.paged_upto {
-                self.read_ids.insert(id);
-                self.pending.insert((id, 0), Entry::new(message));
+            if id <= start {
+                continue;
             }
-        }
-        if let Some(last) = self.read_ids.last() {
-            self.paged_upto = self.paged_upto.max(*last);
+            self.read_ids.insert(id);
+            self.paged_upto = self.paged_upto.max(id);
+            if !self.ahead.contains_key(&id) {
+                self.insert((id, 0), Entry::new(message));
+            }
         }
         while self.read_ids.len() > self.cache_limit * 4 {
             self.read_ids.pop_first();
@@ -194,13 +281,96 @@ impl QueueCursor {
             // Published while the read ran: queued unless the read found them.
             for message in read.during {
                 let Some(id) = message.id else { continue };
-                if !self.read_ids.contains(&id) && !self.pending.contains_key(&(id, 0)) {
+                if !self.read_ids.contains(&id)
+                    && !self.ahead.contains_key(&id)
+                    && !self.pending.contains_key(&(id, 0))
+                {
                     self.paged_upto = self.paged_upto.max(id);
-                    self.pending.insert((id, 0), Entry::new(message));
+                    self.insert((id, 0), Entry::new(message));
                 }
             }
             self.mode = Mode::Live;
         }
+        self.prune_ahead();
+    }
+
+    /// A read of the store begins (the cursor's, or a selector's scan): its number,
+    /// for [`Self::end_read`].
+    pub fn begin_read(&mut self) -> u64 {
+        let seq = self.next_read;
+        self.next_read += 1;
+        self.reads_in_flight.insert(seq);
+        seq
+    }
+
+    /// Read `seq` came back (its rows were handled).
+    pub fn end_read(&mut self, seq: u64) {
+        self.reads_in_flight.remove(&seq);
+        self.prune_ahead();
+    }
+
+    /// Where a scan of the store for a consumer may start: after every message the
+    /// cursor has cached, delivered or passed (store ids `> paged_upto`), or `None`
+    /// when the cursor is live (then every message is in memory: no scan is needed).
+    pub fn scan_floor(&self) -> Option<i64> {
+        (self.mode == Mode::Store).then_some(self.paged_upto)
+    }
+
+    /// The highest store id published so far (or stored when the queue started): a
+    /// scan that has passed it has seen every stored message.
+    pub fn published_upto(&self) -> i64 {
+        self.published_upto
+    }
+
+    /// True when stored message `id` is waiting, or was taken ahead by a scan: a scan
+    /// must not hand it out (again).
+    pub fn holds(&self, id: i64) -> bool {
+        self.ahead.contains_key(&id) || self.pending.contains_key(&(id, 0))
+    }
+
+    /// A scan delivered stored message `id` ahead of the cursor (it is above
+    /// [`Self::scan_floor`]): no read or publish queues it while it is in flight or
+    /// given back.
+    pub fn take_ahead(&mut self, id: i64) {
+        let released = id <= self.published_upto;
+        self.ahead.insert(
+            id,
+            Ahead {
+                released,
+                deleted_after: None,
+            },
+        );
+    }
+
+    /// Stored messages whose rows were deleted (acked, dead-lettered): those taken
+    /// ahead are forgotten once no read that began before now is in flight.
+    pub fn deleted(&mut self, ids: &[i64]) {
+        let last_started = self.next_read - 1;
+        for id in ids {
+            if let Some(ahead) = self.ahead.get_mut(id) {
+                ahead.deleted_after = Some(last_started);
+            }
+        }
+        self.prune_ahead();
+    }
+
+    /// Messages taken ahead that no read and no publish can bring back any more: below
+    /// the cursor's position, or deleted with every read that might have seen them
+    /// done; and their own publish already seen.
+    fn prune_ahead(&mut self) {
+        let oldest_read = self.reads_in_flight.first().copied().unwrap_or(u64::MAX);
+        let paged_upto = self.paged_upto;
+        self.ahead.retain(|id, ahead| {
+            let passed = *id <= paged_upto;
+            let gone = ahead.deleted_after.is_some_and(|after| after < oldest_read);
+            !(ahead.released && (passed || gone))
+        });
+    }
+
+    /// Messages taken ahead and not yet forgotten (bounded by the consumers'
+    /// prefetch and the acks in flight).
+    pub fn ahead_len(&self) -> usize {
+        self.ahead.len()
     }
 
     /// Takes the first waiting message.
@@ -210,7 +380,7 @@ impl QueueCursor {
 
     /// Puts a message a consumer gave back in its place (it is dispatched next).
     pub fn put_back(&mut self, place: Place, entry: Entry) {
-        self.pending.insert(place, entry);
+        self.insert(place, entry);
     }
 
     /// Forgets stored message `id` (deleted by expiry); true if it was cached.

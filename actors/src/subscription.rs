@@ -162,6 +162,8 @@ pub struct SubscriptionState {
     cursor: Option<DurableCursor>,
     /// Acks the consumer records without a message ([`AutoAcks`]).
     auto_acks: Option<Arc<AutoAcks>>,
+    /// Only messages it matches are offered to it (non-durable only).
+    selector: Option<Arc<crate::selector::Selector>>,
 }
 
 /// What [`SubscriptionState::take_ready`] produced.
@@ -238,7 +240,15 @@ impl SubscriptionState {
             ready_limit: ready_limit.max(1),
             cursor,
             auto_acks: None,
+            selector: None,
         }
+    }
+
+    /// A non-durable subscription that is offered only the messages `selector`
+    /// matches (the others are not its messages: not delivered, not counted).
+    pub fn with_selector(mut self, selector: Arc<crate::selector::Selector>) -> Self {
+        self.selector = Some(selector);
+        self
     }
 
     /// A non-durable subscription whose consumer acks automatically through `acks`
@@ -294,6 +304,11 @@ impl SubscriptionState {
     /// A message published to the topic. Returns how many waiting messages were
     /// discarded to stay within the bound (non-durable only).
     pub fn offer(&mut self, message: &Arc<TopicMessage>) -> u64 {
+        if let Some(selector) = &self.selector {
+            if !selector.matches(&**message) {
+                return 0;
+            }
+        }
         let Some(cursor) = &mut self.cursor else {
             self.ready.push_back(Arc::clone(message));
             let mut discarded = 0;

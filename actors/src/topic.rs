@@ -499,9 +499,20 @@ impl Handler<Subscribe> for TopicActor {
             if let Some(acks) = msg.auto_acks {
                 state = state.with_auto_acks(acks);
             }
+            if let Some(selector) = msg.selector {
+                state = state.with_selector(selector);
+            }
             self.subscriptions.insert(id, state);
             return Box::pin(fut::ready(Ok(id)));
         };
+        if let Some(selector) = msg.selector {
+            // Its mark must pass the messages it does not match without acking them
+            // one by one; until that is built, refused rather than ignored.
+            return Box::pin(fut::ready(Err(ActorError::Invalid(format!(
+                "selector `{}` refused: selectors on durable subscriptions are not supported yet (a non-durable topic subscription or a queue takes one)",
+                selector.text()
+            )))));
+        }
         let prefetch = msg.prefetch.unwrap_or(self.core.policy.durable_prefetch);
         let existed = self.durables.contains_key(&key);
         let durable = self.durables.entry(key.clone()).or_default();

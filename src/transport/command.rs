@@ -9,7 +9,7 @@
 //! is the ERROR frame's `message`; clients and tests match on these texts, so they are
 //! stable.
 
-use crate::broker::Message;
+use crate::broker::{Message, Selector};
 use crate::stomp::frame::{self, Frame, Version};
 use crate::{DestinationKey, DestinationKind};
 
@@ -163,7 +163,7 @@ pub enum Command {
         /// `activemq.subscriptionName` (topics only): a durable subscription.
         durable_name: Option<String>,
         /// `selector`: only messages it matches are delivered.
-        selector: Option<String>,
+        selector: Option<Selector>,
         /// `browser:true` (queues, STOMP 1.1+, auto ack): list the messages present
         /// without consuming them, then a MESSAGE with `browser:end`.
         browser: bool,
@@ -399,7 +399,11 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
     if browser && durable_name.is_some() {
         return refuse("browser:true is for queues: a topic keeps no messages to browse");
     }
-    let selector = frame.get("selector").map(str::to_string);
+    // A bad selector is refused with its position; nothing is subscribed.
+    let selector = match frame.get("selector") {
+        None => None,
+        Some(text) => Some(Selector::parse(text).map_err(|e| Refusal(e.to_string()))?),
+    };
     Ok(Command::Subscribe {
         destination,
         id,

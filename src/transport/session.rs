@@ -635,7 +635,7 @@ impl Session {
         mode: StompAck,
         prefetch: Option<u32>,
         durable_name: Option<String>,
-        selector: Option<String>,
+        selector: Option<crate::broker::Selector>,
         browser: bool,
     ) -> Result<(), Refusal> {
         self.authorize(Right::Read, &destination)?;
@@ -644,10 +644,8 @@ impl Session {
                 "subscription id `{id}` is already in use on this connection"
             ));
         }
-        if let Some(selector) = selector {
-            return refuse(format!(
-                "selector `{selector}` refused: selectors are not supported yet"
-            ));
+        if browser && selector.is_some() {
+            return refuse("browser:true with a selector is not supported yet: browse without one");
         }
         if browser {
             // Browsing needs only the read right (as ActiveMQ's browse permission).
@@ -693,6 +691,7 @@ impl Session {
             None => SubscribeOptions::non_durable(),
         };
         options.prefetch = prefetch;
+        options.selector = selector;
         options.ack = if mode == StompAck::Auto {
             AckMode::Auto
         } else {

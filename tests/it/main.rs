@@ -21,6 +21,7 @@ mod queue_concurrency;
 mod queues;
 #[cfg(feature = "cli")]
 mod soak;
+mod selectors;
 mod stomp_cases;
 mod stomp_codec_props;
 #[cfg(feature = "cli")]

@@ -39,6 +39,9 @@ pub struct Policy {
     /// Most messages a queue reads from the store in one page, and half of what its
     /// in-memory cursor caches (ActiveMQ's `maxPageSize`, default 200).
     pub max_page_size: u32,
+    /// Most messages one page of a queue browse, or of a selector's scan of a queue's
+    /// store beyond its cursor, reads (ActiveMQ's `maxBrowsePageSize`, default 400).
+    pub max_browse_page_size: u32,
     /// Deliveries a queue message may fail (NACK, or its consumer closing without an
     /// ack) before it goes to the dead-letter queue (ActiveMQ's redelivery policy
     /// `maximumRedeliveries`, default 6).
@@ -79,6 +82,7 @@ impl Default for Policy {
             max_pending_non_durable: 10_000,
             queue_prefetch: 1_000,
             max_page_size: 200,
+            max_browse_page_size: 400,
             maximum_redeliveries: 6,
             dead_letter_queue: None,
             dead_letter_expired: false,
