@@ -133,8 +133,8 @@ impl Field {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LikePattern {
     /// As written (without quotes), for printing.
-    source: String,
-    escape: Option<char>,
+    pub(crate) source: String,
+    pub(crate) escape: Option<char>,
     /// Runs of `%` are collapsed to one.
     tokens: Vec<LikeToken>,
 }
@@ -349,6 +349,10 @@ impl fmt::Display for Expr {
                 }
                 f.write_str(")")
             }
+            // A sign right before a number literal would be read as part of it.
+            Expr::Neg(e) if matches!(**e, Expr::Literal(Literal::Int(_) | Literal::Float(_))) => {
+                write!(f, "(-({e}))")
+            }
             Expr::Neg(e) => write!(f, "(-{e})"),
             Expr::Plus(e) => write!(f, "(+{e})"),
             Expr::Literal(l) => write!(f, "{l}"),
@@ -452,6 +456,15 @@ fn quote_token(text: &str) -> String {
         Some((cut, _)) => format!("'{}...'", &text[..cut]),
         None => format!("'{text}'"),
     }
+}
+
+/// The value of a float literal (digits, `.`, exponent: always valid for Rust), or an
+/// error if it is too large for `f64` (it would be infinite).
+fn float_literal(text: &str, column: usize) -> Result<f64, SelectorError> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| SelectorError::new(column, "number out of range"))
 }
 
 struct Lexer<'a> {
@@ -632,10 +645,7 @@ impl<'a> Lexer<'a> {
             }
             let text = &self.text[start..self.pos];
             if float {
-                // Digits, '.', exponent: always a valid Rust float.
-                Tok::Float(text.parse().map_err(|_| {
-                    SelectorError::new(column, format!("invalid number {}", quote_token(text)))
-                })?)
+                Tok::Float(float_literal(text, column)?)
             } else {
                 if text.len() > 1 && text.starts_with('0') {
                     return Err(SelectorError::new(
@@ -651,9 +661,7 @@ impl<'a> Lexer<'a> {
                 }
                 match text.parse::<u64>() {
                     Ok(value) => Tok::Int { value, hex: false },
-                    Err(_) => Tok::Float(text.parse().map_err(|_| {
-                        SelectorError::new(column, format!("invalid number {}", quote_token(text)))
-                    })?),
+                    Err(_) => Tok::Float(float_literal(text, column)?),
                 }
             }
         };
@@ -1287,6 +1295,7 @@ mod tests {
             ("0x = a", 1, "expected hex digits after '0x'"),
             ("a = 0x8000000000000000", 5, "hex literal out of range"),
             ("a = 0x10000000000000000", 5, "hex literal out of range"),
+            ("a = -1e999", 6, "number out of range"),
             // Columns count characters, not bytes.
             ("é = 'ü' #", 9, "unexpected character '#'"),
         ];
@@ -1562,6 +1571,7 @@ mod tests {
             "-(a + 1) * 2 / (b - 3) > -9223372036854775808",
             "a LIKE 'x' ESCAPE ''''",
             "(a = 1) <> (b = 2)",
+            "-(-0) = - -1.5",
             "NULL",
             "TRUE",
         ] {
