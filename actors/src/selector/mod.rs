@@ -73,7 +73,8 @@
 //! - a condition where a number is needed (`(a = 1) + 2`, `-TRUE`);
 //! - chained comparisons (`a = b = c`: write parentheses);
 //! - an integer with a leading zero (`010`: ActiveMQ would read it as octal, which
-//!   nobody means), a hex literal above `i64::MAX`, `!=` (use `<>`);
+//!   nobody means), a hex literal above `i64::MAX`, a float literal beyond `f64`
+//!   (`1e999`), `!=` (use `<>`);
 //! - a `LIKE` pattern that ends with its escape character, an `ESCAPE` that is not one
 //!   character;
 //! - unknown `JMS...` fields (above);
@@ -93,6 +94,8 @@
 
 mod eval;
 mod parse;
+#[cfg(test)]
+mod props;
 
 use std::fmt;
 
