@@ -56,7 +56,7 @@
 //! `OR` and `NOT` follow SQL's truth tables. `IS [NOT] NULL` is never unknown. A
 //! comparison of values of types that do not convert is false (JMS: "comparison of
 //! non-like type values yields false"), as is `<` (etc.) between booleans or between
-//! strings that are not both numbers. `x [NOT] IN` and `x [NOT] LIKE` are unknown when
+//! strings that are not both numbers. `x IN (...)` and `x LIKE ...` are unknown when
 //! `x` is NULL and false when it is not a string. `NOT BETWEEN`, `NOT IN` and `NOT
 //! LIKE` are the negations of their positive forms (unknown stays unknown). A value
 //! used as a condition is true or false if it is a boolean (or a string `true` /
