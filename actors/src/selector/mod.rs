@@ -16,10 +16,10 @@
 //! - Identifiers follow Java's rules (a letter, `_` or `$`, then letters, digits, `_`,
 //!   `$`; "letter" is Unicode alphabetic) and are case-sensitive; keywords (`NULL TRUE
 //!   FALSE NOT AND OR BETWEEN LIKE IN IS ESCAPE`) are case-insensitive and reserved.
-//! - Operators, lowest precedence first: `OR`; `AND`; `NOT`; one comparison (`= <> <
-//!   > <= >=`, `[NOT] BETWEEN a AND b`, `[NOT] IN ('a', ...)` with string literals
-//!   only, `[NOT] LIKE 'pattern' [ESCAPE 'c']`, `IS [NOT] NULL`); `+ -`; `* /`; unary
-//!   `+ -`; parentheses.
+//! - Operators, lowest precedence first: `OR`; `AND`; `NOT`; one comparison
+//!   (`= <> < > <= >=`, `[NOT] BETWEEN a AND b`, `[NOT] IN ('a', ...)` with string
+//!   literals only, `[NOT] LIKE 'pattern' [ESCAPE 'c']`, `IS [NOT] NULL`); `+ -`;
+//!   `* /`; unary `+ -`; parentheses.
 //!
 //! ## Identifiers and JMS fields
 //! An identifier names a user header, looked up by exact name ([`Fields::header`]; the
