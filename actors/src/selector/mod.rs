@@ -16,10 +16,10 @@
 //! - Identifiers follow Java's rules (a letter, `_` or `$`, then letters, digits, `_`,
 //!   `$`; "letter" is Unicode alphabetic) and are case-sensitive; keywords (`NULL TRUE
 //!   FALSE NOT AND OR BETWEEN LIKE IN IS ESCAPE`) are case-insensitive and reserved.
-//! - Operators, lowest precedence first: `OR`; `AND`; `NOT`; one comparison (`= <> <
-//!   > <= >=`, `[NOT] BETWEEN a AND b`, `[NOT] IN ('a', ...)` with string literals
-//!   only, `[NOT] LIKE 'pattern' [ESCAPE 'c']`, `IS [NOT] NULL`); `+ -`; `* /`; unary
-//!   `+ -`; parentheses.
+//! - Operators, lowest precedence first: `OR`; `AND`; `NOT`; one comparison
+//!   (`= <> < > <= >=`, `[NOT] BETWEEN a AND b`, `[NOT] IN ('a', ...)` with string
+//!   literals only, `[NOT] LIKE 'pattern' [ESCAPE 'c']`, `IS [NOT] NULL`); `+ -`;
+//!   `* /`; unary `+ -`; parentheses.
 //!
 //! ## Identifiers and JMS fields
 //! An identifier names a user header, looked up by exact name ([`Fields::header`]; the
@@ -56,7 +56,7 @@
 //! `OR` and `NOT` follow SQL's truth tables. `IS [NOT] NULL` is never unknown. A
 //! comparison of values of types that do not convert is false (JMS: "comparison of
 //! non-like type values yields false"), as is `<` (etc.) between booleans or between
-//! strings that are not both numbers. `x [NOT] IN` and `x [NOT] LIKE` are unknown when
+//! strings that are not both numbers. `x IN (...)` and `x LIKE ...` are unknown when
 //! `x` is NULL and false when it is not a string. `NOT BETWEEN`, `NOT IN` and `NOT
 //! LIKE` are the negations of their positive forms (unknown stays unknown). A value
 //! used as a condition is true or false if it is a boolean (or a string `true` /
@@ -73,7 +73,8 @@
 //! - a condition where a number is needed (`(a = 1) + 2`, `-TRUE`);
 //! - chained comparisons (`a = b = c`: write parentheses);
 //! - an integer with a leading zero (`010`: ActiveMQ would read it as octal, which
-//!   nobody means), a hex literal above `i64::MAX`, `!=` (use `<>`);
+//!   nobody means), a hex literal above `i64::MAX`, a float literal beyond `f64`
+//!   (`1e999`), `!=` (use `<>`);
 //! - a `LIKE` pattern that ends with its escape character, an `ESCAPE` that is not one
 //!   character;
 //! - unknown `JMS...` fields (above);
@@ -93,6 +94,8 @@
 
 mod eval;
 mod parse;
+#[cfg(test)]
+mod props;
 
 use std::fmt;
 

@@ -1,11 +1,15 @@
 //! The selector's lexer and recursive-descent parser, and its syntax tree.
 //!
 //! The text is first cut into tokens (each with its 1-based column in characters),
-//! then parsed by one function per precedence level (`or` → `and` → `not` →
-//! comparison → additive → multiplicative → unary → primary). `AND`/`OR` lists and
-//! arithmetic chains are built by loops into flat nodes, so only parentheses, `NOT`
-//! and unary signs make the parser (and later the evaluator) recurse; those are counted
-//! against [`MAX_NESTING`]. Each parsed expression carries a static [`Kind`] so that
+//! then parsed top-down through the precedence levels (OR list → AND list → `NOT` →
+//! comparison → additive chain → multiplicative chain → unary → primary). `AND`/`OR`
+//! lists and arithmetic chains are built by loops into flat nodes, so only
+//! parentheses, `NOT` and unary signs make the parser (and later the evaluator)
+//! recurse deeper; those are counted against [`MAX_NESTING`]. A parenthesis costs one
+//! pass through every level (eight stack frames: about 3 KiB optimized, 23 KiB in an
+//! unoptimized build), so the deepest selector needs about 200 KiB of stack (1.5 MiB
+//! unoptimized), within the 2 MiB a spawned thread has by default (a test checks it).
+//! Each parsed expression carries a static [`Kind`] so that
 //! what can never be a condition (`3 + 4`, `'abc'`) is refused here rather than never
 //! matching.
 //!
@@ -133,8 +137,8 @@ impl Field {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LikePattern {
     /// As written (without quotes), for printing.
-    source: String,
-    escape: Option<char>,
+    pub(crate) source: String,
+    pub(crate) escape: Option<char>,
     /// Runs of `%` are collapsed to one.
     tokens: Vec<LikeToken>,
 }
@@ -349,6 +353,10 @@ impl fmt::Display for Expr {
                 }
                 f.write_str(")")
             }
+            // A sign right before a number literal would be read as part of it.
+            Expr::Neg(e) if matches!(**e, Expr::Literal(Literal::Int(_) | Literal::Float(_))) => {
+                write!(f, "(-({e}))")
+            }
             Expr::Neg(e) => write!(f, "(-{e})"),
             Expr::Plus(e) => write!(f, "(+{e})"),
             Expr::Literal(l) => write!(f, "{l}"),
@@ -452,6 +460,15 @@ fn quote_token(text: &str) -> String {
         Some((cut, _)) => format!("'{}...'", &text[..cut]),
         None => format!("'{text}'"),
     }
+}
+
+/// The value of a float literal (digits, `.`, exponent: always valid for Rust), or an
+/// error if it is too large for `f64` (it would be infinite).
+fn float_literal(text: &str, column: usize) -> Result<f64, SelectorError> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| SelectorError::new(column, "number out of range"))
 }
 
 struct Lexer<'a> {
@@ -632,10 +649,7 @@ impl<'a> Lexer<'a> {
             }
             let text = &self.text[start..self.pos];
             if float {
-                // Digits, '.', exponent: always a valid Rust float.
-                Tok::Float(text.parse().map_err(|_| {
-                    SelectorError::new(column, format!("invalid number {}", quote_token(text)))
-                })?)
+                Tok::Float(float_literal(text, column)?)
             } else {
                 if text.len() > 1 && text.starts_with('0') {
                     return Err(SelectorError::new(
@@ -651,9 +665,7 @@ impl<'a> Lexer<'a> {
                 }
                 match text.parse::<u64>() {
                     Ok(value) => Tok::Int { value, hex: false },
-                    Err(_) => Tok::Float(text.parse().map_err(|_| {
-                        SelectorError::new(column, format!("invalid number {}", quote_token(text)))
-                    })?),
+                    Err(_) => Tok::Float(float_literal(text, column)?),
                 }
             }
         };
@@ -739,7 +751,7 @@ pub(crate) fn parse(text: &str) -> Result<Expr, SelectorError> {
         pos: 0,
         depth: 0,
     };
-    let parsed = parser.or()?;
+    let parsed = parser.list(Keyword::Or)?;
     let parsed = condition(parsed, "the selector")?;
     let next = parser.peek();
     if next.tok != Tok::End {
@@ -825,20 +837,15 @@ impl<'a> Parser<'a> {
         self.depth -= 1;
     }
 
-    fn or(&mut self) -> Result<Parsed, SelectorError> {
-        self.list(Keyword::Or)
-    }
-
-    /// `item (k item)*` where an item is an `and` (for OR) or a `not` (for AND).
+    /// `item (k item)*` where an item is an AND list (for OR) or a `not` (for AND).
+    /// (The levels of the grammar call each other directly, without wrappers or
+    /// closures: each call is a stack frame, and a parenthesis goes through them all.)
     fn list(&mut self, k: Keyword) -> Result<Parsed, SelectorError> {
-        let item = |p: &mut Self| {
-            if k == Keyword::Or {
-                p.list(Keyword::And)
-            } else {
-                p.not()
-            }
+        let first = if k == Keyword::Or {
+            self.list(Keyword::And)?
+        } else {
+            self.not()?
         };
-        let first = item(self)?;
         if !self.at_keyword(k) {
             return Ok(first);
         }
@@ -847,7 +854,12 @@ impl<'a> Parser<'a> {
         let mut items = vec![condition(first, &what)?.expr];
         while self.at_keyword(k) {
             self.next();
-            items.push(condition(item(self)?, &what)?.expr);
+            let item = if k == Keyword::Or {
+                self.list(Keyword::And)?
+            } else {
+                self.not()?
+            };
+            items.push(condition(item, &what)?.expr);
         }
         let expr = if k == Keyword::Or {
             Expr::Or(items)
@@ -877,13 +889,13 @@ impl<'a> Parser<'a> {
     }
 
     fn comparison(&mut self) -> Result<Parsed, SelectorError> {
-        let left = self.additive()?;
+        let left = self.chain(true)?;
         let column = left.column;
         let value = Box::new(left.expr);
         let expr = match self.peek().tok.clone() {
             Tok::Cmp(op) => {
                 self.next();
-                let right = self.additive()?;
+                let right = self.chain(true)?;
                 Expr::Compare {
                     op,
                     left: value,
@@ -935,12 +947,12 @@ impl<'a> Parser<'a> {
     }
 
     fn between(&mut self, value: Box<Expr>, negated: bool) -> Result<Expr, SelectorError> {
-        let low = self.additive()?;
+        let low = self.chain(true)?;
         if !self.at_keyword(Keyword::And) {
             return Err(self.error_here(format!("expected 'AND' in BETWEEN{}", self.after())));
         }
         self.next();
-        let high = self.additive()?;
+        let high = self.chain(true)?;
         Ok(Expr::Between {
             value,
             low: Box::new(low.expr),
@@ -1012,21 +1024,9 @@ impl<'a> Parser<'a> {
         })
     }
 
-    /// `multiplicative ((+|-) multiplicative)*`
-    fn additive(&mut self) -> Result<Parsed, SelectorError> {
-        self.chain(true)
-    }
-
-    /// An arithmetic chain: additive (`+ -` over multiplicative) or multiplicative
-    /// (`* /` over unary).
+    /// An arithmetic chain: additive (`+ -` over multiplicative chains) or
+    /// multiplicative (`* /` over unary expressions).
     fn chain(&mut self, additive: bool) -> Result<Parsed, SelectorError> {
-        let operand = |p: &mut Self| {
-            if additive {
-                p.chain(false)
-            } else {
-                p.unary()
-            }
-        };
         let op_at = |t: &Tok| match t {
             Tok::Plus if additive => Some(ArithOp::Add),
             Tok::Minus if additive => Some(ArithOp::Sub),
@@ -1034,7 +1034,11 @@ impl<'a> Parser<'a> {
             Tok::Slash if !additive => Some(ArithOp::Div),
             _ => None,
         };
-        let first = operand(self)?;
+        let first = if additive {
+            self.chain(false)?
+        } else {
+            self.unary()?
+        };
         let Some(mut op) = op_at(&self.peek().tok) else {
             return Ok(first);
         };
@@ -1043,7 +1047,12 @@ impl<'a> Parser<'a> {
         let first = number(first, "arithmetic")?;
         loop {
             self.next();
-            rest.push((op, number(operand(self)?, "arithmetic")?.expr));
+            let operand = if additive {
+                self.chain(false)?
+            } else {
+                self.unary()?
+            };
+            rest.push((op, number(operand, "arithmetic")?.expr));
             match op_at(&self.peek().tok) {
                 Some(next) => op = next,
                 None => break,
@@ -1126,7 +1135,7 @@ impl<'a> Parser<'a> {
             Tok::LParen => {
                 self.next();
                 self.enter(column)?;
-                let inner = self.or()?;
+                let inner = self.list(Keyword::Or)?;
                 if self.peek().tok != Tok::RParen {
                     return Err(self
                         .error_here(format!("expected ')' to close the '(' at column {column}")));
@@ -1287,6 +1296,7 @@ mod tests {
             ("0x = a", 1, "expected hex digits after '0x'"),
             ("a = 0x8000000000000000", 5, "hex literal out of range"),
             ("a = 0x10000000000000000", 5, "hex literal out of range"),
+            ("a = -1e999", 6, "number out of range"),
             // Columns count characters, not bytes.
             ("é = 'ü' #", 9, "unexpected character '#'"),
         ];
@@ -1375,6 +1385,22 @@ mod tests {
 
         // Hostile: a whole 4 KiB of parentheses stops at the limit.
         assert_eq!(refused(&"(".repeat(MAX_SELECTOR_BYTES)), (65, deep));
+    }
+
+    #[test]
+    fn the_deepest_selector_fits_a_default_thread_stack() {
+        // 2 MiB: what `std::thread::spawn` (and so an actix arbiter) gives a thread.
+        let deepest = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(|| {
+                let parens = format!("{}a = 1{}", "(".repeat(64), ")".repeat(64));
+                let mixed = format!("{}NOT a = -1{}", "(".repeat(62), ")".repeat(62));
+                [parens, mixed].map(|text| eval(&text, &[("a", "1")]))
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(deepest, [Truth::True, Truth::True]);
     }
 
     #[test]
@@ -1562,6 +1588,7 @@ mod tests {
             "-(a + 1) * 2 / (b - 3) > -9223372036854775808",
             "a LIKE 'x' ESCAPE ''''",
             "(a = 1) <> (b = 2)",
+            "-(-0) = - -1.5",
             "NULL",
             "TRUE",
         ] {
