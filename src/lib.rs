@@ -124,8 +124,7 @@ pub mod transport;
 pub use broker::{
     AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, DestinationFlow, Expiration, Message,
     PendingSend, QueueBrowser, Received, Selector, SelectorError, SendReceipt, Space,
-    SubscribeOptions, Subscription,
-    ToDestination, Transaction, UsageConfig, UsageSnapshot,
+    SubscribeOptions, Subscription, ToDestination, Transaction, UsageConfig, UsageSnapshot,
 };
 pub use ebb_actors::destination::{DestinationKey, DestinationKind};
 pub use ebb_actors::messages::{QueueStats, TopicStats};

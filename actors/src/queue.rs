@@ -20,6 +20,23 @@
 //! round-robin order, that has free prefetch. An ack (individual or cumulative) deletes
 //! the message's row through the store actor and is answered after the commit.
 //!
+//! **Selectors.** A consumer may have a [`Selector`]: it is given only messages the
+//! selector matches. While no consumer has one, dispatch hands the first waiting
+//! message to the next consumer with credit without looking at it. Otherwise each
+//! waiting message, in order, goes to the next consumer (round-robin) with credit that
+//! takes it; a message no one takes keeps its place, and a consumer with a selector
+//! looks at each waiting message once (it remembers how far it looked). When such a
+//! consumer has credit, has looked at everything in memory, and the cursor is in store
+//! mode (the store holds messages the cache does not), the queue scans the store for
+//! it: pages of at most `max_browse_page_size` rows after the cursor's position and the
+//! consumer's own, one page at a time per queue, each page started from the actor's
+//! mailbox so other work goes on between them. What the page matches is delivered
+//! (taken ahead of the cursor: see [`QueueCursor`]); the consumer's scan position moves
+//! past what it looked at, so a backlog is passed once, never again from the start.
+//! Memory holds the cursor's cache and one page, whatever the backlog (case SEL-10:
+//! ActiveMQ's dispatch stops when its page is full of messages no consumer takes, and
+//! Artemis's depaging waits for the messages ahead to be consumed).
+//!
 //! **Redelivery.** A message whose delivery ends without an ack (NACK, or its consumer
 //! detached) goes back in its place with its failed-delivery count up and is delivered
 //! again marked `redelivered`. Past `maximum_redeliveries` failures it goes to the
@@ -195,7 +212,14 @@ impl QueueActor {
                 self.hand_out(consumer_id, place, entry, ctx);
             }
         } else {
-            self.dispatch_selective(now, &mut expired, ctx);
+            // A consumer that turned out to be gone gives its messages back during the
+            // pass, maybe before where it was: look again from there.
+            loop {
+                self.dispatch_selective(now, &mut expired, ctx);
+                if !self.cursor.inserted_since_taken() {
+                    break;
+                }
+            }
         }
         self.remove_expired(expired, ctx);
         self.read_if_needed(ctx);
@@ -374,7 +398,11 @@ impl QueueActor {
                 continue;
             }
             let message = Arc::new(TopicMessage::from_stored(row));
-            if !consumer.selector.as_ref().is_some_and(|s| s.matches(&*message)) {
+            if !consumer
+                .selector
+                .as_ref()
+                .is_some_and(|s| s.matches(&*message))
+            {
                 continue;
             }
             self.cursor.take_ahead(row.id);
@@ -401,7 +429,11 @@ impl QueueActor {
         let ids = std::mem::take(&mut write.items);
         // Messages a selector's scan took ahead of the cursor are forgotten once their
         // delete is committed (see `QueueCursor::deleted`).
-        let ahead: Vec<i64> = ids.iter().copied().filter(|id| self.cursor.is_ahead(*id)).collect();
+        let ahead: Vec<i64> = ids
+            .iter()
+            .copied()
+            .filter(|id| self.cursor.is_ahead(*id))
+            .collect();
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
         let delete = async move { store.remove(container, ids).await.map(drop) };
         self.completions

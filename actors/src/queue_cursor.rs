@@ -152,6 +152,11 @@ impl QueueCursor {
         self.lowest_inserted.take()
     }
 
+    /// True when a message was put in since [`Self::take_lowest_inserted`] last looked.
+    pub fn inserted_since_taken(&self) -> bool {
+        self.lowest_inserted.is_some()
+    }
+
     /// The place of the first waiting message at or after `from`.
     pub fn first_from(&self, from: Place) -> Option<Place> {
         self.pending.range(from..).next().map(|(p, _)| *p)
@@ -567,5 +572,77 @@ mod tests {
         );
         assert_eq!(c.transient_len(), 1);
         assert_eq!(ids(&mut c), vec![Some(1), Some(2), None, Some(3)]);
+    }
+
+    /// A message a scan took ahead of the cursor is queued neither by a read that
+    /// returns its row nor by its own late publish; it is forgotten once the cursor has
+    /// passed it and its publish was seen.
+    #[test]
+    fn a_message_taken_ahead_is_never_queued_again() {
+        let mut c = QueueCursor::new(4, 0);
+        assert_eq!(c.read_request(), Some((0, 4)));
+        c.on_read(Some((1..=4).map(|id| msg(Some(id))).collect()));
+        assert_eq!(
+            c.scan_floor(),
+            Some(4),
+            "a full read leaves the cursor in store mode"
+        );
+        // A scan took 7 (stored, its publish not seen yet: published_upto is 0).
+        c.take_ahead(7);
+        assert!(c.holds(7) && c.is_ahead(7));
+        for _ in 0..4 {
+            c.pop();
+        }
+        assert_eq!(c.read_request(), Some((4, 4)));
+        c.on_read(Some((5..=8).map(|id| msg(Some(id))).collect()));
+        assert_eq!(
+            ids(&mut c),
+            vec![Some(5), Some(6), Some(8)],
+            "the read skips 7"
+        );
+        assert!(c.is_ahead(7), "its publish may still come");
+        c.offer(msg(Some(7)));
+        assert!(c.is_empty(), "its late publish is not queued");
+        assert!(!c.is_ahead(7), "passed and released: forgotten");
+        assert_eq!(c.ahead_len(), 0);
+    }
+
+    /// An acked message taken ahead is forgotten only when every read that began
+    /// before its delete committed has come back (such a read may still return its row).
+    #[test]
+    fn a_deleted_message_taken_ahead_waits_for_the_reads_in_flight() {
+        let mut c = QueueCursor::new(4, 10);
+        c.read_request();
+        c.on_read(Some((1..=4).map(|id| msg(Some(id))).collect()));
+        c.take_ahead(9); // stored before the queue started: no publish will come
+        let scan = c.begin_read();
+        c.deleted(&[9]);
+        assert!(c.is_ahead(9), "the scan in flight may still return row 9");
+        c.end_read(scan);
+        assert!(!c.is_ahead(9));
+        // A read that begins after the delete does not hold it back.
+        c.take_ahead(10);
+        c.deleted(&[10]);
+        let later = c.begin_read();
+        assert!(!c.is_ahead(10));
+        c.end_read(later);
+    }
+
+    /// What was put in since the last look, lowest place first: a consumer with a
+    /// selector looks again from there.
+    #[test]
+    fn the_lowest_place_put_in_is_reported_once() {
+        let mut c = QueueCursor::new(10, 0);
+        c.read_request();
+        c.on_read(Some(vec![msg(Some(5)), msg(Some(6))]));
+        assert_eq!(c.take_lowest_inserted(), Some((5, 0)));
+        assert_eq!(c.take_lowest_inserted(), None);
+        let (place, entry) = c.pop().unwrap();
+        c.offer(msg(Some(7)));
+        c.put_back(place, entry);
+        assert!(c.inserted_since_taken());
+        assert_eq!(c.take_lowest_inserted(), Some((5, 0)));
+        assert_eq!(c.first_from((5, 1)), Some((6, 0)));
+        assert_eq!(c.get((7, 0)).and_then(|e| e.message.id), Some(7));
     }
 }

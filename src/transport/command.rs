@@ -400,7 +400,8 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         return refuse("browser:true is for queues: a topic keeps no messages to browse");
     }
     // A bad selector is refused with its position; nothing is subscribed.
-    let selector = match frame.get("selector") {
+    // An empty one is none (as ActiveMQ).
+    let selector = match frame.get("selector").filter(|s| !s.trim().is_empty()) {
         None => None,
         Some(text) => Some(Selector::parse(text).map_err(|e| Refusal(e.to_string()))?),
     };

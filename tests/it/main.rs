@@ -19,9 +19,9 @@ mod pipelining;
 mod metrics;
 mod queue_concurrency;
 mod queues;
+mod selectors;
 #[cfg(feature = "cli")]
 mod soak;
-mod selectors;
 mod stomp_cases;
 mod stomp_codec_props;
 #[cfg(feature = "cli")]

@@ -36,17 +36,39 @@ fn body_of(f: &Frame) -> String {
 /// memory holds only 400 messages, all videos; the 450 videos are still there after.
 /// The variant with a colon in the quoted value (a bug of RabbitMQ's STOMP plugin).
 async fn sel_10_a_selector_finds_its_messages_behind_others(t: TestStore) {
-    let b = broker_with(&t, vec![("queue://>", queue_policy())], UsageConfig::default()).await;
+    let b = broker_with(
+        &t,
+        vec![("queue://>", queue_policy())],
+        UsageConfig::default(),
+    )
+    .await;
     let s = serve(b, Default::default(), Default::default(), 30_000).await;
     let mut p = Client::connected(s.addr, None).await;
     for i in 0..450 {
-        p.write(format!("SEND\ndestination:/queue/SEL\npersistent:true\nkind:video\n\nvideo-{i}\0").as_bytes())
-            .await;
+        p.write(
+            format!("SEND\ndestination:/queue/SEL\npersistent:true\nkind:video\n\nvideo-{i}\0")
+                .as_bytes(),
+        )
+        .await;
     }
     for i in 1..=3 {
-        send(&mut p, "/queue/SEL", "kind:image\n", &format!("img{i}"), &format!("r{i}")).await;
+        send(
+            &mut p,
+            "/queue/SEL",
+            "kind:image\n",
+            &format!("img{i}"),
+            &format!("r{i}"),
+        )
+        .await;
     }
-    send(&mut p, "/queue/SEL", "correlation-id:instance:1\n", "corr", "rc").await;
+    send(
+        &mut p,
+        "/queue/SEL",
+        "correlation-id:instance:1\n",
+        "corr",
+        "rc",
+    )
+    .await;
     let mut c = Client::connected(s.addr, None).await;
     c.write(b"SUBSCRIBE\ndestination:/queue/SEL\nid:1\nack:client-individual\nactivemq.prefetchSize:5\nselector:kind = 'image'\nreceipt:s1\n\n\0")
         .await;
@@ -58,7 +80,10 @@ async fn sel_10_a_selector_finds_its_messages_behind_others(t: TestStore) {
         assert_eq!(f.get("kind"), Some("image"), "{f:?}");
         got.push(f);
     }
-    assert_eq!(got.iter().map(body_of).collect::<Vec<_>>(), ["img1", "img2", "img3"]);
+    assert_eq!(
+        got.iter().map(body_of).collect::<Vec<_>>(),
+        ["img1", "img2", "img3"]
+    );
     assert!(c.frame_within(300).await.is_none(), "nothing else matches");
     for (i, f) in got.iter().enumerate() {
         c.write(format!("ACK\nid:{}\nreceipt:a{i}\n\n\0", f.get("ack").unwrap()).as_bytes())
@@ -71,7 +96,11 @@ async fn sel_10_a_selector_finds_its_messages_behind_others(t: TestStore) {
     let f = k.frame().await.expect("the correlated message");
     assert_eq!(body_of(&f), "corr");
     assert_eq!(
-        s.broker.store().count_messages("queue://SEL").await.unwrap(),
+        s.broker
+            .store()
+            .count_messages("queue://SEL")
+            .await
+            .unwrap(),
         451,
         "450 videos and the correlated message (not acked) are left"
     );
@@ -115,7 +144,12 @@ async fn a_selector_scan_is_one_bounded_pass(t: TestStore) {
     const AHEAD: usize = 20_000;
     preload_kind(&t, "queue://big", AHEAD, "video").await;
     preload_kind(&t, "queue://big", 3, "image").await;
-    let b = broker_with(&t, vec![("queue://>", queue_policy())], UsageConfig::default()).await;
+    let b = broker_with(
+        &t,
+        vec![("queue://>", queue_policy())],
+        UsageConfig::default(),
+    )
+    .await;
     let selector = Selector::parse("kind = 'image'").unwrap();
     let mut sub = b
         .subscribe(
@@ -152,9 +186,14 @@ async fn a_selector_scan_is_one_bounded_pass(t: TestStore) {
 
     // One more image: found with a short page after the last position.
     let before = b.queue_stats("big").await.unwrap();
-    b.send("queue://big", Message::new("image-late").persistent(true).header("kind", "image"))
-        .await
-        .unwrap();
+    b.send(
+        "queue://big",
+        Message::new("image-late")
+            .persistent(true)
+            .header("kind", "image"),
+    )
+    .await
+    .unwrap();
     let m = next_within(&mut sub, 10_000).await.expect("the late image");
     assert_eq!(body(&m), "image-late");
     sub.ack(&m).await.unwrap();
@@ -175,7 +214,10 @@ async fn a_selector_scan_is_one_bounded_pass(t: TestStore) {
         let m = next_within(&mut plain, 30_000).await.expect("a video");
         assert_eq!(body(&m), format!("video-{i}"));
     }
-    assert!(next_within(&mut plain, 500).await.is_none(), "the images were acked");
+    assert!(
+        next_within(&mut plain, 500).await.is_none(),
+        "the images were acked"
+    );
     wait_rows(&b, "queue://big", 0).await;
     b.shutdown().await.unwrap();
 }
@@ -186,7 +228,12 @@ async fn a_selector_scan_is_one_bounded_pass(t: TestStore) {
 async fn a_scanned_message_given_back_is_delivered_once_again(t: TestStore) {
     preload_kind(&t, "queue://back", 1_000, "video").await;
     preload_kind(&t, "queue://back", 2, "image").await;
-    let b = broker_with(&t, vec![("queue://>", queue_policy())], UsageConfig::default()).await;
+    let b = broker_with(
+        &t,
+        vec![("queue://>", queue_policy())],
+        UsageConfig::default(),
+    )
+    .await;
     let images = || {
         SubscribeOptions::non_durable()
             .ack(AckMode::Client)
@@ -218,7 +265,10 @@ async fn a_scanned_message_given_back_is_delivered_once_again(t: TestStore) {
     drop(second);
     // A plain consumer drains the rest: the videos only.
     let mut plain = b
-        .subscribe("queue://back", SubscribeOptions::non_durable().prefetch(100))
+        .subscribe(
+            "queue://back",
+            SubscribeOptions::non_durable().prefetch(100),
+        )
         .await
         .unwrap();
     let mut videos = 0;
@@ -234,7 +284,12 @@ async fn a_scanned_message_given_back_is_delivered_once_again(t: TestStore) {
 /// message goes to one consumer that matches it, in order per consumer; the plain one
 /// takes what no selector wants.
 async fn selectors_share_a_live_queue(t: TestStore) {
-    let b = broker_with(&t, vec![("queue://>", queue_policy())], UsageConfig::default()).await;
+    let b = broker_with(
+        &t,
+        vec![("queue://>", queue_policy())],
+        UsageConfig::default(),
+    )
+    .await;
     let sub = |selector: Option<&str>| {
         let mut options = SubscribeOptions::non_durable().prefetch(1_000);
         if let Some(s) = selector {
@@ -259,17 +314,29 @@ async fn selectors_share_a_live_queue(t: TestStore) {
         }
         out
     }
-    let (red, big, rest) = (drain(&mut red).await, drain(&mut big).await, drain(&mut rest).await);
+    let (red, big, rest) = (
+        drain(&mut red).await,
+        drain(&mut big).await,
+        drain(&mut rest).await,
+    );
     assert_eq!(red.len() + big.len() + rest.len(), 300, "each message once");
     let header = |m: &ebb::Received, name: &str| {
-        m.headers().iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()).unwrap()
+        m.headers()
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap()
     };
     assert!(red.iter().all(|m| header(m, "color") == "red"));
     // Round-robin: a red message goes to the red consumer or, in its turn, to the
     // plain one; never to `big`.
     let red_elsewhere = rest.iter().filter(|m| header(m, "color") == "red").count();
     assert_eq!(red.len() + red_elsewhere, 100);
-    assert!(red.len() >= 50, "the red consumer gets its turns: {}", red.len());
+    assert!(
+        red.len() >= 50,
+        "the red consumer gets its turns: {}",
+        red.len()
+    );
     assert!(big
         .iter()
         .all(|m| header(m, "color") != "red" && header(m, "size").parse::<u32>().unwrap() > 10));
@@ -291,7 +358,14 @@ async fn topic_selectors_and_refusals(t: TestStore) {
     receipt(&mut c, "s").await;
     let mut p = Client::connected(s.addr, None).await;
     for n in 0..6 {
-        send(&mut p, "/topic/T", &format!("n:{n}\n"), &format!("t{n}"), &format!("r{n}")).await;
+        send(
+            &mut p,
+            "/topic/T",
+            &format!("n:{n}\n"),
+            &format!("t{n}"),
+            &format!("r{n}"),
+        )
+        .await;
     }
     let got = [c.frame().await.unwrap(), c.frame().await.unwrap()];
     assert_eq!(got.iter().map(body_of).collect::<Vec<_>>(), ["t2", "t3"]);
@@ -302,8 +376,20 @@ async fn topic_selectors_and_refusals(t: TestStore) {
     let f = c.frame().await.unwrap();
     assert_eq!(f.command, Command::Error, "{f:?}");
     assert_eq!(f.get("receipt-id"), Some("d"));
-    assert!(f.get("message").unwrap().contains("selectors on durable subscriptions are not supported yet"), "{f:?}");
-    assert_eq!(s.broker.store().count_subscriptions("topic://T").await.unwrap(), 0);
+    assert!(
+        f.get("message")
+            .unwrap()
+            .contains("selectors on durable subscriptions are not supported yet"),
+        "{f:?}"
+    );
+    assert_eq!(
+        s.broker
+            .store()
+            .count_subscriptions("topic://T")
+            .await
+            .unwrap(),
+        0
+    );
 
     let mut c = Client::connected(s.addr, None).await;
     c.write(b"SUBSCRIBE\ndestination:/queue/Q\nid:1\nselector:kind = \nreceipt:x\n\n\0")
@@ -311,7 +397,12 @@ async fn topic_selectors_and_refusals(t: TestStore) {
     let f = c.frame().await.unwrap();
     assert_eq!(f.command, Command::Error, "{f:?}");
     assert_eq!(f.get("receipt-id"), Some("x"));
-    assert!(f.get("message").unwrap().starts_with("invalid selector at column "), "{f:?}");
+    assert!(
+        f.get("message")
+            .unwrap()
+            .starts_with("invalid selector at column "),
+        "{f:?}"
+    );
     s.stop().await;
 }
 
