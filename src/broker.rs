@@ -265,8 +265,10 @@ pub struct SubscribeOptions {
     /// A JMS message selector ([`Selector::parse`]): only messages it matches are
     /// delivered. On a queue, matching messages are found in the store beyond what the
     /// queue holds in memory (a bounded scan per page), so a backlog of messages for
-    /// other consumers does not hide them. Durable topic subscriptions refuse one for
-    /// now ([`Error::Actor`] with `Invalid`).
+    /// other consumers does not hide them. A durable topic subscription stores its
+    /// selector (re-subscribing with another one creates it anew, as JMS); the
+    /// messages it does not match are not its own: never delivered or counted as
+    /// expired for it, and acked for it so that cleanup deletes them.
     pub selector: Option<Selector>,
 }
 

@@ -23,7 +23,8 @@ pub struct Subscribe {
     pub deliver: mpsc::Sender<Delivery>,
     /// Only messages it matches are delivered (the STOMP `selector` header). A queue
     /// finds them in its store beyond what it holds in memory; a non-durable topic
-    /// subscription is offered only those; a durable one refuses a selector for now.
+    /// subscription is offered only those; a durable one stores it, and its cursor
+    /// passes (and acks, uncounted) the stored messages it does not match.
     pub selector: Option<std::sync::Arc<crate::selector::Selector>>,
     /// For a non-durable topic subscription whose consumer acks automatically: the
     /// acks it records without a message ([`AutoAcks`]); a queue or a durable

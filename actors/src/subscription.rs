@@ -162,8 +162,11 @@ pub struct SubscriptionState {
     cursor: Option<DurableCursor>,
     /// Acks the consumer records without a message ([`AutoAcks`]).
     auto_acks: Option<Arc<AutoAcks>>,
-    /// Only messages it matches are offered to it (non-durable only).
+    /// Only messages it matches are delivered.
     selector: Option<Arc<crate::selector::Selector>>,
+    /// Stored messages a durable subscription's selector does not match, met by its
+    /// cursor and not yet handed to the topic to ack ([`Self::take_skipped`]).
+    skipped: Vec<(i64, u8)>,
 }
 
 /// What [`SubscriptionState::take_ready`] produced.
@@ -241,14 +244,30 @@ impl SubscriptionState {
             cursor,
             auto_acks: None,
             selector: None,
+            skipped: Vec::new(),
         }
     }
 
-    /// A non-durable subscription that is offered only the messages `selector`
-    /// matches (the others are not its messages: not delivered, not counted).
+    /// A subscription that is delivered only the messages `selector` matches. The
+    /// others are not its messages: never delivered, never counted as delivered or
+    /// expired for it; a durable one's cursor passes them and hands them to the topic
+    /// ([`Self::take_skipped`]) to ack in the store, so its mark moves over them and
+    /// cleanup can delete them once the other subscriptions are done.
     pub fn with_selector(mut self, selector: Arc<crate::selector::Selector>) -> Self {
         self.selector = Some(selector);
         self
+    }
+
+    /// Whether `message` is this subscription's (no selector, or the selector
+    /// matches it).
+    fn wants(&self, message: &TopicMessage) -> bool {
+        self.selector.as_ref().is_none_or(|s| s.matches(message))
+    }
+
+    /// Stored messages the selector does not match that its cursor passed since the
+    /// last call, `(id, priority)`: the topic acks them (uncounted) so the mark moves.
+    pub fn take_skipped(&mut self) -> Vec<(i64, u8)> {
+        std::mem::take(&mut self.skipped)
     }
 
     /// A non-durable subscription whose consumer acks automatically through `acks`
@@ -304,12 +323,11 @@ impl SubscriptionState {
     /// A message published to the topic. Returns how many waiting messages were
     /// discarded to stay within the bound (non-durable only).
     pub fn offer(&mut self, message: &Arc<TopicMessage>) -> u64 {
-        if let Some(selector) = &self.selector {
-            if !selector.matches(&**message) {
+        let wanted = self.wants(message);
+        let Some(cursor) = &mut self.cursor else {
+            if !wanted {
                 return 0;
             }
-        }
-        let Some(cursor) = &mut self.cursor else {
             self.ready.push_back(Arc::clone(message));
             let mut discarded = 0;
             while self.ready.len() > self.ready_limit {
@@ -320,6 +338,17 @@ impl SubscriptionState {
         };
         if cursor.covers(message) {
             return 0; // already covered by the store (sent before the subscription).
+        }
+        if !wanted {
+            // Not its message: live, the cursor passes it (and it is acked); in store
+            // mode the read that reaches it does the same.
+            if matches!(cursor.mode, Mode::Live) {
+                cursor.advance(message);
+                if let Some(id) = message.id {
+                    self.skipped.push((id, message.priority));
+                }
+            }
+            return 0;
         }
         match cursor.mode {
             // Memory at its limit: a stalled durable subscriber costs store, not memory.
@@ -384,10 +413,14 @@ impl SubscriptionState {
         let Some(rows) = rows else { return };
         let in_flight: HashSet<i64> = self.in_flight.values().filter_map(|f| f.store_id).collect();
         let short = (rows.len() as u32) < read.asked;
+        let selector = self.selector.as_deref();
+        let wants = |m: &TopicMessage| selector.is_none_or(|s| s.matches(m));
         for row in rows {
             let Some(id) = row.id else { continue };
             cursor.advance(&row);
-            if !in_flight.contains(&id) {
+            if !wants(&row) {
+                self.skipped.push((id, row.priority));
+            } else if !in_flight.contains(&id) {
                 self.ready.push_back(row);
             }
         }
@@ -397,6 +430,12 @@ impl SubscriptionState {
                     continue;
                 }
                 cursor.advance(&message);
+                if !wants(&message) {
+                    if let Some(id) = message.id {
+                        self.skipped.push((id, message.priority));
+                    }
+                    continue;
+                }
                 self.ready.push_back(message);
             }
             cursor.mode = Mode::Live;

@@ -20,6 +20,13 @@
 //! dispatched. Messages are released to subscriptions in publish order (a reorder
 //! buffer waits for earlier commits), so every cursor sees ids in increasing order.
 //!
+//! **Selectors.** A subscription may have a [`Selector`]: it is offered only the
+//! messages it matches. A durable one stores its selector (re-subscribing with another
+//! creates it anew, as JMS requires); its cursor passes the stored messages it does
+//! not match and the topic acks them for it, uncounted, so its mark moves over them
+//! and cleanup deletes them once the other subscriptions are done. Expiry acks them
+//! too but counts only its own.
+//!
 //! **Expiry.** Every `expire_messages_period` ms the timer starts an expiry run unless
 //! one is running, the topic has never seen a message with an expiration (and its
 //! store holds none), or no durable subscription is offline. A page is one bounded
@@ -47,6 +54,7 @@ use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
 use crate::messages::*;
 use crate::policy::Policy;
+use crate::selector::Selector;
 use crate::store_actor::StoreHandle;
 use crate::subscription::{Dispatch, InFlight, SubscriptionState};
 
@@ -60,6 +68,9 @@ struct Durable {
     online: Option<u64>,
     /// Store ids delivered on an earlier attachment and not acked.
     unacked: HashSet<i64>,
+    /// Its selector (stored with it, ActiveMQ's `SELECTOR` column): expiry counts only
+    /// the messages it matches.
+    selector: Option<Arc<Selector>>,
 }
 
 /// See the module documentation.
@@ -121,7 +132,16 @@ impl TopicActor {
             expired,
         } = sub.take_ready(now_ms);
         self.core.counters.dispatched += deliveries.len() as u64;
+        let skipped = sub.take_skipped();
         let alive = sub.send(deliveries);
+        if !skipped.is_empty() {
+            if let Some(key) = sub.durable.clone() {
+                self.ack_skipped(key, skipped, ctx);
+            }
+        }
+        let Some(sub) = self.subscriptions.get_mut(&id) else {
+            return;
+        };
         if !alive {
             self.detach(id);
             return;
@@ -171,6 +191,24 @@ impl TopicActor {
                 act.dispatch(id, ctx);
             }
         }));
+    }
+
+    /// Acks, for durable subscription `key`, the stored messages its selector does not
+    /// match that its cursor passed: they are not its messages, so they are acked
+    /// without being counted (neither delivered nor expired for it), together with its
+    /// other acks, and its mark moves over them.
+    fn ack_skipped(
+        &mut self,
+        key: SubscriptionKey,
+        skipped: Vec<(i64, u8)>,
+        ctx: &mut Context<Self>,
+    ) {
+        self.core.schedule.need_cleanup();
+        destination::schedule(self, ctx);
+        // Nobody waits for this answer: a failed write leaves them un-acked, and the
+        // cursor passes them again on the next attachment.
+        drop(self.acks.entry(key.clone()).or_default().add(skipped));
+        self.write_acks(key, ctx);
     }
 
     /// Expired messages met at dispatch: non-persistent ones are counted; persistent
@@ -241,6 +279,13 @@ impl TopicActor {
     /// Runs one expiry page (see the module documentation).
     fn page(&mut self, ctx: &mut Context<Self>) {
         let subscriptions = self.expiry_subscriptions();
+        let selectors: HashMap<SubscriptionKey, Arc<Selector>> = subscriptions
+            .iter()
+            .filter_map(|k| {
+                let selector = self.durables.get(k)?.selector.clone()?;
+                Some((k.clone(), selector))
+            })
+            .collect();
         if subscriptions.is_empty() {
             destination::end_run(self, ctx);
             return;
@@ -261,7 +306,19 @@ impl TopicActor {
                 .await?;
             let mut newly = 0;
             for (key, messages) in page.by_subscription {
-                let acks = messages.iter().map(|m| (m.id, m.priority)).collect();
+                // A selector's subscription: messages it does not match are not its
+                // own, so they are acked (its mark moves) but not counted as expired.
+                let (mine, others): (Vec<_>, Vec<_>) = match selectors.get(&key) {
+                    Some(selector) => messages
+                        .iter()
+                        .partition(|m| selector.matches(&TopicMessage::from_stored(m))),
+                    None => (messages.iter().collect(), Vec::new()),
+                };
+                if !others.is_empty() {
+                    let acks = others.iter().map(|m| (m.id, m.priority)).collect();
+                    store.ack(container.clone(), key.clone(), acks).await?;
+                }
+                let acks = mine.iter().map(|m| (m.id, m.priority)).collect();
                 newly += store.ack(container.clone(), key, acks).await?;
             }
             Ok::<_, ActorError>((page.rows as u64, newly, page.more, Some(permit.ticket)))
@@ -328,7 +385,7 @@ impl TopicActor {
                     .await?;
                 let full = page.len() == SUBSCRIPTION_PAGE as usize;
                 after = page.last().map(|s| s.key.clone());
-                keys.extend(page.into_iter().map(|s| s.key));
+                keys.extend(page.into_iter().map(|s| (s.key, s.selector)));
                 if !full {
                     break;
                 }
@@ -342,7 +399,25 @@ impl TopicActor {
                     if !keys.is_empty() {
                         act.core.schedule.need_cleanup();
                     }
-                    act.durables = keys.into_iter().map(|k| (k, Durable::default())).collect();
+                    act.durables = keys
+                        .into_iter()
+                        .map(|(key, text)| {
+                            let selector = text.and_then(|text| match Selector::parse(&text) {
+                                Ok(s) => Some(Arc::new(s)),
+                                Err(e) => {
+                                    tracing::warn!(topic = %act.core.container, client_id = %key.client_id,
+                                        subscription = %key.subscription_name, error = %e,
+                                        "stored selector does not parse; expiry counts every message for it");
+                                    None
+                                }
+                            });
+                            let durable = Durable {
+                                selector,
+                                ..Durable::default()
+                            };
+                            (key, durable)
+                        })
+                        .collect();
                     if armed {
                         act.core.schedule.arm();
                     }
@@ -360,7 +435,8 @@ impl TopicActor {
     }
 
     /// Puts durable subscription `key` online as subscription `id`, its backlog
-    /// starting after `mark` (the lowest of its marks), and dispatches.
+    /// starting after `mark` (the lowest of its marks), delivered only what `selector`
+    /// matches, and dispatches.
     fn attach(
         &mut self,
         key: SubscriptionKey,
@@ -368,6 +444,7 @@ impl TopicActor {
         prefetch: u32,
         deliver: tokio::sync::mpsc::Sender<Delivery>,
         id: u64,
+        selector: Option<Arc<Selector>>,
         ctx: &mut Context<Self>,
     ) {
         let unacked = self
@@ -384,6 +461,10 @@ impl TopicActor {
             deliver,
         )
         .with_redeliveries(unacked);
+        let state = match selector {
+            Some(selector) => state.with_selector(selector),
+            None => state,
+        };
         self.subscriptions.insert(id, state);
         self.dispatch(id, ctx);
     }
@@ -505,14 +586,7 @@ impl Handler<Subscribe> for TopicActor {
             self.subscriptions.insert(id, state);
             return Box::pin(fut::ready(Ok(id)));
         };
-        if let Some(selector) = msg.selector {
-            // Its mark must pass the messages it does not match without acking them
-            // one by one; until that is built, refused rather than ignored.
-            return Box::pin(fut::ready(Err(ActorError::Invalid(format!(
-                "selector `{}` refused: selectors on durable subscriptions are not supported yet (a non-durable topic subscription or a queue takes one)",
-                selector.text()
-            )))));
-        }
+        let selector = msg.selector;
         let prefetch = msg.prefetch.unwrap_or(self.core.policy.durable_prefetch);
         let existed = self.durables.contains_key(&key);
         let durable = self.durables.entry(key.clone()).or_default();
@@ -525,19 +599,51 @@ impl Handler<Subscribe> for TopicActor {
         durable.online = Some(id);
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
         let (stored_key, prioritized) = (key.clone(), self.core.policy.prioritized_messages);
+        let text = selector.as_ref().map(|s| s.text().to_string());
         let write = async move {
+            let sub = store
+                .subscribe(
+                    container.clone(),
+                    stored_key.clone(),
+                    text.clone(),
+                    prioritized,
+                )
+                .await?;
+            if sub.selector == text {
+                return Ok((sub, false));
+            }
+            // Re-subscribed with another selector: JMS deletes the subscription and
+            // creates it anew (its backlog goes; case DUR-11, ActiveMQ's
+            // `hasDurableSubChanged`).
+            tracing::info!(topic = %container, client_id = %stored_key.client_id,
+                subscription = %stored_key.subscription_name, old = ?sub.selector, new = ?text,
+                "durable subscription re-created: its selector changed");
             store
-                .subscribe(container, stored_key, None, prioritized)
-                .await
+                .unsubscribe(container.clone(), stored_key.clone())
+                .await?;
+            let sub = store
+                .subscribe(container, stored_key, text, prioritized)
+                .await?;
+            Ok::<_, ActorError>((sub, true))
         };
         let deliver = msg.deliver;
         Box::pin(
             write
                 .into_actor(self)
                 .map(move |result, act, ctx| match result {
-                    Ok(sub) => {
+                    Ok((sub, replaced)) => {
+                        if let Some(d) = act.durables.get_mut(&key) {
+                            d.selector = selector.clone();
+                            if replaced {
+                                d.unacked.clear();
+                            }
+                        }
+                        if replaced {
+                            act.core.schedule.need_cleanup();
+                            destination::schedule(act, ctx);
+                        }
                         let mark = sub.marks.iter().map(|(_, m)| *m).min().unwrap_or(0);
-                        act.attach(key, mark, prefetch, deliver, id, ctx);
+                        act.attach(key, mark, prefetch, deliver, id, selector, ctx);
                         Ok(id)
                     }
                     Err(e) => {

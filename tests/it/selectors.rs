@@ -347,9 +347,8 @@ async fn selectors_share_a_live_queue(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
-/// A non-durable topic subscription with a selector receives only what it matches;
-/// a durable one refuses a selector (not ignored); a bad selector is an ERROR naming
-/// the column, and nothing is subscribed.
+/// A non-durable topic subscription with a selector receives only what it matches; a
+/// bad selector is an ERROR naming the column, and nothing is subscribed.
 async fn topic_selectors_and_refusals(t: TestStore) {
     let s = server(&t, policy(0, 400)).await;
     let mut c = Client::connected(s.addr, Some("cs")).await;
@@ -371,26 +370,6 @@ async fn topic_selectors_and_refusals(t: TestStore) {
     assert_eq!(got.iter().map(body_of).collect::<Vec<_>>(), ["t2", "t3"]);
     assert!(c.frame_within(300).await.is_none());
 
-    c.write(b"SUBSCRIBE\ndestination:/topic/T\nid:2\nactivemq.subscriptionName:d\nselector:n > 1\nreceipt:d\n\n\0")
-        .await;
-    let f = c.frame().await.unwrap();
-    assert_eq!(f.command, Command::Error, "{f:?}");
-    assert_eq!(f.get("receipt-id"), Some("d"));
-    assert!(
-        f.get("message")
-            .unwrap()
-            .contains("selectors on durable subscriptions are not supported yet"),
-        "{f:?}"
-    );
-    assert_eq!(
-        s.broker
-            .store()
-            .count_subscriptions("topic://T")
-            .await
-            .unwrap(),
-        0
-    );
-
     let mut c = Client::connected(s.addr, None).await;
     c.write(b"SUBSCRIBE\ndestination:/queue/Q\nid:1\nselector:kind = \nreceipt:x\n\n\0")
         .await;
@@ -406,6 +385,128 @@ async fn topic_selectors_and_refusals(t: TestStore) {
     s.stop().await;
 }
 
+/// A durable subscription with a selector: offline, its backlog holds every message
+/// of the topic, and when it comes back it gets only those it matches; the others are
+/// not its messages, so its mark moves over them and cleanup deletes them (the store
+/// ends empty). Online, the same for live messages. Its selector is stored with it and
+/// survives a restart; re-subscribing with another selector creates it anew (JMS, case
+/// DUR-11), with the same one keeps its backlog.
+async fn a_durable_subscription_keeps_its_selector(t: TestStore) {
+    let b = broker(&t, policy(100, 400), 2).await;
+    let durable = |selector: &str| {
+        SubscribeOptions::durable("c", "d")
+            .ack(AckMode::Client)
+            .selector(Selector::parse(selector).unwrap())
+    };
+    let send = |n: u32| {
+        let b = b.clone();
+        async move {
+            b.send(
+                "sel",
+                Message::new(format!("n{n}"))
+                    .persistent(true)
+                    .header("n", n.to_string()),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    drop(b.subscribe("sel", durable("n > 2")).await.unwrap());
+    for n in 0..6 {
+        send(n).await;
+    }
+    let mut sub = b.subscribe("sel", durable("n > 2")).await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let m = next_within(&mut sub, 5_000).await.expect("a match");
+        got.push(body(&m));
+        sub.ack(&m).await.unwrap();
+    }
+    assert_eq!(got, ["n3", "n4", "n5"]);
+    // Live: only matches are delivered; the rest is acked for it all the same.
+    for n in [0, 1, 2, 0] {
+        send(n).await;
+    }
+    send(7).await;
+    let m = next_within(&mut sub, 5_000).await.expect("n7");
+    assert_eq!(body(&m), "n7");
+    sub.ack(&m).await.unwrap();
+    assert!(next_within(&mut sub, 300).await.is_none());
+    wait_rows(&b, "topic://sel", 0).await;
+    drop(sub);
+    let stats = b.topic_stats("sel").await.unwrap();
+    assert_eq!(stats.dispatched, 4, "only its messages were delivered");
+
+    // Stored with it: after a restart, the same selector keeps the backlog, filtered.
+    for n in [1, 8] {
+        send(n).await;
+    }
+    b.shutdown().await.unwrap();
+    let b = broker(&t, policy(100, 400), 2).await;
+    let mut sub = b.subscribe("sel", durable("n > 2")).await.unwrap();
+    let m = next_within(&mut sub, 5_000)
+        .await
+        .expect("n8 after the restart");
+    assert_eq!(body(&m), "n8");
+    sub.ack(&m).await.unwrap();
+    assert!(next_within(&mut sub, 300).await.is_none());
+    drop(sub);
+    wait_rows(&b, "topic://sel", 0).await;
+
+    // Another selector: a new subscription, without the backlog.
+    b.send(
+        "sel",
+        Message::new("kept").persistent(true).header("n", "9"),
+    )
+    .await
+    .unwrap();
+    let mut sub = b.subscribe("sel", durable("n > 0")).await.unwrap();
+    assert!(
+        next_within(&mut sub, 500).await.is_none(),
+        "created anew: no backlog"
+    );
+    b.send("sel", Message::new("new").persistent(true).header("n", "1"))
+        .await
+        .unwrap();
+    assert_eq!(body(&next_within(&mut sub, 5_000).await.unwrap()), "new");
+    b.shutdown().await.unwrap();
+}
+
+/// Expiry of an offline durable subscription with a selector counts only its own
+/// messages: 4 expired messages, one of which a selector matches, are 4 expirations for
+/// a subscription without a selector and 1 for the one with it; the store ends empty.
+async fn expiry_counts_only_a_selectors_messages(t: TestStore) {
+    let b = broker(&t, policy(50, 400), 2).await;
+    drop(
+        b.subscribe("exp", SubscribeOptions::durable("c", "all"))
+            .await
+            .unwrap(),
+    );
+    let picky = SubscribeOptions::durable("c", "picky").selector(Selector::parse("n = 2").unwrap());
+    drop(b.subscribe("exp", picky).await.unwrap());
+    for n in 0..4 {
+        b.send(
+            "exp",
+            Message::new(format!("e{n}"))
+                .persistent(true)
+                .header("n", n.to_string())
+                .ttl(std::time::Duration::from_millis(100)),
+        )
+        .await
+        .unwrap();
+    }
+    let stats = wait_for(&b, "exp", |s| s.expired >= 5 && s.cleaned_up == 4).await;
+    assert_eq!(stats.expired, 5);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        b.topic_stats("exp").await.unwrap().expired,
+        5,
+        "never counted twice"
+    );
+    wait_rows(&b, "topic://exp", 0).await;
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
     sel_10_a_selector_finds_its_messages_behind_others,
@@ -413,4 +514,6 @@ on_every_backend!(
     a_scanned_message_given_back_is_delivered_once_again,
     selectors_share_a_live_queue,
     topic_selectors_and_refusals,
+    a_durable_subscription_keeps_its_selector,
+    expiry_counts_only_a_selectors_messages,
 );
