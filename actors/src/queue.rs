@@ -75,6 +75,11 @@ use crate::queue_cursor::{Entry, Place, QueueCursor};
 use crate::selector::Selector;
 use crate::store_actor::StoreHandle;
 
+/// A selector's scan page that tests header values in SQL covers at most this many
+/// pages' worth of ids (`max_browse_page_size` × 25: 10,000 ids by default), so what
+/// one page examines stays bounded however few rows match.
+const SCAN_WINDOW_PAGES: i64 = 25;
+
 /// Header naming why a message went to the dead-letter queue (ActiveMQ's property).
 pub const DLQ_CAUSE_HEADER: &str = "dlqDeliveryFailureCause";
 
@@ -96,6 +101,9 @@ struct Consumer {
     /// With a selector: the store id up to which its scan of the store beyond the
     /// cursor has looked ("Selectors" in the module documentation).
     scanned_upto: i64,
+    /// With a selector: the header values it requires ([`Selector::required_headers`]),
+    /// which its scan tests in SQL.
+    filter: Arc<Vec<(String, Vec<String>)>>,
 }
 
 impl Consumer {
@@ -344,18 +352,36 @@ impl QueueActor {
         else {
             return;
         };
-        let after = self.consumers[&consumer_id].scanned_upto.max(floor);
+        let consumer = &self.consumers[&consumer_id];
+        let after = consumer.scanned_upto.max(floor);
+        let filter = Arc::clone(&consumer.filter);
         let limit = self.core.policy.max_browse_page_size.max(1);
+        // With header values to test in SQL, a page covers a window of ids (what it
+        // examines is bounded by the window, not by what it returns), never past the
+        // last id published (later ids are scanned once they are).
+        let upto = if filter.is_empty() {
+            published
+        } else {
+            published.min(after.saturating_add(i64::from(limit) * SCAN_WINDOW_PAGES))
+        };
         let seq = self.cursor.begin_read();
         self.scanning = true;
         self.stats.scan_pages += 1;
         let store = Arc::clone(self.core.store.store());
         let container = self.core.container.clone();
-        let read = async move { store.browse(&container, after, limit).await };
+        let read = async move {
+            if filter.is_empty() {
+                store.browse(&container, after, limit).await
+            } else {
+                store
+                    .scan_matching(&container, after, upto, &filter, limit)
+                    .await
+            }
+        };
         ctx.spawn(read.into_actor(self).map(move |rows, act, ctx| {
             act.scanning = false;
             match rows {
-                Ok(rows) => act.scanned(consumer_id, after, published, limit, &rows, ctx),
+                Ok(rows) => act.scanned(consumer_id, after, upto, limit, &rows, ctx),
                 Err(e) => {
                     tracing::warn!(queue = %act.core.container, error = %e, "selector scan failed; retrying in 1 s");
                     act.cursor.end_read(seq);
@@ -368,14 +394,14 @@ impl QueueActor {
         }));
     }
 
-    /// A page of consumer `consumer_id`'s scan (read after `after`, when `published`
-    /// was the last id published): what it matches is delivered to it, while it has
-    /// credit; the scan's position moves past what it looked at.
+    /// A page of consumer `consumer_id`'s scan (the rows after `after`, up to `upto`):
+    /// what it matches is delivered to it, while it has credit; the scan's position
+    /// moves past what it looked at (to `upto` when the page came back short).
     fn scanned(
         &mut self,
         consumer_id: u64,
         after: i64,
-        published: i64,
+        upto_id: i64,
         limit: u32,
         rows: &[Arc<ebb_store::StoredMessage>],
         ctx: &mut Context<Self>,
@@ -410,10 +436,10 @@ impl QueueActor {
             self.hand_out(consumer_id, (row.id, 0), Entry::new(message), ctx);
         }
         // A short page it looked at to the end: the store holds nothing more for it
-        // up to what was published when the page was asked for.
+        // up to the page's end.
         let looked_at_all = rows.last().is_none_or(|last| last.id == upto);
         if looked_at_all && rows.len() < limit as usize {
-            upto = upto.max(published);
+            upto = upto.max(upto_id);
         }
         if let Some(consumer) = self.consumers.get_mut(&consumer_id) {
             consumer.scanned_upto = consumer.scanned_upto.max(upto);
@@ -839,6 +865,12 @@ impl Handler<Subscribe> for QueueActor {
                 deliver: msg.deliver,
                 next_delivery_id: 1,
                 in_flight: BTreeMap::new(),
+                filter: Arc::new(
+                    msg.selector
+                        .as_ref()
+                        .map(|s| s.required_headers())
+                        .unwrap_or_default(),
+                ),
                 selector: msg.selector,
                 examined_before: (i64::MIN, 0),
                 scanned_upto: 0,

@@ -87,6 +87,14 @@ pub struct TopicActor {
     stats: TopicStats,
 }
 
+/// The consumer a durable subscription is attached to: its prefetch, where its
+/// deliveries go, and its selector.
+struct Attaching {
+    prefetch: u32,
+    deliver: tokio::sync::mpsc::Sender<Delivery>,
+    selector: Option<Arc<Selector>>,
+}
+
 /// The next cleanup batch (sent by the topic to itself).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -434,19 +442,21 @@ impl TopicActor {
         }));
     }
 
-    /// Puts durable subscription `key` online as subscription `id`, its backlog
-    /// starting after `mark` (the lowest of its marks), delivered only what `selector`
-    /// matches, and dispatches.
+    /// Puts durable subscription `key` online as subscription `id` for `consumer`,
+    /// its backlog starting after `mark` (the lowest of its marks), and dispatches.
     fn attach(
         &mut self,
         key: SubscriptionKey,
         mark: i64,
-        prefetch: u32,
-        deliver: tokio::sync::mpsc::Sender<Delivery>,
         id: u64,
-        selector: Option<Arc<Selector>>,
+        consumer: Attaching,
         ctx: &mut Context<Self>,
     ) {
+        let Attaching {
+            prefetch,
+            deliver,
+            selector,
+        } = consumer;
         let unacked = self
             .durables
             .get_mut(&key)
@@ -643,7 +653,12 @@ impl Handler<Subscribe> for TopicActor {
                             destination::schedule(act, ctx);
                         }
                         let mark = sub.marks.iter().map(|(_, m)| *m).min().unwrap_or(0);
-                        act.attach(key, mark, prefetch, deliver, id, selector, ctx);
+                        let consumer = Attaching {
+                            prefetch,
+                            deliver,
+                            selector,
+                        };
+                        act.attach(key, mark, id, consumer, ctx);
                         Ok(id)
                     }
                     Err(e) => {

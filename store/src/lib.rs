@@ -219,6 +219,25 @@ pub trait MessageStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Arc<StoredMessage>>>;
 
+    /// A page of a selector's scan of queue `container`: its messages with
+    /// `after_id < id <= upto_id`, in id order, not in a prepared transaction, whose
+    /// headers may match `filter`: for each `(name, values)`, the message's first
+    /// header `name` is one of `values` (tested in SQL on the `hdrs` column; a row
+    /// written before that column existed is returned, to be tested by the caller; a
+    /// name with `"` or `\` in it is not tested in SQL, nor is an empty value list). At
+    /// most `limit` rows. Cost: one range of `msgs_cidx` over the id window, so a page
+    /// examines at most the container's rows in `upto_id - after_id` ids, whatever
+    /// the filter keeps; a caller bounds the window. The caller still evaluates its
+    /// whole selector on what comes back: `filter` only says what cannot match.
+    async fn scan_matching(
+        &self,
+        container: &str,
+        after_id: i64,
+        upto_id: i64,
+        filter: &[(String, Vec<String>)],
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>>;
+
     /// Up to `limit` messages of `container` with `id > after_id`, in id order, that are
     /// not in a prepared transaction. Never acks or expires anything.
     async fn browse(

@@ -24,6 +24,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         "subscription_key_index",
         include_str!("../migrations/sqlite/0003_subscription_key_index.sql"),
     ),
+    (
+        4,
+        "queryable_headers",
+        include_str!("../migrations/sqlite/0004_queryable_headers.sql"),
+    ),
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -41,6 +46,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         3,
         "subscription_key_index",
         include_str!("../migrations/postgres/0003_subscription_key_index.sql"),
+    ),
+    (
+        4,
+        "queryable_headers",
+        include_str!("../migrations/postgres/0004_queryable_headers.sql"),
     ),
 ];
 

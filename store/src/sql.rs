@@ -156,6 +156,35 @@ pub(crate) fn priority_of(stored: i32) -> u8 {
     stored.clamp(0, crate::MAX_PRIORITY as i32) as u8
 }
 
+/// The `hdrs` column of a new message: for a queue message, its headers as a JSON
+/// object, the first value of each name (what a selector reads); `None` for a topic's
+/// (its durable subscriptions test selectors in memory).
+pub(crate) fn queryable_headers(
+    container: &str,
+    payload: &crate::Payload,
+) -> Option<sqlx::types::Json<serde_json::Value>> {
+    if !container.starts_with("queue://") {
+        return None;
+    }
+    let mut object = serde_json::Map::new();
+    for (name, value) in &payload.headers {
+        if !object.contains_key(name) {
+            object.insert(name.clone(), serde_json::Value::String(value.clone()));
+        }
+    }
+    Some(sqlx::types::Json(serde_json::Value::Object(object)))
+}
+
+/// How `scan_matching` names header `name` (without `"` or `\`) in the `hdrs` JSON:
+/// SQLite's `json_extract` takes a path (`$."name"`, the name quoted); PostgreSQL's
+/// `->>` the key itself.
+pub(crate) fn json_path(backend: crate::Backend, name: &str) -> String {
+    match backend {
+        crate::Backend::Sqlite => format!("$.\"{name}\""),
+        crate::Backend::Postgres => name.to_string(),
+    }
+}
+
 /// Turns fetched message rows into shared messages, counting them in `stats`.
 pub(crate) fn decode_messages(
     container: &str,
@@ -549,13 +578,15 @@ macro_rules! impl_sql_store {
                     insert.push_values(chunk, |mut row, (id, m)| {
                         let msg = $crate::encoding::encode(&m.payload);
                         *bytes += msg.len() as i64;
+                        let hdrs = $crate::sql::queryable_headers(&m.container, &m.payload);
                         row.push_bind(id)
                             .push_bind(m.container)
                             .push_bind(m.message_id)
                             .push_bind(m.expiration)
                             .push_bind(i32::from(m.priority.min($crate::MAX_PRIORITY)))
                             .push_bind(m.xid)
-                            .push_bind(msg);
+                            .push_bind(msg)
+                            .push_bind(hdrs);
                     });
                     insert
                         .build()
@@ -1221,6 +1252,44 @@ macro_rules! impl_sql_store {
                         query.fetch_all(&mut *tx).await.map_err($crate::error::db(OP))?
                     }
                 };
+                tx.commit().await.map_err($crate::error::db(OP))?;
+                $crate::sql::decode_messages(container, rows, &self.stats)
+            }
+
+            async fn scan_matching(
+                &self,
+                container: &str,
+                after_id: i64,
+                upto_id: i64,
+                filter: &[(String, Vec<String>)],
+                limit: u32,
+            ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
+                const OP: &str = "scan";
+                // A name SQLite's JSON paths cannot quote (`"` or `\` in it; a
+                // selector's identifiers have neither) is not tested in SQL: the
+                // caller's selector still tests it.
+                let filter: Vec<&(String, Vec<String>)> = filter
+                    .iter()
+                    .filter(|(name, values)| !name.contains(['"', '\\']) && !values.is_empty())
+                    .collect();
+                let counts: Vec<usize> = filter.iter().map(|(_, v)| v.len()).collect();
+                let sql = self.sql.scan_matching(&counts);
+                let mut tx = self.begin_read(OP).await?;
+                let mut query = sqlx::query_as(&sql)
+                    .bind(container)
+                    .bind(after_id)
+                    .bind(upto_id);
+                for (name, values) in filter {
+                    query = query.bind($crate::sql::json_path(self.backend(), name));
+                    for value in values {
+                        query = query.bind(value);
+                    }
+                }
+                let rows: Vec<$crate::sql::MessageRow> = query
+                    .bind(i64::from(limit))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err($crate::error::db(OP))?;
                 tx.commit().await.map_err($crate::error::db(OP))?;
                 $crate::sql::decode_messages(container, rows, &self.stats)
             }

@@ -32,6 +32,7 @@ pub const REMOVE_SIZES: [usize; 4] = [1, 8, 64, 512];
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub prefix: String,
+    pub backend: Backend,
     /// `INSERT ... (columns)`; the rows are added by a query builder, up to
     /// [`INSERT_BATCH`] per statement
     pub insert_messages: String,
@@ -199,6 +200,8 @@ enum Bound<'a> {
     After(&'a str),
     /// `id <= $n`, from the start of the container (or priority).
     UpTo(&'a str),
+    /// `$a < id <= $b`: a window of ids.
+    Window(&'a str, &'a str),
 }
 
 /// The range of one index a hot read or write scans, written for its backend: the
@@ -241,6 +244,9 @@ impl IdRange {
                     Bound::UpTo(upto) => {
                         format!("({columns}) >= ({key}) AND ({columns}, m.id) <= ({key}, {upto})")
                     }
+                    Bound::Window(after, upto) => format!(
+                        "({columns}, m.id) > ({key}, {after}) AND ({columns}, m.id) <= ({key}, {upto})"
+                    ),
                 },
                 order: format!("{columns}, m.id"),
             },
@@ -257,6 +263,9 @@ impl IdRange {
                     range: match bound {
                         Bound::After(after) => format!("{equal} AND m.id > {after}"),
                         Bound::UpTo(upto) => format!("{equal} AND m.id <= {upto}"),
+                        Bound::Window(after, upto) => {
+                            format!("{equal} AND m.id > {after} AND m.id <= {upto}")
+                        }
                     },
                     order: "m.id".to_string(),
                 }
@@ -351,8 +360,9 @@ impl Statements {
         };
         Self {
             prefix: p.to_string(),
+            backend,
             insert_messages: format!(
-                "INSERT INTO {p}msgs (id, container, msgid, expiration, priority, xid, msg) "
+                "INSERT INTO {p}msgs (id, container, msgid, expiration, priority, xid, msg, hdrs) "
             ),
             max_message_id: format!("SELECT MAX(id) FROM {p}msgs"),
             max_acked_id: format!("SELECT MAX(last_acked_id) FROM {p}acks"),
@@ -448,6 +458,46 @@ impl Statements {
                  ORDER BY container LIMIT $3"
             ),
         }
+    }
+
+    /// A page of a selector's scan of a queue: the rows of container `$1` in the id
+    /// window `$2 < id <= $3`, not prepared, whose headers may match: for each entry
+    /// of `values` (the count of allowed values of one header), the header named by
+    /// the next placeholder has one of the values that follow (rows without the
+    /// `hdrs` column's JSON, written before it existed, are returned to be tested in
+    /// memory); `LIMIT` the placeholder after them. One range of `msgs_cidx`, bounded
+    /// by the window whatever the filter keeps.
+    pub fn scan_matching(&self, values: &[usize]) -> String {
+        let mut n = 4;
+        let mut terms = Vec::new();
+        for &count in values {
+            let name = format!("${n}");
+            n += 1;
+            let list: Vec<String> = (0..count).map(|i| format!("${}", n + i)).collect();
+            n += count;
+            let header = match self.backend {
+                Backend::Sqlite => format!("json_extract(m.hdrs, {name})"),
+                Backend::Postgres => format!("(m.hdrs ->> {name})"),
+            };
+            terms.push(format!("{header} IN ({})", list.join(", ")));
+        }
+        let filter = if terms.is_empty() {
+            String::new()
+        } else {
+            format!(" AND (m.hdrs IS NULL OR ({}))", terms.join(" AND "))
+        };
+        let r = IdRange::new(
+            &self.prefix,
+            self.backend,
+            "$1",
+            None,
+            Bound::Window("$2", "$3"),
+        );
+        format!(
+            "SELECT {MESSAGE_COLUMNS} FROM {} WHERE {} AND m.xid IS NULL{filter} \
+             ORDER BY {} LIMIT ${n}",
+            r.from, r.range, r.order
+        )
     }
 
     /// Statement 1 of `recover_expired`: for each requested subscription row, its mark,

@@ -293,6 +293,15 @@ impl Raw {
         n as u64
     }
 
+    /// Clears the `hdrs` column of row `id`, as for a row written before migration 4.
+    pub async fn clear_headers(&mut self, id: i64) {
+        let sql = "UPDATE ebb_msgs SET hdrs = NULL WHERE id = $1";
+        match self {
+            Raw::Sqlite(c) => drop(sqlx::query(sql).bind(id).execute(c).await.unwrap()),
+            Raw::Postgres(c) => drop(sqlx::query(sql).bind(id).execute(c).await.unwrap()),
+        }
+    }
+
     /// Inserts a message row with `id` behind the store's back (a body of `len` bytes).
     pub async fn insert_message(&mut self, id: i64, container: &str, len: usize) {
         let sql = "INSERT INTO ebb_msgs (id, container, msgid, msg) VALUES ($1, $2, 'raw', $3)";

@@ -67,6 +67,18 @@ impl MessageStore for FailOnce {
     ) -> Result<Vec<String>> {
         self.inner.find_subscription_containers(k, limit).await
     }
+    async fn scan_matching(
+        &self,
+        c: &str,
+        after: i64,
+        upto: i64,
+        filter: &[(String, Vec<String>)],
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>> {
+        self.inner
+            .scan_matching(c, after, upto, filter, limit)
+            .await
+    }
     async fn list_subscriptions(
         &self,
         c: &str,

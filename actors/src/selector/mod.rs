@@ -144,6 +144,52 @@ impl Selector {
     pub fn evaluate(&self, message: &impl Fields) -> Truth {
         eval::truth(&self.expr, message)
     }
+
+    /// What a message must have for this selector to match it, as far as a store can
+    /// test it without the selector: `(header, values)` pairs, each meaning "the first
+    /// header `header` is one of `values`" (all of them must hold). Taken from the
+    /// terms of the selector's top-level `AND` (or the whole selector) of the forms
+    /// `header = 'text'`, `'text' = header` and `header IN ('a', 'b')` on a user
+    /// header, `JMSType` or `JMSCorrelationID` (a string literal compared with a header,
+    /// always a string, is true exactly when they are equal: see [`eval`]). Empty when
+    /// no term has such a form. A necessary condition, never a sufficient one: the
+    /// selector must still be evaluated on what passes.
+    pub fn required_headers(&self) -> Vec<(String, Vec<String>)> {
+        let terms: Vec<&parse::Expr> = match &self.expr {
+            parse::Expr::And(terms) => terms.iter().collect(),
+            other => vec![other],
+        };
+        terms.into_iter().filter_map(required_header).collect()
+    }
+}
+
+/// The header and values one term requires (see [`Selector::required_headers`]).
+fn required_header(term: &parse::Expr) -> Option<(String, Vec<String>)> {
+    use parse::{CmpOp, Expr, Field, Literal};
+    let name = |e: &Expr| match e {
+        Expr::Field(Field::Header(h)) => Some(h.clone()),
+        Expr::Field(Field::Type) => Some("type".to_string()),
+        Expr::Field(Field::CorrelationId) => Some("correlation-id".to_string()),
+        _ => None,
+    };
+    match term {
+        Expr::Compare {
+            op: CmpOp::Eq,
+            left,
+            right,
+        } => match (left.as_ref(), right.as_ref()) {
+            (field, Expr::Literal(Literal::Str(v))) | (Expr::Literal(Literal::Str(v)), field) => {
+                Some((name(field)?, vec![v.clone()]))
+            }
+            _ => None,
+        },
+        Expr::In {
+            value,
+            list,
+            negated: false,
+        } => Some((name(value)?, list.clone())),
+        _ => None,
+    }
 }
 
 impl fmt::Display for Selector {
@@ -354,6 +400,42 @@ mod tests {
 
     use super::testing::{eval, refused, TestMessage};
     use super::*;
+
+    /// The header values a store may filter a scan on: the equality and `IN` terms of
+    /// the top-level `AND` on headers; nothing for other forms.
+    #[test]
+    fn required_headers_come_from_the_top_level_and() {
+        let required = |s: &str| Selector::parse(s).unwrap().required_headers();
+        let pair = |n: &str, v: &[&str]| {
+            (
+                n.to_string(),
+                v.iter().map(|v| v.to_string()).collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(required("kind = 'image'"), vec![pair("kind", &["image"])]);
+        assert_eq!(
+            required("'eu' = region AND size > 10 AND color IN ('red', 'blue')"),
+            vec![pair("region", &["eu"]), pair("color", &["red", "blue"])]
+        );
+        assert_eq!(
+            required("JMSType = 'car' AND JMSCorrelationID = 'instance:1'"),
+            vec![
+                pair("type", &["car"]),
+                pair("correlation-id", &["instance:1"])
+            ]
+        );
+        for none in [
+            "kind = 'a' OR kind = 'b'",
+            "NOT kind = 'a'",
+            "kind <> 'a'",
+            "kind NOT IN ('a')",
+            "n = 5",
+            "JMSMessageID = 'ID:1'",
+            "kind LIKE 'im%'",
+        ] {
+            assert_eq!(required(none), vec![], "{none}");
+        }
+    }
 
     #[test]
     fn jms_fields() {

@@ -289,6 +289,25 @@ proptest! {
         prop_assert_eq!(super::parse::parse(&again).map(|e| e.to_string()), Ok(again.clone()));
     }
 
+    /// What `required_headers` says a store may filter on is necessary: a message the
+    /// selector matches always has those header values (so a scan that filters on
+    /// them in SQL never misses a match).
+    #[test]
+    fn required_headers_never_exclude_a_match(ast in condition(), ms in messages()) {
+        let text = ast.to_string();
+        let s = parsed(&text)?;
+        let required = s.required_headers();
+        for m in &ms {
+            if !s.matches(m) {
+                continue;
+            }
+            for (name, values) in &required {
+                let first = m.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+                prop_assert!(first.is_some_and(|v| values.contains(v)), "{} needs {}", text, name);
+            }
+        }
+    }
+
     #[test]
     fn not_negates(ast in condition(), ms in messages()) {
         let text = ast.to_string();
