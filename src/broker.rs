@@ -1221,6 +1221,16 @@ impl Broker {
         &self,
         destination: impl ToDestination,
     ) -> Result<QueueBrowser, Error> {
+        self.browse_queue_matching(destination, None).await
+    }
+
+    /// [`Broker::browse_queue`], showing only the messages `selector` matches (all
+    /// with `None`); pages are read as for a browse of everything.
+    pub async fn browse_queue_matching(
+        &self,
+        destination: impl ToDestination,
+        selector: Option<Selector>,
+    ) -> Result<QueueBrowser, Error> {
         let key = destination.to_destination()?;
         let DestinationAddr::Queue(queue) = self.destination(&key).await? else {
             return Err(Error::InvalidDestination {
@@ -1263,8 +1273,15 @@ impl Broker {
                 Some((messages, next))
             }
         });
+        let shown = move |item: &Result<Received, Error>| {
+            let shown = match (item, &selector) {
+                (Ok(m), Some(selector)) => selector.matches(&*m.delivery.message),
+                _ => true,
+            };
+            std::future::ready(shown)
+        };
         Ok(QueueBrowser {
-            inner: Box::pin(pages.map(futures::stream::iter).flatten()),
+            inner: Box::pin(pages.map(futures::stream::iter).flatten().filter(shown)),
         })
     }
 

@@ -644,14 +644,11 @@ impl Session {
                 "subscription id `{id}` is already in use on this connection"
             ));
         }
-        if browser && selector.is_some() {
-            return refuse("browser:true with a selector is not supported yet: browse without one");
-        }
         if browser {
             // Browsing needs only the read right (as ActiveMQ's browse permission).
             let browser = self
                 .broker
-                .browse_queue(&destination)
+                .browse_queue_matching(&destination, selector)
                 .await
                 .map_err(|e| Refusal(format!("cannot browse: {e}")))?;
             self.subscriptions.insert(

@@ -98,6 +98,12 @@ async fn stomp_13_browsing_does_not_consume(t: TestStore) {
     let stats = s.broker.queue_stats("BIG").await.unwrap();
     assert_eq!(stats.dispatched, 0);
     assert_eq!(stats.pending_non_persistent, 1, "the browse took nothing");
+
+    // With a selector, only what it matches is listed.
+    b.write(b"SUBSCRIBE\ndestination:/queue/BIG\nid:sel\nbrowser:true\nselector:JMSDeliveryMode = 'NON_PERSISTENT'\n\n\0")
+        .await;
+    let frames = frames_until(&mut b, |f| f.get("browser") == Some("end")).await;
+    assert_eq!(bodies(&frames), ["m70"]);
     s.stop().await;
 }
 
