@@ -270,6 +270,10 @@ pub struct SubscribeOptions {
     /// messages it does not match are not its own: never delivered or counted as
     /// expired for it, and acked for it so that cleanup deletes them.
     pub selector: Option<Selector>,
+    /// An exclusive queue consumer (ActiveMQ's exclusive consumers): while the oldest
+    /// exclusive consumer of the queue lives it gets every message, and the next one
+    /// takes over when it goes. A topic refuses it ([`Error::Actor`] with `Invalid`).
+    pub exclusive: bool,
 }
 
 impl SubscribeOptions {
@@ -300,6 +304,12 @@ impl SubscribeOptions {
     /// Only messages `selector` matches are delivered (see [`SubscribeOptions::selector`]).
     pub fn selector(mut self, selector: Selector) -> Self {
         self.selector = Some(selector);
+        self
+    }
+
+    /// An exclusive queue consumer (see [`SubscribeOptions::exclusive`]).
+    pub fn exclusive(mut self) -> Self {
+        self.exclusive = true;
         self
     }
 }
@@ -1095,6 +1105,7 @@ impl Broker {
                 prefetch: options.prefetch,
                 deliver: tx,
                 selector: options.selector.map(Arc::new),
+                exclusive: options.exclusive,
                 auto_acks: shared.clone(),
             })
             .await??;

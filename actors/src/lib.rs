@@ -22,7 +22,8 @@
 //!   actor writes only its dispatch and its expiry page; a new kind is its own file
 //!   plus a variant in the registry's [`DestinationAddr`](broker::DestinationAddr).
 //! - [`subscription`] (one topic subscription's cursor and credit), [`queue_cursor`] (a
-//!   queue's cursor), [`usage`] (memory limits and producer flow control), [`policy`]
+//!   queue's cursor), [`message_groups`] (which consumer owns each message group),
+//!   [`selector`] (JMS message selectors: parser and three-valued evaluation), [`usage`] (memory limits and producer flow control), [`policy`]
 //!   (ActiveMQ-style policy map, in `destination/policy.rs`), [`housekeeping`] (the fair budget of expiry pages),
 //!   [`messages`] (what actors exchange).
 //! - [`selector`]: JMS message selectors (`color = 'red' AND weight > 2`), parsed once
@@ -54,6 +55,7 @@ pub mod destination;
 pub mod error;
 pub mod housekeeping;
 pub mod message;
+pub mod message_groups;
 pub mod messages;
 pub mod queue;
 pub mod queue_cursor;

@@ -26,6 +26,9 @@ pub struct Subscribe {
     /// subscription is offered only those; a durable one stores it, and its cursor
     /// passes (and acks, uncounted) the stored messages it does not match.
     pub selector: Option<std::sync::Arc<crate::selector::Selector>>,
+    /// An exclusive queue consumer (ActiveMQ's `activemq.exclusive`): while the first
+    /// exclusive consumer lives it gets every message; a topic refuses it.
+    pub exclusive: bool,
     /// For a non-durable topic subscription whose consumer acks automatically: the
     /// acks it records without a message ([`AutoAcks`]); a queue or a durable
     /// subscription ignores it (their acks are written to the store).
@@ -171,6 +174,10 @@ pub struct QueueStats {
     /// Stored messages taken ahead of the cursor by scans and still remembered now
     /// (bounded by prefetch and acks in flight, never by the backlog).
     pub taken_ahead: u64,
+    /// Message groups (`JMSXGroupID`) with an owning consumer now.
+    pub message_groups: u64,
+    /// The consumer that gets every message now, if an exclusive one is attached.
+    pub exclusive_owner: Option<u64>,
 }
 
 impl std::ops::Deref for QueueStats {

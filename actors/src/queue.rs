@@ -37,6 +37,14 @@
 //! ActiveMQ's dispatch stops when its page is full of messages no consumer takes, and
 //! Artemis's depaging waits for the messages ahead to be consumed).
 //!
+//! **Exclusive consumers and message groups** (ActiveMQ's). While an exclusive
+//! consumer is attached, the oldest one gets every message (the others, exclusive or
+//! not, get none); when it goes, what it held comes back and the next exclusive one
+//! takes over, or round-robin resumes. A message with `JMSXGroupID` goes to its
+//! group's owner ([`MessageGroups`]): the consumer that got the group's first message,
+//! until it goes or a message with `JMSXGroupSeq: -1` closes the group. A message a
+//! consumer may not take keeps its place while others are dispatched past it.
+//!
 //! **Redelivery.** A message whose delivery ends without an ack (NACK, or its consumer
 //! detached) goes back in its place with its failed-delivery count up and is delivered
 //! again marked `redelivered`. Past `maximum_redeliveries` failures it goes to the
@@ -69,11 +77,32 @@ use crate::destination::{
 };
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
+use crate::message_groups::{MessageGroups, GROUP_HEADER, GROUP_SEQ_HEADER};
 use crate::messages::*;
 use crate::policy::Policy;
 use crate::queue_cursor::{Entry, Place, QueueCursor};
 use crate::selector::Selector;
 use crate::store_actor::StoreHandle;
+
+/// The message group `message` belongs to (its first `JMSXGroupID`), if any.
+fn group_of(message: &TopicMessage) -> Option<&str> {
+    message
+        .payload
+        .headers
+        .iter()
+        .find(|(name, _)| name == GROUP_HEADER)
+        .map(|(_, value)| value.as_str())
+}
+
+/// True when `message` closes its group (`JMSXGroupSeq: -1`).
+fn closes_group(message: &TopicMessage) -> bool {
+    message
+        .payload
+        .headers
+        .iter()
+        .find(|(name, _)| name == GROUP_SEQ_HEADER)
+        .is_some_and(|(_, value)| value.trim() == "-1")
+}
 
 /// A selector's scan page that tests header values in SQL covers at most this many
 /// pages' worth of ids (`max_browse_page_size` × 25: 10,000 ids by default), so what
@@ -104,6 +133,8 @@ struct Consumer {
     /// With a selector: the header values it requires ([`Selector::required_headers`]),
     /// which its scan tests in SQL.
     filter: Arc<Vec<(String, Vec<String>)>>,
+    /// Subscribed as exclusive (`activemq.exclusive`).
+    exclusive: bool,
 }
 
 impl Consumer {
@@ -157,6 +188,8 @@ pub struct QueueActor {
     selective: usize,
     /// A selector's scan of the store is in flight (one at a time per queue).
     scanning: bool,
+    /// Which consumer owns each message group.
+    groups: MessageGroups,
 }
 
 impl QueueActor {
@@ -184,6 +217,29 @@ impl QueueActor {
             stats: QueueStats::default(),
             selective: 0,
             scanning: false,
+            groups: MessageGroups::default(),
+        }
+    }
+
+    /// The consumer that gets every message now: the oldest exclusive one, if any
+    /// (ActiveMQ's exclusive owner).
+    fn exclusive_owner(&self) -> Option<u64> {
+        self.consumers
+            .iter()
+            .find(|(_, c)| c.exclusive)
+            .map(|(id, _)| *id)
+    }
+
+    /// Whether `message` may go to consumer `consumer_id` by the queue's rules: to the
+    /// exclusive owner `owner` alone while there is one (it takes every group too),
+    /// else to its group's owner; the consumer's selector is asked apart.
+    fn eligible(&self, consumer_id: u64, owner: Option<u64>, message: &TopicMessage) -> bool {
+        if let Some(owner) = owner {
+            return owner == consumer_id;
+        }
+        match group_of(message).and_then(|g| self.groups.owner(g)) {
+            Some(group_owner) => group_owner == consumer_id,
+            None => true,
         }
     }
 
@@ -193,8 +249,12 @@ impl QueueActor {
         self.release(released, ctx);
     }
 
-    /// The next consumer after the last one served, in id order, with free prefetch.
+    /// The next consumer after the last one served, in id order, with free prefetch
+    /// (only the exclusive owner, while there is one).
     fn next_consumer(&self) -> Option<u64> {
+        if let Some(owner) = self.exclusive_owner() {
+            return self.consumers[&owner].has_credit().then_some(owner);
+        }
         let free = |(id, c): (&u64, &Consumer)| (c.in_flight.len() < c.prefetch).then_some(*id);
         self.consumers
             .range(self.last_consumer + 1..)
@@ -208,8 +268,14 @@ impl QueueActor {
     fn dispatch(&mut self, ctx: &mut Context<Self>) {
         let now = now_ms();
         let mut expired = Vec::new();
-        if self.selective == 0 {
-            while let Some(consumer_id) = self.next_consumer() {
+        if self.selective == 0 && self.groups.is_empty() {
+            // No consumer looks at messages and no group is owned: the first message
+            // goes to the next consumer with credit (a message that starts a group
+            // gives it an owner, and the next ones go the other way).
+            while self.groups.is_empty() {
+                let Some(consumer_id) = self.next_consumer() else {
+                    break;
+                };
                 let Some((place, entry)) = self.cursor.pop() else {
                     break;
                 };
@@ -219,7 +285,8 @@ impl QueueActor {
                 }
                 self.hand_out(consumer_id, place, entry, ctx);
             }
-        } else {
+        }
+        if self.selective > 0 || !self.groups.is_empty() {
             // A consumer that turned out to be gone gives its messages back during the
             // pass, maybe before where it was: look again from there.
             loop {
@@ -273,15 +340,19 @@ impl QueueActor {
                 .chain(self.consumers.range(..=self.last_consumer))
                 .map(|(id, _)| *id)
                 .collect();
+            let owner = self.exclusive_owner();
             let mut any_credit = false;
             let mut taker = None;
             for id in ids {
+                // The queue's rules first: a message another consumer must take is not
+                // looked at (and not marked looked at) by this one's selector.
+                let eligible = self.eligible(id, owner, &message);
                 let consumer = self.consumers.get_mut(&id).expect("listed above");
                 if !consumer.has_credit() {
                     continue;
                 }
                 any_credit = true;
-                if consumer.takes(place, &message) {
+                if eligible && consumer.takes(place, &message) {
                     taker = Some(id);
                     break;
                 }
@@ -317,6 +388,13 @@ impl QueueActor {
         consumer.next_delivery_id += 1;
         consumer.in_flight.insert(delivery_id, place);
         self.last_consumer = consumer_id;
+        if let Some(group) = group_of(&entry.message) {
+            if closes_group(&entry.message) {
+                self.groups.close(group);
+            } else if self.groups.owner(group).is_none() {
+                self.groups.assign(group, consumer_id);
+            }
+        }
         self.core.counters.dispatched += 1;
         if entry.failed_deliveries > 0 {
             self.stats.redelivered += 1;
@@ -337,8 +415,10 @@ impl QueueActor {
         };
         let published = self.cursor.published_upto();
         let last_waiting = self.cursor.last_place();
-        let wants = |c: &Consumer| {
-            c.selector.is_some()
+        let owner = self.exclusive_owner();
+        let wants = |id: u64, c: &Consumer| {
+            owner.is_none_or(|owner| owner == id)
+                && c.selector.is_some()
                 && c.has_credit()
                 && last_waiting.is_none_or(|last| c.examined_before > last)
                 && c.scanned_upto.max(floor) < published
@@ -347,7 +427,7 @@ impl QueueActor {
             .consumers
             .range(self.last_consumer + 1..)
             .chain(self.consumers.range(..=self.last_consumer))
-            .find(|(_, c)| wants(c))
+            .find(|(id, c)| wants(**id, c))
             .map(|(id, _)| *id)
         else {
             return;
@@ -649,6 +729,7 @@ impl QueueActor {
             return;
         };
         self.selective -= usize::from(consumer.selector.is_some());
+        self.groups.release(id);
         for place in consumer.in_flight.into_values() {
             self.give_back(place, "consumer closed without ack", ctx);
         }
@@ -874,6 +955,7 @@ impl Handler<Subscribe> for QueueActor {
                 selector: msg.selector,
                 examined_before: (i64::MIN, 0),
                 scanned_upto: 0,
+                exclusive: msg.exclusive,
             },
         );
         self.dispatch(ctx);
@@ -993,6 +1075,8 @@ impl Handler<GetQueueStats> for QueueActor {
             pending_non_persistent: self.cursor.transient_len() as u64,
             cursor_live: self.cursor.is_live(),
             taken_ahead: self.cursor.ahead_len() as u64,
+            message_groups: self.groups.len() as u64,
+            exclusive_owner: self.exclusive_owner(),
             ..self.stats.clone()
         }
     }

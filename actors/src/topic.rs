@@ -582,6 +582,12 @@ impl Handler<Subscribe> for TopicActor {
     type Result = ResponseActFuture<Self, Result<u64, ActorError>>;
 
     fn handle(&mut self, msg: Subscribe, _: &mut Context<Self>) -> Self::Result {
+        if msg.exclusive {
+            return Box::pin(fut::ready(Err(ActorError::Invalid(
+                "an exclusive consumer is for queues: every topic subscription gets every message"
+                    .into(),
+            ))));
+        }
         let id = self.next_subscription_id();
         let Some(key) = msg.durable else {
             let prefetch = msg.prefetch.unwrap_or(self.core.policy.topic_prefetch);

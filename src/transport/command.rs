@@ -167,6 +167,8 @@ pub enum Command {
         /// `browser:true` (queues, STOMP 1.1+, auto ack): list the messages present
         /// without consuming them, then a MESSAGE with `browser:end`.
         browser: bool,
+        /// `activemq.exclusive:true` (queues): an exclusive consumer.
+        exclusive: bool,
     },
     Unsubscribe {
         /// `id`, or the destination (STOMP 1.0).
@@ -273,7 +275,6 @@ impl Command {
 /// not silently get other semantics (RabbitMQ's `durable`, `auto-delete` and `x-*`
 /// queue arguments, Artemis's `subscription-type` and `durable-subscription-name`).
 const UNSUPPORTED_SUBSCRIBE: &[(&str, &str, &str)] = &[
-    ("activemq.exclusive", "false", "exclusive consumers are not supported yet"),
     ("activemq.noLocal", "false", "noLocal is not supported yet"),
     ("activemq.retroactive", "false", "retroactive subscriptions are not supported"),
     ("activemq.priority", "", "consumer priorities are not supported"),
@@ -310,6 +311,7 @@ const KNOWN_SUBSCRIBE: &[&str] = &[
     "selector",
     "browser",
     "activemq.prefetchSize",
+    "activemq.exclusive",
     "activemq.subscriptionName",
     "activemq.subcriptionName",
     "activemq.dispatchAsync",
@@ -401,6 +403,23 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
     }
     // A bad selector is refused with its position; nothing is subscribed.
     // An empty one is none (as ActiveMQ).
+    let exclusive = match frame.get("activemq.exclusive") {
+        None | Some("false") => false,
+        Some("true") if destination.is_queue() => true,
+        Some("true") => {
+            return refuse(
+                "activemq.exclusive is for queues: every topic subscription gets every message",
+            )
+        }
+        Some(other) => {
+            return refuse(format!(
+                "invalid activemq.exclusive `{other}`: true or false"
+            ))
+        }
+    };
+    if exclusive && browser {
+        return refuse("browser:true takes no activemq.exclusive: browsing consumes nothing");
+    }
     let selector = match frame.get("selector").filter(|s| !s.trim().is_empty()) {
         None => None,
         Some(text) => Some(Selector::parse(text).map_err(|e| Refusal(e.to_string()))?),
@@ -413,6 +432,7 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         durable_name,
         selector,
         browser,
+        exclusive,
     })
 }
 
@@ -792,7 +812,6 @@ mod tests {
             Command::parse(&frame(frame::Command::Subscribe, &headers), Version::V1_2)
         };
         for (name, value) in [
-            ("activemq.exclusive", "true"),
             ("activemq.noLocal", "true"),
             ("activemq.retroactive", "true"),
             ("activemq.priority", "9"),

@@ -220,6 +220,15 @@ impl futures::Stream for Feed {
     }
 }
 
+/// What a SUBSCRIBE asks for besides its destination, id and ack mode.
+struct StompSubscribe {
+    prefetch: Option<u32>,
+    durable_name: Option<String>,
+    selector: Option<crate::broker::Selector>,
+    browser: bool,
+    exclusive: bool,
+}
+
 /// A client subscription on this connection.
 struct Sub {
     /// `None` for a browse (it acks nothing).
@@ -503,17 +512,16 @@ impl Session {
                 durable_name,
                 selector,
                 browser,
+                exclusive,
             } => {
-                self.subscribe(
-                    destination,
-                    id,
-                    ack,
+                let options = StompSubscribe {
                     prefetch,
                     durable_name,
                     selector,
                     browser,
-                )
-                .await?
+                    exclusive,
+                };
+                self.subscribe(destination, id, ack, options).await?
             }
             Command::Unsubscribe { id, durable_name } => self.unsubscribe(id, durable_name).await?,
             Command::Ack { ack, transaction } => return self.ack(ack, transaction),
@@ -627,17 +635,20 @@ impl Session {
         format!("{XID_PREFIX}{}:{tx}", self.session_id)
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn subscribe(
         &mut self,
         destination: DestinationKey,
         id: String,
         mode: StompAck,
-        prefetch: Option<u32>,
-        durable_name: Option<String>,
-        selector: Option<crate::broker::Selector>,
-        browser: bool,
+        options: StompSubscribe,
     ) -> Result<(), Refusal> {
+        let StompSubscribe {
+            prefetch,
+            durable_name,
+            selector,
+            browser,
+            exclusive,
+        } = options;
         self.authorize(Right::Read, &destination)?;
         if self.subscriptions.contains_key(&id) {
             return refuse(format!(
@@ -689,6 +700,7 @@ impl Session {
         };
         options.prefetch = prefetch;
         options.selector = selector;
+        options.exclusive = exclusive;
         options.ack = if mode == StompAck::Auto {
             AckMode::Auto
         } else {

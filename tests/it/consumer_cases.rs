@@ -192,7 +192,7 @@ async fn unsupported_subscribe_headers_are_refused(t: TestStore) {
     let mut p = Client::connected(s.addr, None).await;
     send(&mut p, "/queue/H", "kept", "r").await;
     for header in [
-        "activemq.exclusive:true",
+        "activemq.retroactive:true",
         "activemq.noLocal:true",
         "x-stream-offset:first",
     ] {
@@ -374,6 +374,181 @@ async fn dur_11_resubscribing_to_another_topic_replaces_the_subscription(t: Test
     s.stop().await;
 }
 
+/// Exclusive consumers (`activemq.exclusive:true`): the oldest exclusive consumer of
+/// a queue gets every message while it lives, a plain one beside it nothing; when it
+/// goes, what it held comes back and the next exclusive consumer takes over; when
+/// none is left, round-robin resumes. On a topic it is refused.
+async fn exclusive_consumers_take_over_in_turn(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let sub = |id: &str, extra: &str| {
+        format!("SUBSCRIBE\ndestination:/queue/EX\nid:{id}\nack:client-individual\n{extra}receipt:s{id}\n\n\0")
+    };
+    let mut first = Client::connected(s.addr, None).await;
+    first
+        .write(sub("1", "activemq.exclusive:true\n").as_bytes())
+        .await;
+    receipt(&mut first, "s1").await;
+    let mut plain = Client::connected(s.addr, None).await;
+    plain.write(sub("2", "").as_bytes()).await;
+    receipt(&mut plain, "s2").await;
+    let mut second = Client::connected(s.addr, None).await;
+    second
+        .write(sub("3", "activemq.exclusive:true\n").as_bytes())
+        .await;
+    receipt(&mut second, "s3").await;
+    let mut p = Client::connected(s.addr, None).await;
+    for i in 0..6 {
+        send(&mut p, "/queue/EX", &format!("x{i}"), &format!("r{i}")).await;
+    }
+    let mut got = Vec::new();
+    for _ in 0..6 {
+        got.push(
+            first
+                .frame()
+                .await
+                .expect("the exclusive consumer gets all"),
+        );
+    }
+    assert_eq!(bodies(&got), ["x0", "x1", "x2", "x3", "x4", "x5"]);
+    assert!(plain.frame_within(300).await.is_none());
+    assert!(second.frame_within(10).await.is_none());
+    // Ack two, then the owner goes: the other four go to the next exclusive consumer.
+    for (i, f) in got.iter().take(2).enumerate() {
+        first
+            .write(format!("ACK\nid:{}\nreceipt:a{i}\n\n\0", f.get("ack").unwrap()).as_bytes())
+            .await;
+        receipt(&mut first, &format!("a{i}")).await;
+    }
+    drop(first);
+    let mut again = Vec::new();
+    for _ in 0..4 {
+        again.push(
+            second
+                .frame()
+                .await
+                .expect("the next exclusive consumer takes over"),
+        );
+    }
+    assert_eq!(bodies(&again), ["x2", "x3", "x4", "x5"]);
+    assert!(again.iter().all(|f| f.get("redelivered") == Some("true")));
+    assert!(plain.frame_within(300).await.is_none());
+    drop(second);
+    // No exclusive consumer left: the plain one gets them.
+    let mut last = Vec::new();
+    for _ in 0..4 {
+        last.push(plain.frame().await.expect("round-robin again"));
+    }
+    assert_eq!(bodies(&last), ["x2", "x3", "x4", "x5"]);
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\ndestination:/topic/T\nid:1\nactivemq.exclusive:true\nreceipt:x\n\n\0")
+        .await;
+    let f = c.frame().await.expect("an ERROR");
+    assert_eq!(f.command, Command::Error, "{f:?}");
+    assert_eq!(f.get("receipt-id"), Some("x"));
+    s.stop().await;
+}
+
+/// Message groups (`JMSXGroupID`): every message of a group goes to one consumer, in
+/// order; groups spread over the consumers; `JMSXGroupSeq: -1` closes a group; when a
+/// group's owner goes, the group's messages it held come back, in order, to one other
+/// consumer.
+async fn message_groups_stay_with_one_consumer(t: TestStore) {
+    let b = broker(&t, policy(0, 400), 2).await;
+    let options = || {
+        ebb::SubscribeOptions::non_durable()
+            .ack(ebb::AckMode::Client)
+            .prefetch(100)
+    };
+    let mut consumers = Vec::new();
+    for _ in 0..3 {
+        consumers.push(b.subscribe("queue://G", options()).await.unwrap());
+    }
+    let groups = ["a", "b", "c", "d", "e", "f"];
+    for i in 0..60 {
+        let m = ebb::Message::new(format!("{}{i}", groups[i % 6]))
+            .persistent(true)
+            .header("JMSXGroupID", groups[i % 6]);
+        b.send("queue://G", m).await.unwrap();
+    }
+    let mut received: Vec<Vec<ebb::Received>> = Vec::new();
+    for c in consumers.iter_mut() {
+        let mut got = Vec::new();
+        while let Some(m) = next_within(c, 300).await {
+            got.push(m);
+        }
+        received.push(got);
+    }
+    assert_eq!(received.iter().map(Vec::len).sum::<usize>(), 60);
+    let group = |m: &ebb::Received| body(m)[..1].to_string();
+    let mut owner = std::collections::HashMap::new();
+    for (i, got) in received.iter().enumerate() {
+        for m in got {
+            assert_eq!(
+                *owner.entry(group(m)).or_insert(i),
+                i,
+                "group {} split",
+                group(m)
+            );
+        }
+        // In order within each group.
+        for g in groups {
+            let seq: Vec<u32> = got
+                .iter()
+                .filter(|m| group(m) == g)
+                .map(|m| body(m)[1..].parse().unwrap())
+                .collect();
+            assert!(seq.windows(2).all(|w| w[0] < w[1]), "{g}: {seq:?}");
+        }
+    }
+    let used = received.iter().filter(|g| !g.is_empty()).count();
+    assert!(used >= 2, "groups spread over the consumers: {used} used");
+    assert_eq!(b.queue_stats("G").await.unwrap().message_groups, 6);
+
+    // The owner of group `a` goes without acking: its messages come back in order to
+    // one consumer, which now owns the group.
+    let a_owner = owner["a"];
+    let held: Vec<String> = received[a_owner].iter().map(body).collect();
+    drop(consumers.remove(a_owner));
+    received.remove(a_owner);
+    let mut back = Vec::new();
+    for c in consumers.iter_mut() {
+        let mut got = Vec::new();
+        while let Some(m) = next_within(c, 300).await {
+            got.push(body(&m));
+        }
+        back.push(got);
+    }
+    let takers: Vec<&Vec<String>> = back
+        .iter()
+        .filter(|g| g.iter().any(|m| m.starts_with('a')))
+        .collect();
+    assert_eq!(
+        takers.len(),
+        1,
+        "group a came back to one consumer: {back:?}"
+    );
+    let a_again: Vec<&String> = takers[0].iter().filter(|m| m.starts_with('a')).collect();
+    let a_held: Vec<&String> = held.iter().filter(|m| m.starts_with('a')).collect();
+    assert_eq!(a_again, a_held, "in order");
+
+    // JMSXGroupSeq -1 closes a group: it has no owner after that message.
+    let before = b.queue_stats("G").await.unwrap().message_groups;
+    let close = ebb::Message::new("a-last")
+        .persistent(true)
+        .header("JMSXGroupID", "a")
+        .header("JMSXGroupSeq", "-1");
+    b.send("queue://G", close).await.unwrap();
+    let mut closed = false;
+    for c in consumers.iter_mut() {
+        while let Some(m) = next_within(c, 300).await {
+            closed |= body(&m) == "a-last";
+        }
+    }
+    assert!(closed, "the closing message is delivered");
+    assert_eq!(b.queue_stats("G").await.unwrap().message_groups, before - 1);
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
     stomp_13_browsing_does_not_consume,
@@ -383,4 +558,6 @@ on_every_backend!(
     conn_10_a_client_id_is_connected_once,
     conn_10_link_stealing_closes_the_older_connection,
     dur_11_resubscribing_to_another_topic_replaces_the_subscription,
+    exclusive_consumers_take_over_in_turn,
+    message_groups_stay_with_one_consumer,
 );
