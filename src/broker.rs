@@ -153,6 +153,10 @@ pub struct Message {
     /// 0..=9, default 4.
     pub priority: u8,
     pub expiration: Expiration,
+    /// The connection that sends it, as the caller numbers its connections: a
+    /// subscription with [`SubscribeOptions::no_local`] of the same number does not
+    /// receive it (JMS `noLocal`). `None` by default.
+    pub origin: Option<u64>,
 }
 
 impl Message {
@@ -164,7 +168,14 @@ impl Message {
             persistent: true,
             priority: ebb_store::DEFAULT_PRIORITY,
             expiration: Expiration::Never,
+            origin: None,
         }
+    }
+
+    /// Names the connection that sends it (see [`Message::origin`]).
+    pub fn from_connection(mut self, connection: u64) -> Self {
+        self.origin = Some(connection);
+        self
     }
 
     pub fn persistent(mut self, persistent: bool) -> Self {
@@ -274,6 +285,11 @@ pub struct SubscribeOptions {
     /// exclusive consumer of the queue lives it gets every message, and the next one
     /// takes over when it goes. A topic refuses it ([`Error::Actor`] with `Invalid`).
     pub exclusive: bool,
+    /// JMS `noLocal` for a non-durable topic subscription: messages sent with this
+    /// [`Message::origin`] are not delivered to it. A queue and a durable
+    /// subscription refuse it ([`Error::Actor`] with `Invalid`): a stored message
+    /// does not keep its origin.
+    pub no_local: Option<u64>,
 }
 
 impl SubscribeOptions {
@@ -310,6 +326,12 @@ impl SubscribeOptions {
     /// An exclusive queue consumer (see [`SubscribeOptions::exclusive`]).
     pub fn exclusive(mut self) -> Self {
         self.exclusive = true;
+        self
+    }
+
+    /// Not the messages of connection `connection` (see [`SubscribeOptions::no_local`]).
+    pub fn no_local(mut self, connection: u64) -> Self {
+        self.no_local = Some(connection);
         self
     }
 }
@@ -885,6 +907,7 @@ impl Broker {
             expiration,
             payload: Arc::new(payload),
             charge: Some(Arc::new(charge)),
+            origin: message.origin,
         })
     }
 
@@ -1106,6 +1129,7 @@ impl Broker {
                 deliver: tx,
                 selector: options.selector.map(Arc::new),
                 exclusive: options.exclusive,
+                no_local: options.no_local,
                 auto_acks: shared.clone(),
             })
             .await??;

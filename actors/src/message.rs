@@ -23,6 +23,9 @@ pub struct TopicMessage {
     /// The memory it is charged to while the broker holds it (see [`crate::usage`]);
     /// `None` for messages read from the store.
     pub charge: Option<Arc<crate::usage::MemoryCharge>>,
+    /// The connection that sent it, as the sender named it, for `noLocal`
+    /// subscriptions; `None` when not named, and for messages read from the store.
+    pub origin: Option<u64>,
 }
 
 impl TopicMessage {
@@ -47,6 +50,7 @@ impl TopicMessage {
             expiration: m.expiration,
             payload: Arc::clone(&m.payload),
             charge: None,
+            origin: None,
         }
     }
 }

@@ -29,6 +29,10 @@ pub struct Subscribe {
     /// An exclusive queue consumer (ActiveMQ's `activemq.exclusive`): while the first
     /// exclusive consumer lives it gets every message; a topic refuses it.
     pub exclusive: bool,
+    /// JMS `noLocal` (non-durable topic subscriptions): messages whose
+    /// [`TopicMessage::origin`] is this are not delivered; a queue and a durable
+    /// subscription refuse it.
+    pub no_local: Option<u64>,
     /// For a non-durable topic subscription whose consumer acks automatically: the
     /// acks it records without a message ([`AutoAcks`]); a queue or a durable
     /// subscription ignores it (their acks are written to the store).

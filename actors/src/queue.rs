@@ -669,6 +669,7 @@ impl QueueActor {
                 body: original.payload.body.clone(),
             }),
             charge: None,
+            origin: None,
         };
         let letter = AcceptDeadLetter {
             from: self.core.key.clone(),
@@ -932,6 +933,12 @@ impl Handler<Subscribe> for QueueActor {
         if msg.durable.is_some() {
             return Err(ActorError::Invalid(
                 "a queue has no durable subscriptions: its messages wait for any consumer".into(),
+            ));
+        }
+        if msg.no_local.is_some() {
+            return Err(ActorError::Invalid(
+                "noLocal is for topics: a queue's message goes to one consumer, whoever sent it"
+                    .into(),
             ));
         }
         let id = self.next_consumer;

@@ -446,6 +446,7 @@ mod tests {
             expiration: 0,
             payload: Arc::new(Payload::default()),
             charge: None,
+            origin: None,
         })
     }
 

@@ -167,6 +167,8 @@ pub struct SubscriptionState {
     /// Stored messages a durable subscription's selector does not match, met by its
     /// cursor and not yet handed to the topic to ack ([`Self::take_skipped`]).
     skipped: Vec<(i64, u8)>,
+    /// JMS `noLocal` (non-durable): messages from this origin are not offered.
+    no_local: Option<u64>,
 }
 
 /// What [`SubscriptionState::take_ready`] produced.
@@ -245,7 +247,15 @@ impl SubscriptionState {
             auto_acks: None,
             selector: None,
             skipped: Vec::new(),
+            no_local: None,
         }
+    }
+
+    /// A non-durable subscription that is not offered the messages sent by
+    /// connection `origin` ([`TopicMessage::origin`], JMS `noLocal`).
+    pub fn no_local(mut self, origin: u64) -> Self {
+        self.no_local = Some(origin);
+        self
     }
 
     /// A subscription that is delivered only the messages `selector` matches. The
@@ -323,7 +333,8 @@ impl SubscriptionState {
     /// A message published to the topic. Returns how many waiting messages were
     /// discarded to stay within the bound (non-durable only).
     pub fn offer(&mut self, message: &Arc<TopicMessage>) -> u64 {
-        let wanted = self.wants(message);
+        let wanted =
+            self.wants(message) && (self.no_local.is_none() || message.origin != self.no_local);
         let Some(cursor) = &mut self.cursor else {
             if !wanted {
                 return 0;
@@ -550,6 +561,7 @@ mod tests {
             expiration,
             payload: Arc::new(Payload::default()),
             charge: None,
+            origin: None,
         })
     }
 

@@ -599,9 +599,17 @@ impl Handler<Subscribe> for TopicActor {
             if let Some(selector) = msg.selector {
                 state = state.with_selector(selector);
             }
+            if let Some(origin) = msg.no_local {
+                state = state.no_local(origin);
+            }
             self.subscriptions.insert(id, state);
             return Box::pin(fut::ready(Ok(id)));
         };
+        if msg.no_local.is_some() {
+            return Box::pin(fut::ready(Err(ActorError::Invalid(
+                "noLocal on a durable subscription is not supported: a stored message does not keep the connection that sent it".into(),
+            ))));
+        }
         let selector = msg.selector;
         let prefetch = msg.prefetch.unwrap_or(self.core.policy.durable_prefetch);
         let existed = self.durables.contains_key(&key);

@@ -169,6 +169,9 @@ pub enum Command {
         browser: bool,
         /// `activemq.exclusive:true` (queues): an exclusive consumer.
         exclusive: bool,
+        /// `activemq.noLocal:true` (non-durable topic subscriptions): not the messages
+        /// this connection sends.
+        no_local: bool,
     },
     Unsubscribe {
         /// `id`, or the destination (STOMP 1.0).
@@ -275,7 +278,6 @@ impl Command {
 /// not silently get other semantics (RabbitMQ's `durable`, `auto-delete` and `x-*`
 /// queue arguments, Artemis's `subscription-type` and `durable-subscription-name`).
 const UNSUPPORTED_SUBSCRIBE: &[(&str, &str, &str)] = &[
-    ("activemq.noLocal", "false", "noLocal is not supported yet"),
     ("activemq.retroactive", "false", "retroactive subscriptions are not supported"),
     ("activemq.priority", "", "consumer priorities are not supported"),
     (
@@ -312,6 +314,7 @@ const KNOWN_SUBSCRIBE: &[&str] = &[
     "browser",
     "activemq.prefetchSize",
     "activemq.exclusive",
+    "activemq.noLocal",
     "activemq.subscriptionName",
     "activemq.subcriptionName",
     "activemq.dispatchAsync",
@@ -417,6 +420,17 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
             ))
         }
     };
+    let no_local = match frame.get("activemq.noLocal") {
+        None | Some("false") => false,
+        Some("true") if destination.is_queue() => {
+            return refuse("activemq.noLocal is for topics: a queue's message goes to one consumer, whoever sent it")
+        }
+        Some("true") if durable_name.is_some() => {
+            return refuse("activemq.noLocal on a durable subscription is not supported: a stored message does not keep the connection that sent it")
+        }
+        Some("true") => true,
+        Some(other) => return refuse(format!("invalid activemq.noLocal `{other}`: true or false")),
+    };
     if exclusive && browser {
         return refuse("browser:true takes no activemq.exclusive: browsing consumes nothing");
     }
@@ -433,6 +447,7 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         selector,
         browser,
         exclusive,
+        no_local,
     })
 }
 
@@ -812,7 +827,6 @@ mod tests {
             Command::parse(&frame(frame::Command::Subscribe, &headers), Version::V1_2)
         };
         for (name, value) in [
-            ("activemq.noLocal", "true"),
             ("activemq.retroactive", "true"),
             ("activemq.priority", "9"),
             ("activemq.maximumPendingMessageLimit", "10"),

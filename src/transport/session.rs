@@ -227,7 +227,11 @@ struct StompSubscribe {
     selector: Option<crate::broker::Selector>,
     browser: bool,
     exclusive: bool,
+    no_local: bool,
 }
+
+/// Numbers the connections of this process: a message's origin, for `noLocal`.
+static CONNECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A client subscription on this connection.
 struct Sub {
@@ -265,6 +269,8 @@ pub struct Session {
     client_id: Option<String>,
     /// The hold on `client_id` while the session lives.
     claim: Option<Claim>,
+    /// This connection's number: its messages' origin, for `noLocal` subscriptions.
+    connection: u64,
     principal: Option<Principal>,
     subscriptions: HashMap<String, Sub>,
     /// The subscriptions' message streams, by subscription id.
@@ -291,6 +297,7 @@ impl Session {
             version: Version::V1_0,
             client_id: None,
             claim: None,
+            connection: CONNECTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             principal: None,
             subscriptions: HashMap::new(),
             streams: StreamMap::new(),
@@ -513,6 +520,7 @@ impl Session {
                 selector,
                 browser,
                 exclusive,
+                no_local,
             } => {
                 let options = StompSubscribe {
                     prefetch,
@@ -520,6 +528,7 @@ impl Session {
                     selector,
                     browser,
                     exclusive,
+                    no_local,
                 };
                 self.subscribe(destination, id, ack, options).await?
             }
@@ -605,6 +614,7 @@ impl Session {
         message: Message,
         transaction: Option<String>,
     ) -> Result<Applied, Refusal> {
+        let message = message.from_connection(self.connection);
         self.authorize(Right::Write, &destination)?;
         if self.producing.insert(destination.clone()) {
             self.broker.producer_joined(&destination);
@@ -648,6 +658,7 @@ impl Session {
             selector,
             browser,
             exclusive,
+            no_local,
         } = options;
         self.authorize(Right::Read, &destination)?;
         if self.subscriptions.contains_key(&id) {
@@ -701,6 +712,7 @@ impl Session {
         options.prefetch = prefetch;
         options.selector = selector;
         options.exclusive = exclusive;
+        options.no_local = no_local.then_some(self.connection);
         options.ack = if mode == StompAck::Auto {
             AckMode::Auto
         } else {

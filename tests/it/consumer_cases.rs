@@ -193,7 +193,7 @@ async fn unsupported_subscribe_headers_are_refused(t: TestStore) {
     send(&mut p, "/queue/H", "kept", "r").await;
     for header in [
         "activemq.retroactive:true",
-        "activemq.noLocal:true",
+        "activemq.priority:5",
         "x-stream-offset:first",
     ] {
         let mut c = Client::connected(s.addr, None).await;
@@ -549,6 +549,42 @@ async fn message_groups_stay_with_one_consumer(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// `activemq.noLocal:true` on a topic: a connection does not receive what it sends
+/// itself, and still receives what others send; another subscription on the same
+/// topic gets both. On a queue, or with a durable subscription, it is refused.
+async fn no_local_skips_a_connections_own_messages(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let mut me = Client::connected(s.addr, None).await;
+    me.write(b"SUBSCRIBE\ndestination:/topic/NL\nid:1\nactivemq.noLocal:true\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut me, "s").await;
+    let mut all = Client::connected(s.addr, None).await;
+    all.write(b"SUBSCRIBE\ndestination:/topic/NL\nid:1\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut all, "s").await;
+    let mut other = Client::connected(s.addr, None).await;
+    me.write(b"SEND\ndestination:/topic/NL\n\nmine\0").await;
+    send(&mut other, "/topic/NL", "theirs", "r").await;
+    let f = me.frame().await.expect("the other connection's message");
+    assert_eq!(f.body, &b"theirs"[..]);
+    assert!(me.frame_within(300).await.is_none(), "not its own");
+    let got = [all.frame().await.unwrap(), all.frame().await.unwrap()];
+    assert_eq!(bodies(&got), ["mine", "theirs"]);
+    for frame in [
+        "SUBSCRIBE\ndestination:/queue/Q\nid:1\nactivemq.noLocal:true\nreceipt:x\n\n\0",
+        "SUBSCRIBE\ndestination:/topic/NL\nid:1\nactivemq.noLocal:true\nactivemq.subscriptionName:d\nreceipt:x\n\n\0",
+    ] {
+        let mut c = Client::connected(s.addr, Some("nl")).await;
+        c.write(frame.as_bytes()).await;
+        let f = c.frame().await.expect("an ERROR");
+        assert_eq!(f.command, Command::Error, "{f:?}");
+        assert_eq!(f.get("receipt-id"), Some("x"));
+        assert!(f.get("message").unwrap().contains("noLocal"), "{f:?}");
+        assert!(c.closed().await);
+    }
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     stomp_13_browsing_does_not_consume,
@@ -560,4 +596,5 @@ on_every_backend!(
     dur_11_resubscribing_to_another_topic_replaces_the_subscription,
     exclusive_consumers_take_over_in_turn,
     message_groups_stay_with_one_consumer,
+    no_local_skips_a_connections_own_messages,
 );

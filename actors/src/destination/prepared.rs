@@ -71,6 +71,7 @@ mod tests {
                 body: text.as_bytes().to_vec().into(),
             }),
             charge: None,
+            origin: None,
         }
     }
 

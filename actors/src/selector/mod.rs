@@ -526,6 +526,7 @@ mod tests {
                 ..Default::default()
             }),
             charge: None,
+            origin: None,
         };
         assert_eq!(message.header("kind"), Some("image"));
         assert_eq!(message.header("missing"), None);
