@@ -119,6 +119,25 @@ pub enum StompAck {
     ClientIndividual,
 }
 
+/// What a SUBSCRIBE asks for besides its destination, id and ack mode.
+#[derive(Debug, Default)]
+pub struct SubscribeHeaders {
+    /// `activemq.prefetchSize` (at least 1).
+    pub prefetch: Option<u32>,
+    /// `activemq.subscriptionName` (topics only): a durable subscription.
+    pub durable_name: Option<String>,
+    /// `selector`: only messages it matches are delivered.
+    pub selector: Option<Selector>,
+    /// `browser:true` (queues, STOMP 1.1+, auto ack): list the messages present
+    /// without consuming them, then a MESSAGE with `browser:end`.
+    pub browser: bool,
+    /// `activemq.exclusive:true` (queues): an exclusive consumer.
+    pub exclusive: bool,
+    /// `activemq.noLocal:true` (non-durable topic subscriptions): not the messages
+    /// this connection sends.
+    pub no_local: bool,
+}
+
 /// What an ACK or NACK names: STOMP 1.2's `id` (the MESSAGE's `ack` header), or 1.0
 /// and 1.1's `message-id` with an optional `subscription`. The session resolves it
 /// against the messages waiting for an ack.
@@ -158,20 +177,8 @@ pub enum Command {
         /// `id`; on STOMP 1.0 the destination when there is none.
         id: String,
         ack: StompAck,
-        /// `activemq.prefetchSize` (at least 1).
-        prefetch: Option<u32>,
-        /// `activemq.subscriptionName` (topics only): a durable subscription.
-        durable_name: Option<String>,
-        /// `selector`: only messages it matches are delivered.
-        selector: Option<Selector>,
-        /// `browser:true` (queues, STOMP 1.1+, auto ack): list the messages present
-        /// without consuming them, then a MESSAGE with `browser:end`.
-        browser: bool,
-        /// `activemq.exclusive:true` (queues): an exclusive consumer.
-        exclusive: bool,
-        /// `activemq.noLocal:true` (non-durable topic subscriptions): not the messages
-        /// this connection sends.
-        no_local: bool,
+        /// What else the SUBSCRIBE asks for.
+        options: SubscribeHeaders,
     },
     Unsubscribe {
         /// `id`, or the destination (STOMP 1.0).
@@ -442,12 +449,14 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         destination,
         id,
         ack,
-        prefetch,
-        durable_name,
-        selector,
-        browser,
-        exclusive,
-        no_local,
+        options: SubscribeHeaders {
+            prefetch,
+            durable_name,
+            selector,
+            browser,
+            exclusive,
+            no_local,
+        },
     })
 }
 
@@ -733,9 +742,12 @@ mod tests {
             destination,
             id,
             ack,
-            prefetch,
-            durable_name,
-            ..
+            options:
+                SubscribeHeaders {
+                    prefetch,
+                    durable_name,
+                    ..
+                },
         } = c
         else {
             panic!("{c:?}")
@@ -752,8 +764,11 @@ mod tests {
         ] {
             let mut headers = vec![("destination", "/queue/q"), ("id", "1")];
             headers.extend(header.map(|h| ("ack", h)));
-            let Ok(Command::Subscribe { ack, prefetch, .. }) =
-                parse(frame::Command::Subscribe, &headers)
+            let Ok(Command::Subscribe {
+                ack,
+                options: SubscribeHeaders { prefetch, .. },
+                ..
+            }) = parse(frame::Command::Subscribe, &headers)
             else {
                 panic!("{header:?}")
             };
@@ -856,7 +871,10 @@ mod tests {
             assert!(sub(&[(name, value)]).is_ok(), "{name}:{value} refused");
         }
         // ActiveMQ's old misspelling of the durable name is read too.
-        let Ok(Command::Subscribe { durable_name, .. }) = Command::parse(
+        let Ok(Command::Subscribe {
+            options: SubscribeHeaders { durable_name, .. },
+            ..
+        }) = Command::parse(
             &frame(
                 frame::Command::Subscribe,
                 &[
@@ -866,7 +884,8 @@ mod tests {
                 ],
             ),
             Version::V1_2,
-        ) else {
+        )
+        else {
             panic!("refused");
         };
         assert_eq!(durable_name.as_deref(), Some("d"));
@@ -878,24 +897,32 @@ mod tests {
         let sub = |headers: &[(&str, &str)], version| {
             Command::parse(&frame(frame::Command::Subscribe, headers), version)
         };
-        let Ok(Command::Subscribe { browser: true, .. }) = sub(
+        let Ok(Command::Subscribe {
+            options: SubscribeHeaders { browser: true, .. },
+            ..
+        }) = sub(
             &[
                 ("destination", "/queue/q"),
                 ("id", "1"),
                 ("browser", "true"),
             ],
             Version::V1_2,
-        ) else {
+        )
+        else {
             panic!("browser:true not read");
         };
-        let Ok(Command::Subscribe { browser: false, .. }) = sub(
+        let Ok(Command::Subscribe {
+            options: SubscribeHeaders { browser: false, .. },
+            ..
+        }) = sub(
             &[
                 ("destination", "/queue/q"),
                 ("id", "1"),
                 ("browser", "false"),
             ],
             Version::V1_2,
-        ) else {
+        )
+        else {
             panic!("browser:false not read");
         };
         let refused = |headers: &[(&str, &str)], version| match sub(headers, version) {

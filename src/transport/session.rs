@@ -22,7 +22,7 @@ use futures::StreamExt;
 use tokio_stream::StreamMap;
 
 use super::client_ids::{Claim, ClientIds};
-use super::command::{refuse, AckRef, Command, Refusal, Request, StompAck};
+use super::command::{refuse, AckRef, Command, Refusal, Request, StompAck, SubscribeHeaders};
 use crate::auth::{Principal, Right, Security};
 use crate::broker::{
     AckMode, Acker, Broker, Message, QueueBrowser, Received, Space, SubscribeOptions, Subscription,
@@ -218,16 +218,6 @@ impl futures::Stream for Feed {
             },
         }
     }
-}
-
-/// What a SUBSCRIBE asks for besides its destination, id and ack mode.
-struct StompSubscribe {
-    prefetch: Option<u32>,
-    durable_name: Option<String>,
-    selector: Option<crate::broker::Selector>,
-    browser: bool,
-    exclusive: bool,
-    no_local: bool,
 }
 
 /// Numbers the connections of this process: a message's origin, for `noLocal`.
@@ -515,23 +505,8 @@ impl Session {
                 destination,
                 id,
                 ack,
-                prefetch,
-                durable_name,
-                selector,
-                browser,
-                exclusive,
-                no_local,
-            } => {
-                let options = StompSubscribe {
-                    prefetch,
-                    durable_name,
-                    selector,
-                    browser,
-                    exclusive,
-                    no_local,
-                };
-                self.subscribe(destination, id, ack, options).await?
-            }
+                options,
+            } => self.subscribe(destination, id, ack, options).await?,
             Command::Unsubscribe { id, durable_name } => self.unsubscribe(id, durable_name).await?,
             Command::Ack { ack, transaction } => return self.ack(ack, transaction),
             Command::Nack { ack, transaction } => return self.nack(ack, transaction),
@@ -650,9 +625,9 @@ impl Session {
         destination: DestinationKey,
         id: String,
         mode: StompAck,
-        options: StompSubscribe,
+        options: SubscribeHeaders,
     ) -> Result<(), Refusal> {
-        let StompSubscribe {
+        let SubscribeHeaders {
             prefetch,
             durable_name,
             selector,
@@ -673,22 +648,17 @@ impl Session {
                 .browse_queue_matching(&destination, selector)
                 .await
                 .map_err(|e| Refusal(format!("cannot browse: {e}")))?;
-            self.subscriptions.insert(
-                id.clone(),
-                Sub {
-                    acker: None,
-                    mode,
-                    destination,
-                    durable_name: None,
-                },
-            );
-            self.streams.insert(
-                id,
-                Feed::Browse {
-                    browser,
-                    ended: false,
-                },
-            );
+            let sub = Sub {
+                acker: None,
+                mode,
+                destination,
+                durable_name: None,
+            };
+            let feed = Feed::Browse {
+                browser,
+                ended: false,
+            };
+            self.add_subscription(id, sub, feed);
             return Ok(());
         }
         let mut options = match &durable_name {
@@ -723,17 +693,20 @@ impl Session {
             .subscribe(&destination, options)
             .await
             .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
-        self.subscriptions.insert(
-            id.clone(),
-            Sub {
-                acker: Some(subscription.acker()),
-                mode,
-                destination,
-                durable_name,
-            },
-        );
-        self.streams.insert(id, Feed::Consumer(subscription));
+        let sub = Sub {
+            acker: Some(subscription.acker()),
+            mode,
+            destination,
+            durable_name,
+        };
+        self.add_subscription(id, sub, Feed::Consumer(subscription));
         Ok(())
+    }
+
+    /// Registers subscription `id`: what it is, and the stream it reads.
+    fn add_subscription(&mut self, id: String, sub: Sub, feed: Feed) {
+        self.subscriptions.insert(id.clone(), sub);
+        self.streams.insert(id, feed);
     }
 
     async fn unsubscribe(
