@@ -177,8 +177,9 @@ pub enum Command {
         /// `id`; on STOMP 1.0 the destination when there is none.
         id: String,
         ack: StompAck,
-        /// What else the SUBSCRIBE asks for.
-        options: SubscribeHeaders,
+        /// What else the SUBSCRIBE asks for (boxed: a selector is large, and every
+        /// frame held in the pipeline is a `Command`).
+        options: Box<SubscribeHeaders>,
     },
     Unsubscribe {
         /// `id`, or the destination (STOMP 1.0).
@@ -449,14 +450,14 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         destination,
         id,
         ack,
-        options: SubscribeHeaders {
+        options: Box::new(SubscribeHeaders {
             prefetch,
             durable_name,
             selector,
             browser,
             exclusive,
             no_local,
-        },
+        }),
     })
 }
 
@@ -553,6 +554,14 @@ mod tests {
 
     fn parse(command: frame::Command, headers: &[(&str, &str)]) -> Result<Command, Refusal> {
         Command::parse(&frame(command, headers), Version::V1_2)
+    }
+
+    /// A SUBSCRIBE's ack mode and headers (panics on anything else).
+    fn subscribe_parts(c: Result<Command, Refusal>) -> (StompAck, SubscribeHeaders) {
+        match c {
+            Ok(Command::Subscribe { ack, options, .. }) => (ack, *options),
+            other => panic!("not a SUBSCRIBE: {other:?}"),
+        }
     }
 
     /// The ERROR text for a frame with these headers (it must be refused).
@@ -742,16 +751,16 @@ mod tests {
             destination,
             id,
             ack,
-            options:
-                SubscribeHeaders {
-                    prefetch,
-                    durable_name,
-                    ..
-                },
+            options,
         } = c
         else {
             panic!("{c:?}")
         };
+        let SubscribeHeaders {
+            prefetch,
+            durable_name,
+            ..
+        } = *options;
         assert_eq!(destination, DestinationKey::topic("t").unwrap());
         assert_eq!(id, "s1");
         assert_eq!(ack, StompAck::ClientIndividual);
@@ -764,15 +773,8 @@ mod tests {
         ] {
             let mut headers = vec![("destination", "/queue/q"), ("id", "1")];
             headers.extend(header.map(|h| ("ack", h)));
-            let Ok(Command::Subscribe {
-                ack,
-                options: SubscribeHeaders { prefetch, .. },
-                ..
-            }) = parse(frame::Command::Subscribe, &headers)
-            else {
-                panic!("{header:?}")
-            };
-            assert_eq!((ack, prefetch), (mode, None));
+            let (ack, options) = subscribe_parts(parse(frame::Command::Subscribe, &headers));
+            assert_eq!((ack, options.prefetch), (mode, None));
         }
         // STOMP 1.0 lets the destination be the id.
         let c = Command::parse(
@@ -871,10 +873,7 @@ mod tests {
             assert!(sub(&[(name, value)]).is_ok(), "{name}:{value} refused");
         }
         // ActiveMQ's old misspelling of the durable name is read too.
-        let Ok(Command::Subscribe {
-            options: SubscribeHeaders { durable_name, .. },
-            ..
-        }) = Command::parse(
+        let (_, options) = subscribe_parts(Command::parse(
             &frame(
                 frame::Command::Subscribe,
                 &[
@@ -884,11 +883,8 @@ mod tests {
                 ],
             ),
             Version::V1_2,
-        )
-        else {
-            panic!("refused");
-        };
-        assert_eq!(durable_name.as_deref(), Some("d"));
+        ));
+        assert_eq!(options.durable_name.as_deref(), Some("d"));
     }
 
     /// `browser:true` is for queues on STOMP 1.1+, without an ack mode (as ActiveMQ).
@@ -897,34 +893,11 @@ mod tests {
         let sub = |headers: &[(&str, &str)], version| {
             Command::parse(&frame(frame::Command::Subscribe, headers), version)
         };
-        let Ok(Command::Subscribe {
-            options: SubscribeHeaders { browser: true, .. },
-            ..
-        }) = sub(
-            &[
-                ("destination", "/queue/q"),
-                ("id", "1"),
-                ("browser", "true"),
-            ],
-            Version::V1_2,
-        )
-        else {
-            panic!("browser:true not read");
-        };
-        let Ok(Command::Subscribe {
-            options: SubscribeHeaders { browser: false, .. },
-            ..
-        }) = sub(
-            &[
-                ("destination", "/queue/q"),
-                ("id", "1"),
-                ("browser", "false"),
-            ],
-            Version::V1_2,
-        )
-        else {
-            panic!("browser:false not read");
-        };
+        for (value, read) in [("true", true), ("false", false)] {
+            let headers = [("destination", "/queue/q"), ("id", "1"), ("browser", value)];
+            let (_, options) = subscribe_parts(sub(&headers, Version::V1_2));
+            assert_eq!(options.browser, read, "browser:{value}");
+        }
         let refused = |headers: &[(&str, &str)], version| match sub(headers, version) {
             Err(Refusal(text)) => text,
             Ok(c) => panic!("{headers:?} parsed: {c:?}"),

@@ -506,7 +506,7 @@ impl Session {
                 id,
                 ack,
                 options,
-            } => self.subscribe(destination, id, ack, options).await?,
+            } => self.subscribe(destination, id, ack, *options).await?,
             Command::Unsubscribe { id, durable_name } => self.unsubscribe(id, durable_name).await?,
             Command::Ack { ack, transaction } => return self.ack(ack, transaction),
             Command::Nack { ack, transaction } => return self.nack(ack, transaction),
