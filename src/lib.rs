@@ -76,6 +76,28 @@
 //! small one by a few pages at most. Shutdown stops the timers, lets pages in flight
 //! finish, flushes the store actor and closes the store last.
 //!
+//! ## What a consumer receives: honoured or refused, never ignored
+//!
+//! A header or option that changes what a client receives is either honoured or
+//! refused with an error ([`transport::command`] lists the refused ones); an ignored
+//! `browser:true` elsewhere consumed a whole queue. Honoured:
+//! - **Selectors** ([`actors::selector`], JMS SQL-92) on queues and topics, durable or
+//!   not. A queue never lets messages no consumer takes hide the ones a selector wants
+//!   (ActiveMQ's page stops at 200 such messages; Artemis's depaging waits for the
+//!   backlog ahead): a consumer that finds nothing in memory scans the store beyond the
+//!   cursor in bounded pages, once, remembering its position; header equalities are
+//!   tested in SQL over windows of ids ([`ebb_store::MessageStore::scan_matching`], the
+//!   `hdrs` column). A durable subscription's mark passes the messages its selector
+//!   does not match (they are acked for it, uncounted), so cleanup can delete them.
+//! - **Browsing** a queue (STOMP `browser:true`, [`Broker::browse_queue`]): pages in
+//!   queue order, nothing consumed, then an end marker.
+//! - **Exclusive consumers and message groups** on queues; **noLocal** on non-durable
+//!   topic subscriptions.
+//! - **Identity**: a client id is connected once (or, with link stealing, the newer
+//!   connection closes the older); a durable subscription is `(client id, name)` across
+//!   topics, and subscribing it to another topic or with another selector creates it
+//!   anew (JMS).
+//!
 //! ## Flow control
 //!
 //! Messages held in memory count once (their body is shared) against the broker's

@@ -27,12 +27,12 @@
 //! **Out of order.** A consumer with a selector may find nothing it matches in the
 //! cache while the cache is full of messages no one takes (case SEL-10: 450 messages
 //! for other consumers ahead of 3 for it). The queue then scans the store beyond the
-//! cursor for that consumer ([`Self::scan_floor`]) and delivers what matches from
+//! cursor for that consumer ([`QueueCursor::scan_floor`]) and delivers what matches from
 //! there; the cursor records each such message as taken ahead
-//! ([`Self::take_ahead`]) so that neither a later read nor the message's own
+//! ([`QueueCursor::take_ahead`]) so that neither a later read nor the message's own
 //! (late-released) publish queues it again. It forgets one once nothing can bring it
 //! back: the cursor's reads have passed it, or its row is deleted and every read that
-//! began before the delete has returned ([`Self::begin_read`], [`Self::deleted`]). So
+//! began before the delete has returned ([`QueueCursor::begin_read`], [`QueueCursor::deleted`]). So
 //! what it remembers is bounded by the consumers' prefetch and the acks in flight, not
 //! by the backlog.
 

@@ -6,7 +6,7 @@
 //! ends: DISCONNECT, a reset, an ERROR, a heart-beat timeout. A second CONNECT with an
 //! id that is claimed gets an ERROR (ActiveMQ's `InvalidClientIDException`), unless
 //! the listener allows link stealing (ActiveMQ's `allowLinkStealing`): then the older
-//! connection is told to close ([`Claim::taken_over`]) and the newer one waits, up to
+//! connection is told to close ([`Claim::take_over_signal`]) and the newer one waits, up to
 //! [`TAKEOVER_WAIT`], until the older one has let go of everything it held (its
 //! durable subscriptions detached), so that it can re-attach them at once.
 

@@ -151,7 +151,7 @@ impl Selector {
     /// terms of the selector's top-level `AND` (or the whole selector) of the forms
     /// `header = 'text'`, `'text' = header` and `header IN ('a', 'b')` on a user
     /// header, `JMSType` or `JMSCorrelationID` (a string literal compared with a header,
-    /// always a string, is true exactly when they are equal: see [`eval`]). Empty when
+    /// always a string, is true exactly when they are equal: see the module documentation). Empty when
     /// no term has such a form. A necessary condition, never a sufficient one: the
     /// selector must still be evaluated on what passes.
     pub fn required_headers(&self) -> Vec<(String, Vec<String>)> {
