@@ -497,7 +497,11 @@ impl QueueActor {
                 break;
             }
             upto = row.id;
-            if self.cursor.holds(row.id)
+            // The cursor may have read past the scan's start meanwhile: what it covers
+            // now is its own (a message it delivered and that was acked may still be
+            // in this page, its delete not yet committed when the page was read).
+            if row.id <= self.cursor.covered_upto()
+                || self.cursor.holds(row.id)
                 || self.delivered.contains_key(&(row.id, 0))
                 || ebb_store::is_expired(row.expiration, now)
             {

@@ -321,6 +321,13 @@ impl QueueCursor {
         (self.mode == Mode::Store).then_some(self.paged_upto)
     }
 
+    /// Every stored message with an id up to this one is the cursor's: cached, in
+    /// flight, acked (its delete maybe not yet committed) or passed. A scan must not
+    /// take any of them, whatever the cursor's position was when the scan's read began.
+    pub fn covered_upto(&self) -> i64 {
+        self.paged_upto
+    }
+
     /// The highest store id published so far (or stored when the queue started): a
     /// scan that has passed it has seen every stored message.
     pub fn published_upto(&self) -> i64 {

@@ -49,41 +49,45 @@ pub struct Claim {
 impl ClientIds {
     /// Claims `id` for a new connection. When it is held by another connection:
     /// without `steal`, `Err` with the text of the ERROR; with `steal`, the other
-    /// connection is told to close and this waits (up to [`TAKEOVER_WAIT`]) until it
-    /// has, then claims the id.
+    /// connection is told to close and this waits until it has, then claims the id (if
+    /// another stealing CONNECT got it first, this takes it from that one in turn), for
+    /// at most [`TAKEOVER_WAIT`] in all.
     pub async fn claim(self: &Arc<Self>, id: &str, steal: bool) -> Result<Claim, String> {
-        let waited = {
-            let mut held = self.held.lock();
-            match held.get_mut(id) {
-                None => None,
-                Some(_) if !steal => {
-                    return Err(format!(
-                        "client id `{id}` is already connected: close that connection first (a broker may be set to take the id over: [stomp] allow_link_stealing)"
-                    ))
-                }
-                Some(holder) => {
-                    if let Some(tell) = holder.take_over.take() {
-                        let _ = tell.send(());
+        let deadline = tokio::time::Instant::now() + TAKEOVER_WAIT;
+        loop {
+            let waited = {
+                let mut held = self.held.lock();
+                match held.get_mut(id) {
+                    None => return Ok(self.hold(&mut held, id)),
+                    Some(_) if !steal => {
+                        return Err(format!(
+                            "client id `{id}` is already connected: close that connection first (a broker may be set to take the id over: [stomp] allow_link_stealing)"
+                        ))
                     }
-                    Some(holder.released.clone())
+                    Some(holder) => {
+                        if let Some(tell) = holder.take_over.take() {
+                            let _ = tell.send(());
+                        }
+                        holder.released.clone()
+                    }
                 }
-            }
-        };
-        if let Some(mut released) = waited {
+            };
             tracing::info!(client_id = %id, "client id taken over by a newer connection");
+            // Another CONNECT stealing the same id at the same moment may claim it
+            // first; then this one takes it from that one in turn, until the deadline.
+            let mut released = waited;
             let gone = released.wait_for(|released| *released);
-            if tokio::time::timeout(TAKEOVER_WAIT, gone).await.is_err() {
+            if tokio::time::timeout_at(deadline, gone).await.is_err() {
                 return Err(format!(
                     "client id `{id}` is still held by a connection that did not close within {} ms",
                     TAKEOVER_WAIT.as_millis()
                 ));
             }
         }
-        let mut held = self.held.lock();
-        if held.contains_key(id) {
-            // Another connection claimed it while this one waited.
-            return Err(format!("client id `{id}` is already connected"));
-        }
+    }
+
+    /// Records `id` as held by a new claim (the caller checked it is free).
+    fn hold(self: &Arc<Self>, held: &mut HashMap<String, Holder>, id: &str) -> Claim {
         let token = self
             .next_token
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -97,13 +101,13 @@ impl ClientIds {
                 released: watch,
             },
         );
-        Ok(Claim {
+        Claim {
             ids: Arc::clone(self),
             id: id.to_string(),
             token,
             taken_over: Some(taken_over),
             released,
-        })
+        }
     }
 
     /// Client ids connected now.
@@ -184,5 +188,36 @@ mod tests {
             .expect("claimed after the holder let go");
         assert_ne!(second.token, first_token);
         assert_eq!(ids.len(), 1);
+    }
+
+    /// Many CONNECTs stealing one id at once: each gets the id in turn (the one that
+    /// lost a race takes it from the winner), and one holds it at the end.
+    #[tokio::test]
+    async fn concurrent_steals_each_take_the_id_in_turn() {
+        let ids = Arc::new(ClientIds::default());
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        for _ in 0..10 {
+            let (ids, done) = (Arc::clone(&ids), done_tx.clone());
+            tokio::spawn(async move {
+                let mut claim = ids.claim("c", true).await.expect("every steal succeeds");
+                let told = claim.take_over_signal().unwrap();
+                let _ = done.send(());
+                // A connection closes when told, as the socket loop does.
+                if told.await.is_ok() {
+                    drop(claim);
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            });
+        }
+        drop(done_tx);
+        for _ in 0..10 {
+            tokio::time::timeout(Duration::from_secs(5), done_rx.recv())
+                .await
+                .expect("each claim in time")
+                .expect("a claim");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(ids.len(), 1, "one holds the id at the end");
     }
 }

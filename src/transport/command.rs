@@ -283,8 +283,10 @@ impl Command {
 /// never ignored (an ignored `browser:true` once consumed a whole queue); the value
 /// that asks for the default behaviour (`activemq.exclusive:false`) is accepted. Other
 /// brokers' subscription headers are refused so that a client written for them does
-/// not silently get other semantics (RabbitMQ's `durable`, `auto-delete` and `x-*`
-/// queue arguments, Artemis's `subscription-type` and `durable-subscription-name`).
+/// not silently get other semantics (RabbitMQ's `durable`/`persistent`, `auto-delete`
+/// and `x-*` queue arguments, Artemis's `subscription-type`, `durable-subscription-name`
+/// and `consumer-window-size`, Apollo's `credit` and `from-seq`, ActiveMQ's
+/// `transformation`).
 const UNSUPPORTED_SUBSCRIBE: &[(&str, &str, &str)] = &[
     ("activemq.retroactive", "false", "retroactive subscriptions are not supported"),
     ("activemq.priority", "", "consumer priorities are not supported"),
@@ -308,7 +310,21 @@ const UNSUPPORTED_SUBSCRIBE: &[(&str, &str, &str)] = &[
     ),
     ("durable-subscription-name", "", "use activemq.subscriptionName"),
     ("durable-subscriber-name", "", "use activemq.subscriptionName"),
-    ("no-local", "false", "noLocal is not supported yet"),
+    ("no-local", "false", "use activemq.noLocal"),
+    (
+        "persistent",
+        "false",
+        "RabbitMQ's durable subscriptions (persistent is its alias of durable) are not supported: use activemq.subscriptionName with client-id",
+    ),
+    (
+        "transformation",
+        "",
+        "ActiveMQ's message transformations are not supported: bodies are delivered as sent",
+    ),
+    ("consumer-window-size", "", "Artemis's flow control is not supported: use activemq.prefetchSize"),
+    ("credit", "", "Apollo's credit is not supported: use activemq.prefetchSize"),
+    ("from-seq", "", "Apollo's queue sequences are not supported"),
+    ("include-seq", "", "Apollo's queue sequences are not supported"),
 ];
 
 /// SUBSCRIBE headers Ebb reads or that change nothing a client receives
@@ -853,6 +869,11 @@ mod tests {
             ("x-queue-name", "q"),
             ("prefetch-count", "10"),
             ("subscription-type", "ANYCAST"),
+            ("persistent", "true"),
+            ("transformation", "jms-map-json"),
+            ("consumer-window-size", "0"),
+            ("credit", "10"),
+            ("from-seq", "0"),
         ] {
             let Err(Refusal(text)) = sub(&[(name, value)]) else {
                 panic!("{name}:{value} was not refused");

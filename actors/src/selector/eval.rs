@@ -134,9 +134,14 @@ pub(crate) fn truth<F: Fields + ?Sized>(e: &Expr, m: &F) -> Truth {
             high,
             negated,
         } => {
-            let v = value(v, m);
-            let t = compare(value(low, m), CmpOp::Le, v).and(compare(v, CmpOp::Le, value(high, m)));
-            negate_if(t, *negated)
+            let (v, low, high) = (value(v, m), value(low, m), value(high, m));
+            if *negated {
+                // JMS: `x NOT BETWEEN a AND b` is `x < a OR x > b` (so a value that is
+                // no number is false, not true), as ActiveMQ's `createNotBetween`.
+                compare(v, CmpOp::Lt, low).or(compare(v, CmpOp::Gt, high))
+            } else {
+                compare(low, CmpOp::Le, v).and(compare(v, CmpOp::Le, high))
+            }
         }
         Expr::In {
             value: v,
@@ -499,9 +504,10 @@ mod tests {
         ] {
             assert_eq!(eval(c, s), False, "{c}");
         }
-        // ... so their negations are true.
+        // ... so their negations are true, but for NOT BETWEEN, which JMS defines as
+        // `s < 1 OR s > 2`: false for a value that is no number (as ActiveMQ).
         assert_eq!(eval("NOT (s = 1)", s), True);
-        assert_eq!(eval("s NOT BETWEEN 1 AND 2", s), True);
+        assert_eq!(eval("s NOT BETWEEN 1 AND 2", s), False);
         assert_eq!(eval("JMSPriority NOT IN ('4')", s), True);
     }
 

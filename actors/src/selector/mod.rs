@@ -57,10 +57,13 @@
 //! comparison of values of types that do not convert is false (JMS: "comparison of
 //! non-like type values yields false"), as is `<` (etc.) between booleans or between
 //! strings that are not both numbers. `x IN (...)` and `x LIKE ...` are unknown when
-//! `x` is NULL and false when it is not a string. `NOT BETWEEN`, `NOT IN` and `NOT
-//! LIKE` are the negations of their positive forms (unknown stays unknown). A value
-//! used as a condition is true or false if it is a boolean (or a string `true` /
-//! `false`), unknown if NULL, false otherwise.
+//! `x` is NULL and false when it is not a string. `NOT IN` and `NOT LIKE` are the
+//! negations of their positive forms (unknown stays unknown); `x NOT BETWEEN a AND b`
+//! is `x < a OR x > b`, as JMS defines it (so false, not true, for a value that is no
+//! number; ActiveMQ's `createNotBetween`). A value used as a condition is true or
+//! false if it is a boolean (or a string `true` / `false`), unknown if NULL, false
+//! otherwise. Comments are skipped as in ActiveMQ's grammar: `--` to the end of the
+//! line, and `/* ... */`.
 //!
 //! ## What the parser refuses
 //! Besides malformed text (an unterminated string, an unknown character, a missing

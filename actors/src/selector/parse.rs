@@ -503,10 +503,46 @@ impl<'a> Lexer<'a> {
         }
     }
 
+    /// Skips white space and comments: `-- ...` to the end of the line and
+    /// `/* ... */`, as ActiveMQ's selector grammar does (its `SKIP` rules). An
+    /// unterminated `/*` is an error.
+    fn skip_blanks(&mut self) -> Result<(), SelectorError> {
+        loop {
+            self.eat_while(char::is_whitespace);
+            match (self.peek(), self.peek2()) {
+                (Some('-'), Some('-')) => self.eat_while(|c| c != '\n'),
+                (Some('/'), Some('*')) => {
+                    let column = self.column;
+                    self.bump();
+                    self.bump();
+                    loop {
+                        match (self.peek(), self.peek2()) {
+                            (Some('*'), Some('/')) => {
+                                self.bump();
+                                self.bump();
+                                break;
+                            }
+                            (Some(_), _) => {
+                                self.bump();
+                            }
+                            (None, _) => {
+                                return Err(SelectorError::new(
+                                    column,
+                                    "unterminated comment: `/*` without `*/`",
+                                ))
+                            }
+                        }
+                    }
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
     fn tokens(mut self) -> Result<Vec<Token<'a>>, SelectorError> {
         let mut out = Vec::new();
         loop {
-            self.eat_while(char::is_whitespace);
+            self.skip_blanks()?;
             let (start, column) = (self.pos, self.column);
             let Some(c) = self.peek() else {
                 out.push(Token {
@@ -1354,6 +1390,29 @@ mod tests {
     }
 
     #[test]
+    fn comments_are_skipped_as_activemq_does() {
+        assert_eq!(
+            eval("kind = 'image' -- a comment\n", &[("kind", "image")]),
+            Truth::True
+        );
+        assert_eq!(
+            eval(
+                "kind = /* inline */ 'image' -- to the end",
+                &[("kind", "image")]
+            ),
+            Truth::True
+        );
+        assert_eq!(
+            eval("n = 3 -- 2\n AND m = 1", &[("n", "3"), ("m", "1")]),
+            Truth::True
+        );
+        assert_eq!(
+            refused("kind = 'a' /* open"),
+            (12, "unterminated comment: `/*` without `*/`".to_string())
+        );
+    }
+
+    #[test]
     fn nesting_limit_is_64_parentheses_nots_and_signs_together() {
         let parens = |n: usize| format!("{}a = 1{}", "(".repeat(n), ")".repeat(n));
         assert_eq!(eval(&parens(64), &[("a", "1")]), Truth::True);
@@ -1364,10 +1423,11 @@ mod tests {
         assert_eq!(eval(&nots(64), &[("a", "true")]), Truth::True);
         assert_eq!(refused(&nots(65)), (257, deep.clone()));
 
-        let signs = |n: usize| format!("a = {}1", "-".repeat(n));
+        // Signs apart: `--` starts a comment.
+        let signs = |n: usize| format!("a = {}1", "- ".repeat(n));
         assert_eq!(eval(&signs(64), &[("a", "1")]), Truth::True);
         assert_eq!(eval(&signs(63), &[("a", "-1")]), Truth::True);
-        assert_eq!(refused(&signs(65)), (69, deep.clone()));
+        assert_eq!(refused(&signs(65)), (5 + 2 * 64, deep.clone()));
 
         // They count together: 32 parentheses, 31 NOTs and a sign are 64.
         let mixed = |nots: usize| {
