@@ -1,6 +1,10 @@
 //! The second set of STOMP cases, about what a consumer receives: STOMP-13 (a queue
 //! browse lists without consuming), STOMP-11 (acks follow the negotiated version),
-//! and every SUBSCRIBE header that changes delivery honoured or refused.
+//! NACK-10 (NACK redelivers per the policy, then dead-letters), STOMP-10 (ids are
+//! unique per connection, nothing after an UNSUBSCRIBE receipt), CONN-10 (a client id
+//! is connected once), DUR-11 (a durable name moves between topics), exclusive
+//! consumers, message groups, noLocal, and every SUBSCRIBE header that changes
+//! delivery honoured or refused.
 
 use ebb::stomp::frame::{Command, Frame};
 use ebb::test_util::stomp::*;
@@ -585,6 +589,123 @@ async fn no_local_skips_a_connections_own_messages(t: TestStore) {
     s.stop().await;
 }
 
+/// NACK-10: a poison message NACKed on every delivery is delivered 7 times (1 +
+/// `maximum_redeliveries` 6), each NACK receipted, the first `redelivered:false`, then
+/// it is in `DLQ.N` with `originalDestination` and `dlqDeliveryFailureCause`, and N is
+/// empty. A NACK of an id never issued is an ERROR with its receipt id.
+async fn nack_10_nack_redelivers_then_dead_letters(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let mut p = Client::connected(s.addr, None).await;
+    send(&mut p, "/queue/N", "poison", "r").await;
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\ndestination:/queue/N\nid:1\nack:client-individual\nactivemq.prefetchSize:1\n\n\0")
+        .await;
+    // NACK each delivery as it comes; a receipt may come after the next delivery.
+    let (mut deliveries, mut receipts) = (Vec::new(), Vec::new());
+    while let Some(f) = c.frame_within(2_000).await {
+        match f.command {
+            Command::Message => {
+                let id = f.get("ack").unwrap().to_string();
+                let k = deliveries.len();
+                deliveries.push(f);
+                c.write(format!("NACK\nid:{id}\nreceipt:n{k}\n\n\0").as_bytes())
+                    .await;
+            }
+            Command::Receipt => receipts.push(f.get("receipt-id").unwrap().to_string()),
+            _ => panic!("{f:?}"),
+        }
+    }
+    let expected: Vec<String> = (0..7).map(|k| format!("n{k}")).collect();
+    assert_eq!(receipts, expected, "each NACK receipted, in order");
+    assert_eq!(deliveries.len(), 7, "1 + maximum_redeliveries");
+    assert_eq!(deliveries[0].get("redelivered"), Some("false"));
+    assert!(deliveries[1..]
+        .iter()
+        .all(|f| f.get("redelivered") == Some("true")));
+    assert!(deliveries.iter().all(|f| f.body == &b"poison"[..]));
+    c.write(b"NACK\nid:no-such-ack-id\nreceipt:nx\n\n\0").await;
+    let f = c.frame().await.expect("an ERROR");
+    assert_eq!(f.command, Command::Error, "{f:?}");
+    assert_eq!(f.get("receipt-id"), Some("nx"));
+    let mut d = Client::connected(s.addr, None).await;
+    d.write(b"SUBSCRIBE\ndestination:/queue/DLQ.N\nid:1\n\n\0")
+        .await;
+    let dead = d.frame().await.expect("poison in the DLQ");
+    assert_eq!(dead.body, &b"poison"[..]);
+    assert_eq!(dead.get("originalDestination"), Some("/queue/N"));
+    assert!(dead.get("dlqDeliveryFailureCause").is_some(), "{dead:?}");
+    assert_eq!(
+        s.broker.store().count_messages("queue://N").await.unwrap(),
+        0
+    );
+    s.stop().await;
+}
+
+/// STOMP-10: a second SUBSCRIBE with an id in use is an ERROR with its receipt id,
+/// the connection closes and nothing was consumed for it; after an UNSUBSCRIBE's
+/// RECEIPT no MESSAGE of that subscription follows, and the id may be used again.
+async fn stomp_10_subscription_ids_are_unique_and_end_with_their_receipt(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\ndestination:/queue/S1\nid:1\nreceipt:r1\n\n\0")
+        .await;
+    receipt(&mut c, "r1").await;
+    c.write(b"SUBSCRIBE\ndestination:/queue/S2\nid:1\nreceipt:r2\n\n\0")
+        .await;
+    let f = c.frame().await.expect("an ERROR");
+    assert_eq!(f.command, Command::Error, "{f:?}");
+    assert_eq!(f.get("receipt-id"), Some("r2"));
+    assert!(c.closed().await);
+    let mut p = Client::connected(s.addr, None).await;
+    send(&mut p, "/queue/S1", "x", "rx").await;
+    let mut fresh = Client::connected(s.addr, None).await;
+    fresh
+        .write(b"SUBSCRIBE\ndestination:/queue/S1\nid:9\n\n\0")
+        .await;
+    assert_eq!(fresh.frame().await.expect("x").body, &b"x"[..]);
+
+    let mut t7 = Client::connected(s.addr, None).await;
+    t7.write(b"SUBSCRIBE\ndestination:/topic/ST\nid:7\nack:auto\nreceipt:s7\n\n\0")
+        .await;
+    receipt(&mut t7, "s7").await;
+    let producer = {
+        let addr = s.addr;
+        actix_rt::spawn(async move {
+            let mut p = Client::connected(addr, None).await;
+            for i in 0..100 {
+                p.write(format!("SEND\ndestination:/topic/ST\n\nt{i}\0").as_bytes())
+                    .await;
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    t7.write(b"UNSUBSCRIBE\nid:7\nreceipt:u7\n\n\0").await;
+    let mut before = frames_until(&mut t7, |f| f.command == Command::Receipt).await;
+    assert_eq!(before.pop().unwrap().get("receipt-id"), Some("u7"));
+    assert!(!before.is_empty(), "messages flowed before the UNSUBSCRIBE");
+    assert!(before
+        .iter()
+        .all(|f| f.command == Command::Message && f.get("subscription") == Some("7")));
+    // The id is free again: a queue under it, and nothing of the topic after u7.
+    t7.write(b"SUBSCRIBE\ndestination:/queue/S3\nid:7\nack:client-individual\n\n\0")
+        .await;
+    send(&mut p, "/queue/S3", "y", "ry").await;
+    let mut after = Vec::new();
+    while let Some(f) = t7.frame_within(1_000).await {
+        after.push(f);
+    }
+    producer.await.unwrap();
+    assert_eq!(
+        after.len(),
+        1,
+        "only y after the UNSUBSCRIBE receipt: {after:?}"
+    );
+    assert_eq!(after[0].body, &b"y"[..]);
+    assert_eq!(after[0].get("destination"), Some("/queue/S3"));
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     stomp_13_browsing_does_not_consume,
@@ -597,4 +718,6 @@ on_every_backend!(
     exclusive_consumers_take_over_in_turn,
     message_groups_stay_with_one_consumer,
     no_local_skips_a_connections_own_messages,
+    nack_10_nack_redelivers_then_dead_letters,
+    stomp_10_subscription_ids_are_unique_and_end_with_their_receipt,
 );

@@ -62,7 +62,8 @@ async fn shutdown_during_a_long_expiry_run(t: TestStore) {
 }
 
 /// A second broker on the same store is refused while the first runs, and starts
-/// once the first has shut down.
+/// once the first has shut down (case STORE-11; the SIGKILL half, where the lock dies
+/// with the process and a restart serves at once, is `stomp_py::crash_safety`).
 async fn one_broker_per_store(t: TestStore) {
     let first = broker(&t, policy(0, 100), 1).await;
     let config = ebb::BrokerConfig {
