@@ -622,7 +622,7 @@ async fn nack_10_nack_redelivers_then_dead_letters(t: TestStore) {
     assert!(deliveries[1..]
         .iter()
         .all(|f| f.get("redelivered") == Some("true")));
-    assert!(deliveries.iter().all(|f| f.body == &b"poison"[..]));
+    assert!(deliveries.iter().all(|f| f.body == b"poison"[..]));
     c.write(b"NACK\nid:no-such-ack-id\nreceipt:nx\n\n\0").await;
     let f = c.frame().await.expect("an ERROR");
     assert_eq!(f.command, Command::Error, "{f:?}");
