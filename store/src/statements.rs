@@ -639,6 +639,14 @@ mod tests {
         for sql in reads {
             assert!(sql.contains("LIMIT"), "unbounded: {sql}");
         }
+        // A selector's scan: its page `LIMIT` after the filter's values, and an id
+        // window (`$2 < id <= $3`) that bounds what it examines.
+        for counts in [&[][..], &[1], &[2, 3]] {
+            let scan = s.scan_matching(counts);
+            let last = 4 + counts.len() + counts.iter().sum::<usize>();
+            assert!(scan.ends_with(&format!("LIMIT ${last}")), "{scan}");
+            assert!(scan.contains("$2") && scan.contains("$3"), "{scan}");
+        }
         assert!(s.expiry_runs(2).contains("OFFSET $3"));
         // A remove is bounded by its id list; the largest list has 512 ids, $2..=$513.
         assert!(s.remove[3].contains("$513)") && !s.remove[3].contains("$514"));
