@@ -1,7 +1,8 @@
 //! The second set of STOMP cases, about what a consumer receives: STOMP-13 (a queue
 //! browse lists without consuming), STOMP-11 (acks follow the negotiated version),
 //! NACK-10 (NACK redelivers per the policy, then dead-letters), STOMP-10 (ids are
-//! unique per connection, nothing after an UNSUBSCRIBE receipt), CONN-10 (a client id
+//! unique per connection, nothing after an UNSUBSCRIBE receipt), CONN-11 (vanished
+//! connections leave no consumers), STOMP-12 (headers and bodies byte for byte), CONN-10 (a client id
 //! is connected once), DUR-11 (a durable name moves between topics), exclusive
 //! consumers, message groups, noLocal, and every SUBSCRIBE header that changes
 //! delivery honoured or refused.
@@ -720,4 +721,199 @@ on_every_backend!(
     no_local_skips_a_connections_own_messages,
     nack_10_nack_redelivers_then_dead_letters,
     stomp_10_subscription_ids_are_unique_and_end_with_their_receipt,
+    conn_11_vanished_connections_leave_no_consumers,
+    stomp_12_headers_and_bodies_survive_storage_and_redelivery,
 );
+
+/// A raw STOMP connection that CONNECTs and SUBSCRIBEs to `destination` with
+/// `headers`, waits for the SUBSCRIBE's RECEIPT, and hands back the socket.
+async fn raw_subscriber(
+    addr: std::net::SocketAddr,
+    destination: &str,
+    headers: &str,
+) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let frames = format!(
+        "CONNECT\naccept-version:1.2\nhost:ebb\n\n\0SUBSCRIBE\ndestination:{destination}\nid:1\n{headers}receipt:ready\n\n\0"
+    );
+    socket.write_all(frames.as_bytes()).await.unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("receipt-id:ready") {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), socket.read(&mut buf))
+            .await
+            .expect("a RECEIPT within 5 s")
+            .unwrap();
+        assert!(n > 0, "closed before the RECEIPT");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    socket
+}
+
+/// CONN-11: connections that vanish leave no consumer behind. 100 consumers of
+/// `/queue/G`, half reset, half closed with a FIN, none DISCONNECTed: the queue has 0
+/// consumers soon after, and a live consumer then gets all 50 messages, in order;
+/// then 300 connections at once all get CONNECTED, and a receipted SEND still works.
+async fn conn_11_vanished_connections_leave_no_consumers(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let mut sockets = Vec::new();
+    for _ in 0..100 {
+        sockets.push(
+            raw_subscriber(
+                s.addr,
+                "/queue/G",
+                "ack:client-individual\nactivemq.prefetchSize:10\n",
+            )
+            .await,
+        );
+    }
+    assert_eq!(s.broker.queue_stats("G").await.unwrap().consumers, 100);
+    for (i, socket) in sockets.into_iter().enumerate() {
+        if i % 2 == 0 {
+            socket.set_linger(Some(std::time::Duration::ZERO)).unwrap(); // a reset
+        }
+        drop(socket);
+    }
+    let stats = wait_for_queue(&s.broker, "G", |st| st.consumers == 0).await;
+    assert_eq!(stats.consumers, 0);
+    let mut live = Client::connected(s.addr, None).await;
+    live.write(b"SUBSCRIBE\ndestination:/queue/G\nid:1\nack:client-individual\nactivemq.prefetchSize:10\nreceipt:l\n\n\0")
+        .await;
+    receipt(&mut live, "l").await;
+    let mut p = Client::connected(s.addr, None).await;
+    for i in 0..50 {
+        p.write(format!("SEND\ndestination:/queue/G\npersistent:true\n\ng{i}\0").as_bytes())
+            .await;
+    }
+    let mut got = Vec::new();
+    while got.len() < 50 {
+        let f = live.frame().await.expect("g0..g49");
+        if f.command != Command::Message {
+            continue;
+        }
+        live.write(format!("ACK\nid:{}\n\n\0", f.get("ack").unwrap()).as_bytes())
+            .await;
+        got.push(f);
+    }
+    let expected: Vec<String> = (0..50).map(|i| format!("g{i}")).collect();
+    assert_eq!(bodies(&got), expected);
+    let connects = (0..300).map(|_| ebb::stomp::client::StompClient::connect(s.addr, None, None));
+    let clients = futures::future::join_all(connects).await;
+    assert!(clients.iter().all(|c| c.is_ok()), "all 300 CONNECTED");
+    drop(clients);
+    send(&mut p, "/queue/G", "after", "r-after").await;
+    s.stop().await;
+}
+
+/// STOMP-12: bodies and headers come back byte for byte from a live delivery, a
+/// redelivery and a durable subscription's copy read back from the store: a multi-byte
+/// body with its `content-length`, one without, and a 4 MiB binary body with NULs;
+/// every header sent appears once, with its value.
+async fn stomp_12_headers_and_bodies_survive_storage_and_redelivery(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let mut d = Client::connected(s.addr, Some("ct")).await;
+    d.write(b"SUBSCRIBE\ndestination:/topic/CT\nid:1\nack:client-individual\nactivemq.subscriptionName:ct\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut d, "s").await;
+    d.write(b"DISCONNECT\nreceipt:d\n\n\0").await;
+    receipt(&mut d, "d").await;
+    let mut big = vec![0u8; 4 << 20];
+    for (i, b) in big.iter_mut().enumerate() {
+        *b = (i.wrapping_mul(2_654_435_761) >> 13) as u8;
+    }
+    big[100] = 0;
+    let utf8 = "£€123".as_bytes().to_vec();
+    assert_eq!(utf8.len(), 8);
+    let headers = [
+        ("content-type", "application/vnd.bbf.usp.msg"),
+        ("reply-to-dest", "custom"),
+        ("correlation-id", "c-1"),
+    ];
+    let mut p = Client::connected(s.addr, None).await;
+    let frame = |destination: &str, body: &[u8], length: bool, extra: &[(&str, &str)]| {
+        let mut f = Frame::new(Command::Send)
+            .header("destination", destination)
+            .header("persistent", "true")
+            .header("priority", "5");
+        if length {
+            f = f.header("content-length", body.len().to_string());
+        }
+        for (n, v) in extra {
+            f = f.header(*n, *v);
+        }
+        f.body(body.to_vec())
+    };
+    let plain = "héllo wörld".as_bytes().to_vec();
+    let bigh = [
+        ("content-type", "application/octet-stream"),
+        ("x-big", "yes"),
+    ];
+    for destination in ["/queue/CT", "/topic/CT"] {
+        p.send(frame(destination, &utf8, true, &headers))
+            .await
+            .unwrap();
+        p.send(frame(destination, &big, true, &bigh)).await.unwrap();
+    }
+    p.send(frame(
+        "/queue/CT",
+        &plain,
+        false,
+        &[("content-type", "text/plain;charset=utf-8")],
+    ))
+    .await
+    .unwrap();
+    p.write(b"SEND\ndestination:/queue/CT\nreceipt:sent\n\nend\0")
+        .await;
+    receipt(&mut p, "sent").await;
+    let check = |f: &Frame, body: &[u8], extra: &[(&str, &str)]| {
+        assert_eq!(f.body, body, "body bytes");
+        for (n, v) in extra {
+            let values: Vec<&str> = f
+                .headers
+                .iter()
+                .filter(|(k, _)| k == n)
+                .map(|(_, v)| v.as_str())
+                .collect();
+            assert_eq!(values, [*v], "header {n} once, as sent");
+        }
+        if let Some(length) = f.get("content-length") {
+            assert_eq!(length, body.len().to_string());
+        }
+        assert_eq!(f.get("priority"), Some("5"));
+    };
+    // The queue: NACK the first, receive it again, then the rest.
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\ndestination:/queue/CT\nid:1\nack:client-individual\nactivemq.prefetchSize:1\n\n\0")
+        .await;
+    let first = c.frame().await.expect("the first message");
+    check(&first, &utf8, &headers);
+    c.write(format!("NACK\nid:{}\n\n\0", first.get("ack").unwrap()).as_bytes())
+        .await;
+    let again = c.frame().await.expect("it again");
+    assert_eq!(again.get("redelivered"), Some("true"));
+    check(&again, &utf8, &headers);
+    let mut rest = Vec::new();
+    let mut ack = again.get("ack").unwrap().to_string();
+    for _ in 0..2 {
+        c.write(format!("ACK\nid:{ack}\n\n\0").as_bytes()).await;
+        let f = c.frame_within(10_000).await.expect("the next message");
+        ack = f.get("ack").unwrap().to_string();
+        rest.push(f);
+    }
+    check(&rest[0], &big, &bigh);
+    check(
+        &rest[1],
+        &plain,
+        &[("content-type", "text/plain;charset=utf-8")],
+    );
+    // The durable's copies, read back from the store.
+    let mut d = Client::connected(s.addr, Some("ct")).await;
+    d.write(b"SUBSCRIBE\ndestination:/topic/CT\nid:1\nack:client-individual\nactivemq.subscriptionName:ct\n\n\0")
+        .await;
+    let f = d.frame().await.expect("the durable's first");
+    check(&f, &utf8, &headers);
+    let f = d.frame_within(10_000).await.expect("the durable's big one");
+    check(&f, &big, &bigh);
+    s.stop().await;
+}
