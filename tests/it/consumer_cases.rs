@@ -771,7 +771,7 @@ async fn conn_11_vanished_connections_leave_no_consumers(t: TestStore) {
     assert_eq!(s.broker.queue_stats("G").await.unwrap().consumers, 100);
     for (i, socket) in sockets.into_iter().enumerate() {
         if i % 2 == 0 {
-            socket.set_linger(Some(std::time::Duration::ZERO)).unwrap(); // a reset
+            socket.set_zero_linger().unwrap(); // a reset
         }
         drop(socket);
     }
