@@ -404,8 +404,10 @@ impl QueueActor {
 
     /// Starts one page of a scan of the store for a consumer with a selector that has
     /// credit, has looked at every waiting message, and has not scanned up to the last
-    /// message published: a bounded read (`browse`, `max_browse_page_size` rows) after
-    /// the cursor's position and the consumer's own, one at a time per queue.
+    /// message published: a bounded read after the cursor's position and the
+    /// consumer's own, one at a time per queue. With header values its selector
+    /// requires, `scan_matching` over a window of ids tests them in SQL; without,
+    /// `browse` reads `max_browse_page_size` rows back for the selector to test.
     fn scan_if_needed(&mut self, ctx: &mut Context<Self>) {
         if self.selective == 0 || self.scanning {
             return;
