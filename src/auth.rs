@@ -72,6 +72,11 @@ pub struct Security {
 }
 
 impl Security {
+    /// Whether operations need rights (authorization entries are configured).
+    pub fn has_authorization(&self) -> bool {
+        !self.authorization.is_empty()
+    }
+
     /// Whether CONNECT must authenticate.
     pub fn requires_login(&self) -> bool {
         !self.users.is_empty()

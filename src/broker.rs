@@ -11,7 +11,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use actix::{Addr, Handler, Recipient};
-use ebb_actors::broker::{BrokerActor, DestinationAddr, GetDestination, ShutdownBroker};
+use ebb_actors::broker::{
+    wildcard_container, BrokerActor, DestinationAddr, ForgetWildcardDurable, GetDestination,
+    ShutdownBroker, Watch, WILDCARD_CONTAINER_PREFIX,
+};
+use ebb_actors::destination::DestinationPattern;
 use ebb_actors::destination::{now_ms, PublishTicket};
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::messages::{
@@ -24,6 +28,7 @@ pub use ebb_actors::selector::{Selector, SelectorError};
 use ebb_actors::subscription::AutoAcks;
 use ebb_actors::topic::TopicActor;
 use ebb_actors::usage::Usage;
+use ebb_actors::wildcard::{Attach, Template, WildcardActor, WILDCARD_SUBSCRIPTION};
 use ebb_actors::{DestinationKey, DestinationKind, StoreActorConfig, StoreHandle};
 use ebb_store::{MessageStore, Payload, StoreOptions, SubscriptionKey};
 use futures::{Stream, StreamExt};
@@ -290,6 +295,20 @@ pub struct SubscribeOptions {
     /// subscription refuse it ([`Error::Actor`] with `Invalid`): a stored message
     /// does not keep its origin.
     pub no_local: Option<u64>,
+    /// For a subscription to a wildcard destination: only the matching destinations
+    /// this accepts are read (a transport's authorization). `None`: every match.
+    pub accept: Option<AcceptDestination>,
+}
+
+/// A test of the destinations a wildcard subscription may read
+/// ([`SubscribeOptions::accept`]).
+#[derive(Clone)]
+pub struct AcceptDestination(pub ebb_actors::wildcard::Accept);
+
+impl std::fmt::Debug for AcceptDestination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AcceptDestination(..)")
+    }
 }
 
 impl SubscribeOptions {
@@ -332,6 +351,16 @@ impl SubscribeOptions {
     /// Not the messages of connection `connection` (see [`SubscribeOptions::no_local`]).
     pub fn no_local(mut self, connection: u64) -> Self {
         self.no_local = Some(connection);
+        self
+    }
+
+    /// Reads only the matching destinations `accept` accepts (see
+    /// [`SubscribeOptions::accept`]).
+    pub fn accept(
+        mut self,
+        accept: impl Fn(&DestinationKey) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.accept = Some(AcceptDestination(Arc::new(accept)));
         self
     }
 }
@@ -392,6 +421,12 @@ impl Received {
     /// Per subscription, increasing: its order of delivery.
     pub fn delivery_id(&self) -> u64 {
         self.delivery.delivery_id
+    }
+
+    /// On a subscription to a wildcard destination, the destination the message was
+    /// sent to; `None` on a subscription to one destination (it is that one).
+    pub fn destination(&self) -> Option<&DestinationKey> {
+        self.delivery.source.as_deref()
     }
 }
 
@@ -1096,14 +1131,19 @@ impl Broker {
         destination: impl ToDestination,
         options: SubscribeOptions,
     ) -> Result<Subscription, Error> {
-        let durable = match options.durable {
+        let durable = match &options.durable {
             Some((client, sub)) if client.is_empty() || sub.is_empty() => {
                 return Err(Error::InvalidSubscription)
             }
             Some((client, sub)) => Some(SubscriptionKey::new(client, sub)),
             None => None,
         };
-        let key = destination.to_destination()?;
+        let key = match destination.to_target()? {
+            Target::One(key) => key,
+            Target::Pattern(pattern) => {
+                return self.subscribe_pattern(pattern, durable, options).await
+            }
+        };
         let destination = self.destination(&key).await?;
         if durable.is_some() && key.is_queue() {
             return Err(Error::InvalidDestination {
@@ -1112,7 +1152,8 @@ impl Broker {
             });
         }
         if let Some(durable) = &durable {
-            self.replace_durable_elsewhere(&key, durable).await?;
+            self.replace_durable_elsewhere(&Target::One(key.clone()), durable)
+                .await?;
         }
         // Credit never lets more than the prefetch be queued; the channel holds that.
         let max = ebb_actors::subscription::MAX_PREFETCH;
@@ -1146,29 +1187,220 @@ impl Broker {
         })
     }
 
+    /// Subscribes to every destination `pattern` matches (a wildcard destination,
+    /// see [`Broker::subscribe`]) through a [`WildcardActor`]: those running now, the
+    /// queues (for a queue pattern) and topics (for a durable subscription) the store
+    /// holds, and those started later.
+    async fn subscribe_pattern(
+        &self,
+        pattern: DestinationPattern,
+        durable: Option<SubscriptionKey>,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, Error> {
+        if durable.is_some() && pattern.kind() == DestinationKind::Queue {
+            return Err(Error::InvalidDestination {
+                name: pattern.to_string(),
+                reason: "a queue has no durable subscriptions: subscribe without one",
+            });
+        }
+        let selector = options.selector.map(Arc::new);
+        let selector_text = selector.as_ref().map(|s| s.text().to_string());
+        if let Some(key) = &durable {
+            self.replace_durable_elsewhere(&Target::Pattern(pattern.clone()), key)
+                .await?;
+            self.define_wildcard_durable(&pattern, key, selector_text.clone())
+                .await?;
+        }
+        let max = ebb_actors::subscription::MAX_PREFETCH;
+        let capacity = options.prefetch.unwrap_or(max).clamp(1, max) as usize;
+        let (tx, rx) = mpsc::channel(capacity);
+        let template = Template {
+            durable: durable.clone(),
+            prefetch: options.prefetch,
+            selector,
+            exclusive: options.exclusive,
+            no_local: options.no_local,
+        };
+        let accept = options.accept.map(|a| a.0);
+        let actor = actix::Actor::start(WildcardActor::new(pattern.clone(), template, accept, tx));
+        let attached = async {
+            let mut targets = self
+                .registry
+                .send(Watch {
+                    pattern: pattern.clone(),
+                    watcher: actor.clone().recipient(),
+                    durable: durable.clone().map(|k| (k, selector_text)),
+                })
+                .await??;
+            for key in self.stored_matches(&pattern, durable.as_ref()).await? {
+                if !targets.iter().any(|(k, _)| *k == key) {
+                    let addr = self.destination(&key).await?;
+                    targets.push((key, addr));
+                }
+            }
+            actor.send(Attach(targets)).await??;
+            Ok::<_, Error>(())
+        };
+        if let Err(e) = attached.await {
+            actor.do_send(Detach {
+                subscription: WILDCARD_SUBSCRIPTION,
+            });
+            return Err(e);
+        }
+        Ok(Subscription {
+            destination: Endpoints {
+                ack: actor.clone().recipient(),
+                nack: actor.clone().recipient(),
+                detach: actor.recipient(),
+            },
+            id: WILDCARD_SUBSCRIPTION,
+            ack: options.ack,
+            rx,
+            auto_ack: AutoAck {
+                batch: auto_ack_batch(capacity),
+                ..AutoAck::default()
+            },
+        })
+    }
+
+    /// The destinations `pattern` matches that the store knows and that may not be
+    /// running: for a queue pattern, the queues holding messages; for a durable
+    /// subscription, the topics holding it. Read a bounded page at a time
+    /// ([`MessageStore::list_containers`], [`MessageStore::find_subscription_containers`]).
+    async fn stored_matches(
+        &self,
+        pattern: &DestinationPattern,
+        durable: Option<&SubscriptionKey>,
+    ) -> Result<Vec<DestinationKey>, Error> {
+        let store = self.store.store();
+        let mut found = Vec::new();
+        let mut after = String::new();
+        let (from, below) = pattern.container_range();
+        loop {
+            let page = match (pattern.kind(), durable) {
+                (DestinationKind::Queue, _) => {
+                    // Strictly after: the range's start is a key itself.
+                    let start = if after.is_empty() {
+                        below_key(&from)
+                    } else {
+                        after.clone()
+                    };
+                    store
+                        .list_containers(&start, &below, CONTAINER_PAGE)
+                        .await?
+                }
+                (DestinationKind::Topic, Some(key)) => {
+                    store
+                        .find_subscription_containers(key, &after, CONTAINER_PAGE)
+                        .await?
+                }
+                (DestinationKind::Topic, None) => Vec::new(),
+            };
+            let full = page.len() == CONTAINER_PAGE as usize;
+            if let Some(last) = page.last() {
+                after = last.clone();
+            }
+            found.extend(page.iter().filter_map(|c| {
+                let key = DestinationKey::from_container(c).ok()?;
+                pattern.matches(&key).then_some(key)
+            }));
+            if !full {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// Writes the definition of the durable subscription `key` to wildcard topic
+    /// `pattern` (its own container, [`wildcard_container`]), so that it outlives a
+    /// restart even before any topic matches; a definition with another selector is
+    /// replaced (the subscription is created anew at each topic when it attaches).
+    async fn define_wildcard_durable(
+        &self,
+        pattern: &DestinationPattern,
+        key: &SubscriptionKey,
+        selector: Option<String>,
+    ) -> Result<(), Error> {
+        let container = wildcard_container(pattern);
+        let sub = self
+            .store
+            .subscribe(container.clone(), key.clone(), selector.clone(), false)
+            .await?;
+        if sub.selector != selector {
+            self.store
+                .unsubscribe(container.clone(), key.clone())
+                .await?;
+            self.store
+                .subscribe(container, key.clone(), selector, false)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// A durable subscription is `(client id, name)` across the broker (JMS): before
-    /// `key` subscribes it to `topic`, the subscription of that name on any other topic
-    /// is deleted, as if unsubscribed (JMS 2.0 §8.3, ActiveMQ's `hasDurableSubChanged`;
-    /// case DUR-11). Its backlog goes with it (its rows are cleaned up on that topic).
-    /// Errors: [`ActorError::DurableInUse`] when it has a consumer there.
+    /// `key` subscribes to `target`, whatever it was subscribed to before, if that was
+    /// another destination or wildcard destination, is deleted, as if unsubscribed
+    /// (JMS 2.0 §8.3, ActiveMQ's `hasDurableSubChanged`; case DUR-11). Its backlog goes
+    /// with it (its rows are cleaned up on each topic). A subscription to a wildcard
+    /// topic is its definition ([`wildcard_container`]) and one subscription per
+    /// matching topic it has met; those stay when `target` is the same pattern.
+    /// Errors: [`ActorError::DurableInUse`] when what would be deleted has a consumer.
+    ///
+    /// [`ActorError::DurableInUse`]: ebb_actors::ActorError::DurableInUse
     async fn replace_durable_elsewhere(
         &self,
-        topic: &DestinationKey,
+        target: &Target,
         key: &SubscriptionKey,
     ) -> Result<(), Error> {
-        let containers = self
-            .store
-            .store()
-            .find_subscription_containers(key, 16)
-            .await?;
-        for container in containers {
-            if container == topic.container() {
+        let store = self.store.store();
+        let mut containers: Vec<String> = Vec::new();
+        loop {
+            let after = containers.last().map(String::as_str).unwrap_or("");
+            let page = store
+                .find_subscription_containers(key, after, CONTAINER_PAGE)
+                .await?;
+            let full = page.len() == CONTAINER_PAGE as usize;
+            containers.extend(page);
+            if !full {
+                break;
+            }
+        }
+        let definition = match target {
+            Target::Pattern(p) => Some(wildcard_container(p)),
+            Target::One(_) => None,
+        };
+        let defined = definition.as_ref().is_some_and(|d| containers.contains(d));
+        let was_wildcard = containers
+            .iter()
+            .any(|c| c.starts_with(WILDCARD_CONTAINER_PREFIX));
+        for container in &containers {
+            if Some(container) == definition.as_ref() {
                 continue;
             }
-            let old = DestinationKey::from_container(&container)?;
+            if container.starts_with(WILDCARD_CONTAINER_PREFIX) {
+                // Another pattern's definition: that subscription goes.
+                self.registry
+                    .send(ForgetWildcardDurable(key.clone()))
+                    .await??;
+                tracing::info!(client_id = %key.client_id, subscription = %key.subscription_name,
+                    from = %container, "durable subscription moved: the wildcard subscription is deleted");
+                self.store
+                    .unsubscribe(container.clone(), key.clone())
+                    .await?;
+                continue;
+            }
+            let old = DestinationKey::from_container(container)?;
+            let keep = match target {
+                // A topic of this pattern's subscription.
+                Target::Pattern(p) => defined && p.matches(&old),
+                // This topic's own subscription (not one a wildcard one made there).
+                Target::One(k) => *k == old && !was_wildcard,
+            };
+            if keep {
+                continue;
+            }
             tracing::info!(client_id = %key.client_id, subscription = %key.subscription_name,
-                from = %container, to = %topic.container(),
-                "durable subscription moved to another topic: the old one is deleted with its backlog");
+                from = %container, to = %target,
+                "durable subscription moved to another destination: the old one is deleted with its backlog");
             self.topic(&old)
                 .await?
                 .send(RemoveDurable(key.clone()))
@@ -1179,15 +1411,36 @@ impl Broker {
 
     /// Deletes an offline durable subscription (its marks and pending acks); its
     /// messages are then deleted by cleanup. `Ok(false)` if it did not exist.
+    ///
+    /// On a wildcard topic (`orders.>`), it removes the subscription from every topic
+    /// it holds and its definition; `Ok(false)` if it had no definition.
     pub async fn remove_durable(
         &self,
         destination: impl ToDestination,
         client_id: &str,
         subscription: &str,
     ) -> Result<bool, Error> {
-        let topic = self.topic(&destination.to_destination()?).await?;
         let key = SubscriptionKey::new(client_id, subscription);
-        Ok(topic.send(RemoveDurable(key)).await??)
+        let pattern = match destination.to_target()? {
+            Target::One(one) => {
+                let topic = self.topic(&one).await?;
+                return Ok(topic.send(RemoveDurable(key)).await??);
+            }
+            Target::Pattern(pattern) => pattern,
+        };
+        self.registry
+            .send(ForgetWildcardDurable(key.clone()))
+            .await??;
+        for topic in self.stored_matches(&pattern, Some(&key)).await? {
+            self.topic(&topic)
+                .await?
+                .send(RemoveDurable(key.clone()))
+                .await??;
+        }
+        Ok(self
+            .store
+            .unsubscribe(wildcard_container(&pattern), key)
+            .await?)
     }
 
     /// Whether the durable subscription `subscription` of client `client_id` exists on
@@ -1202,7 +1455,10 @@ impl Broker {
         client_id: &str,
         subscription: &str,
     ) -> Result<bool, Error> {
-        let container = destination.to_destination()?.container();
+        let container = match destination.to_target()? {
+            Target::One(key) => key.container(),
+            Target::Pattern(pattern) => wildcard_container(&pattern),
+        };
         let key = SubscriptionKey::new(client_id, subscription);
         let found = self
             .store
@@ -1301,6 +1557,7 @@ impl Broker {
                                 delivery_id: 0,
                                 message,
                                 redelivered: false,
+                                source: None,
                             },
                         })
                     })
@@ -1523,6 +1780,75 @@ pub trait ToDestination {
     /// The key; [`Error::InvalidDestination`] for text that cannot name one (empty,
     /// over 200 bytes, control characters, another scheme, wildcards).
     fn to_destination(&self) -> Result<DestinationKey, Error>;
+
+    /// What a subscription reads: one destination, or for a text with a wildcard
+    /// element (`orders.>`, `queue://jobs.*`) the destinations it matches.
+    fn to_target(&self) -> Result<Target, Error> {
+        self.to_destination().map(Target::One)
+    }
+}
+
+/// What a subscription reads: one destination, or every destination a pattern
+/// matches (ActiveMQ's wildcards: `.` separates elements, `*` matches one, `>` the
+/// rest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    One(DestinationKey),
+    Pattern(DestinationPattern),
+}
+
+impl Target {
+    /// STOMP's form (`/topic/orders.>`).
+    pub fn stomp(&self) -> String {
+        match self {
+            Target::One(k) => k.stomp(),
+            Target::Pattern(p) => p.stomp(),
+        }
+    }
+
+    /// Topic or queue.
+    pub fn kind(&self) -> DestinationKind {
+        match self {
+            Target::One(k) => k.kind(),
+            Target::Pattern(p) => p.kind(),
+        }
+    }
+}
+
+/// The store key form (`topic://orders.>`).
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::One(k) => k.fmt(f),
+            Target::Pattern(p) => p.fmt(f),
+        }
+    }
+}
+
+impl ToDestination for Target {
+    fn to_destination(&self) -> Result<DestinationKey, Error> {
+        match self {
+            Target::One(k) => Ok(k.clone()),
+            Target::Pattern(p) => Err(Error::InvalidDestination {
+                name: p.to_string(),
+                reason: "wildcards `*` and `>` name patterns, not a destination: subscribe to it, or send to one destination",
+            }),
+        }
+    }
+
+    fn to_target(&self) -> Result<Target, Error> {
+        Ok(self.clone())
+    }
+}
+
+impl ToDestination for DestinationPattern {
+    fn to_destination(&self) -> Result<DestinationKey, Error> {
+        Target::Pattern(self.clone()).to_destination()
+    }
+
+    fn to_target(&self) -> Result<Target, Error> {
+        Ok(Target::Pattern(self.clone()))
+    }
 }
 
 impl ToDestination for DestinationKey {
@@ -1535,11 +1861,22 @@ impl ToDestination for str {
     fn to_destination(&self) -> Result<DestinationKey, Error> {
         Ok(DestinationKey::parse(self)?)
     }
+
+    fn to_target(&self) -> Result<Target, Error> {
+        match DestinationPattern::subscription(self)? {
+            Some(pattern) => Ok(Target::Pattern(pattern)),
+            None => self.to_destination().map(Target::One),
+        }
+    }
 }
 
 impl ToDestination for String {
     fn to_destination(&self) -> Result<DestinationKey, Error> {
         self.as_str().to_destination()
+    }
+
+    fn to_target(&self) -> Result<Target, Error> {
+        self.as_str().to_target()
     }
 }
 
@@ -1547,6 +1884,30 @@ impl<T: ToDestination + ?Sized> ToDestination for &T {
     fn to_destination(&self) -> Result<DestinationKey, Error> {
         (**self).to_destination()
     }
+
+    fn to_target(&self) -> Result<Target, Error> {
+        (**self).to_target()
+    }
+}
+
+/// Containers the wildcard reads list per store page.
+const CONTAINER_PAGE: u32 = 500;
+
+/// A text just below `key`, so that a listing strictly after it starts with `key`
+/// itself: its last character one lower, then DEL (a control character, which no
+/// destination name holds): `queue://jobs` gives `queue://jobr\x7f`, below which no
+/// name starting `queue://jobr` in ASCII sorts. Only names with a non-ASCII character
+/// right there lie between, and the caller filters what it lists.
+fn below_key(key: &str) -> String {
+    let mut below = key.to_string();
+    match below.pop() {
+        Some(c) if c.is_ascii_graphic() => {
+            below.push((c as u8 - 1) as char);
+            below.push('\u{7f}');
+        }
+        _ => {}
+    }
+    below
 }
 
 /// The recipients a [`Subscription`] talks to, at its destination's actor.
@@ -1561,6 +1922,26 @@ fn endpoints(destination: &DestinationAddr) -> Endpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn below_a_key_sorts_just_below_it() {
+        for key in ["queue://jobs", "topic://", "queue://a.b"] {
+            let below = below_key(key);
+            assert!(below.as_str() < key, "{below:?} {key}");
+            for name in [
+                "queue://jobr",
+                "queue://jobrunner",
+                "queue://jobr.x",
+                "topic:/z",
+                "queue://a.a.z",
+            ] {
+                assert!(
+                    !(below.as_str() < name && name < key),
+                    "{name} between {below:?} and {key}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn text_and_keys_name_the_same_destination() {

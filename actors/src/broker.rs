@@ -5,9 +5,19 @@
 //! the shared housekeeping budget; and the shutdown sequence.
 //!
 //! Messages it accepts: [`GetDestination`], [`RouteDeadLetter`] (a queue's dead
-//! message, handed to its dead-letter queue), [`ListDestinations`], [`ShutdownBroker`].
-//! It never dispatches and never touches SQL. A new kind of destination is a variant of
-//! [`DestinationAddr`] and an arm in `BrokerActor::destination`.
+//! message, handed to its dead-letter queue), [`ListDestinations`], [`Watch`] and
+//! [`ForgetWildcardDurable`] (subscriptions to wildcard destinations), [`ShutdownBroker`].
+//! It never dispatches and writes nothing to the store. A new kind of destination is a
+//! variant of [`DestinationAddr`] and an arm in `BrokerActor::destination`.
+//!
+//! **Wildcard subscriptions.** Each [`WildcardActor`](crate::wildcard::WildcardActor)
+//! watches a pattern: the registry answers [`Watch`] with the running destinations
+//! that match and tells the watcher of each matching one it starts later
+//! ([`Matched`]). A durable subscription to a wildcard topic must also keep the
+//! messages of matching topics created while it is offline: the registry knows every
+//! such subscription (loaded from their definitions in the store before it handles
+//! any message, [`WILDCARD_CONTAINER_PREFIX`]), and gives a topic it starts the ones
+//! that match, which the topic creates in its store before its first message.
 //!
 //! Shutdown, in order: refuse new destinations; stop every destination's housekeeping
 //! (each answers once its page in flight has finished, and starts none after); flush
@@ -16,8 +26,9 @@
 use std::collections::HashMap;
 
 use actix::prelude::*;
+use ebb_store::SubscriptionKey;
 
-use crate::destination::{DestinationKey, DestinationKind};
+use crate::destination::{DestinationKey, DestinationKind, DestinationPattern};
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
 use crate::messages::{RouteDeadLetter, StopHousekeeping};
@@ -25,6 +36,38 @@ use crate::policy::PolicyMap;
 use crate::queue::QueueActor;
 use crate::store_actor::StoreHandle;
 use crate::topic::TopicActor;
+use crate::wildcard::Matched;
+
+/// The store keeps the definition of a durable subscription to a wildcard topic in a
+/// container of its own: this prefix and the pattern (`wildcard:topic://orders.>`).
+/// No message is ever stored there; the container only holds the subscription (key,
+/// selector) across restarts, and the registry reads these containers, a bounded
+/// page at a time, at start.
+pub const WILDCARD_CONTAINER_PREFIX: &str = "wildcard:";
+
+/// The container of the definition of a durable subscription to `pattern`.
+pub fn wildcard_container(pattern: &DestinationPattern) -> String {
+    format!("{WILDCARD_CONTAINER_PREFIX}{pattern}")
+}
+
+/// Definitions the registry reads per store page at start.
+const DEFINITION_PAGE: u32 = 500;
+
+/// A durable subscription to a wildcard topic: each matching topic holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WildcardDurable {
+    pub pattern: DestinationPattern,
+    pub key: SubscriptionKey,
+    /// Its selector's text.
+    pub selector: Option<String>,
+}
+
+/// A wildcard subscription the registry tells of matching destinations.
+struct Watcher {
+    pattern: DestinationPattern,
+    recipient: Recipient<Matched>,
+    durable: Option<SubscriptionKey>,
+}
 
 /// A running destination actor, by kind: the registry's one entry per kind of
 /// destination.
@@ -79,6 +122,8 @@ pub struct BrokerActor {
     policies: PolicyMap,
     budget: HousekeepingBudget,
     destinations: HashMap<DestinationKey, DestinationAddr>,
+    watchers: Vec<Watcher>,
+    wildcard_durables: Vec<WildcardDurable>,
     shutting_down: bool,
 }
 
@@ -91,8 +136,38 @@ impl BrokerActor {
             policies,
             budget,
             destinations: HashMap::new(),
+            watchers: Vec::new(),
+            wildcard_durables: Vec::new(),
             shutting_down: false,
         }
+    }
+
+    /// Reads every durable subscription to a wildcard topic from the store, a page at
+    /// a time, before the registry handles any message (`ctx.wait`); a failed read is
+    /// retried every second, since a topic started without them would not keep their
+    /// messages.
+    fn load_wildcard_durables(&mut self, ctx: &mut Context<Self>) {
+        let store = std::sync::Arc::clone(self.store.store());
+        let load = async move {
+            loop {
+                match read_definitions(&*store).await {
+                    Ok(found) => return found,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read the durable subscriptions to wildcard topics; retrying in 1 s");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        };
+        ctx.wait(load.into_actor(self).map(|found, act, _| {
+            if !found.is_empty() {
+                tracing::info!(
+                    count = found.len(),
+                    "durable subscriptions to wildcard topics loaded"
+                );
+            }
+            act.wildcard_durables = found;
+        }));
     }
 
     /// The running actor of `key`, or a new one started with its policy. During and
@@ -115,7 +190,15 @@ impl BrokerActor {
         let (store, budget) = (self.store.clone(), self.budget.clone());
         let addr = match key.kind() {
             DestinationKind::Topic => {
-                DestinationAddr::Topic(TopicActor::new(key.clone(), policy, store, budget).start())
+                let durables = self
+                    .wildcard_durables
+                    .iter()
+                    .filter(|d| d.pattern.matches(&key))
+                    .map(|d| (d.key.clone(), d.selector.clone()))
+                    .collect();
+                let topic = TopicActor::new(key.clone(), policy, store, budget)
+                    .with_wildcard_durables(durables);
+                DestinationAddr::Topic(topic.start())
             }
             DestinationKind::Queue => {
                 let dead_letters = ctx.address().recipient();
@@ -123,13 +206,144 @@ impl BrokerActor {
                 DestinationAddr::Queue(queue.start())
             }
         };
+        self.watchers.retain(|w| w.recipient.connected());
+        for w in self.watchers.iter().filter(|w| w.pattern.matches(&key)) {
+            w.recipient.do_send(Matched(key.clone(), addr.clone()));
+        }
         self.destinations.insert(key, addr.clone());
         Ok(addr)
     }
 }
 
+/// Every definition of a durable subscription to a wildcard topic in `store`.
+async fn read_definitions(
+    store: &dyn ebb_store::MessageStore,
+) -> Result<Vec<WildcardDurable>, ebb_store::StoreError> {
+    // `;` is the byte after the prefix's `:`: every definition sorts below it.
+    let below = "wildcard;";
+    let mut found = Vec::new();
+    let mut after: Option<(String, SubscriptionKey)> = None;
+    loop {
+        let page = store
+            .list_subscriptions_between(
+                WILDCARD_CONTAINER_PREFIX,
+                below,
+                after.as_ref().map(|(c, k)| (c.as_str(), k)),
+                DEFINITION_PAGE,
+            )
+            .await?;
+        let full = page.len() == DEFINITION_PAGE as usize;
+        after = page.last().map(|s| (s.container.clone(), s.key.clone()));
+        for sub in page {
+            let text = &sub.container[WILDCARD_CONTAINER_PREFIX.len()..];
+            match DestinationPattern::parse(text) {
+                Ok(pattern) => found.push(WildcardDurable {
+                    pattern,
+                    key: sub.key,
+                    selector: sub.selector,
+                }),
+                Err(e) => tracing::warn!(container = %sub.container, error = %e,
+                    "a stored wildcard subscription's pattern does not parse; it is left alone"),
+            }
+        }
+        if !full {
+            return Ok(found);
+        }
+    }
+}
+
 impl Actor for BrokerActor {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.load_wildcard_durables(ctx);
+    }
+}
+
+/// Watch `pattern` for a wildcard subscription: the answer is the running
+/// destinations that match; each matching destination started later is sent to
+/// `watcher` as [`Matched`], until the watcher stops. With `durable` (a durable
+/// subscription to a wildcard topic, and its selector's text), the registry also
+/// gives each matching topic it starts the subscription, so that the topic keeps its
+/// messages while the subscription is offline. Errors:
+/// [`ActorError::DurableInUse`] when that durable subscription is watched already;
+/// [`ActorError::ShuttingDown`].
+#[derive(Message)]
+#[rtype(result = "Result<Vec<(DestinationKey, DestinationAddr)>, ActorError>")]
+pub struct Watch {
+    pub pattern: DestinationPattern,
+    pub watcher: Recipient<Matched>,
+    pub durable: Option<(SubscriptionKey, Option<String>)>,
+}
+
+impl Handler<Watch> for BrokerActor {
+    type Result = Result<Vec<(DestinationKey, DestinationAddr)>, ActorError>;
+
+    fn handle(&mut self, msg: Watch, _: &mut Context<Self>) -> Self::Result {
+        if self.shutting_down {
+            return Err(ActorError::ShuttingDown);
+        }
+        self.watchers.retain(|w| w.recipient.connected());
+        let durable_key = msg.durable.as_ref().map(|(k, _)| k.clone());
+        if let Some((key, selector)) = msg.durable {
+            if self
+                .watchers
+                .iter()
+                .any(|w| w.durable.as_ref() == Some(&key))
+            {
+                return Err(ActorError::DurableInUse(format!(
+                    "{}/{}",
+                    key.client_id, key.subscription_name
+                )));
+            }
+            self.wildcard_durables.retain(|d| d.key != key);
+            self.wildcard_durables.push(WildcardDurable {
+                pattern: msg.pattern.clone(),
+                key,
+                selector,
+            });
+        }
+        let running = self
+            .destinations
+            .iter()
+            .filter(|(k, a)| a.connected() && msg.pattern.matches(k))
+            .map(|(k, a)| (k.clone(), a.clone()))
+            .collect();
+        self.watchers.push(Watcher {
+            pattern: msg.pattern,
+            recipient: msg.watcher,
+            durable: durable_key,
+        });
+        Ok(running)
+    }
+}
+
+/// The durable subscription to a wildcard topic `0` is removed (or replaced by one to
+/// another destination): topics started from now on no longer create it. Errors:
+/// [`ActorError::DurableInUse`] while a consumer holds it.
+#[derive(Message)]
+#[rtype(result = "Result<(), ActorError>")]
+pub struct ForgetWildcardDurable(pub SubscriptionKey);
+
+impl Handler<ForgetWildcardDurable> for BrokerActor {
+    type Result = Result<(), ActorError>;
+
+    fn handle(&mut self, msg: ForgetWildcardDurable, _: &mut Context<Self>) -> Self::Result {
+        self.watchers.retain(|w| w.recipient.connected());
+        let key = msg.0;
+        if self
+            .watchers
+            .iter()
+            .any(|w| w.durable.as_ref() == Some(&key))
+        {
+            return Err(ActorError::DurableInUse(format!(
+                "{}/{}",
+                key.client_id, key.subscription_name
+            )));
+        }
+        self.wildcard_durables.retain(|d| d.key != key);
+        Ok(())
+    }
 }
 
 /// The actor of destination `key`, started on first use (see [`BrokerActor`]).

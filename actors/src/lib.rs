@@ -64,6 +64,7 @@ pub mod store_actor;
 pub mod subscription;
 pub mod topic;
 pub mod usage;
+pub mod wildcard;
 
 pub use destination::policy;
 pub use destination::{DestinationKey, DestinationKind};

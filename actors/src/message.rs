@@ -65,6 +65,10 @@ pub struct Delivery {
     pub message: Arc<TopicMessage>,
     /// True when this subscription was sent the message before and did not ack it.
     pub redelivered: bool,
+    /// On a subscription to a wildcard destination ([`crate::wildcard`]): the
+    /// destination the message was sent to. `None` on a subscription to one
+    /// destination (it is that one).
+    pub source: Option<Arc<crate::destination::DestinationKey>>,
 }
 
 /// What happened to a published message.

@@ -378,6 +378,7 @@ impl QueueActor {
             delivery_id,
             message: Arc::clone(&entry.message),
             redelivered: entry.failed_deliveries > 0,
+            source: None,
         };
         // The channel holds the prefetch, so it is full only if the consumer is gone.
         if consumer.deliver.try_send(delivery).is_err() {

@@ -509,6 +509,7 @@ impl SubscriptionState {
                 delivery_id,
                 message,
                 redelivered,
+                source: None,
             });
         }
     }

@@ -85,6 +85,10 @@ pub struct TopicActor {
     durables: BTreeMap<SubscriptionKey, Durable>,
     next_subscription: u64,
     stats: TopicStats,
+    /// Durable subscriptions to wildcard destinations that match this topic (from the
+    /// registry): created in its store at start, before its first message, if they
+    /// are not there yet.
+    wildcard_durables: Vec<(SubscriptionKey, Option<String>)>,
 }
 
 /// The consumer a durable subscription is attached to: its prefetch, where its
@@ -120,7 +124,20 @@ impl TopicActor {
             durables: BTreeMap::new(),
             next_subscription: 1,
             stats: TopicStats::default(),
+            wildcard_durables: Vec::new(),
         }
+    }
+
+    /// The topic also holds these durable subscriptions (key, selector text) of
+    /// wildcard destinations that match it: [`BrokerActor`](crate::broker::BrokerActor)
+    /// gives them, so that the topic stores what they need from its first message on,
+    /// also while they are offline.
+    pub fn with_wildcard_durables(
+        mut self,
+        durables: Vec<(SubscriptionKey, Option<String>)>,
+    ) -> Self {
+        self.wildcard_durables = durables;
+        self
     }
 
     /// Delivers what subscription `id` can take now, acks what expired on the way,
@@ -383,7 +400,10 @@ impl TopicActor {
     /// message is handled).
     fn load(&mut self, ctx: &mut Context<Self>) {
         let store = Arc::clone(self.core.store.store());
+        let writer = self.core.store.clone();
         let container = self.core.container.clone();
+        let wildcard_durables = std::mem::take(&mut self.wildcard_durables);
+        let prioritized = self.core.policy.prioritized_messages;
         let fut = async move {
             let mut keys = Vec::new();
             let mut after: Option<SubscriptionKey> = None;
@@ -398,8 +418,26 @@ impl TopicActor {
                     break;
                 }
             }
+            // Those of wildcard subscriptions it does not hold yet: created now,
+            // through the store actor, before any message is handled.
+            for (key, selector) in wildcard_durables {
+                if keys.iter().any(|(k, _)| *k == key) {
+                    continue;
+                }
+                let sub = writer
+                    .subscribe(
+                        container.clone(),
+                        key.clone(),
+                        selector.clone(),
+                        prioritized,
+                    )
+                    .await?;
+                tracing::info!(topic = %container, client_id = %key.client_id,
+                    subscription = %key.subscription_name, "durable wildcard subscription joined a new topic");
+                keys.push((sub.key, selector));
+            }
             let armed = store.has_expiring(&container).await?;
-            Ok::<_, ebb_store::StoreError>((keys, armed))
+            Ok::<_, ActorError>((keys, armed))
         };
         ctx.wait(fut.into_actor(self).map(|result, act, ctx| {
             match result {

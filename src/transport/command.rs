@@ -9,9 +9,10 @@
 //! is the ERROR frame's `message`; clients and tests match on these texts, so they are
 //! stable.
 
-use crate::broker::{Message, Selector};
+use crate::broker::{Message, Selector, Target};
 use crate::stomp::frame::{self, Frame, Version};
 use crate::{DestinationKey, DestinationKind};
+use ebb_actors::destination::DestinationPattern;
 
 /// Why a frame is refused: the text of the ERROR frame's `message` header. The
 /// connection is closed after it.
@@ -173,7 +174,8 @@ pub enum Command {
         transaction: Option<String>,
     },
     Subscribe {
-        destination: DestinationKey,
+        /// One destination, or a wildcard destination (`/topic/orders.>`).
+        destination: Target,
         /// `id`; on STOMP 1.0 the destination when there is none.
         id: String,
         ack: StompAck,
@@ -373,7 +375,8 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
     if let Some(refusal) = unsupported_subscribe_header(frame) {
         return Err(refusal);
     }
-    let destination = destination_of(frame.get("destination"))?;
+    let destination = target_of(frame.get("destination"))?;
+    let is_queue = destination.kind() == DestinationKind::Queue;
     let id = match (frame.get("id"), version) {
         (Some(id), _) => id.to_string(),
         (None, Version::V1_0) => frame.get("destination").unwrap_or_default().to_string(),
@@ -403,7 +406,7 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         .get("activemq.subscriptionName")
         .or_else(|| frame.get("activemq.subcriptionName"))
         .map(str::to_string);
-    if durable_name.is_some() && destination.is_queue() {
+    if durable_name.is_some() && is_queue {
         return refuse(
             "activemq.subscriptionName is for topics: a queue keeps its messages for any consumer",
         );
@@ -413,7 +416,7 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         Some("true") if version == Version::V1_0 => {
             return refuse("browser:true needs STOMP 1.1 or 1.2 (as ActiveMQ)")
         }
-        Some("true") if !destination.is_queue() => {
+        Some("true") if !is_queue => {
             return refuse("browser:true is for queues: a topic keeps no messages to browse")
         }
         Some("true") if ack != StompAck::Auto => {
@@ -425,6 +428,9 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         Some("true") => true,
         Some(other) => return refuse(format!("invalid browser `{other}`: true or false")),
     };
+    if browser && matches!(destination, Target::Pattern(_)) {
+        return refuse("browser:true browses one queue, not a wildcard destination");
+    }
     if browser && durable_name.is_some() {
         return refuse("browser:true is for queues: a topic keeps no messages to browse");
     }
@@ -432,7 +438,7 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
     // An empty one is none (as ActiveMQ).
     let exclusive = match frame.get("activemq.exclusive") {
         None | Some("false") => false,
-        Some("true") if destination.is_queue() => true,
+        Some("true") if is_queue => true,
         Some("true") => {
             return refuse(
                 "activemq.exclusive is for queues: every topic subscription gets every message",
@@ -446,7 +452,7 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
     };
     let no_local = match frame.get("activemq.noLocal") {
         None | Some("false") => false,
-        Some("true") if destination.is_queue() => {
+        Some("true") if is_queue => {
             return refuse("activemq.noLocal is for topics: a queue's message goes to one consumer, whoever sent it")
         }
         Some("true") if durable_name.is_some() => {
@@ -494,6 +500,19 @@ fn transaction_of(frame: &Frame) -> Result<String, Refusal> {
             "{} needs a transaction header",
             frame.command.as_str()
         )),
+    }
+}
+
+/// A SUBSCRIBE's destination: a wildcard destination (`/topic/orders.>`,
+/// `/queue/jobs.*`: ActiveMQ's wildcards) or one destination ([`destination_of`]).
+fn target_of(destination: Option<&str>) -> Result<Target, Refusal> {
+    let Some(text) = destination.filter(|d| !d.is_empty()) else {
+        return refuse("missing destination header");
+    };
+    match DestinationPattern::subscription_from_stomp(text) {
+        Ok(Some(pattern)) => Ok(Target::Pattern(pattern)),
+        Ok(None) => destination_of(destination).map(Target::One),
+        Err(e) => Err(Refusal(e.to_string())),
     }
 }
 
@@ -777,7 +796,10 @@ mod tests {
             durable_name,
             ..
         } = *options;
-        assert_eq!(destination, DestinationKey::topic("t").unwrap());
+        assert_eq!(
+            destination,
+            Target::One(DestinationKey::topic("t").unwrap())
+        );
         assert_eq!(id, "s1");
         assert_eq!(ack, StompAck::ClientIndividual);
         assert_eq!(prefetch, Some(10));
@@ -1081,6 +1103,55 @@ mod tests {
             parse(frame::Command::Disconnect, &[("receipt", "bye")]),
             Ok(Command::Disconnect)
         ));
+    }
+
+    #[test]
+    fn a_wildcard_subscribe_names_a_pattern() {
+        let c = parse(
+            frame::Command::Subscribe,
+            &[
+                ("destination", "/queue/jobs.*"),
+                ("id", "1"),
+                ("activemq.exclusive", "true"),
+            ],
+        )
+        .unwrap();
+        let Command::Subscribe {
+            destination,
+            options,
+            ..
+        } = c
+        else {
+            panic!("{c:?}")
+        };
+        let pattern = DestinationPattern::subscription("queue://jobs.*")
+            .unwrap()
+            .unwrap();
+        assert_eq!(destination, Target::Pattern(pattern));
+        assert!(options.exclusive, "a queue pattern takes queue options");
+        let v12 = Version::V1_2;
+        let sub = frame::Command::Subscribe;
+        let cases: [(&[(&str, &str)], &str); 4] = [
+            (
+                &[("destination", "/queue/jobs.*"), ("id", "1"), ("browser", "true")],
+                "browser:true browses one queue, not a wildcard destination",
+            ),
+            (
+                &[("destination", "/queue/jobs.>"), ("id", "1"), ("activemq.subscriptionName", "d")],
+                "activemq.subscriptionName is for topics: a queue keeps its messages for any consumer",
+            ),
+            (
+                &[("destination", "/topic/a.>.b"), ("id", "1")],
+                "invalid destination `/topic/a.>.b`: `>` may only be the last segment of a pattern",
+            ),
+            (
+                &[("destination", "/topic/a.*"), ("id", "1"), ("activemq.exclusive", "true")],
+                "activemq.exclusive is for queues: every topic subscription gets every message",
+            ),
+        ];
+        for (headers, text) in cases {
+            assert_eq!(refusal(sub, headers, v12), text);
+        }
     }
 
     #[test]

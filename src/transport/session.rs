@@ -26,10 +26,10 @@ use super::command::{refuse, AckRef, Command, Refusal, Request, StompAck, Subscr
 use crate::auth::{Principal, Right, Security};
 use crate::broker::{
     AckMode, Acker, Broker, Message, QueueBrowser, Received, Space, SubscribeOptions, Subscription,
-    Transaction,
+    Target, Transaction,
 };
 use crate::stomp::frame::{self, Frame, Version};
-use crate::DestinationKey;
+use crate::{DestinationKey, DestinationKind};
 
 /// Most transactions a connection may have open at once.
 pub const MAX_OPEN_TRANSACTIONS: usize = 100;
@@ -228,7 +228,8 @@ struct Sub {
     /// `None` for a browse (it acks nothing).
     acker: Option<Acker>,
     mode: StompAck,
-    destination: DestinationKey,
+    /// As subscribed: one destination or a wildcard destination.
+    destination: Target,
     durable_name: Option<String>,
 }
 
@@ -622,7 +623,7 @@ impl Session {
 
     async fn subscribe(
         &mut self,
-        destination: DestinationKey,
+        destination: Target,
         id: String,
         mode: StompAck,
         options: SubscribeHeaders,
@@ -635,7 +636,9 @@ impl Session {
             exclusive,
             no_local,
         } = options;
-        self.authorize(Right::Read, &destination)?;
+        if let Target::One(key) = &destination {
+            self.authorize(Right::Read, key)?;
+        }
         if self.subscriptions.contains_key(&id) {
             return refuse(format!(
                 "subscription id `{id}` is already in use on this connection"
@@ -661,6 +664,7 @@ impl Session {
             self.add_subscription(id, sub, feed);
             return Ok(());
         }
+        let mut create_wildcard = false;
         let mut options = match &durable_name {
             Some(name) => {
                 let Some(client) = &self.client_id else {
@@ -672,13 +676,25 @@ impl Session {
                     .durable_subscription_exists(&destination, client, name)
                     .await
                     .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
-                if !exists {
-                    self.authorize(Right::Admin, &destination)?;
+                if let (false, Target::One(key)) = (exists, &destination) {
+                    self.authorize(Right::Admin, key)?;
                 }
+                // Creating one on a wildcard topic needs the admin right on each
+                // topic it joins (below).
+                create_wildcard = !exists;
                 SubscribeOptions::durable(client.clone(), name.clone())
             }
             None => SubscribeOptions::non_durable(),
         };
+        if matches!(destination, Target::Pattern(_)) && self.config.security.has_authorization() {
+            // A wildcard subscription reads the matching destinations this
+            // connection may read (and, creating a durable one, administer).
+            let (security, principal) = (Arc::clone(&self.config.security), self.principal.clone());
+            options = options.accept(move |key| {
+                let may = |right| security.authorize(principal.as_ref(), right, key).is_ok();
+                may(Right::Read) && (!create_wildcard || may(Right::Admin))
+            });
+        }
         options.prefetch = prefetch;
         options.selector = selector;
         options.exclusive = exclusive;
@@ -720,9 +736,11 @@ impl Session {
         self.streams.remove(&id);
         self.pending.retain(|_, p| p.subscription != id);
         // UNSUBSCRIBE with activemq.subscriptionName deletes the durable subscription.
-        if let (Some(name), Some(client), true) =
-            (durable_name, &self.client_id, sub.destination.is_topic())
-        {
+        if let (Some(name), Some(client), true) = (
+            durable_name,
+            &self.client_id,
+            sub.destination.kind() == DestinationKind::Topic,
+        ) {
             let name = sub.durable_name.unwrap_or(name);
             self.broker
                 .remove_durable(&sub.destination, client, &name)
@@ -763,7 +781,13 @@ impl Session {
         let mut frame = Frame::new(frame::Command::Message)
             .header("subscription", subscription.clone())
             .header("message-id", message.message_id())
-            .header("destination", sub.destination.stomp())
+            .header(
+                "destination",
+                match message.destination() {
+                    Some(from) => from.stomp(),
+                    None => sub.destination.stomp(),
+                },
+            )
             .header("expires", message.expiration().to_string())
             .header("priority", message.priority().to_string())
             .header("persistent", message.persistent().to_string())

@@ -172,14 +172,36 @@ pub trait MessageStore: Send + Sync + 'static {
         key: &SubscriptionKey,
     ) -> Result<Option<DurableSubscription>>;
 
-    /// Up to `limit` containers (in name order) holding a durable subscription `key`.
-    /// A key names one subscription across the broker (JMS), so there is at most one
-    /// once the broker enforces it; more show a store written before it did (DUR-11).
+    /// Up to `limit` containers (in name order, after `after`; `""` = from the start)
+    /// holding a durable subscription `key`. A key names one subscription across the
+    /// broker (JMS): one container, or, for a subscription to a wildcard destination,
+    /// the container of its definition and one per matching topic it has met (DUR-11).
+    /// Cost: the key's rows in `acks_kidx`.
     async fn find_subscription_containers(
         &self,
         key: &SubscriptionKey,
+        after: &str,
         limit: u32,
     ) -> Result<Vec<String>>;
+
+    /// Up to `limit` containers of the message table `c` with `after < c < below`, in
+    /// name order (the destinations that hold messages, for a wildcard consumer to
+    /// find the queues it matches). Cost: one seek of `msgs_cidx` per container
+    /// returned, whatever the number of messages.
+    async fn list_containers(&self, after: &str, below: &str, limit: u32) -> Result<Vec<String>>;
+
+    /// Up to `limit` durable subscriptions whose container `c` has `from <= c < below`,
+    /// after `after` (`(container, key)`; `None` = from the start) in `(container,
+    /// client_id, subscription_name)` order, without their marks (`marks` is empty):
+    /// the definitions of the subscriptions to wildcard destinations, which the broker
+    /// keeps in containers of their own. Cost: one range of the primary key.
+    async fn list_subscriptions_between(
+        &self,
+        from: &str,
+        below: &str,
+        after: Option<(&str, &SubscriptionKey)>,
+        limit: u32,
+    ) -> Result<Vec<DurableSubscription>>;
 
     /// Up to `limit` durable subscriptions of `container` after `after` in
     /// `(client_id, subscription_name)` order (keyset pagination; `None` = from the

@@ -29,6 +29,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         "queryable_headers",
         include_str!("../migrations/sqlite/0004_queryable_headers.sql"),
     ),
+    (
+        5,
+        "container_byte_order",
+        include_str!("../migrations/sqlite/0005_container_byte_order.sql"),
+    ),
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -51,6 +56,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         4,
         "queryable_headers",
         include_str!("../migrations/postgres/0004_queryable_headers.sql"),
+    ),
+    (
+        5,
+        "container_byte_order",
+        include_str!("../migrations/postgres/0005_container_byte_order.sql"),
     ),
 ];
 

@@ -1125,16 +1125,78 @@ macro_rules! impl_sql_store {
             async fn find_subscription_containers(
                 &self,
                 key: &$crate::SubscriptionKey,
+                after: &str,
                 limit: u32,
             ) -> $crate::Result<Vec<String>> {
                 let rows: Vec<(String,)> = sqlx::query_as(&self.sql.subscription_containers)
                     .bind(&key.client_id)
                     .bind(&key.subscription_name)
+                    .bind(after)
                     .bind(i64::from(limit))
                     .fetch_all(&self.pool)
                     .await
                     .map_err($crate::error::db("find subscription"))?;
                 Ok(rows.into_iter().map(|(c,)| c).collect())
+            }
+
+            async fn list_containers(
+                &self,
+                after: &str,
+                below: &str,
+                limit: u32,
+            ) -> $crate::Result<Vec<String>> {
+                let mut conn = self
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err($crate::error::db("list containers"))?;
+                let mut found: Vec<String> = Vec::new();
+                while found.len() < limit as usize {
+                    let from = found.last().map(String::as_str).unwrap_or(after);
+                    let next: Option<(String,)> = sqlx::query_as(&self.sql.next_container)
+                        .bind(from)
+                        .bind(below)
+                        .fetch_optional(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("list containers"))?;
+                    match next {
+                        Some((c,)) => found.push(c),
+                        None => break,
+                    }
+                }
+                Ok(found)
+            }
+
+            async fn list_subscriptions_between(
+                &self,
+                from: &str,
+                below: &str,
+                after: Option<(&str, &$crate::SubscriptionKey)>,
+                limit: u32,
+            ) -> $crate::Result<Vec<$crate::DurableSubscription>> {
+                let (container, client, name) = after
+                    .map(|(c, k)| (c, k.client_id.as_str(), k.subscription_name.as_str()))
+                    .unwrap_or(("", "", ""));
+                let rows: Vec<(String, String, String, Option<String>)> =
+                    sqlx::query_as(&self.sql.subscriptions_between)
+                        .bind(from)
+                        .bind(below)
+                        .bind(container)
+                        .bind(client)
+                        .bind(name)
+                        .bind(i64::from(limit))
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($crate::error::db("list subscriptions"))?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(container, client_id, sub_name, selector)| $crate::DurableSubscription {
+                        container,
+                        key: $crate::SubscriptionKey::new(client_id, sub_name),
+                        selector,
+                        marks: Vec::new(),
+                    })
+                    .collect())
             }
 
             async fn list_subscriptions(

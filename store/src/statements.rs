@@ -92,9 +92,16 @@ pub(crate) struct Statements {
     pub count_messages: String,
     pub count_subscriptions: String,
     pub count_indacks: String,
-    /// the containers holding durable subscription `($1, $2)` (client id, name), by
-    /// `acks_kidx`, `LIMIT $3`
+    /// the containers after `$3` holding durable subscription `($1, $2)` (client id,
+    /// name), by `acks_kidx`, `LIMIT $4`
     pub subscription_containers: String,
+    /// the first container of the message table after `$1` and below `$2`: one seek
+    /// of `msgs_cidx`, `LIMIT 1`
+    pub next_container: String,
+    /// keyset page of the subscriptions (their first row: priority -1 or 0) whose
+    /// container is in `[$1, $2)`, after `($3, $4, $5)` in `(container, client_id,
+    /// sub_name)` order, by the primary key, `LIMIT $6`
+    pub subscriptions_between: String,
 }
 
 // In the topic expiry statements `+m.expiration` keeps the planners (both backends) off
@@ -455,7 +462,18 @@ impl Statements {
             count_indacks: format!("SELECT COUNT(*) FROM {p}indacks WHERE container = $1"),
             subscription_containers: format!(
                 "SELECT DISTINCT container FROM {p}acks WHERE client_id = $1 AND sub_name = $2 \
-                 ORDER BY container LIMIT $3"
+                 AND container > $3 ORDER BY container LIMIT $4"
+            ),
+            next_container: format!(
+                "SELECT container FROM {p}msgs WHERE container > $1 AND container < $2 \
+                 ORDER BY container LIMIT 1"
+            ),
+            subscriptions_between: format!(
+                "SELECT container, client_id, sub_name, selector FROM {p}acks \
+                 WHERE container >= $1 AND container < $2 AND priority <= 0 \
+                 AND (container > $3 OR (container = $3 AND (client_id > $4 \
+                   OR (client_id = $4 AND sub_name > $5)))) \
+                 ORDER BY container, client_id, sub_name LIMIT $6"
             ),
         }
     }
@@ -635,6 +653,8 @@ mod tests {
             &s.expire_queue,
             &s.read_expired,
             &s.subscription_containers,
+            &s.next_container,
+            &s.subscriptions_between,
         ];
         for sql in reads {
             assert!(sql.contains("LIMIT"), "unbounded: {sql}");

@@ -63,9 +63,26 @@ impl MessageStore for FailOnce {
     async fn find_subscription_containers(
         &self,
         k: &SubscriptionKey,
+        after: &str,
         limit: u32,
     ) -> Result<Vec<String>> {
-        self.inner.find_subscription_containers(k, limit).await
+        self.inner
+            .find_subscription_containers(k, after, limit)
+            .await
+    }
+    async fn list_containers(&self, after: &str, below: &str, limit: u32) -> Result<Vec<String>> {
+        self.inner.list_containers(after, below, limit).await
+    }
+    async fn list_subscriptions_between(
+        &self,
+        from: &str,
+        below: &str,
+        after: Option<(&str, &SubscriptionKey)>,
+        limit: u32,
+    ) -> Result<Vec<DurableSubscription>> {
+        self.inner
+            .list_subscriptions_between(from, below, after, limit)
+            .await
     }
     async fn scan_matching(
         &self,

@@ -28,3 +28,4 @@ mod stomp_codec_props;
 mod stomp_py;
 mod stomp_queues;
 mod stomp_raw;
+mod wildcards;

@@ -232,6 +232,90 @@ impl DestinationPattern {
         Ok(Self { kind, segments })
     }
 
+    /// A subscription's wildcard destination in the embedding API's form
+    /// (`queue://jobs.*`, `topic://orders.>`, or a plain `orders.>` for a topic):
+    /// `Ok(None)` when `text` has no wildcard segment (it names one destination), the
+    /// pattern when it has one, or why it can be neither. The name rules are those
+    /// of [`DestinationKey::new`] (at most [`MAX_NAME_BYTES`], no control characters),
+    /// plus the pattern's (no empty segment, `>` last).
+    pub fn subscription(text: &str) -> Result<Option<Self>, InvalidDestination> {
+        let (kind, name) =
+            DestinationKey::split_container(text).unwrap_or((DestinationKind::Topic, text));
+        Self::of_name(kind, name, text)
+    }
+
+    /// [`Self::subscription`] for STOMP's form (`/topic/orders.>`, `/queue/jobs.*`).
+    pub fn subscription_from_stomp(destination: &str) -> Result<Option<Self>, InvalidDestination> {
+        let kind = if destination.starts_with("/topic/") {
+            DestinationKind::Topic
+        } else if destination.starts_with("/queue/") {
+            DestinationKind::Queue
+        } else {
+            return Err(InvalidDestination {
+                name: destination.to_string(),
+                reason: "use /queue/NAME or /topic/NAME",
+            });
+        };
+        Self::of_name(kind, &destination[7..], destination)
+    }
+
+    fn of_name(
+        kind: DestinationKind,
+        name: &str,
+        text: &str,
+    ) -> Result<Option<Self>, InvalidDestination> {
+        if !name.split('.').any(|s| s == "*" || s == ">") {
+            return Ok(None);
+        }
+        let invalid = |reason| InvalidDestination {
+            name: text.to_string(),
+            reason,
+        };
+        if name.len() > MAX_NAME_BYTES {
+            return Err(invalid("longer than 200 bytes"));
+        }
+        if name.contains("://") || name.chars().any(|c| c.is_control()) {
+            return Err(invalid(
+                "give the plain name after queue:// or topic://, without another scheme or control characters",
+            ));
+        }
+        Self::parse(&format!("{}://{name}", kind.as_str()))
+            .map(Some)
+            .map_err(|e| invalid(e.reason))
+    }
+
+    /// Topic or queue: the kind of every destination it matches.
+    pub fn kind(&self) -> DestinationKind {
+        self.kind
+    }
+
+    /// STOMP's form, e.g. `/topic/orders.>`.
+    pub fn stomp(&self) -> String {
+        format!("/{}/{}", self.kind.as_str(), self.segments.join("."))
+    }
+
+    /// The store keys every destination it matches lies within: `(from, below)`, so
+    /// that a match's [`DestinationKey::container`] `c` has `from <= c < below`. From
+    /// the literal segments before the first wildcard (`queue://jobs.*` gives
+    /// `queue://jobs` and `queue://jobs/`: `/` is the byte after `.`).
+    pub fn container_range(&self) -> (String, String) {
+        let literal: Vec<&str> = self
+            .segments
+            .iter()
+            .take_while(|s| *s != "*" && *s != ">")
+            .map(String::as_str)
+            .collect();
+        let scheme = format!("{}://", self.kind.as_str());
+        if literal.is_empty() {
+            // `topic://` .. `topic:/0` (`0` is the byte after `/`).
+            let below = format!("{}:/0", self.kind.as_str());
+            return (scheme, below);
+        }
+        let prefix = format!("{scheme}{}", literal.join("."));
+        // A match is `prefix` itself (`orders.>` matches `orders`) or `prefix.…`.
+        (prefix.clone(), format!("{prefix}/"))
+    }
+
     /// Whether `key` is one of the destinations the pattern names.
     pub fn matches(&self, key: &DestinationKey) -> bool {
         if self.kind != key.kind {
@@ -358,5 +442,71 @@ mod tests {
                 .to_string(),
             "queue://jobs.>"
         );
+    }
+
+    #[test]
+    fn subscriptions_name_a_pattern_only_with_a_wildcard() {
+        assert_eq!(DestinationPattern::subscription("orders.eu").unwrap(), None);
+        let p = DestinationPattern::subscription("orders.>")
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.to_string(), "topic://orders.>");
+        assert_eq!(p.stomp(), "/topic/orders.>");
+        let q = DestinationPattern::subscription_from_stomp("/queue/jobs.*")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (q.kind(), q.to_string()),
+            (DestinationKind::Queue, "queue://jobs.*".into())
+        );
+        assert_eq!(
+            DestinationPattern::subscription_from_stomp("/queue/jobs").unwrap(),
+            None
+        );
+        for bad in ["/topic/a.>.b", "/topic/a..*", "/topic/*.a\tb"] {
+            let e = DestinationPattern::subscription_from_stomp(bad).unwrap_err();
+            assert_eq!(e.name, bad);
+        }
+        assert!(DestinationPattern::subscription_from_stomp("/temp-queue/a.*").is_err());
+        let long = format!("{}.>", "x".repeat(200));
+        assert!(DestinationPattern::subscription(&long).is_err());
+    }
+
+    #[test]
+    fn a_patterns_matches_lie_in_its_container_range() {
+        let names = [
+            "topic://orders",
+            "topic://orders.eu",
+            "topic://orders.eu.north",
+            "topic://orders2",
+            "topic://order",
+            "topic://orders-x",
+            "topic://ordersa.b",
+            "topic://a",
+            "topic://z.orders",
+            "queue://orders.eu",
+            "topic://orders/x",
+        ];
+        for pattern in [
+            "topic://orders.>",
+            "topic://orders.*",
+            "topic://*.eu",
+            "topic://>",
+            "topic://orders.*.north",
+            "queue://>",
+        ] {
+            let p = DestinationPattern::parse(pattern).unwrap();
+            let (from, below) = p.container_range();
+            for name in names {
+                let key = DestinationKey::from_container(name).unwrap();
+                if p.matches(&key) {
+                    let c = key.container();
+                    assert!(
+                        from.as_str() <= c.as_str() && c.as_str() < below.as_str(),
+                        "{pattern}: {c} outside {from}..{below}"
+                    );
+                }
+            }
+        }
     }
 }

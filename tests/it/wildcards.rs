@@ -1,0 +1,393 @@
+//! Wildcard subscriptions (ActiveMQ's wildcards: `.` separates, `*` matches one
+//! element, `>` the rest): a subscription to `orders.>` or `queue://jobs.*` receives
+//! from every matching destination, those running, those the store holds and those
+//! created later; each message says where it was sent; acks go back to each
+//! destination; a durable one keeps its backlog on every matching topic across
+//! restarts, also on topics created while it is offline; sending to a wildcard is
+//! refused; a durable name moves between a wildcard and a destination as JMS says.
+
+use std::collections::BTreeMap;
+
+use ebb::stomp::frame::Command;
+use ebb::test_util::stomp::*;
+use ebb::test_util::*;
+use ebb::{AckMode, Broker, Error, Message, Policy, SubscribeOptions, Subscription, UsageConfig};
+
+fn fast() -> Policy {
+    Policy {
+        expire_messages_period: 50,
+        ..Policy::default()
+    }
+}
+
+async fn start(t: &TestStore) -> Broker {
+    broker_with(
+        t,
+        vec![("topic://>", fast()), ("queue://>", fast())],
+        UsageConfig::default(),
+    )
+    .await
+}
+
+fn durable() -> SubscribeOptions {
+    SubscribeOptions::durable("client", "all-orders")
+}
+
+/// `(destination, body)` of each message received within 300 ms of the previous one.
+async fn received(sub: &mut Subscription) -> Vec<(String, String)> {
+    let mut got = Vec::new();
+    while let Some(m) = next_within(sub, 300).await {
+        let from = m.destination().map(|d| d.container()).unwrap_or_default();
+        got.push((from, body(&m)));
+    }
+    got
+}
+
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    expected
+        .iter()
+        .map(|(d, b)| (d.to_string(), b.to_string()))
+        .collect()
+}
+
+/// A non-durable `orders.>` gets what is sent to running and new matching topics,
+/// `orders` itself included, and nothing of others; `orders.*` only one element deep.
+async fn topic_wildcard_reads_running_and_new_topics(t: TestStore) {
+    let b = start(&t).await;
+    b.send("orders.eu", Message::new("before")).await.unwrap();
+    let mut all = b
+        .subscribe("orders.>", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let mut one_deep = b
+        .subscribe("topic://orders.*", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    for (topic, text) in [
+        ("orders.eu", "m1"),
+        ("orders.us.west", "m2"),
+        ("other.eu", "no"),
+        ("orders", "m3"),
+        ("ordersx", "no"),
+        ("orders.eu", "m4"),
+    ] {
+        b.send(topic, Message::new(text)).await.unwrap();
+    }
+    let mut got = received(&mut all).await;
+    got.sort();
+    assert_eq!(
+        got,
+        pairs(&[
+            ("topic://orders", "m3"),
+            ("topic://orders.eu", "m1"),
+            ("topic://orders.eu", "m4"),
+            ("topic://orders.us.west", "m2"),
+        ])
+    );
+    assert_eq!(
+        received(&mut one_deep).await,
+        pairs(&[("topic://orders.eu", "m1"), ("topic://orders.eu", "m4")])
+    );
+    b.shutdown().await.unwrap();
+}
+
+/// `queue://jobs.*` consumes the backlogs of queues the store holds (no actor runs
+/// for them after a restart) and of queues created later; a cumulative ack acks, at
+/// each queue, what was received from it up to that message, and what was not acked
+/// goes to the next consumer.
+async fn queue_wildcard_consumes_stored_and_new_queues(t: TestStore) {
+    let b = start(&t).await;
+    for (queue, text) in [
+        ("queue://jobs.a", "a1"),
+        ("queue://jobs.b", "b1"),
+        ("queue://jobs.a", "a2"),
+        ("queue://jobs.b", "b2"),
+        ("queue://jobs.a.deep", "no"),
+        ("queue://jobs", "no"),
+    ] {
+        b.send(queue, Message::new(text)).await.unwrap();
+    }
+    b.shutdown().await.unwrap();
+
+    let b = start(&t).await;
+    let options = SubscribeOptions::non_durable().ack(AckMode::Client);
+    let mut sub = b
+        .subscribe("queue://jobs.*", options.clone())
+        .await
+        .unwrap();
+    b.send("queue://jobs.c", Message::new("c1")).await.unwrap();
+    let mut got = Vec::new();
+    while let Some(m) = next_within(&mut sub, 300).await {
+        got.push(m);
+    }
+    let mut shown: Vec<(String, String)> = got
+        .iter()
+        .map(|m| (m.destination().unwrap().container(), body(m)))
+        .collect();
+    shown.sort();
+    assert_eq!(
+        shown,
+        pairs(&[
+            ("queue://jobs.a", "a1"),
+            ("queue://jobs.a", "a2"),
+            ("queue://jobs.b", "b1"),
+            ("queue://jobs.b", "b2"),
+            ("queue://jobs.c", "c1"),
+        ])
+    );
+    // Delivery ids are the consumer's own order across the queues.
+    let ids: Vec<u64> = got.iter().map(|m| m.delivery_id()).collect();
+    assert_eq!(ids, (1..=5).collect::<Vec<u64>>());
+    // Ack up to the third: at each queue, what came from it up to there.
+    sub.ack_up_to(&got[2]).await.unwrap();
+    let acked: Vec<(String, String)> = got[..3]
+        .iter()
+        .map(|m| (m.destination().unwrap().container(), body(m)))
+        .collect();
+    let mut left_per_queue: BTreeMap<String, u64> = BTreeMap::new();
+    for m in &got[3..] {
+        *left_per_queue
+            .entry(m.destination().unwrap().container())
+            .or_default() += 1;
+    }
+    for queue in ["queue://jobs.a", "queue://jobs.b", "queue://jobs.c"] {
+        let left = left_per_queue.get(queue).copied().unwrap_or(0);
+        wait_rows(&b, queue, left).await;
+    }
+    drop(sub);
+    let mut next = b.subscribe("queue://jobs.*", options).await.unwrap();
+    let again = received(&mut next).await;
+    assert_eq!(again.len(), 2, "{again:?}");
+    for m in &again {
+        assert!(!acked.contains(m), "{m:?} was acked");
+    }
+    // Queues it does not match keep theirs.
+    assert_eq!(
+        b.store()
+            .count_messages("queue://jobs.a.deep")
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(b.store().count_messages("queue://jobs").await.unwrap(), 1);
+    b.shutdown().await.unwrap();
+}
+
+/// A wildcard consumer's prefetch counts every destination together: with prefetch 2
+/// over three queues of 3 messages, 2 arrive until it acks.
+async fn prefetch_counts_every_destination_together(t: TestStore) {
+    let b = start(&t).await;
+    for q in ["queue://p.a", "queue://p.b", "queue://p.c"] {
+        for i in 0..3 {
+            b.send(q, Message::new(format!("{q}{i}"))).await.unwrap();
+        }
+    }
+    let options = SubscribeOptions::non_durable()
+        .ack(AckMode::Client)
+        .prefetch(2);
+    let mut sub = b.subscribe("queue://p.*", options).await.unwrap();
+    let mut first = Vec::new();
+    while let Some(m) = next_within(&mut sub, 300).await {
+        first.push(m);
+    }
+    assert_eq!(first.len(), 2);
+    sub.ack(&first[0]).await.unwrap();
+    let more = next_within(&mut sub, 1000)
+        .await
+        .expect("one more after an ack");
+    assert!(next_within(&mut sub, 300).await.is_none());
+    sub.ack_up_to(&more).await.unwrap();
+    let mut total = 3;
+    while let Some(m) = next_within(&mut sub, 300).await {
+        total += 1;
+        sub.ack(&m).await.unwrap();
+    }
+    assert_eq!(total, 9);
+    b.shutdown().await.unwrap();
+}
+
+/// A durable `orders.>` keeps its messages on every matching topic while offline:
+/// on topics that existed, on one created while it was offline, and on one created
+/// after a restart; they arrive when it re-attaches, once.
+async fn durable_wildcard_keeps_its_backlog_across_restarts(t: TestStore) {
+    let b = start(&t).await;
+    let mut sub = b.subscribe("orders.>", durable()).await.unwrap();
+    b.send("orders.a", Message::new("a1")).await.unwrap();
+    assert_eq!(
+        received(&mut sub).await,
+        pairs(&[("topic://orders.a", "a1")])
+    );
+    drop(sub);
+    b.send("orders.a", Message::new("a2")).await.unwrap();
+    b.send("orders.b", Message::new("b1")).await.unwrap();
+    b.send("other", Message::new("no")).await.unwrap();
+    b.shutdown().await.unwrap();
+
+    let b = start(&t).await;
+    b.send("orders.c.x", Message::new("c1")).await.unwrap();
+    b.send("orders.b", Message::new("b2")).await.unwrap();
+    let mut sub = b.subscribe("orders.>", durable()).await.unwrap();
+    let mut got = received(&mut sub).await;
+    got.sort();
+    assert_eq!(
+        got,
+        pairs(&[
+            ("topic://orders.a", "a2"),
+            ("topic://orders.b", "b1"),
+            ("topic://orders.b", "b2"),
+            ("topic://orders.c.x", "c1"),
+        ])
+    );
+    // A second consumer of the same durable subscription is refused.
+    let e = b
+        .subscribe("orders.>", durable())
+        .await
+        .err()
+        .expect("in use");
+    assert!(e.to_string().contains("in use"), "{e}");
+    drop(sub);
+    // Auto acks are sent when the stream is dropped; then cleanup empties the topics.
+    for topic in ["orders.a", "orders.b", "orders.c.x"] {
+        wait_rows(&b, &format!("topic://{topic}"), 0).await;
+    }
+    b.shutdown().await.unwrap();
+
+    let b = start(&t).await;
+    let mut sub = b.subscribe("orders.>", durable()).await.unwrap();
+    assert_eq!(received(&mut sub).await, Vec::new());
+    b.send("orders.d", Message::new("d1")).await.unwrap();
+    assert_eq!(
+        received(&mut sub).await,
+        pairs(&[("topic://orders.d", "d1")])
+    );
+    b.shutdown().await.unwrap();
+}
+
+/// Removing a durable wildcard subscription removes it from every topic and its
+/// definition: nothing is kept for it any more, also on topics created later. A
+/// durable name moved from a wildcard to one topic (or back) is a new subscription
+/// (JMS, case DUR-11): the old one goes with its backlog.
+async fn durable_wildcard_is_removed_and_moved_whole(t: TestStore) {
+    let b = start(&t).await;
+    drop(b.subscribe("orders.>", durable()).await.unwrap());
+    b.send("orders.a", Message::new("a1")).await.unwrap();
+    b.send("orders.b", Message::new("b1")).await.unwrap();
+    assert!(b
+        .remove_durable("orders.>", "client", "all-orders")
+        .await
+        .unwrap());
+    assert!(!b
+        .remove_durable("orders.>", "client", "all-orders")
+        .await
+        .unwrap());
+    for topic in ["topic://orders.a", "topic://orders.b"] {
+        assert_eq!(b.store().count_subscriptions(topic).await.unwrap(), 0);
+        wait_rows(&b, topic, 0).await;
+    }
+    b.send("orders.new", Message::new("n1")).await.unwrap();
+    assert_eq!(
+        b.store()
+            .count_messages("topic://orders.new")
+            .await
+            .unwrap(),
+        0
+    );
+
+    // Wildcard → one topic: the wildcard's subscriptions and backlog go.
+    drop(b.subscribe("orders.>", durable()).await.unwrap());
+    b.send("orders.a", Message::new("a2")).await.unwrap();
+    b.send("orders.b", Message::new("b2")).await.unwrap();
+    let mut one = b.subscribe("orders.a", durable()).await.unwrap();
+    assert_eq!(received(&mut one).await, Vec::new(), "a new subscription");
+    assert!(!b
+        .durable_subscription_exists("orders.>", "client", "all-orders")
+        .await
+        .unwrap());
+    assert_eq!(
+        b.store()
+            .count_subscriptions("topic://orders.b")
+            .await
+            .unwrap(),
+        0
+    );
+    b.send("orders.a", Message::new("a3")).await.unwrap();
+    assert_eq!(received(&mut one).await, pairs(&[("", "a3")]));
+    drop(one);
+    // …and back: the topic's subscription goes.
+    b.send("orders.a", Message::new("a4")).await.unwrap();
+    let mut all = b.subscribe("orders.>", durable()).await.unwrap();
+    assert_eq!(received(&mut all).await, Vec::new(), "a new subscription");
+    b.send("orders.b", Message::new("b3")).await.unwrap();
+    assert_eq!(
+        received(&mut all).await,
+        pairs(&[("topic://orders.b", "b3")])
+    );
+    b.shutdown().await.unwrap();
+}
+
+/// Sending to a wildcard is refused, in the API and over STOMP (an ERROR); a
+/// subscription to a wildcard works over STOMP, each MESSAGE naming the destination
+/// it was sent to, and `browser:true` on a wildcard is refused.
+async fn sending_to_a_wildcard_is_refused(t: TestStore) {
+    let s = server(&t, Policy::default()).await;
+    let e = s
+        .broker
+        .send("orders.>", Message::new("x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidDestination { .. }), "{e}");
+    let e = s
+        .broker
+        .send("queue://jobs.*", Message::new("x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidDestination { .. }), "{e}");
+
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\ndestination:/topic/orders.>\nid:w\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut c, "s").await;
+    let mut p = Client::connected(s.addr, None).await;
+    p.write(b"SEND\ndestination:/topic/orders.eu\nreceipt:r\n\nhello\0")
+        .await;
+    receipt(&mut p, "r").await;
+    let m = c.frame().await.expect("a MESSAGE");
+    assert_eq!(m.command, Command::Message);
+    assert_eq!(m.get("destination"), Some("/topic/orders.eu"));
+    assert_eq!(m.get("subscription"), Some("w"));
+    assert_eq!(&m.body[..], b"hello");
+
+    p.write(b"SEND\ndestination:/topic/orders.>\nreceipt:r2\n\nx\0")
+        .await;
+    let e = p.frame().await.expect("an ERROR");
+    assert_eq!(e.command, Command::Error);
+    assert!(
+        e.get("message").unwrap().contains("wildcards"),
+        "{:?}",
+        e.get("message")
+    );
+    let mut q = Client::connected(s.addr, None).await;
+    q.write(b"SUBSCRIBE\ndestination:/queue/jobs.*\nid:b\nbrowser:true\n\n\0")
+        .await;
+    let e = q.frame().await.expect("an ERROR");
+    assert_eq!(e.command, Command::Error);
+    assert_eq!(
+        e.get("message"),
+        Some("browser:true browses one queue, not a wildcard destination")
+    );
+    assert!(
+        c.frame_within(200).await.is_none(),
+        "nothing was sent to a wildcard"
+    );
+    s.stop().await;
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    topic_wildcard_reads_running_and_new_topics,
+    queue_wildcard_consumes_stored_and_new_queues,
+    prefetch_counts_every_destination_together,
+    durable_wildcard_keeps_its_backlog_across_restarts,
+    durable_wildcard_is_removed_and_moved_whole,
+    sending_to_a_wildcard_is_refused,
+);
