@@ -1224,14 +1224,16 @@ impl Broker {
         let accept = options.accept.map(|a| a.0);
         let actor = actix::Actor::start(WildcardActor::new(pattern.clone(), template, accept, tx));
         let attached = async {
-            let mut targets = self
-                .registry
-                .send(Watch {
+            // A durable one's previous consumer, just dropped, may still be stopping
+            // (see `forget_wildcard_durable`): asked again for at most 1 s.
+            let mut targets = while_stopping(|| {
+                self.registry.send(Watch {
                     pattern: pattern.clone(),
                     watcher: actor.clone().recipient(),
-                    durable: durable.clone().map(|k| (k, selector_text)),
+                    durable: durable.clone().map(|k| (k, selector_text.clone())),
                 })
-                .await??;
+            })
+            .await?;
             for key in self.stored_matches(&pattern, durable.as_ref()).await? {
                 if !targets.iter().any(|(k, _)| *k == key) {
                     let addr = self.destination(&key).await?;
@@ -1336,6 +1338,14 @@ impl Broker {
         Ok(())
     }
 
+    /// Tells the registry that durable subscription `key` to a wildcard topic goes
+    /// ([`ForgetWildcardDurable`]); a consumer just dropped (a STOMP UNSUBSCRIBE
+    /// removes the subscription right after detaching it) is waited for
+    /// ([`while_stopping`]).
+    async fn forget_wildcard_durable(&self, key: &SubscriptionKey) -> Result<(), Error> {
+        while_stopping(|| self.registry.send(ForgetWildcardDurable(key.clone()))).await
+    }
+
     /// A durable subscription is `(client id, name)` across the broker (JMS): before
     /// `key` subscribes to `target`, whatever it was subscribed to before, if that was
     /// another destination or wildcard destination, is deleted, as if unsubscribed
@@ -1378,9 +1388,7 @@ impl Broker {
             }
             if container.starts_with(WILDCARD_CONTAINER_PREFIX) {
                 // Another pattern's definition: that subscription goes.
-                self.registry
-                    .send(ForgetWildcardDurable(key.clone()))
-                    .await??;
+                self.forget_wildcard_durable(key).await?;
                 tracing::info!(client_id = %key.client_id, subscription = %key.subscription_name,
                     from = %container, "durable subscription moved: the wildcard subscription is deleted");
                 self.store
@@ -1428,9 +1436,7 @@ impl Broker {
             }
             Target::Pattern(pattern) => pattern,
         };
-        self.registry
-            .send(ForgetWildcardDurable(key.clone()))
-            .await??;
+        self.forget_wildcard_durable(&key).await?;
         for topic in self.stored_matches(&pattern, Some(&key)).await? {
             self.topic(&topic)
                 .await?
@@ -1888,6 +1894,28 @@ impl<T: ToDestination + ?Sized> ToDestination for &T {
     fn to_target(&self) -> Result<Target, Error> {
         (**self).to_target()
     }
+}
+
+/// Asks `ask` again while it answers `DurableInUse`, every 10 ms for at most 1 s:
+/// a wildcard consumer just dropped detaches through its actor's mailbox, and the
+/// registry sees it in use until that actor has stopped. After 1 s the error is the
+/// answer (a consumer really holds the subscription).
+async fn while_stopping<T, F, Fut>(mut ask: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<
+        Output = Result<Result<T, ebb_actors::ActorError>, actix::MailboxError>,
+    >,
+{
+    for _ in 0..100 {
+        match ask().await? {
+            Err(ebb_actors::ActorError::DurableInUse(_)) => {
+                actix_rt::time::sleep(Duration::from_millis(10)).await;
+            }
+            answer => return Ok(answer?),
+        }
+    }
+    Ok(ask().await??)
 }
 
 /// Containers the wildcard reads list per store page.

@@ -33,13 +33,15 @@
 //! name), and carried as one from there on. Its text forms: `queue://jobs` in the store
 //! (the `container` column), policies and metrics; `/queue/jobs` in STOMP; a plain name
 //! in the API means a topic. Patterns (`topic://orders.>`) select destinations for
-//! policies and rights ([`actors::destination::DestinationPattern`]).
+//! policies and rights ([`actors::destination::DestinationPattern`]), and a
+//! subscription may name one ([`Target`]): a wildcard destination.
 //!
 //! ## Actors and who owns what
 //!
 //! | actor | owns | never does |
 //! |---|---|---|
-//! | registry (`BrokerActor`) | one map of running destinations by key, the policies, the shutdown sequence | dispatch, SQL |
+//! | registry (`BrokerActor`) | one map of running destinations by key, the policies, the wildcard subscriptions' watches, the shutdown sequence | dispatch, SQL writes |
+//! | wildcard subscription | one attachment per matching destination, the consumer's delivery order and prefetch | hold messages of its own in the store |
 //! | topic | its subscriptions (durable and not), their cursors and prefetch, cleanup of acked rows | write to the store itself |
 //! | queue | its consumers, its cursor, redelivery counts, dead letters | write to the store itself |
 //! | store actor | every write, batched while a transaction is in flight (group commit); mark updates in order | decide what to expire or dispatch |
@@ -93,6 +95,15 @@
 //!   queue order, nothing consumed, then an end marker.
 //! - **Exclusive consumers and message groups** on queues; **noLocal** on non-durable
 //!   topic subscriptions.
+//! - **Wildcard subscriptions** (ActiveMQ's: `.` separates elements, `*` matches one,
+//!   `>` the rest): one [`actors::wildcard::WildcardActor`] per subscription attaches
+//!   an ordinary subscription to each matching destination (running ones, those the
+//!   store holds, and those the registry starts later), numbers their deliveries in
+//!   one order and sends each ack back where its message came from. A durable one is
+//!   a definition in a container of its own (`wildcard:topic://orders.>`) plus one
+//!   subscription per matching topic; the registry loads the definitions at start
+//!   and hands each topic it starts the ones that match, so a topic created while the
+//!   subscriber is away keeps its messages. Sending to a wildcard is refused.
 //! - **Identity**: a client id is connected once (or, with link stealing, the newer
 //!   connection closes the older); a durable subscription is `(client id, name)` across
 //!   topics, and subscribing it to another topic or with another selector creates it
@@ -146,9 +157,9 @@ pub mod transport;
 pub use broker::{
     AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, DestinationFlow, Expiration, Message,
     PendingSend, QueueBrowser, Received, Selector, SelectorError, SendReceipt, Space,
-    SubscribeOptions, Subscription, ToDestination, Transaction, UsageConfig, UsageSnapshot,
+    SubscribeOptions, Subscription, Target, ToDestination, Transaction, UsageConfig, UsageSnapshot,
 };
-pub use ebb_actors::destination::{DestinationKey, DestinationKind};
+pub use ebb_actors::destination::{DestinationKey, DestinationKind, DestinationPattern};
 pub use ebb_actors::messages::{QueueStats, TopicStats};
 pub use ebb_actors::policy::{Policy, PolicyEntry, PolicyMap};
 pub use error::Error;

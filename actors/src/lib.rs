@@ -14,6 +14,7 @@
 //! | [`TopicActor`](topic::TopicActor) | subscriptions, durable cursors, cleanup of acked rows | `topic.rs` |
 //! | [`QueueActor`](queue::QueueActor) | consumers, its cursor, redelivery counts, dead letters | `queue.rs` |
 //! | [`StoreActor`] | the queue of store writes; the only writer (group commit) | `store_actor.rs` |
+//! | [`WildcardActor`](wildcard::WildcardActor) | one subscription to a wildcard destination: an attachment per matching destination, one delivery order, acks routed back | `wildcard.rs` |
 //!
 //! Plain parts:
 //! - [`destination`]: what every destination shares — [`DestinationKey`] (the one name
@@ -38,6 +39,10 @@
 //!   (its mailbox stays free); the registry answers with a future that sends it on to
 //!   the dead-letter queue, so the registry's mailbox stays free too. A dead-letter
 //!   queue never dead-letters, so no cycle of queues can form.
+//! - A wildcard subscription: the embedding API → its [`WildcardActor`](wildcard::WildcardActor)
+//!   → the matching destinations (a `Subscribe` per attachment, awaited in spawned
+//!   futures; acks and NACKs passed on). The registry tells it of new matching
+//!   destinations with `do_send` only, and never awaits it.
 //! - The store actor sends to no actor; it only awaits the database.
 //! - A destination awaits the store only outside its mailbox: a publish's or an ack's
 //!   store write runs as a task of its own whose result comes back through the

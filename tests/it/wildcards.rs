@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use ebb::auth::{hash_password, AuthorizationEntry, Security, User};
+use ebb::stomp::codec::Limits;
 use ebb::stomp::frame::Command;
 use ebb::test_util::stomp::*;
 use ebb::test_util::*;
@@ -382,6 +384,97 @@ async fn sending_to_a_wildcard_is_refused(t: TestStore) {
     s.stop().await;
 }
 
+/// Over STOMP, a durable `/topic/orders.>` keeps what is sent while its client is
+/// away (to a topic created meanwhile too), and UNSUBSCRIBE with its name, right
+/// after the consumer detached, removes it from every topic.
+async fn stomp_durable_wildcard_survives_its_client_and_unsubscribes(t: TestStore) {
+    let s = server(&t, Policy::default()).await;
+    let subscribe = b"SUBSCRIBE\ndestination:/topic/orders.>\nid:w\nack:client\nactivemq.subscriptionName:all\nreceipt:s\n\n\0";
+    let mut c = Client::connected(s.addr, Some("shop")).await;
+    c.write(subscribe).await;
+    receipt(&mut c, "s").await;
+    c.write(b"DISCONNECT\nreceipt:bye\n\n\0").await;
+    receipt(&mut c, "bye").await;
+    let mut p = Client::connected(s.addr, None).await;
+    p.write(b"SEND\ndestination:/topic/orders.new\npersistent:true\nreceipt:r\n\nwhile away\0")
+        .await;
+    receipt(&mut p, "r").await;
+    let mut c = Client::connected(s.addr, Some("shop")).await;
+    c.write(subscribe).await;
+    let frames = messages_until_receipt(&mut c, "s").await;
+    let mut got = frames;
+    if got.iter().all(|f| f.command != Command::Message) {
+        got.push(c.frame().await.expect("the message kept while away"));
+    }
+    let m = got.iter().find(|f| f.command == Command::Message).unwrap();
+    assert_eq!(m.get("destination"), Some("/topic/orders.new"));
+    assert_eq!(&m.body[..], b"while away");
+    c.write(format!("ACK\nid:{}\n\n\0", m.get("ack").unwrap()).as_bytes())
+        .await;
+    c.write(b"UNSUBSCRIBE\nid:w\nactivemq.subscriptionName:all\nreceipt:u\n\n\0")
+        .await;
+    receipt(&mut c, "u").await;
+    assert_eq!(
+        s.broker
+            .store()
+            .count_subscriptions("topic://orders.new")
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(!s
+        .broker
+        .durable_subscription_exists("orders.>", "shop", "all")
+        .await
+        .unwrap());
+    s.stop().await;
+}
+
+/// With authorization, a wildcard subscription reads only the matching destinations
+/// the connection may read: nothing from the others.
+async fn a_wildcard_reads_only_what_the_connection_may_read(t: TestStore) {
+    let entry = |destination: &str, read: &[&str]| AuthorizationEntry {
+        destination: destination.into(),
+        read: read.iter().map(|s| s.to_string()).collect(),
+        write: vec!["billing".into()],
+        admin: vec![],
+    };
+    let security = Security {
+        users: vec![User {
+            login: "alice".into(),
+            password_hash: hash_password("pw").unwrap(),
+            groups: vec!["billing".into()],
+        }],
+        authorization: vec![
+            entry("topic://orders.secret", &[]),
+            entry("topic://>", &["billing"]),
+        ],
+    };
+    let s = server_full(&t, Policy::default(), Limits::default(), security, 30_000).await;
+    let mut c = Client::open(s.addr).await;
+    c.write(b"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:pw\n\n\0")
+        .await;
+    // (argon2 is slow in a debug build on a busy machine: 30 s for the answer.)
+    assert_eq!(
+        c.frame_within(30_000).await.unwrap().command,
+        Command::Connected
+    );
+    c.write(b"SUBSCRIBE\ndestination:/topic/orders.*\nid:w\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut c, "s").await;
+    for (topic, text) in [("orders.secret", "hidden"), ("orders.eu", "shown")] {
+        s.broker.send(topic, Message::new(text)).await.unwrap();
+    }
+    let m = c.frame().await.expect("a MESSAGE");
+    assert_eq!(m.get("destination"), Some("/topic/orders.eu"));
+    assert_eq!(&m.body[..], b"shown");
+    assert!(
+        c.frame_within(300).await.is_none(),
+        "nothing of orders.secret"
+    );
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     topic_wildcard_reads_running_and_new_topics,
@@ -390,4 +483,6 @@ on_every_backend!(
     durable_wildcard_keeps_its_backlog_across_restarts,
     durable_wildcard_is_removed_and_moved_whole,
     sending_to_a_wildcard_is_refused,
+    stomp_durable_wildcard_survives_its_client_and_unsubscribes,
+    a_wildcard_reads_only_what_the_connection_may_read,
 );
