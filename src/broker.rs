@@ -1123,8 +1123,18 @@ impl Broker {
     /// subscription is one of its competing consumers: each message goes to one of
     /// them (prefetch default: the policy's `queue_prefetch`, 1,000).
     ///
+    /// A name with a wildcard element (`orders.>`, `queue://jobs.*`; ActiveMQ's
+    /// wildcards, [`Target::Pattern`]) subscribes to every destination it matches:
+    /// those running, the queues with stored messages (for a queue pattern) and the
+    /// topics holding the durable subscription (for a durable one), and those started
+    /// later. [`Received::destination`] names each message's destination; the prefetch
+    /// bounds the un-acked deliveries in all and at each destination;
+    /// [`Subscription::ack_up_to`] acks, at each destination, what came from it up to
+    /// that message. A durable subscription to a topic pattern is kept on every
+    /// matching topic, also on one created while it is offline, across restarts.
+    ///
     /// Errors: [`Error::InvalidDestination`] (also for a durable subscription on a
-    /// queue), [`Error::InvalidSubscription`], [`Error::Actor`] with `DurableInUse` when
+    /// queue or a queue pattern), [`Error::InvalidSubscription`], [`Error::Actor`] with `DurableInUse` when
     /// the durable subscription already has a consumer, or a store error.
     pub async fn subscribe(
         &self,

@@ -11,8 +11,8 @@
 
 use crate::broker::{Message, Selector, Target};
 use crate::stomp::frame::{self, Frame, Version};
+use crate::DestinationPattern;
 use crate::{DestinationKey, DestinationKind};
-use ebb_actors::destination::DestinationPattern;
 
 /// Why a frame is refused: the text of the ERROR frame's `message` header. The
 /// connection is closed after it.

@@ -5,8 +5,9 @@
 //!
 //! - `broker`: the embedding API (`Broker`, `Message`, `Subscription`, ...);
 //! - `auth`: users and rights; `stomp`: the wire codec; `error`, `Error`: the API's error;
-//! - `DestinationKey`, `DestinationKind`: the crate's re-export of the destination key
-//!   (a value type the API takes, not a way into the actors);
+//! - `DestinationKey`, `DestinationKind`, `DestinationPattern`: the crate's re-exports
+//!   of the destination key and of a wildcard destination (value types the API takes,
+//!   not a way into the actors);
 //! - `transport` itself.
 //!
 //! Comments count too: an intra-doc link is a dependency of the docs. A new transport
@@ -23,6 +24,7 @@ const ALLOWED_ROOTS: &[&str] = &[
     "Error",
     "DestinationKey",
     "DestinationKind",
+    "DestinationPattern",
     "transport",
 ];
 

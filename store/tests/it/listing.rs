@@ -4,7 +4,7 @@
 //! subscriptions kept in a range of containers (`list_subscriptions_between`). Each
 //! is bounded by its `limit` and pages with its `after`.
 
-use ebb_store::test_util::{message, on_every_backend, subscribe_durable, TestStore};
+use ebb_store::test_util::{message, on_every_backend, subscribe_durable, Raw, TestStore};
 use ebb_store::{MessageStoreExt, SubscriptionKey, WriteOp};
 
 /// The distinct containers in a range, in name order, a page at a time: whatever the
@@ -140,7 +140,38 @@ async fn subscriptions_in_a_range_page_by_key(t: TestStore) {
     store.close().await;
 }
 
+/// The ranges above are ranges of bytes on both backends: PostgreSQL's `container`
+/// columns use the "C" collation (migration 5), whatever the database's, as SQLite's
+/// BINARY does. (A linguistic collation such as en_US.UTF-8 ignores punctuation, and
+/// `queue://jobs.a` would sort among `queue://jobsa…`.)
+async fn containers_compare_as_bytes(t: TestStore) {
+    let store = t.open().await;
+    match Raw::connect(&t).await {
+        Raw::Sqlite(_) => {} // BINARY is SQLite's only default
+        Raw::Postgres(mut c) => {
+            let collations: Vec<(String, Option<String>)> = sqlx::query_as(
+                "SELECT table_name::text, collation_name::text FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND column_name = 'container' \
+                 ORDER BY table_name",
+            )
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+            assert_eq!(
+                collations,
+                [
+                    ("ebb_acks".to_string(), Some("C".to_string())),
+                    ("ebb_indacks".into(), Some("C".into())),
+                    ("ebb_msgs".into(), Some("C".into())),
+                ]
+            );
+        }
+    }
+    store.close().await;
+}
+
 on_every_backend!(
+    containers_compare_as_bytes,
     containers_in_a_range_page_in_name_order,
     a_subscriptions_containers_page,
     subscriptions_in_a_range_page_by_key,
