@@ -123,7 +123,6 @@ impl Security {
         if self.authorization.is_empty() {
             return Ok(());
         }
-        let who = principal.map_or("anonymous", |p| p.login.as_str());
         let Some(entry) = self.authorization.iter().find(|e| {
             DestinationPattern::parse(&e.destination).is_ok_and(|p| p.matches(destination))
         }) else {
@@ -131,6 +130,51 @@ impl Security {
                 "not authorized: no authorization entry covers {destination}"
             ));
         };
+        self.check(entry, principal, right, &destination.to_string())
+    }
+
+    /// Whether `principal` has `right` on every destination `pattern` matches, by one
+    /// entry: the first entry whose pattern shares a destination with it must cover
+    /// it whole ([`DestinationPattern::covers`]) and grant the right. A pattern over
+    /// destinations that different entries decide is refused, with the entries named:
+    /// a durable subscription to a wildcard topic is held on every matching topic,
+    /// also while offline, so it must be allowed on all of them.
+    pub fn authorize_pattern(
+        &self,
+        principal: Option<&Principal>,
+        right: Right,
+        pattern: &DestinationPattern,
+    ) -> Result<(), String> {
+        if self.authorization.is_empty() {
+            return Ok(());
+        }
+        let first = self.authorization.iter().find_map(|e| {
+            let p = DestinationPattern::parse(&e.destination).ok()?;
+            p.intersects(pattern).then_some((e, p))
+        });
+        let Some((entry, entry_pattern)) = first else {
+            return Err(format!(
+                "not authorized: no authorization entry covers {pattern}"
+            ));
+        };
+        if !entry_pattern.covers(pattern) {
+            return Err(format!(
+                "not authorized: the entry for {} does not cover all of {pattern}; rights differ across the destinations it matches (subscribe to a narrower pattern)",
+                entry.destination
+            ));
+        }
+        self.check(entry, principal, right, &pattern.to_string())
+    }
+
+    /// Whether `entry` grants `right` to `principal`; the error names `what`.
+    fn check(
+        &self,
+        entry: &AuthorizationEntry,
+        principal: Option<&Principal>,
+        right: Right,
+        what: &str,
+    ) -> Result<(), String> {
+        let who = principal.map_or("anonymous", |p| p.login.as_str());
         let granted = match right {
             Right::Read => &entry.read,
             Right::Write => &entry.write,
@@ -145,7 +189,7 @@ impl Security {
             Ok(())
         } else {
             Err(format!(
-                "not authorized: {who} has no {} right on {destination}",
+                "not authorized: {who} has no {} right on {what}",
                 right.name()
             ))
         }

@@ -1392,6 +1392,9 @@ impl Broker {
         let was_wildcard = containers
             .iter()
             .any(|c| c.starts_with(WILDCARD_CONTAINER_PREFIX));
+        // Definitions first: while one's consumer is online nothing is deleted, and
+        // once it is forgotten no topic started meanwhile creates the old one again.
+        containers.sort_by_key(|c| !c.starts_with(WILDCARD_CONTAINER_PREFIX));
         for container in &containers {
             if Some(container) == definition.as_ref() {
                 continue;
@@ -1809,7 +1812,9 @@ pub trait ToDestination {
 /// rest).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
+    /// One destination (`queue://jobs`, `/queue/jobs`).
     One(DestinationKey),
+    /// Every destination the pattern matches (`topic://orders.>`, `/queue/jobs.*`).
     Pattern(DestinationPattern),
 }
 

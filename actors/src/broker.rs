@@ -56,7 +56,9 @@ const DEFINITION_PAGE: u32 = 500;
 /// A durable subscription to a wildcard topic: each matching topic holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WildcardDurable {
+    /// The topics it is held on.
     pub pattern: DestinationPattern,
+    /// Its `(client id, name)`.
     pub key: SubscriptionKey,
     /// Its selector's text.
     pub selector: Option<String>,
@@ -215,6 +217,25 @@ impl BrokerActor {
     }
 }
 
+impl BrokerActor {
+    /// `DurableInUse` while a live wildcard subscription holds durable subscription
+    /// `key` (watchers whose actor stopped are forgotten first).
+    fn not_watched(&mut self, key: &SubscriptionKey) -> Result<(), ActorError> {
+        self.watchers.retain(|w| w.recipient.connected());
+        if self
+            .watchers
+            .iter()
+            .any(|w| w.durable.as_ref() == Some(key))
+        {
+            return Err(ActorError::DurableInUse(format!(
+                "{}/{}",
+                key.client_id, key.subscription_name
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Every definition of a durable subscription to a wildcard topic in `store`.
 async fn read_definitions(
     store: &dyn ebb_store::MessageStore,
@@ -271,8 +292,11 @@ impl Actor for BrokerActor {
 #[derive(Message)]
 #[rtype(result = "Result<Vec<(DestinationKey, DestinationAddr)>, ActorError>")]
 pub struct Watch {
+    /// The destinations to tell of.
     pub pattern: DestinationPattern,
+    /// Where to tell of them.
     pub watcher: Recipient<Matched>,
+    /// A durable subscription to a wildcard topic: its key and selector text.
     pub durable: Option<(SubscriptionKey, Option<String>)>,
 }
 
@@ -286,16 +310,7 @@ impl Handler<Watch> for BrokerActor {
         self.watchers.retain(|w| w.recipient.connected());
         let durable_key = msg.durable.as_ref().map(|(k, _)| k.clone());
         if let Some((key, selector)) = msg.durable {
-            if self
-                .watchers
-                .iter()
-                .any(|w| w.durable.as_ref() == Some(&key))
-            {
-                return Err(ActorError::DurableInUse(format!(
-                    "{}/{}",
-                    key.client_id, key.subscription_name
-                )));
-            }
+            self.not_watched(&key)?;
             self.wildcard_durables.retain(|d| d.key != key);
             self.wildcard_durables.push(WildcardDurable {
                 pattern: msg.pattern.clone(),
@@ -329,18 +344,8 @@ impl Handler<ForgetWildcardDurable> for BrokerActor {
     type Result = Result<(), ActorError>;
 
     fn handle(&mut self, msg: ForgetWildcardDurable, _: &mut Context<Self>) -> Self::Result {
-        self.watchers.retain(|w| w.recipient.connected());
         let key = msg.0;
-        if self
-            .watchers
-            .iter()
-            .any(|w| w.durable.as_ref() == Some(&key))
-        {
-            return Err(ActorError::DurableInUse(format!(
-                "{}/{}",
-                key.client_id, key.subscription_name
-            )));
-        }
+        self.not_watched(&key)?;
         self.wildcard_durables.retain(|d| d.key != key);
         Ok(())
     }

@@ -56,8 +56,11 @@ pub struct Template {
     /// Per destination, and for the consumer in all (`None`: each destination's
     /// policy, and [`MAX_PREFETCH`] in all).
     pub prefetch: Option<u32>,
+    /// Each attachment's selector: only what it matches is delivered.
     pub selector: Option<Arc<Selector>>,
+    /// An exclusive consumer at each matching queue (a topic refuses it).
     pub exclusive: bool,
+    /// JMS `noLocal` at each matching non-durable topic subscription.
     pub no_local: Option<u64>,
 }
 

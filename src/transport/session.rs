@@ -664,7 +664,6 @@ impl Session {
             self.add_subscription(id, sub, feed);
             return Ok(());
         }
-        let mut create_wildcard = false;
         let mut options = match &durable_name {
             Some(name) => {
                 let Some(client) = &self.client_id else {
@@ -676,23 +675,38 @@ impl Session {
                     .durable_subscription_exists(&destination, client, name)
                     .await
                     .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
-                if let (false, Target::One(key)) = (exists, &destination) {
-                    self.authorize(Right::Admin, key)?;
+                match &destination {
+                    Target::One(key) if !exists => self.authorize(Right::Admin, key)?,
+                    Target::One(_) => {}
+                    // Held on every matching topic, also while offline: the rights
+                    // must hold on all of them (one entry decides the whole pattern).
+                    Target::Pattern(pattern) => {
+                        let security = &self.config.security;
+                        let principal = self.principal.as_ref();
+                        let mut rights = vec![Right::Read];
+                        rights.extend((!exists).then_some(Right::Admin));
+                        for right in rights {
+                            security
+                                .authorize_pattern(principal, right, pattern)
+                                .map_err(Refusal)?;
+                        }
+                    }
                 }
-                // Creating one on a wildcard topic needs the admin right on each
-                // topic it joins (below).
-                create_wildcard = !exists;
                 SubscribeOptions::durable(client.clone(), name.clone())
             }
             None => SubscribeOptions::non_durable(),
         };
-        if matches!(destination, Target::Pattern(_)) && self.config.security.has_authorization() {
-            // A wildcard subscription reads the matching destinations this
-            // connection may read (and, creating a durable one, administer).
+        if matches!(destination, Target::Pattern(_))
+            && durable_name.is_none()
+            && self.config.security.has_authorization()
+        {
+            // A non-durable wildcard subscription reads the matching destinations
+            // this connection may read.
             let (security, principal) = (Arc::clone(&self.config.security), self.principal.clone());
             options = options.accept(move |key| {
-                let may = |right| security.authorize(principal.as_ref(), right, key).is_ok();
-                may(Right::Read) && (!create_wildcard || may(Right::Admin))
+                security
+                    .authorize(principal.as_ref(), Right::Read, key)
+                    .is_ok()
             });
         }
         options.prefetch = prefetch;

@@ -437,7 +437,7 @@ async fn a_wildcard_reads_only_what_the_connection_may_read(t: TestStore) {
         destination: destination.into(),
         read: read.iter().map(|s| s.to_string()).collect(),
         write: vec!["billing".into()],
-        admin: vec![],
+        admin: read.iter().map(|s| s.to_string()).collect(),
     };
     let security = Security {
         users: vec![User {
@@ -452,7 +452,7 @@ async fn a_wildcard_reads_only_what_the_connection_may_read(t: TestStore) {
     };
     let s = server_full(&t, Policy::default(), Limits::default(), security, 30_000).await;
     let mut c = Client::open(s.addr).await;
-    c.write(b"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:pw\n\n\0")
+    c.write(b"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:pw\nclient-id:al\n\n\0")
         .await;
     // (argon2 is slow in a debug build on a busy machine: 30 s for the answer.)
     assert_eq!(
@@ -471,6 +471,20 @@ async fn a_wildcard_reads_only_what_the_connection_may_read(t: TestStore) {
     assert!(
         c.frame_within(300).await.is_none(),
         "nothing of orders.secret"
+    );
+    // A durable one is held on every matching topic, also while offline: refused
+    // unless one entry grants it on all of them.
+    c.write(b"SUBSCRIBE\ndestination:/topic/orders.eu.*\nid:d\nactivemq.subscriptionName:eu\nreceipt:d\n\n\0")
+        .await;
+    receipt(&mut c, "d").await;
+    c.write(b"SUBSCRIBE\ndestination:/topic/orders.*\nid:d2\nactivemq.subscriptionName:all\nreceipt:d2\n\n\0")
+        .await;
+    let e = c.frame().await.expect("an ERROR");
+    assert_eq!(e.command, Command::Error);
+    assert_eq!(e.get("receipt-id"), Some("d2"));
+    assert_eq!(
+        e.get("message"),
+        Some("not authorized: the entry for topic://orders.secret does not cover all of topic://orders.*; rights differ across the destinations it matches (subscribe to a narrower pattern)")
     );
     s.stop().await;
 }

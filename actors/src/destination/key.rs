@@ -316,6 +316,16 @@ impl DestinationPattern {
         (prefix.clone(), format!("{prefix}/"))
     }
 
+    /// Whether every destination `other` matches, this one matches too.
+    pub fn covers(&self, other: &DestinationPattern) -> bool {
+        self.kind == other.kind && covers(&self.segments, &other.segments)
+    }
+
+    /// Whether some destination matches both.
+    pub fn intersects(&self, other: &DestinationPattern) -> bool {
+        self.kind == other.kind && intersects(&self.segments, &other.segments)
+    }
+
     /// Whether `key` is one of the destinations the pattern names.
     pub fn matches(&self, key: &DestinationKey) -> bool {
         if self.kind != key.kind {
@@ -331,6 +341,30 @@ impl DestinationPattern {
             }
         }
         names.next().is_none()
+    }
+}
+
+/// [`DestinationPattern::covers`] over segments: `a` matches every name `b` matches.
+fn covers(a: &[String], b: &[String]) -> bool {
+    match (a.first().map(String::as_str), b.first().map(String::as_str)) {
+        // `>` matches the rest, whatever it is (also nothing).
+        (Some(">"), _) => true,
+        (None, None) => true,
+        // `b` may end here or go on (`>`) where `a` needs more, or ends where `a` does not.
+        (None, Some(_)) | (Some(_), None) | (Some(_), Some(">")) => false,
+        (Some("*"), Some(_)) => covers(&a[1..], &b[1..]),
+        (Some(x), Some(y)) => x == y && covers(&a[1..], &b[1..]),
+    }
+}
+
+/// [`DestinationPattern::intersects`] over segments: some name matches both.
+fn intersects(a: &[String], b: &[String]) -> bool {
+    match (a.first().map(String::as_str), b.first().map(String::as_str)) {
+        (Some(">"), _) | (_, Some(">")) => true,
+        (None, None) => true,
+        (None, Some(_)) | (Some(_), None) => false,
+        (Some("*"), Some(_)) | (Some(_), Some("*")) => intersects(&a[1..], &b[1..]),
+        (Some(x), Some(y)) => x == y && intersects(&a[1..], &b[1..]),
     }
 }
 
@@ -470,6 +504,54 @@ mod tests {
         assert!(DestinationPattern::subscription_from_stomp("/temp-queue/a.*").is_err());
         let long = format!("{}.>", "x".repeat(200));
         assert!(DestinationPattern::subscription(&long).is_err());
+    }
+
+    #[test]
+    fn covering_and_intersecting_patterns() {
+        let p = |t: &str| DestinationPattern::parse(t).unwrap();
+        let covers = |a: &str, b: &str| p(a).covers(&p(b));
+        let meets = |a: &str, b: &str| p(a).intersects(&p(b));
+        assert!(covers("topic://>", "topic://orders.>"));
+        assert!(covers("topic://orders.>", "topic://orders.*"));
+        assert!(covers("topic://orders.>", "topic://orders"));
+        assert!(covers("topic://orders.*", "topic://orders.eu"));
+        assert!(!covers("topic://orders.*", "topic://orders.>"));
+        assert!(!covers("topic://orders.eu", "topic://orders.*"));
+        assert!(!covers("topic://orders.*", "topic://orders"));
+        assert!(!covers("queue://>", "topic://a"));
+        assert!(meets("topic://orders.secret", "topic://orders.*"));
+        assert!(meets("topic://*.eu", "topic://orders.*"));
+        assert!(meets("topic://orders", "topic://orders.>"));
+        assert!(!meets("topic://orders.eu", "topic://orders.us"));
+        assert!(!meets("topic://a.*", "topic://a.b.c"));
+        assert!(!meets("topic://a", "queue://a"));
+        // Checked against names: what both match is there exactly when they meet, and
+        // a covering pattern matches all the other does.
+        let names = ["a", "a.b", "a.c", "a.b.c", "b", "b.b", "a.b.d"];
+        let all = [
+            "topic://>",
+            "topic://a.>",
+            "topic://a.*",
+            "topic://*.b",
+            "topic://a.b",
+            "topic://a",
+            "topic://*",
+            "topic://a.*.c",
+            "topic://b.>",
+        ];
+        for x in all {
+            for y in all {
+                let keys = names.iter().map(|n| DestinationKey::topic(n).unwrap());
+                let both = keys.clone().any(|k| p(x).matches(&k) && p(y).matches(&k));
+                assert_eq!(meets(x, y), both, "{x} {y}");
+                if covers(x, y) {
+                    assert!(
+                        keys.clone().all(|k| !p(y).matches(&k) || p(x).matches(&k)),
+                        "{x} {y}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
