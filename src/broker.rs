@@ -1,8 +1,9 @@
 //! The embedding API: a [`Broker`] inside an async Rust service.
 //!
-//! The broker runs on actix: call [`Broker::start`] from inside an actix system
-//! (`#[actix_rt::main]`, `actix_rt::System::new().block_on(..)`, or an actix-web
-//! server). Every call is async and returns an [`Error`] that says what went wrong.
+//! The broker runs its actors on a thread of its own ([`crate::runtime`]): call
+//! [`Broker::start`] from any async runtime (tokio's multi-threaded or current-thread
+//! runtime, a `LocalSet`, actix). Every call is async and returns an [`Error`] that
+//! says what went wrong.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +37,7 @@ use std::collections::HashMap;
 use tokio::sync::mpsc;
 
 use crate::error::Error;
+use crate::runtime::BrokerThread;
 
 /// How a broker is set up. `Default` gives ActiveMQ's defaults.
 #[derive(Debug, Clone)]
@@ -625,7 +627,7 @@ pub const BROWSE_PAGE: u32 = 100;
 /// [`Received`] that cannot be acked (browsing consumes nothing): its
 /// `delivery_id` is 0 and `redelivered` false.
 pub struct QueueBrowser {
-    inner: Pin<Box<dyn Stream<Item = Result<Received, Error>>>>,
+    inner: Pin<Box<dyn Stream<Item = Result<Received, Error>> + Send>>,
 }
 
 impl Stream for QueueBrowser {
@@ -639,6 +641,8 @@ impl Stream for QueueBrowser {
 /// A running broker. Cheap to clone (handles to actors).
 #[derive(Clone)]
 pub struct Broker {
+    /// The thread its actors run on (see [`crate::runtime`]).
+    runtime: Arc<BrokerThread>,
     registry: Addr<BrokerActor>,
     /// The registry's answers, by destination (see `Broker::destination`).
     addresses: Arc<parking_lot::RwLock<HashMap<DestinationKey, DestinationAddr>>>,
@@ -656,34 +660,66 @@ struct MessageIds {
 impl Broker {
     /// Opens the store at `store_url` (`sqlite://PATH`, `sqlite::memory:`,
     /// `postgres://...`; created and migrated if needed) and starts the broker's actors
-    /// on the current actix system.
+    /// on a thread of its own (an actix system the broker owns), so the broker works
+    /// from any async runtime: tokio's multi-threaded or current-thread runtime, a
+    /// `LocalSet`, or actix. The thread ends when the last clone of the broker is
+    /// dropped.
     ///
     /// Errors: [`Error::Store`] when the store cannot be opened (the message names the
     /// URL, without its password, and the reason), or another broker runs on it
     /// ([`ebb_store::StoreError::Locked`]: one broker per store, as ActiveMQ's JDBC
-    /// exclusive locker; the lock goes with the broker, also when its process dies).
+    /// exclusive locker; the lock goes with the broker, also when its process dies);
+    /// [`Error::Runtime`] when its thread cannot start.
     pub async fn start(store_url: &str, config: BrokerConfig) -> Result<Self, Error> {
-        let store = ebb_store::open(store_url, &config.store).await?;
-        // One broker per store (ids would collide): refuse if another holds it.
-        if let Err(e) = store.lock_exclusive().await {
-            store.close().await;
-            return Err(e.into());
-        }
-        Ok(Self::start_with_store(store, config))
+        let runtime = Arc::new(BrokerThread::spawn()?);
+        let (url, options) = (store_url.to_string(), config.store.clone());
+        // The store's pool is made on the broker's thread, whose runtime then drives
+        // its connections whatever the caller's is.
+        let store = runtime
+            .run(move || async move {
+                let store = ebb_store::open(&url, &options).await?;
+                // One broker per store (ids would collide): refuse if another holds it.
+                if let Err(e) = store.lock_exclusive().await {
+                    store.close().await;
+                    return Err(Error::from(e));
+                }
+                Ok(store)
+            })
+            .await??;
+        Self::start_on(runtime, store, config)
     }
 
-    /// Starts the broker on a store that is already open (`config.store` is not used).
-    /// The caller takes care that no other broker uses it
-    /// ([`MessageStore::lock_exclusive`]).
-    pub fn start_with_store(store: Arc<dyn MessageStore>, config: BrokerConfig) -> Self {
-        let handle = StoreHandle::start(store, config.store_actor.clone());
+    /// Starts the broker on a store that is already open (`config.store` is not used),
+    /// on a thread of its own as [`Broker::start`]. The caller takes care that no other
+    /// broker uses it ([`MessageStore::lock_exclusive`]).
+    ///
+    /// Errors: [`Error::Runtime`] when its thread cannot start.
+    pub fn start_with_store(
+        store: Arc<dyn MessageStore>,
+        config: BrokerConfig,
+    ) -> Result<Self, Error> {
+        Self::start_on(Arc::new(BrokerThread::spawn()?), store, config)
+    }
+
+    /// Starts the store actor and the registry on `runtime` over `store`.
+    fn start_on(
+        runtime: Arc<BrokerThread>,
+        store: Arc<dyn MessageStore>,
+        config: BrokerConfig,
+    ) -> Result<Self, Error> {
         let budget = HousekeepingBudget::new(config.housekeeping_permits);
-        let registry = actix::Actor::start(BrokerActor::new(
-            handle.clone(),
+        let (actor_config, policies, shared) = (
+            config.store_actor.clone(),
             config.policies.clone(),
             budget.clone(),
-        ));
-        Self {
+        );
+        let (handle, registry) = runtime.run_blocking(move || {
+            let handle = StoreHandle::start(store, actor_config);
+            let registry = actix::Actor::start(BrokerActor::new(handle.clone(), policies, shared));
+            (handle, registry)
+        })?;
+        Ok(Self {
+            runtime,
             registry,
             addresses: Default::default(),
             budget,
@@ -700,7 +736,7 @@ impl Broker {
                 destinations: Default::default(),
                 producers: Default::default(),
             }),
-        }
+        })
     }
 
     /// The limit a send of a `persistent` message to `container` would meet now:
@@ -1218,8 +1254,6 @@ impl Broker {
         if let Some(key) = &durable {
             self.replace_durable_elsewhere(&Target::Pattern(pattern.clone()), key)
                 .await?;
-            self.define_wildcard_durable(&pattern, key, selector_text.clone())
-                .await?;
         }
         let max = ebb_actors::subscription::MAX_PREFETCH;
         let capacity = options.prefetch.unwrap_or(max).clamp(1, max) as usize;
@@ -1232,7 +1266,8 @@ impl Broker {
             no_local: options.no_local,
         };
         let accept = options.accept.map(|a| a.0);
-        let actor = actix::Actor::start(WildcardActor::new(pattern.clone(), template, accept, tx));
+        let wildcard = WildcardActor::new(pattern.clone(), template, accept, tx);
+        let actor = actix::Actor::start_in_arbiter(self.runtime.arbiter(), move |_| wildcard);
         let attached = async {
             // A durable one's previous consumer, just dropped, may still be stopping
             // (see `forget_wildcard_durable`): asked again for at most 1 s.
@@ -1244,6 +1279,12 @@ impl Broker {
                 })
             })
             .await?;
+            // Only once the registry holds it for this consumer (a second consumer
+            // is refused above), so a refused SUBSCRIBE changes nothing stored.
+            if let Some(key) = &durable {
+                self.define_wildcard_durable(&pattern, key, selector_text.clone())
+                    .await?;
+            }
             for key in self.stored_matches(&pattern, durable.as_ref()).await? {
                 if !targets.iter().any(|(k, _)| *k == key) {
                     let addr = self.destination(&key).await?;

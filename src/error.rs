@@ -34,6 +34,12 @@ pub enum Error {
     /// A durable subscription needs a client id and a subscription name.
     #[error("a durable subscription needs a non-empty client id and subscription name")]
     InvalidSubscription,
+    /// The broker is shut down (or its thread has stopped): it takes no more calls.
+    #[error("the broker is shut down")]
+    ShuttingDown,
+    /// The broker's own thread could not be started; the text says why.
+    #[error("broker runtime: {0}")]
+    Runtime(String),
     /// The metrics endpoint could not start (its address cannot be bound, or another
     /// metrics recorder is installed in this process); the text says which.
     #[error("metrics endpoint: {0}")]

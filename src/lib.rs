@@ -46,6 +46,10 @@
 //! | queue | its consumers, its cursor, redelivery counts, dead letters | write to the store itself |
 //! | store actor | every write, batched while a transaction is in flight (group commit); mark updates in order | decide what to expire or dispatch |
 //!
+//! Every actor of a broker runs on its own thread, an actix system the broker owns
+//! ([`runtime`]); the embedding API's handles only send messages to them and await
+//! answers, so they work from any async runtime.
+//!
 //! What every destination shares (publish order, prepared messages of open
 //! transactions, the housekeeping schedule, the counters) is one set of plain parts in
 //! [`actors::destination`]; a destination actor writes only its dispatch and its expiry
@@ -148,6 +152,7 @@ pub mod config;
 pub mod error;
 pub mod metrics;
 pub mod process;
+pub mod runtime;
 pub mod stats;
 pub mod stomp;
 #[cfg(feature = "test-util")]

@@ -179,7 +179,7 @@ async fn a_failed_page_does_not_stop_later_expiry(t: TestStore) {
         },
         ..BrokerConfig::default()
     };
-    let b = Broker::start_with_store(store, config);
+    let b = Broker::start_with_store(store, config).unwrap();
     let stats = wait_for(&b, "big", |s| s.expired == 5_000).await;
     assert_eq!(failures.load(Ordering::SeqCst), 1);
     assert!(

@@ -19,6 +19,7 @@ mod pipelining;
 mod metrics;
 mod queue_concurrency;
 mod queues;
+mod runtimes;
 mod selectors;
 #[cfg(feature = "cli")]
 mod soak;

@@ -265,6 +265,36 @@ async fn durable_wildcard_keeps_its_backlog_across_restarts(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A second consumer of a durable wildcard subscription is refused, and changes
+/// nothing: not even the selector stored with it (found by an adversarial run: the
+/// refused SUBSCRIBE rewrote it, and after a restart a topic created while the
+/// subscriber was away kept only what the refused selector matched).
+async fn a_refused_consumer_changes_nothing_stored(t: TestStore) {
+    let b = start(&t).await;
+    let with = |text: &str| durable().selector(ebb::Selector::parse(text).unwrap());
+    let first = b.subscribe("fx.>", with("kind = 'a'")).await.unwrap();
+    let e = b
+        .subscribe("fx.>", with("kind = 'b'"))
+        .await
+        .err()
+        .expect("in use");
+    assert!(e.to_string().contains("in use"), "{e}");
+    drop(first);
+    b.shutdown().await.unwrap();
+
+    let b = start(&t).await;
+    for kind in ["a", "b"] {
+        let m = Message::new(format!("new-{kind}")).header("kind", kind);
+        b.send("fx.new", m).await.unwrap();
+    }
+    let mut sub = b.subscribe("fx.>", with("kind = 'a'")).await.unwrap();
+    assert_eq!(
+        received(&mut sub).await,
+        pairs(&[("topic://fx.new", "new-a")])
+    );
+    b.shutdown().await.unwrap();
+}
+
 /// Removing a durable wildcard subscription removes it from every topic and its
 /// definition: nothing is kept for it any more, also on topics created later. A
 /// durable name moved from a wildcard to one topic (or back) is a new subscription
@@ -496,6 +526,7 @@ on_every_backend!(
     prefetch_counts_every_destination_together,
     durable_wildcard_keeps_its_backlog_across_restarts,
     durable_wildcard_is_removed_and_moved_whole,
+    a_refused_consumer_changes_nothing_stored,
     sending_to_a_wildcard_is_refused,
     stomp_durable_wildcard_survives_its_client_and_unsubscribes,
     a_wildcard_reads_only_what_the_connection_may_read,

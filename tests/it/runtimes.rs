@@ -1,0 +1,138 @@
+//! The embedding API works from any async runtime (issue: a plain `#[tokio::main]`
+//! panicked in `Broker::start` with "`spawn_local` called from outside of a
+//! `task::LocalSet`", and so did an auto-ack `Subscription` polled from a
+//! `tokio::spawn`ed task): the broker runs its actors on a thread of its own, and its
+//! handles are `Send + Sync`. The same workload runs under tokio's multi-threaded and
+//! current-thread runtimes, in a `LocalSet`, and under actix: a durable topic
+//! subscription, a queue consumer in a spawned task in the default auto-ack mode, a
+//! wildcard subscription (an actor started from the caller), a restart that finds
+//! what was left, and shutdown.
+
+use ebb::test_util::*;
+use ebb::{
+    Acker, Broker, BrokerConfig, Message, QueueBrowser, Received, SubscribeOptions, Subscription,
+};
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Broker>();
+    send_sync::<Acker>();
+    send_sync::<Received>();
+    send::<Subscription>();
+    send::<QueueBrowser>();
+}
+
+async fn start(t: &TestStore) -> Broker {
+    let config = BrokerConfig {
+        store: t.options.clone(),
+        ..BrokerConfig::default()
+    };
+    Broker::start(&t.url, config).await.expect("broker starts")
+}
+
+/// The workload each runtime runs; `spawn` runs a consumer task the runtime's way.
+async fn workload<S, F>(t: TestStore, spawn: S)
+where
+    S: Fn(Subscription) -> F,
+    F: std::future::Future<Output = Vec<String>>,
+{
+    let b = start(&t).await;
+    let durable = SubscribeOptions::durable("rt", "sub");
+    drop(b.subscribe("rt.events", durable.clone()).await.unwrap());
+    let queue = b
+        .subscribe("queue://rt.jobs", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let mut wildcard = b
+        .subscribe("queue://rt.*", SubscribeOptions::non_durable().prefetch(1))
+        .await
+        .unwrap();
+    let consumer = spawn(queue);
+    for i in 0..20 {
+        b.send("queue://rt.jobs", Message::new(format!("j{i}")))
+            .await
+            .unwrap();
+        b.send("rt.events", Message::new(format!("e{i}")))
+            .await
+            .unwrap();
+    }
+    let got = consumer.await;
+    assert_eq!(got.len() + count(&mut wildcard).await, 20, "{got:?}");
+    b.shutdown().await.unwrap();
+    drop(b);
+
+    let b = start(&t).await;
+    let mut sub = b.subscribe("rt.events", durable).await.unwrap();
+    let mut events = Vec::new();
+    while let Some(m) = next_within(&mut sub, 300).await {
+        events.push(body(&m));
+    }
+    assert_eq!(events, (0..20).map(|i| format!("e{i}")).collect::<Vec<_>>());
+    b.shutdown().await.unwrap();
+}
+
+async fn count(sub: &mut Subscription) -> usize {
+    let mut n = 0;
+    while next_within(sub, 300).await.is_some() {
+        n += 1;
+    }
+    n
+}
+
+/// The consumer's share of 20 jobs (it stops after 300 ms without one).
+async fn consume(mut queue: Subscription) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Some(m) = next_within(&mut queue, 500).await {
+        got.push(body(&m));
+    }
+    got
+}
+
+async fn on_tokio_multi_thread(t: TestStore) {
+    workload(
+        t,
+        |q| async move { tokio::spawn(consume(q)).await.unwrap() },
+    )
+    .await;
+}
+
+async fn on_tokio_current_thread(t: TestStore) {
+    workload(
+        t,
+        |q| async move { tokio::spawn(consume(q)).await.unwrap() },
+    )
+    .await;
+}
+
+async fn in_a_local_set(t: TestStore) {
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(workload(t, |q| async move {
+            tokio::task::spawn_local(consume(q)).await.unwrap()
+        }))
+        .await;
+}
+
+async fn on_actix(t: TestStore) {
+    workload(
+        t,
+        |q| async move { actix_rt::spawn(consume(q)).await.unwrap() },
+    )
+    .await;
+}
+
+on_every_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    on_tokio_multi_thread,
+);
+on_every_backend!(
+    #[tokio::test(flavor = "current_thread")]
+    on_tokio_current_thread,
+    in_a_local_set,
+);
+on_every_backend!(
+    #[actix_rt::test]
+    on_actix
+);
