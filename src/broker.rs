@@ -1266,7 +1266,7 @@ impl Broker {
             no_local: options.no_local,
         };
         let accept = options.accept.map(|a| a.0);
-        let wildcard = WildcardActor::new(pattern.clone(), template, accept, tx);
+        let wildcard = WildcardActor::new(pattern.clone(), template.clone(), accept.clone(), tx);
         let actor = actix::Actor::start_in_arbiter(self.runtime.arbiter(), move |_| wildcard);
         let attached = async {
             // A durable one's previous consumer, just dropped, may still be stopping
@@ -1276,6 +1276,8 @@ impl Broker {
                     pattern: pattern.clone(),
                     watcher: actor.clone().recipient(),
                     durable: durable.clone().map(|k| (k, selector_text.clone())),
+                    template: template.clone(),
+                    accept: accept.clone(),
                 })
             })
             .await?;

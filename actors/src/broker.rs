@@ -36,7 +36,7 @@ use crate::policy::PolicyMap;
 use crate::queue::QueueActor;
 use crate::store_actor::StoreHandle;
 use crate::topic::TopicActor;
-use crate::wildcard::Matched;
+use crate::wildcard::{Accept, Matched, Template};
 
 /// The store keeps the definition of a durable subscription to a wildcard topic in a
 /// container of its own: this prefix and the pattern (`wildcard:topic://orders.>`).
@@ -69,6 +69,9 @@ struct Watcher {
     pattern: DestinationPattern,
     recipient: Recipient<Matched>,
     durable: Option<SubscriptionKey>,
+    /// Its attachments' options, for a new topic it attaches to at once.
+    template: Template,
+    accept: Option<Accept>,
 }
 
 /// A running destination actor, by kind: the registry's one entry per kind of
@@ -198,9 +201,35 @@ impl BrokerActor {
                     .filter(|d| d.pattern.matches(&key))
                     .map(|d| (d.key.clone(), d.selector.clone()))
                     .collect();
-                let topic = TopicActor::new(key.clone(), policy, store, budget)
+                let mut topic = TopicActor::new(key.clone(), policy, store, budget)
                     .with_wildcard_durables(durables);
-                DestinationAddr::Topic(topic.start())
+                // Non-durable wildcard subscriptions are attached before the topic
+                // takes its first message (a message to a new topic would be missed
+                // by an attachment made later).
+                self.watchers.retain(|w| w.recipient.connected());
+                let mut attached = Vec::new();
+                for (i, w) in self.watchers.iter().enumerate() {
+                    let readable = w.accept.as_ref().is_none_or(|accept| accept(&key));
+                    if w.durable.is_none() && w.pattern.matches(&key) && readable {
+                        let (subscribe, rx) = w.template.attachment();
+                        match topic.subscribe_before_start(subscribe) {
+                            Ok(id) => attached.push((i, id, rx)),
+                            Err(e) => {
+                                tracing::warn!(topic = %key, pattern = %w.pattern, error = %e,
+                                "wildcard subscription cannot attach to a new topic")
+                            }
+                        }
+                    }
+                }
+                let addr = DestinationAddr::Topic(topic.start());
+                for (i, id, rx) in attached {
+                    let w = &self.watchers[i];
+                    w.recipient
+                        .do_send(Matched(key.clone(), addr.clone(), Some((id, rx))));
+                }
+                self.notify_watchers(&key, &addr, |w| w.durable.is_some());
+                self.destinations.insert(key, addr.clone());
+                return Ok(addr);
             }
             DestinationKind::Queue => {
                 let dead_letters = ctx.address().recipient();
@@ -209,11 +238,27 @@ impl BrokerActor {
             }
         };
         self.watchers.retain(|w| w.recipient.connected());
-        for w in self.watchers.iter().filter(|w| w.pattern.matches(&key)) {
-            w.recipient.do_send(Matched(key.clone(), addr.clone()));
-        }
+        self.notify_watchers(&key, &addr, |_| true);
         self.destinations.insert(key, addr.clone());
         Ok(addr)
+    }
+
+    /// Tells each watcher `which` selects whose pattern matches `key` that it started
+    /// (the watcher attaches itself).
+    fn notify_watchers(
+        &self,
+        key: &DestinationKey,
+        addr: &DestinationAddr,
+        which: impl Fn(&Watcher) -> bool,
+    ) {
+        for w in self
+            .watchers
+            .iter()
+            .filter(|w| which(w) && w.pattern.matches(key))
+        {
+            w.recipient
+                .do_send(Matched(key.clone(), addr.clone(), None));
+        }
     }
 }
 
@@ -298,6 +343,12 @@ pub struct Watch {
     pub watcher: Recipient<Matched>,
     /// A durable subscription to a wildcard topic: its key and selector text.
     pub durable: Option<(SubscriptionKey, Option<String>)>,
+    /// Its attachments' options and the destinations it may read: the registry
+    /// attaches a non-durable one to each matching topic it starts before the topic
+    /// takes a message.
+    pub template: Template,
+    /// The destinations it may read (`None`: all it matches).
+    pub accept: Option<Accept>,
 }
 
 impl Handler<Watch> for BrokerActor {
@@ -328,6 +379,8 @@ impl Handler<Watch> for BrokerActor {
             pattern: msg.pattern,
             recipient: msg.watcher,
             durable: durable_key,
+            template: msg.template,
+            accept: msg.accept,
         });
         Ok(running)
     }

@@ -140,6 +140,39 @@ impl TopicActor {
         self
     }
 
+    /// A non-durable subscription, as [`Subscribe`] asks, before the topic is started
+    /// (so it gets every message the topic ever takes): what the registry does for a
+    /// wildcard subscription that matches a new topic. Errors:
+    /// [`ActorError::Invalid`] for a durable or exclusive one.
+    pub fn subscribe_before_start(&mut self, msg: Subscribe) -> Result<u64, ActorError> {
+        if msg.durable.is_some() || msg.exclusive {
+            return Err(ActorError::Invalid(
+                "only a non-durable, non-exclusive subscription attaches before a topic starts"
+                    .into(),
+            ));
+        }
+        Ok(self.add_non_durable(msg))
+    }
+
+    /// Adds the non-durable subscription `msg` asks for; its id.
+    fn add_non_durable(&mut self, msg: Subscribe) -> u64 {
+        let id = self.next_subscription_id();
+        let prefetch = msg.prefetch.unwrap_or(self.core.policy.topic_prefetch);
+        let limit = self.core.policy.max_pending_non_durable as usize;
+        let mut state = SubscriptionState::non_durable(id, prefetch, limit, msg.deliver);
+        if let Some(acks) = msg.auto_acks {
+            state = state.with_auto_acks(acks);
+        }
+        if let Some(selector) = msg.selector {
+            state = state.with_selector(selector);
+        }
+        if let Some(origin) = msg.no_local {
+            state = state.no_local(origin);
+        }
+        self.subscriptions.insert(id, state);
+        id
+    }
+
     /// Delivers what subscription `id` can take now, acks what expired on the way,
     /// and starts a store read if its cursor needs one.
     fn dispatch(&mut self, id: u64, ctx: &mut Context<Self>) {
@@ -626,23 +659,10 @@ impl Handler<Subscribe> for TopicActor {
                     .into(),
             ))));
         }
-        let id = self.next_subscription_id();
-        let Some(key) = msg.durable else {
-            let prefetch = msg.prefetch.unwrap_or(self.core.policy.topic_prefetch);
-            let limit = self.core.policy.max_pending_non_durable as usize;
-            let mut state = SubscriptionState::non_durable(id, prefetch, limit, msg.deliver);
-            if let Some(acks) = msg.auto_acks {
-                state = state.with_auto_acks(acks);
-            }
-            if let Some(selector) = msg.selector {
-                state = state.with_selector(selector);
-            }
-            if let Some(origin) = msg.no_local {
-                state = state.no_local(origin);
-            }
-            self.subscriptions.insert(id, state);
-            return Box::pin(fut::ready(Ok(id)));
+        let Some(key) = msg.durable.clone() else {
+            return Box::pin(fut::ready(Ok(self.add_non_durable(msg))));
         };
+        let id = self.next_subscription_id();
         if msg.no_local.is_some() {
             return Box::pin(fut::ready(Err(ActorError::Invalid(
                 "noLocal on a durable subscription is not supported: a stored message does not keep the connection that sent it".into(),

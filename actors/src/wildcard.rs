@@ -16,7 +16,10 @@
 //! **Which destinations.** The registry tells it of every destination that matches
 //! its pattern, running when it subscribed ([`Attach`]) and started later
 //! ([`Matched`]); a destination the consumer may not read (the `accept` filter, a
-//! transport's authorization) is passed over. A destination that stops (its stream
+//! transport's authorization) is passed over. On a new topic the registry makes a
+//! non-durable attachment itself, before the topic takes its first message, so the
+//! message that created the topic is not missed (a queue keeps its messages until an
+//! attachment comes; a durable one's topic holds them in the store). A destination that stops (its stream
 //! ends) is attached again when the registry starts it anew.
 //!
 //! **Prefetch.** Each attachment has the consumer's prefetch at its destination (as a
@@ -62,6 +65,25 @@ pub struct Template {
     pub exclusive: bool,
     /// JMS `noLocal` at each matching non-durable topic subscription.
     pub no_local: Option<u64>,
+}
+
+impl Template {
+    /// The [`Subscribe`] of one attachment, and the receiver of its deliveries (as
+    /// many as its prefetch).
+    pub fn attachment(&self) -> (Subscribe, mpsc::Receiver<Delivery>) {
+        let capacity = self.prefetch.unwrap_or(MAX_PREFETCH).clamp(1, MAX_PREFETCH) as usize;
+        let (tx, rx) = mpsc::channel(capacity);
+        let subscribe = Subscribe {
+            durable: self.durable.clone(),
+            prefetch: self.prefetch,
+            deliver: tx,
+            selector: self.selector.clone(),
+            exclusive: self.exclusive,
+            no_local: self.no_local,
+            auto_acks: None,
+        };
+        (subscribe, rx)
+    }
 }
 
 /// One matching destination's subscription.
@@ -153,18 +175,7 @@ impl WildcardActor {
         addr: &DestinationAddr,
     ) -> impl std::future::Future<Output = Result<(u64, mpsc::Receiver<Delivery>), ActorError>> + 'static
     {
-        let t = &self.template;
-        let capacity = t.prefetch.unwrap_or(MAX_PREFETCH).clamp(1, MAX_PREFETCH) as usize;
-        let (tx, rx) = mpsc::channel(capacity);
-        let subscribe = Subscribe {
-            durable: t.durable.clone(),
-            prefetch: t.prefetch,
-            deliver: tx,
-            selector: t.selector.clone(),
-            exclusive: t.exclusive,
-            no_local: t.no_local,
-            auto_acks: None,
-        };
+        let (subscribe, rx) = self.template.attachment();
         let addr = addr.clone();
         async move { Ok((addr.ask(subscribe).await??, rx)) }
     }
@@ -307,16 +318,31 @@ impl Handler<Attach> for WildcardActor {
     }
 }
 
-/// From the registry: a destination matching the pattern started.
+/// From the registry: a destination matching the pattern started. For a
+/// non-durable topic subscription the registry has already attached it (`Some`: the
+/// subscription id there and its deliveries), before the topic took its first
+/// message, so that nothing sent to a new topic is missed.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Matched(pub DestinationKey, pub DestinationAddr);
+pub struct Matched(
+    pub DestinationKey,
+    pub DestinationAddr,
+    pub Option<(u64, mpsc::Receiver<Delivery>)>,
+);
 
 impl Handler<Matched> for WildcardActor {
     type Result = ();
 
     fn handle(&mut self, msg: Matched, ctx: &mut Context<Self>) {
-        let Matched(key, addr) = msg;
+        let Matched(key, addr, attached) = msg;
+        if let Some((subscription, rx)) = attached {
+            if self.wants(&key) {
+                self.attached(key, addr, subscription, rx, ctx);
+            } else {
+                addr.recipient::<Detach>().do_send(Detach { subscription });
+            }
+            return;
+        }
         if !self.wants(&key) {
             return;
         }
