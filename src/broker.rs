@@ -1,8 +1,8 @@
 //! The embedding API: a [`Broker`] inside an async Rust service.
 //!
-//! The broker runs its actors on a thread of its own ([`crate::runtime`]): call
-//! [`Broker::start`] from any async runtime (tokio's multi-threaded or current-thread
-//! runtime, a `LocalSet`, actix). Every call is async and returns an [`Error`] that
+//! The broker runs its actors on the caller's actix system, or else on a thread of its
+//! own ([`crate::runtime`]): call [`Broker::start`] from any async runtime (tokio's
+//! multi-threaded or current-thread runtime, a `LocalSet`, actix). Every call is async and returns an [`Error`] that
 //! says what went wrong.
 
 use std::pin::Pin;
@@ -660,10 +660,10 @@ struct MessageIds {
 impl Broker {
     /// Opens the store at `store_url` (`sqlite://PATH`, `sqlite::memory:`,
     /// `postgres://...`; created and migrated if needed) and starts the broker's actors
-    /// on a thread of its own (an actix system the broker owns), so the broker works
-    /// from any async runtime: tokio's multi-threaded or current-thread runtime, a
-    /// `LocalSet`, or actix. The thread ends when the last clone of the broker is
-    /// dropped.
+    /// so the broker works from any async runtime: tokio's multi-threaded or
+    /// current-thread runtime or a `LocalSet` (on a thread of its own, an actix system
+    /// the broker owns, that ends when the last clone of the broker is dropped), or
+    /// actix (on the caller's actix system, sharing its thread).
     ///
     /// Errors: [`Error::Store`] when the store cannot be opened (the message names the
     /// URL, without its password, and the reason), or another broker runs on it
@@ -671,7 +671,7 @@ impl Broker {
     /// exclusive locker; the lock goes with the broker, also when its process dies);
     /// [`Error::Runtime`] when its thread cannot start.
     pub async fn start(store_url: &str, config: BrokerConfig) -> Result<Self, Error> {
-        let runtime = Arc::new(BrokerThread::spawn()?);
+        let runtime = Arc::new(BrokerThread::new()?);
         let (url, options) = (store_url.to_string(), config.store.clone());
         // The store's pool is made on the broker's thread, whose runtime then drives
         // its connections whatever the caller's is.
@@ -690,7 +690,7 @@ impl Broker {
     }
 
     /// Starts the broker on a store that is already open (`config.store` is not used),
-    /// on a thread of its own as [`Broker::start`]. The caller takes care that no other
+    /// on an actix system as [`Broker::start`]. The caller takes care that no other
     /// broker uses it ([`MessageStore::lock_exclusive`]).
     ///
     /// Errors: [`Error::Runtime`] when its thread cannot start.
@@ -698,7 +698,7 @@ impl Broker {
         store: Arc<dyn MessageStore>,
         config: BrokerConfig,
     ) -> Result<Self, Error> {
-        Self::start_on(Arc::new(BrokerThread::spawn()?), store, config)
+        Self::start_on(Arc::new(BrokerThread::new()?), store, config)
     }
 
     /// Starts the store actor and the registry on `runtime` over `store`.

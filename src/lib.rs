@@ -46,9 +46,10 @@
 //! | queue | its consumers, its cursor, redelivery counts, dead letters | write to the store itself |
 //! | store actor | every write, batched while a transaction is in flight (group commit); mark updates in order | decide what to expire or dispatch |
 //!
-//! Every actor of a broker runs on its own thread, an actix system the broker owns
-//! ([`runtime`]); the embedding API's handles only send messages to them and await
-//! answers, so they work from any async runtime.
+//! Every actor of a broker runs on one actix system ([`runtime`]): the caller's, when
+//! the broker is started on one, else a thread of the broker's own; the embedding
+//! API's handles only send messages to them and await answers, so they work from any
+//! async runtime.
 //!
 //! What every destination shares (publish order, prepared messages of open
 //! transactions, the housekeeping schedule, the counters) is one set of plain parts in

@@ -1,8 +1,8 @@
 //! The embedding API works from any async runtime (issue: a plain `#[tokio::main]`
 //! panicked in `Broker::start` with "`spawn_local` called from outside of a
 //! `task::LocalSet`", and so did an auto-ack `Subscription` polled from a
-//! `tokio::spawn`ed task): the broker runs its actors on a thread of its own, and its
-//! handles are `Send + Sync`. The same workload runs under tokio's multi-threaded and
+//! `tokio::spawn`ed task): off actix the broker runs its actors on a thread of its
+//! own (on actix, on the caller's system), and its handles are `Send + Sync`. The same workload runs under tokio's multi-threaded and
 //! current-thread runtimes, in a `LocalSet`, and under actix: a durable topic
 //! subscription, a queue consumer in a spawned task in the default auto-ack mode, a
 //! wildcard subscription (an actor started from the caller), a restart that finds
