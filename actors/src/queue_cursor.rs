@@ -260,9 +260,18 @@ impl QueueCursor {
         let Some(read) = self.read.take() else {
             return;
         };
-        if let Some(seq) = self.cursor_read.take() {
+        let seq = self.cursor_read.take();
+        self.take_read(read, rows);
+        // Only now, with its rows checked against the messages taken ahead: ending the
+        // read first could forget one it still returned (deleted after it began), which
+        // would then be queued again and delivered twice.
+        if let Some(seq) = seq {
             self.end_read(seq);
         }
+    }
+
+    /// The rows of the cursor's read `read` (see [`Self::on_read`]).
+    fn take_read(&mut self, read: ReadInFlight, rows: Option<Vec<Arc<TopicMessage>>>) {
         let Some(rows) = rows else {
             return;
         };
@@ -634,6 +643,27 @@ mod tests {
         let later = c.begin_read();
         assert!(!c.is_ahead(10));
         c.end_read(later);
+    }
+
+    /// The cursor's own read that began before the delete of a message taken ahead
+    /// may return its row: the message is not queued again (it was, when the read
+    /// ended before its rows were checked: delivered twice).
+    #[test]
+    fn the_cursors_read_does_not_bring_back_a_deleted_message_taken_ahead() {
+        let mut c = QueueCursor::new(4, 10);
+        c.read_request();
+        c.on_read(Some((1..=4).map(|id| msg(Some(id))).collect()));
+        while c.pop().is_some() {}
+        c.take_ahead(6);
+        assert!(c.read_request().is_some());
+        c.deleted(&[6]);
+        c.on_read(Some([5, 6, 7].map(|id| msg(Some(id))).to_vec()));
+        let mut queued = Vec::new();
+        while let Some(((id, _), _)) = c.pop() {
+            queued.push(id);
+        }
+        assert_eq!(queued, [5, 7]);
+        assert!(!c.is_ahead(6), "forgotten once that read ended");
     }
 
     /// What was put in since the last look, lowest place first: a consumer with a
