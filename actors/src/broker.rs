@@ -157,6 +157,8 @@ impl BrokerActor {
             loop {
                 match read_definitions(&*store).await {
                     Ok(found) => return found,
+                    // Closed by a shutdown before it started: nothing will be started.
+                    Err(ebb_store::StoreError::Closed) => return Vec::new(),
                     Err(e) => {
                         tracing::error!(error = %e, "cannot read the durable subscriptions to wildcard topics; retrying in 1 s");
                         tokio::time::sleep(std::time::Duration::from_secs(1)).await;

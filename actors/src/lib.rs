@@ -49,8 +49,9 @@
 //!   destination's [`Completions`](destination::Completions) channel (a
 //!   [`PublishTicket`](destination::PublishTicket) or an ack's answer resolves after
 //!   it), other reads in spawned actor futures; never while holding its mailbox
-//!   (`ctx.wait` is used once, at start, for a store read). Publishes are answered at
-//!   once with their ticket, so a producer that awaits the answers one by one keeps
+//!   (`ctx.wait` is used only at start: a topic's load, with the subscriptions of
+//!   wildcards it creates through the store actor, and the registry's read of the
+//!   wildcard definitions). Publishes are answered at once with their ticket, so a producer that awaits the answers one by one keeps
 //!   its order without waiting for each commit.
 //!
 //! [`RouteDeadLetter`]: messages::RouteDeadLetter
