@@ -463,6 +463,13 @@ impl Subscription {
         self.acker().ack_up_to(message).await
     }
 
+    /// Refuses `message` (NACK), as [`Acker::nack`]: on a queue it is delivered again,
+    /// marked redelivered, until `maximum_redeliveries` failures send it to the
+    /// dead-letter queue.
+    pub async fn nack(&self, message: &Received) -> Result<(), Error> {
+        self.acker().nack(message).await
+    }
+
     /// A handle that acks for this subscription without holding the stream (for a
     /// transport that polls many subscriptions together).
     pub fn acker(&self) -> Acker {

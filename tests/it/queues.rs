@@ -143,7 +143,7 @@ async fn failed_deliveries_end_in_the_dead_letter_queue(t: TestStore) {
     let mut sub = b.subscribe("queue://orders", client()).await.unwrap();
     let m = next_within(&mut sub, 2_000).await.unwrap();
     assert!(!m.redelivered());
-    sub.acker().nack(&m).await.unwrap();
+    sub.nack(&m).await.unwrap();
     // Failure 2: the consumer closes without an ack.
     let m = next_within(&mut sub, 2_000).await.unwrap();
     assert!(m.redelivered());
@@ -152,7 +152,7 @@ async fn failed_deliveries_end_in_the_dead_letter_queue(t: TestStore) {
     let m = next_within(&mut sub, 2_000).await.unwrap();
     assert!(m.redelivered());
     // Failure 3 > maximum_redeliveries 2: dead-lettered.
-    sub.acker().nack(&m).await.unwrap();
+    sub.nack(&m).await.unwrap();
     assert!(next_within(&mut sub, 300).await.is_none());
     let stats = wait_for_queue(&b, "orders", |s| s.dead_lettered == 1).await;
     assert_eq!((stats.redelivered, stats.dequeued), (2, 0));
