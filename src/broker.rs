@@ -6,7 +6,7 @@
 //! says what went wrong.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -20,8 +20,8 @@ use ebb_actors::destination::DestinationPattern;
 use ebb_actors::destination::{now_ms, PublishTicket};
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::messages::{
-    AbortPrepared, Ack, Browse, CommitPrepared, Delivery, Detach, GetQueueStats, GetStats, Nack,
-    Publish, PublishPrepared, QueueStats, RemoveDurable, Subscribe, TopicMessage, TopicStats,
+    AbortPrepared, Ack, Browse, CommitPrepared, Delivery, Detach, GetQueueStats, GetStats, Handed,
+    Nack, Publish, PublishPrepared, QueueStats, RemoveDurable, Subscribe, TopicMessage, TopicStats,
 };
 use ebb_actors::policy::PolicyMap;
 use ebb_actors::queue::QueueActor;
@@ -440,6 +440,9 @@ pub struct Subscription {
     ack: AckMode,
     rx: mpsc::Receiver<Delivery>,
     auto_ack: AutoAck,
+    /// The last delivery id the stream yielded: only those count as delivered when it
+    /// detaches ([`Subscribe::handed`]).
+    handed: Handed,
 }
 
 /// Where a subscription's acks, NACKs and detach go (its topic or queue actor).
@@ -448,6 +451,25 @@ struct Endpoints {
     ack: Recipient<Ack>,
     nack: Recipient<Nack>,
     detach: Recipient<Detach>,
+    /// The broker's [`Broker::shutdown`] flag: an ack the destination no longer knows
+    /// after it is [`Error::ShuttingDown`].
+    shut_down: Arc<AtomicBool>,
+}
+
+impl Endpoints {
+    /// `result` of an ack or NACK, as [`Error::ShuttingDown`] once the broker is shut
+    /// down (its destinations then know no subscription).
+    fn answer(
+        &self,
+        result: Result<Result<(), ebb_actors::ActorError>, actix::MailboxError>,
+    ) -> Result<(), Error> {
+        match result {
+            Ok(Ok(())) => Ok(()),
+            _ if self.shut_down.load(Ordering::Acquire) => Err(Error::ShuttingDown),
+            Ok(Err(e)) => Err(e.into()),
+            Err(e) => Err(e.into()),
+        }
+    }
 }
 
 impl Subscription {
@@ -507,7 +529,8 @@ impl Acker {
             subscription: self.id,
             delivery_id: message.delivery.delivery_id,
         };
-        Ok(self.destination.nack.send(nack).await??)
+        let answer = self.destination.nack.send(nack).await;
+        self.destination.answer(answer)
     }
 
     async fn send(&self, delivery_id: u64, cumulative: bool) -> Result<(), Error> {
@@ -516,7 +539,8 @@ impl Acker {
             delivery_id,
             cumulative,
         };
-        Ok(self.destination.ack.send(ack).await??)
+        let answer = self.destination.ack.send(ack).await;
+        self.destination.answer(answer)
     }
 }
 
@@ -569,6 +593,9 @@ impl Stream for Subscription {
     /// message goes to the topic only when it waits for that credit.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Received>> {
         let polled = self.rx.poll_recv(cx);
+        if let Poll::Ready(Some(delivery)) = &polled {
+            self.handed.store(delivery.delivery_id, Ordering::Release);
+        }
         if self.ack == AckMode::Auto {
             match &polled {
                 Poll::Ready(Some(delivery)) if self.auto_ack.shared.is_some() => {
@@ -657,6 +684,8 @@ pub struct Broker {
     store: StoreHandle,
     ids: Arc<MessageIds>,
     usages: Arc<Usages>,
+    /// Set by [`Broker::shutdown`]: calls then fail with [`Error::ShuttingDown`].
+    shut_down: Arc<AtomicBool>,
 }
 
 struct MessageIds {
@@ -743,7 +772,16 @@ impl Broker {
                 destinations: Default::default(),
                 producers: Default::default(),
             }),
+            shut_down: Arc::default(),
         })
+    }
+
+    /// [`Error::ShuttingDown`] once [`Broker::shutdown`] was called.
+    fn refuse_if_shut_down(&self) -> Result<(), Error> {
+        if self.shut_down.load(Ordering::Acquire) {
+            return Err(Error::ShuttingDown);
+        }
+        Ok(())
     }
 
     /// The limit a send of a `persistent` message to `container` would meet now:
@@ -934,7 +972,15 @@ impl Broker {
     /// The running actor of `key` (started on first use by the registry). Addresses
     /// are cached, so a send to a destination in use costs no round trip to the
     /// registry; an actor that stopped is looked up again.
+    /// Errors: [`Error::ShuttingDown`] after [`Broker::shutdown`].
     async fn destination(&self, key: &DestinationKey) -> Result<DestinationAddr, Error> {
+        self.refuse_if_shut_down()?;
+        self.lookup(key).await
+    }
+
+    /// [`Broker::destination`], also after shutdown (to read counters): the registry
+    /// then refuses only destinations that are not running.
+    async fn lookup(&self, key: &DestinationKey) -> Result<DestinationAddr, Error> {
         if let Some(addr) = self.addresses.read().get(key) {
             if addr.connected() {
                 return Ok(addr.clone());
@@ -1156,6 +1202,7 @@ impl Broker {
     /// `xid_prefix`: transactions a previous run left open when it stopped. Call it at
     /// start. Returns how many messages it deleted.
     pub async fn rollback_abandoned(&self, xid_prefix: &str) -> Result<u64, Error> {
+        self.refuse_if_shut_down()?;
         Ok(self
             .store
             .rollback_abandoned(xid_prefix.to_string())
@@ -1184,6 +1231,7 @@ impl Broker {
         destination: impl ToDestination,
         options: SubscribeOptions,
     ) -> Result<Subscription, Error> {
+        self.refuse_if_shut_down()?;
         let durable = match &options.durable {
             Some((client, sub)) if client.is_empty() || sub.is_empty() => {
                 return Err(Error::InvalidSubscription)
@@ -1216,8 +1264,10 @@ impl Broker {
         // go through shared counters instead of a message each (`AutoAcks`).
         let shared = (options.ack == AckMode::Auto && durable.is_none() && key.is_topic())
             .then(|| Arc::new(AutoAcks::default()));
+        let handed = Handed::default();
         let id = destination
             .ask(Subscribe {
+                handed: Some(Arc::clone(&handed)),
                 durable,
                 prefetch: options.prefetch,
                 deliver: tx,
@@ -1228,7 +1278,7 @@ impl Broker {
             })
             .await??;
         Ok(Subscription {
-            destination: endpoints(&destination),
+            destination: endpoints(&destination, &self.shut_down),
             id,
             ack: options.ack,
             rx,
@@ -1237,6 +1287,7 @@ impl Broker {
                 shared,
                 ..AutoAck::default()
             },
+            handed,
         })
     }
 
@@ -1273,7 +1324,14 @@ impl Broker {
             no_local: options.no_local,
         };
         let accept = options.accept.map(|a| a.0);
-        let wildcard = WildcardActor::new(pattern.clone(), template.clone(), accept.clone(), tx);
+        let handed = Handed::default();
+        let wildcard = WildcardActor::new(
+            pattern.clone(),
+            template.clone(),
+            accept.clone(),
+            tx,
+            Arc::clone(&handed),
+        );
         let actor = actix::Actor::start_in_arbiter(self.runtime.arbiter(), move |_| wildcard);
         let attached = async {
             // A durable one's previous consumer, just dropped, may still be stopping
@@ -1281,7 +1339,7 @@ impl Broker {
             let mut targets = while_stopping(|| {
                 self.registry.send(Watch {
                     pattern: pattern.clone(),
-                    watcher: actor.clone().recipient(),
+                    watcher: actor.clone(),
                     durable: durable.clone().map(|k| (k, selector_text.clone())),
                     template: template.clone(),
                     accept: accept.clone(),
@@ -1314,6 +1372,7 @@ impl Broker {
                 ack: actor.clone().recipient(),
                 nack: actor.clone().recipient(),
                 detach: actor.recipient(),
+                shut_down: Arc::clone(&self.shut_down),
             },
             id: WILDCARD_SUBSCRIPTION,
             ack: options.ack,
@@ -1322,6 +1381,7 @@ impl Broker {
                 batch: auto_ack_batch(capacity),
                 ..AutoAck::default()
             },
+            handed,
         })
     }
 
@@ -1491,6 +1551,7 @@ impl Broker {
         client_id: &str,
         subscription: &str,
     ) -> Result<bool, Error> {
+        self.refuse_if_shut_down()?;
         let key = SubscriptionKey::new(client_id, subscription);
         let pattern = match destination.to_target()? {
             Target::One(one) => {
@@ -1524,6 +1585,7 @@ impl Broker {
         client_id: &str,
         subscription: &str,
     ) -> Result<bool, Error> {
+        self.refuse_if_shut_down()?;
         let container = match destination.to_target()? {
             Target::One(key) => key.container(),
             Target::Pattern(pattern) => wildcard_container(&pattern),
@@ -1558,6 +1620,7 @@ impl Broker {
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<BrowsedMessage>, Error> {
+        self.refuse_if_shut_down()?;
         let container = destination.to_destination()?.container();
         let rows = self
             .store
@@ -1656,6 +1719,7 @@ impl Broker {
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<BrowsedMessage>, Error> {
+        self.refuse_if_shut_down()?;
         let container = destination.to_destination()?.container();
         let key = SubscriptionKey::new(client_id, subscription);
         let rows = self
@@ -1667,9 +1731,17 @@ impl Broker {
     }
 
     /// The counters of topic `name` (starting it if it is not running).
+    ///
+    /// Readable after [`Broker::shutdown`] too, for a destination that was running.
     pub async fn topic_stats(&self, destination: impl ToDestination) -> Result<TopicStats, Error> {
-        let topic = self.topic(&destination.to_destination()?).await?;
-        Ok(topic.send(GetStats).await?)
+        let key = destination.to_destination()?;
+        match self.lookup(&key).await? {
+            DestinationAddr::Topic(topic) => Ok(topic.send(GetStats).await?),
+            DestinationAddr::Queue(_) => Err(Error::InvalidDestination {
+                name: key.container(),
+                reason: "this works on topics only",
+            }),
+        }
     }
 
     /// The counters of queue `name` (plain name or `queue://NAME`; starting it if it is
@@ -1679,7 +1751,7 @@ impl Broker {
             Some(_) => DestinationKey::from_container(name)?,
             None => DestinationKey::queue(name)?,
         };
-        match self.destination(&key).await? {
+        match self.lookup(&key).await? {
             DestinationAddr::Queue(queue) => Ok(queue.send(GetQueueStats).await?),
             DestinationAddr::Topic(_) => Err(Error::InvalidDestination {
                 name: name.to_string(),
@@ -1720,9 +1792,22 @@ impl Broker {
     /// Shuts down: refuses new destinations, stops every timer, lets expiry pages in
     /// flight finish and starts none, flushes the store actor (every accepted message
     /// is committed), and closes the store last. Returns when all of that is done.
+    ///
+    /// Every [`Subscription`] stream then ends (`None` once the messages already
+    /// handed to it are taken), and every ack accepted before (also one that
+    /// [`Subscription::ack`] answered without waiting for its commit) is committed.
+    /// Later calls fail with [`Error::ShuttingDown`]: sends, subscribes, acks,
+    /// browsing, transactions; the counters ([`Broker::topic_stats`],
+    /// [`Broker::queue_stats`], [`Broker::usage`]) stay readable. Calling it again is
+    /// harmless.
     pub async fn shutdown(&self) -> Result<(), Error> {
-        self.registry.send(ShutdownBroker).await??;
-        Ok(())
+        self.shut_down.store(true, Ordering::Release);
+        match self.registry.send(ShutdownBroker).await {
+            Ok(done) => Ok(done?),
+            // The registry is gone with the broker's system: nothing left to stop.
+            Err(actix::MailboxError::Closed) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -2004,11 +2089,12 @@ fn below_key(key: &str) -> String {
 }
 
 /// The recipients a [`Subscription`] talks to, at its destination's actor.
-fn endpoints(destination: &DestinationAddr) -> Endpoints {
+fn endpoints(destination: &DestinationAddr, shut_down: &Arc<AtomicBool>) -> Endpoints {
     Endpoints {
         ack: destination.recipient(),
         nack: destination.recipient(),
         detach: destination.recipient(),
+        shut_down: Arc::clone(shut_down),
     }
 }
 

@@ -10,9 +10,9 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// A destination or the store actor refused or failed the request (store write
-    /// failed, durable subscription in use, shutting down).
+    /// failed, durable subscription in use, unknown subscription).
     #[error(transparent)]
-    Actor(#[from] ActorError),
+    Actor(ActorError),
     /// A destination name that cannot be used; the text says why.
     #[error("invalid destination `{name}`: {reason}")]
     InvalidDestination { name: String, reason: &'static str },
@@ -34,7 +34,9 @@ pub enum Error {
     /// A durable subscription needs a client id and a subscription name.
     #[error("a durable subscription needs a non-empty client id and subscription name")]
     InvalidSubscription,
-    /// The broker is shut down (or its thread has stopped): it takes no more calls.
+    /// The broker is shut down ([`crate::Broker::shutdown`]; or its thread has
+    /// stopped, or its store is closed): it takes no more sends, subscribes, acks or
+    /// browsing.
     #[error("the broker is shut down")]
     ShuttingDown,
     /// The broker's own thread could not be started; the text says why.
@@ -46,9 +48,22 @@ pub enum Error {
     Metrics(String),
 }
 
+impl From<ActorError> for Error {
+    /// A refusal because of shutdown (the registry's, a closed store actor's, a stopped
+    /// actor's) is [`Error::ShuttingDown`]; the rest is [`Error::Actor`].
+    fn from(e: ActorError) -> Self {
+        match e {
+            ActorError::ShuttingDown
+            | ActorError::Closed
+            | ActorError::Mailbox(actix::MailboxError::Closed) => Error::ShuttingDown,
+            e => Error::Actor(e),
+        }
+    }
+}
+
 impl From<actix::MailboxError> for Error {
     fn from(e: actix::MailboxError) -> Self {
-        Error::Actor(ActorError::Mailbox(e))
+        Error::from(ActorError::Mailbox(e))
     }
 }
 

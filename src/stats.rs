@@ -16,9 +16,7 @@
 //! so its time grows with the destination's backlog). Destinations are asked one after
 //! the other, so a stats call never holds more than one pool connection.
 
-use actix::MailboxError;
 use ebb_actors::broker::ListDestinations;
-use ebb_actors::ActorError;
 use serde::{Deserialize, Serialize};
 
 use crate::{Broker, Error, QueueStats, TopicStats};
@@ -228,8 +226,7 @@ impl Broker {
             };
             let (topic, queue): (Option<TopicStats>, Option<QueueStats>) = match asked {
                 Ok(both) => both,
-                Err(Error::Actor(ActorError::ShuttingDown))
-                | Err(Error::Actor(ActorError::Mailbox(MailboxError::Closed))) => continue,
+                Err(Error::ShuttingDown) => continue,
                 Err(e) => return Err(e),
             };
             let stored = self.store().count_messages(&key).await?;

@@ -20,8 +20,10 @@
 //! that match, which the topic creates in its store before its first message.
 //!
 //! Shutdown, in order: refuse new destinations; stop every destination's housekeeping
-//! (each answers once its page in flight has finished, and starts none after); flush
-//! the store actor (every accepted write commits); close the pool last.
+//! (each answers once its page in flight has finished, and starts none after); end
+//! every consumer's stream ([`CloseConsumers`]: wildcard subscriptions stop, each
+//! destination answers once the acks it accepted are committed); flush the store actor
+//! (every accepted write commits); close the pool last.
 
 use std::collections::HashMap;
 
@@ -31,12 +33,12 @@ use ebb_store::SubscriptionKey;
 use crate::destination::{DestinationKey, DestinationKind, DestinationPattern};
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
-use crate::messages::{RouteDeadLetter, StopHousekeeping};
+use crate::messages::{CloseConsumers, RouteDeadLetter, StopHousekeeping};
 use crate::policy::PolicyMap;
 use crate::queue::QueueActor;
 use crate::store_actor::StoreHandle;
 use crate::topic::TopicActor;
-use crate::wildcard::{Accept, Matched, Template};
+use crate::wildcard::{Accept, Matched, Template, WildcardActor};
 
 /// The store keeps the definition of a durable subscription to a wildcard topic in a
 /// container of its own: this prefix and the pattern (`wildcard:topic://orders.>`).
@@ -67,7 +69,7 @@ pub struct WildcardDurable {
 /// A wildcard subscription the registry tells of matching destinations.
 struct Watcher {
     pattern: DestinationPattern,
-    recipient: Recipient<Matched>,
+    recipient: Addr<WildcardActor>,
     durable: Option<SubscriptionKey>,
     /// Its attachments' options, for a new topic it attaches to at once.
     template: Template,
@@ -342,7 +344,7 @@ pub struct Watch {
     /// The destinations to tell of.
     pub pattern: DestinationPattern,
     /// Where to tell of them.
-    pub watcher: Recipient<Matched>,
+    pub watcher: Addr<WildcardActor>,
     /// A durable subscription to a wildcard topic: its key and selector text.
     pub durable: Option<(SubscriptionKey, Option<String>)>,
     /// Its attachments' options and the destinations it may read: the registry
@@ -481,11 +483,18 @@ impl Handler<ShutdownBroker> for BrokerActor {
     fn handle(&mut self, _: ShutdownBroker, _: &mut Context<Self>) -> Self::Result {
         self.shutting_down = true;
         let destinations: Vec<DestinationAddr> = self.destinations.values().cloned().collect();
+        let watchers: Vec<Addr<WildcardActor>> =
+            self.watchers.drain(..).map(|w| w.recipient).collect();
         let store = self.store.clone();
         Box::pin(async move {
             // A destination that is already gone has nothing in flight.
             let stops = destinations.iter().map(|d| d.ask(StopHousekeeping));
             let _ = futures::future::join_all(stops).await;
+            // Every stream ends, and the acks accepted so far commit.
+            let closes = watchers.iter().map(|w| w.send(CloseConsumers));
+            let _ = futures::future::join_all(closes).await;
+            let closes = destinations.iter().map(|d| d.ask(CloseConsumers));
+            let _ = futures::future::join_all(closes).await;
             store.close().await?;
             tracing::info!(
                 destinations = destinations.len(),

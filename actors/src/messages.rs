@@ -33,12 +33,30 @@ pub struct Subscribe {
     /// [`TopicMessage::origin`] is this are not delivered; a queue and a durable
     /// subscription refuse it.
     pub no_local: Option<u64>,
+    /// The last delivery id the consumer has handed to the application (it hands
+    /// them in id order; 0 for none yet), which it keeps up to date. When it detaches
+    /// (or goes away), only those deliveries count as failed and come back marked
+    /// redelivered; what it only held (prefetched, never seen) goes back as it was, as
+    /// ActiveMQ's consumer reports its `lastDeliveredSequenceId` on close. `None`: it
+    /// cannot tell, and every un-acked delivery counts.
+    pub handed: Option<Handed>,
     /// For a non-durable topic subscription whose consumer acks automatically: the
     /// acks it records without a message ([`AutoAcks`]); a queue or a durable
     /// subscription ignores it (their acks are written to the store).
     ///
     /// [`AutoAcks`]: crate::subscription::AutoAcks
     pub auto_acks: Option<std::sync::Arc<crate::subscription::AutoAcks>>,
+}
+
+/// A consumer's [`Subscribe::handed`]: the last delivery id it handed to the
+/// application.
+pub type Handed = std::sync::Arc<std::sync::atomic::AtomicU64>;
+
+/// The last delivery id `handed` says was handed over (every one with `None`).
+pub fn handed_up_to(handed: &Option<Handed>) -> u64 {
+    handed
+        .as_ref()
+        .map_or(u64::MAX, |h| h.load(std::sync::atomic::Ordering::Acquire))
 }
 
 /// Ack deliveries of a subscription: one (`cumulative == false`, client-individual)
@@ -69,6 +87,16 @@ pub struct Nack {
 pub struct Detach {
     pub subscription: u64,
 }
+
+/// Shutdown, before the store closes: the destination ends every consumer's
+/// deliveries (each stream ends after what was already handed to it), refuses new
+/// subscriptions with [`ActorError::ShuttingDown`] (and acks of the ended ones with
+/// [`ActorError::UnknownSubscription`]), and answers once every ack it accepted
+/// before is committed, so an ack answered before shutdown is not redelivered. A
+/// wildcard subscription stops.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CloseConsumers;
 
 /// Delete an offline durable subscription and its marks. `Ok(false)` if unknown;
 /// [`ActorError::DurableInUse`] if it is online.

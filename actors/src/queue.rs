@@ -135,6 +135,8 @@ struct Consumer {
     filter: Arc<Vec<(String, Vec<String>)>>,
     /// Subscribed as exclusive (`activemq.exclusive`).
     exclusive: bool,
+    /// What it handed to the application ([`Subscribe::handed`]).
+    handed: Option<Handed>,
 }
 
 impl Consumer {
@@ -190,6 +192,8 @@ pub struct QueueActor {
     scanning: bool,
     /// Which consumer owns each message group.
     groups: MessageGroups,
+    /// Shutdown closed its consumers ([`CloseConsumers`]): it takes no new ones.
+    closing: bool,
 }
 
 impl QueueActor {
@@ -218,6 +222,7 @@ impl QueueActor {
             selective: 0,
             scanning: false,
             groups: MessageGroups::default(),
+            closing: false,
         }
     }
 
@@ -540,6 +545,12 @@ impl QueueActor {
             return;
         };
         let ids = std::mem::take(&mut write.items);
+        if ids.is_empty() {
+            // Only waiters for what came before (`CloseConsumers`): that is committed.
+            write.answer(&Ok(()));
+            self.acks.finished();
+            return self.write_acks(ctx);
+        }
         // Messages a selector's scan took ahead of the cursor are forgotten once their
         // delete is committed (see `QueueCursor::deleted`).
         let ahead: Vec<i64> = ids
@@ -731,15 +742,22 @@ impl QueueActor {
         }
     }
 
-    /// Consumer `id` went away: what it held goes back (each a failed delivery).
+    /// Consumer `id` went away: what it held goes back. What it had handed to the
+    /// application (its [`Subscribe::handed`]) counts as a failed delivery; what it
+    /// only held goes back uncounted, in its place.
     fn detach(&mut self, id: u64, ctx: &mut Context<Self>) {
         let Some(consumer) = self.consumers.remove(&id) else {
             return;
         };
+        let handed_up_to = handed_up_to(&consumer.handed);
         self.selective -= usize::from(consumer.selector.is_some());
         self.groups.release(id);
-        for place in consumer.in_flight.into_values() {
-            self.give_back(place, "consumer closed without ack", ctx);
+        for (delivery_id, place) in consumer.in_flight {
+            if delivery_id <= handed_up_to {
+                self.give_back(place, "consumer closed without ack", ctx);
+            } else if let Some(Delivered { entry, .. }) = self.delivered.remove(&place) {
+                self.cursor.put_back(place, entry);
+            }
         }
     }
 
@@ -937,6 +955,9 @@ impl Handler<Subscribe> for QueueActor {
     type Result = Result<u64, ActorError>;
 
     fn handle(&mut self, msg: Subscribe, ctx: &mut Context<Self>) -> Self::Result {
+        if self.closing {
+            return Err(ActorError::ShuttingDown);
+        }
         if msg.durable.is_some() {
             return Err(ActorError::Invalid(
                 "a queue has no durable subscriptions: its messages wait for any consumer".into(),
@@ -970,6 +991,7 @@ impl Handler<Subscribe> for QueueActor {
                 examined_before: (i64::MIN, 0),
                 scanned_upto: 0,
                 exclusive: msg.exclusive,
+                handed: msg.handed,
             },
         );
         self.dispatch(ctx);
@@ -1038,6 +1060,27 @@ impl Handler<Detach> for QueueActor {
     fn handle(&mut self, msg: Detach, ctx: &mut Context<Self>) {
         self.detach(msg.subscription, ctx);
         self.dispatch(ctx);
+    }
+}
+
+impl Handler<CloseConsumers> for QueueActor {
+    // Answered once the acks accepted before it are committed: an empty ack joins the
+    // batch after them.
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: CloseConsumers, ctx: &mut Context<Self>) -> Self::Result {
+        self.closing = true;
+        // Their senders go: each stream ends after what it holds. What they had in
+        // flight stays stored (a non-persistent message ends with the broker).
+        for (id, consumer) in std::mem::take(&mut self.consumers) {
+            self.selective -= usize::from(consumer.selector.is_some());
+            self.groups.release(id);
+        }
+        let committed = self.acks.add([]);
+        self.write_acks(ctx);
+        Box::pin(async move {
+            let _ = committed.await;
+        })
     }
 }
 

@@ -162,6 +162,10 @@ pub struct SubscriptionState {
     cursor: Option<DurableCursor>,
     /// Acks the consumer records without a message ([`AutoAcks`]).
     auto_acks: Option<Arc<AutoAcks>>,
+    /// What the consumer handed to the application ([`Subscribe::handed`]).
+    ///
+    /// [`Subscribe::handed`]: crate::messages::Subscribe::handed
+    handed: Option<crate::messages::Handed>,
     /// Only messages it matches are delivered.
     selector: Option<Arc<crate::selector::Selector>>,
     /// Stored messages a durable subscription's selector does not match, met by its
@@ -245,6 +249,7 @@ impl SubscriptionState {
             ready_limit: ready_limit.max(1),
             cursor,
             auto_acks: None,
+            handed: None,
             selector: None,
             skipped: Vec::new(),
             no_local: None,
@@ -287,6 +292,15 @@ impl SubscriptionState {
         self
     }
 
+    /// Its consumer keeps `handed` ([`Subscribe::handed`]); without it every un-acked
+    /// delivery counts as seen.
+    ///
+    /// [`Subscribe::handed`]: crate::messages::Subscribe::handed
+    pub fn with_handed(mut self, handed: Option<crate::messages::Handed>) -> Self {
+        self.handed = handed;
+        self
+    }
+
     /// Frees the credit of the deliveries the consumer took ([`AutoAcks`]).
     fn settle_auto_acks(&mut self) {
         let Some(acks) = &self.auto_acks else {
@@ -308,11 +322,14 @@ impl SubscriptionState {
         self
     }
 
-    /// Store ids delivered and not acked (kept by the topic when the consumer leaves).
+    /// Store ids delivered to the application and not acked (kept by the topic when
+    /// the consumer leaves, to mark them redelivered): those the consumer only held
+    /// (prefetched, never handed over) are left out.
     pub fn unacked_store_ids(&self) -> impl Iterator<Item = i64> + '_ {
+        let handed = crate::messages::handed_up_to(&self.handed);
         self.in_flight
-            .values()
-            .filter_map(|f| f.store_id)
+            .range(..=handed)
+            .filter_map(|(_, f)| f.store_id)
             .chain(self.redeliveries.iter().copied())
     }
 

@@ -89,6 +89,8 @@ pub struct TopicActor {
     /// registry): created in its store at start, before its first message, if they
     /// are not there yet.
     wildcard_durables: Vec<(SubscriptionKey, Option<String>)>,
+    /// Shutdown closed its consumers ([`CloseConsumers`]): it takes no new ones.
+    closing: bool,
 }
 
 /// The consumer a durable subscription is attached to: its prefetch, where its
@@ -97,6 +99,7 @@ struct Attaching {
     prefetch: u32,
     deliver: tokio::sync::mpsc::Sender<Delivery>,
     selector: Option<Arc<Selector>>,
+    handed: Option<Handed>,
 }
 
 /// The next cleanup batch (sent by the topic to itself).
@@ -125,6 +128,7 @@ impl TopicActor {
             next_subscription: 1,
             stats: TopicStats::default(),
             wildcard_durables: Vec::new(),
+            closing: false,
         }
     }
 
@@ -169,7 +173,7 @@ impl TopicActor {
         if let Some(origin) = msg.no_local {
             state = state.no_local(origin);
         }
-        self.subscriptions.insert(id, state);
+        self.subscriptions.insert(id, state.with_handed(msg.handed));
         id
     }
 
@@ -527,6 +531,7 @@ impl TopicActor {
             prefetch,
             deliver,
             selector,
+            handed,
         } = consumer;
         let unacked = self
             .durables
@@ -541,7 +546,8 @@ impl TopicActor {
             self.core.policy.prioritized_messages,
             deliver,
         )
-        .with_redeliveries(unacked);
+        .with_redeliveries(unacked)
+        .with_handed(handed);
         let state = match selector {
             Some(selector) => state.with_selector(selector),
             None => state,
@@ -562,6 +568,15 @@ impl TopicActor {
             return;
         };
         let messages = std::mem::take(&mut write.items);
+        if messages.is_empty() {
+            // Only waiters for what came before (`CloseConsumers`): that is committed.
+            write.answer(&Ok(()));
+            batch.finished();
+            if batch.is_idle() {
+                self.acks.remove(&key);
+            }
+            return self.write_acks(key, ctx);
+        }
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
         let written = key.clone();
         let ack = async move { store.ack(container, written, messages).await.map(drop) };
@@ -653,6 +668,9 @@ impl Handler<Subscribe> for TopicActor {
     type Result = ResponseActFuture<Self, Result<u64, ActorError>>;
 
     fn handle(&mut self, msg: Subscribe, _: &mut Context<Self>) -> Self::Result {
+        if self.closing {
+            return Box::pin(fut::ready(Err(ActorError::ShuttingDown)));
+        }
         if msg.exclusive {
             return Box::pin(fut::ready(Err(ActorError::Invalid(
                 "an exclusive consumer is for queues: every topic subscription gets every message"
@@ -708,7 +726,7 @@ impl Handler<Subscribe> for TopicActor {
                 .await?;
             Ok::<_, ActorError>((sub, true))
         };
-        let deliver = msg.deliver;
+        let (deliver, handed) = (msg.deliver, msg.handed);
         Box::pin(
             write
                 .into_actor(self)
@@ -729,6 +747,7 @@ impl Handler<Subscribe> for TopicActor {
                             prefetch,
                             deliver,
                             selector,
+                            handed,
                         };
                         act.attach(key, mark, id, consumer, ctx);
                         Ok(id)
@@ -794,6 +813,31 @@ impl Handler<Detach> for TopicActor {
 
     fn handle(&mut self, msg: Detach, _: &mut Context<Self>) {
         self.detach(msg.subscription);
+    }
+}
+
+impl Handler<CloseConsumers> for TopicActor {
+    // Answered once the acks of every durable subscription accepted before it are
+    // committed: an empty ack joins each one's batch after them.
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: CloseConsumers, ctx: &mut Context<Self>) -> Self::Result {
+        self.closing = true;
+        let ids: Vec<u64> = self.subscriptions.keys().copied().collect();
+        for id in ids {
+            // Its sender goes: the stream ends after what it holds; a durable one goes
+            // offline, its messages stay stored.
+            self.detach(id);
+        }
+        let keys: Vec<SubscriptionKey> = self.acks.keys().cloned().collect();
+        let mut committed = Vec::new();
+        for key in keys {
+            committed.push(self.acks.get_mut(&key).expect("listed").add([]));
+            self.write_acks(key, ctx);
+        }
+        Box::pin(async move {
+            futures::future::join_all(committed).await;
+        })
     }
 }
 

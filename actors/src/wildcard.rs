@@ -40,7 +40,7 @@ use crate::broker::DestinationAddr;
 use crate::destination::{DestinationKey, DestinationPattern};
 use crate::error::ActorError;
 use crate::message::Delivery;
-use crate::messages::{Ack, Detach, Nack, Subscribe};
+use crate::messages::{Ack, CloseConsumers, Detach, Handed, Nack, Subscribe};
 use crate::selector::Selector;
 use crate::subscription::MAX_PREFETCH;
 
@@ -68,12 +68,13 @@ pub struct Template {
 }
 
 impl Template {
-    /// The [`Subscribe`] of one attachment, and the receiver of its deliveries (as
-    /// many as its prefetch).
-    pub fn attachment(&self) -> (Subscribe, mpsc::Receiver<Delivery>) {
+    /// The [`Subscribe`] of one attachment, and what the actor reads it by.
+    pub fn attachment(&self) -> (Subscribe, Incoming) {
         let capacity = self.prefetch.unwrap_or(MAX_PREFETCH).clamp(1, MAX_PREFETCH) as usize;
         let (tx, rx) = mpsc::channel(capacity);
+        let handed = Handed::default();
         let subscribe = Subscribe {
+            handed: Some(Arc::clone(&handed)),
             durable: self.durable.clone(),
             prefetch: self.prefetch,
             deliver: tx,
@@ -82,8 +83,20 @@ impl Template {
             no_local: self.no_local,
             auto_acks: None,
         };
-        (subscribe, rx)
+        let incoming = Incoming {
+            deliveries: rx,
+            handed,
+        };
+        (subscribe, incoming)
     }
+}
+
+/// One attachment's side at the actor: its deliveries (as many as its prefetch), and
+/// the last delivery id the actor counts as handed to the application, set when it
+/// detaches ([`Subscribe::handed`]).
+pub struct Incoming {
+    pub deliveries: mpsc::Receiver<Delivery>,
+    pub handed: Handed,
 }
 
 /// One matching destination's subscription.
@@ -94,6 +107,8 @@ struct Attachment {
     subscription: u64,
     /// False once its deliveries ended (the destination stopped or dropped it).
     live: bool,
+    /// What the consumer was handed from it, set at detach ([`Incoming::handed`]).
+    handed: Handed,
 }
 
 /// What an attachment's stream yields: a delivery, then its end.
@@ -112,6 +127,8 @@ pub struct WildcardActor {
     template: Template,
     accept: Option<Accept>,
     consumer: mpsc::Sender<Delivery>,
+    /// The last of its delivery ids the consumer has handed to the application.
+    consumer_handed: Handed,
     /// Most un-acked messages handed to the consumer.
     prefetch: usize,
     attachments: Vec<Attachment>,
@@ -129,13 +146,15 @@ pub struct WildcardActor {
 
 impl WildcardActor {
     /// A subscription to `pattern` with `template`'s options, delivering to
-    /// `consumer` (its capacity at least the prefetch), reading only what `accept`
-    /// accepts (`None`: every match).
+    /// `consumer` (its capacity at least the prefetch), which keeps `handed` up to date
+    /// as [`Subscribe::handed`] says, reading only what `accept` accepts (`None`:
+    /// every match).
     pub fn new(
         pattern: DestinationPattern,
         template: Template,
         accept: Option<Accept>,
         consumer: mpsc::Sender<Delivery>,
+        handed: Handed,
     ) -> Self {
         let prefetch = template
             .prefetch
@@ -146,6 +165,7 @@ impl WildcardActor {
             template,
             accept,
             consumer,
+            consumer_handed: handed,
             prefetch,
             attachments: Vec::new(),
             by_key: HashMap::new(),
@@ -173,11 +193,10 @@ impl WildcardActor {
     fn subscribe(
         &self,
         addr: &DestinationAddr,
-    ) -> impl std::future::Future<Output = Result<(u64, mpsc::Receiver<Delivery>), ActorError>> + 'static
-    {
-        let (subscribe, rx) = self.template.attachment();
+    ) -> impl std::future::Future<Output = Result<(u64, Incoming), ActorError>> + 'static {
+        let (subscribe, incoming) = self.template.attachment();
         let addr = addr.clone();
-        async move { Ok((addr.ask(subscribe).await??, rx)) }
+        async move { Ok((addr.ask(subscribe).await??, incoming)) }
     }
 
     /// Records the attachment of `key` and reads its deliveries.
@@ -186,9 +205,13 @@ impl WildcardActor {
         key: DestinationKey,
         addr: DestinationAddr,
         subscription: u64,
-        rx: mpsc::Receiver<Delivery>,
+        incoming: Incoming,
         ctx: &mut Context<Self>,
     ) {
+        let Incoming {
+            deliveries: rx,
+            handed,
+        } = incoming;
         let index = self.attachments.len();
         tracing::debug!(pattern = %self.pattern, destination = %key, "wildcard subscription attached");
         self.attachments.push(Attachment {
@@ -196,6 +219,7 @@ impl WildcardActor {
             addr,
             subscription,
             live: true,
+            handed,
         });
         self.by_key.insert(key, index);
         let deliveries =
@@ -240,8 +264,24 @@ impl WildcardActor {
     }
 
     /// Detaches every attachment and stops: the consumer is gone. What was held
-    /// back or handed over un-acked is given back by each destination's detach.
+    /// back or handed over un-acked is given back by each destination's detach; what
+    /// the consumer handed to the application counts there as a failed delivery, the
+    /// rest (held here, or in the consumer's prefetch unseen) does not.
     fn close(&mut self, ctx: &mut Context<Self>) {
+        let handed = self
+            .consumer_handed
+            .load(std::sync::atomic::Ordering::Acquire);
+        // Per destination, deliveries were handed over in their order there: the
+        // highest handed is its mark.
+        let mut marks: HashMap<usize, u64> = HashMap::new();
+        for (_, &(index, delivery_id)) in self.unacked.range(..=handed) {
+            let mark = marks.entry(index).or_default();
+            *mark = (*mark).max(delivery_id);
+        }
+        for (index, a) in self.attachments.iter().enumerate() {
+            let mark = marks.get(&index).copied().unwrap_or(0);
+            a.handed.store(mark, std::sync::atomic::Ordering::Release);
+        }
         for a in self.attachments.iter().filter(|a| a.live) {
             a.addr.recipient::<Detach>().do_send(Detach {
                 subscription: a.subscription,
@@ -327,7 +367,7 @@ impl Handler<Attach> for WildcardActor {
 pub struct Matched(
     pub DestinationKey,
     pub DestinationAddr,
-    pub Option<(u64, mpsc::Receiver<Delivery>)>,
+    pub Option<(u64, Incoming)>,
 );
 
 impl Handler<Matched> for WildcardActor {
@@ -335,9 +375,9 @@ impl Handler<Matched> for WildcardActor {
 
     fn handle(&mut self, msg: Matched, ctx: &mut Context<Self>) {
         let Matched(key, addr, attached) = msg;
-        if let Some((subscription, rx)) = attached {
+        if let Some((subscription, incoming)) = attached {
             if self.wants(&key) {
-                self.attached(key, addr, subscription, rx, ctx);
+                self.attached(key, addr, subscription, incoming, ctx);
             } else {
                 addr.recipient::<Detach>().do_send(Detach { subscription });
             }
@@ -439,5 +479,16 @@ impl Handler<Detach> for WildcardActor {
 
     fn handle(&mut self, _: Detach, ctx: &mut Context<Self>) {
         self.close(ctx);
+    }
+}
+
+impl Handler<CloseConsumers> for WildcardActor {
+    type Result = ();
+
+    /// Shutdown: stops, so the consumer's stream ends after what it was handed (each
+    /// destination closes its attachment itself).
+    fn handle(&mut self, _: CloseConsumers, ctx: &mut Context<Self>) {
+        self.held.clear();
+        ctx.stop();
     }
 }

@@ -1,0 +1,218 @@
+//! The embedding API as a service author meets it (issue 16's faults, each a test):
+//! shutdown ends every stream and later calls fail with `Error::ShuttingDown`;
+//! messages only prefetched are not counted as failed deliveries; fast acks stay
+//! safe (committed by `commit_acks` and by shutdown); one destination syntax.
+
+use std::time::Duration;
+
+use ebb::test_util::*;
+use ebb::{AckMode, Broker, BrokerConfig, Error, Message, SubscribeOptions, Subscription};
+
+async fn start(t: &TestStore) -> Broker {
+    let config = BrokerConfig {
+        store: t.options.clone(),
+        ..BrokerConfig::default()
+    };
+    Broker::start(&t.url, config).await.expect("broker starts")
+}
+
+/// What a stream yields until it ends, or `Err` with what it yielded if it has not
+/// ended within 5 s (the fault: `next()` hung forever after shutdown).
+async fn until_end(sub: &mut Subscription) -> Result<Vec<String>, Vec<String>> {
+    let mut got = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(sub)).await {
+            Ok(Some(m)) => got.push(body(&m)),
+            Ok(None) => return Ok(got),
+            Err(_) => return Err(got),
+        }
+    }
+}
+
+/// Shutdown with `next()`s pending on a queue, a durable and a non-durable topic
+/// subscription and a wildcard one: each stream gives what it already held, then
+/// `None`; later calls are `Error::ShuttingDown`; counters stay readable.
+async fn shutdown_ends_every_stream(t: TestStore) {
+    let b = start(&t).await;
+    let client = SubscribeOptions::non_durable().ack(AckMode::Client);
+    let mut queue = b.subscribe("queue://jobs", client.clone()).await.unwrap();
+    let durable = SubscribeOptions::durable("c", "d").ack(AckMode::Client);
+    let mut durable = b.subscribe("topic://events", durable).await.unwrap();
+    let mut plain = b.subscribe("topic://events", client.clone()).await.unwrap();
+    let mut wildcard = b.subscribe("queue://work.*", client).await.unwrap();
+    b.send("queue://jobs", Message::new("j1")).await.unwrap();
+    b.send("topic://events", Message::new("e1")).await.unwrap();
+    b.send("queue://work.a", Message::new("w1")).await.unwrap();
+    // Handed to each stream before shutdown (taken from the queue's only when the
+    // broker has handed it over: wait for the stats to say so).
+    wait_for_queue(&b, "jobs", |s| s.in_flight == 1).await;
+    wait_for_queue(&b, "work.a", |s| s.in_flight == 1).await;
+    wait_for(&b, "events", |s| s.dispatched == 2).await;
+
+    // A task waits on each stream while the broker shuts down.
+    let waiting: Vec<_> = [&mut queue, &mut durable, &mut plain, &mut wildcard]
+        .into_iter()
+        .map(|sub| Box::pin(until_end(sub)))
+        .collect();
+    let (ended, ()) = tokio::join!(futures::future::join_all(waiting), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        b.shutdown().await.unwrap();
+    });
+    let ended: Vec<_> = ended
+        .into_iter()
+        .map(|e| e.expect("the stream ended"))
+        .collect();
+    assert_eq!(ended, vec![vec!["j1"], vec!["e1"], vec!["e1"], vec!["w1"]]);
+
+    let late = b
+        .subscribe("queue://jobs", SubscribeOptions::non_durable())
+        .await;
+    assert!(matches!(late, Err(Error::ShuttingDown)), "{:?}", late.err());
+    let late = b
+        .subscribe("queue://x.*", SubscribeOptions::non_durable())
+        .await;
+    assert!(matches!(late, Err(Error::ShuttingDown)), "{:?}", late.err());
+    let sent = b.send("queue://jobs", Message::new("late")).await;
+    assert!(matches!(sent, Err(Error::ShuttingDown)), "{:?}", sent.err());
+    let browsed = b.browse("queue://jobs", 0, 10).await;
+    assert!(
+        matches!(browsed, Err(Error::ShuttingDown)),
+        "{:?}",
+        browsed.err()
+    );
+    // Counters stay readable: the queue still holds its one message, un-acked.
+    assert_eq!(b.queue_stats("queue://jobs").await.unwrap().enqueued, 1);
+    // Calling it again is harmless.
+    b.shutdown().await.unwrap();
+
+    // Nothing was acked: every message is there after a restart.
+    let b = start(&t).await;
+    let mut queue = b
+        .subscribe("queue://jobs", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let m = next_within(&mut queue, 2_000).await.expect("j1 kept");
+    assert_eq!(body(&m), "j1");
+    drop(queue);
+    b.shutdown().await.unwrap();
+}
+
+/// An ack after shutdown is `Error::ShuttingDown`, not a puzzle
+/// (`unknown subscription`).
+async fn acks_after_shutdown_say_so(t: TestStore) {
+    let b = start(&t).await;
+    let options = SubscribeOptions::non_durable().ack(AckMode::Client);
+    let mut sub = b.subscribe("queue://acks", options).await.unwrap();
+    b.send("queue://acks", Message::new("a")).await.unwrap();
+    let m = next_within(&mut sub, 2_000).await.unwrap();
+    b.shutdown().await.unwrap();
+    let acked = sub.acker().ack(&m).await;
+    assert!(
+        matches!(acked, Err(Error::ShuttingDown)),
+        "{:?}",
+        acked.err()
+    );
+    let nacked = sub.nack(&m).await;
+    assert!(
+        matches!(nacked, Err(Error::ShuttingDown)),
+        "{:?}",
+        nacked.err()
+    );
+    assert!(next_within(&mut sub, 500).await.is_none());
+}
+
+/// Case: ten rounds of "subscribe to a queue with the default prefetch, take and ack
+/// one message, drop the subscription". Messages only prefetched went back as failed
+/// deliveries and, after `maximum_redeliveries`, to `DLQ.<queue>` unseen. Only what
+/// the stream yielded counts (ActiveMQ's `lastDeliveredSequenceId`): all ten reach
+/// the application, none is marked redelivered, none is dead. A message yielded and
+/// not acked still counts, and comes back marked redelivered. The same through a
+/// wildcard subscription, and in the default auto-ack mode.
+async fn only_messages_handed_over_count_as_delivered(t: TestStore) {
+    let b = start(&t).await;
+    for (queue, subscribed, ack) in [
+        ("queue://rounds", "queue://rounds", AckMode::Client),
+        ("queue://auto", "queue://auto", AckMode::Auto),
+        ("queue://wild.a", "queue://wild.*", AckMode::Client),
+    ] {
+        for i in 0..10 {
+            b.send(queue, Message::new(format!("m{i}"))).await.unwrap();
+        }
+        let mut got = Vec::new();
+        for _ in 0..10 {
+            let options = SubscribeOptions::non_durable().ack(ack);
+            let mut sub = b.subscribe(subscribed, options).await.unwrap();
+            let m = next_within(&mut sub, 2_000).await.expect("a message");
+            assert!(
+                !m.redelivered(),
+                "{queue}: {} was never seen before",
+                body(&m)
+            );
+            got.push(body(&m));
+            if ack == AckMode::Client {
+                sub.ack(&m).await.unwrap();
+            }
+            // Dropped with the rest of the queue in its prefetch.
+        }
+        let expected: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+        assert_eq!(got, expected, "{queue}");
+        let name = queue.trim_start_matches("queue://");
+        let stats = wait_for_queue(&b, name, |s| s.in_flight == 0 && s.dequeued == 10).await;
+        assert_eq!(stats.dead_lettered, 0, "{queue}: {stats:?}");
+        assert_eq!(stats.redelivered, 0, "{queue}: {stats:?}");
+        let dead = b
+            .browse(format!("queue://DLQ.{name}").as_str(), 0, 100)
+            .await;
+        assert_eq!(dead.unwrap().len(), 0, "{queue}: nothing is dead");
+    }
+
+    // Yielded and not acked: that one counts, the one behind it does not.
+    b.send("queue://seen", Message::new("s1")).await.unwrap();
+    b.send("queue://seen", Message::new("s2")).await.unwrap();
+    let client = SubscribeOptions::non_durable().ack(AckMode::Client);
+    let mut sub = b.subscribe("queue://seen", client.clone()).await.unwrap();
+    assert_eq!(body(&next_within(&mut sub, 2_000).await.unwrap()), "s1");
+    drop(sub);
+    let mut sub = b.subscribe("queue://seen", client).await.unwrap();
+    let first = next_within(&mut sub, 2_000).await.unwrap();
+    let second = next_within(&mut sub, 2_000).await.unwrap();
+    assert_eq!((body(&first), first.redelivered()), ("s1".into(), true));
+    assert_eq!((body(&second), second.redelivered()), ("s2".into(), false));
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
+/// A durable topic subscription marks redelivered only what its consumer was handed
+/// before: the messages it only prefetched come back unmarked.
+async fn a_durable_subscription_marks_only_what_was_handed_over(t: TestStore) {
+    let b = start(&t).await;
+    let options = SubscribeOptions::durable("c", "marks").ack(AckMode::Client);
+    drop(b.subscribe("topic://marks", options.clone()).await.unwrap());
+    for i in 0..5 {
+        b.send("topic://marks", Message::new(format!("t{i}")))
+            .await
+            .unwrap();
+    }
+    let mut sub = b.subscribe("topic://marks", options.clone()).await.unwrap();
+    let m = next_within(&mut sub, 2_000).await.unwrap();
+    assert_eq!(body(&m), "t0");
+    wait_for(&b, "marks", |s| s.dispatched >= 5).await;
+    drop(sub);
+    let mut sub = b.subscribe("topic://marks", options).await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        let m = next_within(&mut sub, 2_000).await.unwrap();
+        got.push((body(&m), m.redelivered()));
+    }
+    let expected: Vec<(String, bool)> = (0..5).map(|i| (format!("t{i}"), i == 0)).collect();
+    assert_eq!(got, expected);
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
+on_every_backend!(
+    shutdown_ends_every_stream,
+    acks_after_shutdown_say_so,
+    only_messages_handed_over_count_as_delivered,
+    a_durable_subscription_marks_only_what_was_handed_over,
+);
