@@ -443,6 +443,36 @@ pub struct Subscription {
     /// The last delivery id the stream yielded: only those count as delivered when it
     /// detaches ([`Subscribe::handed`]).
     handed: Handed,
+    /// Acks sent and not yet seen committed ([`Subscription::ack`]).
+    acks: parking_lot::Mutex<AckWindow>,
+}
+
+/// Most acks a [`Subscription`] has sent without having seen their commit: past it,
+/// [`Subscription::ack`] waits for the oldest. Its bound on what a crash may redeliver
+/// (beside what was delivered and not acked).
+pub const ACK_WINDOW: usize = 512;
+
+/// A [`Subscription`]'s acks in flight: each answers once its store write commits.
+#[derive(Default)]
+struct AckWindow {
+    in_flight: std::collections::VecDeque<Pin<Box<actix::dev::RecipientRequest<Ack>>>>,
+    /// The first failure among those seen answered, for the next call to report.
+    failed: Option<Error>,
+}
+
+impl AckWindow {
+    /// Takes the answers that are in, oldest first, keeping the first failure.
+    fn collect(&mut self, endpoints: &Endpoints) {
+        while let Some(front) = self.in_flight.front_mut() {
+            let Some(answer) = futures::FutureExt::now_or_never(front.as_mut()) else {
+                return;
+            };
+            self.in_flight.pop_front();
+            if let Err(e) = endpoints.answer(answer) {
+                self.failed.get_or_insert(e);
+            }
+        }
+    }
 }
 
 /// Where a subscription's acks, NACKs and detach go (its topic or queue actor).
@@ -454,6 +484,8 @@ struct Endpoints {
     /// The broker's [`Broker::shutdown`] flag: an ack the destination no longer knows
     /// after it is [`Error::ShuttingDown`].
     shut_down: Arc<AtomicBool>,
+    /// The broker's thread (see [`crate::runtime`]).
+    arbiter: actix_rt::ArbiterHandle,
 }
 
 impl Endpoints {
@@ -473,16 +505,89 @@ impl Endpoints {
 }
 
 impl Subscription {
-    /// Acks one message (client-individual). For a durable subscription it returns
-    /// once the ack is committed; the mark moves only when no earlier message is
-    /// still un-acked.
+    /// Acks one message (client-individual), without waiting for the store: returns
+    /// once the ack is on its way to the destination, which frees the prefetch slot and
+    /// never delivers the message again while the broker runs. The destination commits
+    /// acks in batches (one store write for the acks that arrive while the last one
+    /// commits), so a loop of `next().await` then `ack(..).await` goes at the store's
+    /// batched pace instead of one commit per message.
+    ///
+    /// Durability: up to [`ACK_WINDOW`] acks of this subscription may be uncommitted
+    /// at a time (past that, `ack` waits for the oldest); a crash before their commit
+    /// delivers those messages again (at least once, never lost). A graceful
+    /// [`Broker::shutdown`] commits them; [`Subscription::commit_acks`] waits for them;
+    /// [`Acker::ack`] answers only after its own commit. As Artemis's consumers, which
+    /// send acks without blocking by default (`blockOnAcknowledge=false`).
+    ///
+    /// Errors: [`Error::ShuttingDown`] after shutdown; an earlier ack's failed commit
+    /// ([`Error::Actor`] with the store's error; its message stays stored and is
+    /// delivered again), reported once, by the next `ack`, `ack_up_to` or
+    /// `commit_acks`.
     pub async fn ack(&self, message: &Received) -> Result<(), Error> {
-        self.acker().ack(message).await
+        self.ack_in_window(message.delivery.delivery_id, false)
+            .await
     }
 
-    /// Acks `message` and every earlier un-acked one of this subscription.
+    /// Acks `message` and every earlier un-acked one of this subscription (STOMP
+    /// `client` mode), without waiting for the store, as [`Subscription::ack`].
     pub async fn ack_up_to(&self, message: &Received) -> Result<(), Error> {
-        self.acker().ack_up_to(message).await
+        self.ack_in_window(message.delivery.delivery_id, true).await
+    }
+
+    /// Waits until every ack this subscription sent before is committed (a service
+    /// that must know its acks are durable, e.g. before it reports work as done).
+    ///
+    /// Errors: the first failed commit among them (or an earlier one not yet
+    /// reported); [`Error::ShuttingDown`] when the broker shut down first (its
+    /// shutdown committed the acks it had accepted).
+    pub async fn commit_acks(&self) -> Result<(), Error> {
+        let (waiting, failed) = {
+            let mut window = self.acks.lock();
+            (std::mem::take(&mut window.in_flight), window.failed.take())
+        };
+        let mut first = failed;
+        for answer in futures::future::join_all(waiting).await {
+            if let Err(e) = self.destination.answer(answer) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Sends one ack now (in order with this subscription's other messages to its
+    /// destination) and keeps its answer in the window, waiting for the oldest
+    /// answers while the window is full.
+    async fn ack_in_window(&self, delivery_id: u64, cumulative: bool) -> Result<(), Error> {
+        if self.destination.shut_down.load(Ordering::Acquire) {
+            return Err(Error::ShuttingDown);
+        }
+        let ack = Ack {
+            subscription: self.id,
+            delivery_id,
+            cumulative,
+        };
+        // A fresh sender is never parked: the ack is in the mailbox now, before a
+        // later NACK or detach. Its answer is kept (here, or by `Drop`) until it
+        // comes: actix skips a message whose answer is dropped.
+        let answer = Box::pin(self.destination.ack.clone().send(ack));
+        let oldest = {
+            let mut window = self.acks.lock();
+            window.in_flight.push_back(answer);
+            window.collect(&self.destination);
+            let over = window.in_flight.len().saturating_sub(ACK_WINDOW);
+            window.in_flight.drain(..over).collect::<Vec<_>>()
+        };
+        let mut first = None;
+        for answer in futures::future::join_all(oldest).await {
+            if let Err(e) = self.destination.answer(answer) {
+                first.get_or_insert(e);
+            }
+        }
+        let failed = self.acks.lock().failed.take();
+        match first.or(failed) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Refuses `message` (NACK), as [`Acker::nack`]: on a queue it is delivered again,
@@ -493,7 +598,8 @@ impl Subscription {
     }
 
     /// A handle that acks for this subscription without holding the stream (for a
-    /// transport that polls many subscriptions together).
+    /// transport that polls many subscriptions together, or a task that acks apart
+    /// from the one that reads). Its acks answer after their commit.
     pub fn acker(&self) -> Acker {
         Acker {
             destination: self.destination.clone(),
@@ -510,12 +616,19 @@ pub struct Acker {
 }
 
 impl Acker {
-    /// As [`Subscription::ack`].
+    /// Acks one message, as [`Subscription::ack`], and answers once the ack is
+    /// committed (for a durable subscription, the mark moves only when no earlier
+    /// message is still un-acked). Await many at once (`FuturesUnordered`) to have them
+    /// committed together.
+    ///
+    /// Errors: [`Error::ShuttingDown`] after shutdown; [`Error::Actor`] when the store
+    /// write failed (the message stays stored and is delivered again).
     pub async fn ack(&self, message: &Received) -> Result<(), Error> {
         self.send(message.delivery.delivery_id, false).await
     }
 
-    /// As [`Subscription::ack_up_to`].
+    /// Acks `message` and every earlier un-acked one, as [`Subscription::ack_up_to`];
+    /// answers once committed, as [`Acker::ack`].
     pub async fn ack_up_to(&self, message: &Received) -> Result<(), Error> {
         self.send(message.delivery.delivery_id, true).await
     }
@@ -629,6 +742,15 @@ impl Stream for Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.flush_auto_acks();
+        // actix skips a message whose answer nobody waits for: the acks whose commit
+        // is not awaited yet stay awaited, by a task on the broker's thread, so they
+        // are handled (before the detach below) and committed.
+        let pending = std::mem::take(&mut self.acks.get_mut().in_flight);
+        if !pending.is_empty() {
+            self.destination.arbiter.spawn(async move {
+                futures::future::join_all(pending).await;
+            });
+        }
         // Drop cannot await; Detach is small and the destination handles it in order,
         // after the acks sent before it.
         self.destination.detach.do_send(Detach {
@@ -749,6 +871,7 @@ impl Broker {
             config.policies.clone(),
             budget.clone(),
         );
+        runtime.hold_store(&store);
         let (handle, registry) = runtime.run_blocking(move || {
             let handle = StoreHandle::start(store, actor_config);
             let registry = actix::Actor::start(BrokerActor::new(handle.clone(), policies, shared));
@@ -1278,7 +1401,7 @@ impl Broker {
             })
             .await??;
         Ok(Subscription {
-            destination: endpoints(&destination, &self.shut_down),
+            destination: endpoints(&destination, self),
             id,
             ack: options.ack,
             rx,
@@ -1288,6 +1411,7 @@ impl Broker {
                 ..AutoAck::default()
             },
             handed,
+            acks: Default::default(),
         })
     }
 
@@ -1373,6 +1497,7 @@ impl Broker {
                 nack: actor.clone().recipient(),
                 detach: actor.recipient(),
                 shut_down: Arc::clone(&self.shut_down),
+                arbiter: self.runtime.arbiter().clone(),
             },
             id: WILDCARD_SUBSCRIPTION,
             ack: options.ack,
@@ -1382,6 +1507,7 @@ impl Broker {
                 ..AutoAck::default()
             },
             handed,
+            acks: Default::default(),
         })
     }
 
@@ -2089,12 +2215,13 @@ fn below_key(key: &str) -> String {
 }
 
 /// The recipients a [`Subscription`] talks to, at its destination's actor.
-fn endpoints(destination: &DestinationAddr, shut_down: &Arc<AtomicBool>) -> Endpoints {
+fn endpoints(destination: &DestinationAddr, broker: &Broker) -> Endpoints {
     Endpoints {
         ack: destination.recipient(),
         nack: destination.recipient(),
         detach: destination.recipient(),
-        shut_down: Arc::clone(shut_down),
+        shut_down: Arc::clone(&broker.shut_down),
+        arbiter: broker.runtime.arbiter().clone(),
     }
 }
 

@@ -22,6 +22,10 @@
 use std::future::Future;
 use std::thread::{JoinHandle, ThreadId};
 
+use std::sync::Arc;
+
+use ebb_store::MessageStore;
+
 use crate::error::Error;
 
 /// See the module documentation.
@@ -33,8 +37,13 @@ pub(crate) struct BrokerThread {
 
 struct Own {
     system: actix_rt::System,
+    arbiter: actix_rt::ArbiterHandle,
     id: ThreadId,
     thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
+    /// The broker's store, closed on this thread before it stops (a broker dropped
+    /// without [`Broker::shutdown`](crate::Broker::shutdown) still releases its lock
+    /// and connections in order, instead of dropping them with the runtime).
+    store: parking_lot::Mutex<Option<Arc<dyn MessageStore>>>,
 }
 
 impl BrokerThread {
@@ -67,13 +76,22 @@ impl BrokerThread {
             .recv()
             .map_err(|_| Error::Runtime("the broker's thread ended at start".into()))?;
         Ok(Self {
-            arbiter,
+            arbiter: arbiter.clone(),
             own: Some(Own {
                 system,
+                arbiter,
                 id,
                 thread: parking_lot::Mutex::new(Some(thread)),
+                store: parking_lot::Mutex::new(None),
             }),
         })
+    }
+
+    /// On a thread of its own: `store` is closed there when the last handle goes.
+    pub(crate) fn hold_store(&self, store: &Arc<dyn MessageStore>) {
+        if let Some(own) = &self.own {
+            *own.store.lock() = Some(Arc::clone(store));
+        }
     }
 
     /// The arbiter of the broker's system, to start actors on
@@ -126,7 +144,20 @@ impl BrokerThread {
 
 impl Drop for Own {
     fn drop(&mut self) {
-        self.system.stop();
+        let system = self.system.clone();
+        match self.store.lock().take() {
+            Some(store) => {
+                let closing = self.arbiter.spawn(async move {
+                    // Harmless after a shutdown, which closed it already.
+                    store.close().await;
+                    system.stop();
+                });
+                if !closing {
+                    self.system.stop();
+                }
+            }
+            None => self.system.stop(),
+        }
         // Joined unless this is the broker's own thread (a handle dropped by an actor).
         if std::thread::current().id() != self.id {
             if let Some(thread) = self.thread.lock().take() {

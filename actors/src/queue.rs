@@ -137,11 +137,13 @@ struct Consumer {
     exclusive: bool,
     /// What it handed to the application ([`Subscribe::handed`]).
     handed: Option<Handed>,
+    /// Its receiver is gone, its [`Detach`] not handled yet: it gets nothing more.
+    gone: bool,
 }
 
 impl Consumer {
     fn has_credit(&self) -> bool {
-        self.in_flight.len() < self.prefetch
+        !self.gone && self.in_flight.len() < self.prefetch
     }
 
     /// Whether `message`, at `place`, may go to this consumer (and, with a selector,
@@ -260,7 +262,7 @@ impl QueueActor {
         if let Some(owner) = self.exclusive_owner() {
             return self.consumers[&owner].has_credit().then_some(owner);
         }
-        let free = |(id, c): (&u64, &Consumer)| (c.in_flight.len() < c.prefetch).then_some(*id);
+        let free = |(id, c): (&u64, &Consumer)| c.has_credit().then_some(*id);
         self.consumers
             .range(self.last_consumer + 1..)
             .find_map(free)
@@ -388,7 +390,14 @@ impl QueueActor {
         // The channel holds the prefetch, so it is full only if the consumer is gone.
         if consumer.deliver.try_send(delivery).is_err() {
             self.cursor.put_back(place, entry);
-            self.detach(consumer_id, ctx);
+            if consumer.handed.is_some() {
+                // Its acks, then its detach, are on their way (a consumer that keeps
+                // `handed` sends them in that order): what it acked must not go back
+                // before they are handled.
+                consumer.gone = true;
+            } else {
+                self.detach(consumer_id, ctx);
+            }
             return;
         }
         consumer.next_delivery_id += 1;
@@ -992,6 +1001,7 @@ impl Handler<Subscribe> for QueueActor {
                 scanned_upto: 0,
                 exclusive: msg.exclusive,
                 handed: msg.handed,
+                gone: false,
             },
         );
         self.dispatch(ctx);

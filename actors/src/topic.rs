@@ -667,7 +667,7 @@ destination_handlers!(TopicActor);
 impl Handler<Subscribe> for TopicActor {
     type Result = ResponseActFuture<Self, Result<u64, ActorError>>;
 
-    fn handle(&mut self, msg: Subscribe, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Subscribe, ctx: &mut Context<Self>) -> Self::Result {
         if self.closing {
             return Box::pin(fut::ready(Err(ActorError::ShuttingDown)));
         }
@@ -697,10 +697,22 @@ impl Handler<Subscribe> for TopicActor {
             )))));
         }
         durable.online = Some(id);
+        // Acks of its last consumer may still wait to be written: the mark is read
+        // (by `store.subscribe`, through the store actor) after they commit, so what
+        // was acked is not delivered again.
+        let flushed = self.acks.get_mut(&key).map(|batch| batch.add([]));
+        if flushed.is_some() {
+            self.write_acks(key.clone(), ctx);
+        }
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
         let (stored_key, prioritized) = (key.clone(), self.core.policy.prioritized_messages);
         let text = selector.as_ref().map(|s| s.text().to_string());
         let write = async move {
+            if let Some(flushed) = flushed {
+                // Its failure is the failed acks' (answered to them): their messages
+                // are delivered again.
+                let _ = flushed.await;
+            }
             let sub = store
                 .subscribe(
                     container.clone(),

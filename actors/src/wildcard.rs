@@ -230,7 +230,7 @@ impl WildcardActor {
     }
 
     /// Hands held deliveries to the consumer while its prefetch has room.
-    fn hand_over(&mut self, ctx: &mut Context<Self>) {
+    fn hand_over(&mut self) {
         while self.unacked.len() < self.prefetch {
             let Some((index, delivery)) = self.held.pop_front() else {
                 return;
@@ -254,9 +254,10 @@ impl WildcardActor {
                     self.held.push_front((index, delivery));
                     return;
                 }
+                // The consumer is gone; its acks, then its detach (which closes this
+                // subscription), are on their way: nothing is decided before them.
                 Err(mpsc::error::TrySendError::Closed(_)) => {
                     self.held.push_front((index, delivery));
-                    self.close(ctx);
                     return;
                 }
             }
@@ -298,11 +299,11 @@ impl Actor for WildcardActor {
 }
 
 impl StreamHandler<Item> for WildcardActor {
-    fn handle(&mut self, item: Item, ctx: &mut Context<Self>) {
+    fn handle(&mut self, item: Item, _: &mut Context<Self>) {
         match item {
             Item::Delivery(index, delivery) => {
                 self.held.push_back((index, delivery));
-                self.hand_over(ctx);
+                self.hand_over();
             }
             Item::Ended(index) => {
                 let a = &mut self.attachments[index];
@@ -405,7 +406,7 @@ impl Handler<Ack> for WildcardActor {
     /// Acks at each destination what the consumer acked from it: one delivery, or
     /// (cumulative) every delivery handed over up to this one, as one cumulative ack
     /// per destination. Answered when every destination has answered.
-    fn handle(&mut self, msg: Ack, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Ack, _: &mut Context<Self>) -> Self::Result {
         let acked: Vec<(usize, u64)> = if msg.cumulative {
             let rest = self.unacked.split_off(&(msg.delivery_id + 1));
             std::mem::replace(&mut self.unacked, rest)
@@ -445,7 +446,7 @@ impl Handler<Ack> for WildcardActor {
                 }
             }
         }
-        self.hand_over(ctx);
+        self.hand_over();
         Box::pin(async move {
             for answer in futures::future::join_all(acks).await {
                 answer??;
@@ -459,7 +460,7 @@ impl Handler<Nack> for WildcardActor {
     type Result = Result<(), ActorError>;
 
     /// Sends the NACK to the destination the message came from.
-    fn handle(&mut self, msg: Nack, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Nack, _: &mut Context<Self>) -> Self::Result {
         if let Some((index, delivery_id)) = self.unacked.remove(&msg.delivery_id) {
             let a = &self.attachments[index];
             if a.live {
@@ -469,7 +470,7 @@ impl Handler<Nack> for WildcardActor {
                 });
             }
         }
-        self.hand_over(ctx);
+        self.hand_over();
         Ok(())
     }
 }

@@ -215,4 +215,111 @@ on_every_backend!(
     acks_after_shutdown_say_so,
     only_messages_handed_over_count_as_delivered,
     a_durable_subscription_marks_only_what_was_handed_over,
+    fast_acks_are_committed_by_commit_acks_and_by_shutdown,
+    a_broker_dropped_without_shutdown_releases_its_store,
 );
+
+/// Fast acks stay safe. The obvious loop (`next`, then `ack(..).await`) returns before
+/// each commit; `commit_acks` waits for them (nothing is left stored); an ack followed
+/// at once by a drop still comes first (the next consumer gets only what was not
+/// acked); a graceful shutdown commits the acks not waited for (nothing comes back
+/// after a restart). On a queue and on a durable subscription.
+async fn fast_acks_are_committed_by_commit_acks_and_by_shutdown(t: TestStore) {
+    let b = start(&t).await;
+    let durable = SubscribeOptions::durable("c", "fast").ack(AckMode::Client);
+    drop(b.subscribe("topic://fast", durable.clone()).await.unwrap());
+    for (destination, options) in [
+        (
+            "queue://fast",
+            SubscribeOptions::non_durable().ack(AckMode::Client),
+        ),
+        ("topic://fast", durable.clone()),
+    ] {
+        for i in 0..300 {
+            b.send(destination, Message::new(format!("f{i}")))
+                .await
+                .unwrap();
+        }
+        let container = destination.to_string();
+        let mut sub = b.subscribe(destination, options.clone()).await.unwrap();
+        for i in 0..200 {
+            let m = next_within(&mut sub, 2_000).await.expect("a message");
+            assert_eq!(body(&m), format!("f{i}"), "{destination}");
+            sub.ack(&m).await.unwrap();
+        }
+        sub.commit_acks().await.unwrap();
+        let stored = b.store().count_messages(&container).await.unwrap();
+        let pending = match destination {
+            "queue://fast" => stored,
+            _ => b
+                .browse_subscription(destination, "c", "fast", 0, 1000)
+                .await
+                .unwrap()
+                .len() as u64,
+        };
+        assert_eq!(pending, 100, "{destination}: 200 acks committed");
+        // Acked, then dropped at once: the acks are handled before the detach.
+        for i in 200..250 {
+            let m = next_within(&mut sub, 2_000).await.unwrap();
+            assert_eq!(body(&m), format!("f{i}"));
+            sub.ack(&m).await.unwrap();
+        }
+        drop(sub);
+        let mut sub = b.subscribe(destination, options.clone()).await.unwrap();
+        let m = next_within(&mut sub, 2_000).await.unwrap();
+        assert_eq!(body(&m), "f250", "{destination}: nothing acked comes back");
+        sub.ack(&m).await.unwrap();
+        for i in 251..300 {
+            let m = next_within(&mut sub, 2_000).await.unwrap();
+            assert_eq!(body(&m), format!("f{i}"));
+            sub.ack(&m).await.unwrap();
+        }
+        // Not waited for: the shutdown below commits them.
+        std::mem::forget(sub);
+    }
+    b.shutdown().await.unwrap();
+
+    let b = start(&t).await;
+    let mut queue = b
+        .subscribe("queue://fast", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let mut topic = b.subscribe("topic://fast", durable).await.unwrap();
+    assert!(
+        next_within(&mut queue, 300).await.is_none(),
+        "the queue is empty"
+    );
+    assert!(next_within(&mut topic, 300).await.is_none(), "all acked");
+    b.shutdown().await.unwrap();
+}
+
+/// A broker dropped without `shutdown` (its last handle gone, reads in flight) closes
+/// its store on its own thread: the store's lock is free for the next broker at once.
+async fn a_broker_dropped_without_shutdown_releases_its_store(t: TestStore) {
+    let b = start(&t).await;
+    for i in 0..100 {
+        b.send("queue://dropped", Message::new(format!("d{i}")))
+            .await
+            .unwrap();
+    }
+    let sub = b
+        .subscribe(
+            "queue://dropped",
+            SubscribeOptions::non_durable().prefetch(1),
+        )
+        .await
+        .unwrap();
+    drop(sub);
+    drop(b);
+    let b = start(&t).await;
+    let mut sub = b
+        .subscribe(
+            "queue://dropped",
+            SubscribeOptions::non_durable().ack(AckMode::Client),
+        )
+        .await
+        .unwrap();
+    assert_eq!(body(&next_within(&mut sub, 2_000).await.unwrap()), "d0");
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
