@@ -175,7 +175,7 @@ pub struct Outcome {
 
 /// What a STOMP subscription reads: a consumer's deliveries, or a queue browse.
 enum Feed {
-    Consumer(Subscription),
+    Consumer(Box<Subscription>),
     /// `browser:true`: the queue's messages, then one [`Fed::BrowseEnd`].
     Browse {
         browser: QueueBrowser,
@@ -729,7 +729,7 @@ impl Session {
             destination,
             durable_name,
         };
-        self.add_subscription(id, sub, Feed::Consumer(subscription));
+        self.add_subscription(id, sub, Feed::Consumer(Box::new(subscription)));
         Ok(())
     }
 
