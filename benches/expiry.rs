@@ -90,7 +90,7 @@ async fn producer(broker: Broker, stop: impl Fn() -> bool) -> f64 {
     let mut sent = 0u64;
     while !stop() {
         broker
-            .send("other", Message::new(vec![b'y'; 256]))
+            .send("topic://other", Message::new(vec![b'y'; 256]))
             .await
             .unwrap();
         sent += 1;
@@ -105,11 +105,11 @@ async fn drain(label: &str, url: &str, options: StoreOptions, count: u64) {
         .unwrap();
     drop(
         broker
-            .subscribe("other", SubscribeOptions::durable("bench", "other"))
+            .subscribe("topic://other", SubscribeOptions::durable("bench", "other"))
             .await
             .unwrap(),
     );
-    broker.topic_stats("drain").await.unwrap();
+    broker.topic_stats("topic://drain").await.unwrap();
 
     // Baseline: the producer alone for 3 s.
     let until = Instant::now() + Duration::from_secs(3);
@@ -117,7 +117,7 @@ async fn drain(label: &str, url: &str, options: StoreOptions, count: u64) {
 
     // The drain, with the producer running beside it.
     let start = Instant::now();
-    broker.run_housekeeping("drain").await.unwrap();
+    broker.run_housekeeping("topic://drain").await.unwrap();
     let watcher = broker.clone();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let done2 = Arc::clone(&done);
@@ -125,7 +125,7 @@ async fn drain(label: &str, url: &str, options: StoreOptions, count: u64) {
         done2.load(std::sync::atomic::Ordering::Relaxed)
     }));
     loop {
-        let stats = watcher.topic_stats("drain").await.unwrap();
+        let stats = watcher.topic_stats("topic://drain").await.unwrap();
         if stats.expired >= count {
             let seconds = start.elapsed().as_secs_f64();
             done.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -147,7 +147,7 @@ async fn drain(label: &str, url: &str, options: StoreOptions, count: u64) {
 async fn idle_topics(label: &str, url: &str, options: StoreOptions) {
     const TOPICS: usize = 10_000;
     let broker = Broker::start(url, config(options, 30_000)).await.unwrap();
-    broker.topic_stats("warm-up").await.unwrap();
+    broker.topic_stats("topic://warm-up").await.unwrap();
     let before = rss_bytes();
     for i in 0..TOPICS {
         broker.topic_stats(&format!("idle.{i}")).await.unwrap();

@@ -40,7 +40,7 @@ fn fanout(c: &mut Criterion) {
                     let mut consumers = Vec::new();
                     for _ in 0..subscribers {
                         let mut sub = broker
-                            .subscribe("fan", SubscribeOptions::non_durable())
+                            .subscribe("topic://fan", SubscribeOptions::non_durable())
                             .await
                             .unwrap();
                         consumers.push(actix_rt::spawn(async move {
@@ -52,7 +52,7 @@ fn fanout(c: &mut Criterion) {
                     let start = Instant::now();
                     for _ in 0..iters {
                         let m = Message::new(vec![b'x'; 256]).persistent(false);
-                        broker.send("fan", m).await.unwrap();
+                        broker.send("topic://fan", m).await.unwrap();
                     }
                     for c in consumers {
                         c.await.unwrap();

@@ -447,6 +447,9 @@ pub struct Subscription {
     acks: parking_lot::Mutex<AckWindow>,
 }
 
+/// Most sends of one [`Broker::send_all`] waiting for their commit at a time.
+pub const SEND_WINDOW: usize = 256;
+
 /// Most acks a [`Subscription`] has sent without having seen their commit: past it,
 /// [`Subscription::ack`] waits for the oldest. Its bound on what a crash may redeliver
 /// (beside what was delivered and not acked).
@@ -1158,16 +1161,16 @@ impl Broker {
         })
     }
 
-    /// Sends `message` to destination `name`: `queue://NAME`, `topic://NAME`, or a plain
-    /// `NAME` (a topic). Returns once it is accepted: a persistent message sent to a
+    /// Sends `message` to `destination` (`queue://NAME`, `/queue/NAME`, `topic://NAME`,
+    /// `/topic/NAME`: [`ToDestination`]). Returns once it is accepted: a persistent message sent to a
     /// queue, or to a topic that a durable subscription needs it for, is committed to
     /// the store first. When a usage limit is reached it first waits for space
     /// (producer flow control, [`Broker::wait_for_space`]).
     ///
     /// Errors: [`Error::InvalidDestination`], [`Error::InvalidPriority`],
     /// [`Error::ResourceLimit`] (flow control set to fail), [`Error::Actor`] when the
-    /// store write failed (nothing was stored; the send may be retried) or the broker
-    /// is shutting down.
+    /// store write failed (nothing was stored; the send may be retried),
+    /// [`Error::ShuttingDown`] after [`Broker::shutdown`].
     pub async fn send(
         &self,
         destination: impl ToDestination,
@@ -1176,6 +1179,64 @@ impl Broker {
         let key = destination.to_destination()?;
         self.wait_for_space(&key, message.persistent).await?;
         self.send_now(&key, message).await
+    }
+
+    /// Sends every message of `messages` to `destination`, in that order, pipelined:
+    /// each send starts when the one before has its place (as [`Broker::start_send`],
+    /// flow control included), at most [`SEND_WINDOW`] await their commit at a time,
+    /// and their commits share the store's group commit. A producer with a batch in
+    /// hand gets the store's batched pace instead of one commit per message.
+    ///
+    /// Returns one outcome per message, in order, once every one is known: a
+    /// [`SendReceipt`] (accepted, as by [`Broker::send`]: committed when stored) or the
+    /// error of that message alone (as [`Broker::send`]'s; nothing of it was stored).
+    /// Messages after a failed one are still sent.
+    pub async fn send_all(
+        &self,
+        destination: impl ToDestination,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Vec<Result<SendReceipt, Error>> {
+        let key = match destination.to_destination() {
+            Ok(key) => key,
+            // The same refusal for each message.
+            Err(e) => {
+                let text = e.to_string();
+                return messages
+                    .into_iter()
+                    .map(|_| match &e {
+                        Error::InvalidDestination { name, reason } => {
+                            Err(Error::InvalidDestination {
+                                name: name.clone(),
+                                reason,
+                            })
+                        }
+                        _ => Err(Error::Runtime(text.clone())),
+                    })
+                    .collect();
+            }
+        };
+        let mut outcomes: Vec<Option<Result<SendReceipt, Error>>> = Vec::new();
+        let mut waiting = futures::stream::FuturesOrdered::new();
+        for message in messages {
+            let index = outcomes.len();
+            outcomes.push(None);
+            match self.start_send(&key, message).await {
+                Ok(pending) => waiting.push_back(async move { (index, pending.await) }),
+                Err(e) => outcomes[index] = Some(Err(e)),
+            }
+            while waiting.len() >= SEND_WINDOW {
+                if let Some((i, outcome)) = waiting.next().await {
+                    outcomes[i] = Some(outcome);
+                }
+            }
+        }
+        while let Some((i, outcome)) = waiting.next().await {
+            outcomes[i] = Some(outcome);
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.expect("every send has its outcome"))
+            .collect()
     }
 
     /// Sends as [`Broker::send`] without waiting for space: the caller checked with
@@ -2053,9 +2114,11 @@ pub struct DestinationFlow {
 }
 
 /// What names a destination in the embedding API: a [`DestinationKey`] (parsed once,
-/// e.g. by a transport), or text in the API's form, parsed by
-/// [`DestinationKey::parse`]: `queue://NAME` → a queue; `topic://NAME` or a plain
-/// `NAME` → a topic.
+/// e.g. by a transport), or text parsed by [`DestinationKey::parse`], the same forms
+/// STOMP takes: `queue://NAME` or `/queue/NAME` → a queue, `topic://NAME` or
+/// `/topic/NAME` → a topic. A name without its kind (`orders`) is
+/// [`Error::InvalidDestination`]: the broker does not guess which of two different
+/// destinations is meant.
 pub trait ToDestination {
     /// The key; [`Error::InvalidDestination`] for text that cannot name one (empty,
     /// over 200 bytes, control characters, another scheme, wildcards).
@@ -2251,15 +2314,19 @@ mod tests {
 
     #[test]
     fn text_and_keys_name_the_same_destination() {
-        let key = "orders.eu".to_destination().unwrap();
+        let key = "topic://orders.eu".to_destination().unwrap();
         assert_eq!(key, DestinationKey::topic("orders.eu").unwrap());
-        assert_eq!("topic://orders.eu".to_destination().unwrap(), key);
+        assert_eq!("/topic/orders.eu".to_destination().unwrap(), key);
+        assert_eq!(
+            "/queue/jobs".to_destination().unwrap(),
+            DestinationKey::queue("jobs").unwrap()
+        );
         assert_eq!(key.to_destination().unwrap(), key);
         assert_eq!(
             String::from("queue://jobs").to_destination().unwrap(),
             DestinationKey::queue("jobs").unwrap()
         );
-        for bad in ["", "a.*", "a.>", "bad\nname", "queue://", "queue://a.*"] {
+        for bad in ["", "orders", "a.*", "bad\nname", "queue://", "queue://a.*"] {
             let e = bad.to_destination().unwrap_err();
             assert!(
                 matches!(e, Error::InvalidDestination { .. }),
@@ -2268,7 +2335,7 @@ mod tests {
         }
         assert_eq!(
             "queue://a.*".to_destination().unwrap_err().to_string(),
-            "invalid destination `a.*`: wildcards `*` and `>` name patterns, not a destination"
+            "invalid destination `queue://a.*`: wildcards `*` and `>` name patterns, not a destination"
         );
     }
 }

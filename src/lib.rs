@@ -30,9 +30,10 @@
 //!
 //! A destination is named once, where it enters (a STOMP `destination` header, the
 //! configuration file, a call to [`Broker`]), as a [`DestinationKey`] (kind and plain
-//! name), and carried as one from there on. Its text forms: `queue://jobs` in the store
-//! (the `container` column), policies and metrics; `/queue/jobs` in STOMP; a plain name
-//! in the API means a topic. Patterns (`topic://orders.>`) select destinations for
+//! name), and carried as one from there on. Its text forms: `queue://jobs` (the store's
+//! `container` column, policies, metrics) and `/queue/jobs` (ActiveMQ's STOMP form),
+//! each accepted by the API and by STOMP alike and meaning the same; a name without
+//! its kind is refused in both ([`DestinationKey::parse`]). Patterns (`topic://orders.>`) select destinations for
 //! policies and rights ([`actors::destination::DestinationPattern`]), and a
 //! subscription may name one ([`Target`]): a wildcard destination.
 //!
@@ -137,7 +138,19 @@
 //!
 //! Acks of one subscription that arrive while its last ack write is in flight go
 //! together in the next write ([`actors::destination::AckBatch`]), each answered after
-//! that write commits. A non-durable topic subscription's automatic acks, which only
+//! that write commits. [`Subscription::ack`] does not wait for that answer: it keeps
+//! up to [`broker::ACK_WINDOW`] answers pending (an actix message whose answer is
+//! dropped is skipped, so a dropped subscription hands its pending answers to a task
+//! that waits for them), so the obvious consumer loop runs at the batched pace; a
+//! durable subscription re-attached reads its mark only after its last consumer's acks
+//! commit, and shutdown commits every accepted ack before it closes the store.
+//!
+//! Only what a consumer handed to the application counts as delivered: each consumer
+//! keeps the last delivery id its stream yielded in a shared counter
+//! ([`actors::messages::Subscribe::handed`]), read by its destination when it detaches,
+//! so prefetched messages go back uncounted (ActiveMQ's `lastDeliveredSequenceId`). A
+//! destination whose consumer's receiver is gone waits for its detach, which comes
+//! after its acks. A non-durable topic subscription's automatic acks, which only
 //! give credit back, go through counters shared with its topic
 //! ([`actors::subscription::AutoAcks`]): a message only when the topic waits for credit. A destination's store writes in flight come back to it through
 //! one channel ([`actors::destination::Completions`]), not as one future each in its
@@ -164,6 +177,7 @@ pub use broker::{
     AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, DestinationFlow, Expiration, Message,
     PendingSend, QueueBrowser, Received, Selector, SelectorError, SendReceipt, Space,
     SubscribeOptions, Subscription, Target, ToDestination, Transaction, UsageConfig, UsageSnapshot,
+    ACK_WINDOW, SEND_WINDOW,
 };
 pub use ebb_actors::destination::{DestinationKey, DestinationKind, DestinationPattern};
 pub use ebb_actors::messages::{QueueStats, TopicStats};

@@ -69,7 +69,7 @@ async fn a_subscriber_that_reads_nothing_blocks_its_producers(t: TestStore) {
     let b = broker_with(&t, vec![("topic://wide", wide)], limits(64 * MIB, false)).await;
     let baseline = LIVE_BYTES.load(Ordering::Relaxed);
     let mut idle = b
-        .subscribe("wide", SubscribeOptions::non_durable())
+        .subscribe("topic://wide", SubscribeOptions::non_durable())
         .await
         .unwrap();
     let producer = {
@@ -79,9 +79,12 @@ async fn a_subscriber_that_reads_nothing_blocks_its_producers(t: TestStore) {
             let mut sent = 0u64;
             // Far more than the limit: 64 MiB if nothing held it back.
             for _ in 0..1024 {
-                b.send("wide", Message::new(payload.clone()).persistent(false))
-                    .await
-                    .unwrap();
+                b.send(
+                    "topic://wide",
+                    Message::new(payload.clone()).persistent(false),
+                )
+                .await
+                .unwrap();
                 sent += 1;
             }
             sent
@@ -93,16 +96,24 @@ async fn a_subscriber_that_reads_nothing_blocks_its_producers(t: TestStore) {
         (8 * MIB..8 * MIB + 65 * 1024).contains(&held),
         "held {held} bytes at the block"
     );
-    assert_eq!(b.destination_flow("wide").unwrap().blocked_producers, 1);
+    assert_eq!(
+        b.destination_flow("topic://wide")
+            .unwrap()
+            .blocked_producers,
+        1
+    );
     // Another destination's producer is not held.
     let mut fast = b
-        .subscribe("fast", SubscribeOptions::non_durable())
+        .subscribe("topic://fast", SubscribeOptions::non_durable())
         .await
         .unwrap();
     for i in 0..100 {
-        b.send("fast", Message::new(format!("f{i}")).persistent(false))
-            .await
-            .unwrap();
+        b.send(
+            "topic://fast",
+            Message::new(format!("f{i}")).persistent(false),
+        )
+        .await
+        .unwrap();
         assert_eq!(
             body(&next_within(&mut fast, 2_000).await.unwrap()),
             format!("f{i}")
@@ -130,14 +141,14 @@ async fn a_subscriber_that_reads_nothing_blocks_its_producers(t: TestStore) {
 async fn fail_mode_refuses_with_the_limit_named(t: TestStore) {
     let b = broker_with(&t, vec![], limits(MIB, true)).await;
     let _idle = b
-        .subscribe("wide", SubscribeOptions::non_durable())
+        .subscribe("topic://wide", SubscribeOptions::non_durable())
         .await
         .unwrap();
     let body = vec![7u8; 64 * 1024];
     let mut accepted = 0;
     let err = loop {
         match b
-            .send("wide", Message::new(body.clone()).persistent(false))
+            .send("topic://wide", Message::new(body.clone()).persistent(false))
             .await
         {
             Ok(_) => accepted += 1,
@@ -169,11 +180,17 @@ async fn a_stalled_durable_subscriber_costs_store_not_memory(t: TestStore) {
             .ack(AckMode::Auto)
             .prefetch(10)
     };
-    let _stalled = b.subscribe("fan", durable("stalled")).await.unwrap();
+    let _stalled = b
+        .subscribe("topic://fan", durable("stalled"))
+        .await
+        .unwrap();
     const N: usize = 400; // 400 x 8 KiB = 3.2 MiB through a 1 MiB limit
     let mut readers = Vec::new();
     for i in 0..9 {
-        let mut sub = b.subscribe("fan", durable(&format!("s{i}"))).await.unwrap();
+        let mut sub = b
+            .subscribe("topic://fan", durable(&format!("s{i}")))
+            .await
+            .unwrap();
         readers.push(actix_rt::spawn(async move {
             let mut got = 0;
             while got < N {
@@ -189,7 +206,7 @@ async fn a_stalled_durable_subscriber_costs_store_not_memory(t: TestStore) {
     for i in 0..N {
         let mut m = Message::new(vec![0u8; 8 * 1024]);
         m.headers.push(("n".into(), i.to_string()));
-        b.send("fan", m).await.unwrap();
+        b.send("topic://fan", m).await.unwrap();
         peak = peak.max(b.usage().memory_bytes);
     }
     for reader in readers {
@@ -200,7 +217,7 @@ async fn a_stalled_durable_subscriber_costs_store_not_memory(t: TestStore) {
         );
     }
     let backlog = b
-        .browse_subscription("fan", "c", "stalled", 0, 1000)
+        .browse_subscription("topic://fan", "c", "stalled", 0, 1000)
         .await
         .unwrap();
     assert_eq!(

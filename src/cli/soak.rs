@@ -139,7 +139,7 @@ pub async fn execute(options: &SoakOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-const TOPIC: &str = "soak";
+const TOPIC: &str = "topic://soak";
 
 /// Runs the workload and returns the report (printing progress to stderr when
 /// `progress`): on an in-process broker, or over STOMP with `--stomp`.
@@ -232,7 +232,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
         let stats = broker.topic_stats(TOPIC).await?;
         let rows = broker
             .store()
-            .count_messages(&DestinationKey::topic(TOPIC)?.container())
+            .count_messages(&DestinationKey::parse(TOPIC)?.container())
             .await?;
         let now_sent = sent.load(Ordering::Relaxed);
         samples.push(Sample {

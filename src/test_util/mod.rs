@@ -47,9 +47,14 @@ pub async fn wait_for(
     topic: &str,
     done: impl Fn(&TopicStats) -> bool,
 ) -> TopicStats {
+    // The topic's plain name or its key (`long`, `topic://long`).
+    let key = match topic.contains("://") {
+        true => topic.to_string(),
+        false => format!("topic://{topic}"),
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let stats = broker.topic_stats(topic).await.unwrap();
+        let stats = broker.topic_stats(&key).await.unwrap();
         if done(&stats) {
             return stats;
         }

@@ -729,8 +729,18 @@ mod tests {
         assert_eq!(send(&[("destination", "")]), "missing destination header");
         assert_eq!(
             send(&[("destination", "jobs")]),
-            "invalid destination `jobs`: use /queue/NAME or /topic/NAME"
+            "invalid destination `jobs`: a destination names its kind: queue://NAME or /queue/NAME for a queue, topic://NAME or /topic/NAME for a topic"
         );
+        // The API's form means the same on STOMP.
+        for (text, key) in [
+            ("queue://jobs", DestinationKey::queue("jobs").unwrap()),
+            ("topic://orders", DestinationKey::topic("orders").unwrap()),
+        ] {
+            match parse(frame::Command::Send, &[("destination", text)]) {
+                Ok(Command::Send { destination, .. }) => assert_eq!(destination, key),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
         assert_eq!(
             send(&[("destination", "/queue/X.*")]),
             "invalid destination `/queue/X.*`: invalid destination `X.*`: wildcards `*` and `>` name patterns, not a destination"

@@ -27,9 +27,11 @@ async fn drain(sub: &mut ebb::Subscription, ack: bool) -> Vec<String> {
 /// never again.
 async fn restart_delivers_unacked_once_in_order(t: TestStore) {
     let b = broker(&t, policy(0, 400), 2).await;
-    let mut sub = b.subscribe("r", client("s1")).await.unwrap();
+    let mut sub = b.subscribe("topic://r", client("s1")).await.unwrap();
     for i in 0..10 {
-        b.send("r", Message::new(format!("m{i}"))).await.unwrap();
+        b.send("topic://r", Message::new(format!("m{i}")))
+            .await
+            .unwrap();
     }
     for _ in 0..4 {
         let m = next_within(&mut sub, 2_000).await.unwrap();
@@ -39,11 +41,11 @@ async fn restart_delivers_unacked_once_in_order(t: TestStore) {
     b.shutdown().await.unwrap();
 
     let b = broker(&t, policy(0, 400), 2).await;
-    let mut sub = b.subscribe("r", client("s1")).await.unwrap();
+    let mut sub = b.subscribe("topic://r", client("s1")).await.unwrap();
     let got = drain(&mut sub, true).await;
     assert_eq!(got, (4..10).map(|i| format!("m{i}")).collect::<Vec<_>>());
     drop(sub);
-    let mut sub = b.subscribe("r", client("s1")).await.unwrap();
+    let mut sub = b.subscribe("topic://r", client("s1")).await.unwrap();
     assert!(
         next_within(&mut sub, 300).await.is_none(),
         "everything was acked"
@@ -60,13 +62,20 @@ async fn priority_acks_do_not_skip_older_low_priority_messages(t: TestStore) {
         ..policy(50, 400)
     };
     let b = broker(&t, prioritized.clone(), 2).await;
-    drop(b.subscribe("p", client("s1").prefetch(1)).await.unwrap());
+    drop(
+        b.subscribe("topic://p", client("s1").prefetch(1))
+            .await
+            .unwrap(),
+    );
     for (text, priority) in [("L1", 1), ("L2", 1), ("H1", 9), ("H2", 9)] {
-        b.send("p", Message::new(text).priority(priority))
+        b.send("topic://p", Message::new(text).priority(priority))
             .await
             .unwrap();
     }
-    let mut sub = b.subscribe("p", client("s1").prefetch(1)).await.unwrap();
+    let mut sub = b
+        .subscribe("topic://p", client("s1").prefetch(1))
+        .await
+        .unwrap();
     let h1 = next_within(&mut sub, 2_000).await.unwrap();
     assert_eq!(body(&h1), "H1");
     sub.ack(&h1).await.unwrap();
@@ -79,7 +88,7 @@ async fn priority_acks_do_not_skip_older_low_priority_messages(t: TestStore) {
     b.shutdown().await.unwrap();
 
     let b = broker(&t, prioritized, 2).await;
-    let mut sub = b.subscribe("p", client("s1")).await.unwrap();
+    let mut sub = b.subscribe("topic://p", client("s1")).await.unwrap();
     assert_eq!(drain(&mut sub, true).await, vec!["L1", "L2"]);
     wait_for(&b, "p", |s| s.cleaned_up == 2).await;
     assert_eq!(b.store().count_messages("topic://p").await.unwrap(), 0);
@@ -90,9 +99,14 @@ async fn priority_acks_do_not_skip_older_low_priority_messages(t: TestStore) {
 /// as a redelivery; nothing is deleted while m1 is un-acked.
 async fn out_of_order_acks_redeliver_only_the_gap(t: TestStore) {
     let b = broker(&t, policy(50, 400), 2).await;
-    let mut sub = b.subscribe("o", client("s1").prefetch(3)).await.unwrap();
+    let mut sub = b
+        .subscribe("topic://o", client("s1").prefetch(3))
+        .await
+        .unwrap();
     for i in 1..=3 {
-        b.send("o", Message::new(format!("m{i}"))).await.unwrap();
+        b.send("topic://o", Message::new(format!("m{i}")))
+            .await
+            .unwrap();
     }
     let m: Vec<_> = [
         next_within(&mut sub, 2_000).await.unwrap(),
@@ -103,10 +117,13 @@ async fn out_of_order_acks_redeliver_only_the_gap(t: TestStore) {
     sub.ack(&m[2]).await.unwrap();
     sub.ack(&m[1]).await.unwrap();
     drop(sub);
-    let before = b.topic_stats("o").await.unwrap().cleanup_batches;
+    let before = b.topic_stats("topic://o").await.unwrap().cleanup_batches;
     wait_for(&b, "o", |s| s.cleanup_batches > before).await;
     assert_eq!(b.store().count_messages("topic://o").await.unwrap(), 3);
-    let mut sub = b.subscribe("o", client("s1").prefetch(3)).await.unwrap();
+    let mut sub = b
+        .subscribe("topic://o", client("s1").prefetch(3))
+        .await
+        .unwrap();
     let again = next_within(&mut sub, 2_000).await.unwrap();
     assert_eq!(body(&again), "m1");
     assert!(again.redelivered());
@@ -118,9 +135,11 @@ async fn out_of_order_acks_redeliver_only_the_gap(t: TestStore) {
 /// topic, and what is sent after the restart is kept for it.
 async fn offline_subscription_survives_restart_with_empty_topic(t: TestStore) {
     let b = broker(&t, policy(50, 400), 2).await;
-    let mut sub = b.subscribe("e", client("r")).await.unwrap();
+    let mut sub = b.subscribe("topic://e", client("r")).await.unwrap();
     for i in 0..10 {
-        b.send("e", Message::new(format!("old{i}"))).await.unwrap();
+        b.send("topic://e", Message::new(format!("old{i}")))
+            .await
+            .unwrap();
     }
     assert_eq!(drain(&mut sub, true).await.len(), 10);
     drop(sub);
@@ -129,11 +148,13 @@ async fn offline_subscription_survives_restart_with_empty_topic(t: TestStore) {
 
     let b = broker(&t, policy(50, 400), 2).await;
     for i in 1..=10 {
-        b.send("e", Message::new(format!("n{i}"))).await.unwrap();
+        b.send("topic://e", Message::new(format!("n{i}")))
+            .await
+            .unwrap();
     }
     wait_for(&b, "e", |s| s.cleanup_batches >= 1).await;
     assert_eq!(b.store().count_messages("topic://e").await.unwrap(), 10);
-    let mut sub = b.subscribe("e", client("r")).await.unwrap();
+    let mut sub = b.subscribe("topic://e", client("r")).await.unwrap();
     assert_eq!(
         drain(&mut sub, true).await,
         (1..=10).map(|i| format!("n{i}")).collect::<Vec<_>>()
@@ -148,11 +169,11 @@ async fn offline_subscription_survives_restart_with_empty_topic(t: TestStore) {
 /// empties, and re-attaching delivers nothing.
 async fn expiry_applies_to_every_durable_subscription(t: TestStore) {
     let b = broker(&t, policy(100, 400), 2).await;
-    drop(b.subscribe("x", client("s1")).await.unwrap());
-    drop(b.subscribe("x", client("s2")).await.unwrap());
+    drop(b.subscribe("topic://x", client("s1")).await.unwrap());
+    drop(b.subscribe("topic://x", client("s2")).await.unwrap());
     for i in 1..=3 {
         b.send(
-            "x",
+            "topic://x",
             Message::new(format!("m{i}")).ttl(Duration::from_millis(500)),
         )
         .await
@@ -161,12 +182,12 @@ async fn expiry_applies_to_every_durable_subscription(t: TestStore) {
     let stats = wait_for(&b, "x", |s| s.expired >= 6 && s.cleaned_up == 3).await;
     assert_eq!(stats.expired, 6);
     assert_eq!(b.store().count_messages("topic://x").await.unwrap(), 0);
-    let mut s1 = b.subscribe("x", client("s1")).await.unwrap();
-    let mut s2 = b.subscribe("x", client("s2")).await.unwrap();
+    let mut s1 = b.subscribe("topic://x", client("s1")).await.unwrap();
+    let mut s2 = b.subscribe("topic://x", client("s2")).await.unwrap();
     assert!(next_within(&mut s1, 300).await.is_none());
     assert!(next_within(&mut s2, 300).await.is_none());
     assert_eq!(
-        b.topic_stats("x").await.unwrap().expired,
+        b.topic_stats("topic://x").await.unwrap().expired,
         6,
         "never more than 6"
     );
@@ -178,12 +199,17 @@ async fn expiry_applies_to_every_durable_subscription(t: TestStore) {
 async fn stalled_subscription_never_holds_back_another(t: TestStore) {
     let b = broker(&t, policy(0, 400), 2).await;
     let mut stalled = b
-        .subscribe("s", client("stalled").prefetch(1))
+        .subscribe("topic://s", client("stalled").prefetch(1))
         .await
         .unwrap();
-    let mut fast = b.subscribe("s", client("fast").prefetch(50)).await.unwrap();
+    let mut fast = b
+        .subscribe("topic://s", client("fast").prefetch(50))
+        .await
+        .unwrap();
     for i in 0..500 {
-        b.send("s", Message::new(format!("m{i}"))).await.unwrap();
+        b.send("topic://s", Message::new(format!("m{i}")))
+            .await
+            .unwrap();
     }
     let got = drain(&mut fast, true).await;
     assert_eq!(got.len(), 500);
@@ -200,13 +226,13 @@ async fn stalled_subscription_never_holds_back_another(t: TestStore) {
 /// A durable subscription has one consumer at a time.
 async fn second_consumer_of_a_durable_subscription_is_refused(t: TestStore) {
     let b = broker(&t, policy(0, 400), 2).await;
-    let _first = b.subscribe("d", client("s1")).await.unwrap();
-    let err = b.subscribe("d", client("s1")).await.err().unwrap();
+    let _first = b.subscribe("topic://d", client("s1")).await.unwrap();
+    let err = b.subscribe("topic://d", client("s1")).await.err().unwrap();
     assert!(err.to_string().contains("already in use"), "{err}");
-    assert!(b.remove_durable("d", "c1", "s1").await.is_err());
+    assert!(b.remove_durable("topic://d", "c1", "s1").await.is_err());
     drop(_first);
-    assert!(b.remove_durable("d", "c1", "s1").await.unwrap());
-    assert!(!b.remove_durable("d", "c1", "s1").await.unwrap());
+    assert!(b.remove_durable("topic://d", "c1", "s1").await.unwrap());
+    assert!(!b.remove_durable("topic://d", "c1", "s1").await.unwrap());
     b.shutdown().await.unwrap();
 }
 
@@ -214,16 +240,18 @@ async fn second_consumer_of_a_durable_subscription_is_refused(t: TestStore) {
 /// empties (no orphaned rows that nothing will ever delete).
 async fn removing_the_last_subscription_frees_its_messages(t: TestStore) {
     let b = broker(&t, policy(20, 400), 2).await;
-    drop(b.subscribe("gone", client("s1")).await.unwrap());
+    drop(b.subscribe("topic://gone", client("s1")).await.unwrap());
     for i in 0..5 {
-        b.send("gone", Message::new(format!("m{i}"))).await.unwrap();
+        b.send("topic://gone", Message::new(format!("m{i}")))
+            .await
+            .unwrap();
     }
     assert_eq!(b.store().count_messages("topic://gone").await.unwrap(), 5);
-    assert!(b.remove_durable("gone", "c1", "s1").await.unwrap());
+    assert!(b.remove_durable("topic://gone", "c1", "s1").await.unwrap());
     wait_for(&b, "gone", |s| s.cleaned_up == 5).await;
     assert_eq!(b.store().count_messages("topic://gone").await.unwrap(), 0);
     // With no durable subscription, persistent messages are not stored at all.
-    let receipt = b.send("gone", Message::new("after")).await.unwrap();
+    let receipt = b.send("topic://gone", Message::new("after")).await.unwrap();
     assert_eq!(receipt.store_id, None);
     b.shutdown().await.unwrap();
 }

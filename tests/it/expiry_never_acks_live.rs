@@ -13,15 +13,18 @@ async fn activemq_data_loss_does_not_happen(t: TestStore) {
     let b = broker(&t, policy(50, 400), 2).await;
     let sub = b
         .subscribe(
-            "orders",
+            "topic://orders",
             SubscribeOptions::durable("c1", "s1").ack(AckMode::Client),
         )
         .await
         .unwrap();
     drop(sub); // offline
-    b.send("orders", Message::new("M1")).await.unwrap();
+    b.send("topic://orders", Message::new("M1")).await.unwrap();
     let m2 = b
-        .send("orders", Message::new("M2").ttl(Duration::from_millis(50)))
+        .send(
+            "topic://orders",
+            Message::new("M2").ttl(Duration::from_millis(50)),
+        )
         .await
         .unwrap();
     assert!(m2.store_id.is_some());
@@ -31,14 +34,14 @@ async fn activemq_data_loss_does_not_happen(t: TestStore) {
         stats.expired, 0,
         "M1 blocks M2's expiry: nothing may be acked"
     );
-    assert_eq!(b.browse("orders", 0, 10).await.unwrap().len(), 2);
+    assert_eq!(b.browse("topic://orders", 0, 10).await.unwrap().len(), 2);
     b.shutdown().await.unwrap();
 
     let b = broker(&t, policy(50, 400), 2).await;
     assert_eq!(b.store().count_messages("topic://orders").await.unwrap(), 2);
     let mut sub = b
         .subscribe(
-            "orders",
+            "topic://orders",
             SubscribeOptions::durable("c1", "s1").ack(AckMode::Client),
         )
         .await
@@ -67,39 +70,42 @@ async fn activemq_data_loss_does_not_happen(t: TestStore) {
 async fn browse_never_acks_or_expires(t: TestStore) {
     let b = broker(&t, policy(0, 400), 2).await;
     drop(
-        b.subscribe("t", SubscribeOptions::durable("c", "s"))
+        b.subscribe("topic://t", SubscribeOptions::durable("c", "s"))
             .await
             .unwrap(),
     );
     let late = b
-        .send("t", Message::new("x").expires_at(1_000))
+        .send("topic://t", Message::new("x").expires_at(1_000))
         .await
         .unwrap();
     assert!(late.expired_on_arrival);
     assert_eq!(late.store_id, None, "expired on arrival: never stored");
-    b.send("t", Message::new("live")).await.unwrap();
-    b.send("t", Message::new("soon").ttl(Duration::from_millis(50)))
-        .await
-        .unwrap();
+    b.send("topic://t", Message::new("live")).await.unwrap();
+    b.send(
+        "topic://t",
+        Message::new("soon").ttl(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap();
     actix_rt::time::sleep(Duration::from_millis(60)).await;
     for _ in 0..3 {
-        assert_eq!(b.browse("t", 0, 10).await.unwrap().len(), 2);
+        assert_eq!(b.browse("topic://t", 0, 10).await.unwrap().len(), 2);
         assert_eq!(
-            b.browse_subscription("t", "c", "s", 0, 10)
+            b.browse_subscription("topic://t", "c", "s", 0, 10)
                 .await
                 .unwrap()
                 .len(),
             2
         );
     }
-    let stats = b.topic_stats("t").await.unwrap();
+    let stats = b.topic_stats("topic://t").await.unwrap();
     assert_eq!(stats.expired, 1, "only the message that expired on arrival");
     let sub = b
         .store()
         .find_subscription("topic://t", &ebb_store::SubscriptionKey::new("c", "s"))
         .await;
     let before = sub.unwrap().unwrap().marks;
-    assert_eq!(b.browse("t", 0, 10).await.unwrap().len(), 2);
+    assert_eq!(b.browse("topic://t", 0, 10).await.unwrap().len(), 2);
     let after = b
         .store()
         .find_subscription("topic://t", &ebb_store::SubscriptionKey::new("c", "s"))

@@ -10,7 +10,7 @@ use ebb::test_util::*;
 async fn full_pages_chain_without_waiting_for_the_next_period(t: TestStore) {
     preload(&t, "topic://chain", &[("c", "s")], 1_000, EXPIRED).await;
     let b = broker(&t, policy(3_600_000, 400), 2).await;
-    b.run_housekeeping("chain").await.unwrap();
+    b.run_housekeeping("topic://chain").await.unwrap();
     let stats = wait_for(&b, "chain", |s| s.expired == 1_000).await;
     assert_eq!(stats.ticks, 1, "one tick");
     assert_eq!(stats.expiry_pages, 3);
@@ -21,10 +21,10 @@ async fn full_pages_chain_without_waiting_for_the_next_period(t: TestStore) {
     );
     // The run is over: nothing else starts.
     actix_rt::time::sleep(std::time::Duration::from_millis(100)).await;
-    let after = b.topic_stats("chain").await.unwrap();
+    let after = b.topic_stats("topic://chain").await.unwrap();
     assert_eq!(after.expiry_pages_started, 3);
     // The next tick deletes the acked rows, in bounded batches.
-    b.run_housekeeping("chain").await.unwrap();
+    b.run_housekeeping("topic://chain").await.unwrap();
     wait_for(&b, "chain", |s| s.cleaned_up == 1_000).await;
     assert_eq!(b.store().count_messages("topic://chain").await.unwrap(), 0);
     b.shutdown().await.unwrap();
@@ -38,7 +38,7 @@ async fn no_ttl_backlog_costs_no_expiry_work(t: TestStore) {
     let before = b.store().stats().snapshot();
     let started = wait_for(&b, "calm", |s| s.cleanup_batches == 1).await;
     actix_rt::time::sleep(std::time::Duration::from_millis(100 * 10)).await;
-    let stats = b.topic_stats("calm").await.unwrap();
+    let stats = b.topic_stats("topic://calm").await.unwrap();
     assert!(!stats.expiry_armed);
     assert_eq!(stats.expiry_pages_started, 0, "no expiry query was made");
     // The start-up cleanup took a tick or two; then the timer stopped.
@@ -62,25 +62,27 @@ async fn no_ttl_backlog_costs_no_expiry_work(t: TestStore) {
 async fn expiry_arms_on_first_expiring_message_and_disarms_when_none_left(t: TestStore) {
     let b = broker(&t, policy(20, 400), 2).await;
     drop(
-        b.subscribe("arm", ebb::SubscribeOptions::durable("c", "s"))
+        b.subscribe("topic://arm", ebb::SubscribeOptions::durable("c", "s"))
             .await
             .unwrap(),
     );
-    assert!(!b.topic_stats("arm").await.unwrap().expiry_armed);
+    assert!(!b.topic_stats("topic://arm").await.unwrap().expiry_armed);
     b.send(
-        "arm",
+        "topic://arm",
         // Long enough that no tick can expire it (and disarm) before the check below,
         // however slow the commit on a loaded machine.
         ebb::Message::new("x").ttl(std::time::Duration::from_millis(1_000)),
     )
     .await
     .unwrap();
-    assert!(b.topic_stats("arm").await.unwrap().expiry_armed);
+    assert!(b.topic_stats("topic://arm").await.unwrap().expiry_armed);
     wait_for(&b, "arm", |s| s.expired == 1 && s.cleaned_up == 1).await;
     let disarmed = wait_for(&b, "arm", |s| !s.expiry_armed).await;
-    b.send("arm", ebb::Message::new("plain")).await.unwrap();
+    b.send("topic://arm", ebb::Message::new("plain"))
+        .await
+        .unwrap();
     actix_rt::time::sleep(std::time::Duration::from_millis(5 * 20)).await;
-    let later = b.topic_stats("arm").await.unwrap();
+    let later = b.topic_stats("topic://arm").await.unwrap();
     assert!(
         !later.expiry_armed,
         "a message without expiration does not arm it"

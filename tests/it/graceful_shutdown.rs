@@ -10,15 +10,15 @@ async fn shutdown_during_a_long_expiry_run(t: TestStore) {
     let b = broker(&t, policy(3_600_000, 100), 1).await;
     // Accepted just before shutdown: must survive it.
     for i in 0..5 {
-        b.send("long", Message::new(format!("live-{i}")))
+        b.send("topic://long", Message::new(format!("live-{i}")))
             .await
             .unwrap();
     }
-    b.run_housekeeping("long").await.unwrap();
+    b.run_housekeeping("topic://long").await.unwrap();
     wait_for(&b, "long", |s| s.expiry_pages >= 2).await;
     b.shutdown().await.unwrap();
 
-    let at_shutdown = b.topic_stats("long").await.unwrap();
+    let at_shutdown = b.topic_stats("topic://long").await.unwrap();
     assert_eq!(
         at_shutdown.expiry_pages_started, at_shutdown.expiry_pages,
         "the page in flight finished before shutdown returned"
@@ -28,20 +28,20 @@ async fn shutdown_during_a_long_expiry_run(t: TestStore) {
         "the run was cut short, not completed"
     );
     actix_rt::time::sleep(std::time::Duration::from_millis(200)).await;
-    let later = b.topic_stats("long").await.unwrap();
+    let later = b.topic_stats("topic://long").await.unwrap();
     assert_eq!(
         later.expiry_pages_started, at_shutdown.expiry_pages_started,
         "no page began after shutdown"
     );
     assert!(
-        b.send("long", Message::new("late")).await.is_err(),
+        b.send("topic://long", Message::new("late")).await.is_err(),
         "a stopped broker refuses sends"
     );
 
     let b = broker(&t, policy(0, 100), 1).await;
     let mut sub = b
         .subscribe(
-            "long",
+            "topic://long",
             SubscribeOptions::durable("c", "s")
                 .ack(AckMode::Client)
                 .prefetch(1000),

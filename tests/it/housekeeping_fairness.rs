@@ -16,10 +16,10 @@ async fn small_topic_is_not_held_back_by_a_big_one(t: TestStore) {
     preload(&t, "topic://big", &[("c", "s")], 100_000, EXPIRED).await;
     preload(&t, "topic://small", &[("c", "s")], 10, EXPIRED).await;
     let b = broker(&t, policy(3_600_000, 400), 1).await;
-    b.topic_stats("big").await.unwrap();
-    b.topic_stats("small").await.unwrap();
-    b.run_housekeeping("big").await.unwrap();
-    b.run_housekeeping("small").await.unwrap();
+    b.topic_stats("topic://big").await.unwrap();
+    b.topic_stats("topic://small").await.unwrap();
+    b.run_housekeeping("topic://big").await.unwrap();
+    b.run_housekeeping("topic://small").await.unwrap();
 
     let small = wait_for(&b, "small", |s| s.expired == 10).await;
     let big_pages_before_small_was_done = small.last_page_ticket - small.expiry_pages;

@@ -7,6 +7,7 @@
 mod consumer_cases;
 mod durable_subscriptions;
 mod embedding;
+mod examples;
 mod expiry_never_acks_live;
 mod expiry_pages;
 mod graceful_shutdown;

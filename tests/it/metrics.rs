@@ -77,16 +77,16 @@ async fn a_scrape_shows_real_values(t: TestStore) {
     let addr = server.local_addr().to_string();
 
     drop(
-        b.subscribe(&topic, SubscribeOptions::durable("ops", "audit"))
+        b.subscribe(&key, SubscribeOptions::durable("ops", "audit"))
             .await
             .unwrap(),
     );
     for i in 0..3 {
         let m = Message::new(format!("short {i}")).ttl(Duration::from_millis(300));
-        assert!(b.send(&topic, m).await.unwrap().store_id.is_some());
+        assert!(b.send(&key, m).await.unwrap().store_id.is_some());
     }
     for i in 0..5 {
-        b.send(&topic, Message::new(format!("live {i}")))
+        b.send(&key, Message::new(format!("live {i}")))
             .await
             .unwrap();
     }
@@ -111,7 +111,7 @@ async fn a_scrape_shows_real_values(t: TestStore) {
 
     // The short ones expire; one housekeeping run acks them in one short page.
     actix_rt::time::sleep(Duration::from_millis(400)).await;
-    b.run_housekeeping(&topic).await.unwrap();
+    b.run_housekeeping(&key).await.unwrap();
     let stats = wait_for(&b, &topic, |s| s.expired == 3 && s.expiry_pages >= 1).await;
     assert_eq!(stats.expiry_pages, 1, "3 rows fit one page of 400");
     let samples = scrape_until(&addr, |s| {
@@ -135,7 +135,7 @@ async fn a_scrape_shows_real_values(t: TestStore) {
     assert_eq!(bucket("10"), Some(1.0), "and at most 10");
 
     // The next run deletes the acked rows: 5 left in the store.
-    b.run_housekeeping(&topic).await.unwrap();
+    b.run_housekeeping(&key).await.unwrap();
     wait_for(&b, &topic, |s| s.cleaned_up == 3).await;
     scrape_until(&addr, |s| {
         value(s, "ebb_destination_queue_size", &key) == Some(5.0)
@@ -180,12 +180,12 @@ async fn stats_lists_running_destinations(t: TestStore) {
     let b = broker(&t, policy(3_600_000, 400), 2).await;
     assert!(b.stats().await.unwrap().destinations.is_empty());
     drop(
-        b.subscribe("zeta", SubscribeOptions::durable("c", "s"))
+        b.subscribe("topic://zeta", SubscribeOptions::durable("c", "s"))
             .await
             .unwrap(),
     );
-    b.send("zeta", Message::new("1")).await.unwrap();
-    b.send("alpha", Message::new("1")).await.unwrap();
+    b.send("topic://zeta", Message::new("1")).await.unwrap();
+    b.send("topic://alpha", Message::new("1")).await.unwrap();
     let stats = b.stats().await.unwrap();
     let keys: Vec<&str> = stats
         .destinations

@@ -40,7 +40,11 @@ where
 {
     let b = start(&t).await;
     let durable = SubscribeOptions::durable("rt", "sub");
-    drop(b.subscribe("rt.events", durable.clone()).await.unwrap());
+    drop(
+        b.subscribe("topic://rt.events", durable.clone())
+            .await
+            .unwrap(),
+    );
     let queue = b
         .subscribe("queue://rt.jobs", SubscribeOptions::non_durable())
         .await
@@ -54,7 +58,7 @@ where
         b.send("queue://rt.jobs", Message::new(format!("j{i}")))
             .await
             .unwrap();
-        b.send("rt.events", Message::new(format!("e{i}")))
+        b.send("topic://rt.events", Message::new(format!("e{i}")))
             .await
             .unwrap();
     }
@@ -64,7 +68,7 @@ where
     drop(b);
 
     let b = start(&t).await;
-    let mut sub = b.subscribe("rt.events", durable).await.unwrap();
+    let mut sub = b.subscribe("topic://rt.events", durable).await.unwrap();
     let mut events = Vec::new();
     while let Some(m) = next_within(&mut sub, 300).await {
         events.push(body(&m));

@@ -440,7 +440,7 @@ async fn a_durable_subscription_keeps_its_selector(t: TestStore) {
         let b = b.clone();
         async move {
             b.send(
-                "sel",
+                "topic://sel",
                 Message::new(format!("n{n}"))
                     .persistent(true)
                     .header("n", n.to_string()),
@@ -449,11 +449,11 @@ async fn a_durable_subscription_keeps_its_selector(t: TestStore) {
             .unwrap();
         }
     };
-    drop(b.subscribe("sel", durable("n > 2")).await.unwrap());
+    drop(b.subscribe("topic://sel", durable("n > 2")).await.unwrap());
     for n in 0..6 {
         send(n).await;
     }
-    let mut sub = b.subscribe("sel", durable("n > 2")).await.unwrap();
+    let mut sub = b.subscribe("topic://sel", durable("n > 2")).await.unwrap();
     let mut got = Vec::new();
     for _ in 0..3 {
         let m = next_within(&mut sub, 5_000).await.expect("a match");
@@ -472,7 +472,7 @@ async fn a_durable_subscription_keeps_its_selector(t: TestStore) {
     assert!(next_within(&mut sub, 300).await.is_none());
     wait_rows(&b, "topic://sel", 0).await;
     drop(sub);
-    let stats = b.topic_stats("sel").await.unwrap();
+    let stats = b.topic_stats("topic://sel").await.unwrap();
     assert_eq!(stats.dispatched, 4, "only its messages were delivered");
 
     // Stored with it: after a restart, the same selector keeps the backlog, filtered.
@@ -481,7 +481,7 @@ async fn a_durable_subscription_keeps_its_selector(t: TestStore) {
     }
     b.shutdown().await.unwrap();
     let b = broker(&t, policy(100, 400), 2).await;
-    let mut sub = b.subscribe("sel", durable("n > 2")).await.unwrap();
+    let mut sub = b.subscribe("topic://sel", durable("n > 2")).await.unwrap();
     let m = next_within(&mut sub, 5_000)
         .await
         .expect("n8 after the restart");
@@ -493,19 +493,22 @@ async fn a_durable_subscription_keeps_its_selector(t: TestStore) {
 
     // Another selector: a new subscription, without the backlog.
     b.send(
-        "sel",
+        "topic://sel",
         Message::new("kept").persistent(true).header("n", "9"),
     )
     .await
     .unwrap();
-    let mut sub = b.subscribe("sel", durable("n > 0")).await.unwrap();
+    let mut sub = b.subscribe("topic://sel", durable("n > 0")).await.unwrap();
     assert!(
         next_within(&mut sub, 500).await.is_none(),
         "created anew: no backlog"
     );
-    b.send("sel", Message::new("new").persistent(true).header("n", "1"))
-        .await
-        .unwrap();
+    b.send(
+        "topic://sel",
+        Message::new("new").persistent(true).header("n", "1"),
+    )
+    .await
+    .unwrap();
     assert_eq!(body(&next_within(&mut sub, 5_000).await.unwrap()), "new");
     b.shutdown().await.unwrap();
 }
@@ -516,15 +519,15 @@ async fn a_durable_subscription_keeps_its_selector(t: TestStore) {
 async fn expiry_counts_only_a_selectors_messages(t: TestStore) {
     let b = broker(&t, policy(50, 400), 2).await;
     drop(
-        b.subscribe("exp", SubscribeOptions::durable("c", "all"))
+        b.subscribe("topic://exp", SubscribeOptions::durable("c", "all"))
             .await
             .unwrap(),
     );
     let picky = SubscribeOptions::durable("c", "picky").selector(Selector::parse("n = 2").unwrap());
-    drop(b.subscribe("exp", picky).await.unwrap());
+    drop(b.subscribe("topic://exp", picky).await.unwrap());
     for n in 0..4 {
         b.send(
-            "exp",
+            "topic://exp",
             Message::new(format!("e{n}"))
                 .persistent(true)
                 .header("n", n.to_string())
@@ -537,7 +540,7 @@ async fn expiry_counts_only_a_selectors_messages(t: TestStore) {
     assert_eq!(stats.expired, 5);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(
-        b.topic_stats("exp").await.unwrap().expired,
+        b.topic_stats("topic://exp").await.unwrap().expired,
         5,
         "never counted twice"
     );

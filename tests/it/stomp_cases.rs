@@ -55,7 +55,7 @@ async fn exp_01_expiry_for_every_durable_subscription(t: TestStore) {
         a.frame_within(2_000).await.is_none(),
         "no MESSAGE on either subscription"
     );
-    assert_eq!(s.broker.topic_stats("T").await.unwrap().expired, 6);
+    assert_eq!(s.broker.topic_stats("topic://T").await.unwrap().expired, 6);
     s.stop().await;
 }
 

@@ -531,4 +531,66 @@ on_every_backend!(
     transactional_nack_and_cumulative_acks,
     flow_01_fail_mode_errors_with_the_receipt,
     exp_03_big_expiry_does_not_starve_others,
+    stomp_counts_only_frames_written,
 );
+
+/// Over STOMP only a MESSAGE frame written to the connection counts as delivered: a
+/// client that stops reading holds what fits in the socket; the rest of its prefetch
+/// waits in the broker unwritten. When it goes, the written ones come back marked
+/// redelivered (a failed delivery each) and the unwritten ones go back as they were
+/// (before, every message of the prefetch counted, and a few such clients sent a
+/// whole queue to its dead-letter queue unseen).
+async fn stomp_counts_only_frames_written(t: TestStore) {
+    let s = queue_server(&t, policy(0, 400), UsageConfig::default()).await;
+    let body = "x".repeat(64 * 1024);
+    let sent = s
+        .broker
+        .send_all(
+            "queue://slow",
+            (0..200).map(|i| ebb::Message::new(format!("{i:03}{body}"))),
+        )
+        .await;
+    assert!(sent.iter().all(|r| r.is_ok()));
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(
+        b"SUBSCRIBE\ndestination:/queue/slow\nid:1\nack:client-individual\nactivemq.prefetchSize:200\n\n\0",
+    )
+    .await;
+    // All 200 are dispatched to it; the session writes what the socket takes (a few
+    // MB of 12.8) and holds the rest.
+    wait_for_queue(&s.broker, "slow", |q| q.in_flight == 200).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let first = c.frame().await.expect("a MESSAGE");
+    assert_eq!(first.command, Command::Message);
+    assert!(first.body.starts_with(b"000"));
+    drop(c); // gone without an ack
+
+    let options = ebb::SubscribeOptions::non_durable().ack(ebb::AckMode::Client);
+    let mut sub = s.broker.subscribe("queue://slow", options).await.unwrap();
+    let mut marks = Vec::new();
+    for i in 0..200 {
+        let m = next_within(&mut sub, 5_000)
+            .await
+            .expect("every message is back");
+        assert!(
+            m.body().starts_with(format!("{i:03}").as_bytes()),
+            "in order"
+        );
+        marks.push(m.redelivered());
+        sub.ack(&m).await.unwrap();
+    }
+    let written = marks.iter().take_while(|r| **r).count();
+    assert!(written >= 1, "the frame the client read counts");
+    assert!(
+        marks[written..].iter().all(|r| !r),
+        "the redelivered ones are those written first: {marks:?}"
+    );
+    assert!(
+        written < 200,
+        "frames never written are not counted as delivered"
+    );
+    let stats = s.broker.queue_stats("slow").await.unwrap();
+    assert_eq!(stats.dead_lettered, 0);
+    drop(sub);
+    s.stop().await;
+}

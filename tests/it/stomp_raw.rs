@@ -217,7 +217,14 @@ async fn expiry_never_acks_a_live_message_over_stomp(t: TestStore) {
     .await;
     receipt(&mut p, "b").await;
     actix_rt::time::sleep(Duration::from_millis(1_000 + 3 * 100)).await;
-    assert_eq!(s.broker.topic_stats("orders").await.unwrap().expired, 0);
+    assert_eq!(
+        s.broker
+            .topic_stats("topic://orders")
+            .await
+            .unwrap()
+            .expired,
+        0
+    );
     s.stop().await;
 
     let s = server(&t, Limits::default()).await;
@@ -352,7 +359,11 @@ async fn transactional_sends_are_prepared_until_commit(t: TestStore) {
         "stored prepared"
     );
     assert!(
-        s.broker.browse("tx", 0, 10).await.unwrap().is_empty(),
+        s.broker
+            .browse("topic://tx", 0, 10)
+            .await
+            .unwrap()
+            .is_empty(),
         "invisible before COMMIT"
     );
     assert!(
@@ -363,7 +374,7 @@ async fn transactional_sends_are_prepared_until_commit(t: TestStore) {
     receipt(&mut p, "c1").await;
     let m = sub.frame().await.expect("delivered at COMMIT");
     assert_eq!(m.body, &b"in-tx"[..]);
-    assert_eq!(s.broker.browse("tx", 0, 10).await.unwrap().len(), 1);
+    assert_eq!(s.broker.browse("topic://tx", 0, 10).await.unwrap().len(), 1);
 
     p.write(b"BEGIN\ntransaction:t2\n\n\0SEND\ndestination:/topic/tx\npersistent:true\ntransaction:t2\n\naborted\0ABORT\ntransaction:t2\nreceipt:a2\n\n\0").await;
     receipt(&mut p, "a2").await;

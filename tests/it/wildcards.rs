@@ -56,9 +56,11 @@ fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
 /// `orders` itself included, and nothing of others; `orders.*` only one element deep.
 async fn topic_wildcard_reads_running_and_new_topics(t: TestStore) {
     let b = start(&t).await;
-    b.send("orders.eu", Message::new("before")).await.unwrap();
+    b.send("topic://orders.eu", Message::new("before"))
+        .await
+        .unwrap();
     let mut all = b
-        .subscribe("orders.>", SubscribeOptions::non_durable())
+        .subscribe("topic://orders.>", SubscribeOptions::non_durable())
         .await
         .unwrap();
     let mut one_deep = b
@@ -66,12 +68,12 @@ async fn topic_wildcard_reads_running_and_new_topics(t: TestStore) {
         .await
         .unwrap();
     for (topic, text) in [
-        ("orders.eu", "m1"),
-        ("orders.us.west", "m2"),
-        ("other.eu", "no"),
-        ("orders", "m3"),
-        ("ordersx", "no"),
-        ("orders.eu", "m4"),
+        ("topic://orders.eu", "m1"),
+        ("topic://orders.us.west", "m2"),
+        ("topic://other.eu", "no"),
+        ("topic://orders", "m3"),
+        ("topic://ordersx", "no"),
+        ("topic://orders.eu", "m4"),
     ] {
         b.send(topic, Message::new(text)).await.unwrap();
     }
@@ -213,22 +215,32 @@ async fn prefetch_counts_every_destination_together(t: TestStore) {
 /// after a restart; they arrive when it re-attaches, once.
 async fn durable_wildcard_keeps_its_backlog_across_restarts(t: TestStore) {
     let b = start(&t).await;
-    let mut sub = b.subscribe("orders.>", durable()).await.unwrap();
-    b.send("orders.a", Message::new("a1")).await.unwrap();
+    let mut sub = b.subscribe("topic://orders.>", durable()).await.unwrap();
+    b.send("topic://orders.a", Message::new("a1"))
+        .await
+        .unwrap();
     assert_eq!(
         received(&mut sub).await,
         pairs(&[("topic://orders.a", "a1")])
     );
     drop(sub);
-    b.send("orders.a", Message::new("a2")).await.unwrap();
-    b.send("orders.b", Message::new("b1")).await.unwrap();
-    b.send("other", Message::new("no")).await.unwrap();
+    b.send("topic://orders.a", Message::new("a2"))
+        .await
+        .unwrap();
+    b.send("topic://orders.b", Message::new("b1"))
+        .await
+        .unwrap();
+    b.send("topic://other", Message::new("no")).await.unwrap();
     b.shutdown().await.unwrap();
 
     let b = start(&t).await;
-    b.send("orders.c.x", Message::new("c1")).await.unwrap();
-    b.send("orders.b", Message::new("b2")).await.unwrap();
-    let mut sub = b.subscribe("orders.>", durable()).await.unwrap();
+    b.send("topic://orders.c.x", Message::new("c1"))
+        .await
+        .unwrap();
+    b.send("topic://orders.b", Message::new("b2"))
+        .await
+        .unwrap();
+    let mut sub = b.subscribe("topic://orders.>", durable()).await.unwrap();
     let mut got = received(&mut sub).await;
     got.sort();
     assert_eq!(
@@ -242,7 +254,7 @@ async fn durable_wildcard_keeps_its_backlog_across_restarts(t: TestStore) {
     );
     // A second consumer of the same durable subscription is refused.
     let e = b
-        .subscribe("orders.>", durable())
+        .subscribe("topic://orders.>", durable())
         .await
         .err()
         .expect("in use");
@@ -255,9 +267,11 @@ async fn durable_wildcard_keeps_its_backlog_across_restarts(t: TestStore) {
     b.shutdown().await.unwrap();
 
     let b = start(&t).await;
-    let mut sub = b.subscribe("orders.>", durable()).await.unwrap();
+    let mut sub = b.subscribe("topic://orders.>", durable()).await.unwrap();
     assert_eq!(received(&mut sub).await, Vec::new());
-    b.send("orders.d", Message::new("d1")).await.unwrap();
+    b.send("topic://orders.d", Message::new("d1"))
+        .await
+        .unwrap();
     assert_eq!(
         received(&mut sub).await,
         pairs(&[("topic://orders.d", "d1")])
@@ -272,9 +286,12 @@ async fn durable_wildcard_keeps_its_backlog_across_restarts(t: TestStore) {
 async fn a_refused_consumer_changes_nothing_stored(t: TestStore) {
     let b = start(&t).await;
     let with = |text: &str| durable().selector(ebb::Selector::parse(text).unwrap());
-    let first = b.subscribe("fx.>", with("kind = 'a'")).await.unwrap();
+    let first = b
+        .subscribe("topic://fx.>", with("kind = 'a'"))
+        .await
+        .unwrap();
     let e = b
-        .subscribe("fx.>", with("kind = 'b'"))
+        .subscribe("topic://fx.>", with("kind = 'b'"))
         .await
         .err()
         .expect("in use");
@@ -285,9 +302,12 @@ async fn a_refused_consumer_changes_nothing_stored(t: TestStore) {
     let b = start(&t).await;
     for kind in ["a", "b"] {
         let m = Message::new(format!("new-{kind}")).header("kind", kind);
-        b.send("fx.new", m).await.unwrap();
+        b.send("topic://fx.new", m).await.unwrap();
     }
-    let mut sub = b.subscribe("fx.>", with("kind = 'a'")).await.unwrap();
+    let mut sub = b
+        .subscribe("topic://fx.>", with("kind = 'a'"))
+        .await
+        .unwrap();
     assert_eq!(
         received(&mut sub).await,
         pairs(&[("topic://fx.new", "new-a")])
@@ -301,22 +321,28 @@ async fn a_refused_consumer_changes_nothing_stored(t: TestStore) {
 /// (JMS, case DUR-11): the old one goes with its backlog.
 async fn durable_wildcard_is_removed_and_moved_whole(t: TestStore) {
     let b = start(&t).await;
-    drop(b.subscribe("orders.>", durable()).await.unwrap());
-    b.send("orders.a", Message::new("a1")).await.unwrap();
-    b.send("orders.b", Message::new("b1")).await.unwrap();
+    drop(b.subscribe("topic://orders.>", durable()).await.unwrap());
+    b.send("topic://orders.a", Message::new("a1"))
+        .await
+        .unwrap();
+    b.send("topic://orders.b", Message::new("b1"))
+        .await
+        .unwrap();
     assert!(b
-        .remove_durable("orders.>", "client", "all-orders")
+        .remove_durable("topic://orders.>", "client", "all-orders")
         .await
         .unwrap());
     assert!(!b
-        .remove_durable("orders.>", "client", "all-orders")
+        .remove_durable("topic://orders.>", "client", "all-orders")
         .await
         .unwrap());
     for topic in ["topic://orders.a", "topic://orders.b"] {
         assert_eq!(b.store().count_subscriptions(topic).await.unwrap(), 0);
         wait_rows(&b, topic, 0).await;
     }
-    b.send("orders.new", Message::new("n1")).await.unwrap();
+    b.send("topic://orders.new", Message::new("n1"))
+        .await
+        .unwrap();
     assert_eq!(
         b.store()
             .count_messages("topic://orders.new")
@@ -326,13 +352,17 @@ async fn durable_wildcard_is_removed_and_moved_whole(t: TestStore) {
     );
 
     // Wildcard → one topic: the wildcard's subscriptions and backlog go.
-    drop(b.subscribe("orders.>", durable()).await.unwrap());
-    b.send("orders.a", Message::new("a2")).await.unwrap();
-    b.send("orders.b", Message::new("b2")).await.unwrap();
-    let mut one = b.subscribe("orders.a", durable()).await.unwrap();
+    drop(b.subscribe("topic://orders.>", durable()).await.unwrap());
+    b.send("topic://orders.a", Message::new("a2"))
+        .await
+        .unwrap();
+    b.send("topic://orders.b", Message::new("b2"))
+        .await
+        .unwrap();
+    let mut one = b.subscribe("topic://orders.a", durable()).await.unwrap();
     assert_eq!(received(&mut one).await, Vec::new(), "a new subscription");
     assert!(!b
-        .durable_subscription_exists("orders.>", "client", "all-orders")
+        .durable_subscription_exists("topic://orders.>", "client", "all-orders")
         .await
         .unwrap());
     assert_eq!(
@@ -342,14 +372,20 @@ async fn durable_wildcard_is_removed_and_moved_whole(t: TestStore) {
             .unwrap(),
         0
     );
-    b.send("orders.a", Message::new("a3")).await.unwrap();
+    b.send("topic://orders.a", Message::new("a3"))
+        .await
+        .unwrap();
     assert_eq!(received(&mut one).await, pairs(&[("", "a3")]));
     drop(one);
     // …and back: the topic's subscription goes.
-    b.send("orders.a", Message::new("a4")).await.unwrap();
-    let mut all = b.subscribe("orders.>", durable()).await.unwrap();
+    b.send("topic://orders.a", Message::new("a4"))
+        .await
+        .unwrap();
+    let mut all = b.subscribe("topic://orders.>", durable()).await.unwrap();
     assert_eq!(received(&mut all).await, Vec::new(), "a new subscription");
-    b.send("orders.b", Message::new("b3")).await.unwrap();
+    b.send("topic://orders.b", Message::new("b3"))
+        .await
+        .unwrap();
     assert_eq!(
         received(&mut all).await,
         pairs(&[("topic://orders.b", "b3")])
@@ -364,7 +400,7 @@ async fn sending_to_a_wildcard_is_refused(t: TestStore) {
     let s = server(&t, Policy::default()).await;
     let e = s
         .broker
-        .send("orders.>", Message::new("x"))
+        .send("topic://orders.>", Message::new("x"))
         .await
         .unwrap_err();
     assert!(matches!(e, Error::InvalidDestination { .. }), "{e}");
@@ -454,7 +490,7 @@ async fn stomp_durable_wildcard_survives_its_client_and_unsubscribes(t: TestStor
     );
     assert!(!s
         .broker
-        .durable_subscription_exists("orders.>", "shop", "all")
+        .durable_subscription_exists("topic://orders.>", "shop", "all")
         .await
         .unwrap());
     s.stop().await;
@@ -492,7 +528,10 @@ async fn a_wildcard_reads_only_what_the_connection_may_read(t: TestStore) {
     c.write(b"SUBSCRIBE\ndestination:/topic/orders.*\nid:w\nreceipt:s\n\n\0")
         .await;
     receipt(&mut c, "s").await;
-    for (topic, text) in [("orders.secret", "hidden"), ("orders.eu", "shown")] {
+    for (topic, text) in [
+        ("topic://orders.secret", "hidden"),
+        ("topic://orders.eu", "shown"),
+    ] {
         s.broker.send(topic, Message::new(text)).await.unwrap();
     }
     let m = c.frame().await.expect("a MESSAGE");

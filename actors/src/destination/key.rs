@@ -14,6 +14,9 @@ use std::fmt;
 
 use thiserror::Error;
 
+/// Why a name without its kind is refused ([`DestinationKey::parse`]).
+pub const NO_KIND: &str = "a destination names its kind: queue://NAME or /queue/NAME for a queue, topic://NAME or /topic/NAME for a topic";
+
 /// The longest destination name, bytes (the store's `container` column holds the
 /// name and its `queue://` / `topic://` prefix).
 pub const MAX_NAME_BYTES: usize = 200;
@@ -103,7 +106,7 @@ impl DestinationKey {
         })
     }
 
-    /// The topic `name` (plain name).
+    /// The topic `name` (plain name: the kind is given).
     pub fn topic(name: &str) -> Result<Self, InvalidDestination> {
         Self::new(DestinationKind::Topic, name)
     }
@@ -113,13 +116,35 @@ impl DestinationKey {
         Self::new(DestinationKind::Queue, name)
     }
 
-    /// The embedding API's form: `queue://NAME` → a queue; `topic://NAME` or a plain
-    /// `NAME` → a topic.
+    /// A destination as the embedding API and STOMP both take it: `queue://NAME` or
+    /// `/queue/NAME` → a queue, `topic://NAME` or `/topic/NAME` → a topic. A name
+    /// without its kind (`orders`) is refused ([`NO_KIND`]): a queue and a topic of
+    /// the same name are different destinations, and a message sent to a topic
+    /// nobody subscribes to is dropped, so the broker does not guess (ActiveMQ's STOMP
+    /// refuses it too: "destinations must begin with one of /queue/ /topic/").
     pub fn parse(text: &str) -> Result<Self, InvalidDestination> {
-        match Self::split_container(text) {
-            Some((kind, name)) => Self::new(kind, name),
-            None => Self::topic(text),
+        match Self::split_any(text) {
+            Some((kind, name)) => Self::new(kind, name).map_err(|e| InvalidDestination {
+                name: text.to_string(),
+                reason: e.reason,
+            }),
+            None => Err(InvalidDestination {
+                name: text.to_string(),
+                reason: NO_KIND,
+            }),
         }
+    }
+
+    /// The kind and plain name of `text` in any of [`DestinationKey::parse`]'s forms.
+    fn split_any(text: &str) -> Option<(DestinationKind, &str)> {
+        Self::split_container(text).or_else(|| {
+            if let Some(name) = text.strip_prefix("/queue/") {
+                Some((DestinationKind::Queue, name))
+            } else {
+                text.strip_prefix("/topic/")
+                    .map(|name| (DestinationKind::Topic, name))
+            }
+        })
     }
 
     /// A store key (`topic://NAME` or `queue://NAME`) read back from the store or a
@@ -134,24 +159,11 @@ impl DestinationKey {
         }
     }
 
-    /// STOMP's form, as ActiveMQ's: `/queue/NAME` or `/topic/NAME`.
+    /// A STOMP `destination` header: the same forms as [`DestinationKey::parse`]
+    /// (ActiveMQ's `/queue/NAME`, `/topic/NAME`, and the API's `queue://NAME`,
+    /// `topic://NAME`), meaning the same.
     pub fn from_stomp(destination: &str) -> Result<Self, InvalidDestination> {
-        for kind in [DestinationKind::Topic, DestinationKind::Queue] {
-            let prefix = match kind {
-                DestinationKind::Topic => "/topic/",
-                DestinationKind::Queue => "/queue/",
-            };
-            if let Some(name) = destination.strip_prefix(prefix) {
-                return Self::new(kind, name).map_err(|e| InvalidDestination {
-                    name: destination.to_string(),
-                    reason: e.reason,
-                });
-            }
-        }
-        Err(InvalidDestination {
-            name: destination.to_string(),
-            reason: "use /queue/NAME or /topic/NAME",
-        })
+        Self::parse(destination)
     }
 
     fn split_container(text: &str) -> Option<(DestinationKind, &str)> {
@@ -232,31 +244,25 @@ impl DestinationPattern {
         Ok(Self { kind, segments })
     }
 
-    /// A subscription's wildcard destination in the embedding API's form
-    /// (`queue://jobs.*`, `topic://orders.>`, or a plain `orders.>` for a topic):
+    /// A subscription's wildcard destination, in [`DestinationKey::parse`]'s forms
+    /// (`queue://jobs.*`, `/topic/orders.>`; a name without its kind is refused):
     /// `Ok(None)` when `text` has no wildcard segment (it names one destination), the
     /// pattern when it has one, or why it can be neither. The name rules are those
     /// of [`DestinationKey::new`] (at most [`MAX_NAME_BYTES`], no control characters),
     /// plus the pattern's (no empty segment, `>` last).
     pub fn subscription(text: &str) -> Result<Option<Self>, InvalidDestination> {
-        let (kind, name) =
-            DestinationKey::split_container(text).unwrap_or((DestinationKind::Topic, text));
+        let Some((kind, name)) = DestinationKey::split_any(text) else {
+            return Err(InvalidDestination {
+                name: text.to_string(),
+                reason: NO_KIND,
+            });
+        };
         Self::of_name(kind, name, text)
     }
 
-    /// [`Self::subscription`] for STOMP's form (`/topic/orders.>`, `/queue/jobs.*`).
+    /// [`Self::subscription`] for a STOMP `destination` header: the same forms.
     pub fn subscription_from_stomp(destination: &str) -> Result<Option<Self>, InvalidDestination> {
-        let kind = if destination.starts_with("/topic/") {
-            DestinationKind::Topic
-        } else if destination.starts_with("/queue/") {
-            DestinationKind::Queue
-        } else {
-            return Err(InvalidDestination {
-                name: destination.to_string(),
-                reason: "use /queue/NAME or /topic/NAME",
-            });
-        };
-        Self::of_name(kind, &destination[7..], destination)
+        Self::subscription(destination)
     }
 
     fn of_name(
@@ -385,11 +391,14 @@ mod tests {
         assert_eq!(DestinationKey::parse("queue://jobs").unwrap(), q);
         assert_eq!(DestinationKey::from_container("queue://jobs").unwrap(), q);
         assert_eq!(DestinationKey::from_stomp("/queue/jobs").unwrap(), q);
+        // One syntax: each form means the same in the API and on STOMP.
+        assert_eq!(DestinationKey::parse("/queue/jobs").unwrap(), q);
+        assert_eq!(DestinationKey::from_stomp("queue://jobs").unwrap(), q);
         assert_eq!(q.container(), "queue://jobs");
         assert_eq!(q.to_string(), "queue://jobs");
         assert_eq!(q.stomp(), "/queue/jobs");
         assert_eq!(q.name(), "jobs");
-        let t = DestinationKey::parse("orders.eu").unwrap();
+        let t = DestinationKey::parse("/topic/orders.eu").unwrap();
         assert_eq!(t, DestinationKey::parse("topic://orders.eu").unwrap());
         assert_eq!(t, DestinationKey::from_stomp("/topic/orders.eu").unwrap());
         assert!(t.is_topic() && !t.is_queue());
@@ -408,6 +417,9 @@ mod tests {
     fn bad_names_are_refused_with_the_reason() {
         for bad in [
             "",
+            "orders",
+            "/queue/",
+            "/temp-queue/a",
             "topic://a://b",
             "a.*",
             "a.>",
@@ -424,11 +436,15 @@ mod tests {
         assert!(DestinationKey::topic(&"x".repeat(201)).is_err());
         assert!(DestinationKey::topic(&"x".repeat(200)).is_ok());
         assert!(DestinationKey::from_container("jobs").is_err());
-        let e = DestinationKey::from_stomp("jobs").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "invalid destination `jobs`: use /queue/NAME or /topic/NAME"
-        );
+        for bare in ["jobs", "orders.eu"] {
+            let api = DestinationKey::parse(bare).unwrap_err();
+            let stomp = DestinationKey::from_stomp(bare).unwrap_err();
+            assert_eq!(api.to_string(), stomp.to_string(), "the same refusal");
+            assert_eq!(
+                api.to_string(),
+                format!("invalid destination `{bare}`: {NO_KIND}")
+            );
+        }
         let e = DestinationKey::from_stomp("/queue/a.>").unwrap_err();
         assert_eq!(e.name, "/queue/a.>");
     }
@@ -480,10 +496,18 @@ mod tests {
 
     #[test]
     fn subscriptions_name_a_pattern_only_with_a_wildcard() {
-        assert_eq!(DestinationPattern::subscription("orders.eu").unwrap(), None);
-        let p = DestinationPattern::subscription("orders.>")
+        assert_eq!(
+            DestinationPattern::subscription("topic://orders.eu").unwrap(),
+            None
+        );
+        assert!(DestinationPattern::subscription("orders.>").is_err());
+        let p = DestinationPattern::subscription("topic://orders.>")
             .unwrap()
             .unwrap();
+        assert_eq!(
+            DestinationPattern::subscription("/topic/orders.>").unwrap(),
+            Some(p.clone())
+        );
         assert_eq!(p.to_string(), "topic://orders.>");
         assert_eq!(p.stomp(), "/topic/orders.>");
         let q = DestinationPattern::subscription_from_stomp("/queue/jobs.*")
