@@ -83,7 +83,9 @@ async fn consume(broker: &Broker, how: Loop, messages: u64) -> Result<u64, Strin
         let acked = match how {
             Loop::Windowed => sub.ack(&m).await,
             Loop::EachCommit => acker.ack(&m).await,
-            Loop::UpTo100 if taken % 100 == 0 || taken == messages => acker.ack_up_to(&m).await,
+            Loop::UpTo100 if taken.is_multiple_of(100) || taken == messages => {
+                acker.ack_up_to(&m).await
+            }
             Loop::UpTo100 | Loop::Auto => Ok(()),
         };
         acked.map_err(|e| format!("ack failed: {e}"))?;
