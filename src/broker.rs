@@ -663,15 +663,21 @@ impl Acker {
 impl Subscription {
     /// In [`AckMode::Auto`]: acks (cumulatively) every message the stream has yielded
     /// and not acked yet. Pushed into the destination's mailbox now, so it is handled
-    /// before a later detach.
+    /// before a later detach; its commit is awaited by [`Subscription::commit_acks`].
     fn flush_auto_acks(&mut self) {
         if let Some(delivery_id) = self.auto_ack.up_to.take() {
             self.auto_ack.taken = 0;
-            self.destination.ack.do_send(Ack {
+            let ack = Ack {
                 subscription: self.id,
                 delivery_id,
                 cumulative: true,
-            });
+            };
+            // In the window as `ack`'s (a fresh sender: in the mailbox now), so
+            // `commit_acks` waits for it and a failed commit is reported.
+            let answer = Box::pin(self.destination.ack.clone().send(ack));
+            let window = self.acks.get_mut();
+            window.in_flight.push_back(answer);
+            window.collect(&self.destination);
         }
     }
 }
