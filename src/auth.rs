@@ -18,9 +18,11 @@ use ebb_actors::destination::{DestinationKey, DestinationPattern};
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct User {
+    /// The name a connection gives as its STOMP `login`.
     pub login: String,
     /// An argon2 PHC string (`$argon2id$...`), as `ebb passwd` prints.
     pub password_hash: String,
+    /// Groups it belongs to; authorization entries grant rights to groups.
     #[serde(default)]
     pub groups: Vec<String>,
 }
@@ -29,11 +31,15 @@ pub struct User {
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthorizationEntry {
+    /// A destination pattern (`queue://jobs`, `topic://orders.>`): the entry covers what it matches.
     pub destination: String,
+    /// Groups that may consume (SUBSCRIBE, browse) from it.
     #[serde(default)]
     pub read: Vec<String>,
+    /// Groups that may send to it.
     #[serde(default)]
     pub write: Vec<String>,
+    /// Groups that may create or remove its durable subscriptions (ActiveMQ's `admin`).
     #[serde(default)]
     pub admin: Vec<String>,
 }
@@ -41,8 +47,11 @@ pub struct AuthorizationEntry {
 /// A right an operation needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Right {
+    /// Consume: SUBSCRIBE, browse.
     Read,
+    /// Send.
     Write,
+    /// Create or remove a durable subscription.
     Admin,
 }
 
@@ -59,7 +68,9 @@ impl Right {
 /// An authenticated connection's identity: its login and groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
+    /// The login it connected with.
     pub login: String,
+    /// Its groups, from the configuration.
     pub groups: Vec<String>,
 }
 
@@ -67,7 +78,9 @@ pub struct Principal {
 /// everyone in.
 #[derive(Debug, Clone, Default)]
 pub struct Security {
+    /// Who may connect (none: anyone, without a login).
     pub users: Vec<User>,
+    /// Who may do what; the first entry that matches a destination decides (none: everyone may do everything).
     pub authorization: Vec<AuthorizationEntry>,
 }
 

@@ -159,6 +159,9 @@ pub struct Message {
     pub persistent: bool,
     /// 0..=9, default 4.
     pub priority: u8,
+    /// When it expires (default [`Expiration::Never`]): an expired message is never
+    /// delivered, and housekeeping removes it (or moves it to the dead-letter queue
+    /// with `dead_letter_expired`).
     pub expiration: Expiration,
     /// The connection that sends it, as the caller numbers its connections: a
     /// subscription with [`SubscribeOptions::no_local`] of the same number does not
@@ -185,6 +188,8 @@ impl Message {
         self
     }
 
+    /// Stored (`true`, the default) or kept in memory only (see
+    /// [`Message::persistent`](struct@Message)).
     pub fn persistent(mut self, persistent: bool) -> Self {
         self.persistent = persistent;
         self
@@ -208,6 +213,7 @@ impl Message {
         self
     }
 
+    /// Adds a user header (delivered in the order added; a selector can test it).
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self
@@ -279,6 +285,7 @@ pub struct SubscribeOptions {
     /// Messages delivered and not acked at once (default: the policy's
     /// `durable_prefetch` 100 or `topic_prefetch` 32,767).
     pub prefetch: Option<u32>,
+    /// How the consumer acks ([`AckMode::Auto`] by default).
     pub ack: AckMode,
     /// A JMS message selector ([`Selector::parse`]): only messages it matches are
     /// delivered. On a queue, matching messages are found in the store beyond what the
@@ -328,11 +335,15 @@ impl SubscribeOptions {
         }
     }
 
+    /// At most `prefetch` messages delivered and not acked at once (1 to 32,767; as
+    /// ActiveMQ's `prefetchSize`); default: the destination policy's
+    /// `queue_prefetch` (1,000), `durable_prefetch` (100) or `topic_prefetch` (32,767).
     pub fn prefetch(mut self, prefetch: u32) -> Self {
         self.prefetch = Some(prefetch);
         self
     }
 
+    /// How the consumer acks: [`AckMode::Auto`] (default) or [`AckMode::Client`].
     pub fn ack(mut self, ack: AckMode) -> Self {
         self.ack = ack;
         self
@@ -374,6 +385,7 @@ pub struct Received {
 }
 
 impl Received {
+    /// The body, bytes.
     pub fn body(&self) -> &[u8] {
         &self.delivery.message.payload.body
     }
@@ -383,10 +395,20 @@ impl Received {
         self.delivery.message.payload.body.clone()
     }
 
+    /// The user headers, in the order sent.
     pub fn headers(&self) -> &[(String, String)] {
         &self.delivery.message.payload.headers
     }
 
+    /// The value of the first user header called `name`, if any.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers()
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The message id the broker gave it (`ID:ebb-…`), as STOMP's `message-id`.
     pub fn message_id(&self) -> &str {
         &self.delivery.message.message_id
     }
@@ -396,6 +418,7 @@ impl Received {
         self.delivery.message.id
     }
 
+    /// Its priority, 0..=9.
     pub fn priority(&self) -> u8 {
         self.delivery.message.priority
     }
@@ -771,12 +794,17 @@ impl Drop for Subscription {
 /// A message as browsing shows it (never acked, never expired by browsing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrowsedMessage {
+    /// Its store id (send order; 0 for a non-persistent message, kept in memory).
     pub store_id: i64,
+    /// The message id the broker gave it.
     pub message_id: String,
+    /// 0..=9.
     pub priority: u8,
     /// Epoch ms; 0 = never.
     pub expiration: i64,
+    /// User headers, in order.
     pub headers: Vec<(String, String)>,
+    /// The body.
     pub body: bytes::Bytes,
 }
 
@@ -2096,11 +2124,17 @@ fn browsed(m: &ebb_store::StoredMessage) -> BrowsedMessage {
 /// none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct UsageSnapshot {
+    /// Bytes of messages held in memory now.
     pub memory_bytes: u64,
+    /// [`UsageConfig::memory`].
     pub memory_limit: u64,
+    /// Bytes of messages in the store now.
     pub store_bytes: u64,
+    /// [`UsageConfig::store`].
     pub store_limit: u64,
+    /// Bytes of non-persistent messages held now.
     pub temp_bytes: u64,
+    /// [`UsageConfig::temp`].
     pub temp_limit: u64,
     /// Producers waiting in [`Broker::wait_for_space`] now.
     pub blocked_producers: u64,

@@ -31,12 +31,16 @@ use serde::Deserialize;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
+    /// `[store]`: where messages are kept.
     #[serde(default)]
     pub store: StoreSection,
+    /// `[stomp]`: the listener and its limits.
     #[serde(default)]
     pub stomp: StompSection,
+    /// `[[policy]]` entries, matched by destination pattern, first match wins.
     #[serde(default)]
     pub policy: Vec<PolicySection>,
+    /// `[housekeeping]`: expiry pages run at once.
     #[serde(default)]
     pub housekeeping: HousekeepingSection,
     /// System usage limits and producer flow control (`[usage]`).
@@ -55,6 +59,7 @@ pub struct FileConfig {
     pub authorization: Vec<crate::auth::AuthorizationEntry>,
 }
 
+/// `[store]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSection {
@@ -66,6 +71,7 @@ pub struct StoreSection {
     pub schema: Option<String>,
 }
 
+/// `[stomp]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StompSection {
@@ -126,6 +132,7 @@ impl UsageSection {
     }
 }
 
+/// `[housekeeping]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HousekeepingSection {
@@ -137,30 +144,42 @@ pub struct HousekeepingSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicySection {
+    /// The destinations it applies to: a pattern (`queue://>`, `topic://orders.*`).
     #[serde(deserialize_with = "pattern")]
     pub destination: String,
     /// ms; 0 = off.
     pub expire_messages_period: Option<u64>,
+    /// Rows one expiry page loads at most (ActiveMQ's `maxExpirePageSize`, default 400).
     #[serde(default, deserialize_with = "at_least_one")]
     pub max_expire_page_size: Option<u32>,
+    /// Higher priority first, one high-water mark per priority (ActiveMQ's `prioritizedMessages`; default off).
     pub prioritized_messages: Option<bool>,
+    /// Un-acked deliveries of a durable subscription (default 100).
     #[serde(default, deserialize_with = "at_least_one")]
     pub durable_prefetch: Option<u32>,
+    /// Un-acked deliveries of a non-durable topic subscription (default 32,767).
     #[serde(default, deserialize_with = "at_least_one")]
     pub topic_prefetch: Option<u32>,
+    /// Expiry also acks for online durable subscriptions (default off).
     pub expire_online_durable_subscriptions: Option<bool>,
+    /// Messages waiting for a slow non-durable subscription before the oldest are discarded (default 10,000).
     pub max_pending_non_durable: Option<u32>,
+    /// Un-acked deliveries of a queue consumer (default 1,000).
     #[serde(default, deserialize_with = "at_least_one")]
     pub queue_prefetch: Option<u32>,
+    /// Messages a queue reads from the store per page (ActiveMQ's `maxPageSize`, default 200).
     #[serde(default, deserialize_with = "at_least_one")]
     pub max_page_size: Option<u32>,
+    /// Messages one page of a browse or selector scan reads (ActiveMQ's `maxBrowsePageSize`, default 400).
     #[serde(default, deserialize_with = "at_least_one")]
     pub max_browse_page_size: Option<u32>,
+    /// Failed deliveries before a queue message goes to the dead-letter queue (ActiveMQ's `maximumRedeliveries`, default 6).
     pub maximum_redeliveries: Option<u32>,
     /// A shared dead-letter queue's name (default: `DLQ.<queue>` per queue); it must be a
     /// valid queue name (no wildcards, not empty).
     #[serde(default, deserialize_with = "queue_name")]
     pub dead_letter_queue: Option<String>,
+    /// Expired queue messages go to the dead-letter queue instead of being dropped (default off).
     pub dead_letter_expired: Option<bool>,
     /// The destination's own memory limit (bytes or with a unit; 0 = none).
     pub memory_limit: Option<ByteSize>,
@@ -253,6 +272,7 @@ impl FileConfig {
         Self::parse(&text).map_err(|e| format!("configuration {}: {e}", path.display()))
     }
 
+    /// Parses a configuration file's text (TOML). Errors: the TOML's own (with its line), or a rule it breaks (an unknown right, an invalid pattern), as text.
     pub fn parse(text: &str) -> Result<Self, String> {
         let config: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
         config.security().validate()?;

@@ -15,7 +15,12 @@ pub enum Error {
     Actor(ActorError),
     /// A destination name that cannot be used; the text says why.
     #[error("invalid destination `{name}`: {reason}")]
-    InvalidDestination { name: String, reason: &'static str },
+    InvalidDestination {
+        /// The name as given.
+        name: String,
+        /// Why it cannot be used.
+        reason: &'static str,
+    },
     /// A priority outside 0..=9.
     #[error("invalid priority {0}: priorities run from 0 to 9")]
     InvalidPriority(u8),
@@ -27,8 +32,11 @@ pub enum Error {
     ResourceLimit {
         /// Which limit: `memory`, `temp`, `store`, or a destination (`queue://jobs`).
         usage: String,
+        /// Bytes in use when the send was refused.
         used: u64,
+        /// The limit, bytes.
         limit: u64,
+        /// How long the send waited for space first, ms (`None`: it did not wait).
         waited_ms: Option<u64>,
     },
     /// A durable subscription needs a client id and a subscription name.

@@ -158,6 +158,8 @@
 //! is one shared buffer (`bytes::Bytes`) from the STOMP codec to the store and to
 //! every subscriber.
 
+#![warn(missing_docs)]
+
 pub mod auth;
 pub mod broker;
 #[cfg(feature = "cli")]

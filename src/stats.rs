@@ -94,6 +94,7 @@ pub use ebb_actors::DestinationKind;
 pub struct DestinationStats {
     /// The store key, e.g. `topic://orders` or `queue://jobs`.
     pub destination: String,
+    /// Topic or queue.
     pub kind: DestinationKind,
     /// Messages waiting: pending plus in flight. For a topic, the message rows the
     /// store holds for it: persistent messages some durable subscription has not acked
@@ -192,6 +193,7 @@ impl DestinationStats {
 /// A snapshot of the whole broker: [`Broker::stats`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BrokerStats {
+    /// Memory, store and temp usage and limits.
     pub usage: UsageStats,
     /// One entry per running destination, sorted by store key, at most
     /// [`MAX_DESTINATIONS`].

@@ -37,6 +37,7 @@ pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9404";
 #[derive(Debug, Parser)]
 #[command(name = "ebb", version, about)]
 pub struct Cli {
+    /// The command to run.
     #[command(subcommand)]
     pub command: Command,
 }

@@ -72,34 +72,63 @@ pub const PAGE_ROW_BUCKETS: &[f64] = &[0.0, 1.0, 10.0, 50.0, 100.0, 200.0, 400.0
 
 /// Metric names, shared with `ebb stat`'s reader (`ebb::cli::stat`).
 pub mod names {
+    /// Bytes of messages held in memory.
     pub const MEMORY_USAGE_BYTES: &str = "ebb_memory_usage_bytes";
+    /// Memory limit in bytes (0 = none).
     pub const MEMORY_LIMIT_BYTES: &str = "ebb_memory_limit_bytes";
+    /// Memory usage / limit, 0..1 (0 without a limit).
     pub const MEMORY_USAGE_RATIO: &str = "ebb_memory_usage_ratio";
+    /// Bytes the store's messages take.
     pub const STORE_USAGE_BYTES: &str = "ebb_store_usage_bytes";
+    /// Store limit in bytes (0 = none).
     pub const STORE_LIMIT_BYTES: &str = "ebb_store_limit_bytes";
+    /// Store usage / limit, 0..1 (0 without a limit).
     pub const STORE_USAGE_RATIO: &str = "ebb_store_usage_ratio";
+    /// Bytes in temporary storage.
     pub const TEMP_USAGE_BYTES: &str = "ebb_temp_usage_bytes";
+    /// Temporary storage limit in bytes (0 = none).
     pub const TEMP_LIMIT_BYTES: &str = "ebb_temp_limit_bytes";
+    /// Temp usage / limit, 0..1 (0 without a limit).
     pub const TEMP_USAGE_RATIO: &str = "ebb_temp_usage_ratio";
+    /// Producers waiting for space (flow control).
     pub const PRODUCERS_BLOCKED: &str = "ebb_producers_blocked";
+    /// Running destinations.
     pub const DESTINATIONS: &str = "ebb_destinations";
+    /// How long the expiry page waiting longest for a housekeeping permit has waited, seconds.
     pub const HOUSEKEEPING_LAG_SECONDS: &str = "ebb_housekeeping_lag_seconds";
+    /// Expiry pages waiting for a housekeeping permit.
     pub const HOUSEKEEPING_PAGES_WAITING: &str = "ebb_housekeeping_pages_waiting";
+    /// The broker process's resident memory.
     pub const PROCESS_RESIDENT_BYTES: &str = "ebb_process_resident_memory_bytes";
+    /// The broker process's peak resident memory.
     pub const PROCESS_PEAK_RESIDENT_BYTES: &str = "ebb_process_peak_resident_memory_bytes";
+    /// Most rows one expiry page of a destination handled since start.
     pub const MAX_EXPIRY_PAGE_ROWS: &str = "ebb_destination_max_expiry_page_rows";
+    /// Messages pending plus in flight.
     pub const QUEUE_SIZE: &str = "ebb_destination_queue_size";
+    /// Deliveries not acked yet.
     pub const IN_FLIGHT: &str = "ebb_destination_in_flight";
+    /// Consumers attached.
     pub const CONSUMERS: &str = "ebb_destination_consumers";
+    /// Producers sending.
     pub const PRODUCERS: &str = "ebb_destination_producers";
+    /// Bytes of messages a destination holds in memory.
     pub const DESTINATION_MEMORY_BYTES: &str = "ebb_destination_memory_usage_bytes";
+    /// Producers of a destination waiting for space.
     pub const DESTINATION_PRODUCERS_BLOCKED: &str = "ebb_destination_producers_blocked";
+    /// Messages accepted since start.
     pub const ENQUEUED_TOTAL: &str = "ebb_destination_enqueued_total";
+    /// Deliveries handed to consumers since start (topics: not acks).
     pub const DEQUEUED_TOTAL: &str = "ebb_destination_dequeued_total";
+    /// Message expirations since start.
     pub const EXPIRED_TOTAL: &str = "ebb_destination_expired_total";
+    /// Messages sent to a dead-letter queue.
     pub const DEAD_LETTERED_TOTAL: &str = "ebb_destination_dead_lettered_total";
+    /// Expiry pages finished since start.
     pub const EXPIRY_PAGES_TOTAL: &str = "ebb_expiry_pages_total";
+    /// Expiry runs (chains of pages) started since start.
     pub const EXPIRY_RUNS_TOTAL: &str = "ebb_expiry_runs_total";
+    /// Rows one expiry page loaded.
     pub const EXPIRY_PAGE_ROWS: &str = "ebb_expiry_page_rows";
     /// The label every per-destination metric has: the store key.
     pub const DESTINATION_LABEL: &str = "destination";

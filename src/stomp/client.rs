@@ -27,13 +27,20 @@ pub enum ClientError {
     /// The TCP connection could not be made.
     #[error("cannot connect to a STOMP broker at {addr}: {source}")]
     Connect {
+        /// The address it tried.
         addr: String,
+        /// Why the connection failed.
         source: std::io::Error,
     },
     /// The broker answered CONNECT with something other than CONNECTED (`answer` is
     /// [`describe`] of it), or closed.
     #[error("{addr} refused the connection: {answer}")]
-    Refused { addr: String, answer: String },
+    Refused {
+        /// The broker's address.
+        addr: String,
+        /// What it answered instead.
+        answer: String,
+    },
     /// An ERROR frame came where a receipt was awaited ([`describe`] of it).
     #[error("{0}")]
     ErrorFrame(String),

@@ -38,6 +38,7 @@ impl Default for Limits {
 /// What the decoder yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Incoming {
+    /// A whole frame.
     Frame(Frame),
     /// A lone EOL between frames (a heart-beat).
     Heartbeat,
@@ -59,11 +60,14 @@ impl From<std::io::Error> for ProtocolError {
 /// The codec of one connection; its version changes after CONNECT.
 #[derive(Debug, Clone)]
 pub struct StompCodec {
+    /// The protocol version of the connection (1.0 until CONNECT negotiates one): escaping follows it.
     pub version: Version,
+    /// Frame size and header limits.
     pub limits: Limits,
 }
 
 impl StompCodec {
+    /// A codec for a new connection (STOMP 1.0 until CONNECT) with `limits`.
     pub fn new(limits: Limits) -> Self {
         Self {
             version: Version::V1_0,
@@ -257,7 +261,9 @@ impl StompCodec {
 /// What the encoder writes.
 #[derive(Debug, Clone)]
 pub enum Outgoing {
+    /// A frame.
     Frame(Frame),
+    /// A heart-beat: one EOL.
     Heartbeat,
 }
 

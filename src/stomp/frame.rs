@@ -3,12 +3,16 @@
 /// A STOMP protocol version, as negotiated by CONNECT's `accept-version`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Version {
+    /// STOMP 1.0.
     V1_0,
+    /// STOMP 1.1.
     V1_1,
+    /// STOMP 1.2.
     V1_2,
 }
 
 impl Version {
+    /// The version as `accept-version` and `version` write it (`1.2`).
     pub fn as_str(self) -> &'static str {
         match self {
             Version::V1_0 => "1.0",
@@ -38,20 +42,35 @@ impl Version {
 /// Every STOMP command, client and server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
+    /// CONNECT (client).
     Connect,
+    /// STOMP: CONNECT's other name (client, 1.1+).
     Stomp,
+    /// SEND a message (client).
     Send,
+    /// SUBSCRIBE (client).
     Subscribe,
+    /// UNSUBSCRIBE (client).
     Unsubscribe,
+    /// ACK a message (client).
     Ack,
+    /// NACK a message (client, 1.1+).
     Nack,
+    /// BEGIN a transaction (client).
     Begin,
+    /// COMMIT a transaction (client).
     Commit,
+    /// ABORT a transaction (client).
     Abort,
+    /// DISCONNECT (client).
     Disconnect,
+    /// CONNECTED (server).
     Connected,
+    /// MESSAGE (server).
     Message,
+    /// RECEIPT (server).
     Receipt,
+    /// ERROR (server).
     Error,
 }
 
@@ -74,6 +93,7 @@ impl Command {
         Command::Error,
     ];
 
+    /// The command as it is written on the wire (`SEND`).
     pub fn as_str(self) -> &'static str {
         match self {
             Command::Connect => "CONNECT",
@@ -94,6 +114,7 @@ impl Command {
         }
     }
 
+    /// The command `text` names (exact, upper case), if any.
     pub fn parse(text: &str) -> Option<Command> {
         Self::ALL.into_iter().find(|c| c.as_str() == text)
     }
@@ -108,13 +129,16 @@ impl Command {
 /// body bytes (NUL allowed with `content-length`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
+    /// The command.
     pub command: Command,
+    /// Headers in wire order (repeats kept: the first one counts).
     pub headers: Vec<(String, String)>,
     /// The body: a shared buffer (cloning a frame or its body copies no bytes).
     pub body: bytes::Bytes,
 }
 
 impl Frame {
+    /// A frame of `command` with no header and an empty body.
     pub fn new(command: Command) -> Self {
         Self {
             command,
@@ -123,11 +147,13 @@ impl Frame {
         }
     }
 
+    /// Adds a header at the end.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self
     }
 
+    /// Sets the body.
     pub fn body(mut self, body: impl Into<bytes::Bytes>) -> Self {
         self.body = body.into();
         self

@@ -115,6 +115,7 @@ impl ClientIds {
         self.held.lock().len()
     }
 
+    /// True when no client id is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

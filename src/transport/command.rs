@@ -144,8 +144,11 @@ pub struct SubscribeHeaders {
 /// against the messages waiting for an ack.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AckRef {
+    /// STOMP 1.2's `id` (the MESSAGE's `ack` header).
     pub id: Option<String>,
+    /// STOMP 1.0/1.1's `message-id`.
     pub message_id: Option<String>,
+    /// STOMP 1.1's `subscription`.
     pub subscription: Option<String>,
 }
 
@@ -156,7 +159,9 @@ pub enum Command {
     Connect {
         /// The highest version both sides speak (`accept-version`; none: 1.0).
         version: Version,
+        /// `login`, checked against the configured users.
         login: Option<String>,
+        /// `passcode`, checked against the login's password hash.
         passcode: Option<String>,
         /// `heart-beat`: (client sends every ms, client wants every ms); 0 = none.
         heart_beat: (u64, u64),
@@ -165,7 +170,9 @@ pub enum Command {
         /// `request-id`, echoed as CONNECTED's `response-id`.
         request_id: Option<String>,
     },
+    /// SEND: a message for a destination.
     Send {
+        /// Where it goes (`/queue/NAME`, `/topic/NAME`, `queue://NAME`, `topic://NAME`).
         destination: DestinationKey,
         /// Body, user headers, and `persistent`, `priority`, `expires` as ActiveMQ
         /// reads them.
@@ -173,39 +180,55 @@ pub enum Command {
         /// The `transaction` header as given (an empty one names no open transaction).
         transaction: Option<String>,
     },
+    /// SUBSCRIBE.
     Subscribe {
         /// One destination, or a wildcard destination (`/topic/orders.>`).
         destination: Target,
         /// `id`; on STOMP 1.0 the destination when there is none.
         id: String,
+        /// `ack`: `auto`, `client` or `client-individual`.
         ack: StompAck,
         /// What else the SUBSCRIBE asks for (boxed: a selector is large, and every
         /// frame held in the pipeline is a `Command`).
         options: Box<SubscribeHeaders>,
     },
+    /// UNSUBSCRIBE.
     Unsubscribe {
         /// `id`, or the destination (STOMP 1.0).
         id: String,
         /// `activemq.subscriptionName`: also delete the durable subscription.
         durable_name: Option<String>,
     },
+    /// ACK.
     Ack {
+        /// Which delivery.
         ack: AckRef,
+        /// The `transaction` it belongs to (applied at COMMIT).
         transaction: Option<String>,
     },
+    /// NACK.
     Nack {
+        /// Which delivery.
         ack: AckRef,
+        /// The `transaction` it belongs to (applied at COMMIT).
         transaction: Option<String>,
     },
+    /// BEGIN.
     Begin {
+        /// Its `transaction` name.
         transaction: String,
     },
+    /// COMMIT.
     Commit {
+        /// The `transaction` to commit.
         transaction: String,
     },
+    /// ABORT.
     Abort {
+        /// The `transaction` to roll back.
         transaction: String,
     },
+    /// DISCONNECT (its receipt comes after every frame before it).
     Disconnect,
 }
 

@@ -38,6 +38,7 @@ use crate::stomp::codec::{Incoming, Limits, Outgoing, StompCodec};
 /// What every connection of a listener shares.
 #[derive(Debug, Clone)]
 pub struct ConnectionConfig {
+    /// Frame size and header limits of each connection's codec.
     pub limits: Limits,
     /// Heart-beat the server offers: it can send every `.0` ms and wants one from the
     /// client every `.1` ms (STOMP `heart-beat` header; 0 = none).
