@@ -545,10 +545,11 @@ impl Subscription {
     /// [`Acker::ack`] answers only after its own commit. As Artemis's consumers, which
     /// send acks without blocking by default (`blockOnAcknowledge=false`).
     ///
-    /// Errors: [`Error::ShuttingDown`] after shutdown; an earlier ack's failed commit
+    /// Errors: [`Error::ShuttingDown`] after shutdown; an earlier ack's failure,
+    /// reported once, by the next `ack`, `ack_up_to` or `commit_acks`: a failed commit
     /// ([`Error::Actor`] with the store's error; its message stays stored and is
-    /// delivered again), reported once, by the next `ack`, `ack_up_to` or
-    /// `commit_acks`.
+    /// delivered again), or an ack of a message already acked or refused
+    /// ([`Error::Actor`], "not waiting for an ack").
     pub async fn ack(&self, message: &Received) -> Result<(), Error> {
         self.ack_in_window(message.delivery.delivery_id, false)
             .await
@@ -648,7 +649,8 @@ impl Acker {
     /// committed together.
     ///
     /// Errors: [`Error::ShuttingDown`] after shutdown; [`Error::Actor`] when the store
-    /// write failed (the message stays stored and is delivered again).
+    /// write failed (the message stays stored and is delivered again), or when the
+    /// message was acked or refused (NACK) already ("not waiting for an ack").
     pub async fn ack(&self, message: &Received) -> Result<(), Error> {
         self.send(message.delivery.delivery_id, false).await
     }

@@ -61,7 +61,8 @@ pub fn handed_up_to(handed: &Option<Handed>) -> u64 {
 
 /// Ack deliveries of a subscription: one (`cumulative == false`, client-individual)
 /// or every un-acked one up to it (client ack). Answered after the store committed
-/// the acks of a durable subscription.
+/// the acks of a durable subscription. An individual ack of a delivery that is not
+/// waiting for one (acked or refused already) is [`ActorError::not_awaiting_ack`].
 #[derive(Message)]
 #[rtype(result = "Result<(), ActorError>")]
 pub struct Ack {

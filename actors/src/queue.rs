@@ -1026,11 +1026,10 @@ impl Handler<Ack> for QueueActor {
                 .into_values()
                 .collect()
         } else {
-            consumer
-                .in_flight
-                .remove(&msg.delivery_id)
-                .into_iter()
-                .collect()
+            let Some(place) = consumer.in_flight.remove(&msg.delivery_id) else {
+                return Response::reply(Err(ActorError::not_awaiting_ack(msg.delivery_id)));
+            };
+            vec![place]
         };
         let mut ids = Vec::new();
         for place in places {

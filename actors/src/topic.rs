@@ -790,6 +790,9 @@ impl Handler<Ack> for TopicActor {
             return Response::reply(Err(unknown));
         };
         let acked: Vec<InFlight> = sub.ack(msg.delivery_id, msg.cumulative);
+        if acked.is_empty() && !msg.cumulative {
+            return Response::reply(Err(ActorError::not_awaiting_ack(msg.delivery_id)));
+        }
         let key = sub.durable.clone();
         self.dispatch(msg.subscription, ctx);
         let messages: Vec<(i64, u8)> = acked

@@ -413,7 +413,11 @@ impl Handler<Ack> for WildcardActor {
                 .into_values()
                 .collect()
         } else {
-            self.unacked.remove(&msg.delivery_id).into_iter().collect()
+            let Some(acked) = self.unacked.remove(&msg.delivery_id) else {
+                let refused = ActorError::not_awaiting_ack(msg.delivery_id);
+                return Box::pin(async move { Err(refused) });
+            };
+            vec![acked]
         };
         // Per destination, deliveries were handed over in their order there, so the
         // highest is the cumulative ack of the rest.

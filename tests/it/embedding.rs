@@ -217,6 +217,7 @@ on_every_backend!(
     a_durable_subscription_marks_only_what_was_handed_over,
     fast_acks_are_committed_by_commit_acks_and_by_shutdown,
     a_broker_dropped_without_shutdown_releases_its_store,
+    acking_a_refused_or_acked_delivery_is_an_error,
 );
 
 /// Fast acks stay safe. The obvious loop (`next`, then `ack(..).await`) returns before
@@ -320,6 +321,58 @@ async fn a_broker_dropped_without_shutdown_releases_its_store(t: TestStore) {
         .await
         .unwrap();
     assert_eq!(body(&next_within(&mut sub, 2_000).await.unwrap()), "d0");
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
+/// Case: acking a delivery that was refused (NACK) or acked already returned `Ok`.
+/// It is an error now: at once from `Acker::ack`, and from `Subscription::commit_acks`
+/// (or the next `ack`) for the windowed `Subscription::ack`; the refused message is
+/// still delivered again. On a queue, a durable topic subscription and a wildcard one.
+async fn acking_a_refused_or_acked_delivery_is_an_error(t: TestStore) {
+    let b = start(&t).await;
+    let durable = SubscribeOptions::durable("c", "twice").ack(AckMode::Client);
+    drop(b.subscribe("topic://twice", durable.clone()).await.unwrap());
+    let client = SubscribeOptions::non_durable().ack(AckMode::Client);
+    for (destination, subscribed, options) in [
+        ("queue://twice", "queue://twice", client.clone()),
+        ("topic://twice", "topic://twice", durable),
+        ("queue://twice.w", "queue://twice.*", client),
+    ] {
+        b.send(destination, Message::new("a")).await.unwrap();
+        b.send(destination, Message::new("b")).await.unwrap();
+        let mut sub = b.subscribe(subscribed, options).await.unwrap();
+        let a = next_within(&mut sub, 2_000).await.unwrap();
+        sub.nack(&a).await.unwrap();
+        let acked = sub.acker().ack(&a).await;
+        assert!(
+            matches!(&acked, Err(Error::Actor(_)) if acked.as_ref().unwrap_err().to_string().contains("not waiting for an ack")),
+            "{destination}: {acked:?}"
+        );
+        let b_msg = next_within(&mut sub, 2_000).await.unwrap();
+        assert_eq!(body(&b_msg), "b");
+        sub.ack(&b_msg).await.unwrap();
+        sub.ack(&b_msg).await.unwrap(); // windowed: the refusal comes next
+        let committed = sub.commit_acks().await;
+        assert!(
+            committed.is_err(),
+            "{destination}: the second ack of b is refused"
+        );
+        assert!(sub.commit_acks().await.is_ok(), "reported once");
+        drop(sub);
+    }
+    // The queue's refused message is delivered again; b was acked once and is gone.
+    let mut sub = b
+        .subscribe(
+            "queue://twice",
+            SubscribeOptions::non_durable().ack(AckMode::Client),
+        )
+        .await
+        .unwrap();
+    let again = next_within(&mut sub, 2_000).await.unwrap();
+    assert_eq!((body(&again), again.redelivered()), ("a".into(), true));
+    sub.ack(&again).await.unwrap();
+    assert!(next_within(&mut sub, 300).await.is_none());
     drop(sub);
     b.shutdown().await.unwrap();
 }
