@@ -796,7 +796,7 @@ impl Drop for Subscription {
 /// A message as browsing shows it (never acked, never expired by browsing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrowsedMessage {
-    /// Its store id (send order; 0 for a non-persistent message, kept in memory).
+    /// Its store id (send order).
     pub store_id: i64,
     /// The message id the broker gave it.
     pub message_id: String,
