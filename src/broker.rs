@@ -335,8 +335,9 @@ impl SubscribeOptions {
         }
     }
 
-    /// At most `prefetch` messages delivered and not acked at once (1 to 32,767; as
-    /// ActiveMQ's `prefetchSize`); default: the destination policy's
+    /// At most `prefetch` messages delivered and not acked at once (as ActiveMQ's
+    /// `prefetchSize`; 0 is [`Error::InvalidPrefetch`] at subscribe, more than 32,767
+    /// is taken as 32,767, as STOMP's `activemq.prefetchSize`); default: the policy's
     /// `queue_prefetch` (1,000), `durable_prefetch` (100) or `topic_prefetch` (32,767).
     pub fn prefetch(mut self, prefetch: u32) -> Self {
         self.prefetch = Some(prefetch);
@@ -382,6 +383,8 @@ impl SubscribeOptions {
 #[derive(Debug, Clone)]
 pub struct Received {
     delivery: Delivery,
+    /// The [`Subscription`] it came from (its serial; 0 for a browsed message).
+    serial: u64,
 }
 
 impl Received {
@@ -512,9 +515,38 @@ struct Endpoints {
     shut_down: Arc<AtomicBool>,
     /// The broker's thread (see [`crate::runtime`]).
     arbiter: actix_rt::ArbiterHandle,
+    /// This subscription's number, unique in the process: [`Received`] carries it, so
+    /// a message acked on another subscription is refused.
+    serial: u64,
+    /// Its ack mode: in [`AckMode::Auto`] an explicit ack does nothing.
+    mode: AckMode,
 }
 
+/// Serials of [`Subscription`]s (0 is no subscription's).
+static SUBSCRIPTION_SERIALS: AtomicU64 = AtomicU64::new(1);
+
 impl Endpoints {
+    /// Whether an ack or NACK (`nack`) of `message` goes to the destination:
+    /// `Ok(false)` for an ack in [`AckMode::Auto`] (the stream acks what it yields;
+    /// as JMS's `acknowledge()` outside client mode, it does nothing). Errors:
+    /// [`Error::NotThisSubscription`] for a message received on another subscription;
+    /// [`Error::Actor`] for a NACK in [`AckMode::Auto`] (the message is acked already).
+    fn accepts(&self, message: &Received, nack: bool) -> Result<bool, Error> {
+        if message.serial != self.serial {
+            return Err(Error::NotThisSubscription);
+        }
+        if self.shut_down.load(Ordering::Acquire) {
+            return Err(Error::ShuttingDown);
+        }
+        match (self.mode, nack) {
+            (AckMode::Client, _) => Ok(true),
+            (AckMode::Auto, false) => Ok(false),
+            (AckMode::Auto, true) => Err(Error::Actor(ebb_actors::ActorError::Invalid(
+                "a NACK needs AckMode::Client: an auto-ack subscription acks each message as it yields it".into(),
+            ))),
+        }
+    }
+
     /// `result` of an ack or NACK, as [`Error::ShuttingDown`] once the broker is shut
     /// down (its destinations then know no subscription).
     fn answer(
@@ -551,6 +583,9 @@ impl Subscription {
     /// delivered again), or an ack of a message already acked or refused
     /// ([`Error::Actor`], "not waiting for an ack").
     pub async fn ack(&self, message: &Received) -> Result<(), Error> {
+        if !self.destination.accepts(message, false)? {
+            return Ok(());
+        }
         self.ack_in_window(message.delivery.delivery_id, false)
             .await
     }
@@ -558,6 +593,9 @@ impl Subscription {
     /// Acks `message` and every earlier un-acked one of this subscription (STOMP
     /// `client` mode), without waiting for the store, as [`Subscription::ack`].
     pub async fn ack_up_to(&self, message: &Received) -> Result<(), Error> {
+        if !self.destination.accepts(message, false)? {
+            return Ok(());
+        }
         self.ack_in_window(message.delivery.delivery_id, true).await
     }
 
@@ -565,8 +603,9 @@ impl Subscription {
     /// that must know its acks are durable, e.g. before it reports work as done).
     ///
     /// Errors: the first failed commit among them (or an earlier one not yet
-    /// reported); [`Error::ShuttingDown`] when the broker shut down first (its
-    /// shutdown committed the acks it had accepted).
+    /// reported); [`Error::ShuttingDown`] for acks that reached their destination
+    /// after shutdown (those accepted before it were committed by it). With nothing
+    /// pending it is `Ok` at once.
     pub async fn commit_acks(&self) -> Result<(), Error> {
         let (waiting, failed) = {
             let mut window = self.acks.lock();
@@ -585,9 +624,6 @@ impl Subscription {
     /// destination) and keeps its answer in the window, waiting for the oldest
     /// answers while the window is full.
     async fn ack_in_window(&self, delivery_id: u64, cumulative: bool) -> Result<(), Error> {
-        if self.destination.shut_down.load(Ordering::Acquire) {
-            return Err(Error::ShuttingDown);
-        }
         let ack = Ack {
             subscription: self.id,
             delivery_id,
@@ -652,12 +688,18 @@ impl Acker {
     /// write failed (the message stays stored and is delivered again), or when the
     /// message was acked or refused (NACK) already ("not waiting for an ack").
     pub async fn ack(&self, message: &Received) -> Result<(), Error> {
+        if !self.destination.accepts(message, false)? {
+            return Ok(());
+        }
         self.send(message.delivery.delivery_id, false).await
     }
 
     /// Acks `message` and every earlier un-acked one, as [`Subscription::ack_up_to`];
     /// answers once committed, as [`Acker::ack`].
     pub async fn ack_up_to(&self, message: &Received) -> Result<(), Error> {
+        if !self.destination.accepts(message, false)? {
+            return Ok(());
+        }
         self.send(message.delivery.delivery_id, true).await
     }
 
@@ -666,6 +708,7 @@ impl Acker {
     /// redelivered, until `maximum_redeliveries` failures send it to the dead-letter
     /// queue; a durable subscription gets it again when it next re-attaches.
     pub async fn nack(&self, message: &Received) -> Result<(), Error> {
+        self.destination.accepts(message, true)?;
         let nack = Nack {
             subscription: self.id,
             delivery_id: message.delivery.delivery_id,
@@ -769,7 +812,8 @@ impl Stream for Subscription {
                 _ => self.flush_auto_acks(),
             }
         }
-        polled.map(|d| d.map(|delivery| Received { delivery }))
+        let serial = self.destination.serial;
+        polled.map(|d| d.map(|delivery| Received { delivery, serial }))
     }
 }
 
@@ -1452,6 +1496,9 @@ impl Broker {
         options: SubscribeOptions,
     ) -> Result<Subscription, Error> {
         self.refuse_if_shut_down()?;
+        if options.prefetch == Some(0) {
+            return Err(Error::InvalidPrefetch);
+        }
         let durable = match &options.durable {
             Some((client, sub)) if client.is_empty() || sub.is_empty() => {
                 return Err(Error::InvalidSubscription)
@@ -1498,7 +1545,7 @@ impl Broker {
             })
             .await??;
         Ok(Subscription {
-            destination: endpoints(&destination, self),
+            destination: endpoints(&destination, self, options.ack),
             id,
             ack: options.ack,
             rx,
@@ -1595,6 +1642,8 @@ impl Broker {
                 detach: actor.recipient(),
                 shut_down: Arc::clone(&self.shut_down),
                 arbiter: self.runtime.arbiter().clone(),
+                serial: SUBSCRIPTION_SERIALS.fetch_add(1, Ordering::Relaxed),
+                mode: options.ack,
             },
             id: WILDCARD_SUBSCRIPTION,
             ack: options.ack,
@@ -1914,6 +1963,7 @@ impl Broker {
                                 redelivered: false,
                                 source: None,
                             },
+                            serial: 0,
                         })
                     })
                     .collect();
@@ -1967,12 +2017,17 @@ impl Broker {
         }
     }
 
-    /// The counters of queue `name` (plain name or `queue://NAME`; starting it if it is
-    /// not running).
+    /// The counters of queue `name`: its plain name (`jobs`: the call names the kind),
+    /// or any destination form (`queue://jobs`, `/queue/jobs`); a topic is refused.
+    /// Readable after shutdown for a queue that was running.
     pub async fn queue_stats(&self, name: &str) -> Result<QueueStats, Error> {
-        let key = match DestinationKind::of_container(name) {
-            Some(_) => DestinationKey::from_container(name)?,
-            None => DestinationKey::queue(name)?,
+        // Any of the destination forms, or the queue's plain name (the kind is the
+        // call's).
+        let key = match DestinationKey::parse(name) {
+            Err(e) if e.reason == ebb_actors::destination::key::NO_KIND => {
+                DestinationKey::queue(name)?
+            }
+            parsed => parsed?,
         };
         match self.lookup(&key).await? {
             DestinationAddr::Queue(queue) => Ok(queue.send(GetQueueStats).await?),
@@ -2320,13 +2375,15 @@ fn below_key(key: &str) -> String {
 }
 
 /// The recipients a [`Subscription`] talks to, at its destination's actor.
-fn endpoints(destination: &DestinationAddr, broker: &Broker) -> Endpoints {
+fn endpoints(destination: &DestinationAddr, broker: &Broker, mode: AckMode) -> Endpoints {
     Endpoints {
         ack: destination.recipient(),
         nack: destination.recipient(),
         detach: destination.recipient(),
         shut_down: Arc::clone(&broker.shut_down),
         arbiter: broker.runtime.arbiter().clone(),
+        serial: SUBSCRIPTION_SERIALS.fetch_add(1, Ordering::Relaxed),
+        mode,
     }
 }
 

@@ -42,6 +42,14 @@ pub enum Error {
     /// A durable subscription needs a client id and a subscription name.
     #[error("a durable subscription needs a non-empty client id and subscription name")]
     InvalidSubscription,
+    /// An ack or NACK of a message received on another [`crate::Subscription`] (or
+    /// browsed): ack it on the one it came from.
+    #[error("this message was received on another subscription: ack or NACK it on that one")]
+    NotThisSubscription,
+    /// A prefetch of 0 ([`crate::SubscribeOptions::prefetch`]): a consumer would never
+    /// receive anything.
+    #[error("invalid prefetch 0: a consumer takes at least 1 message at a time")]
+    InvalidPrefetch,
     /// The broker is shut down ([`crate::Broker::shutdown`]; or its thread has
     /// stopped, or its store is closed): it takes no more sends, subscribes, acks or
     /// browsing.

@@ -34,8 +34,9 @@ pub enum ActorError {
 }
 
 impl ActorError {
-    /// An individual ack of delivery `delivery_id`, which does not wait for one: it was
-    /// acked or refused (NACK) already, or never delivered on this subscription.
+    /// An individual ack or a NACK of delivery `delivery_id`, which does not wait for
+    /// one: it was acked or refused (NACK) already, or never delivered on this
+    /// subscription.
     pub fn not_awaiting_ack(delivery_id: u64) -> Self {
         ActorError::Invalid(format!(
             "delivery {delivery_id} is not waiting for an ack: it was acked or refused (NACK) already, or never delivered"

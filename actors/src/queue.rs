@@ -1055,9 +1055,10 @@ impl Handler<Nack> for QueueActor {
         let Some(consumer) = self.consumers.get_mut(&msg.subscription) else {
             return Err(ActorError::UnknownSubscription(msg.subscription));
         };
-        if let Some(place) = consumer.in_flight.remove(&msg.delivery_id) {
-            self.give_back(place, "NACK", ctx);
-        }
+        let Some(place) = consumer.in_flight.remove(&msg.delivery_id) else {
+            return Err(ActorError::not_awaiting_ack(msg.delivery_id));
+        };
+        self.give_back(place, "NACK", ctx);
         self.dispatch(ctx);
         Ok(())
     }

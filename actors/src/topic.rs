@@ -817,7 +817,9 @@ impl Handler<Nack> for TopicActor {
         let Some(sub) = self.subscriptions.get_mut(&msg.subscription) else {
             return Err(ActorError::UnknownSubscription(msg.subscription));
         };
-        sub.release(msg.delivery_id);
+        if sub.release(msg.delivery_id).is_none() {
+            return Err(ActorError::not_awaiting_ack(msg.delivery_id));
+        }
         self.dispatch(msg.subscription, ctx);
         Ok(())
     }

@@ -465,14 +465,15 @@ impl Handler<Nack> for WildcardActor {
 
     /// Sends the NACK to the destination the message came from.
     fn handle(&mut self, msg: Nack, _: &mut Context<Self>) -> Self::Result {
-        if let Some((index, delivery_id)) = self.unacked.remove(&msg.delivery_id) {
-            let a = &self.attachments[index];
-            if a.live {
-                a.addr.recipient::<Nack>().do_send(Nack {
-                    subscription: a.subscription,
-                    delivery_id,
-                });
-            }
+        let Some((index, delivery_id)) = self.unacked.remove(&msg.delivery_id) else {
+            return Err(ActorError::not_awaiting_ack(msg.delivery_id));
+        };
+        let a = &self.attachments[index];
+        if a.live {
+            a.addr.recipient::<Nack>().do_send(Nack {
+                subscription: a.subscription,
+                delivery_id,
+            });
         }
         self.hand_over();
         Ok(())

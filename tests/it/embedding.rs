@@ -218,6 +218,7 @@ on_every_backend!(
     fast_acks_are_committed_by_commit_acks_and_by_shutdown,
     a_broker_dropped_without_shutdown_releases_its_store,
     acking_a_refused_or_acked_delivery_is_an_error,
+    misuses_get_a_clear_answer,
 );
 
 /// Fast acks stay safe. The obvious loop (`next`, then `ack(..).await`) returns before
@@ -374,5 +375,84 @@ async fn acking_a_refused_or_acked_delivery_is_an_error(t: TestStore) {
     sub.ack(&again).await.unwrap();
     assert!(next_within(&mut sub, 300).await.is_none());
     drop(sub);
+    b.shutdown().await.unwrap();
+}
+
+/// Cases from a trial as a new user: a message acked on another subscription acked
+/// that subscription's own message instead; in the default auto-ack mode an explicit
+/// ack failed partway through a loop; `queue_stats("/queue/x")` read another queue;
+/// a NACK of a refused message said `Ok`; a prefetch of 0 was taken silently.
+async fn misuses_get_a_clear_answer(t: TestStore) {
+    let b = start(&t).await;
+    b.send("queue://mis", Message::new("x")).await.unwrap();
+    b.send("queue://mis", Message::new("y")).await.unwrap();
+    let client = SubscribeOptions::non_durable()
+        .ack(AckMode::Client)
+        .prefetch(1);
+    let mut a = b.subscribe("queue://mis", client.clone()).await.unwrap();
+    let mut c = b.subscribe("queue://mis", client.clone()).await.unwrap();
+    let x = next_within(&mut a, 2_000).await.unwrap();
+    let y = next_within(&mut c, 2_000).await.unwrap();
+    for refused in [
+        c.acker().ack(&x).await,
+        c.acker().ack_up_to(&x).await,
+        c.ack(&x).await,
+        c.nack(&x).await,
+    ] {
+        assert!(
+            matches!(refused, Err(Error::NotThisSubscription)),
+            "{refused:?}"
+        );
+    }
+    // Nothing of c's was acked by those: y is still c's, x still a's.
+    let stats = b.queue_stats("mis").await.unwrap();
+    assert_eq!((stats.in_flight, stats.dequeued), (2, 0));
+    c.nack(&y).await.unwrap();
+    let again = c.nack(&y).await;
+    assert!(
+        again
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("not waiting for an ack")),
+        "{again:?}"
+    );
+    a.ack(&x).await.unwrap();
+    a.commit_acks().await.unwrap();
+    drop((a, c));
+
+    // Auto mode: the stream acks; an explicit ack is a no-op, a NACK an error.
+    for i in 0..300 {
+        b.send("queue://auto2", Message::new(format!("a{i}")))
+            .await
+            .unwrap();
+    }
+    let mut auto = b
+        .subscribe("queue://auto2", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    for _ in 0..300 {
+        let m = next_within(&mut auto, 2_000).await.unwrap();
+        auto.ack(&m).await.unwrap();
+    }
+    auto.commit_acks().await.unwrap();
+    let m = Message::new("last");
+    b.send("queue://auto2", m).await.unwrap();
+    let last = next_within(&mut auto, 2_000).await.unwrap();
+    assert!(auto.nack(&last).await.is_err(), "a NACK in auto mode");
+    drop(auto);
+    wait_for_queue(&b, "auto2", |s| s.dequeued == 301).await;
+
+    // Every form of a queue's name reads that queue.
+    for name in ["mis", "queue://mis", "/queue/mis"] {
+        assert_eq!(b.queue_stats(name).await.unwrap().enqueued, 2, "{name}");
+    }
+    assert!(b.queue_stats("topic://mis").await.is_err());
+    let zero = b
+        .subscribe("queue://mis", SubscribeOptions::non_durable().prefetch(0))
+        .await;
+    assert!(
+        matches!(zero, Err(Error::InvalidPrefetch)),
+        "{:?}",
+        zero.err()
+    );
     b.shutdown().await.unwrap();
 }

@@ -482,6 +482,10 @@ async fn exp_03_big_expiry_does_not_starve_others(t: TestStore) {
     // Live traffic while BIG drains: every send is receipted and delivered.
     let mut worst_ms = 0u128;
     let mut small_done_while_big_had = None;
+    // SMALL's last page ticket when it was first seen empty: its page that expired
+    // the 10 came no later (empty pages of later ticks, which a loaded machine may
+    // run after BIG's last page, do not count).
+    let mut small_emptied_by_ticket = None;
     for i in 0..40 {
         let started = std::time::Instant::now();
         send(
@@ -497,6 +501,8 @@ async fn exp_03_big_expiry_does_not_starve_others(t: TestStore) {
         worst_ms = worst_ms.max(started.elapsed().as_millis());
         if small_done_while_big_had.is_none() && rows(&s, "queue://SMALL").await == 0 {
             small_done_while_big_had = Some(rows(&s, "queue://BIG").await);
+            let small = s.broker.queue_stats("SMALL").await.unwrap();
+            small_emptied_by_ticket = Some(small.last_page_ticket);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -509,11 +515,16 @@ async fn exp_03_big_expiry_does_not_starve_others(t: TestStore) {
     assert!(big.dead_lettered > 0);
     assert_eq!(rows(&s, "queue://DLQ.BIG").await, big.dead_lettered);
     let small = wait_for_queue(&s.broker, "SMALL", |q| q.expired == 10 && !q.expiry_armed).await;
-    // Fairness by the budget's tickets, not the clock: SMALL's one page ran before BIG
-    // finished its run.
+    // Fairness by the budget's tickets, not the clock: SMALL's page that expired its
+    // messages ran before BIG finished its run.
+    let emptied_by = match small_emptied_by_ticket {
+        Some(ticket) => ticket,
+        // Not expired yet when the live traffic ended (a slow machine): now.
+        None => small.last_page_ticket,
+    };
     assert!(
-        small.last_page_ticket < big.last_page_ticket,
-        "{small:?} {big:?}"
+        emptied_by < big.last_page_ticket,
+        "SMALL emptied by ticket {emptied_by}: {small:?} {big:?}"
     );
     eprintln!(
         "EXP-03: worst live send-to-delivery {worst_ms} ms; SMALL emptied while BIG held {small_done_while_big_had:?} rows"
