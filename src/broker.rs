@@ -207,7 +207,9 @@ impl Message {
         self
     }
 
-    /// Expires at `epoch_ms`.
+    /// Expires at `epoch_ms` (ms since the Unix epoch; one already past is expired on
+    /// arrival: counted, never delivered). 0 or less means never, as STOMP's
+    /// `expires:0`.
     pub fn expires_at(mut self, epoch_ms: i64) -> Self {
         self.expiration = Expiration::At(epoch_ms);
         self
@@ -1206,7 +1208,7 @@ impl Broker {
         let now = now_ms();
         let expiration = match message.expiration {
             Expiration::Never => 0,
-            Expiration::At(at) => at,
+            Expiration::At(at) => at.max(0),
             Expiration::Ttl(ttl) => now.saturating_add(ttl.min(i64::MAX as u64) as i64),
         };
         let message_id = format!(
