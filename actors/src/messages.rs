@@ -39,6 +39,10 @@ pub struct Subscribe {
     /// redelivered; what it only held (prefetched, never seen) goes back as it was, as
     /// ActiveMQ's consumer reports its `lastDeliveredSequenceId` on close. `None`: it
     /// cannot tell, and every un-acked delivery counts.
+    ///
+    /// A consumer that keeps it sends [`Detach`] after its last acks when it goes: a
+    /// queue that finds its receiver gone waits for that detach (the acks before it
+    /// must not be given back as failed deliveries).
     pub handed: Option<Handed>,
     /// For a non-durable topic subscription whose consumer acks automatically: the
     /// acks it records without a message ([`AutoAcks`]); a queue or a durable

@@ -95,7 +95,9 @@ impl Template {
 /// the last delivery id the actor counts as handed to the application, set when it
 /// detaches ([`Subscribe::handed`]).
 pub struct Incoming {
+    /// The attachment's deliveries.
     pub deliveries: mpsc::Receiver<Delivery>,
+    /// Its [`Subscribe::handed`], which the actor sets when it detaches.
     pub handed: Handed,
 }
 
