@@ -82,7 +82,9 @@ impl Default for ConnectionConfig {
     }
 }
 
-pub use super::session::{MAX_OPEN_TRANSACTIONS, MAX_TRANSACTION_BYTES, XID_PREFIX};
+pub use super::session::{
+    MAX_OPEN_TRANSACTIONS, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TRANSACTION_BYTES, XID_PREFIX,
+};
 
 /// Largest frame before CONNECT (64 KiB): a CONNECT frame is small.
 pub const PRE_CONNECT_MAX_FRAME: usize = 64 << 10;

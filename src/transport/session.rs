@@ -34,6 +34,11 @@ use crate::{DestinationKey, DestinationKind};
 /// Most transactions a connection may have open at once.
 pub const MAX_OPEN_TRANSACTIONS: usize = 100;
 
+/// Most subscriptions (browses included) a connection may have at once: each holds
+/// up to its prefetch of messages, so a client that subscribes without end would
+/// hold the broker's memory.
+pub const MAX_SUBSCRIPTIONS_PER_CONNECTION: usize = 1_000;
+
 /// Most body bytes one transaction may send before COMMIT (64 MiB): its messages
 /// are held until then.
 pub const MAX_TRANSACTION_BYTES: usize = 64 << 20;
@@ -642,6 +647,11 @@ impl Session {
         if self.subscriptions.contains_key(&id) {
             return refuse(format!(
                 "subscription id `{id}` is already in use on this connection"
+            ));
+        }
+        if self.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_CONNECTION {
+            return refuse(format!(
+                "more than {MAX_SUBSCRIPTIONS_PER_CONNECTION} subscriptions on one connection"
             ));
         }
         if browser {

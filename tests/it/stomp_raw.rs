@@ -510,4 +510,58 @@ on_every_backend!(
     transactional_sends_are_prepared_until_commit,
     stalled_clients_are_closed,
     parse_errors_receipts_and_all_or_nothing_commits,
+    per_connection_limits_are_errors_naming_the_limit,
 );
+
+/// A connection over a per-connection limit (subscriptions, open transactions) gets an
+/// ERROR naming the limit and is closed; another connection goes on working.
+async fn per_connection_limits_are_errors_naming_the_limit(t: TestStore) {
+    use ebb::transport::connection::{MAX_OPEN_TRANSACTIONS, MAX_SUBSCRIPTIONS_PER_CONNECTION};
+    let s = server(&t, Limits::default()).await;
+    let mut greedy = Client::connected(s.addr, None).await;
+    let mut frames = Vec::new();
+    for i in 0..MAX_SUBSCRIPTIONS_PER_CONNECTION {
+        frames.extend(format!("SUBSCRIBE\nid:s{i}\ndestination:/topic/lim.{i}\n\n\0").into_bytes());
+    }
+    frames.extend(b"SUBSCRIBE\nid:over\ndestination:/topic/lim.over\nreceipt:r\n\n\0");
+    greedy.write(&frames).await;
+    let error = greedy.frame_within(30_000).await.expect("an ERROR");
+    assert_eq!(error.command, Command::Error, "{error:?}");
+    assert_eq!(
+        error.get("message"),
+        Some(
+            format!("more than {MAX_SUBSCRIPTIONS_PER_CONNECTION} subscriptions on one connection")
+                .as_str()
+        )
+    );
+    assert!(greedy.closed().await);
+
+    let mut tx = Client::connected(s.addr, None).await;
+    let mut frames = Vec::new();
+    for i in 0..=MAX_OPEN_TRANSACTIONS {
+        frames.extend(format!("BEGIN\ntransaction:t{i}\n\n\0").into_bytes());
+    }
+    tx.write(&frames).await;
+    let error = tx.frame_within(30_000).await.expect("an ERROR");
+    assert_eq!(
+        error.get("message"),
+        Some(
+            format!("more than {MAX_OPEN_TRANSACTIONS} open transactions on one connection")
+                .as_str()
+        )
+    );
+    assert!(tx.closed().await);
+
+    // Everyone else is served.
+    let mut other = Client::connected(s.addr, None).await;
+    other
+        .write(b"SUBSCRIBE\nid:1\ndestination:/queue/lim\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut other, "s").await;
+    other
+        .write(b"SEND\ndestination:/queue/lim\npersistent:true\n\nok\0")
+        .await;
+    let m = other.frame().await.expect("a MESSAGE");
+    assert_eq!(&m.body[..], b"ok");
+    s.stop().await;
+}
