@@ -14,6 +14,21 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use argon2::Argon2;
 use ebb_actors::destination::{DestinationKey, DestinationPattern};
 
+/// How long a refused login waits before its answer (1 s): a client guessing
+/// passcodes gets one guess per second per connection.
+pub const FAILED_LOGIN_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The passcode checks that may run at once in the process: one per core. argon2 is
+/// slow on purpose, so a flood of CONNECTs waits here instead of taking every core
+/// from the broker.
+pub fn login_checks() -> &'static tokio::sync::Semaphore {
+    static CHECKS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    CHECKS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        tokio::sync::Semaphore::new(cores)
+    })
+}
+
 /// A user as the configuration gives it.
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]

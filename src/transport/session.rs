@@ -536,16 +536,23 @@ impl Session {
         let security = Arc::clone(&self.config.security);
         if security.requires_login() {
             let shown = login.clone();
-            // argon2 is slow on purpose: off the event loop.
+            // argon2 is slow on purpose: off the event loop, a core's worth at a time.
+            let permit = crate::auth::login_checks()
+                .acquire()
+                .await
+                .map_err(|_| Refusal("authentication failed: internal error".into()))?;
             let checked = actix_rt::task::spawn_blocking(move || {
                 security.authenticate(login.as_deref(), passcode.as_deref())
             })
             .await
             .map_err(|_| Refusal("authentication failed: internal error".into()))?;
+            drop(permit);
             match checked {
                 Ok(principal) => self.principal = principal,
                 Err(reason) => {
                     tracing::info!(session = %self.session_id, login = ?shown, %reason, "refused connection");
+                    // One guess per second per connection.
+                    tokio::time::sleep(crate::auth::FAILED_LOGIN_DELAY).await;
                     return refuse(reason);
                 }
             }

@@ -447,10 +447,15 @@ async fn login_and_rights_are_enforced(t: TestStore) {
         ),
     ] {
         let mut c = Client::open(s.addr).await;
+        let asked = std::time::Instant::now();
         c.write(connect.as_bytes()).await;
         let e = c.frame_within(30_000).await.expect("ERROR");
         assert_eq!(e.command, Command::Error);
         assert!(e.get("message").unwrap().starts_with(why), "{e:?}");
+        if why == "authentication failed" {
+            // A guess costs its connection the delay (a lower bound: it sleeps).
+            assert!(asked.elapsed() >= ebb::auth::FAILED_LOGIN_DELAY);
+        }
         assert!(c.closed().await);
     }
     let mut c = Client::open(s.addr).await;
