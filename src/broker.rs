@@ -611,15 +611,29 @@ impl Subscription {
     pub async fn commit_acks(&self) -> Result<(), Error> {
         let (waiting, failed) = {
             let mut window = self.acks.lock();
-            (std::mem::take(&mut window.in_flight), window.failed.take())
+            (
+                Vec::from(std::mem::take(&mut window.in_flight)),
+                window.failed.take(),
+            )
         };
-        let mut first = failed;
-        for answer in futures::future::join_all(waiting).await {
+        match failed.or(self.settle(waiting).await) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for `answers`; the first failure among them.
+    async fn settle(
+        &self,
+        answers: Vec<Pin<Box<actix::dev::RecipientRequest<Ack>>>>,
+    ) -> Option<Error> {
+        let mut first = None;
+        for answer in futures::future::join_all(answers).await {
             if let Err(e) = self.destination.answer(answer) {
                 first.get_or_insert(e);
             }
         }
-        first.map_or(Ok(()), Err)
+        first
     }
 
     /// Sends one ack now (in order with this subscription's other messages to its
@@ -642,12 +656,7 @@ impl Subscription {
             let over = window.in_flight.len().saturating_sub(ACK_WINDOW);
             window.in_flight.drain(..over).collect::<Vec<_>>()
         };
-        let mut first = None;
-        for answer in futures::future::join_all(oldest).await {
-            if let Err(e) = self.destination.answer(answer) {
-                first.get_or_insert(e);
-            }
-        }
+        let first = self.settle(oldest).await;
         let failed = self.acks.lock().failed.take();
         match first.or(failed) {
             Some(e) => Err(e),
