@@ -8,6 +8,7 @@
 //! | `ebb soak` | [`soak`] | the ActiveMQ expiry out-of-memory workload, with memory figures and a chart |
 //! | `ebb passwd` | [`passwd`] | an argon2 hash for `password_hash` in the configuration |
 //! | `ebb check` | [`check`] | opens (and migrates) a store and reports what it holds |
+//! | `ebb chaos` | [`chaos`] | a mixed STOMP workload with faults (SIGKILL, cut database), reconciled |
 //!
 //! All of this is behind the `cli` cargo feature (on by default), with the crates only
 //! the tools need: clap, anyhow, tracing-subscriber, indicatif and plotters (soak),
@@ -15,6 +16,7 @@
 //! embedder who writes `ebb = { default-features = false }` compiles none of them.
 //! The library never imports from here.
 
+pub mod chaos;
 pub mod check;
 pub mod passwd;
 pub mod serve;
@@ -58,6 +60,10 @@ pub enum Command {
     Passwd,
     /// Open the store (creating and migrating it if needed) and report what it holds.
     Check(check::CheckArgs),
+    /// Run `ebb serve` under a mixed STOMP workload while faults are injected (SIGKILL,
+    /// database connections cut, a silent consumer, clients vanishing mid-frame),
+    /// then reconcile every message; exits non-zero on any loss.
+    Chaos(chaos::ChaosOptions),
 }
 
 /// Runs a parsed command line.
@@ -68,6 +74,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Soak(options) => soak::execute(&options).await,
         Command::Passwd => passwd::execute(),
         Command::Check(args) => check::execute(args).await,
+        Command::Chaos(options) => chaos::execute(&options).await,
     }
 }
 

@@ -499,7 +499,8 @@ async fn run_stomp(
     })
 }
 
-async fn drop_schema(url: &str, schema: &str) {
+/// Drops `schema` (a run's own) from the PostgreSQL database at `url`; errors ignored.
+pub(crate) async fn drop_schema(url: &str, schema: &str) {
     use sqlx::Connection;
     if let Ok(mut conn) = sqlx::PgConnection::connect(url).await {
         let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))

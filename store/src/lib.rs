@@ -49,6 +49,7 @@ mod error;
 mod migrate;
 pub mod model;
 pub mod postgres;
+pub mod proxy;
 mod sql;
 pub mod sqlite;
 pub mod statements;

@@ -4,6 +4,8 @@
 //! another. `tests/flow_control.rs` stays apart: it counts the heap of its whole
 //! process.
 
+#[cfg(feature = "cli")]
+mod chaos;
 mod consumer_cases;
 mod durable_subscriptions;
 mod embedding;

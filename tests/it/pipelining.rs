@@ -352,9 +352,9 @@ on_every_backend!(
     ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run this PostgreSQL test"
 )]
 async fn a_store_failure_mid_window_errors_in_place_and_loses_nothing_receipted() {
-    use ebb_store::test_util::DatabaseProxy;
+    use ebb_store::proxy::DatabaseProxy;
     let t = TestStore::postgres();
-    let proxy = DatabaseProxy::start(&t.url).await;
+    let proxy = DatabaseProxy::start(&t.url).await.unwrap();
     let config = ebb::BrokerConfig {
         store: ebb_store::StoreOptions {
             acquire_timeout_ms: 1_500,

@@ -5,7 +5,8 @@
 //! let them through again.
 
 use ebb_actors::{ActorError, StoreActorConfig, StoreHandle};
-use ebb_store::test_util::{message, DatabaseProxy, TestStore};
+use ebb_store::proxy::DatabaseProxy;
+use ebb_store::test_util::{message, TestStore};
 use ebb_store::StoreOptions;
 
 const T: &str = "topic://gone";
@@ -18,7 +19,7 @@ const T: &str = "topic://gone";
 async fn writes_fail_while_the_database_is_gone_and_work_after() {
     let t = TestStore::postgres();
     let direct = t.open().await;
-    let proxy = DatabaseProxy::start(&t.url).await;
+    let proxy = DatabaseProxy::start(&t.url).await.unwrap();
     let options = StoreOptions {
         acquire_timeout_ms: 1_500,
         max_connections: 2,

@@ -1,0 +1,1389 @@
+//! `ebb chaos`: a mixed STOMP workload against an `ebb serve` it runs itself, with
+//! faults injected on a schedule, then a reconciliation of every message.
+//!
+//! The workload, all over STOMP on `127.0.0.1`:
+//! - producers: receipted persistent SENDs to a queue and to a topic (one in five with
+//!   a 300 ms TTL; one queue message in forty is "poison" and goes to a queue of its
+//!   own), transactions of three SENDs committed with a receipt, and SENDs without a
+//!   receipt;
+//! - consumers of the queue in each ack mode: `client-individual`, `client`
+//!   (cumulative acks every ten messages) and `auto`; one of the poison queue that NACKs
+//!   every delivery, so each poison message must reach its dead-letter queue after
+//!   `maximum_redeliveries` (2), and one of that dead-letter queue; a durable
+//!   subscription on the topic that goes offline every other cycle;
+//! - clients that vanish mid-frame (a SEND cut before its NUL or its `content-length`);
+//! - a probe that sends one receipted message every 50 ms, to measure how long each
+//!   fault leaves the broker unable to take a message.
+//!
+//! One fault per cycle, in turn: the broker SIGKILLed and restarted at once (`kill`); a
+//! consumer that promises heart-beats and then sends nothing, which the broker must
+//! close (`stalled-consumer`); and on PostgreSQL, every database connection cut for
+//! 1.5 s by a TCP proxy in front of the server (`db-cut`), and every connection of the
+//! broker ended by the server itself, as a PostgreSQL restart ends them
+//! (`db-terminate`, `pg_terminate_backend`).
+//!
+//! At the end the producers stop, every consumer drains until the broker is quiet
+//! (the durable subscription included, then the dead-letter queue), the broker stops
+//! gracefully, and the ledger is reconciled. A failure is any of: a receipted message
+//! without TTL never delivered (**lost**); a delivery after its ack's RECEIPT (an acked
+//! message came back); a message both acked and dead-lettered; a poison message that
+//! never reached the dead-letter queue; a delivery of a frame
+//! a client never finished; a transaction delivered in part; a delivery nobody sent; a
+//! stalled consumer the broker did not close; a graceful stop that failed. Deliveries
+//! after a NACK, a crash or a broken connection are allowed and counted (STOMP is
+//! at-least-once), as are TTL messages never delivered (expired).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::stomp::client::{describe, ClientError, StompClient};
+use crate::stomp::frame::{Command, Frame};
+use ebb_actors::destination::now_ms;
+use ebb_store::proxy::DatabaseProxy;
+
+/// The `ebb chaos` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChaosOptions {
+    /// Store URL [default: a fresh SQLite file in a temporary folder]; a postgres://
+    /// store gets a schema of its own, dropped at the end, and is reached through a
+    /// TCP proxy so its connections can be cut.
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Faults to inject, one per cycle.
+    #[arg(long, default_value_t = 5)]
+    pub cycles: u32,
+    /// Workload between two faults, ms.
+    #[arg(long, default_value_t = 2000)]
+    pub cycle_ms: u64,
+    /// Messages per second of each producer.
+    #[arg(long, default_value_t = 100)]
+    pub rate: u32,
+    /// Print one JSON object with the tally as the last line.
+    #[arg(long)]
+    pub json: bool,
+    /// The `ebb` binary to run as the broker [default: this one].
+    #[arg(long)]
+    pub ebb: Option<PathBuf>,
+}
+
+const QUEUE: &str = "/queue/chaos.work";
+/// Where the queue producer sends its poison messages: their only consumer NACKs each
+/// delivery, so every one must reach [`DLQ`] after `maximum_redeliveries` (2).
+const POISON: &str = "/queue/chaos.poison";
+const DLQ: &str = "/queue/DLQ.chaos.poison";
+const TOPIC: &str = "/topic/chaos.events";
+const PROBE: &str = "/queue/chaos.probe";
+const DURABLE_CLIENT: &str = "chaos-durable";
+const DURABLE_NAME: &str = "chaos";
+/// TTL of one message in five, ms.
+const TTL_MS: u64 = 300;
+/// How long a client waits for a RECEIPT before it gives the connection up.
+const RECEIPT_WAIT: Duration = Duration::from_secs(10);
+/// One queue message in this many is poison (sent to [`POISON`]).
+const POISON_EVERY: u64 = 40;
+
+/// What the ledger knows of one message, by its `chaos-id`.
+#[derive(Debug, Default)]
+struct Record {
+    topic: bool,
+    /// Its SEND (or its transaction's COMMIT) got a RECEIPT.
+    receipted: bool,
+    /// Its SEND got an ERROR: the broker refused it.
+    refused: bool,
+    /// Epoch ms; 0 = never.
+    expires_ms: u64,
+    tx: Option<u64>,
+    /// A frame the client never finished.
+    partial: bool,
+    /// Sent to [`POISON`]: it must end in the dead-letter queue.
+    poison: bool,
+    /// From the queue, or from the durable subscription for a topic message.
+    deliveries: u32,
+    dlq_deliveries: u32,
+    /// Its ACK got a RECEIPT.
+    acked: bool,
+    /// Deliveries after `acked`.
+    came_back: u32,
+}
+
+/// A fault injected, with how long the probe could not get a message in.
+#[derive(Debug, Clone, serde::Serialize)]
+struct FaultRecord {
+    kind: &'static str,
+    /// From the fault's start to the first receipted probe sent after it, ms; `None`
+    /// when none came within 60 s.
+    unavailable_ms: Option<u64>,
+    /// `stalled-consumer` only: the broker closed the silent connection.
+    closed_by_broker: Option<bool>,
+}
+
+#[derive(Default)]
+struct Ledger {
+    records: HashMap<String, Record>,
+    /// Deliveries whose `chaos-id` nobody sent (or that had none).
+    unknown: u64,
+    last_delivery: Option<Instant>,
+    /// (sent at, receipted at) of each successful probe.
+    probes: Vec<(Instant, Instant)>,
+    /// ERROR frames clients got, by `message`.
+    errors: BTreeMap<String, u64>,
+    transactions_committed: u64,
+}
+
+impl Ledger {
+    fn delivered(&mut self, id: Option<&str>, dlq: bool) {
+        self.last_delivery = Some(Instant::now());
+        let Some(record) = id.and_then(|id| self.records.get_mut(id)) else {
+            self.unknown += 1;
+            return;
+        };
+        if dlq {
+            record.dlq_deliveries += 1;
+        } else {
+            if record.acked {
+                record.came_back += 1;
+            }
+            record.deliveries += 1;
+        }
+    }
+
+    fn error(&mut self, text: String) {
+        *self.errors.entry(text).or_default() += 1;
+    }
+}
+
+/// What every task shares.
+#[derive(Clone)]
+struct Ctx {
+    addr: String,
+    ledger: Arc<Mutex<Ledger>>,
+    /// Producers, the probe and the vanishing clients stop when set.
+    stop: Arc<AtomicBool>,
+}
+
+impl Ctx {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// A logged-in connection, retried every 50 ms while the broker is down; `None`
+    /// once `give_up` says so.
+    async fn connect(
+        &self,
+        client_id: Option<&str>,
+        give_up: impl Fn() -> bool,
+    ) -> Option<StompClient> {
+        loop {
+            if give_up() {
+                return None;
+            }
+            match StompClient::connect(self.addr.as_str(), client_id, None).await {
+                Ok(client) => return Some(client),
+                Err(ClientError::Refused { answer, .. }) => self.ledger.lock().error(answer),
+                Err(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Waits for RECEIPT `id` within [`RECEIPT_WAIT`]: `Ok(true)` when it came, `Ok(false)`
+/// for an ERROR (recorded), `Err` when the connection ended or nothing came.
+async fn await_receipt(ctx: &Ctx, client: &mut StompClient, id: &str) -> Result<bool, ()> {
+    match tokio::time::timeout(RECEIPT_WAIT, client.receipt(id, |_| {})).await {
+        Ok(Ok(())) => Ok(true),
+        Ok(Err(ClientError::ErrorFrame(text))) => {
+            ctx.ledger.lock().error(text);
+            Ok(false)
+        }
+        _ => Err(()),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum ProducerKind {
+    Queue,
+    Topic,
+    Transactions,
+    Unreceipted,
+}
+
+async fn producer(ctx: Ctx, kind: ProducerKind, rate: u32) {
+    let pause = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+    let prefix = match kind {
+        ProducerKind::Queue => "q",
+        ProducerKind::Topic => "t",
+        ProducerKind::Transactions => "x",
+        ProducerKind::Unreceipted => "u",
+    };
+    let mut n = 0u64;
+    'connection: while let Some(mut client) = ctx.connect(None, || ctx.stopped()).await {
+        while !ctx.stopped() {
+            n += 1;
+            let ok = match kind {
+                ProducerKind::Transactions => transaction(&ctx, &mut client, n).await,
+                _ => send_one(&ctx, &mut client, kind, &format!("{prefix}{n}"), n).await,
+            };
+            if !ok {
+                continue 'connection;
+            }
+            tokio::time::sleep(pause).await;
+        }
+        let _ = tokio::time::timeout(RECEIPT_WAIT, client.disconnect()).await;
+        return;
+    }
+}
+
+/// One SEND (with a receipt unless `Unreceipted`); false when the connection must be
+/// given up.
+async fn send_one(
+    ctx: &Ctx,
+    client: &mut StompClient,
+    kind: ProducerKind,
+    id: &str,
+    n: u64,
+) -> bool {
+    let topic = kind == ProducerKind::Topic;
+    let expires_ms = if n.is_multiple_of(5) {
+        now_ms() as u64 + TTL_MS
+    } else {
+        0
+    };
+    let poison = kind == ProducerKind::Queue && n % POISON_EVERY == 1;
+    ctx.ledger.lock().records.insert(
+        id.to_string(),
+        Record {
+            topic,
+            expires_ms,
+            poison,
+            ..Record::default()
+        },
+    );
+    let destination = match (topic, poison) {
+        (true, _) => TOPIC,
+        (false, true) => POISON,
+        (false, false) => QUEUE,
+    };
+    let mut frame = Frame::new(Command::Send)
+        .header("destination", destination)
+        .header("persistent", "true")
+        .header("chaos-id", id)
+        .body(format!("chaos message {id}"));
+    if expires_ms > 0 {
+        frame = frame.header("expires", expires_ms.to_string());
+    }
+    if kind == ProducerKind::Unreceipted {
+        return client.send(frame).await.is_ok();
+    }
+    if client.send(frame.header("receipt", id)).await.is_err() {
+        return false;
+    }
+    match await_receipt(ctx, client, id).await {
+        Ok(receipted) => {
+            let mut ledger = ctx.ledger.lock();
+            let record = ledger.records.get_mut(id).expect("recorded above");
+            record.receipted = receipted;
+            record.refused = !receipted;
+            receipted
+        }
+        Err(()) => false,
+    }
+}
+
+/// BEGIN, three SENDs, COMMIT with a receipt.
+async fn transaction(ctx: &Ctx, client: &mut StompClient, n: u64) -> bool {
+    let tx = format!("tx{n}");
+    let ids: Vec<String> = (0..3).map(|k| format!("x{n}.{k}")).collect();
+    {
+        let mut ledger = ctx.ledger.lock();
+        for id in &ids {
+            let record = Record {
+                tx: Some(n),
+                ..Record::default()
+            };
+            ledger.records.insert(id.clone(), record);
+        }
+    }
+    let mut frames = vec![Frame::new(Command::Begin).header("transaction", tx.as_str())];
+    for id in &ids {
+        frames.push(
+            Frame::new(Command::Send)
+                .header("destination", QUEUE)
+                .header("persistent", "true")
+                .header("transaction", tx.as_str())
+                .header("chaos-id", id.as_str())
+                .body(format!("chaos message {id}")),
+        );
+    }
+    frames.push(
+        Frame::new(Command::Commit)
+            .header("transaction", tx.as_str())
+            .header("receipt", tx.as_str()),
+    );
+    for frame in frames {
+        if client.feed(frame).await.is_err() {
+            return false;
+        }
+    }
+    if client.flush().await.is_err() {
+        return false;
+    }
+    match await_receipt(ctx, client, &tx).await {
+        Ok(committed) => {
+            let mut ledger = ctx.ledger.lock();
+            for id in &ids {
+                let record = ledger.records.get_mut(id).expect("recorded above");
+                record.receipted = committed;
+                record.refused = !committed;
+            }
+            ledger.transactions_committed += u64::from(committed);
+            committed
+        }
+        Err(()) => false,
+    }
+}
+
+/// Clients that connect, write part of a SEND and go.
+async fn vanishing_clients(ctx: Ctx) {
+    let mut n = 0u64;
+    while !ctx.stopped() {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        n += 1;
+        let id = format!("p{n}");
+        ctx.ledger.lock().records.insert(
+            id.clone(),
+            Record {
+                partial: true,
+                ..Record::default()
+            },
+        );
+        let Ok(mut client) = StompClient::open(ctx.addr.as_str()).await else {
+            continue;
+        };
+        let head = format!("SEND\ndestination:{QUEUE}\npersistent:true\nchaos-id:{id}\n");
+        // Cut inside a body its content-length promises, or before the NUL of one without.
+        let cut = if n.is_multiple_of(2) {
+            format!("{head}content-length:64\n\nonly part of")
+        } else {
+            format!("{head}\nno end")
+        };
+        let bytes = format!("CONNECT\naccept-version:1.2\nhost:ebb\n\n\0{cut}");
+        let _ = client.send_raw(bytes.as_bytes()).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(client);
+    }
+}
+
+/// One receipted SEND every 50 ms, to a queue nobody reads.
+async fn probe(ctx: Ctx) {
+    let mut n = 0u64;
+    'connection: while let Some(mut client) = ctx.connect(None, || ctx.stopped()).await {
+        while !ctx.stopped() {
+            n += 1;
+            let id = format!("probe{n}");
+            let started = Instant::now();
+            let frame = Frame::new(Command::Send)
+                .header("destination", PROBE)
+                .header("persistent", "true")
+                .header("receipt", id.as_str())
+                .body("probe");
+            if client.send(frame).await.is_err() {
+                continue 'connection;
+            }
+            match tokio::time::timeout(Duration::from_secs(2), client.receipt(&id, |_| {})).await {
+                Ok(Ok(())) => ctx.ledger.lock().probes.push((started, Instant::now())),
+                _ => continue 'connection,
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        return;
+    }
+}
+
+/// A consumer: what it subscribes to and how it acks.
+#[derive(Clone, Copy)]
+struct ConsumerSpec {
+    destination: &'static str,
+    client_id: Option<&'static str>,
+    durable_name: Option<&'static str>,
+    /// `auto`, `client` or `client-individual`.
+    ack: &'static str,
+    /// Reads the dead-letter queue.
+    dlq: bool,
+    /// NACKs every delivery.
+    nacks: bool,
+}
+
+/// When a consumer's session ends.
+enum Until {
+    /// When the flag turns false.
+    Online(watch::Receiver<bool>),
+    /// When no message came for this long.
+    Quiet(Duration),
+}
+
+/// Acks sent and not yet receipted, and the cumulative ack that is due.
+#[derive(Default)]
+struct AckState {
+    pending: HashMap<String, Vec<String>>,
+    unacked: Vec<String>,
+    last_ack_header: Option<String>,
+    receipts: u64,
+}
+
+async fn consumer(ctx: Ctx, spec: ConsumerSpec, mut online: watch::Receiver<bool>) {
+    loop {
+        if !*online.borrow() {
+            // Offline: wait to be wanted again (or for the end).
+            if online.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let off = online.clone();
+        let Some(mut client) = ctx.connect(spec.client_id, || !*off.borrow()).await else {
+            continue;
+        };
+        let until = Until::Online(online.clone());
+        if session(&ctx, &mut client, spec, until).await.is_ok() {
+            let _ = tokio::time::timeout(RECEIPT_WAIT, client.disconnect()).await;
+        }
+    }
+}
+
+/// Connects, reads until no message came for `quiet`, acking each, and disconnects.
+async fn drain(ctx: &Ctx, spec: ConsumerSpec, quiet: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut client = ctx
+            .connect(spec.client_id, || Instant::now() > deadline)
+            .await
+            .context("the broker did not take a connection for the final drain")?;
+        if session(ctx, &mut client, spec, Until::Quiet(quiet))
+            .await
+            .is_ok()
+        {
+            let _ = tokio::time::timeout(RECEIPT_WAIT, client.disconnect()).await;
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the final drain kept failing");
+    }
+}
+
+/// SUBSCRIBE, then handle frames until `until` says so. `Err` when the connection
+/// broke (the caller reconnects).
+async fn session(
+    ctx: &Ctx,
+    client: &mut StompClient,
+    spec: ConsumerSpec,
+    until: Until,
+) -> Result<(), ClientError> {
+    let mut subscribe = Frame::new(Command::Subscribe)
+        .header("id", "0")
+        .header("destination", spec.destination)
+        .header("ack", spec.ack)
+        .header("activemq.prefetchSize", "20");
+    if let Some(name) = spec.durable_name {
+        subscribe = subscribe.header("activemq.subscriptionName", name);
+    }
+    client.send(subscribe).await?;
+    let mut acks = AckState::default();
+    let mut last_message = Instant::now();
+    loop {
+        let done = match &until {
+            Until::Online(flag) => !*flag.borrow(),
+            Until::Quiet(quiet) => last_message.elapsed() > *quiet && acks.pending.is_empty(),
+        };
+        if done {
+            flush_cumulative(client, &mut acks).await?;
+            // Acks in flight get their receipts before the caller disconnects.
+            let deadline = Instant::now() + RECEIPT_WAIT;
+            while !acks.pending.is_empty() && Instant::now() < deadline {
+                if let Some(frame) = client.next_within(Duration::from_millis(100)).await? {
+                    handle(ctx, client, spec, &mut acks, frame).await?;
+                }
+            }
+            return Ok(());
+        }
+        match client.next_within(Duration::from_millis(100)).await? {
+            Some(frame) => {
+                if frame.command == Command::Message {
+                    last_message = Instant::now();
+                }
+                handle(ctx, client, spec, &mut acks, frame).await?;
+            }
+            None => flush_cumulative(client, &mut acks).await?,
+        }
+    }
+}
+
+async fn handle(
+    ctx: &Ctx,
+    client: &mut StompClient,
+    spec: ConsumerSpec,
+    acks: &mut AckState,
+    frame: Frame,
+) -> Result<(), ClientError> {
+    match frame.command {
+        Command::Message => {
+            let id = frame.get("chaos-id").map(str::to_string);
+            ctx.ledger.lock().delivered(id.as_deref(), spec.dlq);
+            let ack = frame.get("ack").unwrap_or_default().to_string();
+            let id = id.unwrap_or_default();
+            match spec.ack {
+                "client" => {
+                    acks.unacked.push(id);
+                    acks.last_ack_header = Some(ack);
+                    if acks.unacked.len() >= 10 {
+                        flush_cumulative(client, acks).await?;
+                    }
+                }
+                "client-individual" => {
+                    if spec.nacks {
+                        client
+                            .send(Frame::new(Command::Nack).header("id", ack))
+                            .await?;
+                    } else {
+                        acks.receipts += 1;
+                        let receipt = format!("ack{}", acks.receipts);
+                        let frame = Frame::new(Command::Ack)
+                            .header("id", ack)
+                            .header("receipt", receipt.as_str());
+                        client.send(frame).await?;
+                        acks.pending.insert(receipt, vec![id]);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Command::Receipt => {
+            let receipt = frame.get("receipt-id").unwrap_or_default();
+            // An ack on the dead-letter queue is not the queue's ack.
+            if let Some(ids) = acks.pending.remove(receipt).filter(|_| !spec.dlq) {
+                let mut ledger = ctx.ledger.lock();
+                for id in ids {
+                    if let Some(record) = ledger.records.get_mut(&id) {
+                        record.acked = true;
+                    }
+                }
+            }
+        }
+        Command::Error => {
+            let text = describe(&frame);
+            ctx.ledger.lock().error(text.clone());
+            return Err(ClientError::ErrorFrame(text));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `client` mode: one ACK (with a receipt) for every message since the last.
+async fn flush_cumulative(
+    client: &mut StompClient,
+    acks: &mut AckState,
+) -> Result<(), ClientError> {
+    let Some(ack) = acks.last_ack_header.take() else {
+        return Ok(());
+    };
+    acks.receipts += 1;
+    let receipt = format!("ack{}", acks.receipts);
+    let frame = Frame::new(Command::Ack)
+        .header("id", ack)
+        .header("receipt", receipt.as_str());
+    client.send(frame).await?;
+    acks.pending
+        .insert(receipt, std::mem::take(&mut acks.unacked));
+    Ok(())
+}
+
+/// The broker under test: `ebb serve` as a child process.
+struct BrokerProcess {
+    exe: PathBuf,
+    config: PathBuf,
+    addr: String,
+    log: PathBuf,
+    child: Option<tokio::process::Child>,
+}
+
+impl BrokerProcess {
+    /// Starts it and waits until it takes a TCP connection (at most 60 s).
+    async fn start(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let mut child = tokio::process::Command::new(&self.exe)
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--stomp")
+            .arg(&self.addr)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot run {}", self.exe.display()))?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                anyhow::bail!(
+                    "ebb serve exited with {status} at start; its log:\n{}",
+                    self.log_tail()
+                );
+            }
+            if tokio::net::TcpStream::connect(&self.addr).await.is_ok() {
+                self.child = Some(child);
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "ebb serve did not listen on {} within 60 s; its log:\n{}",
+                self.addr,
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+
+    /// SIGTERM, and the exit status within 60 s (`None`: it had to be killed).
+    async fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let pid = child.id()? as libc::pid_t;
+        // SAFETY: kill(2) on our own child's pid, which is not yet reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        match tokio::time::timeout(Duration::from_secs(60), child.wait()).await {
+            Ok(Ok(status)) => Some(status),
+            _ => {
+                let _ = child.start_kill();
+                None
+            }
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+/// The faults `store` allows, in the order they are injected.
+fn fault_kinds(postgres: bool) -> &'static [&'static str] {
+    if postgres {
+        &["kill", "stalled-consumer", "db-cut", "db-terminate"]
+    } else {
+        &["kill", "stalled-consumer"]
+    }
+}
+
+/// The reconciliation and the faults (`--json` prints it).
+#[derive(Debug, serde::Serialize)]
+pub struct ChaosReport {
+    /// `sqlite` or `postgres`.
+    pub backend: &'static str,
+    /// Faults injected.
+    pub cycles: u32,
+    /// The whole run, s.
+    pub elapsed_s: f64,
+    /// Messages sent (receipted, refused or not confirmed), partial frames excluded.
+    pub sent: u64,
+    /// Messages whose SEND or COMMIT got a RECEIPT.
+    pub receipted: u64,
+    /// Messages whose SEND or COMMIT got an ERROR.
+    pub refused: u64,
+    /// Messages sent without a receipt or whose receipt never came (a fault cut the
+    /// connection first).
+    pub unconfirmed: u64,
+    /// Of those, delivered.
+    pub unconfirmed_delivered: u64,
+    /// Transactions committed with a receipt.
+    pub transactions_committed: u64,
+    /// Distinct messages delivered (queue, durable subscription or dead-letter queue).
+    pub delivered: u64,
+    /// Deliveries beyond each message's first (after a NACK, a crash, a broken
+    /// connection): allowed.
+    pub redeliveries: u64,
+    /// Messages delivered more than once: allowed, counted.
+    pub duplicates: u64,
+    /// Messages read from the dead-letter queue.
+    pub dead_lettered: u64,
+    /// Receipted messages with a TTL never delivered.
+    pub expired: u64,
+    /// Frames clients never finished (none may be delivered).
+    pub partial_frames: u64,
+    /// ERROR frames clients got, by message.
+    pub errors: BTreeMap<String, u64>,
+    /// Receipted messages without TTL never delivered: must be 0.
+    pub lost: u64,
+    /// Deliveries after an ack's RECEIPT: must be 0.
+    pub acked_came_back: u64,
+    /// Messages acked on the queue and also in the dead-letter queue: must be 0.
+    pub acked_and_dead_lettered: u64,
+    /// Receipted poison messages (every delivery NACKed) that never reached the
+    /// dead-letter queue: must be 0 (expired ones aside).
+    pub poison_not_dead_lettered: u64,
+    /// Partial frames delivered: must be 0.
+    pub partial_delivered: u64,
+    /// Transactions delivered in part: must be 0.
+    pub transactions_split: u64,
+    /// Deliveries nobody sent: must be 0.
+    pub unknown_delivered: u64,
+    /// Refused messages delivered anyway (an in-doubt commit): counted.
+    pub refused_delivered: u64,
+    /// The graceful stop at the end exited 0.
+    pub clean_stop: bool,
+    /// Each fault, in order.
+    pub faults: Vec<FaultSummary>,
+    /// Up to ten lost ids, to look for in the broker's log.
+    pub lost_examples: Vec<String>,
+    /// The broker's standard error over the run (kept when the run failed).
+    pub broker_log: PathBuf,
+}
+
+/// One kind of fault over the run.
+#[derive(Debug, serde::Serialize)]
+pub struct FaultSummary {
+    /// `kill`, `stalled-consumer`, `db-cut`, `db-terminate`.
+    pub kind: &'static str,
+    /// Times injected.
+    pub count: u32,
+    /// Longest time the probe could not get a message in, ms (`None`: it never did,
+    /// within 60 s, after one of them).
+    pub max_unavailable_ms: Option<u64>,
+    /// `stalled-consumer`: times the broker did not close the silent connection.
+    pub not_closed: u32,
+}
+
+impl ChaosReport {
+    /// Every failure, as sentences; empty when the run passed.
+    pub fn failures(&self) -> Vec<String> {
+        let mut out: Vec<String> = [
+            (self.lost, "receipted messages lost"),
+            (self.acked_came_back, "deliveries of acked messages"),
+            (
+                self.acked_and_dead_lettered,
+                "messages both acked and dead-lettered",
+            ),
+            (
+                self.poison_not_dead_lettered,
+                "poison messages not dead-lettered",
+            ),
+            (self.partial_delivered, "partial frames delivered"),
+            (self.transactions_split, "transactions delivered in part"),
+            (self.unknown_delivered, "deliveries nobody sent"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        for fault in &self.faults {
+            if fault.not_closed > 0 {
+                out.push(format!("{} stalled consumers left open", fault.not_closed));
+            }
+            if fault.max_unavailable_ms.is_none() {
+                out.push(format!(
+                    "the broker did not recover within 60 s after {}",
+                    fault.kind
+                ));
+            }
+        }
+        if !self.clean_stop {
+            out.push("the graceful stop at the end failed".into());
+        }
+        if self.receipted == 0 {
+            out.push("no message was receipted: the workload did not run".into());
+        }
+        out
+    }
+}
+
+/// Runs `ebb chaos`: [`run_chaos`], the tally printed (and its JSON with `--json`);
+/// an error when the reconciliation found a failure.
+pub async fn execute(options: &ChaosOptions) -> anyhow::Result<()> {
+    let report = run_chaos(options).await?;
+    print_report(&report);
+    if options.json {
+        println!("{}", serde_json::to_string(&report)?);
+    }
+    let failures = report.failures();
+    anyhow::ensure!(
+        failures.is_empty(),
+        "the reconciliation failed: {}; the broker's log is {}",
+        failures.join("; "),
+        report.broker_log.display()
+    );
+    Ok(())
+}
+
+/// Starts the broker, runs the workload and the faults, and reconciles (see the module
+/// documentation). The temporary folder (SQLite store, configuration, the broker's
+/// log) is removed when the run passed; a PostgreSQL run's schema is always dropped.
+///
+/// Errors: the broker cannot start or restart, the proxy cannot listen, the final
+/// drain cannot connect; a failed reconciliation is in the report
+/// ([`ChaosReport::failures`]), not an error.
+pub async fn run_chaos(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
+    let started = Instant::now();
+    // Unique per run, also for runs at once in one process (the tests).
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let stamp = format!(
+        "{}_{}_{}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::SeqCst),
+        now_ms() % 1_000_000
+    );
+    let dir = std::env::temp_dir().join(format!("ebb-chaos-{stamp}"));
+    std::fs::create_dir_all(&dir)?;
+    let postgres = options
+        .store
+        .as_deref()
+        .is_some_and(|u| u.starts_with("postgres"));
+    let schema = postgres.then(|| format!("ebb_chaos_{stamp}"));
+    let proxy = match &options.store {
+        Some(url) if postgres => Some(DatabaseProxy::start(url).await?),
+        _ => None,
+    };
+    let store_url = match (&proxy, &options.store) {
+        (Some(proxy), _) => proxy.url().to_string(),
+        (None, Some(url)) => url.clone(),
+        (None, None) => format!("sqlite://{}/chaos.db", dir.display()),
+    };
+    let config = dir.join("chaos.toml");
+    std::fs::write(&config, config_text(&store_url, schema.as_deref()))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut broker = BrokerProcess {
+        exe: match &options.ebb {
+            Some(exe) => exe.clone(),
+            None => std::env::current_exe()?,
+        },
+        config,
+        addr: format!("127.0.0.1:{port}"),
+        log: dir.join("broker.log"),
+        child: None,
+    };
+    let result = match broker.start().await {
+        Ok(()) => run(options, &mut broker, proxy.as_ref(), postgres).await,
+        Err(e) => Err(e),
+    };
+    broker.kill().await;
+    drop(proxy);
+    if let (Some(url), Some(schema)) = (&options.store, &schema) {
+        super::soak::drop_schema(url, schema).await;
+    }
+    let mut report = result?;
+    report.elapsed_s = started.elapsed().as_secs_f64();
+    report.broker_log = broker.log.clone();
+    if report.failures().is_empty() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(report)
+}
+
+fn config_text(url: &str, schema: Option<&str>) -> String {
+    let schema = schema.map_or(String::new(), |s| format!("schema = \"{s}\"\n"));
+    format!(
+        "[store]\nurl = \"{url}\"\n{schema}\n\
+         [stomp]\nheartbeat_ms = [1000, 1000]\nstall_timeout_ms = 3000\n\n\
+         [[policy]]\ndestination = \"queue://>\"\nexpire_messages_period = 250\nmaximum_redeliveries = 2\n\n\
+         [[policy]]\ndestination = \"topic://>\"\nexpire_messages_period = 250\n"
+    )
+}
+
+async fn run(
+    options: &ChaosOptions,
+    broker: &mut BrokerProcess,
+    proxy: Option<&DatabaseProxy>,
+    postgres: bool,
+) -> anyhow::Result<ChaosReport> {
+    let ctx = Ctx {
+        addr: broker.addr.clone(),
+        ledger: Arc::default(),
+        stop: Arc::default(),
+    };
+    // The durable subscription exists before the first message is sent.
+    drain(&ctx, DURABLE, Duration::from_millis(100)).await?;
+    let (queue_online, queue_rx) = watch::channel(true);
+    let (durable_online, durable_rx) = watch::channel(true);
+    let mut consumers = Vec::new();
+    for spec in [INDIVIDUAL, CUMULATIVE, AUTO, POISONER, DEAD_LETTERS] {
+        consumers.push(tokio::spawn(consumer(ctx.clone(), spec, queue_rx.clone())));
+    }
+    consumers.push(tokio::spawn(consumer(ctx.clone(), DURABLE, durable_rx)));
+    let mut producers = Vec::new();
+    for kind in [
+        ProducerKind::Queue,
+        ProducerKind::Topic,
+        ProducerKind::Transactions,
+        ProducerKind::Unreceipted,
+    ] {
+        producers.push(tokio::spawn(producer(ctx.clone(), kind, options.rate)));
+    }
+    producers.push(tokio::spawn(vanishing_clients(ctx.clone())));
+    let prober = tokio::spawn(probe(ctx.clone()));
+
+    let kinds = fault_kinds(postgres);
+    let mut faults = Vec::new();
+    for cycle in 0..options.cycles {
+        tokio::time::sleep(Duration::from_millis(options.cycle_ms)).await;
+        // The durable subscription is offline every other cycle.
+        durable_online.send_replace(cycle % 2 == 1);
+        let kind = kinds[cycle as usize % kinds.len()];
+        let fault = inject(&ctx, kind, broker, proxy).await?;
+        if !options.json {
+            eprintln!(
+                "cycle {}/{}: {kind}, unavailable {}",
+                cycle + 1,
+                options.cycles,
+                fault
+                    .unavailable_ms
+                    .map_or("> 60 s".into(), |ms| format!("{ms} ms"))
+            );
+        }
+        faults.push(fault);
+    }
+    tokio::time::sleep(Duration::from_millis(options.cycle_ms)).await;
+
+    // The end: no more sends; everyone drains until the broker is quiet.
+    ctx.stop.store(true, Ordering::SeqCst);
+    for task in producers {
+        task.await?;
+    }
+    durable_online.send_replace(true);
+    let settle = Instant::now() + Duration::from_secs(60);
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let quiet = ctx
+            .ledger
+            .lock()
+            .last_delivery
+            .is_none_or(|at| at.elapsed() > Duration::from_secs(2));
+        if quiet || Instant::now() > settle {
+            break;
+        }
+    }
+    // Offline for good: each consumer ends its session (its acks receipted) and exits.
+    queue_online.send_replace(false);
+    durable_online.send_replace(false);
+    drop((queue_online, durable_online));
+    for task in consumers {
+        task.await?;
+    }
+    // What the consumers held when they left is redelivered to one last reader of each.
+    for spec in [INDIVIDUAL, DURABLE, POISONER, DEAD_LETTERS] {
+        drain(&ctx, spec, Duration::from_millis(1500)).await?;
+    }
+    prober.await?;
+    let clean_stop = broker.stop().await.is_some_and(|s| s.success());
+    let ledger = std::mem::take(&mut *ctx.ledger.lock());
+    Ok(reconcile(
+        ledger,
+        faults,
+        options.cycles,
+        if postgres { "postgres" } else { "sqlite" },
+        clean_stop,
+    ))
+}
+
+const INDIVIDUAL: ConsumerSpec = ConsumerSpec {
+    destination: QUEUE,
+    client_id: None,
+    durable_name: None,
+    ack: "client-individual",
+    dlq: false,
+    nacks: false,
+};
+const CUMULATIVE: ConsumerSpec = ConsumerSpec {
+    ack: "client",
+    ..INDIVIDUAL
+};
+const AUTO: ConsumerSpec = ConsumerSpec {
+    ack: "auto",
+    ..INDIVIDUAL
+};
+const POISONER: ConsumerSpec = ConsumerSpec {
+    destination: POISON,
+    nacks: true,
+    ..INDIVIDUAL
+};
+const DURABLE: ConsumerSpec = ConsumerSpec {
+    destination: TOPIC,
+    client_id: Some(DURABLE_CLIENT),
+    durable_name: Some(DURABLE_NAME),
+    ..INDIVIDUAL
+};
+const DEAD_LETTERS: ConsumerSpec = ConsumerSpec {
+    destination: DLQ,
+    dlq: true,
+    ..INDIVIDUAL
+};
+
+/// Injects one fault and measures until the probe gets a message in again.
+async fn inject(
+    ctx: &Ctx,
+    kind: &'static str,
+    broker: &mut BrokerProcess,
+    proxy: Option<&DatabaseProxy>,
+) -> anyhow::Result<FaultRecord> {
+    let start = Instant::now();
+    let mut closed_by_broker = None;
+    match kind {
+        "kill" => {
+            broker.kill().await;
+            broker.start().await?;
+        }
+        "stalled-consumer" => closed_by_broker = Some(stalled_consumer(&ctx.addr).await),
+        "db-cut" => {
+            let proxy = proxy.context("db-cut needs the proxy")?;
+            proxy.cut();
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            proxy.restore();
+        }
+        "db-terminate" => {
+            let proxy = proxy.context("db-terminate needs the proxy")?;
+            terminate_backends(proxy).await?;
+        }
+        other => anyhow::bail!("unknown fault {other}"),
+    }
+    let deadline = start + Duration::from_secs(60);
+    let unavailable_ms = loop {
+        let recovered = ctx
+            .ledger
+            .lock()
+            .probes
+            .iter()
+            .rev()
+            .take_while(|(sent, _)| *sent >= start)
+            .last()
+            .map(|(_, receipted)| receipted.duration_since(start).as_millis() as u64);
+        if recovered.is_some() || Instant::now() > deadline {
+            break recovered;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    Ok(FaultRecord {
+        kind,
+        unavailable_ms,
+        closed_by_broker,
+    })
+}
+
+/// A consumer that promises a heart-beat every second, takes deliveries, then sends
+/// and reads nothing: true when the broker closes it within 10 s.
+async fn stalled_consumer(addr: &str) -> bool {
+    let Ok(mut client) = StompClient::open(addr).await else {
+        return false;
+    };
+    let connect = Frame::new(Command::Connect)
+        .header("accept-version", "1.2")
+        .header("host", "ebb")
+        .header("heart-beat", "1000,0");
+    if client.handshake(connect).await.is_err() {
+        return false;
+    }
+    let subscribe = Frame::new(Command::Subscribe)
+        .header("id", "0")
+        .header("destination", QUEUE)
+        .header("ack", "client-individual")
+        .header("activemq.prefetchSize", "50");
+    if client.send(subscribe).await.is_err() {
+        return false;
+    }
+    // Read nothing for a while, then see whether the broker has closed it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    client
+        .closes_within(Duration::from_secs(7))
+        .await
+        .unwrap_or(true)
+}
+
+/// Ends the broker's database connections from the server's side
+/// (`pg_terminate_backend`), as a restart of PostgreSQL does.
+async fn terminate_backends(proxy: &DatabaseProxy) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let ports: Vec<i32> = proxy.server_ports().into_iter().map(i32::from).collect();
+    // Through the proxy too: its own connection is not among `ports`.
+    let mut conn = sqlx::PgConnection::connect(proxy.url()).await?;
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE client_port = ANY($1) AND pid <> pg_backend_pid()",
+    )
+    .bind(&ports)
+    .execute(&mut conn)
+    .await?;
+    Ok(())
+}
+
+fn reconcile(
+    ledger: Ledger,
+    faults: Vec<FaultRecord>,
+    cycles: u32,
+    backend: &'static str,
+    clean_stop: bool,
+) -> ChaosReport {
+    let mut r = ChaosReport {
+        backend,
+        cycles,
+        elapsed_s: 0.0,
+        sent: 0,
+        receipted: 0,
+        refused: 0,
+        unconfirmed: 0,
+        unconfirmed_delivered: 0,
+        transactions_committed: ledger.transactions_committed,
+        delivered: 0,
+        redeliveries: 0,
+        duplicates: 0,
+        dead_lettered: 0,
+        expired: 0,
+        partial_frames: 0,
+        errors: ledger.errors,
+        lost: 0,
+        acked_came_back: 0,
+        acked_and_dead_lettered: 0,
+        poison_not_dead_lettered: 0,
+        partial_delivered: 0,
+        transactions_split: 0,
+        unknown_delivered: ledger.unknown,
+        refused_delivered: 0,
+        clean_stop,
+        faults: Vec::new(),
+        lost_examples: Vec::new(),
+        broker_log: PathBuf::new(),
+    };
+    // Per transaction: (members delivered, members).
+    let mut transactions: HashMap<u64, (u32, u32)> = HashMap::new();
+    for (id, m) in &ledger.records {
+        let deliveries = m.deliveries + m.dlq_deliveries;
+        if m.partial {
+            r.partial_frames += 1;
+            r.partial_delivered += u64::from(deliveries > 0);
+            continue;
+        }
+        r.sent += 1;
+        if deliveries > 0 {
+            r.delivered += 1;
+            r.redeliveries += u64::from(deliveries - 1);
+            r.duplicates += u64::from(deliveries > 1);
+        }
+        r.dead_lettered += u64::from(m.dlq_deliveries > 0);
+        r.acked_came_back += u64::from(m.came_back);
+        r.acked_and_dead_lettered += u64::from(m.acked && m.dlq_deliveries > 0);
+        if let Some(tx) = m.tx {
+            let entry = transactions.entry(tx).or_default();
+            entry.0 += u32::from(deliveries > 0);
+            entry.1 += 1;
+        }
+        if m.receipted {
+            r.receipted += 1;
+            let reached_dlq = m.dlq_deliveries > 0;
+            r.poison_not_dead_lettered += u64::from(m.poison && !reached_dlq && m.expires_ms == 0);
+            if deliveries == 0 && m.expires_ms > 0 {
+                r.expired += 1;
+            } else if deliveries == 0 {
+                r.lost += 1;
+                if r.lost_examples.len() < 10 {
+                    r.lost_examples
+                        .push(format!("{id} ({})", if m.topic { TOPIC } else { QUEUE }));
+                }
+            }
+        } else if m.refused {
+            r.refused += 1;
+            r.refused_delivered += u64::from(deliveries > 0);
+        } else {
+            r.unconfirmed += 1;
+            r.unconfirmed_delivered += u64::from(deliveries > 0);
+        }
+    }
+    r.transactions_split = transactions
+        .values()
+        .filter(|(delivered, members)| *delivered != 0 && delivered != members)
+        .count() as u64;
+    let mut kinds: Vec<&'static str> = Vec::new();
+    for fault in &faults {
+        if !kinds.contains(&fault.kind) {
+            kinds.push(fault.kind);
+        }
+    }
+    for kind in kinds {
+        let of_kind: Vec<&FaultRecord> = faults.iter().filter(|f| f.kind == kind).collect();
+        let max_unavailable_ms = of_kind
+            .iter()
+            .map(|f| f.unavailable_ms)
+            .collect::<Option<Vec<u64>>>()
+            .and_then(|all| all.into_iter().max());
+        r.faults.push(FaultSummary {
+            kind,
+            count: of_kind.len() as u32,
+            max_unavailable_ms,
+            not_closed: of_kind
+                .iter()
+                .filter(|f| f.closed_by_broker == Some(false))
+                .count() as u32,
+        });
+    }
+    r
+}
+
+fn print_report(r: &ChaosReport) {
+    println!(
+        "ebb chaos on {}: {} faults in {:.1} s",
+        r.backend, r.cycles, r.elapsed_s
+    );
+    let rows: [(&str, u64); 15] = [
+        ("sent", r.sent),
+        ("  receipted", r.receipted),
+        ("  refused with an ERROR", r.refused),
+        (
+            "  not confirmed (no receipt asked, or none came)",
+            r.unconfirmed,
+        ),
+        ("  not confirmed, delivered", r.unconfirmed_delivered),
+        ("transactions committed", r.transactions_committed),
+        ("delivered (distinct)", r.delivered),
+        ("redeliveries (allowed)", r.redeliveries),
+        ("delivered more than once (allowed)", r.duplicates),
+        ("dead-lettered", r.dead_lettered),
+        ("expired (TTL, never delivered)", r.expired),
+        ("partial frames written", r.partial_frames),
+        ("refused, delivered anyway (in doubt)", r.refused_delivered),
+        ("LOST (receipted, never delivered)", r.lost),
+        ("acked, delivered again", r.acked_came_back),
+    ];
+    for (what, n) in rows {
+        println!("  {what:<50} {n:>9}");
+    }
+    for (what, n) in [
+        ("acked and dead-lettered", r.acked_and_dead_lettered),
+        (
+            "poison messages not dead-lettered",
+            r.poison_not_dead_lettered,
+        ),
+        ("partial frames delivered", r.partial_delivered),
+        ("transactions delivered in part", r.transactions_split),
+        ("deliveries nobody sent", r.unknown_delivered),
+    ] {
+        println!("  {what:<50} {n:>9}");
+    }
+    println!(
+        "  {:<50} {:>9}",
+        "graceful stop at the end",
+        if r.clean_stop { "ok" } else { "FAILED" }
+    );
+    println!("  fault              times  longest unavailable");
+    for f in &r.faults {
+        let longest = f
+            .max_unavailable_ms
+            .map_or("> 60 s".to_string(), |ms| format!("{ms} ms"));
+        let extra = if f.kind == "stalled-consumer" {
+            format!(
+                "  (closed by the broker {} of {})",
+                f.count - f.not_closed,
+                f.count
+            )
+        } else {
+            String::new()
+        };
+        println!("  {:<18} {:>5}  {longest}{extra}", f.kind, f.count);
+    }
+    for (text, n) in &r.errors {
+        println!("  ERROR x{n}: {text}");
+    }
+    if !r.lost_examples.is_empty() {
+        println!("  lost, e.g.: {}", r.lost_examples.join(", "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(f: impl FnOnce(&mut Record)) -> Record {
+        let mut r = Record {
+            receipted: true,
+            ..Record::default()
+        };
+        f(&mut r);
+        r
+    }
+
+    fn reconciled(records: Vec<(&str, Record)>) -> ChaosReport {
+        let ledger = Ledger {
+            records: records
+                .into_iter()
+                .map(|(id, r)| (id.to_string(), r))
+                .collect(),
+            ..Ledger::default()
+        };
+        reconcile(ledger, Vec::new(), 0, "sqlite", true)
+    }
+
+    #[test]
+    fn the_reconciliation_names_each_kind_of_failure() {
+        let r = reconciled(vec![
+            ("q1", record(|r| r.deliveries = 1)),
+            ("q2", record(|_| {})),
+            ("q3", record(|r| r.expires_ms = 1)),
+            (
+                "q4",
+                record(|r| (r.deliveries, r.acked, r.came_back) = (2, true, 1)),
+            ),
+            ("q5", record(|r| (r.dlq_deliveries, r.acked) = (1, true))),
+            ("p1", record(|r| (r.partial, r.deliveries) = (true, 1))),
+            ("x1.0", record(|r| (r.tx, r.deliveries) = (Some(1), 1))),
+            ("x1.1", record(|r| r.tx = Some(1))),
+            ("u1", record(|r| (r.receipted, r.deliveries) = (false, 3))),
+            ("q41", record(|r| (r.poison, r.deliveries) = (true, 3))),
+            (
+                "q81",
+                record(|r| (r.poison, r.deliveries, r.dlq_deliveries) = (true, 3, 1)),
+            ),
+        ]);
+        assert_eq!(
+            (r.sent, r.receipted, r.delivered, r.expired, r.lost),
+            (10, 9, 7, 1, 2)
+        );
+        assert_eq!(r.poison_not_dead_lettered, 1);
+        assert_eq!((r.acked_came_back, r.acked_and_dead_lettered), (1, 1));
+        assert_eq!(r.dead_lettered, 2);
+        assert_eq!((r.partial_frames, r.partial_delivered), (1, 1));
+        assert_eq!(r.transactions_split, 1);
+        assert_eq!((r.unconfirmed, r.unconfirmed_delivered), (1, 1));
+        assert_eq!((r.duplicates, r.redeliveries), (4, 8));
+        let failures = r.failures();
+        assert_eq!(failures.len(), 6, "{failures:?}");
+        assert!(
+            failures[0].starts_with("2 receipted messages lost"),
+            "{failures:?}"
+        );
+    }
+
+    #[test]
+    fn a_clean_ledger_passes() {
+        let r = reconciled(vec![
+            ("q1", record(|r| r.deliveries = 1)),
+            ("q2", record(|r| (r.deliveries, r.acked) = (1, true))),
+            ("x1.0", record(|r| (r.tx, r.deliveries) = (Some(1), 1))),
+            ("x1.1", record(|r| (r.tx, r.deliveries) = (Some(1), 2))),
+        ]);
+        assert_eq!(r.failures(), Vec::<String>::new());
+        assert_eq!((r.delivered, r.duplicates), (4, 1));
+    }
+}
