@@ -24,3 +24,22 @@ fn test_service(var: &str, cfg: &str, what: &str) {
         println!("cargo::warning=CI is set and {var} is not: the {what} tests will fail");
     }
 }
+
+/// Sets `cfg(<cfg>)` when the build runs as root (effective uid 0, read from
+/// `/proc/self/status`), or when `CI` is set: tests that mount a filesystem (a
+/// size-limited tmpfs for disk-full tests) need it, and are built as ignored, with the
+/// reason, without it. Under CI they always run, so a CI without root fails them.
+#[allow(dead_code)]
+fn test_root(cfg: &str) {
+    println!("cargo::rerun-if-env-changed=CI");
+    println!("cargo::rustc-check-cfg=cfg({cfg})");
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let root = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1))
+        == Some("0");
+    if root || std::env::var_os("CI").is_some() {
+        println!("cargo::rustc-cfg={cfg}");
+    }
+}

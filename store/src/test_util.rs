@@ -81,6 +81,19 @@ impl TestStore {
         }
     }
 
+    /// A SQLite store in the folder `dir`, which the test owns (it is not removed):
+    /// a test that puts the store on a filesystem of its own (a small tmpfs).
+    pub fn sqlite_in(dir: &std::path::Path) -> Self {
+        Self {
+            url: format!("sqlite://{}/ebb.db", dir.display()),
+            options: StoreOptions {
+                sqlite_sync_full: false,
+                ..StoreOptions::default()
+            },
+            _dir: None,
+        }
+    }
+
     /// A PostgreSQL store at `EBB_TEST_POSTGRES_URL`, in a schema of its own (dropped
     /// when this is dropped, unless the test panicked).
     ///

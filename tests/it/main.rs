@@ -33,4 +33,5 @@ mod stomp_codec_props;
 mod stomp_py;
 mod stomp_queues;
 mod stomp_raw;
+mod store_full;
 mod wildcards;
