@@ -1015,8 +1015,18 @@ impl ServeChild {
         let log = dir.join(format!("serve-{run}.log"));
         let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
+        // The idle row opens 10,000 connections from one address: above the default
+        // per-address limit.
+        let config = dir.join(format!("serve-{run}.toml"));
+        std::fs::write(
+            &config,
+            "[stomp]\nmax_connections = 1000000\nmax_connections_per_address = 1000000\n",
+        )
+        .map_err(|e| e.to_string())?;
         let child = std::process::Command::new(bin)
             .arg("serve")
+            .arg("--config")
+            .arg(&config)
             .arg("--stomp")
             .arg(addr.to_string())
             .arg("--store")

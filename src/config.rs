@@ -95,6 +95,24 @@ pub struct StompSection {
     /// connection instead of being refused with an ERROR (ActiveMQ's
     /// `allowLinkStealing`; default false).
     pub allow_link_stealing: Option<bool>,
+    /// Most connections at once (ActiveMQ's `maximumConnections`; default 10,000).
+    pub max_connections: Option<usize>,
+    /// Most connections from one IP address at once (default 1,000).
+    pub max_connections_per_address: Option<usize>,
+    /// Most subscriptions (browses included) on one connection (default 1,000).
+    pub max_subscriptions: Option<usize>,
+    /// Most open transactions on one connection (default 100).
+    pub max_open_transactions: Option<usize>,
+    /// Most SEND, ACK and NACK frames in one transaction (default 10,000).
+    pub max_transaction_frames: Option<usize>,
+    /// Most body bytes one transaction sends before COMMIT, bytes or with a unit
+    /// (default `64mb`).
+    pub max_transaction_size: Option<ByteSize>,
+    /// Most headers in one frame (default 1,000).
+    pub max_headers: Option<usize>,
+    /// Longest header line (or command line) of a frame, bytes or with a unit
+    /// (default `64kb`).
+    pub max_header_size: Option<ByteSize>,
 }
 
 /// `[usage]`: system usage limits, as ActiveMQ's `systemUsage`. Sizes in bytes or with a
@@ -353,6 +371,14 @@ max_frame_size = "64kb"
 pipeline_frames = 500
 pipeline_bytes = "4mb"
 allow_link_stealing = true
+max_connections = 5000
+max_connections_per_address = 50
+max_subscriptions = 200
+max_open_transactions = 10
+max_transaction_frames = 500
+max_transaction_size = "1mb"
+max_headers = 100
+max_header_size = "8kb"
 
 [usage]
 memory = "64mb"
@@ -385,6 +411,24 @@ memory_limit = "1mb"
         assert_eq!(c.stomp.pipeline_frames, Some(500));
         assert_eq!(c.stomp.allow_link_stealing, Some(true));
         assert_eq!(c.stomp.pipeline_bytes, Some(ByteSize(4 << 20)));
+        let s = &c.stomp;
+        assert_eq!(
+            (s.max_connections, s.max_connections_per_address),
+            (Some(5000), Some(50))
+        );
+        assert_eq!(
+            (
+                s.max_subscriptions,
+                s.max_open_transactions,
+                s.max_transaction_frames
+            ),
+            (Some(200), Some(10), Some(500))
+        );
+        assert_eq!(s.max_transaction_size, Some(ByteSize(1 << 20)));
+        assert_eq!(
+            (s.max_headers, s.max_header_size),
+            (Some(100), Some(ByteSize(8 << 10)))
+        );
         let p = c
             .policies()
             .policy_for(&ebb_actors::DestinationKey::topic("orders").unwrap());

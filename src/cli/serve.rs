@@ -117,6 +117,43 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(size) = file.stomp.max_frame_size {
         connection.limits.max_frame_bytes = size.0 as usize;
     }
+    let stomp = &file.stomp;
+    let at_least_one = |value: Option<usize>, key: &str| -> anyhow::Result<Option<usize>> {
+        anyhow::ensure!(value != Some(0), "[stomp] {key} must be at least 1");
+        Ok(value)
+    };
+    if let Some(n) = at_least_one(stomp.max_connections, "max_connections")? {
+        connection.max_connections = n;
+    }
+    if let Some(n) = at_least_one(
+        stomp.max_connections_per_address,
+        "max_connections_per_address",
+    )? {
+        connection.max_connections_per_address = n;
+    }
+    let session = &mut connection.session_limits;
+    if let Some(n) = at_least_one(stomp.max_subscriptions, "max_subscriptions")? {
+        session.max_subscriptions = n;
+    }
+    if let Some(n) = at_least_one(stomp.max_open_transactions, "max_open_transactions")? {
+        session.max_open_transactions = n;
+    }
+    if let Some(n) = at_least_one(stomp.max_transaction_frames, "max_transaction_frames")? {
+        session.max_transaction_frames = n;
+    }
+    if let Some(size) = stomp.max_transaction_size {
+        session.max_transaction_bytes = size.0 as usize;
+    }
+    if let Some(n) = at_least_one(stomp.max_headers, "max_headers")? {
+        connection.limits.max_headers = n;
+    }
+    if let Some(size) = stomp.max_header_size {
+        anyhow::ensure!(
+            size.0 >= 64,
+            "[stomp] max_header_size must be at least 64 bytes"
+        );
+        connection.limits.max_header_bytes = size.0 as usize;
+    }
     if let Some([send, expect]) = file.stomp.heartbeat_ms {
         connection.heartbeat_ms = (send, expect);
     }

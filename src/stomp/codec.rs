@@ -14,7 +14,9 @@ use tokio_util::codec::{Decoder, Encoder};
 use super::escape::{escape, unescape};
 use super::frame::{Command, Frame, Version};
 
-/// Bounds on what a peer may send.
+/// Bounds on what a peer may send; a frame over one is a protocol error whose text
+/// names the limit and the `[stomp]` key that sets it (`max_frame_size`,
+/// `max_headers`, `max_header_size`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Largest frame, headers and body, in bytes (default 10 MiB).
@@ -118,13 +120,13 @@ impl Decoder for StompCodec {
                 let pending = buf.len() - pos;
                 if pending > limits.max_header_bytes {
                     return err(format!(
-                        "header line longer than the limit of {} bytes",
+                        "header line longer than the limit of {} bytes (max_header_size)",
                         limits.max_header_bytes
                     ));
                 }
                 if buf.len() > limits.max_frame_bytes {
                     return err(format!(
-                        "frame larger than the limit of {} bytes",
+                        "frame larger than the limit of {} bytes (max_frame_size)",
                         limits.max_frame_bytes
                     ));
                 }
@@ -136,7 +138,7 @@ impl Decoder for StompCodec {
             }
             if line.len() > limits.max_header_bytes {
                 return err(format!(
-                    "header line longer than the limit of {} bytes",
+                    "header line longer than the limit of {} bytes (max_header_size)",
                     limits.max_header_bytes
                 ));
             }
@@ -146,11 +148,14 @@ impl Decoder for StompCodec {
             }
             lines.push(line);
             if lines.len() > limits.max_headers + 1 {
-                return err(format!("more than {} headers", limits.max_headers));
+                return err(format!(
+                    "more than {} headers (max_headers)",
+                    limits.max_headers
+                ));
             }
             if pos > limits.max_frame_bytes {
                 return err(format!(
-                    "frame larger than the limit of {} bytes",
+                    "frame larger than the limit of {} bytes (max_frame_size)",
                     limits.max_frame_bytes
                 ));
             }
@@ -239,7 +244,7 @@ impl StompCodec {
                 Some(nul) => (header_end + nul, header_end + nul + 1),
                 None if buf.len() > limits.max_frame_bytes => {
                     return err(format!(
-                        "frame larger than the limit of {} bytes",
+                        "frame larger than the limit of {} bytes (max_frame_size)",
                         limits.max_frame_bytes
                     ));
                 }

@@ -64,7 +64,22 @@ pub struct ConnectionConfig {
     /// A CONNECT with a client id that is connected closes the older connection
     /// instead of being refused (ActiveMQ's `allowLinkStealing`; default false).
     pub allow_link_stealing: bool,
+    /// What one connection may hold at once (subscriptions, transactions).
+    pub session_limits: SessionLimits,
+    /// Most connections the listener serves at once (ActiveMQ's
+    /// `maximumConnections`; default [`MAX_CONNECTIONS`]). One more is answered with an
+    /// ERROR naming the limit and closed.
+    pub max_connections: usize,
+    /// Most connections from one source IP address at once (default
+    /// [`MAX_CONNECTIONS_PER_ADDRESS`]), so one client cannot take every slot.
+    pub max_connections_per_address: usize,
 }
+
+/// Default of [`ConnectionConfig::max_connections`].
+pub const MAX_CONNECTIONS: usize = 10_000;
+
+/// Default of [`ConnectionConfig::max_connections_per_address`].
+pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 1_000;
 
 impl Default for ConnectionConfig {
     fn default() -> Self {
@@ -78,12 +93,16 @@ impl Default for ConnectionConfig {
             pipeline_bytes: PIPELINE_BYTES,
             client_ids: Default::default(),
             allow_link_stealing: false,
+            session_limits: SessionLimits::default(),
+            max_connections: MAX_CONNECTIONS,
+            max_connections_per_address: MAX_CONNECTIONS_PER_ADDRESS,
         }
     }
 }
 
 pub use super::session::{
-    MAX_OPEN_TRANSACTIONS, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TRANSACTION_BYTES, XID_PREFIX,
+    SessionLimits, MAX_OPEN_TRANSACTIONS, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TRANSACTION_BYTES,
+    MAX_TRANSACTION_FRAMES, XID_PREFIX,
 };
 
 /// Largest frame before CONNECT (64 KiB): a CONNECT frame is small.
@@ -262,6 +281,7 @@ pub async fn serve_connection<S>(
         security: std::sync::Arc::clone(&config.security),
         client_ids: std::sync::Arc::clone(&config.client_ids),
         allow_link_stealing: config.allow_link_stealing,
+        limits: config.session_limits,
     };
     let mut session = Session::new(broker, session_config, session_id);
     let mut last_read = Instant::now();

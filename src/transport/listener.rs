@@ -1,8 +1,16 @@
 //! The STOMP listener: accepts connections (TCP_NODELAY on each) and serves each in a
-//! task of its own until shutdown is signalled.
+//! task of its own until shutdown is signalled. It holds the connection limits: at most
+//! [`ConnectionConfig::max_connections`] at once, and
+//! [`ConnectionConfig::max_connections_per_address`] from one IP address; a connection
+//! over either gets an ERROR frame naming the limit and is closed before it is read.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::io::AsyncWriteExt;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -19,10 +27,24 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let sessions = Arc::new(AtomicU64::new(1));
+    let slots = Slots::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
+                Ok((mut stream, peer)) => {
+                    let slot = match slots.take(peer.ip(), &config) {
+                        Ok(slot) => slot,
+                        Err(refusal) => {
+                            tracing::info!(%peer, "refused connection: {refusal}");
+                            // Told why, briefly: a client that does not read is dropped.
+                            let frame = format!("ERROR\nmessage:{refusal}\n\n\0");
+                            actix_rt::spawn(async move {
+                                let write = stream.write_all(frame.as_bytes());
+                                let _ = tokio::time::timeout(REFUSAL_WRITE, write).await;
+                            });
+                            continue;
+                        }
+                    };
                     if let Err(e) = stream.set_nodelay(true) {
                         tracing::info!(%peer, error = %e, "refused connection: cannot set TCP_NODELAY");
                         continue;
@@ -30,7 +52,10 @@ pub async fn run(
                     let id = format!("ebb-{}", sessions.fetch_add(1, Ordering::Relaxed));
                     tracing::debug!(%peer, session = %id, "connection accepted");
                     let (broker, config) = (broker.clone(), config.clone());
-                    actix_rt::spawn(serve_connection(stream, broker, config, id));
+                    actix_rt::spawn(async move {
+                        serve_connection(stream, broker, config, id).await;
+                        drop(slot);
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
@@ -41,6 +66,65 @@ pub async fn run(
                 if *stop.borrow() {
                     return;
                 }
+            }
+        }
+    }
+}
+
+/// How long a refused connection's ERROR may take to write.
+const REFUSAL_WRITE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The connections served now: in total and by source address.
+#[derive(Clone, Default)]
+struct Slots(Arc<Mutex<SlotCounts>>);
+
+#[derive(Default)]
+struct SlotCounts {
+    total: usize,
+    by_address: HashMap<IpAddr, usize>,
+}
+
+/// One served connection's place; given back on drop.
+struct Slot {
+    slots: Slots,
+    address: IpAddr,
+}
+
+impl Slots {
+    /// A place for a connection from `address`, or why there is none (the ERROR's
+    /// message, naming the limit).
+    fn take(&self, address: IpAddr, config: &ConnectionConfig) -> Result<Slot, String> {
+        let mut counts = self.0.lock();
+        if counts.total >= config.max_connections {
+            return Err(format!(
+                "the broker serves {} connections, its most (max_connections)",
+                config.max_connections
+            ));
+        }
+        let from = counts.by_address.entry(address).or_default();
+        if *from >= config.max_connections_per_address {
+            return Err(format!(
+                "{} connections from {address} already, the most from one address (max_connections_per_address)",
+                config.max_connections_per_address
+            ));
+        }
+        *from += 1;
+        counts.total += 1;
+        Ok(Slot {
+            slots: self.clone(),
+            address,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut counts = self.slots.0.lock();
+        counts.total -= 1;
+        if let Some(from) = counts.by_address.get_mut(&self.address) {
+            *from -= 1;
+            if *from == 0 {
+                counts.by_address.remove(&self.address);
             }
         }
     }

@@ -31,17 +31,48 @@ use crate::broker::{
 use crate::stomp::frame::{self, Frame, Version};
 use crate::{DestinationKey, DestinationKind};
 
-/// Most transactions a connection may have open at once.
+/// Most transactions a connection may have open at once (default of
+/// [`SessionLimits::max_open_transactions`]).
 pub const MAX_OPEN_TRANSACTIONS: usize = 100;
 
-/// Most subscriptions (browses included) a connection may have at once: each holds
-/// up to its prefetch of messages, so a client that subscribes without end would
-/// hold the broker's memory.
+/// Most subscriptions (browses included) a connection may have at once (default of
+/// [`SessionLimits::max_subscriptions`]): each holds up to its prefetch of messages, so
+/// a client that subscribes without end would hold the broker's memory.
 pub const MAX_SUBSCRIPTIONS_PER_CONNECTION: usize = 1_000;
 
-/// Most body bytes one transaction may send before COMMIT (64 MiB): its messages
-/// are held until then.
+/// Most body bytes one transaction may send before COMMIT (64 MiB; default of
+/// [`SessionLimits::max_transaction_bytes`]): its messages are held until then.
 pub const MAX_TRANSACTION_BYTES: usize = 64 << 20;
+
+/// Most frames (SEND, ACK, NACK) one transaction may hold before COMMIT (default of
+/// [`SessionLimits::max_transaction_frames`]).
+pub const MAX_TRANSACTION_FRAMES: usize = 10_000;
+
+/// What one connection may hold at once. A frame over a limit gets an ERROR naming the
+/// limit (and the connection closes, as after any ERROR); other connections go on.
+/// `ebb serve` reads them from `[stomp]` (same names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// Subscriptions and browses at once.
+    pub max_subscriptions: usize,
+    /// Transactions begun and not yet committed or aborted.
+    pub max_open_transactions: usize,
+    /// Frames (SEND, ACK, NACK) in one transaction.
+    pub max_transaction_frames: usize,
+    /// Body bytes sent in one transaction.
+    pub max_transaction_bytes: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            max_subscriptions: MAX_SUBSCRIPTIONS_PER_CONNECTION,
+            max_open_transactions: MAX_OPEN_TRANSACTIONS,
+            max_transaction_frames: MAX_TRANSACTION_FRAMES,
+            max_transaction_bytes: MAX_TRANSACTION_BYTES,
+        }
+    }
+}
 
 /// Prefix of the xids of STOMP transactions; `ebb serve` rolls back any left with it
 /// at start (a STOMP transaction does not outlive its connection).
@@ -62,6 +93,8 @@ pub struct SessionConfig {
     /// A CONNECT with a connected client id takes it over from the older connection
     /// (ActiveMQ's `allowLinkStealing`) instead of being refused.
     pub allow_link_stealing: bool,
+    /// What one connection may hold at once.
+    pub limits: SessionLimits,
 }
 
 /// Why a connection ends.
@@ -251,8 +284,11 @@ struct Tx {
     acks: Vec<String>,
     /// NACKs waiting for COMMIT.
     nacks: Vec<String>,
-    /// Body bytes sent in it (bounded by [`MAX_TRANSACTION_BYTES`]).
+    /// Body bytes sent in it (bounded by [`SessionLimits::max_transaction_bytes`]).
     bytes: usize,
+    /// SEND, ACK and NACK frames in it (bounded by
+    /// [`SessionLimits::max_transaction_frames`]).
+    frames: usize,
 }
 
 /// The broker-facing state of one connection.
@@ -609,11 +645,12 @@ impl Session {
         }
         let started = match transaction {
             Some(tx) => {
+                let max = self.config.limits.max_transaction_bytes;
                 let open = self.open_transaction(&tx)?;
                 open.bytes += message.body.len();
-                if open.bytes > MAX_TRANSACTION_BYTES {
+                if open.bytes > max {
                     return refuse(format!(
-                        "transaction `{tx}` sends more than {MAX_TRANSACTION_BYTES} bytes before COMMIT"
+                        "transaction `{tx}` sends more than {max} bytes before COMMIT (max_transaction_bytes)"
                     ));
                 }
                 open.sends.start_send_now(&destination, message).await
@@ -656,9 +693,10 @@ impl Session {
                 "subscription id `{id}` is already in use on this connection"
             ));
         }
-        if self.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_CONNECTION {
+        let max = self.config.limits.max_subscriptions;
+        if self.subscriptions.len() >= max {
             return refuse(format!(
-                "more than {MAX_SUBSCRIPTIONS_PER_CONNECTION} subscriptions on one connection"
+                "more than {max} subscriptions on one connection (max_subscriptions)"
             ));
         }
         if browser {
@@ -976,9 +1014,10 @@ impl Session {
         if self.transactions.contains_key(&tx) {
             return refuse(format!("transaction `{tx}` is already begun"));
         }
-        if self.transactions.len() >= MAX_OPEN_TRANSACTIONS {
+        let max = self.config.limits.max_open_transactions;
+        if self.transactions.len() >= max {
             return refuse(format!(
-                "more than {MAX_OPEN_TRANSACTIONS} open transactions on one connection"
+                "more than {max} open transactions on one connection (max_open_transactions)"
             ));
         }
         let sends = self.broker.transaction(self.xid(&tx));
@@ -989,16 +1028,28 @@ impl Session {
                 acks: Vec::new(),
                 nacks: Vec::new(),
                 bytes: 0,
+                frames: 0,
             },
         );
         Ok(())
     }
 
     /// The open transaction `tx` (a SEND or ACK joins it).
+    /// The open transaction `tx` a SEND, ACK or NACK joins, counted against
+    /// [`SessionLimits::max_transaction_frames`].
     fn open_transaction(&mut self, tx: &str) -> Result<&mut Tx, Refusal> {
-        self.transactions
+        let max = self.config.limits.max_transaction_frames;
+        let open = self
+            .transactions
             .get_mut(tx)
-            .ok_or_else(|| Refusal(format!("invalid transaction id `{tx}`: not begun")))
+            .ok_or_else(|| Refusal(format!("invalid transaction id `{tx}`: not begun")))?;
+        open.frames += 1;
+        if open.frames > max {
+            return refuse(format!(
+                "transaction `{tx}` holds more than {max} frames before COMMIT (max_transaction_frames)"
+            ));
+        }
+        Ok(open)
     }
 
     /// Ends the transaction a COMMIT or ABORT names.

@@ -516,49 +516,130 @@ on_every_backend!(
     stalled_clients_are_closed,
     parse_errors_receipts_and_all_or_nothing_commits,
     per_connection_limits_are_errors_naming_the_limit,
+    connections_per_address_are_limited,
 );
 
-/// A connection over a per-connection limit (subscriptions, open transactions) gets an
-/// ERROR naming the limit and is closed; another connection goes on working.
+/// Each limit against hostile or broken clients, set small: the client over it gets
+/// an ERROR naming the limit (and its `[stomp]` key) and is closed; another connection
+/// goes on working. The defaults are the constants (`MAX_SUBSCRIPTIONS_PER_CONNECTION`,
+/// `MAX_CONNECTIONS`, ...).
 async fn per_connection_limits_are_errors_naming_the_limit(t: TestStore) {
-    use ebb::transport::connection::{MAX_OPEN_TRANSACTIONS, MAX_SUBSCRIPTIONS_PER_CONNECTION};
-    let s = server(&t, Limits::default()).await;
-    let mut greedy = Client::connected(s.addr, None).await;
-    let mut frames = Vec::new();
-    for i in 0..MAX_SUBSCRIPTIONS_PER_CONNECTION {
-        frames.extend(format!("SUBSCRIBE\nid:s{i}\ndestination:/topic/lim.{i}\n\n\0").into_bytes());
+    use ebb::transport::connection::{
+        ConnectionConfig, SessionLimits, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS,
+        MAX_OPEN_TRANSACTIONS, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TRANSACTION_FRAMES,
+    };
+    let d = ConnectionConfig::default();
+    assert_eq!(
+        (d.max_connections, d.max_connections_per_address),
+        (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS)
+    );
+    assert_eq!(
+        (
+            d.session_limits.max_subscriptions,
+            d.session_limits.max_open_transactions,
+            d.session_limits.max_transaction_frames
+        ),
+        (
+            MAX_SUBSCRIPTIONS_PER_CONNECTION,
+            MAX_OPEN_TRANSACTIONS,
+            MAX_TRANSACTION_FRAMES
+        )
+    );
+    let config = ConnectionConfig {
+        limits: Limits {
+            max_headers: 8,
+            max_header_bytes: 256,
+            ..Limits::default()
+        },
+        session_limits: SessionLimits {
+            max_subscriptions: 5,
+            max_open_transactions: 3,
+            max_transaction_frames: 4,
+            max_transaction_bytes: 1 << 20,
+        },
+        max_connections: 6,
+        max_connections_per_address: 6,
+        ..ConnectionConfig::default()
+    };
+    let s = serve_with(broker(&t, policy(100, 400), 2).await, config).await;
+    // The answer to `frames` on a fresh connection: an ERROR whose message is `want`,
+    // then the close.
+    let refused = |frames: Vec<u8>, want: &'static str| async move {
+        let mut c = Client::connected(s.addr, None).await;
+        c.write(&frames).await;
+        let error = c.frame_within(30_000).await.expect("an ERROR");
+        assert_eq!(error.command, Command::Error, "{error:?}");
+        assert_eq!(error.get("message"), Some(want), "{error:?}");
+        assert!(c.closed().await);
+    };
+    let repeat = |n: usize, frame: &dyn Fn(usize) -> String| -> Vec<u8> {
+        (0..n).flat_map(|i| frame(i).into_bytes()).collect()
+    };
+    refused(
+        repeat(6, &|i| {
+            format!("SUBSCRIBE\nid:s{i}\ndestination:/topic/lim.{i}\n\n\0")
+        }),
+        "more than 5 subscriptions on one connection (max_subscriptions)",
+    )
+    .await;
+    refused(
+        repeat(4, &|i| format!("BEGIN\ntransaction:t{i}\n\n\0")),
+        "more than 3 open transactions on one connection (max_open_transactions)",
+    )
+    .await;
+    let mut frames = b"BEGIN\ntransaction:big\n\n\0".to_vec();
+    frames.extend(repeat(5, &|i| {
+        format!("SEND\ndestination:/queue/lim.tx\ntransaction:big\n\n{i}\0")
+    }));
+    refused(
+        frames,
+        "transaction `big` holds more than 4 frames before COMMIT (max_transaction_frames)",
+    )
+    .await;
+    let headers: String = (0..9).map(|i| format!("h{i}:v\n")).collect();
+    refused(
+        format!("SEND\ndestination:/queue/lim\n{headers}\nx\0").into_bytes(),
+        "more than 8 headers (max_headers)",
+    )
+    .await;
+    refused(
+        format!("SEND\ndestination:/queue/lim\nh:{}\n\nx\0", "v".repeat(300)).into_bytes(),
+        "header line longer than the limit of 256 bytes (max_header_size)",
+    )
+    .await;
+
+    // Six connections at once from 127.0.0.1 (one of them `other`); a seventh is told
+    // why and closed before it is read.
+    let mut other = Client::connected(s.addr, None).await;
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(Client::connected(s.addr, None).await);
     }
-    frames.extend(b"SUBSCRIBE\nid:over\ndestination:/topic/lim.over\nreceipt:r\n\n\0");
-    greedy.write(&frames).await;
-    let error = greedy.frame_within(30_000).await.expect("an ERROR");
+    let mut over = Client::open(s.addr).await;
+    let error = over.frame_within(10_000).await.expect("an ERROR");
     assert_eq!(error.command, Command::Error, "{error:?}");
     assert_eq!(
         error.get("message"),
-        Some(
-            format!("more than {MAX_SUBSCRIPTIONS_PER_CONNECTION} subscriptions on one connection")
-                .as_str()
-        )
+        Some("the broker serves 6 connections, its most (max_connections)")
     );
-    assert!(greedy.closed().await);
-
-    let mut tx = Client::connected(s.addr, None).await;
-    let mut frames = Vec::new();
-    for i in 0..=MAX_OPEN_TRANSACTIONS {
-        frames.extend(format!("BEGIN\ntransaction:t{i}\n\n\0").into_bytes());
+    assert!(over.closed().await);
+    // A place comes back when a connection ends.
+    drop(held.pop());
+    let mut again = None;
+    for _ in 0..100 {
+        let mut c = Client::open(s.addr).await;
+        c.write(b"CONNECT\naccept-version:1.2\nhost:x\n\n\0").await;
+        match c.frame_within(5_000).await {
+            Some(f) if f.command == Command::Connected => {
+                again = Some(c);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
     }
-    tx.write(&frames).await;
-    let error = tx.frame_within(30_000).await.expect("an ERROR");
-    assert_eq!(
-        error.get("message"),
-        Some(
-            format!("more than {MAX_OPEN_TRANSACTIONS} open transactions on one connection")
-                .as_str()
-        )
-    );
-    assert!(tx.closed().await);
+    assert!(again.is_some(), "a place came back");
 
     // Everyone else is served.
-    let mut other = Client::connected(s.addr, None).await;
     other
         .write(b"SUBSCRIBE\nid:1\ndestination:/queue/lim\nreceipt:s\n\n\0")
         .await;
@@ -568,5 +649,28 @@ async fn per_connection_limits_are_errors_naming_the_limit(t: TestStore) {
         .await;
     let m = other.frame().await.expect("a MESSAGE");
     assert_eq!(&m.body[..], b"ok");
+    s.stop().await;
+}
+
+/// One source address may not take every place: the per-address limit refuses a
+/// connection the total would still take.
+async fn connections_per_address_are_limited(t: TestStore) {
+    use ebb::transport::connection::ConnectionConfig;
+    let config = ConnectionConfig {
+        max_connections: 100,
+        max_connections_per_address: 2,
+        ..ConnectionConfig::default()
+    };
+    let s = serve_with(broker(&t, policy(100, 400), 2).await, config).await;
+    let _a = Client::connected(s.addr, None).await;
+    let _b = Client::connected(s.addr, None).await;
+    let mut over = Client::open(s.addr).await;
+    let error = over.frame_within(10_000).await.expect("an ERROR");
+    assert_eq!(
+        error.get("message"),
+        Some("2 connections from 127.0.0.1 already, the most from one address (max_connections_per_address)"),
+        "{error:?}"
+    );
+    assert!(over.closed().await);
     s.stop().await;
 }
