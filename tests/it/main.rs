@@ -29,6 +29,7 @@ mod selectors;
 mod soak;
 mod stomp_cases;
 mod stomp_codec_props;
+mod stomp_fuzz;
 #[cfg(feature = "cli")]
 mod stomp_py;
 mod stomp_queues;
