@@ -135,7 +135,7 @@ fn valid_headers(command: &str, seed: u64) -> Vec<(String, String)> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut pick = |values: &[&str]| values[rng.gen_range(0..values.len())].to_string();
     let destinations = ["/queue/fz", "/topic/fz", "/queue/fz.a", "/topic/fz.b"];
-    let mut h = |name: &str, value: String| (name.to_string(), value);
+    let h = |name: &str, value: String| (name.to_string(), value);
     let mut out = Vec::new();
     match command {
         "SEND" => {
