@@ -86,6 +86,9 @@ const DURABLE_NAME: &str = "chaos";
 const TTL_MS: u64 = 300;
 /// How long a client waits for a RECEIPT before it gives the connection up.
 const RECEIPT_WAIT: Duration = Duration::from_secs(10);
+/// How long a producer waits after an ERROR or a broken connection before it connects
+/// again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// One queue message in this many is poison (sent to [`POISON`]).
 const POISON_EVERY: u64 = 40;
 
@@ -232,6 +235,8 @@ async fn producer(ctx: Ctx, kind: ProducerKind, rate: u32) {
                 _ => send_one(&ctx, &mut client, kind, &format!("{prefix}{n}"), n).await,
             };
             if !ok {
+                // A client backs off before it connects again.
+                tokio::time::sleep(RETRY_PAUSE).await;
                 continue 'connection;
             }
             tokio::time::sleep(pause).await;
@@ -752,6 +757,8 @@ pub struct ChaosReport {
     pub faults: Vec<FaultSummary>,
     /// Up to ten lost ids, to look for in the broker's log.
     pub lost_examples: Vec<String>,
+    /// Up to ten refused ids delivered anyway.
+    pub refused_delivered_examples: Vec<String>,
     /// The broker's standard error over the run (kept when the run failed).
     pub broker_log: PathBuf,
 }
@@ -1166,6 +1173,7 @@ fn reconcile(
         clean_stop,
         faults: Vec::new(),
         lost_examples: Vec::new(),
+        refused_delivered_examples: Vec::new(),
         broker_log: PathBuf::new(),
     };
     // Per transaction: (members delivered, members).
@@ -1206,7 +1214,12 @@ fn reconcile(
             }
         } else if m.refused {
             r.refused += 1;
-            r.refused_delivered += u64::from(deliveries > 0);
+            if deliveries > 0 {
+                r.refused_delivered += 1;
+                if r.refused_delivered_examples.len() < 10 {
+                    r.refused_delivered_examples.push(id.clone());
+                }
+            }
         } else {
             r.unconfirmed += 1;
             r.unconfirmed_delivered += u64::from(deliveries > 0);
@@ -1308,6 +1321,10 @@ fn print_report(r: &ChaosReport) {
     }
     if !r.lost_examples.is_empty() {
         println!("  lost, e.g.: {}", r.lost_examples.join(", "));
+    }
+    if !r.refused_delivered_examples.is_empty() {
+        let ids = r.refused_delivered_examples.join(", ");
+        println!("  refused and delivered, e.g.: {ids}");
     }
 }
 

@@ -108,6 +108,7 @@ pub struct ReadStats {
     body_bytes: AtomicU64,
     write_transactions: AtomicU64,
     write_ops: AtomicU64,
+    in_doubt_commits: AtomicU64,
 }
 
 /// A copy of [`ReadStats`] at one moment.
@@ -121,12 +122,19 @@ pub struct StatsSnapshot {
     pub write_transactions: u64,
     /// Write operations committed (a transaction holds one or more).
     pub write_ops: u64,
+    /// Commits whose answer was lost (the connection broke) and that were found
+    /// committed by their rows, so answered as committed.
+    pub in_doubt_commits: u64,
 }
 
 impl ReadStats {
     pub(crate) fn fetched(&self, rows: u64, bytes: u64) {
         self.message_rows.fetch_add(rows, Ordering::Relaxed);
         self.body_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn in_doubt_commit_settled(&self) {
+        self.in_doubt_commits.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn committed(&self, ops: u64) {
@@ -140,6 +148,7 @@ impl ReadStats {
             body_bytes: self.body_bytes.load(Ordering::Relaxed),
             write_transactions: self.write_transactions.load(Ordering::Relaxed),
             write_ops: self.write_ops.load(Ordering::Relaxed),
+            in_doubt_commits: self.in_doubt_commits.load(Ordering::Relaxed),
         }
     }
 }

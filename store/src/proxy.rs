@@ -8,6 +8,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
 /// See the module documentation.
@@ -18,6 +20,8 @@ pub struct DatabaseProxy {
     /// The local ports of the proxy's live connections to the server, as the server's
     /// `pg_stat_activity.client_port` shows them.
     ports: Arc<Mutex<std::collections::HashSet<u16>>>,
+    /// Set by [`DatabaseProxy::lose_next_commit_answer`].
+    lose_commit: Arc<AtomicBool>,
     accept: JoinHandle<()>,
 }
 
@@ -40,20 +44,22 @@ impl DatabaseProxy {
         let ports: Arc<Mutex<std::collections::HashSet<u16>>> = Arc::default();
         let (up2, links2, target) = (up.clone(), links.clone(), host_port.clone());
         let ports2 = ports.clone();
+        let lose_commit = Arc::new(AtomicBool::new(false));
+        let lose_commit2 = lose_commit.clone();
         let accept = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
+            while let Ok((client, _)) = listener.accept().await {
                 if !up2.load(Ordering::SeqCst) {
                     drop(client);
                     continue;
                 }
-                let (target, ports) = (target.clone(), ports2.clone());
+                let (target, ports, lose) = (target.clone(), ports2.clone(), lose_commit2.clone());
                 let mut links = lock(&links2);
                 links.retain(|link| !link.is_finished());
                 links.push(tokio::spawn(async move {
-                    if let Ok(mut server) = tokio::net::TcpStream::connect(target).await {
+                    if let Ok(server) = tokio::net::TcpStream::connect(target).await {
                         let port = server.local_addr().map_or(0, |a| a.port());
                         lock(&ports).insert(port);
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        link(client, server, &lose).await;
                         lock(&ports).remove(&port);
                     }
                 }));
@@ -64,6 +70,7 @@ impl DatabaseProxy {
             up,
             links,
             ports,
+            lose_commit,
             accept,
         })
     }
@@ -88,6 +95,14 @@ impl DatabaseProxy {
         lock(&self.ports).iter().copied().collect()
     }
 
+    /// The next `COMMIT` a client sends (a PostgreSQL simple query) reaches the server,
+    /// and then its connection is closed before the answer comes back: the client
+    /// cannot know whether the transaction committed (it did, unless the server
+    /// refused it). For tests of a commit whose outcome is in doubt.
+    pub fn lose_next_commit_answer(&self) {
+        self.lose_commit.store(true, Ordering::SeqCst);
+    }
+
     /// Lets connections through again.
     pub fn restore(&self) {
         self.up.store(true, Ordering::SeqCst);
@@ -98,6 +113,52 @@ impl Drop for DatabaseProxy {
     fn drop(&mut self) {
         self.cut();
         self.accept.abort();
+    }
+}
+
+/// Copies bytes both ways until either side closes. With `lose_commit` set, a chunk
+/// from the client holding a `COMMIT` query is the last thing that passes: it goes to
+/// the server, nothing more comes back, and the link closes once the server has had
+/// the time to commit.
+async fn link(client: TcpStream, server: TcpStream, lose_commit: &AtomicBool) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let muted = AtomicBool::new(false);
+    let to_server = async {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = match client_read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let chunk = &buf[..n];
+            let commit = chunk.windows(7).any(|w| w == b"COMMIT\0");
+            if commit && lose_commit.swap(false, Ordering::SeqCst) {
+                muted.store(true, Ordering::SeqCst);
+                let _ = server_write.write_all(chunk).await;
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                return;
+            }
+            if server_write.write_all(chunk).await.is_err() {
+                return;
+            }
+        }
+    };
+    let to_client = async {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = match server_read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if muted.load(Ordering::SeqCst) || client_write.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = to_server => {}
+        () = to_client => {}
     }
 }
 

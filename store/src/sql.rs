@@ -460,6 +460,33 @@ macro_rules! impl_sql_store {
                 Ok(n as u64)
             }
 
+            /// Whether a row with an id in `first..=last` is stored: one bounded read
+            /// on a fresh connection, tried again every 100 ms while the database
+            /// cannot be reached, for as long as a call waits for a connection
+            /// (`acquire_timeout_ms`). `false` when the range is empty or the
+            /// database could not be asked in that time.
+            async fn committed(&self, first: i64, last: i64) -> bool {
+                if last < first {
+                    return false;
+                }
+                let deadline =
+                    std::time::Instant::now() + self.pool.options().get_acquire_timeout();
+                loop {
+                    let probe = sqlx::query_scalar::<_, i64>(&self.sql.committed_probe)
+                        .bind(first)
+                        .bind(last)
+                        .fetch_optional(&self.pool)
+                        .await;
+                    match probe {
+                        Ok(row) => return row.is_some(),
+                        Err(_) if std::time::Instant::now() < deadline => {
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        }
+                        Err(_) => return false,
+                    }
+                }
+            }
+
             fn next_id(&self) -> i64 {
                 self.last_id
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
@@ -1081,6 +1108,9 @@ macro_rules! impl_sql_store {
                     .begin_with($tx.write)
                     .await
                     .map_err($crate::error::db("begin"))?;
+                // The ids this batch gives new rows: `first_new..=last_new` (this is
+                // the store's one writer), to settle a commit whose answer is lost.
+                let first_new = self.last_assigned_id() + 1;
                 let mut outcomes = Vec::with_capacity(ops.len());
                 let mut bytes = 0;
                 let mut ops = ops.into_iter().peekable();
@@ -1099,7 +1129,22 @@ macro_rules! impl_sql_store {
                     let ids = self.insert_messages(&mut *tx, adds, &mut bytes).await?;
                     outcomes.extend(ids.into_iter().map($crate::WriteOutcome::Added));
                 }
-                tx.commit().await.map_err($crate::error::db("commit"))?;
+                let last_new = self.last_assigned_id();
+                if let Err(e) = tx.commit().await {
+                    // The connection may have broken after the server committed and
+                    // before its answer came back (PostgreSQL over a network). Rows
+                    // with the batch's new ids prove that it committed: answer as
+                    // committed, so nothing stored is reported refused (and sent
+                    // again by its producer). Without such rows it stays an error.
+                    if !self.committed(first_new, last_new).await {
+                        return Err($crate::error::db("commit")(e));
+                    }
+                    tracing::warn!(
+                        error = %e,
+                        "a commit's answer was lost; its rows are stored, so it committed"
+                    );
+                    self.stats.in_doubt_commit_settled();
+                }
                 self.stored_bytes
                     .fetch_add(bytes, std::sync::atomic::Ordering::SeqCst);
                 self.stats.committed(count);

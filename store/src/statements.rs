@@ -89,6 +89,9 @@ pub(crate) struct Statements {
     /// a page of a container: `container = $1 AND id > $2`, not prepared, `LIMIT $3`
     pub browse: String,
     pub has_expiring: String,
+    /// one row with an id in `$1..=$2` (a batch's new ids), by the primary key,
+    /// `LIMIT 1`: whether a commit whose answer was lost went through
+    pub committed_probe: String,
     pub count_messages: String,
     pub count_subscriptions: String,
     pub count_indacks: String,
@@ -454,6 +457,9 @@ impl Statements {
             },
             has_expiring: format!(
                 "SELECT 1 FROM {p}msgs WHERE container = $1 AND expiration > 0 LIMIT 1"
+            ),
+            committed_probe: format!(
+                "SELECT id FROM {p}msgs WHERE id >= $1 AND id <= $2 LIMIT 1"
             ),
             count_messages: format!("SELECT COUNT(*) FROM {p}msgs WHERE container = $1"),
             count_subscriptions: format!(
