@@ -105,6 +105,9 @@ pub struct StompSection {
     pub max_open_transactions: Option<usize>,
     /// Most SEND, ACK and NACK frames in one transaction (default 10,000).
     pub max_transaction_frames: Option<usize>,
+    /// Deliveries waiting for an ACK on one connection at which the broker stops
+    /// delivering to it until acks come (default 100,000).
+    pub max_unacked: Option<usize>,
     /// Most body bytes one transaction sends before COMMIT, bytes or with a unit
     /// (default `64mb`).
     pub max_transaction_size: Option<ByteSize>,
@@ -376,6 +379,7 @@ max_connections_per_address = 50
 max_subscriptions = 200
 max_open_transactions = 10
 max_transaction_frames = 500
+max_unacked = 2000
 max_transaction_size = "1mb"
 max_headers = 100
 max_header_size = "8kb"
@@ -425,6 +429,7 @@ memory_limit = "1mb"
             (Some(200), Some(10), Some(500))
         );
         assert_eq!(s.max_transaction_size, Some(ByteSize(1 << 20)));
+        assert_eq!(s.max_unacked, Some(2000));
         assert_eq!(
             (s.max_headers, s.max_header_size),
             (Some(100), Some(ByteSize(8 << 10)))

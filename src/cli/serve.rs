@@ -141,6 +141,9 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(n) = at_least_one(stomp.max_transaction_frames, "max_transaction_frames")? {
         session.max_transaction_frames = n;
     }
+    if let Some(n) = at_least_one(stomp.max_unacked, "max_unacked")? {
+        session.max_unacked = n;
+    }
     if let Some(size) = stomp.max_transaction_size {
         session.max_transaction_bytes = size.0 as usize;
     }

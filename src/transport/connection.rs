@@ -102,7 +102,7 @@ impl Default for ConnectionConfig {
 
 pub use super::session::{
     SessionLimits, MAX_OPEN_TRANSACTIONS, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TRANSACTION_BYTES,
-    MAX_TRANSACTION_FRAMES, XID_PREFIX,
+    MAX_TRANSACTION_FRAMES, MAX_UNACKED_PER_CONNECTION, XID_PREFIX,
 };
 
 /// Largest frame before CONNECT (64 KiB): a CONNECT frame is small.
@@ -396,10 +396,10 @@ pub async fn serve_connection<S>(
                     Err(_) => Ok(()),
                 }
             }
-            Some((sub, fed)) = session.next_delivery(), if session.connected() => {
+            Some((sub, fed)) = session.next_delivery(), if session.may_deliver() => {
                 let mut turn = session.deliver(sub, fed);
                 // Deliveries that are ready too go out in the same write.
-                while turn.is_ok() && session.output().len() < WRITE_BATCH {
+                while turn.is_ok() && session.output().len() < WRITE_BATCH && session.may_deliver() {
                     let Some(Some((sub, fed))) = session.next_delivery().now_or_never() else { break };
                     turn = session.deliver(sub, fed);
                 }

@@ -48,9 +48,13 @@ pub const MAX_TRANSACTION_BYTES: usize = 64 << 20;
 /// [`SessionLimits::max_transaction_frames`]).
 pub const MAX_TRANSACTION_FRAMES: usize = 10_000;
 
+/// Default of [`SessionLimits::max_unacked`].
+pub const MAX_UNACKED_PER_CONNECTION: usize = 100_000;
+
 /// What one connection may hold at once. A frame over a limit gets an ERROR naming the
 /// limit (and the connection closes, as after any ERROR); other connections go on.
-/// `ebb serve` reads them from `[stomp]` (same names).
+/// `max_unacked` is flow control instead: at it, deliveries wait. `ebb serve` reads
+/// them from `[stomp]` (same names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionLimits {
     /// Subscriptions and browses at once.
@@ -61,6 +65,12 @@ pub struct SessionLimits {
     pub max_transaction_frames: usize,
     /// Body bytes sent in one transaction.
     pub max_transaction_bytes: usize,
+    /// Deliveries (in `client` and `client-individual` modes) waiting for an ACK or
+    /// NACK over all the connection's subscriptions: at this many, the broker
+    /// delivers nothing more to the connection until acks come, as a prefetch over
+    /// the whole connection (each subscription keeps its own prefetch too). No ERROR:
+    /// a client holding many un-acked messages breaks no rule, it waits.
+    pub max_unacked: usize,
 }
 
 impl Default for SessionLimits {
@@ -70,6 +80,7 @@ impl Default for SessionLimits {
             max_open_transactions: MAX_OPEN_TRANSACTIONS,
             max_transaction_frames: MAX_TRANSACTION_FRAMES,
             max_transaction_bytes: MAX_TRANSACTION_BYTES,
+            max_unacked: MAX_UNACKED_PER_CONNECTION,
         }
     }
 }
@@ -350,6 +361,14 @@ impl Session {
     /// True once CONNECT was accepted.
     pub fn connected(&self) -> bool {
         self.connected
+    }
+
+    /// Whether the connection may take another delivery: connected, and fewer than
+    /// [`SessionLimits::max_unacked`] deliveries waiting for an ACK or NACK. At the
+    /// limit every subscription of the connection waits (what the destinations hold
+    /// stays there) until acks come.
+    pub fn may_deliver(&self) -> bool {
+        self.connected && self.pending.len() < self.config.limits.max_unacked
     }
 
     /// The negotiated protocol version (1.0 before CONNECT).

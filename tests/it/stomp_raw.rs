@@ -517,6 +517,7 @@ on_every_backend!(
     parse_errors_receipts_and_all_or_nothing_commits,
     per_connection_limits_are_errors_naming_the_limit,
     connections_per_address_are_limited,
+    unacked_deliveries_per_connection_wait_for_acks,
 );
 
 /// Each limit against hostile or broken clients, set small: the client over it gets
@@ -556,6 +557,7 @@ async fn per_connection_limits_are_errors_naming_the_limit(t: TestStore) {
             max_open_transactions: 3,
             max_transaction_frames: 4,
             max_transaction_bytes: 1 << 20,
+            max_unacked: 100,
         },
         max_connections: 6,
         max_connections_per_address: 6,
@@ -649,6 +651,65 @@ async fn per_connection_limits_are_errors_naming_the_limit(t: TestStore) {
         .await;
     let m = other.frame().await.expect("a MESSAGE");
     assert_eq!(&m.body[..], b"ok");
+    s.stop().await;
+}
+
+/// At `max_unacked` deliveries waiting for an ACK over all of a connection's
+/// subscriptions, the broker delivers nothing more to it until an ack comes: no ERROR,
+/// the messages wait in their queues.
+async fn unacked_deliveries_per_connection_wait_for_acks(t: TestStore) {
+    use ebb::transport::connection::{ConnectionConfig, SessionLimits};
+    let config = ConnectionConfig {
+        session_limits: SessionLimits {
+            max_unacked: 3,
+            ..SessionLimits::default()
+        },
+        ..ConnectionConfig::default()
+    };
+    let s = serve_with(broker(&t, policy(100, 400), 2).await, config).await;
+    let mut producer = Client::connected(s.addr, None).await;
+    let mut frames = Vec::new();
+    for q in ["a", "b"] {
+        for i in 0..5 {
+            frames.extend(
+                format!("SEND\ndestination:/queue/unacked.{q}\npersistent:true\n\n{q}{i}\0")
+                    .into_bytes(),
+            );
+        }
+    }
+    frames.extend(b"SEND\ndestination:/queue/unacked.a\npersistent:true\nreceipt:sent\n\nlast\0");
+    producer.write(&frames).await;
+    receipt(&mut producer, "sent").await;
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\nid:a\ndestination:/queue/unacked.a\nack:client-individual\n\n\0SUBSCRIBE\nid:b\ndestination:/queue/unacked.b\nack:client\n\n\0")
+        .await;
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let f = c.frame().await.expect("a MESSAGE");
+        assert_eq!(f.command, Command::Message, "{f:?}");
+        got.push(f);
+    }
+    assert!(
+        c.frame_within(500).await.is_none(),
+        "a fourth delivery while three wait for an ACK"
+    );
+    // The first delivery is its subscription's first: acking it (even cumulatively)
+    // acks it alone.
+    let ack = got[0].get("ack").unwrap().to_string();
+    c.write(format!("ACK\nid:{ack}\nreceipt:acked\n\n\0").as_bytes())
+        .await;
+    let mut more = messages_until_receipt(&mut c, "acked").await;
+    if more.is_empty() {
+        more.push(c.frame().await.expect("one more MESSAGE after the ACK"));
+    }
+    assert_eq!(more.len(), 1);
+    assert_eq!(more[0].command, Command::Message, "{:?}", more[0]);
+    assert!(c.frame_within(500).await.is_none(), "only one more");
+    // Nothing was lost meanwhile: 11 sent, 1 acked, the rest stored.
+    let store = s.broker.store();
+    let stored = store.count_messages("queue://unacked.a").await.unwrap()
+        + store.count_messages("queue://unacked.b").await.unwrap();
+    assert_eq!(stored, 10);
     s.stop().await;
 }
 
