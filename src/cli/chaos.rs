@@ -20,7 +20,8 @@
 //! close (`stalled-consumer`); and on PostgreSQL, every database connection cut for
 //! 1.5 s by a TCP proxy in front of the server (`db-cut`), and every connection of the
 //! broker ended by the server itself, as a PostgreSQL restart ends them
-//! (`db-terminate`, `pg_terminate_backend`).
+//! (`db-terminate`, `pg_terminate_backend`); with `--restart-postgres COMMAND`, also
+//! the database server restarted by that command (`db-restart`).
 //!
 //! At the end the producers stop, every consumer drains until the broker is quiet
 //! (the durable subscription included, then the dead-letter queue), the broker stops
@@ -71,6 +72,11 @@ pub struct ChaosOptions {
     /// The `ebb` binary to run as the broker [default: this one].
     #[arg(long)]
     pub ebb: Option<PathBuf>,
+    /// PostgreSQL only: a shell command that restarts the database server (e.g.
+    /// `pg_ctlcluster 15 main restart`), injected as the fault `db-restart` in turn
+    /// with the others. Off by default: it ends every other client of that server too.
+    #[arg(long, value_name = "COMMAND")]
+    pub restart_postgres: Option<String>,
 }
 
 const QUEUE: &str = "/queue/chaos.work";
@@ -120,8 +126,8 @@ struct Record {
 #[derive(Debug, Clone, serde::Serialize)]
 struct FaultRecord {
     kind: &'static str,
-    /// From the fault's start to the first receipted probe sent after it, ms; `None`
-    /// when none came within 60 s.
+    /// The longest time without a probe receipt from the fault's start until the
+    /// first probe sent after its end got one, ms; `None` when none came within 60 s.
     unavailable_ms: Option<u64>,
     /// `stalled-consumer` only: the broker closed the silent connection.
     closed_by_broker: Option<bool>,
@@ -459,6 +465,9 @@ async fn consumer(ctx: Ctx, spec: ConsumerSpec, mut online: watch::Receiver<bool
         let until = Until::Online(online.clone());
         if session(&ctx, &mut client, spec, until).await.is_ok() {
             let _ = tokio::time::timeout(RECEIPT_WAIT, client.disconnect()).await;
+        } else {
+            // An ERROR or a broken connection: back off before connecting again.
+            tokio::time::sleep(RETRY_PAUSE).await;
         }
     }
 }
@@ -688,12 +697,18 @@ impl BrokerProcess {
     }
 }
 
-/// The faults `store` allows, in the order they are injected.
-fn fault_kinds(postgres: bool) -> &'static [&'static str] {
-    if postgres {
-        &["kill", "stalled-consumer", "db-cut", "db-terminate"]
-    } else {
-        &["kill", "stalled-consumer"]
+/// The faults the run can inject, in the order they are injected.
+fn fault_kinds(postgres: bool, restart: bool) -> &'static [&'static str] {
+    match (postgres, restart) {
+        (true, true) => &[
+            "kill",
+            "stalled-consumer",
+            "db-cut",
+            "db-terminate",
+            "db-restart",
+        ],
+        (true, false) => &["kill", "stalled-consumer", "db-cut", "db-terminate"],
+        (false, _) => &["kill", "stalled-consumer"],
     }
 }
 
@@ -766,7 +781,7 @@ pub struct ChaosReport {
 /// One kind of fault over the run.
 #[derive(Debug, serde::Serialize)]
 pub struct FaultSummary {
-    /// `kill`, `stalled-consumer`, `db-cut`, `db-terminate`.
+    /// `kill`, `stalled-consumer`, `db-cut`, `db-terminate`, `db-restart`.
     pub kind: &'static str,
     /// Times injected.
     pub count: u32,
@@ -946,14 +961,15 @@ async fn run(
     producers.push(tokio::spawn(vanishing_clients(ctx.clone())));
     let prober = tokio::spawn(probe(ctx.clone()));
 
-    let kinds = fault_kinds(postgres);
+    let kinds = fault_kinds(postgres, options.restart_postgres.is_some());
     let mut faults = Vec::new();
     for cycle in 0..options.cycles {
         tokio::time::sleep(Duration::from_millis(options.cycle_ms)).await;
         // The durable subscription is offline every other cycle.
         durable_online.send_replace(cycle % 2 == 1);
         let kind = kinds[cycle as usize % kinds.len()];
-        let fault = inject(&ctx, kind, broker, proxy).await?;
+        let restart = options.restart_postgres.as_deref();
+        let fault = inject(&ctx, kind, broker, proxy, restart).await?;
         if !options.json {
             eprintln!(
                 "cycle {}/{}: {kind}, unavailable {}",
@@ -1048,6 +1064,7 @@ async fn inject(
     kind: &'static str,
     broker: &mut BrokerProcess,
     proxy: Option<&DatabaseProxy>,
+    restart_postgres: Option<&str>,
 ) -> anyhow::Result<FaultRecord> {
     let start = Instant::now();
     let mut closed_by_broker = None;
@@ -1067,21 +1084,25 @@ async fn inject(
             let proxy = proxy.context("db-terminate needs the proxy")?;
             terminate_backends(proxy).await?;
         }
+        "db-restart" => {
+            let command = restart_postgres.context("db-restart needs --restart-postgres")?;
+            let status = tokio::process::Command::new("sh")
+                .arg("-c")
+                .arg(command)
+                .status()
+                .await?;
+            anyhow::ensure!(status.success(), "`{command}` failed: {status}");
+        }
         other => anyhow::bail!("unknown fault {other}"),
     }
-    let deadline = start + Duration::from_secs(60);
+    // The fault is over when its action returns; the broker is back at the first
+    // probe sent after that which gets its receipt.
+    let ended = Instant::now();
+    let deadline = ended + Duration::from_secs(60);
     let unavailable_ms = loop {
-        let recovered = ctx
-            .ledger
-            .lock()
-            .probes
-            .iter()
-            .rev()
-            .take_while(|(sent, _)| *sent >= start)
-            .last()
-            .map(|(_, receipted)| receipted.duration_since(start).as_millis() as u64);
-        if recovered.is_some() || Instant::now() > deadline {
-            break recovered;
+        let gap = longest_gap(&ctx.ledger.lock().probes, start, ended);
+        if gap.is_some() || Instant::now() > deadline {
+            break gap;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
@@ -1090,6 +1111,23 @@ async fn inject(
         unavailable_ms,
         closed_by_broker,
     })
+}
+
+/// How long the broker was unavailable over a fault that began at `start` and whose
+/// action ended at `ended`: the longest time from `start`, or from one probe's
+/// receipt, to the next probe receipt, up to the receipt of the first probe sent after
+/// `ended` (ms); `None` while no probe sent after `ended` has its receipt.
+fn longest_gap(probes: &[(Instant, Instant)], start: Instant, ended: Instant) -> Option<u64> {
+    let recovered = probes.iter().find(|(sent, _)| *sent >= ended)?.1;
+    let mut last = start;
+    let mut longest = Duration::ZERO;
+    for &(_, receipted) in probes {
+        if receipted > start && receipted <= recovered {
+            longest = longest.max(receipted.duration_since(last));
+            last = receipted;
+        }
+    }
+    Some(longest.as_millis() as u64)
 }
 
 /// A consumer that promises a heart-beat every second, takes deliveries, then sends
@@ -1389,6 +1427,28 @@ mod tests {
         assert!(
             failures[0].starts_with("2 receipted messages lost"),
             "{failures:?}"
+        );
+    }
+
+    #[test]
+    fn unavailability_is_the_longest_gap_between_probe_receipts() {
+        let t = Instant::now();
+        let at = |ms: u64| t + Duration::from_millis(ms);
+        // Probes (sent, receipted): one before the fault, two answered during it, then
+        // a silence of 900 ms, then recovery after its end at 1,000 ms.
+        let probes = [
+            (at(0), at(5)),
+            (at(10), at(60)),
+            (at(70), at(100)),
+            (at(150), at(1000)),
+            (at(1010), at(1030)),
+            (at(1100), at(1120)),
+        ];
+        assert_eq!(longest_gap(&probes, at(50), at(1000)), Some(900));
+        assert_eq!(
+            longest_gap(&probes, at(50), at(2000)),
+            None,
+            "no probe after the end yet"
         );
     }
 

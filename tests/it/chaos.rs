@@ -16,6 +16,8 @@ async fn five_faults_lose_nothing(t: TestStore) {
         rate: 100,
         json: true,
         ebb: Some(env!("CARGO_BIN_EXE_ebb").into()),
+        // Restarting the server would end the other tests' connections.
+        restart_postgres: None,
     };
     let report = run_chaos(&options).await.unwrap();
     assert_eq!(report.failures(), Vec::<String>::new(), "{report:#?}");
