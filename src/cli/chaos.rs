@@ -488,6 +488,7 @@ async fn drain(ctx: &Ctx, spec: ConsumerSpec, quiet: Duration) -> anyhow::Result
             return Ok(());
         }
         anyhow::ensure!(Instant::now() < deadline, "the final drain kept failing");
+        tokio::time::sleep(RETRY_PAUSE).await;
     }
 }
 
@@ -1168,7 +1169,8 @@ async fn terminate_backends(proxy: &DatabaseProxy) -> anyhow::Result<()> {
     let mut conn = sqlx::PgConnection::connect(proxy.url()).await?;
     sqlx::query(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE client_port = ANY($1) AND pid <> pg_backend_pid()",
+         WHERE client_port = ANY($1) AND application_name = 'ebb' \
+         AND pid <> pg_backend_pid()",
     )
     .bind(&ports)
     .execute(&mut conn)
@@ -1298,7 +1300,7 @@ fn print_report(r: &ChaosReport) {
         "ebb chaos on {}: {} faults in {:.1} s",
         r.backend, r.cycles, r.elapsed_s
     );
-    let rows: [(&str, u64); 15] = [
+    let rows = [
         ("sent", r.sent),
         ("  receipted", r.receipted),
         ("  refused with an ERROR", r.refused),
@@ -1317,11 +1319,6 @@ fn print_report(r: &ChaosReport) {
         ("refused, delivered anyway (in doubt)", r.refused_delivered),
         ("LOST (receipted, never delivered)", r.lost),
         ("acked, delivered again", r.acked_came_back),
-    ];
-    for (what, n) in rows {
-        println!("  {what:<50} {n:>9}");
-    }
-    for (what, n) in [
         ("acked and dead-lettered", r.acked_and_dead_lettered),
         (
             "poison messages not dead-lettered",
@@ -1330,7 +1327,8 @@ fn print_report(r: &ChaosReport) {
         ("partial frames delivered", r.partial_delivered),
         ("transactions delivered in part", r.transactions_split),
         ("deliveries nobody sent", r.unknown_delivered),
-    ] {
+    ];
+    for (what, n) in rows {
         println!("  {what:<50} {n:>9}");
     }
     println!(

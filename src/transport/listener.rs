@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt;
-
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 

@@ -3,7 +3,8 @@
 //! and refuses new ones, as a network partition or a database host that went away
 //! would; [`DatabaseProxy::restore`] lets them through again.
 //!
-//! It is plain tokio (no TLS, no protocol parsing): bytes are copied both ways.
+//! It is plain tokio (no TLS): bytes are copied both ways, read only to spot a `COMMIT`
+//! query for [`DatabaseProxy::lose_next_commit_answer`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -59,8 +60,10 @@ impl DatabaseProxy {
                     if let Ok(server) = tokio::net::TcpStream::connect(target).await {
                         let port = server.local_addr().map_or(0, |a| a.port());
                         lock(&ports).insert(port);
+                        // Removed also when the link is aborted (`cut`): a stale port
+                        // could name another client's connection later.
+                        let _listed = Listed(ports, port);
                         link(client, server, &lose).await;
-                        lock(&ports).remove(&port);
                     }
                 }));
             }
@@ -159,6 +162,15 @@ async fn link(client: TcpStream, server: TcpStream, lose_commit: &AtomicBool) {
     tokio::select! {
         () = to_server => {}
         () = to_client => {}
+    }
+}
+
+/// A port in [`DatabaseProxy::server_ports`] while its link lives.
+struct Listed(Arc<Mutex<std::collections::HashSet<u16>>>, u16);
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        lock(&self.0).remove(&self.1);
     }
 }
 
