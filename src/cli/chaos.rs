@@ -92,6 +92,9 @@ const DURABLE_NAME: &str = "chaos";
 const TTL_MS: u64 = 300;
 /// How long a client waits for a RECEIPT before it gives the connection up.
 const RECEIPT_WAIT: Duration = Duration::from_secs(10);
+/// How long a final drain waits for a message it should still get before it counts
+/// it lost.
+const GIVE_UP_QUIET: Duration = Duration::from_secs(15);
 /// How long a producer waits after an ERROR or a broken connection before it connects
 /// again.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
@@ -161,6 +164,21 @@ impl Ledger {
             }
             record.deliveries += 1;
         }
+    }
+
+    /// Receipted messages without TTL that the final reader of `destination` should
+    /// still get: a drain does not end while there are any (until it gives up).
+    fn outstanding(&self, destination: &str) -> usize {
+        let waiting = |m: &Record| m.receipted && !m.partial && m.expires_ms == 0;
+        self.records
+            .values()
+            .filter(|m| match destination {
+                QUEUE => waiting(m) && !m.topic && !m.poison && m.deliveries == 0,
+                TOPIC => waiting(m) && m.topic && m.deliveries == 0,
+                DLQ => waiting(m) && m.poison && m.dlq_deliveries == 0,
+                _ => false,
+            })
+            .count()
     }
 
     fn error(&mut self, text: String) {
@@ -514,7 +532,15 @@ async fn session(
     loop {
         let done = match &until {
             Until::Online(flag) => !*flag.borrow(),
-            Until::Quiet(quiet) => last_message.elapsed() > *quiet && acks.pending.is_empty(),
+            Until::Quiet(quiet) => {
+                // Quiet, and nothing it should get is missing; or quiet for long: a
+                // slow broker gets time, a lost message ends the drain all the same.
+                let silent = last_message.elapsed();
+                silent > *quiet
+                    && acks.pending.is_empty()
+                    && (silent > GIVE_UP_QUIET
+                        || ctx.ledger.lock().outstanding(spec.destination) == 0)
+            }
         };
         if done {
             flush_cumulative(client, &mut acks).await?;
