@@ -290,10 +290,14 @@ impl Encoder<Outgoing> for StompCodec {
         for (name, value) in &frame.headers {
             has_length |= name == "content-length";
             // A NUL would end the frame early: it never goes out in a header.
-            let (name, value) = (
-                &name.replace('\0', "\u{fffd}"),
-                &value.replace('\0', "\u{fffd}"),
-            );
+            let mut value = value.replace('\0', "\u{fffd}");
+            if frame.command == Command::Error && self.version == Version::V1_0 {
+                // Before CONNECT is answered the codec speaks 1.0 (no escapes) while
+                // the client may read 1.2, where a backslash begins an escape: an
+                // ERROR's header text goes out with `/` instead (its body keeps it).
+                value = value.replace('\\', "/");
+            }
+            let (name, value) = (&name.replace('\0', "\u{fffd}"), &value);
             if frame.command.escapes_headers() {
                 dst.put_slice(escape(name, self.version).as_bytes());
                 dst.put_u8(b':');

@@ -380,3 +380,33 @@ fn generated_frame_sequences_get_valid_answers_and_harm_no_one() {
         frames as f64 / seconds
     );
 }
+
+/// Found by the fuzzer: a CONNECT with a header line `host\fuzz` (no colon) was
+/// answered with an ERROR whose `message` held the backslash unescaped (the codec
+/// speaks 1.0 before CONNECT is answered), which a 1.2 client cannot read (`\f` is no
+/// escape). The header now carries `/`; the body keeps the exact text.
+#[test]
+fn an_error_before_connected_is_readable_by_a_1_2_client() {
+    let addr = server();
+    let answered = run_case(addr, b"CONNECT\naccept-version:1.2\nhost\\fuzz\n\n\0", 7);
+    assert!(
+        answered.as_ref().is_ok_and(|a| a.error),
+        "{:?}",
+        answered.err()
+    );
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(b"CONNECT\naccept-version:1.2\nhost\\fuzz\n\n\0")
+        .unwrap();
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.contains("message:header line without a colon: `host/fuzz`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n\nheader line without a colon: `host\\fuzz`"),
+        "{text}"
+    );
+}
