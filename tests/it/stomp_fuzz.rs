@@ -273,6 +273,15 @@ fn run_case(addr: SocketAddr, bytes: &[u8], chunk: usize) -> Result<Answered, St
         .map_err(|e| format!("the broker wrote a bad frame: {e:?}"))?
     {
         if let Incoming::Frame(f) = item {
+            // Read the rest as the version the broker says it speaks (a CONNECT
+            // without accept-version is 1.0, whose headers have no escapes).
+            if f.command == Command::Connected {
+                codec.version = match f.get("version") {
+                    Some("1.1") => Version::V1_1,
+                    Some("1.2") => Version::V1_2,
+                    _ => Version::V1_0,
+                };
+            }
             frames.push(f);
         }
     }
