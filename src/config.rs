@@ -77,7 +77,8 @@ pub struct StoreSection {
 pub struct StompSection {
     /// `host:port` to listen on (default `127.0.0.1:61613`).
     pub listen: Option<String>,
-    /// Largest frame accepted, bytes or with a unit (`10mb`); default 10 MiB.
+    /// Largest frame accepted, bytes or with a unit (`10mb`); default 10 MiB, at least
+    /// `1kb`.
     pub max_frame_size: Option<ByteSize>,
     /// `[send every, expect every]` ms offered in CONNECTED (default 10,000 both).
     pub heartbeat_ms: Option<[u64; 2]>,
@@ -108,13 +109,13 @@ pub struct StompSection {
     /// Deliveries waiting for an ACK on one connection at which the broker stops
     /// delivering to it until acks come (default 100,000).
     pub max_unacked: Option<usize>,
-    /// Most body bytes one transaction sends before COMMIT, bytes or with a unit
-    /// (default `64mb`).
+    /// Most bytes (headers and bodies) one transaction sends before COMMIT, bytes or
+    /// with a unit (default `64mb`, at least `1kb`).
     pub max_transaction_size: Option<ByteSize>,
-    /// Most headers in one frame (default 1,000).
+    /// Most headers in one frame (default 1,000, at least 16).
     pub max_headers: Option<usize>,
     /// Longest header line (or command line) of a frame, bytes or with a unit
-    /// (default `64kb`).
+    /// (default `64kb`, at least 64 bytes).
     pub max_header_size: Option<ByteSize>,
 }
 
@@ -246,18 +247,33 @@ pub struct ByteSize(pub u64);
 
 impl<'de> Deserialize<'de> for ByteSize {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Number(n) => Ok(ByteSize(n)),
-            Raw::Text(t) => parse_size(&t)
-                .map(ByteSize)
-                .map_err(serde::de::Error::custom),
-        }
+        d.deserialize_any(SizeVisitor)
+    }
+}
+
+/// Reads a [`ByteSize`] from an integer or a string, and says what it expected
+/// otherwise (an untagged enum could only say that nothing matched).
+struct SizeVisitor;
+
+impl serde::de::Visitor<'_> for SizeVisitor {
+    type Value = ByteSize;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a size: a whole number of bytes, or a string with a unit such as \"64kb\"")
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<ByteSize, E> {
+        Ok(ByteSize(n))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<ByteSize, E> {
+        u64::try_from(n)
+            .map(ByteSize)
+            .map_err(|_| E::custom(format!("invalid size {n}: a size cannot be negative")))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ByteSize, E> {
+        parse_size(text).map(ByteSize).map_err(E::custom)
     }
 }
 

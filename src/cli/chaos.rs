@@ -52,19 +52,20 @@ use ebb_store::proxy::DatabaseProxy;
 /// The `ebb chaos` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChaosOptions {
-    /// Store URL [default: a fresh SQLite file in a temporary folder]; a postgres://
-    /// store gets a schema of its own, dropped at the end, and is reached through a
-    /// TCP proxy so its connections can be cut.
+    /// Store URL [default: a fresh SQLite file in a temporary folder]; a sqlite://
+    /// file must not exist yet (the run fills it); a postgres:// store gets a schema
+    /// of its own, dropped at the end, and is reached through a TCP proxy so its
+    /// connections can be cut. `sqlite::memory:` is refused: the broker is killed.
     #[arg(long)]
     pub store: Option<String>,
-    /// Faults to inject, one per cycle.
-    #[arg(long, default_value_t = 5)]
+    /// Faults to inject, one per cycle (at least 1).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub cycles: u32,
-    /// Workload between two faults, ms.
-    #[arg(long, default_value_t = 2000)]
+    /// Workload between two faults, ms (at least 100).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(100..))]
     pub cycle_ms: u64,
-    /// Messages per second of each producer.
-    #[arg(long, default_value_t = 100)]
+    /// Messages per second of each producer (1 to 10,000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub rate: u32,
     /// Print one JSON object with the tally as the last line.
     #[arg(long)]
@@ -661,7 +662,8 @@ impl BrokerProcess {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let mut child = tokio::process::Command::new(&self.exe)
+        let mut command = tokio::process::Command::new(&self.exe);
+        command
             .arg("serve")
             .arg("--config")
             .arg(&self.config)
@@ -670,14 +672,25 @@ impl BrokerProcess {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(log)
-            .kill_on_drop(true)
+            .kill_on_drop(true);
+        // The broker dies with this process, however it ends (a SIGKILL included).
+        // SAFETY: prctl(2) between fork and exec touches only the child's own state.
+        #[cfg(target_os = "linux")]
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = command
             .spawn()
             .with_context(|| format!("cannot run {}", self.exe.display()))?;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = child.try_wait()? {
                 anyhow::bail!(
-                    "ebb serve exited with {status} at start; its log:\n{}",
+                    "ebb serve exited with {status} while starting; its log ({}):\n{}",
+                    self.log.display(),
                     self.log_tail()
                 );
             }
@@ -687,8 +700,9 @@ impl BrokerProcess {
             }
             anyhow::ensure!(
                 Instant::now() < deadline,
-                "ebb serve did not listen on {} within 60 s; its log:\n{}",
+                "ebb serve did not listen on {} within 60 s; its log ({}):\n{}",
                 self.addr,
+                self.log.display(),
                 self.log_tail()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -865,7 +879,7 @@ impl ChaosReport {
 /// Runs `ebb chaos`: [`run_chaos`], the tally printed (and its JSON with `--json`);
 /// an error when the reconciliation found a failure.
 pub async fn execute(options: &ChaosOptions) -> anyhow::Result<()> {
-    let report = run_chaos(options).await?;
+    let report = run_chaos_until(options, signalled()).await?;
     print_report(&report);
     if options.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -888,6 +902,33 @@ pub async fn execute(options: &ChaosOptions) -> anyhow::Result<()> {
 /// drain cannot connect; a failed reconciliation is in the report
 /// ([`ChaosReport::failures`]), not an error.
 pub async fn run_chaos(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
+    run_chaos_until(options, std::future::pending()).await
+}
+
+/// SIGINT or SIGTERM, for the command line (a library caller's process keeps its own
+/// signal handling: tokio's, once installed, stays).
+async fn signalled() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+/// [`run_chaos`], ended early (an error, after the same cleanup) when `interrupted`
+/// completes.
+async fn run_chaos_until(
+    options: &ChaosOptions,
+    interrupted: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<ChaosReport> {
     let started = Instant::now();
     // Unique per run, also for runs at once in one process (the tests).
     static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -903,6 +944,7 @@ pub async fn run_chaos(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
         .store
         .as_deref()
         .is_some_and(|u| u.starts_with("postgres"));
+    check_store(options.store.as_deref(), postgres).await?;
     let schema = postgres.then(|| format!("ebb_chaos_{stamp}"));
     let proxy = match &options.store {
         Some(url) if postgres => Some(DatabaseProxy::start(url).await?),
@@ -928,9 +970,14 @@ pub async fn run_chaos(options: &ChaosOptions) -> anyhow::Result<ChaosReport> {
         log: dir.join("broker.log"),
         child: None,
     };
-    let result = match broker.start().await {
-        Ok(()) => run(options, &mut broker, proxy.as_ref(), postgres).await,
-        Err(e) => Err(e),
+    // `interrupted` ends the run the same way as its end: the broker killed, the
+    // schema dropped (the broker also dies with this process: `PR_SET_PDEATHSIG`).
+    let result = tokio::select! {
+        result = async {
+            broker.start().await?;
+            run(options, &mut broker, proxy.as_ref(), postgres).await
+        } => result,
+        () = interrupted => Err(anyhow::anyhow!("interrupted by a signal")),
     };
     broker.kill().await;
     drop(proxy);
@@ -1186,6 +1233,38 @@ async fn stalled_consumer(addr: &str) -> bool {
         .unwrap_or(true)
 }
 
+/// Refuses a store a run cannot use, before anything starts: `sqlite::memory:` (the
+/// `kill` fault would lose it all), an existing SQLite file (the run would mix its
+/// messages with what is there, and leave its own), a PostgreSQL server that cannot
+/// be reached (said with its own address, not the proxy's).
+async fn check_store(store: Option<&str>, postgres: bool) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let Some(url) = store else {
+        return Ok(());
+    };
+    if postgres {
+        let conn = sqlx::PgConnection::connect(url).await.with_context(|| {
+            format!("cannot reach PostgreSQL at {}", ebb_store::redact_url(url))
+        })?;
+        let _ = conn.close().await;
+        return Ok(());
+    }
+    anyhow::ensure!(
+        !url.contains(":memory:") && !url.contains("mode=memory"),
+        "`{url}` is in memory: the broker is SIGKILLed and restarted, so a run needs a store on disk"
+    );
+    let path = url
+        .trim_start_matches("sqlite://")
+        .split('?')
+        .next()
+        .unwrap_or("");
+    anyhow::ensure!(
+        !std::path::Path::new(path).exists(),
+        "{path} exists: a run needs a store of its own (a file that does not exist yet)"
+    );
+    Ok(())
+}
+
 /// Ends the broker's database connections from the server's side
 /// (`pg_terminate_backend`), as a restart of PostgreSQL does.
 async fn terminate_backends(proxy: &DatabaseProxy) -> anyhow::Result<()> {
@@ -1379,7 +1458,7 @@ fn print_report(r: &ChaosReport) {
         println!("  {:<18} {:>5}  {longest}{extra}", f.kind, f.count);
     }
     for (text, n) in &r.errors {
-        println!("  ERROR x{n}: {text}");
+        println!("  x{n}: {text}");
     }
     if !r.lost_examples.is_empty() {
         println!("  lost, e.g.: {}", r.lost_examples.join(", "));

@@ -9,7 +9,7 @@
 use ebb_store::{redact_url, StoreOptions};
 
 use super::{DEFAULT_STOMP, DEFAULT_STORE};
-use crate::config::FileConfig;
+use crate::config::{ByteSize, FileConfig};
 use crate::transport::connection::ConnectionConfig;
 
 /// The `ebb serve` flags.
@@ -114,48 +114,55 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         broker_config.housekeeping_permits = permits;
     }
     let mut connection = ConnectionConfig::default();
-    if let Some(size) = file.stomp.max_frame_size {
-        connection.limits.max_frame_bytes = size.0 as usize;
-    }
     let stomp = &file.stomp;
-    let at_least_one = |value: Option<usize>, key: &str| -> anyhow::Result<Option<usize>> {
-        anyhow::ensure!(value != Some(0), "[stomp] {key} must be at least 1");
-        Ok(value)
+    // A limit below its floor would refuse every client (even its CONNECT).
+    let at_least =
+        |value: Option<usize>, floor: usize, key: &str| -> anyhow::Result<Option<usize>> {
+            match value {
+                Some(n) if n < floor => anyhow::bail!(
+                    "[stomp] {key} = {n} is below its least value, {floor}{}",
+                    from_file(&format!("[stomp] {key}"))
+                ),
+                other => Ok(other),
+            }
+        };
+    let size_at_least = |value: Option<ByteSize>, floor: u64, key: &str| {
+        at_least(value.map(|b| b.0 as usize), floor as usize, key)
     };
-    if let Some(n) = at_least_one(stomp.max_connections, "max_connections")? {
+    if let Some(n) = size_at_least(stomp.max_frame_size, 1024, "max_frame_size")? {
+        connection.limits.max_frame_bytes = n;
+    }
+    if let Some(n) = at_least(stomp.max_connections, 1, "max_connections")? {
         connection.max_connections = n;
     }
-    if let Some(n) = at_least_one(
+    if let Some(n) = at_least(
         stomp.max_connections_per_address,
+        1,
         "max_connections_per_address",
     )? {
         connection.max_connections_per_address = n;
     }
     let session = &mut connection.session_limits;
-    if let Some(n) = at_least_one(stomp.max_subscriptions, "max_subscriptions")? {
+    if let Some(n) = at_least(stomp.max_subscriptions, 1, "max_subscriptions")? {
         session.max_subscriptions = n;
     }
-    if let Some(n) = at_least_one(stomp.max_open_transactions, "max_open_transactions")? {
+    if let Some(n) = at_least(stomp.max_open_transactions, 1, "max_open_transactions")? {
         session.max_open_transactions = n;
     }
-    if let Some(n) = at_least_one(stomp.max_transaction_frames, "max_transaction_frames")? {
+    if let Some(n) = at_least(stomp.max_transaction_frames, 1, "max_transaction_frames")? {
         session.max_transaction_frames = n;
     }
-    if let Some(n) = at_least_one(stomp.max_unacked, "max_unacked")? {
+    if let Some(n) = at_least(stomp.max_unacked, 1, "max_unacked")? {
         session.max_unacked = n;
     }
-    if let Some(size) = stomp.max_transaction_size {
-        session.max_transaction_bytes = size.0 as usize;
+    if let Some(n) = size_at_least(stomp.max_transaction_size, 1024, "max_transaction_size")? {
+        session.max_transaction_bytes = n;
     }
-    if let Some(n) = at_least_one(stomp.max_headers, "max_headers")? {
+    if let Some(n) = at_least(stomp.max_headers, 16, "max_headers")? {
         connection.limits.max_headers = n;
     }
-    if let Some(size) = stomp.max_header_size {
-        anyhow::ensure!(
-            size.0 >= 64,
-            "[stomp] max_header_size must be at least 64 bytes"
-        );
-        connection.limits.max_header_bytes = size.0 as usize;
+    if let Some(n) = size_at_least(stomp.max_header_size, 64, "max_header_size")? {
+        connection.limits.max_header_bytes = n;
     }
     if let Some([send, expect]) = file.stomp.heartbeat_ms {
         connection.heartbeat_ms = (send, expect);

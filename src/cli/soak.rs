@@ -503,9 +503,11 @@ async fn run_stomp(
 pub(crate) async fn drop_schema(url: &str, schema: &str) {
     use sqlx::Connection;
     if let Ok(mut conn) = sqlx::PgConnection::connect(url).await {
-        let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-            .execute(&mut conn)
-            .await;
+        // Without the notice "drop cascades to N other objects" in the output.
+        let sql = format!(
+            "SET client_min_messages = warning; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+        );
+        let _ = sqlx::raw_sql(&sql).execute(&mut conn).await;
     }
 }
 

@@ -27,6 +27,9 @@ pub async fn run(
 ) {
     let sessions = Arc::new(AtomicU64::new(1));
     let slots = Slots::default();
+    // Refusals are logged at most once a second, with how many were not: a flood of
+    // connections must not flood the log too.
+    let (mut last_logged, mut unlogged) = (None::<std::time::Instant>, 0u64);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -34,7 +37,12 @@ pub async fn run(
                     let slot = match slots.take(peer.ip(), &config) {
                         Ok(slot) => slot,
                         Err(refusal) => {
-                            tracing::info!(%peer, "refused connection: {refusal}");
+                            if last_logged.is_none_or(|at| at.elapsed().as_secs() >= 1) {
+                                tracing::warn!(%peer, not_logged = unlogged, "refused connection: {refusal}");
+                                (last_logged, unlogged) = (Some(std::time::Instant::now()), 0);
+                            } else {
+                                unlogged += 1;
+                            }
                             // Told why, briefly: a client that does not read is dropped.
                             let frame = format!("ERROR\nmessage:{refusal}\n\n\0");
                             actix_rt::spawn(async move {

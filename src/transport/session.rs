@@ -40,8 +40,9 @@ pub const MAX_OPEN_TRANSACTIONS: usize = 100;
 /// a client that subscribes without end would hold the broker's memory.
 pub const MAX_SUBSCRIPTIONS_PER_CONNECTION: usize = 1_000;
 
-/// Most body bytes one transaction may send before COMMIT (64 MiB; default of
-/// [`SessionLimits::max_transaction_bytes`]): its messages are held until then.
+/// Most bytes (headers and bodies) one transaction may send before COMMIT (64 MiB;
+/// default of [`SessionLimits::max_transaction_bytes`]): its messages are held until
+/// then.
 pub const MAX_TRANSACTION_BYTES: usize = 64 << 20;
 
 /// Most frames (SEND, ACK, NACK) one transaction may hold before COMMIT (default of
@@ -63,7 +64,8 @@ pub struct SessionLimits {
     pub max_open_transactions: usize,
     /// Frames (SEND, ACK, NACK) in one transaction.
     pub max_transaction_frames: usize,
-    /// Body bytes sent in one transaction.
+    /// Bytes of headers and bodies sent in one transaction (`max_transaction_size`
+    /// in `[stomp]`).
     pub max_transaction_bytes: usize,
     /// Deliveries (in `client` and `client-individual` modes) waiting for an ACK or
     /// NACK over all the connection's subscriptions: at this many, the broker
@@ -295,7 +297,8 @@ struct Tx {
     acks: Vec<String>,
     /// NACKs waiting for COMMIT.
     nacks: Vec<String>,
-    /// Body bytes sent in it (bounded by [`SessionLimits::max_transaction_bytes`]).
+    /// Bytes of headers and bodies sent in it (bounded by
+    /// [`SessionLimits::max_transaction_bytes`]).
     bytes: usize,
     /// SEND, ACK and NACK frames in it (bounded by
     /// [`SessionLimits::max_transaction_frames`]).
@@ -665,11 +668,12 @@ impl Session {
         let started = match transaction {
             Some(tx) => {
                 let max = self.config.limits.max_transaction_bytes;
+                let headers: usize = message.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
                 let open = self.open_transaction(&tx)?;
-                open.bytes += message.body.len();
+                open.bytes += message.body.len() + headers;
                 if open.bytes > max {
                     return refuse(format!(
-                        "transaction `{tx}` sends more than {max} bytes before COMMIT (max_transaction_bytes)"
+                        "transaction `{tx}` sends more than {max} bytes before COMMIT (max_transaction_size)"
                     ));
                 }
                 open.sends.start_send_now(&destination, message).await
