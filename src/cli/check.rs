@@ -1,41 +1,71 @@
-//! `ebb check`: opens a store (creating and migrating it if needed) and reports what
-//! it holds: its backend and highest message id, and per destination asked for, its
+//! `ebb check`: opens a store and reports what it holds: its backend and highest
+//! message id, whether a broker holds it now, and per destination asked for, its
 //! messages, durable subscriptions and whether any message can expire.
+//!
+//! Read-only by default: a store that is not there (a mistyped path, a schema that
+//! does not exist, tables missing or at an older schema version) is an error that says
+//! so, and nothing is created or migrated. `--create` creates and migrates, as `ebb
+//! serve` does. It may run beside a broker on the same store (it does not take the
+//! broker's lock): it says when one holds it, since the counts then move.
 
 use ebb_store::{redact_url, StoreOptions};
 
 use super::DEFAULT_STORE;
+use crate::config::FileConfig;
 
 /// The `ebb check` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CheckArgs {
-    /// Store URL: sqlite://PATH, sqlite::memory: or postgres://...
-    #[arg(long, default_value = DEFAULT_STORE, env = "EBB_STORE")]
-    pub store: String,
-    /// Table prefix, as ActiveMQ's tablePrefix.
-    #[arg(long, default_value = "ebb_")]
-    pub table_prefix: String,
-    /// PostgreSQL schema to create and use.
+    /// Store URL: sqlite://PATH, sqlite::memory: or postgres://... [default: the
+    /// configuration's `[store] url`, else sqlite://ebb-data/ebb.db]
+    #[arg(long, env = "EBB_STORE")]
+    pub store: Option<String>,
+    /// Configuration file (TOML) of the broker whose store to check: its `[store]`
+    /// url, table_prefix and schema (flags override them).
+    #[arg(long)]
+    pub config: Option<std::path::PathBuf>,
+    /// Table prefix, as ActiveMQ's tablePrefix [default: ebb_]
+    #[arg(long)]
+    pub table_prefix: Option<String>,
+    /// PostgreSQL schema to use.
     #[arg(long)]
     pub schema: Option<String>,
+    /// Create the store if it is missing (file, folder, schema, tables) and migrate an
+    /// older one, as `ebb serve` does. Without it nothing is created or changed.
+    #[arg(long)]
+    pub create: bool,
     /// Destinations to report on (store keys such as topic://orders).
     #[arg(long = "destination")]
     pub destinations: Vec<String>,
 }
 
-/// Runs `ebb check`: one line about the store, then one per `--destination`.
+/// Runs `ebb check`: one line about the store, one if a broker holds it, then one per
+/// `--destination`.
 ///
-/// Errors: the store cannot be opened or migrated, or a count fails.
+/// Errors: a bad configuration file; the store is missing or at an older schema
+/// version (without `--create`), cannot be opened or migrated; a count fails.
 pub async fn execute(args: CheckArgs) -> anyhow::Result<()> {
     let CheckArgs {
         store,
+        config,
         table_prefix,
         schema,
+        create,
         destinations,
     } = args;
+    let file = match &config {
+        Some(path) => FileConfig::load(path).map_err(anyhow::Error::msg)?,
+        None => FileConfig::default(),
+    };
+    let store = store
+        .or(file.store.url)
+        .unwrap_or_else(|| DEFAULT_STORE.to_string());
     let options = StoreOptions {
-        table_prefix,
-        schema,
+        table_prefix: table_prefix
+            .or(file.store.table_prefix)
+            .unwrap_or_else(|| StoreOptions::default().table_prefix),
+        schema: schema.or(file.store.schema),
+        create,
         ..StoreOptions::default()
     };
     let opened = ebb_store::open(&store, &options).await?;
@@ -45,6 +75,9 @@ pub async fn execute(args: CheckArgs) -> anyhow::Result<()> {
         opened.backend(),
         opened.last_assigned_id()
     );
+    if opened.locked_by_another().await? {
+        println!("a broker holds this store now (its lock is taken): the counts below move");
+    }
     for destination in destinations {
         println!(
             "{destination}: {} messages, {} durable subscriptions, expiring messages: {}",

@@ -7,7 +7,7 @@
 //! | `ebb stat` | [`stat`] | reads a running broker's metrics endpoint and prints a table |
 //! | `ebb soak` | [`soak`] | the ActiveMQ expiry out-of-memory workload, with memory figures and a chart |
 //! | `ebb passwd` | [`passwd`] | an argon2 hash for `password_hash` in the configuration |
-//! | `ebb check` | [`check`] | opens (and migrates) a store and reports what it holds |
+//! | `ebb check` | [`check`] | reads a store (read-only unless `--create`) and reports what it holds |
 //! | `ebb chaos` | [`chaos`] | a mixed STOMP workload with faults (SIGKILL, cut database), reconciled |
 //!
 //! All of this is behind the `cli` cargo feature (on by default), with the crates only
@@ -58,7 +58,8 @@ pub enum Command {
     /// Read a password from standard input and print its argon2 hash, for
     /// `password_hash` in the configuration's `[[users]]`.
     Passwd,
-    /// Open the store (creating and migrating it if needed) and report what it holds.
+    /// Report what a store holds, read-only (`--create` creates and migrates it), and
+    /// whether a broker holds it now.
     Check(check::CheckArgs),
     /// Run `ebb serve` under a mixed STOMP workload while faults are injected (SIGKILL,
     /// database connections cut, a silent consumer, clients vanishing mid-frame),

@@ -51,6 +51,12 @@ pub enum StoreError {
     #[error("store `{0}` is in use by another broker (its exclusive lock is held)")]
     Locked(String),
 
+    /// Opened without [`crate::StoreOptions::create`], the store is not there as this
+    /// build needs it (no file, no schema, no tables, an older schema version); nothing
+    /// was created or changed.
+    #[error("no store at `{url}`: {reason}")]
+    Missing { url: String, reason: String },
+
     /// A [`crate::MessageStore::write`] answered an op with an outcome of another kind
     /// than the op's (see [`crate::WriteOutcome`]'s typed accessors). The built-in
     /// backends never do; a wrapper or another implementation that broke the contract

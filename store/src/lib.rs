@@ -87,6 +87,11 @@ pub struct StoreOptions {
     /// SQLite only: `synchronous=FULL` (true, default: a commit survives power loss) or
     /// `NORMAL` (a commit survives a process crash).
     pub sqlite_sync_full: bool,
+    /// Create what is missing and migrate (true, default: a broker's store): the SQLite
+    /// file and its folder, the PostgreSQL schema, the tables. False opens only a store
+    /// that exists at the schema version this build expects, and changes nothing
+    /// (`ebb check` without `--create`): otherwise [`StoreError::Missing`].
+    pub create: bool,
 }
 
 impl Default for StoreOptions {
@@ -97,6 +102,7 @@ impl Default for StoreOptions {
             max_connections: 8,
             acquire_timeout_ms: 10_000,
             sqlite_sync_full: true,
+            create: true,
         }
     }
 }
@@ -349,6 +355,11 @@ pub trait MessageStore: Send + Sync + 'static {
     /// holder dies, so a crash never leaves it stuck). `sqlite::memory:` has nothing to
     /// lock. Errors: [`StoreError::Locked`] when another broker holds it.
     async fn lock_exclusive(&self) -> Result<()>;
+
+    /// Whether a broker holds the store's exclusive lock now: the lock is tried and,
+    /// if taken, given back at once. Always false for `sqlite::memory:` and for a
+    /// store that holds the lock itself.
+    async fn locked_by_another(&self) -> Result<bool>;
 
     /// Closes the pool after the statements in flight finish, then releases the
     /// exclusive lock; later calls fail with [`StoreError::Closed`].

@@ -48,10 +48,26 @@ impl PgStore {
         if let Some(schema) = &options.schema {
             check_name("schema", schema)?;
             let mut conn = connect.connect().await.map_err(cannot_open)?;
-            sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
-                .execute(&mut conn)
+            if options.create {
+                sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+                    .execute(&mut conn)
+                    .await
+                    .map_err(cannot_open)?;
+            } else {
+                let exists: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+                )
+                .bind(schema)
+                .fetch_one(&mut conn)
                 .await
                 .map_err(cannot_open)?;
+                if !exists {
+                    return Err(StoreError::Missing {
+                        url: shown.clone(),
+                        reason: format!("there is no schema `{schema}` (--create creates it)"),
+                    });
+                }
+            }
             conn.close().await.map_err(cannot_open)?;
             connect = connect.options([("search_path", schema.as_str())]);
         }

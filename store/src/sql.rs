@@ -308,6 +308,45 @@ pub(crate) struct Transactions {
 macro_rules! impl_sql_store {
     ($store:ty, $db:ty, $backend:expr, $tx:expr, $migrations:expr) => {
         impl $store {
+            /// Checks, without changing anything, that the tables are there at the
+            /// newest schema version ([`crate::StoreOptions::create`] false).
+            async fn check_schema(
+                pool: &sqlx::Pool<$db>,
+                prefix: &str,
+                shown_url: &str,
+            ) -> $crate::Result<()> {
+                use $crate::migrate::*;
+                let missing = |reason: String| $crate::StoreError::Missing {
+                    url: shown_url.to_string(),
+                    reason,
+                };
+                let current: Option<i64> = match sqlx::query_scalar(&current_version(prefix))
+                    .fetch_one(pool)
+                    .await
+                {
+                    Ok(version) => version,
+                    // PostgreSQL's undefined_table, SQLite's "no such table".
+                    Err(sqlx::Error::Database(e))
+                        if e.code().as_deref() == Some("42P01")
+                            || e.message().contains("no such table") =>
+                    {
+                        return Err(missing(format!(
+                            "it holds no Ebb tables (prefix `{prefix}`); --create creates them"
+                        )));
+                    }
+                    Err(e) => return Err($crate::error::db("read the schema version")(e)),
+                };
+                let newest = $migrations.last().map(|(v, _, _)| *v);
+                if current < newest {
+                    return Err(missing(format!(
+                        "its schema is at version {}, this ebb needs {}: `ebb serve` or --create migrates it",
+                        current.unwrap_or(0),
+                        newest.unwrap_or(0)
+                    )));
+                }
+                Ok(())
+            }
+
             /// Applies the embedded migrations newer than the stored schema version.
             async fn migrate(pool: &sqlx::Pool<$db>, prefix: &str) -> $crate::Result<()> {
                 use $crate::migrate::*;
@@ -360,7 +399,11 @@ macro_rules! impl_sql_store {
                 shown_url: &str,
                 lock_target: String,
             ) -> $crate::Result<Self> {
-                Self::migrate(&pool, &options.table_prefix).await?;
+                if options.create {
+                    Self::migrate(&pool, &options.table_prefix).await?;
+                } else {
+                    Self::check_schema(&pool, &options.table_prefix, shown_url).await?;
+                }
                 let sql = $crate::statements::Statements::new(&options.table_prefix, $backend);
                 let last_id = Self::seed_last_id(&pool, &sql).await?;
                 let stored_bytes: i64 = sqlx::query_scalar(&sql.stored_bytes)
@@ -1517,6 +1560,21 @@ macro_rules! impl_sql_store {
                     *held = self.take_lock().await?;
                 }
                 Ok(())
+            }
+
+            async fn locked_by_another(&self) -> $crate::Result<bool> {
+                if self.lock.lock().await.is_some() {
+                    return Ok(false);
+                }
+                match self.take_lock().await {
+                    Ok(Some(lock)) => {
+                        self.release_lock(lock).await;
+                        Ok(false)
+                    }
+                    Ok(None) => Ok(false),
+                    Err($crate::StoreError::Locked(_)) => Ok(true),
+                    Err(e) => Err(e),
+                }
             }
 
             async fn close(&self) {

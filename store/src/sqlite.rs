@@ -34,7 +34,8 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens `sqlite://PATH` or `sqlite::memory:`, creating the file and the schema.
+    /// Opens `sqlite://PATH` or `sqlite::memory:`, creating the file and the schema
+    /// (unless [`StoreOptions::create`] is false: then only an existing file).
     pub async fn open(url: &str, options: &StoreOptions) -> crate::Result<Self> {
         let invalid = |reason: String| StoreError::InvalidUrl {
             url: redact_url(url),
@@ -43,7 +44,7 @@ impl SqliteStore {
         let memory = url.contains(":memory:") || url.contains("mode=memory");
         let connect = SqliteConnectOptions::from_str(url)
             .map_err(|e| invalid(e.to_string()))?
-            .create_if_missing(true)
+            .create_if_missing(options.create)
             .busy_timeout(Duration::from_secs(5))
             .synchronous(if options.sqlite_sync_full {
                 SqliteSynchronous::Full
@@ -54,6 +55,17 @@ impl SqliteStore {
         let connect_path = connect.get_filename().to_path_buf();
         let connect = if memory {
             connect
+        } else if !options.create {
+            if !connect.get_filename().exists() {
+                return Err(StoreError::Missing {
+                    url: redact_url(url),
+                    reason: format!(
+                        "{} does not exist (--create creates it)",
+                        connect.get_filename().display()
+                    ),
+                });
+            }
+            connect.journal_mode(SqliteJournalMode::Wal)
         } else {
             if let Some(dir) = std::path::Path::new(connect.get_filename()).parent() {
                 if !dir.as_os_str().is_empty() {

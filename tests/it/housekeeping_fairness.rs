@@ -154,6 +154,9 @@ impl MessageStore for FailOnce {
     async fn lock_exclusive(&self) -> Result<()> {
         self.inner.lock_exclusive().await
     }
+    async fn locked_by_another(&self) -> Result<bool> {
+        self.inner.locked_by_another().await
+    }
     async fn close(&self) {
         self.inner.close().await
     }

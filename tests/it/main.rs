@@ -6,6 +6,8 @@
 
 #[cfg(feature = "cli")]
 mod chaos;
+#[cfg(feature = "cli")]
+mod cli_check;
 mod consumer_cases;
 mod durable_subscriptions;
 mod embedding;

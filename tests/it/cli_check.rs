@@ -1,0 +1,112 @@
+//! `ebb check` as a new user meets it: read-only unless `--create` (a mistyped path
+//! or schema is an error that says so, and nothing is created), the store named by a
+//! configuration file, and a broker holding the store said aloud.
+
+use ebb::test_util::*;
+
+/// Runs the `ebb` binary with `args`; returns (success, stdout, stderr).
+async fn ebb(args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
+        .args(args)
+        .output()
+        .await
+        .expect("ebb runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The flags that name `t`'s store.
+fn store_args(t: &TestStore) -> Vec<String> {
+    let mut args = vec!["--store".to_string(), t.url.clone()];
+    if let Some(schema) = &t.options.schema {
+        args.extend(["--schema".to_string(), schema.clone()]);
+    }
+    args
+}
+
+async fn check_reads_and_never_creates_unless_asked(t: TestStore) {
+    // A store that is not there: an error naming what is missing, nothing created.
+    let missing = match &t.options.schema {
+        Some(_) => vec![
+            "--store".to_string(),
+            t.url.clone(),
+            "--schema".into(),
+            "ebb_check_no_such_schema".into(),
+        ],
+        None => {
+            let url = t.url.replace("ebb.db", "typo/ebb.db");
+            vec!["--store".to_string(), url]
+        }
+    };
+    let args: Vec<&str> = missing.iter().map(String::as_str).collect();
+    let (ok, _, err) = ebb(&[&["check"], &args[..]].concat()).await;
+    assert!(!ok, "{err}");
+    assert!(err.contains("no store at"), "{err}");
+    assert!(err.contains("--create"), "{err}");
+    if t.options.schema.is_none() {
+        let dir = t
+            .url
+            .trim_start_matches("sqlite://")
+            .replace("ebb.db", "typo");
+        assert!(!std::path::Path::new(&dir).exists(), "{dir} was created");
+    }
+
+    // The store exists once created; then a plain check reads it.
+    let own = store_args(&t);
+    let own: Vec<&str> = own.iter().map(String::as_str).collect();
+    let (ok, _, err) = ebb(&[&["check"], &own[..]].concat()).await;
+    assert!(!ok && err.contains("no store at"), "not created yet: {err}");
+    let (ok, out, err) = ebb(&[&["check", "--create"], &own[..]].concat()).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("is ready; highest message id 0"), "{out}");
+    let (ok, out, err) =
+        ebb(&[&["check"], &own[..], &["--destination", "queue://jobs"]].concat()).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("queue://jobs: 0 messages"), "{out}");
+    assert!(!out.contains("a broker holds"), "{out}");
+
+    // A broker on it: said so; the counts are its.
+    let broker = broker(&t, policy(0, 400), 1).await;
+    broker
+        .send("queue://jobs", ebb::Message::new("one").persistent(true))
+        .await
+        .unwrap();
+    let (ok, out, err) =
+        ebb(&[&["check"], &own[..], &["--destination", "queue://jobs"]].concat()).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("a broker holds this store now"), "{out}");
+    assert!(out.contains("queue://jobs: 1 messages"), "{out}");
+    broker.shutdown().await.unwrap();
+}
+
+/// `--config` names the store as `ebb serve` reads it.
+async fn check_takes_the_store_from_the_configuration(t: TestStore) {
+    let dir = std::env::temp_dir().join(format!("ebb-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = t
+        .options
+        .schema
+        .as_ref()
+        .map_or(String::new(), |s| format!("schema = \"{s}\"\n"));
+    let config = dir.join(format!(
+        "{}.toml",
+        t.options.schema.as_deref().unwrap_or("sqlite")
+    ));
+    std::fs::write(&config, format!("[store]\nurl = \"{}\"\n{schema}", t.url)).unwrap();
+    let config = config.to_str().unwrap();
+    let (ok, out, err) = ebb(&["check", "--config", config, "--create"]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!("store {}", ebb_store::redact_url(&t.url))),
+        "{out}"
+    );
+    let _ = std::fs::remove_file(config);
+}
+
+on_every_backend!(
+    check_reads_and_never_creates_unless_asked,
+    check_takes_the_store_from_the_configuration,
+);
