@@ -55,8 +55,8 @@ pub enum Command {
     /// Build the ActiveMQ expiry out-of-memory workload (a large backlog for an offline
     /// durable subscriber) on an in-process broker, and report memory and rows.
     Soak(soak::SoakOptions),
-    /// Read a password from standard input and print its argon2 hash, for
-    /// `password_hash` in the configuration's `[[users]]`.
+    /// Read a password (prompted without echo on a terminal, else one line of standard
+    /// input) and print its argon2 hash, for `password_hash` in `[[users]]`.
     Passwd,
     /// Report what a store holds, read-only (`--create` creates and migrates it), and
     /// whether a broker holds it now.

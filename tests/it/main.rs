@@ -8,6 +8,8 @@
 mod chaos;
 #[cfg(feature = "cli")]
 mod cli_check;
+#[cfg(feature = "cli")]
+mod cli_passwd;
 mod consumer_cases;
 mod durable_subscriptions;
 mod embedding;
