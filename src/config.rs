@@ -18,9 +18,12 @@
 //!
 //! [[policy]]
 //! destination = "topic://>"        # ActiveMQ-style pattern
-//! expire_messages_period = 30000   # ms; 0 = off
+//! expire_messages_period = "30s"   # or 30000 (ms); 0 = off
 //! max_expire_page_size = 400
 //! ```
+//!
+//! Durations are ms or a string with a unit (`"500ms"`, `"30s"`, `"5m"`, `"1h"`);
+//! sizes are bytes or a string with a unit (`"64kb"`, `"10mb"`, `"1gb"`).
 
 use std::path::Path;
 
@@ -80,11 +83,16 @@ pub struct StompSection {
     /// Largest frame accepted, bytes or with a unit (`10mb`); default 10 MiB, at least
     /// `1kb`.
     pub max_frame_size: Option<ByteSize>,
-    /// `[send every, expect every]` ms offered in CONNECTED (default 10,000 both).
-    pub heartbeat_ms: Option<[u64; 2]>,
-    /// Close a connection that sends no CONNECT, or stalls mid-frame, this long (ms;
-    /// default 30,000).
-    pub stall_timeout_ms: Option<u64>,
+    /// The heart-beats offered in CONNECTED, `[send every, expect every]`: the broker
+    /// can send one that often, and wants one from the client that often (STOMP's
+    /// `heart-beat`, negotiated with the client's: the larger of the two applies, 0 =
+    /// none); a client silent for twice its interval is closed. Each ms or with a unit
+    /// (`"10s"`); default `[10000, 10000]`.
+    pub heartbeat_ms: Option<[Millis; 2]>,
+    /// Close a connection that sends no CONNECT, or stalls in the middle of a frame
+    /// (or whose socket takes no write), this long: ms or with a unit (`"30s"`);
+    /// default 30,000.
+    pub stall_timeout_ms: Option<Millis>,
     /// The pipeline's window: most frames one connection may have applied and not yet
     /// committed before the broker stops reading it (default 1,000; 1 applies one
     /// frame at a time, waiting for each commit).
@@ -132,8 +140,8 @@ pub struct UsageSection {
     pub temp: Option<ByteSize>,
     /// Fail a send at a limit instead of waiting (default false).
     pub send_fail_if_no_space: Option<bool>,
-    /// Wait at most this many ms at a limit, then fail.
-    pub send_fail_if_no_space_after_timeout: Option<u64>,
+    /// Wait at most this long at a limit, then fail: ms or with a unit (`"5s"`).
+    pub send_fail_if_no_space_after_timeout: Option<Millis>,
 }
 
 impl UsageSection {
@@ -149,6 +157,7 @@ impl UsageSection {
                 .unwrap_or(d.send_fail_if_no_space),
             send_fail_if_no_space_after_timeout: self
                 .send_fail_if_no_space_after_timeout
+                .map(|m| m.0)
                 .or(d.send_fail_if_no_space_after_timeout),
         }
     }
@@ -169,8 +178,9 @@ pub struct PolicySection {
     /// The destinations it applies to: a pattern (`queue://>`, `topic://orders.*`).
     #[serde(deserialize_with = "pattern")]
     pub destination: String,
-    /// ms; 0 = off.
-    pub expire_messages_period: Option<u64>,
+    /// How often expiry runs (ActiveMQ's `expireMessagesPeriod`): ms or with a unit
+    /// (`"30s"`); 0 = off.
+    pub expire_messages_period: Option<Millis>,
     /// Rows one expiry page loads at most (ActiveMQ's `maxExpirePageSize`, default 400).
     #[serde(default, deserialize_with = "at_least_one")]
     pub max_expire_page_size: Option<u32>,
@@ -277,6 +287,67 @@ impl serde::de::Visitor<'_> for SizeVisitor {
     }
 }
 
+/// A duration in ms: an integer (ms), or a string with a unit (`"500ms"`, `"30s"`,
+/// `"5m"`, `"1h"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Millis(pub u64);
+
+impl<'de> Deserialize<'de> for Millis {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(MillisVisitor)
+    }
+}
+
+/// Reads a [`Millis`] from an integer or a string, saying what it expected otherwise.
+struct MillisVisitor;
+
+impl serde::de::Visitor<'_> for MillisVisitor {
+    type Value = Millis;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a duration: a whole number of ms, or a string with a unit such as \"30s\"")
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Millis, E> {
+        Ok(Millis(n))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Millis, E> {
+        u64::try_from(n).map(Millis).map_err(|_| {
+            E::custom(format!(
+                "invalid duration {n}: a duration cannot be negative"
+            ))
+        })
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Millis, E> {
+        parse_duration_ms(text).map(Millis).map_err(E::custom)
+    }
+}
+
+/// Parses `500ms`, `30s`, `5m`, `1h`, `250` (ms) into ms.
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let t = text.trim().to_ascii_lowercase();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("invalid duration `{text}`: expected a number with an optional unit like 30s")
+    })?;
+    let factor: u64 = match unit.trim() {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        other => {
+            return Err(format!(
+                "invalid duration unit `{other}` in `{text}`: use ms, s, m or h"
+            ))
+        }
+    };
+    n.checked_mul(factor)
+        .ok_or_else(|| format!("duration `{text}` is too large"))
+}
+
 /// Parses `64mb`, `10 MiB`, `512`, ...
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim().to_ascii_lowercase();
@@ -339,7 +410,7 @@ impl FileConfig {
                     policy: Policy {
                         expire_messages_period: p
                             .expire_messages_period
-                            .unwrap_or(d.expire_messages_period),
+                            .map_or(d.expire_messages_period, |m| m.0),
                         max_expire_page_size: p
                             .max_expire_page_size
                             .unwrap_or(d.max_expire_page_size),
@@ -406,7 +477,7 @@ store = "10gb"
 
 [[policy]]
 destination = "topic://>"
-expire_messages_period = 30000
+expire_messages_period = "30s"
 max_expire_page_size = 400
 
 [[policy]]
@@ -455,6 +526,36 @@ memory_limit = "1mb"
             .policy_for(&ebb_actors::DestinationKey::topic("orders").unwrap());
         assert_eq!(p.max_expire_page_size, 400);
         assert_eq!(p.durable_prefetch, 100);
+    }
+
+    #[test]
+    fn durations_take_ms_or_a_unit() {
+        let c = FileConfig::parse(
+            "[stomp]\nheartbeat_ms = [\"5s\", 2500]\nstall_timeout_ms = \"1m\"\n\
+             [usage]\nsend_fail_if_no_space_after_timeout = \"500ms\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.stomp.heartbeat_ms, Some([Millis(5000), Millis(2500)]));
+        assert_eq!(c.stomp.stall_timeout_ms, Some(Millis(60_000)));
+        assert_eq!(
+            c.usage.usage().send_fail_if_no_space_after_timeout,
+            Some(500)
+        );
+        assert_eq!(parse_duration_ms("1h"), Ok(3_600_000));
+        for (bad, says) in [
+            ("stall_timeout_ms = \"soon\"", "invalid duration `soon`"),
+            (
+                "stall_timeout_ms = \"5 weeks\"",
+                "invalid duration unit `weeks`",
+            ),
+            ("stall_timeout_ms = -5", "cannot be negative"),
+            ("stall_timeout_ms = 1.5", "a duration: a whole number of ms"),
+        ] {
+            let e = FileConfig::parse(&format!("[stomp]\n{bad}\n")).unwrap_err();
+            assert!(e.contains(says) && e.contains("line 2"), "{bad}: {e}");
+        }
+        let e = FileConfig::parse("[stomp]\nmax_header_size = true\n").unwrap_err();
+        assert!(e.contains("a size: a whole number of bytes"), "{e}");
     }
 
     #[test]

@@ -165,10 +165,10 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         connection.limits.max_header_bytes = n;
     }
     if let Some([send, expect]) = file.stomp.heartbeat_ms {
-        connection.heartbeat_ms = (send, expect);
+        connection.heartbeat_ms = (send.0, expect.0);
     }
     if let Some(ms) = file.stomp.stall_timeout_ms {
-        connection.stall_timeout_ms = ms;
+        connection.stall_timeout_ms = ms.0;
     }
     if let Some(frames) = file.stomp.pipeline_frames {
         anyhow::ensure!(frames > 0, "[stomp] pipeline_frames must be at least 1");
