@@ -371,6 +371,40 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size `{text}` is too large"))
 }
 
+/// Most errors one configuration file reports at once.
+pub const MAX_REPORTED_ERRORS: usize = 20;
+
+/// Every error of `text`, `first` first: the line of each bad `key = value` is left
+/// out (made a comment, so lines keep their numbers) and the text parsed again, until
+/// it parses, an error is not on such a line (a table header, a missing key: later
+/// errors would be guesses), or [`MAX_REPORTED_ERRORS`].
+fn every_error(text: &str, first: toml::de::Error) -> String {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let mut errors = vec![first.to_string()];
+    let mut error = first;
+    while errors.len() < MAX_REPORTED_ERRORS {
+        let Some(span) = error.span() else { break };
+        let line = text[..span.start.min(text.len())].matches('\n').count();
+        let Some(bad) = lines.get(line) else { break };
+        let trimmed = bad.trim_start();
+        if trimmed.starts_with('[') || !trimmed.contains('=') || trimmed.starts_with('#') {
+            break;
+        }
+        lines[line] = format!("# {bad}");
+        match toml::from_str::<FileConfig>(&lines.join("\n")) {
+            Ok(_) => break,
+            Err(next) => {
+                errors.push(next.to_string());
+                error = next;
+            }
+        }
+    }
+    if errors.len() == 1 {
+        return errors.remove(0);
+    }
+    format!("{} errors:\n{}", errors.len(), errors.join("\n"))
+}
+
 impl FileConfig {
     /// Reads and checks `path`. The error names the file, and for TOML errors the
     /// line, column and key.
@@ -380,9 +414,15 @@ impl FileConfig {
         Self::parse(&text).map_err(|e| format!("configuration {}: {e}", path.display()))
     }
 
-    /// Parses a configuration file's text (TOML). Errors: the TOML's own (with its line), or a rule it breaks (an unknown right, an invalid pattern), as text.
+    /// Parses a configuration file's text (TOML). Errors: the TOML's own (with its
+    /// line), or a rule it breaks (an unknown right, an invalid pattern), as text.
+    /// Every bad `key = value` line is reported at once, each with its line (up to
+    /// [`MAX_REPORTED_ERRORS`]), not only the first.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let config: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        let config: FileConfig = match toml::from_str(text) {
+            Ok(config) => config,
+            Err(first) => return Err(every_error(text, first)),
+        };
         config.security().validate()?;
         for entry in &config.authorization {
             check_pattern(&entry.destination)?;
@@ -526,6 +566,22 @@ memory_limit = "1mb"
             .policy_for(&ebb_actors::DestinationKey::topic("orders").unwrap());
         assert_eq!(p.max_expire_page_size, 400);
         assert_eq!(p.durable_prefetch, 100);
+    }
+
+    #[test]
+    fn every_bad_line_is_reported_at_once() {
+        let e = FileConfig::parse(
+            "[stomp]\nmax_connections = \"many\"\nbogus = 1\nheartbeat_ms = [\"1 week\", 0]\n\
+             [[policy]]\ndestination = \"queue://>\"\nmax_page_size = -3\n",
+        )
+        .unwrap_err();
+        assert!(e.starts_with("4 errors:"), "{e}");
+        for line in ["line 2", "line 3", "line 4", "line 7"] {
+            assert!(e.contains(line), "{line} in {e}");
+        }
+        // One error reads as before.
+        let e = FileConfig::parse("[stomp]\nbogus = 1\n").unwrap_err();
+        assert!(!e.contains("errors:") && e.contains("line 2"), "{e}");
     }
 
     #[test]
