@@ -29,8 +29,13 @@ async fn main() -> Result<(), Error> {
         while let Some(job) = jobs.next().await {
             let text = String::from_utf8_lossy(job.body()).into_owned();
             println!("worked on {text}");
-            jobs.ack(&job).await?;
-            done += 1;
+            match jobs.ack(&job).await {
+                Ok(()) => done += 1,
+                // The broker shut down meanwhile: this job is not acked, so it is
+                // delivered again after the next start.
+                Err(Error::ShuttingDown) => break,
+                Err(e) => return Err(e),
+            }
         }
         Ok::<_, Error>(done)
     });

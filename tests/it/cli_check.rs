@@ -2,21 +2,8 @@
 //! or schema is an error that says so, and nothing is created), the store named by a
 //! configuration file, and a broker holding the store said aloud.
 
+use crate::run_ebb;
 use ebb::test_util::*;
-
-/// Runs the `ebb` binary with `args`; returns (success, stdout, stderr).
-async fn ebb(args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
-        .args(args)
-        .output()
-        .await
-        .expect("ebb runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// The flags that name `t`'s store.
 fn store_args(t: &TestStore) -> Vec<String> {
@@ -42,7 +29,7 @@ async fn check_reads_and_never_creates_unless_asked(t: TestStore) {
         }
     };
     let args: Vec<&str> = missing.iter().map(String::as_str).collect();
-    let (ok, _, err) = ebb(&[&["check"], &args[..]].concat()).await;
+    let (ok, _, err) = run_ebb(&[&["check"], &args[..]].concat()).await;
     assert!(!ok, "{err}");
     assert!(err.contains("no store at"), "{err}");
     assert!(err.contains("--create"), "{err}");
@@ -57,13 +44,13 @@ async fn check_reads_and_never_creates_unless_asked(t: TestStore) {
     // The store exists once created; then a plain check reads it.
     let own = store_args(&t);
     let own: Vec<&str> = own.iter().map(String::as_str).collect();
-    let (ok, _, err) = ebb(&[&["check"], &own[..]].concat()).await;
+    let (ok, _, err) = run_ebb(&[&["check"], &own[..]].concat()).await;
     assert!(!ok && err.contains("no store at"), "not created yet: {err}");
-    let (ok, out, err) = ebb(&[&["check", "--create"], &own[..]].concat()).await;
+    let (ok, out, err) = run_ebb(&[&["check", "--create"], &own[..]].concat()).await;
     assert!(ok, "{err}");
     assert!(out.contains("is ready; highest message id 0"), "{out}");
     let (ok, out, err) =
-        ebb(&[&["check"], &own[..], &["--destination", "queue://jobs"]].concat()).await;
+        run_ebb(&[&["check"], &own[..], &["--destination", "queue://jobs"]].concat()).await;
     assert!(ok, "{err}");
     assert!(out.contains("queue://jobs: 0 messages"), "{out}");
     assert!(!out.contains("a broker holds"), "{out}");
@@ -75,7 +62,7 @@ async fn check_reads_and_never_creates_unless_asked(t: TestStore) {
         .await
         .unwrap();
     let (ok, out, err) =
-        ebb(&[&["check"], &own[..], &["--destination", "queue://jobs"]].concat()).await;
+        run_ebb(&[&["check"], &own[..], &["--destination", "queue://jobs"]].concat()).await;
     assert!(ok, "{err}");
     assert!(out.contains("a broker holds this store now"), "{out}");
     assert!(out.contains("queue://jobs: 1 messages"), "{out}");
@@ -97,7 +84,7 @@ async fn check_takes_the_store_from_the_configuration(t: TestStore) {
     ));
     std::fs::write(&config, format!("[store]\nurl = \"{}\"\n{schema}", t.url)).unwrap();
     let config = config.to_str().unwrap();
-    let (ok, out, err) = ebb(&["check", "--config", config, "--create"]).await;
+    let (ok, out, err) = run_ebb(&["check", "--config", config, "--create"]).await;
     assert!(ok, "{err}");
     assert!(
         out.contains(&format!("store {}", ebb_store::redact_url(&t.url))),

@@ -40,3 +40,19 @@ mod stomp_queues;
 mod stomp_raw;
 mod store_full;
 mod wildcards;
+
+/// Runs the `ebb` binary with `args`; returns (success, stdout, stderr). For the tests
+/// of its commands (`cli_check`, `metrics`).
+#[cfg(feature = "cli")]
+async fn run_ebb(args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
+        .args(args)
+        .output()
+        .await
+        .expect("ebb runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

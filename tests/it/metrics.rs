@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use crate::run_ebb;
 use ebb::cli::stat::{from_samples, parse, Sample};
 use ebb::metrics::MetricsServer;
 use ebb::test_util::*;
@@ -41,20 +42,6 @@ fn value(samples: &[Sample], name: &str, key: &str) -> Option<f64> {
         .iter()
         .find(|s| s.name == name && s.label("destination") == Some(key))
         .map(|s| s.value)
-}
-
-/// Runs the `ebb` binary with `args`; returns (success, stdout, stderr).
-async fn ebb(args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
-        .args(args)
-        .output()
-        .await
-        .expect("ebb runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// A topic with an offline durable subscription: 3 messages that expire, then 5 that
@@ -143,7 +130,7 @@ async fn a_scrape_shows_real_values(t: TestStore) {
     .await;
 
     // `ebb stat` (the binary) reads the same numbers.
-    let (ok, out, err) = ebb(&["stat", "--metrics", &addr]).await;
+    let (ok, out, err) = run_ebb(&["stat", "--metrics", &addr]).await;
     assert!(ok, "ebb stat failed: {err}");
     assert!(out.contains("blocked producers  0"), "{out}");
     let row: Vec<&str> = out
@@ -168,7 +155,7 @@ async fn a_scrape_shows_real_values(t: TestStore) {
         )),
         "{e}"
     );
-    let (ok, _, err) = ebb(&["stat", "--metrics", &addr]).await;
+    let (ok, _, err) = run_ebb(&["stat", "--metrics", &addr]).await;
     assert!(!ok);
     assert!(err.contains("no broker metrics at"), "{err}");
     b.shutdown().await.unwrap();
@@ -277,7 +264,7 @@ async fn serve_takes_the_address_from_the_flag_or_the_file() {
             .spawn()
             .expect("ebb serve starts");
         let addr = metrics_address(child.stderr.take().unwrap()).await;
-        let (ok, out, err) = ebb(&["stat", "--metrics", &addr]).await;
+        let (ok, out, err) = run_ebb(&["stat", "--metrics", &addr]).await;
         assert!(ok, "{err}");
         assert!(out.contains("no destination in use"), "{out}");
         // SIGTERM: the graceful shutdown, which stops the endpoint first.
@@ -296,7 +283,7 @@ async fn serve_takes_the_address_from_the_flag_or_the_file() {
     }
 
     let path = config("no-port-here");
-    let (ok, _, err) = ebb(&["serve", "--config", &path]).await;
+    let (ok, _, err) = run_ebb(&["serve", "--config", &path]).await;
     assert!(!ok);
     assert!(
         err.contains("invalid metrics address `no-port-here` (from [metrics] listen in"),
