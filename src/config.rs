@@ -327,48 +327,59 @@ impl serde::de::Visitor<'_> for MillisVisitor {
 
 /// Parses `500ms`, `30s`, `5m`, `1h`, `250` (ms) into ms.
 pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
-    let t = text.trim().to_ascii_lowercase();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| {
-        format!("invalid duration `{text}`: expected a number with an optional unit like 30s")
-    })?;
-    let factor: u64 = match unit.trim() {
-        "" | "ms" => 1,
-        "s" => 1_000,
-        "m" | "min" => 60_000,
-        "h" => 3_600_000,
-        other => {
-            return Err(format!(
-                "invalid duration unit `{other}` in `{text}`: use ms, s, m or h"
-            ))
-        }
-    };
-    n.checked_mul(factor)
-        .ok_or_else(|| format!("duration `{text}` is too large"))
+    const UNITS: &[(&str, u64)] = &[
+        ("", 1),
+        ("ms", 1),
+        ("s", 1_000),
+        ("m", 60_000),
+        ("min", 60_000),
+        ("h", 3_600_000),
+    ];
+    parse_with_unit(text, "duration", "30s", "ms, s, m or h", UNITS)
 }
 
 /// Parses `64mb`, `10 MiB`, `512`, ...
 pub fn parse_size(text: &str) -> Result<u64, String> {
+    const UNITS: &[(&str, u64)] = &[
+        ("", 1),
+        ("b", 1),
+        ("k", 1 << 10),
+        ("kb", 1 << 10),
+        ("kib", 1 << 10),
+        ("m", 1 << 20),
+        ("mb", 1 << 20),
+        ("mib", 1 << 20),
+        ("g", 1 << 30),
+        ("gb", 1 << 30),
+        ("gib", 1 << 30),
+    ];
+    parse_with_unit(text, "size", "64mb", "b, kb, mb or gb", UNITS)
+}
+
+/// A whole number with an optional unit (case ignored, space allowed between) times
+/// that unit's factor. Errors name `what` was expected, with `example` and the `names`
+/// of the units.
+fn parse_with_unit(
+    text: &str,
+    what: &str,
+    example: &str,
+    names: &str,
+    units: &[(&str, u64)],
+) -> Result<u64, String> {
     let t = text.trim().to_ascii_lowercase();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
     let n: u64 = digits.parse().map_err(|_| {
-        format!("invalid size `{text}`: expected a number with an optional unit like 64mb")
+        format!("invalid {what} `{text}`: expected a number with an optional unit like {example}")
     })?;
-    let factor: u64 = match unit.trim() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        other => {
-            return Err(format!(
-                "invalid size unit `{other}` in `{text}`: use b, kb, mb or gb"
-            ))
-        }
+    let unit = unit.trim();
+    let Some((_, factor)) = units.iter().find(|(name, _)| *name == unit) else {
+        return Err(format!(
+            "invalid {what} unit `{unit}` in `{text}`: use {names}"
+        ));
     };
-    n.checked_mul(factor)
-        .ok_or_else(|| format!("size `{text}` is too large"))
+    n.checked_mul(*factor)
+        .ok_or_else(|| format!("{what} `{text}` is too large"))
 }
 
 /// Most errors one configuration file reports at once.
