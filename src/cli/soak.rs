@@ -229,6 +229,8 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
     let mut sent_done_at: Option<Instant> = None;
     let expected_expired = options.messages * u64::from(options.durable_subscribers);
     loop {
+        // Read before the sample, so the last sample is taken after the last send.
+        let all_sent = producers.iter().all(|p| p.is_finished());
         let stats = broker.topic_stats(TOPIC).await?;
         let rows = broker
             .store()
@@ -249,7 +251,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
                 stats.expiry_pages
             ));
         }
-        if sent_done_at.is_none() && producers.iter().all(|p| p.is_finished()) {
+        if sent_done_at.is_none() && all_sent {
             sent_done_at = Some(Instant::now());
         }
         let drained = options.ttl_ms == 0
