@@ -411,6 +411,8 @@ async fn run_stomp(
     let mut sent_done_at: Option<Instant> = None;
     let expected_expired = options.messages * u64::from(options.durable_subscribers);
     let (report_at_end, last) = loop {
+        // Read before the sample, so the last sample is taken after the last send.
+        let all_sent = producers.iter().all(|p| p.is_finished());
         let scraped = super::stat::parse(&super::stat::fetch(metrics).await?)
             .map_err(|e| anyhow::anyhow!("cannot read {metrics}: {e}"))?;
         let stats = super::stat::from_samples(&scraped)
@@ -437,7 +439,7 @@ async fn run_stomp(
                 stats.usage.process_resident_bytes >> 20
             ));
         }
-        if sent_done_at.is_none() && producers.iter().all(|p| p.is_finished()) {
+        if sent_done_at.is_none() && all_sent {
             sent_done_at = Some(Instant::now());
         }
         let drained =
