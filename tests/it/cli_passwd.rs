@@ -8,7 +8,8 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 /// Runs `ebb passwd` on a new pseudo-terminal (its controlling terminal, as a shell
-/// gives it), typing `lines`; returns everything the terminal showed.
+/// gives it), typing `lines`, each once its prompt is shown and echo is off; returns
+/// everything the terminal showed.
 fn on_a_terminal(lines: &[&str]) -> (bool, String) {
     let (mut master, mut slave) = (0, 0);
     // SAFETY: openpty fills two descriptors we then own.
@@ -39,26 +40,56 @@ fn on_a_terminal(lines: &[&str]) -> (bool, String) {
     // once the child exits, reading the master then ends instead of waiting.
     drop(command);
     unsafe { libc::close(slave) };
-    // A child that waits for input forever would hang the run: killed after 30 s.
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (watch, pid) = (done.clone(), child.id() as libc::pid_t);
-    std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_secs(30));
-        if !watch.load(std::sync::atomic::Ordering::SeqCst) {
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    });
     let mut terminal = unsafe { std::fs::File::from_raw_fd(master) };
-    for line in lines {
-        std::thread::sleep(std::time::Duration::from_millis(300));
+    // What the terminal shows, read as it comes (reading ends with EIO once the child
+    // is gone).
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let (shown, mut master) = (shown.clone(), terminal.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1024];
+            while let Ok(n @ 1..) = master.read(&mut buf) {
+                shown.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    for (i, line) in lines.iter().enumerate() {
+        // Typed only once the i-th prompt is shown and echo is off: typed earlier it
+        // would be echoed by the terminal, not by the program.
+        loop {
+            let prompts = {
+                let text = shown.lock().unwrap();
+                String::from_utf8_lossy(&text).matches(": ").count()
+            };
+            let mut mode: libc::termios = unsafe { std::mem::zeroed() };
+            let echo = unsafe { libc::tcgetattr(master, &mut mode) } == 0
+                && mode.c_lflag & libc::ECHO != 0;
+            if prompts > i && !echo {
+                break;
+            }
+            if std::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         terminal.write_all(format!("{line}\n").as_bytes()).unwrap();
     }
-    let ok = child.wait().unwrap().success();
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
-    let mut shown = Vec::new();
-    // Reading the master after the child is gone ends with EIO: what came before is kept.
-    let _ = terminal.read_to_end(&mut shown);
-    (ok, String::from_utf8_lossy(&shown).into_owned())
+    // A child that waits for input forever would hang the run: killed at the deadline.
+    let ok = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.success();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    drop(terminal);
+    reader.join().unwrap();
+    let shown = String::from_utf8_lossy(&shown.lock().unwrap()).into_owned();
+    (ok, shown)
 }
 
 fn hash_in(text: &str) -> &str {
