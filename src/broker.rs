@@ -994,7 +994,15 @@ impl Broker {
     }
 
     /// [`Error::ShuttingDown`] once [`Broker::shutdown`] was called.
-    fn refuse_if_shut_down(&self) -> Result<(), Error> {
+    /// Runs `start` on the broker's actix system (its arbiter), where it may spawn
+    /// tasks that are not `Send` (a STOMP connection's): a transport that accepts on
+    /// another executor (the HTTP server's WebSocket upgrades) hands its connections
+    /// over this way.
+    pub(crate) fn spawn_on_system(&self, start: impl FnOnce() + Send + 'static) {
+        self.runtime.arbiter().spawn_fn(start);
+    }
+
+    pub(crate) fn refuse_if_shut_down(&self) -> Result<(), Error> {
         if self.shut_down.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
         }
@@ -1176,7 +1184,7 @@ impl Broker {
         &self.registry
     }
 
-    async fn topic(&self, key: &DestinationKey) -> Result<Addr<TopicActor>, Error> {
+    pub(crate) async fn topic(&self, key: &DestinationKey) -> Result<Addr<TopicActor>, Error> {
         match self.destination(key).await? {
             DestinationAddr::Topic(addr) => Ok(addr),
             DestinationAddr::Queue(_) => Err(Error::InvalidDestination {
@@ -2373,7 +2381,7 @@ const CONTAINER_PAGE: u32 = 500;
 /// destination name holds): `queue://jobs` gives `queue://jobr\x7f`, below which no
 /// name starting `queue://jobr` in ASCII sorts. Only names with a non-ASCII character
 /// right there lie between, and the caller filters what it lists.
-fn below_key(key: &str) -> String {
+pub(crate) fn below_key(key: &str) -> String {
     let mut below = key.to_string();
     match below.pop() {
         Some(c) if c.is_ascii_graphic() => {

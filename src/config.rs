@@ -49,9 +49,13 @@ pub struct FileConfig {
     /// System usage limits and producer flow control (`[usage]`).
     #[serde(default)]
     pub usage: UsageSection,
-    /// `[metrics] listen = "host:port"`: the Prometheus endpoint (off without it).
+    /// `[metrics] listen = "host:port"`: the HTTP server's address, under its older
+    /// name (`[http] listen` wins when both are given).
     #[serde(default)]
     pub metrics: crate::metrics::MetricsSection,
+    /// `[http]`: the HTTP server (metrics, health, admin API, STOMP over WebSocket).
+    #[serde(default)]
+    pub http: HttpSection,
     /// Users (`[[users]]`: login, password_hash from `ebb passwd`, groups). With any,
     /// CONNECT must log in.
     #[serde(default)]
@@ -60,6 +64,18 @@ pub struct FileConfig {
     /// admin, each a list of logins or groups, `*` for every user).
     #[serde(default)]
     pub authorization: Vec<crate::auth::AuthorizationEntry>,
+}
+
+/// `[http]`: the HTTP server of `ebb serve` (off without `listen`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSection {
+    /// `host:port` it listens on (`ebb serve --http` overrides it). Without users it
+    /// refuses a non-loopback address, as the STOMP listener does.
+    pub listen: Option<String>,
+    /// The group whose users may change things through the admin API (send, remove a
+    /// subscription...); default `admin`. Reading needs any configured user.
+    pub admin_group: Option<String>,
 }
 
 /// `[store]`.

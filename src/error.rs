@@ -62,6 +62,10 @@ pub enum Error {
     /// metrics recorder is installed in this process); the text says which.
     #[error("metrics endpoint: {0}")]
     Metrics(String),
+    /// The HTTP server could not start (its address cannot be bound); the text says
+    /// which address and why.
+    #[error("HTTP server: {0}")]
+    Http(String),
 }
 
 impl From<ActorError> for Error {

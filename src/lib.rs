@@ -160,12 +160,15 @@
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod auth;
 pub mod broker;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod error;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod metrics;
 pub mod process;
 pub mod runtime;

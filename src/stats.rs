@@ -221,27 +221,11 @@ impl Broker {
             .await?;
         let mut destinations = Vec::with_capacity(list.keys.len());
         for destination in list.keys {
-            let key = destination.container();
-            let asked = match destination.kind() {
-                DestinationKind::Topic => self.topic_stats(&key).await.map(|t| (Some(t), None)),
-                DestinationKind::Queue => self.queue_stats(&key).await.map(|q| (None, Some(q))),
-            };
-            let (topic, queue): (Option<TopicStats>, Option<QueueStats>) = match asked {
-                Ok(both) => both,
+            match self.destination_stats(&destination).await {
+                Ok(stats) => destinations.push(stats),
                 Err(Error::ShuttingDown) => continue,
                 Err(e) => return Err(e),
-            };
-            let stored = self.store().count_messages(&key).await?;
-            let mut stats = match (topic, queue) {
-                (Some(t), _) => DestinationStats::from_topic(key.clone(), &t, stored),
-                (_, Some(q)) => DestinationStats::from_queue(key.clone(), &q, stored),
-                _ => continue,
-            };
-            let flow = self.destination_flow(&key)?;
-            stats.memory_bytes = flow.memory_bytes;
-            stats.blocked_producers = flow.blocked_producers;
-            stats.producers = flow.producers;
-            destinations.push(stats);
+            }
         }
         let usage = self.usage();
         let (lag, waiting) = self.housekeeping_lag();
@@ -262,6 +246,35 @@ impl Broker {
             destinations,
             destinations_total: list.total as u64,
         })
+    }
+
+    /// One destination's [`DestinationStats`] (its actor started if it is not
+    /// running): one message to its actor and one `COUNT` of its stored rows.
+    ///
+    /// Errors: [`Error::ShuttingDown`] when it is not running after shutdown,
+    /// [`Error::Store`] when the count fails.
+    pub(crate) async fn destination_stats(
+        &self,
+        destination: &crate::DestinationKey,
+    ) -> Result<DestinationStats, Error> {
+        let key = destination.container();
+        let mut stats = match destination.kind() {
+            DestinationKind::Topic => {
+                let topic = self.topic_stats(&key).await?;
+                let stored = self.store().count_messages(&key).await?;
+                DestinationStats::from_topic(key.clone(), &topic, stored)
+            }
+            DestinationKind::Queue => {
+                let queue = self.queue_stats(&key).await?;
+                let stored = self.store().count_messages(&key).await?;
+                DestinationStats::from_queue(key.clone(), &queue, stored)
+            }
+        };
+        let flow = self.destination_flow(&key)?;
+        stats.memory_bytes = flow.memory_bytes;
+        stats.blocked_producers = flow.blocked_producers;
+        stats.producers = flow.producers;
+        Ok(stats)
     }
 }
 

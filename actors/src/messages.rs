@@ -109,6 +109,23 @@ pub struct CloseConsumers;
 #[rtype(result = "Result<bool, ActorError>")]
 pub struct RemoveDurable(pub SubscriptionKey);
 
+/// For each of `keys` (durable subscriptions of this topic), whether a consumer is
+/// attached now and how many of its deliveries wait for an ack: one entry per key, in
+/// the same order; a key the topic does not know is reported offline with 0. For an
+/// operator's view (the admin API); it changes nothing.
+#[derive(Message)]
+#[rtype(result = "Vec<DurableState>")]
+pub struct DurableStates(pub Vec<SubscriptionKey>);
+
+/// One answer of [`DurableStates`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DurableState {
+    /// A consumer is attached.
+    pub online: bool,
+    /// Deliveries to it not yet acked (0 offline).
+    pub in_flight: u64,
+}
+
 /// The destination's counters.
 #[derive(Message)]
 #[rtype(result = "TopicStats")]

@@ -904,6 +904,26 @@ impl Handler<GetStats> for TopicActor {
     }
 }
 
+impl Handler<DurableStates> for TopicActor {
+    type Result = Vec<DurableState>;
+
+    fn handle(&mut self, msg: DurableStates, _: &mut Context<Self>) -> Vec<DurableState> {
+        msg.0
+            .iter()
+            .map(|key| {
+                let online = self.durables.get(key).and_then(|d| d.online);
+                let in_flight = online
+                    .and_then(|id| self.subscriptions.get(&id))
+                    .map_or(0, |s| s.in_flight() as u64);
+                DurableState {
+                    online: online.is_some(),
+                    in_flight,
+                }
+            })
+            .collect()
+    }
+}
+
 impl Handler<CleanupBatch> for TopicActor {
     type Result = ();
 

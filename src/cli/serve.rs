@@ -1,5 +1,5 @@
-//! `ebb serve`: the broker and its STOMP listener, with the metrics endpoint when
-//! asked for, until SIGINT or SIGTERM; then the graceful shutdown (a second signal
+//! `ebb serve`: the broker and its STOMP listener, with the HTTP server (metrics,
+//! health, admin API, STOMP over WebSocket) when asked for, until SIGINT or SIGTERM; then the graceful shutdown (a second signal
 //! exits at once).
 //!
 //! Every setting comes from a flag, else the configuration file (`--config`,
@@ -28,9 +28,14 @@ pub struct ServeArgs {
     /// who can reach the port can then send and subscribe). Not needed with users.
     #[arg(long)]
     pub allow_anonymous: bool,
-    /// Serve Prometheus metrics at http://ADDR/metrics (off by default; also
-    /// `[metrics] listen` in the configuration file).
+    /// Serve HTTP on ADDR: /metrics, /healthz, /readyz, the admin API (/api/v1) and
+    /// STOMP over WebSocket (/stomp). Off by default; also `[http] listen` in the
+    /// configuration file.
     #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+    /// The same as --http (its older name, from when the server served only
+    /// /metrics); also `[metrics] listen`.
+    #[arg(long, value_name = "ADDR", conflicts_with = "http")]
     pub metrics: Option<String>,
 }
 
@@ -45,6 +50,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         stomp,
         config,
         allow_anonymous,
+        http,
         metrics,
     } = args;
     let file = match &config {
@@ -82,13 +88,15 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             redact_url(&store_url)
         );
     }
-    let metrics_addr = match (metrics, &file.metrics.listen) {
-        (Some(addr), _) => Some((addr, " (from --metrics)".to_string())),
-        (None, Some(addr)) => Some((addr.clone(), from_file("[metrics] listen"))),
-        (None, None) => None,
+    let http_addr = match (http, metrics, &file.http.listen, &file.metrics.listen) {
+        (Some(addr), _, _, _) => Some((addr, " (from --http)".to_string())),
+        (None, Some(addr), _, _) => Some((addr, " (from --metrics)".to_string())),
+        (None, None, Some(addr), _) => Some((addr.clone(), from_file("[http] listen"))),
+        (None, None, None, Some(addr)) => Some((addr.clone(), from_file("[metrics] listen"))),
+        (None, None, None, None) => None,
     };
-    let metrics_addr = match metrics_addr {
-        Some((text, from)) => Some(resolve(&text, &from, "metrics").await?),
+    let http_addr = match http_addr {
+        Some((text, from)) => Some(resolve(&text, &from, "HTTP").await?),
         None => None,
     };
     let security = file.security();
@@ -98,6 +106,15 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
              configured, so anyone who reaches it could send and subscribe; pass \
              --allow-anonymous to do it anyway"
         );
+    }
+    if let Some(http) = http_addr {
+        if !http.ip().is_loopback() && !security.requires_login() && !allow_anonymous {
+            anyhow::bail!(
+                "refusing to serve HTTP on {http}: it is not a loopback address and no users \
+                 are configured, so anyone who reaches it could use the admin API; pass \
+                 --allow-anonymous to do it anyway"
+            );
+        }
     }
     let mut options = StoreOptions::default();
     if let Some(prefix) = &file.store.table_prefix {
@@ -205,8 +222,28 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(stomp = %bound, store = %redact_url(&store_url), "ebb is running");
     println!("ebb: STOMP on {bound}, store {}", redact_url(&store_url));
 
-    let metrics = match metrics_addr {
-        Some(addr) => Some(crate::metrics::MetricsServer::start(addr, broker.clone()).await?),
+    let readiness = crate::http::Readiness::default();
+    let http = match http_addr {
+        Some(listen) => {
+            let options = crate::http::HttpOptions {
+                listen,
+                security: std::sync::Arc::clone(&connection.security),
+                admin_group: file
+                    .http
+                    .admin_group
+                    .clone()
+                    .unwrap_or_else(|| crate::http::ADMIN_GROUP.to_string()),
+                stomp: Some(connection.clone()),
+                readiness: readiness.clone(),
+                max_body_bytes: connection.limits.max_frame_bytes,
+            };
+            let server = crate::http::HttpServer::start(options, broker.clone()).await?;
+            println!(
+                "ebb: HTTP on http://{0} (admin API /api/v1, STOMP over ws://{0}/stomp)",
+                server.local_addr()
+            );
+            Some(server)
+        }
         None => None,
     };
 
@@ -217,7 +254,9 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         connection,
         stop_rx,
     ));
+    readiness.set_listening(true);
     shutdown_signal().await;
+    readiness.set_listening(false);
     tracing::info!("shutting down (a second signal exits at once)");
     actix_rt::spawn(async {
         shutdown_signal().await;
@@ -226,8 +265,8 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     });
     let _ = stop_tx.send(true);
     let _ = accept.await;
-    if let Some(metrics) = metrics {
-        metrics.stop().await;
+    if let Some(http) = http {
+        http.stop().await;
     }
     broker.shutdown().await?;
     println!("ebb: stopped");

@@ -1,25 +1,21 @@
 //! Ebb's metrics: their names ([`names`]), how a
 //! [`Broker::stats`](crate::Broker::stats) snapshot becomes their values ([`record`])
-//! and the Prometheus endpoint that serves them: `ebb serve --metrics ADDR` (or
-//! `[metrics] listen` in the configuration file) answers `GET /metrics` in Prometheus'
-//! text format (`MetricsServer`).
+//! and the recorder the HTTP server renders at `GET /metrics` in Prometheus' text
+//! format (`ebb serve --http ADDR`, or `--metrics ADDR`, or `[http] listen`: see
+//! `crate::http`).
 //!
 //! **How it is built.** Metrics go through the `metrics` facade into the process's
-//! one recorder. The endpoint (`endpoint.rs`, the `prometheus` cargo feature, on by
-//! default and part of `cli`) installs the recorder of `metrics-exporter-prometheus`,
-//! once per process (`install_recorder`: a second call hands back the same handle
-//! instead of fighting over it). The exporter's own HTTP listener (hyper) is not used:
-//! `MetricsServer` is a small HTTP/1.1 responder on a tokio listener that answers
-//! each `GET /metrics` with the recorder's render and closes the connection, with a
-//! bound on connections at once, on the request head's size and on the time a request
-//! may take. That keeps the dependency tree small, runs on the broker's actix system
-//! like the STOMP listener, and lets tests start any number of endpoints on ephemeral
-//! ports in one process, all rendering the one recorder. An application that brings
-//! its own recorder builds without the feature, calls [`describe`] once and [`record`]
-//! with a snapshot as often as it likes.
+//! one recorder. With the `prometheus` cargo feature (on by default and part of
+//! `cli`), `install_recorder` installs the recorder of `metrics-exporter-prometheus`,
+//! once per process (a second call hands back the same handle instead of fighting
+//! over it), and the HTTP server renders it; the exporter's own HTTP listener is not
+//! used, so tests can start any number of servers on ephemeral ports in one process,
+//! all rendering the one recorder. An application that brings its own recorder builds
+//! without the feature, calls [`describe`] once and [`record`] with a snapshot as
+//! often as it likes.
 //!
 //! **Where values come from.** Broker and destination values are copied from a
-//! [`Broker::stats`](crate::Broker::stats) snapshot by the endpoint's refresh task
+//! [`Broker::stats`](crate::Broker::stats) snapshot by the HTTP server's refresh task
 //! every `REFRESH_EVERY` (one second); when a snapshot takes longer than that, the task
 //! waits as long as the snapshot took before the next one, so it never keeps the store
 //! busy more than half the time. The histogram `ebb_expiry_page_rows` is recorded by the topic actor itself
@@ -52,14 +48,17 @@
 //! is in [`crate::stats`].
 //!
 //! A destination's series stay for the life of the process (destinations are never
-//! removed while the broker runs). The endpoint has no authentication and shows
-//! destination names: keep it on loopback or a private network.
+//! removed while the broker runs). `/metrics` asks for no login (as a Prometheus
+//! scrape expects) and shows destination names: keep the HTTP server on loopback or
+//! a private network, or configure users, which the admin API then requires.
 
 #[cfg(feature = "prometheus")]
-mod endpoint;
+mod recorder;
 
 #[cfg(feature = "prometheus")]
-pub use endpoint::{install_recorder, MetricsServer, REFRESH_EVERY};
+pub(crate) use recorder::refresh_loop;
+#[cfg(feature = "prometheus")]
+pub use recorder::{install_recorder, REFRESH_EVERY};
 
 use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Label};
 use serde::Deserialize;

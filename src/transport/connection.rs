@@ -73,6 +73,10 @@ pub struct ConnectionConfig {
     /// Most connections from one source IP address at once (default
     /// [`MAX_CONNECTIONS_PER_ADDRESS`]), so one client cannot take every slot.
     pub max_connections_per_address: usize,
+    /// The connections served now, counted against the two limits above: shared by
+    /// every listener given clones of this config (STOMP over TCP and over
+    /// WebSocket count together).
+    pub slots: Slots,
 }
 
 /// Default of [`ConnectionConfig::max_connections`].
@@ -96,9 +100,12 @@ impl Default for ConnectionConfig {
             session_limits: SessionLimits::default(),
             max_connections: MAX_CONNECTIONS,
             max_connections_per_address: MAX_CONNECTIONS_PER_ADDRESS,
+            slots: Slots::default(),
         }
     }
 }
+
+pub use super::listener::{next_session_id, Slot, Slots};
 
 pub use super::session::{
     SessionLimits, MAX_OPEN_TRANSACTIONS, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TRANSACTION_BYTES,

@@ -25,8 +25,7 @@ pub async fn run(
     config: ConnectionConfig,
     mut stop: watch::Receiver<bool>,
 ) {
-    let sessions = Arc::new(AtomicU64::new(1));
-    let slots = Slots::default();
+    let slots = config.slots.clone();
     // Refusals are logged at most once a second, with how many were not: a flood of
     // connections must not flood the log too.
     let (mut last_logged, mut unlogged) = (None::<std::time::Instant>, 0u64);
@@ -56,7 +55,7 @@ pub async fn run(
                         tracing::info!(%peer, error = %e, "refused connection: cannot set TCP_NODELAY");
                         continue;
                     }
-                    let id = format!("ebb-{}", sessions.fetch_add(1, Ordering::Relaxed));
+                    let id = next_session_id();
                     tracing::debug!(%peer, session = %id, "connection accepted");
                     let (broker, config) = (broker.clone(), config.clone());
                     actix_rt::spawn(async move {
@@ -81,9 +80,26 @@ pub async fn run(
 /// How long a refused connection's ERROR may take to write.
 const REFUSAL_WRITE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The connections served now: in total and by source address.
+/// A new session id (`ebb-1`, `ebb-2`, ...), unique in the process: it names a
+/// connection in CONNECTED's `session` header and in logs, whichever listener took it.
+pub fn next_session_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("ebb-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The connections served now, in total and by source address, against
+/// [`ConnectionConfig::max_connections`] and
+/// [`ConnectionConfig::max_connections_per_address`]. Clones share the counts.
 #[derive(Clone, Default)]
-struct Slots(Arc<Mutex<SlotCounts>>);
+pub struct Slots(Arc<Mutex<SlotCounts>>);
+
+impl std::fmt::Debug for Slots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slots")
+            .field("total", &self.0.lock().total)
+            .finish()
+    }
+}
 
 #[derive(Default)]
 struct SlotCounts {
@@ -92,7 +108,7 @@ struct SlotCounts {
 }
 
 /// One served connection's place; given back on drop.
-struct Slot {
+pub struct Slot {
     slots: Slots,
     address: IpAddr,
 }
@@ -100,7 +116,7 @@ struct Slot {
 impl Slots {
     /// A place for a connection from `address`, or why there is none (the ERROR's
     /// message, naming the limit).
-    fn take(&self, address: IpAddr, config: &ConnectionConfig) -> Result<Slot, String> {
+    pub fn take(&self, address: IpAddr, config: &ConnectionConfig) -> Result<Slot, String> {
         let mut counts = self.0.lock();
         if counts.total >= config.max_connections {
             return Err(format!(

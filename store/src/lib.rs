@@ -361,6 +361,12 @@ pub trait MessageStore: Send + Sync + 'static {
     /// store that holds the lock itself.
     async fn locked_by_another(&self) -> Result<bool>;
 
+    /// Whether the database answers now: one `SELECT 1` on a pooled connection (no
+    /// table read). A readiness probe (`/readyz`) asks it. Errors: the store's error
+    /// when no connection can be had (the database is down or unreachable, the pool
+    /// is closed) or the statement fails.
+    async fn ping(&self) -> Result<()>;
+
     /// Closes the pool after the statements in flight finish, then releases the
     /// exclusive lock; later calls fail with [`StoreError::Closed`].
     async fn close(&self);

@@ -1577,6 +1577,14 @@ macro_rules! impl_sql_store {
                 }
             }
 
+            async fn ping(&self) -> $crate::Result<()> {
+                let _: i32 = sqlx::query_scalar("SELECT 1")
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err($crate::error::db("ping"))?;
+                Ok(())
+            }
+
             async fn close(&self) {
                 self.pool.close().await;
                 if let Some(lock) = self.lock.lock().await.take() {

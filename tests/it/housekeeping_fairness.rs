@@ -157,6 +157,9 @@ impl MessageStore for FailOnce {
     async fn locked_by_another(&self) -> Result<bool> {
         self.inner.locked_by_another().await
     }
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
+    }
     async fn close(&self) {
         self.inner.close().await
     }

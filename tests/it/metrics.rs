@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::run_ebb;
 use ebb::cli::stat::{from_samples, parse, Sample};
-use ebb::metrics::MetricsServer;
+use ebb::http::{HttpOptions, HttpServer};
 use ebb::test_util::*;
 use ebb::{Message, SubscribeOptions};
 
@@ -58,7 +58,7 @@ async fn a_scrape_shows_real_values(t: TestStore) {
     );
     let key = format!("topic://{topic}");
     let b = broker(&t, policy(3_600_000, 400), 2).await;
-    let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), b.clone())
+    let server = HttpServer::start(HttpOptions::new("127.0.0.1:0".parse().unwrap()), b.clone())
         .await
         .expect("the endpoint starts");
     let addr = server.local_addr().to_string();
@@ -208,18 +208,18 @@ on_every_backend!(
     stats_lists_running_destinations,
 );
 
-/// Reads `ebb serve`'s standard error until the metrics line, and returns the
+/// Reads `ebb serve`'s standard error until the HTTP server's line, and returns the
 /// address in it.
 async fn metrics_address(stderr: tokio::process::ChildStderr) -> String {
     use tokio::io::AsyncBufReadExt;
     let mut lines = tokio::io::BufReader::new(stderr).lines();
     let find = async {
         while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(rest) = line.split("metrics at http://").nth(1) {
-                return rest.split('/').next().unwrap().to_string();
+            if let Some(rest) = line.split("HTTP on http://").nth(1) {
+                return rest.split(' ').next().unwrap().to_string();
             }
         }
-        panic!("ebb serve ended without a metrics line");
+        panic!("ebb serve ended without an HTTP line");
     };
     let addr = actix_rt::time::timeout(Duration::from_secs(30), find)
         .await
@@ -229,19 +229,23 @@ async fn metrics_address(stderr: tokio::process::ChildStderr) -> String {
     addr
 }
 
-/// `ebb serve` as a process: `[metrics] listen` in the file is used, `--metrics`
-/// overrides it, and a bad address is refused naming where it came from.
+/// `ebb serve` as a process: `[metrics] listen` or `[http] listen` in the file is
+/// used, `--metrics` or `--http` overrides it, and a bad address is refused naming
+/// where it came from.
 #[actix_rt::test]
 async fn serve_takes_the_address_from_the_flag_or_the_file() {
     let t = TestStore::sqlite();
     let dir = std::env::temp_dir().join(format!("ebb-metrics-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let config = |listen: &str| {
-        let path = dir.join(format!("ebb-{}.toml", listen.replace([':', '.'], "_")));
+    let config = |section: &str, listen: &str| {
+        let path = dir.join(format!(
+            "ebb-{section}-{}.toml",
+            listen.replace([':', '.'], "_")
+        ));
         std::fs::write(
             &path,
             format!(
-                "[store]\nurl = \"{}\"\n\n[stomp]\nlisten = \"127.0.0.1:0\"\n\n[metrics]\nlisten = \"{listen}\"\n",
+                "[store]\nurl = \"{}\"\n\n[stomp]\nlisten = \"127.0.0.1:0\"\n\n[{section}]\nlisten = \"{listen}\"\n",
                 t.url
             ),
         )
@@ -249,11 +253,16 @@ async fn serve_takes_the_address_from_the_flag_or_the_file() {
         path.display().to_string()
     };
 
-    for (file_listen, flag) in [("127.0.0.1:0", None), ("no-port-here", Some("127.0.0.1:0"))] {
-        let path = config(file_listen);
+    for (section, file_listen, flag) in [
+        ("metrics", "127.0.0.1:0", None),
+        ("http", "127.0.0.1:0", None),
+        ("metrics", "no-port-here", Some("--metrics")),
+        ("http", "no-port-here", Some("--http")),
+    ] {
+        let path = config(section, file_listen);
         let mut args = vec!["serve", "--config", &path];
         if let Some(flag) = flag {
-            args.extend(["--metrics", flag]);
+            args.extend([flag, "127.0.0.1:0"]);
         }
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
             .args(&args)
@@ -282,12 +291,16 @@ async fn serve_takes_the_address_from_the_flag_or_the_file() {
         assert!(status.success(), "{status}");
     }
 
-    let path = config("no-port-here");
-    let (ok, _, err) = run_ebb(&["serve", "--config", &path]).await;
-    assert!(!ok);
-    assert!(
-        err.contains("invalid metrics address `no-port-here` (from [metrics] listen in"),
-        "{err}"
-    );
+    for section in ["metrics", "http"] {
+        let path = config(section, "no-port-here");
+        let (ok, _, err) = run_ebb(&["serve", "--config", &path]).await;
+        assert!(!ok);
+        assert!(
+            err.contains(&format!(
+                "invalid HTTP address `no-port-here` (from [{section}] listen in"
+            )),
+            "{err}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,305 @@
+//! The operator's side of the embedding API: what an admin console or a health probe
+//! asks a [`Broker`] (the HTTP server in `http/` is one caller; an embedder may be
+//! another).
+//!
+//! Every call here reads bounded pages: a destination listing is at most
+//! [`MAX_ADMIN_PAGE`] destinations after a cursor (keyset pagination by store key), a
+//! subscription listing at most [`MAX_ADMIN_PAGE`] subscriptions after one. Nothing
+//! here acks, expires or counts a delivery; listing never starts a destination's actor
+//! (looking at one destination does, as sending to it would: its counters exist only
+//! while it runs).
+
+use ebb_actors::broker::ListDestinations;
+use ebb_actors::messages::{DurableState, DurableStates};
+use ebb_store::SubscriptionKey;
+use serde::Serialize;
+
+use crate::broker::{below_key, ToDestination};
+use crate::stats::{DestinationStats, MAX_DESTINATIONS};
+use crate::{Broker, DestinationKey, DestinationKind, Error};
+
+/// Most destinations or subscriptions one admin listing returns.
+pub const MAX_ADMIN_PAGE: u32 = 500;
+
+/// One destination in a listing ([`Broker::list_destinations`]) or looked at
+/// ([`Broker::destination_view`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DestinationView {
+    /// Its actor is running (it was used since the broker started). A destination the
+    /// store holds but nothing has used yet is listed with `running: false`: its
+    /// counters are then 0 and `queue_size` is its stored rows.
+    pub running: bool,
+    /// Its gauges and counters ([`DestinationStats`]; the destination's store key is
+    /// in `destination`).
+    #[serde(flatten)]
+    pub stats: DestinationStats,
+}
+
+/// A page of destinations, in store-key order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DestinationPage {
+    /// At most the limit asked for.
+    pub destinations: Vec<DestinationView>,
+    /// The store key to pass as `after` for the next page; `None` when this page
+    /// reached the end.
+    pub next: Option<String>,
+}
+
+/// A durable subscription as an operator sees it ([`Broker::list_durables`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DurableView {
+    /// The JMS client id.
+    pub client_id: String,
+    /// The subscription name.
+    pub name: String,
+    /// Its selector, as given when it was created.
+    pub selector: Option<String>,
+    /// Its high-water mark (`LAST_ACKED_ID`): every message with a lower or equal id
+    /// is done for it. With one mark per priority, the lowest of them.
+    pub last_acked_id: i64,
+    /// A consumer is attached now.
+    pub online: bool,
+    /// Deliveries to that consumer not acked yet.
+    pub in_flight: u64,
+}
+
+/// A page of a topic's durable subscriptions, in `(client id, name)` order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DurablePage {
+    /// At most the limit asked for.
+    pub subscriptions: Vec<DurableView>,
+    /// `client_id` and `name` to pass as `after` for the next page; `None` at the end.
+    pub next: Option<(String, String)>,
+}
+
+impl Broker {
+    /// Whether the broker has been shut down ([`Broker::shutdown`] was called).
+    pub fn is_shut_down(&self) -> bool {
+        self.refuse_if_shut_down().is_err()
+    }
+
+    /// Whether the store answers now (one `SELECT 1`, no table read): what a readiness
+    /// probe asks. Errors: [`Error::ShuttingDown`] after shutdown, or the store's
+    /// error (unreachable database, closed pool).
+    pub async fn ping_store(&self) -> Result<(), Error> {
+        self.refuse_if_shut_down()?;
+        Ok(self.store().ping().await?)
+    }
+
+    /// Up to `limit` (at most [`MAX_ADMIN_PAGE`]) destinations whose store key sorts
+    /// after `after` (`None`: from the first), in store-key order: the running ones
+    /// with their counters, and the ones the store holds messages or durable
+    /// subscriptions for that are not running (not started by this call). Cost: one
+    /// registry message, two bounded store listings, then per running destination
+    /// what [`Broker::stats`] costs for it; per stored one a `COUNT` of its rows.
+    ///
+    /// Errors: [`Error::ShuttingDown`], or a store error.
+    pub async fn list_destinations(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<DestinationPage, Error> {
+        self.refuse_if_shut_down()?;
+        let limit = limit.clamp(1, MAX_ADMIN_PAGE) as usize;
+        let after = after.unwrap_or("");
+        let running: Vec<String> = self
+            .registry()
+            .send(ListDestinations {
+                limit: MAX_DESTINATIONS,
+            })
+            .await?
+            .keys
+            .iter()
+            .map(DestinationKey::container)
+            .filter(|c| c.as_str() > after)
+            .collect();
+        let store = self.store();
+        let with_messages = store
+            .list_containers(after, "\u{7f}", limit as u32)
+            .await?;
+        let subscriptions = store
+            .list_subscriptions_between(
+                &below_key("topic://"),
+                "topic:/\u{7f}",
+                None,
+                limit as u32,
+            )
+            .await?;
+        // Each stored listing is complete only up to its last key when it came back
+        // full: the page ends at the lowest such horizon.
+        let horizon = [
+            (with_messages.len() == limit)
+                .then(|| with_messages.last().cloned())
+                .flatten(),
+            (subscriptions.len() == limit)
+                .then(|| subscriptions.last().map(|s| s.container.clone()))
+                .flatten(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let mut keys: Vec<String> = running
+            .iter()
+            .cloned()
+            .chain(with_messages)
+            .chain(
+                subscriptions
+                    .into_iter()
+                    .map(|s| s.container)
+                    .filter(|c| c.as_str() > after),
+            )
+            .filter(|c| DestinationKey::from_container(c).is_ok())
+            .filter(|c| horizon.as_ref().is_none_or(|h| c <= h))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let more = keys.len() > limit || horizon.is_some();
+        keys.truncate(limit);
+        let mut destinations = Vec::with_capacity(keys.len());
+        for container in &keys {
+            let key = DestinationKey::from_container(container)?;
+            let view = if running.binary_search(container).is_ok() {
+                match self.running_view(&key).await {
+                    Ok(view) => view,
+                    Err(Error::ShuttingDown) => continue,
+                    Err(e) => return Err(e),
+                }
+            } else {
+                self.stored_view(&key).await?
+            };
+            destinations.push(view);
+        }
+        let next = if more { keys.last().cloned() } else { None };
+        Ok(DestinationPage { destinations, next })
+    }
+
+    /// One destination with its counters, started if the store holds messages or
+    /// durable subscriptions for it (as a send would start it), so that its counters
+    /// and consumers are real. `Ok(None)` when it is neither running nor stored: it
+    /// does not exist, and nothing is started.
+    ///
+    /// Errors: [`Error::InvalidDestination`], [`Error::ShuttingDown`], a store error.
+    pub async fn destination_view(
+        &self,
+        destination: impl ToDestination,
+    ) -> Result<Option<DestinationView>, Error> {
+        self.refuse_if_shut_down()?;
+        let key = destination.to_destination()?;
+        if !self.destination_exists(&key).await? {
+            return Ok(None);
+        }
+        self.running_view(&key).await.map(Some)
+    }
+
+    /// Whether `key` is running or the store holds messages (not counting those of
+    /// open transactions) or durable subscriptions for it: at most one message row
+    /// and one count of its subscriptions are read.
+    ///
+    /// Errors: [`Error::Actor`] when the registry is gone, a store error.
+    pub async fn destination_exists(&self, key: &DestinationKey) -> Result<bool, Error> {
+        let container = key.container();
+        let running = self
+            .registry()
+            .send(ListDestinations {
+                limit: MAX_DESTINATIONS,
+            })
+            .await?
+            .keys
+            .contains(key);
+        if running {
+            return Ok(true);
+        }
+        let store = self.store();
+        let first = store.browse(&container, 0, 1).await?;
+        Ok(!first.is_empty() || store.count_subscriptions(&container).await? > 0)
+    }
+
+    /// Up to `limit` (at most [`MAX_ADMIN_PAGE`]) durable subscriptions of topic
+    /// `destination` after `after` (`(client id, name)`; `None`: from the first), with
+    /// their marks from the store and, when the topic is running, whether a consumer
+    /// is attached. Reads one bounded page of subscriptions; starts nothing.
+    ///
+    /// Errors: [`Error::InvalidDestination`] (also for a queue), a store error.
+    pub async fn list_durables(
+        &self,
+        destination: impl ToDestination,
+        after: Option<(&str, &str)>,
+        limit: u32,
+    ) -> Result<DurablePage, Error> {
+        self.refuse_if_shut_down()?;
+        let key = destination.to_destination()?;
+        if key.kind() != DestinationKind::Topic {
+            return Err(Error::InvalidDestination {
+                name: key.container(),
+                reason: "only a topic has durable subscriptions",
+            });
+        }
+        let limit = limit.clamp(1, MAX_ADMIN_PAGE);
+        let after = after.map(|(client, name)| SubscriptionKey::new(client, name));
+        let rows = self
+            .store()
+            .list_subscriptions(&key.container(), after.as_ref(), limit)
+            .await?;
+        let keys: Vec<SubscriptionKey> = rows.iter().map(|s| s.key.clone()).collect();
+        let running = self
+            .registry()
+            .send(ListDestinations {
+                limit: MAX_DESTINATIONS,
+            })
+            .await?
+            .keys
+            .contains(&key);
+        let states = if running {
+            self.topic(&key).await?.send(DurableStates(keys)).await?
+        } else {
+            vec![DurableState::default(); rows.len()]
+        };
+        let next = (rows.len() == limit as usize).then(|| {
+            let last = &rows[rows.len() - 1].key;
+            (last.client_id.clone(), last.subscription_name.clone())
+        });
+        let subscriptions = rows
+            .into_iter()
+            .zip(states)
+            .map(|(s, state)| DurableView {
+                last_acked_id: s.marks.iter().map(|(_, m)| *m).min().unwrap_or(0),
+                client_id: s.key.client_id,
+                name: s.key.subscription_name,
+                selector: s.selector,
+                online: state.online,
+                in_flight: state.in_flight,
+            })
+            .collect();
+        Ok(DurablePage {
+            subscriptions,
+            next,
+        })
+    }
+
+    /// A running destination's view (started if it is not running).
+    async fn running_view(&self, key: &DestinationKey) -> Result<DestinationView, Error> {
+        let stats = self.destination_stats(key).await?;
+        Ok(DestinationView {
+            running: true,
+            stats,
+        })
+    }
+
+    /// A destination that is not running: its stored rows, no counters.
+    async fn stored_view(&self, key: &DestinationKey) -> Result<DestinationView, Error> {
+        let container = key.container();
+        let stored = self.store().count_messages(&container).await?;
+        let stats = match key.kind() {
+            DestinationKind::Topic => {
+                DestinationStats::from_topic(container, &Default::default(), stored)
+            }
+            DestinationKind::Queue => {
+                DestinationStats::from_queue(container, &Default::default(), stored)
+            }
+        };
+        Ok(DestinationView {
+            running: false,
+            stats,
+        })
+    }
+}

@@ -1,0 +1,596 @@
+//! The JSON admin API, version 1, under `/api/v1` ([`crate::admin`] behind it).
+//!
+//! A destination is named by its kind and plain name in the path: `/queues/jobs`,
+//! `/topics/orders.eu` (percent-encode what a path segment cannot hold). Listings
+//! are bounded pages with a cursor: `?after=CURSOR&limit=N` (`limit` at most
+//! [`crate::admin::MAX_ADMIN_PAGE`] destinations or subscriptions,
+//! [`crate::broker::MAX_BROWSE_PAGE`] messages); each answer's `next` is the cursor
+//! of the page after it, `null` at the end.
+//!
+//! | method and route | answer |
+//! |---|---|
+//! | `GET /api/v1` | this list of routes |
+//! | `GET /api/v1/broker` | version, usage and limits (bytes), destinations running |
+//! | `GET /api/v1/destinations?after=KEY&limit=N` | destinations (running ones with counters, stored ones too) |
+//! | `GET /api/v1/queues/NAME`, `GET /api/v1/topics/NAME` | one destination's counters; `404` when it is neither running nor stored |
+//! | `GET /api/v1/queues/NAME/messages?after=ID&limit=N&body=full` | a page of the queue's stored messages in id order (delivered ones not yet acked included), with headers and a body preview ([`BODY_PREVIEW_BYTES`]), the whole body with `body=full` |
+//! | `GET /api/v1/topics/NAME/subscriptions?after=CLIENT/NAME&limit=N` | its durable subscriptions: client id, name, selector, high-water mark, online, in flight |
+//! | `GET /api/v1/topics/NAME/subscriptions/CLIENT/SUB/messages?after=ID&limit=N&body=full` | a page of what that subscription has not acked |
+//! | `POST /api/v1/queues/NAME/messages`, `POST /api/v1/topics/NAME/messages` | sends one message ([`SendRequest`]); `201` with its ids once it is accepted (stored when persistent) |
+//! | `DELETE /api/v1/topics/NAME/subscriptions/CLIENT/SUB` | removes an offline durable subscription: `204`; `404` unknown; `409` while a consumer is attached |
+//!
+//! Browsing never changes a counter or a row: it reads the store in one bounded
+//! statement a page and acks, expires and delivers nothing.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+use super::{login, AppState};
+use crate::admin::{DestinationPage, DestinationView, DurablePage, MAX_ADMIN_PAGE};
+use crate::broker::{BrowsedMessage, MAX_BROWSE_PAGE};
+use crate::transport::command::RESERVED;
+use crate::{DestinationKey, Error, Message};
+
+/// Bytes of a body a message listing shows without `body=full` (as text, cut at a
+/// character boundary).
+pub const BODY_PREVIEW_BYTES: usize = 256;
+
+/// Messages one listing shows when no `limit` is given.
+pub const DEFAULT_MESSAGE_PAGE: u32 = 50;
+
+/// An answer with an error status and a JSON body `{"error": "...", "status": N}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+    header: Option<(HeaderName, &'static str)>,
+}
+
+impl ApiError {
+    /// An error answer with `status` and the text `message`.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            header: None,
+        }
+    }
+
+    /// The same answer with one more header (`WWW-Authenticate` on a `401`).
+    pub fn with_header(mut self, name: HeaderName, value: &'static str) -> Self {
+        self.header = Some((name, value));
+        self
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.message, "status": self.status.as_u16() });
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some((name, value)) = self.header {
+            response
+                .headers_mut()
+                .insert(name, HeaderValue::from_static(value));
+        }
+        response
+    }
+}
+
+impl From<Error> for ApiError {
+    /// The caller's mistakes are 4xx; a store that cannot be reached, or a broker
+    /// shutting down, is `503`.
+    fn from(e: Error) -> Self {
+        let status = match &e {
+            Error::InvalidDestination { .. }
+            | Error::InvalidPriority(_)
+            | Error::InvalidSubscription => StatusCode::BAD_REQUEST,
+            Error::ResourceLimit { .. } => StatusCode::INSUFFICIENT_STORAGE,
+            Error::Actor(ebb_actors::ActorError::DurableInUse(_)) => StatusCode::CONFLICT,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        Self::new(status, e.to_string())
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(e: JsonRejection) -> Self {
+        Self::new(e.status(), format!("bad JSON body: {}", e.body_text()))
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> Self {
+        Self::bad_request(format!("bad query: {}", e.body_text()))
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(e: PathRejection) -> Self {
+        Self::bad_request(format!("bad path: {}", e.body_text()))
+    }
+}
+
+/// The API's routes (nested under `/api/v1`).
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(index))
+        .route("/broker", get(broker))
+        .route("/destinations", get(destinations))
+        .route("/queues/:name", get(queue))
+        .route("/topics/:name", get(topic))
+        .route("/queues/:name/messages", get(queue_messages).post(send_queue))
+        .route("/topics/:name/messages", axum::routing::post(send_topic))
+        .route("/topics/:name/subscriptions", get(subscriptions))
+        .route(
+            "/topics/:name/subscriptions/:client_id/:subscription",
+            delete(remove_subscription),
+        )
+        .route(
+            "/topics/:name/subscriptions/:client_id/:subscription/messages",
+            get(subscription_messages),
+        )
+}
+
+/// `GET /api/v1`: the routes, for a person exploring with curl.
+async fn index(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    login::caller(&state, &headers).await?;
+    let routes = [
+        "GET /api/v1/broker",
+        "GET /api/v1/destinations?after=KEY&limit=N",
+        "GET /api/v1/queues/NAME",
+        "GET /api/v1/topics/NAME",
+        "GET /api/v1/queues/NAME/messages?after=ID&limit=N&body=full",
+        "POST /api/v1/queues/NAME/messages",
+        "POST /api/v1/topics/NAME/messages",
+        "GET /api/v1/topics/NAME/subscriptions?after=CLIENT/NAME&limit=N",
+        "GET /api/v1/topics/NAME/subscriptions/CLIENT/SUB/messages?after=ID&limit=N&body=full",
+        "DELETE /api/v1/topics/NAME/subscriptions/CLIENT/SUB",
+    ];
+    Ok(Json(serde_json::json!({ "version": 1, "routes": routes })).into_response())
+}
+
+/// `GET /api/v1/broker`.
+async fn broker(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    login::caller(&state, &headers).await?;
+    let usage = state.broker.usage();
+    let (lag, waiting) = state.broker.housekeeping_lag();
+    let running = state.broker.list_destinations(None, 1).await;
+    let body = serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "shut_down": state.broker.is_shut_down(),
+        "usage": {
+            "memory_bytes": usage.memory_bytes,
+            "memory_limit_bytes": usage.memory_limit,
+            "store_bytes": usage.store_bytes,
+            "store_limit_bytes": usage.store_limit,
+            "temp_bytes": usage.temp_bytes,
+            "temp_limit_bytes": usage.temp_limit,
+            "blocked_producers": usage.blocked_producers,
+            "housekeeping_lag_ms": lag.as_millis() as u64,
+            "housekeeping_pages_waiting": waiting,
+            "process_resident_bytes": crate::process::resident_bytes(),
+            "process_peak_resident_bytes": crate::process::peak_resident_bytes(),
+        },
+        "store_reachable": running.is_ok(),
+    });
+    Ok(Json(body).into_response())
+}
+
+/// `?after=...&limit=N`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PageQuery {
+    after: Option<String>,
+    limit: Option<u32>,
+}
+
+/// `GET /api/v1/destinations`.
+async fn destinations(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Json<DestinationPage>, ApiError> {
+    login::caller(&state, &headers).await?;
+    let Query(query) = query?;
+    let limit = page_limit(query.limit, MAX_ADMIN_PAGE, MAX_ADMIN_PAGE)?;
+    if let Some(after) = &query.after {
+        DestinationKey::from_container(after).map_err(|e| {
+            ApiError::bad_request(format!(
+                "bad cursor `{after}`: {e}; pass the `next` of the page before"
+            ))
+        })?;
+    }
+    Ok(Json(
+        state
+            .broker
+            .list_destinations(query.after.as_deref(), limit)
+            .await?,
+    ))
+}
+
+/// `limit` checked: 1 to `most`, `default` when absent.
+fn page_limit(limit: Option<u32>, default: u32, most: u32) -> Result<u32, ApiError> {
+    match limit {
+        None => Ok(default),
+        Some(n) if (1..=most).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::bad_request(format!(
+            "limit {n} is out of range: 1 to {most}"
+        ))),
+    }
+}
+
+/// The destination named in the path, by kind.
+fn key_of(kind: &str, name: &str) -> Result<DestinationKey, ApiError> {
+    let key = match kind {
+        "queue" => DestinationKey::queue(name),
+        _ => DestinationKey::topic(name),
+    };
+    key.map_err(|e| ApiError::bad_request(format!("invalid {kind} name `{name}`: {}", e.reason)))
+}
+
+/// `404` for a destination that does not exist.
+fn unknown(key: &DestinationKey) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("unknown destination {key}: it is not running and the store holds nothing for it"),
+    )
+}
+
+async fn view(state: &AppState, key: DestinationKey) -> Result<Json<DestinationView>, ApiError> {
+    match state.broker.destination_view(&key).await? {
+        Some(view) => Ok(Json(view)),
+        None => Err(unknown(&key)),
+    }
+}
+
+/// `GET /api/v1/queues/NAME`.
+async fn queue(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Json<DestinationView>, ApiError> {
+    login::caller(&state, &headers).await?;
+    let Path(name) = name?;
+    view(&state, key_of("queue", &name)?).await
+}
+
+/// `GET /api/v1/topics/NAME`.
+async fn topic(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Json<DestinationView>, ApiError> {
+    login::caller(&state, &headers).await?;
+    let Path(name) = name?;
+    view(&state, key_of("topic", &name)?).await
+}
+
+/// `?after=ID&limit=N&body=full|preview`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessagesQuery {
+    after: Option<String>,
+    limit: Option<u32>,
+    body: Option<String>,
+}
+
+impl MessagesQuery {
+    /// `(after id, limit, whole bodies)`, checked.
+    fn parts(&self) -> Result<(i64, u32, bool), ApiError> {
+        let after = match &self.after {
+            None => 0,
+            Some(text) => text.parse::<i64>().ok().filter(|id| *id >= 0).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "bad cursor `{text}`: a store id (0 or more); pass the `next` of the page before"
+                ))
+            })?,
+        };
+        let limit = page_limit(self.limit, DEFAULT_MESSAGE_PAGE, MAX_BROWSE_PAGE)?;
+        let full = match self.body.as_deref() {
+            None | Some("preview") => false,
+            Some("full") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "body={other}: use body=full for whole bodies, or body=preview"
+                )))
+            }
+        };
+        Ok((after, limit, full))
+    }
+}
+
+/// A message as a listing shows it.
+#[derive(Debug, Serialize)]
+pub struct MessageView {
+    /// Its store id (send order; the cursor of listings).
+    pub store_id: i64,
+    /// The message id the broker gave it.
+    pub message_id: String,
+    /// 0..=9.
+    pub priority: u8,
+    /// Expiration, epoch ms; 0 = never.
+    pub expiration: i64,
+    /// User headers, in order, as `[name, value]` pairs (a name may repeat).
+    pub headers: Vec<(String, String)>,
+    /// Body size, bytes.
+    pub body_bytes: usize,
+    /// The start of the body as text (at most [`BODY_PREVIEW_BYTES`], invalid UTF-8
+    /// replaced).
+    pub body_preview: String,
+    /// With `body=full`: the whole body, when it is UTF-8 text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// With `body=full`: the whole body in base64, when it is not UTF-8 text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<String>,
+}
+
+impl MessageView {
+    fn of(m: BrowsedMessage, full: bool) -> Self {
+        let mut cut = m.body.len().min(BODY_PREVIEW_BYTES);
+        let preview = loop {
+            match std::str::from_utf8(&m.body[..cut]) {
+                Ok(text) => break text.to_string(),
+                // A character cut at the end: drop its first bytes.
+                Err(e) if e.error_len().is_none() => cut = e.valid_up_to(),
+                Err(_) => break String::from_utf8_lossy(&m.body[..cut]).into_owned(),
+            }
+        };
+        let (body, body_base64) = match (full, std::str::from_utf8(&m.body)) {
+            (false, _) => (None, None),
+            (true, Ok(text)) => (Some(text.to_string()), None),
+            (true, Err(_)) => (
+                None,
+                Some(base64::engine::general_purpose::STANDARD.encode(&m.body)),
+            ),
+        };
+        Self {
+            store_id: m.store_id,
+            message_id: m.message_id,
+            priority: m.priority,
+            expiration: m.expiration,
+            headers: m.headers,
+            body_bytes: m.body.len(),
+            body_preview: preview,
+            body,
+            body_base64,
+        }
+    }
+}
+
+/// A page of messages.
+#[derive(Debug, Serialize)]
+pub struct MessagePage {
+    /// At most the limit asked for, in store-id order.
+    pub messages: Vec<MessageView>,
+    /// The `after` of the next page (the last store id here), `null` when this page
+    /// was not full (nothing more now).
+    pub next: Option<String>,
+}
+
+fn message_page(rows: Vec<BrowsedMessage>, limit: u32, full: bool) -> MessagePage {
+    let next = (rows.len() == limit as usize)
+        .then(|| rows.last().map(|m| m.store_id.to_string()))
+        .flatten();
+    MessagePage {
+        messages: rows.into_iter().map(|m| MessageView::of(m, full)).collect(),
+        next,
+    }
+}
+
+/// `GET /api/v1/queues/NAME/messages`.
+async fn queue_messages(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+    query: Result<Query<MessagesQuery>, QueryRejection>,
+) -> Result<Json<MessagePage>, ApiError> {
+    login::caller(&state, &headers).await?;
+    let Path(name) = name?;
+    let Query(query) = query?;
+    let (after, limit, full) = query.parts()?;
+    let key = key_of("queue", &name)?;
+    if !state.broker.destination_exists(&key).await? {
+        return Err(unknown(&key));
+    }
+    let rows = state.broker.browse(&key, after, limit).await?;
+    Ok(Json(message_page(rows, limit, full)))
+}
+
+/// `?after=CLIENT/NAME&limit=N` for subscriptions.
+async fn subscriptions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Json<DurablePage>, ApiError> {
+    login::caller(&state, &headers).await?;
+    let Path(name) = name?;
+    let Query(query) = query?;
+    let limit = page_limit(query.limit, MAX_ADMIN_PAGE, MAX_ADMIN_PAGE)?;
+    let key = key_of("topic", &name)?;
+    let after = match &query.after {
+        None => None,
+        Some(text) => Some(text.split_once('/').ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "bad cursor `{text}`: CLIENT_ID/NAME; pass the `next` of the page before"
+            ))
+        })?),
+    };
+    if !state.broker.destination_exists(&key).await? {
+        return Err(unknown(&key));
+    }
+    Ok(Json(state.broker.list_durables(&key, after, limit).await?))
+}
+
+/// `GET /api/v1/topics/NAME/subscriptions/CLIENT/SUB/messages`.
+async fn subscription_messages(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+    query: Result<Query<MessagesQuery>, QueryRejection>,
+) -> Result<Json<MessagePage>, ApiError> {
+    login::caller(&state, &headers).await?;
+    let Path((name, client_id, subscription)) = path?;
+    let Query(query) = query?;
+    let (after, limit, full) = query.parts()?;
+    let key = key_of("topic", &name)?;
+    if !state
+        .broker
+        .durable_subscription_exists(&key, &client_id, &subscription)
+        .await?
+    {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("{key} has no durable subscription {client_id}/{subscription}"),
+        ));
+    }
+    let rows = state
+        .broker
+        .browse_subscription(&key, &client_id, &subscription, after, limit)
+        .await?;
+    Ok(Json(message_page(rows, limit, full)))
+}
+
+/// `DELETE /api/v1/topics/NAME/subscriptions/CLIENT/SUB`.
+async fn remove_subscription(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    login::admin(&state, &headers).await?;
+    let Path((name, client_id, subscription)) = path?;
+    let key = key_of("topic", &name)?;
+    if state
+        .broker
+        .remove_durable(&key, &client_id, &subscription)
+        .await?
+    {
+        tracing::info!(destination = %key, %client_id, %subscription, "durable subscription removed through the admin API");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("{key} has no durable subscription {client_id}/{subscription}"),
+        ))
+    }
+}
+
+/// The body of `POST .../messages`: one message. Exactly one of `body` and
+/// `body_base64` (neither: an empty body).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SendRequest {
+    /// The body as text.
+    pub body: Option<String>,
+    /// The body as base64, for bytes that are not text.
+    pub body_base64: Option<String>,
+    /// User headers, `{"name": "value"}`; the names STOMP reserves (`destination`,
+    /// `priority`, `expires`, ...) are refused: use the fields below.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Stored before it is accepted (default true: an operator's message should not
+    /// vanish with a restart).
+    pub persistent: Option<bool>,
+    /// 0..=9 (default 4).
+    pub priority: Option<u8>,
+    /// Time to live, ms (default: none, it never expires).
+    pub ttl_ms: Option<u64>,
+}
+
+/// The answer to a send.
+#[derive(Debug, Serialize)]
+pub struct SendAnswer {
+    /// The message id the broker gave it.
+    pub message_id: String,
+    /// Its store id when it was stored (`null` for a non-persistent message, or a
+    /// persistent one sent to a topic no durable subscription needs it for).
+    pub store_id: Option<i64>,
+}
+
+async fn send(
+    state: &AppState,
+    headers: &HeaderMap,
+    key: Result<DestinationKey, ApiError>,
+    request: Result<Json<SendRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<SendAnswer>), ApiError> {
+    login::admin(state, headers).await?;
+    let key = key?;
+    let Json(request) = request?;
+    let body = match (request.body, request.body_base64) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "give either body or body_base64, not both",
+            ))
+        }
+        (Some(text), None) => text.into_bytes(),
+        (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .map_err(|e| ApiError::bad_request(format!("body_base64 is not valid base64: {e}")))?,
+        (None, None) => Vec::new(),
+    };
+    let mut message = Message::new(body).persistent(request.persistent.unwrap_or(true));
+    if let Some(priority) = request.priority {
+        message = message.priority(priority);
+    }
+    if let Some(ttl) = request.ttl_ms {
+        if ttl == 0 {
+            return Err(ApiError::bad_request(
+                "ttl_ms must be at least 1; leave it out for a message that never expires",
+            ));
+        }
+        message = message.ttl(std::time::Duration::from_millis(ttl));
+    }
+    for (name, value) in request.headers {
+        if RESERVED.contains(&name.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "header `{name}` is set by the broker or by a field of this request, not as a header"
+            )));
+        }
+        message = message.header(name, value);
+    }
+    let receipt = state.broker.send(&key, message).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(SendAnswer {
+            message_id: receipt.message_id,
+            store_id: receipt.store_id,
+        }),
+    ))
+}
+
+/// `POST /api/v1/queues/NAME/messages`.
+async fn send_queue(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+    request: Result<Json<SendRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<SendAnswer>), ApiError> {
+    let key = name
+        .map_err(ApiError::from)
+        .and_then(|Path(name)| key_of("queue", &name));
+    send(&state, &headers, key, request).await
+}
+
+/// `POST /api/v1/topics/NAME/messages`.
+async fn send_topic(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+    request: Result<Json<SendRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<SendAnswer>), ApiError> {
+    let key = name
+        .map_err(ApiError::from)
+        .and_then(|Path(name)| key_of("topic", &name));
+    send(&state, &headers, key, request).await
+}

@@ -1,0 +1,266 @@
+//! The HTTP server (the `http` feature, part of `cli`): one axum server that answers
+//! for operators, load balancers and browsers.
+//!
+//! | route | what | login |
+//! |---|---|---|
+//! | `GET /metrics` | Prometheus text ([`crate::metrics`]) | none |
+//! | `GET /healthz` | the process is up: always `200 {"status":"alive"}` | none |
+//! | `GET /readyz` | ready to serve: the broker is not shut down, its STOMP listeners are up ([`Readiness`]) and the store answers within [`READY_STORE_TIMEOUT`]; `200` or `503`, with each check | none |
+//! | `/api/v1/...` | the JSON admin API ([`api`]) | a configured user; changes need the admin group |
+//! | `GET /stomp` | STOMP over WebSocket (`v12.stomp`, `v11.stomp`, `v10.stomp` subprotocols, [`ws`]) | STOMP's own CONNECT |
+//!
+//! **Who may call.** Without users in the configuration anyone who reaches the server
+//! may call everything, so `ebb serve` refuses a non-loopback address then (as for
+//! STOMP) unless `--allow-anonymous`. With users, the admin API wants HTTP Basic
+//! credentials of one of them ([`login`]); a call that changes something (send,
+//! remove a subscription) wants a user in [`HttpOptions::admin_group`] (`admin`).
+//! A refused login waits [`crate::auth::FAILED_LOGIN_DELAY`] before its `401`.
+//!
+//! **Errors** are JSON, `{"error": "...", "status": N}`, with a 4xx status for the
+//! caller's mistakes (unknown destination or route, bad cursor, bad JSON, body over
+//! [`HttpOptions::max_body_bytes`]) and `503` when the store cannot be reached or the
+//! broker is shutting down; never a `500` for bad input.
+//!
+//! **Where it runs.** The server runs on the tokio runtime it is started on (axum
+//! spawns a task per connection); the broker's calls work from there as from any
+//! runtime ([`crate::runtime`]). A WebSocket's STOMP session is handed to the broker's
+//! actix system ([`Broker`]'s arbiter), where every STOMP connection runs.
+
+pub mod api;
+pub mod login;
+pub mod ws;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::sync::watch;
+
+use crate::auth::Security;
+use crate::transport::connection::ConnectionConfig;
+use crate::{Broker, Error};
+
+/// How long `/readyz` waits for the store's answer before it reports not ready.
+pub const READY_STORE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Default of [`HttpOptions::admin_group`].
+pub const ADMIN_GROUP: &str = "admin";
+
+/// Default of [`HttpOptions::max_body_bytes`]: 4 MiB.
+pub const MAX_BODY_BYTES: usize = 4 << 20;
+
+/// Whether the broker's listeners are up, for `/readyz`: `ebb serve` sets it once its
+/// STOMP listener accepts and clears it when shutdown begins. Clones share the flag.
+#[derive(Debug, Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    /// Marks the listeners up (`true`) or down.
+    pub fn set_listening(&self, up: bool) {
+        self.0.store(up, Ordering::Release);
+    }
+
+    /// Whether the listeners are up.
+    pub fn listening(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// How the HTTP server is set up.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Address to listen on; port 0 picks a free one ([`HttpServer::local_addr`]).
+    pub listen: SocketAddr,
+    /// Users and rights: with users, the admin API wants one of them.
+    pub security: Arc<Security>,
+    /// The group whose users may change things through the admin API (default
+    /// [`ADMIN_GROUP`]).
+    pub admin_group: String,
+    /// STOMP over WebSocket at `/stomp`, with these connection settings (share the
+    /// TCP listener's, so the connection limits count both); `None`: no `/stomp`.
+    pub stomp: Option<ConnectionConfig>,
+    /// The listeners' flag `/readyz` reports.
+    pub readiness: Readiness,
+    /// Largest request body accepted, bytes (a message sent through the API); a
+    /// larger one gets `413`. Default [`MAX_BODY_BYTES`].
+    pub max_body_bytes: usize,
+}
+
+impl HttpOptions {
+    /// Options for `listen` with every other setting at its default: no users, no
+    /// `/stomp`, listeners reported up.
+    pub fn new(listen: SocketAddr) -> Self {
+        let readiness = Readiness::default();
+        readiness.set_listening(true);
+        Self {
+            listen,
+            security: Arc::default(),
+            admin_group: ADMIN_GROUP.to_string(),
+            stomp: None,
+            readiness,
+            max_body_bytes: MAX_BODY_BYTES,
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub broker: Broker,
+    pub options: Arc<HttpOptions>,
+    pub metrics: PrometheusHandle,
+    pub logins: Arc<login::LoginCache>,
+}
+
+/// A running HTTP server and its metrics refresh task. Stop it with
+/// [`HttpServer::stop`] before the broker shuts down.
+pub struct HttpServer {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl HttpServer {
+    /// Installs the Prometheus recorder (once per process), binds `options.listen` and
+    /// starts serving, with the metrics refreshed from `broker` every
+    /// [`crate::metrics::REFRESH_EVERY`]. Call it within a tokio runtime. Logs one line
+    /// saying where it serves.
+    ///
+    /// Errors: [`Error::Http`] when the address cannot be bound, [`Error::Metrics`]
+    /// when another metrics recorder is installed in the process.
+    pub async fn start(options: HttpOptions, broker: Broker) -> Result<Self, Error> {
+        let metrics = crate::metrics::install_recorder()?;
+        let listener = tokio::net::TcpListener::bind(options.listen)
+            .await
+            .map_err(|e| Error::Http(format!("cannot listen on {}: {e}", options.listen)))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::Http(e.to_string()))?;
+        let body_limit = options.max_body_bytes;
+        let state = AppState {
+            broker: broker.clone(),
+            options: Arc::new(options),
+            metrics: metrics.clone(),
+            logins: Arc::default(),
+        };
+        let app = router(state, body_limit);
+        let (stop, stop_rx) = watch::channel(false);
+        let mut until_stop = stop_rx.clone();
+        let server = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = until_stop.wait_for(|stopped| *stopped).await;
+        });
+        let tasks = vec![
+            tokio::spawn(async move {
+                if let Err(e) = server.await {
+                    tracing::warn!(error = %e, "HTTP server stopped");
+                }
+            }),
+            tokio::spawn(crate::metrics::refresh_loop(broker, metrics, stop_rx)),
+        ];
+        tracing::info!(http = %addr, "HTTP on http://{addr} (/metrics, /healthz, /readyz, /api/v1)");
+        Ok(Self { addr, stop, tasks })
+    }
+
+    /// The address it listens on (with the port picked when 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, lets requests in progress finish, stops the refresh task, and
+    /// returns when both have ended. WebSocket sessions end with the broker's
+    /// shutdown, as TCP ones do.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Every route, with the JSON answers for unknown routes and methods.
+fn router(state: AppState, body_limit: usize) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/stomp", get(ws::upgrade))
+        .nest("/api/v1", api::routes())
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "alive" }))
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    let broker = if state.broker.is_shut_down() {
+        Err("shut down".to_string())
+    } else {
+        Ok("running".to_string())
+    };
+    let listeners = if state.options.readiness.listening() {
+        Ok("up".to_string())
+    } else {
+        Err("down".to_string())
+    };
+    let store = match tokio::time::timeout(READY_STORE_TIMEOUT, state.broker.ping_store()).await {
+        Ok(Ok(())) => Ok("ok".to_string()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "no answer within {} ms",
+            READY_STORE_TIMEOUT.as_millis()
+        )),
+    };
+    let ready = broker.is_ok() && listeners.is_ok() && store.is_ok();
+    let show = |check: Result<String, String>| match check {
+        Ok(text) | Err(text) => text,
+    };
+    let body = serde_json::json!({
+        "status": if ready { "ready" } else { "not ready" },
+        "checks": {
+            "broker": show(broker),
+            "listeners": show(listeners),
+            "store": show(store),
+        },
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+async fn not_found(uri: axum::http::Uri) -> api::ApiError {
+    api::ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no route {}: see /api/v1 for the admin API, /metrics, /healthz, /readyz, /stomp",
+            uri.path()
+        ),
+    )
+}
