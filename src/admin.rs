@@ -114,16 +114,9 @@ impl Broker {
             .filter(|c| c.as_str() > after)
             .collect();
         let store = self.store();
-        let with_messages = store
-            .list_containers(after, "\u{7f}", limit as u32)
-            .await?;
+        let with_messages = store.list_containers(after, "\u{7f}", limit as u32).await?;
         let subscriptions = store
-            .list_subscriptions_between(
-                &below_key("topic://"),
-                "topic:/\u{7f}",
-                None,
-                limit as u32,
-            )
+            .list_subscriptions_between(&below_key("topic://"), "topic:/\u{7f}", None, limit as u32)
             .await?;
         // Each stored listing is complete only up to its last key when it came back
         // full: the page ends at the lowest such horizon.

@@ -128,7 +128,10 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/destinations", get(destinations))
         .route("/queues/:name", get(queue))
         .route("/topics/:name", get(topic))
-        .route("/queues/:name/messages", get(queue_messages).post(send_queue))
+        .route(
+            "/queues/:name/messages",
+            get(queue_messages).post(send_queue),
+        )
         .route("/topics/:name/messages", axum::routing::post(send_topic))
         .route("/topics/:name/subscriptions", get(subscriptions))
         .route(

@@ -107,16 +107,14 @@ pub(crate) async fn caller(
             .await
             .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
         let security = std::sync::Arc::clone(security);
-        tokio::task::spawn_blocking(move || {
-            security.authenticate(Some(&login), Some(&password))
-        })
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("login check failed: {e}"),
-            )
-        })?
+        tokio::task::spawn_blocking(move || security.authenticate(Some(&login), Some(&password)))
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("login check failed: {e}"),
+                )
+            })?
     };
     match checked {
         Ok(Some(principal)) => {
@@ -161,7 +159,9 @@ mod tests {
         assert!(basic("Bearer abc").unwrap_err().contains("Basic"));
         assert!(basic("Basic !!!").unwrap_err().contains("base64"));
         // "nocolon"
-        assert!(basic("Basic bm9jb2xvbg==").unwrap_err().contains("login:password"));
+        assert!(basic("Basic bm9jb2xvbg==")
+            .unwrap_err()
+            .contains("login:password"));
     }
 
     #[test]
@@ -176,6 +176,9 @@ mod tests {
         }
         assert_eq!(cache.0.lock().len(), MAX_REMEMBERED);
         assert_eq!(cache.get("k0"), None);
-        assert_eq!(cache.get(&format!("k{}", MAX_REMEMBERED + 9)), Some(who(MAX_REMEMBERED + 9)));
+        assert_eq!(
+            cache.get(&format!("k{}", MAX_REMEMBERED + 9)),
+            Some(who(MAX_REMEMBERED + 9))
+        );
     }
 }

@@ -196,6 +196,7 @@ fn router(state: AppState, body_limit: usize) -> Router {
         .route("/readyz", get(readyz))
         .route("/stomp", get(ws::upgrade))
         .nest("/api/v1", api::routes())
+        .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
@@ -253,6 +254,16 @@ async fn readyz(State(state): State<AppState>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body)).into_response()
+}
+
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> api::ApiError {
+    api::ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{method} is not a method of {}: GET /api/v1 lists the routes",
+            uri.path()
+        ),
+    )
 }
 
 async fn not_found(uri: axum::http::Uri) -> api::ApiError {

@@ -19,6 +19,8 @@ mod expiry_pages;
 mod graceful_shutdown;
 mod heartbeats;
 mod housekeeping_fairness;
+#[cfg(feature = "http")]
+mod http_api;
 mod layering;
 mod pipelining;
 // These drive the `ebb` binary's tools (`ebb::cli`, the binary itself): they need the

@@ -68,13 +68,12 @@ async fn backlog_with_ttl_drains_completely_in_bounded_pages(t: TestStore) {
 /// its metrics endpoint; the run's durable subscription is removed at the end.
 async fn the_same_run_through_stomp(t: TestStore) {
     let s = ebb::test_util::stomp::server(&t, policy(100, 400)).await;
-    let metrics =
-        ebb::http::HttpServer::start(
-            ebb::http::HttpOptions::new("127.0.0.1:0".parse().unwrap()),
-            s.broker.clone(),
-        )
-            .await
-            .unwrap();
+    let metrics = ebb::http::HttpServer::start(
+        ebb::http::HttpOptions::new("127.0.0.1:0".parse().unwrap()),
+        s.broker.clone(),
+    )
+    .await
+    .unwrap();
     let o = SoakOptions {
         stomp: Some(s.addr.to_string()),
         metrics: Some(metrics.local_addr().to_string()),

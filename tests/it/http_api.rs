@@ -1,0 +1,773 @@
+//! The HTTP server (`ebb::http`): `/healthz` and `/readyz` say what they check; the
+//! admin API lists destinations and durable subscriptions with real counters, browses
+//! in bounded pages without changing a counter or a row, sends, and removes a
+//! subscription; with users it wants a login, and changes want the admin group;
+//! bad input gets a 4xx with a JSON error, never a 500. STOMP over WebSocket carries
+//! the same sessions as TCP. On both backends.
+
+use std::time::Duration;
+
+use ebb::auth::{hash_password, Security, User};
+use ebb::http::{HttpOptions, HttpServer};
+use ebb::test_util::stomp::{serve_with, Client};
+use ebb::test_util::*;
+use ebb::transport::connection::ConnectionConfig;
+use ebb::{Message, SubscribeOptions};
+use serde_json::Value;
+
+/// One HTTP call's answer: status and JSON body (`Value::Null` when empty).
+struct Answer {
+    status: u16,
+    json: Value,
+    www_authenticate: Option<String>,
+}
+
+/// `method url` with `body` (JSON text) and Basic credentials `login:password`,
+/// off the event loop (ureq blocks).
+async fn call(method: &str, url: String, body: Option<&str>, login: Option<&str>) -> Answer {
+    let (method, body, login) = (
+        method.to_string(),
+        body.map(str::to_string),
+        login.map(str::to_string),
+    );
+    tokio::task::spawn_blocking(move || {
+        let mut request = ureq::request(&method, &url).timeout(Duration::from_secs(30));
+        if let Some(login) = login {
+            use base64::Engine;
+            let encoded = base64::engine::general_purpose::STANDARD.encode(login);
+            request = request.set("Authorization", &format!("Basic {encoded}"));
+        }
+        let result = match body {
+            Some(body) => request
+                .set("Content-Type", "application/json")
+                .send_string(&body),
+            None => request.call(),
+        };
+        let response = match result {
+            Ok(response) => response,
+            Err(ureq::Error::Status(_, response)) => response,
+            Err(e) => panic!("{method} {url}: {e}"),
+        };
+        let status = response.status();
+        let www_authenticate = response.header("WWW-Authenticate").map(str::to_string);
+        let text = response.into_string().unwrap();
+        let json = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{url}: not JSON ({e}): {text}"))
+        };
+        Answer {
+            status,
+            json,
+            www_authenticate,
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// A broker on `t` with an HTTP server in front of it (and `options` for it).
+async fn http_server(
+    t: &TestStore,
+    adjust: impl FnOnce(&mut HttpOptions),
+) -> (ebb::Broker, HttpServer, String) {
+    let b = broker(t, policy(3_600_000, 400), 2).await;
+    let mut options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
+    adjust(&mut options);
+    let server = HttpServer::start(options, b.clone()).await.unwrap();
+    let base = format!("http://{}", server.local_addr());
+    (b, server, base)
+}
+
+/// `/healthz` is always alive; `/readyz` is ready with the broker running, the
+/// listeners up and the store answering, and says which check fails otherwise.
+async fn health_and_readiness_say_what_they_check(t: TestStore) {
+    let readiness = ebb::http::Readiness::default();
+    let flag = readiness.clone();
+    let (b, server, base) = http_server(&t, |o| o.readiness = flag).await;
+    let alive = call("GET", format!("{base}/healthz"), None, None).await;
+    assert_eq!(
+        (alive.status, &alive.json["status"]),
+        (200, &Value::from("alive"))
+    );
+
+    let down = call("GET", format!("{base}/readyz"), None, None).await;
+    assert_eq!(down.status, 503, "{}", down.json);
+    assert_eq!(down.json["checks"]["listeners"], "down");
+    assert_eq!(down.json["checks"]["store"], "ok");
+
+    readiness.set_listening(true);
+    let ready = call("GET", format!("{base}/readyz"), None, None).await;
+    assert_eq!(ready.status, 200, "{}", ready.json);
+    assert_eq!(ready.json["status"], "ready");
+    assert_eq!(ready.json["checks"]["broker"], "running");
+
+    b.shutdown().await.unwrap();
+    let stopped = call("GET", format!("{base}/readyz"), None, None).await;
+    assert_eq!(stopped.status, 503);
+    assert_eq!(stopped.json["checks"]["broker"], "shut down");
+    let alive = call("GET", format!("{base}/healthz"), None, None).await;
+    assert_eq!(alive.status, 200, "the process is still up");
+    server.stop().await;
+}
+
+/// The database goes away (PostgreSQL through a proxy that cuts every connection):
+/// `/readyz` answers 503 naming the store within its timeout, `/healthz` stays 200;
+/// once the database is back, `/readyz` is ready again.
+#[actix_rt::test]
+#[cfg_attr(
+    not(ebb_test_postgres),
+    ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run this PostgreSQL test"
+)]
+async fn readiness_reports_a_lost_database() {
+    use ebb_store::proxy::DatabaseProxy;
+    let t = TestStore::postgres();
+    let proxy = DatabaseProxy::start(&t.url).await.unwrap();
+    let config = ebb::BrokerConfig {
+        store: ebb_store::StoreOptions {
+            acquire_timeout_ms: 1_000,
+            ..t.options.clone()
+        },
+        ..Default::default()
+    };
+    let b = ebb::Broker::start(proxy.url(), config).await.unwrap();
+    let server = HttpServer::start(HttpOptions::new("127.0.0.1:0".parse().unwrap()), b.clone())
+        .await
+        .unwrap();
+    let base = format!("http://{}", server.local_addr());
+    assert_eq!(
+        call("GET", format!("{base}/readyz"), None, None)
+            .await
+            .status,
+        200
+    );
+    proxy.cut();
+    let lost = call("GET", format!("{base}/readyz"), None, None).await;
+    assert_eq!(lost.status, 503, "{}", lost.json);
+    assert_eq!(lost.json["checks"]["listeners"], "up");
+    assert_ne!(lost.json["checks"]["store"], "ok", "{}", lost.json);
+    assert_eq!(
+        call("GET", format!("{base}/healthz"), None, None)
+            .await
+            .status,
+        200
+    );
+    proxy.restore();
+    let mut back = call("GET", format!("{base}/readyz"), None, None).await;
+    for _ in 0..100 {
+        if back.status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        back = call("GET", format!("{base}/readyz"), None, None).await;
+    }
+    assert_eq!(back.status, 200, "{}", back.json);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+/// The counters and rows a browse must not change: the queue's stats as the API
+/// shows them and the rows the store holds.
+async fn untouched(b: &ebb::Broker, base: &str, queue: &str) -> (Value, u64) {
+    let view = call("GET", format!("{base}/api/v1/queues/{queue}"), None, None).await;
+    assert_eq!(view.status, 200, "{}", view.json);
+    let rows = b
+        .store()
+        .count_messages(&format!("queue://{queue}"))
+        .await
+        .unwrap();
+    (view.json, rows)
+}
+
+/// Five messages in a queue, three pending for an offline durable subscription: the
+/// listing shows both destinations with their sizes; pages of two walk the queue by
+/// cursor, with headers and previews, bodies on request; the subscription shows its
+/// mark and its three messages; nothing a browse does changes a counter or a row.
+async fn the_api_lists_and_browses_without_changing_anything(t: TestStore) {
+    let (b, server, base) = http_server(&t, |_| {}).await;
+    for i in 0..5 {
+        let body = format!("job {i} {}", "x".repeat(300));
+        b.send(
+            "queue://api.jobs",
+            Message::new(body).header("n", i.to_string()),
+        )
+        .await
+        .unwrap();
+    }
+    drop(
+        b.subscribe(
+            "topic://api.news",
+            SubscribeOptions::durable("ops", "audit"),
+        )
+        .await
+        .unwrap(),
+    );
+    for i in 0..3 {
+        b.send("topic://api.news", Message::new(format!("news {i}")))
+            .await
+            .unwrap();
+    }
+
+    let list = call("GET", format!("{base}/api/v1/destinations"), None, None).await;
+    assert_eq!(list.status, 200, "{}", list.json);
+    let find = |key: &str| {
+        list.json["destinations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["destination"] == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("{key} not listed: {}", list.json))
+    };
+    assert_eq!(find("queue://api.jobs")["queue_size"], 5);
+    assert_eq!(find("queue://api.jobs")["enqueued_total"], 5);
+    assert_eq!(find("topic://api.news")["queue_size"], 3);
+    assert_eq!(find("topic://api.news")["running"], true);
+    assert_eq!(list.json["next"], Value::Null);
+
+    let before = untouched(&b, &base, "api.jobs").await;
+    let mut seen = Vec::new();
+    let mut after = "0".to_string();
+    let mut pages = 0;
+    loop {
+        let page = call(
+            "GET",
+            format!("{base}/api/v1/queues/api.jobs/messages?limit=2&after={after}"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(page.status, 200, "{}", page.json);
+        pages += 1;
+        let messages = page.json["messages"].as_array().unwrap().clone();
+        assert!(messages.len() <= 2);
+        for m in &messages {
+            assert_eq!(m["body_bytes"], 306);
+            let preview = m["body_preview"].as_str().unwrap();
+            assert_eq!(preview.len(), ebb::http::api::BODY_PREVIEW_BYTES);
+            assert!(m.get("body").is_none(), "no whole body without body=full");
+            seen.push(m["headers"][0][1].as_str().unwrap().to_string());
+        }
+        match page.json["next"].as_str() {
+            Some(next) => after = next.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["0", "1", "2", "3", "4"]);
+    assert_eq!(pages, 3, "2 + 2 + 1");
+    let full = call(
+        "GET",
+        format!("{base}/api/v1/queues/api.jobs/messages?limit=1&body=full"),
+        None,
+        None,
+    )
+    .await;
+    let body = full.json["messages"][0]["body"].as_str().unwrap();
+    assert!(body.starts_with("job 0 ") && body.len() == 306, "{body}");
+
+    let subs = call(
+        "GET",
+        format!("{base}/api/v1/topics/api.news/subscriptions"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(subs.status, 200, "{}", subs.json);
+    let sub = &subs.json["subscriptions"][0];
+    assert_eq!(
+        (&sub["client_id"], &sub["name"]),
+        (&Value::from("ops"), &Value::from("audit"))
+    );
+    assert_eq!(sub["online"], false);
+    let pending = call(
+        "GET",
+        format!("{base}/api/v1/topics/api.news/subscriptions/ops/audit/messages?body=full"),
+        None,
+        None,
+    )
+    .await;
+    let bodies: Vec<&str> = pending.json["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["body"].as_str().unwrap())
+        .collect();
+    assert_eq!(bodies, ["news 0", "news 1", "news 2"]);
+    let first_id = pending.json["messages"][0]["store_id"].as_i64().unwrap();
+    assert!(sub["last_acked_id"].as_i64().unwrap() < first_id);
+
+    assert_eq!(untouched(&b, &base, "api.jobs").await, before);
+    // And a consumer still gets all five, in order.
+    let mut sub = b
+        .subscribe("queue://api.jobs", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    for i in 0..5 {
+        let m = next_within(&mut sub, 10_000).await.expect("delivered");
+        assert_eq!(m.header("n"), Some(i.to_string().as_str()));
+        sub.ack(&m).await.unwrap();
+    }
+    drop(sub);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+/// A message sent through the API reaches a consumer with its headers and priority;
+/// a durable subscription is removed only while offline (409 while online), and a
+/// second removal is a 404.
+async fn the_api_sends_and_removes_subscriptions(t: TestStore) {
+    let (b, server, base) = http_server(&t, |_| {}).await;
+    let mut consumer = b
+        .subscribe("queue://api.in", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let sent = call(
+        "POST",
+        format!("{base}/api/v1/queues/api.in/messages"),
+        Some(r#"{"body": "hello", "headers": {"kind": "greeting"}, "priority": 7}"#),
+        None,
+    )
+    .await;
+    assert_eq!(sent.status, 201, "{}", sent.json);
+    assert!(
+        sent.json["store_id"].as_i64().is_some(),
+        "persistent by default"
+    );
+    let m = next_within(&mut consumer, 10_000).await.expect("delivered");
+    assert_eq!(body(&m), "hello");
+    assert_eq!(m.header("kind"), Some("greeting"));
+    assert_eq!(m.priority(), 7);
+    assert_eq!(m.message_id(), sent.json["message_id"].as_str().unwrap());
+    consumer.ack(&m).await.unwrap();
+
+    let binary = call(
+        "POST",
+        format!("{base}/api/v1/queues/api.in/messages"),
+        Some(r#"{"body_base64": "AP8=", "persistent": false}"#),
+        None,
+    )
+    .await;
+    assert_eq!(binary.status, 201, "{}", binary.json);
+    let m = next_within(&mut consumer, 10_000).await.expect("delivered");
+    assert_eq!(m.body(), [0u8, 255]);
+    assert!(!m.persistent());
+    drop(consumer);
+
+    let online = b
+        .subscribe("topic://api.t", SubscribeOptions::durable("c1", "s1"))
+        .await
+        .unwrap();
+    let url = format!("{base}/api/v1/topics/api.t/subscriptions/c1/s1");
+    let subs = call(
+        "GET",
+        format!("{base}/api/v1/topics/api.t/subscriptions"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        subs.json["subscriptions"][0]["online"], true,
+        "{}",
+        subs.json
+    );
+    let busy = call("DELETE", url.clone(), None, None).await;
+    assert_eq!(busy.status, 409, "{}", busy.json);
+    drop(online);
+    // The detach reaches the topic on its own time.
+    let mut removed = call("DELETE", url.clone(), None, None).await;
+    for _ in 0..100 {
+        if removed.status != 409 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        removed = call("DELETE", url.clone(), None, None).await;
+    }
+    assert_eq!(removed.status, 204, "{}", removed.json);
+    assert!(!b
+        .durable_subscription_exists("topic://api.t", "c1", "s1")
+        .await
+        .unwrap());
+    let again = call("DELETE", url, None, None).await;
+    assert_eq!(again.status, 404, "{}", again.json);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+/// Every kind of bad input gets its 4xx and a JSON error that says what is wrong;
+/// nothing is sent or changed by a refused call.
+async fn bad_input_gets_a_4xx_with_a_json_error(t: TestStore) {
+    let (b, server, base) = http_server(&t, |o| o.max_body_bytes = 1024).await;
+    b.send("queue://api.bad", Message::new("kept"))
+        .await
+        .unwrap();
+    let cases: Vec<(&str, String, Option<String>, u16, &str)> = vec![
+        (
+            "GET",
+            "/api/v1/queues/api.nothing".into(),
+            None,
+            404,
+            "unknown destination",
+        ),
+        (
+            "GET",
+            "/api/v1/queues/api.nothing/messages".into(),
+            None,
+            404,
+            "unknown destination",
+        ),
+        (
+            "GET",
+            "/api/v1/topics/api.nothing/subscriptions/c/s/messages".into(),
+            None,
+            404,
+            "no durable subscription",
+        ),
+        (
+            "GET",
+            "/api/v1/queues/api.bad/messages?after=-3".into(),
+            None,
+            400,
+            "bad cursor",
+        ),
+        (
+            "GET",
+            "/api/v1/queues/api.bad/messages?after=abc".into(),
+            None,
+            400,
+            "bad cursor",
+        ),
+        (
+            "GET",
+            "/api/v1/queues/api.bad/messages?limit=0".into(),
+            None,
+            400,
+            "limit 0",
+        ),
+        (
+            "GET",
+            "/api/v1/queues/api.bad/messages?limit=5000".into(),
+            None,
+            400,
+            "limit 5000",
+        ),
+        (
+            "GET",
+            "/api/v1/queues/api.bad/messages?body=all".into(),
+            None,
+            400,
+            "body=all",
+        ),
+        (
+            "GET",
+            "/api/v1/queues/api.bad/messages?colour=red".into(),
+            None,
+            400,
+            "bad query",
+        ),
+        (
+            "GET",
+            "/api/v1/destinations?after=nowhere".into(),
+            None,
+            400,
+            "bad cursor",
+        ),
+        (
+            "GET",
+            "/api/v1/topics/api.x/subscriptions?after=nocolon".into(),
+            None,
+            400,
+            "bad cursor",
+        ),
+        ("GET", "/api/v1/nothing".into(), None, 404, "no route"),
+        ("PUT", "/api/v1/broker".into(), None, 405, "not a method"),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some("{not json".into()),
+            400,
+            "bad JSON",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"bodyy": "x"}"#.into()),
+            422,
+            "unknown field",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"body": "x", "body_base64": "eA=="}"#.into()),
+            400,
+            "not both",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"body_base64": "%%%"}"#.into()),
+            400,
+            "base64",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"body": "x", "priority": 12}"#.into()),
+            400,
+            "priority",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"body": "x", "ttl_ms": 0}"#.into()),
+            400,
+            "ttl_ms",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"body": "x", "headers": {"destination": "/queue/other"}}"#.into()),
+            400,
+            "header `destination`",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(format!(r#"{{"body": "{}"}}"#, "x".repeat(2000))),
+            413,
+            "bad JSON",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/orders.%3E/messages".into(),
+            Some(r#"{"body": "x"}"#.into()),
+            400,
+            "invalid queue name `orders.>`",
+        ),
+        (
+            "GET",
+            "/api/v1/topics/orders.*".into(),
+            None,
+            400,
+            "wildcards",
+        ),
+    ];
+    for (method, path, body, status, says) in cases {
+        let answer = call(method, format!("{base}{path}"), body.as_deref(), None).await;
+        assert_eq!(answer.status, status, "{method} {path}: {}", answer.json);
+        let error = answer.json["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} {path}: {}", answer.json));
+        assert!(
+            error.contains(says),
+            "{method} {path}: `{error}` does not say `{says}`"
+        );
+        assert_eq!(answer.json["status"], status);
+    }
+    let page = call(
+        "GET",
+        format!("{base}/api/v1/queues/api.bad/messages?body=full"),
+        None,
+        None,
+    )
+    .await;
+    let bodies: Vec<&str> = page.json["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["body"].as_str().unwrap())
+        .collect();
+    assert_eq!(bodies, ["kept"], "no refused send was stored");
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+/// With users: no credentials or a wrong password is a 401 asking for Basic; a
+/// user outside the admin group may read but not change (403); an admin may send.
+/// `/healthz`, `/readyz` and `/metrics` need no login.
+async fn users_need_a_login_and_changes_the_admin_group(t: TestStore) {
+    let user = |login: &str, password: &str, groups: &[&str]| User {
+        login: login.into(),
+        password_hash: hash_password(password).unwrap(),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+    };
+    let security = Security {
+        users: vec![
+            user("viewer", "look", &["ops"]),
+            user("root", "s3cret", &["admin"]),
+        ],
+        authorization: vec![],
+    };
+    let (b, server, base) = http_server(&t, |o| o.security = std::sync::Arc::new(security)).await;
+    b.send("queue://api.auth", Message::new("x")).await.unwrap();
+    let url = format!("{base}/api/v1/queues/api.auth");
+    let send = format!("{base}/api/v1/queues/api.auth/messages");
+
+    let anonymous = call("GET", url.clone(), None, None).await;
+    assert_eq!(anonymous.status, 401, "{}", anonymous.json);
+    assert!(anonymous.www_authenticate.unwrap().starts_with("Basic"));
+    let wrong = call("GET", url.clone(), None, Some("viewer:nope")).await;
+    assert_eq!(wrong.status, 401, "{}", wrong.json);
+    let read = call("GET", url.clone(), None, Some("viewer:look")).await;
+    assert_eq!(
+        (read.status, &read.json["queue_size"]),
+        (200, &Value::from(1))
+    );
+    let refused = call(
+        "POST",
+        send.clone(),
+        Some(r#"{"body": "y"}"#),
+        Some("viewer:look"),
+    )
+    .await;
+    assert_eq!(refused.status, 403, "{}", refused.json);
+    assert!(refused.json["error"]
+        .as_str()
+        .unwrap()
+        .contains("group `admin`"));
+    let sent = call("POST", send, Some(r#"{"body": "y"}"#), Some("root:s3cret")).await;
+    assert_eq!(sent.status, 201, "{}", sent.json);
+    let read = call("GET", url, None, Some("viewer:look")).await;
+    assert_eq!(
+        read.json["queue_size"], 2,
+        "one sent by the admin, none by the viewer"
+    );
+    for open in ["/healthz", "/readyz"] {
+        let answer = call("GET", format!("{base}{open}"), None, None).await;
+        assert_eq!(answer.status, 200, "{open}: {}", answer.json);
+    }
+    let metrics = tokio::task::spawn_blocking(move || {
+        ureq::get(&format!("{base}/metrics"))
+            .call()
+            .map(|r| r.status())
+    })
+    .await
+    .unwrap();
+    assert_eq!(metrics.unwrap(), 200);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+/// A WebSocket STOMP client (`v12.stomp`) subscribes at `/stomp`; what a TCP client
+/// sends reaches it; its receipts and ERRORs work as over TCP; the connection limits
+/// count both transports.
+async fn stomp_over_websocket_carries_the_same_sessions(t: TestStore) {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message as Ws;
+
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let config = ConnectionConfig {
+        max_connections_per_address: 2,
+        ..ConnectionConfig::default()
+    };
+    let tcp = serve_with(b.clone(), config.clone()).await;
+    let mut options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
+    options.stomp = Some(config);
+    let server = HttpServer::start(options, b.clone()).await.unwrap();
+    let url = format!("ws://{}/stomp", server.local_addr());
+
+    let open = || async {
+        let mut request = url.clone().into_client_request().unwrap();
+        request
+            .headers_mut()
+            .insert("Sec-WebSocket-Protocol", "v12.stomp".parse().unwrap());
+        let (ws, response) = tokio_tungstenite::connect_async(request).await.unwrap();
+        assert_eq!(
+            response.headers().get("sec-websocket-protocol").unwrap(),
+            "v12.stomp"
+        );
+        ws
+    };
+    // Reads WebSocket messages until `text` appears in what arrived; returns all of it.
+    async fn read_until(
+        ws: &mut (impl futures::Stream<Item = Result<Ws, tokio_tungstenite::tungstenite::Error>>
+                  + Unpin),
+        text: &str,
+    ) -> String {
+        let mut got = String::new();
+        while !got.contains(text) {
+            let next = tokio::time::timeout(Duration::from_secs(10), ws.next())
+                .await
+                .unwrap_or_else(|_| panic!("no `{text}` within 10 s; got {got:?}"));
+            match next {
+                Some(Ok(Ws::Text(t))) => got.push_str(&t),
+                Some(Ok(Ws::Binary(bytes))) => got.push_str(&String::from_utf8_lossy(&bytes)),
+                Some(Ok(_)) => {}
+                other => panic!("the WebSocket ended: {other:?}; got {got:?}"),
+            }
+        }
+        got
+    }
+    let mut ws = open().await;
+    ws.send(Ws::Text(
+        "CONNECT\naccept-version:1.2\nhost:ebb\n\n\0".into(),
+    ))
+    .await
+    .unwrap();
+    assert!(read_until(&mut ws, "\0").await.starts_with("CONNECTED\n"));
+    // A SUBSCRIBE split over two WebSocket messages: the codec reads a stream.
+    ws.send(Ws::Text(
+        "SUBSCRIBE\ndestination:/queue/ws.in\nid:0\n".into(),
+    ))
+    .await
+    .unwrap();
+    ws.send(Ws::Text("receipt:r1\n\n\0".into())).await.unwrap();
+    assert!(read_until(&mut ws, "receipt-id:r1")
+        .await
+        .contains("RECEIPT"));
+
+    let mut sender = Client::connected(tcp.addr, None).await;
+    sender
+        .send(
+            ebb::stomp::frame::Frame::new(ebb::stomp::frame::Command::Send)
+                .header("destination", "/queue/ws.in")
+                .header("persistent", "true")
+                .body("over tcp, out over ws"),
+        )
+        .await
+        .unwrap();
+    let delivered = read_until(&mut ws, "over tcp, out over ws").await;
+    assert!(delivered.starts_with("MESSAGE\n"), "{delivered}");
+    assert!(
+        delivered.contains("destination:/queue/ws.in"),
+        "{delivered}"
+    );
+
+    // A bad frame gets its ERROR over the WebSocket, as over TCP.
+    ws.send(Ws::Text("SEND\ndestination:nowhere\n\nx\0".into()))
+        .await
+        .unwrap();
+    let error = read_until(&mut ws, "\0").await;
+    assert!(error.starts_with("ERROR\n"), "{error}");
+
+    // Two connections from 127.0.0.1 are the most: the TCP sender and a new WebSocket
+    // (the first one was closed by its ERROR).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut second = open().await;
+    second
+        .send(Ws::Text(
+            "CONNECT\naccept-version:1.2\nhost:ebb\n\n\0".into(),
+        ))
+        .await
+        .unwrap();
+    assert!(read_until(&mut second, "\0").await.starts_with("CONNECTED"));
+    let mut third = open().await;
+    let refused = read_until(&mut third, "\0").await;
+    assert!(
+        refused.starts_with("ERROR") && refused.contains("max_connections_per_address"),
+        "{refused}"
+    );
+    drop((second, third, sender));
+    server.stop().await;
+    tcp.stop().await;
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    health_and_readiness_say_what_they_check,
+    the_api_lists_and_browses_without_changing_anything,
+    the_api_sends_and_removes_subscriptions,
+    bad_input_gets_a_4xx_with_a_json_error,
+    users_need_a_login_and_changes_the_admin_group,
+    stomp_over_websocket_carries_the_same_sessions,
+);
