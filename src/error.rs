@@ -58,8 +58,8 @@ pub enum Error {
     /// The broker's own thread could not be started; the text says why.
     #[error("broker runtime: {0}")]
     Runtime(String),
-    /// The metrics endpoint could not start (its address cannot be bound, or another
-    /// metrics recorder is installed in this process); the text says which.
+    /// The Prometheus recorder could not be installed (another metrics recorder is
+    /// installed in this process); the text says so.
     #[error("metrics endpoint: {0}")]
     Metrics(String),
     /// The HTTP server could not start (its address cannot be bound); the text says

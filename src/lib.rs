@@ -20,7 +20,8 @@
 //! | wire codec | [`stomp`] | STOMP frames and their codec; no broker types |
 //! | transport | [`transport`] | STOMP over TCP: a typed [`transport::command`] parsed from each frame, a [`transport::session`] that applies commands to [`Broker`], and the socket loop ([`transport::connection`]) |
 //! | configuration | [`config`], [`auth`] | the TOML file, users and rights by destination pattern |
-//! | operators' views | [`stats`], [`metrics`], [`process`] | snapshots ([`Broker::stats`]), Prometheus metrics (the endpoint behind the `prometheus` feature), the process's memory |
+//! | operators' views | [`stats`], [`metrics`], [`process`], [`admin`] | snapshots ([`Broker::stats`]), Prometheus metrics (the recorder behind the `prometheus` feature), the process's memory, the admin calls (destinations and durable subscriptions in bounded pages, a store ping) |
+//! | HTTP | `http` (feature `http`, part of `cli`) | one axum server: `/metrics`, `/healthz`, `/readyz`, the JSON admin API over [`admin`] and [`Broker`], STOMP over WebSocket through the same [`transport::connection`] as TCP |
 //! | tools | `cli` | the `ebb` binary's commands (`serve`, `stat`, `soak`, `passwd`, `check`), behind the default `cli` feature; nothing outside it imports from it |
 //!
 //! An embedder who writes `ebb = { default-features = false }` compiles none of the

@@ -636,13 +636,13 @@ async fn users_need_a_login_and_changes_the_admin_group(t: TestStore) {
         assert_eq!(answer.status, 200, "{open}: {}", answer.json);
     }
     let metrics = tokio::task::spawn_blocking(move || {
-        ureq::get(&format!("{base}/metrics"))
-            .call()
-            .map(|r| r.status())
+        let response = ureq::get(&format!("{base}/metrics")).call().unwrap();
+        (response.status(), response.into_string().unwrap())
     })
     .await
     .unwrap();
-    assert_eq!(metrics.unwrap(), 200);
+    assert_eq!(metrics.0, 200);
+    assert!(metrics.1.contains("ebb_memory_usage_bytes"), "{}", metrics.1);
     server.stop().await;
     b.shutdown().await.unwrap();
 }
