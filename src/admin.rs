@@ -9,8 +9,8 @@
 //! (looking at one destination does, as sending to it would: its counters exist only
 //! while it runs).
 
-use ebb_actors::broker::ListDestinations;
-use ebb_actors::messages::{DurableState, DurableStates};
+use ebb_actors::broker::{DestinationAddr, ListDestinations};
+use ebb_actors::messages::{DurableState, DurableStates, TakeAction, TakeMessages, TakenPage};
 use ebb_store::SubscriptionKey;
 use serde::Serialize;
 
@@ -20,6 +20,54 @@ use crate::{Broker, DestinationKey, DestinationKind, Error};
 
 /// Most destinations or subscriptions one admin listing returns.
 pub const MAX_ADMIN_PAGE: u32 = 500;
+
+/// Messages one page of a purge or a move reads (one bounded statement) and deletes
+/// (one write) or moves (one transaction per message).
+pub const TAKE_PAGE: u32 = 500;
+
+/// Most ids one [`Broker::move_messages`] call with [`Selection::Ids`] takes.
+pub const MAX_MOVE_IDS: usize = 1000;
+
+/// Which messages of a queue [`Broker::move_messages`] moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// These store ids (at most [`MAX_MOVE_IDS`]); an id not in the queue is counted
+    /// `gone`.
+    Ids(Vec<i64>),
+    /// Every waiting message with a store id `> after`, in id order, up to the call's
+    /// `max`; the report's `next` continues.
+    All {
+        /// Start after this store id (0: from the first).
+        after: i64,
+    },
+}
+
+/// What a purge or a move did ([`Broker::purge_queue`], [`Broker::move_messages`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TakeReport {
+    /// Messages deleted (purge) or moved.
+    pub taken: u64,
+    /// Messages left alone because a consumer holds them (delivered, not acked).
+    pub in_flight: u64,
+    /// Messages already gone (acked, expired, moved meanwhile) or not in the queue.
+    pub gone: u64,
+    /// Moves that could not be made (no `originalDestination`, or a failed move):
+    /// those messages stay where they were.
+    pub failed: u64,
+    /// With [`Selection::All`]: the `after` to continue from, `None` when the queue's
+    /// end was reached.
+    pub next: Option<i64>,
+}
+
+impl TakeReport {
+    fn add(&mut self, page: &TakenPage) {
+        self.taken += page.taken;
+        self.in_flight += page.in_flight;
+        self.gone += page.gone;
+        self.failed += page.failed;
+        self.next = page.next;
+    }
+}
 
 /// One destination in a listing ([`Broker::list_destinations`]) or looked at
 /// ([`Broker::destination_view`]).
@@ -267,6 +315,129 @@ impl Broker {
             subscriptions,
             next,
         })
+    }
+
+    /// Deletes every message waiting in queue `destination`: its stored messages in
+    /// pages of [`TAKE_PAGE`] (one bounded read and one delete each, sent through the
+    /// queue's mailbox, so sends, deliveries and acks go on between pages) and its
+    /// non-persistent ones; as ActiveMQ's `purge()`, except that messages delivered to
+    /// a consumer and not acked are left to it (counted `in_flight`). Messages sent
+    /// while it runs may be deleted too, up to the page it reaches last. Deletes are
+    /// not counted as dequeued.
+    ///
+    /// Errors: [`Error::InvalidDestination`] (also for a topic), a store error: the
+    /// pages deleted before it stay deleted, the page that failed is kept whole.
+    pub async fn purge_queue(&self, destination: impl ToDestination) -> Result<TakeReport, Error> {
+        let queue = self.queue_addr(destination).await?;
+        let mut report = TakeReport::default();
+        let mut after = 0;
+        loop {
+            let page = queue
+                .send(TakeMessages {
+                    after,
+                    only: None,
+                    limit: TAKE_PAGE,
+                    action: TakeAction::Delete,
+                })
+                .await??;
+            report.add(&page);
+            match page.next {
+                Some(next) => after = next,
+                None => return Ok(report),
+            }
+        }
+    }
+
+    /// Moves messages of queue `from` to queue `to`, or with `to` `None` each to the
+    /// queue its `originalDestination` header names (retrying a dead-letter queue's
+    /// messages, as ActiveMQ's console "retry"). Each message moves in one store
+    /// transaction (deleted in `from`, added in its target with a new, highest id):
+    /// it is never in both queues nor in neither, also when the broker dies in the
+    /// middle of a call. The copy drops the headers the dead-letter queue added. A
+    /// message a consumer holds is left alone (`in_flight`). With [`Selection::All`]
+    /// at most `max` messages are looked at (in pages of [`TAKE_PAGE`]); `next` says
+    /// where to go on.
+    ///
+    /// Errors: [`Error::InvalidDestination`] (a topic, a bad name, more than
+    /// [`MAX_MOVE_IDS`] ids), a store error.
+    pub async fn move_messages(
+        &self,
+        from: impl ToDestination,
+        to: Option<DestinationKey>,
+        selection: Selection,
+        max: u32,
+    ) -> Result<TakeReport, Error> {
+        let from = from.to_destination()?;
+        if let Some(to) = &to {
+            if to.kind() != DestinationKind::Queue || *to == from {
+                return Err(Error::InvalidDestination {
+                    name: to.container(),
+                    reason: "messages move to another queue",
+                });
+            }
+        }
+        let queue = self.queue_addr(&from).await?;
+        let action = TakeAction::Move(to);
+        let mut report = TakeReport::default();
+        match selection {
+            Selection::Ids(ids) => {
+                if ids.len() > MAX_MOVE_IDS {
+                    return Err(Error::InvalidDestination {
+                        name: from.container(),
+                        reason: "at most 1000 ids are moved in one call",
+                    });
+                }
+                for chunk in ids.chunks(TAKE_PAGE as usize) {
+                    let page = queue
+                        .send(TakeMessages {
+                            after: 0,
+                            only: Some(chunk.to_vec()),
+                            limit: TAKE_PAGE,
+                            action: action.clone(),
+                        })
+                        .await??;
+                    report.add(&page);
+                }
+                report.next = None;
+            }
+            Selection::All { mut after } => {
+                let mut left = max.max(1);
+                while left > 0 {
+                    let limit = left.min(TAKE_PAGE);
+                    let page = queue
+                        .send(TakeMessages {
+                            after,
+                            only: None,
+                            limit,
+                            action: action.clone(),
+                        })
+                        .await??;
+                    report.add(&page);
+                    left -= limit;
+                    match page.next {
+                        Some(next) => after = next,
+                        None => break,
+                    }
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// The queue actor of `destination` (started if it is not running).
+    async fn queue_addr(
+        &self,
+        destination: impl ToDestination,
+    ) -> Result<actix::Addr<ebb_actors::queue::QueueActor>, Error> {
+        self.refuse_if_shut_down()?;
+        let key = destination.to_destination()?;
+        match self.destination_for_admin(&key).await? {
+            DestinationAddr::Queue(queue) => Ok(queue),
+            DestinationAddr::Topic(_) => Err(Error::InvalidDestination {
+                name: key.container(),
+                reason: "only a queue's messages can be purged or moved",
+            }),
+        }
     }
 
     /// A running destination's view (started if it is not running).

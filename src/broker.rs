@@ -1203,6 +1203,14 @@ impl Broker {
         self.lookup(key).await
     }
 
+    /// [`Broker::destination`] for the admin calls (`crate::admin`).
+    pub(crate) async fn destination_for_admin(
+        &self,
+        key: &DestinationKey,
+    ) -> Result<DestinationAddr, Error> {
+        self.destination(key).await
+    }
+
     /// [`Broker::destination`], also after shutdown (to read counters): the registry
     /// then refuses only destinations that are not running.
     async fn lookup(&self, key: &DestinationKey) -> Result<DestinationAddr, Error> {

@@ -242,6 +242,52 @@ impl std::ops::Deref for QueueStats {
     }
 }
 
+/// What [`TakeMessages`] does with the messages it takes off a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakeAction {
+    /// Delete them (a purge).
+    Delete,
+    /// Move each to a queue, in one store transaction per message (deleted here, added
+    /// there: never in both, never in neither): to the queue given, or with `None` to
+    /// the queue its `originalDestination` header names (a dead letter's retry). The
+    /// copy drops the headers the dead-letter queue added (`dlqDeliveryFailureCause`,
+    /// `originalDestination`).
+    Move(Option<DestinationKey>),
+}
+
+/// An operator's page of work on a queue's waiting messages: up to `limit` stored
+/// messages read in one bounded statement, those with id `> after` (or, with `only`,
+/// the messages with these ids, at most `limit` of them, one single-row read each),
+/// and `action` applied to each that waits (not delivered to a consumer: those are
+/// counted `in_flight` and left alone). With [`TakeAction::Delete`] and `after == 0`
+/// and no `only`, the non-persistent messages waiting in memory go too.
+#[derive(Message)]
+#[rtype(result = "Result<TakenPage, ActorError>")]
+pub struct TakeMessages {
+    pub after: i64,
+    pub only: Option<Vec<i64>>,
+    pub limit: u32,
+    pub action: TakeAction,
+}
+
+/// The answer to [`TakeMessages`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TakenPage {
+    /// Messages deleted or moved.
+    pub taken: u64,
+    /// Messages left alone because a consumer holds them.
+    pub in_flight: u64,
+    /// Messages already gone (acked, expired or moved meanwhile) or, with `only`, not
+    /// in this queue.
+    pub gone: u64,
+    /// Moves that could not be made (no `originalDestination`, or its move failed):
+    /// those messages stay where they are.
+    pub failed: u64,
+    /// The `after` of the next page (the last id this page read), `None` when the
+    /// page was the last.
+    pub next: Option<i64>,
+}
+
 /// A dead message for this queue (its dead-letter queue): from queue `from`, store row
 /// `from_id` (moved in one store transaction: deleted there, added here), with the
 /// reason and origin already in its headers. Answered once it is stored (`Ok(None)` if

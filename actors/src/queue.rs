@@ -923,6 +923,224 @@ impl DestinationActor for QueueActor {
 
 destination_handlers!(QueueActor);
 
+/// A message [`TakeMessages`] took off the queue: its row, and its entry when it was
+/// waiting in memory (put back if the delete or move fails).
+struct Taken {
+    row: Arc<ebb_store::StoredMessage>,
+    cached: Option<Entry>,
+}
+
+impl QueueActor {
+    /// Takes what waits of `rows` off the cursor (see [`TakeMessages`]): cached ones
+    /// out of memory, ones the cursor has not read yet marked taken ahead, so no read
+    /// brings them back while their delete or move is in flight.
+    fn take_rows(
+        &mut self,
+        rows: Vec<Arc<ebb_store::StoredMessage>>,
+        page: &mut TakenPage,
+    ) -> Vec<Taken> {
+        let mut taken = Vec::with_capacity(rows.len());
+        for row in rows {
+            let place = (row.id, 0);
+            if self.delivered.contains_key(&place) {
+                page.in_flight += 1;
+            } else if let Some(entry) = self.cursor.take(place) {
+                taken.push(Taken {
+                    row,
+                    cached: Some(entry),
+                });
+            } else if self.cursor.is_ahead(row.id) || row.id <= self.cursor.covered_upto() {
+                // Acked, or taken by a scan and being acked: its delete is on its way.
+                page.gone += 1;
+            } else {
+                self.cursor.take_ahead(row.id);
+                taken.push(Taken { row, cached: None });
+            }
+        }
+        taken
+    }
+
+    /// A taken message whose delete or move failed: back in its place if it was
+    /// cached; one the cursor had not read stays hidden until the queue restarts (its
+    /// row is still stored, so nothing is lost).
+    fn untake(&mut self, taken: Taken) {
+        if let Some(entry) = taken.cached {
+            self.cursor.put_back((taken.row.id, 0), entry);
+        }
+    }
+
+    /// The dead letter's copy for its retry: without the headers the dead-letter
+    /// queue added.
+    fn retry_copy(row: &ebb_store::StoredMessage) -> TopicMessage {
+        let mut payload = (*row.payload).clone();
+        payload
+            .headers
+            .retain(|(name, _)| name != DLQ_CAUSE_HEADER && name != DLQ_ORIGIN_HEADER);
+        TopicMessage {
+            id: None,
+            payload: Arc::new(payload),
+            ..TopicMessage::from_stored(row)
+        }
+    }
+}
+
+impl Handler<TakeMessages> for QueueActor {
+    type Result = ResponseActFuture<Self, Result<TakenPage, ActorError>>;
+
+    fn handle(&mut self, msg: TakeMessages, _: &mut Context<Self>) -> Self::Result {
+        let TakeMessages {
+            after,
+            only,
+            limit,
+            action,
+        } = msg;
+        let limit = limit.max(1);
+        let mut page = TakenPage::default();
+        if action == TakeAction::Delete && after == 0 && only.is_none() {
+            let transients: Vec<Place> = self
+                .cursor
+                .transients_between((0, 0), None, usize::MAX)
+                .into_iter()
+                .map(|(place, _)| place)
+                .collect();
+            for place in transients {
+                self.cursor.take(place);
+                page.taken += 1;
+            }
+        }
+        let store = Arc::clone(self.core.store.store());
+        let container = self.core.container.clone();
+        let read = async move {
+            match only {
+                Some(ids) => {
+                    let mut rows = Vec::new();
+                    let mut missing = 0u64;
+                    for id in ids.into_iter().take(limit as usize) {
+                        let row = store.browse(&container, id.saturating_sub(1), 1).await?;
+                        match row.into_iter().next() {
+                            Some(row) if row.id == id => rows.push(row),
+                            _ => missing += 1,
+                        }
+                    }
+                    Ok::<_, ebb_store::StoreError>((rows, None, missing))
+                }
+                None => {
+                    let rows = store.browse(&container, after, limit).await?;
+                    let next = (rows.len() == limit as usize)
+                        .then(|| rows.last().map(|r| r.id))
+                        .flatten();
+                    Ok((rows, next, 0))
+                }
+            }
+        };
+        Box::pin(read.into_actor(self).then(move |result, act, _| {
+            let (rows, next, missing) = match result {
+                Ok(read) => read,
+                Err(e) => return futures::future::Either::Left(fut::ready(Err(ActorError::from(e)))),
+            };
+            page.next = next;
+            page.gone += missing;
+            let taken = act.take_rows(rows, &mut page);
+            let (store, container) = (act.core.store.clone(), act.core.container.clone());
+            let here = act.core.key.clone();
+            let dead_letters = act.dead_letters.clone();
+            let work = async move {
+                match action {
+                    TakeAction::Delete => {
+                        let ids: Vec<i64> = taken.iter().map(|t| t.row.id).collect();
+                        let result = if ids.is_empty() {
+                            Ok(0)
+                        } else {
+                            store.remove(container, ids).await
+                        };
+                        match result {
+                            Ok(n) => (taken.into_iter().map(|t| (t, Ok(Some(0)))).collect(), Some(n), None),
+                            Err(e) => {
+                                let why = e.to_string();
+                                (taken.into_iter().map(|t| (t, Err(why.clone()))).collect(), None, Some(e))
+                            }
+                        }
+                    }
+                    TakeAction::Move(to) => {
+                        let mut outcomes = Vec::with_capacity(taken.len());
+                        for t in taken {
+                            let target = match &to {
+                                Some(key) => Ok(key.clone()),
+                                None => t
+                                    .row
+                                    .payload
+                                    .headers
+                                    .iter()
+                                    .find(|(name, _)| name == DLQ_ORIGIN_HEADER)
+                                    .ok_or_else(|| format!("message {} has no {DLQ_ORIGIN_HEADER} header", t.row.id))
+                                    .and_then(|(_, origin)| DestinationKey::parse(origin).map_err(|e| e.to_string())),
+                            };
+                            let target = target.and_then(|key| match key.kind() {
+                                crate::destination::DestinationKind::Queue if key != here => Ok(key),
+                                crate::destination::DestinationKind::Queue => Err(format!("{key} is the queue it is in")),
+                                _ => Err(format!("{key} is not a queue")),
+                            });
+                            let outcome = match (target, &dead_letters) {
+                                (Err(why), _) => Err(why),
+                                (Ok(_), None) => Err("this queue cannot reach other queues".to_string()),
+                                (Ok(to), Some(route)) => {
+                                    let letter = AcceptDeadLetter {
+                                        from: here.clone(),
+                                        from_id: t.row.id,
+                                        message: Self::retry_copy(&t.row),
+                                    };
+                                    match route.send(RouteDeadLetter { to, letter }).await {
+                                        Ok(Ok(moved)) => Ok(moved),
+                                        Ok(Err(e)) => Err(e.to_string()),
+                                        Err(e) => Err(e.to_string()),
+                                    }
+                                }
+                            };
+                            outcomes.push((t, outcome));
+                        }
+                        (outcomes, None, None)
+                    }
+                }
+            };
+            futures::future::Either::Right(work.into_actor(act).map(move |(outcomes, deleted, delete_error), act, ctx| {
+                let mut gone_ids = Vec::new();
+                for (t, outcome) in outcomes {
+                    match outcome {
+                        Ok(Some(_)) => {
+                            page.taken += 1;
+                            gone_ids.push(t.row.id);
+                        }
+                        Ok(None) => {
+                            page.gone += 1;
+                            gone_ids.push(t.row.id);
+                        }
+                        Err(why) => {
+                            page.failed += 1;
+                            tracing::warn!(queue = %act.core.container, id = t.row.id, %why, "message left in place");
+                            act.untake(t);
+                        }
+                    }
+                }
+                // A purge's count is the rows the store deleted (a row acked meanwhile
+                // counts 0).
+                if let Some(n) = deleted {
+                    let asked = gone_ids.len() as u64;
+                    page.taken = page.taken - asked + n;
+                    page.gone += asked - n;
+                }
+                act.cursor.deleted(&gone_ids);
+                act.dispatch(ctx);
+                // A purge page's delete is one write: when the store refused it, the
+                // call fails (nothing of the page was deleted).
+                match delete_error {
+                    Some(e) => Err(e),
+                    None => Ok(page),
+                }
+            }))
+        }))
+    }
+}
+
 impl Handler<AcceptDeadLetter> for QueueActor {
     type Result = ResponseActFuture<Self, Result<Option<i64>, ActorError>>;
 

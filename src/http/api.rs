@@ -18,6 +18,8 @@
 //! | `GET /api/v1/topics/NAME/subscriptions/CLIENT/SUB/messages?after=ID&limit=N&body=full` | a page of what that subscription has not acked |
 //! | `POST /api/v1/queues/NAME/messages`, `POST /api/v1/topics/NAME/messages` | sends one message ([`SendRequest`]); `201` with its ids once it is accepted (stored when persistent) |
 //! | `DELETE /api/v1/topics/NAME/subscriptions/CLIENT/SUB` | removes an offline durable subscription: `204`; `404` unknown; `409` while a consumer is attached |
+//! | `POST /api/v1/queues/NAME/purge` | deletes every waiting message ([`crate::Broker::purge_queue`]); answers a [`TakeReport`] |
+//! | `POST /api/v1/queues/NAME/move` | moves messages ([`MoveRequest`], [`crate::Broker::move_messages`]): to `to`, or each back to its `originalDestination` (a DLQ retry); answers a [`TakeReport`] |
 //!
 //! Browsing never changes a counter or a row: it reads the store in one bounded
 //! statement a page and acks, expires and delivers nothing.
@@ -32,7 +34,10 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use super::{login, AppState};
-use crate::admin::{DestinationPage, DestinationView, DurablePage, MAX_ADMIN_PAGE};
+use crate::admin::{
+    DestinationPage, DestinationView, DurablePage, Selection, TakeReport, MAX_ADMIN_PAGE,
+    MAX_MOVE_IDS,
+};
 use crate::broker::{BrowsedMessage, MAX_BROWSE_PAGE};
 use crate::transport::command::RESERVED;
 use crate::{DestinationKey, Error, Message};
@@ -133,6 +138,8 @@ pub(crate) fn routes() -> Router<AppState> {
             get(queue_messages).post(send_queue),
         )
         .route("/topics/:name/messages", axum::routing::post(send_topic))
+        .route("/queues/:name/purge", axum::routing::post(purge))
+        .route("/queues/:name/move", axum::routing::post(move_messages))
         .route("/topics/:name/subscriptions", get(subscriptions))
         .route(
             "/topics/:name/subscriptions/:client_id/:subscription",
@@ -155,6 +162,8 @@ async fn index(State(state): State<AppState>, headers: HeaderMap) -> Result<Resp
         "GET /api/v1/queues/NAME/messages?after=ID&limit=N&body=full",
         "POST /api/v1/queues/NAME/messages",
         "POST /api/v1/topics/NAME/messages",
+        "POST /api/v1/queues/NAME/purge",
+        "POST /api/v1/queues/NAME/move",
         "GET /api/v1/topics/NAME/subscriptions?after=CLIENT/NAME&limit=N",
         "GET /api/v1/topics/NAME/subscriptions/CLIENT/SUB/messages?after=ID&limit=N&body=full",
         "DELETE /api/v1/topics/NAME/subscriptions/CLIENT/SUB",
@@ -596,4 +605,95 @@ async fn send_topic(
         .map_err(ApiError::from)
         .and_then(|Path(name)| key_of("topic", &name));
     send(&state, &headers, key, request).await
+}
+
+/// `404` unless queue `name` exists; its key.
+async fn existing_queue(state: &AppState, name: &str) -> Result<DestinationKey, ApiError> {
+    let key = key_of("queue", name)?;
+    if !state.broker.destination_exists(&key).await? {
+        return Err(unknown(&key));
+    }
+    Ok(key)
+}
+
+/// `POST /api/v1/queues/NAME/purge`.
+async fn purge(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Json<TakeReport>, ApiError> {
+    login::admin(&state, &headers).await?;
+    let Path(name) = name?;
+    let key = existing_queue(&state, &name).await?;
+    let report = state.broker.purge_queue(&key).await?;
+    tracing::info!(destination = %key, purged = report.taken, in_flight = report.in_flight, "queue purged through the admin API");
+    Ok(Json(report))
+}
+
+/// The body of `POST /api/v1/queues/NAME/move`: `ids` (at most 1,000) or `all`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoveRequest {
+    /// The store ids to move (from a message listing).
+    pub ids: Option<Vec<i64>>,
+    /// Move every waiting message (after `after`, at most `max` looked at).
+    #[serde(default)]
+    pub all: bool,
+    /// With `all`: start after this store id (the `next` of the answer before).
+    pub after: Option<i64>,
+    /// With `all`: most messages looked at in this call (default and most 10,000).
+    pub max: Option<u32>,
+    /// The queue (plain name) to move to; without it each message goes back to the
+    /// queue its `originalDestination` header names (a dead letter's retry).
+    pub to: Option<String>,
+}
+
+/// Default and most messages one `move` call with `all` looks at.
+pub const MAX_MOVE_ALL: u32 = 10_000;
+
+/// `POST /api/v1/queues/NAME/move`.
+async fn move_messages(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+    request: Result<Json<MoveRequest>, JsonRejection>,
+) -> Result<Json<TakeReport>, ApiError> {
+    login::admin(&state, &headers).await?;
+    let Path(name) = name?;
+    let Json(request) = request?;
+    let selection = match (request.ids, request.all) {
+        (Some(_), true) => return Err(ApiError::bad_request("give either ids or all, not both")),
+        (None, false) => {
+            return Err(ApiError::bad_request(
+                "say which messages: ids [..] or all: true",
+            ))
+        }
+        (Some(ids), false) if ids.is_empty() || ids.len() > MAX_MOVE_IDS => {
+            return Err(ApiError::bad_request(format!(
+                "{} ids: give 1 to {MAX_MOVE_IDS}",
+                ids.len()
+            )))
+        }
+        (Some(ids), false) => Selection::Ids(ids),
+        (None, true) => Selection::All {
+            after: request.after.unwrap_or(0).max(0),
+        },
+    };
+    let max = page_limit(request.max, MAX_MOVE_ALL, MAX_MOVE_ALL)?;
+    let from = existing_queue(&state, &name).await?;
+    let to = match &request.to {
+        Some(to) => Some(key_of("queue", to)?),
+        None => None,
+    };
+    if to.as_ref() == Some(&from) {
+        return Err(ApiError::bad_request(format!(
+            "{from} is the queue the messages are in"
+        )));
+    }
+    let report = state
+        .broker
+        .move_messages(&from, to.clone(), selection, max)
+        .await?;
+    tracing::info!(from = %from, to = ?to.map(|k| k.to_string()), moved = report.taken, failed = report.failed, "messages moved through the admin API");
+    Ok(Json(report))
 }

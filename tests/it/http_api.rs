@@ -642,7 +642,171 @@ async fn users_need_a_login_and_changes_the_admin_group(t: TestStore) {
     .await
     .unwrap();
     assert_eq!(metrics.0, 200);
-    assert!(metrics.1.contains("ebb_memory_usage_bytes"), "{}", metrics.1);
+    assert!(
+        metrics.1.contains("ebb_memory_usage_bytes"),
+        "{}",
+        metrics.1
+    );
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+/// A purge deletes what waits (stored and non-persistent) and leaves what a consumer
+/// holds; the consumer's acks then delete the rest, and nothing more is delivered.
+async fn purge_deletes_what_waits_and_leaves_what_a_consumer_holds(t: TestStore) {
+    let (b, server, base) = http_server(&t, |_| {}).await;
+    let queue = "queue://api.purge";
+    let mut consumer = b
+        .subscribe(
+            queue,
+            SubscribeOptions::non_durable()
+                .prefetch(2)
+                .ack(ebb::AckMode::Client),
+        )
+        .await
+        .unwrap();
+    for i in 0..10 {
+        b.send(queue, Message::new(format!("p{i}"))).await.unwrap();
+    }
+    for i in 0..2 {
+        b.send(queue, Message::new(format!("n{i}")).persistent(false))
+            .await
+            .unwrap();
+    }
+    let held = [
+        next_within(&mut consumer, 10_000).await.expect("delivered"),
+        next_within(&mut consumer, 10_000).await.expect("delivered"),
+    ];
+    let purged = call(
+        "POST",
+        format!("{base}/api/v1/queues/api.purge/purge"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(purged.status, 200, "{}", purged.json);
+    assert_eq!(
+        purged.json["taken"], 10,
+        "8 stored + 2 non-persistent: {}",
+        purged.json
+    );
+    assert_eq!(purged.json["in_flight"], 2, "{}", purged.json);
+    assert_eq!(b.store().count_messages(queue).await.unwrap(), 2);
+    for m in &held {
+        consumer.ack(m).await.unwrap();
+    }
+    wait_rows(&b, queue, 0).await;
+    assert!(
+        next_within(&mut consumer, 500).await.is_none(),
+        "a purged message was delivered"
+    );
+    let unknown = call(
+        "POST",
+        format!("{base}/api/v1/queues/api.never/purge"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.json);
+    drop(consumer);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+/// Dead letters (as the queue writes them: `originalDestination`, the cause) move
+/// back by id, then all the rest; each arrives once in its original queue without
+/// the dead-letter headers; the DLQ ends empty; ids not in it are counted `gone`;
+/// `to` moves elsewhere.
+async fn dead_letters_move_back_exactly_once(t: TestStore) {
+    let (b, server, base) = http_server(&t, |_| {}).await;
+    let dlq = "queue://DLQ.api.jobs";
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let letter = Message::new(format!("job {i}"))
+            .header("originalDestination", "/queue/api.jobs")
+            .header("dlqDeliveryFailureCause", "delivery failed 7 times")
+            .header("n", i.to_string());
+        ids.push(b.send(dlq, letter).await.unwrap().store_id.unwrap());
+    }
+    let url = format!("{base}/api/v1/queues/DLQ.api.jobs/move");
+    let by_id = call(
+        "POST",
+        url.clone(),
+        Some(&format!(r#"{{"ids": [{}, {}, 999999]}}"#, ids[1], ids[3])),
+        None,
+    )
+    .await;
+    assert_eq!(by_id.status, 200, "{}", by_id.json);
+    assert_eq!(
+        (&by_id.json["taken"], &by_id.json["gone"]),
+        (&Value::from(2), &Value::from(1))
+    );
+    let mut jobs = b
+        .subscribe("queue://api.jobs", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let m = next_within(&mut jobs, 10_000).await.expect("moved back");
+        assert_eq!(m.header("originalDestination"), None);
+        assert_eq!(m.header("dlqDeliveryFailureCause"), None);
+        got.push(m.header("n").unwrap().to_string());
+        jobs.ack(&m).await.unwrap();
+    }
+    assert_eq!(got, ["1", "3"]);
+    assert_eq!(b.store().count_messages(dlq).await.unwrap(), 3);
+
+    let elsewhere = call(
+        "POST",
+        url.clone(),
+        Some(&format!(r#"{{"ids": [{}], "to": "api.parking"}}"#, ids[0])),
+        None,
+    )
+    .await;
+    assert_eq!(elsewhere.json["taken"], 1, "{}", elsewhere.json);
+    assert_eq!(
+        b.store()
+            .count_messages("queue://api.parking")
+            .await
+            .unwrap(),
+        1
+    );
+
+    let rest = call("POST", url.clone(), Some(r#"{"all": true}"#), None).await;
+    assert_eq!(rest.status, 200, "{}", rest.json);
+    assert_eq!(
+        (&rest.json["taken"], &rest.json["next"]),
+        (&Value::from(2), &Value::Null)
+    );
+    for _ in 0..2 {
+        let m = next_within(&mut jobs, 10_000).await.expect("moved back");
+        got.push(m.header("n").unwrap().to_string());
+        jobs.ack(&m).await.unwrap();
+    }
+    assert_eq!(got, ["1", "3", "2", "4"]);
+    assert!(
+        next_within(&mut jobs, 300).await.is_none(),
+        "each moved once"
+    );
+    assert_eq!(b.store().count_messages(dlq).await.unwrap(), 0);
+    for (body, says) in [
+        (r#"{}"#, "say which messages"),
+        (r#"{"ids": [1], "all": true}"#, "not both"),
+        (r#"{"ids": []}"#, "0 ids"),
+        (
+            r#"{"all": true, "to": "DLQ.api.jobs"}"#,
+            "the queue the messages are in",
+        ),
+    ] {
+        let refused = call("POST", url.clone(), Some(body), None).await;
+        assert_eq!(refused.status, 400, "{body}: {}", refused.json);
+        assert!(
+            refused.json["error"].as_str().unwrap().contains(says),
+            "{body}: {}",
+            refused.json
+        );
+    }
+    drop(jobs);
     server.stop().await;
     b.shutdown().await.unwrap();
 }
@@ -770,4 +934,6 @@ on_every_backend!(
     bad_input_gets_a_4xx_with_a_json_error,
     users_need_a_login_and_changes_the_admin_group,
     stomp_over_websocket_carries_the_same_sessions,
+    purge_deletes_what_waits_and_leaves_what_a_consumer_holds,
+    dead_letters_move_back_exactly_once,
 );
