@@ -811,6 +811,136 @@ async fn dead_letters_move_back_exactly_once(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// Every message of a queue, in id order: `(store id, message id)`, read in
+/// bounded pages.
+async fn stored(b: &ebb::Broker, queue: &str) -> Vec<(i64, String)> {
+    let mut all = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = b.browse(queue, after, 1000).await.unwrap();
+        let Some(last) = page.last() else { return all };
+        after = last.store_id;
+        all.extend(page.into_iter().map(|m| (m.store_id, m.message_id)));
+    }
+}
+
+/// `ebb serve` is SIGKILLed while it moves 3,000 dead letters back: after a restart
+/// every message is in exactly one of the two queues (none in both, none in
+/// neither), and a second retry moves the rest.
+async fn a_retry_killed_midway_loses_and_doubles_nothing(t: TestStore) {
+    const N: usize = 3_000;
+    let dlq = "queue://DLQ.kill.jobs";
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let letters = (0..N).map(|i| {
+        Message::new(format!("job {i}")).header("originalDestination", "/queue/kill.jobs")
+    });
+    for sent in b.send_all(dlq, letters).await {
+        sent.unwrap();
+    }
+    let before: Vec<String> = stored(&b, dlq)
+        .await
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect();
+    assert_eq!(before.len(), N);
+    b.shutdown().await.unwrap();
+
+    let serve = |t: &TestStore| {
+        let mut args = vec![
+            "serve".to_string(),
+            "--store".into(),
+            t.url.clone(),
+            "--stomp".into(),
+            "127.0.0.1:0".into(),
+            "--http".into(),
+            "127.0.0.1:0".into(),
+        ];
+        if let Some(schema) = &t.options.schema {
+            let config = std::env::temp_dir().join(format!("ebb-kill-{schema}.toml"));
+            std::fs::write(&config, format!("[store]\nschema = \"{schema}\"\n")).unwrap();
+            args.extend(["--config".into(), config.display().to_string()]);
+        }
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("ebb serve starts");
+        let stdout = child.stdout.take().unwrap();
+        async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            let addr = loop {
+                let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+                    .await
+                    .expect("ebb serve prints its HTTP address")
+                    .unwrap()
+                    .expect("ebb serve ended early");
+                if let Some(rest) = line.split("HTTP on http://").nth(1) {
+                    break rest.split(' ').next().unwrap().to_string();
+                }
+            };
+            (child, format!("http://{addr}"))
+        }
+    };
+    let (mut child, base) = serve(&t).await;
+    let url = format!("{base}/api/v1/queues/DLQ.kill.jobs/move");
+    // The call ends with the process (its answer is lost): only the rows count.
+    let retry = tokio::spawn(async move {
+        let _ = tokio::task::spawn_blocking(move || {
+            ureq::post(&url)
+                .set("Content-Type", "application/json")
+                .send_string(r#"{"all": true}"#)
+        })
+        .await;
+    });
+    // Kill it once some messages have moved.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let view = call("GET", format!("{base}/api/v1/queues/kill.jobs"), None, None).await;
+        if view.status == 200 && view.json["queue_size"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no message moved: {}",
+            view.json
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    retry.abort();
+
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let left = stored(&b, dlq).await;
+    let moved = stored(&b, "queue://kill.jobs").await;
+    assert!(
+        !moved.is_empty() && !left.is_empty(),
+        "killed midway: {} moved, {} left",
+        moved.len(),
+        left.len()
+    );
+    let mut all: Vec<String> = left
+        .iter()
+        .chain(&moved)
+        .map(|(_, id)| id.clone())
+        .collect();
+    all.sort();
+    let mut expected = before.clone();
+    expected.sort();
+    assert_eq!(all, expected, "every message in exactly one queue");
+    let rest = b
+        .move_messages(dlq, None, ebb::admin::Selection::All { after: 0 }, 10_000)
+        .await
+        .unwrap();
+    assert_eq!(rest.taken as usize, left.len());
+    assert_eq!(stored(&b, "queue://kill.jobs").await.len(), N);
+    assert!(stored(&b, dlq).await.is_empty());
+    b.shutdown().await.unwrap();
+}
+
 /// A WebSocket STOMP client (`v12.stomp`) subscribes at `/stomp`; what a TCP client
 /// sends reaches it; its receipts and ERRORs work as over TCP; the connection limits
 /// count both transports.
@@ -936,4 +1066,5 @@ on_every_backend!(
     stomp_over_websocket_carries_the_same_sessions,
     purge_deletes_what_waits_and_leaves_what_a_consumer_holds,
     dead_letters_move_back_exactly_once,
+    a_retry_killed_midway_loses_and_doubles_nothing,
 );
