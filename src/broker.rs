@@ -998,6 +998,7 @@ impl Broker {
     /// tasks that are not `Send` (a STOMP connection's): a transport that accepts on
     /// another executor (the HTTP server's WebSocket upgrades) hands its connections
     /// over this way.
+    #[cfg(feature = "http")]
     pub(crate) fn spawn_on_system(&self, start: impl FnOnce() + Send + 'static) {
         self.runtime.arbiter().spawn_fn(start);
     }

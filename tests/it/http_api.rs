@@ -892,6 +892,8 @@ async fn a_retry_killed_midway_loses_and_doubles_nothing(t: TestStore) {
             ureq::post(&url)
                 .set("Content-Type", "application/json")
                 .send_string(r#"{"all": true}"#)
+                .map(drop)
+                .map_err(|e| e.to_string())
         })
         .await;
     });
