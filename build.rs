@@ -1,10 +1,18 @@
 // The PostgreSQL test variants run when EBB_TEST_POSTGRES_URL is set, the stomp.py
-// tests when EBB_TEST_PYTHON is (both always under CI), the disk-full tests as root
+// tests when EBB_TEST_PYTHON is, the browser test when EBB_TEST_CHROMIUM is, the stomp.js test when
+// EBB_TEST_NODE_MODULES is (all
+// always under CI), the disk-full tests as root
 // (they mount a tmpfs; always under CI).
 include!("build/test_services.rs");
 
 fn main() {
     test_service("EBB_TEST_POSTGRES_URL", "ebb_test_postgres", "PostgreSQL");
     test_service("EBB_TEST_PYTHON", "ebb_test_python", "stomp.py");
+    test_service(
+        "EBB_TEST_CHROMIUM",
+        "ebb_test_chromium",
+        "browser (Chromium)",
+    );
+    test_service("EBB_TEST_NODE_MODULES", "ebb_test_node", "stomp.js (Node)");
     test_root("ebb_test_root");
 }

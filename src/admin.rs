@@ -163,8 +163,12 @@ impl Broker {
             .collect();
         let store = self.store();
         let with_messages = store.list_containers(after, "\u{7f}", limit as u32).await?;
+        // Topics holding durable subscriptions, from the first container after
+        // `after` (no destination name holds a control character, so `after` + U+0001
+        // sorts below every longer name that starts with `after`).
+        let topics_from = std::cmp::max(below_key("topic://"), format!("{after}\u{1}"));
         let subscriptions = store
-            .list_subscriptions_between(&below_key("topic://"), "topic:/\u{7f}", None, limit as u32)
+            .list_subscriptions_between(&topics_from, "topic:/\u{7f}", None, limit as u32)
             .await?;
         // Each stored listing is complete only up to its last key when it came back
         // full: the page ends at the lowest such horizon.
@@ -358,8 +362,8 @@ impl Broker {
     /// at most `max` messages are looked at (in pages of [`TAKE_PAGE`]); `next` says
     /// where to go on.
     ///
-    /// Errors: [`Error::InvalidDestination`] (a topic, a bad name, more than
-    /// [`MAX_MOVE_IDS`] ids), a store error.
+    /// Errors: [`Error::InvalidDestination`] (a topic, a bad name), [`Error::Actor`]
+    /// for more than [`MAX_MOVE_IDS`] ids, a store error.
     pub async fn move_messages(
         &self,
         from: impl ToDestination,
@@ -382,10 +386,10 @@ impl Broker {
         match selection {
             Selection::Ids(ids) => {
                 if ids.len() > MAX_MOVE_IDS {
-                    return Err(Error::InvalidDestination {
-                        name: from.container(),
-                        reason: "at most 1000 ids are moved in one call",
-                    });
+                    return Err(Error::Actor(ebb_actors::ActorError::Invalid(format!(
+                        "{} ids: at most {MAX_MOVE_IDS} are moved in one call",
+                        ids.len()
+                    ))));
                 }
                 for chunk in ids.chunks(TAKE_PAGE as usize) {
                     let page = queue

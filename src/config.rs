@@ -56,6 +56,8 @@ pub struct FileConfig {
     /// `[http]`: the HTTP server (metrics, health, admin API, STOMP over WebSocket).
     #[serde(default)]
     pub http: HttpSection,
+    /// `[tls]`: the certificate for `[stomp] ssl_listen` and `[http] tls`.
+    pub tls: Option<TlsSection>,
     /// Users (`[[users]]`: login, password_hash from `ebb passwd`, groups). With any,
     /// CONNECT must log in.
     #[serde(default)]
@@ -76,6 +78,22 @@ pub struct HttpSection {
     /// The group whose users may change things through the admin API (send, remove a
     /// subscription...); default `admin`. Reading needs any configured user.
     pub admin_group: Option<String>,
+    /// Serve `https` and `wss` with the certificate of `[tls]` instead of plain HTTP.
+    pub tls: Option<bool>,
+}
+
+/// `[tls]`: the certificate of the TLS listeners (`[stomp] ssl_listen`, `[http] tls`),
+/// PEM files.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// The server's certificate chain, PEM (leaf first).
+    pub cert_file: std::path::PathBuf,
+    /// Its private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: std::path::PathBuf,
+    /// With it, clients must present a certificate this CA (PEM) signed (mutual TLS),
+    /// on top of STOMP's login.
+    pub client_ca_file: Option<std::path::PathBuf>,
 }
 
 /// `[store]`.
@@ -96,6 +114,9 @@ pub struct StoreSection {
 pub struct StompSection {
     /// `host:port` to listen on (default `127.0.0.1:61613`).
     pub listen: Option<String>,
+    /// `host:port` of a second listener for STOMP over TLS (ActiveMQ's `stomp+ssl`,
+    /// usually port 61614), with the certificate of `[tls]`; off without it.
+    pub ssl_listen: Option<String>,
     /// Largest frame accepted, bytes or with a unit (`10mb`); default 10 MiB, at least
     /// `1kb`.
     pub max_frame_size: Option<ByteSize>,

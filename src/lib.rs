@@ -21,7 +21,8 @@
 //! | transport | [`transport`] | STOMP over TCP: a typed [`transport::command`] parsed from each frame, a [`transport::session`] that applies commands to [`Broker`], and the socket loop ([`transport::connection`]) |
 //! | configuration | [`config`], [`auth`] | the TOML file, users and rights by destination pattern |
 //! | operators' views | [`stats`], [`metrics`], [`process`], [`admin`] | snapshots ([`Broker::stats`]), Prometheus metrics (the recorder behind the `prometheus` feature), the process's memory, the admin calls (destinations and durable subscriptions in bounded pages, a store ping) |
-//! | HTTP | `http` (feature `http`, part of `cli`) | one axum server: `/metrics`, `/healthz`, `/readyz`, the JSON admin API over [`admin`] and [`Broker`], STOMP over WebSocket through the same [`transport::connection`] as TCP |
+//! | HTTP | `http` (feature `http`, part of `cli`) | one axum server: `/metrics`, `/healthz`, `/readyz`, the JSON admin API over [`admin`] and [`Broker`], the web console (a static page over that API), STOMP over WebSocket through the same [`transport::connection`] as TCP |
+//! | TLS | `tls` (feature `tls`, part of `cli`) | rustls acceptors from PEM files: STOMP over TLS (a second listener) and `https`/`wss` |
 //! | tools | `cli` | the `ebb` binary's commands (`serve`, `stat`, `soak`, `passwd`, `check`), behind the default `cli` feature; nothing outside it imports from it |
 //!
 //! An embedder who writes `ebb = { default-features = false }` compiles none of the
@@ -177,6 +178,8 @@ pub mod stats;
 pub mod stomp;
 #[cfg(feature = "test-util")]
 pub mod test_util;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod transport;
 
 pub use broker::{

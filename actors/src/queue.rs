@@ -1036,109 +1036,149 @@ impl Handler<TakeMessages> for QueueActor {
         Box::pin(read.into_actor(self).then(move |result, act, _| {
             let (rows, next, missing) = match result {
                 Ok(read) => read,
-                Err(e) => return futures::future::Either::Left(fut::ready(Err(ActorError::from(e)))),
+                Err(e) => {
+                    return futures::future::Either::Left(fut::ready(Err(ActorError::from(e))))
+                }
             };
             page.next = next;
             page.gone += missing;
             let taken = act.take_rows(rows, &mut page);
             let (store, container) = (act.core.store.clone(), act.core.container.clone());
-            let here = act.core.key.clone();
-            let dead_letters = act.dead_letters.clone();
+            let (here, route) = (act.core.key.clone(), act.dead_letters.clone());
             let work = async move {
                 match action {
-                    TakeAction::Delete => {
-                        let ids: Vec<i64> = taken.iter().map(|t| t.row.id).collect();
-                        let result = if ids.is_empty() {
-                            Ok(0)
-                        } else {
-                            store.remove(container, ids).await
-                        };
-                        match result {
-                            Ok(n) => (taken.into_iter().map(|t| (t, Ok(Some(0)))).collect(), Some(n), None),
-                            Err(e) => {
-                                let why = e.to_string();
-                                (taken.into_iter().map(|t| (t, Err(why.clone()))).collect(), None, Some(e))
-                            }
-                        }
-                    }
-                    TakeAction::Move(to) => {
-                        let mut outcomes = Vec::with_capacity(taken.len());
-                        for t in taken {
-                            let target = match &to {
-                                Some(key) => Ok(key.clone()),
-                                None => t
-                                    .row
-                                    .payload
-                                    .headers
-                                    .iter()
-                                    .find(|(name, _)| name == DLQ_ORIGIN_HEADER)
-                                    .ok_or_else(|| format!("message {} has no {DLQ_ORIGIN_HEADER} header", t.row.id))
-                                    .and_then(|(_, origin)| DestinationKey::parse(origin).map_err(|e| e.to_string())),
-                            };
-                            let target = target.and_then(|key| match key.kind() {
-                                crate::destination::DestinationKind::Queue if key != here => Ok(key),
-                                crate::destination::DestinationKind::Queue => Err(format!("{key} is the queue it is in")),
-                                _ => Err(format!("{key} is not a queue")),
-                            });
-                            let outcome = match (target, &dead_letters) {
-                                (Err(why), _) => Err(why),
-                                (Ok(_), None) => Err("this queue cannot reach other queues".to_string()),
-                                (Ok(to), Some(route)) => {
-                                    let letter = AcceptDeadLetter {
-                                        from: here.clone(),
-                                        from_id: t.row.id,
-                                        message: Self::retry_copy(&t.row),
-                                    };
-                                    match route.send(RouteDeadLetter { to, letter }).await {
-                                        Ok(Ok(moved)) => Ok(moved),
-                                        Ok(Err(e)) => Err(e.to_string()),
-                                        Err(e) => Err(e.to_string()),
-                                    }
-                                }
-                            };
-                            outcomes.push((t, outcome));
-                        }
-                        (outcomes, None, None)
-                    }
+                    TakeAction::Delete => delete_taken(&store, container, taken).await,
+                    TakeAction::Move(to) => (move_taken(taken, to, here, route).await, Ok(None)),
                 }
             };
-            futures::future::Either::Right(work.into_actor(act).map(move |(outcomes, deleted, delete_error), act, ctx| {
-                let mut gone_ids = Vec::new();
-                for (t, outcome) in outcomes {
-                    match outcome {
-                        Ok(Some(_)) => {
-                            page.taken += 1;
-                            gone_ids.push(t.row.id);
-                        }
-                        Ok(None) => {
-                            page.gone += 1;
-                            gone_ids.push(t.row.id);
-                        }
-                        Err(why) => {
-                            page.failed += 1;
-                            tracing::warn!(queue = %act.core.container, id = t.row.id, %why, "message left in place");
-                            act.untake(t);
-                        }
-                    }
-                }
-                // A purge's count is the rows the store deleted (a row acked meanwhile
-                // counts 0).
-                if let Some(n) = deleted {
-                    let asked = gone_ids.len() as u64;
-                    page.taken = page.taken - asked + n;
-                    page.gone += asked - n;
-                }
-                act.cursor.deleted(&gone_ids);
-                act.dispatch(ctx);
-                // A purge page's delete is one write: when the store refused it, the
-                // call fails (nothing of the page was deleted).
-                match delete_error {
-                    Some(e) => Err(e),
-                    None => Ok(page),
-                }
-            }))
+            futures::future::Either::Right(work.into_actor(act).map(
+                move |(outcomes, deleted), act, ctx| act.finish_take(page, outcomes, deleted, ctx),
+            ))
         }))
     }
+}
+
+/// What became of one taken message: moved or deleted (`Ok(Some(_))`), already gone
+/// (`Ok(None)`), or left in place with the reason (`Err`).
+type TakeOutcome = (Taken, Result<Option<i64>, String>);
+
+impl QueueActor {
+    /// Counts a [`TakeMessages`] page's outcomes, puts back what failed and tells the
+    /// cursor which rows are gone. `deleted` is a purge page's one delete: the rows
+    /// it deleted, or its error (the call's error: nothing of the page was deleted).
+    fn finish_take(
+        &mut self,
+        mut page: TakenPage,
+        outcomes: Vec<TakeOutcome>,
+        deleted: Result<Option<u64>, ActorError>,
+        ctx: &mut Context<Self>,
+    ) -> Result<TakenPage, ActorError> {
+        let mut gone_ids = Vec::new();
+        for (taken, outcome) in outcomes {
+            match outcome {
+                Ok(Some(_)) => {
+                    page.taken += 1;
+                    gone_ids.push(taken.row.id);
+                }
+                Ok(None) => {
+                    page.gone += 1;
+                    gone_ids.push(taken.row.id);
+                }
+                Err(why) => {
+                    page.failed += 1;
+                    tracing::warn!(queue = %self.core.container, id = taken.row.id, %why, "message left in place");
+                    self.untake(taken);
+                }
+            }
+        }
+        // A purge counts the rows the store deleted (a row acked meanwhile counts 0).
+        if let Ok(Some(n)) = deleted {
+            let asked = gone_ids.len() as u64;
+            page.taken = page.taken - asked + n;
+            page.gone += asked - n;
+        }
+        self.cursor.deleted(&gone_ids);
+        self.dispatch(ctx);
+        deleted.map(|_| page)
+    }
+}
+
+/// A purge page's delete: one write of every taken row.
+async fn delete_taken(
+    store: &StoreHandle,
+    container: String,
+    taken: Vec<Taken>,
+) -> (Vec<TakeOutcome>, Result<Option<u64>, ActorError>) {
+    let ids: Vec<i64> = taken.iter().map(|t| t.row.id).collect();
+    if ids.is_empty() {
+        return (Vec::new(), Ok(Some(0)));
+    }
+    match store.remove(container, ids).await {
+        Ok(n) => (
+            taken.into_iter().map(|t| (t, Ok(Some(0)))).collect(),
+            Ok(Some(n)),
+        ),
+        Err(e) => {
+            let why = e.to_string();
+            let outcomes = taken.into_iter().map(|t| (t, Err(why.clone()))).collect();
+            (outcomes, Err(e))
+        }
+    }
+}
+
+/// A move page: each taken message to `to`, or to the queue its
+/// `originalDestination` names, through the registry (`route`), one store
+/// transaction each ([`AcceptDeadLetter`]).
+async fn move_taken(
+    taken: Vec<Taken>,
+    to: Option<DestinationKey>,
+    here: DestinationKey,
+    route: Option<Recipient<RouteDeadLetter>>,
+) -> Vec<TakeOutcome> {
+    let mut outcomes = Vec::with_capacity(taken.len());
+    for t in taken {
+        let target = match &to {
+            Some(key) => Ok(key.clone()),
+            None => original_destination(&t.row),
+        };
+        let target = target.and_then(|key| match key.kind() {
+            crate::destination::DestinationKind::Queue if key != here => Ok(key),
+            crate::destination::DestinationKind::Queue => {
+                Err(format!("{key} is the queue it is in"))
+            }
+            _ => Err(format!("{key} is not a queue")),
+        });
+        let outcome = match (target, &route) {
+            (Err(why), _) => Err(why),
+            (Ok(_), None) => Err("this queue cannot reach other queues".to_string()),
+            (Ok(to), Some(route)) => {
+                let letter = AcceptDeadLetter {
+                    from: here.clone(),
+                    from_id: t.row.id,
+                    message: QueueActor::retry_copy(&t.row),
+                };
+                match route.send(RouteDeadLetter { to, letter }).await {
+                    Ok(Ok(moved)) => Ok(moved),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        };
+        outcomes.push((t, outcome));
+    }
+    outcomes
+}
+
+/// The queue a dead letter's `originalDestination` header names.
+fn original_destination(row: &ebb_store::StoredMessage) -> Result<DestinationKey, String> {
+    let (_, origin) = row
+        .payload
+        .headers
+        .iter()
+        .find(|(name, _)| name == DLQ_ORIGIN_HEADER)
+        .ok_or_else(|| format!("message {} has no {DLQ_ORIGIN_HEADER} header", row.id))?;
+    DestinationKey::parse(origin)
+        .map_err(|e| format!("{DLQ_ORIGIN_HEADER} `{origin}`: {}", e.reason))
 }
 
 impl Handler<AcceptDeadLetter> for QueueActor {

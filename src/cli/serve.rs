@@ -21,6 +21,10 @@ pub struct ServeArgs {
     /// STOMP listen address [default: 127.0.0.1:61613]
     #[arg(long)]
     pub stomp: Option<String>,
+    /// Also listen for STOMP over TLS on ADDR (ActiveMQ's stomp+ssl, usually port
+    /// 61614), with the certificate of `[tls]`; also `[stomp] ssl_listen`.
+    #[arg(long, value_name = "ADDR")]
+    pub stomp_ssl: Option<String>,
     /// Configuration file (TOML); flags override it.
     #[arg(long)]
     pub config: Option<std::path::PathBuf>,
@@ -48,6 +52,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     let ServeArgs {
         store,
         stomp,
+        stomp_ssl,
         config,
         allow_anonymous,
         http,
@@ -99,6 +104,43 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         Some((text, from)) => Some(resolve(&text, &from, "HTTP").await?),
         None => None,
     };
+    let ssl_addr = match (stomp_ssl, &file.stomp.ssl_listen) {
+        (Some(addr), _) => Some((addr, " (from --stomp-ssl)".to_string())),
+        (None, Some(addr)) => Some((addr.clone(), from_file("[stomp] ssl_listen"))),
+        (None, None) => None,
+    };
+    let ssl_addr = match ssl_addr {
+        Some((text, from)) => Some(resolve(&text, &from, "STOMP over TLS").await?),
+        None => None,
+    };
+    let http_tls = file.http.tls == Some(true);
+    // The certificate, read and checked before anything listens.
+    let tls_for = |what: &str, alpn: &[&[u8]]| -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+        let files = file.tls.as_ref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "{what} needs a certificate: cert_file and key_file under [tls]{}",
+                config.as_ref().map_or(
+                    " in a configuration file (--config)".to_string(),
+                    |p| format!(" in {}", p.display())
+                )
+            )
+        })?;
+        files
+            .acceptor(alpn)
+            .map_err(|e| anyhow::anyhow!("[tls]{}: {e}", from_file("[tls]")))
+    };
+    let ssl_acceptor = match ssl_addr {
+        Some(_) => Some(tls_for("STOMP over TLS", &[])?),
+        None => None,
+    };
+    let http_acceptor = match (http_tls, http_addr) {
+        (true, Some(_)) => Some(tls_for("[http] tls", &[b"http/1.1"])?),
+        (true, None) => anyhow::bail!(
+            "[http] tls = true{} needs an HTTP address: [http] listen or --http",
+            from_file("[http] tls")
+        ),
+        (false, _) => None,
+    };
     let security = file.security();
     if !addr.ip().is_loopback() && !security.requires_login() && !allow_anonymous {
         anyhow::bail!(
@@ -106,6 +148,15 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
              configured, so anyone who reaches it could send and subscribe; pass \
              --allow-anonymous to do it anyway"
         );
+    }
+    if let Some(ssl) = ssl_addr {
+        if !ssl.ip().is_loopback() && !security.requires_login() && !allow_anonymous {
+            anyhow::bail!(
+                "refusing to listen on {ssl}: it is not a loopback address and no users are \
+                 configured, so anyone who reaches it could send and subscribe; pass \
+                 --allow-anonymous to do it anyway"
+            );
+        }
     }
     if let Some(http) = http_addr {
         if !http.ip().is_loopback() && !security.requires_login() && !allow_anonymous {
@@ -234,12 +285,19 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
                     .clone()
                     .unwrap_or_else(|| crate::http::ADMIN_GROUP.to_string()),
                 stomp: Some(connection.clone()),
+                connections: connection.connections.clone(),
                 readiness: readiness.clone(),
                 max_body_bytes: connection.limits.max_frame_bytes,
+                tls: http_acceptor,
             };
             let server = crate::http::HttpServer::start(options, broker.clone()).await?;
+            let (http, ws) = if http_tls {
+                ("https", "wss")
+            } else {
+                ("http", "ws")
+            };
             println!(
-                "ebb: HTTP on http://{0} (admin API /api/v1, STOMP over ws://{0}/stomp)",
+                "ebb: HTTP on {http}://{0} (console /console, admin API /api/v1, STOMP over {ws}://{0}/stomp)",
                 server.local_addr()
             );
             Some(server)
@@ -248,6 +306,22 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     };
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let ssl_accept = match (ssl_addr, ssl_acceptor) {
+        (Some(addr), Some(acceptor)) => {
+            let ssl = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (STOMP over TLS): {e}"))?;
+            println!("ebb: STOMP over TLS on {}", ssl.local_addr()?);
+            Some(actix_rt::spawn(crate::transport::listener::run_tls(
+                ssl,
+                acceptor,
+                broker.clone(),
+                connection.clone(),
+                stop_rx.clone(),
+            )))
+        }
+        _ => None,
+    };
     let accept = actix_rt::spawn(crate::transport::listener::run(
         listener,
         broker.clone(),
@@ -265,6 +339,9 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     });
     let _ = stop_tx.send(true);
     let _ = accept.await;
+    if let Some(ssl_accept) = ssl_accept {
+        let _ = ssl_accept.await;
+    }
     if let Some(http) = http {
         http.stop().await;
     }

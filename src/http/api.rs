@@ -18,6 +18,8 @@
 //! | `GET /api/v1/topics/NAME/subscriptions/CLIENT/SUB/messages?after=ID&limit=N&body=full` | a page of what that subscription has not acked |
 //! | `POST /api/v1/queues/NAME/messages`, `POST /api/v1/topics/NAME/messages` | sends one message ([`SendRequest`]); `201` with its ids once it is accepted (stored when persistent) |
 //! | `DELETE /api/v1/topics/NAME/subscriptions/CLIENT/SUB` | removes an offline durable subscription: `204`; `404` unknown; `409` while a consumer is attached |
+//! | `GET /api/v1/connections?after=SESSION&limit=N` | the STOMP connections open now (TCP and WebSocket): session id, address, transport, since when, login, client id, subscriptions |
+//! | `DELETE /api/v1/connections/SESSION` | closes one (the client gets an ERROR saying an operator closed it): `204`, `404` when it is not open |
 //! | `POST /api/v1/queues/NAME/purge` | deletes every waiting message ([`crate::Broker::purge_queue`]); answers a [`TakeReport`] |
 //! | `POST /api/v1/queues/NAME/move` | moves messages ([`MoveRequest`], [`crate::Broker::move_messages`]): to `to`, or each back to its `originalDestination` (a DLQ retry); answers a [`TakeReport`] |
 //!
@@ -140,6 +142,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/topics/:name/messages", axum::routing::post(send_topic))
         .route("/queues/:name/purge", axum::routing::post(purge))
         .route("/queues/:name/move", axum::routing::post(move_messages))
+        .route("/connections", get(connections))
+        .route("/connections/:session", delete(close_connection))
         .route("/topics/:name/subscriptions", get(subscriptions))
         .route(
             "/topics/:name/subscriptions/:client_id/:subscription",
@@ -167,6 +171,8 @@ async fn index(State(state): State<AppState>, headers: HeaderMap) -> Result<Resp
         "GET /api/v1/topics/NAME/subscriptions?after=CLIENT/NAME&limit=N",
         "GET /api/v1/topics/NAME/subscriptions/CLIENT/SUB/messages?after=ID&limit=N&body=full",
         "DELETE /api/v1/topics/NAME/subscriptions/CLIENT/SUB",
+        "GET /api/v1/connections?after=SESSION&limit=N",
+        "DELETE /api/v1/connections/SESSION",
     ];
     Ok(Json(serde_json::json!({ "version": 1, "routes": routes })).into_response())
 }
@@ -176,7 +182,7 @@ async fn broker(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
     login::caller(&state, &headers).await?;
     let usage = state.broker.usage();
     let (lag, waiting) = state.broker.housekeeping_lag();
-    let running = state.broker.list_destinations(None, 1).await;
+    let store = state.broker.ping_store().await;
     let body = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "shut_down": state.broker.is_shut_down(),
@@ -193,7 +199,7 @@ async fn broker(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
             "process_resident_bytes": crate::process::resident_bytes(),
             "process_peak_resident_bytes": crate::process::peak_resident_bytes(),
         },
-        "store_reachable": running.is_ok(),
+        "store_reachable": store.is_ok(),
     });
     Ok(Json(body).into_response())
 }
@@ -696,4 +702,51 @@ async fn move_messages(
         .await?;
     tracing::info!(from = %from, to = ?to.map(|k| k.to_string()), moved = report.taken, failed = report.failed, "messages moved through the admin API");
     Ok(Json(report))
+}
+
+/// A page of connections.
+#[derive(Debug, Serialize)]
+pub struct ConnectionPage {
+    /// At most the limit asked for, in session-id order.
+    pub connections: Vec<crate::transport::connections::ConnectionInfo>,
+    /// The `after` of the next page, `null` at the end.
+    pub next: Option<String>,
+}
+
+/// `GET /api/v1/connections`.
+async fn connections(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Json<ConnectionPage>, ApiError> {
+    login::caller(&state, &headers).await?;
+    let Query(query) = query?;
+    let limit = page_limit(query.limit, MAX_ADMIN_PAGE, MAX_ADMIN_PAGE)? as usize;
+    let connections = state
+        .options
+        .connections
+        .list(query.after.as_deref(), limit);
+    let next = (connections.len() == limit)
+        .then(|| connections.last().map(|c| c.session.clone()))
+        .flatten();
+    Ok(Json(ConnectionPage { connections, next }))
+}
+
+/// `DELETE /api/v1/connections/SESSION`.
+async fn close_connection(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    session: Result<Path<String>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    login::admin(&state, &headers).await?;
+    let Path(session) = session?;
+    if state.options.connections.close(&session) {
+        tracing::info!(%session, "connection closed through the admin API");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no open connection {session}: GET /api/v1/connections lists them"),
+        ))
+    }
 }

@@ -7,6 +7,7 @@
 //! | `GET /healthz` | the process is up: always `200 {"status":"alive"}` | none |
 //! | `GET /readyz` | ready to serve: the broker is not shut down, its STOMP listeners are up ([`Readiness`]) and the store answers within [`READY_STORE_TIMEOUT`]; `200` or `503`, with each check | none |
 //! | `/api/v1/...` | the JSON admin API ([`api`]) | a configured user; changes need the admin group |
+//! | `GET /console` (and `/`) | the web console ([`CONSOLE_HTML`]): overview with usage and destinations refreshing every 2 s, a destination's counters, durable subscriptions and paged message browser, purge, DLQ retry, remove subscription, the connections page; every button asks for a confirmation | as the API |
 //! | `GET /stomp` | STOMP over WebSocket (`v12.stomp`, `v11.stomp`, `v10.stomp` subprotocols, [`ws`]) | STOMP's own CONNECT |
 //!
 //! **Who may call.** Without users in the configuration anyone who reaches the server
@@ -30,6 +31,10 @@ pub mod api;
 pub mod login;
 pub mod ws;
 
+/// The web console: one static page over the admin API (no build step, nothing
+/// fetched from elsewhere), served at `/console`.
+pub const CONSOLE_HTML: &str = include_str!("console.html");
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -45,6 +50,7 @@ use tokio::sync::watch;
 
 use crate::auth::Security;
 use crate::transport::connection::ConnectionConfig;
+use crate::transport::connections::Connections;
 use crate::{Broker, Error};
 
 /// How long `/readyz` waits for the store's answer before it reports not ready.
@@ -74,7 +80,7 @@ impl Readiness {
 }
 
 /// How the HTTP server is set up.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpOptions {
     /// Address to listen on; port 0 picks a free one ([`HttpServer::local_addr`]).
     pub listen: SocketAddr,
@@ -86,11 +92,19 @@ pub struct HttpOptions {
     /// STOMP over WebSocket at `/stomp`, with these connection settings (share the
     /// TCP listener's, so the connection limits count both); `None`: no `/stomp`.
     pub stomp: Option<ConnectionConfig>,
+    /// The STOMP connections the admin API lists and closes (the TCP listener's
+    /// [`ConnectionConfig::connections`]; WebSocket ones register in the registry of
+    /// `stomp`, normally the same).
+    pub connections: Connections,
     /// The listeners' flag `/readyz` reports.
     pub readiness: Readiness,
     /// Largest request body accepted, bytes (a message sent through the API); a
     /// larger one gets `413`. Default [`MAX_BODY_BYTES`].
     pub max_body_bytes: usize,
+    /// Serve `https` and `wss` with this acceptor instead of plain HTTP (the `tls`
+    /// feature; [`crate::tls::TlsFiles::acceptor`] with ALPN `http/1.1`).
+    #[cfg(feature = "tls")]
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl HttpOptions {
@@ -104,8 +118,11 @@ impl HttpOptions {
             security: Arc::default(),
             admin_group: ADMIN_GROUP.to_string(),
             stomp: None,
+            connections: Connections::default(),
             readiness,
             max_body_bytes: MAX_BODY_BYTES,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 }
@@ -144,6 +161,8 @@ impl HttpServer {
             .local_addr()
             .map_err(|e| Error::Http(e.to_string()))?;
         let body_limit = options.max_body_bytes;
+        #[cfg(feature = "tls")]
+        let tls = options.tls.clone();
         let state = AppState {
             broker: broker.clone(),
             options: Arc::new(options),
@@ -152,7 +171,21 @@ impl HttpServer {
         };
         let app = router(state, body_limit);
         let (stop, stop_rx) = watch::channel(false);
-        let mut until_stop = stop_rx.clone();
+        let refresh = tokio::spawn(crate::metrics::refresh_loop(
+            broker,
+            metrics,
+            stop_rx.clone(),
+        ));
+        #[cfg(feature = "tls")]
+        if let Some(acceptor) = tls {
+            let tasks = vec![
+                tokio::spawn(serve_tls(listener, acceptor, app, stop_rx)),
+                refresh,
+            ];
+            tracing::info!(http = %addr, "HTTPS on https://{addr} (/metrics, /healthz, /readyz, /api/v1, /console, wss /stomp)");
+            return Ok(Self { addr, stop, tasks });
+        }
+        let mut until_stop = stop_rx;
         let server = axum::serve(
             listener,
             app.into_make_service_with_connect_info::<SocketAddr>(),
@@ -166,9 +199,9 @@ impl HttpServer {
                     tracing::warn!(error = %e, "HTTP server stopped");
                 }
             }),
-            tokio::spawn(crate::metrics::refresh_loop(broker, metrics, stop_rx)),
+            refresh,
         ];
-        tracing::info!(http = %addr, "HTTP on http://{addr} (/metrics, /healthz, /readyz, /api/v1)");
+        tracing::info!(http = %addr, "HTTP on http://{addr} (/metrics, /healthz, /readyz, /api/v1, /console, ws /stomp)");
         Ok(Self { addr, stop, tasks })
     }
 
@@ -188,6 +221,67 @@ impl HttpServer {
     }
 }
 
+/// Accepts TLS connections until `stop` and serves each with `app` (HTTP/1.1, with
+/// upgrades for WebSocket); a handshake that fails or takes longer than
+/// [`crate::tls::HANDSHAKE_TIMEOUT`] drops the connection.
+#[cfg(feature = "tls")]
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    app: Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    use tower::ServiceExt;
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "HTTPS accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = until_stopped(&mut stop) => return,
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let tls =
+                match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                    .await
+                {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        return tracing::info!(%peer, error = %e, "HTTPS: TLS handshake failed")
+                    }
+                    Err(_) => return tracing::info!(%peer, "HTTPS: TLS handshake timed out"),
+                };
+            let app = app.map_request(
+                move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                    request
+                        .extensions_mut()
+                        .insert(axum::extract::ConnectInfo(peer));
+                    request
+                },
+            );
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let served =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            if let Err(e) = served {
+                tracing::debug!(%peer, error = %e, "HTTPS connection ended with an error");
+            }
+        });
+    }
+}
+
+/// Returns once `stop` says stopped (or its sender is gone).
+#[cfg(feature = "tls")]
+async fn until_stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
+}
+
 /// Every route, with the JSON answers for unknown routes and methods.
 fn router(state: AppState, body_limit: usize) -> Router {
     Router::new()
@@ -195,6 +289,11 @@ fn router(state: AppState, body_limit: usize) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/stomp", get(ws::upgrade))
+        .route(
+            "/",
+            get(|| async { axum::response::Redirect::to("/console") }),
+        )
+        .route("/console", get(console))
         .nest("/api/v1", api::routes())
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
@@ -211,6 +310,22 @@ async fn metrics(State(state): State<AppState>) -> Response {
         state.metrics.render(),
     )
         .into_response()
+}
+
+/// `GET /console`: the page; with users it asks for a login first, so the browser
+/// keeps the credentials for the page's calls to the API.
+async fn console(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    match login::caller(&state, &headers).await {
+        Ok(_) => (
+            [
+                (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                (axum::http::header::CACHE_CONTROL, "no-cache"),
+            ],
+            CONSOLE_HTML,
+        )
+            .into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn healthz() -> Json<serde_json::Value> {

@@ -28,6 +28,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::AppState;
 use crate::transport::connection::{next_session_id, serve_connection};
+use crate::transport::connections::Transport;
 
 /// Bytes the pipe between a WebSocket and its STOMP session buffers each way.
 pub const PIPE_BYTES: usize = 64 << 10;
@@ -75,7 +76,8 @@ pub(crate) async fn upgrade(
             let session_broker = broker.clone();
             broker.spawn_on_system(move || {
                 actix_rt::spawn(async move {
-                    serve_connection(session_end, session_broker, config, id).await;
+                    serve_connection(session_end, session_broker, config, id, peer, Transport::Ws)
+                        .await;
                 });
             });
             bridge(socket, socket_end).await;

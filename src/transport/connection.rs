@@ -77,6 +77,9 @@ pub struct ConnectionConfig {
     /// every listener given clones of this config (STOMP over TCP and over
     /// WebSocket count together).
     pub slots: Slots,
+    /// The connections open now, for operators to list and close (shared like
+    /// `slots`).
+    pub connections: super::connections::Connections,
 }
 
 /// Default of [`ConnectionConfig::max_connections`].
@@ -101,6 +104,7 @@ impl Default for ConnectionConfig {
             max_connections: MAX_CONNECTIONS,
             max_connections_per_address: MAX_CONNECTIONS_PER_ADDRESS,
             slots: Slots::default(),
+            connections: Default::default(),
         }
     }
 }
@@ -263,12 +267,16 @@ impl Pipeline {
     }
 }
 
-/// Serves one connection until it ends. `session_id` names it in CONNECTED and logs.
+/// Serves one connection from `peer` over `transport` until it ends. `session_id`
+/// names it in CONNECTED, logs and [`ConnectionConfig::connections`], where it is
+/// listed while it lasts and where an operator may close it.
 pub async fn serve_connection<S>(
     io: S,
     broker: Broker,
     config: ConnectionConfig,
     session_id: String,
+    peer: std::net::SocketAddr,
+    transport: super::connections::Transport,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -290,6 +298,9 @@ pub async fn serve_connection<S>(
         allow_link_stealing: config.allow_link_stealing,
         limits: config.session_limits,
     };
+    let mut registration = config.connections.register(&session_id, peer, transport);
+    // What the registry last heard of the session: (connected, subscriptions).
+    let mut registered = (false, 0usize);
     let mut session = Session::new(broker, session_config, session_id);
     let mut last_read = Instant::now();
     let mut last_write = Instant::now();
@@ -393,6 +404,17 @@ pub async fn serve_connection<S>(
                     closed => closed,
                 }
             }
+            closed = async { registration.closed.as_mut().expect("guarded").await }, if registration.closed.is_some() => {
+                registration.closed = None;
+                match closed {
+                    Ok(()) => {
+                        tracing::info!(session = %session.id(), "closing: asked for by an operator");
+                        session.error("connection closed by an operator (admin API)", None);
+                        Err(Close::Error)
+                    }
+                    Err(_) => Ok(()),
+                }
+            }
             told = async { take_over.as_mut().expect("guarded").await }, if take_over.is_some() => {
                 take_over = None;
                 match told {
@@ -450,6 +472,11 @@ pub async fn serve_connection<S>(
         };
         if take_over.is_none() {
             take_over = session.take_over_signal();
+        }
+        let now = (session.connected(), session.subscription_count());
+        if now != registered {
+            registration.update(now.0, session.login(), session.client_id(), now.1);
+            registered = now;
         }
         // The version may have changed (CONNECT): both halves of the codec follow it.
         reader.decoder_mut().version = session.version();

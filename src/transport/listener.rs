@@ -23,7 +23,38 @@ pub async fn run(
     listener: TcpListener,
     broker: Broker,
     config: ConnectionConfig,
+    stop: watch::Receiver<bool>,
+) {
+    accept(listener, broker, config, stop, None).await
+}
+
+/// [`run`] for STOMP over TLS (ActiveMQ's `stomp+ssl`): each accepted connection's
+/// TLS handshake must end within [`crate::tls::HANDSHAKE_TIMEOUT`]; one that fails (a
+/// client that does not trust the certificate, or presents none when client
+/// certificates are required) is logged and dropped. The connection limits count it
+/// from its accept, before the handshake.
+#[cfg(feature = "tls")]
+pub async fn run_tls(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    broker: Broker,
+    config: ConnectionConfig,
+    stop: watch::Receiver<bool>,
+) {
+    accept(listener, broker, config, stop, Some(acceptor)).await
+}
+
+#[cfg(feature = "tls")]
+type Acceptor = tokio_rustls::TlsAcceptor;
+#[cfg(not(feature = "tls"))]
+type Acceptor = std::convert::Infallible;
+
+async fn accept(
+    listener: TcpListener,
+    broker: Broker,
+    config: ConnectionConfig,
     mut stop: watch::Receiver<bool>,
+    tls: Option<Acceptor>,
 ) {
     let slots = config.slots.clone();
     // Refusals are logged at most once a second, with how many were not: a flood of
@@ -58,10 +89,31 @@ pub async fn run(
                     let id = next_session_id();
                     tracing::debug!(%peer, session = %id, "connection accepted");
                     let (broker, config) = (broker.clone(), config.clone());
-                    actix_rt::spawn(async move {
-                        serve_connection(stream, broker, config, id).await;
-                        drop(slot);
-                    });
+                    let transport = super::connections::Transport::Tcp;
+                    match &tls {
+                        None => {
+                            actix_rt::spawn(async move {
+                                serve_connection(stream, broker, config, id, peer, transport).await;
+                                drop(slot);
+                            });
+                        }
+                        #[cfg(feature = "tls")]
+                        Some(acceptor) => {
+                            let handshake = acceptor.accept(stream);
+                            actix_rt::spawn(async move {
+                                match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, handshake).await {
+                                    Ok(Ok(stream)) => {
+                                        serve_connection(stream, broker, config, id, peer, transport).await;
+                                    }
+                                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "TLS handshake failed"),
+                                    Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
+                                }
+                                drop(slot);
+                            });
+                        }
+                        #[cfg(not(feature = "tls"))]
+                        Some(never) => match *never {},
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");

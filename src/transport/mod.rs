@@ -15,5 +15,6 @@
 pub mod client_ids;
 pub mod command;
 pub mod connection;
+pub mod connections;
 pub mod listener;
 pub mod session;

@@ -366,6 +366,21 @@ impl Session {
         self.connected
     }
 
+    /// The login it connected with (when users are configured).
+    pub fn login(&self) -> Option<&str> {
+        self.principal.as_ref().map(|p| p.login.as_str())
+    }
+
+    /// The `client-id` it connected with, if any.
+    pub fn client_id(&self) -> Option<&str> {
+        self.client_id.as_deref()
+    }
+
+    /// Subscriptions it holds now (browses included).
+    pub fn subscription_count(&self) -> usize {
+        self.subscriptions.len()
+    }
+
     /// Whether the connection may take another delivery: connected, and fewer than
     /// [`SessionLimits::max_unacked`] deliveries waiting for an ACK or NACK. At the
     /// limit every subscription of the connection waits (what the destinations hold

@@ -282,7 +282,51 @@ def auth():
     stop(proc)
 
 
+def tls():
+    """STOMP over TLS (`--stomp-ssl`): stomp.py trusting the test CA connects, sends
+    and receives; one trusting another CA is refused in the handshake."""
+    log = open(LOG, "a")
+    proc = subprocess.Popen(
+        [EBB, "serve", "--config", CONFIG, "--stomp", "127.0.0.1:0", "--stomp-ssl", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    PROCS.append(proc)
+    port = None
+    for line in proc.stdout:
+        if "STOMP over TLS on" in line:
+            port = int(line.rsplit(":", 1)[1])
+            break
+    if port is None:
+        fail(f"ebb serve printed no TLS address (exit {proc.poll()})")
+    threading.Thread(target=lambda: [log.write(l) for l in proc.stdout], daemon=True).start()
+
+    def over_tls(ca):
+        conn = stomp.Connection12([("127.0.0.1", port)], heartbeats=(0, 0))
+        conn.set_ssl(for_hosts=[("127.0.0.1", port)], ca_certs=ca)
+        listener = Collector()
+        conn.set_listener("", listener)
+        conn.connect(wait=True)
+        return conn, listener
+
+    conn, seen = over_tls(os.environ["EBB_TEST_TLS_CA"])
+    conn.subscribe("/queue/tls.jobs", id="1", ack="auto", headers={"receipt": "s"})
+    wait_until(lambda: "s" in seen.receipts) or fail("no receipt for SUBSCRIBE over TLS")
+    conn.send("/queue/tls.jobs", "sealed", headers={"persistent": "true"})
+    wait_until(lambda: [m.body for m in seen.messages] == ["sealed"]) or fail("the message did not arrive over TLS")
+    bye(conn, seen)
+    try:
+        wrong, _ = over_tls(os.environ["EBB_TEST_TLS_OTHER_CA"])
+        fail("a client trusting another CA connected")
+    except Exception as e:  # stomp.py raises its own or ssl's error, by version
+        if "CERTIFICATE_VERIFY_FAILED" not in repr(e) and "ConnectFailed" not in type(e).__name__:
+            fail(f"the wrong CA failed, but not in the handshake: {e!r}")
+    stop(proc)
+
+
 {
+    "tls": tls,
     "data_loss": data_loss,
     "crash_safety": crash_safety,
     "acks_and_transactions": acks_and_transactions,

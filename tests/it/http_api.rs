@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ebb::auth::{hash_password, Security, User};
 use ebb::http::{HttpOptions, HttpServer};
-use ebb::test_util::stomp::{serve_with, Client};
+use ebb::test_util::stomp::{receipt, serve_with, Client};
 use ebb::test_util::*;
 use ebb::transport::connection::ConnectionConfig;
 use ebb::{Message, SubscribeOptions};
@@ -308,6 +308,82 @@ async fn the_api_lists_and_browses_without_changing_anything(t: TestStore) {
         sub.ack(&m).await.unwrap();
     }
     drop(sub);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+/// After a restart nothing runs: the listing still shows every destination the
+/// store holds (queues with messages, a topic with only a durable subscription),
+/// `running: false`, each exactly once across pages of two; looking at one starts it.
+async fn listing_pages_cover_stored_destinations_once(t: TestStore) {
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    for q in ["a", "b", "c", "d", "e"] {
+        b.send(format!("queue://list.{q}"), Message::new("x"))
+            .await
+            .unwrap();
+    }
+    for topic in ["list.t1", "list.t2", "list.t3"] {
+        drop(
+            b.subscribe(
+                format!("topic://{topic}"),
+                SubscribeOptions::durable("c", topic),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    b.send("topic://list.t2", Message::new("kept for c"))
+        .await
+        .unwrap();
+    b.shutdown().await.unwrap();
+
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let server = HttpServer::start(HttpOptions::new("127.0.0.1:0".parse().unwrap()), b.clone())
+        .await
+        .unwrap();
+    let base = format!("http://{}", server.local_addr());
+    let mut seen = Vec::new();
+    let mut query = String::new();
+    for _ in 0..20 {
+        let page = call(
+            "GET",
+            format!("{base}/api/v1/destinations?limit=2{query}"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(page.status, 200, "{}", page.json);
+        let destinations = page.json["destinations"].as_array().unwrap();
+        assert!(destinations.len() <= 2);
+        for d in destinations {
+            assert_eq!(d["running"], false, "{d}");
+            seen.push((
+                d["destination"].as_str().unwrap().to_string(),
+                d["queue_size"].as_u64().unwrap(),
+            ));
+        }
+        match page.json["next"].as_str() {
+            Some(next) => query = format!("&after={next}"),
+            None => break,
+        }
+    }
+    let expected: Vec<(String, u64)> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|q| (format!("queue://list.{q}"), 1))
+        .chain([
+            ("topic://list.t1".to_string(), 0),
+            ("topic://list.t2".into(), 1),
+            ("topic://list.t3".into(), 0),
+        ])
+        .collect();
+    assert_eq!(seen, expected);
+    let one = call("GET", format!("{base}/api/v1/topics/list.t3"), None, None).await;
+    assert_eq!(
+        (one.status, &one.json["running"]),
+        (200, &Value::from(true)),
+        "{}",
+        one.json
+    );
     server.stop().await;
     b.shutdown().await.unwrap();
 }
@@ -943,6 +1019,106 @@ async fn a_retry_killed_midway_loses_and_doubles_nothing(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// The admin API lists the STOMP connections open now, with their client id and
+/// subscriptions, and closes one: its client gets an ERROR saying an operator
+/// closed it and the socket ends; the other connection goes on.
+async fn operators_list_and_close_connections(t: TestStore) {
+    use ebb::stomp::frame::{Command, Frame};
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let config = ConnectionConfig::default();
+    let tcp = serve_with(b.clone(), config.clone()).await;
+    let mut options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
+    options.connections = config.connections.clone();
+    let server = HttpServer::start(options, b.clone()).await.unwrap();
+    let base = format!("http://{}", server.local_addr());
+
+    let mut billing = Client::connected(tcp.addr, Some("billing")).await;
+    billing
+        .send(
+            Frame::new(Command::Subscribe)
+                .header("destination", "/queue/conn.jobs")
+                .header("id", "0")
+                .header("receipt", "s"),
+        )
+        .await
+        .unwrap();
+    receipt(&mut billing, "s").await;
+    let mut other = Client::connected(tcp.addr, None).await;
+    other
+        .send(
+            Frame::new(Command::Send)
+                .header("destination", "/queue/conn.jobs")
+                .header("receipt", "r")
+                .body("x"),
+        )
+        .await
+        .unwrap();
+    let list = call("GET", format!("{base}/api/v1/connections"), None, None).await;
+    assert_eq!(list.status, 200, "{}", list.json);
+    let open = list.json["connections"].as_array().unwrap();
+    assert_eq!(open.len(), 2, "{}", list.json);
+    let billing_entry = open
+        .iter()
+        .find(|c| c["client_id"] == "billing")
+        .unwrap_or_else(|| panic!("no billing: {}", list.json));
+    assert_eq!(billing_entry["subscriptions"], 1);
+    assert_eq!(billing_entry["transport"], "tcp");
+    assert_eq!(billing_entry["connected"], true);
+    let session = billing_entry["session"].as_str().unwrap().to_string();
+
+    let closed = call(
+        "DELETE",
+        format!("{base}/api/v1/connections/{session}"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(closed.status, 204, "{}", closed.json);
+    // Billing may get the message first (it was sent to its queue): then the ERROR.
+    let mut error = None;
+    while let Some(frame) = billing.frame().await {
+        if frame.command == Command::Error {
+            error = Some(frame);
+            break;
+        }
+    }
+    let error = error.expect("an ERROR before the close");
+    assert!(
+        error
+            .get("message")
+            .unwrap()
+            .contains("closed by an operator"),
+        "{error:?}"
+    );
+    assert!(billing.closed().await);
+    receipt(&mut other, "r").await;
+    let mut left = call("GET", format!("{base}/api/v1/connections"), None, None).await;
+    for _ in 0..100 {
+        if left.json["connections"].as_array().unwrap().len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        left = call("GET", format!("{base}/api/v1/connections"), None, None).await;
+    }
+    assert_eq!(
+        left.json["connections"].as_array().unwrap().len(),
+        1,
+        "{}",
+        left.json
+    );
+    let again = call(
+        "DELETE",
+        format!("{base}/api/v1/connections/{session}"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(again.status, 404, "{}", again.json);
+    drop((billing, other));
+    server.stop().await;
+    tcp.stop().await;
+}
+
 /// A WebSocket STOMP client (`v12.stomp`) subscribes at `/stomp`; what a TCP client
 /// sends reaches it; its receipts and ERRORs work as over TCP; the connection limits
 /// count both transports.
@@ -1062,6 +1238,7 @@ on_every_backend!(
     #[actix_rt::test]
     health_and_readiness_say_what_they_check,
     the_api_lists_and_browses_without_changing_anything,
+    listing_pages_cover_stored_destinations_once,
     the_api_sends_and_removes_subscriptions,
     bad_input_gets_a_4xx_with_a_json_error,
     users_need_a_login_and_changes_the_admin_group,
@@ -1069,4 +1246,5 @@ on_every_backend!(
     purge_deletes_what_waits_and_leaves_what_a_consumer_holds,
     dead_letters_move_back_exactly_once,
     a_retry_killed_midway_loses_and_doubles_nothing,
+    operators_list_and_close_connections,
 );

@@ -10,6 +10,8 @@ mod chaos;
 mod cli_check;
 #[cfg(feature = "cli")]
 mod cli_passwd;
+#[cfg(feature = "http")]
+mod console;
 mod consumer_cases;
 mod durable_subscriptions;
 mod embedding;
@@ -40,7 +42,11 @@ mod stomp_fuzz;
 mod stomp_py;
 mod stomp_queues;
 mod stomp_raw;
+#[cfg(feature = "cli")]
+mod stompjs;
 mod store_full;
+#[cfg(feature = "tls")]
+mod tls;
 mod wildcards;
 
 /// Runs the `ebb` binary with `args`; returns (success, stdout, stderr). For the tests

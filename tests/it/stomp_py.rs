@@ -58,11 +58,12 @@ fn python() -> String {
 }
 
 async fn scenario(t: TestStore, name: &str) {
-    scenario_with(t, name, "").await;
+    scenario_with(t, name, "", &[]).await;
 }
 
-/// Runs scenario `name` with `extra` appended to the broker's configuration file.
-async fn scenario_with(t: TestStore, name: &str, extra: &str) {
+/// Runs scenario `name` with `extra` appended to the broker's configuration file and
+/// `env` in the script's environment.
+async fn scenario_with(t: TestStore, name: &str, extra: &str, env: &[(&str, String)]) {
     let python = python();
     // Each run its own folder (config and log), so parallel tests never meet.
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -86,6 +87,7 @@ async fn scenario_with(t: TestStore, name: &str, extra: &str) {
         .arg(env!("CARGO_BIN_EXE_ebb"))
         .arg(&path)
         .arg(name)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .await
         .expect("python runs");
@@ -111,7 +113,22 @@ async fn acks_and_transactions(t: TestStore) {
 async fn auth(t: TestStore) {
     let hash = ebb::auth::hash_password("pa:ss").unwrap();
     let users = format!("\n[[users]]\nlogin = \"alice\"\npassword_hash = \"{hash}\"\n");
-    scenario_with(t, "auth", &users).await;
+    scenario_with(t, "auth", &users, &[]).await;
 }
 
-scenarios!(data_loss, crash_safety, acks_and_transactions, auth);
+/// stomp.py over TLS (`--stomp-ssl`), with certificates made for the run.
+async fn tls(t: TestStore) {
+    let pki = crate::tls::pki();
+    let config = format!(
+        "\n[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+        pki.cert.display(),
+        pki.key.display()
+    );
+    let env = [
+        ("EBB_TEST_TLS_CA", pki.ca.display().to_string()),
+        ("EBB_TEST_TLS_OTHER_CA", pki.other_ca.display().to_string()),
+    ];
+    scenario_with(t, "tls", &config, &env).await;
+}
+
+scenarios!(data_loss, crash_safety, acks_and_transactions, auth, tls);

@@ -1,0 +1,87 @@
+//! TLS (the `tls` feature, part of `cli`) with rustls: STOMP over TLS (ActiveMQ's
+//! `stomp+ssl` transport) and the HTTP server as `https` and `wss`.
+//!
+//! The certificate chain and private key come from PEM files named in the
+//! configuration (`[tls] cert_file`, `key_file`); with `client_ca_file`, every client
+//! must present a certificate signed by that CA (mutual TLS: the handshake fails
+//! otherwise), on top of STOMP's own login. A TLS handshake must end within
+//! [`HANDSHAKE_TIMEOUT`], so a client that opens a socket and says nothing holds it
+//! no longer than that. Nothing here is a certificate: tests make theirs at run time.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::TlsAcceptor;
+
+/// Longest a TLS handshake may take before the connection is dropped.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the certificate and key are: `[tls]` in the configuration file.
+pub use crate::config::TlsSection as TlsFiles;
+
+fn certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<_> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("cannot read {what} {}: {e}", path.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{what} {} is not PEM certificates: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{what} {} holds no certificate", path.display()));
+    }
+    Ok(certs)
+}
+
+impl TlsFiles {
+    /// The rustls server configuration these files make.
+    ///
+    /// Errors (as text naming the file): a file that cannot be read, holds no
+    /// certificate or key, or a key that does not match the certificate.
+    pub fn server_config(&self) -> Result<rustls::ServerConfig, String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let chain = certificates(&self.cert_file, "certificate file")?;
+        let key = PrivateKeyDer::from_pem_file(&self.key_file).map_err(|e| {
+            format!(
+                "key file {}: no PEM private key ({e})",
+                self.key_file.display()
+            )
+        })?;
+        let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?;
+        let builder = match &self.client_ca_file {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in certificates(ca, "client CA file")? {
+                    roots
+                        .add(cert)
+                        .map_err(|e| format!("client CA file {}: {e}", ca.display()))?;
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .map_err(|e| format!("client CA file {}: {e}", ca.display()))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        builder.with_single_cert(chain, key).map_err(|e| {
+            format!(
+                "certificate {} and key {} do not go together: {e}",
+                self.cert_file.display(),
+                self.key_file.display()
+            )
+        })
+    }
+
+    /// An acceptor for these files, with `alpn` protocols offered (`http/1.1` for the
+    /// HTTP server; none for STOMP). Errors: as [`TlsFiles::server_config`].
+    pub fn acceptor(&self, alpn: &[&[u8]]) -> Result<TlsAcceptor, String> {
+        let mut config = self.server_config()?;
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(TlsAcceptor::from(Arc::new(config)))
+    }
+}

@@ -1,0 +1,196 @@
+//! The STOMP connections a broker serves now, over TCP and WebSocket alike, for
+//! operators: who is connected (address, transport, login, client id, since when,
+//! subscriptions) and a way to close one (the admin API's
+//! `DELETE /api/v1/connections/ID`, as ActiveMQ's console "close connection").
+//!
+//! Each connection registers itself when it is accepted ([`Connections::register`])
+//! and is forgotten when its [`Registration`] drops. A close asked for by an operator
+//! reaches the connection's loop through a oneshot: the client gets an ERROR frame
+//! saying so, and the connection ends as after any ERROR (its open transactions roll
+//! back, what it held is delivered again).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use tokio::sync::oneshot;
+
+/// Which transport a connection came over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// STOMP over TCP.
+    Tcp,
+    /// STOMP over WebSocket (`/stomp` on the HTTP server).
+    Ws,
+}
+
+/// One connection as an operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnectionInfo {
+    /// Its session id (CONNECTED's `session` header: `ebb-7`): how to close it.
+    pub session: String,
+    /// The client's address.
+    pub peer: String,
+    /// TCP or WebSocket.
+    pub transport: Transport,
+    /// When it was accepted, epoch ms.
+    pub opened_at_ms: i64,
+    /// Its CONNECT was accepted.
+    pub connected: bool,
+    /// The login it connected with, when users are configured.
+    pub login: Option<String>,
+    /// Its `client-id`, if it gave one.
+    pub client_id: Option<String>,
+    /// Subscriptions it holds now.
+    pub subscriptions: u64,
+}
+
+struct Entry {
+    info: ConnectionInfo,
+    close: Option<oneshot::Sender<()>>,
+}
+
+/// The registry; clones share it (every listener of a broker is given the same one
+/// through [`crate::transport::connection::ConnectionConfig::connections`]).
+#[derive(Clone, Default)]
+pub struct Connections(Arc<Mutex<BTreeMap<String, Entry>>>);
+
+impl std::fmt::Debug for Connections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connections")
+            .field("open", &self.0.lock().len())
+            .finish()
+    }
+}
+
+/// A registered connection: updates its entry, learns of a close, and removes the
+/// entry when dropped.
+pub struct Registration {
+    connections: Connections,
+    session: String,
+    /// Resolves when an operator closes the connection.
+    pub closed: Option<oneshot::Receiver<()>>,
+}
+
+impl Connections {
+    /// Registers connection `session` from `peer` over `transport`.
+    pub fn register(&self, session: &str, peer: SocketAddr, transport: Transport) -> Registration {
+        let (close, closed) = oneshot::channel();
+        let opened_at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        self.0.lock().insert(
+            session.to_string(),
+            Entry {
+                info: ConnectionInfo {
+                    session: session.to_string(),
+                    peer: peer.to_string(),
+                    transport,
+                    opened_at_ms,
+                    connected: false,
+                    login: None,
+                    client_id: None,
+                    subscriptions: 0,
+                },
+                close: Some(close),
+            },
+        );
+        Registration {
+            connections: self.clone(),
+            session: session.to_string(),
+            closed: Some(closed),
+        }
+    }
+
+    /// Up to `limit` connections whose session id sorts after `after` (`None`: from
+    /// the first), in session-id order (text order: `ebb-10` before `ebb-2`).
+    pub fn list(&self, after: Option<&str>, limit: usize) -> Vec<ConnectionInfo> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let map = self.0.lock();
+        let from = after.map_or(Unbounded, |a| Excluded(a.to_string()));
+        map.range((from, Unbounded))
+            .take(limit)
+            .map(|(_, e)| e.info.clone())
+            .collect()
+    }
+
+    /// How many connections are open.
+    pub fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+
+    /// Whether none is open.
+    pub fn is_empty(&self) -> bool {
+        self.0.lock().is_empty()
+    }
+
+    /// Asks connection `session` to close: `false` when it is not open (or a close
+    /// was asked for already).
+    pub fn close(&self, session: &str) -> bool {
+        let sender = self.0.lock().get_mut(session).and_then(|e| e.close.take());
+        sender.is_some_and(|s| s.send(()).is_ok())
+    }
+}
+
+impl Registration {
+    /// Records what the connection's CONNECT and subscriptions say of it now.
+    pub fn update(
+        &self,
+        connected: bool,
+        login: Option<&str>,
+        client_id: Option<&str>,
+        subscriptions: usize,
+    ) {
+        if let Some(entry) = self.connections.0.lock().get_mut(&self.session) {
+            let info = &mut entry.info;
+            info.connected = connected;
+            if info.login.as_deref() != login {
+                info.login = login.map(str::to_string);
+            }
+            if info.client_id.as_deref() != client_id {
+                info.client_id = client_id.map(str::to_string);
+            }
+            info.subscriptions = subscriptions as u64;
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.connections.0.lock().remove(&self.session);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_are_listed_in_pages_and_closed_once() {
+        let all = Connections::default();
+        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let a = all.register("ebb-1", peer, Transport::Tcp);
+        let mut b = all.register("ebb-2", peer, Transport::Ws);
+        let c = all.register("ebb-3", peer, Transport::Tcp);
+        b.update(true, Some("ops"), Some("billing"), 2);
+        let first = all.list(None, 2);
+        assert_eq!(
+            first.iter().map(|i| i.session.as_str()).collect::<Vec<_>>(),
+            ["ebb-1", "ebb-2"]
+        );
+        assert_eq!(first[1].login.as_deref(), Some("ops"));
+        assert_eq!(first[1].subscriptions, 2);
+        assert_eq!(all.list(Some("ebb-2"), 2).len(), 1);
+        assert!(all.close("ebb-2"));
+        assert!(!all.close("ebb-2"), "a second close of the same connection");
+        assert!(b.closed.as_mut().unwrap().try_recv().is_ok());
+        drop(b);
+        assert!(!all.close("ebb-2"), "gone");
+        assert_eq!(all.len(), 2);
+        drop((a, c));
+        assert!(all.is_empty());
+    }
+}

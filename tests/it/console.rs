@@ -1,0 +1,389 @@
+//! The web console in a real browser: headless Chromium, driven over the Chrome
+//! DevTools Protocol (a WebSocket: `tokio-tungstenite`, no driver to install), loads
+//! `/console` from an HTTP server in front of a broker holding messages in a queue,
+//! a dead-letter queue and a durable subscription's backlog. The test reads the DOM
+//! (the destination rows and their sizes, the messages, the subscription, the
+//! connection), clicks "Retry all" on the DLQ and checks the store (every dead letter
+//! back in its queue, once), and checks that no page is wider than the window at
+//! 1280×800 and at a phone's 390×844. A screenshot of each page is written under
+//! `target/console/` for a person to look at.
+//!
+//! Chromium comes from `EBB_TEST_CHROMIUM` (`.ci/run` installs Debian's `chromium`
+//! and sets it); without it the test is ignored, saying so, and under CI it fails.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use base64::Engine;
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::AsyncBufReadExt;
+use tokio_tungstenite::tungstenite::Message as Ws;
+
+use ebb::http::{HttpOptions, HttpServer};
+use ebb::test_util::stomp::{serve_with, Client};
+use ebb::test_util::*;
+use ebb::transport::connection::ConnectionConfig;
+use ebb::{Message, SubscribeOptions};
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A headless Chromium and one page of it, over the DevTools Protocol.
+struct Browser {
+    _child: tokio::process::Child,
+    socket: Socket,
+    session: String,
+    next_id: u64,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    /// Starts Chromium (`EBB_TEST_CHROMIUM`) and opens a page of `width`×`height`.
+    async fn start(width: u32, height: u32) -> Self {
+        let path = std::env::var("EBB_TEST_CHROMIUM")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .expect(
+                "EBB_TEST_CHROMIUM names the Chromium binary (.ci/run installs Debian's chromium)",
+            );
+        let profile = tempfile::tempdir().unwrap();
+        let mut child = tokio::process::Command::new(&path)
+            .args([
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--remote-debugging-port=0",
+                &format!("--user-data-dir={}", profile.path().display()),
+                &format!("--window-size={width},{height}"),
+                "about:blank",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start Chromium at {path}: {e}"));
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let find = async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(url) = line.split("DevTools listening on ").nth(1) {
+                    return url.trim().to_string();
+                }
+            }
+            panic!("Chromium ended without a DevTools address");
+        };
+        let url = tokio::time::timeout(Duration::from_secs(60), find)
+            .await
+            .expect("Chromium says where DevTools listens within 60 s");
+        // Keep draining its standard error.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let (socket, _) = tokio_tungstenite::connect_async(url.as_str())
+            .await
+            .unwrap();
+        let mut browser = Self {
+            _child: child,
+            socket,
+            session: String::new(),
+            next_id: 1,
+            _profile: profile,
+        };
+        let target = browser
+            .call("Target.createTarget", json!({ "url": "about:blank" }))
+            .await;
+        let attached = browser
+            .call(
+                "Target.attachToTarget",
+                json!({ "targetId": target["targetId"], "flatten": true }),
+            )
+            .await;
+        browser.session = attached["sessionId"].as_str().unwrap().to_string();
+        browser.call("Page.enable", json!({})).await;
+        browser.resize(width, height, false).await;
+        browser
+    }
+
+    /// One DevTools command (on the page once attached); its result. Events are
+    /// skipped; an error answer is a panic.
+    async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut command = json!({ "id": id, "method": method, "params": params });
+        if !self.session.is_empty() {
+            command["sessionId"] = json!(self.session);
+        }
+        self.socket
+            .send(Ws::Text(command.to_string()))
+            .await
+            .unwrap();
+        loop {
+            let message = tokio::time::timeout(Duration::from_secs(30), self.socket.next())
+                .await
+                .unwrap_or_else(|_| panic!("no answer to {method} within 30 s"))
+                .expect("DevTools socket open")
+                .unwrap();
+            let Ws::Text(text) = message else { continue };
+            let answer: Value = serde_json::from_str(&text).unwrap();
+            if answer["id"] == id {
+                assert!(answer.get("error").is_none(), "{method}: {answer}");
+                return answer["result"].clone();
+            }
+        }
+    }
+
+    /// Sets the page's size (`mobile`: a phone's viewport).
+    async fn resize(&mut self, width: u32, height: u32, mobile: bool) {
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile }),
+        )
+        .await;
+    }
+
+    /// The value of `expression` in the page (awaiting a promise).
+    async fn eval(&mut self, expression: &str) -> Value {
+        let result = self
+            .call(
+                "Runtime.evaluate",
+                json!({ "expression": expression, "awaitPromise": true, "returnByValue": true }),
+            )
+            .await;
+        assert!(
+            result.get("exceptionDetails").is_none(),
+            "{expression}: {result}"
+        );
+        result["result"]["value"].clone()
+    }
+
+    /// Waits until `condition` (a JavaScript expression) is true in the page.
+    async fn wait_for(&mut self, condition: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.eval(&format!("Boolean({condition})")).await == json!(true) {
+                return;
+            }
+            let body = self
+                .eval("document.body ? document.body.innerText : ''")
+                .await;
+            assert!(
+                std::time::Instant::now() < deadline,
+                "`{condition}` never held; the page says: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Goes to `url` and waits until the console has drawn it.
+    async fn open(&mut self, url: &str, drawn: &str) {
+        self.eval("document.body && delete document.body.dataset.ready")
+            .await;
+        self.call("Page.navigate", json!({ "url": url })).await;
+        self.wait_for(&format!(
+            "document.body && document.body.dataset.ready === 'true' && {drawn}"
+        ))
+        .await;
+    }
+
+    /// Writes a PNG of the page to `target/console/NAME.png`.
+    async fn screenshot(&mut self, name: &str) {
+        let shot = self
+            .call("Page.captureScreenshot", json!({ "format": "png" }))
+            .await;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().unwrap())
+            .unwrap();
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/console");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+
+    /// No page wider than the window: tables scroll inside their frames.
+    async fn fits_the_window(&mut self, page: &str) {
+        let widths = self
+            .eval("[document.documentElement.scrollWidth, window.innerWidth]")
+            .await;
+        assert!(
+            widths[0].as_u64() <= widths[1].as_u64(),
+            "{page} is wider than the window: {widths}"
+        );
+    }
+}
+
+/// The console's pages, their DOM and a retry of a dead-letter queue, in Chromium.
+async fn the_console_shows_destinations_and_retries_a_dlq(t: TestStore) {
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    for i in 0..3 {
+        b.send(
+            "queue://console.jobs",
+            Message::new(format!("{{\"job\": {i}}}")).header("region", "eu"),
+        )
+        .await
+        .unwrap();
+    }
+    for i in 0..4 {
+        let letter = Message::new(format!("failed job {i}"))
+            .header("originalDestination", "/queue/console.jobs")
+            .header("dlqDeliveryFailureCause", "delivery failed 7 times");
+        b.send("queue://DLQ.console.jobs", letter).await.unwrap();
+    }
+    drop(
+        b.subscribe(
+            "topic://console.news",
+            SubscribeOptions::durable("reporting", "daily"),
+        )
+        .await
+        .unwrap(),
+    );
+    b.send("topic://console.news", Message::new("headline"))
+        .await
+        .unwrap();
+    let config = ConnectionConfig::default();
+    let tcp = serve_with(b.clone(), config.clone()).await;
+    let _client = Client::connected(tcp.addr, Some("console-viewer")).await;
+    let mut options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
+    options.connections = config.connections.clone();
+    options.stomp = Some(config);
+    let server = HttpServer::start(options, b.clone()).await.unwrap();
+    let base = format!("http://{}/console", server.local_addr());
+
+    let mut page = Browser::start(1280, 800).await;
+    page.open(
+        &base,
+        "document.querySelector('#destinations tbody tr[data-destination]')",
+    )
+    .await;
+    let size = |key: &str| {
+        format!("document.querySelector('tr[data-destination=\"{key}\"] [data-field=queue_size]').textContent")
+    };
+    assert_eq!(page.eval(&size("queue://console.jobs")).await, json!("3"));
+    assert_eq!(
+        page.eval(&size("queue://DLQ.console.jobs")).await,
+        json!("4")
+    );
+    assert_eq!(page.eval(&size("topic://console.news")).await, json!("1"));
+    let cards = page
+        .eval("document.querySelector('.cards').innerText")
+        .await;
+    assert!(cards.as_str().unwrap().contains("of 64.0 MiB"), "{cards}");
+    page.fits_the_window("the overview").await;
+    page.screenshot("overview").await;
+
+    page.open(
+        &format!("{base}#/queue/console.jobs"),
+        "document.querySelectorAll('#messages tr[data-id]').length === 3",
+    )
+    .await;
+    let first = page
+        .eval("document.querySelector('#messages tbody tr').innerText")
+        .await;
+    assert!(
+        first.as_str().unwrap().contains("{\"job\": 0}")
+            && first.as_str().unwrap().contains("region: eu"),
+        "{first}"
+    );
+    page.fits_the_window("a queue").await;
+    page.screenshot("queue").await;
+
+    page.open(
+        &format!("{base}#/queue/DLQ.console.jobs"),
+        "document.querySelectorAll('#messages tr[data-id]').length === 4",
+    )
+    .await;
+    page.screenshot("dlq").await;
+    page.eval("window.confirm = () => true; document.getElementById('retry-all').click(); true")
+        .await;
+    page.wait_for("document.getElementById('notice') && document.getElementById('notice').textContent.includes('4 moved')")
+        .await;
+    page.wait_for("document.querySelector('#messages .empty')")
+        .await;
+    assert_eq!(
+        b.store()
+            .count_messages("queue://DLQ.console.jobs")
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        b.store()
+            .count_messages("queue://console.jobs")
+            .await
+            .unwrap(),
+        7
+    );
+
+    page.open(
+        &format!("{base}#/topic/console.news"),
+        "document.querySelector('#subscriptions tbody tr td')",
+    )
+    .await;
+    let subscription = page
+        .eval("document.querySelector('#subscriptions tbody tr').innerText")
+        .await;
+    let subscription = subscription.as_str().unwrap();
+    assert!(
+        subscription.contains("reporting")
+            && subscription.contains("daily")
+            && subscription.contains("offline"),
+        "{subscription}"
+    );
+    page.screenshot("topic").await;
+
+    page.open(
+        &format!("{base}#/connections"),
+        "document.querySelector('#connections tr[data-session]')",
+    )
+    .await;
+    let connection = page
+        .eval("document.querySelector('#connections tr[data-session]').innerText")
+        .await;
+    assert!(
+        connection.as_str().unwrap().contains("console-viewer"),
+        "{connection}"
+    );
+    page.screenshot("connections").await;
+
+    // A phone's width: the same pages, nothing wider than the screen.
+    page.resize(390, 844, true).await;
+    page.open(
+        &base,
+        "document.querySelector('#destinations tbody tr[data-destination]')",
+    )
+    .await;
+    page.fits_the_window("the overview on a phone").await;
+    page.screenshot("overview-phone").await;
+    page.open(
+        &format!("{base}#/queue/console.jobs"),
+        "document.querySelectorAll('#messages tr[data-id]').length === 7",
+    )
+    .await;
+    page.fits_the_window("a queue on a phone").await;
+    page.screenshot("queue-phone").await;
+
+    drop(page);
+    server.stop().await;
+    tcp.stop().await;
+}
+
+mod the_console_in_chromium {
+    #[actix_rt::test]
+    #[cfg_attr(
+        not(ebb_test_chromium),
+        ignore = "set EBB_TEST_CHROMIUM=/usr/bin/chromium (Debian's chromium package) to run the browser test"
+    )]
+    async fn sqlite() {
+        super::the_console_shows_destinations_and_retries_a_dlq(ebb::test_util::TestStore::sqlite()).await;
+    }
+
+    #[actix_rt::test]
+    #[cfg_attr(
+        any(not(ebb_test_chromium), not(ebb_test_postgres)),
+        ignore = "set EBB_TEST_CHROMIUM=/usr/bin/chromium and EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the browser test on PostgreSQL"
+    )]
+    async fn postgres() {
+        super::the_console_shows_destinations_and_retries_a_dlq(
+            ebb::test_util::TestStore::postgres(),
+        )
+        .await;
+    }
+}

@@ -1,0 +1,299 @@
+//! TLS (`ebb::tls`): STOMP over TLS answers a client that trusts the server's CA and
+//! fails the handshake of one that trusts another; with a client CA it takes only
+//! clients with a certificate that CA signed; the HTTP server serves `https` and
+//! `wss`; certificate files that are missing, empty or do not match their key are
+//! refused naming the file. Certificates are made at run time (rcgen), none is
+//! committed. stomp.py over TLS is in `stomp_py.rs`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+use ebb::http::{HttpOptions, HttpServer};
+use ebb::test_util::*;
+use ebb::tls::TlsFiles;
+use ebb::transport::connection::ConnectionConfig;
+
+/// A CA, a server certificate it signed (for `localhost` and 127.0.0.1), a client
+/// certificate it signed, and a second CA that signed nothing of the server's: PEM
+/// files in a temporary folder.
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+    pub ca: PathBuf,
+    pub other_ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+fn ca(name: &str) -> (rcgen::Certificate, KeyPair) {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    (params.self_signed(&key).unwrap(), key)
+}
+
+/// Makes the certificates ([`Pki`]).
+pub fn pki() -> Pki {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, pem: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).unwrap();
+        path
+    };
+    let (ca_cert, ca_key) = ca("ebb test CA");
+    let (other_cert, _) = ca("another CA");
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&server_key, &ca_cert, &ca_key)
+        .unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let mut client_params = CertificateParams::new(vec!["billing".to_string()]).unwrap();
+    client_params
+        .distinguished_name
+        .push(DnType::CommonName, "billing");
+    let client = client_params
+        .signed_by(&client_key, &ca_cert, &ca_key)
+        .unwrap();
+    Pki {
+        ca: write("ca.pem", ca_cert.pem()),
+        other_ca: write("other-ca.pem", other_cert.pem()),
+        cert: write("server.pem", server.pem()),
+        key: write("server.key", server_key.serialize_pem()),
+        client_cert: write("client.pem", client.pem()),
+        client_key: write("client.key", client_key.serialize_pem()),
+        dir,
+    }
+}
+
+/// A TLS client trusting `ca`, presenting `client` (certificate, key) if given.
+fn connector(ca: &PathBuf, client: Option<(&PathBuf, &PathBuf)>) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_file_iter(cert)
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect(),
+                PrivateKeyDer::from_pem_file(key).unwrap(),
+            )
+            .unwrap(),
+    };
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// A STOMP-over-TLS listener on an ephemeral port in front of a broker on `t`.
+async fn tls_listener(t: &TestStore, files: &TlsFiles) -> (ebb::Broker, std::net::SocketAddr) {
+    let b = broker(t, policy(3_600_000, 400), 2).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    std::mem::forget(_stop);
+    actix_rt::spawn(ebb::transport::listener::run_tls(
+        listener,
+        files.acceptor(&[]).unwrap(),
+        b.clone(),
+        ConnectionConfig::default(),
+        stop_rx,
+    ));
+    (b, addr)
+}
+
+/// CONNECT over `stream`; the first frame's text back (empty when the server closed).
+async fn stomp_connect<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    stream: &mut S,
+) -> String {
+    if stream
+        .write_all(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\0")
+        .await
+        .is_err()
+    {
+        return String::new();
+    }
+    let mut got = Vec::new();
+    let mut buffer = [0u8; 1024];
+    while !got.contains(&0) {
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buffer[..n]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+async fn stomp_over_tls_trusts_only_the_right_ca(t: TestStore) {
+    let pki = pki();
+    let files = TlsFiles {
+        cert_file: pki.cert.clone(),
+        key_file: pki.key.clone(),
+        client_ca_file: None,
+    };
+    let (b, addr) = tls_listener(&t, &files).await;
+    let name = ServerName::try_from("localhost").unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = connector(&pki.ca, None)
+        .connect(name.clone(), tcp)
+        .await
+        .expect("the right CA: handshake");
+    let answer = stomp_connect(&mut tls).await;
+    assert!(answer.starts_with("CONNECTED\n"), "{answer:?}");
+
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let refused = connector(&pki.other_ca, None).connect(name, tcp).await;
+    let e = match refused {
+        Ok(_) => panic!("another CA: the handshake must fail"),
+        Err(e) => e,
+    };
+    assert!(
+        e.to_string().contains("UnknownIssuer")
+            || e.to_string().contains("invalid peer certificate"),
+        "{e}"
+    );
+    b.shutdown().await.unwrap();
+}
+
+async fn client_certificates_are_required_with_a_client_ca(t: TestStore) {
+    let pki = pki();
+    let files = TlsFiles {
+        cert_file: pki.cert.clone(),
+        key_file: pki.key.clone(),
+        client_ca_file: Some(pki.ca.clone()),
+    };
+    let (b, addr) = tls_listener(&t, &files).await;
+    let name = ServerName::try_from("localhost").unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut with_cert = connector(&pki.ca, Some((&pki.client_cert, &pki.client_key)))
+        .connect(name.clone(), tcp)
+        .await
+        .expect("a client certificate the CA signed: handshake");
+    let answer = stomp_connect(&mut with_cert).await;
+    assert!(answer.starts_with("CONNECTED\n"), "{answer:?}");
+
+    // Without a certificate: TLS 1.3 lets the client finish first; the server's
+    // refusal ends the connection before any STOMP frame.
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let answer = match connector(&pki.ca, None).connect(name, tcp).await {
+        Ok(mut tls) => stomp_connect(&mut tls).await,
+        Err(_) => String::new(),
+    };
+    assert_eq!(answer, "", "no client certificate: no STOMP answer");
+    b.shutdown().await.unwrap();
+}
+
+async fn the_http_server_serves_https_and_wss(t: TestStore) {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message as Ws;
+
+    let pki = pki();
+    let files = TlsFiles {
+        cert_file: pki.cert.clone(),
+        key_file: pki.key.clone(),
+        client_ca_file: None,
+    };
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let mut options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
+    options.tls = Some(files.acceptor(&[b"http/1.1"]).unwrap());
+    options.stomp = Some(ConnectionConfig::default());
+    let server = HttpServer::start(options, b.clone()).await.unwrap();
+    let addr = server.local_addr();
+    let name = ServerName::try_from("localhost").unwrap();
+
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = connector(&pki.ca, None)
+        .connect(name.clone(), tcp)
+        .await
+        .unwrap();
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tls.read_to_string(&mut answer).await.ok();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"alive\""), "{answer}");
+
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = connector(&pki.ca, None).connect(name, tcp).await.unwrap();
+    let mut request = format!("wss://localhost:{}/stomp", addr.port())
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "v12.stomp".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::client_async(request, tls).await.unwrap();
+    ws.send(Ws::Text(
+        "CONNECT\naccept-version:1.2\nhost:localhost\n\n\0".into(),
+    ))
+    .await
+    .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .expect("an answer over wss")
+        .unwrap()
+        .unwrap();
+    assert!(
+        first.to_text().unwrap().starts_with("CONNECTED\n"),
+        "{first:?}"
+    );
+    drop(ws);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    stomp_over_tls_trusts_only_the_right_ca,
+    client_certificates_are_required_with_a_client_ca,
+    the_http_server_serves_https_and_wss,
+);
+
+/// Certificate files that cannot serve are refused before anything listens, naming
+/// the file and what is wrong with it.
+#[test]
+fn bad_certificate_files_are_refused_with_a_reason() {
+    let other = pki();
+    let pki = pki();
+    let files = |cert: &PathBuf, key: &PathBuf| TlsFiles {
+        cert_file: cert.clone(),
+        key_file: key.clone(),
+        client_ca_file: None,
+    };
+    let missing = pki.dir.path().join("nowhere.pem");
+    let empty = pki.dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let cases = [
+        (files(&missing, &pki.key), "cannot read certificate file"),
+        (files(&empty, &pki.key), "holds no certificate"),
+        (files(&pki.cert, &empty), "no PEM private key"),
+        (files(&pki.cert, &other.key), "do not go together"),
+    ];
+    for (files, says) in cases {
+        let error = files
+            .acceptor(&[])
+            .err()
+            .unwrap_or_else(|| panic!("{files:?} accepted"));
+        assert!(error.contains(says), "{error} does not say `{says}`");
+    }
+    let ok = files(&pki.cert, &pki.key);
+    assert!(ok.acceptor(&[]).is_ok());
+}
