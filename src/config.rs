@@ -80,6 +80,9 @@ pub struct HttpSection {
     pub admin_group: Option<String>,
     /// Serve `https` and `wss` with the certificate of `[tls]` instead of plain HTTP.
     pub tls: Option<bool>,
+    /// Origins (`https://app.example`) of other sites whose pages may call the admin
+    /// API's changes and, without users, open STOMP WebSockets; default none.
+    pub allowed_origins: Option<Vec<String>>,
 }
 
 /// `[tls]`: the certificate of the TLS listeners (`[stomp] ssl_listen`, `[http] tls`),

@@ -1,6 +1,7 @@
-//! `ebb serve`: the broker and its STOMP listener, with the HTTP server (metrics,
-//! health, admin API, STOMP over WebSocket) when asked for, until SIGINT or SIGTERM; then the graceful shutdown (a second signal
-//! exits at once).
+//! `ebb serve`: the broker and its STOMP listener, with STOMP over TLS and the HTTP
+//! server (metrics, health, admin API, console, STOMP over WebSocket) when asked for,
+//! until SIGINT or SIGTERM; then the graceful shutdown (a second signal exits at
+//! once).
 //!
 //! Every setting comes from a flag, else the configuration file (`--config`,
 //! [`crate::config`]), else a default; an error about a value names where it came
@@ -272,6 +273,16 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     let bound = listener.local_addr()?;
     tracing::info!(stomp = %bound, store = %redact_url(&store_url), "ebb is running");
     println!("ebb: STOMP on {bound}, store {}", redact_url(&store_url));
+    let ssl_listener = match ssl_addr {
+        Some(addr) => {
+            let ssl = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (STOMP over TLS): {e}"))?;
+            println!("ebb: STOMP over TLS on {}", ssl.local_addr()?);
+            Some(ssl)
+        }
+        None => None,
+    };
 
     let readiness = crate::http::Readiness::default();
     let http = match http_addr {
@@ -287,6 +298,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
                 stomp: Some(connection.clone()),
                 connections: connection.connections.clone(),
                 readiness: readiness.clone(),
+                allowed_origins: file.http.allowed_origins.clone().unwrap_or_default(),
                 max_body_bytes: connection.limits.max_frame_bytes,
                 tls: http_acceptor,
             };
@@ -306,20 +318,14 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     };
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let ssl_accept = match (ssl_addr, ssl_acceptor) {
-        (Some(addr), Some(acceptor)) => {
-            let ssl = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (STOMP over TLS): {e}"))?;
-            println!("ebb: STOMP over TLS on {}", ssl.local_addr()?);
-            Some(actix_rt::spawn(crate::transport::listener::run_tls(
-                ssl,
-                acceptor,
-                broker.clone(),
-                connection.clone(),
-                stop_rx.clone(),
-            )))
-        }
+    let ssl_accept = match (ssl_listener, ssl_acceptor) {
+        (Some(ssl), Some(acceptor)) => Some(actix_rt::spawn(crate::transport::listener::run_tls(
+            ssl,
+            acceptor,
+            broker.clone(),
+            connection.clone(),
+            stop_rx.clone(),
+        ))),
         _ => None,
     };
     let accept = actix_rt::spawn(crate::transport::listener::run(

@@ -17,6 +17,11 @@
 //! remove a subscription) wants a user in [`HttpOptions::admin_group`] (`admin`).
 //! A refused login waits [`crate::auth::FAILED_LOGIN_DELAY`] before its `401`.
 //!
+//! **Other sites' pages** cannot use the operator's browser against the server: a
+//! change from another `Origin` is refused, a POST must carry JSON, and without users
+//! a WebSocket from another origin is refused (`same_origin`; `[http]
+//! allowed_origins` lists exceptions).
+//!
 //! **Errors** are JSON, `{"error": "...", "status": N}`, with a 4xx status for the
 //! caller's mistakes (unknown destination or route, bad cursor, bad JSON, body over
 //! [`HttpOptions::max_body_bytes`]) and `503` when the store cannot be reached or the
@@ -98,6 +103,10 @@ pub struct HttpOptions {
     pub connections: Connections,
     /// The listeners' flag `/readyz` reports.
     pub readiness: Readiness,
+    /// Origins (`https://app.example:8443`) of other sites whose pages may call the
+    /// API's changes and open STOMP WebSockets without users configured (see
+    /// `same_origin`); default none. `[http] allowed_origins`.
+    pub allowed_origins: Vec<String>,
     /// Largest request body accepted, bytes (a message sent through the API); a
     /// larger one gets `413`. Default [`MAX_BODY_BYTES`].
     pub max_body_bytes: usize,
@@ -120,6 +129,7 @@ impl HttpOptions {
             stomp: None,
             connections: Connections::default(),
             readiness,
+            allowed_origins: Vec::new(),
             max_body_bytes: MAX_BODY_BYTES,
             #[cfg(feature = "tls")]
             tls: None,
@@ -297,8 +307,80 @@ fn router(state: AppState, body_limit: usize) -> Router {
         .nest("/api/v1", api::routes())
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            same_origin,
+        ))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
+}
+
+/// Refuses what a web page of another site could make a browser send here (the
+/// operator's browser has the console's credentials, or no users are configured):
+/// - a change (any method but GET and HEAD) whose `Origin` is not this server, or a
+///   POST without `Content-Type: application/json` (a plain HTML form cannot send
+///   one, and a script of another site cannot without a CORS preflight, which this
+///   server does not grant): `403` / `415`;
+/// - a WebSocket upgrade at `/stomp` from another origin, unless users are
+///   configured (CONNECT then needs a login) or the origin is in
+///   [`HttpOptions::allowed_origins`]: `403`.
+///
+/// Clients that are not browsers send no `Origin` and are not affected.
+async fn same_origin(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use axum::http::{header, Method};
+    let headers = request.headers();
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    // `scheme://host[:port]` against the Host the request was sent to.
+    let same = |origin: &str| {
+        origin
+            .split_once("://")
+            .is_some_and(|(_, authority)| Some(authority) == host)
+    };
+    let allowed = |origin: &str| state.options.allowed_origins.iter().any(|o| o == origin);
+    let method = request.method().clone();
+    if request.uri().path() == "/stomp" {
+        if let Some(origin) = origin {
+            if !same(origin) && !allowed(origin) && !state.options.security.requires_login() {
+                return api::ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "WebSocket from {origin} refused: no users are configured, so only pages of \
+                         this server or of [http] allowed_origins may open STOMP sessions"
+                    ),
+                )
+                .into_response();
+            }
+        }
+        return next.run(request).await;
+    }
+    if method != Method::GET && method != Method::HEAD {
+        if let Some(origin) = origin {
+            if !same(origin) && !allowed(origin) {
+                return api::ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    format!("cross-origin {method} from {origin} refused"),
+                )
+                .into_response();
+            }
+        }
+        let json = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if method == Method::POST && !json {
+            return api::ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "a POST needs Content-Type: application/json (with a body of {} when there is nothing to say)",
+            )
+            .into_response();
+        }
+    }
+    next.run(request).await
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

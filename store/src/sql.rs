@@ -1146,34 +1146,56 @@ macro_rules! impl_sql_store {
                 ops: Vec<$crate::WriteOp>,
             ) -> $crate::Result<Vec<$crate::WriteOutcome>> {
                 let count = ops.len() as u64;
-                let mut tx = self
+                let mut conn = self
                     .pool
-                    .begin_with($tx.write)
+                    .acquire()
                     .await
                     .map_err($crate::error::db("begin"))?;
+                // A connection whose write failed is closed, not pooled again: after a
+                // failed COMMIT (SQLite's disk full, a broken PostgreSQL link) the
+                // driver may still count a transaction open on it, and every later
+                // BEGIN on it would fail ("non-zero transaction depth").
                 // The ids this batch gives new rows: `first_new..=last_new` (this is
                 // the store's one writer), to settle a commit whose answer is lost.
                 let first_new = self.last_assigned_id() + 1;
-                let mut outcomes = Vec::with_capacity(ops.len());
-                let mut bytes = 0;
-                let mut ops = ops.into_iter().peekable();
-                while let Some(op) = ops.next() {
-                    let $crate::WriteOp::Add(first) = op else {
-                        outcomes.push(self.apply(&mut *tx, op, &mut bytes).await?);
-                        continue;
-                    };
-                    // A run of adds goes into multi-row inserts.
-                    let mut adds = vec![first];
-                    while let Some($crate::WriteOp::Add(_)) = ops.peek() {
-                        if let Some($crate::WriteOp::Add(m)) = ops.next() {
-                            adds.push(m);
+                let written = async {
+                    let mut tx = sqlx::Connection::begin_with(&mut *conn, $tx.write)
+                        .await
+                        .map_err($crate::error::db("begin"))?;
+                    let mut outcomes = Vec::with_capacity(ops.len());
+                    let mut bytes = 0;
+                    let mut ops = ops.into_iter().peekable();
+                    while let Some(op) = ops.next() {
+                        let $crate::WriteOp::Add(first) = op else {
+                            outcomes.push(self.apply(&mut *tx, op, &mut bytes).await?);
+                            continue;
+                        };
+                        // A run of adds goes into multi-row inserts.
+                        let mut adds = vec![first];
+                        while let Some($crate::WriteOp::Add(_)) = ops.peek() {
+                            if let Some($crate::WriteOp::Add(m)) = ops.next() {
+                                adds.push(m);
+                            }
                         }
+                        let ids = self.insert_messages(&mut *tx, adds, &mut bytes).await?;
+                        outcomes.extend(ids.into_iter().map($crate::WriteOutcome::Added));
                     }
-                    let ids = self.insert_messages(&mut *tx, adds, &mut bytes).await?;
-                    outcomes.extend(ids.into_iter().map($crate::WriteOutcome::Added));
+                    let refused = tx.commit().await.err();
+                    Ok((outcomes, bytes, refused))
                 }
+                .await;
                 let last_new = self.last_assigned_id();
-                if let Err(e) = tx.commit().await {
+                let (outcomes, bytes, refused) = match written {
+                    Ok(written) => written,
+                    Err(e) => {
+                        conn.close_on_drop();
+                        return Err(e);
+                    }
+                };
+                if let Some(e) = refused {
+                    // Gone before the probe below, which may need its pool slot.
+                    conn.close_on_drop();
+                    drop(conn);
                     // The connection may have broken after the server committed and
                     // before its answer came back (PostgreSQL over a network). Rows
                     // with the batch's new ids prove that it committed: answer as

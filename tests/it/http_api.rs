@@ -25,13 +25,31 @@ struct Answer {
 /// `method url` with `body` (JSON text) and Basic credentials `login:password`,
 /// off the event loop (ureq blocks).
 async fn call(method: &str, url: String, body: Option<&str>, login: Option<&str>) -> Answer {
+    call_with(method, url, body, login, &[]).await
+}
+
+/// [`call`] with more request headers.
+async fn call_with(
+    method: &str,
+    url: String,
+    body: Option<&str>,
+    login: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Answer {
     let (method, body, login) = (
         method.to_string(),
         body.map(str::to_string),
         login.map(str::to_string),
     );
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     tokio::task::spawn_blocking(move || {
         let mut request = ureq::request(&method, &url).timeout(Duration::from_secs(30));
+        for (name, value) in &headers {
+            request = request.set(name, value);
+        }
         if let Some(login) = login {
             use base64::Engine;
             let encoded = base64::engine::general_purpose::STANDARD.encode(login);
@@ -756,7 +774,7 @@ async fn purge_deletes_what_waits_and_leaves_what_a_consumer_holds(t: TestStore)
     let purged = call(
         "POST",
         format!("{base}/api/v1/queues/api.purge/purge"),
-        None,
+        Some("{}"),
         None,
     )
     .await;
@@ -779,7 +797,7 @@ async fn purge_deletes_what_waits_and_leaves_what_a_consumer_holds(t: TestStore)
     let unknown = call(
         "POST",
         format!("{base}/api/v1/queues/api.never/purge"),
-        None,
+        Some("{}"),
         None,
     )
     .await;
@@ -1119,6 +1137,110 @@ async fn operators_list_and_close_connections(t: TestStore) {
     tcp.stop().await;
 }
 
+/// What a page of another site could make the operator's browser send is refused: a
+/// change from another `Origin` (403), a POST that is not JSON, as an HTML form
+/// sends (415), and, without users, a WebSocket from another origin (403), unless
+/// that origin is allowed; the same calls from this server's own pages, or from
+/// clients that send no `Origin`, work.
+async fn pages_of_other_sites_cannot_change_anything(t: TestStore) {
+    let (b, server, base) = http_server(&t, |o| {
+        o.allowed_origins = vec!["https://app.example".into()];
+        o.stomp = Some(ConnectionConfig::default());
+    })
+    .await;
+    b.send("queue://api.csrf", Message::new("kept"))
+        .await
+        .unwrap();
+    let host = base.trim_start_matches("http://").to_string();
+    let purge = format!("{base}/api/v1/queues/api.csrf/purge");
+    let evil = [("Origin", "http://evil.example")];
+    let refused = call_with("POST", purge.clone(), Some("{}"), None, &evil).await;
+    assert_eq!(refused.status, 403, "{}", refused.json);
+    assert!(refused.json["error"]
+        .as_str()
+        .unwrap()
+        .contains("cross-origin"));
+    let form = call_with(
+        "POST",
+        purge.clone(),
+        None,
+        None,
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+    )
+    .await;
+    assert_eq!(form.status, 415, "{}", form.json);
+    let delete = call_with(
+        "DELETE",
+        format!("{base}/api/v1/connections/ebb-1"),
+        None,
+        None,
+        &evil,
+    )
+    .await;
+    assert_eq!(delete.status, 403, "{}", delete.json);
+    assert_eq!(
+        b.store().count_messages("queue://api.csrf").await.unwrap(),
+        1
+    );
+    // Reading is not a change: another site's page may not read the answer anyway.
+    let read = call_with(
+        "GET",
+        format!("{base}/api/v1/queues/api.csrf"),
+        None,
+        None,
+        &evil,
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.json);
+
+    let own = format!("http://{host}");
+    let allowed = call_with(
+        "POST",
+        purge.clone(),
+        Some("{}"),
+        None,
+        &[("Origin", own.as_str())],
+    )
+    .await;
+    assert_eq!(
+        (allowed.status, &allowed.json["taken"]),
+        (200, &Value::from(1)),
+        "{}",
+        allowed.json
+    );
+    let listed = call_with(
+        "POST",
+        purge,
+        Some("{}"),
+        None,
+        &[("Origin", "https://app.example")],
+    )
+    .await;
+    assert_eq!(listed.status, 200, "{}", listed.json);
+
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let ws = |origin: &str| {
+        let mut request = format!("ws://{host}/stomp").into_client_request().unwrap();
+        request
+            .headers_mut()
+            .insert("Sec-WebSocket-Protocol", "v12.stomp".parse().unwrap());
+        request
+            .headers_mut()
+            .insert("Origin", origin.parse().unwrap());
+        tokio_tungstenite::connect_async(request)
+    };
+    match ws("http://evil.example").await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 403)
+        }
+        other => panic!("a WebSocket from another origin was not refused: {other:?}"),
+    }
+    assert!(ws("https://app.example").await.is_ok(), "an allowed origin");
+    assert!(ws(&own).await.is_ok(), "this server's own pages");
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
 /// A WebSocket STOMP client (`v12.stomp`) subscribes at `/stomp`; what a TCP client
 /// sends reaches it; its receipts and ERRORs work as over TCP; the connection limits
 /// count both transports.
@@ -1247,4 +1369,5 @@ on_every_backend!(
     dead_letters_move_back_exactly_once,
     a_retry_killed_midway_loses_and_doubles_nothing,
     operators_list_and_close_connections,
+    pages_of_other_sites_cannot_change_anything,
 );

@@ -8,6 +8,7 @@
 //! - `DestinationKey`, `DestinationKind`, `DestinationPattern`: the crate's re-exports
 //!   of the destination key and of a wildcard destination (value types the API takes,
 //!   not a way into the actors);
+//! - `tls`: the certificate and its acceptor (rustls), for STOMP over TLS;
 //! - `transport` itself.
 //!
 //! Comments count too: an intra-doc link is a dependency of the docs. A new transport
@@ -25,6 +26,7 @@ const ALLOWED_ROOTS: &[&str] = &[
     "DestinationKey",
     "DestinationKind",
     "DestinationPattern",
+    "tls",
     "transport",
 ];
 
