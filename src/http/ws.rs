@@ -92,11 +92,19 @@ async fn refuse(mut socket: WebSocket, refusal: &str) {
     let _ = socket.send(Message::Close(None)).await;
 }
 
-/// Copies between the WebSocket and the session's pipe until either side ends.
+/// How long, after the session ended and its last frames and the Close went out, the
+/// client's input is still read (and dropped) while waiting for its Close: closing a
+/// socket with unread input makes TCP reset it, and a reset can destroy the last
+/// frames (an ERROR) before the client reads them.
+pub const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Copies between the WebSocket and the session's pipe until either side ends, then
+/// closes the WebSocket in order (see [`CLOSE_GRACE`]).
 async fn bridge(socket: WebSocket, pipe: DuplexStream) {
     let (mut to_client, mut from_client) = socket.split();
     let (mut from_session, mut to_session) = tokio::io::split(pipe);
     let inbound = async move {
+        let mut session_open = true;
         while let Some(message) = from_client.next().await {
             let bytes = match message {
                 Ok(Message::Text(text)) => text.into_bytes(),
@@ -104,8 +112,10 @@ async fn bridge(socket: WebSocket, pipe: DuplexStream) {
                 Ok(Message::Ping(_) | Message::Pong(_)) => continue,
                 Ok(Message::Close(_)) | Err(_) => break,
             };
-            if to_session.write_all(&bytes).await.is_err() {
-                break;
+            // Once the session is gone, what the client still sends is read and
+            // dropped until its Close.
+            if session_open && to_session.write_all(&bytes).await.is_err() {
+                session_open = false;
             }
         }
         let _ = to_session.shutdown().await;
@@ -130,7 +140,12 @@ async fn bridge(socket: WebSocket, pipe: DuplexStream) {
     };
     // The session ends the exchange: when the client goes, the session sees the end
     // of its input and closes; its output then ends the outbound copy.
-    let inbound = tokio::spawn(inbound);
+    let mut inbound = tokio::spawn(inbound);
     outbound.await;
-    inbound.abort();
+    if tokio::time::timeout(CLOSE_GRACE, &mut inbound)
+        .await
+        .is_err()
+    {
+        inbound.abort();
+    }
 }

@@ -1,4 +1,5 @@
-//! A small STOMP 1.2 client over TCP, built on the same codec as the server: what
+//! A small STOMP 1.2 client over TCP (or any byte stream, [`StompClient::over`]: the
+//! tests run it over WebSocket too), built on the same codec as the server: what
 //! `ebb soak --stomp`, the benchmarks (Ebb and RabbitMQ alike) and the STOMP tests use
 //! to drive a broker. It speaks frames, or raw bytes for protocol tests, nothing more:
 //! the caller decides what to send and waits for what it needs.
@@ -13,8 +14,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
 
@@ -89,9 +89,14 @@ impl Encoder<Outgoing> for ClientCodec {
     }
 }
 
+/// The bytes a connection reads.
+type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
+/// The bytes a connection writes.
+type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// The reading half of a connection.
 pub struct StompReader {
-    frames: FramedRead<OwnedReadHalf, ClientCodec>,
+    frames: FramedRead<ReadHalf, ClientCodec>,
 }
 
 impl StompReader {
@@ -136,7 +141,7 @@ impl StompReader {
 
 /// The writing half of a connection.
 pub struct StompWriter {
-    frames: FramedWrite<OwnedWriteHalf, ClientCodec>,
+    frames: FramedWrite<WriteHalf, ClientCodec>,
 }
 
 impl StompWriter {
@@ -186,15 +191,29 @@ impl StompClient {
             })?;
         stream.set_nodelay(true)?;
         let (read, write) = stream.into_split();
-        Ok(Self {
-            addr: name,
+        Ok(Self::halves_of(name, Box::new(read), Box::new(write)))
+    }
+
+    /// A connection over `stream`, any byte stream to a STOMP server (a WebSocket
+    /// adapted to bytes, a TLS stream), named `name` in error texts; nothing sent.
+    pub fn over(
+        name: impl Into<String>,
+        stream: impl AsyncRead + AsyncWrite + Send + 'static,
+    ) -> Self {
+        let (read, write) = tokio::io::split(stream);
+        Self::halves_of(name.into(), Box::new(read), Box::new(write))
+    }
+
+    fn halves_of(addr: String, read: ReadHalf, write: WriteHalf) -> Self {
+        Self {
+            addr,
             reader: StompReader {
                 frames: FramedRead::new(read, ClientCodec::new()),
             },
             writer: StompWriter {
                 frames: FramedWrite::new(write, ClientCodec::new()),
             },
-        })
+        }
     }
 
     /// Connects to `addr` and logs in: CONNECT with `accept-version:1.2`, `host:ebb`,

@@ -1,5 +1,12 @@
-//! STOMP over TCP for the tests: an in-process server on an ephemeral port, and the
-//! library's client ([`crate::stomp::client`]) with the tests' manners.
+//! STOMP for the tests: an in-process server on an ephemeral port, and the library's
+//! client ([`crate::stomp::client`]) with the tests' manners.
+//!
+//! **Over WebSocket too.** With `EBB_TEST_TRANSPORT=ws` (and the `http` feature),
+//! every server [`serve_with`] starts also serves STOMP over WebSocket (an HTTP server
+//! with `/stomp`, sharing the TCP listener's connection settings), and every
+//! [`Client`] opened to it talks over a WebSocket instead of TCP (binary messages,
+//! [`StompClient::over`] an in-memory pipe bridged to the socket). The same STOMP
+//! tests then run over both transports; `.ci/run` runs them a second time so.
 
 use std::time::Duration;
 
@@ -18,6 +25,78 @@ pub struct Server {
     /// The broker behind the listener, for the test to inspect.
     pub broker: crate::Broker,
     stop: tokio::sync::watch::Sender<bool>,
+    #[cfg(feature = "http")]
+    http: Option<crate::http::HttpServer>,
+}
+
+/// Whether the tests' STOMP clients talk over WebSocket (`EBB_TEST_TRANSPORT=ws`).
+pub fn over_websocket() -> bool {
+    cfg!(feature = "http") && std::env::var("EBB_TEST_TRANSPORT").is_ok_and(|t| t == "ws")
+}
+
+/// TCP address of a test server → the address of its HTTP server (`/stomp`).
+#[cfg(feature = "http")]
+fn websockets() -> &'static parking_lot::Mutex<
+    std::collections::HashMap<std::net::SocketAddr, std::net::SocketAddr>,
+> {
+    static MAP: std::sync::OnceLock<
+        parking_lot::Mutex<std::collections::HashMap<std::net::SocketAddr, std::net::SocketAddr>>,
+    > = std::sync::OnceLock::new();
+    MAP.get_or_init(Default::default)
+}
+
+/// A byte stream to the STOMP-over-WebSocket endpoint at `http`: an in-memory pipe
+/// whose other end a task bridges to the WebSocket (what is written goes as binary
+/// messages; what arrives is read back as bytes; either side's end closes both).
+#[cfg(feature = "http")]
+async fn websocket_stream(http: std::net::SocketAddr) -> tokio::io::DuplexStream {
+    use futures::{SinkExt, StreamExt};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message as Ws;
+    let mut request = format!("ws://{http}/stomp").into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "v12.stomp".parse().unwrap());
+    let (ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .unwrap_or_else(|e| panic!("WebSocket to ws://{http}/stomp: {e}"));
+    let (mine, theirs) = tokio::io::duplex(64 << 10);
+    let (mut to_server, mut from_server) = ws.split();
+    let (mut from_test, mut to_test) = tokio::io::split(theirs);
+    tokio::spawn(async move {
+        let mut buffer = vec![0u8; 64 << 10];
+        loop {
+            match from_test.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to_server
+                        .send(Ws::Binary(buffer[..n].to_vec()))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = to_server.send(Ws::Close(None)).await;
+    });
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = from_server.next().await {
+            let bytes = match message {
+                Ws::Text(text) => text.into_bytes(),
+                Ws::Binary(bytes) => bytes,
+                Ws::Close(_) => break,
+                _ => continue,
+            };
+            if to_test.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+        let _ = to_test.shutdown().await;
+    });
+    mine
 }
 
 /// A server with `policy` for every topic, default limits, no users, a 30 s stall
@@ -61,19 +140,44 @@ pub async fn serve_with(broker: crate::Broker, config: ConnectionConfig) -> Serv
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    #[cfg(feature = "http")]
+    let http = if over_websocket() {
+        let mut options = crate::http::HttpOptions::new("127.0.0.1:0".parse().unwrap());
+        options.security = std::sync::Arc::clone(&config.security);
+        options.connections = config.connections.clone();
+        options.stomp = Some(config.clone());
+        let http = crate::http::HttpServer::start(options, broker.clone())
+            .await
+            .expect("the HTTP server for STOMP over WebSocket starts");
+        websockets().lock().insert(addr, http.local_addr());
+        Some(http)
+    } else {
+        None
+    };
     actix_rt::spawn(crate::transport::listener::run(
         listener,
         broker.clone(),
         config,
         stop_rx,
     ));
-    Server { addr, broker, stop }
+    Server {
+        addr,
+        broker,
+        stop,
+        #[cfg(feature = "http")]
+        http,
+    }
 }
 
 impl Server {
     /// Stops the listener and shuts the broker down (panics if shutdown fails).
     pub async fn stop(self) {
         let _ = self.stop.send(true);
+        #[cfg(feature = "http")]
+        if let Some(http) = self.http {
+            websockets().lock().remove(&self.addr);
+            http.stop().await;
+        }
         self.broker.shutdown().await.unwrap();
     }
 }
@@ -84,18 +188,34 @@ impl Server {
 pub struct Client(pub StompClient);
 
 impl Client {
-    /// A TCP connection, nothing sent (the test writes its own CONNECT).
+    /// A connection to the server at `addr`, nothing sent (the test writes its own
+    /// CONNECT): TCP, or a WebSocket to the same server with `EBB_TEST_TRANSPORT=ws`.
     pub async fn open(addr: std::net::SocketAddr) -> Self {
+        #[cfg(feature = "http")]
+        {
+            let http = websockets().lock().get(&addr).copied();
+            if let Some(http) = http {
+                let stream = websocket_stream(http).await;
+                return Self(StompClient::over(format!("ws://{http}/stomp"), stream));
+            }
+        }
         Self(StompClient::open(addr).await.unwrap())
     }
 
     /// Connected and logged in: CONNECT 1.2, with `client-id` if given, answered by
     /// CONNECTED.
     pub async fn connected(addr: std::net::SocketAddr, client_id: Option<&str>) -> Self {
-        match StompClient::connect(addr, client_id, None).await {
-            Ok(client) => Self(client),
-            Err(e) => panic!("CONNECT to {addr}: {e}"),
+        let mut client = Self::open(addr).await;
+        let mut connect = Frame::new(Command::Connect)
+            .header("accept-version", "1.2")
+            .header("host", "ebb");
+        if let Some(id) = client_id {
+            connect = connect.header("client-id", id);
         }
+        if let Err(e) = client.0.handshake(connect).await {
+            panic!("CONNECT to {addr}: {e}");
+        }
+        client
     }
 
     /// Writes `bytes` as they are.

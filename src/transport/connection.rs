@@ -25,7 +25,7 @@ use std::pin::Pin;
 
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, SinkExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::client_ids::ClientIds;
@@ -518,7 +518,21 @@ pub async fn serve_connection<S>(
     while pipe.in_flight.next().await.is_some() {}
     // Open transactions end with the connection; subscriptions detach.
     session.close().await;
+    // A lingering close: our side ends first (the client reads its last frames, then
+    // the end), and what the client still sends is read and dropped for a moment.
+    // Closing a socket with unread input makes TCP reset it, and a reset can destroy
+    // the last frames (an ERROR) before the client has read them.
+    let _ = tokio::time::timeout(CLOSE_GRACE, writer.get_mut().shutdown()).await;
+    let drain = async {
+        let mut sink = [0u8; 8 << 10];
+        while matches!(reader.get_mut().read(&mut sink).await, Ok(n) if n > 0) {}
+    };
+    let _ = tokio::time::timeout(CLOSE_GRACE, drain).await;
 }
+
+/// How long a closing connection still reads (and drops) what the client sends, and
+/// may take to send its end; see the end of [`serve_connection`].
+pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// A request from the client: applied now, or held until the frames ahead of it go
 /// (see [`pump`]). A plain ACK or NACK goes ahead of frames held behind a SEND that

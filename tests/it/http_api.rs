@@ -1334,6 +1334,20 @@ async fn stomp_over_websocket_carries_the_same_sessions(t: TestStore) {
     let error = read_until(&mut ws, "\0").await;
     assert!(error.starts_with("ERROR\n"), "{error}");
 
+    // The server closes after its ERROR: the client reads the Close (and answers it).
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(message)) = ws.next().await {
+            if message.is_close() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the WebSocket was not closed after its ERROR"
+    );
+    drop(ws);
     // Two connections from 127.0.0.1 are the most: the TCP sender and a new WebSocket
     // (the first one was closed by its ERROR).
     tokio::time::sleep(Duration::from_millis(200)).await;
