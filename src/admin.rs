@@ -9,13 +9,13 @@
 //! (looking at one destination does, as sending to it would: its counters exist only
 //! while it runs).
 
-use ebb_actors::broker::{DestinationAddr, ListDestinations};
+use ebb_actors::broker::{DestinationAddr, IsRunning, ListDestinations};
 use ebb_actors::messages::{DurableState, DurableStates, TakeAction, TakeMessages, TakenPage};
 use ebb_store::SubscriptionKey;
 use serde::Serialize;
 
 use crate::broker::{below_key, ToDestination};
-use crate::stats::{DestinationStats, MAX_DESTINATIONS};
+use crate::stats::DestinationStats;
 use crate::{Broker, DestinationKey, DestinationKind, Error};
 
 /// Most destinations or subscriptions one admin listing returns.
@@ -43,7 +43,7 @@ pub enum Selection {
 }
 
 /// What a purge or a move did ([`Broker::purge_queue`], [`Broker::move_messages`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TakeReport {
     /// Messages deleted (purge) or moved.
     pub taken: u64,
@@ -54,6 +54,8 @@ pub struct TakeReport {
     /// Moves that could not be made (no `originalDestination`, or a failed move):
     /// those messages stay where they were.
     pub failed: u64,
+    /// Why the first of them could not move.
+    pub first_failure: Option<String>,
     /// With [`Selection::All`]: the `after` to continue from, `None` when the queue's
     /// end was reached.
     pub next: Option<i64>,
@@ -65,6 +67,9 @@ impl TakeReport {
         self.in_flight += page.in_flight;
         self.gone += page.gone;
         self.failed += page.failed;
+        if self.first_failure.is_none() {
+            self.first_failure.clone_from(&page.first_failure);
+        }
         self.next = page.next;
     }
 }
@@ -116,8 +121,17 @@ pub struct DurableView {
 pub struct DurablePage {
     /// At most the limit asked for.
     pub subscriptions: Vec<DurableView>,
-    /// `client_id` and `name` to pass as `after` for the next page; `None` at the end.
-    pub next: Option<(String, String)>,
+    /// Where the next page starts (after this subscription); `None` at the end.
+    pub next: Option<DurableCursor>,
+}
+
+/// A position in a subscription listing: the last subscription of a page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DurableCursor {
+    /// Its client id (the API's `after_client`).
+    pub after_client: String,
+    /// Its name (the API's `after_name`).
+    pub after_name: String,
 }
 
 impl Broker {
@@ -150,10 +164,14 @@ impl Broker {
         self.refuse_if_shut_down()?;
         let limit = limit.clamp(1, MAX_ADMIN_PAGE) as usize;
         let after = after.unwrap_or("");
+        // Keys sort as their store keys do, so a listing after `after` is one after
+        // its key (a cursor that is no key lists from the first one above it).
+        let after_key = DestinationKey::from_container(after).ok();
         let running: Vec<String> = self
             .registry()
             .send(ListDestinations {
-                limit: MAX_DESTINATIONS,
+                limit,
+                after: after_key,
             })
             .await?
             .keys
@@ -173,6 +191,9 @@ impl Broker {
         // Each stored listing is complete only up to its last key when it came back
         // full: the page ends at the lowest such horizon.
         let horizon = [
+            (running.len() == limit)
+                .then(|| running.last().cloned())
+                .flatten(),
             (with_messages.len() == limit)
                 .then(|| with_messages.last().cloned())
                 .flatten(),
@@ -243,15 +264,7 @@ impl Broker {
     /// Errors: [`Error::Actor`] when the registry is gone, a store error.
     pub async fn destination_exists(&self, key: &DestinationKey) -> Result<bool, Error> {
         let container = key.container();
-        let running = self
-            .registry()
-            .send(ListDestinations {
-                limit: MAX_DESTINATIONS,
-            })
-            .await?
-            .keys
-            .contains(key);
-        if running {
+        if self.registry().send(IsRunning(key.clone())).await? {
             return Ok(true);
         }
         let store = self.store();
@@ -286,22 +299,17 @@ impl Broker {
             .list_subscriptions(&key.container(), after.as_ref(), limit)
             .await?;
         let keys: Vec<SubscriptionKey> = rows.iter().map(|s| s.key.clone()).collect();
-        let running = self
-            .registry()
-            .send(ListDestinations {
-                limit: MAX_DESTINATIONS,
-            })
-            .await?
-            .keys
-            .contains(&key);
-        let states = if running {
+        let states = if self.registry().send(IsRunning(key.clone())).await? {
             self.topic(&key).await?.send(DurableStates(keys)).await?
         } else {
             vec![DurableState::default(); rows.len()]
         };
         let next = (rows.len() == limit as usize).then(|| {
             let last = &rows[rows.len() - 1].key;
-            (last.client_id.clone(), last.subscription_name.clone())
+            DurableCursor {
+                after_client: last.client_id.clone(),
+                after_name: last.subscription_name.clone(),
+            }
         });
         let subscriptions = rows
             .into_iter()

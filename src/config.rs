@@ -83,6 +83,10 @@ pub struct HttpSection {
     /// Origins (`https://app.example`) of other sites whose pages may call the admin
     /// API's changes and, without users, open STOMP WebSockets; default none.
     pub allowed_origins: Option<Vec<String>>,
+    /// Most HTTP connections at once, WebSockets included (default 1,024).
+    pub max_connections: Option<usize>,
+    /// Most HTTP connections from one IP address at once (default 64).
+    pub max_connections_per_address: Option<usize>,
 }
 
 /// `[tls]`: the certificate of the TLS listeners (`[stomp] ssl_listen`, `[http] tls`),

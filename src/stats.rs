@@ -217,6 +217,7 @@ impl Broker {
             .registry()
             .send(ListDestinations {
                 limit: MAX_DESTINATIONS,
+                after: None,
             })
             .await?;
         let mut destinations = Vec::with_capacity(list.keys.len());

@@ -436,13 +436,28 @@ impl Handler<RouteDeadLetter> for BrokerActor {
 }
 
 /// The keys of the running destination actors, sorted (as their store keys sort), at
-/// most `limit` of them (the first ones in sort order), so that an answer
-/// never grows with the number of destinations. Read-only: it starts nothing.
+/// most `limit` of them (the first ones in sort order after `after`), so that an
+/// answer never grows with the number of destinations. Read-only: it starts nothing.
 #[derive(Message)]
 #[rtype(result = "DestinationList")]
 pub struct ListDestinations {
     /// Most keys in the answer.
     pub limit: usize,
+    /// Only keys after this one (`None`: from the first).
+    pub after: Option<DestinationKey>,
+}
+
+/// Whether destination `key`'s actor is running now. Read-only: it starts nothing.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct IsRunning(pub DestinationKey);
+
+impl Handler<IsRunning> for BrokerActor {
+    type Result = bool;
+
+    fn handle(&mut self, msg: IsRunning, _: &mut Context<Self>) -> bool {
+        self.destinations.get(&msg.0).is_some_and(|a| a.connected())
+    }
 }
 
 /// The answer to [`ListDestinations`].
@@ -466,6 +481,9 @@ impl Handler<ListDestinations> for BrokerActor {
             .map(|(k, _)| k.clone())
             .collect();
         let total = keys.len();
+        if let Some(after) = &msg.after {
+            keys.retain(|k| k > after);
+        }
         keys.sort_unstable();
         keys.truncate(msg.limit);
         DestinationList { keys, total }

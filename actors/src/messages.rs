@@ -271,7 +271,7 @@ pub struct TakeMessages {
 }
 
 /// The answer to [`TakeMessages`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TakenPage {
     /// Messages deleted or moved.
     pub taken: u64,
@@ -283,6 +283,8 @@ pub struct TakenPage {
     /// Moves that could not be made (no `originalDestination`, or its move failed):
     /// those messages stay where they are.
     pub failed: u64,
+    /// Why the first of them could not move.
+    pub first_failure: Option<String>,
     /// The `after` of the next page (the last id this page read), `None` when the
     /// page was the last.
     pub next: Option<i64>,

@@ -640,13 +640,26 @@ impl QueueActor {
 
     /// Sends `entry` to the dead-letter queue with `cause` (or drops it: see the module
     /// documentation). `expired` says which counter it adds to when dropped.
+    ///
+    /// A move that fails (the dead-letter queue cannot be reached or named, the store
+    /// refused) puts a message that was not expired back in its place, still counted
+    /// as failed that often: it stays in the queue, visible to browsing, purge and
+    /// move, instead of waiting unseen in the store for a restart. (An expired one is
+    /// found again by the next expiry page.)
     fn dead_letter(&mut self, entry: Entry, cause: &str, expired: bool, ctx: &mut Context<Self>) {
+        let back = match (expired, entry.message.id) {
+            (false, Some(id)) => Some(((id, 0), entry.clone())),
+            _ => None,
+        };
         if let Some(moved) = self.dead_letter_move(entry, cause, expired, ctx) {
-            ctx.spawn(
-                moved
-                    .into_actor(self)
-                    .map(move |result, act, _| act.count_move(result, expired)),
-            );
+            ctx.spawn(moved.into_actor(self).map(move |result, act, ctx| {
+                let failed = result.is_err();
+                act.count_move(result, expired);
+                if let (true, Some((place, entry))) = (failed, back) {
+                    act.cursor.put_back(place, entry);
+                    act.dispatch(ctx);
+                }
+            }));
         }
     }
 
@@ -718,7 +731,7 @@ impl QueueActor {
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(queue = %self.core.container, error = %e, "move to the dead-letter queue failed; the message stays in the store and comes back after a restart")
+                tracing::warn!(queue = %self.core.container, error = %e, "move to the dead-letter queue failed; the message stays in the queue")
             }
         }
     }
@@ -1087,6 +1100,7 @@ impl QueueActor {
                 Err(why) => {
                     page.failed += 1;
                     tracing::warn!(queue = %self.core.container, id = taken.row.id, %why, "message left in place");
+                    page.first_failure.get_or_insert(why);
                     self.untake(taken);
                 }
             }

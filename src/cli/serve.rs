@@ -114,6 +114,20 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         Some((text, from)) => Some(resolve(&text, &from, "STOMP over TLS").await?),
         None => None,
     };
+    for (key, value) in [
+        ("max_connections", file.http.max_connections),
+        (
+            "max_connections_per_address",
+            file.http.max_connections_per_address,
+        ),
+    ] {
+        if value == Some(0) {
+            anyhow::bail!(
+                "[http] {key} = 0 is below its least value, 1{}",
+                from_file(&format!("[http] {key}"))
+            );
+        }
+    }
     let http_tls = file.http.tls == Some(true);
     // The certificate, read and checked before anything listens.
     let tls_for = |what: &str, alpn: &[&[u8]]| -> anyhow::Result<tokio_rustls::TlsAcceptor> {
@@ -126,9 +140,14 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
                 )
             )
         })?;
-        files
-            .acceptor(alpn)
-            .map_err(|e| anyhow::anyhow!("[tls]{}: {e}", from_file("[tls]")))
+        files.acceptor(alpn).map_err(|e| {
+            anyhow::anyhow!(
+                "[tls]: {e}{}",
+                config
+                    .as_ref()
+                    .map_or(String::new(), |p| format!(" (in {})", p.display()))
+            )
+        })
     };
     let ssl_acceptor = match ssl_addr {
         Some(_) => Some(tls_for("STOMP over TLS", &[])?),
@@ -299,9 +318,26 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
                 connections: connection.connections.clone(),
                 readiness: readiness.clone(),
                 allowed_origins: file.http.allowed_origins.clone().unwrap_or_default(),
+                max_connections: file
+                    .http
+                    .max_connections
+                    .unwrap_or(crate::http::MAX_HTTP_CONNECTIONS),
+                max_connections_per_address: file
+                    .http
+                    .max_connections_per_address
+                    .unwrap_or(crate::http::MAX_HTTP_CONNECTIONS_PER_ADDRESS),
                 max_body_bytes: connection.limits.max_frame_bytes,
                 tls: http_acceptor,
             };
+            if options.security.requires_login()
+                && !options
+                    .security
+                    .users
+                    .iter()
+                    .any(|u| u.groups.contains(&options.admin_group))
+            {
+                tracing::warn!(admin_group = %options.admin_group, "no user is in the admin group: every change through the admin API will be refused (403)");
+            }
             let server = crate::http::HttpServer::start(options, broker.clone()).await?;
             let (http, ws) = if http_tls {
                 ("https", "wss")

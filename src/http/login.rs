@@ -8,7 +8,10 @@
 //! remembered logins at the next restart (users come from the configuration file,
 //! which is read once). Checks run off the event loop, at most one per core at once
 //! ([`crate::auth::login_checks`]); a refused one waits
-//! [`crate::auth::FAILED_LOGIN_DELAY`] before its `401`.
+//! [`crate::auth::FAILED_LOGIN_DELAY`] before its `401`. An address with
+//! [`MAX_FAILED_LOGINS`] refused logins within [`FAILED_LOGIN_WINDOW`] gets `429` at
+//! once, with no check, until the window passes: a flood of wrong passwords from one
+//! address cannot keep the checks (shared with STOMP's CONNECT) busy for everyone.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -27,11 +30,50 @@ pub const LOGIN_TTL: Duration = Duration::from_secs(300);
 /// Most logins remembered at once.
 pub const MAX_REMEMBERED: usize = 256;
 
-/// Logins that succeeded lately: `Authorization` value → (principal, when checked).
+/// Refused logins from one address within [`FAILED_LOGIN_WINDOW`] after which its
+/// logins get `429` without a check.
+pub const MAX_FAILED_LOGINS: u32 = 5;
+
+/// See [`MAX_FAILED_LOGINS`].
+pub const FAILED_LOGIN_WINDOW: Duration = Duration::from_secs(10);
+
+/// Most addresses whose refused logins are counted at once (the oldest windows are
+/// forgotten first).
+const MAX_COUNTED_ADDRESSES: usize = 4096;
+
+/// Logins that succeeded lately: `Authorization` value → (principal, when checked);
+/// and refused logins by address: (how many, since when).
 #[derive(Default)]
-pub(crate) struct LoginCache(Mutex<HashMap<String, (Principal, Instant)>>);
+pub(crate) struct LoginCache(
+    Mutex<HashMap<String, (Principal, Instant)>>,
+    Mutex<HashMap<std::net::IpAddr, (u32, Instant)>>,
+);
 
 impl LoginCache {
+    /// Seconds until `peer` may try again, when it has used up its refused logins.
+    fn locked_out(&self, peer: std::net::IpAddr) -> Option<u64> {
+        let failures = self.1.lock();
+        let (count, since) = failures.get(&peer)?;
+        let left = FAILED_LOGIN_WINDOW.checked_sub(since.elapsed())?;
+        (*count >= MAX_FAILED_LOGINS).then(|| left.as_secs() + 1)
+    }
+
+    fn refused(&self, peer: std::net::IpAddr) {
+        let mut failures = self.1.lock();
+        failures.retain(|_, (_, since)| since.elapsed() < FAILED_LOGIN_WINDOW);
+        if failures.len() >= MAX_COUNTED_ADDRESSES {
+            if let Some(oldest) = failures
+                .iter()
+                .min_by_key(|(_, (_, at))| *at)
+                .map(|(k, _)| *k)
+            {
+                failures.remove(&oldest);
+            }
+        }
+        let entry = failures.entry(peer).or_insert((0, Instant::now()));
+        entry.0 += 1;
+    }
+
     fn get(&self, credentials: &str) -> Option<Principal> {
         let cache = self.0.lock();
         let (principal, at) = cache.get(credentials)?;
@@ -65,8 +107,9 @@ fn unauthorized(why: impl Into<String>) -> ApiError {
 /// `login:password` from an `Authorization: Basic ...` value.
 fn basic(value: &str) -> Result<(String, String), String> {
     let encoded = value
-        .strip_prefix("Basic ")
-        .or_else(|| value.strip_prefix("basic "))
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+        .map(|(_, encoded)| encoded)
         .ok_or("the Authorization header must be Basic credentials")?;
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(encoded.trim())
@@ -78,11 +121,13 @@ fn basic(value: &str) -> Result<(String, String), String> {
     Ok((login.to_string(), password.to_string()))
 }
 
-/// Who calls: `Ok(None)` when no users are configured (everyone may call), the
-/// principal of valid Basic credentials, or a `401`.
+/// Who calls (from `peer`, when known): `Ok(None)` when no users are configured
+/// (everyone may call), the principal of valid Basic credentials, a `401`, or a `429`
+/// for an address with too many refused logins.
 pub(crate) async fn caller(
     state: &AppState,
     headers: &HeaderMap,
+    peer: Option<std::net::IpAddr>,
 ) -> Result<Option<Principal>, ApiError> {
     let security = &state.options.security;
     if !security.requires_login() {
@@ -99,6 +144,12 @@ pub(crate) async fn caller(
         .to_string();
     if let Some(principal) = state.logins.get(&value) {
         return Ok(Some(principal));
+    }
+    if let Some(seconds) = peer.and_then(|p| state.logins.locked_out(p)) {
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("too many refused logins from this address: try again in {seconds} s"),
+        ));
     }
     let (login, password) = basic(&value).map_err(unauthorized)?;
     let checked = {
@@ -123,6 +174,9 @@ pub(crate) async fn caller(
         }
         Ok(None) => Ok(None),
         Err(why) => {
+            if let Some(peer) = peer {
+                state.logins.refused(peer);
+            }
             tokio::time::sleep(crate::auth::FAILED_LOGIN_DELAY).await;
             Err(unauthorized(why))
         }
@@ -131,8 +185,12 @@ pub(crate) async fn caller(
 
 /// Who calls, who must be allowed to change things: without users anyone is, with
 /// users only members of the admin group (`403` for the others).
-pub(crate) async fn admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    match caller(state, headers).await? {
+pub(crate) async fn admin(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<std::net::IpAddr>,
+) -> Result<(), ApiError> {
+    match caller(state, headers, peer).await? {
         None => Ok(()),
         Some(principal) if principal.groups.contains(&state.options.admin_group) => Ok(()),
         Some(principal) => Err(ApiError::new(
@@ -157,11 +215,33 @@ mod tests {
             Ok(("ops".to_string(), "s3cr:et".to_string()))
         );
         assert!(basic("Bearer abc").unwrap_err().contains("Basic"));
+        assert_eq!(
+            basic("BASIC b3BzOnMzY3I6ZXQ="),
+            Ok(("ops".to_string(), "s3cr:et".to_string())),
+            "the scheme's case does not matter"
+        );
         assert!(basic("Basic !!!").unwrap_err().contains("base64"));
         // "nocolon"
         assert!(basic("Basic bm9jb2xvbg==")
             .unwrap_err()
             .contains("login:password"));
+    }
+
+    #[test]
+    fn an_address_with_too_many_refusals_waits_out_the_window() {
+        let cache = LoginCache::default();
+        let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        for _ in 0..MAX_FAILED_LOGINS - 1 {
+            cache.refused(a);
+        }
+        assert_eq!(cache.locked_out(a), None);
+        cache.refused(a);
+        let wait = cache.locked_out(a).expect("locked out");
+        assert!(
+            (1..=FAILED_LOGIN_WINDOW.as_secs()).contains(&wait),
+            "{wait}"
+        );
+        assert_eq!(cache.locked_out(b), None, "other addresses are not");
     }
 
     #[test]

@@ -67,6 +67,16 @@ pub const ADMIN_GROUP: &str = "admin";
 /// Default of [`HttpOptions::max_body_bytes`]: 4 MiB.
 pub const MAX_BODY_BYTES: usize = 4 << 20;
 
+/// Default of [`HttpOptions::max_connections`].
+pub const MAX_HTTP_CONNECTIONS: usize = 1024;
+
+/// Default of [`HttpOptions::max_connections_per_address`].
+pub const MAX_HTTP_CONNECTIONS_PER_ADDRESS: usize = 64;
+
+/// A connection that sends no whole request head for this long, also between the
+/// requests of a kept-alive connection, is closed (hyper's `header_read_timeout`).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Whether the broker's listeners are up, for `/readyz`: `ebb serve` sets it once its
 /// STOMP listener accepts and clears it when shutdown begins. Clones share the flag.
 #[derive(Debug, Clone, Default)]
@@ -110,6 +120,12 @@ pub struct HttpOptions {
     /// Largest request body accepted, bytes (a message sent through the API); a
     /// larger one gets `413`. Default [`MAX_BODY_BYTES`].
     pub max_body_bytes: usize,
+    /// Most HTTP connections served at once (WebSockets included); one more is
+    /// closed at once. Default [`MAX_HTTP_CONNECTIONS`]; `[http] max_connections`.
+    pub max_connections: usize,
+    /// Most HTTP connections from one IP address at once. Default
+    /// [`MAX_HTTP_CONNECTIONS_PER_ADDRESS`]; `[http] max_connections_per_address`.
+    pub max_connections_per_address: usize,
     /// Serve `https` and `wss` with this acceptor instead of plain HTTP (the `tls`
     /// feature; [`crate::tls::TlsFiles::acceptor`] with ALPN `http/1.1`).
     #[cfg(feature = "tls")]
@@ -131,6 +147,8 @@ impl HttpOptions {
             readiness,
             allowed_origins: Vec::new(),
             max_body_bytes: MAX_BODY_BYTES,
+            max_connections: MAX_HTTP_CONNECTIONS,
+            max_connections_per_address: MAX_HTTP_CONNECTIONS_PER_ADDRESS,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -171,6 +189,7 @@ impl HttpServer {
             .local_addr()
             .map_err(|e| Error::Http(e.to_string()))?;
         let body_limit = options.max_body_bytes;
+        let limits = (options.max_connections, options.max_connections_per_address);
         #[cfg(feature = "tls")]
         let tls = options.tls.clone();
         let state = AppState {
@@ -187,32 +206,23 @@ impl HttpServer {
             stop_rx.clone(),
         ));
         #[cfg(feature = "tls")]
-        if let Some(acceptor) = tls {
-            let tasks = vec![
-                tokio::spawn(serve_tls(listener, acceptor, app, stop_rx)),
-                refresh,
-            ];
-            tracing::info!(http = %addr, "HTTPS on https://{addr} (/metrics, /healthz, /readyz, /api/v1, /console, wss /stomp)");
-            return Ok(Self { addr, stop, tasks });
-        }
-        let mut until_stop = stop_rx;
-        let server = axum::serve(
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        #[cfg(not(feature = "tls"))]
+        let scheme = "http";
+        let accept = tokio::spawn(serve_http(
             listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            let _ = until_stop.wait_for(|stopped| *stopped).await;
-        });
-        let tasks = vec![
-            tokio::spawn(async move {
-                if let Err(e) = server.await {
-                    tracing::warn!(error = %e, "HTTP server stopped");
-                }
-            }),
-            refresh,
-        ];
-        tracing::info!(http = %addr, "HTTP on http://{addr} (/metrics, /healthz, /readyz, /api/v1, /console, ws /stomp)");
-        Ok(Self { addr, stop, tasks })
+            #[cfg(feature = "tls")]
+            tls,
+            app,
+            limits,
+            stop_rx,
+        ));
+        tracing::info!(http = %addr, "HTTP on {scheme}://{addr} (/metrics, /healthz, /readyz, /api/v1, /console, /stomp)");
+        Ok(Self {
+            addr,
+            stop,
+            tasks: vec![accept, refresh],
+        })
     }
 
     /// The address it listens on (with the port picked when 0 was asked for).
@@ -231,63 +241,98 @@ impl HttpServer {
     }
 }
 
-/// Accepts TLS connections until `stop` and serves each with `app` (HTTP/1.1, with
-/// upgrades for WebSocket); a handshake that fails or takes longer than
-/// [`crate::tls::HANDSHAKE_TIMEOUT`] drops the connection.
-#[cfg(feature = "tls")]
-async fn serve_tls(
+/// Accepts connections until `stop` and serves each with `app` (HTTP/1.1, with
+/// upgrades for WebSocket), at most `limits` = (in all, per address) at once (one
+/// more is closed at once), each closed when it sends no whole request head for
+/// [`HEADER_READ_TIMEOUT`]; with `tls`, after a handshake that must end within
+/// [`crate::tls::HANDSHAKE_TIMEOUT`].
+async fn serve_http(
     listener: tokio::net::TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
+    #[cfg(feature = "tls")] tls: Option<tokio_rustls::TlsAcceptor>,
     app: Router,
+    limits: (usize, usize),
     mut stop: watch::Receiver<bool>,
 ) {
-    use tower::ServiceExt;
+    let slots = crate::transport::connection::Slots::default();
+    let (mut last_logged, mut unlogged) = (None::<std::time::Instant>, 0u64);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    tracing::warn!(error = %e, "HTTPS accept failed");
+                    // Out of descriptors and the like: wait a little, do not spin.
+                    tracing::warn!(error = %e, "HTTP accept failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
             _ = until_stopped(&mut stop) => return,
         };
-        let (acceptor, app) = (acceptor.clone(), app.clone());
-        tokio::spawn(async move {
-            let tls =
-                match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-                    .await
-                {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        return tracing::info!(%peer, error = %e, "HTTPS: TLS handshake failed")
-                    }
-                    Err(_) => return tracing::info!(%peer, "HTTPS: TLS handshake timed out"),
-                };
-            let app = app.map_request(
-                move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                    request
-                        .extensions_mut()
-                        .insert(axum::extract::ConnectInfo(peer));
-                    request
-                },
-            );
-            let service = hyper_util::service::TowerToHyperService::new(app);
-            let served =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
-                    .await;
-            if let Err(e) = served {
-                tracing::debug!(%peer, error = %e, "HTTPS connection ended with an error");
+        let slot = match slots.take_within(peer.ip(), limits.0, limits.1) {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                if last_logged.is_none_or(|at: std::time::Instant| at.elapsed().as_secs() >= 1) {
+                    tracing::warn!(%peer, not_logged = unlogged, "refused HTTP connection: {refusal}");
+                    (last_logged, unlogged) = (Some(std::time::Instant::now()), 0);
+                } else {
+                    unlogged += 1;
+                }
+                drop(stream);
+                continue;
             }
+        };
+        let app = app.clone();
+        #[cfg(feature = "tls")]
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            #[cfg(feature = "tls")]
+            if let Some(acceptor) = tls {
+                let handshake = acceptor.accept(stream);
+                match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, handshake).await {
+                    Ok(Ok(stream)) => serve_one(stream, peer, app).await,
+                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "HTTPS: TLS handshake failed"),
+                    Err(_) => tracing::info!(%peer, "HTTPS: TLS handshake timed out"),
+                }
+                return;
+            }
+            serve_one(stream, peer, app).await;
         });
     }
 }
 
+/// Serves the requests of one connection from `peer` (its address reaches the
+/// handlers as [`axum::extract::ConnectInfo`]).
+async fn serve_one<S>(stream: S, peer: SocketAddr, app: Router)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    use tower::ServiceExt;
+    let app = app.map_request(
+        move |mut request: axum::http::Request<hyper::body::Incoming>| {
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            request
+        },
+    );
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let mut builder =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let served = builder
+        .http1_only()
+        .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
+    }
+}
+
 /// Returns once `stop` says stopped (or its sender is gone).
-#[cfg(feature = "tls")]
 async fn until_stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopped| *stopped).await;
 }
@@ -304,7 +349,7 @@ fn router(state: AppState, body_limit: usize) -> Router {
             get(|| async { axum::response::Redirect::to("/console") }),
         )
         .route("/console", get(console))
-        .nest("/api/v1", api::routes())
+        .nest("/api/v1", api::routes(state.clone()))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
@@ -396,8 +441,12 @@ async fn metrics(State(state): State<AppState>) -> Response {
 
 /// `GET /console`: the page; with users it asks for a login first, so the browser
 /// keeps the credentials for the page's calls to the API.
-async fn console(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
-    match login::caller(&state, &headers).await {
+async fn console(
+    State(state): State<AppState>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    match login::caller(&state, &headers, Some(peer.ip())).await {
         Ok(_) => (
             [
                 (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),

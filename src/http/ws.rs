@@ -40,8 +40,30 @@ pub const SUBPROTOCOLS: [&str; 3] = ["v12.stomp", "v11.stomp", "v10.stomp"];
 pub(crate) async fn upgrade(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: axum::http::HeaderMap,
     upgrade: Option<WebSocketUpgrade>,
 ) -> Response {
+    // A client that asks for subprotocols must ask for a STOMP one (one that asks
+    // for none is served: some STOMP clients do not name it).
+    let offered: Vec<&str> = headers
+        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    if !offered.is_empty() && !offered.iter().any(|p| SUBPROTOCOLS.contains(p)) {
+        return super::api::ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "/stomp speaks STOMP: ask for one of the subprotocols {}, not {}",
+                SUBPROTOCOLS.join(", "),
+                offered.join(", ")
+            ),
+        )
+        .into_response();
+    }
     let Some(config) = state.options.stomp.clone() else {
         return super::api::ApiError::new(
             StatusCode::NOT_FOUND,
@@ -57,6 +79,7 @@ pub(crate) async fn upgrade(
         .into_response();
     };
     let max_message = config.limits.max_frame_bytes + config.limits.max_header_bytes + 1024;
+    let stall = std::time::Duration::from_millis(config.stall_timeout_ms.max(1));
     let broker = state.broker.clone();
     upgrade
         .protocols(SUBPROTOCOLS)
@@ -80,7 +103,7 @@ pub(crate) async fn upgrade(
                         .await;
                 });
             });
-            bridge(socket, socket_end).await;
+            bridge(socket, socket_end, stall).await;
             drop(slot);
         })
 }
@@ -99,8 +122,10 @@ async fn refuse(mut socket: WebSocket, refusal: &str) {
 pub const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Copies between the WebSocket and the session's pipe until either side ends, then
-/// closes the WebSocket in order (see [`CLOSE_GRACE`]).
-async fn bridge(socket: WebSocket, pipe: DuplexStream) {
+/// closes the WebSocket in order (see [`CLOSE_GRACE`]). A message the client takes
+/// no part of for `stall` (it reads nothing) ends the connection, as the session's
+/// own stall timeout does over TCP: its socket and its connection slot are freed.
+async fn bridge(socket: WebSocket, pipe: DuplexStream, stall: std::time::Duration) {
     let (mut to_client, mut from_client) = socket.split();
     let (mut from_session, mut to_session) = tokio::io::split(pipe);
     let inbound = async move {
@@ -132,11 +157,16 @@ async fn bridge(socket: WebSocket, pipe: DuplexStream) {
                 Ok(text) => Message::Text(text),
                 Err(e) => Message::Binary(e.into_bytes()),
             };
-            if to_client.send(message).await.is_err() {
-                return;
+            match tokio::time::timeout(stall, to_client.send(message)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    tracing::info!("closing a WebSocket: the client reads nothing");
+                    return;
+                }
             }
         }
-        let _ = to_client.send(Message::Close(None)).await;
+        let _ = tokio::time::timeout(CLOSE_GRACE, to_client.send(Message::Close(None))).await;
     };
     // The session ends the exchange: when the client goes, the session sees the end
     // of its input and closes; its output then ends the outbound copy.

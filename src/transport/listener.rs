@@ -166,21 +166,35 @@ pub struct Slot {
 }
 
 impl Slots {
-    /// A place for a connection from `address`, or why there is none (the ERROR's
-    /// message, naming the limit).
+    /// A place for a STOMP connection from `address` under `config`'s limits, or why
+    /// there is none (the ERROR's message, naming the limit).
     pub fn take(&self, address: IpAddr, config: &ConnectionConfig) -> Result<Slot, String> {
+        self.take_within(
+            address,
+            config.max_connections,
+            config.max_connections_per_address,
+        )
+    }
+
+    /// A place for a connection from `address` while fewer than `most` are served
+    /// and fewer than `most_per_address` from it, or why there is none (naming the
+    /// limit by its configuration key).
+    pub fn take_within(
+        &self,
+        address: IpAddr,
+        most: usize,
+        most_per_address: usize,
+    ) -> Result<Slot, String> {
         let mut counts = self.0.lock();
-        if counts.total >= config.max_connections {
+        if counts.total >= most {
             return Err(format!(
-                "the broker serves {} connections, its most (max_connections)",
-                config.max_connections
+                "the broker serves {most} connections, its most (max_connections)"
             ));
         }
         let from = counts.by_address.entry(address).or_default();
-        if *from >= config.max_connections_per_address {
+        if *from >= most_per_address {
             return Err(format!(
-                "{} connections from {address} already, the most from one address (max_connections_per_address)",
-                config.max_connections_per_address
+                "{most_per_address} connections from {address} already, the most from one address (max_connections_per_address)"
             ));
         }
         *from += 1;

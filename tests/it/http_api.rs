@@ -445,6 +445,39 @@ async fn the_api_sends_and_removes_subscriptions(t: TestStore) {
     let m = next_within(&mut consumer, 10_000).await.expect("delivered");
     assert_eq!(m.body(), [0u8, 255]);
     assert!(!m.persistent());
+    // STOMP's limits on a SEND's headers hold here too; a list repeats a name.
+    let many = (0..1001)
+        .map(|i| format!(r#"["h{i}", "v"]"#))
+        .collect::<Vec<_>>()
+        .join(",");
+    let url = format!("{base}/api/v1/queues/api.in/messages");
+    let body = format!(r#"{{"body": "x", "headers": [{many}]}}"#);
+    let refused = call("POST", url.clone(), Some(&body), None).await;
+    assert_eq!(refused.status, 400, "{}", refused.json);
+    assert!(refused.json["error"]
+        .as_str()
+        .unwrap()
+        .contains("max_headers"));
+    let body = format!(
+        r#"{{"body": "x", "headers": {{"long": "{}"}}}}"#,
+        "v".repeat(70_000)
+    );
+    let refused = call("POST", url.clone(), Some(&body), None).await;
+    assert_eq!(refused.status, 400, "{}", refused.json);
+    assert!(refused.json["error"]
+        .as_str()
+        .unwrap()
+        .contains("max_header_size"));
+    let repeated = r#"{"body": "twice", "headers": [["tag", "a"], ["tag", "b"]]}"#;
+    assert_eq!(call("POST", url, Some(repeated), None).await.status, 201);
+    let m = next_within(&mut consumer, 10_000).await.expect("delivered");
+    let tags: Vec<&str> = m
+        .headers()
+        .iter()
+        .filter(|(n, _)| n == "tag")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(tags, ["a", "b"]);
     drop(consumer);
 
     let online = b
@@ -567,10 +600,59 @@ async fn bad_input_gets_a_4xx_with_a_json_error(t: TestStore) {
         ),
         (
             "GET",
-            "/api/v1/topics/api.x/subscriptions?after=nocolon".into(),
+            "/api/v1/topics/api.x/subscriptions?after_client=x".into(),
             None,
             400,
-            "bad cursor",
+            "give both",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"body": "x"} trailing"#.into()),
+            400,
+            "trailing characters",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"body": "x", "headers": {"a": "1", "a": "2"}}"#.into()),
+            422,
+            "given twice",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"body": "x", "headers": {"na\nme": "v"}}"#.into()),
+            400,
+            "line break",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"body": "x", "headers": {"": "v"}}"#.into()),
+            400,
+            "empty",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"body": "x", "headers": {"k": "a\u0000b"}}"#.into()),
+            400,
+            "NUL",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"body": "x", "headers": {"browser": "end"}}"#.into()),
+            400,
+            "header `browser`",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/move".into(),
+            Some(r#"{"all": true, "to": "/topic/t"}"#.into()),
+            400,
+            "is a topic",
         ),
         ("GET", "/api/v1/nothing".into(), None, 404, "no route"),
         ("PUT", "/api/v1/broker".into(), None, 405, "not a method"),
@@ -628,7 +710,7 @@ async fn bad_input_gets_a_4xx_with_a_json_error(t: TestStore) {
             "/api/v1/queues/api.bad/messages".into(),
             Some(format!(r#"{{"body": "{}"}}"#, "x".repeat(2000))),
             413,
-            "bad JSON",
+            "cannot read the body",
         ),
         (
             "POST",
@@ -803,6 +885,65 @@ async fn purge_deletes_what_waits_and_leaves_what_a_consumer_holds(t: TestStore)
     .await;
     assert_eq!(unknown.status, 404, "{}", unknown.json);
     drop(consumer);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+/// A poison message whose dead-letter queue cannot be named (its queue's name is so
+/// long that `DLQ.` + it is over the limit) stays in its queue, delivered again, and
+/// a purge takes it: it does not vanish from view until a restart.
+async fn a_message_the_dlq_cannot_take_stays_in_its_queue(t: TestStore) {
+    let poison_policy = ebb::Policy {
+        maximum_redeliveries: 0,
+        ..ebb::Policy::default()
+    };
+    let b = broker_with(&t, vec![("queue://>", poison_policy)], Default::default()).await;
+    let server = HttpServer::start(HttpOptions::new("127.0.0.1:0".parse().unwrap()), b.clone())
+        .await
+        .unwrap();
+    let base = format!("http://{}", server.local_addr());
+    let name = format!("p{}", "x".repeat(198));
+    let queue = format!("queue://{name}");
+    b.send(queue.as_str(), Message::new("poison"))
+        .await
+        .unwrap();
+    let mut consumer = b
+        .subscribe(
+            queue.as_str(),
+            SubscribeOptions::non_durable().ack(ebb::AckMode::Client),
+        )
+        .await
+        .unwrap();
+    let first = next_within(&mut consumer, 10_000).await.expect("delivered");
+    consumer.nack(&first).await.unwrap();
+    let again = next_within(&mut consumer, 10_000)
+        .await
+        .expect("the message stays in its queue when its DLQ cannot take it");
+    assert_eq!(body(&again), "poison");
+    drop(consumer);
+    let mut purged = call(
+        "POST",
+        format!("{base}/api/v1/queues/{name}/purge"),
+        Some("{}"),
+        None,
+    )
+    .await;
+    for _ in 0..100 {
+        if purged.json["taken"] == 1 {
+            break;
+        }
+        // The dropped consumer's delivery comes back on the queue's own time.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        purged = call(
+            "POST",
+            format!("{base}/api/v1/queues/{name}/purge"),
+            Some("{}"),
+            None,
+        )
+        .await;
+    }
+    assert_eq!(purged.json["taken"], 1, "{}", purged.json);
+    assert_eq!(b.store().count_messages(&queue).await.unwrap(), 0);
     server.stop().await;
     b.shutdown().await.unwrap();
 }
@@ -1381,6 +1522,7 @@ on_every_backend!(
     stomp_over_websocket_carries_the_same_sessions,
     purge_deletes_what_waits_and_leaves_what_a_consumer_holds,
     dead_letters_move_back_exactly_once,
+    a_message_the_dlq_cannot_take_stays_in_its_queue,
     a_retry_killed_midway_loses_and_doubles_nothing,
     operators_list_and_close_connections,
     pages_of_other_sites_cannot_change_anything,
