@@ -317,15 +317,13 @@ where
         },
     );
     let service = hyper_util::service::TowerToHyperService::new(app);
-    let mut builder =
-        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-    builder
-        .http1()
+    // hyper's own HTTP/1 server (not the auto-detecting one, which waits for the
+    // first bytes before any timeout runs): the header-read timeout starts at once.
+    let served = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    let served = builder
-        .http1_only()
-        .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .with_upgrades()
         .await;
     if let Err(e) = served {
         tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");

@@ -1382,6 +1382,97 @@ async fn pages_of_other_sites_cannot_change_anything(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// The HTTP server's own defences: an address's connections are capped (one more
+/// is closed at once) and an idle connection is closed after the header-read
+/// timeout, after which the address is served again; a login is checked before a
+/// body is read (a wrong password with a 10 MB body announced and none sent is
+/// answered at once); an address with too many refused logins gets 429 without a
+/// check, while others go on.
+async fn the_http_server_bounds_connections_and_logins(t: TestStore) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let security = Security {
+        users: vec![User {
+            login: "ops".into(),
+            password_hash: hash_password("right").unwrap(),
+            groups: vec!["admin".into()],
+        }],
+        authorization: vec![],
+    };
+    let (b, server, base) = http_server(&t, |o| {
+        o.security = std::sync::Arc::new(security);
+        o.max_connections_per_address = 2;
+    })
+    .await;
+    let addr = server.local_addr();
+    let idle_a = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let idle_b = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), third.read_to_end(&mut got)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "a third connection from one address is closed at once: {read:?} {got:?}"
+    );
+    // The idle ones are closed by the header-read timeout; then the address is served.
+    for mut idle in [idle_a, idle_b] {
+        let mut sink = Vec::new();
+        let closed = tokio::time::timeout(
+            ebb::http::HEADER_READ_TIMEOUT * 3,
+            idle.read_to_end(&mut sink),
+        )
+        .await;
+        assert!(closed.is_ok(), "an idle connection was never closed");
+    }
+    let alive = call("GET", format!("{base}/healthz"), None, None).await;
+    assert_eq!(alive.status, 200);
+
+    // A wrong password is answered before the body it announces is read.
+    let mut big = tokio::net::TcpStream::connect(addr).await.unwrap();
+    use base64::Engine;
+    let wrong = base64::engine::general_purpose::STANDARD.encode("ops:wrong");
+    big.write_all(
+        format!(
+            "POST /api/v1/queues/api.big/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {wrong}\r\n\
+             Content-Type: application/json\r\nContent-Length: 10000000\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = vec![0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(10), big.read(&mut head))
+        .await
+        .expect("answered without its body")
+        .unwrap();
+    let head = String::from_utf8_lossy(&head[..n]).to_string();
+    assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+    drop(big);
+
+    // Four more refusals make five from this address: then 429, with no check.
+    for _ in 0..4 {
+        let refused = call(
+            "GET",
+            format!("{base}/api/v1/broker"),
+            None,
+            Some("ops:wrong"),
+        )
+        .await;
+        assert_eq!(refused.status, 401, "{}", refused.json);
+    }
+    let locked = call(
+        "GET",
+        format!("{base}/api/v1/broker"),
+        None,
+        Some("ops:wrong"),
+    )
+    .await;
+    assert_eq!(locked.status, 429, "{}", locked.json);
+    assert!(locked.json["error"].as_str().unwrap().contains("try again"));
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
 /// A WebSocket STOMP client (`v12.stomp`) subscribes at `/stomp`; what a TCP client
 /// sends reaches it; its receipts and ERRORs work as over TCP; the connection limits
 /// count both transports.
@@ -1526,4 +1617,5 @@ on_every_backend!(
     a_retry_killed_midway_loses_and_doubles_nothing,
     operators_list_and_close_connections,
     pages_of_other_sites_cannot_change_anything,
+    the_http_server_bounds_connections_and_logins,
 );
