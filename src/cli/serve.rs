@@ -162,27 +162,18 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         (false, _) => None,
     };
     let security = file.security();
-    if !addr.ip().is_loopback() && !security.requires_login() && !allow_anonymous {
-        anyhow::bail!(
-            "refusing to listen on {addr}: it is not a loopback address and no users are \
-             configured, so anyone who reaches it could send and subscribe; pass \
-             --allow-anonymous to do it anyway"
-        );
-    }
-    if let Some(ssl) = ssl_addr {
-        if !ssl.ip().is_loopback() && !security.requires_login() && !allow_anonymous {
+    // Without users, every listener stays on loopback unless told otherwise.
+    let listeners = [
+        (Some(addr), "listen on", "send and subscribe"),
+        (ssl_addr, "listen on", "send and subscribe"),
+        (http_addr, "serve HTTP on", "use the admin API"),
+    ];
+    for (listen, verb, could) in listeners {
+        let Some(listen) = listen else { continue };
+        if !listen.ip().is_loopback() && !security.requires_login() && !allow_anonymous {
             anyhow::bail!(
-                "refusing to listen on {ssl}: it is not a loopback address and no users are \
-                 configured, so anyone who reaches it could send and subscribe; pass \
-                 --allow-anonymous to do it anyway"
-            );
-        }
-    }
-    if let Some(http) = http_addr {
-        if !http.ip().is_loopback() && !security.requires_login() && !allow_anonymous {
-            anyhow::bail!(
-                "refusing to serve HTTP on {http}: it is not a loopback address and no users \
-                 are configured, so anyone who reaches it could use the admin API; pass \
+                "refusing to {verb} {listen}: it is not a loopback address and no users are \
+                 configured, so anyone who reaches it could {could}; pass \
                  --allow-anonymous to do it anyway"
             );
         }

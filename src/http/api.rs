@@ -131,9 +131,12 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/topics/:name", get(topic))
         .route(
             "/queues/:name/messages",
-            get(queue_messages).post(send_queue),
+            get(queue_messages).post(send_to::<true>),
         )
-        .route("/topics/:name/messages", axum::routing::post(send_topic))
+        .route(
+            "/topics/:name/messages",
+            axum::routing::post(send_to::<false>),
+        )
         .route("/queues/:name/purge", axum::routing::post(purge))
         .route("/queues/:name/move", axum::routing::post(move_messages))
         .route("/connections", get(connections))
@@ -734,27 +737,16 @@ async fn send(
     ))
 }
 
-/// `POST /api/v1/queues/NAME/messages`.
-async fn send_queue(
+/// `POST /api/v1/queues/NAME/messages` (`QUEUE`) and `POST /api/v1/topics/NAME/messages`.
+async fn send_to<const QUEUE: bool>(
     State(state): State<AppState>,
     name: Result<Path<String>, PathRejection>,
     request: Result<StrictJson<SendRequest>, ApiError>,
 ) -> Result<(StatusCode, Json<SendAnswer>), ApiError> {
+    let kind = if QUEUE { "queue" } else { "topic" };
     let key = name
         .map_err(ApiError::from)
-        .and_then(|Path(name)| key_of("queue", &name));
-    send(&state, key, request).await
-}
-
-/// `POST /api/v1/topics/NAME/messages`.
-async fn send_topic(
-    State(state): State<AppState>,
-    name: Result<Path<String>, PathRejection>,
-    request: Result<StrictJson<SendRequest>, ApiError>,
-) -> Result<(StatusCode, Json<SendAnswer>), ApiError> {
-    let key = name
-        .map_err(ApiError::from)
-        .and_then(|Path(name)| key_of("topic", &name));
+        .and_then(|Path(name)| key_of(kind, &name));
     send(&state, key, request).await
 }
 
