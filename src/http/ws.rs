@@ -108,11 +108,15 @@ pub(crate) async fn upgrade(
         })
 }
 
-/// Tells a refused client why (an ERROR frame), then closes.
+/// Tells a refused client why (an ERROR frame), then closes; a client that reads
+/// nothing is dropped after [`CLOSE_GRACE`].
 async fn refuse(mut socket: WebSocket, refusal: &str) {
     let frame = format!("ERROR\nmessage:{refusal}\n\n\0");
-    let _ = socket.send(Message::Text(frame)).await;
-    let _ = socket.send(Message::Close(None)).await;
+    let tell = async {
+        socket.send(Message::Text(frame)).await?;
+        socket.send(Message::Close(None)).await
+    };
+    let _ = tokio::time::timeout(CLOSE_GRACE, tell).await;
 }
 
 /// How long, after the session ended and its last frames and the Close went out, the

@@ -1,4 +1,7 @@
-//! STOMP over TCP: the listener and one task per connection.
+//! STOMP over TCP (and TLS): the listener and one task per connection. STOMP over
+//! WebSocket (the HTTP server's `/stomp`) runs the same [`connection::serve_connection`]
+//! on a byte stream adapted from the WebSocket, with the same limits ([`connection::Slots`])
+//! and the same registry of open connections ([`connections`]).
 //!
 //! A connection is three layers, each usable without the one above it:
 //! - [`command`]: a client frame parsed into a typed [`command::Command`] (headers
