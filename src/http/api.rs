@@ -14,7 +14,7 @@
 //! | `GET /api/v1/destinations?after=KEY&limit=N` | destinations (running ones with counters, stored ones too) |
 //! | `GET /api/v1/queues/NAME`, `GET /api/v1/topics/NAME` | one destination's counters; `404` when it is neither running nor stored |
 //! | `GET /api/v1/queues/NAME/messages?after=ID&limit=N&body=full` | a page of the queue's stored messages in id order (delivered ones not yet acked included), with headers and a body preview ([`BODY_PREVIEW_BYTES`]), the whole body with `body=full` |
-//! | `GET /api/v1/topics/NAME/subscriptions?after=CLIENT/NAME&limit=N` | its durable subscriptions: client id, name, selector, high-water mark, online, in flight |
+//! | `GET /api/v1/topics/NAME/subscriptions?after_client=ID&after_name=NAME&limit=N` | its durable subscriptions: client id, name, selector, high-water mark, online, in flight |
 //! | `GET /api/v1/topics/NAME/subscriptions/CLIENT/SUB/messages?after=ID&limit=N&body=full` | a page of what that subscription has not acked |
 //! | `POST /api/v1/queues/NAME/messages`, `POST /api/v1/topics/NAME/messages` | sends one message ([`SendRequest`]); `201` with its ids once it is accepted (stored when persistent) |
 //! | `DELETE /api/v1/topics/NAME/subscriptions/CLIENT/SUB` | removes an offline durable subscription: `204`; `404` unknown; `409` while a consumer is attached |
@@ -190,7 +190,7 @@ async fn index() -> Result<Response, ApiError> {
         "POST /api/v1/topics/NAME/messages",
         "POST /api/v1/queues/NAME/purge",
         "POST /api/v1/queues/NAME/move",
-        "GET /api/v1/topics/NAME/subscriptions?after=CLIENT/NAME&limit=N",
+        "GET /api/v1/topics/NAME/subscriptions?after_client=ID&after_name=NAME&limit=N",
         "GET /api/v1/topics/NAME/subscriptions/CLIENT/SUB/messages?after=ID&limit=N&body=full",
         "DELETE /api/v1/topics/NAME/subscriptions/CLIENT/SUB",
         "GET /api/v1/connections?after=SESSION&limit=N",
@@ -438,7 +438,6 @@ async fn queue_messages(
     Ok(Json(message_page(rows, limit, full)))
 }
 
-/// `?after=CLIENT/NAME&limit=N` for subscriptions.
 /// `?after_client=ID&after_name=NAME&limit=N` for subscriptions (the `next` of the
 /// page before, whose fields are these two).
 #[derive(Debug, Deserialize)]
