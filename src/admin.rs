@@ -9,7 +9,7 @@
 //! (looking at one destination does, as sending to it would: its counters exist only
 //! while it runs).
 
-use ebb_actors::broker::{DestinationAddr, IsRunning, ListDestinations};
+use ebb_actors::broker::{DeleteDestination, DestinationAddr, IsRunning, ListDestinations};
 use ebb_actors::messages::{DurableState, DurableStates, TakeAction, TakeMessages, TakenPage};
 use ebb_store::SubscriptionKey;
 use serde::Serialize;
@@ -17,6 +17,8 @@ use serde::Serialize;
 use crate::broker::{below_key, ToDestination};
 use crate::stats::DestinationStats;
 use crate::{Broker, DestinationKey, DestinationKind, Error};
+
+pub use ebb_actors::broker::DeletedDestination;
 
 /// Most destinations or subscriptions one admin listing returns.
 pub const MAX_ADMIN_PAGE: u32 = 500;
@@ -434,6 +436,30 @@ impl Broker {
             }
         }
         Ok(report)
+    }
+
+    /// Deletes destination `destination`, as ActiveMQ's `removeQueue` / `removeTopic`:
+    /// its stored messages and, on a topic, its durable subscriptions (with their
+    /// marks and individual acks) are deleted in pages of
+    /// [`ebb_actors::broker::DELETE_PAGE`] rows, each one store transaction; messages
+    /// held only in memory go with its actor. Sends and subscriptions that arrive
+    /// meanwhile wait, and then go to a new, empty destination of the same name (a
+    /// destination is created on first use). A destination only the store holds is
+    /// deleted the same way. Answers what was deleted.
+    ///
+    /// Errors: [`Error::Actor`] with `InUse` while a consumer is attached (also a
+    /// subscription to a wildcard destination that matches it) or a transaction holds
+    /// messages for it: nothing is deleted; [`Error::InvalidDestination`], a store
+    /// error (the pages deleted before it stay deleted; deleting again goes on).
+    pub async fn delete_destination(
+        &self,
+        destination: impl ToDestination,
+    ) -> Result<DeletedDestination, Error> {
+        self.refuse_if_shut_down()?;
+        let key = destination.to_destination()?;
+        let deleted = self.registry().send(DeleteDestination(key.clone())).await?;
+        self.forget_address(&key);
+        Ok(deleted?)
     }
 
     /// The queue actor of `destination` (started if it is not running).

@@ -1212,6 +1212,69 @@ impl Broker {
         self.destination(key).await
     }
 
+    /// Sends `make()` to destination `key` and answers its answer; when the
+    /// destination was deleted meanwhile (the answer is one `retired` says was refused
+    /// by a retired actor, or the actor stopped before handling it: nothing was done),
+    /// sends it again to the destination's successor, a few times at most.
+    async fn ask_live<M>(
+        &self,
+        key: &DestinationKey,
+        make: impl Fn() -> M,
+        retired: impl Fn(&M::Result) -> bool,
+    ) -> Result<M::Result, Error>
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        TopicActor: Handler<M>,
+        QueueActor: Handler<M>,
+    {
+        Ok(self.ask_live_at(key, make, retired).await?.1)
+    }
+
+    /// [`Broker::ask_live`], also answering the address that answered.
+    async fn ask_live_at<M>(
+        &self,
+        key: &DestinationKey,
+        make: impl Fn() -> M,
+        retired: impl Fn(&M::Result) -> bool,
+    ) -> Result<(DestinationAddr, M::Result), Error>
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        TopicActor: Handler<M>,
+        QueueActor: Handler<M>,
+    {
+        // Each retry follows a deletion that ended after the previous attempt.
+        const ATTEMPTS: usize = 8;
+        let mut attempt = 1;
+        loop {
+            let addr = self.destination(key).await?;
+            match addr.ask(make()).await {
+                Ok(answer) if !retired(&answer) => return Ok((addr, answer)),
+                Err(e @ actix::MailboxError::Timeout) => return Err(e.into()),
+                Ok(answer) if attempt == ATTEMPTS => return Ok((addr, answer)),
+                Err(e) if attempt == ATTEMPTS => return Err(e.into()),
+                _ => {
+                    self.forget(key, &addr);
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// Drops the cached address of `key` (the next call asks the registry).
+    pub(crate) fn forget_address(&self, key: &DestinationKey) {
+        self.addresses.write().remove(key);
+    }
+
+    /// Drops `addr` from the address cache if it is still there for `key`.
+    fn forget(&self, key: &DestinationKey, addr: &DestinationAddr) {
+        let mut addresses = self.addresses.write();
+        if addresses.get(key).is_some_and(|a| a.same(addr)) {
+            addresses.remove(key);
+        }
+    }
+
     /// [`Broker::destination`], also after shutdown (to read counters): the registry
     /// then refuses only destinations that are not running.
     async fn lookup(&self, key: &DestinationKey) -> Result<DestinationAddr, Error> {
@@ -1387,10 +1450,15 @@ impl Broker {
         message: Message,
     ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
-        let actor = self.destination(&key).await?;
         let outgoing = self.outgoing(&key, message)?;
         let message_id = outgoing.message_id.clone();
-        let ticket = actor.ask(Publish(outgoing)).await?;
+        let ticket = self
+            .ask_live(
+                &key,
+                || Publish(outgoing.clone()),
+                PublishTicket::is_retired,
+            )
+            .await?;
         Ok(PendingSend { message_id, ticket })
     }
 
@@ -1431,14 +1499,15 @@ impl Broker {
         xid: &str,
     ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
-        let actor = self.destination(&key).await?;
         let outgoing = self.outgoing(&key, message)?;
         let message_id = outgoing.message_id.clone();
-        let prepared = PublishPrepared {
-            message: outgoing,
+        let prepared = || PublishPrepared {
+            message: outgoing.clone(),
             xid: xid.to_string(),
         };
-        let ticket = actor.ask(prepared).await?;
+        let ticket = self
+            .ask_live(&key, prepared, PublishTicket::is_retired)
+            .await?;
         Ok(PendingSend { message_id, ticket })
     }
 
@@ -1472,7 +1541,7 @@ impl Broker {
     {
         for destination in destinations {
             let key = destination.to_destination()?;
-            self.destination(&key).await?.ask(make()).await?;
+            self.ask_live(&key, &make, |_| false).await?;
         }
         Ok(())
     }
@@ -1540,7 +1609,6 @@ impl Broker {
                 return self.subscribe_pattern(pattern, durable, options).await
             }
         };
-        let destination = self.destination(&key).await?;
         if durable.is_some() && key.is_queue() {
             return Err(Error::InvalidDestination {
                 name: key.container(),
@@ -1560,18 +1628,22 @@ impl Broker {
         let shared = (options.ack == AckMode::Auto && durable.is_none() && key.is_topic())
             .then(|| Arc::new(AutoAcks::default()));
         let handed = Handed::default();
-        let id = destination
-            .ask(Subscribe {
-                handed: Some(Arc::clone(&handed)),
-                durable,
-                prefetch: options.prefetch,
-                deliver: tx,
-                selector: options.selector.map(Arc::new),
-                exclusive: options.exclusive,
-                no_local: options.no_local,
-                auto_acks: shared.clone(),
-            })
-            .await??;
+        let subscribe = Subscribe {
+            handed: Some(Arc::clone(&handed)),
+            durable,
+            prefetch: options.prefetch,
+            deliver: tx,
+            selector: options.selector.map(Arc::new),
+            exclusive: options.exclusive,
+            no_local: options.no_local,
+            auto_acks: shared.clone(),
+        };
+        use ebb_actors::ActorError;
+        let retired = |r: &Result<u64, ActorError>| matches!(r, Err(ActorError::Retired(_)));
+        let (destination, id) = self
+            .ask_live_at(&key, || subscribe.clone(), retired)
+            .await?;
+        let id = id?;
         Ok(Subscription {
             destination: endpoints(&destination, self, options.ack),
             id,

@@ -5,12 +5,13 @@
 //! the shared housekeeping budget; and the shutdown sequence.
 //!
 //! Messages it accepts: [`GetDestination`], [`RouteDeadLetter`] (a queue's dead
-//! message, handed to its dead-letter queue), [`ListDestinations`], [`Watch`] and
-//! [`ForgetWildcardDurable`] (subscriptions to wildcard destinations), [`ShutdownBroker`].
+//! message, handed to its dead-letter queue), [`ListDestinations`], [`IsRunning`],
+//! [`DeleteDestination`], [`Watch`] and [`ForgetWildcardDurable`] (subscriptions to
+//! wildcard destinations), [`ShutdownBroker`].
 //! It never dispatches and writes nothing to the store. A new kind of destination is a
 //! variant of [`DestinationAddr`] and an arm in `BrokerActor::destination`.
 //!
-//! **Wildcard subscriptions.** Each [`WildcardActor`](crate::wildcard::WildcardActor)
+//! **Wildcard subscriptions.** Each [`WildcardActor`]
 //! watches a pattern: the registry answers [`Watch`] with the running destinations
 //! that match and tells the watcher of each matching one it starts later
 //! ([`Matched`]). A durable subscription to a wildcard topic must also keep the
@@ -18,6 +19,17 @@
 //! such subscription (loaded from their definitions in the store before it handles
 //! any message, [`WILDCARD_CONTAINER_PREFIX`]), and gives a topic it starts the ones
 //! that match, which the topic creates in its store before its first message.
+//!
+//! **Deleting a destination** ([`DeleteDestination`], ActiveMQ's `removeQueue` /
+//! `removeTopic`): the destination is retired ([`Retire`]: refused while a consumer is
+//! attached or a transaction holds messages for it; else it takes nothing new and its
+//! queued writes commit), then its durable subscriptions and its messages are deleted
+//! through the store actor in bounded pages, then its actor stops. While that goes on,
+//! a request for the destination waits ([`GetDestination`], a dead letter routed to
+//! it); once it is done, the next request starts a new, empty destination of the same
+//! name, as ActiveMQ creates a destination on first use. A publish or subscription
+//! that reached the retired actor is answered [`ActorError::Retired`], and the broker
+//! sends it again to the new one: nothing accepted is lost, nothing is half-deleted.
 //!
 //! Shutdown, in order: refuse new destinations; stop every destination's housekeeping
 //! (each answers once its page in flight has finished, and starts none after); end
@@ -33,7 +45,7 @@ use ebb_store::SubscriptionKey;
 use crate::destination::{DestinationKey, DestinationKind, DestinationPattern};
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
-use crate::messages::{CloseConsumers, RouteDeadLetter, StopHousekeeping};
+use crate::messages::{CloseConsumers, Retire, RouteDeadLetter, StopDestination, StopHousekeeping};
 use crate::policy::PolicyMap;
 use crate::queue::QueueActor;
 use crate::store_actor::StoreHandle;
@@ -54,6 +66,13 @@ pub fn wildcard_container(pattern: &DestinationPattern) -> String {
 
 /// Definitions the registry reads per store page at start.
 const DEFINITION_PAGE: u32 = 500;
+
+/// Rows a deletion reads or deletes per store page ([`DeleteDestination`]): durable
+/// subscriptions listed, or messages deleted, in one write.
+pub const DELETE_PAGE: u32 = 1000;
+
+/// Resolves once a destination's deletion has ended (done or failed).
+type Deleted = futures::future::Shared<futures::channel::oneshot::Receiver<()>>;
 
 /// A durable subscription to a wildcard topic: each matching topic holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +127,23 @@ impl DestinationAddr {
         }
     }
 
+    /// Whether both are the same actor.
+    pub fn same(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Topic(a), Self::Topic(b)) => a == b,
+            (Self::Queue(a), Self::Queue(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// Tells the actor to stop once it has handled what is in its mailbox.
+    pub fn stop(&self) {
+        match self {
+            Self::Topic(a) => a.do_send(StopDestination),
+            Self::Queue(a) => a.do_send(StopDestination),
+        }
+    }
+
     /// A recipient of `M` at the actor.
     pub fn recipient<M>(&self) -> Recipient<M>
     where
@@ -131,6 +167,8 @@ pub struct BrokerActor {
     destinations: HashMap<DestinationKey, DestinationAddr>,
     watchers: Vec<Watcher>,
     wildcard_durables: Vec<WildcardDurable>,
+    /// Destinations being deleted: requests for them wait for the end.
+    deleting: HashMap<DestinationKey, Deleted>,
     shutting_down: bool,
 }
 
@@ -145,6 +183,7 @@ impl BrokerActor {
             destinations: HashMap::new(),
             watchers: Vec::new(),
             wildcard_durables: Vec::new(),
+            deleting: HashMap::new(),
             shutting_down: false,
         }
     }
@@ -245,6 +284,27 @@ impl BrokerActor {
         self.notify_watchers(&key, &addr, |_| true);
         self.destinations.insert(key, addr.clone());
         Ok(addr)
+    }
+
+    /// [`Self::destination`], once a deletion of `key` under way has ended.
+    fn destination_when_deleted(
+        &mut self,
+        key: DestinationKey,
+        ctx: &mut Context<Self>,
+    ) -> ResponseActFuture<Self, Result<DestinationAddr, ActorError>> {
+        match self.deleting.get(&key) {
+            None => Box::pin(fut::ready(self.destination(key, ctx))),
+            Some(deleted) => {
+                let deleted = deleted.clone();
+                Box::pin(
+                    async move {
+                        let _ = deleted.await;
+                    }
+                    .into_actor(self)
+                    .map(move |(), act, ctx| act.destination(key, ctx)),
+                )
+            }
+        }
     }
 
     /// Tells each watcher `which` selects whose pattern matches `key` that it started
@@ -376,7 +436,9 @@ impl Handler<Watch> for BrokerActor {
         let running = self
             .destinations
             .iter()
-            .filter(|(k, a)| a.connected() && msg.pattern.matches(k))
+            .filter(|(k, a)| {
+                a.connected() && msg.pattern.matches(k) && !self.deleting.contains_key(*k)
+            })
             .map(|(k, a)| (k.clone(), a.clone()))
             .collect();
         self.watchers.push(Watcher {
@@ -414,24 +476,136 @@ impl Handler<ForgetWildcardDurable> for BrokerActor {
 pub struct GetDestination(pub DestinationKey);
 
 impl Handler<GetDestination> for BrokerActor {
-    type Result = Result<DestinationAddr, ActorError>;
+    type Result = ResponseActFuture<Self, Result<DestinationAddr, ActorError>>;
 
     fn handle(&mut self, msg: GetDestination, ctx: &mut Context<Self>) -> Self::Result {
-        self.destination(msg.0, ctx)
+        self.destination_when_deleted(msg.0, ctx)
     }
 }
 
 impl Handler<RouteDeadLetter> for BrokerActor {
-    type Result = ResponseFuture<Result<Option<i64>, ActorError>>;
+    type Result = ResponseActFuture<Self, Result<Option<i64>, ActorError>>;
 
     fn handle(&mut self, msg: RouteDeadLetter, ctx: &mut Context<Self>) -> Self::Result {
-        let target = self.destination(msg.to, ctx);
-        Box::pin(async move {
-            match target? {
-                DestinationAddr::Queue(queue) => queue.send(msg.letter).await?,
-                DestinationAddr::Topic(_) => unreachable!("a queue key names a queue"),
+        let letter = msg.letter;
+        Box::pin(
+            self.destination_when_deleted(msg.to, ctx)
+                .then(move |target, act, _| {
+                    async move {
+                        match target? {
+                            DestinationAddr::Queue(queue) => queue.send(letter).await?,
+                            DestinationAddr::Topic(_) => {
+                                unreachable!("a queue key names a queue")
+                            }
+                        }
+                    }
+                    .into_actor(act)
+                }),
+        )
+    }
+}
+
+/// Deletes destination `0` with its durable subscriptions and messages (see the
+/// module documentation); a destination only the store holds is started to be
+/// deleted. Answers what it deleted. Errors: [`ActorError::InUse`] while a consumer
+/// is attached, a transaction holds messages for it, or it is being deleted already
+/// (nothing was deleted); [`ActorError::ShuttingDown`]; a store error, after which
+/// the destination goes on with what is left (each page is one store transaction:
+/// deleting it again finishes the job).
+#[derive(Message)]
+#[rtype(result = "Result<DeletedDestination, ActorError>")]
+pub struct DeleteDestination(pub DestinationKey);
+
+/// What [`DeleteDestination`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeletedDestination {
+    /// Stored messages deleted (messages held in memory only are dropped uncounted).
+    pub messages: u64,
+    /// Durable subscriptions removed (a topic's; 0 for a queue).
+    pub subscriptions: u64,
+}
+
+impl Handler<DeleteDestination> for BrokerActor {
+    type Result = ResponseActFuture<Self, Result<DeletedDestination, ActorError>>;
+
+    fn handle(&mut self, msg: DeleteDestination, ctx: &mut Context<Self>) -> Self::Result {
+        let key = msg.0;
+        if self.deleting.contains_key(&key) {
+            let why = format!("destination {key} is being deleted already");
+            return Box::pin(fut::ready(Err(ActorError::InUse(why))));
+        }
+        let addr = match self.destination(key.clone(), ctx) {
+            Ok(addr) => addr,
+            Err(e) => return Box::pin(fut::ready(Err(e))),
+        };
+        let (done, deleted) = futures::channel::oneshot::channel();
+        self.deleting
+            .insert(key.clone(), futures::FutureExt::shared(deleted));
+        let store = self.store.clone();
+        let container = key.container();
+        let target = addr.clone();
+        let work = async move {
+            let retired = match target.ask(Retire).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e),
+                Err(e) => Err(e.into()),
+            };
+            match retired {
+                Ok(()) => (true, delete_rows(&store, &container).await),
+                // Refused (in use): nothing changed, the actor goes on.
+                Err(e) => (false, Err(e)),
             }
-        })
+        };
+        Box::pin(work.into_actor(self).map(move |(retired, result), act, _| {
+            if retired {
+                // What is left (after a failed page) is the successor's.
+                match &result {
+                    Ok(d) => tracing::info!(destination = %key, messages = d.messages,
+                        subscriptions = d.subscriptions, "destination deleted"),
+                    Err(e) => tracing::warn!(destination = %key, error = %e,
+                        "deleting the destination failed; what is left stays"),
+                }
+                act.destinations.remove(&key);
+                addr.stop();
+            }
+            act.deleting.remove(&key);
+            let _ = done.send(());
+            result
+        }))
+    }
+}
+
+/// Deletes the durable subscriptions (with their marks and individual acks) and then
+/// the messages of `container`, a page ([`DELETE_PAGE`]) per store write.
+async fn delete_rows(
+    store: &StoreHandle,
+    container: &str,
+) -> Result<DeletedDestination, ActorError> {
+    let mut deleted = DeletedDestination::default();
+    loop {
+        let page = store
+            .store()
+            .list_subscriptions(container, None, DELETE_PAGE)
+            .await?;
+        if page.is_empty() {
+            break;
+        }
+        for sub in page {
+            if store.unsubscribe(container.to_string(), sub.key).await? {
+                deleted.subscriptions += 1;
+            }
+        }
+    }
+    loop {
+        // With no subscription left, every message up to the highest id goes; prepared
+        // ones stay (the actor refused while it had any).
+        let n = store
+            .cleanup(container.to_string(), DELETE_PAGE, Some(i64::MAX))
+            .await?;
+        deleted.messages += n;
+        if n < u64::from(DELETE_PAGE) {
+            return Ok(deleted);
+        }
     }
 }
 
@@ -456,7 +630,8 @@ impl Handler<IsRunning> for BrokerActor {
     type Result = bool;
 
     fn handle(&mut self, msg: IsRunning, _: &mut Context<Self>) -> bool {
-        self.destinations.get(&msg.0).is_some_and(|a| a.connected())
+        !self.deleting.contains_key(&msg.0)
+            && self.destinations.get(&msg.0).is_some_and(|a| a.connected())
     }
 }
 
@@ -477,7 +652,7 @@ impl Handler<ListDestinations> for BrokerActor {
         let mut keys: Vec<DestinationKey> = self
             .destinations
             .iter()
-            .filter(|(_, a)| a.connected())
+            .filter(|(k, a)| a.connected() && !self.deleting.contains_key(*k))
             .map(|(k, _)| k.clone())
             .collect();
         let total = keys.len();

@@ -28,6 +28,17 @@ pub enum ActorError {
     /// The broker is shutting down and takes no new destinations or subscriptions.
     #[error("the broker is shutting down")]
     ShuttingDown,
+    /// A destination cannot be deleted now; the text says why (consumers attached,
+    /// an open transaction holds messages for it, a deletion is under way). As
+    /// ActiveMQ's "Destination still has an active subscription".
+    #[error("{0}")]
+    InUse(String),
+    /// The destination (its store key) was deleted while the request was on its way:
+    /// nothing was done. The broker's own calls ask the destination's successor
+    /// instead, so a caller sees it only when the destination is deleted again and
+    /// again.
+    #[error("destination {0} was deleted")]
+    Retired(String),
     /// The actor stopped before it answered.
     #[error("actor is gone: {0}")]
     Mailbox(#[from] actix::MailboxError),

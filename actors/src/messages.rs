@@ -5,7 +5,8 @@ use ebb_store::SubscriptionKey;
 use tokio::sync::mpsc;
 
 pub use crate::destination::{
-    AbortPrepared, CommitPrepared, Publish, PublishPrepared, RunHousekeeping, StopHousekeeping,
+    AbortPrepared, CommitPrepared, Publish, PublishPrepared, Retire, RunHousekeeping,
+    StopDestination, StopHousekeeping,
 };
 use crate::destination::{DestinationCounters, DestinationKey};
 use crate::error::ActorError;
@@ -13,7 +14,7 @@ pub use crate::message::{Delivery, PublishOutcome, TopicMessage};
 
 /// Open a subscription. Deliveries go to `deliver`; no more than the prefetch are
 /// un-acked at once.
-#[derive(Message)]
+#[derive(Message, Clone)]
 #[rtype(result = "Result<u64, ActorError>")]
 pub struct Subscribe {
     /// `Some` for a durable subscription: created if new, re-attached if offline.

@@ -9,7 +9,8 @@
 //!
 //! Messages it accepts: those every destination accepts ([`Publish`],
 //! [`PublishPrepared`], [`CommitPrepared`], [`AbortPrepared`], [`RunHousekeeping`],
-//! [`StopHousekeeping`], handled in [`crate::destination`]), and [`Subscribe`]
+//! [`StopHousekeeping`], [`Retire`], [`StopDestination`], handled in
+//! [`crate::destination`]), and [`Subscribe`]
 //! (non-durable only), [`Ack`], [`Nack`], [`Detach`], [`Browse`], [`GetQueueStats`],
 //! [`AcceptDeadLetter`]; from itself, the timer tick and
 //! [`ExpiryPage`](crate::destination::ExpiryPage). It sends dead messages to a
@@ -932,6 +933,11 @@ impl DestinationActor for QueueActor {
     fn may_disarm(&self) -> bool {
         self.cursor.transient_len() == 0
     }
+
+    fn in_use(&self) -> Option<String> {
+        let n = self.consumers.len();
+        (n > 0).then(|| format!("{n} consumers are attached"))
+    }
 }
 
 destination_handlers!(QueueActor);
@@ -1001,6 +1007,9 @@ impl Handler<TakeMessages> for QueueActor {
     type Result = ResponseActFuture<Self, Result<TakenPage, ActorError>>;
 
     fn handle(&mut self, msg: TakeMessages, _: &mut Context<Self>) -> Self::Result {
+        if self.core.retired {
+            return Box::pin(fut::ready(Err(self.core.retired_error())));
+        }
         let TakeMessages {
             after,
             only,
@@ -1199,6 +1208,9 @@ impl Handler<AcceptDeadLetter> for QueueActor {
     type Result = ResponseActFuture<Self, Result<Option<i64>, ActorError>>;
 
     fn handle(&mut self, msg: AcceptDeadLetter, _: &mut Context<Self>) -> Self::Result {
+        if self.core.retired {
+            return Box::pin(fut::ready(Err(self.core.retired_error())));
+        }
         let row = self.core.new_message(&msg.message, None);
         let place = self.core.order.reserve();
         let write = self
@@ -1238,6 +1250,9 @@ impl Handler<Subscribe> for QueueActor {
     fn handle(&mut self, msg: Subscribe, ctx: &mut Context<Self>) -> Self::Result {
         if self.closing {
             return Err(ActorError::ShuttingDown);
+        }
+        if self.core.retired {
+            return Err(self.core.retired_error());
         }
         if msg.durable.is_some() {
             return Err(ActorError::Invalid(

@@ -8,7 +8,8 @@
 //!
 //! Messages it accepts: those every destination accepts ([`Publish`],
 //! [`PublishPrepared`], [`CommitPrepared`], [`AbortPrepared`], [`RunHousekeeping`],
-//! [`StopHousekeeping`], handled in [`crate::destination`]), and [`Subscribe`], [`Ack`],
+//! [`StopHousekeeping`], [`Retire`], [`StopDestination`], handled in
+//! [`crate::destination`]), and [`Subscribe`], [`Ack`],
 //! [`Nack`], [`Detach`], [`RemoveDurable`], [`GetStats`]; from itself, the timer tick,
 //! [`ExpiryPage`](crate::destination::ExpiryPage) and [`CleanupBatch`]. What it writes
 //! itself: its dispatch (every subscription gets every message), its expiry page and
@@ -660,6 +661,11 @@ impl DestinationActor for TopicActor {
     fn expiry_page(&mut self, ctx: &mut Context<Self>) {
         self.page(ctx);
     }
+
+    fn in_use(&self) -> Option<String> {
+        let n = self.subscriptions.len();
+        (n > 0).then(|| format!("{n} subscriptions are online"))
+    }
 }
 
 destination_handlers!(TopicActor);
@@ -670,6 +676,9 @@ impl Handler<Subscribe> for TopicActor {
     fn handle(&mut self, msg: Subscribe, ctx: &mut Context<Self>) -> Self::Result {
         if self.closing {
             return Box::pin(fut::ready(Err(ActorError::ShuttingDown)));
+        }
+        if self.core.retired {
+            return Box::pin(fut::ready(Err(self.core.retired_error())));
         }
         if msg.exclusive {
             return Box::pin(fut::ready(Err(ActorError::Invalid(

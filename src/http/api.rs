@@ -102,7 +102,9 @@ impl From<Error> for ApiError {
             | Error::InvalidPriority(_)
             | Error::InvalidSubscription => StatusCode::BAD_REQUEST,
             Error::ResourceLimit { .. } => StatusCode::INSUFFICIENT_STORAGE,
-            Error::Actor(ebb_actors::ActorError::DurableInUse(_)) => StatusCode::CONFLICT,
+            Error::Actor(
+                ebb_actors::ActorError::DurableInUse(_) | ebb_actors::ActorError::InUse(_),
+            ) => StatusCode::CONFLICT,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         };
         Self::new(status, e.to_string())
@@ -127,8 +129,14 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/", get(index))
         .route("/broker", get(broker))
         .route("/destinations", get(destinations))
-        .route("/queues/:name", get(queue))
-        .route("/topics/:name", get(topic))
+        .route(
+            "/queues/:name",
+            get(queue).delete(delete_destination::<true>),
+        )
+        .route(
+            "/topics/:name",
+            get(topic).delete(delete_destination::<false>),
+        )
         .route(
             "/queues/:name/messages",
             get(queue_messages).post(send_to::<true>),
@@ -185,6 +193,8 @@ async fn index() -> Result<Response, ApiError> {
         "GET /api/v1/destinations?after=KEY&limit=N",
         "GET /api/v1/queues/NAME",
         "GET /api/v1/topics/NAME",
+        "DELETE /api/v1/queues/NAME",
+        "DELETE /api/v1/topics/NAME",
         "GET /api/v1/queues/NAME/messages?after=ID&limit=N&body=full",
         "POST /api/v1/queues/NAME/messages",
         "POST /api/v1/topics/NAME/messages",
@@ -306,6 +316,29 @@ async fn topic(
 ) -> Result<Json<DestinationView>, ApiError> {
     let Path(name) = name?;
     view(&state, key_of("topic", &name)?).await
+}
+
+/// `DELETE /api/v1/queues/NAME` (`QUEUE` true) or `/api/v1/topics/NAME`: deletes the
+/// destination with its messages (and a topic's durable subscriptions): `200` with
+/// `{"deleted": {"messages", "subscriptions"}}`, `404` for a destination that does
+/// not exist, `409` while a consumer is attached or a transaction holds messages
+/// for it.
+async fn delete_destination<const QUEUE: bool>(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(name) = name?;
+    let key = key_of(if QUEUE { "queue" } else { "topic" }, &name)?;
+    if !state.broker.destination_exists(&key).await? {
+        return Err(unknown(&key));
+    }
+    let deleted = state.broker.delete_destination(&key).await?;
+    tracing::info!(destination = %key, messages = deleted.messages,
+        subscriptions = deleted.subscriptions, "destination deleted through the admin API");
+    let body = serde_json::json!({
+        "deleted": { "messages": deleted.messages, "subscriptions": deleted.subscriptions }
+    });
+    Ok(Json(body).into_response())
 }
 
 /// `?after=ID&limit=N&body=full|preview`.

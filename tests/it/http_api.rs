@@ -890,6 +890,90 @@ async fn purge_deletes_what_waits_and_leaves_what_a_consumer_holds(t: TestStore)
     b.shutdown().await.unwrap();
 }
 
+/// `DELETE /api/v1/queues/NAME` and `/topics/NAME`: `409` with the reason while a
+/// consumer is attached (nothing deleted), then `200` with what went; the destination
+/// is then unknown (`404`), as is one that never existed.
+async fn destinations_are_deleted_when_nobody_uses_them(t: TestStore) {
+    let (b, server, base) = http_server(&t, |_| {}).await;
+    let queue = "queue://api.del";
+    for i in 0..3 {
+        b.send(queue, Message::new(format!("d{i}"))).await.unwrap();
+    }
+    let consumer = b
+        .subscribe(
+            queue,
+            SubscribeOptions::non_durable()
+                .prefetch(1)
+                .ack(ebb::AckMode::Client),
+        )
+        .await
+        .unwrap();
+    let url = format!("{base}/api/v1/queues/api.del");
+    let refused = call("DELETE", url.clone(), None, None).await;
+    assert_eq!(refused.status, 409, "{}", refused.json);
+    assert!(
+        refused.json["error"]
+            .as_str()
+            .unwrap()
+            .contains("consumers"),
+        "{}",
+        refused.json
+    );
+    assert_eq!(b.store().count_messages(queue).await.unwrap(), 3);
+    drop(consumer);
+    let deleted = loop {
+        let answer = call("DELETE", url.clone(), None, None).await;
+        if answer.status != 409 {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    assert_eq!(deleted.json["deleted"]["messages"], 3, "{}", deleted.json);
+    assert_eq!(deleted.json["deleted"]["subscriptions"], 0);
+    assert_eq!(call("GET", url.clone(), None, None).await.status, 404);
+    assert_eq!(call("DELETE", url.clone(), None, None).await.status, 404);
+
+    let topic = "topic://api.delt";
+    drop(
+        b.subscribe(topic, SubscribeOptions::durable("api-del", "s"))
+            .await
+            .unwrap(),
+    );
+    for i in 0..2 {
+        b.send(topic, Message::new(format!("t{i}"))).await.unwrap();
+    }
+    let deleted = call(
+        "DELETE",
+        format!("{base}/api/v1/topics/api.delt"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    assert_eq!(deleted.json["deleted"]["messages"], 2, "{}", deleted.json);
+    assert_eq!(deleted.json["deleted"]["subscriptions"], 1);
+    assert_eq!(b.store().count_subscriptions(topic).await.unwrap(), 0);
+    let subscriptions = call(
+        "GET",
+        format!("{base}/api/v1/topics/api.delt/subscriptions"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(subscriptions.status, 404, "{}", subscriptions.json);
+    let never = call(
+        "DELETE",
+        format!("{base}/api/v1/topics/api.never"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(never.status, 404, "{}", never.json);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
 /// A poison message whose dead-letter queue cannot be named (its queue's name is so
 /// long that `DLQ.` + it is over the limit) stays in its queue, delivered again, and
 /// a purge takes it: it does not vanish from view until a restart.
@@ -1613,6 +1697,7 @@ on_every_backend!(
     users_need_a_login_and_changes_the_admin_group,
     stomp_over_websocket_carries_the_same_sessions,
     purge_deletes_what_waits_and_leaves_what_a_consumer_holds,
+    destinations_are_deleted_when_nobody_uses_them,
     dead_letters_move_back_exactly_once,
     a_message_the_dlq_cannot_take_stays_in_its_queue,
     a_retry_killed_midway_loses_and_doubles_nothing,

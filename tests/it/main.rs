@@ -13,6 +13,7 @@ mod cli_passwd;
 #[cfg(feature = "http")]
 mod console;
 mod consumer_cases;
+mod delete_destination;
 mod durable_subscriptions;
 mod embedding;
 mod examples;

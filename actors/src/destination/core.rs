@@ -86,6 +86,23 @@ pub struct AbortPrepared {
 #[rtype(result = "()")]
 pub struct RunHousekeeping;
 
+/// Retire the destination, the first step of deleting it (the registry's
+/// [`DeleteDestination`](crate::broker::DeleteDestination)): refused with
+/// [`ActorError::InUse`] while a consumer is attached or an open transaction holds
+/// (or is storing) messages for it; else the destination takes nothing new from now
+/// on (publishes and subscriptions are answered [`ActorError::Retired`], so that the
+/// broker sends them to its successor), stops housekeeping, and answers once every
+/// write it queued before has committed.
+#[derive(Message)]
+#[rtype(result = "Result<(), ActorError>")]
+pub struct Retire;
+
+/// Stop the actor: the last step of deleting its destination, once its store rows are
+/// gone. Messages still in its mailbox are answered as by a retired destination.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopDestination;
+
 /// Stop housekeeping: cancel the timer, start no new page, and answer once the page in
 /// flight (if any) has finished. A step of shutdown.
 #[derive(Message)]
@@ -173,6 +190,10 @@ pub struct DestinationCore {
     pub schedule: HousekeepingSchedule<SpawnHandle>,
     /// What every destination counts.
     pub counters: DestinationCounters,
+    /// Transactional publishes whose prepared store write is in flight.
+    pub prepared_writes: u64,
+    /// Retired for deletion ([`Retire`]): it takes no new message or consumer.
+    pub retired: bool,
 }
 
 impl DestinationCore {
@@ -193,7 +214,14 @@ impl DestinationCore {
             prepared: PreparedMessages::default(),
             schedule: HousekeepingSchedule::default(),
             counters: DestinationCounters::default(),
+            prepared_writes: 0,
+            retired: false,
         }
+    }
+
+    /// The refusal a retired destination answers.
+    pub fn retired_error(&self) -> ActorError {
+        ActorError::Retired(self.container.clone())
     }
 
     /// The counters, with `expiry_armed` as it is now.
@@ -272,6 +300,10 @@ pub trait DestinationActor: Actor<Context = Context<Self>> + Handler<ExpiryPage>
     fn may_disarm(&self) -> bool {
         true
     }
+
+    /// Why the destination cannot be deleted now, for consumers of its own kind
+    /// (`None`: nothing stops it). See [`Retire`].
+    fn in_use(&self) -> Option<String>;
 }
 
 /// Starts the housekeeping timer if there is work for it and it is not running.
@@ -390,6 +422,9 @@ pub fn publish<A: DestinationActor>(
     xid: Option<String>,
     ctx: &mut Context<A>,
 ) -> PublishTicket {
+    if act.core().retired {
+        return PublishTicket::ready(Err(act.core().retired_error()));
+    }
     if message.is_expired(now_ms()) {
         let counters = &mut act.core().counters;
         counters.enqueued += 1;
@@ -447,9 +482,11 @@ pub fn publish<A: DestinationActor>(
         }
         (Some(xid), true) => {
             let write = core.store_add(&message, Some(xid.clone()), plan.arm_expiry);
+            core.prepared_writes += 1;
             let (ticket, answer) = PublishTicket::waiting();
             act.completions()
                 .when_done(ctx, write, move |result, act, _| {
+                    act.core().prepared_writes -= 1;
                     if plan.arm_expiry {
                         act.core().schedule.expiring_write_finished();
                     }
@@ -484,6 +521,42 @@ pub fn commit_prepared<A: DestinationActor>(
         released.extend(core.order.push(Arc::new(message)));
     }
     act.release(released, ctx);
+}
+
+/// Handles [`Retire`] (see there).
+pub fn retire<A: DestinationActor>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+) -> ResponseFuture<Result<(), ActorError>> {
+    let refusal = act.in_use().or_else(|| {
+        let core = act.core();
+        let open = core.prepared.transactions() as u64 + core.prepared_writes;
+        (open > 0).then(|| format!("{open} open transactions hold messages for it"))
+    });
+    if let Some(why) = refusal {
+        let container = act.core().container.clone();
+        return Box::pin(async move {
+            Err(ActorError::InUse(format!(
+                "destination {container} cannot be deleted now: {why}"
+            )))
+        });
+    }
+    act.core().retired = true;
+    let stopped = stop_housekeeping(act, ctx);
+    let store = act.core().store.clone();
+    Box::pin(async move {
+        stopped.await;
+        // Every write queued before this one commits first.
+        store.flush().await
+    })
+}
+
+impl PublishTicket {
+    /// True when the publish was refused because its destination was retired
+    /// ([`Retire`]): nothing was done, and the message may go to the successor.
+    pub fn is_retired(&self) -> bool {
+        matches!(self.0, Ticket::Ready(Some(Err(ActorError::Retired(_)))))
+    }
 }
 
 /// Begins a stop (a step of shutdown): cancels the timer, starts nothing new, and

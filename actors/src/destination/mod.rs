@@ -31,9 +31,9 @@ mod schedule;
 
 pub use self::core::{
     begin_page, commit_prepared, end_run, idle_if_done, now_ms, page_failed, page_finished,
-    publish, schedule, stop_housekeeping, AbortPrepared, CommitPrepared, DestinationActor,
-    DestinationCore, ExpiryPage, Plan, Publish, PublishPrepared, PublishTicket, RunHousekeeping,
-    StopHousekeeping,
+    publish, retire, schedule, stop_housekeeping, AbortPrepared, CommitPrepared, DestinationActor,
+    DestinationCore, ExpiryPage, Plan, Publish, PublishPrepared, PublishTicket, Retire,
+    RunHousekeeping, StopDestination, StopHousekeeping,
 };
 pub use ack_batch::{AckAnswer, AckBatch, AckWrite};
 pub use completions::Completions;
@@ -51,7 +51,9 @@ pub use schedule::{AfterPage, HousekeepingSchedule};
 /// [`CommitPrepared`](crate::destination::CommitPrepared),
 /// [`AbortPrepared`](crate::destination::AbortPrepared),
 /// [`RunHousekeeping`](crate::destination::RunHousekeeping),
-/// [`StopHousekeeping`](crate::destination::StopHousekeeping) and [`ExpiryPage`].
+/// [`StopHousekeeping`](crate::destination::StopHousekeeping), [`ExpiryPage`],
+/// [`Retire`](crate::destination::Retire) and
+/// [`StopDestination`](crate::destination::StopDestination).
 macro_rules! destination_handlers {
     ($actor:ty) => {
         impl actix::Handler<$crate::destination::Publish> for $actor {
@@ -125,6 +127,30 @@ macro_rules! destination_handlers {
                 ctx: &mut actix::Context<Self>,
             ) -> Self::Result {
                 $crate::destination::stop_housekeeping(self, ctx)
+            }
+        }
+
+        impl actix::Handler<$crate::destination::Retire> for $actor {
+            type Result = actix::ResponseFuture<Result<(), $crate::error::ActorError>>;
+
+            fn handle(
+                &mut self,
+                _: $crate::destination::Retire,
+                ctx: &mut actix::Context<Self>,
+            ) -> Self::Result {
+                $crate::destination::retire(self, ctx)
+            }
+        }
+
+        impl actix::Handler<$crate::destination::StopDestination> for $actor {
+            type Result = ();
+
+            fn handle(
+                &mut self,
+                _: $crate::destination::StopDestination,
+                ctx: &mut actix::Context<Self>,
+            ) {
+                actix::ActorContext::stop(ctx);
             }
         }
 
