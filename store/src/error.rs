@@ -51,6 +51,12 @@ pub enum StoreError {
     #[error("store `{0}` is in use by another broker (its exclusive lock is held)")]
     Locked(String),
 
+    /// The store held a lease ([`crate::LeaseOptions`]) and lost it: the write was
+    /// not made, nor will any later one be. The broker must stop: another may be
+    /// active on the store now.
+    #[error("the store's lease is lost ({0}): this broker no longer writes to it")]
+    LeaseLost(String),
+
     /// Opened without [`crate::StoreOptions::create`], the store is not there as this
     /// build needs it (no file, no schema, no tables, an older schema version); nothing
     /// was created or changed.

@@ -46,6 +46,7 @@
 
 pub mod encoding;
 mod error;
+mod lease;
 mod migrate;
 pub mod model;
 pub mod postgres;
@@ -87,6 +88,11 @@ pub struct StoreOptions {
     /// SQLite only: `synchronous=FULL` (true, default: a commit survives power loss) or
     /// `NORMAL` (a commit survives a process crash).
     pub sqlite_sync_full: bool,
+    /// PostgreSQL only: hold the store by a lease instead of a session lock (high
+    /// availability: an active broker and standbys on one database; see
+    /// [`LeaseOptions`]). `None` (the default): the session-level advisory lock, which
+    /// the server releases when the holder's connection ends.
+    pub lease: Option<LeaseOptions>,
     /// Create what is missing and migrate (true, default: a broker's store): the SQLite
     /// file and its folder, the PostgreSQL schema, the tables. False opens only a store
     /// that exists at the schema version this build expects, and changes nothing
@@ -103,8 +109,87 @@ impl Default for StoreOptions {
             acquire_timeout_ms: 10_000,
             sqlite_sync_full: true,
             create: true,
+            lease: None,
         }
     }
+}
+
+/// The lease lock of a PostgreSQL store, as ActiveMQ's lease database locker and
+/// Artemis's JDBC shared store: one row in `{prefix}lock` names the active broker
+/// (`holder`) and when its lease ends, by the **database's** clock. The active broker
+/// renews it every `renew_ms` on a connection of its own; every write transaction
+/// first checks, under a share lock on that row, that this store still holds an
+/// unexpired lease, so a broker that lost it commits nothing more, however late it
+/// notices. A renewal that fails, or does not succeed in time, makes the store report
+/// [`LeaseState::Lost`] one `renew_ms` before the lease could expire: the broker then
+/// fences itself (stops serving) before a standby may take over, which it does only
+/// once the lease has expired by the database's clock, or at once when the holder
+/// released it (a graceful shutdown, [`MessageStore::close`]).
+///
+/// A broker with a lease and one with the advisory lock exclude each other too: the
+/// lease is taken inside a transaction that also takes the advisory lock's key, and a
+/// broker with the advisory lock refuses a store whose lease is unexpired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseOptions {
+    /// How long a lease lasts after each renewal, ms (Artemis's
+    /// `jdbc-lock-expiration`, 20 s there; ebb's default 10,000).
+    pub lease_ms: u64,
+    /// How often the holder renews it, ms (Artemis's `jdbc-lock-renew-period`, 2 s;
+    /// ebb's default 2,000); at most a third of `lease_ms`, so that two renewals can
+    /// fail before the broker fences itself.
+    pub renew_ms: u64,
+    /// Who holds it, for people and logs (`host/pid/...`): unique to each process, so
+    /// a restarted broker never takes over a lease its dead predecessor held before
+    /// that lease expired.
+    pub holder: String,
+}
+
+impl LeaseOptions {
+    /// A lease of `lease_ms` renewed every `renew_ms`, held under a name unique to this
+    /// process (host name, process id, start time). Errors: a text saying which
+    /// value is out of range (`renew_ms` 0, or more than a third of `lease_ms`).
+    pub fn new(lease_ms: u64, renew_ms: u64) -> std::result::Result<Self, String> {
+        if renew_ms == 0 || renew_ms.saturating_mul(3) > lease_ms {
+            return Err(format!(
+                "renew_ms = {renew_ms} must be at least 1 and at most a third of lease_ms = {lease_ms}"
+            ));
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "host".into());
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        Ok(Self {
+            lease_ms,
+            renew_ms,
+            holder: format!("{host}/{}/{started}", std::process::id()),
+        })
+    }
+}
+
+/// Whether a store's lease is still held ([`MessageStore::lease_state`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Held and renewed in time.
+    Held,
+    /// Lost (the text says why: renewals failed until the fence time, or another
+    /// broker holds it now): every later write fails with [`StoreError::LeaseLost`],
+    /// and the broker must stop serving. It never comes back.
+    Lost(String),
+}
+
+/// The answer to [`MessageStore::try_lock`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockAttempt {
+    /// This store holds the lock now (also when it held it already).
+    Acquired,
+    /// Another broker holds it; the text names it as well as the store can (the lock
+    /// file, the lease's holder and when the lease ends).
+    Held(String),
 }
 
 /// Counters of what the store really fetched and wrote; cheap, always on.
@@ -352,9 +437,26 @@ pub trait MessageStore: Send + Sync + 'static {
     /// Takes the store's exclusive lock for a broker, held until [`Self::close`] (or
     /// the process ends: it is a file lock on SQLite and a session-level advisory lock
     /// on PostgreSQL, both released by the operating system or the server when the
-    /// holder dies, so a crash never leaves it stuck). `sqlite::memory:` has nothing to
-    /// lock. Errors: [`StoreError::Locked`] when another broker holds it.
-    async fn lock_exclusive(&self) -> Result<()>;
+    /// holder dies, so a crash never leaves it stuck; with
+    /// [`StoreOptions::lease`], PostgreSQL's lease lock, which a dead holder's lease
+    /// ends by expiring). `sqlite::memory:` has nothing to lock.
+    /// Errors: [`StoreError::Locked`] when another broker holds it.
+    async fn lock_exclusive(&self) -> Result<()> {
+        match self.try_lock().await? {
+            LockAttempt::Acquired => Ok(()),
+            LockAttempt::Held(by) => Err(StoreError::Locked(by)),
+        }
+    }
+
+    /// Tries [`Self::lock_exclusive`] once: [`LockAttempt::Held`] when another broker
+    /// holds the lock. A standby calls it every `renew_ms` until it is acquired.
+    /// Errors: the database's, a lock file that cannot be opened.
+    async fn try_lock(&self) -> Result<LockAttempt>;
+
+    /// While this store holds a lease ([`StoreOptions::lease`]): its state, which
+    /// turns [`LeaseState::Lost`] once and for all when the lease is lost. `None`
+    /// without a lease (SQLite, the advisory lock, or before [`Self::try_lock`]).
+    fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<LeaseState>>;
 
     /// Whether a broker holds the store's exclusive lock now: the lock is tried and,
     /// if taken, given back at once. Always false for `sqlite::memory:` and for a

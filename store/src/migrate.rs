@@ -34,6 +34,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         "container_byte_order",
         include_str!("../migrations/sqlite/0005_container_byte_order.sql"),
     ),
+    (
+        6,
+        "lease_lock",
+        include_str!("../migrations/sqlite/0006_lease_lock.sql"),
+    ),
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -61,6 +66,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         5,
         "container_byte_order",
         include_str!("../migrations/postgres/0005_container_byte_order.sql"),
+    ),
+    (
+        6,
+        "lease_lock",
+        include_str!("../migrations/postgres/0006_lease_lock.sql"),
     ),
 ];
 
@@ -95,7 +105,10 @@ mod tests {
         assert_eq!(names(super::SQLITE), names(super::POSTGRES));
         for (_, _, sql) in super::SQLITE.iter().chain(super::POSTGRES) {
             // Every table name carries the prefix.
-            assert!(sql.contains("{p}msgs") || sql.contains("{p}acks"), "{sql}");
+            assert!(
+                sql.contains("{p}msgs") || sql.contains("{p}acks") || sql.contains("{p}lock"),
+                "{sql}"
+            );
             assert!(!sql.contains(" ebb_"), "{sql}");
         }
     }

@@ -29,6 +29,8 @@ pub struct PgStore {
     lock: tokio::sync::Mutex<Option<sqlx::PgConnection>>,
     /// `url` and the lock's key (schema and table prefix), tab-separated.
     lock_target: String,
+    /// With [`StoreOptions::lease`]: the lease lock instead of the advisory lock.
+    lease: crate::lease::LeaseSlot,
 }
 
 impl PgStore {
@@ -74,7 +76,7 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(Duration::from_millis(options.acquire_timeout_ms))
-            .connect_with(connect)
+            .connect_with(connect.clone())
             .await
             .map_err(cannot_open)?;
         let key = format!(
@@ -82,18 +84,31 @@ impl PgStore {
             options.schema.as_deref().unwrap_or("(search_path)"),
             options.table_prefix
         );
-        Self::from_pool(pool, options, &shown, format!("{url}\t{key}")).await
+        let mut store = Self::from_pool(pool, options, &shown, format!("{url}\t{key}")).await?;
+        if let Some(lease) = &options.lease {
+            let sql = crate::lease::LeaseSql::new(options.schema.as_deref(), &options.table_prefix);
+            store.lease = crate::lease::LeaseSlot::configured(lease.clone(), sql, connect);
+        }
+        Ok(store)
     }
 }
 
 impl PgStore {
     /// A session-level advisory lock on a connection of its own (the server releases
-    /// it when that connection ends, also when the holder dies).
+    /// it when that connection ends, also when the holder dies), refused while a
+    /// broker with a lease holds the store; with [`StoreOptions::lease`], the lease
+    /// instead (`None`: nothing to keep here).
     async fn take_lock(&self) -> crate::Result<Option<sqlx::PgConnection>> {
         let (url, key) = self
             .lock_target
             .split_once('\t')
             .unwrap_or((&self.lock_target, ""));
+        if self.lease.enabled() {
+            return match self.lease.try_take(key).await? {
+                None => Ok(None),
+                Some(why) => Err(StoreError::Locked(format!("{} ({key}): {why}", redact_url(url)))),
+            };
+        }
         let mut conn =
             sqlx::PgConnection::connect(url)
                 .await
@@ -106,10 +121,36 @@ impl PgStore {
             .fetch_one(&mut conn)
             .await
             .map_err(crate::error::db("lock store"))?;
-        if locked {
-            Ok(Some(conn))
-        } else {
-            Err(StoreError::Locked(format!("{} ({key})", redact_url(url))))
+        if !locked {
+            return Err(StoreError::Locked(format!("{} ({key})", redact_url(url))));
+        }
+        // On a pooled connection, whose search_path finds the schema's table.
+        let other = match self.pool.acquire().await {
+            Ok(mut pooled) => crate::lease::held_by_other(&mut pooled, &self.sql.prefix).await,
+            Err(e) => Err(crate::error::db("read the lease")(e)),
+        };
+        match other {
+            Ok(None) => Ok(Some(conn)),
+            Ok(Some(why)) => {
+                self.release_lock(conn).await;
+                Err(StoreError::Locked(format!("{} ({key}): {why}", redact_url(url))))
+            }
+            Err(e) => {
+                self.release_lock(conn).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// With a lease: the write goes on only while it is held (see [`crate::lease`]).
+    async fn guard_write(&self, tx: &mut sqlx::PgConnection) -> crate::Result<()> {
+        match self.lease.held() {
+            Some(lease) => lease.guard(tx).await,
+            // A standby writes nothing.
+            None if self.lease.enabled() => Err(StoreError::LeaseLost(
+                "this store does not hold the lease (a standby)".into(),
+            )),
+            None => Ok(()),
         }
     }
 

@@ -425,6 +425,7 @@ macro_rules! impl_sql_store {
                     stored_bytes: std::sync::atomic::AtomicI64::new(stored_bytes),
                     lock: Default::default(),
                     lock_target,
+                    lease: Default::default(),
                 })
             }
 
@@ -486,6 +487,20 @@ macro_rules! impl_sql_store {
                     .await
                     .map_err($crate::error::db("read highest mark"))?;
                 Ok(messages.unwrap_or(0).max(marks.unwrap_or(0)).max(0))
+            }
+
+            /// Reads the highest id and the stored bytes again, as at open: once the
+            /// lock is taken, after another broker may have written since the open.
+            async fn reseed(&self) -> $crate::Result<()> {
+                use std::sync::atomic::Ordering::SeqCst;
+                let last_id = Self::seed_last_id(&self.pool, &self.sql).await?;
+                let stored_bytes: i64 = sqlx::query_scalar(&self.sql.stored_bytes)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err($crate::error::db("read stored bytes"))?;
+                self.last_id.fetch_max(last_id, SeqCst);
+                self.stored_bytes.store(stored_bytes, SeqCst);
+                Ok(())
             }
 
             /// Runs a `SELECT COUNT(*) ... WHERE container = $1`.
@@ -1162,6 +1177,8 @@ macro_rules! impl_sql_store {
                     let mut tx = sqlx::Connection::begin_with(&mut *conn, $tx.write)
                         .await
                         .map_err($crate::error::db("begin"))?;
+                    // With a lease: only while it is held (see `crate::lease`).
+                    self.guard_write(&mut *tx).await?;
                     let mut outcomes = Vec::with_capacity(ops.len());
                     let mut bytes = 0;
                     let mut ops = ops.into_iter().peekable();
@@ -1576,17 +1593,40 @@ macro_rules! impl_sql_store {
                     .await
             }
 
-            async fn lock_exclusive(&self) -> $crate::Result<()> {
+            async fn try_lock(&self) -> $crate::Result<$crate::LockAttempt> {
                 let mut held = self.lock.lock().await;
-                if held.is_none() {
-                    *held = self.take_lock().await?;
+                if held.is_some() {
+                    return Ok($crate::LockAttempt::Acquired);
                 }
-                Ok(())
+                let had_lease = self.lease.held().is_some();
+                match self.take_lock().await {
+                    Ok(lock) => {
+                        let fresh = lock.is_some() || (!had_lease && self.lease.held().is_some());
+                        *held = lock;
+                        if fresh {
+                            // A standby opened the store long before: what another
+                            // broker wrote meanwhile counts now.
+                            self.reseed().await?;
+                        }
+                        Ok($crate::LockAttempt::Acquired)
+                    }
+                    Err($crate::StoreError::Locked(by)) => Ok($crate::LockAttempt::Held(by)),
+                    Err(e) => Err(e),
+                }
+            }
+
+            fn lease_state(
+                &self,
+            ) -> Option<tokio::sync::watch::Receiver<$crate::LeaseState>> {
+                self.lease.held().map(|lease| lease.state())
             }
 
             async fn locked_by_another(&self) -> $crate::Result<bool> {
-                if self.lock.lock().await.is_some() {
+                if self.lock.lock().await.is_some() || self.lease.held().is_some() {
                     return Ok(false);
+                }
+                if self.lease.enabled() {
+                    return self.lease.held_by_other().await;
                 }
                 match self.take_lock().await {
                     Ok(Some(lock)) => {
@@ -1611,6 +1651,9 @@ macro_rules! impl_sql_store {
                 self.pool.close().await;
                 if let Some(lock) = self.lock.lock().await.take() {
                     self.release_lock(lock).await;
+                }
+                if let Some(lease) = self.lease.held() {
+                    lease.release().await;
                 }
             }
         }

@@ -31,6 +31,8 @@ pub struct SqliteStore {
     lock: tokio::sync::Mutex<Option<std::fs::File>>,
     /// `<database file>.lock`; empty for `sqlite::memory:`.
     lock_target: String,
+    /// Never configured on SQLite (the lock file is the lock).
+    lease: crate::lease::LeaseSlot,
 }
 
 impl SqliteStore {
@@ -132,6 +134,11 @@ impl SqliteStore {
 
     async fn release_lock(&self, file: std::fs::File) {
         let _ = file.unlock();
+    }
+
+    /// Nothing to check: SQLite has no lease.
+    async fn guard_write(&self, _: &mut sqlx::SqliteConnection) -> crate::Result<()> {
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@ mod bounded_reads;
 mod conformance;
 mod expiry_never_acks_live;
 mod in_doubt;
+mod lease;
 mod listing;
 mod pending_reads;
 mod plans;
