@@ -151,8 +151,11 @@ impl MessageStore for FailOnce {
     fn stored_bytes(&self) -> u64 {
         self.inner.stored_bytes()
     }
-    async fn lock_exclusive(&self) -> Result<()> {
-        self.inner.lock_exclusive().await
+    async fn try_lock(&self) -> Result<ebb_store::LockAttempt> {
+        self.inner.try_lock().await
+    }
+    fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<ebb_store::LeaseState>> {
+        self.inner.lease_state()
     }
     async fn locked_by_another(&self) -> Result<bool> {
         self.inner.locked_by_another().await
