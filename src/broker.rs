@@ -941,6 +941,66 @@ impl Broker {
         Self::start_on(runtime, store, config)
     }
 
+    /// [`Broker::start`] for a standby (high availability, `ebb serve --standby`):
+    /// when another broker holds the store, waits instead of failing, asking again
+    /// every `poll` (the lease's `renew_ms`), and starts once the lock is free: on
+    /// PostgreSQL with [`ebb_store::StoreOptions::lease`], once the active broker's
+    /// lease has expired by the database's clock or was released. While it waits,
+    /// `waiting` holds who holds the store (`None` once it is taken, or before the
+    /// first attempt). Everything is read from the store when it starts, as after a
+    /// restart: marks, cursors, messages. Watch [`Broker::lease_state`] after it
+    /// starts: a lost lease means the broker must stop serving.
+    ///
+    /// Errors: as [`Broker::start`], but never [`ebb_store::StoreError::Locked`].
+    pub async fn start_when_free(
+        store_url: &str,
+        config: BrokerConfig,
+        poll: Duration,
+        waiting: tokio::sync::watch::Sender<Option<String>>,
+    ) -> Result<Self, Error> {
+        let runtime = Arc::new(BrokerThread::new()?);
+        let (url, options) = (store_url.to_string(), config.store.clone());
+        let store = runtime
+            .run(move || async move {
+                let store = ebb_store::open(&url, &options).await?;
+                loop {
+                    let attempt = match store.try_lock().await {
+                        Ok(attempt) => attempt,
+                        Err(e) => {
+                            store.close().await;
+                            return Err(Error::from(e));
+                        }
+                    };
+                    match attempt {
+                        ebb_store::LockAttempt::Acquired => {
+                            let _ = waiting.send(None);
+                            return Ok(store);
+                        }
+                        ebb_store::LockAttempt::Held(by) => {
+                            if waiting.is_closed() {
+                                // Nobody waits for this broker any more.
+                                store.close().await;
+                                return Err(Error::ShuttingDown);
+                            }
+                            let _ = waiting.send(Some(by));
+                            tokio::time::sleep(poll).await;
+                        }
+                    }
+                }
+            })
+            .await??;
+        Self::start_on(runtime, store, config)
+    }
+
+    /// The state of the store's lease while this broker holds one (PostgreSQL with
+    /// [`ebb_store::StoreOptions::lease`]): it turns
+    /// [`ebb_store::LeaseState::Lost`] when a renewal failed for too long or another
+    /// broker holds the lease; every write is refused from then on and the broker
+    /// must stop serving (`ebb serve` fences itself and exits). `None` without a lease.
+    pub fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<ebb_store::LeaseState>> {
+        self.store.store().lease_state()
+    }
+
     /// Starts the broker on a store that is already open (`config.store` is not used),
     /// on an actix system as [`Broker::start`]. The caller takes care that no other
     /// broker uses it ([`MessageStore::lock_exclusive`]).

@@ -58,6 +58,9 @@ pub struct FileConfig {
     pub http: HttpSection,
     /// `[tls]`: the certificate for `[stomp] ssl_listen` and `[http] tls`.
     pub tls: Option<TlsSection>,
+    /// `[ha]`: an active broker and standbys on one store.
+    #[serde(default)]
+    pub ha: HaSection,
     /// Users (`[[users]]`: login, password_hash from `ebb passwd`, groups). With any,
     /// CONNECT must log in.
     #[serde(default)]
@@ -206,6 +209,41 @@ impl UsageSection {
         }
     }
 }
+
+/// `[ha]`: high availability on a shared store (`ebb serve --standby` is
+/// `mode = "shared-store"` with these defaults).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HaSection {
+    /// `"shared-store"`: a broker that finds the store held waits as a standby and
+    /// takes over when the active one's lease expires or is released (on PostgreSQL
+    /// the store is then held by a lease, see [`ebb_store::LeaseOptions`]; on SQLite
+    /// by its lock file, as without `[ha]`). `"none"` (the default): such a broker
+    /// exits with an error.
+    pub mode: Option<HaMode>,
+    /// How long the lease lasts after each renewal (PostgreSQL): ms or with a unit
+    /// (`"10s"`); default 10,000, as Artemis's `jdbc-lock-expiration` (20 s there).
+    pub lease_ms: Option<Millis>,
+    /// How often the active broker renews its lease, and a standby asks for it: ms or
+    /// with a unit; default 2,000 (Artemis's `jdbc-lock-renew-period`); at most a
+    /// third of `lease_ms`.
+    pub renew_ms: Option<Millis>,
+}
+
+/// `[ha] mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HaMode {
+    /// One broker per store; a second one exits with an error.
+    None,
+    /// An active broker and standbys on one store.
+    SharedStore,
+}
+
+/// `[ha] lease_ms` when not given.
+pub const DEFAULT_LEASE_MS: u64 = 10_000;
+/// `[ha] renew_ms` when not given.
+pub const DEFAULT_RENEW_MS: u64 = 2_000;
 
 /// `[housekeeping]`.
 #[derive(Debug, Default, Deserialize)]

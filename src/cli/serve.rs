@@ -42,6 +42,12 @@ pub struct ServeArgs {
     /// /metrics); also `[metrics] listen`.
     #[arg(long, value_name = "ADDR", conflicts_with = "http")]
     pub metrics: Option<String>,
+    /// When another broker holds the store, wait as a standby (no STOMP listener;
+    /// `/readyz` says standby) and take over once its lease expires or is released;
+    /// the same as `[ha] mode = "shared-store"`. On PostgreSQL the store is then held
+    /// by a lease (`[ha] lease_ms`, `renew_ms`).
+    #[arg(long)]
+    pub standby: bool,
 }
 
 /// Runs `ebb serve` until a signal and the shutdown that follows it.
@@ -58,6 +64,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         allow_anonymous,
         http,
         metrics,
+        standby,
     } = args;
     let file = match &config {
         Some(path) => FileConfig::load(path).map_err(anyhow::Error::msg)?,
@@ -183,6 +190,26 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         options.table_prefix = prefix.clone();
     }
     options.schema = file.store.schema.clone();
+    let ha = standby || file.ha.mode == Some(crate::config::HaMode::SharedStore);
+    if !ha && (file.ha.lease_ms.is_some() || file.ha.renew_ms.is_some()) {
+        anyhow::bail!(
+            "[ha] lease_ms and renew_ms{} need [ha] mode = \"shared-store\" (or --standby)",
+            from_file("[ha]")
+        );
+    }
+    let renew_ms = file
+        .ha
+        .renew_ms
+        .map_or(crate::config::DEFAULT_RENEW_MS, |m| m.0);
+    if ha && store_url.starts_with("postgres") {
+        let lease_ms = file
+            .ha
+            .lease_ms
+            .map_or(crate::config::DEFAULT_LEASE_MS, |m| m.0);
+        let lease = ebb_store::LeaseOptions::new(lease_ms, renew_ms)
+            .map_err(|e| anyhow::anyhow!("[ha]: {e}{}", from_file("[ha]")))?;
+        options.lease = Some(lease);
+    }
     let mut broker_config = crate::BrokerConfig {
         store: options,
         policies: file.policies(),
@@ -265,9 +292,50 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     }
     connection.security = std::sync::Arc::new(security);
 
-    let broker = crate::Broker::start(&store_url, broker_config)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}{store_from}"))?;
+    let readiness = crate::http::Readiness::default();
+    let http_options = http_addr.map(|listen| crate::http::HttpOptions {
+        listen,
+        security: std::sync::Arc::clone(&connection.security),
+        admin_group: file
+            .http
+            .admin_group
+            .clone()
+            .unwrap_or_else(|| crate::http::ADMIN_GROUP.to_string()),
+        stomp: Some(connection.clone()),
+        connections: connection.connections.clone(),
+        readiness: readiness.clone(),
+        allowed_origins: file.http.allowed_origins.clone().unwrap_or_default(),
+        max_connections: file
+            .http
+            .max_connections
+            .unwrap_or(crate::http::MAX_HTTP_CONNECTIONS),
+        max_connections_per_address: file
+            .http
+            .max_connections_per_address
+            .unwrap_or(crate::http::MAX_HTTP_CONNECTIONS_PER_ADDRESS),
+        max_body_bytes: connection.limits.max_frame_bytes,
+        tls: http_acceptor,
+    });
+
+    let broker = if ha {
+        match start_as_standby(&store_url, broker_config, renew_ms, http_options.as_ref()).await {
+            Ok(Some(broker)) => broker,
+            Ok(None) => {
+                println!("ebb: stopped (standby)");
+                return Ok(());
+            }
+            Err(e) => anyhow::bail!("{e}{store_from}"),
+        }
+    } else {
+        crate::Broker::start(&store_url, broker_config)
+            .await
+            .map_err(|e| match e {
+                crate::Error::Store(ebb_store::StoreError::Locked(_)) => anyhow::anyhow!(
+                    "{e}{store_from}; to wait as a standby and take over when it stops, pass --standby"
+                ),
+                e => anyhow::anyhow!("{e}{store_from}"),
+            })?
+    };
     let abandoned = broker
         .rollback_abandoned(crate::transport::connection::XID_PREFIX)
         .await?;
@@ -294,32 +362,8 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
 
-    let readiness = crate::http::Readiness::default();
-    let http = match http_addr {
-        Some(listen) => {
-            let options = crate::http::HttpOptions {
-                listen,
-                security: std::sync::Arc::clone(&connection.security),
-                admin_group: file
-                    .http
-                    .admin_group
-                    .clone()
-                    .unwrap_or_else(|| crate::http::ADMIN_GROUP.to_string()),
-                stomp: Some(connection.clone()),
-                connections: connection.connections.clone(),
-                readiness: readiness.clone(),
-                allowed_origins: file.http.allowed_origins.clone().unwrap_or_default(),
-                max_connections: file
-                    .http
-                    .max_connections
-                    .unwrap_or(crate::http::MAX_HTTP_CONNECTIONS),
-                max_connections_per_address: file
-                    .http
-                    .max_connections_per_address
-                    .unwrap_or(crate::http::MAX_HTTP_CONNECTIONS_PER_ADDRESS),
-                max_body_bytes: connection.limits.max_frame_bytes,
-                tls: http_acceptor,
-            };
+    let http = match http_options {
+        Some(options) => {
             if options.security.requires_login()
                 && !options
                     .security
@@ -362,14 +406,42 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         stop_rx,
     ));
     readiness.set_listening(true);
-    shutdown_signal().await;
+    let lease = broker.lease_state();
+    let lost = async move {
+        let Some(mut state) = lease else {
+            return std::future::pending().await;
+        };
+        let lost = state
+            .wait_for(|s| matches!(s, ebb_store::LeaseState::Lost(_)))
+            .await
+            .map(|s| s.clone());
+        match lost {
+            Ok(ebb_store::LeaseState::Lost(why)) => why,
+            _ => "the store is gone".to_string(),
+        }
+    };
+    let fenced = tokio::select! {
+        _ = shutdown_signal() => None,
+        why = lost => Some(why),
+    };
     readiness.set_listening(false);
-    tracing::info!("shutting down (a second signal exits at once)");
-    actix_rt::spawn(async {
-        shutdown_signal().await;
-        eprintln!("ebb: second signal, exiting now");
-        std::process::exit(130);
-    });
+    match &fenced {
+        // Fence: stop serving at once; every write is refused already.
+        Some(why) => {
+            tracing::error!(reason = %why, "store lease lost: fencing this broker (closing listeners and connections)");
+            eprintln!(
+                "ebb: the store's lease is lost ({why}): stopping so that a standby can take over"
+            );
+        }
+        None => {
+            tracing::info!("shutting down (a second signal exits at once)");
+            actix_rt::spawn(async {
+                shutdown_signal().await;
+                eprintln!("ebb: second signal, exiting now");
+                std::process::exit(130);
+            });
+        }
+    }
     let _ = stop_tx.send(true);
     let _ = accept.await;
     if let Some(ssl_accept) = ssl_accept {
@@ -378,9 +450,91 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(http) = http {
         http.stop().await;
     }
+    if let Some(why) = fenced {
+        let _ = broker.shutdown().await;
+        anyhow::bail!("fenced: the store's lease is lost ({why})");
+    }
     broker.shutdown().await?;
     println!("ebb: stopped");
     Ok(())
+}
+
+/// Starts the broker as a standby would ([`crate::Broker::start_when_free`]): while
+/// another broker holds the store, says so once, serves `/healthz` and `/readyz`
+/// (standby) on the HTTP address if there is one, and asks again every `renew_ms`;
+/// returns the broker once it is active, or `None` after a signal.
+async fn start_as_standby(
+    store_url: &str,
+    config: crate::BrokerConfig,
+    renew_ms: u64,
+    http: Option<&crate::http::HttpOptions>,
+) -> anyhow::Result<Option<crate::Broker>> {
+    let (waiting, mut held) = tokio::sync::watch::channel(None::<String>);
+    let http = http.cloned();
+    let say = actix_rt::spawn(async move {
+        // The standby's own HTTP server, once it knows it is one.
+        let mut server = None;
+        while held.changed().await.is_ok() {
+            let by = held.borrow_and_update().clone();
+            match by {
+                Some(by) if server.is_none() => {
+                    tracing::info!(held_by = %by, renew_ms, "standby: waiting for the store");
+                    println!("ebb: standby: {by}; asking again every {renew_ms} ms");
+                    server = Some(match &http {
+                        Some(options) => {
+                            let started =
+                                crate::http::HttpServer::start_standby(options, held.clone()).await;
+                            match started {
+                                Ok(server) => {
+                                    println!(
+                                        "ebb: standby HTTP on http://{} (/healthz, /readyz)",
+                                        server.local_addr()
+                                    );
+                                    Some(server)
+                                }
+                                Err(e) => return Err(anyhow::Error::from(e)),
+                            }
+                        }
+                        None => None,
+                    });
+                }
+                None if server.is_some() => {
+                    println!("ebb: the store is free: taking over");
+                    break;
+                }
+                _ => {}
+            }
+        }
+        if let Some(Some(server)) = server {
+            server.stop().await;
+        }
+        Ok(())
+    });
+    let poll = std::time::Duration::from_millis(renew_ms);
+    let start = crate::Broker::start_when_free(store_url, config, poll, waiting);
+    tokio::pin!(start);
+    let mut say = say;
+    let (started, said) = tokio::select! {
+        started = &mut start => (Some(started), None),
+        _ = shutdown_signal() => (None, None),
+        // The standby's HTTP server could not start: say so now, not at takeover.
+        said = &mut say => match said {
+            Ok(Err(e)) => return Err(e),
+            said => (Some(start.await), Some(said)),
+        },
+    };
+    let said = match (&started, said) {
+        (Some(Ok(_)), None) => Some(say.await),
+        (_, Some(said)) => Some(said),
+        (_, None) => {
+            say.abort();
+            None
+        }
+    };
+    if let Some(said) = said {
+        said??;
+    }
+    Ok(started.transpose()?)
 }
 
 /// `host:port` from `text` (`from` says where it came from, `what` names the

@@ -225,6 +225,64 @@ impl HttpServer {
         })
     }
 
+    /// The server of a standby (`ebb serve --standby` while another broker holds the
+    /// store), on `options.listen` (with its TLS): `/healthz` says alive, `/readyz`
+    /// answers `503` with `"status": "standby"` and who holds the store (from
+    /// `waiting`, as [`Broker::start_when_free`] keeps it), every other route `503`
+    /// with the same reason. No admin API, console or STOMP: the standby serves
+    /// nothing until it is active. Stop it ([`HttpServer::stop`]) before starting the
+    /// active broker's server on the same address.
+    ///
+    /// Errors: [`Error::Http`] when the address cannot be bound.
+    pub async fn start_standby(
+        options: &HttpOptions,
+        waiting: watch::Receiver<Option<String>>,
+    ) -> Result<Self, Error> {
+        let listener = tokio::net::TcpListener::bind(options.listen)
+            .await
+            .map_err(|e| Error::Http(format!("cannot listen on {}: {e}", options.listen)))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::Http(e.to_string()))?;
+        let standby = move || {
+            let held = waiting.borrow().clone();
+            let why = match held {
+                Some(by) => format!("standby: another broker holds the store ({by})"),
+                None => "standby: waiting for the store".to_string(),
+            };
+            let body = serde_json::json!({
+                "status": "standby",
+                "checks": { "broker": why },
+                "error": why,
+            });
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+        };
+        let readyz = standby.clone();
+        let app = Router::new()
+            .route(
+                "/healthz",
+                get(|| async { Json(serde_json::json!({ "status": "alive", "role": "standby" })) }),
+            )
+            .route("/readyz", get(move || async move { readyz() }))
+            .fallback(move || async move { standby() });
+        let (stop, stop_rx) = watch::channel(false);
+        let limits = (options.max_connections, options.max_connections_per_address);
+        let accept = tokio::spawn(serve_http(
+            listener,
+            #[cfg(feature = "tls")]
+            options.tls.clone(),
+            app,
+            limits,
+            stop_rx,
+        ));
+        tracing::info!(http = %addr, "HTTP on {addr} for a standby (/healthz, /readyz)");
+        Ok(Self {
+            addr,
+            stop,
+            tasks: vec![accept],
+        })
+    }
+
     /// The address it listens on (with the port picked when 0 was asked for).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr

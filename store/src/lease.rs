@@ -80,7 +80,11 @@ pub(crate) struct LeaseSlot {
 
 impl LeaseSlot {
     /// A slot for a store that holds itself by `options`.
-    pub(crate) fn configured(options: LeaseOptions, sql: LeaseSql, connect: PgConnectOptions) -> Self {
+    pub(crate) fn configured(
+        options: LeaseOptions,
+        sql: LeaseSql,
+        connect: PgConnectOptions,
+    ) -> Self {
         Self {
             config: Some((options, sql, connect)),
             held: OnceLock::new(),
@@ -237,7 +241,11 @@ impl Lease {
     /// Stops renewing and, unless it was lost, gives the lease up so that a standby
     /// takes over at once (a graceful shutdown).
     pub(crate) async fn release(&self) {
-        let renewal = self.renewal.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let renewal = self
+            .renewal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(renewal) = renewal {
             renewal.abort();
             let _ = renewal.await;
@@ -255,7 +263,8 @@ impl Lease {
         }
         .await;
         // Never Held again: a write after close is refused.
-        self.lose("released".into());
+        self.state
+            .send_replace(LeaseState::Lost("released by this broker".into()));
         match released {
             Ok(()) => tracing::info!(holder = %self.options.holder, "store lease released"),
             Err(e) => tracing::warn!(holder = %self.options.holder, error = %e,

@@ -106,7 +106,10 @@ impl PgStore {
         if self.lease.enabled() {
             return match self.lease.try_take(key).await? {
                 None => Ok(None),
-                Some(why) => Err(StoreError::Locked(format!("{} ({key}): {why}", redact_url(url)))),
+                Some(why) => Err(StoreError::Locked(format!(
+                    "{} ({key}): {why}",
+                    redact_url(url)
+                ))),
             };
         }
         let mut conn =
@@ -133,7 +136,10 @@ impl PgStore {
             Ok(None) => Ok(Some(conn)),
             Ok(Some(why)) => {
                 self.release_lock(conn).await;
-                Err(StoreError::Locked(format!("{} ({key}): {why}", redact_url(url))))
+                Err(StoreError::Locked(format!(
+                    "{} ({key}): {why}",
+                    redact_url(url)
+                )))
             }
             Err(e) => {
                 self.release_lock(conn).await;

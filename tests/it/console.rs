@@ -313,8 +313,10 @@ async fn the_console_shows_destinations_and_retries_a_dlq(t: TestStore) {
     );
     // The empty dead-letter queue is deleted from its page: back on the overview,
     // it is gone from the table.
-    page.eval("window.confirm = () => true; document.getElementById('delete-destination').click(); true")
-        .await;
+    page.eval(
+        "window.confirm = () => true; document.getElementById('delete-destination').click(); true",
+    )
+    .await;
     page.wait_for("document.getElementById('notice') && document.getElementById('notice').textContent.includes('Deleted queue DLQ.console.jobs')")
         .await;
     page.wait_for("document.querySelector('#destinations tr[data-destination=\"queue://console.jobs\"]') && !document.querySelector('#destinations tr[data-destination=\"queue://DLQ.console.jobs\"]')")

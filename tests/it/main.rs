@@ -20,6 +20,8 @@ mod examples;
 mod expiry_never_acks_live;
 mod expiry_pages;
 mod graceful_shutdown;
+#[cfg(feature = "cli")]
+mod ha;
 mod heartbeats;
 mod housekeeping_fairness;
 #[cfg(feature = "http")]

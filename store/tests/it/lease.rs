@@ -51,7 +51,10 @@ async fn a_standby_takes_over_only_after_the_holder_fenced_itself() {
     let by = held_by(standby.try_lock().await.unwrap());
     assert!(by.contains("its lease is held by"), "{by}");
     assert!(
-        matches!(add(&*standby, "from the standby").await, Err(StoreError::LeaseLost(_))),
+        matches!(
+            add(&*standby, "from the standby").await,
+            Err(StoreError::LeaseLost(_))
+        ),
         "a standby wrote"
     );
     // Renewals keep it for several lease periods.

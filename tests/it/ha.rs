@@ -1,0 +1,362 @@
+//! High availability (`ebb serve --standby`, `[ha] mode = "shared-store"`): a second
+//! broker on a store another holds waits as a standby (no STOMP listener, `/readyz`
+//! says standby) and takes over when the active one dies (after its lease expires by
+//! the database's clock) or stops (at once: the lease is released), with every stored
+//! message, durable subscription and mark, and without the dead one's open
+//! transactions; an active broker cut off from its database fences itself (stops
+//! serving, exits with an error) before the standby takes over. PostgreSQL through
+//! the real binary; on SQLite a standby waits for the lock file the same way.
+
+use std::time::Duration;
+
+use ebb::stomp::frame::{Command, Frame};
+use ebb::test_util::stomp::{receipt, Client};
+use ebb::test_util::TestStore;
+use tokio::io::AsyncBufReadExt;
+use tokio::time::Instant;
+
+/// An `ebb serve --standby` child, its output lines as they come.
+struct Serve {
+    child: tokio::process::Child,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    seen: Vec<String>,
+}
+
+impl Serve {
+    /// Starts `ebb serve --standby --config config` on free ports.
+    fn start(config: &std::path::Path) -> Self {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
+            .args([
+                "serve",
+                "--standby",
+                "--stomp",
+                "127.0.0.1:0",
+                "--http",
+                "127.0.0.1:0",
+            ])
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("ebb serve starts");
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        let out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let err = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        tokio::spawn(forward(out, tx.clone()));
+        tokio::spawn(forward(err, tx));
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The first line (from now on, or seen before) that contains `text`; panics with
+    /// what it printed if none comes within 30 s.
+    async fn line(&mut self, text: &str) -> String {
+        if let Some(line) = self.seen.iter().find(|l| l.contains(text)) {
+            return line.clone();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match tokio::time::timeout_at(deadline, self.lines.recv()).await {
+                Ok(Some(line)) => {
+                    self.seen.push(line.clone());
+                    if line.contains(text) {
+                        return line;
+                    }
+                }
+                _ => panic!(
+                    "`{text}` never printed; it printed:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// The address printed after `prefix` (`STOMP on `, `HTTP on http://`).
+    async fn addr(&mut self, prefix: &str) -> std::net::SocketAddr {
+        let line = self.line(prefix).await;
+        let rest = line.split(prefix).nth(1).unwrap();
+        rest.split([' ', ','])
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap_or_else(|e| panic!("{line}: {e}"))
+    }
+}
+
+/// Sends each line of `lines` to `tx`, until either ends.
+async fn forward<R: tokio::io::AsyncBufRead + Unpin>(
+    mut lines: tokio::io::Lines<R>,
+    tx: tokio::sync::mpsc::UnboundedSender<String>,
+) {
+    while let Ok(Some(line)) = lines.next_line().await {
+        if tx.send(line).is_err() {
+            return;
+        }
+    }
+}
+
+/// `GET url`: status and body.
+async fn get(url: String) -> (u16, String) {
+    tokio::task::spawn_blocking(move || match ureq::get(&url).call() {
+        Ok(r) => (r.status(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+        Err(e) => panic!("GET {url}: {e}"),
+    })
+    .await
+    .unwrap()
+}
+
+/// A configuration file for the store at `url` (in `schema`) with `[ha]` and a short
+/// lease (1.5 s, renewed every 250 ms), so the tests wait little.
+fn config(url: &str, schema: Option<&str>, name: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("ebb-ha-{name}-{}.toml", std::process::id()));
+    let mut text = format!("[store]\nurl = \"{url}\"\n");
+    if let Some(schema) = schema {
+        text.push_str(&format!("schema = \"{schema}\"\n"));
+    }
+    text.push_str("[ha]\nmode = \"shared-store\"\nlease_ms = \"1500ms\"\nrenew_ms = 250\n");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn config_of(t: &TestStore, name: &str) -> std::path::PathBuf {
+    config(&t.url, t.options.schema.as_deref(), name)
+}
+
+async fn send(c: &mut Client, destination: &str, body: &str, extra: &str) {
+    c.write(
+        format!("SEND\ndestination:{destination}\npersistent:true\n{extra}\n{body}\0").as_bytes(),
+    )
+    .await;
+}
+
+/// Subscribes `c` to `destination` with client acks (and `extra` headers) and reads
+/// `n` messages; acks them all (a cumulative ACK of the last, with a receipt).
+async fn receive(
+    c: &mut Client,
+    destination: &str,
+    extra: &[(&str, &str)],
+    n: usize,
+) -> Vec<String> {
+    let mut subscribe = Frame::new(Command::Subscribe)
+        .header("id", "s1")
+        .header("destination", destination)
+        .header("ack", "client");
+    for (k, v) in extra {
+        subscribe = subscribe.header(*k, *v);
+    }
+    c.send(subscribe).await.unwrap();
+    let mut got = Vec::new();
+    let mut last = None;
+    while got.len() < n {
+        let f = c.frame_within(10_000).await.expect("a MESSAGE");
+        assert_eq!(f.command, Command::Message, "{f:?}");
+        got.push(String::from_utf8_lossy(&f.body).into_owned());
+        last = f.get("ack").map(str::to_string);
+    }
+    if let Some(id) = last {
+        c.send(
+            Frame::new(Command::Ack)
+                .header("id", &id)
+                .header("receipt", "acked"),
+        )
+        .await
+        .unwrap();
+        receipt(c, "acked").await;
+    }
+    got
+}
+
+/// The standby waits, says so, and takes over from an active broker killed with
+/// SIGKILL: the stored messages, the durable subscription and its backlog are there,
+/// and the dead broker's open transaction is rolled back (its message never appears).
+/// Then the new active one stops gracefully and a third broker takes over at once.
+async fn a_standby_takes_over_with_every_message(t: TestStore) {
+    let config = config_of(&t, "takeover");
+    let mut a = Serve::start(&config);
+    let a_stomp = a.addr("STOMP on ").await;
+    let mut b = Serve::start(&config);
+    b.line("ebb: standby:").await;
+    let b_http = b.addr("standby HTTP on http://").await;
+    let (status, body) = get(format!("http://{b_http}/readyz")).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("\"standby\""), "{body}");
+    let (status, body) = get(format!("http://{b_http}/healthz")).await;
+    assert_eq!((status, body.contains("alive")), (200, true), "{body}");
+    assert!(
+        !b.seen.iter().any(|l| l.contains("STOMP on")),
+        "a standby listens for STOMP"
+    );
+
+    let mut c = Client::connected(a_stomp, Some("ha-client")).await;
+    // A durable subscription, offline, with a backlog.
+    c.send(
+        Frame::new(Command::Subscribe)
+            .header("id", "d")
+            .header("destination", "/topic/ha.news")
+            .header("activemq.subscriptionName", "daily")
+            .header("receipt", "subscribed"),
+    )
+    .await
+    .unwrap();
+    receipt(&mut c, "subscribed").await;
+    c.send(
+        Frame::new(Command::Unsubscribe)
+            .header("id", "d")
+            .header("receipt", "off"),
+    )
+    .await
+    .unwrap();
+    receipt(&mut c, "off").await;
+    for i in 0..3 {
+        send(&mut c, "/queue/ha.jobs", &format!("job{i}"), "").await;
+        send(&mut c, "/topic/ha.news", &format!("news{i}"), "").await;
+    }
+    c.write(b"BEGIN\ntransaction:tx1\n\n\0").await;
+    send(&mut c, "/queue/ha.jobs", "in-tx", "transaction:tx1\n").await;
+    send(&mut c, "/queue/ha.jobs", "job3", "receipt:sent\n").await;
+    receipt(&mut c, "sent").await;
+
+    a.child.start_kill().unwrap();
+    a.child.wait().await.unwrap();
+    let b_stomp = b.addr("STOMP on ").await;
+    b.line("the store is free: taking over").await;
+    let b_http = b.addr("ebb: HTTP on http://").await;
+    let (status, body) = get(format!("http://{b_http}/readyz")).await;
+    assert_eq!(status, 200, "{body}");
+
+    let mut c = Client::connected(b_stomp, Some("ha-client")).await;
+    let jobs = receive(&mut c, "/queue/ha.jobs", &[], 4).await;
+    assert_eq!(jobs, ["job0", "job1", "job2", "job3"]);
+    assert!(
+        c.frame_within(300).await.is_none(),
+        "the dead broker's open transaction was delivered"
+    );
+    drop(c);
+    let mut c = Client::connected(b_stomp, Some("ha-client")).await;
+    let news = receive(
+        &mut c,
+        "/topic/ha.news",
+        &[("activemq.subscriptionName", "daily")],
+        3,
+    )
+    .await;
+    assert_eq!(news, ["news0", "news1", "news2"]);
+    drop(c);
+
+    // A graceful stop releases the lease: the next standby takes over at its next
+    // attempt, without waiting for the lease to expire.
+    let mut d = Serve::start(&config);
+    d.line("ebb: standby:").await;
+    let pid = b.child.id().unwrap().to_string();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    assert!(term.unwrap().success(), "kill -TERM {pid}");
+    b.line("store lease released").await;
+    b.line("ebb: stopped").await;
+    let d_stomp = d.addr("STOMP on ").await;
+    let mut c = Client::connected(d_stomp, Some("ha-client")).await;
+    c.write(b"SEND\ndestination:/queue/ha.jobs\nreceipt:r\n\nafter\0")
+        .await;
+    receipt(&mut c, "r").await;
+    drop(c);
+    d.child.start_kill().unwrap();
+    let _ = d.child.wait().await;
+    let _ = b.child.wait().await;
+}
+
+/// An active broker whose database connections are cut (through the TCP proxy)
+/// fences itself: it closes its STOMP connections and exits with an error before the
+/// standby, which reaches the database, takes over.
+async fn an_active_broker_cut_off_fences_itself_first(t: TestStore) {
+    let proxy = ebb_store::proxy::DatabaseProxy::start(&t.url)
+        .await
+        .unwrap();
+    let schema = t.options.schema.as_deref();
+    let mut a = Serve::start(&config(proxy.url(), schema, "cut-a"));
+    let a_stomp = a.addr("STOMP on ").await;
+    let mut b = Serve::start(&config_of(&t, "cut-b"));
+    b.line("ebb: standby:").await;
+    let mut c = Client::connected(a_stomp, None).await;
+    c.write(b"SEND\ndestination:/queue/ha.cut\npersistent:true\nreceipt:r\n\nbefore\0")
+        .await;
+    receipt(&mut c, "r").await;
+
+    proxy.cut();
+    let status = a.child.wait().await.unwrap();
+    let fenced = Instant::now();
+    assert!(!status.success(), "a fenced broker exits with an error");
+    a.line("fenced: the store's lease is lost").await;
+    assert!(
+        c.closed().await,
+        "the fenced broker's STOMP connection stays open"
+    );
+    let b_stomp = b.addr("STOMP on ").await;
+    let took = Instant::now();
+    assert!(
+        fenced < took,
+        "the standby was active before the old one fenced itself"
+    );
+    let mut c = Client::connected(b_stomp, None).await;
+    let got = receive(&mut c, "/queue/ha.cut", &[], 1).await;
+    assert_eq!(got, ["before"]);
+    drop(c);
+    b.child.start_kill().unwrap();
+    let _ = b.child.wait().await;
+}
+
+/// On SQLite a standby waits for the lock file and takes over when the active broker
+/// dies, with its messages.
+async fn a_standby_waits_for_the_sqlite_lock(t: TestStore) {
+    let config = config_of(&t, "sqlite");
+    let mut a = Serve::start(&config);
+    let a_stomp = a.addr("STOMP on ").await;
+    let mut b = Serve::start(&config);
+    let line = b.line("ebb: standby:").await;
+    assert!(line.contains(".lock"), "{line}");
+    let mut c = Client::connected(a_stomp, None).await;
+    c.write(b"SEND\ndestination:/queue/ha.file\npersistent:true\nreceipt:r\n\nkept\0")
+        .await;
+    receipt(&mut c, "r").await;
+    drop(c);
+    a.child.start_kill().unwrap();
+    a.child.wait().await.unwrap();
+    let b_stomp = b.addr("STOMP on ").await;
+    let mut c = Client::connected(b_stomp, None).await;
+    assert_eq!(receive(&mut c, "/queue/ha.file", &[], 1).await, ["kept"]);
+    drop(c);
+    b.child.start_kill().unwrap();
+    let _ = b.child.wait().await;
+}
+
+mod postgres {
+    #[actix_rt::test]
+    #[cfg_attr(
+        not(ebb_test_postgres),
+        ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
+    )]
+    async fn a_standby_takes_over_with_every_message() {
+        super::a_standby_takes_over_with_every_message(super::TestStore::postgres()).await;
+    }
+
+    #[actix_rt::test]
+    #[cfg_attr(
+        not(ebb_test_postgres),
+        ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
+    )]
+    async fn an_active_broker_cut_off_fences_itself_first() {
+        super::an_active_broker_cut_off_fences_itself_first(super::TestStore::postgres()).await;
+    }
+}
+
+#[actix_rt::test]
+async fn sqlite_standby_waits_for_the_lock_file() {
+    a_standby_waits_for_the_sqlite_lock(TestStore::sqlite()).await;
+}
