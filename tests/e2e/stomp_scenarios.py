@@ -325,7 +325,97 @@ def tls():
     stop(proc)
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_on(port):
+    """Starts `ebb serve --standby` on STOMP port `port` without waiting for it to be
+    active; returns the process and a list its output lines are added to."""
+    log = open(LOG, "a")
+    proc = subprocess.Popen(
+        [EBB, "serve", "--standby", "--config", CONFIG, "--stomp", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    PROCS.append(proc)
+    lines = []
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            log.write(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return proc, lines
+
+
+def failover():
+    """Client-side failover, as with ActiveMQ: stomp.py with both brokers in its host
+    list. The active broker dies (SIGKILL) with messages waiting; the client
+    reconnects (stomp.py tries the hosts in turn), lands on the standby once it has
+    taken over, subscribes again and receives every message it had not acked, and
+    none it had."""
+    port_a, port_b = free_port(), free_port()
+    a, a_says = start_on(port_a)
+    wait_until(lambda: any("STOMP on" in l for l in a_says)) or fail("the first broker did not start")
+    b, b_says = start_on(port_b)
+    wait_until(lambda: any("standby:" in l for l in b_says)) or fail("the second broker is not a standby")
+    hosts = [("127.0.0.1", port_a), ("127.0.0.1", port_b)]
+
+    producer = stomp.Connection12(hosts, heartbeats=(0, 0))
+    p = Collector()
+    producer.set_listener("", p)
+    producer.connect(wait=True)
+    for n in range(100):
+        producer.send("/queue/fo.jobs", f"m{n}", headers={"persistent": "true", "receipt": f"r{n}"})
+    wait_until(lambda: len(p.receipts) == 100) or fail("not every send was receipted")
+
+    conn = stomp.Connection12(
+        hosts,
+        heartbeats=(0, 0),
+        reconnect_sleep_initial=0.1,
+        reconnect_sleep_increase=0.5,
+        reconnect_sleep_max=0.5,
+        reconnect_attempts_max=100,
+    )
+    seen = Collector()
+    conn.set_listener("", seen)
+    conn.connect(wait=True)
+    conn.subscribe("/queue/fo.jobs", id="1", ack="client-individual", headers={"activemq.prefetchSize": "10"})
+    wait_until(lambda: len(seen.messages) >= 10) or fail("no messages before the failover")
+    with seen.lock:
+        first = list(seen.messages[:10])
+    for m in first:
+        conn.ack(m.headers["ack"], receipt=f"ack-{m.body}")
+    wait_until(lambda: {f"ack-{m.body}" for m in first} <= seen.receipts) or fail("acks not receipted")
+    acked = {m.body for m in first}
+
+    kill(a)
+    wait_until(lambda: not conn.is_connected(), 10) or fail("the client did not see the broker die")
+    with seen.lock:
+        seen.messages.clear()
+    # What an application does in its on_disconnected: connect again (stomp.py walks
+    # the host list until one answers) and subscribe again.
+    conn.connect(wait=True)
+    conn.subscribe("/queue/fo.jobs", id="1", ack="client-individual")
+    wait_until(lambda: len({m.body for m in seen.messages}) >= 90, 30)
+    got = {m.body for m in seen.messages}
+    expected = {f"m{n}" for n in range(100)} - acked
+    if got != expected:
+        fail(f"after the failover: missing {sorted(expected - got)[:5]}, unexpected {sorted(got - expected)[:5]}")
+    if not any("taking over" in l for l in b_says):
+        fail("the standby did not say it took over")
+    print(f"failover: {len(acked)} acked on the first broker, {len(got)} received from the second", flush=True)
+    bye(conn, seen)
+    stop(b)
+
+
 {
+    "failover": failover,
     "tls": tls,
     "data_loss": data_loss,
     "crash_safety": crash_safety,

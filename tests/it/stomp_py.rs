@@ -131,4 +131,11 @@ async fn tls(t: TestStore) {
     scenario_with(t, "tls", &config, &env).await;
 }
 
-scenarios!(data_loss, crash_safety, acks_and_transactions, auth, tls);
+/// Client-side failover with stomp.py's host list, between an active broker and a
+/// standby (`[ha]`, a short lease so the test waits little).
+async fn failover(t: TestStore) {
+    let ha = "\n[ha]\nmode = \"shared-store\"\nlease_ms = 1500\nrenew_ms = 250\n";
+    scenario_with(t, "failover", ha, &[]).await;
+}
+
+scenarios!(data_loss, crash_safety, acks_and_transactions, auth, tls, failover);
