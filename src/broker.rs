@@ -863,6 +863,9 @@ pub struct BrowsedMessage {
     pub headers: Vec<(String, String)>,
     /// The body.
     pub body: bytes::Bytes,
+    /// Its failed deliveries so far, as stored (a queue message's redelivery count;
+    /// 0 on topics and for a non-persistent message).
+    pub redeliveries: u32,
 }
 
 /// Most rows one browse call returns.
@@ -1389,6 +1392,7 @@ impl Broker {
             payload: Arc::new(payload),
             charge: Some(Arc::new(charge)),
             origin: message.origin,
+            redeliveries: 0,
         })
     }
 
@@ -2334,6 +2338,7 @@ fn browsed(m: &ebb_store::StoredMessage) -> BrowsedMessage {
         expiration: m.expiration,
         headers: m.payload.headers.clone(),
         body: m.payload.body.clone(),
+        redeliveries: m.redeliveries,
     }
 }
 

@@ -26,6 +26,10 @@ pub struct TopicMessage {
     /// The connection that sent it, as the sender named it, for `noLocal`
     /// subscriptions; `None` when not named, and for messages read from the store.
     pub origin: Option<u64>,
+    /// Failed deliveries the store counted for it (a queue's redelivery count, kept
+    /// across restarts: [`ebb_store::StoredMessage::redeliveries`]); 0 for a message
+    /// that was never read back from the store.
+    pub redeliveries: u32,
 }
 
 impl TopicMessage {
@@ -51,6 +55,7 @@ impl TopicMessage {
             payload: Arc::clone(&m.payload),
             charge: None,
             origin: None,
+            redeliveries: m.redeliveries,
         }
     }
 }

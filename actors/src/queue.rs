@@ -48,7 +48,9 @@
 //!
 //! **Redelivery.** A message whose delivery ends without an ack (NACK, or its consumer
 //! detached) goes back in its place with its failed-delivery count up and is delivered
-//! again marked `redelivered`. Past `maximum_redeliveries` failures it goes to the
+//! again marked `redelivered`; a stored message's count is stored too
+//! ([`ebb_store::WriteOp::Redelivered`]), so a restart or a failover goes on counting.
+//! Past `maximum_redeliveries` failures it goes to the
 //! dead-letter queue (`DLQ.<queue>` or the policy's shared one) with the headers
 //! `dlqDeliveryFailureCause` and `originalDestination` (ActiveMQ's names): moved in one
 //! store transaction, so it is never in both queues and never in neither. A
@@ -711,6 +713,7 @@ impl QueueActor {
             }),
             charge: None,
             origin: None,
+            redeliveries: 0,
         };
         let letter = AcceptDeadLetter {
             from: self.core.key.clone(),
@@ -737,6 +740,20 @@ impl QueueActor {
         }
     }
 
+    /// Stores that row `id` has `count` failed deliveries, so that a restart or a
+    /// failover goes on counting (a failed write is logged: the count in memory
+    /// still holds while this broker runs).
+    fn store_redeliveries(&mut self, id: i64, count: u32, ctx: &mut Context<Self>) {
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        let write = async move { store.redelivered(container, id, count).await };
+        ctx.spawn(write.into_actor(self).map(move |result, act, _| {
+            if let Err(e) = result {
+                tracing::warn!(queue = %act.core.container, id, error = %e,
+                    "cannot store a message's redelivery count; a restart would count from 0");
+            }
+        }));
+    }
+
     /// Deletes rows without counting them (a dead message with nowhere to go).
     fn delete_rows(&mut self, ids: Vec<i64>, ctx: &mut Context<Self>) {
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
@@ -761,6 +778,9 @@ impl QueueActor {
             );
             self.dead_letter(entry, &cause, false, ctx);
         } else {
+            if let Some(id) = entry.message.id {
+                self.store_redeliveries(id, entry.failed_deliveries, ctx);
+            }
             self.cursor.put_back(place, entry);
         }
     }

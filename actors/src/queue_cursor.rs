@@ -55,10 +55,11 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// A message waiting, with the failed deliveries the store counted for it.
     pub fn new(message: Arc<TopicMessage>) -> Self {
         Self {
+            failed_deliveries: message.redeliveries,
             message,
-            failed_deliveries: 0,
         }
     }
 }
@@ -463,6 +464,7 @@ mod tests {
             payload: Arc::new(Payload::default()),
             charge: None,
             origin: None,
+            redeliveries: 0,
         })
     }
 

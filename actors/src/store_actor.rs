@@ -388,6 +388,22 @@ impl StoreHandle {
         Ok(self.write(op).await?.deleted()?)
     }
 
+    /// [`WriteOp::Redelivered`]: row `id` of queue `container` now has `count` failed
+    /// deliveries; returns whether the row was there.
+    pub async fn redelivered(
+        &self,
+        container: String,
+        id: i64,
+        count: u32,
+    ) -> Result<bool, ActorError> {
+        let op = WriteOp::Redelivered {
+            container,
+            id,
+            count,
+        };
+        Ok(self.write(op).await?.deleted()? > 0)
+    }
+
     /// [`WriteOp::Remove`]: deletes rows `ids` of queue `container` (prepared ones
     /// excepted); returns how many it deleted.
     pub async fn remove(&self, container: String, ids: Vec<i64>) -> Result<u64, ActorError> {

@@ -580,6 +580,7 @@ mod tests {
             payload: Arc::new(Payload::default()),
             charge: None,
             origin: None,
+            redeliveries: 0,
         })
     }
 

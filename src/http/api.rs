@@ -386,6 +386,8 @@ pub struct MessageView {
     pub priority: u8,
     /// Expiration, epoch ms; 0 = never.
     pub expiration: i64,
+    /// Failed deliveries so far (a queue message's redelivery count, as stored).
+    pub redeliveries: u32,
     /// User headers, in order, as `[name, value]` pairs (a name may repeat).
     pub headers: Vec<(String, String)>,
     /// Body size, bytes.
@@ -425,6 +427,7 @@ impl MessageView {
             message_id: m.message_id,
             priority: m.priority,
             expiration: m.expiration,
+            redeliveries: m.redeliveries,
             headers: m.headers,
             body_bytes: m.body.len(),
             body_preview: preview,

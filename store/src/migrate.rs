@@ -39,6 +39,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         "lease_lock",
         include_str!("../migrations/sqlite/0006_lease_lock.sql"),
     ),
+    (
+        7,
+        "redeliveries",
+        include_str!("../migrations/sqlite/0007_redeliveries.sql"),
+    ),
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -71,6 +76,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         6,
         "lease_lock",
         include_str!("../migrations/postgres/0006_lease_lock.sql"),
+    ),
+    (
+        7,
+        "redeliveries",
+        include_str!("../migrations/postgres/0007_redeliveries.sql"),
     ),
 ];
 

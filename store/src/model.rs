@@ -52,6 +52,9 @@ pub struct StoredMessage {
     pub expiration: i64,
     pub priority: u8,
     pub payload: Arc<Payload>,
+    /// A queue message's failed deliveries so far ([`WriteOp::Redelivered`]): its
+    /// redelivery count, kept across restarts and failovers. 0 on topics.
+    pub redeliveries: u32,
 }
 
 impl StoredMessage {
@@ -169,6 +172,17 @@ pub enum WriteOp {
         container: String,
         limit: u32,
         orphans_up_to: Option<i64>,
+    },
+    /// A queue message's delivery failed (NACK, consumer gone without an ack): row
+    /// `id` of `container` now has `count` failed deliveries (its redelivery count),
+    /// so a restart or a failover goes on counting towards `maximum_redeliveries`
+    /// (ActiveMQ keeps it in memory only, unless `persistJMSRedelivered`). A row that
+    /// is gone or prepared is left alone; the outcome is [`WriteOutcome::Deleted`]
+    /// with the rows changed (0 or 1).
+    Redelivered {
+        container: String,
+        id: i64,
+        count: u32,
     },
     /// Queue ack: delete the rows `ids` of `container` (`queue://NAME`), except those in
     /// a prepared transaction (`xid` set). Acking a queue message deletes it, as in

@@ -22,7 +22,7 @@ pub(crate) type RunRow = (
 );
 
 /// Row of a message read: `(id, msgid, expiration, priority, msg)`.
-pub(crate) type MessageRow = (i64, String, i64, i32, Vec<u8>);
+pub(crate) type MessageRow = (i64, String, i64, i32, Vec<u8>, i32);
 
 /// Counts the rows a `DELETE ... RETURNING` length statement deleted, and takes their
 /// `msg` lengths off `bytes`, the transaction's change of stored bytes.
@@ -194,18 +194,21 @@ pub(crate) fn decode_messages(
     let bytes: usize = rows.iter().map(|r| r.4.len()).sum();
     stats.fetched(rows.len() as u64, bytes as u64);
     rows.into_iter()
-        .map(|(id, message_id, expiration, priority, msg)| {
-            let payload = crate::encoding::decode(&msg)
-                .map_err(|reason| crate::StoreError::Corrupt { id, reason })?;
-            Ok(Arc::new(StoredMessage {
-                id,
-                container: container.to_string(),
-                message_id,
-                expiration,
-                priority: priority_of(priority),
-                payload: Arc::new(payload),
-            }))
-        })
+        .map(
+            |(id, message_id, expiration, priority, msg, redeliveries)| {
+                let payload = crate::encoding::decode(&msg)
+                    .map_err(|reason| crate::StoreError::Corrupt { id, reason })?;
+                Ok(Arc::new(StoredMessage {
+                    id,
+                    container: container.to_string(),
+                    message_id,
+                    expiration,
+                    priority: priority_of(priority),
+                    payload: Arc::new(payload),
+                    redeliveries: redeliveries.max(0) as u32,
+                }))
+            },
+        )
         .collect()
 }
 
@@ -745,6 +748,20 @@ macro_rules! impl_sql_store {
                     ),
                     WriteOp::Remove { container, ids } => {
                         WriteOutcome::Deleted(self.remove(conn, &container, &ids, bytes).await?)
+                    }
+                    WriteOp::Redelivered {
+                        container,
+                        id,
+                        count,
+                    } => {
+                        let changed = sqlx::query(&self.sql.redelivered)
+                            .bind(&container)
+                            .bind(id)
+                            .bind(i64::from(count))
+                            .execute(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("count a failed delivery"))?;
+                        WriteOutcome::Deleted(changed.rows_affected())
                     }
                     WriteOp::ExpireQueue {
                         container,

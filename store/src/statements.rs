@@ -66,6 +66,9 @@ pub(crate) struct Statements {
     /// queue ack: delete rows `$2..` of container `$1` that are not prepared, one text
     /// per [`REMOVE_SIZES`] entry; returns each deleted row's `msg` length
     pub remove: [String; 4],
+    /// a queue message's failed deliveries: row `$2` of container `$1` (not prepared)
+    /// gets count `$3`
+    pub redelivered: String,
     /// one queue expiry page: delete the first `$3` expired rows (at `$2`) by
     /// `(expiration, id)`; returns `(id, msg length)`
     pub expire_queue: String,
@@ -201,7 +204,7 @@ const MSG_LENGTH: &str = "CAST(length(msg) AS BIGINT)";
 /// The largest id, an open upper end in range conditions.
 const MAX_ID: i64 = i64::MAX;
 
-const MESSAGE_COLUMNS: &str = "m.id, m.msgid, m.expiration, m.priority, m.msg";
+const MESSAGE_COLUMNS: &str = "m.id, m.msgid, m.expiration, m.priority, m.msg, m.redeliveries";
 
 /// Which end of an id range a statement binds.
 #[derive(Debug, Clone, Copy)]
@@ -436,6 +439,10 @@ impl Statements {
                 cleanup(range("$1", Some("$3"), Bound::UpTo("$2")), "$4"),
             ],
             remove: REMOVE_SIZES.map(remove),
+            redelivered: format!(
+                "UPDATE {p}msgs SET redeliveries = $3 \
+                 WHERE container = $1 AND id = $2 AND xid IS NULL"
+            ),
             expire_queue: format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {by_expiration} WHERE {expired}) \
                  RETURNING id, {MSG_LENGTH}"
@@ -674,6 +681,8 @@ mod tests {
             assert!(scan.contains("$2") && scan.contains("$3"), "{scan}");
         }
         assert!(s.expiry_runs(2).contains("OFFSET $3"));
+        // One row by its key.
+        assert!(s.redelivered.ends_with("AND id = $2 AND xid IS NULL"));
         // A remove is bounded by its id list; the largest list has 512 ids, $2..=$513.
         assert!(s.remove[3].contains("$513)") && !s.remove[3].contains("$514"));
         assert!(s.remove[0].ends_with("id IN ($2) RETURNING CAST(length(msg) AS BIGINT)"));

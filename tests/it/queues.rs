@@ -125,6 +125,66 @@ async fn backlog_pages_from_the_store_in_order(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A queue message's failed deliveries are stored: after a restart (or a failover:
+/// the standby starts from the store the same way) it is delivered marked
+/// redelivered and goes on counting, so the failure that passes
+/// `maximum_redeliveries` still sends it to the dead-letter queue, not one more
+/// round of failures.
+async fn redelivery_counts_survive_a_restart(t: TestStore) {
+    let policy = || Policy {
+        maximum_redeliveries: 2,
+        ..queue_policy()
+    };
+    let client = || {
+        SubscribeOptions::non_durable()
+            .ack(AckMode::Client)
+            .prefetch(1)
+    };
+    let b = broker_with(&t, vec![("queue://>", policy())], UsageConfig::default()).await;
+    b.send("queue://retry", Message::new("poison"))
+        .await
+        .unwrap();
+    b.send("queue://retry", Message::new("fine")).await.unwrap();
+    let mut sub = b.subscribe("queue://retry", client()).await.unwrap();
+    for failure in 1..=2 {
+        let m = next_within(&mut sub, 2_000).await.unwrap();
+        assert_eq!(body(&m), "poison", "failure {failure}");
+        sub.nack(&m).await.unwrap();
+    }
+    drop(sub);
+    let counted = |b: ebb::Broker| async move {
+        let rows = b.browse("queue://retry", 0, 10).await.unwrap();
+        rows.iter().map(|m| m.redeliveries).collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while counted(b.clone()).await != [2, 0] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            counted(b.clone()).await
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    b.shutdown().await.unwrap();
+
+    let b = broker_with(&t, vec![("queue://>", policy())], UsageConfig::default()).await;
+    let mut sub = b.subscribe("queue://retry", client()).await.unwrap();
+    let m = next_within(&mut sub, 2_000).await.unwrap();
+    assert_eq!(body(&m), "poison");
+    assert!(m.redelivered(), "the stored count says it failed before");
+    // Failure 3 > maximum_redeliveries 2.
+    sub.nack(&m).await.unwrap();
+    let m = next_within(&mut sub, 2_000).await.unwrap();
+    assert_eq!(body(&m), "fine");
+    assert!(!m.redelivered());
+    sub.ack(&m).await.unwrap();
+    wait_for_queue(&b, "retry", |s| s.dead_lettered == 1).await;
+    wait_rows(&b, "queue://DLQ.retry", 1).await;
+    wait_rows(&b, "queue://retry", 0).await;
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
 /// NACK and a consumer closing both count as failed deliveries; the message comes
 /// back marked redelivered until `maximum_redeliveries` failures, then it is in the
 /// dead-letter queue with the reason and its origin, and nowhere else.
@@ -338,6 +398,7 @@ on_every_backend!(
     competing_consumers_share_round_robin,
     backlog_pages_from_the_store_in_order,
     failed_deliveries_end_in_the_dead_letter_queue,
+    redelivery_counts_survive_a_restart,
     expiry_finds_messages_behind_the_head,
     expiry_drains_a_queue_larger_than_its_memory,
     expired_messages_can_go_to_the_dead_letter_queue,

@@ -138,4 +138,11 @@ async fn failover(t: TestStore) {
     scenario_with(t, "failover", ha, &[]).await;
 }
 
-scenarios!(data_loss, crash_safety, acks_and_transactions, auth, tls, failover);
+scenarios!(
+    data_loss,
+    crash_safety,
+    acks_and_transactions,
+    auth,
+    tls,
+    failover
+);

@@ -72,6 +72,7 @@ mod tests {
             }),
             charge: None,
             origin: None,
+            redeliveries: 0,
         }
     }
 

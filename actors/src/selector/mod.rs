@@ -530,6 +530,7 @@ mod tests {
             }),
             charge: None,
             origin: None,
+            redeliveries: 0,
         };
         assert_eq!(message.header("kind"), Some("image"));
         assert_eq!(message.header("missing"), None);
