@@ -538,7 +538,15 @@ async fn readyz(State(state): State<AppState>) -> Response {
             READY_STORE_TIMEOUT.as_millis()
         )),
     };
-    let ready = broker.is_ok() && listeners.is_ok() && store.is_ok();
+    // With a lease (high availability): whether this broker still holds it.
+    let lock = match state.broker.lease_state() {
+        None => Ok("held".to_string()),
+        Some(lease) => match &*lease.borrow() {
+            ebb_store::LeaseState::Held => Ok("lease held".to_string()),
+            ebb_store::LeaseState::Lost(why) => Err(format!("lease lost: {why}")),
+        },
+    };
+    let ready = broker.is_ok() && listeners.is_ok() && store.is_ok() && lock.is_ok();
     let show = |check: Result<String, String>| match check {
         Ok(text) | Err(text) => text,
     };
@@ -548,6 +556,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
             "broker": show(broker),
             "listeners": show(listeners),
             "store": show(store),
+            "lock": show(lock),
         },
     });
     let status = if ready {

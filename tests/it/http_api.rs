@@ -119,6 +119,7 @@ async fn health_and_readiness_say_what_they_check(t: TestStore) {
     assert_eq!(ready.status, 200, "{}", ready.json);
     assert_eq!(ready.json["status"], "ready");
     assert_eq!(ready.json["checks"]["broker"], "running");
+    assert_eq!(ready.json["checks"]["lock"], "held");
 
     b.shutdown().await.unwrap();
     let stopped = call("GET", format!("{base}/readyz"), None, None).await;
