@@ -117,6 +117,30 @@
 //!   topics, and subscribing it to another topic or with another selector creates it
 //!   anew (JMS).
 //!
+//! ## One active broker per store: locks, leases, standbys
+//!
+//! Ids are assigned by the broker that holds the store, so one broker holds it at a
+//! time: a lock file on SQLite, a session advisory lock on PostgreSQL, both released
+//! when the holder dies. For high availability on PostgreSQL
+//! ([`ebb_store::LeaseOptions`], `ebb serve --standby`) the lock is a lease row
+//! instead: the active broker renews it on a connection of its own, a standby
+//! ([`Broker::start_when_free`]) takes it once it has expired by the **database's**
+//! clock or was released, and the active broker fences itself one renewal period
+//! before its lease could end, measured from the last renewal it sent by its own
+//! monotonic clock. Every write transaction first checks the lease under a share lock
+//! on its row, so a broker that noticed late commits nothing. A broker that takes
+//! over reads everything as after a restart (marks, cursors, each queue message's
+//! redelivery count) and rolls back the STOMP transactions the dead one left open.
+//!
+//! ## Deleting a destination
+//!
+//! [`Broker::delete_destination`] retires the destination's actor (refused while a
+//! consumer or an open transaction uses it), deletes its subscriptions and messages in
+//! bounded pages through the store actor, then stops the actor; a send or
+//! subscription that reached the retired actor is refused with
+//! [`actors::ActorError::Retired`] and sent again by the broker to the successor the
+//! registry starts once the deletion has ended, so nothing accepted is refused or lost.
+//!
 //! ## Flow control
 //!
 //! Messages held in memory count once (their body is shared) against the broker's

@@ -582,18 +582,21 @@ async fn delete_rows(
     container: &str,
 ) -> Result<DeletedDestination, ActorError> {
     let mut deleted = DeletedDestination::default();
+    let mut after: Option<SubscriptionKey> = None;
     loop {
         let page = store
             .store()
-            .list_subscriptions(container, None, DELETE_PAGE)
+            .list_subscriptions(container, after.as_ref(), DELETE_PAGE)
             .await?;
-        if page.is_empty() {
-            break;
-        }
+        let full = page.len() == DELETE_PAGE as usize;
         for sub in page {
+            after = Some(sub.key.clone());
             if store.unsubscribe(container.to_string(), sub.key).await? {
                 deleted.subscriptions += 1;
             }
+        }
+        if !full {
+            break;
         }
     }
     loop {

@@ -548,12 +548,27 @@ async fn remove_subscription(
         .broker
         .durable_subscription_exists(&key, &client_id, &subscription)
         .await?;
-    if known
-        && state
+    let removed = if !known {
+        false
+    } else {
+        match state
             .broker
             .remove_durable(&key, &client_id, &subscription)
-            .await?
-    {
+            .await
+        {
+            Err(Error::Actor(ebb_actors::ActorError::DurableInUse(_))) => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "durable subscription {client_id}/{subscription} of {key} has a consumer \
+                     attached: it can be removed once that consumer is gone"
+                    ),
+                ))
+            }
+            removed => removed?,
+        }
+    };
+    if removed {
         tracing::info!(destination = %key, %client_id, %subscription, "durable subscription removed through the admin API");
         Ok(StatusCode::NO_CONTENT)
     } else {

@@ -182,12 +182,7 @@ impl HttpServer {
     /// when another metrics recorder is installed in the process.
     pub async fn start(options: HttpOptions, broker: Broker) -> Result<Self, Error> {
         let metrics = crate::metrics::install_recorder()?;
-        let listener = tokio::net::TcpListener::bind(options.listen)
-            .await
-            .map_err(|e| Error::Http(format!("cannot listen on {}: {e}", options.listen)))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| Error::Http(e.to_string()))?;
+        let (listener, addr) = bind(options.listen).await?;
         let body_limit = options.max_body_bytes;
         let limits = (options.max_connections, options.max_connections_per_address);
         #[cfg(feature = "tls")]
@@ -238,12 +233,7 @@ impl HttpServer {
         options: &HttpOptions,
         waiting: watch::Receiver<Option<String>>,
     ) -> Result<Self, Error> {
-        let listener = tokio::net::TcpListener::bind(options.listen)
-            .await
-            .map_err(|e| Error::Http(format!("cannot listen on {}: {e}", options.listen)))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| Error::Http(e.to_string()))?;
+        let (listener, addr) = bind(options.listen).await?;
         let standby = move || {
             let held = waiting.borrow().clone();
             let why = match held {
@@ -297,6 +287,18 @@ impl HttpServer {
             let _ = task.await;
         }
     }
+}
+
+/// A listener on `listen`, and the address it got. Errors: [`Error::Http`] naming
+/// the address.
+async fn bind(listen: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), Error> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| Error::Http(format!("cannot listen on {listen}: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::Http(e.to_string()))?;
+    Ok((listener, addr))
 }
 
 /// Accepts connections until `stop` and serves each with `app` (HTTP/1.1, with

@@ -939,7 +939,10 @@ impl Session {
                 return Ok(id.clone());
             }
         }
-        refuse("ACK or NACK names no message waiting for an ack on this connection")
+        refuse(
+            "ACK or NACK names no message waiting for an ack on this connection \
+             (STOMP 1.2 acks the MESSAGE's `ack` header; 1.0 and 1.1 its `message-id`)",
+        )
     }
 
     /// True for an ack id this connection handed out that is no longer waiting (acked

@@ -42,7 +42,10 @@ impl PgStore {
                 url: shown.clone(),
                 reason: e.to_string(),
             })?
-            .application_name("ebb");
+            .application_name("ebb")
+            // The server's notices ("already exists, skipping" at each open) are
+            // not for the broker's log.
+            .options([("client_min_messages", "warning")]);
         let cannot_open = |source| StoreError::Open {
             url: shown.clone(),
             source,
