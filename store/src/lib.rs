@@ -44,6 +44,7 @@
 //!    no statistics (autovacuum off, or bulk-loaded before autoanalyze) or stale ones
 //!    gets the same plan ([`statements`] has the notes and the figures).
 
+pub mod detached;
 pub mod encoding;
 mod error;
 mod lease;
@@ -510,10 +511,14 @@ impl<T: MessageStore + ?Sized> MessageStoreExt for T {}
 /// [`StoreError::Open`] when the database cannot be reached; [`StoreError::Migration`].
 pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn MessageStore>> {
     statements::check_name("table prefix", &options.table_prefix)?;
+    // Each call on a task of its own: a caller that drops it cannot leave a
+    // connection inside a transaction ([`detached`]).
     if url.starts_with("sqlite:") {
-        Ok(Arc::new(sqlite::SqliteStore::open(url, options).await?))
+        let store: Arc<dyn MessageStore> = Arc::new(sqlite::SqliteStore::open(url, options).await?);
+        Ok(Arc::new(detached::Detached(store)))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(postgres::PgStore::open(url, options).await?))
+        let store: Arc<dyn MessageStore> = Arc::new(postgres::PgStore::open(url, options).await?);
+        Ok(Arc::new(detached::Detached(store)))
     } else {
         Err(StoreError::InvalidUrl {
             url: redact_url(url),

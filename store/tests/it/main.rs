@@ -2,6 +2,7 @@
 //! SQLite and on PostgreSQL (`on_every_backend!`). One binary links once.
 
 mod bounded_reads;
+mod cancellation;
 mod conformance;
 mod expiry_never_acks_live;
 mod in_doubt;
