@@ -201,14 +201,17 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         .ha
         .renew_ms
         .map_or(crate::config::DEFAULT_RENEW_MS, |m| m.0);
-    if ha && store_url.starts_with("postgres") {
+    if ha {
         let lease_ms = file
             .ha
             .lease_ms
             .map_or(crate::config::DEFAULT_LEASE_MS, |m| m.0);
+        // Checked on SQLite too, where only renew_ms (how often a standby asks) is used.
         let lease = ebb_store::LeaseOptions::new(lease_ms, renew_ms)
             .map_err(|e| anyhow::anyhow!("[ha]: {e}{}", from_file("[ha]")))?;
-        options.lease = Some(lease);
+        if store_url.starts_with("postgres") {
+            options.lease = Some(lease);
+        }
     }
     let mut broker_config = crate::BrokerConfig {
         store: options,

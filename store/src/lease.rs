@@ -27,7 +27,7 @@ pub(crate) struct LeaseSql {
     acquire: String,
     /// Renews it if this holder still has it unexpired: `$1`, `$2`; a row when renewed.
     renew: String,
-    /// Gives it up: `$1` holder.
+    /// Gives it up (it ends now): `$1` holder.
     release: String,
     /// Who holds it and for how many ms more (negative: expired).
     holder: String,
@@ -57,7 +57,10 @@ impl LeaseSql {
                  WHERE name = 'broker' AND holder = $1 AND expires_at > clock_timestamp() \
                  RETURNING holder"
             ),
-            release: format!("DELETE FROM {table} WHERE name = 'broker' AND holder = $1"),
+            release: format!(
+                "UPDATE {table} SET expires_at = clock_timestamp() \
+                 WHERE name = 'broker' AND holder = $1"
+            ),
             holder: format!(
                 "SELECT holder, CAST(EXTRACT(EPOCH FROM (expires_at - clock_timestamp())) * 1000 \
                  AS BIGINT) FROM {table} WHERE name = 'broker'"
@@ -71,11 +74,26 @@ impl LeaseSql {
 }
 
 /// A store's lease settings and, once taken, the lease.
-#[derive(Default)]
 pub(crate) struct LeaseSlot {
     /// Set by the PostgreSQL backend when the store was opened with a lease.
     config: Option<(LeaseOptions, LeaseSql, PgConnectOptions)>,
     held: OnceLock<Arc<Lease>>,
+    /// Without a lease, on PostgreSQL: the advisory lock's state, `Lost` once a write
+    /// found a broker with a lease active (see [`LeaseSlot::advisory_lost`]).
+    advisory: watch::Sender<LeaseState>,
+    /// Whether the advisory lock was taken (then [`LeaseSlot::state`] watches it).
+    advisory_held: std::sync::atomic::AtomicBool,
+}
+
+impl Default for LeaseSlot {
+    fn default() -> Self {
+        Self {
+            config: None,
+            held: OnceLock::new(),
+            advisory: watch::channel(LeaseState::Held).0,
+            advisory_held: Default::default(),
+        }
+    }
 }
 
 impl LeaseSlot {
@@ -87,8 +105,49 @@ impl LeaseSlot {
     ) -> Self {
         Self {
             config: Some((options, sql, connect)),
-            held: OnceLock::new(),
+            ..Self::default()
         }
+    }
+
+    /// The state [`crate::MessageStore::lease_state`] answers: the lease's, or the
+    /// advisory lock's once taken.
+    pub(crate) fn state(&self) -> Option<watch::Receiver<LeaseState>> {
+        match self.held.get() {
+            Some(lease) => Some(lease.state()),
+            None if self
+                .advisory_held
+                .load(std::sync::atomic::Ordering::Acquire) =>
+            {
+                Some(self.advisory.subscribe())
+            }
+            None => None,
+        }
+    }
+
+    /// The advisory lock was taken.
+    pub(crate) fn advisory_taken(&self) {
+        self.advisory_held
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// A write found a broker with a lease active while this one holds (held) the
+    /// advisory lock: its lock's session ended and a standby took over. Answers the
+    /// error for the write.
+    pub(crate) fn advisory_lost(&self) -> StoreError {
+        let why = "a broker with a lease is active on the store: this broker's advisory \
+                   lock ended (its connection was lost) and a standby took over"
+            .to_string();
+        let changed = self.advisory.send_if_modified(|state| {
+            let held = *state == LeaseState::Held;
+            if held {
+                *state = LeaseState::Lost(why.clone());
+            }
+            held
+        });
+        if changed {
+            tracing::error!(reason = %why, "store lock lost: this broker must stop serving");
+        }
+        StoreError::LeaseLost(why)
     }
 
     /// Whether the store is to be held by a lease.
@@ -143,12 +202,28 @@ impl LeaseSlot {
                 "a broker without a lease holds the advisory lock {advisory_key}"
             )));
         }
-        let taken: Option<String> = sqlx::query_scalar(&sql.acquire)
+        // A write of the active broker holds the row (share-locked) while it runs; a
+        // paused one holds it until the server ends its session
+        // (`idle_in_transaction_session_timeout`): ask again later, do not wait.
+        sqlx::query("SELECT set_config('lock_timeout', $1, true)")
+            .bind(format!("{}ms", options.renew_ms))
+            .execute(&mut *tx)
+            .await
+            .map_err(&db)?;
+        let taken: Option<String> = match sqlx::query_scalar(&sql.acquire)
             .bind(&options.holder)
             .bind(options.lease_ms as i64)
             .fetch_optional(&mut *tx)
             .await
-            .map_err(&db)?;
+        {
+            Ok(taken) => taken,
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
+                return Ok(Some(
+                    "the lease row is locked by a write of the active broker".to_string(),
+                ))
+            }
+            Err(e) => return Err(db(e)),
+        };
         if taken.is_none() {
             let (holder, left): (String, i64) = sqlx::query_as(&sql.holder)
                 .fetch_one(&mut *tx)

@@ -150,9 +150,14 @@ impl LeaseOptions {
     /// process (host name, process id, start time). Errors: a text saying which
     /// value is out of range (`renew_ms` 0, or more than a third of `lease_ms`).
     pub fn new(lease_ms: u64, renew_ms: u64) -> std::result::Result<Self, String> {
-        if renew_ms == 0 || renew_ms.saturating_mul(3) > lease_ms {
+        if renew_ms < MIN_RENEW_MS || renew_ms.saturating_mul(3) > lease_ms {
             return Err(format!(
-                "renew_ms = {renew_ms} must be at least 1 and at most a third of lease_ms = {lease_ms}"
+                "renew_ms = {renew_ms} must be at least {MIN_RENEW_MS} and at most a third of lease_ms = {lease_ms}"
+            ));
+        }
+        if lease_ms > MAX_LEASE_MS {
+            return Err(format!(
+                "lease_ms = {lease_ms} is above the largest, {MAX_LEASE_MS} (1 hour)"
             ));
         }
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -171,6 +176,11 @@ impl LeaseOptions {
         })
     }
 }
+
+/// The least `renew_ms` of a lease ([`LeaseOptions::new`]), ms.
+pub const MIN_RENEW_MS: u64 = 10;
+/// The longest `lease_ms` ([`LeaseOptions::new`]), ms: 1 hour.
+pub const MAX_LEASE_MS: u64 = 3_600_000;
 
 /// Whether a store's lease is still held ([`MessageStore::lease_state`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -455,8 +465,11 @@ pub trait MessageStore: Send + Sync + 'static {
     async fn try_lock(&self) -> Result<LockAttempt>;
 
     /// While this store holds a lease ([`StoreOptions::lease`]): its state, which
-    /// turns [`LeaseState::Lost`] once and for all when the lease is lost. `None`
-    /// without a lease (SQLite, the advisory lock, or before [`Self::try_lock`]).
+    /// turns [`LeaseState::Lost`] once and for all when the lease is lost. On
+    /// PostgreSQL without a lease, while it holds the advisory lock: it turns `Lost`
+    /// when a write finds a broker with a lease active on the store (its own lock's
+    /// session ended, and a standby took over). `None` on SQLite, and before
+    /// [`Self::try_lock`].
     fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<LeaseState>>;
 
     /// Whether a broker holds the store's exclusive lock now: the lock is tried and,

@@ -76,6 +76,12 @@ impl PgStore {
             conn.close().await.map_err(cannot_open)?;
             connect = connect.options([("search_path", schema.as_str())]);
         }
+        if let Some(lease) = &options.lease {
+            // A paused broker's open write holds the lease row (share-locked): the
+            // server ends such a session, so that a standby can take over.
+            let idle = format!("{}ms", lease.lease_ms);
+            connect = connect.options([("idle_in_transaction_session_timeout", idle)]);
+        }
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(Duration::from_millis(options.acquire_timeout_ms))
@@ -136,7 +142,10 @@ impl PgStore {
             Err(e) => Err(crate::error::db("read the lease")(e)),
         };
         match other {
-            Ok(None) => Ok(Some(conn)),
+            Ok(None) => {
+                self.lease.advisory_taken();
+                Ok(Some(conn))
+            }
             Ok(Some(why)) => {
                 self.release_lock(conn).await;
                 Err(StoreError::Locked(format!(
@@ -159,7 +168,19 @@ impl PgStore {
             None if self.lease.enabled() => Err(StoreError::LeaseLost(
                 "this store does not hold the lease (a standby)".into(),
             )),
-            None => Ok(()),
+            // The advisory lock's session may have ended (a lost connection) and a
+            // standby with a lease taken over: then this broker writes nothing more.
+            // The share lock orders this write against such a takeover.
+            None => {
+                let active: Option<i32> = sqlx::query_scalar(&self.sql.lease_active)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(crate::error::db("check the lease"))?;
+                match active {
+                    Some(1) => Err(self.lease.advisory_lost()),
+                    _ => Ok(()),
+                }
+            }
         }
     }
 

@@ -1635,7 +1635,7 @@ macro_rules! impl_sql_store {
             fn lease_state(
                 &self,
             ) -> Option<tokio::sync::watch::Receiver<$crate::LeaseState>> {
-                self.lease.held().map(|lease| lease.state())
+                self.lease.state()
             }
 
             async fn locked_by_another(&self) -> $crate::Result<bool> {

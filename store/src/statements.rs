@@ -69,6 +69,10 @@ pub(crate) struct Statements {
     /// a queue message's failed deliveries: row `$2` of container `$1` (not prepared)
     /// gets count `$3`
     pub redelivered: String,
+    /// PostgreSQL, a broker without a lease, at the start of each write: 1 when a
+    /// broker with a lease is active; the lease row stays share-locked until the
+    /// write ends, so a takeover waits for it (see `crate::lease`)
+    pub lease_active: String,
     /// one queue expiry page: delete the first `$3` expired rows (at `$2`) by
     /// `(expiration, id)`; returns `(id, msg length)`
     pub expire_queue: String,
@@ -439,6 +443,10 @@ impl Statements {
                 cleanup(range("$1", Some("$3"), Bound::UpTo("$2")), "$4"),
             ],
             remove: REMOVE_SIZES.map(remove),
+            lease_active: format!(
+                "SELECT CASE WHEN expires_at > clock_timestamp() THEN 1 ELSE 0 END \
+                 FROM {p}lock WHERE name = 'broker' FOR SHARE"
+            ),
             redelivered: format!(
                 "UPDATE {p}msgs SET redeliveries = $3 \
                  WHERE container = $1 AND id = $2 AND xid IS NULL"

@@ -399,8 +399,17 @@ def failover():
     with seen.lock:
         seen.messages.clear()
     # What an application does in its on_disconnected: connect again (stomp.py walks
-    # the host list until one answers) and subscribe again.
-    conn.connect(wait=True)
+    # the host list until one answers; its transport may still be winding down the
+    # old connection, so try again on a refusal) and subscribe again.
+    deadline = time.time() + 30
+    while True:
+        try:
+            conn.connect(wait=True)
+            break
+        except stomp.exception.StompException as e:
+            if time.time() > deadline:
+                fail(f"no broker took the client back: {e!r}")
+            time.sleep(0.1)
     conn.subscribe("/queue/fo.jobs", id="1", ack="client-individual")
     wait_until(lambda: len({m.body for m in seen.messages}) >= 90, 30)
     got = {m.body for m in seen.messages}

@@ -378,3 +378,41 @@ mod postgres {
 async fn sqlite_standby_waits_for_the_lock_file() {
     a_standby_waits_for_the_sqlite_lock(TestStore::sqlite()).await;
 }
+
+/// `[ha]` settings that cannot work are refused at start, naming the key.
+#[actix_rt::test]
+async fn bad_ha_settings_are_refused_at_start() {
+    let dir = std::env::temp_dir().join(format!("ebb-ha-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = format!("[store]\nurl = \"sqlite://{}/ebb.db\"\n", dir.display());
+    for (ha, says) in [
+        ("mode = \"bogus\"", "mode"),
+        ("lease_ms = 5000", "need [ha] mode"),
+        (
+            "mode = \"shared-store\"\nrenew_ms = 0",
+            "renew_ms = 0 must be at least 10",
+        ),
+        (
+            "mode = \"shared-store\"\nlease_ms = 3000\nrenew_ms = 2000",
+            "at most a third of lease_ms",
+        ),
+        (
+            "mode = \"shared-store\"\nlease_ms = \"18446744073709551615\"",
+            "above the largest",
+        ),
+    ] {
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, format!("{store}[ha]\n{ha}\n")).unwrap();
+        let (ok, _, err) = crate::run_ebb(&[
+            "serve",
+            "--config",
+            path.to_str().unwrap(),
+            "--stomp",
+            "127.0.0.1:0",
+        ])
+        .await;
+        assert!(!ok, "{ha}: accepted");
+        assert!(err.contains(says), "{ha}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -11,3 +11,7 @@ CREATE TABLE {p}lock (
     acquired_at TIMESTAMPTZ NOT NULL,
     expires_at TIMESTAMPTZ NOT NULL
 );
+-- The row is always there (expired until a broker with a lease takes it), so that a
+-- write's share lock on it orders it against a takeover.
+INSERT INTO {p}lock (name, holder, acquired_at, expires_at)
+    VALUES ('broker', '', 'epoch', 'epoch') ON CONFLICT DO NOTHING;

@@ -9,3 +9,5 @@ CREATE TABLE {p}lock (
     acquired_at INTEGER NOT NULL,
     expires_at INTEGER NOT NULL
 );
+INSERT INTO {p}lock (name, holder, acquired_at, expires_at)
+    VALUES ('broker', '', 0, 0) ON CONFLICT DO NOTHING;

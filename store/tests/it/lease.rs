@@ -146,3 +146,79 @@ async fn a_lease_and_the_advisory_lock_exclude_each_other() {
     second.close().await;
     ha.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(ebb_test_postgres),
+    ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
+)]
+async fn a_broker_without_a_lease_stops_writing_once_a_standby_took_over() {
+    use sqlx::Connection;
+    let t = TestStore::postgres();
+    let plain = t.open().await;
+    plain.lock_exclusive().await.unwrap();
+    let mut state = plain.lease_state().expect("the advisory lock is watched");
+    add(&*plain, "before").await.unwrap();
+    // Its lock's session ends (a lost connection, a restart of the server's backend).
+    let mut admin = sqlx::PgConnection::connect(&t.url).await.unwrap();
+    let key = format!("ebb:{}:ebb_", t.options.schema.as_deref().unwrap());
+    let ended: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
+         AND granted AND objid::bigint = (hashtext($1)::bigint & 4294967295)",
+    )
+    .bind(&key)
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert!(!ended.is_empty(), "no advisory lock session to end");
+    let ha = leased(&t, &t.url).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ha.try_lock().await.unwrap() != LockAttempt::Acquired {
+        assert!(Instant::now() < deadline, "the standby never took over");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    match add(&*plain, "after").await {
+        Err(StoreError::LeaseLost(why)) => assert!(why.contains("standby took over"), "{why}"),
+        other => panic!("the broker without a lease wrote after the takeover: {other:?}"),
+    }
+    assert!(matches!(&*state.borrow_and_update(), LeaseState::Lost(_)));
+    add(&*ha, "new active").await.unwrap();
+    assert_eq!(ha.count_messages("queue://ha").await.unwrap(), 2);
+    plain.close().await;
+    ha.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(ebb_test_postgres),
+    ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
+)]
+async fn a_write_stuck_in_its_transaction_does_not_block_a_takeover() {
+    use sqlx::Connection;
+    let t = TestStore::postgres();
+    let standby = leased(&t, &t.url).await;
+    // A paused broker's write: the lease row share-locked, the transaction idle, on a
+    // session the server ends after 1 s idle (a leased store's pool sets the lease).
+    let schema = t.options.schema.as_deref().unwrap();
+    let mut paused = sqlx::PgConnection::connect(&t.url).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "SET idle_in_transaction_session_timeout = 1000; BEGIN; \
+         SELECT 1 FROM \"{schema}\".ebb_lock WHERE name = 'broker' FOR SHARE"
+    ))
+    .execute(&mut paused)
+    .await
+    .unwrap();
+    let by = held_by(standby.try_lock().await.unwrap());
+    assert!(by.contains("locked by a write"), "{by}");
+    // The limit only keeps a broken build from hanging.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while standby.try_lock().await.unwrap() != LockAttempt::Acquired {
+        assert!(
+            Instant::now() < deadline,
+            "the takeover waited for the paused write"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    add(&*standby, "taken").await.unwrap();
+    standby.close().await;
+}
