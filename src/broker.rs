@@ -948,7 +948,8 @@ impl Broker {
     /// when another broker holds the store, waits instead of failing, asking again
     /// every `poll` (the lease's `renew_ms`), and starts once the lock is free: on
     /// PostgreSQL with [`ebb_store::StoreOptions::lease`], once the active broker's
-    /// lease has expired by the database's clock or was released. While it waits,
+    /// lease has expired by the database's clock or was released (a release is
+    /// announced: it starts at once, not at its next attempt). While it waits,
     /// `waiting` holds who holds the store (`None` once it is taken, or before the
     /// first attempt). Everything is read from the store when it starts, as after a
     /// restart: marks, cursors, messages. Watch [`Broker::lease_state`] after it
@@ -986,7 +987,7 @@ impl Broker {
                                 return Err(Error::ShuttingDown);
                             }
                             let _ = waiting.send(Some(by));
-                            tokio::time::sleep(poll).await;
+                            store.wait_for_release(poll).await;
                         }
                     }
                 }
@@ -1002,6 +1003,12 @@ impl Broker {
     /// must stop serving (`ebb serve` fences itself and exits). `None` without a lease.
     pub fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<ebb_store::LeaseState>> {
         self.store.store().lease_state()
+    }
+
+    /// The renewals of the store's lease while this broker holds one (`None`
+    /// without): for the `ebb_ha_lease_renew_seconds` metrics.
+    pub fn lease_renewals(&self) -> Option<ebb_store::LeaseRenewals> {
+        self.store.store().lease_renewals()
     }
 
     /// Starts the broker on a store that is already open (`config.store` is not used),

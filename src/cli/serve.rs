@@ -377,6 +377,9 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
                 tracing::warn!(admin_group = %options.admin_group, "no user is in the admin group: every change through the admin API will be refused (403)");
             }
             let server = crate::http::HttpServer::start(options, broker.clone()).await?;
+            if ha {
+                crate::metrics::record_ha_role(true);
+            }
             let (http, ws) = if http_tls {
                 ("https", "wss")
             } else {
@@ -490,7 +493,7 @@ async fn start_as_standby(
                             match started {
                                 Ok(server) => {
                                     println!(
-                                        "ebb: standby HTTP on http://{} (/healthz, /readyz)",
+                                        "ebb: standby HTTP on http://{} (/healthz, /readyz, /metrics)",
                                         server.local_addr()
                                     );
                                     Some(server)
@@ -503,6 +506,7 @@ async fn start_as_standby(
                 }
                 None if server.is_some() => {
                     println!("ebb: the store is free: taking over");
+                    crate::metrics::record_takeover();
                     break;
                 }
                 _ => {}

@@ -223,17 +223,20 @@ impl HttpServer {
     /// The server of a standby (`ebb serve --standby` while another broker holds the
     /// store), on `options.listen` (with its TLS): `/healthz` says alive, `/readyz`
     /// answers `503` with `"status": "standby"` and who holds the store (from
-    /// `waiting`, as [`Broker::start_when_free`] keeps it), every other route `503`
-    /// with the same reason. No admin API, console or STOMP: the standby serves
+    /// `waiting`, as [`Broker::start_when_free`] keeps it), `/metrics` has
+    /// `ebb_ha_role{role="standby"} 1`, every other route `503` with the same reason. No admin API, console or STOMP: the standby serves
     /// nothing until it is active. Stop it ([`HttpServer::stop`]) before starting the
     /// active broker's server on the same address.
     ///
-    /// Errors: [`Error::Http`] when the address cannot be bound.
+    /// Errors: [`Error::Http`] when the address cannot be bound, [`Error::Metrics`]
+    /// when another metrics recorder is installed in the process.
     pub async fn start_standby(
         options: &HttpOptions,
         waiting: watch::Receiver<Option<String>>,
     ) -> Result<Self, Error> {
         let (listener, addr) = bind(options.listen).await?;
+        let metrics = crate::metrics::install_recorder()?;
+        crate::metrics::record_ha_role(false);
         let standby = move || {
             let held = waiting.borrow().clone();
             let why = match held {
@@ -254,6 +257,16 @@ impl HttpServer {
                 get(|| async { Json(serde_json::json!({ "status": "alive", "role": "standby" })) }),
             )
             .route("/readyz", get(move || async move { readyz() }))
+            .route(
+                "/metrics",
+                get(move || async move {
+                    let content_type = "text/plain; version=0.0.4; charset=utf-8";
+                    (
+                        [(axum::http::header::CONTENT_TYPE, content_type)],
+                        metrics.render(),
+                    )
+                }),
+            )
             .fallback(move || async move { standby() });
         let (stop, stop_rx) = watch::channel(false);
         let limits = (options.max_connections, options.max_connections_per_address);
@@ -265,7 +278,7 @@ impl HttpServer {
             limits,
             stop_rx,
         ));
-        tracing::info!(http = %addr, "HTTP on {addr} for a standby (/healthz, /readyz)");
+        tracing::info!(http = %addr, "HTTP on {addr} for a standby (/healthz, /readyz, /metrics)");
         Ok(Self {
             addr,
             stop,

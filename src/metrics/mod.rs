@@ -97,6 +97,17 @@ pub mod names {
     pub const HOUSEKEEPING_LAG_SECONDS: &str = "ebb_housekeeping_lag_seconds";
     /// Expiry pages waiting for a housekeeping permit.
     pub const HOUSEKEEPING_PAGES_WAITING: &str = "ebb_housekeeping_pages_waiting";
+    /// High availability: 1 for the role this broker has now (label `role`: `active`
+    /// or `standby`), 0 for the other.
+    pub const HA_ROLE: &str = "ebb_ha_role";
+    /// Times this process became active after waiting as a standby.
+    pub const HA_TAKEOVERS_TOTAL: &str = "ebb_ha_takeovers_total";
+    /// The last renewal of the store's lease: its round trip, seconds.
+    pub const HA_LEASE_RENEW_SECONDS: &str = "ebb_ha_lease_renew_seconds";
+    /// The longest renewal of the store's lease since it was taken, seconds.
+    pub const HA_LEASE_RENEW_MAX_SECONDS: &str = "ebb_ha_lease_renew_max_seconds";
+    /// Renewals of the store's lease since it was taken.
+    pub const HA_LEASE_RENEWALS_TOTAL: &str = "ebb_ha_lease_renewals_total";
     /// The broker process's resident memory.
     pub const PROCESS_RESIDENT_BYTES: &str = "ebb_process_resident_memory_bytes";
     /// The broker process's peak resident memory.
@@ -235,6 +246,49 @@ pub fn describe() {
         describe_counter!(name, what);
     }
     describe_histogram!(EXPIRY_PAGE_ROWS, "Rows one expiry page loaded");
+    describe_gauge!(
+        HA_ROLE,
+        "1 for this broker's role now (label role: active or standby)"
+    );
+    describe_counter!(
+        HA_TAKEOVERS_TOTAL,
+        "Times this process became active after waiting as a standby"
+    );
+    describe_gauge!(
+        HA_LEASE_RENEW_SECONDS,
+        Unit::Seconds,
+        "The last renewal of the store's lease, round trip"
+    );
+    describe_gauge!(
+        HA_LEASE_RENEW_MAX_SECONDS,
+        Unit::Seconds,
+        "The longest renewal of the store's lease since it was taken"
+    );
+    describe_counter!(
+        HA_LEASE_RENEWALS_TOTAL,
+        "Renewals of the store's lease since it was taken"
+    );
+}
+
+/// Records this broker's high-availability role (`active` true, or standby).
+pub fn record_ha_role(active: bool) {
+    use names::HA_ROLE;
+    gauge!(HA_ROLE, "role" => "active").set(if active { 1.0 } else { 0.0 });
+    gauge!(HA_ROLE, "role" => "standby").set(if active { 0.0 } else { 1.0 });
+}
+
+/// Counts a takeover: this process became active after waiting as a standby.
+pub fn record_takeover() {
+    counter!(names::HA_TAKEOVERS_TOTAL).increment(1);
+}
+
+/// Records the renewals of the store's lease (nothing without a lease).
+pub fn record_lease(renewals: Option<ebb_store::LeaseRenewals>) {
+    use names::*;
+    let Some(r) = renewals else { return };
+    gauge!(HA_LEASE_RENEW_SECONDS).set(r.last_us as f64 / 1e6);
+    gauge!(HA_LEASE_RENEW_MAX_SECONDS).set(r.max_us as f64 / 1e6);
+    counter!(HA_LEASE_RENEWALS_TOTAL).absolute(r.count);
 }
 
 /// usage / limit, 0..1; 0 without a limit.

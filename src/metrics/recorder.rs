@@ -63,6 +63,7 @@ pub(crate) async fn refresh_loop(
             }
             Err(_) => {}
         }
+        crate::metrics::record_lease(broker.lease_renewals());
         // Drains histogram samples into their buckets (the recorder leaves it to us).
         handle.run_upkeep();
         let wait = REFRESH_EVERY.max(started.elapsed());

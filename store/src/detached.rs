@@ -233,6 +233,18 @@ impl MessageStore for Detached {
         self.0.lease_state()
     }
 
+    fn lease_renewals(&self) -> Option<crate::LeaseRenewals> {
+        self.0.lease_renewals()
+    }
+
+    async fn wait_for_release(&self, within: std::time::Duration) {
+        let _ = detached(&self.0, |s| async move {
+            s.wait_for_release(within).await;
+            Ok(())
+        })
+        .await;
+    }
+
     async fn locked_by_another(&self) -> Result<bool> {
         detached(&self.0, |s| async move { s.locked_by_another().await }).await
     }

@@ -83,7 +83,13 @@ pub(crate) struct LeaseSlot {
     advisory: watch::Sender<LeaseState>,
     /// Whether the advisory lock was taken (then [`LeaseSlot::state`] watches it).
     advisory_held: std::sync::atomic::AtomicBool,
+    /// A standby's listener for releases ([`RELEASED`]), made at its first wait.
+    listener: tokio::sync::Mutex<Option<sqlx::postgres::PgListener>>,
 }
+
+/// The channel a broker announces the release of its lease on (`NOTIFY`), with the
+/// store's advisory key (schema and prefix) as payload.
+const RELEASED: &str = "ebb_lock_released";
 
 impl Default for LeaseSlot {
     fn default() -> Self {
@@ -92,6 +98,7 @@ impl Default for LeaseSlot {
             held: OnceLock::new(),
             advisory: watch::channel(LeaseState::Held).0,
             advisory_held: Default::default(),
+            listener: Default::default(),
         }
     }
 }
@@ -121,6 +128,44 @@ impl LeaseSlot {
                 Some(self.advisory.subscribe())
             }
             None => None,
+        }
+    }
+
+    /// Waits until a broker announces the release of the lease of store `key`, or
+    /// `within` passes. Without a lease, or when the listener cannot be had (then a
+    /// plain wait), it waits `within`.
+    pub(crate) async fn wait_released(&self, pool: &sqlx::PgPool, key: &str, within: Duration) {
+        if self.config.is_none() {
+            tokio::time::sleep(within).await;
+            return;
+        }
+        let deadline = Instant::now() + within;
+        let mut slot = self.listener.lock().await;
+        if slot.is_none() {
+            match sqlx::postgres::PgListener::connect_with(pool).await {
+                Ok(mut listener) => match listener.listen(RELEASED).await {
+                    Ok(()) => *slot = Some(listener),
+                    Err(e) => tracing::debug!(error = %e, "cannot listen for lease releases"),
+                },
+                Err(e) => tracing::debug!(error = %e, "cannot listen for lease releases"),
+            }
+        }
+        let Some(listener) = slot.as_mut() else {
+            tokio::time::sleep_until(deadline).await;
+            return;
+        };
+        loop {
+            match tokio::time::timeout_at(deadline, listener.recv()).await {
+                Ok(Ok(note)) if note.payload() == key => return,
+                Ok(Ok(_)) => continue,
+                Ok(Err(_)) => {
+                    // The listener's connection broke: a new one next time.
+                    *slot = None;
+                    tokio::time::sleep_until(deadline).await;
+                    return;
+                }
+                Err(_) => return,
+            }
         }
     }
 
@@ -238,10 +283,12 @@ impl LeaseSlot {
         let (state, _) = watch::channel(LeaseState::Held);
         let lease = Arc::new(Lease {
             options: options.clone(),
+            key: advisory_key.to_string(),
             sql: sql.clone(),
             connect: connect.clone(),
             state,
             renewal: Mutex::new(None),
+            renewed: Mutex::default(),
         });
         let renewal = tokio::spawn(renew(Arc::clone(&lease), conn, sent));
         *lease.renewal.lock().unwrap_or_else(|e| e.into_inner()) = Some(renewal);
@@ -255,17 +302,26 @@ impl LeaseSlot {
 /// A lease this store holds (or held: see [`Lease::lost`]).
 pub(crate) struct Lease {
     options: LeaseOptions,
+    /// The store's advisory key (schema and prefix), announced at release.
+    key: String,
     sql: LeaseSql,
     connect: PgConnectOptions,
     state: watch::Sender<LeaseState>,
     /// The renewal task.
     renewal: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Renewals so far, and their round trips.
+    renewed: Mutex<crate::LeaseRenewals>,
 }
 
 impl Lease {
     /// Its state, for the broker to watch.
     pub(crate) fn state(&self) -> watch::Receiver<LeaseState> {
         self.state.subscribe()
+    }
+
+    /// Its renewals so far.
+    pub(crate) fn renewals(&self) -> crate::LeaseRenewals {
+        *self.renewed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Why it was lost, if it was.
@@ -334,6 +390,12 @@ impl Lease {
                 .bind(&self.options.holder)
                 .execute(&mut conn)
                 .await?;
+            // Standbys take over at once instead of at their next attempt.
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(RELEASED)
+                .bind(&self.key)
+                .execute(&mut conn)
+                .await?;
             conn.close().await
         }
         .await;
@@ -379,6 +441,11 @@ async fn renew(lease: Arc<Lease>, conn: PgConnection, sent: Instant) {
             Ok(Ok(true)) => {
                 fence = sent + lasts - every;
                 next = sent + every;
+                let took = sent.elapsed().as_micros() as u64;
+                let mut renewed = lease.renewed.lock().unwrap_or_else(|e| e.into_inner());
+                renewed.count += 1;
+                renewed.last_us = took;
+                renewed.max_us = renewed.max_us.max(took);
             }
             Ok(Ok(false)) => {
                 lease.lose("a renewal found the lease expired or held by another broker".into());

@@ -193,6 +193,17 @@ pub enum LeaseState {
     Lost(String),
 }
 
+/// The renewals of a lease this store holds ([`MessageStore::lease_renewals`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaseRenewals {
+    /// Renewals that succeeded since the lease was taken.
+    pub count: u64,
+    /// The last one's round trip, µs.
+    pub last_us: u64,
+    /// The longest round trip so far, µs.
+    pub max_us: u64,
+}
+
 /// The answer to [`MessageStore::try_lock`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockAttempt {
@@ -463,6 +474,21 @@ pub trait MessageStore: Send + Sync + 'static {
     /// holds the lock. A standby calls it every `renew_ms` until it is acquired.
     /// Errors: the database's, a lock file that cannot be opened.
     async fn try_lock(&self) -> Result<LockAttempt>;
+
+    /// The renewals of the lease this store holds (`None` without one): how long
+    /// they take tells how close the broker runs to fencing itself.
+    fn lease_renewals(&self) -> Option<LeaseRenewals> {
+        None
+    }
+
+    /// Waits until the broker that holds this store's lock releases it, or `within`
+    /// passes, whichever comes first: what a standby does between two
+    /// [`Self::try_lock`]s. On PostgreSQL with a lease, a release is announced
+    /// (`NOTIFY`), so a standby takes over at once after a graceful stop; elsewhere
+    /// it waits `within`.
+    async fn wait_for_release(&self, within: std::time::Duration) {
+        tokio::time::sleep(within).await;
+    }
 
     /// While this store holds a lease ([`StoreOptions::lease`]): its state, which
     /// turns [`LeaseState::Lost`] once and for all when the lease is lost. On

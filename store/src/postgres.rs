@@ -160,6 +160,13 @@ impl PgStore {
         }
     }
 
+    /// A standby's wait between two attempts: until a lease of this store is
+    /// released (announced by `NOTIFY`), or `within`.
+    async fn wait_released(&self, within: std::time::Duration) {
+        let key = self.lock_target.split_once('\t').map_or("", |(_, key)| key);
+        self.lease.wait_released(&self.pool, key, within).await;
+    }
+
     /// With a lease: the write goes on only while it is held (see [`crate::lease`]).
     async fn guard_write(&self, tx: &mut sqlx::PgConnection) -> crate::Result<()> {
         match self.lease.held() {

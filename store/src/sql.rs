@@ -1638,6 +1638,14 @@ macro_rules! impl_sql_store {
                 self.lease.state()
             }
 
+            async fn wait_for_release(&self, within: std::time::Duration) {
+                self.wait_released(within).await;
+            }
+
+            fn lease_renewals(&self) -> Option<$crate::LeaseRenewals> {
+                self.lease.held().map(|lease| lease.renewals())
+            }
+
             async fn locked_by_another(&self) -> $crate::Result<bool> {
                 if self.lock.lock().await.is_some() || self.lease.held().is_some() {
                     return Ok(false);

@@ -136,6 +136,11 @@ impl SqliteStore {
         let _ = file.unlock();
     }
 
+    /// A standby's wait: no announcement on SQLite (a lock file).
+    async fn wait_released(&self, within: std::time::Duration) {
+        tokio::time::sleep(within).await;
+    }
+
     /// Nothing to check: SQLite has no lease.
     async fn guard_write(&self, _: &mut sqlx::SqliteConnection) -> crate::Result<()> {
         Ok(())

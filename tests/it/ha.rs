@@ -25,12 +25,17 @@ struct Serve {
 impl Serve {
     /// Starts `ebb serve --standby --config config` on free ports.
     fn start(config: &std::path::Path) -> Self {
+        Self::start_on(config, "127.0.0.1:0")
+    }
+
+    /// [`Serve::start`] with STOMP on `stomp` (`host:port`).
+    fn start_on(config: &std::path::Path, stomp: &str) -> Self {
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
             .args([
                 "serve",
                 "--standby",
                 "--stomp",
-                "127.0.0.1:0",
+                stomp,
                 "--http",
                 "127.0.0.1:0",
             ])
@@ -189,6 +194,11 @@ async fn a_standby_takes_over_with_every_message(t: TestStore) {
     assert!(body.contains("\"standby\""), "{body}");
     let (status, body) = get(format!("http://{b_http}/healthz")).await;
     assert_eq!((status, body.contains("alive")), (200, true), "{body}");
+    let (_, metrics) = get(format!("http://{b_http}/metrics")).await;
+    assert!(
+        metrics.contains("ebb_ha_role{role=\"standby\"} 1"),
+        "{metrics}"
+    );
     assert!(
         !b.seen.iter().any(|l| l.contains("STOMP on")),
         "a standby listens for STOMP"
@@ -237,6 +247,24 @@ async fn a_standby_takes_over_with_every_message(t: TestStore) {
     let (status, body) = get(format!("http://{b_http}/readyz")).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""lock":"lease held""#), "{body}");
+    // The new active broker's metrics: its role, the takeover, its renewals.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let (_, metrics) = get(format!("http://{b_http}/metrics")).await;
+        if metrics.contains("ebb_ha_lease_renewals_total") || Instant::now() > deadline {
+            break metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for line in [
+        "ebb_ha_role{role=\"active\"} 1",
+        "ebb_ha_role{role=\"standby\"} 0",
+        "ebb_ha_takeovers_total 1",
+        "ebb_ha_lease_renewals_total",
+        "ebb_ha_lease_renew_seconds",
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
 
     let mut c = Client::connected(b_stomp, Some("ha-client")).await;
     let jobs = receive(&mut c, "/queue/ha.jobs", &[], 4).await;
@@ -294,8 +322,30 @@ async fn an_active_broker_cut_off_fences_itself_first(t: TestStore) {
     let schema = t.options.schema.as_deref();
     let mut a = Serve::start(&config(proxy.url(), schema, "cut-a"));
     let a_stomp = a.addr("STOMP on ").await;
-    let mut b = Serve::start(&config_of(&t, "cut-b"));
+    // The standby's port is known before it listens: the sender below tries it all
+    // the time.
+    let b_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut b = Serve::start_on(&config_of(&t, "cut-b"), &b_port.to_string());
     b.line("ebb: standby:").await;
+    // Receipted SENDs through both brokers the whole time, a new connection each.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let sender = tokio::spawn(async move {
+        let mut receipts: Vec<(bool, Instant)> = Vec::new();
+        let mut n = 0;
+        while !*stopped.borrow() {
+            for (to_a, addr) in [(true, a_stomp), (false, b_port)] {
+                n += 1;
+                if receipted(addr, &format!("both{n}")).await {
+                    receipts.push((to_a, Instant::now()));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        receipts
+    });
     let mut c = Client::connected(a_stomp, None).await;
     c.write(b"SEND\ndestination:/queue/ha.cut\npersistent:true\nreceipt:r\n\nbefore\0")
         .await;
@@ -322,12 +372,78 @@ async fn an_active_broker_cut_off_fences_itself_first(t: TestStore) {
         (fenced - cut).as_millis(),
         (took - cut).as_millis()
     );
+    // Until the new active broker has receipted some.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.send(true).unwrap();
+    let receipts = sender.await.unwrap();
+    let last_a = receipts.iter().filter(|r| r.0).map(|r| r.1).max();
+    let first_b = receipts.iter().filter(|r| !r.0).map(|r| r.1).min();
+    let first_b = first_b.expect("the new active broker receipted a SEND");
+    assert!(
+        last_a.is_none_or(|a| a < cut),
+        "the cut-off broker receipted a SEND after the cut"
+    );
+    assert!(
+        last_a.is_none_or(|a| a < first_b),
+        "both brokers receipted SENDs at the same time"
+    );
+    let sent_to_b = receipts.iter().filter(|r| !r.0).count();
     let mut c = Client::connected(b_stomp, None).await;
     let got = receive(&mut c, "/queue/ha.cut", &[], 1).await;
     assert_eq!(got, ["before"]);
     drop(c);
+    let mut c = Client::connected(b_stomp, None).await;
+    let both = receive(
+        &mut c,
+        "/queue/ha.both",
+        &[],
+        sent_to_b + receipts.iter().filter(|r| r.0).count(),
+    )
+    .await;
+    let distinct: std::collections::HashSet<&String> = both.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        both.len(),
+        "a receipted SEND was stored twice"
+    );
+    drop(c);
     b.child.start_kill().unwrap();
     let _ = b.child.wait().await;
+}
+
+/// One persistent SEND of `body` to `/queue/ha.both` on a new connection to `addr`:
+/// whether its RECEIPT came within 1 s (a broker that is not listening, refuses, or
+/// cannot store it answers none).
+async fn receipted(addr: std::net::SocketAddr, body: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let frames = format!(
+            "CONNECT\naccept-version:1.2\nhost:ebb\n\n\0\
+             SEND\ndestination:/queue/ha.both\npersistent:true\nreceipt:r\n\n{body}\0"
+        );
+        stream.write_all(frames.as_bytes()).await.ok()?;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            let n = stream.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            seen.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&seen);
+            if text.contains("RECEIPT\n") {
+                return Some(());
+            }
+            if text.contains("ERROR\n") {
+                return None;
+            }
+        }
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), attempt).await,
+        Ok(Some(()))
+    )
 }
 
 /// On SQLite a standby waits for the lock file and takes over when the active broker
