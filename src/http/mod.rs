@@ -553,12 +553,12 @@ async fn readyz(State(state): State<AppState>) -> Response {
             READY_STORE_TIMEOUT.as_millis()
         )),
     };
-    // With a lease (high availability): whether this broker still holds it.
+    // Whether this broker still holds the store's lock (or lease, with `[ha]`).
     let lock = match state.broker.lease_state() {
         None => Ok("held".to_string()),
-        Some(lease) => match &*lease.borrow() {
-            ebb_store::LeaseState::Held => Ok("lease held".to_string()),
-            ebb_store::LeaseState::Lost(why) => Err(format!("lease lost: {why}")),
+        Some(lock) => match &*lock.borrow() {
+            ebb_store::LeaseState::Held => Ok("held".to_string()),
+            ebb_store::LeaseState::Lost(why) => Err(format!("lost: {why}")),
         },
     };
     let ready = broker.is_ok() && listeners.is_ok() && store.is_ok() && lock.is_ok();

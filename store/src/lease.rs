@@ -169,6 +169,12 @@ impl LeaseSlot {
         }
     }
 
+    /// Drops a standby's listener (at close, on the runtime: dropping it later, out
+    /// of a runtime, would panic).
+    pub(crate) async fn drop_listener(&self) {
+        drop(self.listener.lock().await.take());
+    }
+
     /// The advisory lock was taken.
     pub(crate) fn advisory_taken(&self) {
         self.advisory_held
@@ -280,6 +286,9 @@ impl LeaseSlot {
             )));
         }
         tx.commit().await.map_err(&db)?;
+        // A standby's listener is of no use now; dropped here, on the runtime (its
+        // connection goes back to the pool through a task).
+        drop(self.listener.lock().await.take());
         let (state, _) = watch::channel(LeaseState::Held);
         let lease = Arc::new(Lease {
             options: options.clone(),

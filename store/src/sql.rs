@@ -1673,6 +1673,8 @@ macro_rules! impl_sql_store {
             }
 
             async fn close(&self) {
+                // A standby's listener holds a pooled connection.
+                self.lease.drop_listener().await;
                 self.pool.close().await;
                 if let Some(lock) = self.lock.lock().await.take() {
                     self.release_lock(lock).await;

@@ -423,7 +423,139 @@ def failover():
     stop(b)
 
 
+def connect_any(hosts, listener, headers=None, seconds=30):
+    """A connection to whichever broker of `hosts` is active, tried again until one
+    takes it (stomp.py walks the list; its transport may still be winding down the
+    last connection)."""
+    deadline = time.time() + seconds
+    while True:
+        conn = stomp.Connection12(hosts, heartbeats=(0, 0), reconnect_attempts_max=1)
+        conn.set_listener("", listener)
+        try:
+            conn.connect(wait=True, headers=headers or {})
+            return conn
+        except stomp.exception.StompException as e:
+            if time.time() > deadline:
+                fail(f"no broker took the client: {e!r}")
+            time.sleep(0.05)
+
+
+def failover_cycles():
+    """Twenty takeovers under load: the active broker is killed (SIGKILL), the
+    standby takes over, the dead one comes back as a standby, twenty times, while a
+    producer sends receipted persistent messages and a consumer acks what it gets,
+    both failing over with a host list. No receipted message may be lost, and no
+    message may be delivered again after its ack was receipted."""
+    ports = [free_port(), free_port()]
+    hosts = [("127.0.0.1", p) for p in ports]
+    procs = [start_on(ports[0])]
+    wait_until(lambda: any("STOMP on" in l for l in procs[0][1])) or fail("the first broker did not start")
+    procs.append(start_on(ports[1]))
+    wait_until(lambda: any("standby:" in l for l in procs[1][1])) or fail("the second is not a standby")
+    active = 0
+    running = True
+    receipted, unreceipted = set(), 0
+    delivered = []  # (body, time)
+    acked = {}  # body -> time its ack was receipted
+    lock = threading.Lock()
+
+    def produce():
+        nonlocal unreceipted
+        p = Collector()
+        conn = connect_any(hosts, p)
+        n = 0
+        while running:
+            n += 1
+            body = f"c{n}"
+            try:
+                conn.send("/queue/cycles", body, headers={"persistent": "true", "receipt": body})
+                if wait_until(lambda: body in p.receipts, 2):
+                    with lock:
+                        receipted.add(body)
+                    continue
+            except stomp.exception.StompException:
+                pass
+            unreceipted += 1
+            try:
+                conn.disconnect()
+            except Exception:
+                pass
+            p = Collector()
+            conn = connect_any(hosts, p)
+
+    def consume():
+        class Acker(Collector):
+            def __init__(self):
+                super().__init__()
+                self.conn = None
+                self.lost = False
+
+            def on_message(self, frame):
+                body = frame.body
+                with lock:
+                    delivered.append((body, time.time()))
+                try:
+                    self.conn.ack(frame.headers["ack"], receipt=f"ack-{body}")
+                except stomp.exception.StompException:
+                    pass
+
+            def on_receipt(self, frame):
+                super().on_receipt(frame)
+                rid = frame.headers["receipt-id"]
+                if rid.startswith("ack-"):
+                    with lock:
+                        acked.setdefault(rid[4:], time.time())
+
+            def on_disconnected(self):
+                self.lost = True
+
+        while running or len(receipted - {b for b, _ in delivered}) > 0:
+            a = Acker()
+            a.conn = connect_any(hosts, a)
+            a.conn.subscribe("/queue/cycles", id="1", ack="client-individual")
+            while not a.lost and (running or len(receipted - {b for b, _ in delivered}) > 0):
+                time.sleep(0.05)
+            if not a.lost:
+                bye(a.conn, a)
+                return
+
+    threads = [threading.Thread(target=produce, daemon=True), threading.Thread(target=consume, daemon=True)]
+    for t in threads:
+        t.start()
+    for cycle in range(20):
+        time.sleep(0.4)
+        proc, says = procs[active]
+        kill(proc)
+        other = 1 - active
+        took = time.time()
+        wait_until(lambda: any("taking over" in l for l in procs[other][1]), 30) or fail(f"cycle {cycle}: no takeover")
+        # The dead one comes back as the standby.
+        procs[active] = start_on(ports[active])
+        wait_until(lambda: any("standby:" in l for l in procs[active][1]), 30) or fail(f"cycle {cycle}: not a standby")
+        active = other
+    time.sleep(0.4)
+    running = False
+    threads[0].join(30)
+    threads[1].join(60)
+    with lock:
+        got = {b for b, _ in delivered}
+        lost = receipted - got
+        again = [b for b, at in delivered if b in acked and at > acked[b]]
+    print(f"failover_cycles: 20 takeovers, {len(receipted)} receipted, {unreceipted} not receipted, "
+          f"{len(delivered)} deliveries of {len(got)} messages, {len(acked)} acks receipted", flush=True)
+    if lost:
+        fail(f"{len(lost)} receipted messages lost, e.g. {sorted(lost)[:5]}")
+    if again:
+        fail(f"{len(again)} messages delivered again after their ack was receipted, e.g. {again[:5]}")
+    if len(receipted) < 100:
+        fail(f"only {len(receipted)} messages were receipted: the load did not run")
+    for proc, _ in procs:
+        if proc.poll() is None:
+            kill(proc)
+
+
 {
+    "failover_cycles": failover_cycles,
     "failover": failover,
     "tls": tls,
     "data_loss": data_loss,

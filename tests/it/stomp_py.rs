@@ -138,11 +138,20 @@ async fn failover(t: TestStore) {
     scenario_with(t, "failover", ha, &[]).await;
 }
 
+/// Twenty takeovers under load (kill, take over, the dead one back as a standby),
+/// clients failing over with a host list: no receipted message lost, none delivered
+/// again after its ack was receipted.
+async fn failover_cycles(t: TestStore) {
+    let ha = "\n[ha]\nmode = \"shared-store\"\nlease_ms = 1500\nrenew_ms = 250\n";
+    scenario_with(t, "failover_cycles", ha, &[]).await;
+}
+
 scenarios!(
     data_loss,
     crash_safety,
     acks_and_transactions,
     auth,
     tls,
-    failover
+    failover,
+    failover_cycles
 );
