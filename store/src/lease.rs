@@ -489,23 +489,38 @@ async fn renew_once(lease: &Lease, conn: &mut Option<PgConnection>) -> Result<bo
     Ok(renewed.is_some())
 }
 
-/// On the advisory lock's path: whether an unexpired lease names another broker (a
-/// broker with `[ha]` is active), read on `conn`: the text names it. A schema without
-/// the lease table (not migrated yet) has none.
+/// On the advisory lock's path, once the lock is taken: whether an unexpired lease
+/// names another broker (a broker with `[ha]` is active), read on `conn`; the text
+/// names it. A schema without the lease table (not migrated yet) has none.
+///
+/// The row is read `FOR UPDATE`: every write of a broker holds it share-locked until
+/// it ends, so this waits for the writes of a broker that just died (its lock's
+/// session ended before a `COMMIT` it had sent was done). The ids read after this
+/// (`reseed`) then count every row it committed; without the wait, the next broker
+/// could hand out an id such a late commit took (a duplicate key, found by
+/// `ebb chaos`). At most 10 s (`lock_timeout`), then an error.
 pub(crate) async fn held_by_other(
     conn: &mut PgConnection,
     prefix: &str,
 ) -> crate::Result<Option<String>> {
     let sql = LeaseSql::new(None, prefix);
-    match sqlx::query_as::<_, (String, i64)>(&sql.holder)
-        .fetch_optional(&mut *conn)
+    let db = |e| crate::error::db("read the lease")(e);
+    let mut tx = conn.begin().await.map_err(db)?;
+    sqlx::query("SELECT set_config('lock_timeout', '10s', true)")
+        .execute(&mut *tx)
         .await
-    {
-        Ok(Some((holder, left))) if left > 0 => Ok(Some(format!(
+        .map_err(db)?;
+    let read = sqlx::query_as::<_, (String, i64)>(&format!("{} FOR UPDATE", sql.holder))
+        .fetch_optional(&mut *tx)
+        .await;
+    let found = match read {
+        Ok(Some((holder, left))) if left > 0 => Some(format!(
             "its lease is held by {holder} for {left} ms more"
-        ))),
-        Ok(_) => Ok(None),
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(None),
-        Err(e) => Err(crate::error::db("read the lease")(e)),
-    }
+        )),
+        Ok(_) => None,
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => None,
+        Err(e) => return Err(db(e)),
+    };
+    tx.commit().await.map_err(db)?;
+    Ok(found)
 }
