@@ -514,9 +514,9 @@ pub(crate) async fn held_by_other(
         .fetch_optional(&mut *tx)
         .await;
     let found = match read {
-        Ok(Some((holder, left))) if left > 0 => Some(format!(
-            "its lease is held by {holder} for {left} ms more"
-        )),
+        Ok(Some((holder, left))) if left > 0 => {
+            Some(format!("its lease is held by {holder} for {left} ms more"))
+        }
         Ok(_) => None,
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => None,
         Err(e) => return Err(db(e)),

@@ -222,3 +222,45 @@ async fn a_write_stuck_in_its_transaction_does_not_block_a_takeover() {
     add(&*standby, "taken").await.unwrap();
     standby.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(ebb_test_postgres),
+    ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
+)]
+async fn the_next_broker_waits_for_a_dead_brokers_last_commit() {
+    use sqlx::Connection;
+    let t = TestStore::postgres();
+    let first = t.open().await;
+    first.lock_exclusive().await.unwrap();
+    add(&*first, "first").await.unwrap();
+    let late_id = first.last_assigned_id() + 1;
+    // The dead broker's last write: begun (the lock row share-locked, as each write
+    // does), its row inserted, its COMMIT not done yet when its lock's session ended.
+    let schema = t.options.schema.clone().unwrap();
+    let mut late = sqlx::PgConnection::connect(&t.url).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "BEGIN; SELECT 1 FROM \"{schema}\".ebb_lock WHERE name = 'broker' FOR SHARE; \
+         INSERT INTO \"{schema}\".ebb_msgs (id, container, msgid, msg) \
+         VALUES ({late_id}, 'queue://ha', 'late', '\\x00')"
+    ))
+    .execute(&mut late)
+    .await
+    .unwrap();
+    first.close().await;
+    // The next broker takes the lock only once that write has ended, and counts it.
+    let next = t.open().await;
+    let commit = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        sqlx::raw_sql("COMMIT").execute(&mut late).await.unwrap();
+    };
+    let (_, locked) = tokio::join!(commit, next.lock_exclusive());
+    locked.unwrap();
+    assert!(
+        next.last_assigned_id() >= late_id,
+        "the next broker's ids start below the late commit's {late_id}"
+    );
+    add(&*next, "next").await.unwrap();
+    assert_eq!(next.count_messages("queue://ha").await.unwrap(), 3);
+    next.close().await;
+}
