@@ -440,6 +440,9 @@ def connect_any(hosts, listener, headers=None, seconds=30):
             time.sleep(0.05)
 
 
+PER_CYCLE = 5  # receipts each broker gives before it is killed
+
+
 def failover_cycles():
     """Twenty takeovers under load: the active broker is killed (SIGKILL), the
     standby takes over, the dead one comes back as a standby, twenty times, while a
@@ -458,6 +461,7 @@ def failover_cycles():
     delivered = []  # (body, time)
     acked = {}  # body -> time its ack was receipted
     lock = threading.Lock()
+    produced = threading.Event()  # the producer has stopped: `receipted` is final
 
     def produce():
         nonlocal unreceipted
@@ -482,6 +486,7 @@ def failover_cycles():
                 pass
             p = Collector()
             conn = connect_any(hosts, p)
+        produced.set()
 
     def consume():
         class Acker(Collector):
@@ -509,11 +514,11 @@ def failover_cycles():
             def on_disconnected(self):
                 self.lost = True
 
-        while running or len(receipted - {b for b, _ in delivered}) > 0:
+        while not produced.is_set() or len(receipted - {b for b, _ in delivered}) > 0:
             a = Acker()
             a.conn = connect_any(hosts, a)
             a.conn.subscribe("/queue/cycles", id="1", ack="client-individual")
-            while not a.lost and (running or len(receipted - {b for b, _ in delivered}) > 0):
+            while not a.lost and (not produced.is_set() or len(receipted - {b for b, _ in delivered}) > 0):
                 time.sleep(0.05)
             if not a.lost:
                 bye(a.conn, a)
@@ -523,7 +528,12 @@ def failover_cycles():
     for t in threads:
         t.start()
     for cycle in range(20):
-        time.sleep(0.4)
+        # Every kill lands under load: the broker about to die has receipted
+        # messages of its own first (a slow machine gets the time it needs).
+        mark = len(receipted)
+        wait_until(lambda: len(receipted) >= mark + PER_CYCLE, 30) or fail(
+            f"cycle {cycle}: the active broker receipted {len(receipted) - mark} messages in 30 s")
+        time.sleep(0.2)
         proc, says = procs[active]
         kill(proc)
         other = 1 - active
@@ -547,7 +557,7 @@ def failover_cycles():
         fail(f"{len(lost)} receipted messages lost, e.g. {sorted(lost)[:5]}")
     if again:
         fail(f"{len(again)} messages delivered again after their ack was receipted, e.g. {again[:5]}")
-    if len(receipted) < 100:
+    if len(receipted) < 20 * PER_CYCLE:
         fail(f"only {len(receipted)} messages were receipted: the load did not run")
     for proc, _ in procs:
         if proc.poll() is None:
