@@ -440,6 +440,168 @@ def connect_any(hosts, listener, headers=None, seconds=30):
             time.sleep(0.05)
 
 
+def failover_during_sends():
+    """SIGKILL of the active broker in the middle of receipted sends to a topic with
+    two durable subscriptions, the clients failing over with a host list:
+    - "late" acked the first 10 messages and went offline before the sends;
+    - "live" stays subscribed, acks each message with a receipt, and fails over.
+    The producer sends each message again until it is receipted, as a client with
+    failover does. After the takeover "late" comes back at its mark: it receives
+    every message after it, each receipted-first-time one exactly once, and none of
+    the 10 it had acked; "live" misses none and gets none again after its ack was
+    receipted. It prints the time from the kill to the first RECEIPT from the
+    standby (benches/ha_takeover.py measures it by lease length)."""
+    ports = [free_port(), free_port()]
+    hosts = [("127.0.0.1", p) for p in ports]
+    a, a_says = start_on(ports[0])
+    wait_until(lambda: any("STOMP on" in l for l in a_says)) or fail("the first broker did not start")
+    b, b_says = start_on(ports[1])
+    wait_until(lambda: any("standby:" in l for l in b_says)) or fail("the second broker is not a standby")
+    topic = "/topic/fo.events"
+
+    # "late": a durable subscription that acks m0..m9 and goes offline.
+    late = Collector()
+    conn = connect_any(hosts, late, {"client-id": "fo-late"})
+    durable(conn, topic, "late", ack="client")
+    wait_until(lambda: "sub-late" in late.receipts) or fail("no receipt for the late SUBSCRIBE")
+    first = Collector()
+    sender = connect_any(hosts, first)
+    for n in range(10):
+        sender.send(topic, f"m{n}", headers={"persistent": "true", "receipt": f"m{n}"})
+    wait_until(lambda: len(late.messages) == 10) or fail(f"late got {len(late.messages)} of m0..m9")
+    conn.ack(late.messages[-1].headers["ack"], receipt="late-acked")  # "client": acks m0..m9
+    wait_until(lambda: "late-acked" in late.receipts) or fail("no receipt for late's ACK")
+    bye(conn, late)
+    bye(sender, first)
+
+    lock = threading.Lock()
+    receipts = {}  # body -> (attempts, time of its receipt, port that gave it)
+    live_got = []  # (body, time)
+    live_acked = {}  # body -> time its ack was receipted
+    produced = threading.Event()
+    killed_at = [None]
+
+    def produce():
+        p, port = Collector(), None
+        conn = connect_any(hosts, p)
+        for n in range(10, 410):
+            body, attempts = f"m{n}", 0
+            while True:
+                attempts += 1
+                rid = f"{body}.{attempts}"
+                try:
+                    port = conn.transport.current_host_and_port[1]
+                    conn.send(topic, body, headers={"persistent": "true", "receipt": rid})
+                    if wait_until(lambda: rid in p.receipts, 2):
+                        with lock:
+                            receipts[body] = (attempts, time.time(), port)
+                        break
+                except stomp.exception.StompException:
+                    pass
+                try:
+                    conn.disconnect()
+                except Exception:
+                    pass
+                p = Collector()
+                conn = connect_any(hosts, p)
+        bye(conn, p)
+        produced.set()
+
+    def live():
+        class Acker(Collector):
+            def __init__(self):
+                super().__init__()
+                self.conn, self.lost = None, False
+
+            def on_message(self, frame):
+                with lock:
+                    live_got.append((frame.body, time.time()))
+                try:
+                    self.conn.ack(frame.headers["ack"], receipt=f"ack-{frame.body}")
+                except stomp.exception.StompException:
+                    pass
+
+            def on_receipt(self, frame):
+                super().on_receipt(frame)
+                rid = frame.headers["receipt-id"]
+                if rid.startswith("ack-"):
+                    with lock:
+                        live_acked.setdefault(rid[4:], time.time())
+
+            def on_disconnected(self):
+                self.lost = True
+
+        def missing():
+            with lock:
+                return set(receipts) - {body for body, _ in live_got}
+
+        while True:
+            a = Acker()
+            a.conn = connect_any(hosts, a, {"client-id": "fo-live"})
+            durable(a.conn, topic, "live")
+            while not a.lost and (not produced.is_set() or missing()):
+                time.sleep(0.05)
+            if not a.lost:
+                bye(a.conn, a)
+                return
+
+    # "live" subscribes before the sends: it is a durable subscription from here on.
+    threads = [threading.Thread(target=live, daemon=True)]
+    threads[0].start()
+    wait_until(lambda: len(live_got) == 0 and threads[0].is_alive(), 5)
+    time.sleep(0.5)
+    threads.append(threading.Thread(target=produce, daemon=True))
+    threads[1].start()
+    wait_until(lambda: len(receipts) >= 100, 60) or fail(f"only {len(receipts)} sends receipted before the kill")
+    killed_at[0] = time.time()
+    kill(a)
+    wait_until(lambda: any("taking over" in l for l in b_says), 30) or fail("the standby did not take over")
+    threads[1].join(120)
+    produced.is_set() or fail(f"the producer did not finish: {len(receipts)} of 400 receipted")
+    threads[0].join(60)
+
+    with lock:
+        after = sorted(t for _, t, port in receipts.values() if port == ports[1])
+        retried = {body for body, (attempts, _, _) in receipts.items() if attempts > 1}
+        live_bodies = [body for body, _ in live_got]
+        # A send tried again may be stored twice (its first try was stored and the
+        # broker died before the RECEIPT): its second copy is another message.
+        live_again = [body for body, at in live_got
+                      if body in live_acked and at > live_acked[body] and body not in retried]
+    after or fail("no RECEIPT came from the standby")
+    lost_live = set(receipts) - set(live_bodies)
+    lost_live and fail(f"live: {len(lost_live)} receipted messages never delivered, e.g. {sorted(lost_live)[:5]}")
+    live_again and fail(f"live: {len(live_again)} delivered again after their ack was receipted, e.g. {live_again[:5]}")
+
+    # "late" comes back: m10.. exactly once (a retried send at least once), none of m0..m9.
+    late = Collector()
+    conn = connect_any(hosts, late, {"client-id": "fo-late"})
+    # A prefetch over the backlog, so it all comes without acks (durable default 100).
+    conn.subscribe(topic, id="late", ack="client-individual",
+                   headers={"activemq.subscriptionName": "late", "activemq.prefetchSize": "1000"})
+    wait_until(lambda: set(receipts) <= {m.body for m in late.messages}, 30)
+    time.sleep(0.5)  # anything more would come now
+    with late.lock:
+        bodies = [m.body for m in late.messages]
+    counts = {body: bodies.count(body) for body in set(bodies)}
+    early = sorted(body for body in counts if int(body[1:]) < 10)
+    early and fail(f"late: got {early[:5]} again, behind its mark")
+    missed = set(receipts) - set(counts)
+    missed and fail(f"late: {len(missed)} receipted messages missing, e.g. {sorted(missed)[:5]}")
+    twice = sorted(body for body, c in counts.items() if c > 1 and body not in retried)
+    twice and fail(f"late: {len(twice)} messages receipted at the first try came twice, e.g. {twice[:5]}")
+    unknown = set(counts) - set(receipts)
+    unknown and fail(f"late: got messages never sent: {sorted(unknown)[:5]}")
+    print(
+        f"failover_during_sends: {len(receipts)} receipted ({len(retried)} sent again), "
+        f"first RECEIPT from the standby {1000 * (after[0] - killed_at[0]):.0f} ms after the kill; "
+        f"late got {len(bodies)} after its mark, live {len(live_bodies)} deliveries",
+        flush=True,
+    )
+    bye(conn, late)
+    stop(b)
+
+
 PER_CYCLE = 5  # receipts each broker gives before it is killed
 
 
@@ -566,6 +728,7 @@ def failover_cycles():
 
 {
     "failover_cycles": failover_cycles,
+    "failover_during_sends": failover_during_sends,
     "failover": failover,
     "tls": tls,
     "data_loss": data_loss,

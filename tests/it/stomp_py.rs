@@ -96,6 +96,10 @@ async fn scenario_with(t: TestStore, name: &str, extra: &str, env: &[(&str, Stri
     let _ = std::fs::remove_dir_all(&dir);
     assert!(out.status.success(), "scenario {name} failed:\n{text}");
     assert!(text.contains(&format!("ok {name}")), "{text}");
+    // What the scenario measured ("name: ..."), for `--nocapture`.
+    for line in text.lines().filter(|l| l.starts_with(&format!("{name}:"))) {
+        println!("{line}");
+    }
 }
 
 async fn data_loss(t: TestStore) {
@@ -146,6 +150,14 @@ async fn failover_cycles(t: TestStore) {
     scenario_with(t, "failover_cycles", ha, &[]).await;
 }
 
+/// SIGKILL during receipted sends to a topic with two durable subscriptions: the
+/// one offline resumes at its mark, each receipted message exactly once; the one
+/// online fails over and misses nothing.
+async fn failover_during_sends(t: TestStore) {
+    let ha = "\n[ha]\nmode = \"shared-store\"\nlease_ms = 1500\nrenew_ms = 250\n";
+    scenario_with(t, "failover_during_sends", ha, &[]).await;
+}
+
 scenarios!(
     data_loss,
     crash_safety,
@@ -153,5 +165,6 @@ scenarios!(
     auth,
     tls,
     failover,
-    failover_cycles
+    failover_cycles,
+    failover_during_sends
 );
