@@ -74,6 +74,10 @@
 //! the run of expired messages directly after it, stopping at the first message that
 //! is not expired or belongs to a prepared transaction; per priority with prioritized
 //! messages. A message without TTL before expired ones keeps the mark where it is.
+//! A topic's expiry acks the expired messages behind such a message individually
+//! (kept above the mark, as any out-of-order ack), and deletes each one that every
+//! durable subscription is done with, by its mark or an individual ack, with those
+//! acks: a live message at the head does not keep the expired ones behind it stored.
 //!
 //! ## Expiry: bounded, chunked housekeeping (Qpid's QPID-7364)
 //!

@@ -429,6 +429,15 @@ impl StoreHandle {
         Ok(self.write(op).await?.removed()?)
     }
 
+    /// [`WriteOp::Reclaim`]: deletes those of the topic rows `ids` that every durable
+    /// subscription is done with; returns the deleted ids, ascending.
+    pub async fn reclaim(&self, container: String, ids: Vec<i64>) -> Result<Vec<i64>, ActorError> {
+        Ok(self
+            .write(WriteOp::Reclaim { container, ids })
+            .await?
+            .removed()?)
+    }
+
     /// [`WriteOp::DeadLetter`]: moves row `id` of `container` to `message` (normally
     /// on a dead-letter queue); returns the copy's new id, or `None` when the row was
     /// already gone and nothing was added.

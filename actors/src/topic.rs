@@ -30,9 +30,20 @@
 //!
 //! **Expiry.** Every `expire_messages_period` ms the timer starts an expiry run unless
 //! one is running, the topic has never seen a message with an expiration (and its
-//! store holds none), or no durable subscription is offline. A page is one bounded
-//! `recover_expired` (at most `max_expire_page_size` rows) for the offline durable
-//! subscriptions, whose runs are then acked through the store actor. A full page sends
+//! store holds none), or no durable subscription is offline. A page reads at most
+//! `max_expire_page_size` expired messages in `(expiration, id)` order, after where the
+//! page before stopped (`read_expired_after`, one range of the expiration index), and
+//! acks them for every offline durable subscription, in one commit of the store actor.
+//! The store moves a mark over the run of done messages directly after it and keeps
+//! the others as individual acks, so a mark never passes a live message (the fix for
+//! ActiveMQ's JDBC store, where expiring M2 moved `LAST_ACKED_ID` past a live M1), and
+//! an expired message behind a live one is found too (as ActiveMQ's KahaDB does with
+//! its per-message acks). Then the page's messages that every durable subscription is
+//! done with are deleted (`WriteOp::Reclaim`), with their individual acks: a message
+//! without a TTL at the head does not keep the expired ones behind it in the store.
+//! Each subscription counts a message once: an ack of one already done counts 0. A
+//! run starts again from the first expired message; rows still stored then are those
+//! an online subscription has yet to take. A full page sends
 //! the next page to the topic's own mailbox at once (`ctx.notify`), behind the
 //! publishes, acks and dispatch already waiting; a short page ends the run until the
 //! next tick. Every page holds a permit of the shared [`HousekeepingBudget`].
@@ -92,6 +103,30 @@ pub struct TopicActor {
     wildcard_durables: Vec<(SubscriptionKey, Option<String>)>,
     /// Shutdown closed its consumers ([`CloseConsumers`]): it takes no new ones.
     closing: bool,
+    /// Where the expiry run under way goes on: `(expiration, id)` of the last message
+    /// its last page read.
+    expiry_after: (i64, i64),
+}
+
+/// Before every expired message in `(expiration, id)` order (every expiration is above
+/// 0): where an expiry run starts.
+const FIRST_EXPIRED: (i64, i64) = (0, i64::MAX);
+
+/// What one expiry page did.
+#[derive(Debug, Default)]
+struct ExpiryPageDone {
+    /// Expired messages it read (at most `max_expire_page_size`).
+    rows: u64,
+    /// Whether the page was full: more may wait.
+    more: bool,
+    /// `(expiration, id)` of its last message.
+    next: (i64, i64),
+    /// Messages newly expired, summed over subscriptions (a message expired for 100
+    /// subscriptions counts 100).
+    newly: u64,
+    /// Messages deleted: every subscription was done with them.
+    reclaimed: u64,
+    ticket: Option<u64>,
 }
 
 /// The consumer a durable subscription is attached to: its prefetch, where its
@@ -130,6 +165,7 @@ impl TopicActor {
             stats: TopicStats::default(),
             wildcard_durables: Vec::new(),
             closing: false,
+            expiry_after: FIRST_EXPIRED,
         }
     }
 
@@ -350,6 +386,7 @@ impl TopicActor {
             })
             .collect();
         if subscriptions.is_empty() {
+            self.expiry_after = FIRST_EXPIRED;
             destination::end_run(self, ctx);
             return;
         }
@@ -359,42 +396,77 @@ impl TopicActor {
         let (store, budget) = (self.core.store.clone(), self.core.budget.clone());
         let container = self.core.container.clone();
         let limit = self.core.policy.max_expire_page_size.max(1);
+        let after = self.expiry_after;
         let fut = async move {
             let Some(permit) = budget.acquire().await else {
-                return Ok((0, 0, false, None));
+                return Ok(ExpiryPageDone::default());
             };
             let page = store
                 .store()
-                .recover_expired(&container, &subscriptions, now_ms(), limit)
+                .read_expired_after(&container, now_ms(), after, limit)
                 .await?;
-            let mut newly = 0;
-            for (key, messages) in page.by_subscription {
+            let mut done = ExpiryPageDone {
+                rows: page.len() as u64,
+                more: page.len() >= limit as usize,
+                next: page.last().map_or(after, |m| (m.expiration, m.id)),
+                ticket: Some(permit.ticket),
+                ..Default::default()
+            };
+            if page.is_empty() {
+                return Ok(done);
+            }
+            // Every expired message is done for every subscription expiry works for.
+            // The store moves a mark over the run directly after it and keeps the rest
+            // as individual acks: a mark never passes a live message.
+            let mut acks = Vec::new();
+            for key in subscriptions {
                 // A selector's subscription: messages it does not match are not its
                 // own, so they are acked (its mark moves) but not counted as expired.
                 let (mine, others): (Vec<_>, Vec<_>) = match selectors.get(&key) {
-                    Some(selector) => messages
+                    Some(selector) => page
                         .iter()
                         .partition(|m| selector.matches(&TopicMessage::from_stored(m))),
-                    None => (messages.iter().collect(), Vec::new()),
+                    None => (page.iter().collect(), Vec::new()),
                 };
+                let id_priority = |ms: Vec<&Arc<ebb_store::StoredMessage>>| {
+                    ms.iter().map(|m| (m.id, m.priority)).collect::<Vec<_>>()
+                };
+                let (mine, others) = (id_priority(mine), id_priority(others));
                 if !others.is_empty() {
-                    let acks = others.iter().map(|m| (m.id, m.priority)).collect();
-                    store.ack(container.clone(), key.clone(), acks).await?;
+                    acks.push((false, store.ack(container.clone(), key.clone(), others)));
                 }
-                let acks = mine.iter().map(|m| (m.id, m.priority)).collect();
-                newly += store.ack(container.clone(), key, acks).await?;
+                acks.push((true, store.ack(container.clone(), key, mine)));
             }
-            Ok::<_, ActorError>((page.rows as u64, newly, page.more, Some(permit.ticket)))
+            // Sent together, so the store actor commits them in one transaction.
+            let (counted, futures): (Vec<bool>, Vec<_>) = acks.into_iter().unzip();
+            let newly = futures::future::try_join_all(futures).await?;
+            done.newly = counted
+                .iter()
+                .zip(newly)
+                .filter(|(counted, _)| **counted)
+                .map(|(_, n)| n)
+                .sum();
+            // Then the messages nobody needs any more go, wherever they sit.
+            let ids = page.iter().map(|m| m.id).collect();
+            done.reclaimed = store.reclaim(container.clone(), ids).await?.len() as u64;
+            Ok::<_, ActorError>(done)
         };
         ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
-            Ok((rows, newly, more, ticket)) => {
-                act.core.counters.expired += newly;
-                if newly > 0 {
+            Ok(done) => {
+                act.core.counters.expired += done.newly;
+                act.stats.cleaned_up += done.reclaimed;
+                // The next page goes on from this one; a run that ended starts again
+                // from the first expired message next time.
+                act.expiry_after = if done.more { done.next } else { FIRST_EXPIRED };
+                if done.newly > done.reclaimed {
                     act.core.schedule.need_cleanup();
                 }
-                destination::page_finished(act, ctx, rows, ticket, more);
+                destination::page_finished(act, ctx, done.rows, done.ticket, done.more);
             }
-            Err(e) => destination::page_failed(act, ctx, &e),
+            Err(e) => {
+                act.expiry_after = FIRST_EXPIRED;
+                destination::page_failed(act, ctx, &e)
+            }
         }));
     }
 

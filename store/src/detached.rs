@@ -187,6 +187,20 @@ impl MessageStore for Detached {
         .await
     }
 
+    async fn read_expired_after(
+        &self,
+        container: &str,
+        now_ms: i64,
+        after: (i64, i64),
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>> {
+        let container = container.to_string();
+        detached(&self.0, |s| async move {
+            s.read_expired_after(&container, now_ms, after, limit).await
+        })
+        .await
+    }
+
     async fn has_expiring(&self, container: &str) -> Result<bool> {
         let container = container.to_string();
         detached(&self.0, |s| async move { s.has_expiring(&container).await }).await

@@ -33,7 +33,10 @@
 //! 2. **A high-water mark never passes an un-acked message, and never moves back.**
 //!    Expiry returns only the run of expired messages directly after a subscription's
 //!    mark ([`MessageStore::recover_expired`]), the fix for ActiveMQ's JDBC store, where
-//!    acking an expired message moved `LAST_ACKED_ID` past live ones.
+//!    acking an expired message moved `LAST_ACKED_ID` past live ones. Expired messages
+//!    further on ([`MessageStore::read_expired_after`]) are acked individually
+//!    ([`WriteOp::Ack`] keeps them above the mark) and deleted once every subscription
+//!    is done with them ([`WriteOp::Reclaim`]).
 //! 3. **The reads a drain runs per page are index ranges whatever the statistics.**
 //!    `read_pending`, `browse`, `read_expired` and the writes' mark advance, cleanup
 //!    and queue expiry are each a range of one index in the order it gives, with no
@@ -426,6 +429,23 @@ pub trait MessageStore: Send + Sync + 'static {
         &self,
         container: &str,
         now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>>;
+
+    /// Up to `limit` messages of `container` expired at `now_ms` (epoch ms) and not
+    /// prepared that come after `after` in `(expiration, id)` order: a topic's expiry
+    /// pages through its expired messages with it, wherever they sit behind live ones,
+    /// passing `(expiration, id)` of the last message of the page before (`(0,
+    /// i64::MAX)` for the first page: every expiration is above 0). Two ranges of the
+    /// `(container, expiration, id)` index, whatever the backlog; counted in
+    /// [`ReadStats`].
+    ///
+    /// Errors: [`StoreError::Database`], [`StoreError::Corrupt`], [`StoreError::Closed`].
+    async fn read_expired_after(
+        &self,
+        container: &str,
+        now_ms: i64,
+        after: (i64, i64),
         limit: u32,
     ) -> Result<Vec<Arc<StoredMessage>>>;
 

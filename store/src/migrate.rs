@@ -44,6 +44,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         "redeliveries",
         include_str!("../migrations/sqlite/0007_redeliveries.sql"),
     ),
+    (
+        8,
+        "indacks_by_message",
+        include_str!("../migrations/sqlite/0008_indacks_by_message.sql"),
+    ),
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -82,6 +87,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "redeliveries",
         include_str!("../migrations/postgres/0007_redeliveries.sql"),
     ),
+    (
+        8,
+        "indacks_by_message",
+        include_str!("../migrations/postgres/0008_indacks_by_message.sql"),
+    ),
 ];
 
 /// The version table's DDL (same on both backends).
@@ -116,7 +126,10 @@ mod tests {
         for (_, _, sql) in super::SQLITE.iter().chain(super::POSTGRES) {
             // Every table name carries the prefix.
             assert!(
-                sql.contains("{p}msgs") || sql.contains("{p}acks") || sql.contains("{p}lock"),
+                sql.contains("{p}msgs")
+                    || sql.contains("{p}acks")
+                    || sql.contains("{p}indacks")
+                    || sql.contains("{p}lock"),
                 "{sql}"
             );
             assert!(!sql.contains(" ebb_"), "{sql}");

@@ -206,6 +206,17 @@ pub enum WriteOp {
         now_ms: i64,
         limit: u32,
     },
+    /// Topic expiry: delete those of the rows `ids` of `container` that every durable
+    /// subscription of the container is done with: at or below the mark of the row's
+    /// priority, or acked individually (a message acked by expiry behind a live one,
+    /// whose mark cannot pass it: ActiveMQ's KahaDB reclaims such messages through its
+    /// per-message acks too). Prepared rows, and rows some subscription still needs, are
+    /// left alone; the individual acks of the deleted rows go with them. A container
+    /// without durable subscriptions loses every row of `ids`. The outcome is
+    /// [`WriteOutcome::Removed`] with the deleted ids. Bound: as [`WriteOp::Remove`],
+    /// statements of at most 512 ids, each row one probe of the subscriptions' marks
+    /// and individual acks.
+    Reclaim { container: String, ids: Vec<i64> },
     /// Move one message to a dead-letter queue in one transaction: delete row `id` of
     /// `container` (unless it is prepared) and, only if it was deleted, add `message`
     /// under a new id, higher than every id assigned before, as [`WriteOp::Add`] does.
@@ -242,7 +253,7 @@ pub enum WriteOutcome {
     /// How many messages a rollback, cleanup or queue remove deleted.
     Deleted(u64),
     /// The ids a queue expiry page ([`WriteOp::ExpireQueue`]) deleted, ascending; at
-    /// most its `limit`.
+    /// most its `limit`. Also the ids [`WriteOp::Reclaim`] deleted, ascending.
     Removed(Vec<i64>),
     /// The dead-lettered message's new id ([`WriteOp::DeadLetter`]), or `None` when the
     /// source row was already gone and nothing was added.

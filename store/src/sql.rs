@@ -771,6 +771,9 @@ macro_rules! impl_sql_store {
                         self.expire_queue(conn, &container, now_ms, limit, bytes)
                             .await?,
                     ),
+                    WriteOp::Reclaim { container, ids } => {
+                        WriteOutcome::Removed(self.reclaim(conn, &container, &ids, bytes).await?)
+                    }
                     WriteOp::DeadLetter {
                         container,
                         id,
@@ -877,12 +880,19 @@ macro_rules! impl_sql_store {
                         .advance_mark(conn, container, key, row, mark, &mut acking)
                         .await?;
                     newly_acked += passed;
-                    for id in acking {
-                        newly_acked += Self::for_row(&self.sql.insert_indack, container, key, row)
-                            .bind(id)
+                    let acking: Vec<i64> = acking.into_iter().collect();
+                    let largest = $crate::statements::REMOVE_SIZES.len() - 1;
+                    for chunk in acking.chunks($crate::statements::REMOVE_SIZES[largest]) {
+                        let (k, bound) = $crate::sql::padded(chunk);
+                        let mut query =
+                            Self::for_row(&self.sql.insert_indacks[k], container, key, row);
+                        for id in bound {
+                            query = query.bind(id);
+                        }
+                        newly_acked += query
                             .execute(&mut *conn)
                             .await
-                            .map_err($crate::error::db("record ack"))?
+                            .map_err($crate::error::db("record acks"))?
                             .rows_affected();
                     }
                 }
@@ -1101,6 +1111,49 @@ macro_rules! impl_sql_store {
                     count += $crate::sql::deleted(lengths, bytes);
                 }
                 Ok(count)
+            }
+
+            /// [`WriteOp::Reclaim`](crate::WriteOp::Reclaim): returns the deleted ids,
+            /// ascending.
+            async fn reclaim(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                ids: &[i64],
+                bytes: &mut i64,
+            ) -> $crate::Result<Vec<i64>> {
+                use $crate::statements::REMOVE_SIZES;
+                let largest = REMOVE_SIZES[REMOVE_SIZES.len() - 1];
+                let mut gone = Vec::new();
+                for chunk in ids.chunks(largest) {
+                    let (k, bound) = $crate::sql::padded(chunk);
+                    let mut query = sqlx::query_as(&self.sql.reclaim[k]).bind(container);
+                    for id in bound {
+                        query = query.bind(id);
+                    }
+                    let rows: Vec<(i64, i64)> = query
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("reclaim expired messages"))?;
+                    let (deleted, lengths): (Vec<i64>, Vec<i64>) = rows.into_iter().unzip();
+                    $crate::sql::deleted(lengths, bytes);
+                    if deleted.is_empty() {
+                        continue;
+                    }
+                    let (k, bound) = $crate::sql::padded(&deleted);
+                    let mut query =
+                        sqlx::query(&self.sql.delete_message_indacks[k]).bind(container);
+                    for id in bound {
+                        query = query.bind(id);
+                    }
+                    query
+                        .execute(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("drop individual acks"))?;
+                    gone.extend(deleted);
+                }
+                gone.sort_unstable();
+                Ok(gone)
             }
 
             /// [`WriteOp::ExpireQueue`](crate::WriteOp::ExpireQueue): returns the
@@ -1578,6 +1631,43 @@ macro_rules! impl_sql_store {
                     .fetch_all(&mut *tx)
                     .await
                     .map_err($crate::error::db("read expired"))?;
+                tx.commit().await.map_err($crate::error::db("read expired"))?;
+                $crate::sql::decode_messages(container, rows, &self.stats)
+            }
+
+            async fn read_expired_after(
+                &self,
+                container: &str,
+                now_ms: i64,
+                after: (i64, i64),
+                limit: u32,
+            ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
+                let mut tx = self.begin_read("read expired").await?;
+                // The rest of `after`'s expiration, then the later ones: two ranges of
+                // the expiration index, each in its order, together `limit` rows.
+                let mut rows: Vec<$crate::sql::MessageRow> =
+                    sqlx::query_as(&self.sql.read_expired_after[0])
+                        .bind(container)
+                        .bind(now_ms)
+                        .bind(i64::from(limit))
+                        .bind(after.0)
+                        .bind(after.1)
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err($crate::error::db("read expired"))?;
+                let left = i64::from(limit) - rows.len() as i64;
+                if left > 0 {
+                    let later: Vec<$crate::sql::MessageRow> =
+                        sqlx::query_as(&self.sql.read_expired_after[1])
+                            .bind(container)
+                            .bind(now_ms)
+                            .bind(left)
+                            .bind(after.0)
+                            .fetch_all(&mut *tx)
+                            .await
+                            .map_err($crate::error::db("read expired"))?;
+                    rows.extend(later);
+                }
                 tx.commit().await.map_err($crate::error::db("read expired"))?;
                 $crate::sql::decode_messages(container, rows, &self.stats)
             }

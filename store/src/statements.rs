@@ -44,7 +44,12 @@ pub(crate) struct Statements {
     pub delete_subscription_indacks: String,
     /// keyset page of subscription rows: `(client_id, sub_name) > ($2, $3)`, `LIMIT $4`
     pub list_subscription_rows: String,
-    pub insert_indack: String,
+    /// individual acks of sub-row `($2, $3, $4)` (client id, subscription name, mark
+    /// row) for the messages `$5..` of container `$1` that are stored (an ack of a
+    /// message already gone is not kept), one text per [`REMOVE_SIZES`] entry; an ack
+    /// kept before is left as it is (`ON CONFLICT DO NOTHING`), so the rows inserted
+    /// are the messages newly acked
+    pub insert_indacks: [String; 4],
     /// window of `(id, individually acked? 0/1)` after `$5`, `LIMIT $6` (binds: `$1`
     /// container, `$2` client id, `$3` subscription name, `$4` mark row); two variants
     /// (`[0]` one mark for all priorities, `[1]` per priority) so each uses its index
@@ -66,6 +71,14 @@ pub(crate) struct Statements {
     /// queue ack: delete rows `$2..` of container `$1` that are not prepared, one text
     /// per [`REMOVE_SIZES`] entry; returns each deleted row's `msg` length
     pub remove: [String; 4],
+    /// topic expiry: delete rows `$2..` of container `$1` (not prepared) that every
+    /// durable subscription of the container is done with (at or below the mark of the
+    /// row's priority, or acked individually); one text per [`REMOVE_SIZES`] entry;
+    /// returns `(id, msg length)` of each deleted row
+    pub reclaim: [String; 4],
+    /// the individual acks of messages `$2..` of container `$1` (every subscription),
+    /// by `indacks_midx`; one text per [`REMOVE_SIZES`] entry
+    pub delete_message_indacks: [String; 4],
     /// a queue message's failed deliveries: row `$2` of container `$1` (not prepared)
     /// gets count `$3`
     pub redelivered: String,
@@ -78,6 +91,11 @@ pub(crate) struct Statements {
     pub expire_queue: String,
     /// the first `$3` expired rows (at `$2`) by `(expiration, id)`, with their bodies
     pub read_expired: String,
+    /// the same after the position `(expiration, id)` in that order, two statements,
+    /// each one range of `msgs_eidx` in its order, `LIMIT $3`: `[0]` the rest of
+    /// expiration `$4` after id `$5`, `[1]` the expirations after `$4` (`$4 >= 0`, so
+    /// never 0: no expiration) up to `$2`
+    pub read_expired_after: [String; 2],
     /// the `msg` bytes of the whole table: one aggregate row, read at open
     pub stored_bytes: String,
     /// the pending messages of a subscription with one mark for every priority:
@@ -358,14 +376,40 @@ impl Statements {
                 r.from, r.range, r.order
             )
         };
-        let remove = |size: usize| {
-            let ids = (2..size + 2)
+        // `$2, $3, ..`: the id list of a statement of `size` ids.
+        let ids_from_2 = |size: usize| {
+            (2..size + 2)
                 .map(|n| format!("${n}"))
                 .collect::<Vec<_>>()
-                .join(", ");
+                .join(", ")
+        };
+        let remove = |size: usize| {
             format!(
-                "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND id IN ({ids}) \
-                 RETURNING {MSG_LENGTH}"
+                "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND id IN ({}) \
+                 RETURNING {MSG_LENGTH}",
+                ids_from_2(size)
+            )
+        };
+        // A row is still needed by a subscription row whose mark is below it (of its
+        // priority, or -1 for all) and that has no individual ack of it: one probe of
+        // the `indacks` primary key per (row, subscription row) pair.
+        let reclaim = |size: usize| {
+            format!(
+                "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND id IN ({}) \
+                 AND NOT EXISTS (SELECT 1 FROM {p}acks a WHERE a.container = $1 \
+                   AND (a.priority < 0 OR a.priority = {p}msgs.priority) \
+                   AND a.last_acked_id < {p}msgs.id \
+                   AND NOT EXISTS (SELECT 1 FROM {p}indacks i WHERE i.container = $1 \
+                     AND i.client_id = a.client_id AND i.sub_name = a.sub_name \
+                     AND i.priority = a.priority AND i.msg_id = {p}msgs.id)) \
+                 RETURNING id, {MSG_LENGTH}",
+                ids_from_2(size)
+            )
+        };
+        let delete_message_indacks = |size: usize| {
+            format!(
+                "DELETE FROM {p}indacks WHERE container = $1 AND msg_id IN ({})",
+                ids_from_2(size)
             )
         };
         let expired = "m.container = $1 AND m.expiration > 0 AND m.expiration <= $2 \
@@ -403,12 +447,18 @@ impl Statements {
                  WHERE container = $1 AND (client_id > $2 OR (client_id = $2 AND sub_name > $3)) \
                  ORDER BY client_id, sub_name, priority LIMIT $4"
             ),
-            insert_indack: format!(
-                "INSERT INTO {p}indacks (container, client_id, sub_name, priority, msg_id) \
-                 SELECT $1, $2, $3, $4, $5 WHERE EXISTS \
-                   (SELECT 1 FROM {p}msgs WHERE id = $5 AND container = $1) \
-                 ON CONFLICT DO NOTHING"
-            ),
+            insert_indacks: REMOVE_SIZES.map(|size| {
+                let ids = (5..size + 5)
+                    .map(|n| format!("${n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!(
+                    "INSERT INTO {p}indacks (container, client_id, sub_name, priority, msg_id) \
+                     SELECT $1, $2, $3, $4, m.id FROM {p}msgs m \
+                     WHERE m.container = $1 AND m.id IN ({ids}) \
+                     ON CONFLICT DO NOTHING"
+                )
+            }),
             advance_window: [
                 advance(range("$1", None, Bound::After("$5"))),
                 advance(range("$1", Some("$4"), Bound::After("$5"))),
@@ -456,6 +506,45 @@ impl Statements {
                  RETURNING id, {MSG_LENGTH}"
             ),
             read_expired: format!("SELECT {MESSAGE_COLUMNS} FROM {by_expiration} WHERE {expired}"),
+            read_expired_after: match backend {
+                // Row comparisons on the index's columns, ordered by them: only
+                // `msgs_eidx` serves them as one range (see the notes above).
+                Backend::Postgres => [
+                    format!(
+                        "SELECT {MESSAGE_COLUMNS} FROM {p}msgs m \
+                         WHERE (m.container, m.expiration, m.id) > ($1, $4, $5) \
+                           AND (m.container, m.expiration, m.id) <= ($1, $4, {MAX_ID}) \
+                           AND m.xid IS NULL AND $2 > 0 \
+                         ORDER BY m.container, m.expiration, m.id LIMIT $3"
+                    ),
+                    format!(
+                        "SELECT {MESSAGE_COLUMNS} FROM {p}msgs m \
+                         WHERE (m.container, m.expiration, m.id) > ($1, $4, {MAX_ID}) \
+                           AND (m.container, m.expiration, m.id) <= ($1, $2, {MAX_ID}) \
+                           AND m.xid IS NULL \
+                         ORDER BY m.container, m.expiration, m.id LIMIT $3"
+                    ),
+                ],
+                // `$4` is a position a page before reached (expired then), or 0 with
+                // `$5` the largest id (nothing): the tie's range is the equality and
+                // the id (`$2` stays bound, unused).
+                Backend::Sqlite => [
+                    format!(
+                        "SELECT {MESSAGE_COLUMNS} FROM {by_expiration} \
+                         WHERE m.container = $1 AND m.expiration = $4 AND m.id > $5 \
+                           AND m.xid IS NULL AND $2 > 0 \
+                         ORDER BY m.expiration, m.id LIMIT $3"
+                    ),
+                    format!(
+                        "SELECT {MESSAGE_COLUMNS} FROM {by_expiration} \
+                         WHERE m.container = $1 AND m.expiration > $4 \
+                           AND m.expiration <= $2 AND m.xid IS NULL \
+                         ORDER BY m.expiration, m.id LIMIT $3"
+                    ),
+                ],
+            },
+            reclaim: REMOVE_SIZES.map(reclaim),
+            delete_message_indacks: REMOVE_SIZES.map(delete_message_indacks),
             stored_bytes: format!(
                 "SELECT CAST(COALESCE(SUM(length(msg)), 0) AS BIGINT) FROM {p}msgs"
             ),
@@ -673,6 +762,8 @@ mod tests {
             &s.delete_prepared_prefix,
             &s.expire_queue,
             &s.read_expired,
+            &s.read_expired_after[0],
+            &s.read_expired_after[1],
             &s.subscription_containers,
             &s.next_container,
             &s.subscriptions_between,
@@ -693,6 +784,10 @@ mod tests {
         assert!(s.redelivered.ends_with("AND id = $2 AND xid IS NULL"));
         // A remove is bounded by its id list; the largest list has 512 ids, $2..=$513.
         assert!(s.remove[3].contains("$513)") && !s.remove[3].contains("$514"));
+        assert!(s.insert_indacks[3].contains("$516)") && !s.insert_indacks[3].contains("$517"));
+        for texts in [&s.reclaim, &s.delete_message_indacks] {
+            assert!(texts[3].contains("$513)") && !texts[3].contains("$514"));
+        }
         assert!(s.remove[0].ends_with("id IN ($2) RETURNING CAST(length(msg) AS BIGINT)"));
         assert!(s
             .expired_in_ranges(&[(None, 1, Some(5)), (Some(3), 0, None)])

@@ -432,12 +432,21 @@ def connect_any(hosts, listener, headers=None, seconds=30):
         conn = stomp.Connection12(hosts, heartbeats=(0, 0), reconnect_attempts_max=1)
         conn.set_listener("", listener)
         try:
-            conn.connect(wait=True, headers=headers or {})
-            return conn
-        except stomp.exception.StompException as e:
-            if time.time() > deadline:
-                fail(f"no broker took the client: {e!r}")
-            time.sleep(0.05)
+            # Not `wait=True`, which waits with no limit: a broker killed between
+            # accepting the socket and its CONNECTED can leave it waiting.
+            conn.connect(wait=False, headers=headers or {})
+            if wait_until(conn.is_connected, 5):
+                return conn
+            e = "no CONNECTED within 5 s"
+        except (stomp.exception.StompException, OSError) as err:
+            e = repr(err)
+        try:
+            conn.disconnect()
+        except Exception:
+            pass
+        if time.time() > deadline:
+            fail(f"no broker took the client: {e}")
+        time.sleep(0.05)
 
 
 def failover_during_sends():
@@ -624,6 +633,7 @@ def failover_cycles():
     acked = {}  # body -> time its ack was receipted
     lock = threading.Lock()
     produced = threading.Event()  # the producer has stopped: `receipted` is final
+    errors = []  # what the producer's sends raised, for a failure message
 
     def produce():
         nonlocal unreceipted
@@ -639,8 +649,8 @@ def failover_cycles():
                     with lock:
                         receipted.add(body)
                     continue
-            except stomp.exception.StompException:
-                pass
+            except Exception as e:  # the socket of a killed broker: try the other
+                errors.append(repr(e))
             unreceipted += 1
             try:
                 conn.disconnect()
@@ -694,7 +704,8 @@ def failover_cycles():
         # messages of its own first (a slow machine gets the time it needs).
         mark = len(receipted)
         wait_until(lambda: len(receipted) >= mark + PER_CYCLE, 30) or fail(
-            f"cycle {cycle}: the active broker receipted {len(receipted) - mark} messages in 30 s")
+            f"cycle {cycle}: the active broker receipted {len(receipted) - mark} messages in 30 s "
+            f"(producer alive: {threads[0].is_alive()}, its last error: {errors[-1:]})")
         time.sleep(0.2)
         proc, says = procs[active]
         kill(proc)

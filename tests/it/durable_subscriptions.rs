@@ -194,6 +194,58 @@ async fn expiry_applies_to_every_durable_subscription(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// EXP-01 at scale (issue 17): one topic, 100 offline durable subscriptions, a message
+/// without TTL at the head and 2,000 expired ones behind it, each stored once. Every
+/// expired message is expired for all 100 (counted 200,000 times, never twice for one),
+/// in pages of at most 400 messages whatever the number of subscriptions; the rows go
+/// once the last subscription has let them go, their individual acks with them; the
+/// live message stays for all 100 and their marks stay before it.
+async fn expiry_for_a_hundred_subscriptions(t: TestStore) {
+    let topic = "topic://hundred";
+    let names: Vec<String> = (0..100).map(|n| format!("s{n}")).collect();
+    {
+        let store = t.open().await;
+        for name in &names {
+            subscribe_durable(&*store, topic, "c", name).await;
+        }
+        fill(&*store, topic, 1, 0).await;
+        fill(&*store, topic, 2_000, EXPIRED).await;
+        assert_eq!(
+            store.count_messages(topic).await.unwrap(),
+            2_001,
+            "stored once"
+        );
+        store.close().await;
+    }
+    let b = broker(&t, policy(100, 400), 2).await;
+    wait_for(&b, "hundred", |s| s.expired >= 200_000).await;
+    wait_rows(&b, topic, 1).await;
+    // The expired rows are gone: no later page can count them again.
+    let stats = b.topic_stats(topic).await.unwrap();
+    assert_eq!(
+        stats.expired, 200_000,
+        "2,000 messages × 100 subscriptions, once each"
+    );
+    assert!(stats.max_expiry_page_rows <= 400, "{stats:?}");
+    assert_eq!(b.store().count_individual_acks(topic).await.unwrap(), 0);
+    let live = b.store().browse(topic, 0, 10).await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].expiration, 0, "the message without TTL stays");
+    for name in &names {
+        let sub = b
+            .store()
+            .find_subscription(topic, &ebb_store::SubscriptionKey::new("c", name))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            sub.marks.iter().all(|(_, m)| *m < live[0].id),
+            "{name}: {sub:?}"
+        );
+    }
+    b.shutdown().await.unwrap();
+}
+
 /// Two subscriptions share a backlog; one is stalled (prefetch 1, never acks). The
 /// other still receives everything.
 async fn stalled_subscription_never_holds_back_another(t: TestStore) {
@@ -263,6 +315,7 @@ on_every_backend!(
     out_of_order_acks_redeliver_only_the_gap,
     offline_subscription_survives_restart_with_empty_topic,
     expiry_applies_to_every_durable_subscription,
+    expiry_for_a_hundred_subscriptions,
     stalled_subscription_never_holds_back_another,
     second_consumer_of_a_durable_subscription_is_refused,
     removing_the_last_subscription_frees_its_messages,

@@ -34,7 +34,7 @@ async fn small_topic_is_not_held_back_by_a_big_one(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
-/// Fails the `fail_on`-th `recover_expired` call, once; everything else goes through.
+/// Fails the `fail_on`-th `read_expired_after` call (a topic's expiry page), once; everything else goes through.
 struct FailOnce {
     inner: Arc<dyn MessageStore>,
     calls: AtomicU64,
@@ -124,14 +124,23 @@ impl MessageStore for FailOnce {
         now: i64,
         limit: u32,
     ) -> Result<ExpiredPage> {
-        if self.calls.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_on {
-            self.failures.fetch_add(1, Ordering::SeqCst);
-            return Err(StoreError::Closed);
-        }
         self.inner.recover_expired(c, subs, now, limit).await
     }
     async fn read_expired(&self, c: &str, now: i64, limit: u32) -> Result<Vec<Arc<StoredMessage>>> {
         self.inner.read_expired(c, now, limit).await
+    }
+    async fn read_expired_after(
+        &self,
+        c: &str,
+        now: i64,
+        after: (i64, i64),
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_on {
+            self.failures.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Closed);
+        }
+        self.inner.read_expired_after(c, now, after, limit).await
     }
     async fn has_expiring(&self, c: &str) -> Result<bool> {
         self.inner.has_expiring(c).await

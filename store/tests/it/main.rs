@@ -11,4 +11,5 @@ mod listing;
 mod pending_reads;
 mod plans;
 mod queues;
+mod reclaim;
 mod stored_bytes;

@@ -138,6 +138,8 @@ impl Load {
     /// Every statement to check on this load.
     fn cases(&self) -> Vec<Case> {
         let (t, q, off) = (&self.topic, &self.queue, self.offset);
+        // The queue's 100th expired row (every 22nd row expires, at 1,000).
+        let tie = off + 22 * 100;
         let marks = (0..10).map(|k| B::Int(off + 1000 * k));
         let (pending, pending4, browse) = (
             self.page(None, true),
@@ -213,6 +215,33 @@ impl Load {
                 // The first 400 expired rows hold no prepared one (those are rows 21,934
                 // and 43,868).
                 examined: Examined::Exactly((400, 0)),
+            },
+            Case {
+                name: "read_expired_tie",
+                write: false,
+                // The rows of expiration 1,000 after the 100th expired row's id.
+                binds: vec![
+                    text(q),
+                    B::Int(NOW),
+                    B::Int(LIMIT),
+                    B::Int(1_000),
+                    B::Int(tie),
+                ],
+                index: "ebb_msgs_eidx",
+                sqlite_range: "(container=? AND expiration=? AND id>?)",
+                pg_range: "ROW(container, expiration, id) > ROW(",
+                ranges: 1,
+                examined: Examined::Exactly((LIMIT, 0)),
+            },
+            Case {
+                name: "read_expired_later",
+                write: false,
+                binds: vec![text(q), B::Int(NOW), B::Int(LIMIT), B::Int(0)],
+                index: "ebb_msgs_eidx",
+                sqlite_range: "(container=? AND expiration>? AND expiration<?)",
+                pg_range: "ROW(container, expiration, id) > ROW(",
+                ranges: 1,
+                examined: Examined::Exactly((LIMIT, 0)),
             },
             Case {
                 name: "advance_window",
