@@ -23,6 +23,16 @@
 //! starts afresh on a new connection, so the actor works again once the database is
 //! back. It never panics on a database error.
 //!
+//! **Live writes first.** Housekeeping writes (expiry acks, [`WriteOp::Reclaim`],
+//! [`WriteOp::Cleanup`], [`WriteOp::ExpireQueue`]: [`Lane::Housekeeping`]) wait in a
+//! queue of their own and never share a transaction with live ones (publishes, consumer
+//! acks, subscriptions). A transaction takes the live writes when any wait. While live
+//! writes come (one arrived in the last [`LIVE_WINDOW`]), housekeeping gets at most
+//! [`HOUSEKEEPING_SHARE`] of the store's time: after a housekeeping transaction of
+//! `d`, the next waits until `d / share` has passed, so a drain of a million expired
+//! rows slows live sends by that share at most, whatever the store's latency (it is
+//! measured, not assumed). With no live write, housekeeping runs back to back.
+//!
 //! **Bounded.** Callers go through [`StoreHandle`], which holds a permit of a semaphore
 //! ([`StoreActorConfig::max_pending`]) from send to answer, so the queue never holds more
 //! than that many writes: a flood of writers waits instead of growing the queue.
@@ -30,6 +40,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use ebb_store::{
@@ -65,13 +76,37 @@ enum Job {
     Flush(oneshot::Sender<()>),
 }
 
+/// Which queue of the store actor a write waits in (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Publishes, consumer acks, subscriptions, transactions: what a client waits for.
+    Live,
+    /// Expiry and cleanup: deferred while live writes come.
+    Housekeeping,
+}
+
+/// Most of the store's time housekeeping transactions take while live writes come:
+/// 1/50 (2 %).
+pub const HOUSEKEEPING_SHARE: u32 = 50;
+
+/// Live writes count as coming while the last arrived less than this long ago.
+pub const LIVE_WINDOW: Duration = Duration::from_millis(100);
+
 /// See the module documentation.
 pub struct StoreActor {
     store: Arc<dyn MessageStore>,
     queue: VecDeque<Job>,
+    /// Housekeeping writes, and flushes that must wait for them.
+    housekeeping: VecDeque<Job>,
     in_flight: bool,
     closed: bool,
     max_batch: usize,
+    /// When the last live write arrived.
+    last_live: Option<Instant>,
+    /// No housekeeping transaction starts before this.
+    housekeeping_after: Instant,
+    /// A wake-up is scheduled for `housekeeping_after`.
+    wake_scheduled: bool,
 }
 
 impl StoreActor {
@@ -79,25 +114,61 @@ impl StoreActor {
         Self {
             store,
             queue: VecDeque::new(),
+            housekeeping: VecDeque::new(),
             in_flight: false,
             closed: false,
             max_batch: config.max_batch.max(1),
+            last_live: None,
+            housekeeping_after: Instant::now(),
+            wake_scheduled: false,
         }
     }
 
-    /// Starts the next transaction if none is in flight and writes are waiting.
+    /// Whether live writes are coming (one arrived within [`LIVE_WINDOW`]).
+    fn live_recently(&self, now: Instant) -> bool {
+        self.last_live
+            .is_some_and(|at| now.duration_since(at) < LIVE_WINDOW)
+    }
+
+    /// Starts the next transaction if none is in flight and writes are waiting: the
+    /// live ones first; housekeeping when none waits and its share allows.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.in_flight || self.queue.is_empty() {
+        if self.in_flight {
             return;
         }
+        let now = Instant::now();
+        let lane = if !self.queue.is_empty() {
+            Lane::Live
+        } else if self.housekeeping.is_empty() {
+            return;
+        } else if now < self.housekeeping_after && self.live_recently(now) {
+            if !self.wake_scheduled {
+                self.wake_scheduled = true;
+                ctx.run_later(self.housekeeping_after - now, |act, ctx| {
+                    act.wake_scheduled = false;
+                    act.pump(ctx);
+                });
+            }
+            return;
+        } else {
+            Lane::Housekeeping
+        };
         let mut ops = Vec::new();
         let mut replies = Vec::new();
         let mut flushes = Vec::new();
         while ops.len() < self.max_batch {
-            match self.queue.pop_front() {
+            let job = match lane {
+                Lane::Live => self.queue.pop_front(),
+                Lane::Housekeeping => self.housekeeping.pop_front(),
+            };
+            match job {
                 Some(Job::Write(op, reply)) => {
                     ops.push(op);
                     replies.push(reply);
+                }
+                // A flush also waits for the housekeeping writes queued before it.
+                Some(Job::Flush(done)) if lane == Lane::Live && !self.housekeeping.is_empty() => {
+                    self.housekeeping.push_back(Job::Flush(done))
                 }
                 Some(Job::Flush(done)) => flushes.push(done),
                 None => break,
@@ -111,8 +182,16 @@ impl StoreActor {
         }
         self.in_flight = true;
         let store = Arc::clone(&self.store);
+        let started = Instant::now();
         let batch = async move { store.write(ops).await };
         ctx.spawn(batch.into_actor(self).map(move |result, act, ctx| {
+            if lane == Lane::Housekeeping {
+                // Its share: the next housekeeping transaction waits (while live
+                // writes come) until this one is `1 / HOUSEKEEPING_SHARE` of the time.
+                let took = started.elapsed();
+                act.housekeeping_after =
+                    Instant::now() + took * (HOUSEKEEPING_SHARE.saturating_sub(1));
+            }
             match result {
                 Ok(outcomes) => {
                     for (reply, outcome) in replies.into_iter().zip(outcomes) {
@@ -140,10 +219,10 @@ impl Actor for StoreActor {
     type Context = Context<Self>;
 }
 
-/// Apply one write; answered after the transaction that holds it commits.
+/// Apply one write, in its lane; answered after the transaction that holds it commits.
 #[derive(Message)]
 #[rtype(result = "Result<WriteOutcome, ActorError>")]
-pub struct Write(pub WriteOp);
+pub struct Write(pub WriteOp, pub Lane);
 
 /// Answered once every write queued before it is committed (or failed).
 #[derive(Message)]
@@ -164,7 +243,13 @@ impl Handler<Write> for StoreActor {
             return Box::pin(async { Err(ActorError::Closed) });
         }
         let (tx, rx) = oneshot::channel();
-        self.queue.push_back(Job::Write(msg.0, tx));
+        match msg.1 {
+            Lane::Live => {
+                self.last_live = Some(Instant::now());
+                self.queue.push_back(Job::Write(msg.0, tx));
+            }
+            Lane::Housekeeping => self.housekeeping.push_back(Job::Write(msg.0, tx)),
+        }
         self.pump(ctx);
         Box::pin(async move { rx.await.unwrap_or(Err(ActorError::Closed)) })
     }
@@ -235,12 +320,17 @@ impl StoreHandle {
     /// The untyped form of the methods below, which answer with the value of the op's
     /// outcome: callers use those.
     async fn write(&self, op: WriteOp) -> Result<WriteOutcome, ActorError> {
+        self.write_in(op, Lane::Live).await
+    }
+
+    /// [`Self::write`] in `lane`.
+    async fn write_in(&self, op: WriteOp, lane: Lane) -> Result<WriteOutcome, ActorError> {
         let _permit = self
             .permits
             .acquire()
             .await
             .map_err(|_| ActorError::Closed)?;
-        self.addr.send(Write(op)).await?
+        self.addr.send(Write(op, lane)).await?
     }
 
     /// Applies one write like [`Self::write`], but puts it in the store actor's mailbox
@@ -256,7 +346,7 @@ impl StoreHandle {
         op: WriteOp,
     ) -> impl Future<Output = Result<WriteOutcome, ActorError>> {
         let permit = Arc::clone(&self.permits).try_acquire_owned().ok();
-        let request = self.addr.send(Write(op));
+        let request = self.addr.send(Write(op, Lane::Live));
         async move {
             let _permit = permit;
             request.await?
@@ -333,6 +423,21 @@ impl StoreHandle {
         Ok(self.write(op).await?.acked()?)
     }
 
+    /// [`Self::ack`] for expiry: in the housekeeping lane, behind live writes.
+    pub async fn ack_expired(
+        &self,
+        container: String,
+        key: SubscriptionKey,
+        messages: Vec<(i64, u8)>,
+    ) -> Result<u64, ActorError> {
+        let op = WriteOp::Ack {
+            container,
+            key,
+            messages,
+        };
+        Ok(self.write_in(op, Lane::Housekeeping).await?.acked()?)
+    }
+
     /// [`WriteOp::AckUpTo`]: cumulative ack up to id `up_to` (of `priority`, or of
     /// every priority with `None`); returns whether any mark moved.
     pub async fn ack_up_to(
@@ -373,7 +478,7 @@ impl StoreHandle {
 
     /// [`WriteOp::Cleanup`]: deletes up to `limit` messages of topic `container` that
     /// every durable subscription has acked (or, with no subscription, those with
-    /// `id <= orphans_up_to`); returns how many.
+    /// `id <= orphans_up_to`); returns how many. In the housekeeping lane.
     pub async fn cleanup(
         &self,
         container: String,
@@ -385,7 +490,7 @@ impl StoreHandle {
             limit,
             orphans_up_to,
         };
-        Ok(self.write(op).await?.deleted()?)
+        Ok(self.write_in(op, Lane::Housekeeping).await?.deleted()?)
     }
 
     /// [`WriteOp::Redelivered`]: row `id` of queue `container` now has `count` failed
@@ -414,7 +519,8 @@ impl StoreHandle {
     }
 
     /// [`WriteOp::ExpireQueue`]: one expiry page of queue `container`, at most `limit`
-    /// rows expired at `now_ms` (epoch ms); returns the deleted ids, ascending.
+    /// rows expired at `now_ms` (epoch ms); returns the deleted ids, ascending. In the
+    /// housekeeping lane.
     pub async fn expire_queue(
         &self,
         container: String,
@@ -426,16 +532,15 @@ impl StoreHandle {
             now_ms,
             limit,
         };
-        Ok(self.write(op).await?.removed()?)
+        Ok(self.write_in(op, Lane::Housekeeping).await?.removed()?)
     }
 
     /// [`WriteOp::Reclaim`]: deletes those of the topic rows `ids` that every durable
-    /// subscription is done with; returns the deleted ids, ascending.
+    /// subscription is done with; returns the deleted ids, ascending. In the
+    /// housekeeping lane.
     pub async fn reclaim(&self, container: String, ids: Vec<i64>) -> Result<Vec<i64>, ActorError> {
-        Ok(self
-            .write(WriteOp::Reclaim { container, ids })
-            .await?
-            .removed()?)
+        let op = WriteOp::Reclaim { container, ids };
+        Ok(self.write_in(op, Lane::Housekeeping).await?.removed()?)
     }
 
     /// [`WriteOp::DeadLetter`]: moves row `id` of `container` to `message` (normally

@@ -433,22 +433,28 @@ impl TopicActor {
                 };
                 let (mine, others) = (id_priority(mine), id_priority(others));
                 if !others.is_empty() {
-                    acks.push((false, store.ack(container.clone(), key.clone(), others)));
+                    let ack = store.ack_expired(container.clone(), key.clone(), others);
+                    acks.push((false, ack));
                 }
-                acks.push((true, store.ack(container.clone(), key, mine)));
+                acks.push((true, store.ack_expired(container.clone(), key, mine)));
             }
-            // Sent together, so the store actor commits them in one transaction.
+            // Then the messages nobody needs any more go, wherever they sit. Sent
+            // together with the acks (after them: the futures are first polled in
+            // order), so the store actor commits the page in one transaction; were the
+            // reclaim applied first, it would delete less, and the next run would
+            // take the rest.
+            let ids = page.iter().map(|m| m.id).collect();
+            let reclaim = store.reclaim(container.clone(), ids);
             let (counted, futures): (Vec<bool>, Vec<_>) = acks.into_iter().unzip();
-            let newly = futures::future::try_join_all(futures).await?;
+            let (newly, reclaimed) =
+                futures::future::try_join(futures::future::try_join_all(futures), reclaim).await?;
             done.newly = counted
                 .iter()
                 .zip(newly)
                 .filter(|(counted, _)| **counted)
                 .map(|(_, n)| n)
                 .sum();
-            // Then the messages nobody needs any more go, wherever they sit.
-            let ids = page.iter().map(|m| m.id).collect();
-            done.reclaimed = store.reclaim(container.clone(), ids).await?.len() as u64;
+            done.reclaimed = reclaimed.len() as u64;
             Ok::<_, ActorError>(done)
         };
         ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
