@@ -415,12 +415,7 @@ impl StoreHandle {
         key: SubscriptionKey,
         messages: Vec<(i64, u8)>,
     ) -> Result<u64, ActorError> {
-        let op = WriteOp::Ack {
-            container,
-            key,
-            messages,
-        };
-        Ok(self.write(op).await?.acked()?)
+        self.ack_in(container, key, messages, Lane::Live).await
     }
 
     /// [`Self::ack`] for expiry: in the housekeeping lane, behind live writes.
@@ -430,12 +425,23 @@ impl StoreHandle {
         key: SubscriptionKey,
         messages: Vec<(i64, u8)>,
     ) -> Result<u64, ActorError> {
+        self.ack_in(container, key, messages, Lane::Housekeeping)
+            .await
+    }
+
+    async fn ack_in(
+        &self,
+        container: String,
+        key: SubscriptionKey,
+        messages: Vec<(i64, u8)>,
+        lane: Lane,
+    ) -> Result<u64, ActorError> {
         let op = WriteOp::Ack {
             container,
             key,
             messages,
         };
-        Ok(self.write_in(op, Lane::Housekeeping).await?.acked()?)
+        Ok(self.write_in(op, lane).await?.acked()?)
     }
 
     /// [`WriteOp::AckUpTo`]: cumulative ack up to id `up_to` (of `priority`, or of
