@@ -449,6 +449,35 @@ def connect_any(hosts, listener, headers=None, seconds=30):
         time.sleep(0.05)
 
 
+class Acker(Collector):
+    """A consumer that acks every message with a receipt, recording under `lock` each
+    delivery `(body, time)` in `delivered` and the time each ack was receipted in
+    `acked` (body -> time); `lost` once its connection dropped."""
+
+    def __init__(self, lock, delivered, acked):
+        super().__init__()
+        self.conn, self.lost = None, False
+        self.guard, self.delivered, self.acked = lock, delivered, acked
+
+    def on_message(self, frame):
+        with self.guard:
+            self.delivered.append((frame.body, time.time()))
+        try:
+            self.conn.ack(frame.headers["ack"], receipt=f"ack-{frame.body}")
+        except stomp.exception.StompException:
+            pass
+
+    def on_receipt(self, frame):
+        super().on_receipt(frame)
+        rid = frame.headers["receipt-id"]
+        if rid.startswith("ack-"):
+            with self.guard:
+                self.acked.setdefault(rid[4:], time.time())
+
+    def on_disconnected(self):
+        self.lost = True
+
+
 def failover_during_sends():
     """SIGKILL of the active broker in the middle of receipted sends to a topic with
     two durable subscriptions, the clients failing over with a host list:
@@ -488,7 +517,7 @@ def failover_during_sends():
     live_got = []  # (body, time)
     live_acked = {}  # body -> time its ack was receipted
     produced = threading.Event()
-    killed_at = [None]
+    subscribed = threading.Event()  # "live" exists (its SUBSCRIBE was receipted)
 
     def produce():
         p, port = Collector(), None
@@ -517,37 +546,16 @@ def failover_during_sends():
         produced.set()
 
     def live():
-        class Acker(Collector):
-            def __init__(self):
-                super().__init__()
-                self.conn, self.lost = None, False
-
-            def on_message(self, frame):
-                with lock:
-                    live_got.append((frame.body, time.time()))
-                try:
-                    self.conn.ack(frame.headers["ack"], receipt=f"ack-{frame.body}")
-                except stomp.exception.StompException:
-                    pass
-
-            def on_receipt(self, frame):
-                super().on_receipt(frame)
-                rid = frame.headers["receipt-id"]
-                if rid.startswith("ack-"):
-                    with lock:
-                        live_acked.setdefault(rid[4:], time.time())
-
-            def on_disconnected(self):
-                self.lost = True
-
         def missing():
             with lock:
                 return set(receipts) - {body for body, _ in live_got}
 
         while True:
-            a = Acker()
+            a = Acker(lock, live_got, live_acked)
             a.conn = connect_any(hosts, a, {"client-id": "fo-live"})
             durable(a.conn, topic, "live")
+            if wait_until(lambda: "sub-live" in a.receipts, 10):
+                subscribed.set()
             while not a.lost and (not produced.is_set() or missing()):
                 time.sleep(0.05)
             if not a.lost:
@@ -557,12 +565,11 @@ def failover_during_sends():
     # "live" subscribes before the sends: it is a durable subscription from here on.
     threads = [threading.Thread(target=live, daemon=True)]
     threads[0].start()
-    wait_until(lambda: len(live_got) == 0 and threads[0].is_alive(), 5)
-    time.sleep(0.5)
+    wait_until(subscribed.is_set, 30) or fail("the live durable subscription was not receipted")
     threads.append(threading.Thread(target=produce, daemon=True))
     threads[1].start()
     wait_until(lambda: len(receipts) >= 100, 60) or fail(f"only {len(receipts)} sends receipted before the kill")
-    killed_at[0] = time.time()
+    killed_at = time.time()
     kill(a)
     wait_until(lambda: any("taking over" in l for l in b_says), 30) or fail("the standby did not take over")
     threads[1].join(120)
@@ -603,7 +610,7 @@ def failover_during_sends():
     unknown and fail(f"late: got messages never sent: {sorted(unknown)[:5]}")
     print(
         f"failover_during_sends: {len(receipts)} receipted ({len(retried)} sent again), "
-        f"first RECEIPT from the standby {1000 * (after[0] - killed_at[0]):.0f} ms after the kill; "
+        f"first RECEIPT from the standby {1000 * (after[0] - killed_at):.0f} ms after the kill; "
         f"late got {len(bodies)} after its mark, live {len(live_bodies)} deliveries",
         flush=True,
     )
@@ -661,33 +668,8 @@ def failover_cycles():
         produced.set()
 
     def consume():
-        class Acker(Collector):
-            def __init__(self):
-                super().__init__()
-                self.conn = None
-                self.lost = False
-
-            def on_message(self, frame):
-                body = frame.body
-                with lock:
-                    delivered.append((body, time.time()))
-                try:
-                    self.conn.ack(frame.headers["ack"], receipt=f"ack-{body}")
-                except stomp.exception.StompException:
-                    pass
-
-            def on_receipt(self, frame):
-                super().on_receipt(frame)
-                rid = frame.headers["receipt-id"]
-                if rid.startswith("ack-"):
-                    with lock:
-                        acked.setdefault(rid[4:], time.time())
-
-            def on_disconnected(self):
-                self.lost = True
-
         while not produced.is_set() or len(receipted - {b for b, _ in delivered}) > 0:
-            a = Acker()
+            a = Acker(lock, delivered, acked)
             a.conn = connect_any(hosts, a)
             a.conn.subscribe("/queue/cycles", id="1", ack="client-individual")
             while not a.lost and (not produced.is_set() or len(receipted - {b for b, _ in delivered}) > 0):
