@@ -116,6 +116,12 @@ pub struct StoreSection {
     pub table_prefix: Option<String>,
     /// PostgreSQL schema to create and use.
     pub schema: Option<String>,
+    /// SQLite: each connection's page cache (`StoreOptions::sqlite_cache_kib`; default
+    /// 1 MiB).
+    pub sqlite_cache_size: Option<ByteSize>,
+    /// SQLite: a bound on all of SQLite's memory (`StoreOptions::sqlite_memory_limit_kib`;
+    /// default 8 MiB; 0 = none).
+    pub sqlite_memory_limit: Option<ByteSize>,
 }
 
 /// `[stomp]`.

@@ -190,6 +190,12 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         options.table_prefix = prefix.clone();
     }
     options.schema = file.store.schema.clone();
+    if let Some(size) = file.store.sqlite_cache_size {
+        options.sqlite_cache_kib = u32::try_from(size.0 / 1024).unwrap_or(u32::MAX);
+    }
+    if let Some(size) = file.store.sqlite_memory_limit {
+        options.sqlite_memory_limit_kib = size.0 / 1024;
+    }
     let ha = standby || file.ha.mode == Some(crate::config::HaMode::SharedStore);
     if !ha && (file.ha.lease_ms.is_some() || file.ha.renew_ms.is_some()) {
         anyhow::bail!(

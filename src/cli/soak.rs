@@ -47,9 +47,26 @@ pub struct SoakOptions {
     /// Concurrent producers.
     #[arg(long, default_value_t = 1)]
     pub producers: u32,
+    /// Sends of each producer in flight at once (pipelined, as [`Broker::start_send`]:
+    /// their commits share the store's group commit); 1 waits for each commit.
+    #[arg(long, default_value_t = 64)]
+    pub window: usize,
+    /// After the backlog is stored, every durable subscription comes back and takes
+    /// all of it, checked to arrive in store order, acking as it goes; then the run
+    /// waits for cleanup to delete every row. Needs `--ttl-ms 0` (with a TTL the
+    /// backlog expires instead); not with `--stomp`.
+    #[arg(long, conflicts_with = "stomp")]
+    pub drain: bool,
     /// Non-durable subscribers that consume everything.
     #[arg(long, default_value_t = 0)]
     pub live_subscribers: u32,
+    /// SQLite: each connection's page cache, KiB (as `[store] sqlite_cache_size`).
+    #[arg(long, default_value_t = ebb_store::DEFAULT_SQLITE_CACHE_KIB)]
+    pub sqlite_cache_kib: u32,
+    /// SQLite: the bound on all of SQLite's memory, KiB; 0 = none (as `[store]
+    /// sqlite_memory_limit`).
+    #[arg(long, default_value_t = ebb_store::DEFAULT_SQLITE_MEMORY_LIMIT_KIB)]
+    pub sqlite_memory_limit_kib: u64,
     /// Print one JSON object with the results as the last line.
     #[arg(long)]
     pub json: bool,
@@ -83,10 +100,33 @@ pub struct Sample {
     /// Resident memory, bytes: this process's ([`crate::process`]), or with `--stomp`
     /// the broker's, read from its metrics.
     pub rss_bytes: u64,
+    /// Of that, what SQLite has allocated (page caches, statements), bytes
+    /// ([`ebb_store::sqlite::memory_used`]); `None` on PostgreSQL and with `--stomp`.
+    pub sqlite_memory_bytes: Option<u64>,
+    /// The store's size on disk, bytes (SQLite: the file, its WAL and index;
+    /// PostgreSQL: the run's schema with indexes and TOAST); 0 with `--stomp`.
+    pub store_bytes: u64,
     /// Rows the soak topic holds in the store.
     pub stored_rows: u64,
     /// Messages sent so far (with `--stomp`, receipted).
     pub sent: u64,
+    /// Messages the returning subscriptions received so far (`--drain`).
+    pub received: u64,
+}
+
+/// What `--drain` measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DrainReport {
+    /// Messages the returning subscriptions received, all subscriptions together
+    /// (each its whole backlog, in store order).
+    pub messages: u64,
+    /// Seconds from the subscriptions' return until the last one had every message
+    /// and its acks were committed.
+    pub consumed_s: f64,
+    /// `messages / consumed_s`.
+    pub messages_per_s: f64,
+    /// Seconds from then until cleanup had deleted every row.
+    pub cleanup_s: f64,
 }
 
 /// The results (the JSON line has these fields).
@@ -106,10 +146,17 @@ pub struct SoakReport {
     pub max_rows_per_expiry_page: u64,
     /// Peak resident memory, bytes (as [`Sample::rss_bytes`]: whose depends on the mode).
     pub peak_rss_bytes: u64,
+    /// SQLite's peak allocation, bytes (`sqlite3_memory_highwater`); `None` on
+    /// PostgreSQL and with `--stomp`.
+    pub peak_sqlite_memory_bytes: Option<u64>,
+    /// The store's largest size on disk among the samples, bytes.
+    pub peak_store_bytes: u64,
     /// Seconds from the first send to the end of the run.
     pub elapsed_s: f64,
     /// Seconds from the last send until every message had expired (with a TTL).
     pub drain_s: Option<f64>,
+    /// `--drain`: the returning subscriptions' figures.
+    pub drained: Option<DrainReport>,
     /// The store, password hidden; with `--stomp`, `stomp://ADDR (topic://NAME)`.
     pub store_url: String,
     /// The samples, for the chart (not in the JSON line).
@@ -143,7 +190,17 @@ const TOPIC: &str = "topic://soak";
 
 /// Runs the workload and returns the report (printing progress to stderr when
 /// `progress`): on an in-process broker, or over STOMP with `--stomp`.
+///
+/// Errors: `--drain` with a TTL or with `--stomp`; the store cannot be opened; a
+/// send, the sampling or the drain fails (a message out of order, a subscription
+/// short of its backlog, cleanup not done within [`CLEANUP_LIMIT_S`]).
 pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakReport> {
+    if options.drain && options.ttl_ms > 0 {
+        anyhow::bail!("--drain needs messages without a TTL (--ttl-ms 0): with one the backlog expires instead of being drained");
+    }
+    if options.drain && options.stomp.is_some() {
+        anyhow::bail!("--drain runs on an in-process broker only, not with --stomp");
+    }
     if let (Some(stomp), Some(metrics)) = (&options.stomp, &options.metrics) {
         return run_stomp(options, stomp, metrics, progress).await;
     }
@@ -166,6 +223,8 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
     let config = BrokerConfig {
         store: StoreOptions {
             schema: schema.clone(),
+            sqlite_cache_kib: options.sqlite_cache_kib,
+            sqlite_memory_limit_kib: options.sqlite_memory_limit_kib,
             ..StoreOptions::default()
         },
         policies: PolicyMap {
@@ -197,60 +256,68 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
 
     let sent = Arc::new(AtomicU64::new(0));
     let stored = Arc::new(AtomicU64::new(0));
+    let received = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let bar = progress.then(|| progress_bar(options.messages));
 
-    // Producers: messages split among them, each persistent, with the TTL if any.
-    let producers: Vec<_> = (0..options.producers.max(1))
+    // Producers: messages split among them, each persistent, with the TTL if any, at
+    // most `window` sends of each awaiting their commit.
+    let producer_count = u64::from(options.producers.max(1));
+    let producers: Vec<_> = (0..producer_count)
         .map(|p| {
             let (broker, sent, stored) = (broker.clone(), sent.clone(), stored.clone());
-            let count = options.messages / u64::from(options.producers.max(1))
-                + u64::from(u64::from(p) < options.messages % u64::from(options.producers.max(1)));
-            let (size, ttl) = (options.size, options.ttl_ms);
+            let count = options.messages / producer_count
+                + u64::from(p < options.messages % producer_count);
+            let (size, ttl, window) = (options.size, options.ttl_ms, options.window.max(1));
             actix_rt::spawn(async move {
-                for _ in 0..count {
-                    let mut m = Message::new(vec![b'x'; size]);
-                    if ttl > 0 {
-                        m = m.ttl(Duration::from_millis(ttl));
-                    }
-                    let receipt = broker.send(TOPIC, m).await?;
+                let body = bytes::Bytes::from(vec![b'x'; size]);
+                let mut waiting = futures::stream::FuturesOrdered::new();
+                let settle = |receipt: crate::SendReceipt| {
                     sent.fetch_add(1, Ordering::Relaxed);
                     if receipt.store_id.is_some() {
                         stored.fetch_add(1, Ordering::Relaxed);
                     }
+                };
+                for _ in 0..count {
+                    let mut m = Message::new(body.clone());
+                    if ttl > 0 {
+                        m = m.ttl(Duration::from_millis(ttl));
+                    }
+                    waiting.push_back(broker.start_send(TOPIC, m).await?);
+                    if waiting.len() >= window {
+                        if let Some(receipt) = waiting.next().await {
+                            settle(receipt?);
+                        }
+                    }
+                }
+                while let Some(receipt) = waiting.next().await {
+                    settle(receipt?);
                 }
                 Ok::<_, crate::Error>(())
             })
         })
         .collect();
 
-    // Sample until every producer is done (and, with a TTL, until everything expired).
-    let mut samples = Vec::new();
+    let sampler = Sampler {
+        broker: broker.clone(),
+        container: DestinationKey::parse(TOPIC)?.container(),
+        size: StoreSize::of(&url, schema.as_deref()).await,
+        sent: sent.clone(),
+        received: received.clone(),
+        start,
+        samples: Vec::new(),
+        bar,
+    };
+    let mut sampler = sampler;
+
+    // Phase 1: sample until every producer is done (and, with a TTL, until everything
+    // expired).
     let mut sent_done_at: Option<Instant> = None;
     let expected_expired = options.messages * u64::from(options.durable_subscribers);
     loop {
         // Read before the sample, so the last sample is taken after the last send.
         let all_sent = producers.iter().all(|p| p.is_finished());
-        let stats = broker.topic_stats(TOPIC).await?;
-        let rows = broker
-            .store()
-            .count_messages(&DestinationKey::parse(TOPIC)?.container())
-            .await?;
-        let now_sent = sent.load(Ordering::Relaxed);
-        samples.push(Sample {
-            elapsed_s: start.elapsed().as_secs_f64(),
-            rss_bytes: crate::process::resident_bytes(),
-            stored_rows: rows,
-            sent: now_sent,
-        });
-        if let Some(bar) = &bar {
-            bar.set_position(now_sent);
-            bar.set_message(format!(
-                "| {rows} rows | RSS {} MiB | {} expiry pages",
-                crate::process::resident_bytes() >> 20,
-                stats.expiry_pages
-            ));
-        }
+        let stats = sampler.sample().await?;
         if sent_done_at.is_none() && all_sent {
             sent_done_at = Some(Instant::now());
         }
@@ -260,18 +327,34 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
         if sent_done_at.is_some() && drained {
             break;
         }
-        actix_rt::time::sleep(Duration::from_millis(500)).await;
+        actix_rt::time::sleep(SAMPLE_EVERY).await;
     }
     for producer in producers {
         producer.await??;
-    }
-    if let Some(bar) = &bar {
-        bar.finish();
     }
     let elapsed_s = start.elapsed().as_secs_f64();
     let stats = broker.topic_stats(TOPIC).await?;
     let drain_s =
         (options.ttl_ms > 0).then(|| sent_done_at.map_or(0.0, |t| t.elapsed().as_secs_f64()));
+
+    // Phase 2 (`--drain`): every durable subscription comes back and takes its whole
+    // backlog, checked to come in store order; then cleanup deletes the rows.
+    let drained = if options.drain {
+        Some(
+            drain(
+                options,
+                &broker,
+                &mut sampler,
+                stored.load(Ordering::Relaxed),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    if let Some(bar) = &sampler.bar {
+        bar.finish();
+    }
     broker.shutdown().await?;
     for c in consumers {
         c.abort();
@@ -280,6 +363,8 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
         drop_schema(&url, schema).await;
     }
     let _ = std::fs::remove_dir_all(&temp_dir);
+    let samples = std::mem::take(&mut sampler.samples);
+    let sqlite = sampler.size.is_sqlite();
     Ok(SoakReport {
         messages_sent: sent.load(Ordering::Relaxed),
         messages_stored: stored.load(Ordering::Relaxed),
@@ -288,16 +373,220 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
         expiry_pages: stats.expiry_pages,
         max_rows_per_expiry_page: stats.max_expiry_page_rows,
         peak_rss_bytes: crate::process::peak_resident_bytes(),
+        peak_sqlite_memory_bytes: sqlite.then(|| ebb_store::sqlite::memory_used().1),
+        peak_store_bytes: samples.iter().map(|s| s.store_bytes).max().unwrap_or(0),
         elapsed_s,
         drain_s,
+        drained,
         store_url: redact_url(&url),
         samples,
     })
 }
 
-/// Receipts a STOMP producer waits for at most at once (a window, so the wire stays
-/// busy without an unbounded backlog of unconfirmed sends).
-const STOMP_WINDOW: usize = 64;
+/// How often the soak samples memory, rows and the store's size.
+const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+
+/// Most time cleanup may take to delete a drained backlog before the run fails, s.
+const CLEANUP_LIMIT_S: u64 = 600;
+
+/// Takes the samples of an in-process run.
+struct Sampler {
+    broker: Broker,
+    container: String,
+    size: StoreSize,
+    sent: Arc<AtomicU64>,
+    received: Arc<AtomicU64>,
+    start: Instant,
+    samples: Vec<Sample>,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Sampler {
+    /// Takes one sample (and moves the progress bar); returns the topic's counters.
+    async fn sample(&mut self) -> anyhow::Result<crate::TopicStats> {
+        let stats = self.broker.topic_stats(TOPIC).await?;
+        let rows = self.broker.store().count_messages(&self.container).await?;
+        let (sent, received) = (
+            self.sent.load(Ordering::Relaxed),
+            self.received.load(Ordering::Relaxed),
+        );
+        let sample = Sample {
+            elapsed_s: self.start.elapsed().as_secs_f64(),
+            rss_bytes: crate::process::resident_bytes(),
+            sqlite_memory_bytes: self
+                .size
+                .is_sqlite()
+                .then(|| ebb_store::sqlite::memory_used().0),
+            store_bytes: self.size.bytes().await,
+            stored_rows: rows,
+            sent,
+            received,
+        };
+        self.samples.push(sample);
+        if let Some(bar) = &self.bar {
+            if received > 0 {
+                bar.set_position(received);
+            } else {
+                bar.set_position(sent);
+            }
+            bar.set_message(format!(
+                "| {rows} rows | RSS {} MiB | store {} MiB | {} expiry pages",
+                sample.rss_bytes >> 20,
+                sample.store_bytes >> 20,
+                stats.expiry_pages
+            ));
+        }
+        Ok(stats)
+    }
+}
+
+/// `--drain`: attaches every offline durable subscription again, each takes its
+/// `backlog` (the messages stored) with a prefetch of [`DRAIN_PREFETCH`] and acks it
+/// cumulatively every [`DRAIN_ACK_EVERY`] messages; fails if a message comes out of store order (a store
+/// id not above the one before) or a subscription gets more or fewer than `backlog`.
+/// Then waits (sampling) until cleanup has deleted every row, at most
+/// [`CLEANUP_LIMIT_S`].
+async fn drain(
+    options: &SoakOptions,
+    broker: &Broker,
+    sampler: &mut Sampler,
+    backlog: u64,
+) -> anyhow::Result<DrainReport> {
+    if let Some(bar) = &sampler.bar {
+        bar.set_length(backlog * u64::from(options.durable_subscribers));
+        bar.set_position(0);
+    }
+    let start = Instant::now();
+    let consumers: Vec<_> = (0..options.durable_subscribers)
+        .map(|n| {
+            let (broker, received) = (broker.clone(), sampler.received.clone());
+            actix_rt::spawn(async move {
+                let durable = SubscribeOptions::durable("soak", format!("offline-{n}"))
+                    .ack(crate::AckMode::Client)
+                    .prefetch(DRAIN_PREFETCH);
+                let mut sub = broker.subscribe(TOPIC, durable).await?;
+                let (mut got, mut last_id) = (0u64, 0i64);
+                while got < backlog {
+                    let Some(m) = sub.next().await else {
+                        anyhow::bail!("offline-{n}: the stream ended after {got} of {backlog}");
+                    };
+                    let id = m.store_id().unwrap_or(0);
+                    if id <= last_id {
+                        anyhow::bail!(
+                            "offline-{n}: store id {id} came after {last_id}: out of order"
+                        );
+                    }
+                    (got, last_id) = (got + 1, id);
+                    received.fetch_add(1, Ordering::Relaxed);
+                    if got % DRAIN_ACK_EVERY == 0 || got == backlog {
+                        sub.ack_up_to(&m).await?;
+                    }
+                }
+                sub.commit_acks().await?;
+                Ok(got)
+            })
+        })
+        .collect();
+    while !consumers.iter().all(|c| c.is_finished()) {
+        sampler.sample().await?;
+        actix_rt::time::sleep(SAMPLE_EVERY).await;
+    }
+    let mut messages = 0;
+    for c in consumers {
+        messages += c.await??;
+    }
+    let consumed_s = start.elapsed().as_secs_f64();
+    // Cleanup deletes what every subscription acked, in housekeeping batches.
+    let cleaned = Instant::now();
+    loop {
+        sampler.sample().await?;
+        if sampler.samples.last().is_some_and(|s| s.stored_rows == 0) {
+            break;
+        }
+        if cleaned.elapsed().as_secs() > CLEANUP_LIMIT_S {
+            anyhow::bail!(
+                "cleanup left {} rows {CLEANUP_LIMIT_S} s after the drain",
+                sampler.samples.last().map_or(0, |s| s.stored_rows)
+            );
+        }
+        actix_rt::time::sleep(SAMPLE_EVERY).await;
+    }
+    Ok(DrainReport {
+        messages,
+        consumed_s,
+        messages_per_s: messages as f64 / consumed_s.max(1e-9),
+        cleanup_s: cleaned.elapsed().as_secs_f64(),
+    })
+}
+
+/// The prefetch of a returning subscription (ActiveMQ's default for queues; the
+/// policy's `durable_prefetch` is 100).
+const DRAIN_PREFETCH: u32 = 1000;
+
+/// A returning subscription acks every this many messages (cumulatively): a quarter of
+/// [`DRAIN_PREFETCH`], so credit never runs out while acks are on their way.
+const DRAIN_ACK_EVERY: u64 = DRAIN_PREFETCH as u64 / 4;
+
+/// The size of the store on disk, sampled: the SQLite file with its WAL and shared
+/// memory index, or the run's PostgreSQL schema (tables, indexes, TOAST).
+enum StoreSize {
+    Files(PathBuf),
+    Postgres(Box<sqlx::PgConnection>, String),
+    Unknown,
+}
+
+impl StoreSize {
+    async fn of(url: &str, schema: Option<&str>) -> Self {
+        use sqlx::Connection;
+        match schema {
+            Some(schema) => match sqlx::PgConnection::connect(url).await {
+                Ok(conn) => Self::Postgres(Box::new(conn), schema.to_string()),
+                Err(_) => Self::Unknown,
+            },
+            None => {
+                let path = url
+                    .strip_prefix("sqlite://")
+                    .or_else(|| url.strip_prefix("sqlite:"))
+                    .map(|p| p.split('?').next().unwrap_or(p));
+                match path {
+                    Some(p) if !p.contains(":memory:") && !p.is_empty() => {
+                        Self::Files(PathBuf::from(p))
+                    }
+                    _ => Self::Unknown,
+                }
+            }
+        }
+    }
+
+    fn is_sqlite(&self) -> bool {
+        matches!(self, Self::Files(_))
+    }
+
+    /// Bytes on disk now; 0 when unknown.
+    async fn bytes(&mut self) -> u64 {
+        match self {
+            Self::Files(db) => ["", "-wal", "-shm"]
+                .iter()
+                .filter_map(|suffix| {
+                    let mut name = db.clone().into_os_string();
+                    name.push(suffix);
+                    std::fs::metadata(name).ok()
+                })
+                .map(|m| m.len())
+                .sum(),
+            Self::Postgres(conn, schema) => sqlx::query_scalar::<_, i64>(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint \
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relkind = 'r'",
+            )
+            .bind(schema.as_str())
+            .fetch_one(conn.as_mut())
+            .await
+            .map_or(0, |b| b.max(0) as u64),
+            Self::Unknown => 0,
+        }
+    }
+}
 
 /// The progress bar both modes show.
 fn progress_bar(messages: u64) -> indicatif::ProgressBar {
@@ -313,7 +602,7 @@ fn progress_bar(messages: u64) -> indicatif::ProgressBar {
 
 /// `--stomp`: the same workload against a running broker. Durable subscriptions are
 /// created on a topic of the run's own (`soak.<pid>.<ms>`) and left offline, every
-/// SEND is persistent and receipted (at most [`STOMP_WINDOW`] unconfirmed per
+/// SEND is persistent and receipted (at most `--window` unconfirmed per
 /// producer), and the broker's memory, rows and pages come from its metrics endpoint.
 /// The durable subscriptions are removed at the end, so the broker's cleanup frees
 /// what the run stored.
@@ -372,12 +661,13 @@ async fn run_stomp(
     for p in 0..options.producers.max(1) {
         let mut client = StompClient::connect(addr, None, login).await?;
         let (sent, count, size, ttl) = (sent.clone(), per(p), options.size, options.ttl_ms);
+        let window = options.window.max(1);
         let destination = destination.clone();
         producers.push(actix_rt::spawn(async move {
             let body = vec![b'x'; size];
             let (mut next, mut outstanding) = (0u64, 0usize);
             while next < count || outstanding > 0 {
-                while next < count && outstanding < STOMP_WINDOW {
+                while next < count && outstanding < window {
                     let mut send = Frame::new(Command::Send)
                         .header("destination", destination.clone())
                         .header("persistent", "true")
@@ -429,8 +719,11 @@ async fn run_stomp(
         samples.push(Sample {
             elapsed_s: start.elapsed().as_secs_f64(),
             rss_bytes: stats.usage.process_resident_bytes,
+            sqlite_memory_bytes: None,
+            store_bytes: 0,
             stored_rows: rows,
             sent: now_sent,
+            received: 0,
         });
         if let Some(bar) = &bar {
             bar.set_position(now_sent);
@@ -496,8 +789,11 @@ async fn run_stomp(
         expiry_pages: dest.expiry_pages_total,
         max_rows_per_expiry_page: dest.max_expiry_page_rows,
         peak_rss_bytes: report_at_end.usage.process_peak_resident_bytes,
+        peak_sqlite_memory_bytes: None,
+        peak_store_bytes: 0,
         elapsed_s,
         drain_s,
+        drained: None,
         store_url: format!("stomp://{addr} ({container})"),
         samples,
     })
@@ -580,9 +876,38 @@ pub fn table(report: &SoakReport, options: &SoakOptions) -> String {
         "peak resident memory",
         format!("{:.1} MiB", report.peak_rss_bytes as f64 / 1048576.0),
     );
+    if let Some(b) = report.peak_sqlite_memory_bytes {
+        row(
+            &mut out,
+            "of which SQLite, peak",
+            format!("{:.1} MiB", b as f64 / 1048576.0),
+        );
+    }
+    if report.peak_store_bytes > 0 {
+        row(
+            &mut out,
+            "store on disk, peak",
+            format!("{:.1} MiB", report.peak_store_bytes as f64 / 1048576.0),
+        );
+    }
     row(&mut out, "elapsed", format!("{:.1} s", report.elapsed_s));
     if let Some(d) = report.drain_s {
         row(&mut out, "drain after the last send", format!("{d:.1} s"));
+    }
+    if let Some(d) = &report.drained {
+        row(
+            &mut out,
+            "drained in store order",
+            format!(
+                "{} in {:.1} s ({:.0} msg/s)",
+                d.messages, d.consumed_s, d.messages_per_s
+            ),
+        );
+        row(
+            &mut out,
+            "cleanup after the drain",
+            format!("{:.1} s", d.cleanup_s),
+        );
     }
     out
 }
@@ -668,6 +993,19 @@ pub fn plot(
             .label("resident memory (MiB)")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED));
     }
+    if samples.iter().any(|s| s.sqlite_memory_bytes.is_some()) {
+        let sqlite = samples.iter().map(|s| {
+            let mib = s.sqlite_memory_bytes.unwrap_or(0) as f64 / 1048576.0;
+            (s.elapsed_s, mib)
+        });
+        let orange = RGBColor(230, 140, 0);
+        let series = chart.draw_series(LineSeries::new(sqlite, orange.stroke_width(2)))?;
+        if text {
+            series
+                .label("of which SQLite (MiB)")
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], orange));
+        }
+    }
     let rows_series = chart.draw_secondary_series(LineSeries::new(rows, BLUE.stroke_width(2)))?;
     if text {
         rows_series
@@ -697,8 +1035,11 @@ mod tests {
             expiry_pages: 0,
             max_rows_per_expiry_page: max_rows,
             peak_rss_bytes: 0,
+            peak_sqlite_memory_bytes: None,
+            peak_store_bytes: 0,
             elapsed_s: 0.0,
             drain_s: None,
+            drained: None,
             store_url: String::new(),
             samples: rss_mib
                 .iter()
@@ -706,8 +1047,11 @@ mod tests {
                 .map(|(i, m)| Sample {
                     elapsed_s: i as f64,
                     rss_bytes: m << 20,
+                    sqlite_memory_bytes: None,
+                    store_bytes: 0,
                     stored_rows: 0,
                     sent: 0,
+                    received: 0,
                 })
                 .collect(),
         }

@@ -74,6 +74,12 @@ pub enum Backend {
     Postgres,
 }
 
+/// [`StoreOptions::sqlite_cache_kib`]'s default: 1 MiB per connection.
+pub const DEFAULT_SQLITE_CACHE_KIB: u32 = 1024;
+
+/// [`StoreOptions::sqlite_memory_limit_kib`]'s default: 8 MiB for all of SQLite.
+pub const DEFAULT_SQLITE_MEMORY_LIMIT_KIB: u64 = 8 * 1024;
+
 /// How to open a store. `Default` is what `ebb` uses.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -92,6 +98,17 @@ pub struct StoreOptions {
     /// SQLite only: `synchronous=FULL` (true, default: a commit survives power loss) or
     /// `NORMAL` (a commit survives a process crash).
     pub sqlite_sync_full: bool,
+    /// SQLite only: the page cache of each pooled connection, KiB (`PRAGMA cache_size =
+    /// -N`; SQLite's own default is 2,000). Default [`DEFAULT_SQLITE_CACHE_KIB`]. The
+    /// cache fills as the tables grow, one connection at a time as the pool opens
+    /// them: without a bound it is the step resident memory takes as a backlog grows.
+    pub sqlite_cache_kib: u32,
+    /// SQLite only: a bound on all the memory SQLite allocates in this process (page
+    /// caches, prepared statements, sorts), KiB, set with `sqlite3_soft_heap_limit64`:
+    /// past it SQLite reuses its own cache pages instead of allocating more. It is
+    /// soft (a statement that needs more still runs) and process-wide (the last store
+    /// opened sets it). Default [`DEFAULT_SQLITE_MEMORY_LIMIT_KIB`]; 0 = no limit.
+    pub sqlite_memory_limit_kib: u64,
     /// PostgreSQL only: hold the store by a lease instead of a session lock (high
     /// availability: an active broker and standbys on one database; see
     /// [`LeaseOptions`]). `None` (the default): the session-level advisory lock, which
@@ -112,6 +129,8 @@ impl Default for StoreOptions {
             max_connections: 8,
             acquire_timeout_ms: 10_000,
             sqlite_sync_full: true,
+            sqlite_cache_kib: DEFAULT_SQLITE_CACHE_KIB,
+            sqlite_memory_limit_kib: DEFAULT_SQLITE_MEMORY_LIMIT_KIB,
             create: true,
             lease: None,
         }
