@@ -68,6 +68,25 @@ async fn backlog_with_ttl_drains_completely_in_bounded_pages(t: TestStore) {
     assert!(report.drain_s.is_some());
 }
 
+/// `--drain`: the subscriber comes back, takes every message in store order (the run
+/// fails otherwise), and cleanup then deletes every row.
+async fn drain_takes_the_whole_backlog_in_order(t: TestStore) {
+    let o = SoakOptions {
+        drain: true,
+        messages: 3_000,
+        ..options(&t, 0)
+    };
+    let report = run(&o, false).await.unwrap();
+    let drained = report.drained.expect("--drain reports its figures");
+    assert_eq!(drained.messages, 3_000);
+    assert!(report.samples.iter().any(|s| s.received == 3_000));
+    assert_eq!(report.samples.last().map(|s| s.stored_rows), Some(0));
+    assert!(report.samples.iter().any(|s| s.store_bytes > 0));
+    let with_ttl = SoakOptions { ttl_ms: 200, ..o };
+    let refused = run(&with_ttl, false).await.unwrap_err().to_string();
+    assert!(refused.contains("--ttl-ms 0"), "{refused}");
+}
+
 /// `--stomp`: the same run against a broker served over STOMP, its figures read from
 /// its metrics endpoint; the run's durable subscription is removed at the end.
 async fn the_same_run_through_stomp(t: TestStore) {
@@ -103,4 +122,5 @@ on_every_backend!(
     the_same_run_through_stomp,
     backlog_without_ttl_is_stored_and_never_expired,
     backlog_with_ttl_drains_completely_in_bounded_pages,
+    drain_takes_the_whole_backlog_in_order,
 );
