@@ -14,7 +14,7 @@
 //!
 //! Run: `cargo bench --bench expiry` (SQLite in a temporary folder; set
 //! `EBB_BENCH_POSTGRES_URL` to add PostgreSQL). `EBB_BENCH_DRAIN=N` changes the
-//! backlog.
+//! backlog; `EBB_BENCH_EXPIRY_ONLY=drain` runs only the drain alone (for a profiler).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -147,6 +147,11 @@ where
     }
 }
 
+/// `EBB_BENCH_EXPIRY_ONLY=drain`: only the drain alone.
+fn drain_only() -> bool {
+    std::env::var("EBB_BENCH_EXPIRY_ONLY").is_ok_and(|v| v == "drain")
+}
+
 async fn drain(label: &str, url: &str, options: StoreOptions, count: u64) {
     preload(url, &options, count).await;
     let broker = Broker::start(url, config(options.clone(), 3_600_000))
@@ -168,8 +173,15 @@ async fn drain(label: &str, url: &str, options: StoreOptions, count: u64) {
     let (alone_s, _, pages, max_rows, ()) =
         run_drain(&broker, count, Duration::MAX, |_| actix_rt::spawn(async {})).await;
 
-    // The same backlog again, drained with the producer running beside it.
     broker.shutdown().await.unwrap();
+    if drain_only() {
+        println!(
+            "| {label} | {count} | {pages} | {max_rows} | {alone_s:.1} s ({:.0} rows/s) | | | |",
+            count as f64 / alone_s
+        );
+        return;
+    }
+    // The same backlog again, drained with the producer running beside it.
     preload(url, &options, count).await;
     let broker = Broker::start(url, config(options, 3_600_000))
         .await
@@ -262,6 +274,9 @@ fn main() {
         println!("|---|---|---|---|---|---|---|---|");
         for (label, url, options) in &backends {
             drain(label, url, options.clone(), count).await;
+        }
+        if drain_only() {
+            return;
         }
         println!();
         println!("| store | idle topics | resident memory per topic | wake-ups per second |");

@@ -599,12 +599,14 @@ async fn delete_rows(
             break;
         }
     }
+    let mut after = 0;
     loop {
         // With no subscription left, every message up to the highest id goes; prepared
         // ones stay (the actor refused while it had any).
-        let n = store
-            .cleanup(container.to_string(), DELETE_PAGE, Some(i64::MAX))
+        let (n, reached) = store
+            .cleanup(container.to_string(), DELETE_PAGE, after, Some(i64::MAX))
             .await?;
+        after = reached;
         deleted.messages += n;
         if n < u64::from(DELETE_PAGE) {
             return Ok(deleted);

@@ -482,21 +482,24 @@ impl StoreHandle {
         Ok(self.write(op).await?.deleted()?)
     }
 
-    /// [`WriteOp::Cleanup`]: deletes up to `limit` messages of topic `container` that
-    /// every durable subscription has acked (or, with no subscription, those with
-    /// `id <= orphans_up_to`); returns how many. In the housekeeping lane.
+    /// [`WriteOp::Cleanup`]: deletes up to `limit` messages of topic `container` above
+    /// id `after` that every durable subscription has acked (or, with no
+    /// subscription, those with `id <= orphans_up_to`); returns how many, and the
+    /// `after` of the next batch. In the housekeeping lane.
     pub async fn cleanup(
         &self,
         container: String,
         limit: u32,
+        after: i64,
         orphans_up_to: Option<i64>,
-    ) -> Result<u64, ActorError> {
+    ) -> Result<(u64, i64), ActorError> {
         let op = WriteOp::Cleanup {
             container,
             limit,
+            after,
             orphans_up_to,
         };
-        Ok(self.write_in(op, Lane::Housekeeping).await?.deleted()?)
+        Ok(self.write_in(op, Lane::Housekeeping).await?.cleaned_up()?)
     }
 
     /// [`WriteOp::Redelivered`]: row `id` of queue `container` now has `count` failed

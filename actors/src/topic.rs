@@ -106,6 +106,9 @@ pub struct TopicActor {
     /// Where the expiry run under way goes on: `(expiration, id)` of the last message
     /// its last page read.
     expiry_after: (i64, i64),
+    /// Cleanup is done up to this id: the next batch starts after it (see
+    /// [`WriteOp::Cleanup`](ebb_store::WriteOp::Cleanup)); 0 at start.
+    cleaned_up_to: i64,
 }
 
 /// Before every expired message in `(expiration, id)` order (every expiration is above
@@ -166,6 +169,7 @@ impl TopicActor {
             wildcard_durables: Vec::new(),
             closing: false,
             expiry_after: FIRST_EXPIRED,
+            cleaned_up_to: 0,
         }
     }
 
@@ -488,13 +492,19 @@ impl TopicActor {
             .is_empty()
             .then(|| self.core.store.store().last_assigned_id());
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        let batch = async move { store.cleanup(container, CLEANUP_BATCH, orphans_up_to).await };
+        let after = self.cleaned_up_to;
+        let batch = async move {
+            store
+                .cleanup(container, CLEANUP_BATCH, after, orphans_up_to)
+                .await
+        };
         ctx.spawn(batch.into_actor(self).map(|result, act, ctx| {
             act.stats.cleanup_batches += 1;
             // A full batch chains the next through the mailbox; a failed one waits
             // for the next tick.
             let (full, retry) = match result {
-                Ok(n) => {
+                Ok((n, reached)) => {
+                    act.cleaned_up_to = reached;
                     act.stats.cleaned_up += n;
                     (n >= u64::from(CLEANUP_BATCH), false)
                 }

@@ -168,9 +168,17 @@ pub enum WriteOp {
     /// `orphans_up_to` is given: then its messages with `id <=` that are deleted (after
     /// its last durable subscription was removed, nobody can need them: a new
     /// subscription starts after the highest id). Prepared messages are never touched.
+    ///
+    /// Only ids above `after` are looked at: pass the [`WriteOutcome::CleanedUp`]
+    /// `reached` of the batch before (0 at first). Each batch is then a range that
+    /// starts where the last one stopped, not at the container's first id, where
+    /// PostgreSQL's index still holds the entries of every row the batches before
+    /// deleted until a vacuum removes them: without the bound each batch walked all of
+    /// them, and cleaning up 10,000,000 rows slowed to a crawl.
     Cleanup {
         container: String,
         limit: u32,
+        after: i64,
         orphans_up_to: Option<i64>,
     },
     /// A queue message's delivery failed (NACK, consumer gone without an ack): row
@@ -250,8 +258,12 @@ pub enum WriteOutcome {
     AckedUpTo { moved: bool },
     /// `(old id, new id)` of each committed message.
     Committed(Vec<(i64, i64)>),
-    /// How many messages a rollback, cleanup or queue remove deleted.
+    /// How many messages a rollback or queue remove deleted.
     Deleted(u64),
+    /// What a [`WriteOp::Cleanup`] did: `deleted` rows; and every row at or below
+    /// `reached` that cleanup may delete is gone (prepared rows excepted: commit gives
+    /// them new ids, rollback deletes them), so the next batch starts after it.
+    CleanedUp { deleted: u64, reached: i64 },
     /// The ids a queue expiry page ([`WriteOp::ExpireQueue`]) deleted, ascending; at
     /// most its `limit`. Also the ids [`WriteOp::Reclaim`] deleted, ascending.
     Removed(Vec<i64>),
@@ -274,6 +286,7 @@ impl WriteOutcome {
             Self::AckedUpTo { .. } => "AckedUpTo",
             Self::Committed(_) => "Committed",
             Self::Deleted(_) => "Deleted",
+            Self::CleanedUp { .. } => "CleanedUp",
             Self::Removed(_) => "Removed",
             Self::DeadLettered(_) => "DeadLettered",
         }
@@ -334,12 +347,21 @@ impl WriteOutcome {
         }
     }
 
-    /// How many rows [`WriteOp::Rollback`], [`WriteOp::RollbackAbandoned`],
-    /// [`WriteOp::Cleanup`] or [`WriteOp::Remove`] deleted.
+    /// How many rows [`WriteOp::Rollback`], [`WriteOp::RollbackAbandoned`] or
+    /// [`WriteOp::Remove`] deleted.
     pub fn deleted(self) -> crate::Result<u64> {
         match self {
             Self::Deleted(n) => Ok(n),
             other => Err(other.wrong("Deleted")),
+        }
+    }
+
+    /// `(deleted, reached)` of a [`WriteOp::Cleanup`]: how many rows it deleted, and
+    /// the `after` of the next batch.
+    pub fn cleaned_up(self) -> crate::Result<(u64, i64)> {
+        match self {
+            Self::CleanedUp { deleted, reached } => Ok((deleted, reached)),
+            other => Err(other.wrong("CleanedUp")),
         }
     }
 

@@ -741,11 +741,14 @@ macro_rules! impl_sql_store {
                     WriteOp::Cleanup {
                         container,
                         limit,
+                        after,
                         orphans_up_to,
-                    } => WriteOutcome::Deleted(
-                        self.cleanup(conn, &container, limit, orphans_up_to, bytes)
-                            .await?,
-                    ),
+                    } => {
+                        let (deleted, reached) = self
+                            .cleanup(conn, &container, limit, after, orphans_up_to, bytes)
+                            .await?;
+                        WriteOutcome::CleanedUp { deleted, reached }
+                    }
                     WriteOp::Remove { container, ids } => {
                         WriteOutcome::Deleted(self.remove(conn, &container, &ids, bytes).await?)
                     }
@@ -1033,16 +1036,16 @@ macro_rules! impl_sql_store {
             }
 
             /// [`WriteOp::Cleanup`](crate::WriteOp::Cleanup): returns how many messages
-            /// it deleted, at most `limit`.
+            /// it deleted and the id up to which it is done (the next batch's `after`).
             async fn cleanup(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 container: &str,
                 limit: u32,
+                after: i64,
                 orphans_up_to: Option<i64>,
                 bytes: &mut i64,
-            ) -> $crate::Result<u64> {
-                use $crate::sql::deleted;
+            ) -> $crate::Result<(u64, i64)> {
                 let marks: Vec<(i32, i64)> = sqlx::query_as(&self.sql.min_marks)
                     .bind(container)
                     .fetch_all(&mut *conn)
@@ -1051,39 +1054,58 @@ macro_rules! impl_sql_store {
                 let all = marks.iter().find(|m| m.0 < 0).map(|m| m.1);
                 let per_priority: Vec<(i32, i64)> =
                     marks.iter().filter(|m| m.0 >= 0).copied().collect();
-                let mut count = 0;
                 let limit = i64::from(limit);
                 let all = if marks.is_empty() { orphans_up_to } else { all };
+                // Where one range stopped: at its mark when it deleted less than it
+                // could, else at the last row it deleted (more may follow it).
+                let done_up_to = |rows: &[(i64, i64)], left: i64, mark: i64| {
+                    if (rows.len() as i64) < left {
+                        mark.max(after)
+                    } else {
+                        rows.iter().map(|r| r.0).max().unwrap_or(after)
+                    }
+                };
+                let mut count = 0;
                 if per_priority.is_empty() {
-                    if let Some(mark) = all {
-                        let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.cleanup[0])
-                            .bind(container)
-                            .bind(mark)
-                            .bind(limit)
-                            .fetch_all(&mut *conn)
-                            .await
-                            .map_err($crate::error::db("cleanup"))?;
-                        count += deleted(lengths, bytes);
-                    }
-                } else {
-                    for (priority, mark) in per_priority {
-                        let mark = all.map_or(mark, |all| all.min(mark));
-                        let left = limit - count as i64;
-                        if left <= 0 {
-                            break;
-                        }
-                        let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.cleanup[1])
-                            .bind(container)
-                            .bind(mark)
-                            .bind(priority)
-                            .bind(left)
-                            .fetch_all(&mut *conn)
-                            .await
-                            .map_err($crate::error::db("cleanup"))?;
-                        count += deleted(lengths, bytes);
-                    }
+                    let Some(mark) = all else {
+                        return Ok((0, after));
+                    };
+                    let rows: Vec<(i64, i64)> = sqlx::query_as(&self.sql.cleanup[0])
+                        .bind(container)
+                        .bind(mark)
+                        .bind(limit)
+                        .bind(after)
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("cleanup"))?;
+                    let reached = done_up_to(&rows, limit, mark);
+                    count += $crate::sql::deleted(rows.into_iter().map(|r| r.1).collect(), bytes);
+                    return Ok((count, reached));
                 }
-                Ok(count)
+                // Each priority's range goes on from `after`; the batch is done up to
+                // the lowest point any of them reached (`after` for one the limit left
+                // unvisited).
+                let mut lowest = i64::MAX;
+                for (priority, mark) in per_priority {
+                    let mark = all.map_or(mark, |all| all.min(mark));
+                    let left = limit - count as i64;
+                    if left <= 0 {
+                        lowest = after;
+                        break;
+                    }
+                    let rows: Vec<(i64, i64)> = sqlx::query_as(&self.sql.cleanup[1])
+                        .bind(container)
+                        .bind(mark)
+                        .bind(priority)
+                        .bind(left)
+                        .bind(after)
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("cleanup"))?;
+                    lowest = lowest.min(done_up_to(&rows, left, mark));
+                    count += $crate::sql::deleted(rows.into_iter().map(|r| r.1).collect(), bytes);
+                }
+                Ok((count, lowest))
             }
 
             /// [`WriteOp::Remove`](crate::WriteOp::Remove): returns how many rows it

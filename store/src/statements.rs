@@ -65,8 +65,9 @@ pub(crate) struct Statements {
     /// `LIMIT $2`
     pub delete_prepared_prefix: String,
     pub min_marks: String,
-    /// cleanup up to mark `$2`: `[0]` every priority, `LIMIT $3`; `[1]` priority `$3`,
-    /// `LIMIT $4`
+    /// cleanup of the ids after `$4` up to mark `$2`: `[0]` every priority, `LIMIT $3`;
+    /// `[1]` priority `$3`, `LIMIT $4`, after `$5`; returns `(id, msg length)` of each
+    /// deleted row
     pub cleanup: [String; 2],
     /// queue ack: delete rows `$2..` of container `$1` that are not prepared, one text
     /// per [`REMOVE_SIZES`] entry; returns each deleted row's `msg` length
@@ -233,8 +234,6 @@ const MESSAGE_COLUMNS: &str = "m.id, m.msgid, m.expiration, m.priority, m.msg, m
 enum Bound<'a> {
     /// `id > $n`, to the end of the container (or priority).
     After(&'a str),
-    /// `id <= $n`, from the start of the container (or priority).
-    UpTo(&'a str),
     /// `$a < id <= $b`: a window of ids.
     Window(&'a str, &'a str),
 }
@@ -276,9 +275,6 @@ impl IdRange {
                     Bound::After(after) => format!(
                         "({columns}, m.id) > ({key}, {after}) AND ({columns}, m.id) <= ({key}, {MAX_ID})"
                     ),
-                    Bound::UpTo(upto) => {
-                        format!("({columns}) >= ({key}) AND ({columns}, m.id) <= ({key}, {upto})")
-                    }
                     Bound::Window(after, upto) => format!(
                         "({columns}, m.id) > ({key}, {after}) AND ({columns}, m.id) <= ({key}, {upto})"
                     ),
@@ -297,7 +293,6 @@ impl IdRange {
                     from: format!("{p}msgs m INDEXED BY {p}msgs_{index}"),
                     range: match bound {
                         Bound::After(after) => format!("{equal} AND m.id > {after}"),
-                        Bound::UpTo(upto) => format!("{equal} AND m.id <= {upto}"),
                         Bound::Window(after, upto) => {
                             format!("{equal} AND m.id > {after} AND m.id <= {upto}")
                         }
@@ -372,7 +367,7 @@ impl Statements {
             format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT m.id FROM {} \
                  WHERE {} AND m.xid IS NULL ORDER BY {} LIMIT {limit}) \
-                 RETURNING {MSG_LENGTH}",
+                 RETURNING id, {MSG_LENGTH}",
                 r.from, r.range, r.order
             )
         };
@@ -489,8 +484,8 @@ impl Statements {
                  GROUP BY priority ORDER BY priority LIMIT 11"
             ),
             cleanup: [
-                cleanup(range("$1", None, Bound::UpTo("$2")), "$3"),
-                cleanup(range("$1", Some("$3"), Bound::UpTo("$2")), "$4"),
+                cleanup(range("$1", None, Bound::Window("$4", "$2")), "$3"),
+                cleanup(range("$1", Some("$3"), Bound::Window("$5", "$2")), "$4"),
             ],
             remove: REMOVE_SIZES.map(remove),
             lease_active: format!(

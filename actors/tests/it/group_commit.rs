@@ -151,7 +151,7 @@ async fn every_typed_write_answers_its_own_value(t: TestStore) {
         handle.remove(Q.into(), vec![queue[2]]),
         handle.expire_queue(Q.into(), now_ms(), 10),
         handle.dead_letter(Q.into(), queue[2], message(DLQ, "twice", 0)),
-        handle.cleanup(T.into(), 100, None),
+        handle.cleanup(T.into(), 100, 0, None),
     );
     let after = store.stats().snapshot();
 
@@ -172,7 +172,7 @@ async fn every_typed_write_answers_its_own_value(t: TestStore) {
     assert_eq!(not_moved.unwrap(), None, "q2 was removed before");
     assert_eq!(
         cleaned.unwrap(),
-        3,
+        (3, topic[2]),
         "t0..t2: acked by s1, the one subscription left"
     );
 
@@ -212,13 +212,13 @@ async fn live_writes_go_before_housekeeping(t: TestStore) {
     let live = |n: usize| handle.add(message(T, &format!("live{n}"), 0));
     let (first, cleaned, rest) = futures::join!(
         live(0),
-        handle.cleanup(T.into(), 100, Some(i64::MAX)),
+        handle.cleanup(T.into(), 100, 0, Some(i64::MAX)),
         futures::future::join_all((1..6).map(live)),
     );
     first.unwrap();
     assert!(rest.iter().all(|r| r.is_ok()), "{rest:?}");
     assert_eq!(
-        cleaned.unwrap(),
+        cleaned.unwrap().0,
         6,
         "the cleanup ran after every live write"
     );

@@ -216,6 +216,7 @@ async fn per_priority_marks_keep_older_low_priority_messages(t: TestStore) {
         .write_one(WriteOp::Cleanup {
             container: T.into(),
             limit: 100,
+            after: 0,
             orphans_up_to: None,
         })
         .await
@@ -371,22 +372,42 @@ async fn cleanup_deletes_only_what_every_subscription_acked(t: TestStore) {
     };
     store.write_one(up_to(&a, ids[24])).await.unwrap();
     store.write_one(up_to(&b, ids[19])).await.unwrap();
-    let cleanup = WriteOp::Cleanup {
+    let cleanup = |after| WriteOp::Cleanup {
         container: T.into(),
         limit: 8,
+        after,
         orphans_up_to: None,
     };
-    let mut deleted = Vec::new();
+    // Each batch goes on after the point the one before reached: the last row it
+    // deleted while batches are full, then b's mark, the lower one.
+    let (mut deleted, mut reached, mut after) = (Vec::new(), Vec::new(), 0);
     loop {
-        match store.write_one(cleanup.clone()).await.unwrap() {
-            WriteOutcome::Deleted(0) => break,
-            WriteOutcome::Deleted(n) => deleted.push(n),
-            other => panic!("{other:?}"),
+        let out = store.write_one(cleanup(after)).await.unwrap();
+        let (n, up_to) = out.cleaned_up().unwrap();
+        reached.push(up_to);
+        after = up_to;
+        if n == 0 {
+            break;
         }
+        deleted.push(n);
     }
     assert_eq!(deleted, vec![8, 8, 4], "bounded batches of at most 8");
+    assert_eq!(reached, vec![ids[7], ids[15], ids[19], ids[19]]);
     // 5 messages b has not acked, and the prepared one.
     assert_eq!(store.count_messages(T).await.unwrap(), 6);
+    // Rows at or below `after` are not looked at: with b's mark moved on, a batch
+    // after ids[21] deletes ids[22..=24] only; one from 0 takes the other two.
+    store.write_one(up_to(&b, ids[24])).await.unwrap();
+    let out = store.write_one(cleanup(ids[21])).await.unwrap();
+    assert_eq!(out.cleaned_up().unwrap(), (3, ids[24]));
+    assert_eq!(store.count_messages(T).await.unwrap(), 3);
+    let out = store.write_one(cleanup(0)).await.unwrap();
+    assert_eq!(out.cleaned_up().unwrap(), (2, ids[24]));
+    assert_eq!(
+        store.count_messages(T).await.unwrap(),
+        1,
+        "the prepared one"
+    );
     // A container without durable subscriptions is left alone.
     store
         .add_messages(vec![message("topic://nosubs", "m", 0)])
@@ -396,6 +417,7 @@ async fn cleanup_deletes_only_what_every_subscription_acked(t: TestStore) {
         .write_one(WriteOp::Cleanup {
             container: "topic://nosubs".into(),
             limit: 10,
+            after: 0,
             orphans_up_to: None,
         })
         .await
@@ -410,11 +432,18 @@ async fn cleanup_deletes_only_what_every_subscription_acked(t: TestStore) {
         .write_one(WriteOp::Cleanup {
             container: "topic://nosubs".into(),
             limit: 10,
+            after: 0,
             orphans_up_to: Some(store.last_assigned_id()),
         })
         .await
         .unwrap();
-    assert_eq!(out, WriteOutcome::Deleted(1));
+    assert_eq!(
+        out,
+        WriteOutcome::CleanedUp {
+            deleted: 1,
+            reached: store.last_assigned_id()
+        }
+    );
     assert_eq!(store.count_messages("topic://nosubs").await.unwrap(), 1);
 }
 
@@ -433,6 +462,7 @@ async fn subscription_survives_restart_without_messages(t: TestStore) {
         .write_one(WriteOp::Cleanup {
             container: T.into(),
             limit: 100,
+            after: 0,
             orphans_up_to: None,
         })
         .await
@@ -449,6 +479,7 @@ async fn subscription_survives_restart_without_messages(t: TestStore) {
         .write_one(WriteOp::Cleanup {
             container: T.into(),
             limit: 100,
+            after: 0,
             orphans_up_to: None,
         })
         .await

@@ -110,11 +110,18 @@ async fn stored_bytes_follows_every_add_and_delete(t: TestStore) {
         WriteOp::Cleanup {
             container: T.into(),
             limit: 100,
+            after: 0,
             orphans_up_to: None,
         },
     )
     .await;
-    assert_eq!(cleaned, WriteOutcome::Deleted(9));
+    assert_eq!(
+        cleaned,
+        WriteOutcome::CleanedUp {
+            deleted: 9,
+            reached: topic[8]
+        }
+    );
     same!("cleanup");
 
     // Prepared messages count while stored; rollback and abandoned rollback take them
