@@ -32,7 +32,8 @@
 //! one is running, the topic has never seen a message with an expiration (and its
 //! store holds none), or no durable subscription is offline. A page reads at most
 //! `max_expire_page_size` expired messages in `(expiration, id)` order, after where the
-//! page before stopped (`read_expired_after`, one range of the expiration index), and
+//! page before stopped (`read_expired_after`, one range of the expiration index; without
+//! the bodies, `read_expired_keys_after`, when no subscription has a selector), and
 //! acks them for every offline durable subscription, in one commit of the store actor.
 //! The store moves a mark over the run of done messages directly after it and keeps
 //! the others as individual acks, so a mark never passes a live message (the fix for
@@ -56,7 +57,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use ebb_store::SubscriptionKey;
+use ebb_store::{ExpiredKey, SubscriptionKey};
 
 use crate::destination::{
     self, destination_handlers, now_ms, AckBatch, Completions, DestinationActor, DestinationCore,
@@ -405,10 +406,23 @@ impl TopicActor {
             let Some(permit) = budget.acquire().await else {
                 return Ok(ExpiryPageDone::default());
             };
-            let page = store
-                .store()
-                .read_expired_after(&container, now_ms(), after, limit)
-                .await?;
+            // Bodies are read only when a selector needs the headers.
+            let (page, messages) = if selectors.is_empty() {
+                let keys = store
+                    .store()
+                    .read_expired_keys_after(&container, now_ms(), after, limit)
+                    .await?;
+                (keys, Vec::new())
+            } else {
+                let messages = store
+                    .store()
+                    .read_expired_after(&container, now_ms(), after, limit)
+                    .await?;
+                (
+                    messages.iter().map(|m| ExpiredKey::of(m)).collect(),
+                    messages,
+                )
+            };
             let mut done = ExpiryPageDone {
                 rows: page.len() as u64,
                 more: page.len() >= limit as usize,
@@ -426,16 +440,19 @@ impl TopicActor {
             for key in subscriptions {
                 // A selector's subscription: messages it does not match are not its
                 // own, so they are acked (its mark moves) but not counted as expired.
+                let id_priority = |m: &ExpiredKey| (m.id, m.priority);
                 let (mine, others): (Vec<_>, Vec<_>) = match selectors.get(&key) {
-                    Some(selector) => page
-                        .iter()
-                        .partition(|m| selector.matches(&TopicMessage::from_stored(m))),
-                    None => (page.iter().collect(), Vec::new()),
+                    Some(selector) => {
+                        let (mine, others): (Vec<_>, Vec<_>) = messages
+                            .iter()
+                            .partition(|m| selector.matches(&TopicMessage::from_stored(m)));
+                        let keys = |ms: Vec<&Arc<ebb_store::StoredMessage>>| {
+                            ms.iter().map(|m| (m.id, m.priority)).collect()
+                        };
+                        (keys(mine), keys(others))
+                    }
+                    None => (page.iter().map(id_priority).collect(), Vec::new()),
                 };
-                let id_priority = |ms: Vec<&Arc<ebb_store::StoredMessage>>| {
-                    ms.iter().map(|m| (m.id, m.priority)).collect::<Vec<_>>()
-                };
-                let (mine, others) = (id_priority(mine), id_priority(others));
                 if !others.is_empty() {
                     let ack = store.ack_expired(container.clone(), key.clone(), others);
                     acks.push((false, ack));

@@ -13,8 +13,8 @@
 use std::sync::Arc;
 
 use crate::{
-    Backend, DurableSubscription, ExpiredPage, LeaseState, LockAttempt, MessageStore, ReadStats,
-    Result, StoredMessage, SubscriptionKey, WriteOp, WriteOutcome,
+    Backend, DurableSubscription, ExpiredKey, ExpiredPage, LeaseState, LockAttempt, MessageStore,
+    ReadStats, Result, StoredMessage, SubscriptionKey, WriteOp, WriteOutcome,
 };
 
 /// A store whose calls run detached from their callers (see the module
@@ -197,6 +197,21 @@ impl MessageStore for Detached {
         let container = container.to_string();
         detached(&self.0, |s| async move {
             s.read_expired_after(&container, now_ms, after, limit).await
+        })
+        .await
+    }
+
+    async fn read_expired_keys_after(
+        &self,
+        container: &str,
+        now_ms: i64,
+        after: (i64, i64),
+        limit: u32,
+    ) -> Result<Vec<ExpiredKey>> {
+        let container = container.to_string();
+        detached(&self.0, |s| async move {
+            s.read_expired_keys_after(&container, now_ms, after, limit)
+                .await
         })
         .await
     }

@@ -241,6 +241,7 @@ pub enum LockAttempt {
 pub struct ReadStats {
     message_rows: AtomicU64,
     body_bytes: AtomicU64,
+    key_rows: AtomicU64,
     write_transactions: AtomicU64,
     write_ops: AtomicU64,
     in_doubt_commits: AtomicU64,
@@ -253,6 +254,9 @@ pub struct StatsSnapshot {
     pub message_rows: u64,
     /// Stored body bytes fetched (the encoded `msg` column).
     pub body_bytes: u64,
+    /// Rows of the message table fetched without their body: id, expiration and
+    /// priority ([`MessageStore::read_expired_keys_after`]).
+    pub key_rows: u64,
     /// Write transactions committed.
     pub write_transactions: u64,
     /// Write operations committed (a transaction holds one or more).
@@ -268,6 +272,10 @@ impl ReadStats {
         self.body_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    pub(crate) fn fetched_keys(&self, rows: u64) {
+        self.key_rows.fetch_add(rows, Ordering::Relaxed);
+    }
+
     pub(crate) fn in_doubt_commit_settled(&self) {
         self.in_doubt_commits.fetch_add(1, Ordering::Relaxed);
     }
@@ -281,6 +289,7 @@ impl ReadStats {
         StatsSnapshot {
             message_rows: self.message_rows.load(Ordering::Relaxed),
             body_bytes: self.body_bytes.load(Ordering::Relaxed),
+            key_rows: self.key_rows.load(Ordering::Relaxed),
             write_transactions: self.write_transactions.load(Ordering::Relaxed),
             write_ops: self.write_ops.load(Ordering::Relaxed),
             in_doubt_commits: self.in_doubt_commits.load(Ordering::Relaxed),
@@ -467,6 +476,26 @@ pub trait MessageStore: Send + Sync + 'static {
         after: (i64, i64),
         limit: u32,
     ) -> Result<Vec<Arc<StoredMessage>>>;
+
+    /// The same page as [`MessageStore::read_expired_after`], without the bodies: id,
+    /// expiration and priority of each message, all a topic's expiry page needs when
+    /// none of its subscriptions has a selector. The same two index ranges; a body is
+    /// neither read (SQLite leaves its overflow pages alone) nor decoded; counted in
+    /// [`StatsSnapshot::key_rows`]. The default reads the whole messages.
+    ///
+    /// Errors: as [`MessageStore::read_expired_after`].
+    async fn read_expired_keys_after(
+        &self,
+        container: &str,
+        now_ms: i64,
+        after: (i64, i64),
+        limit: u32,
+    ) -> Result<Vec<ExpiredKey>> {
+        let page = self
+            .read_expired_after(container, now_ms, after, limit)
+            .await?;
+        Ok(page.iter().map(|m| ExpiredKey::of(m)).collect())
+    }
 
     /// Whether `container` holds any message with an expiration (one indexed row at
     /// most). A destination without one does no expiry work.

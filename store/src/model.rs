@@ -64,6 +64,30 @@ impl StoredMessage {
     }
 }
 
+/// An expired message's place and priority, without its body: what a topic's expiry
+/// page needs of a message when no subscription has a selector
+/// ([`crate::MessageStore::read_expired_keys_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpiredKey {
+    /// Store sequence id.
+    pub id: i64,
+    /// Epoch ms (above 0: the message expires).
+    pub expiration: i64,
+    /// 0–9.
+    pub priority: u8,
+}
+
+impl ExpiredKey {
+    /// The key of a whole message.
+    pub fn of(message: &StoredMessage) -> Self {
+        Self {
+            id: message.id,
+            expiration: message.expiration,
+            priority: message.priority,
+        }
+    }
+}
+
 /// The expiry rule used everywhere: an expiration of 0 never expires.
 pub fn is_expired(expiration: i64, now_ms: i64) -> bool {
     expiration > 0 && expiration <= now_ms
@@ -198,7 +222,7 @@ pub enum WriteOp {
     /// [`WriteOutcome::Deleted`] with the number of rows really deleted: an id that is
     /// already gone, of another container, or prepared counts 0 (so does a repeated
     /// id). Bound: callers pass at most a few thousand ids; the store cuts the list into
-    /// statements of at most 512 ([`crate::statements::REMOVE_SIZES`]).
+    /// statements of at most 512 ([`crate::statements::ID_LIST_MAX`]).
     Remove { container: String, ids: Vec<i64> },
     /// One bounded queue expiry page: delete at most `limit` messages of `container`
     /// that are expired at `now_ms` (epoch ms; `0 < expiration <= now_ms`) and not

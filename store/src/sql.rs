@@ -47,21 +47,36 @@ pub(crate) fn like_prefix(prefix: &str) -> String {
     pattern
 }
 
-/// Pads `ids` (1 to 512 of them) to the smallest [`REMOVE_SIZES`] entry that holds
-/// them, by repeating the last id (an `IN` list matches a row once). Returns the
-/// index of the statement text and the ids to bind.
-///
-/// [`REMOVE_SIZES`]: crate::statements::REMOVE_SIZES
-pub(crate) fn padded(ids: &[i64]) -> (usize, Vec<i64>) {
-    use crate::statements::REMOVE_SIZES;
-    let k = REMOVE_SIZES
-        .iter()
-        .position(|&size| size >= ids.len())
-        .expect("a chunk of at most the largest remove size");
-    let last = *ids.last().expect("a chunk is not empty");
-    let mut bound = ids.to_vec();
-    bound.resize(REMOVE_SIZES[k], last);
-    (k, bound)
+/// How a backend takes a list of ids as one bound value (see
+/// [`crate::statements::ID_LIST_MAX`]): SQLite a JSON array of integers, which
+/// `json_each` reads; PostgreSQL a `BIGINT[]`.
+pub(crate) trait IdList: sqlx::Database {
+    type Ids: for<'q> sqlx::Encode<'q, Self> + sqlx::Type<Self> + Send + 'static;
+    fn id_list(ids: &[i64]) -> Self::Ids;
+}
+
+impl IdList for sqlx::Sqlite {
+    type Ids = String;
+    fn id_list(ids: &[i64]) -> String {
+        use std::fmt::Write;
+        let mut json = String::with_capacity(ids.len() * 8 + 2);
+        json.push('[');
+        for (n, id) in ids.iter().enumerate() {
+            if n > 0 {
+                json.push(',');
+            }
+            let _ = write!(json, "{id}");
+        }
+        json.push(']');
+        json
+    }
+}
+
+impl IdList for sqlx::Postgres {
+    type Ids = Vec<i64>;
+    fn id_list(ids: &[i64]) -> Vec<i64> {
+        ids.to_vec()
+    }
 }
 
 /// The sub-row priority a message of `priority` falls under: -1 when the subscription
@@ -884,15 +899,9 @@ macro_rules! impl_sql_store {
                         .await?;
                     newly_acked += passed;
                     let acking: Vec<i64> = acking.into_iter().collect();
-                    let largest = $crate::statements::REMOVE_SIZES.len() - 1;
-                    for chunk in acking.chunks($crate::statements::REMOVE_SIZES[largest]) {
-                        let (k, bound) = $crate::sql::padded(chunk);
-                        let mut query =
-                            Self::for_row(&self.sql.insert_indacks[k], container, key, row);
-                        for id in bound {
-                            query = query.bind(id);
-                        }
-                        newly_acked += query
+                    for chunk in acking.chunks($crate::statements::ID_LIST_MAX) {
+                        newly_acked += Self::for_row(&self.sql.insert_indacks, container, key, row)
+                            .bind(<$db as $crate::sql::IdList>::id_list(chunk))
                             .execute(&mut *conn)
                             .await
                             .map_err($crate::error::db("record acks"))?
@@ -1035,6 +1044,47 @@ macro_rules! impl_sql_store {
                 Ok(count)
             }
 
+            /// The rows of a topic's expiry page after `after`, read by `statements`
+            /// (`read_expired_after` or `read_expired_keys_after`): the rest of
+            /// `after`'s expiration, then the later ones, two ranges of the expiration
+            /// index, each in its order, together `limit` rows, in one snapshot.
+            async fn expired_after<R>(
+                &self,
+                statements: &[String; 2],
+                container: &str,
+                now_ms: i64,
+                after: (i64, i64),
+                limit: u32,
+            ) -> $crate::Result<Vec<R>>
+            where
+                R: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row> + Send + Unpin,
+            {
+                let mut tx = self.begin_read("read expired").await?;
+                let mut rows: Vec<R> = sqlx::query_as(&statements[0])
+                    .bind(container)
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .bind(after.0)
+                    .bind(after.1)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err($crate::error::db("read expired"))?;
+                let left = i64::from(limit) - rows.len() as i64;
+                if left > 0 {
+                    let later: Vec<R> = sqlx::query_as(&statements[1])
+                        .bind(container)
+                        .bind(now_ms)
+                        .bind(left)
+                        .bind(after.0)
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err($crate::error::db("read expired"))?;
+                    rows.extend(later);
+                }
+                tx.commit().await.map_err($crate::error::db("read expired"))?;
+                Ok(rows)
+            }
+
             /// [`WriteOp::Cleanup`](crate::WriteOp::Cleanup): returns how many messages
             /// it deleted and the id up to which it is done (the next batch's `after`).
             async fn cleanup(
@@ -1117,16 +1167,11 @@ macro_rules! impl_sql_store {
                 ids: &[i64],
                 bytes: &mut i64,
             ) -> $crate::Result<u64> {
-                use $crate::statements::REMOVE_SIZES;
-                let largest = REMOVE_SIZES[REMOVE_SIZES.len() - 1];
                 let mut count = 0;
-                for chunk in ids.chunks(largest) {
-                    let (k, bound) = $crate::sql::padded(chunk);
-                    let mut query = sqlx::query_scalar(&self.sql.remove[k]).bind(container);
-                    for id in bound {
-                        query = query.bind(id);
-                    }
-                    let lengths: Vec<i64> = query
+                for chunk in ids.chunks($crate::statements::ID_LIST_MAX) {
+                    let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.remove)
+                        .bind(container)
+                        .bind(<$db as $crate::sql::IdList>::id_list(chunk))
                         .fetch_all(&mut *conn)
                         .await
                         .map_err($crate::error::db("remove messages"))?;
@@ -1144,16 +1189,11 @@ macro_rules! impl_sql_store {
                 ids: &[i64],
                 bytes: &mut i64,
             ) -> $crate::Result<Vec<i64>> {
-                use $crate::statements::REMOVE_SIZES;
-                let largest = REMOVE_SIZES[REMOVE_SIZES.len() - 1];
                 let mut gone = Vec::new();
-                for chunk in ids.chunks(largest) {
-                    let (k, bound) = $crate::sql::padded(chunk);
-                    let mut query = sqlx::query_as(&self.sql.reclaim[k]).bind(container);
-                    for id in bound {
-                        query = query.bind(id);
-                    }
-                    let rows: Vec<(i64, i64)> = query
+                for chunk in ids.chunks($crate::statements::ID_LIST_MAX) {
+                    let rows: Vec<(i64, i64)> = sqlx::query_as(&self.sql.reclaim)
+                        .bind(container)
+                        .bind(<$db as $crate::sql::IdList>::id_list(chunk))
                         .fetch_all(&mut *conn)
                         .await
                         .map_err($crate::error::db("reclaim expired messages"))?;
@@ -1162,13 +1202,9 @@ macro_rules! impl_sql_store {
                     if deleted.is_empty() {
                         continue;
                     }
-                    let (k, bound) = $crate::sql::padded(&deleted);
-                    let mut query =
-                        sqlx::query(&self.sql.delete_message_indacks[k]).bind(container);
-                    for id in bound {
-                        query = query.bind(id);
-                    }
-                    query
+                    sqlx::query(&self.sql.delete_message_indacks)
+                        .bind(container)
+                        .bind(<$db as $crate::sql::IdList>::id_list(&deleted))
                         .execute(&mut *conn)
                         .await
                         .map_err($crate::error::db("drop individual acks"))?;
@@ -1213,9 +1249,9 @@ macro_rules! impl_sql_store {
             ) -> $crate::Result<Option<i64>> {
                 // The one-id remove statement: only a row that is still there, and not
                 // prepared, is moved.
-                let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.remove[0])
+                let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.remove)
                     .bind(container)
-                    .bind(id)
+                    .bind(<$db as $crate::sql::IdList>::id_list(&[id]))
                     .fetch_all(&mut *conn)
                     .await
                     .map_err($crate::error::db("dead-letter message"))?;
@@ -1664,34 +1700,31 @@ macro_rules! impl_sql_store {
                 after: (i64, i64),
                 limit: u32,
             ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
-                let mut tx = self.begin_read("read expired").await?;
-                // The rest of `after`'s expiration, then the later ones: two ranges of
-                // the expiration index, each in its order, together `limit` rows.
-                let mut rows: Vec<$crate::sql::MessageRow> =
-                    sqlx::query_as(&self.sql.read_expired_after[0])
-                        .bind(container)
-                        .bind(now_ms)
-                        .bind(i64::from(limit))
-                        .bind(after.0)
-                        .bind(after.1)
-                        .fetch_all(&mut *tx)
-                        .await
-                        .map_err($crate::error::db("read expired"))?;
-                let left = i64::from(limit) - rows.len() as i64;
-                if left > 0 {
-                    let later: Vec<$crate::sql::MessageRow> =
-                        sqlx::query_as(&self.sql.read_expired_after[1])
-                            .bind(container)
-                            .bind(now_ms)
-                            .bind(left)
-                            .bind(after.0)
-                            .fetch_all(&mut *tx)
-                            .await
-                            .map_err($crate::error::db("read expired"))?;
-                    rows.extend(later);
-                }
-                tx.commit().await.map_err($crate::error::db("read expired"))?;
+                let rows: Vec<$crate::sql::MessageRow> = self
+                    .expired_after(&self.sql.read_expired_after, container, now_ms, after, limit)
+                    .await?;
                 $crate::sql::decode_messages(container, rows, &self.stats)
+            }
+
+            async fn read_expired_keys_after(
+                &self,
+                container: &str,
+                now_ms: i64,
+                after: (i64, i64),
+                limit: u32,
+            ) -> $crate::Result<Vec<$crate::ExpiredKey>> {
+                let rows: Vec<(i64, i64, i32)> = self
+                    .expired_after(&self.sql.read_expired_keys_after, container, now_ms, after, limit)
+                    .await?;
+                self.stats.fetched_keys(rows.len() as u64);
+                Ok(rows
+                    .into_iter()
+                    .map(|(id, expiration, priority)| $crate::ExpiredKey {
+                        id,
+                        expiration,
+                        priority: $crate::sql::priority_of(priority),
+                    })
+                    .collect())
             }
 
             async fn has_expiring(&self, container: &str) -> $crate::Result<bool> {
@@ -1803,7 +1836,7 @@ pub(crate) use impl_sql_store;
 
 #[cfg(test)]
 mod tests {
-    use super::{like_prefix, padded, pending_read, PendingRead};
+    use super::{like_prefix, pending_read, IdList, PendingRead};
 
     #[test]
     fn pending_reads_start_after_the_mark_of_each_priority() {
@@ -1869,10 +1902,13 @@ mod tests {
     }
 
     #[test]
-    fn remove_lists_are_padded_to_four_sizes() {
-        assert_eq!(padded(&[5]), (0, vec![5]));
-        assert_eq!(padded(&[5, 6]), (1, vec![5, 6, 6, 6, 6, 6, 6, 6]));
-        let (k, ids) = padded(&(1..=65).collect::<Vec<i64>>());
-        assert_eq!((k, ids.len(), ids[64], ids[511]), (3, 512, 65, 65));
+    fn sqlite_id_lists_are_json_arrays() {
+        assert_eq!(sqlx::Sqlite::id_list(&[]), "[]");
+        assert_eq!(sqlx::Sqlite::id_list(&[5]), "[5]");
+        assert_eq!(
+            sqlx::Sqlite::id_list(&[-1, 0, i64::MAX]),
+            "[-1,0,9223372036854775807]"
+        );
+        assert_eq!(sqlx::Postgres::id_list(&[5, 6]), vec![5, 6]);
     }
 }

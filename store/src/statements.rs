@@ -20,13 +20,18 @@ pub const INSERT_BATCH: usize = 500;
 /// Rows a commit, rollback or cleanup statement touches at most.
 pub const WRITE_BATCH: i64 = 1000;
 
-/// Sizes of the id list of a queue remove statement ([`crate::WriteOp::Remove`], and
-/// the single-id one of [`crate::WriteOp::DeadLetter`]): a list is cut into chunks of
-/// at most the largest size, and each chunk is padded (its last id repeated) to the
-/// smallest size that holds it. So any number of ids needs at most four statement
-/// texts, each prepared once per connection, and no statement binds more than 513
-/// values (SQLite allows 32,766).
-pub const REMOVE_SIZES: [usize; 4] = [1, 8, 64, 512];
+/// Most ids one statement with an id list takes (queue remove, [`crate::WriteOp::Reclaim`],
+/// individual acks): a longer list is cut into chunks of this many, so each
+/// statement's work stays bounded.
+///
+/// The list is one bound value: on SQLite a JSON array read by `json_each`, on
+/// PostgreSQL a `BIGINT[]` compared with `= ANY` (`sql::IdList`). Both search the
+/// primary key (or `indacks_midx`) once per id. It was a list of `$N` placeholders in
+/// four padded sizes; sqlx binds SQLite's `$N` by name, and SQLite finds each name by
+/// walking the statement's list of names, so a 512-id statement took about 131,000
+/// steps to bind (6 % of a topic expiry drain's time), and each size was one more
+/// statement prepared and kept on every connection.
+pub const ID_LIST_MAX: usize = 512;
 
 /// The prefixed SQL texts. Field names say what each does.
 #[derive(Debug)]
@@ -45,11 +50,11 @@ pub(crate) struct Statements {
     /// keyset page of subscription rows: `(client_id, sub_name) > ($2, $3)`, `LIMIT $4`
     pub list_subscription_rows: String,
     /// individual acks of sub-row `($2, $3, $4)` (client id, subscription name, mark
-    /// row) for the messages `$5..` of container `$1` that are stored (an ack of a
-    /// message already gone is not kept), one text per [`REMOVE_SIZES`] entry; an ack
-    /// kept before is left as it is (`ON CONFLICT DO NOTHING`), so the rows inserted
-    /// are the messages newly acked
-    pub insert_indacks: [String; 4],
+    /// row) for the messages of id list `$5` ([`ID_LIST_MAX`]) of container `$1` that
+    /// are stored (an ack of a message already gone is not kept); an ack kept before
+    /// is left as it is (`ON CONFLICT DO NOTHING`), so the rows inserted are the
+    /// messages newly acked
+    pub insert_indacks: String,
     /// window of `(id, individually acked? 0/1)` after `$5`, `LIMIT $6` (binds: `$1`
     /// container, `$2` client id, `$3` subscription name, `$4` mark row); two variants
     /// (`[0]` one mark for all priorities, `[1]` per priority) so each uses its index
@@ -69,17 +74,17 @@ pub(crate) struct Statements {
     /// `[1]` priority `$3`, `LIMIT $4`, after `$5`; returns `(id, msg length)` of each
     /// deleted row
     pub cleanup: [String; 2],
-    /// queue ack: delete rows `$2..` of container `$1` that are not prepared, one text
-    /// per [`REMOVE_SIZES`] entry; returns each deleted row's `msg` length
-    pub remove: [String; 4],
-    /// topic expiry: delete rows `$2..` of container `$1` (not prepared) that every
-    /// durable subscription of the container is done with (at or below the mark of the
-    /// row's priority, or acked individually); one text per [`REMOVE_SIZES`] entry;
-    /// returns `(id, msg length)` of each deleted row
-    pub reclaim: [String; 4],
-    /// the individual acks of messages `$2..` of container `$1` (every subscription),
-    /// by `indacks_midx`; one text per [`REMOVE_SIZES`] entry
-    pub delete_message_indacks: [String; 4],
+    /// queue ack: delete the rows of id list `$2` ([`ID_LIST_MAX`]) of container `$1`
+    /// that are not prepared; returns each deleted row's `msg` length
+    pub remove: String,
+    /// topic expiry: delete the rows of id list `$2` of container `$1` (not prepared)
+    /// that every durable subscription of the container is done with (at or below the
+    /// mark of the row's priority, or acked individually); returns `(id, msg length)`
+    /// of each deleted row
+    pub reclaim: String,
+    /// the individual acks of the messages of id list `$2` of container `$1` (every
+    /// subscription), by `indacks_midx`
+    pub delete_message_indacks: String,
     /// a queue message's failed deliveries: row `$2` of container `$1` (not prepared)
     /// gets count `$3`
     pub redelivered: String,
@@ -97,6 +102,8 @@ pub(crate) struct Statements {
     /// expiration `$4` after id `$5`, `[1]` the expirations after `$4` (`$4 >= 0`, so
     /// never 0: no expiration) up to `$2`
     pub read_expired_after: [String; 2],
+    /// the same ranges, columns `id, expiration, priority` only (no body)
+    pub read_expired_keys_after: [String; 2],
     /// the `msg` bytes of the whole table: one aggregate row, read at open
     pub stored_bytes: String,
     /// the pending messages of a subscription with one mark for every priority:
@@ -228,6 +235,9 @@ const MSG_LENGTH: &str = "CAST(length(msg) AS BIGINT)";
 const MAX_ID: i64 = i64::MAX;
 
 const MESSAGE_COLUMNS: &str = "m.id, m.msgid, m.expiration, m.priority, m.msg, m.redeliveries";
+
+/// What an expiry page without selectors reads of a message (`read_expired_keys_after`).
+const KEY_COLUMNS: &str = "m.id, m.expiration, m.priority";
 
 /// Which end of an id range a statement binds.
 #[derive(Debug, Clone, Copy)]
@@ -371,48 +381,80 @@ impl Statements {
                 r.from, r.range, r.order
             )
         };
-        // `$2, $3, ..`: the id list of a statement of `size` ids.
-        let ids_from_2 = |size: usize| {
-            (2..size + 2)
-                .map(|n| format!("${n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+        // `column` is one of the ids of list `param` (see `ID_LIST_MAX`).
+        let in_list = |column: &str, param: &str| match backend {
+            Backend::Postgres => format!("{column} = ANY({param})"),
+            Backend::Sqlite => format!("{column} IN (SELECT value FROM json_each({param}))"),
         };
-        let remove = |size: usize| {
-            format!(
-                "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND id IN ({}) \
-                 RETURNING {MSG_LENGTH}",
-                ids_from_2(size)
-            )
-        };
+        let remove = format!(
+            "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND {} \
+             RETURNING {MSG_LENGTH}",
+            in_list("id", "$2")
+        );
         // A row is still needed by a subscription row whose mark is below it (of its
         // priority, or -1 for all) and that has no individual ack of it: one probe of
         // the `indacks` primary key per (row, subscription row) pair.
-        let reclaim = |size: usize| {
-            format!(
-                "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND id IN ({}) \
-                 AND NOT EXISTS (SELECT 1 FROM {p}acks a WHERE a.container = $1 \
-                   AND (a.priority < 0 OR a.priority = {p}msgs.priority) \
-                   AND a.last_acked_id < {p}msgs.id \
-                   AND NOT EXISTS (SELECT 1 FROM {p}indacks i WHERE i.container = $1 \
-                     AND i.client_id = a.client_id AND i.sub_name = a.sub_name \
-                     AND i.priority = a.priority AND i.msg_id = {p}msgs.id)) \
-                 RETURNING id, {MSG_LENGTH}",
-                ids_from_2(size)
-            )
-        };
-        let delete_message_indacks = |size: usize| {
-            format!(
-                "DELETE FROM {p}indacks WHERE container = $1 AND msg_id IN ({})",
-                ids_from_2(size)
-            )
-        };
+        let reclaim = format!(
+            "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND {} \
+             AND NOT EXISTS (SELECT 1 FROM {p}acks a WHERE a.container = $1 \
+               AND (a.priority < 0 OR a.priority = {p}msgs.priority) \
+               AND a.last_acked_id < {p}msgs.id \
+               AND NOT EXISTS (SELECT 1 FROM {p}indacks i WHERE i.container = $1 \
+                 AND i.client_id = a.client_id AND i.sub_name = a.sub_name \
+                 AND i.priority = a.priority AND i.msg_id = {p}msgs.id)) \
+             RETURNING id, {MSG_LENGTH}",
+            in_list("id", "$2")
+        );
+        let delete_message_indacks = format!(
+            "DELETE FROM {p}indacks WHERE container = $1 AND {}",
+            in_list("msg_id", "$2")
+        );
         let expired = "m.container = $1 AND m.expiration > 0 AND m.expiration <= $2 \
                        AND m.xid IS NULL ORDER BY m.expiration, m.id LIMIT $3";
         // Only the expiration index gives `(expiration, id)` order; SQLite is told so.
         let by_expiration = match backend {
             Backend::Postgres => format!("{p}msgs m"),
             Backend::Sqlite => format!("{p}msgs m INDEXED BY {p}msgs_eidx"),
+        };
+        // A topic's expiry pages, with `columns`: see `read_expired_after`.
+        let expired_after = |columns: &str| -> [String; 2] {
+            match backend {
+                // Row comparisons on the index's columns, ordered by them: only
+                // `msgs_eidx` serves them as one range (see the notes above).
+                Backend::Postgres => [
+                    format!(
+                        "SELECT {columns} FROM {p}msgs m \
+                         WHERE (m.container, m.expiration, m.id) > ($1, $4, $5) \
+                           AND (m.container, m.expiration, m.id) <= ($1, $4, {MAX_ID}) \
+                           AND m.xid IS NULL AND $2 > 0 \
+                         ORDER BY m.container, m.expiration, m.id LIMIT $3"
+                    ),
+                    format!(
+                        "SELECT {columns} FROM {p}msgs m \
+                         WHERE (m.container, m.expiration, m.id) > ($1, $4, {MAX_ID}) \
+                           AND (m.container, m.expiration, m.id) <= ($1, $2, {MAX_ID}) \
+                           AND m.xid IS NULL \
+                         ORDER BY m.container, m.expiration, m.id LIMIT $3"
+                    ),
+                ],
+                // `$4` is a position a page before reached (expired then), or 0 with
+                // `$5` the largest id (nothing): the tie's range is the equality and
+                // the id (`$2` stays bound, unused).
+                Backend::Sqlite => [
+                    format!(
+                        "SELECT {columns} FROM {by_expiration} \
+                         WHERE m.container = $1 AND m.expiration = $4 AND m.id > $5 \
+                           AND m.xid IS NULL AND $2 > 0 \
+                         ORDER BY m.expiration, m.id LIMIT $3"
+                    ),
+                    format!(
+                        "SELECT {columns} FROM {by_expiration} \
+                         WHERE m.container = $1 AND m.expiration > $4 \
+                           AND m.expiration <= $2 AND m.xid IS NULL \
+                         ORDER BY m.expiration, m.id LIMIT $3"
+                    ),
+                ],
+            }
         };
         Self {
             prefix: p.to_string(),
@@ -442,18 +484,13 @@ impl Statements {
                  WHERE container = $1 AND (client_id > $2 OR (client_id = $2 AND sub_name > $3)) \
                  ORDER BY client_id, sub_name, priority LIMIT $4"
             ),
-            insert_indacks: REMOVE_SIZES.map(|size| {
-                let ids = (5..size + 5)
-                    .map(|n| format!("${n}"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                format!(
-                    "INSERT INTO {p}indacks (container, client_id, sub_name, priority, msg_id) \
-                     SELECT $1, $2, $3, $4, m.id FROM {p}msgs m \
-                     WHERE m.container = $1 AND m.id IN ({ids}) \
-                     ON CONFLICT DO NOTHING"
-                )
-            }),
+            insert_indacks: format!(
+                "INSERT INTO {p}indacks (container, client_id, sub_name, priority, msg_id) \
+                 SELECT $1, $2, $3, $4, m.id FROM {p}msgs m \
+                 WHERE m.container = $1 AND {} \
+                 ON CONFLICT DO NOTHING",
+                in_list("m.id", "$5")
+            ),
             advance_window: [
                 advance(range("$1", None, Bound::After("$5"))),
                 advance(range("$1", Some("$4"), Bound::After("$5"))),
@@ -487,7 +524,7 @@ impl Statements {
                 cleanup(range("$1", None, Bound::Window("$4", "$2")), "$3"),
                 cleanup(range("$1", Some("$3"), Bound::Window("$5", "$2")), "$4"),
             ],
-            remove: REMOVE_SIZES.map(remove),
+            remove,
             lease_active: format!(
                 "SELECT CASE WHEN expires_at > clock_timestamp() THEN 1 ELSE 0 END \
                  FROM {p}lock WHERE name = 'broker' FOR SHARE"
@@ -501,45 +538,10 @@ impl Statements {
                  RETURNING id, {MSG_LENGTH}"
             ),
             read_expired: format!("SELECT {MESSAGE_COLUMNS} FROM {by_expiration} WHERE {expired}"),
-            read_expired_after: match backend {
-                // Row comparisons on the index's columns, ordered by them: only
-                // `msgs_eidx` serves them as one range (see the notes above).
-                Backend::Postgres => [
-                    format!(
-                        "SELECT {MESSAGE_COLUMNS} FROM {p}msgs m \
-                         WHERE (m.container, m.expiration, m.id) > ($1, $4, $5) \
-                           AND (m.container, m.expiration, m.id) <= ($1, $4, {MAX_ID}) \
-                           AND m.xid IS NULL AND $2 > 0 \
-                         ORDER BY m.container, m.expiration, m.id LIMIT $3"
-                    ),
-                    format!(
-                        "SELECT {MESSAGE_COLUMNS} FROM {p}msgs m \
-                         WHERE (m.container, m.expiration, m.id) > ($1, $4, {MAX_ID}) \
-                           AND (m.container, m.expiration, m.id) <= ($1, $2, {MAX_ID}) \
-                           AND m.xid IS NULL \
-                         ORDER BY m.container, m.expiration, m.id LIMIT $3"
-                    ),
-                ],
-                // `$4` is a position a page before reached (expired then), or 0 with
-                // `$5` the largest id (nothing): the tie's range is the equality and
-                // the id (`$2` stays bound, unused).
-                Backend::Sqlite => [
-                    format!(
-                        "SELECT {MESSAGE_COLUMNS} FROM {by_expiration} \
-                         WHERE m.container = $1 AND m.expiration = $4 AND m.id > $5 \
-                           AND m.xid IS NULL AND $2 > 0 \
-                         ORDER BY m.expiration, m.id LIMIT $3"
-                    ),
-                    format!(
-                        "SELECT {MESSAGE_COLUMNS} FROM {by_expiration} \
-                         WHERE m.container = $1 AND m.expiration > $4 \
-                           AND m.expiration <= $2 AND m.xid IS NULL \
-                         ORDER BY m.expiration, m.id LIMIT $3"
-                    ),
-                ],
-            },
-            reclaim: REMOVE_SIZES.map(reclaim),
-            delete_message_indacks: REMOVE_SIZES.map(delete_message_indacks),
+            read_expired_after: expired_after(MESSAGE_COLUMNS),
+            read_expired_keys_after: expired_after(KEY_COLUMNS),
+            reclaim,
+            delete_message_indacks,
             stored_bytes: format!(
                 "SELECT CAST(COALESCE(SUM(length(msg)), 0) AS BIGINT) FROM {p}msgs"
             ),
@@ -759,6 +761,8 @@ mod tests {
             &s.read_expired,
             &s.read_expired_after[0],
             &s.read_expired_after[1],
+            &s.read_expired_keys_after[0],
+            &s.read_expired_keys_after[1],
             &s.subscription_containers,
             &s.next_container,
             &s.subscriptions_between,
@@ -777,13 +781,16 @@ mod tests {
         assert!(s.expiry_runs(2).contains("OFFSET $3"));
         // One row by its key.
         assert!(s.redelivered.ends_with("AND id = $2 AND xid IS NULL"));
-        // A remove is bounded by its id list; the largest list has 512 ids, $2..=$513.
-        assert!(s.remove[3].contains("$513)") && !s.remove[3].contains("$514"));
-        assert!(s.insert_indacks[3].contains("$516)") && !s.insert_indacks[3].contains("$517"));
-        for texts in [&s.reclaim, &s.delete_message_indacks] {
-            assert!(texts[3].contains("$513)") && !texts[3].contains("$514"));
+        // A remove is bounded by its id list, one bound value (at most `ID_LIST_MAX`).
+        let list = match backend {
+            crate::Backend::Sqlite => "IN (SELECT value FROM json_each($2))",
+            crate::Backend::Postgres => "= ANY($2)",
+        };
+        for text in [&s.remove, &s.reclaim, &s.delete_message_indacks] {
+            assert!(text.contains(list) && !text.contains("$3"), "{text}");
         }
-        assert!(s.remove[0].ends_with("id IN ($2) RETURNING CAST(length(msg) AS BIGINT)"));
+        assert!(s.insert_indacks.contains(&list.replace("$2", "$5")));
+        assert!(s.remove.ends_with("RETURNING CAST(length(msg) AS BIGINT)"));
         assert!(s
             .expired_in_ranges(&[(None, 1, Some(5)), (Some(3), 0, None)])
             .ends_with("ORDER BY m.id LIMIT $3"));

@@ -364,7 +364,8 @@ impl Raw {
 /// The text of one of the store's statements on `backend`, with the default `ebb_`
 /// prefix, for tests that check plans: `read_pending`, `read_pending_priority`,
 /// `read_pending_merged`, `browse`, `read_expired`, `read_expired_tie` and `read_expired_later` (the two
-/// statements of `read_expired_after`), `advance_window`,
+/// statements of `read_expired_after`), `read_expired_keys_tie` and `read_expired_keys_later`
+/// (the same without bodies), `advance_window`,
 /// `advance_window_priority`, `cleanup`, `cleanup_priority`, `expire_queue`. The binds
 /// of each are documented on its field in `statements.rs`. Panics on another name.
 pub fn statement(backend: crate::Backend, name: &str) -> String {
@@ -377,6 +378,8 @@ pub fn statement(backend: crate::Backend, name: &str) -> String {
         "read_expired" => s.read_expired,
         "read_expired_tie" => s.read_expired_after[0].clone(),
         "read_expired_later" => s.read_expired_after[1].clone(),
+        "read_expired_keys_tie" => s.read_expired_keys_after[0].clone(),
+        "read_expired_keys_later" => s.read_expired_keys_after[1].clone(),
         "advance_window" => s.advance_window[0].clone(),
         "advance_window_priority" => s.advance_window[1].clone(),
         "cleanup" => s.cleanup[0].clone(),

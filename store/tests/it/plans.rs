@@ -244,6 +244,33 @@ impl Load {
                 examined: Examined::Exactly((LIMIT, 0)),
             },
             Case {
+                name: "read_expired_keys_tie",
+                write: false,
+                // The rows of expiration 1,000 after the 100th expired row's id.
+                binds: vec![
+                    text(q),
+                    B::Int(NOW),
+                    B::Int(LIMIT),
+                    B::Int(1_000),
+                    B::Int(tie),
+                ],
+                index: "ebb_msgs_eidx",
+                sqlite_range: "(container=? AND expiration=? AND id>?)",
+                pg_range: "ROW(container, expiration, id) > ROW(",
+                ranges: 1,
+                examined: Examined::Exactly((LIMIT, 0)),
+            },
+            Case {
+                name: "read_expired_keys_later",
+                write: false,
+                binds: vec![text(q), B::Int(NOW), B::Int(LIMIT), B::Int(0)],
+                index: "ebb_msgs_eidx",
+                sqlite_range: "(container=? AND expiration>? AND expiration<?)",
+                pg_range: "ROW(container, expiration, id) > ROW(",
+                ranges: 1,
+                examined: Examined::Exactly((LIMIT, 0)),
+            },
+            Case {
                 name: "advance_window",
                 write: true,
                 binds: vec![
