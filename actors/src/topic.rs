@@ -307,8 +307,6 @@ impl TopicActor {
         skipped: Vec<(i64, u8)>,
         ctx: &mut Context<Self>,
     ) {
-        self.core.schedule.need_cleanup();
-        destination::schedule(self, ctx);
         // Nobody waits for this answer: a failed write leaves them un-acked, and the
         // cursor passes them again on the next attachment.
         drop(self.acks.entry(key.clone()).or_default().add(skipped));
@@ -665,7 +663,8 @@ impl TopicActor {
 
 impl TopicActor {
     /// Writes the acks of durable subscription `key` gathered while its last ack write
-    /// was in flight, in one write, unless one is in flight ([`AckBatch`]).
+    /// was in flight, in one write, unless one is in flight ([`AckBatch`]); once they
+    /// are committed a cleanup batch is due.
     fn write_acks(&mut self, key: SubscriptionKey, ctx: &mut Context<Self>) {
         let Some(batch) = self.acks.get_mut(&key) else {
             return;
@@ -689,6 +688,12 @@ impl TopicActor {
         self.completions
             .when_done(ctx, ack, move |result, act, ctx| {
                 write.answer(&result);
+                // Cleanup is due once the acks are committed: a batch that ran
+                // before would not see them.
+                if result.is_ok() {
+                    act.core.schedule.need_cleanup();
+                    destination::schedule(act, ctx);
+                }
                 if let Some(batch) = act.acks.get_mut(&key) {
                     batch.finished();
                     if batch.is_idle() {
@@ -916,8 +921,6 @@ impl Handler<Ack> for TopicActor {
         let (Some(key), false) = (key, messages.is_empty()) else {
             return Response::reply(Ok(()));
         };
-        self.core.schedule.need_cleanup();
-        destination::schedule(self, ctx);
         let answer = self.acks.entry(key.clone()).or_default().add(messages);
         self.write_acks(key, ctx);
         Response::fut(async move { answer.await.unwrap_or(Err(ActorError::Closed)) })

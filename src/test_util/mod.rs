@@ -19,16 +19,24 @@ use crate::{
 pub async fn broker(t: &TestStore, policy: Policy, permits: usize) -> Broker {
     let config = BrokerConfig {
         store: t.options.clone(),
+        housekeeping_permits: permits,
+        ..topic_config(policy)
+    };
+    Broker::start(&t.url, config).await.expect("broker starts")
+}
+
+/// The default configuration with `policy` for every topic (for
+/// [`Broker::start_with_store`], which takes its store as it is).
+pub fn topic_config(policy: Policy) -> BrokerConfig {
+    BrokerConfig {
         policies: PolicyMap {
             entries: vec![PolicyEntry {
                 destination: "topic://>".into(),
                 policy,
             }],
         },
-        housekeeping_permits: permits,
         ..BrokerConfig::default()
-    };
-    Broker::start(&t.url, config).await.expect("broker starts")
+    }
 }
 
 /// A policy with `period` ms between housekeeping ticks and `page` rows per expiry page.

@@ -587,9 +587,17 @@ macro_rules! impl_sql_store {
 
             /// Moves the mark of sub-row `row` forward over messages that are done: acked
             /// individually before, or in `acking` (this op's acks, which are taken out of
-            /// the set as the mark passes them), in bounded windows; then drops the
-            /// individual acks it passed. Returns the new mark and how many of `acking`
-            /// it passed that were not acked before.
+            /// the set as the mark passes them), in bounded windows, each answered by the
+            /// database in one row (`advance_window`); then drops the individual acks it
+            /// passed. Returns the new mark and how many of `acking` it passed that were
+            /// not acked before.
+            ///
+            /// A window is told the first [`ID_LIST_MAX`] of `acking` after the mark: one
+            /// beyond those stops the mark as an un-acked message would, and is kept as
+            /// an individual ack by the caller (the mark passes it later), so the mark
+            /// never passes a message that is not done.
+            ///
+            /// [`ID_LIST_MAX`]: crate::statements::ID_LIST_MAX
             async fn advance_mark(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
@@ -599,36 +607,38 @@ macro_rules! impl_sql_store {
                 mark: i64,
                 acking: &mut std::collections::BTreeSet<i64>,
             ) -> $crate::Result<(i64, u64)> {
-                use $crate::statements::ADVANCE_WINDOW;
+                use $crate::statements::{ADVANCE_WINDOW, ID_LIST_MAX};
                 let sql = &self.sql.advance_window[usize::from(row >= 0)];
                 let mut new_mark = mark;
                 let mut newly = 0;
                 loop {
-                    let window: Vec<(i64, i32)> = sqlx::query_as(sql)
-                        .bind(container)
-                        .bind(&key.client_id)
-                        .bind(&key.subscription_name)
-                        .bind(row)
-                        .bind(new_mark)
-                        .bind(ADVANCE_WINDOW)
-                        .fetch_all(&mut *conn)
-                        .await
-                        .map_err($crate::error::db("advance mark"))?;
-                    let full = window.len() as i64 == ADVANCE_WINDOW;
-                    let mut blocked = false;
-                    for (id, acked_before) in window {
-                        let acked_now = acking.remove(&id);
-                        if acked_before == 0 && !acked_now {
-                            blocked = true;
-                            break;
-                        }
-                        newly += u64::from(acked_before == 0);
-                        new_mark = id;
+                    let told: Vec<i64> = acking
+                        .range(new_mark.saturating_add(1)..)
+                        .take(ID_LIST_MAX)
+                        .copied()
+                        .collect();
+                    let (last, not_acked_before, passed, held): (Option<i64>, i64, i64, i64) =
+                        sqlx::query_as(sql)
+                            .bind(container)
+                            .bind(&key.client_id)
+                            .bind(&key.subscription_name)
+                            .bind(row)
+                            .bind(new_mark)
+                            .bind(ADVANCE_WINDOW)
+                            .bind(<$db as $crate::sql::IdList>::id_list(&told))
+                            .fetch_one(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("advance mark"))?;
+                    if let Some(last) = last {
+                        new_mark = new_mark.max(last);
                     }
-                    if blocked || !full {
+                    newly += not_acked_before.max(0) as u64;
+                    if passed < held || held < ADVANCE_WINDOW {
                         break;
                     }
                 }
+                // What the mark passed is done: in the store, or gone from it.
+                acking.retain(|id| *id > new_mark);
                 self.set_mark(conn, container, key, row, new_mark).await?;
                 Ok((new_mark, newly))
             }

@@ -55,9 +55,12 @@ pub(crate) struct Statements {
     /// is left as it is (`ON CONFLICT DO NOTHING`), so the rows inserted are the
     /// messages newly acked
     pub insert_indacks: String,
-    /// window of `(id, individually acked? 0/1)` after `$5`, `LIMIT $6` (binds: `$1`
-    /// container, `$2` client id, `$3` subscription name, `$4` mark row); two variants
-    /// (`[0]` one mark for all priorities, `[1]` per priority) so each uses its index
+    /// how far mark `$5` of sub-row `($2, $3, $4)` (client id, subscription name, mark
+    /// row) of container `$1` may move in the window of the `$6` rows after it, with
+    /// the ids of list `$7` ([`ID_LIST_MAX`]) acked now: one row `(last id it may move
+    /// to or NULL, rows passed not acked individually before, rows passed, rows in the
+    /// window)`; two variants (`[0]` one mark for all priorities, `[1]` per priority)
+    /// so each uses its index
     pub advance_window: [String; 2],
     pub update_mark: String,
     pub delete_indacks_upto: String,
@@ -363,14 +366,31 @@ impl Statements {
             })
             .collect::<Vec<_>>()
             .join(" UNION ALL ");
+        // `column` is one of the ids of list `param` (see `ID_LIST_MAX`).
+        let in_list = |column: &str, param: &str| match backend {
+            Backend::Postgres => format!("{column} = ANY({param})"),
+            Backend::Sqlite => format!("{column} IN (SELECT value FROM json_each({param}))"),
+        };
+        // The window of at most `$6` rows after the mark, and in it the first row that
+        // is neither acked individually before nor in this op's acks (list `$7`): the
+        // mark may move over the rows before that one. One row comes back, whatever the
+        // window holds: the last id it may move to (NULL: none), how many of those rows
+        // were not acked individually before, how many it may pass, how many the window
+        // held. The first such row is an uncorrelated sub-select, computed once (as a
+        // join, PostgreSQL computed it again for every row of the window).
         let advance = |r: IdRange| {
             format!(
-                "SELECT m.id, CASE WHEN {} IS NULL THEN 0 ELSE 1 END \
-                 FROM {} WHERE {} AND m.xid IS NULL ORDER BY {} LIMIT $6",
+                "WITH w AS (SELECT m.id, CASE WHEN {} IS NULL THEN 0 ELSE 1 END AS done \
+                   FROM {} WHERE {} AND m.xid IS NULL ORDER BY {} LIMIT $6) \
+                 SELECT MAX(w.id), CAST(COALESCE(SUM(1 - w.done), 0) AS BIGINT), \
+                   CAST(COUNT(w.id) AS BIGINT), (SELECT CAST(COUNT(*) AS BIGINT) FROM w) \
+                 FROM w WHERE w.id < COALESCE((SELECT MIN(b.id) FROM w b \
+                   WHERE b.done = 0 AND NOT ({})), {MAX_ID})",
                 acked("$2", "$3", "$4"),
                 r.from,
                 r.range,
-                r.order
+                r.order,
+                in_list("b.id", "$7"),
             )
         };
         let cleanup = |r: IdRange, limit: &str| {
@@ -380,11 +400,6 @@ impl Statements {
                  RETURNING id, {MSG_LENGTH}",
                 r.from, r.range, r.order
             )
-        };
-        // `column` is one of the ids of list `param` (see `ID_LIST_MAX`).
-        let in_list = |column: &str, param: &str| match backend {
-            Backend::Postgres => format!("{column} = ANY({param})"),
-            Backend::Sqlite => format!("{column} IN (SELECT value FROM json_each({param}))"),
         };
         let remove = format!(
             "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND {} \

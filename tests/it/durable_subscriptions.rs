@@ -5,8 +5,13 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use ebb::test_util::*;
-use ebb::{AckMode, Message, Policy, SubscribeOptions};
+use ebb::{AckMode, Broker, Message, Policy, SubscribeOptions};
+use ebb_store::WriteOp;
+
+use crate::faulty_store::FaultyStore;
 
 fn client(name: &str) -> SubscribeOptions {
     SubscribeOptions::durable("c1", name).ack(AckMode::Client)
@@ -308,8 +313,44 @@ async fn removing_the_last_subscription_frees_its_messages(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// Acks whose commit is slower than a housekeeping period: the cleanup batches that
+/// run before a commit find nothing to delete, and the rows still go once it lands
+/// (the cleanup is due after each ack's commit, not when the ack arrives; before, a
+/// batch that ran between the two cleared what was due, and the rows stayed until
+/// another ack came).
+async fn rows_acked_by_a_slow_commit_are_still_cleaned_up(t: TestStore) {
+    let store = Arc::new(FaultyStore {
+        slow_writes: |op| matches!(op, WriteOp::Ack { .. }),
+        write_delay: Duration::from_millis(300),
+        ..FaultyStore::new(t.open().await)
+    });
+    let b = Broker::start_with_store(store, topic_config(policy(20, 400))).unwrap();
+    drop(
+        b.subscribe("topic://slow", client("s1").prefetch(1))
+            .await
+            .unwrap(),
+    );
+    for text in ["m1", "m2", "m3"] {
+        b.send("topic://slow", Message::new(text)).await.unwrap();
+    }
+    let mut sub = b
+        .subscribe("topic://slow", client("s1").prefetch(1))
+        .await
+        .unwrap();
+    for expected in ["m1", "m2", "m3"] {
+        let m = next_within(&mut sub, 5_000).await.unwrap();
+        assert_eq!(body(&m), expected);
+        sub.ack(&m).await.unwrap();
+    }
+    sub.commit_acks().await.unwrap();
+    wait_for(&b, "slow", |s| s.cleaned_up == 3).await;
+    assert_eq!(b.store().count_messages("topic://slow").await.unwrap(), 0);
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    rows_acked_by_a_slow_commit_are_still_cleaned_up,
     restart_delivers_unacked_once_in_order,
     priority_acks_do_not_skip_older_low_priority_messages,
     out_of_order_acks_redeliver_only_the_gap,

@@ -19,6 +19,7 @@ mod embedding;
 mod examples;
 mod expiry_never_acks_live;
 mod expiry_pages;
+mod faulty_store;
 mod graceful_shutdown;
 #[cfg(feature = "cli")]
 mod ha;

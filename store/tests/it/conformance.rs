@@ -181,6 +181,37 @@ async fn individual_acks_never_skip_a_gap(t: TestStore) {
     assert!(pending_ids(&*store, &k).await.is_empty());
 }
 
+/// One ack op of more ids than a window holds (512) and than the list a window is told
+/// (512): the mark moves window by window up to the one message left out, and the
+/// acks after it are kept individually; acking that message moves the mark to the end.
+async fn acks_beyond_one_window_move_the_mark_window_by_window(t: TestStore) {
+    let store = t.open().await;
+    let k = key("s1");
+    subscribe(&*store, T, &k, false).await;
+    let ids = store
+        .add_messages(
+            (1..=1_300)
+                .map(|i| message(T, &format!("m{i}"), 0))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let mut all_but_700th = ids.clone();
+    all_but_700th.remove(699);
+    assert_eq!(ack(&*store, &k, &all_but_700th).await, 1_299);
+    assert_eq!(
+        mark(&*store, &k).await,
+        ids[698],
+        "up to the message left out"
+    );
+    assert_eq!(store.count_individual_acks(T).await.unwrap(), 600);
+    assert_eq!(ack(&*store, &k, &all_but_700th).await, 0, "nothing new");
+    assert_eq!(ack(&*store, &k, &[ids[699]]).await, 1);
+    assert_eq!(mark(&*store, &k).await, ids[1_299]);
+    assert_eq!(store.count_individual_acks(T).await.unwrap(), 0);
+    assert!(pending_ids(&*store, &k).await.is_empty());
+}
+
 /// DUR-01 at the store level: acks of high-priority messages with large ids must not
 /// move the mark of the low-priority ones.
 async fn per_priority_marks_keep_older_low_priority_messages(t: TestStore) {
@@ -613,6 +644,7 @@ on_every_backend!(
     body_bytes_and_headers_round_trip,
     mark_never_moves_backwards,
     individual_acks_never_skip_a_gap,
+    acks_beyond_one_window_move_the_mark_window_by_window,
     per_priority_marks_keep_older_low_priority_messages,
     prepared_messages_are_invisible_until_commit,
     rollback_abandoned_takes_the_prefix_literally,

@@ -49,6 +49,8 @@ enum B {
     Text(String),
     Int(i64),
     Int4(i32),
+    /// An id list, as the store binds one (SQLite a JSON array, PostgreSQL a `BIGINT[]`).
+    Ids(Vec<i64>),
 }
 
 fn text(s: &str) -> B {
@@ -146,7 +148,43 @@ impl Load {
             self.page(Some(4), true),
             self.page(None, false),
         );
-        vec![
+        // A topic's expiry pages, with and without the bodies: the same two ranges.
+        let expired_after = [
+            ("read_expired_tie", "read_expired_later"),
+            ("read_expired_keys_tie", "read_expired_keys_later"),
+        ]
+        .map(|(tie_name, later_name)| {
+            [
+                Case {
+                    name: tie_name,
+                    write: false,
+                    // The rows of expiration 1,000 after the 100th expired row's id.
+                    binds: vec![
+                        text(q),
+                        B::Int(NOW),
+                        B::Int(LIMIT),
+                        B::Int(1_000),
+                        B::Int(tie),
+                    ],
+                    index: "ebb_msgs_eidx",
+                    sqlite_range: "(container=? AND expiration=? AND id>?)",
+                    pg_range: "ROW(container, expiration, id) > ROW(",
+                    ranges: 1,
+                    examined: Examined::Exactly((LIMIT, 0)),
+                },
+                Case {
+                    name: later_name,
+                    write: false,
+                    binds: vec![text(q), B::Int(NOW), B::Int(LIMIT), B::Int(0)],
+                    index: "ebb_msgs_eidx",
+                    sqlite_range: "(container=? AND expiration>? AND expiration<?)",
+                    pg_range: "ROW(container, expiration, id) > ROW(",
+                    ranges: 1,
+                    examined: Examined::Exactly((LIMIT, 0)),
+                },
+            ]
+        });
+        let mut cases = vec![
             Case {
                 name: "read_pending",
                 write: false,
@@ -217,60 +255,6 @@ impl Load {
                 examined: Examined::Exactly((400, 0)),
             },
             Case {
-                name: "read_expired_tie",
-                write: false,
-                // The rows of expiration 1,000 after the 100th expired row's id.
-                binds: vec![
-                    text(q),
-                    B::Int(NOW),
-                    B::Int(LIMIT),
-                    B::Int(1_000),
-                    B::Int(tie),
-                ],
-                index: "ebb_msgs_eidx",
-                sqlite_range: "(container=? AND expiration=? AND id>?)",
-                pg_range: "ROW(container, expiration, id) > ROW(",
-                ranges: 1,
-                examined: Examined::Exactly((LIMIT, 0)),
-            },
-            Case {
-                name: "read_expired_later",
-                write: false,
-                binds: vec![text(q), B::Int(NOW), B::Int(LIMIT), B::Int(0)],
-                index: "ebb_msgs_eidx",
-                sqlite_range: "(container=? AND expiration>? AND expiration<?)",
-                pg_range: "ROW(container, expiration, id) > ROW(",
-                ranges: 1,
-                examined: Examined::Exactly((LIMIT, 0)),
-            },
-            Case {
-                name: "read_expired_keys_tie",
-                write: false,
-                // The rows of expiration 1,000 after the 100th expired row's id.
-                binds: vec![
-                    text(q),
-                    B::Int(NOW),
-                    B::Int(LIMIT),
-                    B::Int(1_000),
-                    B::Int(tie),
-                ],
-                index: "ebb_msgs_eidx",
-                sqlite_range: "(container=? AND expiration=? AND id>?)",
-                pg_range: "ROW(container, expiration, id) > ROW(",
-                ranges: 1,
-                examined: Examined::Exactly((LIMIT, 0)),
-            },
-            Case {
-                name: "read_expired_keys_later",
-                write: false,
-                binds: vec![text(q), B::Int(NOW), B::Int(LIMIT), B::Int(0)],
-                index: "ebb_msgs_eidx",
-                sqlite_range: "(container=? AND expiration>? AND expiration<?)",
-                pg_range: "ROW(container, expiration, id) > ROW(",
-                ranges: 1,
-                examined: Examined::Exactly((LIMIT, 0)),
-            },
-            Case {
                 name: "advance_window",
                 write: true,
                 binds: vec![
@@ -280,6 +264,8 @@ impl Load {
                     B::Int4(-1),
                     B::Int(off),
                     B::Int(512),
+                    // Acked now: the mark's next rows and one further on.
+                    B::Ids(vec![off + 1, off + 2, off + 100]),
                 ],
                 index: "ebb_msgs_cidx",
                 sqlite_range: "(container=? AND id>?)",
@@ -297,6 +283,7 @@ impl Load {
                     B::Int4(4),
                     B::Int(off + 4000),
                     B::Int(512),
+                    B::Ids(vec![off + 4001]),
                 ],
                 index: "ebb_msgs_pidx",
                 sqlite_range: "(container=? AND priority=? AND id>?)",
@@ -345,7 +332,9 @@ impl Load {
                 ranges: 1,
                 examined: Examined::NotRun,
             },
-        ]
+        ];
+        cases.extend(expired_after.into_iter().flatten());
+        cases
     }
 }
 
@@ -477,6 +466,7 @@ async fn check_sqlite(
             B::Text(s) => query.bind(s.clone()),
             B::Int(i) => query.bind(*i),
             B::Int4(i) => query.bind(*i),
+            B::Ids(ids) => query.bind(format!("{ids:?}").replace(' ', "")),
         };
     }
     let rows = query.fetch_all(&mut *c).await.unwrap();
@@ -515,6 +505,13 @@ fn literal(bind: &B) -> (String, &'static str) {
         B::Text(s) => (format!("'{}'", s.replace('\'', "''")), "text"),
         B::Int(i) => (i.to_string(), "bigint"),
         B::Int4(i) => (i.to_string(), "integer"),
+        B::Ids(ids) => (
+            format!(
+                "'{{{}}}'",
+                ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+            ),
+            "bigint[]",
+        ),
     }
 }
 

@@ -1,0 +1,180 @@
+//! A store wrapper that injects faults (failed reads, slow writes) into the broker's
+//! calls, for tests of what the actors do when the store misbehaves.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ebb_store::*;
+
+/// A store that passes every call to `inner`, except:
+/// - the calls of `read_expired_after` numbered in `fail_reads` (from 1) fail with
+///   [`StoreError::Closed`], each counted in `read_failures` (a topic's expiry page
+///   reads through it: this store has no `read_expired_keys_after` of its own);
+/// - a write with an op `slow_writes` picks waits `write_delay` before it goes on.
+///
+/// Build it with struct update syntax over [`FaultyStore::new`].
+pub struct FaultyStore {
+    /// The store every call goes to.
+    pub inner: Arc<dyn MessageStore>,
+    /// `read_expired_after` calls so far.
+    pub reads: AtomicU64,
+    pub fail_reads: Range<u64>,
+    pub read_failures: Arc<AtomicU64>,
+    pub slow_writes: fn(&WriteOp) -> bool,
+    pub write_delay: Duration,
+}
+
+impl FaultyStore {
+    /// `inner` with no faults.
+    pub fn new(inner: Arc<dyn MessageStore>) -> Self {
+        Self {
+            inner,
+            reads: AtomicU64::new(0),
+            fail_reads: 0..0,
+            read_failures: Arc::default(),
+            slow_writes: |_| false,
+            write_delay: Duration::ZERO,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl MessageStore for FaultyStore {
+    fn backend(&self) -> Backend {
+        self.inner.backend()
+    }
+    fn stats(&self) -> &ReadStats {
+        self.inner.stats()
+    }
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
+        if ops.iter().any(self.slow_writes) {
+            tokio::time::sleep(self.write_delay).await;
+        }
+        self.inner.write(ops).await
+    }
+    async fn find_subscription(
+        &self,
+        c: &str,
+        k: &SubscriptionKey,
+    ) -> Result<Option<DurableSubscription>> {
+        self.inner.find_subscription(c, k).await
+    }
+    async fn find_subscription_containers(
+        &self,
+        k: &SubscriptionKey,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<String>> {
+        self.inner
+            .find_subscription_containers(k, after, limit)
+            .await
+    }
+    async fn list_containers(&self, after: &str, below: &str, limit: u32) -> Result<Vec<String>> {
+        self.inner.list_containers(after, below, limit).await
+    }
+    async fn list_subscriptions_between(
+        &self,
+        from: &str,
+        below: &str,
+        after: Option<(&str, &SubscriptionKey)>,
+        limit: u32,
+    ) -> Result<Vec<DurableSubscription>> {
+        self.inner
+            .list_subscriptions_between(from, below, after, limit)
+            .await
+    }
+    async fn scan_matching(
+        &self,
+        c: &str,
+        after: i64,
+        upto: i64,
+        filter: &[(String, Vec<String>)],
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>> {
+        self.inner
+            .scan_matching(c, after, upto, filter, limit)
+            .await
+    }
+    async fn list_subscriptions(
+        &self,
+        c: &str,
+        after: Option<&SubscriptionKey>,
+        limit: u32,
+    ) -> Result<Vec<DurableSubscription>> {
+        self.inner.list_subscriptions(c, after, limit).await
+    }
+    async fn read_pending(
+        &self,
+        c: &str,
+        k: &SubscriptionKey,
+        after: i64,
+        p: Option<u8>,
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>> {
+        self.inner.read_pending(c, k, after, p, limit).await
+    }
+    async fn browse(&self, c: &str, after: i64, limit: u32) -> Result<Vec<Arc<StoredMessage>>> {
+        self.inner.browse(c, after, limit).await
+    }
+    async fn recover_expired(
+        &self,
+        c: &str,
+        subs: &[SubscriptionKey],
+        now: i64,
+        limit: u32,
+    ) -> Result<ExpiredPage> {
+        self.inner.recover_expired(c, subs, now, limit).await
+    }
+    async fn read_expired(&self, c: &str, now: i64, limit: u32) -> Result<Vec<Arc<StoredMessage>>> {
+        self.inner.read_expired(c, now, limit).await
+    }
+    async fn read_expired_after(
+        &self,
+        c: &str,
+        now: i64,
+        after: (i64, i64),
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>> {
+        let call = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.fail_reads.contains(&call) {
+            self.read_failures.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Closed);
+        }
+        self.inner.read_expired_after(c, now, after, limit).await
+    }
+    async fn has_expiring(&self, c: &str) -> Result<bool> {
+        self.inner.has_expiring(c).await
+    }
+    async fn count_messages(&self, c: &str) -> Result<u64> {
+        self.inner.count_messages(c).await
+    }
+    async fn count_subscriptions(&self, c: &str) -> Result<u64> {
+        self.inner.count_subscriptions(c).await
+    }
+    async fn count_individual_acks(&self, c: &str) -> Result<u64> {
+        self.inner.count_individual_acks(c).await
+    }
+    fn last_assigned_id(&self) -> i64 {
+        self.inner.last_assigned_id()
+    }
+    fn stored_bytes(&self) -> u64 {
+        self.inner.stored_bytes()
+    }
+    async fn try_lock(&self) -> Result<ebb_store::LockAttempt> {
+        self.inner.try_lock().await
+    }
+    fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<ebb_store::LeaseState>> {
+        self.inner.lease_state()
+    }
+    async fn locked_by_another(&self) -> Result<bool> {
+        self.inner.locked_by_another().await
+    }
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
+    }
+    async fn close(&self) {
+        self.inner.close().await
+    }
+}
