@@ -1054,6 +1054,28 @@ macro_rules! impl_sql_store {
                 Ok(count)
             }
 
+            /// The messages `sql` reads in one read transaction, bound `(container,
+            /// value, limit)`; `op` names the call in an error.
+            async fn read_page(
+                &self,
+                op: &'static str,
+                sql: &str,
+                container: &str,
+                value: i64,
+                limit: u32,
+            ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
+                let mut tx = self.begin_read(op).await?;
+                let rows: Vec<$crate::sql::MessageRow> = sqlx::query_as(sql)
+                    .bind(container)
+                    .bind(value)
+                    .bind(i64::from(limit))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err($crate::error::db(op))?;
+                tx.commit().await.map_err($crate::error::db(op))?;
+                $crate::sql::decode_messages(container, rows, &self.stats)
+            }
+
             /// The rows of a topic's expiry page after `after`, read by `statements`
             /// (`read_expired_after` or `read_expired_keys_after`): the rest of
             /// `after`'s expiration, then the later ones, two ranges of the expiration
@@ -1627,16 +1649,8 @@ macro_rules! impl_sql_store {
                 after_id: i64,
                 limit: u32,
             ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
-                let mut tx = self.begin_read("browse").await?;
-                let rows: Vec<$crate::sql::MessageRow> = sqlx::query_as(&self.sql.browse)
-                    .bind(container)
-                    .bind(after_id)
-                    .bind(i64::from(limit))
-                    .fetch_all(&mut *tx)
+                self.read_page("browse", &self.sql.browse, container, after_id, limit)
                     .await
-                    .map_err($crate::error::db("browse"))?;
-                tx.commit().await.map_err($crate::error::db("browse"))?;
-                $crate::sql::decode_messages(container, rows, &self.stats)
             }
 
             async fn recover_expired(
@@ -1691,16 +1705,8 @@ macro_rules! impl_sql_store {
                 now_ms: i64,
                 limit: u32,
             ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
-                let mut tx = self.begin_read("read expired").await?;
-                let rows: Vec<$crate::sql::MessageRow> = sqlx::query_as(&self.sql.read_expired)
-                    .bind(container)
-                    .bind(now_ms)
-                    .bind(i64::from(limit))
-                    .fetch_all(&mut *tx)
+                self.read_page("read expired", &self.sql.read_expired, container, now_ms, limit)
                     .await
-                    .map_err($crate::error::db("read expired"))?;
-                tx.commit().await.map_err($crate::error::db("read expired"))?;
-                $crate::sql::decode_messages(container, rows, &self.stats)
             }
 
             async fn read_expired_after(
