@@ -29,14 +29,18 @@
 //!
 //! Three promises hold on both backends, and the conformance suite (`tests/`) checks them:
 //! 1. **Every read is bounded in SQL.** No statement returns a number of rows that grows
-//!    with the backlog; [`ReadStats`] counts the message rows really fetched.
+//!    with the backlog; [`ReadStats`] counts the message rows really fetched (and the
+//!    expiry keys fetched without a body, [`MessageStore::read_expired_keys_after`]).
 //! 2. **A high-water mark never passes an un-acked message, and never moves back.**
 //!    Expiry returns only the run of expired messages directly after a subscription's
 //!    mark ([`MessageStore::recover_expired`]), the fix for ActiveMQ's JDBC store, where
 //!    acking an expired message moved `LAST_ACKED_ID` past live ones. Expired messages
 //!    further on ([`MessageStore::read_expired_after`]) are acked individually
 //!    ([`WriteOp::Ack`] keeps them above the mark) and deleted once every subscription
-//!    is done with them ([`WriteOp::Reclaim`]).
+//!    is done with them ([`WriteOp::Reclaim`]). How far a mark may move is worked out
+//!    by the database, a window of at most [`statements::ADVANCE_WINDOW`] rows after it
+//!    at a time, answered in one row; cleanup ([`WriteOp::Cleanup`]) goes on from the
+//!    id where the batch before stopped.
 //! 3. **The reads a drain runs per page are index ranges whatever the statistics.**
 //!    `read_pending`, `browse`, `read_expired` and the writes' mark advance, cleanup
 //!    and queue expiry are each a range of one index in the order it gives, with no
