@@ -438,19 +438,17 @@ impl TopicActor {
             for key in subscriptions {
                 // A selector's subscription: messages it does not match are not its
                 // own, so they are acked (its mark moves) but not counted as expired.
-                let id_priority = |m: &ExpiredKey| (m.id, m.priority);
-                let (mine, others): (Vec<_>, Vec<_>) = match selectors.get(&key) {
+                let (mut mine, mut others) = (Vec::new(), Vec::new());
+                match selectors.get(&key) {
                     Some(selector) => {
-                        let (mine, others): (Vec<_>, Vec<_>) = messages
-                            .iter()
-                            .partition(|m| selector.matches(&TopicMessage::from_stored(m)));
-                        let keys = |ms: Vec<&Arc<ebb_store::StoredMessage>>| {
-                            ms.iter().map(|m| (m.id, m.priority)).collect()
-                        };
-                        (keys(mine), keys(others))
+                        for m in &messages {
+                            let matched = selector.matches(&TopicMessage::from_stored(m));
+                            let to = if matched { &mut mine } else { &mut others };
+                            to.push((m.id, m.priority));
+                        }
                     }
-                    None => (page.iter().map(id_priority).collect(), Vec::new()),
-                };
+                    None => mine.extend(page.iter().map(|m| (m.id, m.priority))),
+                }
                 if !others.is_empty() {
                     let ack = store.ack_expired(container.clone(), key.clone(), others);
                     acks.push((false, ack));

@@ -3,9 +3,8 @@
 //! first with prioritized messages), expire per subscription, and a stalled one never
 //! holds another back. Covers the cases EXP-01, DUR-01 and DUR-03.
 
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::time::Duration;
 
 use ebb::test_util::*;
 use ebb::{AckMode, Broker, Message, Policy, SubscribeOptions};
