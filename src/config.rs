@@ -303,6 +303,21 @@ pub struct PolicySection {
     pub dead_letter_expired: Option<bool>,
     /// The destination's own memory limit (bytes or with a unit; 0 = none).
     pub memory_limit: Option<ByteSize>,
+    /// Percent of the memory limit above which cursors leave stored messages in the
+    /// store (ActiveMQ's `cursorMemoryHighWaterMark`, default 70; 1 to 100).
+    #[serde(default, deserialize_with = "percent")]
+    pub cursor_memory_high_water_mark: Option<u8>,
+}
+
+/// A percentage, 1 to 100.
+fn percent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error> {
+    let n = i64::deserialize(d)?;
+    match u8::try_from(n) {
+        Ok(p @ 1..=100) => Ok(Some(p)),
+        _ => Err(serde::de::Error::custom(format!(
+            "must be a percentage from 1 to 100, not {n}"
+        ))),
+    }
 }
 
 /// A queue's name (what follows `queue://`), checked as the broker checks names.
@@ -575,6 +590,9 @@ impl FileConfig {
                         dead_letter_queue: p.dead_letter_queue.clone().or(d.dead_letter_queue),
                         dead_letter_expired: p.dead_letter_expired.unwrap_or(d.dead_letter_expired),
                         memory_limit: p.memory_limit.map_or(d.memory_limit, |b| b.0),
+                        cursor_memory_high_water_mark: p
+                            .cursor_memory_high_water_mark
+                            .unwrap_or(d.cursor_memory_high_water_mark),
                     },
                 }
             })
@@ -665,6 +683,23 @@ memory_limit = "1mb"
             .policy_for(&ebb_actors::DestinationKey::topic("orders").unwrap());
         assert_eq!(p.max_expire_page_size, 400);
         assert_eq!(p.durable_prefetch, 100);
+    }
+
+    #[test]
+    fn the_cursor_high_water_mark_is_a_percentage() {
+        let c = FileConfig::parse(
+            "[[policy]]\ndestination = \"queue://>\"\ncursor_memory_high_water_mark = 50\n",
+        )
+        .unwrap();
+        let policies = c.policies();
+        assert_eq!(policies.entries[0].policy.cursor_memory_high_water_mark, 50);
+        for bad in ["0", "101", "-5"] {
+            let e = FileConfig::parse(&format!(
+                "[[policy]]\ndestination = \"queue://>\"\ncursor_memory_high_water_mark = {bad}\n"
+            ))
+            .unwrap_err();
+            assert!(e.contains("from 1 to 100") && e.contains(bad), "{e}");
+        }
     }
 
     #[test]

@@ -38,10 +38,12 @@ impl TopicMessage {
         ebb_store::is_expired(self.expiration, now_ms)
     }
 
-    /// True when its memory charge is at a limit (see [`crate::usage`]): a cursor then
-    /// leaves it in the store (if stored) instead of caching it.
-    pub fn memory_full(&self) -> bool {
-        self.charge.as_ref().is_some_and(|c| c.is_full())
+    /// True when the memory it is charged to holds `percent` of its limit or more (the
+    /// policy's `cursor_memory_high_water_mark`, see [`crate::usage`]): a cursor then
+    /// leaves it in the store (if stored) instead of caching it. A message read back
+    /// from the store carries no charge and is never refused.
+    pub fn memory_above(&self, percent: u8) -> bool {
+        self.charge.as_ref().is_some_and(|c| c.is_above(percent))
     }
 
     /// A message read from the store (always persistent).

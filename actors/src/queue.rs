@@ -212,6 +212,7 @@ impl QueueActor {
         dead_letters: Option<Recipient<RouteDeadLetter>>,
     ) -> Self {
         let cache = (policy.max_page_size.max(1) as usize) * 2;
+        let high_water = policy.cursor_memory_high_water_mark;
         let floor = store.store().last_assigned_id();
         Self {
             core: DestinationCore::new(key, policy, store, budget),
@@ -221,7 +222,7 @@ impl QueueActor {
             consumers: BTreeMap::new(),
             next_consumer: 1,
             last_consumer: 0,
-            cursor: QueueCursor::new(cache, floor),
+            cursor: QueueCursor::new(cache, high_water, floor),
             delivered: HashMap::new(),
             stats: QueueStats::default(),
             selective: 0,

@@ -9,11 +9,14 @@
 //! Persistent messages are all in the store; the cursor caches some of them. It has two
 //! modes, like a durable subscription's cursor ([`crate::subscription`]):
 //! - **live**: every stored message with an id above `paged_upto` is cached as it is
-//!   published. When the cache holds `cache_limit` messages, the next persistent message
-//!   is left in the store and the cursor turns to store mode. What the cache holds
-//!   counts in the queue's memory, so a queue whose memory limit is smaller than its
-//!   cache holds producers back when it is full (producer flow control, as ActiveMQ's
-//!   queue `memoryLimit`); with a larger one a queue without consumers costs store.
+//!   published. When the cache holds `cache_limit` messages, or the memory the message
+//!   is charged to (the queue's limit, or the broker's) holds its high-water mark
+//!   (`cursor_memory_high_water_mark`, 70 % by default, as ActiveMQ's store cursor), the
+//!   next persistent message is left in the store and the cursor turns to store mode.
+//!   What the cache holds counts in memory, but stays below that mark: a backlog
+//!   without consumers costs store, not memory, and never makes a producer wait, on
+//!   this queue or another (only non-persistent messages and messages in flight use the
+//!   memory above the mark).
 //! - **store**: when the cache falls below half its limit, the queue reads the next page
 //!   (`browse` after `paged_upto`, bounded in SQL). Messages published while a read is in
 //!   flight are kept aside (bounded); when a read comes back short (the store has no
@@ -93,6 +96,9 @@ struct ReadInFlight {
 pub struct QueueCursor {
     pending: BTreeMap<Place, Entry>,
     cache_limit: usize,
+    /// Percent of its memory limit above which a published stored message is left in
+    /// the store (see the module documentation).
+    high_water: u8,
     mode: Mode,
     /// Every stored message with `id <=` this is cached, in flight, or gone.
     paged_upto: i64,
@@ -121,13 +127,15 @@ pub struct QueueCursor {
 
 impl QueueCursor {
     /// A cursor that first reads the store (a queue may have a backlog from an earlier
-    /// run); at most `cache_limit` messages cached (at least 2). `floor` is the store's
-    /// highest id when the queue starts (every message published from then on gets a
-    /// higher one; the backlog's are at most it).
-    pub fn new(cache_limit: usize, floor: i64) -> Self {
+    /// run); at most `cache_limit` messages cached (at least 2), and published ones only
+    /// while their memory is below `high_water` percent of its limit. `floor` is the
+    /// store's highest id when the queue starts (every message published from then on
+    /// gets a higher one; the backlog's are at most it).
+    pub fn new(cache_limit: usize, high_water: u8, floor: i64) -> Self {
         Self {
             pending: BTreeMap::new(),
             cache_limit: cache_limit.max(2),
+            high_water,
             mode: Mode::Store,
             paged_upto: 0,
             read: None,
@@ -219,14 +227,19 @@ impl QueueCursor {
             return; // a read found it in the store already
         }
         match self.mode {
-            Mode::Live if self.pending.len() < self.cache_limit => {
+            Mode::Live
+                if self.pending.len() < self.cache_limit
+                    && !message.memory_above(self.high_water) =>
+            {
                 self.paged_upto = self.paged_upto.max(id);
                 self.insert((id, 0), Entry::new(message));
             }
             Mode::Live => self.mode = Mode::Store,
             Mode::Store => {
                 if let Some(read) = &mut self.read {
-                    if read.during.len() < self.cache_limit {
+                    if read.during.len() < self.cache_limit
+                        && !message.memory_above(self.high_water)
+                    {
                         read.during.push(message);
                     } else {
                         read.overflow = true;
@@ -478,7 +491,7 @@ mod tests {
 
     #[test]
     fn reads_the_backlog_then_follows_live_without_gap_or_duplicate() {
-        let mut c = QueueCursor::new(10, 0);
+        let mut c = QueueCursor::new(10, 70, 0);
         assert_eq!(c.read_request(), Some((0, 10)));
         // Published while the read is in flight: 3 (also in the page) and 4 (not).
         c.offer(msg(Some(3)));
@@ -494,7 +507,7 @@ mod tests {
 
     #[test]
     fn a_full_cache_leaves_new_messages_in_the_store_and_reads_them_later() {
-        let mut c = QueueCursor::new(4, 0);
+        let mut c = QueueCursor::new(4, 70, 0);
         assert_eq!(c.read_request(), Some((0, 4)));
         c.on_read(Some(vec![]));
         for id in 1..=6 {
@@ -513,9 +526,44 @@ mod tests {
         assert_eq!(ids(&mut c), vec![Some(4), Some(5), Some(6)]);
     }
 
+    /// Point 0 of the hardening issue: a queue without consumers cached every published
+    /// message up to its count limit, whatever memory they held, so its backlog made
+    /// every producer of the broker wait. Above the high-water mark a published message
+    /// is left in the store (its charge goes with it) and read back later.
+    #[test]
+    fn a_message_over_the_memory_high_water_mark_stays_in_the_store() {
+        let memory = crate::usage::Usage::root("memory", 1_000);
+        let charged = |id: i64, bytes: u64| {
+            Arc::new(TopicMessage {
+                charge: Some(Arc::new(memory.charge(bytes))),
+                ..(*msg(Some(id))).clone()
+            })
+        };
+        let mut c = QueueCursor::new(100, 70, 0);
+        assert_eq!(c.read_request(), Some((0, 100)));
+        c.on_read(Some(vec![]));
+        c.offer(charged(1, 600));
+        c.offer(charged(2, 99));
+        assert_eq!((c.len(), memory.used()), (2, 699), "below 70 %: cached");
+        c.offer(charged(3, 1));
+        c.offer(charged(4, 500));
+        // At 70 % the third is left in the store, and so is every later one: they
+        // charge nothing once the publish is done, and no producer waits for them.
+        assert_eq!((c.len(), memory.used()), (2, 699));
+        assert!(!c.is_live());
+        assert!(memory.full().is_none());
+        // Read back from the store (uncharged) once the cache has room.
+        c.pop();
+        c.pop();
+        assert_eq!(memory.used(), 0);
+        assert_eq!(c.read_request(), Some((2, 100)));
+        c.on_read(Some(vec![msg(Some(3)), msg(Some(4))]));
+        assert_eq!(ids(&mut c), vec![Some(3), Some(4)]);
+    }
+
     #[test]
     fn overflow_during_a_read_reads_again() {
-        let mut c = QueueCursor::new(2, 0);
+        let mut c = QueueCursor::new(2, 70, 0);
         assert_eq!(c.read_request(), Some((0, 2)));
         for id in 1..=3 {
             c.offer(msg(Some(id)));
@@ -531,7 +579,7 @@ mod tests {
 
     #[test]
     fn a_publish_released_after_a_read_found_it_is_not_queued_twice() {
-        let mut c = QueueCursor::new(10, 0);
+        let mut c = QueueCursor::new(10, 70, 0);
         assert_eq!(c.read_request(), Some((0, 10)));
         c.on_read(Some(vec![msg(Some(5))]));
         assert_eq!(ids(&mut c), vec![Some(5)]);
@@ -546,7 +594,7 @@ mod tests {
     /// one is released (pipelined producers, one group commit).
     #[test]
     fn a_non_persistent_message_keeps_its_place_among_persistent_ones() {
-        let mut c = QueueCursor::new(10, 2);
+        let mut c = QueueCursor::new(10, 70, 2);
         c.read_request();
         c.on_read(Some(vec![]));
         // Published: 3, a transient, 4, another transient; 3 and 4 committed together.
@@ -556,7 +604,7 @@ mod tests {
         c.offer(msg(None));
         assert_eq!(ids(&mut c), vec![Some(3), None, Some(4), None]);
         // Before any persistent message, a transient goes after the backlog (floor 2).
-        let mut c = QueueCursor::new(10, 2);
+        let mut c = QueueCursor::new(10, 70, 2);
         c.read_request();
         c.offer(msg(None));
         c.on_read(Some(vec![msg(Some(1)), msg(Some(2))]));
@@ -565,7 +613,7 @@ mod tests {
 
     #[test]
     fn out_of_order_ids_during_a_read_are_all_queued() {
-        let mut c = QueueCursor::new(10, 0);
+        let mut c = QueueCursor::new(10, 70, 0);
         assert_eq!(c.read_request(), Some((0, 10)));
         c.offer(msg(Some(2)));
         c.offer(msg(Some(1)));
@@ -575,7 +623,7 @@ mod tests {
 
     #[test]
     fn given_back_messages_come_first_and_transients_keep_their_place() {
-        let mut c = QueueCursor::new(10, 2);
+        let mut c = QueueCursor::new(10, 70, 2);
         c.read_request();
         c.on_read(Some(vec![msg(Some(1)), msg(Some(2))]));
         c.offer(msg(None));
@@ -598,7 +646,7 @@ mod tests {
     /// passed it and its publish was seen.
     #[test]
     fn a_message_taken_ahead_is_never_queued_again() {
-        let mut c = QueueCursor::new(4, 0);
+        let mut c = QueueCursor::new(4, 70, 0);
         assert_eq!(c.read_request(), Some((0, 4)));
         c.on_read(Some((1..=4).map(|id| msg(Some(id))).collect()));
         assert_eq!(
@@ -630,7 +678,7 @@ mod tests {
     /// before its delete committed has come back (such a read may still return its row).
     #[test]
     fn a_deleted_message_taken_ahead_waits_for_the_reads_in_flight() {
-        let mut c = QueueCursor::new(4, 10);
+        let mut c = QueueCursor::new(4, 70, 10);
         c.read_request();
         c.on_read(Some((1..=4).map(|id| msg(Some(id))).collect()));
         c.take_ahead(9); // stored before the queue started: no publish will come
@@ -652,7 +700,7 @@ mod tests {
     /// ended before its rows were checked: delivered twice).
     #[test]
     fn the_cursors_read_does_not_bring_back_a_deleted_message_taken_ahead() {
-        let mut c = QueueCursor::new(4, 10);
+        let mut c = QueueCursor::new(4, 70, 10);
         c.read_request();
         c.on_read(Some((1..=4).map(|id| msg(Some(id))).collect()));
         while c.pop().is_some() {}
@@ -672,7 +720,7 @@ mod tests {
     /// selector looks again from there.
     #[test]
     fn the_lowest_place_put_in_is_reported_once() {
-        let mut c = QueueCursor::new(10, 0);
+        let mut c = QueueCursor::new(10, 70, 0);
         c.read_request();
         c.on_read(Some(vec![msg(Some(5)), msg(Some(6))]));
         assert_eq!(c.take_lowest_inserted(), Some((5, 0)));

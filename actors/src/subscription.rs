@@ -69,6 +69,9 @@ struct DurableCursor {
     queued_upto: Vec<i64>,
     mode: Mode,
     read: Option<ReadInFlight>,
+    /// Percent of its memory limit above which a published message is left in the
+    /// store instead of cached (the policy's `cursor_memory_high_water_mark`).
+    high_water: u8,
 }
 
 impl DurableCursor {
@@ -214,6 +217,7 @@ impl SubscriptionState {
             queued_upto: vec![mark; slots],
             mode: Mode::Store,
             read: None,
+            high_water: crate::policy::Policy::default().cursor_memory_high_water_mark,
         };
         let limit = prefetch.max(1) as usize;
         Self::new(
@@ -301,6 +305,16 @@ impl SubscriptionState {
         self
     }
 
+    /// A durable subscription's cursor stops caching published messages once their
+    /// memory holds `percent` of its limit (the policy's
+    /// `cursor_memory_high_water_mark`; 70 unless set). No effect on a non-durable one.
+    pub fn with_cache_high_water(mut self, percent: u8) -> Self {
+        if let Some(cursor) = &mut self.cursor {
+            cursor.high_water = percent;
+        }
+        self
+    }
+
     /// Frees the credit of the deliveries the consumer took ([`AutoAcks`]).
     fn settle_auto_acks(&mut self) {
         let Some(acks) = &self.auto_acks else {
@@ -379,8 +393,12 @@ impl SubscriptionState {
             return 0;
         }
         match cursor.mode {
-            // Memory at its limit: a stalled durable subscriber costs store, not memory.
-            Mode::Live if self.ready.len() < self.ready_limit && !message.memory_full() => {
+            // Memory at its high-water mark: a stalled durable subscriber costs store,
+            // not memory, and never makes a producer wait.
+            Mode::Live
+                if self.ready.len() < self.ready_limit
+                    && !message.memory_above(cursor.high_water) =>
+            {
                 cursor.advance(message);
                 self.ready.push_back(Arc::clone(message));
             }

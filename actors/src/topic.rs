@@ -649,7 +649,8 @@ impl TopicActor {
             deliver,
         )
         .with_redeliveries(unacked)
-        .with_handed(handed);
+        .with_handed(handed)
+        .with_cache_high_water(self.core.policy.cursor_memory_high_water_mark);
         let state = match selector {
             Some(selector) => state.with_selector(selector),
             None => state,

@@ -92,6 +92,22 @@ impl Usage {
         None
     }
 
+    /// The first usage, this one or an ancestor, whose bytes are at or over `percent`
+    /// of its limit: where a cursor stops caching stored messages (ActiveMQ's
+    /// `cursorMemoryHighWaterMark`), so that what cursors cache never fills memory and
+    /// never makes a producer wait. `percent` 100 is [`Self::full`].
+    pub fn above(&self, percent: u8) -> Option<&Usage> {
+        let percent = u64::from(percent.min(100));
+        let mut at = Some(self);
+        while let Some(usage) = at {
+            if usage.limit > 0 && usage.used() * 100 >= usage.limit * percent {
+                return Some(usage);
+            }
+            at = usage.parent.as_deref();
+        }
+        None
+    }
+
     /// Charges `bytes` here and in every ancestor, whatever the limits (the caller
     /// waited for space first, if it had to); they are given back when the returned
     /// charge is dropped.
@@ -173,10 +189,11 @@ impl MemoryCharge {
         self
     }
 
-    /// Whether the usage it was charged to (or an ancestor) is at its limit: a cursor
-    /// then leaves a stored message in the store rather than caching it.
-    pub fn is_full(&self) -> bool {
-        self.usages.first().is_some_and(|u| u.full().is_some())
+    /// Whether the usage it was charged to (or an ancestor) holds `percent` of its
+    /// limit or more: a cursor then leaves a stored message in the store rather than
+    /// caching it (see [`Usage::above`]).
+    pub fn is_above(&self, percent: u8) -> bool {
+        self.usages.first().is_some_and(|u| u.above(percent).is_some())
     }
 
     /// The bytes charged.
@@ -225,6 +242,25 @@ mod tests {
         assert_eq!(queue.full().map(Usage::name), Some("memory"));
         drop(big);
         assert!(queue.full().is_none());
+    }
+
+    #[test]
+    fn above_a_high_water_mark_in_the_usage_or_an_ancestor() {
+        let memory = Usage::root("memory", 100);
+        let queue = memory.child("queue://q", 0);
+        let a = queue.charge(69);
+        assert!(!a.is_above(70) && queue.above(70).is_none());
+        let b = queue.charge(1);
+        assert_eq!(queue.above(70).map(Usage::name), Some("memory"));
+        assert!(b.is_above(70) && !b.is_above(71) && queue.full().is_none());
+        let limited = memory.child("queue://l", 10);
+        drop((a, b));
+        let c = limited.charge(7);
+        assert_eq!(limited.above(70).map(Usage::name), Some("queue://l"));
+        assert!(c.is_above(70) && queue.above(70).is_none());
+        let unlimited = Usage::root("none", 0);
+        let d = unlimited.charge(1 << 40);
+        assert!(!d.is_above(1));
     }
 
     #[test]

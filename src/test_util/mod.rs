@@ -4,9 +4,54 @@
 //! run a broker on it and wait for what it reports; [`stomp`] puts it on a TCP port
 //! and talks to it.
 
+//!
+//! **Waiting.** A test waits for the event it needs (the frame, the message, the row,
+//! the counter), never for a time: every wait for something that must happen is
+//! guarded by one limit, [`PATIENCE`], that only turns a hang into a failure and that
+//! no passing run comes near. A check that something does *not* happen waits for a
+//! later event that would come after it (a marker message behind it on the same
+//! destination, the receipt of a later frame, a counter that moves only after it); where
+//! there is none it watches for [`QUIET`] and says why that window is enough. No test
+//! sleeps to order events.
+
 pub mod stomp;
 
 use std::time::Duration;
+
+/// How long a test waits for something that must happen before it calls it a hang:
+/// 60 s. It is a guard, not a measure: no assertion depends on how long a wait took,
+/// and a passing run on a loaded 2-core machine takes a small fraction of it. Every
+/// positive wait of the harness (`next`, `take`, `frame`, `wait_for`, `poll_until`)
+/// uses it; change it here and only here.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The window a test watches to see that something does *not* happen when no later
+/// event marks the moment it would have happened by: 300 ms. A busy machine can only
+/// make such a check pass when it should have failed (the unwanted frame comes after
+/// the window), never fail a correct broker, so the window decides how sensitive the
+/// check is, not whether the suite is stable. Prefer a marker: see [`stomp::Client::next_is`].
+pub const QUIET: Duration = Duration::from_millis(300);
+
+/// Polls `check` every 10 ms until it returns `Some`, and returns that value; panics
+/// naming `what` after [`PATIENCE`]. For an event the test cannot subscribe to (a row
+/// count, a counter, a file, a log line).
+pub async fn poll_until<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited {PATIENCE:?} for {what}"
+        );
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}
 
 pub use ebb_store::test_util::*;
 use futures::StreamExt;
@@ -48,8 +93,8 @@ pub fn policy(period: u64, page: u32) -> Policy {
     }
 }
 
-/// Polls the topic's counters until `done` holds. The 30 s limit only keeps a broken
-/// build from hanging; no assertion depends on how long this takes.
+/// Polls the topic's counters until `done` holds ([`PATIENCE`] only keeps a broken
+/// build from hanging; no assertion depends on how long this takes).
 pub async fn wait_for(
     broker: &Broker,
     topic: &str,
@@ -60,7 +105,7 @@ pub async fn wait_for(
         true => topic.to_string(),
         false => format!("topic://{topic}"),
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         let stats = broker.topic_stats(&key).await.unwrap();
         if done(&stats) {
@@ -74,9 +119,42 @@ pub async fn wait_for(
     }
 }
 
-/// The next message, or `None` if none arrives within `ms`.
+/// The next message, or `None` if none arrives within `ms`. For the few tests that
+/// measure a window themselves; wait with [`next`], [`take`] or [`quiet`] instead.
 pub async fn next_within(sub: &mut Subscription, ms: u64) -> Option<Received> {
     actix_rt::time::timeout(Duration::from_millis(ms), sub.next())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The next message; panics if the subscription ends or none comes within
+/// [`PATIENCE`].
+pub async fn next(sub: &mut Subscription) -> Received {
+    match actix_rt::time::timeout(PATIENCE, sub.next()).await {
+        Ok(Some(m)) => m,
+        Ok(None) => panic!("the subscription ended while a message was awaited"),
+        Err(_) => panic!("no message within {PATIENCE:?}"),
+    }
+}
+
+/// Exactly the next `n` messages, in order (each awaited as [`next`] does).
+pub async fn take(sub: &mut Subscription, n: usize) -> Vec<Received> {
+    let mut got = Vec::with_capacity(n);
+    while got.len() < n {
+        match actix_rt::time::timeout(PATIENCE, sub.next()).await {
+            Ok(Some(m)) => got.push(m),
+            Ok(None) => panic!("the subscription ended after {} of {n} messages", got.len()),
+            Err(_) => panic!("{} of {n} messages within {PATIENCE:?}", got.len()),
+        }
+    }
+    got
+}
+
+/// A message that comes within [`QUIET`], or `None`: for a check that nothing more
+/// comes when no later event marks the moment (see [`QUIET`]).
+pub async fn quiet(sub: &mut Subscription) -> Option<Received> {
+    actix_rt::time::timeout(QUIET, sub.next())
         .await
         .ok()
         .flatten()
@@ -129,14 +207,14 @@ pub async fn broker_with(
     Broker::start(&t.url, config).await.expect("broker starts")
 }
 
-/// Polls a queue's counters until `done` holds (30 s only keeps a broken build from
-/// hanging; no assertion depends on how long this takes).
+/// Polls a queue's counters until `done` holds ([`PATIENCE`] only keeps a broken
+/// build from hanging; no assertion depends on how long this takes).
 pub async fn wait_for_queue(
     broker: &Broker,
     queue: &str,
     done: impl Fn(&crate::QueueStats) -> bool,
 ) -> crate::QueueStats {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         let stats = broker.queue_stats(queue).await.unwrap();
         if done(&stats) {
@@ -153,7 +231,7 @@ pub async fn wait_for_queue(
 /// Polls the store until `container` holds `rows` message rows (acks are answered
 /// after their commit, but an auto ack is sent in the background).
 pub async fn wait_rows(broker: &Broker, container: &str, rows: u64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         let now = broker.store().count_messages(container).await.unwrap();
         if now == rows {

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use super::{broker, TestStore};
+use super::{broker, TestStore, PATIENCE, QUIET};
 use crate::auth::Security;
 use crate::stomp::client::{ClientError, StompClient};
 use crate::stomp::codec::Limits;
@@ -224,23 +224,54 @@ impl Client {
     }
 
     /// The next frame (heart-beats skipped), or `None` if the server closed or
-    /// nothing came within 3 s.
+    /// nothing came within [`PATIENCE`] (a hang: a test that expects a frame
+    /// `.expect`s it).
     pub async fn frame(&mut self) -> Option<Frame> {
-        self.frame_within(3_000).await
+        self.frame_for(PATIENCE).await
     }
 
-    /// The next frame, or `None` if the server closed or nothing came within `ms`.
+    /// A frame that comes within [`QUIET`], or `None`: for a check that nothing comes
+    /// when no later event marks the moment (see [`QUIET`]; prefer [`Self::next_is`]).
+    pub async fn quiet(&mut self) -> Option<Frame> {
+        self.frame_for(QUIET).await
+    }
+
+    /// The next frame, or `None` if the server closed or nothing came within `ms`. For
+    /// the tests that measure a window themselves (heart-beats); wait with
+    /// [`Self::frame`] or [`Self::quiet`] otherwise.
     pub async fn frame_within(&mut self, ms: u64) -> Option<Frame> {
-        match self.0.next_within(Duration::from_millis(ms)).await {
+        self.frame_for(Duration::from_millis(ms)).await
+    }
+
+    async fn frame_for(&mut self, limit: Duration) -> Option<Frame> {
+        match self.0.next_within(limit).await {
             Ok(frame) => frame,
             Err(ClientError::Closed | ClientError::Io(_)) => None,
             Err(e) => panic!("server sent bad bytes: {e}"),
         }
     }
 
-    /// True when the server closed the connection (reads end) within 3 s.
+    /// Asserts that the next frame is a MESSAGE whose body is `body`, and returns it:
+    /// the event-driven way to check that nothing came before a marker message the
+    /// test sent behind what must not be delivered (a destination dispatches to a
+    /// subscription in order, so anything unwanted would come first).
+    pub async fn next_is(&mut self, body: &str) -> Frame {
+        let f = self
+            .frame()
+            .await
+            .unwrap_or_else(|| panic!("no MESSAGE {body:?} within {PATIENCE:?}"));
+        assert_eq!(f.command, Command::Message, "expected MESSAGE {body:?}: {f:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&f.body),
+            body,
+            "something came before the marker: {f:?}"
+        );
+        f
+    }
+
+    /// True when the server closed the connection (reads end) within [`PATIENCE`].
     pub async fn closed(&mut self) -> bool {
-        match self.0.closes_within(Duration::from_secs(3)).await {
+        match self.0.closes_within(PATIENCE).await {
             Ok(closed) => closed,
             Err(e) => panic!("server sent bad bytes: {e}"),
         }
@@ -265,7 +296,7 @@ pub async fn receipt(c: &mut Client, id: &str) {
     let f = c
         .frame()
         .await
-        .unwrap_or_else(|| panic!("no RECEIPT {id} within 3 s"));
+        .unwrap_or_else(|| panic!("no RECEIPT {id} within {PATIENCE:?}"));
     assert_eq!(f.command, Command::Receipt, "{f:?}");
     assert_eq!(f.get("receipt-id"), Some(id));
 }
@@ -273,15 +304,15 @@ pub async fn receipt(c: &mut Client, id: &str) {
 /// Reads up to the RECEIPT for `id` and returns the MESSAGE frames that came before it,
 /// in order. A pipelined connection answers an ACK's receipt after its commit, while
 /// the message whose prefetch slot that ACK freed may be delivered at once, before the
-/// receipt. Panics on any other frame, or when no RECEIPT comes within 3 s of the last
-/// frame.
+/// receipt. Panics on any other frame, or when no RECEIPT comes within [`PATIENCE`] of
+/// the last frame.
 pub async fn messages_until_receipt(c: &mut Client, id: &str) -> Vec<Frame> {
     let mut messages = Vec::new();
     loop {
         let f = c
             .frame()
             .await
-            .unwrap_or_else(|| panic!("no RECEIPT {id} within 3 s"));
+            .unwrap_or_else(|| panic!("no RECEIPT {id} within {PATIENCE:?}"));
         match f.command {
             Command::Message => messages.push(f),
             Command::Receipt if f.get("receipt-id") == Some(id) => return messages,

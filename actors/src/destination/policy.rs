@@ -58,6 +58,13 @@ pub struct Policy {
     /// flight, in cursors); when reached, producers to it wait (producer flow control).
     /// 0 = only the broker-wide memory limit applies (ActiveMQ's `memoryLimit`).
     pub memory_limit: u64,
+    /// Percent of a memory limit (the destination's, or the broker's) above which the
+    /// destination's cursors stop caching stored messages and leave them in the store,
+    /// to be read back in pages (ActiveMQ's `cursorMemoryHighWaterMark`, default 70).
+    /// So a backlog without consumers costs store, not memory, and never makes the
+    /// producers of other destinations wait: what is cached stays below this share,
+    /// and only non-persistent messages and messages in flight use the rest. 1–100.
+    pub cursor_memory_high_water_mark: u8,
 }
 
 impl Policy {
@@ -87,6 +94,7 @@ impl Default for Policy {
             dead_letter_queue: None,
             dead_letter_expired: false,
             memory_limit: 0,
+            cursor_memory_high_water_mark: 70,
         }
     }
 }
