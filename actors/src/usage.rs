@@ -193,7 +193,9 @@ impl MemoryCharge {
     /// limit or more: a cursor then leaves a stored message in the store rather than
     /// caching it (see [`Usage::above`]).
     pub fn is_above(&self, percent: u8) -> bool {
-        self.usages.first().is_some_and(|u| u.above(percent).is_some())
+        self.usages
+            .first()
+            .is_some_and(|u| u.above(percent).is_some())
     }
 
     /// The bytes charged.

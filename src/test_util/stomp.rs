@@ -260,7 +260,11 @@ impl Client {
             .frame()
             .await
             .unwrap_or_else(|| panic!("no MESSAGE {body:?} within {PATIENCE:?}"));
-        assert_eq!(f.command, Command::Message, "expected MESSAGE {body:?}: {f:?}");
+        assert_eq!(
+            f.command,
+            Command::Message,
+            "expected MESSAGE {body:?}: {f:?}"
+        );
         assert_eq!(
             String::from_utf8_lossy(&f.body),
             body,
