@@ -505,3 +505,62 @@ impl Broker {
         })
     }
 }
+
+/// What [`inspect_store`] found in a store, read without a broker (`ebb check`).
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreReport {
+    /// `Sqlite` or `Postgres`.
+    pub backend: String,
+    /// The highest message id the store has assigned (0 when empty).
+    pub last_assigned_id: i64,
+    /// A broker holds the store's lock now (its counts move).
+    pub locked_by_another: bool,
+    /// One entry per destination asked for, in the order asked.
+    pub destinations: Vec<StoreDestinationReport>,
+}
+
+/// One destination's rows in a [`StoreReport`].
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreDestinationReport {
+    /// Its store key (`topic://orders`).
+    pub destination: String,
+    /// Message rows (one bounded `COUNT`).
+    pub messages: u64,
+    /// Durable subscriptions.
+    pub durable_subscriptions: u64,
+    /// Whether any of its messages can expire.
+    pub expiring: bool,
+}
+
+/// Opens the store at `url` with `options` (creating and migrating it only with
+/// `options.create`), reports what it holds for each of `destinations` (store keys),
+/// and closes it. It does not take the store's lock, so it may run beside a broker.
+/// Errors: the store is missing or at an older schema version (without `create`),
+/// cannot be opened, or a count fails.
+pub async fn inspect_store(
+    url: &str,
+    options: &crate::StoreOptions,
+    destinations: &[String],
+) -> Result<StoreReport, Error> {
+    let store = ebb_store::open(url, options).await?;
+    let report = async {
+        let mut report = StoreReport {
+            backend: format!("{:?}", store.backend()),
+            last_assigned_id: store.last_assigned_id(),
+            locked_by_another: store.locked_by_another().await?,
+            destinations: Vec::with_capacity(destinations.len()),
+        };
+        for destination in destinations {
+            report.destinations.push(StoreDestinationReport {
+                destination: destination.clone(),
+                messages: store.count_messages(destination).await?,
+                durable_subscriptions: store.count_subscriptions(destination).await?,
+                expiring: store.has_expiring(destination).await?,
+            });
+        }
+        Ok::<_, Error>(report)
+    }
+    .await;
+    store.close().await;
+    report
+}

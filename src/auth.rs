@@ -9,10 +9,10 @@
 //! matches the destination decides; a destination no entry matches is refused. With
 //! no entries, every authenticated user may do everything.
 
+use crate::{DestinationKey, DestinationPattern};
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
-use ebb_actors::destination::{DestinationKey, DestinationPattern};
 
 /// How long a refused login waits before its answer (1 s): a client guessing
 /// passcodes gets one guess per second per connection.

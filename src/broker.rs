@@ -1656,7 +1656,7 @@ impl Broker {
     /// matching topic, also on one created while it is offline, across restarts.
     ///
     /// Errors: [`Error::InvalidDestination`] (also for a durable subscription on a
-    /// queue or a queue pattern), [`Error::InvalidSubscription`], [`Error::Actor`] with `DurableInUse` when
+    /// queue or a queue pattern), [`Error::InvalidSubscription`], [`Error::DurableInUse`] when
     /// the durable subscription already has a consumer, or a store error.
     pub async fn subscribe(
         &self,
@@ -1916,9 +1916,7 @@ impl Broker {
     /// with it (its rows are cleaned up on each topic). A subscription to a wildcard
     /// topic is its definition ([`wildcard_container`]) and one subscription per
     /// matching topic it has met; those stay when `target` is the same pattern.
-    /// Errors: [`ActorError::DurableInUse`] when what would be deleted has a consumer.
-    ///
-    /// [`ActorError::DurableInUse`]: ebb_actors::ActorError::DurableInUse
+    /// Errors: [`Error::DurableInUse`] when what would be deleted has a consumer.
     async fn replace_durable_elsewhere(
         &self,
         target: &Target,

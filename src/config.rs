@@ -27,7 +27,7 @@
 
 use std::path::Path;
 
-use ebb_actors::policy::{Policy, PolicyEntry, PolicyMap};
+use crate::{Policy, PolicyEntry, PolicyMap};
 use serde::Deserialize;
 
 /// The whole file.
@@ -223,7 +223,7 @@ impl UsageSection {
 pub struct HaSection {
     /// `"shared-store"`: a broker that finds the store held waits as a standby and
     /// takes over when the active one's lease expires or is released (on PostgreSQL
-    /// the store is then held by a lease, see [`ebb_store::LeaseOptions`]; on SQLite
+    /// the store is then held by a lease, see [`crate::LeaseOptions`]; on SQLite
     /// by its lock file, as without `[ha]`). `"none"` (the default): such a broker
     /// exits with an error.
     pub mode: Option<HaMode>,
@@ -323,7 +323,7 @@ fn percent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Erro
 /// A queue's name (what follows `queue://`), checked as the broker checks names.
 fn queue_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     let name = String::deserialize(d)?;
-    ebb_actors::DestinationKey::queue(&name).map_err(serde::de::Error::custom)?;
+    crate::DestinationKey::queue(&name).map_err(serde::de::Error::custom)?;
     Ok(Some(name))
 }
 
@@ -335,11 +335,11 @@ fn pattern<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     Ok(text)
 }
 
-/// Checks a destination pattern ([`ebb_actors::destination::DestinationPattern`]):
+/// Checks a destination pattern ([`crate::DestinationPattern`]):
 /// `topic://` or `queue://`, then `.`-separated segments, each a name, `*`, or (last
 /// only) `>`.
 pub fn check_pattern(text: &str) -> Result<(), String> {
-    ebb_actors::destination::DestinationPattern::parse(text)
+    crate::DestinationPattern::parse(text)
         .map(drop)
         .map_err(|e| format!("destination pattern `{}`: {}", e.name, e.reason))
 }
@@ -650,7 +650,7 @@ memory_limit = "1mb"
         assert!(!usage.send_fail_if_no_space);
         let q = c
             .policies()
-            .policy_for(&ebb_actors::DestinationKey::queue("jobs.eu").unwrap());
+            .policy_for(&crate::DestinationKey::queue("jobs.eu").unwrap());
         assert_eq!((q.maximum_redeliveries, q.memory_limit), (2, 1 << 20));
         assert_eq!(q.dead_letter_queue_for("jobs.eu"), "ActiveMQ.DLQ");
         assert_eq!(q.queue_prefetch, 1000);
@@ -680,7 +680,7 @@ memory_limit = "1mb"
         );
         let p = c
             .policies()
-            .policy_for(&ebb_actors::DestinationKey::topic("orders").unwrap());
+            .policy_for(&crate::DestinationKey::topic("orders").unwrap());
         assert_eq!(p.max_expire_page_size, 400);
         assert_eq!(p.durable_prefetch, 100);
     }

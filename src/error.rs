@@ -10,9 +10,20 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// A destination or the store actor refused or failed the request (store write
-    /// failed, durable subscription in use, unknown subscription).
+    /// failed, unknown subscription); the text says why.
     #[error(transparent)]
     Actor(ActorError),
+    /// A durable subscription can have one consumer at a time, and this one has one
+    /// (ActiveMQ: "durable consumer is in use"): subscribing to it again, or removing
+    /// or replacing it, waits until that consumer is gone. Holds
+    /// `client_id/subscription_name`.
+    #[error("durable subscription {0} is already in use by another consumer")]
+    DurableInUse(String),
+    /// A destination cannot be deleted now; the text says why (consumers attached, an
+    /// open transaction holds messages for it, a deletion is under way). As ActiveMQ's
+    /// "Destination still has an active subscription".
+    #[error("{0}")]
+    InUse(String),
     /// A destination name that cannot be used; the text says why.
     #[error("invalid destination `{name}`: {reason}")]
     InvalidDestination {
@@ -70,12 +81,15 @@ pub enum Error {
 
 impl From<ActorError> for Error {
     /// A refusal because of shutdown (the registry's, a closed store actor's, a stopped
-    /// actor's) is [`Error::ShuttingDown`]; the rest is [`Error::Actor`].
+    /// actor's) is [`Error::ShuttingDown`]; a durable subscription or a destination in
+    /// use is [`Error::DurableInUse`] or [`Error::InUse`]; the rest is [`Error::Actor`].
     fn from(e: ActorError) -> Self {
         match e {
             ActorError::ShuttingDown
             | ActorError::Closed
             | ActorError::Mailbox(actix::MailboxError::Closed) => Error::ShuttingDown,
+            ActorError::DurableInUse(which) => Error::DurableInUse(which),
+            ActorError::InUse(why) => Error::InUse(why),
             e => Error::Actor(e),
         }
     }

@@ -222,13 +222,23 @@ pub use broker::{
     SubscribeOptions, Subscription, Target, ToDestination, Transaction, UsageConfig, UsageSnapshot,
     ACK_WINDOW, SEND_WINDOW,
 };
-pub use ebb_actors::destination::{DestinationKey, DestinationKind, DestinationPattern};
+pub use ebb_actors::destination::{
+    now_ms, DestinationKey, DestinationKind, DestinationPattern, InvalidDestination,
+};
 pub use ebb_actors::messages::{QueueStats, TopicStats};
 pub use ebb_actors::policy::{Policy, PolicyEntry, PolicyMap};
 pub use error::Error;
 
-pub use ebb_actors as actors;
-pub use ebb_store as store;
+// What the broker hands out of its store, re-exported so that nothing outside the
+// facade names the store crate: how to open it, its errors, and the lease of an active
+// broker (high availability). `tests/it/layering.rs` checks every folder of `src/`
+// but the facade for it.
+pub use ebb_store::proxy::DatabaseProxy;
+pub use ebb_store::sqlite::memory_used as sqlite_memory_used;
+pub use ebb_store::{
+    redact_url, LeaseOptions, LeaseRenewals, LeaseState, StoreError, StoreOptions,
+    DEFAULT_SQLITE_CACHE_KIB, DEFAULT_SQLITE_MEMORY_LIMIT_KIB,
+};
 
 /// The README's code blocks, run as doc tests so its example stays true.
 #[doc = include_str!("../README.md")]

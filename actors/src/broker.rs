@@ -45,12 +45,14 @@ use ebb_store::SubscriptionKey;
 use crate::destination::{DestinationKey, DestinationKind, DestinationPattern};
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
-use crate::messages::{CloseConsumers, Retire, RouteDeadLetter, StopDestination, StopHousekeeping};
+use crate::messages::{CloseConsumers, Retire, RouteDeadLetter, StopHousekeeping};
 use crate::policy::PolicyMap;
 use crate::queue::QueueActor;
 use crate::store_actor::StoreHandle;
 use crate::topic::TopicActor;
 use crate::wildcard::{Accept, Matched, Template, WildcardActor};
+
+pub use crate::addr::DestinationAddr;
 
 /// The store keeps the definition of a durable subscription to a wildcard topic in a
 /// container of its own: this prefix and the pattern (`wildcard:topic://orders.>`).
@@ -93,70 +95,6 @@ struct Watcher {
     /// Its attachments' options, for a new topic it attaches to at once.
     template: Template,
     accept: Option<Accept>,
-}
-
-/// A running destination actor, by kind: the registry's one entry per kind of
-/// destination.
-#[derive(Clone)]
-pub enum DestinationAddr {
-    Topic(Addr<TopicActor>),
-    Queue(Addr<QueueActor>),
-}
-
-impl DestinationAddr {
-    /// False once the actor stopped.
-    pub fn connected(&self) -> bool {
-        match self {
-            Self::Topic(a) => a.connected(),
-            Self::Queue(a) => a.connected(),
-        }
-    }
-
-    /// Sends `message` to the actor and waits for its answer: for a message every kind
-    /// of destination handles.
-    pub async fn ask<M>(&self, message: M) -> Result<M::Result, MailboxError>
-    where
-        M: Message + Send + 'static,
-        M::Result: Send,
-        TopicActor: Handler<M>,
-        QueueActor: Handler<M>,
-    {
-        match self {
-            Self::Topic(a) => a.send(message).await,
-            Self::Queue(a) => a.send(message).await,
-        }
-    }
-
-    /// Whether both are the same actor.
-    pub fn same(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Self::Topic(a), Self::Topic(b)) => a == b,
-            (Self::Queue(a), Self::Queue(b)) => a == b,
-            _ => false,
-        }
-    }
-
-    /// Tells the actor to stop once it has handled what is in its mailbox.
-    pub fn stop(&self) {
-        match self {
-            Self::Topic(a) => a.do_send(StopDestination),
-            Self::Queue(a) => a.do_send(StopDestination),
-        }
-    }
-
-    /// A recipient of `M` at the actor.
-    pub fn recipient<M>(&self) -> Recipient<M>
-    where
-        M: Message + Send + 'static,
-        M::Result: Send,
-        TopicActor: Handler<M>,
-        QueueActor: Handler<M>,
-    {
-        match self {
-            Self::Topic(a) => a.clone().recipient(),
-            Self::Queue(a) => a.clone().recipient(),
-        }
-    }
 }
 
 /// See the module documentation.

@@ -56,6 +56,7 @@
 //!
 //! [`RouteDeadLetter`]: messages::RouteDeadLetter
 
+pub mod addr;
 pub mod broker;
 pub mod destination;
 pub mod error;

@@ -87,3 +87,14 @@ pub struct PublishOutcome {
     /// expired once.
     pub expired_on_arrival: bool,
 }
+
+/// A consumer's `Subscribe::handed` (in [`crate::messages`]): the last delivery id it
+/// handed to the application.
+pub type Handed = std::sync::Arc<std::sync::atomic::AtomicU64>;
+
+/// The last delivery id `handed` says was handed over (every one with `None`).
+pub fn handed_up_to(handed: &Option<Handed>) -> u64 {
+    handed
+        .as_ref()
+        .map_or(u64::MAX, |h| h.load(std::sync::atomic::Ordering::Acquire))
+}

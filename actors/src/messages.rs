@@ -10,7 +10,7 @@ pub use crate::destination::{
 };
 use crate::destination::{DestinationCounters, DestinationKey};
 use crate::error::ActorError;
-pub use crate::message::{Delivery, PublishOutcome, TopicMessage};
+pub use crate::message::{handed_up_to, Delivery, Handed, PublishOutcome, TopicMessage};
 
 /// Open a subscription. Deliveries go to `deliver`; no more than the prefetch are
 /// un-acked at once.
@@ -51,17 +51,6 @@ pub struct Subscribe {
     ///
     /// [`AutoAcks`]: crate::subscription::AutoAcks
     pub auto_acks: Option<std::sync::Arc<crate::subscription::AutoAcks>>,
-}
-
-/// A consumer's [`Subscribe::handed`]: the last delivery id it handed to the
-/// application.
-pub type Handed = std::sync::Arc<std::sync::atomic::AtomicU64>;
-
-/// The last delivery id `handed` says was handed over (every one with `None`).
-pub fn handed_up_to(handed: &Option<Handed>) -> u64 {
-    handed
-        .as_ref()
-        .map_or(u64::MAX, |h| h.load(std::sync::atomic::Ordering::Acquire))
 }
 
 /// Ack deliveries of a subscription: one (`cumulative == false`, client-individual)

@@ -42,7 +42,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::messages::TopicMessage;
+use crate::message::TopicMessage;
 
 /// A message's place in the queue: `(store id, 0)` for a stored message, `(last id the
 /// store had assigned, n)` (n from 1) for a non-persistent one.

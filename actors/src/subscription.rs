@@ -26,7 +26,7 @@ use std::sync::Arc;
 use ebb_store::SubscriptionKey;
 use tokio::sync::mpsc;
 
-use crate::messages::{Delivery, TopicMessage};
+use crate::message::{handed_up_to, Delivery, Handed, TopicMessage};
 
 /// The largest prefetch, as ActiveMQ's `MAX_PREFETCH_SIZE` (32,767); larger values
 /// are lowered to it. A consumer's channel holds this many deliveries.
@@ -117,7 +117,7 @@ impl DurableCursor {
 /// when it finds no credit with messages waiting does it ask to be woken (the next
 /// [`AutoAcks::taken`] says so, and the consumer sends a cumulative [`Ack`] then).
 ///
-/// [`Ack`]: crate::messages::Ack
+/// [`Ack`]: ../messages/struct.Ack.html
 #[derive(Debug, Default)]
 pub struct AutoAcks {
     /// Every delivery id up to this one was taken by the consumer (acked).
@@ -167,8 +167,8 @@ pub struct SubscriptionState {
     auto_acks: Option<Arc<AutoAcks>>,
     /// What the consumer handed to the application ([`Subscribe::handed`]).
     ///
-    /// [`Subscribe::handed`]: crate::messages::Subscribe::handed
-    handed: Option<crate::messages::Handed>,
+    /// [`Subscribe::handed`]: ../messages/struct.Subscribe.html#structfield.handed
+    handed: Option<Handed>,
     /// Only messages it matches are delivered.
     selector: Option<Arc<crate::selector::Selector>>,
     /// Stored messages a durable subscription's selector does not match, met by its
@@ -299,8 +299,8 @@ impl SubscriptionState {
     /// Its consumer keeps `handed` ([`Subscribe::handed`]); without it every un-acked
     /// delivery counts as seen.
     ///
-    /// [`Subscribe::handed`]: crate::messages::Subscribe::handed
-    pub fn with_handed(mut self, handed: Option<crate::messages::Handed>) -> Self {
+    /// [`Subscribe::handed`]: ../messages/struct.Subscribe.html#structfield.handed
+    pub fn with_handed(mut self, handed: Option<Handed>) -> Self {
         self.handed = handed;
         self
     }
@@ -340,7 +340,7 @@ impl SubscriptionState {
     /// the consumer leaves, to mark them redelivered): those the consumer only held
     /// (prefetched, never handed over) are left out.
     pub fn unacked_store_ids(&self) -> impl Iterator<Item = i64> + '_ {
-        let handed = crate::messages::handed_up_to(&self.handed);
+        let handed = handed_up_to(&self.handed);
         self.in_flight
             .range(..=handed)
             .filter_map(|(_, f)| f.store_id)

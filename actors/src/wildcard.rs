@@ -36,7 +36,7 @@ use ebb_store::SubscriptionKey;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::broker::DestinationAddr;
+use crate::addr::DestinationAddr;
 use crate::destination::{DestinationKey, DestinationPattern};
 use crate::error::ActorError;
 use crate::message::Delivery;

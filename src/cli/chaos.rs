@@ -46,8 +46,7 @@ use tokio::sync::watch;
 
 use crate::stomp::client::{describe, ClientError, StompClient};
 use crate::stomp::frame::{Command, Frame};
-use ebb_actors::destination::now_ms;
-use ebb_store::proxy::DatabaseProxy;
+use crate::{now_ms, DatabaseProxy};
 
 /// The `ebb chaos` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -1243,9 +1242,9 @@ async fn check_store(store: Option<&str>, postgres: bool) -> anyhow::Result<()> 
         return Ok(());
     };
     if postgres {
-        let conn = sqlx::PgConnection::connect(url).await.with_context(|| {
-            format!("cannot reach PostgreSQL at {}", ebb_store::redact_url(url))
-        })?;
+        let conn = sqlx::PgConnection::connect(url)
+            .await
+            .with_context(|| format!("cannot reach PostgreSQL at {}", crate::redact_url(url)))?;
         let _ = conn.close().await;
         return Ok(());
     }

@@ -8,7 +8,7 @@
 //! serve` does. It may run beside a broker on the same store (it does not take the
 //! broker's lock): it says when one holds it, since the counts then move.
 
-use ebb_store::{redact_url, StoreOptions};
+use crate::{redact_url, StoreOptions};
 
 use super::DEFAULT_STORE;
 use crate::config::FileConfig;
@@ -68,24 +68,21 @@ pub async fn execute(args: CheckArgs) -> anyhow::Result<()> {
         create,
         ..StoreOptions::default()
     };
-    let opened = ebb_store::open(&store, &options).await?;
+    let report = crate::admin::inspect_store(&store, &options, &destinations).await?;
     println!(
-        "store {} ({:?}) is ready; highest message id {}",
+        "store {} ({}) is ready; highest message id {}",
         redact_url(&store),
-        opened.backend(),
-        opened.last_assigned_id()
+        report.backend,
+        report.last_assigned_id
     );
-    if opened.locked_by_another().await? {
+    if report.locked_by_another {
         println!("a broker holds this store now (its lock is taken): the counts below move");
     }
-    for destination in destinations {
+    for d in report.destinations {
         println!(
-            "{destination}: {} messages, {} durable subscriptions, expiring messages: {}",
-            opened.count_messages(&destination).await?,
-            opened.count_subscriptions(&destination).await?,
-            opened.has_expiring(&destination).await?,
+            "{}: {} messages, {} durable subscriptions, expiring messages: {}",
+            d.destination, d.messages, d.durable_subscriptions, d.expiring,
         );
     }
-    opened.close().await;
     Ok(())
 }

@@ -7,7 +7,7 @@
 //! [`crate::config`]), else a default; an error about a value names where it came
 //! from.
 
-use ebb_store::{redact_url, StoreOptions};
+use crate::{redact_url, StoreOptions};
 
 use super::{DEFAULT_STOMP, DEFAULT_STORE};
 use crate::config::{ByteSize, FileConfig};
@@ -213,7 +213,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             .lease_ms
             .map_or(crate::config::DEFAULT_LEASE_MS, |m| m.0);
         // Checked on SQLite too, where only renew_ms (how often a standby asks) is used.
-        let lease = ebb_store::LeaseOptions::new(lease_ms, renew_ms)
+        let lease = crate::LeaseOptions::new(lease_ms, renew_ms)
             .map_err(|e| anyhow::anyhow!("[ha]: {e}{}", from_file("[ha]")))?;
         if store_url.starts_with("postgres") {
             options.lease = Some(lease);
@@ -339,7 +339,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         crate::Broker::start(&store_url, broker_config)
             .await
             .map_err(|e| match e {
-                crate::Error::Store(ebb_store::StoreError::Locked(_)) => anyhow::anyhow!(
+                crate::Error::Store(crate::StoreError::Locked(_)) => anyhow::anyhow!(
                     "{e}{store_from}; to wait as a standby and take over when it stops, pass --standby"
                 ),
                 e => anyhow::anyhow!("{e}{store_from}"),
@@ -424,11 +424,11 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             return std::future::pending().await;
         };
         let lost = state
-            .wait_for(|s| matches!(s, ebb_store::LeaseState::Lost(_)))
+            .wait_for(|s| matches!(s, crate::LeaseState::Lost(_)))
             .await
             .map(|s| s.clone());
         match lost {
-            Ok(ebb_store::LeaseState::Lost(why)) => why,
+            Ok(crate::LeaseState::Lost(why)) => why,
             _ => "the store is gone".to_string(),
         }
     };

@@ -8,7 +8,7 @@
 //! schema of its own), samples resident memory and stored rows while it grows, and
 //! reports them: a table, a JSON line, a chart.
 
-use ebb_actors::DestinationKey;
+use crate::DestinationKey;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
+use crate::{redact_url, StoreOptions};
 use crate::{Broker, BrokerConfig, Message, Policy, PolicyEntry, PolicyMap, SubscribeOptions};
-use ebb_store::{redact_url, StoreOptions};
 
 /// The workload and what to do with the results (the `ebb soak` flags).
 #[derive(Debug, Clone, clap::Args)]
@@ -61,11 +61,11 @@ pub struct SoakOptions {
     #[arg(long, default_value_t = 0)]
     pub live_subscribers: u32,
     /// SQLite: each connection's page cache, KiB (as `[store] sqlite_cache_size`).
-    #[arg(long, default_value_t = ebb_store::DEFAULT_SQLITE_CACHE_KIB)]
+    #[arg(long, default_value_t = crate::DEFAULT_SQLITE_CACHE_KIB)]
     pub sqlite_cache_kib: u32,
     /// SQLite: the bound on all of SQLite's memory, KiB; 0 = none (as `[store]
     /// sqlite_memory_limit`).
-    #[arg(long, default_value_t = ebb_store::DEFAULT_SQLITE_MEMORY_LIMIT_KIB)]
+    #[arg(long, default_value_t = crate::DEFAULT_SQLITE_MEMORY_LIMIT_KIB)]
     pub sqlite_memory_limit_kib: u64,
     /// Print one JSON object with the results as the last line.
     #[arg(long)]
@@ -101,7 +101,7 @@ pub struct Sample {
     /// the broker's, read from its metrics.
     pub rss_bytes: u64,
     /// Of that, what SQLite has allocated (page caches, statements), bytes
-    /// ([`ebb_store::sqlite::memory_used`]); `None` on PostgreSQL and with `--stomp`.
+    /// ([`crate::sqlite_memory_used`]); `None` on PostgreSQL and with `--stomp`.
     pub sqlite_memory_bytes: Option<u64>,
     /// The store's size on disk, bytes (SQLite: the file, its WAL and index;
     /// PostgreSQL: the run's schema with indexes and TOAST); 0 with `--stomp`.
@@ -205,11 +205,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
     if let (Some(stomp), Some(metrics)) = (&options.stomp, &options.metrics) {
         return run_stomp(options, stomp, metrics, progress).await;
     }
-    let stamp = format!(
-        "{}_{}",
-        std::process::id(),
-        ebb_actors::destination::now_ms() % 1_000_000
-    );
+    let stamp = format!("{}_{}", std::process::id(), crate::now_ms() % 1_000_000);
     let temp_dir = std::env::temp_dir().join(format!("ebb-soak-{stamp}"));
     let (url, schema) = match &options.store {
         Some(url) if url.starts_with("postgres") => {
@@ -376,7 +372,7 @@ pub async fn run(options: &SoakOptions, progress: bool) -> anyhow::Result<SoakRe
         expiry_pages: stats.expiry_pages,
         max_rows_per_expiry_page: stats.max_expiry_page_rows,
         peak_rss_bytes: crate::process::peak_resident_bytes(),
-        peak_sqlite_memory_bytes: sqlite.then(|| ebb_store::sqlite::memory_used().1),
+        peak_sqlite_memory_bytes: sqlite.then(|| crate::sqlite_memory_used().1),
         peak_store_bytes: samples.iter().map(|s| s.store_bytes).max().unwrap_or(0),
         elapsed_s,
         drain_s,
@@ -428,10 +424,7 @@ impl Sampler {
         let sample = Sample {
             elapsed_s: self.start.elapsed().as_secs_f64(),
             rss_bytes: crate::process::resident_bytes(),
-            sqlite_memory_bytes: self
-                .size
-                .is_sqlite()
-                .then(|| ebb_store::sqlite::memory_used().0),
+            sqlite_memory_bytes: self.size.is_sqlite().then(|| crate::sqlite_memory_used().0),
             store_bytes: self.size.bytes().await,
             stored_rows: rows,
             sent,
@@ -633,7 +626,7 @@ async fn run_stomp(
     let topic = format!(
         "soak.{}.{}",
         std::process::id(),
-        ebb_actors::destination::now_ms() % 1_000_000
+        crate::now_ms() % 1_000_000
     );
     let key = DestinationKey::topic(&topic)?;
     let (container, destination) = (key.container(), key.stomp());
@@ -688,7 +681,7 @@ async fn run_stomp(
                         .header("persistent", "true")
                         .header("receipt", next.to_string());
                     if ttl > 0 {
-                        let at = ebb_actors::destination::now_ms() + ttl as i64;
+                        let at = crate::now_ms() + ttl as i64;
                         send = send.header("expires", at.to_string());
                     }
                     client.feed(send.body(body.clone())).await?;

@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, StatusCode};
 use base64::Engine;
 use parking_lot::Mutex;
 
-use super::api::ApiError;
+use super::error::ApiError;
 use super::AppState;
 use crate::auth::Principal;
 

@@ -33,6 +33,7 @@
 //! actix system ([`Broker`]'s arbiter), where every STOMP connection runs.
 
 pub mod api;
+pub mod error;
 pub mod login;
 pub mod ws;
 
@@ -462,7 +463,7 @@ async fn same_origin(
     if request.uri().path() == "/stomp" {
         if let Some(origin) = origin {
             if !same(origin) && !allowed(origin) && !state.options.security.requires_login() {
-                return api::ApiError::new(
+                return error::ApiError::new(
                     StatusCode::FORBIDDEN,
                     format!(
                         "WebSocket from {origin} refused: no users are configured, so only pages of \
@@ -477,7 +478,7 @@ async fn same_origin(
     if method != Method::GET && method != Method::HEAD {
         if let Some(origin) = origin {
             if !same(origin) && !allowed(origin) {
-                return api::ApiError::new(
+                return error::ApiError::new(
                     StatusCode::FORBIDDEN,
                     format!("cross-origin {method} from {origin} refused"),
                 )
@@ -489,7 +490,7 @@ async fn same_origin(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"));
         if method == Method::POST && !json {
-            return api::ApiError::new(
+            return error::ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "a POST needs Content-Type: application/json (with a body of {} when there is nothing to say)",
             )
@@ -557,8 +558,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
     let lock = match state.broker.lease_state() {
         None => Ok("held".to_string()),
         Some(lock) => match &*lock.borrow() {
-            ebb_store::LeaseState::Held => Ok("held".to_string()),
-            ebb_store::LeaseState::Lost(why) => Err(format!("lost: {why}")),
+            crate::LeaseState::Held => Ok("held".to_string()),
+            crate::LeaseState::Lost(why) => Err(format!("lost: {why}")),
         },
     };
     let ready = broker.is_ok() && listeners.is_ok() && store.is_ok() && lock.is_ok();
@@ -582,8 +583,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> api::ApiError {
-    api::ApiError::new(
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> error::ApiError {
+    error::ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         format!(
             "{method} is not a method of {}: GET /api/v1 lists the routes",
@@ -592,8 +593,8 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
     )
 }
 
-async fn not_found(uri: axum::http::Uri) -> api::ApiError {
-    api::ApiError::new(
+async fn not_found(uri: axum::http::Uri) -> error::ApiError {
+    error::ApiError::new(
         StatusCode::NOT_FOUND,
         format!(
             "no route {}: see /api/v1 for the admin API, /metrics, /healthz, /readyz, /stomp",

@@ -54,7 +54,7 @@ pub(crate) async fn upgrade(
         .filter(|p| !p.is_empty())
         .collect();
     if !offered.is_empty() && !offered.iter().any(|p| SUBPROTOCOLS.contains(p)) {
-        return super::api::ApiError::new(
+        return super::error::ApiError::new(
             StatusCode::BAD_REQUEST,
             format!(
                 "/stomp speaks STOMP: ask for one of the subprotocols {}, not {}",
@@ -65,14 +65,14 @@ pub(crate) async fn upgrade(
         .into_response();
     }
     let Some(config) = state.options.stomp.clone() else {
-        return super::api::ApiError::new(
+        return super::error::ApiError::new(
             StatusCode::NOT_FOUND,
             "STOMP over WebSocket is not enabled on this server",
         )
         .into_response();
     };
     let Some(upgrade) = upgrade else {
-        return super::api::ApiError::new(
+        return super::error::ApiError::new(
             StatusCode::BAD_REQUEST,
             "/stomp takes a WebSocket upgrade (subprotocol v12.stomp), not a plain request",
         )
@@ -85,7 +85,7 @@ pub(crate) async fn upgrade(
         .protocols(SUBPROTOCOLS)
         .max_message_size(max_message)
         .on_upgrade(move |socket| async move {
-            let slot = match config.slots.take(peer.ip(), &config) {
+            let slot = match config.take_slot(peer.ip()) {
                 Ok(slot) => slot,
                 Err(refusal) => {
                     tracing::warn!(%peer, "refused WebSocket connection: {refusal}");

@@ -283,7 +283,7 @@ pub fn record_takeover() {
 }
 
 /// Records the renewals of the store's lease (nothing without a lease).
-pub fn record_lease(renewals: Option<ebb_store::LeaseRenewals>) {
+pub fn record_lease(renewals: Option<crate::LeaseRenewals>) {
     use names::*;
     let Some(r) = renewals else { return };
     gauge!(HA_LEASE_RENEW_SECONDS).set(r.last_us as f64 / 1e6);

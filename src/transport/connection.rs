@@ -88,6 +88,19 @@ pub const MAX_CONNECTIONS: usize = 10_000;
 /// Default of [`ConnectionConfig::max_connections_per_address`].
 pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 1_000;
 
+impl ConnectionConfig {
+    /// A place for a connection from `address` under this listener's limits
+    /// (`max_connections`, `max_connections_per_address`), or why there is none (the
+    /// ERROR's message, naming the limit by its configuration key).
+    pub fn take_slot(&self, address: std::net::IpAddr) -> Result<Slot, String> {
+        self.slots.take_within(
+            address,
+            self.max_connections,
+            self.max_connections_per_address,
+        )
+    }
+}
+
 impl Default for ConnectionConfig {
     fn default() -> Self {
         Self {
@@ -109,7 +122,7 @@ impl Default for ConnectionConfig {
     }
 }
 
-pub use super::listener::{next_session_id, Slot, Slots};
+pub use super::caps::{next_session_id, Slot, Slots};
 
 pub use super::session::{
     SessionLimits, MAX_OPEN_TRANSACTIONS, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TRANSACTION_BYTES,

@@ -15,6 +15,7 @@
 //! The transport speaks to the broker through the embedding API ([`crate::broker`])
 //! only; `tests/layering.rs` checks that no file here names the store or actor crates.
 
+pub mod caps;
 pub mod client_ids;
 pub mod command;
 pub mod connection;

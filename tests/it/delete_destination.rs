@@ -11,7 +11,7 @@ use ebb::test_util::*;
 use ebb::{Error, Message, SubscribeOptions};
 
 fn in_use(e: &Error) -> bool {
-    matches!(e, Error::Actor(ebb_actors::ActorError::InUse(_)))
+    matches!(e, Error::InUse(_))
 }
 
 /// A queue of 2,500 stored messages (more than two pages of

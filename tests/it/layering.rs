@@ -13,6 +13,16 @@
 //!
 //! Comments count too: an intra-doc link is a dependency of the docs. A new transport
 //! (STOMP over WebSocket, MQTT) under `src/transport` is held to the same rule.
+//!
+//! The facade is closed: only its files ([`FACADE`]: `lib.rs`, `broker.rs`, `admin.rs`,
+//! `stats.rs`, `error.rs`, `runtime.rs`, and the test harness) name the store or actor
+//! crates; every other file of `src/` (the HTTP server, the CLI, metrics, the
+//! configuration, users and rights, the codec) uses what the facade owns or re-exports.
+//!
+//! No crate has an import cycle: in `src/`, `actors/src/` and `store/src/`, the files
+//! that name each other through `crate::` or `super::` paths in code (not comments)
+//! form no circle, a module's own folder (`mod.rs`, `lib.rs` and what it declares)
+//! counting as one place with each of its files.
 
 use std::path::{Path, PathBuf};
 
@@ -143,6 +153,260 @@ fn the_transport_uses_only_the_broker_api() {
         "the transport reaches past the Broker API (add what it needs to src/broker.rs):\n{}",
         broken.join("\n")
     );
+}
+
+/// Files of `src/` that may name the store and actor crates: the facade, and the test
+/// harness (which builds stores for the tests).
+const FACADE: &[&str] = &[
+    "lib.rs",
+    "broker.rs",
+    "admin.rs",
+    "stats.rs",
+    "error.rs",
+    "runtime.rs",
+    "test_util/",
+];
+
+/// Where `text` names the store or actor crates, as `line: what`.
+fn names_lower_crates(text: &str) -> Vec<String> {
+    let line_of = |at: usize| text[..at].lines().count().max(1);
+    let mut found = Vec::new();
+    for name in FORBIDDEN {
+        for (at, _) in text.match_indices(name) {
+            let before = text[..at].chars().next_back();
+            let after = text[at + name.len()..].chars().next();
+            if before.is_some_and(is_ident) || after.is_some_and(is_ident) {
+                continue;
+            }
+            found.push(format!("{}: names `{name}`", line_of(at)));
+        }
+    }
+    found
+}
+
+#[test]
+fn only_the_facade_names_the_store_and_the_actors() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut edges = 0;
+    let mut broken = Vec::new();
+    for file in &files {
+        let relative = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        if FACADE
+            .iter()
+            .any(|f| relative == *f || (f.ends_with('/') && relative.starts_with(f)))
+        {
+            continue;
+        }
+        edges += 1;
+        let text = std::fs::read_to_string(file).unwrap();
+        for v in names_lower_crates(&text) {
+            broken.push(format!("src/{relative}:{v}"));
+        }
+    }
+    assert!(
+        edges >= 30,
+        "only {edges} files outside the facade: is src/ read?"
+    );
+    assert!(
+        broken.is_empty(),
+        "a file outside the facade reaches the store or the actors (re-export what it needs from src/lib.rs):\n{}",
+        broken.join("\n")
+    );
+}
+
+/// The module a file is (`["transport", "caps"]` for `transport/caps.rs`, `[]` for
+/// `lib.rs`, `["http"]` for `http/mod.rs`).
+fn module_of(relative: &str) -> Vec<String> {
+    let trimmed = relative.trim_end_matches(".rs");
+    let mut parts: Vec<String> = trimmed.split('/').map(String::from).collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+/// Code without comments and without a trailing `#[cfg(test)] mod tests` (whose
+/// `super::` is the file itself).
+fn code_of(text: &str) -> String {
+    let end = text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len());
+    text[..end]
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The modules `code` (of module `me`) names through `crate::` and `super::` paths,
+/// each as the path of segments after its root, resolved against `me`.
+fn named_paths(code: &str, me: &[String]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for (root, base) in [
+        ("crate::", Vec::new()),
+        ("super::", me[..me.len().saturating_sub(1)].to_vec()),
+    ] {
+        for (at, _) in code.match_indices(root) {
+            if code[..at].chars().next_back().is_some_and(is_ident) {
+                continue;
+            }
+            let rest = &code[at + root.len()..];
+            let mut segments = Vec::new();
+            for first in roots(rest) {
+                // Follow `a::b::c` after the first segment (or the group's item).
+                let tail = rest
+                    .trim_start_matches('{')
+                    .trim_start()
+                    .strip_prefix(first.as_str())
+                    .unwrap_or("");
+                let mut path = base.clone();
+                path.push(first.clone());
+                let mut more = tail;
+                while let Some(next) = more.strip_prefix("::") {
+                    let seg: String = next.chars().take_while(|c| is_ident(*c)).collect();
+                    if seg.is_empty() {
+                        break;
+                    }
+                    more = &next[seg.len()..];
+                    path.push(seg);
+                }
+                segments.push(path);
+            }
+            out.extend(segments);
+        }
+    }
+    out
+}
+
+/// The import cycles among the files of the crate whose sources are in `dir`.
+fn cycles_in(dir: &Path) -> Vec<Vec<String>> {
+    let mut files = Vec::new();
+    rust_files(dir, &mut files);
+    let modules: Vec<(Vec<String>, String)> = files
+        .iter()
+        .map(|f| {
+            let relative = f.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+            (module_of(&relative), std::fs::read_to_string(f).unwrap())
+        })
+        .collect();
+    let index_of = |path: &[String]| -> Option<usize> {
+        // The longest module that is a prefix of the path.
+        (1..=path.len())
+            .rev()
+            .find_map(|n| modules.iter().position(|(m, _)| m.as_slice() == &path[..n]))
+    };
+    let mut edges = vec![std::collections::BTreeSet::new(); modules.len()];
+    for (i, (me, text)) in modules.iter().enumerate() {
+        for path in named_paths(&code_of(text), me) {
+            let Some(j) = index_of(&path) else { continue };
+            let (a, b) = (&modules[i].0, &modules[j].0);
+            // A module and its own folder's files are one place.
+            if i == j || a.starts_with(b) || b.starts_with(a) {
+                continue;
+            }
+            edges[i].insert(j);
+        }
+    }
+    // Strongly connected components with more than one file (Tarjan).
+    struct Walk<'a> {
+        edges: &'a [std::collections::BTreeSet<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on_stack: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        found: Vec<Vec<usize>>,
+    }
+    fn visit(w: &mut Walk<'_>, v: usize) {
+        w.index[v] = Some(w.next);
+        w.low[v] = w.next;
+        w.next += 1;
+        w.stack.push(v);
+        w.on_stack[v] = true;
+        for &u in w.edges[v].clone().iter() {
+            match w.index[u] {
+                None => {
+                    visit(w, u);
+                    w.low[v] = w.low[v].min(w.low[u]);
+                }
+                Some(iu) if w.on_stack[u] => w.low[v] = w.low[v].min(iu),
+                _ => {}
+            }
+        }
+        if Some(w.low[v]) == w.index[v] {
+            let mut component = Vec::new();
+            while let Some(u) = w.stack.pop() {
+                w.on_stack[u] = false;
+                component.push(u);
+                if u == v {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                w.found.push(component);
+            }
+        }
+    }
+    let n = modules.len();
+    let mut walk = Walk {
+        edges: &edges,
+        index: vec![None; n],
+        low: vec![0; n],
+        on_stack: vec![false; n],
+        stack: Vec::new(),
+        next: 0,
+        found: Vec::new(),
+    };
+    for v in 0..n {
+        if walk.index[v].is_none() {
+            visit(&mut walk, v);
+        }
+    }
+    walk.found
+        .into_iter()
+        .map(|c| c.into_iter().map(|i| modules[i].0.join("::")).collect())
+        .collect()
+}
+
+#[test]
+fn no_crate_has_an_import_cycle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for dir in ["src", "actors/src", "store/src"] {
+        let cycles = cycles_in(&root.join(dir));
+        assert!(cycles.is_empty(), "{dir}: import cycles among {cycles:?}");
+    }
+}
+
+#[test]
+fn the_cycle_check_sees_a_cycle() {
+    let dir = std::env::temp_dir().join(format!("ebb-layering-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("x")).unwrap();
+    std::fs::write(dir.join("lib.rs"), "pub mod a;\npub mod x;\n").unwrap();
+    std::fs::write(dir.join("a.rs"), "use crate::x::b::B;\npub struct A;\n").unwrap();
+    std::fs::write(dir.join("x/mod.rs"), "pub mod b;\n").unwrap();
+    std::fs::write(
+        dir.join("x/b.rs"),
+        "pub struct B(super::super::a::A);\nuse crate::{a::A as _};\n",
+    )
+    .unwrap();
+    let cycles = cycles_in(&dir);
+    std::fs::write(
+        dir.join("x/b.rs"),
+        "pub struct B;\n// crate::a::A in a comment\n",
+    )
+    .unwrap();
+    let none = cycles_in(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(cycles.len(), 1, "{cycles:?}");
+    assert_eq!(none, Vec::<Vec<String>>::new());
 }
 
 #[test]
