@@ -114,10 +114,7 @@ async fn a_subscriber_that_reads_nothing_blocks_its_producers(t: TestStore) {
         )
         .await
         .unwrap();
-        assert_eq!(
-            body(&next_within(&mut fast, 2_000).await.unwrap()),
-            format!("f{i}")
-        );
+        assert_eq!(body(&next(&mut fast).await), format!("f{i}"));
     }
     let grown = LIVE_BYTES.load(Ordering::Relaxed).saturating_sub(baseline) as u64;
     assert!(
@@ -127,7 +124,7 @@ async fn a_subscriber_that_reads_nothing_blocks_its_producers(t: TestStore) {
     // Reading frees memory; the producer finishes.
     let mut read = 0u64;
     while read < 1024 {
-        let m = next_within(&mut idle, 5_000).await.expect("a message");
+        let m = next(&mut idle).await;
         assert_eq!(m.body().len(), 64 * 1024);
         read += 1;
     }

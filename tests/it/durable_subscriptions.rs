@@ -38,7 +38,7 @@ async fn restart_delivers_unacked_once_in_order(t: TestStore) {
             .unwrap();
     }
     for _ in 0..4 {
-        let m = next_within(&mut sub, 2_000).await.unwrap();
+        let m = next(&mut sub).await;
         sub.ack(&m).await.unwrap();
     }
     drop(sub);
@@ -80,10 +80,10 @@ async fn priority_acks_do_not_skip_older_low_priority_messages(t: TestStore) {
         .subscribe("topic://p", client("s1").prefetch(1))
         .await
         .unwrap();
-    let h1 = next_within(&mut sub, 2_000).await.unwrap();
+    let h1 = next(&mut sub).await;
     assert_eq!(body(&h1), "H1");
     sub.ack(&h1).await.unwrap();
-    let h2 = next_within(&mut sub, 2_000).await.unwrap();
+    let h2 = next(&mut sub).await;
     assert_eq!(body(&h2), "H2");
     sub.ack(&h2).await.unwrap();
     drop(sub);
@@ -113,9 +113,9 @@ async fn out_of_order_acks_redeliver_only_the_gap(t: TestStore) {
             .unwrap();
     }
     let m: Vec<_> = [
-        next_within(&mut sub, 2_000).await.unwrap(),
-        next_within(&mut sub, 2_000).await.unwrap(),
-        next_within(&mut sub, 2_000).await.unwrap(),
+        next(&mut sub).await,
+        next(&mut sub).await,
+        next(&mut sub).await,
     ]
     .into();
     sub.ack(&m[2]).await.unwrap();
@@ -128,7 +128,7 @@ async fn out_of_order_acks_redeliver_only_the_gap(t: TestStore) {
         .subscribe("topic://o", client("s1").prefetch(3))
         .await
         .unwrap();
-    let again = next_within(&mut sub, 2_000).await.unwrap();
+    let again = next(&mut sub).await;
     assert_eq!(body(&again), "m1");
     assert!(again.redelivered());
     assert!(next_within(&mut sub, 300).await.is_none());
@@ -337,7 +337,7 @@ async fn rows_acked_by_a_slow_commit_are_still_cleaned_up(t: TestStore) {
         .await
         .unwrap();
     for expected in ["m1", "m2", "m3"] {
-        let m = next_within(&mut sub, 5_000).await.unwrap();
+        let m = next(&mut sub).await;
         assert_eq!(body(&m), expected);
         sub.ack(&m).await.unwrap();
     }

@@ -91,7 +91,7 @@ async fn shutdown_ends_every_stream(t: TestStore) {
         .subscribe("queue://jobs", SubscribeOptions::non_durable())
         .await
         .unwrap();
-    let m = next_within(&mut queue, 2_000).await.expect("j1 kept");
+    let m = next(&mut queue).await;
     assert_eq!(body(&m), "j1");
     drop(queue);
     b.shutdown().await.unwrap();
@@ -104,7 +104,7 @@ async fn acks_after_shutdown_say_so(t: TestStore) {
     let options = SubscribeOptions::non_durable().ack(AckMode::Client);
     let mut sub = b.subscribe("queue://acks", options).await.unwrap();
     b.send("queue://acks", Message::new("a")).await.unwrap();
-    let m = next_within(&mut sub, 2_000).await.unwrap();
+    let m = next(&mut sub).await;
     b.shutdown().await.unwrap();
     let acked = sub.acker().ack(&m).await;
     assert!(
@@ -142,7 +142,7 @@ async fn only_messages_handed_over_count_as_delivered(t: TestStore) {
         for _ in 0..10 {
             let options = SubscribeOptions::non_durable().ack(ack);
             let mut sub = b.subscribe(subscribed, options).await.unwrap();
-            let m = next_within(&mut sub, 2_000).await.expect("a message");
+            let m = next(&mut sub).await;
             assert!(
                 !m.redelivered(),
                 "{queue}: {} was never seen before",
@@ -171,11 +171,11 @@ async fn only_messages_handed_over_count_as_delivered(t: TestStore) {
     b.send("queue://seen", Message::new("s2")).await.unwrap();
     let client = SubscribeOptions::non_durable().ack(AckMode::Client);
     let mut sub = b.subscribe("queue://seen", client.clone()).await.unwrap();
-    assert_eq!(body(&next_within(&mut sub, 2_000).await.unwrap()), "s1");
+    assert_eq!(body(&next(&mut sub).await), "s1");
     drop(sub);
     let mut sub = b.subscribe("queue://seen", client).await.unwrap();
-    let first = next_within(&mut sub, 2_000).await.unwrap();
-    let second = next_within(&mut sub, 2_000).await.unwrap();
+    let first = next(&mut sub).await;
+    let second = next(&mut sub).await;
     assert_eq!((body(&first), first.redelivered()), ("s1".into(), true));
     assert_eq!((body(&second), second.redelivered()), ("s2".into(), false));
     drop(sub);
@@ -194,14 +194,14 @@ async fn a_durable_subscription_marks_only_what_was_handed_over(t: TestStore) {
             .unwrap();
     }
     let mut sub = b.subscribe("topic://marks", options.clone()).await.unwrap();
-    let m = next_within(&mut sub, 2_000).await.unwrap();
+    let m = next(&mut sub).await;
     assert_eq!(body(&m), "t0");
     wait_for(&b, "marks", |s| s.dispatched >= 5).await;
     drop(sub);
     let mut sub = b.subscribe("topic://marks", options).await.unwrap();
     let mut got = Vec::new();
     for _ in 0..5 {
-        let m = next_within(&mut sub, 2_000).await.unwrap();
+        let m = next(&mut sub).await;
         got.push((body(&m), m.redelivered()));
     }
     let expected: Vec<(String, bool)> = (0..5).map(|i| (format!("t{i}"), i == 0)).collect();
@@ -245,7 +245,7 @@ async fn fast_acks_are_committed_by_commit_acks_and_by_shutdown(t: TestStore) {
         let container = destination.to_string();
         let mut sub = b.subscribe(destination, options.clone()).await.unwrap();
         for i in 0..200 {
-            let m = next_within(&mut sub, 2_000).await.expect("a message");
+            let m = next(&mut sub).await;
             assert_eq!(body(&m), format!("f{i}"), "{destination}");
             sub.ack(&m).await.unwrap();
         }
@@ -262,17 +262,17 @@ async fn fast_acks_are_committed_by_commit_acks_and_by_shutdown(t: TestStore) {
         assert_eq!(pending, 100, "{destination}: 200 acks committed");
         // Acked, then dropped at once: the acks are handled before the detach.
         for i in 200..250 {
-            let m = next_within(&mut sub, 2_000).await.unwrap();
+            let m = next(&mut sub).await;
             assert_eq!(body(&m), format!("f{i}"));
             sub.ack(&m).await.unwrap();
         }
         drop(sub);
         let mut sub = b.subscribe(destination, options.clone()).await.unwrap();
-        let m = next_within(&mut sub, 2_000).await.unwrap();
+        let m = next(&mut sub).await;
         assert_eq!(body(&m), "f250", "{destination}: nothing acked comes back");
         sub.ack(&m).await.unwrap();
         for i in 251..300 {
-            let m = next_within(&mut sub, 2_000).await.unwrap();
+            let m = next(&mut sub).await;
             assert_eq!(body(&m), format!("f{i}"));
             sub.ack(&m).await.unwrap();
         }
@@ -321,7 +321,7 @@ async fn a_broker_dropped_without_shutdown_releases_its_store(t: TestStore) {
         )
         .await
         .unwrap();
-    assert_eq!(body(&next_within(&mut sub, 2_000).await.unwrap()), "d0");
+    assert_eq!(body(&next(&mut sub).await), "d0");
     drop(sub);
     b.shutdown().await.unwrap();
 }
@@ -343,14 +343,14 @@ async fn acking_a_refused_or_acked_delivery_is_an_error(t: TestStore) {
         b.send(destination, Message::new("a")).await.unwrap();
         b.send(destination, Message::new("b")).await.unwrap();
         let mut sub = b.subscribe(subscribed, options).await.unwrap();
-        let a = next_within(&mut sub, 2_000).await.unwrap();
+        let a = next(&mut sub).await;
         sub.nack(&a).await.unwrap();
         let acked = sub.acker().ack(&a).await;
         assert!(
             matches!(&acked, Err(Error::Actor(_)) if acked.as_ref().unwrap_err().to_string().contains("not waiting for an ack")),
             "{destination}: {acked:?}"
         );
-        let b_msg = next_within(&mut sub, 2_000).await.unwrap();
+        let b_msg = next(&mut sub).await;
         assert_eq!(body(&b_msg), "b");
         sub.ack(&b_msg).await.unwrap();
         sub.ack(&b_msg).await.unwrap(); // windowed: the refusal comes next
@@ -370,7 +370,7 @@ async fn acking_a_refused_or_acked_delivery_is_an_error(t: TestStore) {
         )
         .await
         .unwrap();
-    let again = next_within(&mut sub, 2_000).await.unwrap();
+    let again = next(&mut sub).await;
     assert_eq!((body(&again), again.redelivered()), ("a".into(), true));
     sub.ack(&again).await.unwrap();
     assert!(next_within(&mut sub, 300).await.is_none());
@@ -391,8 +391,8 @@ async fn misuses_get_a_clear_answer(t: TestStore) {
         .prefetch(1);
     let mut a = b.subscribe("queue://mis", client.clone()).await.unwrap();
     let mut c = b.subscribe("queue://mis", client.clone()).await.unwrap();
-    let x = next_within(&mut a, 2_000).await.unwrap();
-    let y = next_within(&mut c, 2_000).await.unwrap();
+    let x = next(&mut a).await;
+    let y = next(&mut c).await;
     for refused in [
         c.acker().ack(&x).await,
         c.acker().ack_up_to(&x).await,
@@ -430,13 +430,13 @@ async fn misuses_get_a_clear_answer(t: TestStore) {
         .await
         .unwrap();
     for _ in 0..300 {
-        let m = next_within(&mut auto, 2_000).await.unwrap();
+        let m = next(&mut auto).await;
         auto.ack(&m).await.unwrap();
     }
     auto.commit_acks().await.unwrap();
     let m = Message::new("last");
     b.send("queue://auto2", m).await.unwrap();
-    let last = next_within(&mut auto, 2_000).await.unwrap();
+    let last = next(&mut auto).await;
     assert!(auto.nack(&last).await.is_err(), "a NACK in auto mode");
     drop(auto);
     wait_for_queue(&b, "auto2", |s| s.dequeued == 301).await;

@@ -323,7 +323,7 @@ async fn the_api_lists_and_browses_without_changing_anything(t: TestStore) {
         .await
         .unwrap();
     for i in 0..5 {
-        let m = next_within(&mut sub, 10_000).await.expect("delivered");
+        let m = next(&mut sub).await;
         assert_eq!(m.header("n"), Some(i.to_string().as_str()));
         sub.ack(&m).await.unwrap();
     }
@@ -429,7 +429,7 @@ async fn the_api_sends_and_removes_subscriptions(t: TestStore) {
         sent.json["store_id"].as_i64().is_some(),
         "persistent by default"
     );
-    let m = next_within(&mut consumer, 10_000).await.expect("delivered");
+    let m = next(&mut consumer).await;
     assert_eq!(body(&m), "hello");
     assert_eq!(m.header("kind"), Some("greeting"));
     assert_eq!(m.priority(), 7);
@@ -444,7 +444,7 @@ async fn the_api_sends_and_removes_subscriptions(t: TestStore) {
     )
     .await;
     assert_eq!(binary.status, 201, "{}", binary.json);
-    let m = next_within(&mut consumer, 10_000).await.expect("delivered");
+    let m = next(&mut consumer).await;
     assert_eq!(m.body(), [0u8, 255]);
     assert!(!m.persistent());
     // STOMP's limits on a SEND's headers hold here too; a list repeats a name.
@@ -472,7 +472,7 @@ async fn the_api_sends_and_removes_subscriptions(t: TestStore) {
         .contains("max_header_size"));
     let repeated = r#"{"body": "twice", "headers": [["tag", "a"], ["tag", "b"]]}"#;
     assert_eq!(call("POST", url, Some(repeated), None).await.status, 201);
-    let m = next_within(&mut consumer, 10_000).await.expect("delivered");
+    let m = next(&mut consumer).await;
     let tags: Vec<&str> = m
         .headers()
         .iter()
@@ -851,10 +851,7 @@ async fn purge_deletes_what_waits_and_leaves_what_a_consumer_holds(t: TestStore)
             .await
             .unwrap();
     }
-    let held = [
-        next_within(&mut consumer, 10_000).await.expect("delivered"),
-        next_within(&mut consumer, 10_000).await.expect("delivered"),
-    ];
+    let held = [next(&mut consumer).await, next(&mut consumer).await];
     let purged = call(
         "POST",
         format!("{base}/api/v1/queues/api.purge/purge"),
@@ -1000,11 +997,9 @@ async fn a_message_the_dlq_cannot_take_stays_in_its_queue(t: TestStore) {
         )
         .await
         .unwrap();
-    let first = next_within(&mut consumer, 10_000).await.expect("delivered");
+    let first = next(&mut consumer).await;
     consumer.nack(&first).await.unwrap();
-    let again = next_within(&mut consumer, 10_000)
-        .await
-        .expect("the message stays in its queue when its DLQ cannot take it");
+    let again = next(&mut consumer).await;
     assert_eq!(body(&again), "poison");
     drop(consumer);
     let mut purged = call(
@@ -1068,7 +1063,7 @@ async fn dead_letters_move_back_exactly_once(t: TestStore) {
         .unwrap();
     let mut got = Vec::new();
     for _ in 0..2 {
-        let m = next_within(&mut jobs, 10_000).await.expect("moved back");
+        let m = next(&mut jobs).await;
         assert_eq!(m.header("originalDestination"), None);
         assert_eq!(m.header("dlqDeliveryFailureCause"), None);
         got.push(m.header("n").unwrap().to_string());
@@ -1100,7 +1095,7 @@ async fn dead_letters_move_back_exactly_once(t: TestStore) {
         (&Value::from(2), &Value::Null)
     );
     for _ in 0..2 {
-        let m = next_within(&mut jobs, 10_000).await.expect("moved back");
+        let m = next(&mut jobs).await;
         got.push(m.header("n").unwrap().to_string());
         jobs.ack(&m).await.unwrap();
     }

@@ -181,7 +181,7 @@ async fn a_selector_scan_is_one_bounded_pass(t: TestStore, selector: &str, in_sq
         .unwrap();
     let mut got = Vec::new();
     for _ in 0..3 {
-        let m = next_within(&mut sub, 30_000).await.expect("an image");
+        let m = next(&mut sub).await;
         sub.ack(&m).await.unwrap();
         got.push(body(&m));
     }
@@ -220,7 +220,7 @@ async fn a_selector_scan_is_one_bounded_pass(t: TestStore, selector: &str, in_sq
     )
     .await
     .unwrap();
-    let m = next_within(&mut sub, 10_000).await.expect("the late image");
+    let m = next(&mut sub).await;
     assert_eq!(body(&m), "image-late");
     sub.ack(&m).await.unwrap();
     let after = b.queue_stats("big").await.unwrap();
@@ -241,7 +241,7 @@ async fn a_selector_scan_is_one_bounded_pass(t: TestStore, selector: &str, in_sq
         .await
         .unwrap();
     for i in 0..AHEAD {
-        let m = next_within(&mut plain, 30_000).await.expect("a video");
+        let m = next(&mut plain).await;
         assert_eq!(body(&m), format!("video-{i}"));
     }
     assert!(
@@ -279,19 +279,16 @@ async fn a_scanned_message_given_back_is_delivered_once_again(t: TestStore) {
             .selector(Selector::parse("kind = 'image'").unwrap())
     };
     let mut first = b.subscribe("queue://back", images()).await.unwrap();
-    let a = next_within(&mut first, 10_000).await.expect("image-0");
-    let c = next_within(&mut first, 10_000).await.expect("image-1");
+    let a = next(&mut first).await;
+    let c = next(&mut first).await;
     assert_eq!((body(&a), body(&c)), ("image-0".into(), "image-1".into()));
     first.acker().nack(&a).await.unwrap();
     drop(first);
     // Both come back, image-0 first, to the next consumer they match.
     let mut second = b.subscribe("queue://back", images()).await.unwrap();
-    let again: Vec<_> = [
-        next_within(&mut second, 10_000).await.expect("one"),
-        next_within(&mut second, 10_000).await.expect("two"),
-    ]
-    .into_iter()
-    .collect();
+    let again: Vec<_> = [next(&mut second).await, next(&mut second).await]
+        .into_iter()
+        .collect();
     assert_eq!(
         again.iter().map(body).collect::<Vec<_>>(),
         ["image-0", "image-1"]
@@ -456,7 +453,7 @@ async fn a_durable_subscription_keeps_its_selector(t: TestStore) {
     let mut sub = b.subscribe("topic://sel", durable("n > 2")).await.unwrap();
     let mut got = Vec::new();
     for _ in 0..3 {
-        let m = next_within(&mut sub, 5_000).await.expect("a match");
+        let m = next(&mut sub).await;
         got.push(body(&m));
         sub.ack(&m).await.unwrap();
     }
@@ -466,7 +463,7 @@ async fn a_durable_subscription_keeps_its_selector(t: TestStore) {
         send(n).await;
     }
     send(7).await;
-    let m = next_within(&mut sub, 5_000).await.expect("n7");
+    let m = next(&mut sub).await;
     assert_eq!(body(&m), "n7");
     sub.ack(&m).await.unwrap();
     assert!(next_within(&mut sub, 300).await.is_none());
@@ -482,9 +479,7 @@ async fn a_durable_subscription_keeps_its_selector(t: TestStore) {
     b.shutdown().await.unwrap();
     let b = broker(&t, policy(100, 400), 2).await;
     let mut sub = b.subscribe("topic://sel", durable("n > 2")).await.unwrap();
-    let m = next_within(&mut sub, 5_000)
-        .await
-        .expect("n8 after the restart");
+    let m = next(&mut sub).await;
     assert_eq!(body(&m), "n8");
     sub.ack(&m).await.unwrap();
     assert!(next_within(&mut sub, 300).await.is_none());
@@ -509,7 +504,7 @@ async fn a_durable_subscription_keeps_its_selector(t: TestStore) {
     )
     .await
     .unwrap();
-    assert_eq!(body(&next_within(&mut sub, 5_000).await.unwrap()), "new");
+    assert_eq!(body(&next(&mut sub).await), "new");
     b.shutdown().await.unwrap();
 }
 

@@ -161,13 +161,15 @@ fn flow_policy(limit: u64) -> Policy {
     }
 }
 
-/// Sends 1 KiB persistent messages with receipts to `destination` until no receipt has
-/// come for `quiet_ms`; returns how many receipts came.
+/// Sends 1 KiB persistent messages with receipts to `destination` until the broker
+/// holds one (flow control: a producer is counted as blocked and no receipt comes);
+/// returns how many receipts came. Event-driven: it waits for the receipt or for the
+/// broker's count of blocked producers, never for a quiet time.
 async fn send_until_blocked(
     c: &mut Client,
+    broker: &ebb::Broker,
     destination: &str,
     from: usize,
-    quiet_ms: u64,
 ) -> usize {
     let body = "x".repeat(1024);
     let mut sent = from;
@@ -175,10 +177,15 @@ async fn send_until_blocked(
     loop {
         send(c, destination, &body, &format!("receipt:r{sent}\n")).await;
         sent += 1;
-        match c.frame_within(quiet_ms).await {
-            Some(f) if f.command == Command::Receipt => receipts += 1,
-            Some(f) => panic!("unexpected {f:?}"),
-            None => return receipts,
+        let held = poll_until("a held SEND", || async {
+            (broker.usage().blocked_producers > 0).then_some(())
+        });
+        tokio::select! {
+            f = c.frame() => match f {
+                Some(f) if f.command == Command::Receipt => receipts += 1,
+                other => panic!("unexpected {other:?}"),
+            },
+            () = held => return receipts,
         }
     }
 }
@@ -188,7 +195,7 @@ async fn send_until_blocked(
 async fn flow_01_block_and_resume(t: TestStore) {
     let s = queue_server(&t, flow_policy(64 * 1024), UsageConfig::default()).await;
     let mut p = Client::connected(s.addr, None).await;
-    let accepted = send_until_blocked(&mut p, "/queue/Q", 0, 1_000).await;
+    let accepted = send_until_blocked(&mut p, &s.broker, "/queue/Q", 0).await;
     // Each message is 1 KiB of body; the queue holds its limit (plus the one that
     // crossed it). Messages its cursor read back from the store while the first
     // messages arrived are not charged (reads are bounded by a page instead), so a few
@@ -212,13 +219,10 @@ async fn flow_01_block_and_resume(t: TestStore) {
         c.write(format!("ACK\nid:{}\n\n\0", ack_id(f)).as_bytes())
             .await;
     }
-    let f = p
-        .frame_within(2_000)
-        .await
-        .expect("the held SEND's receipt");
+    let f = p.frame().await.expect("the held SEND's receipt");
     assert_eq!(f.get("receipt-id"), Some(format!("r{accepted}").as_str()));
     // ... and it blocks again once the queue is full again.
-    let more = send_until_blocked(&mut p, "/queue/Q", accepted + 1, 1_000).await;
+    let more = send_until_blocked(&mut p, &s.broker, "/queue/Q", accepted + 1).await;
     assert!(
         more <= 6,
         "blocked again after at most the freed space: {more}"
@@ -238,17 +242,14 @@ async fn a_held_send_outlasts_the_stall_timeout(t: TestStore) {
     .await;
     let s = serve(broker, Limits::default(), Default::default(), 300).await;
     let mut p = Client::connected(s.addr, None).await;
-    let accepted = send_until_blocked(&mut p, "/queue/Q", 0, 1_000).await;
+    let accepted = send_until_blocked(&mut p, &s.broker, "/queue/Q", 0).await;
     assert!(accepted > 0);
     // Three stall timeouts more, still held.
     assert!(p.frame_within(900).await.is_none());
     let mut c = Client::connected(s.addr, None).await;
     c.write(b"SUBSCRIBE\nid:1\ndestination:/queue/Q\nack:auto\n\n\0")
         .await;
-    let f = p
-        .frame_within(5_000)
-        .await
-        .expect("the held SEND's receipt");
+    let f = p.frame().await.expect("the held SEND's receipt");
     assert_eq!(f.command, Command::Receipt, "{f:?}");
     assert_eq!(f.get("receipt-id"), Some(format!("r{accepted}").as_str()));
     s.stop().await;
@@ -324,7 +325,7 @@ async fn flow_01_pipelined_sends_without_receipts_still_ack(t: TestStore) {
     x.write(&burst).await;
     let mut seen = std::collections::HashSet::new();
     while seen.len() < 200 {
-        let f = x.frame_within(5_000).await.expect("the next MESSAGE");
+        let f = x.frame().await.expect("the next MESSAGE");
         assert_eq!(f.command, Command::Message, "{:?}", f.get("message"));
         seen.insert(f.get("n").unwrap().to_string());
         x.write(format!("ACK\nid:{}\n\n\0", ack_id(&f)).as_bytes())
@@ -580,9 +581,7 @@ async fn stomp_counts_only_frames_written(t: TestStore) {
     let mut sub = s.broker.subscribe("queue://slow", options).await.unwrap();
     let mut marks = Vec::new();
     for i in 0..200 {
-        let m = next_within(&mut sub, 5_000)
-            .await
-            .expect("every message is back");
+        let m = next(&mut sub).await;
         assert!(
             m.body().starts_with(format!("{i:03}").as_bytes()),
             "in order"

@@ -196,9 +196,7 @@ async fn prefetch_counts_every_destination_together(t: TestStore) {
     }
     assert_eq!(first.len(), 2);
     sub.ack(&first[0]).await.unwrap();
-    let more = next_within(&mut sub, 1000)
-        .await
-        .expect("one more after an ack");
+    let more = next(&mut sub).await;
     assert!(next_within(&mut sub, 300).await.is_none());
     sub.ack_up_to(&more).await.unwrap();
     let mut total = 3;
@@ -521,10 +519,7 @@ async fn a_wildcard_reads_only_what_the_connection_may_read(t: TestStore) {
     c.write(b"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:pw\nclient-id:al\n\n\0")
         .await;
     // (argon2 is slow in a debug build on a busy machine: 30 s for the answer.)
-    assert_eq!(
-        c.frame_within(30_000).await.unwrap().command,
-        Command::Connected
-    );
+    assert_eq!(c.frame().await.unwrap().command, Command::Connected);
     c.write(b"SUBSCRIBE\ndestination:/topic/orders.*\nid:w\nreceipt:s\n\n\0")
         .await;
     receipt(&mut c, "s").await;
