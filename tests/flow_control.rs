@@ -7,10 +7,10 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use ebb::test_util::*;
 use ebb::{AckMode, Error, Message, SubscribeOptions, UsageConfig};
+use futures::StreamExt;
 
 /// Counts the bytes allocated and not yet freed by the whole test process.
 struct Counting;
@@ -47,14 +47,10 @@ fn limits(memory: u64, fail: bool) -> UsageConfig {
 
 /// Waits until some producer is blocked by flow control.
 async fn until_blocked(b: &ebb::Broker) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while b.usage().blocked_producers == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no producer ever blocked"
-        );
-        actix_rt::time::sleep(Duration::from_millis(10)).await;
-    }
+    poll_until("a producer blocked by flow control", || async {
+        (b.usage().blocked_producers > 0).then_some(())
+    })
+    .await;
 }
 
 /// A topic memory limit of 8 MiB, a non-durable subscriber that reads nothing, 64 KiB
@@ -191,10 +187,10 @@ async fn a_stalled_durable_subscriber_costs_store_not_memory(t: TestStore) {
         readers.push(actix_rt::spawn(async move {
             let mut got = 0;
             while got < N {
-                if next_within(&mut sub, 10_000).await.is_none() {
-                    break;
+                match actix_rt::time::timeout(PATIENCE, sub.next()).await {
+                    Ok(Some(_)) => got += 1,
+                    _ => break,
                 }
-                got += 1;
             }
             got
         }));

@@ -46,6 +46,11 @@ impl TopicMessage {
         self.charge.as_ref().is_some_and(|c| c.is_above(percent))
     }
 
+    /// True when its memory charge is at a limit, its destination's or the broker's.
+    pub fn memory_full(&self) -> bool {
+        self.charge.as_ref().is_some_and(|c| c.is_full())
+    }
+
     /// A message read from the store (always persistent).
     pub fn from_stored(m: &StoredMessage) -> Self {
         Self {

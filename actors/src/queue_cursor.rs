@@ -10,7 +10,7 @@
 //! modes, like a durable subscription's cursor ([`crate::subscription`]):
 //! - **live**: every stored message with an id above `paged_upto` is cached as it is
 //!   published. When the cache holds `cache_limit` messages, or the memory the message
-//!   is charged to (the queue's limit, or the broker's) holds its high-water mark
+//!   is charged to (the broker's) holds its high-water mark
 //!   (`cursor_memory_high_water_mark`, 70 % by default, as ActiveMQ's store cursor), the
 //!   next persistent message is left in the store and the cursor turns to store mode.
 //!   What the cache holds counts in memory, but stays below that mark: a backlog

@@ -397,7 +397,8 @@ impl SubscriptionState {
             // not memory, and never makes a producer wait.
             Mode::Live
                 if self.ready.len() < self.ready_limit
-                    && !message.memory_above(cursor.high_water) =>
+                    && !message.memory_above(cursor.high_water)
+                    && !message.memory_full() =>
             {
                 cursor.advance(message);
                 self.ready.push_back(Arc::clone(message));

@@ -189,13 +189,25 @@ impl MemoryCharge {
         self
     }
 
-    /// Whether the usage it was charged to (or an ancestor) holds `percent` of its
-    /// limit or more: a cursor then leaves a stored message in the store rather than
-    /// caching it (see [`Usage::above`]).
+    /// Whether the broker's memory (the root of the usage it was charged to) holds
+    /// `percent` of its limit or more: a cursor then leaves a stored message in the
+    /// store rather than caching it, so that one destination's backlog never makes the
+    /// producers of others wait. A destination's own `memory_limit` is not looked at
+    /// here: it holds its own producers back when its cache is full (ActiveMQ's queue
+    /// `memoryLimit`), which is what an operator who sets one asks for.
     pub fn is_above(&self, percent: u8) -> bool {
-        self.usages
-            .first()
-            .is_some_and(|u| u.above(percent).is_some())
+        self.usages.first().is_some_and(|u| {
+            let mut root = u.as_ref();
+            while let Some(parent) = root.parent.as_deref() {
+                root = parent;
+            }
+            root.above(percent).is_some()
+        })
+    }
+
+    /// Whether the usage it was charged to, or an ancestor, is at its limit.
+    pub fn is_full(&self) -> bool {
+        self.usages.first().is_some_and(|u| u.full().is_some())
     }
 
     /// The bytes charged.
@@ -259,7 +271,8 @@ mod tests {
         drop((a, b));
         let c = limited.charge(7);
         assert_eq!(limited.above(70).map(Usage::name), Some("queue://l"));
-        assert!(c.is_above(70) && queue.above(70).is_none());
+        // A charge asks the broker's memory only: 7 of 100.
+        assert!(!c.is_above(70) && queue.above(70).is_none());
         let unlimited = Usage::root("none", 0);
         let d = unlimited.charge(1 << 40);
         assert!(!d.is_above(1));

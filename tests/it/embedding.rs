@@ -3,7 +3,7 @@
 //! messages only prefetched are not counted as failed deliveries; fast acks stay
 //! safe (committed by `commit_acks` and by shutdown); one destination syntax.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ebb::test_util::*;
 use ebb::{AckMode, Broker, BrokerConfig, Error, Message, SubscribeOptions, Subscription};
@@ -17,12 +17,21 @@ async fn start(t: &TestStore) -> Broker {
 }
 
 /// What a stream yields until it ends, or `Err` with what it yielded if it has not
-/// ended within 5 s (the fault: `next()` hung forever after shutdown).
-async fn until_end(sub: &mut Subscription) -> Result<Vec<String>, Vec<String>> {
+/// ended within [`PATIENCE`] (the fault: `next()` hung forever after shutdown).
+/// `yielded` counts the streams that have yielded their first message.
+async fn until_end(
+    sub: &mut Subscription,
+    yielded: &AtomicUsize,
+) -> Result<Vec<String>, Vec<String>> {
     let mut got = Vec::new();
     loop {
-        match tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(sub)).await {
-            Ok(Some(m)) => got.push(body(&m)),
+        match tokio::time::timeout(PATIENCE, futures::StreamExt::next(sub)).await {
+            Ok(Some(m)) => {
+                got.push(body(&m));
+                if got.len() == 1 {
+                    yielded.fetch_add(1, Ordering::SeqCst);
+                }
+            }
             Ok(None) => return Ok(got),
             Err(_) => return Err(got),
         }
@@ -49,13 +58,19 @@ async fn shutdown_ends_every_stream(t: TestStore) {
     wait_for_queue(&b, "work.a", |s| s.in_flight == 1).await;
     wait_for(&b, "events", |s| s.dispatched == 2).await;
 
-    // A task waits on each stream while the broker shuts down.
+    // A task waits on each stream while the broker shuts down: once each has yielded
+    // what it held, its next `next()` is pending (all run on this task, so a stream
+    // that has yielded has polled its next `next()` before the shutdown starts).
+    let yielded = AtomicUsize::new(0);
     let waiting: Vec<_> = [&mut queue, &mut durable, &mut plain, &mut wildcard]
         .into_iter()
-        .map(|sub| Box::pin(until_end(sub)))
+        .map(|sub| Box::pin(until_end(sub, &yielded)))
         .collect();
     let (ended, ()) = tokio::join!(futures::future::join_all(waiting), async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        poll_until("each stream yields what it held", || async {
+            (yielded.load(Ordering::SeqCst) == 4).then_some(())
+        })
+        .await;
         b.shutdown().await.unwrap();
     });
     let ended: Vec<_> = ended
@@ -118,7 +133,9 @@ async fn acks_after_shutdown_say_so(t: TestStore) {
         "{:?}",
         nacked.err()
     );
-    assert!(next_within(&mut sub, 500).await.is_none());
+    // The stream ends: nothing more comes.
+    let end = tokio::time::timeout(PATIENCE, futures::StreamExt::next(&mut sub)).await;
+    assert!(matches!(end, Ok(None)), "the stream ended after shutdown");
 }
 
 /// Case: ten rounds of "subscribe to a queue with the default prefetch, take and ack
@@ -287,11 +304,19 @@ async fn fast_acks_are_committed_by_commit_acks_and_by_shutdown(t: TestStore) {
         .await
         .unwrap();
     let mut topic = b.subscribe("topic://fast", durable).await.unwrap();
-    assert!(
-        next_within(&mut queue, 300).await.is_none(),
+    // A marker behind whatever was left: it comes first only if nothing was.
+    b.send("queue://fast", Message::new("marker"))
+        .await
+        .unwrap();
+    b.send("topic://fast", Message::new("marker"))
+        .await
+        .unwrap();
+    assert_eq!(
+        body(&next(&mut queue).await),
+        "marker",
         "the queue is empty"
     );
-    assert!(next_within(&mut topic, 300).await.is_none(), "all acked");
+    assert_eq!(body(&next(&mut topic).await), "marker", "all acked");
     b.shutdown().await.unwrap();
 }
 
@@ -373,7 +398,11 @@ async fn acking_a_refused_or_acked_delivery_is_an_error(t: TestStore) {
     let again = next(&mut sub).await;
     assert_eq!((body(&again), again.redelivered()), ("a".into(), true));
     sub.ack(&again).await.unwrap();
-    assert!(next_within(&mut sub, 300).await.is_none());
+    // Nothing else is left: a marker sent now is next.
+    b.send("queue://twice", Message::new("marker"))
+        .await
+        .unwrap();
+    assert_eq!(body(&next(&mut sub).await), "marker");
     drop(sub);
     b.shutdown().await.unwrap();
 }

@@ -10,6 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use ebb::test_util::PATIENCE;
+
 /// The example's binary, built after its source changed.
 fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary");
@@ -58,10 +60,11 @@ fn start(name: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, mpsc::Recei
     (child, rx)
 }
 
-/// The first line with `prefix` within 30 s (the lines before it are dropped).
+/// The first line with `prefix` (the lines before it are dropped); panics if none
+/// comes within [`PATIENCE`] of the last.
 fn line_with(lines: &mpsc::Receiver<String>, prefix: &str) -> String {
     loop {
-        match lines.recv_timeout(Duration::from_secs(30)) {
+        match lines.recv_timeout(PATIENCE) {
             Ok(line) if line.starts_with(prefix) => return line,
             Ok(_) => continue,
             Err(e) => panic!("no line starting with {prefix:?}: {e}"),
@@ -69,18 +72,19 @@ fn line_with(lines: &mpsc::Receiver<String>, prefix: &str) -> String {
     }
 }
 
-/// Sends SIGINT (Ctrl-C) and waits for a successful exit (30 s at most).
+/// Sends SIGINT (Ctrl-C) and waits for a successful exit ([`PATIENCE`] at most).
 fn interrupt_and_wait(mut child: Child) {
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    for _ in 0..300 {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while std::time::Instant::now() < deadline {
         if let Some(status) = child.try_wait().unwrap() {
             assert!(status.success(), "exited with {status}");
             return;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(20));
     }
     let _ = child.kill();
-    panic!("did not exit within 30 s of Ctrl-C");
+    panic!("did not exit within {PATIENCE:?} of Ctrl-C");
 }
 
 #[test]
@@ -116,9 +120,7 @@ fn the_worker_pool_does_each_job_once() {
 /// One HTTP/1.1 request on a fresh connection; the whole answer.
 fn http(addr: &str, request: &str) -> String {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
     stream.write_all(request.as_bytes()).unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();

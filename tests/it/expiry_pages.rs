@@ -24,8 +24,10 @@ async fn full_pages_chain_without_waiting_for_the_next_period(t: TestStore) {
         stats.max_expiry_page_rows, 400,
         "no page holds more than 400"
     );
-    // The run is over: nothing else starts.
-    actix_rt::time::sleep(std::time::Duration::from_millis(100)).await;
+    // The run is over: nothing else starts. No later event marks when a chained page
+    // would start (one is due at once, through the mailbox): watch QUIET. A slow
+    // machine can only make this pass wrongly, never fail a correct broker.
+    actix_rt::time::sleep(QUIET).await;
     let after = b.topic_stats("topic://chain").await.unwrap();
     assert_eq!(after.expiry_pages_started, 3);
     // The next tick deletes the acked rows, in bounded batches.
@@ -42,6 +44,9 @@ async fn no_ttl_backlog_costs_no_expiry_work(t: TestStore) {
     let b = broker(&t, policy(10, 400), 2).await;
     let before = b.store().stats().snapshot();
     let started = wait_for(&b, "calm", |s| s.cleanup_batches == 1).await;
+    // Timer wake-ups that do not happen: no later event marks them, so this watches 100
+    // periods (the window is what is measured). A slow machine can only make it pass
+    // wrongly (fewer ticks), never fail a correct broker.
     actix_rt::time::sleep(std::time::Duration::from_millis(100 * 10)).await;
     let stats = b.topic_stats("topic://calm").await.unwrap();
     assert!(!stats.expiry_armed);
@@ -86,6 +91,9 @@ async fn expiry_arms_on_first_expiring_message_and_disarms_when_none_left(t: Tes
     b.send("topic://arm", ebb::Message::new("plain"))
         .await
         .unwrap();
+    // Arming happens as the send is accepted, so `expiry_armed` below is read after
+    // it; wake-ups that do not happen have no later event: this watches 5 periods (the
+    // window is what is measured; a slow machine can only make it pass wrongly).
     actix_rt::time::sleep(std::time::Duration::from_millis(5 * 20)).await;
     let later = b.topic_stats("topic://arm").await.unwrap();
     assert!(

@@ -39,12 +39,24 @@ async fn concurrent_sends_are_each_delivered_once(t: TestStore) {
         .unwrap();
     let mut seen = HashSet::new();
     let mut dups = 0;
-    while let Some(m) = next_within(&mut sub, 2_000).await {
+    for _ in 0..N {
+        let m = next(&mut sub).await;
         if !seen.insert(body(&m)) {
             dups += 1;
         }
         sub.ack(&m).await.unwrap();
     }
+    // Nothing more (no duplicate after the N-th): a marker sent now is next.
+    b.send("queue://c", Message::new("marker")).await.unwrap();
+    let marker = next(&mut sub).await;
+    assert_eq!(
+        body(&marker),
+        "marker",
+        "after {N} messages ({} distinct, {dups} duplicates)",
+        seen.len()
+    );
+    sub.ack(&marker).await.unwrap();
+    sub.commit_acks().await.unwrap();
     let rows = b.store().count_messages("queue://c").await.unwrap();
     let stats = b.queue_stats("queue://c").await.unwrap();
     eprintln!(
@@ -96,6 +108,8 @@ async fn slow_consumers_while_producers_pipeline(t: TestStore) {
                     _ = done.changed() => break,
                 }
             }
+            // Its acks are committed before the rows are counted.
+            sub.commit_acks().await.unwrap();
         }));
     }
     let mut producers = Vec::new();
@@ -119,16 +133,10 @@ async fn slow_consumers_while_producers_pipeline(t: TestStore) {
     for p in producers {
         p.await.unwrap();
     }
-    // Waits while deliveries make progress: a loaded machine is slow, a lost message
-    // stops progress (10 s without a new delivery ends the wait).
-    let mut last = (0, std::time::Instant::now());
-    while seen.borrow().0.len() < N as usize && last.1.elapsed().as_secs() < 10 {
-        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
-        let now_seen = seen.borrow().0.len();
-        if now_seen > last.0 {
-            last = (now_seen, std::time::Instant::now());
-        }
-    }
+    poll_until("every message delivered", || async {
+        (seen.borrow().0.len() >= N as usize).then_some(())
+    })
+    .await;
     done_tx.send(true).unwrap();
     for c in consumers {
         c.await.unwrap();

@@ -29,23 +29,25 @@ async fn competing_consumers_share_round_robin(t: TestStore) {
     const N: usize = 10_000;
     let mut tasks = Vec::new();
     let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+    // Messages received by all consumers together.
+    let received = std::rc::Rc::new(std::cell::Cell::new(0usize));
     for _ in 0..3 {
         let mut sub = b
             .subscribe("queue://work", SubscribeOptions::non_durable())
             .await
             .unwrap();
         let mut done = done_rx.clone();
+        let received = received.clone();
         tasks.push(actix_rt::spawn(async move {
             let mut got = Vec::new();
             loop {
                 tokio::select! {
-                    m = sub.next() => got.push(body(&m.unwrap())),
+                    m = sub.next() => {
+                        got.push(body(&m.unwrap()));
+                        received.set(received.get() + 1);
+                    }
                     _ = done.changed() => break,
                 }
-            }
-            // Whatever is still in the channel is this consumer's too.
-            while let Some(m) = next_within(&mut sub, 200).await {
-                got.push(body(&m));
             }
             got
         }));
@@ -55,6 +57,10 @@ async fn competing_consumers_share_round_robin(t: TestStore) {
             .await
             .unwrap();
     }
+    poll_until("every message received", || async {
+        (received.get() >= N).then_some(())
+    })
+    .await;
     wait_rows(&b, "queue://work", 0).await;
     done_tx.send(true).unwrap();
     let mut all = HashSet::new();
@@ -104,13 +110,7 @@ async fn backlog_pages_from_the_store_in_order(t: TestStore) {
         )
         .await
         .unwrap();
-    let mut got = Vec::new();
-    while let Some(m) = next_within(&mut sub, 1_000).await {
-        got.push(body(&m));
-        if got.len() == 1_000 {
-            break;
-        }
-    }
+    let got: Vec<String> = take(&mut sub, 1_000).await.iter().map(body).collect();
     assert_eq!(
         got,
         (0..1_000).map(|i| format!("m{i:04}")).collect::<Vec<_>>()
@@ -156,15 +156,10 @@ async fn redelivery_counts_survive_a_restart(t: TestStore) {
         let rows = b.browse("queue://retry", 0, 10).await.unwrap();
         rows.iter().map(|m| m.redeliveries).collect::<Vec<_>>()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while counted(b.clone()).await != [2, 0] {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}",
-            counted(b.clone()).await
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    poll_until("the stored counts [2, 0]", || async {
+        (counted(b.clone()).await == [2, 0]).then_some(())
+    })
+    .await;
     b.shutdown().await.unwrap();
 
     let b = broker_with(&t, vec![("queue://>", policy())], UsageConfig::default()).await;
@@ -213,7 +208,6 @@ async fn failed_deliveries_end_in_the_dead_letter_queue(t: TestStore) {
     assert!(m.redelivered());
     // Failure 3 > maximum_redeliveries 2: dead-lettered.
     sub.nack(&m).await.unwrap();
-    assert!(next_within(&mut sub, 300).await.is_none());
     let stats = wait_for_queue(&b, "orders", |s| s.dead_lettered == 1).await;
     assert_eq!((stats.redelivered, stats.dequeued), (2, 0));
     assert_eq!(b.store().count_messages("queue://orders").await.unwrap(), 0);
@@ -263,6 +257,11 @@ async fn failed_deliveries_end_in_the_dead_letter_queue(t: TestStore) {
     );
     let dlq = row("queue://DLQ.orders");
     assert_eq!((dlq.enqueued_total, dlq.dequeued_total), (1, 1));
+    // The dead message never came back to its consumer: a marker sent now is next.
+    b.send("queue://orders", Message::new("marker"))
+        .await
+        .unwrap();
+    assert_eq!(body(&next(&mut sub).await), "marker");
     drop((sub, dlq));
     b.shutdown().await.unwrap();
 }
@@ -297,16 +296,13 @@ async fn expiry_finds_messages_behind_the_head(t: TestStore) {
             .subscribe(&container, SubscribeOptions::non_durable())
             .await
             .unwrap();
-        let got: Vec<String> = [
-            next_within(&mut sub, 2_000).await,
-            next_within(&mut sub, 2_000).await,
-        ]
-        .iter()
-        .flatten()
-        .map(body)
-        .collect();
+        let got: Vec<String> = take(&mut sub, 2).await.iter().map(body).collect();
         assert_eq!(got, ["m1", "m3"]);
-        assert!(next_within(&mut sub, 200).await.is_none());
+        // m2 never comes: a marker of the lowest priority, sent now, is next.
+        b.send(&container, Message::new("marker").priority(0))
+            .await
+            .unwrap();
+        assert_eq!(body(&next(&mut sub).await), "marker");
     }
     b.shutdown().await.unwrap();
 }
@@ -384,11 +380,13 @@ async fn queue_survives_restart(t: TestStore) {
         .subscribe("queue://keep", SubscribeOptions::non_durable())
         .await
         .unwrap();
-    let mut got = Vec::new();
-    while let Some(m) = next_within(&mut sub, 500).await {
-        got.push(body(&m));
-    }
+    let got: Vec<String> = take(&mut sub, 5).await.iter().map(body).collect();
     assert_eq!(got, ["k0", "k1", "k2", "k3", "k4"]);
+    // Nothing else was kept: a marker sent now is next.
+    b.send("queue://keep", Message::new("marker"))
+        .await
+        .unwrap();
+    assert_eq!(body(&next(&mut sub).await), "marker");
     drop(sub);
     b.shutdown().await.unwrap();
 }

@@ -161,15 +161,13 @@ fn flow_policy(limit: u64) -> Policy {
     }
 }
 
-/// Sends 1 KiB persistent messages with receipts to `destination` until the broker
-/// holds one (flow control: a producer is counted as blocked and no receipt comes);
-/// returns how many receipts came. Event-driven: it waits for the receipt or for the
-/// broker's count of blocked producers, never for a quiet time.
+/// Sends 1 KiB persistent messages with receipts to `destination` until no receipt has
+/// come for `quiet_ms`; returns how many receipts came.
 async fn send_until_blocked(
     c: &mut Client,
-    broker: &ebb::Broker,
     destination: &str,
     from: usize,
+    quiet_ms: u64,
 ) -> usize {
     let body = "x".repeat(1024);
     let mut sent = from;
@@ -177,15 +175,10 @@ async fn send_until_blocked(
     loop {
         send(c, destination, &body, &format!("receipt:r{sent}\n")).await;
         sent += 1;
-        let held = poll_until("a held SEND", || async {
-            (broker.usage().blocked_producers > 0).then_some(())
-        });
-        tokio::select! {
-            f = c.frame() => match f {
-                Some(f) if f.command == Command::Receipt => receipts += 1,
-                other => panic!("unexpected {other:?}"),
-            },
-            () = held => return receipts,
+        match c.frame_within(quiet_ms).await {
+            Some(f) if f.command == Command::Receipt => receipts += 1,
+            Some(f) => panic!("unexpected {f:?}"),
+            None => return receipts,
         }
     }
 }
@@ -195,7 +188,7 @@ async fn send_until_blocked(
 async fn flow_01_block_and_resume(t: TestStore) {
     let s = queue_server(&t, flow_policy(64 * 1024), UsageConfig::default()).await;
     let mut p = Client::connected(s.addr, None).await;
-    let accepted = send_until_blocked(&mut p, &s.broker, "/queue/Q", 0).await;
+    let accepted = send_until_blocked(&mut p, "/queue/Q", 0, 1_000).await;
     // Each message is 1 KiB of body; the queue holds its limit (plus the one that
     // crossed it). Messages its cursor read back from the store while the first
     // messages arrived are not charged (reads are bounded by a page instead), so a few
@@ -222,7 +215,7 @@ async fn flow_01_block_and_resume(t: TestStore) {
     let f = p.frame().await.expect("the held SEND's receipt");
     assert_eq!(f.get("receipt-id"), Some(format!("r{accepted}").as_str()));
     // ... and it blocks again once the queue is full again.
-    let more = send_until_blocked(&mut p, &s.broker, "/queue/Q", accepted + 1).await;
+    let more = send_until_blocked(&mut p, "/queue/Q", accepted + 1, 1_000).await;
     assert!(
         more <= 6,
         "blocked again after at most the freed space: {more}"
@@ -242,7 +235,7 @@ async fn a_held_send_outlasts_the_stall_timeout(t: TestStore) {
     .await;
     let s = serve(broker, Limits::default(), Default::default(), 300).await;
     let mut p = Client::connected(s.addr, None).await;
-    let accepted = send_until_blocked(&mut p, &s.broker, "/queue/Q", 0).await;
+    let accepted = send_until_blocked(&mut p, "/queue/Q", 0, 1_000).await;
     assert!(accepted > 0);
     // Three stall timeouts more, still held.
     assert!(p.frame_within(900).await.is_none());

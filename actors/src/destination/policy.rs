@@ -58,8 +58,8 @@ pub struct Policy {
     /// flight, in cursors); when reached, producers to it wait (producer flow control).
     /// 0 = only the broker-wide memory limit applies (ActiveMQ's `memoryLimit`).
     pub memory_limit: u64,
-    /// Percent of a memory limit (the destination's, or the broker's) above which the
-    /// destination's cursors stop caching stored messages and leave them in the store,
+    /// Percent of the broker's memory limit above which the destination's cursors
+    /// stop caching stored messages and leave them in the store,
     /// to be read back in pages (ActiveMQ's `cursorMemoryHighWaterMark`, default 70).
     /// So a backlog without consumers costs store, not memory, and never makes the
     /// producers of other destinations wait: what is cached stays below this share,
