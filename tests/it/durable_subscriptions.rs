@@ -16,10 +16,12 @@ fn client(name: &str) -> SubscribeOptions {
     SubscribeOptions::durable("c1", name).ack(AckMode::Client)
 }
 
-/// The bodies of the next `n` messages, each acked.
+/// The bodies of the next `n` messages, each acked as it comes (the prefetch may be
+/// smaller than `n`).
 async fn take_acked(sub: &mut ebb::Subscription, n: usize) -> Vec<String> {
     let mut got = Vec::new();
-    for m in take(sub, n).await {
+    for _ in 0..n {
+        let m = next(sub).await;
         got.push(body(&m));
         sub.ack(&m).await.unwrap();
     }

@@ -97,6 +97,9 @@ fn the_tokio_service_works_and_stops_on_ctrl_c() {
     line_with(&lines, "ready");
     assert_eq!(line_with(&lines, "worked on"), "worked on job 0");
     assert_eq!(line_with(&lines, "worked on"), "worked on job 1");
+    // The consumer prints a job before acking it: once it works on job 2, the acks of
+    // jobs 0 and 1 have returned (a Ctrl-C right after job 1 could refuse its ack).
+    assert_eq!(line_with(&lines, "worked on"), "worked on job 2");
     interrupt_and_wait(child);
     let summary = line_with(&lines, "sent ");
     let numbers: Vec<u64> = summary
