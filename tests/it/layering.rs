@@ -56,18 +56,8 @@ fn is_ident(c: char) -> bool {
 
 /// Every place in `text` that breaks the rule, as `line: what`.
 fn violations(text: &str) -> Vec<String> {
-    let mut found = Vec::new();
     let line_of = |at: usize| text[..at].lines().count().max(1);
-    for name in FORBIDDEN {
-        for (at, _) in text.match_indices(name) {
-            let before = text[..at].chars().next_back();
-            let after = text[at + name.len()..].chars().next();
-            if before.is_some_and(is_ident) || after.is_some_and(is_ident) {
-                continue; // part of a longer name
-            }
-            found.push(format!("{}: names `{name}`", line_of(at)));
-        }
-    }
+    let mut found = names_lower_crates(text);
     for (at, _) in text.match_indices("crate::") {
         if text[..at].chars().next_back().is_some_and(is_ident) {
             continue; // e.g. `ebb_crate::`
@@ -176,7 +166,7 @@ fn names_lower_crates(text: &str) -> Vec<String> {
             let before = text[..at].chars().next_back();
             let after = text[at + name.len()..].chars().next();
             if before.is_some_and(is_ident) || after.is_some_and(is_ident) {
-                continue;
+                continue; // part of a longer name (`ebb_store_usage_bytes`)
             }
             found.push(format!("{}: names `{name}`", line_of(at)));
         }
