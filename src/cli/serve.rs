@@ -322,6 +322,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             .http
             .max_connections_per_address
             .unwrap_or(crate::http::MAX_HTTP_CONNECTIONS_PER_ADDRESS),
+        failed_login_window: crate::http::login::FAILED_LOGIN_WINDOW,
         max_body_bytes: connection.limits.max_frame_bytes,
         tls: http_acceptor,
     });

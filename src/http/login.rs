@@ -34,7 +34,7 @@ pub const MAX_REMEMBERED: usize = 256;
 /// logins get `429` without a check.
 pub const MAX_FAILED_LOGINS: u32 = 5;
 
-/// See [`MAX_FAILED_LOGINS`].
+/// See [`MAX_FAILED_LOGINS`]; the default of [`super::HttpOptions::failed_login_window`].
 pub const FAILED_LOGIN_WINDOW: Duration = Duration::from_secs(10);
 
 /// Most addresses whose refused logins are counted at once (the oldest windows are
@@ -43,24 +43,37 @@ const MAX_COUNTED_ADDRESSES: usize = 4096;
 
 /// Logins that succeeded lately: `Authorization` value → (principal, when checked);
 /// and refused logins by address: (how many, since when).
-#[derive(Default)]
 pub(crate) struct LoginCache(
     Mutex<HashMap<String, (Principal, Instant)>>,
     Mutex<HashMap<std::net::IpAddr, (u32, Instant)>>,
+    /// How long an address's refused logins are counted from its first one.
+    Duration,
 );
 
+impl Default for LoginCache {
+    fn default() -> Self {
+        Self::new(FAILED_LOGIN_WINDOW)
+    }
+}
+
 impl LoginCache {
+    /// A cache counting an address's refused logins for `window` from its first.
+    pub(crate) fn new(window: Duration) -> Self {
+        Self(Mutex::default(), Mutex::default(), window)
+    }
+
     /// Seconds until `peer` may try again, when it has used up its refused logins.
     fn locked_out(&self, peer: std::net::IpAddr) -> Option<u64> {
         let failures = self.1.lock();
         let (count, since) = failures.get(&peer)?;
-        let left = FAILED_LOGIN_WINDOW.checked_sub(since.elapsed())?;
+        let left = self.2.checked_sub(since.elapsed())?;
         (*count >= MAX_FAILED_LOGINS).then(|| left.as_secs() + 1)
     }
 
     fn refused(&self, peer: std::net::IpAddr) {
         let mut failures = self.1.lock();
-        failures.retain(|_, (_, since)| since.elapsed() < FAILED_LOGIN_WINDOW);
+        let window = self.2;
+        failures.retain(|_, (_, since)| since.elapsed() < window);
         if failures.len() >= MAX_COUNTED_ADDRESSES {
             if let Some(oldest) = failures
                 .iter()

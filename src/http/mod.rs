@@ -127,6 +127,10 @@ pub struct HttpOptions {
     /// Most HTTP connections from one IP address at once. Default
     /// [`MAX_HTTP_CONNECTIONS_PER_ADDRESS`]; `[http] max_connections_per_address`.
     pub max_connections_per_address: usize,
+    /// How long an address's refused logins are counted from its first: after
+    /// [`login::MAX_FAILED_LOGINS`] within it, its logins get `429` without a check
+    /// until the window ends. Default [`login::FAILED_LOGIN_WINDOW`] (10 s).
+    pub failed_login_window: Duration,
     /// Serve `https` and `wss` with this acceptor instead of plain HTTP (the `tls`
     /// feature; [`crate::tls::TlsFiles::acceptor`] with ALPN `http/1.1`).
     #[cfg(feature = "tls")]
@@ -150,6 +154,7 @@ impl HttpOptions {
             max_body_bytes: MAX_BODY_BYTES,
             max_connections: MAX_HTTP_CONNECTIONS,
             max_connections_per_address: MAX_HTTP_CONNECTIONS_PER_ADDRESS,
+            failed_login_window: login::FAILED_LOGIN_WINDOW,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -188,11 +193,12 @@ impl HttpServer {
         let limits = (options.max_connections, options.max_connections_per_address);
         #[cfg(feature = "tls")]
         let tls = options.tls.clone();
+        let logins = Arc::new(login::LoginCache::new(options.failed_login_window));
         let state = AppState {
             broker: broker.clone(),
             options: Arc::new(options),
             metrics: metrics.clone(),
-            logins: Arc::default(),
+            logins,
         };
         let app = router(state, body_limit);
         let (stop, stop_rx) = watch::channel(false);

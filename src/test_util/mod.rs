@@ -151,6 +151,34 @@ pub async fn take(sub: &mut Subscription, n: usize) -> Vec<Received> {
     got
 }
 
+/// Exactly `n` messages in total from whichever of `subs` has one, each as it comes
+/// (competing consumers: which one takes a message is the destination's choice);
+/// then checks that none of them gets one more within [`QUIET`]. Returns what each
+/// received, in order, one `Vec` per subscription. Panics as [`take`] does.
+pub async fn take_spread(subs: &mut [Subscription], n: usize) -> Vec<Vec<Received>> {
+    let mut got: Vec<Vec<Received>> = subs.iter().map(|_| Vec::new()).collect();
+    {
+        let mut all = futures::stream::select_all(
+            subs.iter_mut()
+                .enumerate()
+                .map(|(i, sub)| sub.map(move |m| (i, m))),
+        );
+        for k in 0..n {
+            match actix_rt::time::timeout(PATIENCE, all.next()).await {
+                Ok(Some((i, m))) => got[i].push(m),
+                Ok(None) => panic!("the subscriptions ended after {k} of {n} messages"),
+                Err(_) => panic!("{k} of {n} messages within {PATIENCE:?}"),
+            }
+        }
+    }
+    for (i, sub) in subs.iter_mut().enumerate() {
+        if let Some(m) = quiet(sub).await {
+            panic!("more than {n}: subscription {i} got {:?} too", body(&m));
+        }
+    }
+    got
+}
+
 /// A message that comes within [`QUIET`], or `None`: for a check that nothing more
 /// comes when no later event marks the moment (see [`QUIET`]).
 pub async fn quiet(sub: &mut Subscription) -> Option<Received> {

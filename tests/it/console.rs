@@ -158,7 +158,7 @@ impl Browser {
 
     /// Waits until `condition` (a JavaScript expression) is true in the page.
     async fn wait_for(&mut self, condition: &str) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let deadline = std::time::Instant::now() + ebb::test_util::PATIENCE;
         loop {
             if self.eval(&format!("Boolean({condition})")).await == json!(true) {
                 return;

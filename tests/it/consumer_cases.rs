@@ -68,7 +68,7 @@ async fn stomp_13_browsing_does_not_consume(t: TestStore) {
     for f in &frames {
         assert_eq!(f.get("ack"), None, "a browse acks nothing: {f:?}");
     }
-    assert!(b.frame_within(300).await.is_none(), "nothing after the end");
+    assert!(b.quiet().await.is_none(), "nothing after the end");
     b.write(b"UNSUBSCRIBE\nid:12345\nreceipt:u\n\n\0").await;
     receipt(&mut b, "u").await;
     assert_eq!(s.broker.queue_stats("BR").await.unwrap().dispatched, 0);
@@ -185,7 +185,7 @@ async fn stomp_11_nack_is_refused_on_stomp_1_0(t: TestStore) {
     let again = c.frame().await.expect("two again");
     assert_eq!(again.body, &b"two"[..]);
     assert_eq!(again.get("redelivered"), Some("true"));
-    assert!(c.frame_within(300).await.is_none(), "`one` was acked");
+    assert!(c.quiet().await.is_none(), "`one` was acked");
     s.stop().await;
 }
 
@@ -342,7 +342,7 @@ async fn dur_11_resubscribing_to_another_topic_replaces_the_subscription(t: Test
     send(&mut p, "/topic/DA", "a3", "ra3").await;
     let b1 = c.frame().await.expect("b1");
     assert_eq!(b1.body, &b"b1"[..], "no a1/a2 on the new subscription");
-    assert!(c.frame_within(300).await.is_none());
+    assert!(c.quiet().await.is_none());
     c.write(b"DISCONNECT\nreceipt:d\n\n\0").await;
     receipt(&mut c, "d").await;
     assert_eq!(
@@ -361,7 +361,7 @@ async fn dur_11_resubscribing_to_another_topic_replaces_the_subscription(t: Test
     c.write(durable("DA", "s3").as_bytes()).await;
     receipt(&mut c, "s3").await;
     assert!(
-        c.frame_within(500).await.is_none(),
+        c.quiet().await.is_none(),
         "a fresh subscription: nothing from before"
     );
     assert_eq!(
@@ -412,7 +412,7 @@ async fn exclusive_consumers_take_over_in_turn(t: TestStore) {
         );
     }
     assert_eq!(bodies(&got), ["x0", "x1", "x2", "x3", "x4", "x5"]);
-    assert!(plain.frame_within(300).await.is_none());
+    assert!(plain.quiet().await.is_none());
     assert!(second.frame_within(10).await.is_none());
     // Ack two, then the owner goes: the other four go to the next exclusive consumer.
     for (i, f) in got.iter().take(2).enumerate() {
@@ -433,7 +433,7 @@ async fn exclusive_consumers_take_over_in_turn(t: TestStore) {
     }
     assert_eq!(bodies(&again), ["x2", "x3", "x4", "x5"]);
     assert!(again.iter().all(|f| f.get("redelivered") == Some("true")));
-    assert!(plain.frame_within(300).await.is_none());
+    assert!(plain.quiet().await.is_none());
     drop(second);
     // No exclusive consumer left: the plain one gets them.
     let mut last = Vec::new();
@@ -472,15 +472,7 @@ async fn message_groups_stay_with_one_consumer(t: TestStore) {
             .header("JMSXGroupID", groups[i % 6]);
         b.send("queue://G", m).await.unwrap();
     }
-    let mut received: Vec<Vec<ebb::Received>> = Vec::new();
-    for c in consumers.iter_mut() {
-        let mut got = Vec::new();
-        while let Some(m) = next_within(c, 300).await {
-            got.push(m);
-        }
-        received.push(got);
-    }
-    assert_eq!(received.iter().map(Vec::len).sum::<usize>(), 60);
+    let mut received = take_spread(&mut consumers, 60).await;
     let group = |m: &ebb::Received| body(m)[..1].to_string();
     let mut owner = std::collections::HashMap::new();
     for (i, got) in received.iter().enumerate() {
@@ -512,14 +504,12 @@ async fn message_groups_stay_with_one_consumer(t: TestStore) {
     let held: Vec<String> = received[a_owner].iter().map(body).collect();
     drop(consumers.remove(a_owner));
     received.remove(a_owner);
-    let mut back = Vec::new();
-    for c in consumers.iter_mut() {
-        let mut got = Vec::new();
-        while let Some(m) = next_within(c, 300).await {
-            got.push(body(&m));
-        }
-        back.push(got);
-    }
+    // Every message it held comes back (the others hold theirs, unacked).
+    let back: Vec<Vec<String>> = take_spread(&mut consumers, held.len())
+        .await
+        .iter()
+        .map(|got| got.iter().map(body).collect())
+        .collect();
     let takers: Vec<&Vec<String>> = back
         .iter()
         .filter(|g| g.iter().any(|m| m.starts_with('a')))
@@ -540,13 +530,8 @@ async fn message_groups_stay_with_one_consumer(t: TestStore) {
         .header("JMSXGroupID", "a")
         .header("JMSXGroupSeq", "-1");
     b.send("queue://G", close).await.unwrap();
-    let mut closed = false;
-    for c in consumers.iter_mut() {
-        while let Some(m) = next_within(c, 300).await {
-            closed |= body(&m) == "a-last";
-        }
-    }
-    assert!(closed, "the closing message is delivered");
+    let last = take_spread(&mut consumers, 1).await.concat();
+    assert_eq!(body(&last[0]), "a-last", "the closing message is delivered");
     assert_eq!(b.queue_stats("G").await.unwrap().message_groups, before - 1);
     b.shutdown().await.unwrap();
 }
@@ -569,7 +554,7 @@ async fn no_local_skips_a_connections_own_messages(t: TestStore) {
     send(&mut other, "/topic/NL", "theirs", "r").await;
     let f = me.frame().await.expect("the other connection's message");
     assert_eq!(f.body, &b"theirs"[..]);
-    assert!(me.frame_within(300).await.is_none(), "not its own");
+    assert!(me.quiet().await.is_none(), "not its own");
     let got = [all.frame().await.unwrap(), all.frame().await.unwrap()];
     assert_eq!(bodies(&got), ["mine", "theirs"]);
     for frame in [
@@ -600,7 +585,8 @@ async fn nack_10_nack_redelivers_then_dead_letters(t: TestStore) {
         .await;
     // NACK each delivery as it comes; a receipt may come after the next delivery.
     let (mut deliveries, mut receipts) = (Vec::new(), Vec::new());
-    while let Some(f) = c.frame_within(2_000).await {
+    while deliveries.len() < 7 || receipts.len() < deliveries.len() {
+        let f = c.frame().await.expect("a MESSAGE or a RECEIPT");
         match f.command {
             Command::Message => {
                 let id = f.get("ack").unwrap().to_string();
@@ -613,6 +599,7 @@ async fn nack_10_nack_redelivers_then_dead_letters(t: TestStore) {
             _ => panic!("{f:?}"),
         }
     }
+    assert!(c.quiet().await.is_none(), "no 8th delivery");
     let expected: Vec<String> = (0..7).map(|k| format!("n{k}")).collect();
     assert_eq!(receipts, expected, "each NACK receipted, in order");
     assert_eq!(deliveries.len(), 7, "1 + maximum_redeliveries");
@@ -677,9 +664,14 @@ async fn stomp_10_subscription_ids_are_unique_and_end_with_their_receipt(t: Test
             }
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Messages flow before the UNSUBSCRIBE: the first one has come.
+    let first = t7
+        .frame()
+        .await
+        .expect("a first MESSAGE before the UNSUBSCRIBE");
     t7.write(b"UNSUBSCRIBE\nid:7\nreceipt:u7\n\n\0").await;
-    let mut before = frames_until(&mut t7, |f| f.command == Command::Receipt).await;
+    let mut before = vec![first];
+    before.extend(frames_until(&mut t7, |f| f.command == Command::Receipt).await);
     assert_eq!(before.pop().unwrap().get("receipt-id"), Some("u7"));
     assert!(!before.is_empty(), "messages flowed before the UNSUBSCRIBE");
     assert!(before
@@ -689,11 +681,10 @@ async fn stomp_10_subscription_ids_are_unique_and_end_with_their_receipt(t: Test
     t7.write(b"SUBSCRIBE\ndestination:/queue/S3\nid:7\nack:client-individual\n\n\0")
         .await;
     send(&mut p, "/queue/S3", "y", "ry").await;
-    let mut after = Vec::new();
-    while let Some(f) = t7.frame_within(1_000).await {
-        after.push(f);
-    }
+    let mut after = vec![t7.frame().await.expect("y")];
+    // Once the producer is done, nothing more comes (no later event marks it: QUIET).
     producer.await.unwrap();
+    after.extend(t7.quiet().await);
     assert_eq!(
         after.len(),
         1,
@@ -738,9 +729,9 @@ async fn raw_subscriber(
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
     while !String::from_utf8_lossy(&seen).contains("receipt-id:ready") {
-        let n = tokio::time::timeout(std::time::Duration::from_secs(5), socket.read(&mut buf))
+        let n = tokio::time::timeout(PATIENCE, socket.read(&mut buf))
             .await
-            .expect("a RECEIPT within 5 s")
+            .expect("a RECEIPT within PATIENCE")
             .unwrap();
         assert!(n > 0, "closed before the RECEIPT");
         seen.extend_from_slice(&buf[..n]);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use ebb::stomp::frame::{Command, Frame};
 use ebb::test_util::stomp::{receipt, Client};
-use ebb::test_util::TestStore;
+use ebb::test_util::{TestStore, PATIENCE};
 use tokio::io::AsyncBufReadExt;
 use tokio::time::Instant;
 
@@ -248,7 +248,7 @@ async fn a_standby_takes_over_with_every_message(t: TestStore) {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""lock":"held""#), "{body}");
     // The new active broker's metrics: its role, the takeover, its renewals.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + PATIENCE;
     let metrics = loop {
         let (_, metrics) = get(format!("http://{b_http}/metrics")).await;
         if metrics.contains("ebb_ha_lease_renewals_total") || Instant::now() > deadline {
@@ -270,7 +270,7 @@ async fn a_standby_takes_over_with_every_message(t: TestStore) {
     let jobs = receive(&mut c, "/queue/ha.jobs", &[], 4).await;
     assert_eq!(jobs, ["job0", "job1", "job2", "job3"]);
     assert!(
-        c.frame_within(300).await.is_none(),
+        c.quiet().await.is_none(),
         "the dead broker's open transaction was delivered"
     );
     drop(c);
@@ -332,6 +332,8 @@ async fn an_active_broker_cut_off_fences_itself_first(t: TestStore) {
     b.line("ebb: standby:").await;
     // Receipted SENDs through both brokers the whole time, a new connection each.
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    // How many SENDs the standby (b) has receipted so far.
+    let (b_count, mut b_receipted) = tokio::sync::watch::channel(0usize);
     let sender = tokio::spawn(async move {
         let mut receipts: Vec<(bool, Instant)> = Vec::new();
         let mut n = 0;
@@ -340,6 +342,9 @@ async fn an_active_broker_cut_off_fences_itself_first(t: TestStore) {
                 n += 1;
                 if receipted(addr, &format!("both{n}")).await {
                     receipts.push((to_a, Instant::now()));
+                    if !to_a {
+                        b_count.send_modify(|k| *k += 1);
+                    }
                 }
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -378,7 +383,10 @@ async fn an_active_broker_cut_off_fences_itself_first(t: TestStore) {
         (took - cut).as_millis()
     );
     // Until the new active broker has receipted some.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::timeout(PATIENCE, b_receipted.wait_for(|k| *k >= 3))
+        .await
+        .expect("the new active broker receipts SENDs")
+        .unwrap();
     stop.send(true).unwrap();
     let receipts = sender.await.unwrap();
     let last_a = receipts.iter().filter(|r| r.0).map(|r| r.1).max();

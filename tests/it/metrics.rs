@@ -68,10 +68,13 @@ async fn a_scrape_shows_real_values(t: TestStore) {
             .await
             .unwrap(),
     );
+    // Expired by the time the (hour-long) housekeeping period is cut short below.
+    let short_ttl = Duration::from_millis(1_000);
     for i in 0..3 {
-        let m = Message::new(format!("short {i}")).ttl(Duration::from_millis(300));
+        let m = Message::new(format!("short {i}")).ttl(short_ttl);
         assert!(b.send(&key, m).await.unwrap().store_id.is_some());
     }
+    let expired_at = tokio::time::Instant::now() + short_ttl;
     for i in 0..5 {
         b.send(&key, Message::new(format!("live {i}")))
             .await
@@ -96,8 +99,9 @@ async fn a_scrape_shows_real_values(t: TestStore) {
     assert!(samples.iter().any(|s| s.name == "ebb_memory_usage_ratio"));
     assert!(samples.iter().any(|s| s.name == "ebb_producers_blocked"));
 
-    // The short ones expire; one housekeeping run acks them in one short page.
-    actix_rt::time::sleep(Duration::from_millis(400)).await;
+    // The short ones expire (a wait for the clock, not for another task); one
+    // housekeeping run acks them in one short page.
+    tokio::time::sleep_until(expired_at + Duration::from_millis(50)).await;
     b.run_housekeeping(&key).await.unwrap();
     let stats = wait_for(&b, &topic, |s| s.expired == 3 && s.expiry_pages >= 1).await;
     assert_eq!(stats.expiry_pages, 1, "3 rows fit one page of 400");

@@ -5,7 +5,7 @@
 //! own (on actix, on the caller's system), and its handles are `Send + Sync`. The same workload runs under tokio's multi-threaded and
 //! current-thread runtimes, in a `LocalSet`, and under actix: a durable topic
 //! subscription, a queue consumer in a spawned task in the default auto-ack mode, a
-//! wildcard subscription (an actor started from the caller), a restart that finds
+//! wildcard topic subscription (an actor started from the caller), a restart that finds
 //! what was left, and shutdown.
 
 use ebb::test_util::*;
@@ -50,7 +50,7 @@ where
         .await
         .unwrap();
     let mut wildcard = b
-        .subscribe("queue://rt.*", SubscribeOptions::non_durable().prefetch(1))
+        .subscribe("topic://rt.*", SubscribeOptions::non_durable())
         .await
         .unwrap();
     let consumer = spawn(queue);
@@ -63,34 +63,28 @@ where
             .unwrap();
     }
     let got = consumer.await;
-    assert_eq!(got.len() + count(&mut wildcard).await, 20, "{got:?}");
+    assert_eq!(got, (0..20).map(|i| format!("j{i}")).collect::<Vec<_>>());
+    let events: Vec<String> = take(&mut wildcard, 20).await.iter().map(body).collect();
+    assert_eq!(events, (0..20).map(|i| format!("e{i}")).collect::<Vec<_>>());
+    assert!(quiet(&mut wildcard).await.is_none(), "20 events, once each");
     b.shutdown().await.unwrap();
     drop(b);
 
     let b = start(&t).await;
     let mut sub = b.subscribe("topic://rt.events", durable).await.unwrap();
-    let mut events = Vec::new();
-    while let Some(m) = next_within(&mut sub, 300).await {
-        events.push(body(&m));
-    }
+    let events: Vec<String> = take(&mut sub, 20).await.iter().map(body).collect();
     assert_eq!(events, (0..20).map(|i| format!("e{i}")).collect::<Vec<_>>());
+    assert!(
+        quiet(&mut sub).await.is_none(),
+        "the durable subscription kept 20"
+    );
     b.shutdown().await.unwrap();
 }
 
-async fn count(sub: &mut Subscription) -> usize {
-    let mut n = 0;
-    while next_within(sub, 300).await.is_some() {
-        n += 1;
-    }
-    n
-}
-
-/// The consumer's share of 20 jobs (it stops after 300 ms without one).
+/// The 20 jobs, taken in the consumer's task; then nothing more (QUIET).
 async fn consume(mut queue: Subscription) -> Vec<String> {
-    let mut got = Vec::new();
-    while let Some(m) = next_within(&mut queue, 500).await {
-        got.push(body(&m));
-    }
+    let got = take(&mut queue, 20).await.iter().map(body).collect();
+    assert!(quiet(&mut queue).await.is_none(), "20 jobs, once each");
     got
 }
 

@@ -109,10 +109,7 @@ async fn tx_01_transactional_acks_commit_and_abort(t: TestStore) {
     c.write(b"SUBSCRIBE\nid:2\ndestination:/queue/TX2\nack:auto\nreceipt:s2\n\n\0")
         .await;
     receipt(&mut c, "s2").await;
-    assert!(
-        c.frame_within(500).await.is_none(),
-        "nothing left, Z never delivered"
-    );
+    assert!(c.quiet().await.is_none(), "nothing left, Z never delivered");
 
     // Step 7: one transaction over a queue and a topic; visible only after COMMIT.
     let mut live = Client::connected(s.addr, None).await;
@@ -132,10 +129,7 @@ async fn tx_01_transactional_acks_commit_and_abort(t: TestStore) {
     )
     .await;
     receipt(&mut c, "before").await;
-    assert!(
-        live.frame_within(300).await.is_none(),
-        "nothing before COMMIT"
-    );
+    assert!(live.quiet().await.is_none(), "nothing before COMMIT");
     c.write(b"COMMIT\ntransaction:tx3\nreceipt:c3\n\n\0").await;
     receipt(&mut c, "c3").await;
     let mut got: Vec<(String, Vec<u8>)> = messages(&mut live, 2)
@@ -161,24 +155,45 @@ fn flow_policy(limit: u64) -> Policy {
     }
 }
 
-/// Sends 1 KiB persistent messages with receipts to `destination` until no receipt has
-/// come for `quiet_ms`; returns how many receipts came.
+/// Sends 1 KiB persistent messages with receipts to `destination` (`/queue/NAME`)
+/// until one is held: its receipt has not come and the broker counts a blocked
+/// producer on the queue (polled while no receipt comes, within PATIENCE). Returns how
+/// many receipts came.
 async fn send_until_blocked(
     c: &mut Client,
+    broker: &ebb::Broker,
     destination: &str,
     from: usize,
-    quiet_ms: u64,
 ) -> usize {
+    let key = destination.replacen("/queue/", "queue://", 1);
     let body = "x".repeat(1024);
     let mut sent = from;
     let mut receipts = 0;
     loop {
         send(c, destination, &body, &format!("receipt:r{sent}\n")).await;
         sent += 1;
-        match c.frame_within(quiet_ms).await {
-            Some(f) if f.command == Command::Receipt => receipts += 1,
-            Some(f) => panic!("unexpected {f:?}"),
-            None => return receipts,
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            match c.frame_within(20).await {
+                Some(f) if f.command == Command::Receipt => {
+                    receipts += 1;
+                    break;
+                }
+                Some(f) => panic!("unexpected {f:?}"),
+                None if broker
+                    .destination_flow(key.as_str())
+                    .unwrap()
+                    .blocked_producers
+                    > 0 =>
+                {
+                    return receipts
+                }
+                None => assert!(
+                    std::time::Instant::now() < deadline,
+                    "SEND r{} neither receipted nor held within {PATIENCE:?}",
+                    sent - 1
+                ),
+            }
         }
     }
 }
@@ -188,7 +203,7 @@ async fn send_until_blocked(
 async fn flow_01_block_and_resume(t: TestStore) {
     let s = queue_server(&t, flow_policy(64 * 1024), UsageConfig::default()).await;
     let mut p = Client::connected(s.addr, None).await;
-    let accepted = send_until_blocked(&mut p, "/queue/Q", 0, 1_000).await;
+    let accepted = send_until_blocked(&mut p, &s.broker, "/queue/Q", 0).await;
     // Each message is 1 KiB of body; the queue holds its limit (plus the one that
     // crossed it). Messages its cursor read back from the store while the first
     // messages arrived are not charged (reads are bounded by a page instead), so a few
@@ -215,7 +230,7 @@ async fn flow_01_block_and_resume(t: TestStore) {
     let f = p.frame().await.expect("the held SEND's receipt");
     assert_eq!(f.get("receipt-id"), Some(format!("r{accepted}").as_str()));
     // ... and it blocks again once the queue is full again.
-    let more = send_until_blocked(&mut p, "/queue/Q", accepted + 1, 1_000).await;
+    let more = send_until_blocked(&mut p, &s.broker, "/queue/Q", accepted + 1).await;
     assert!(
         more <= 6,
         "blocked again after at most the freed space: {more}"
@@ -235,9 +250,9 @@ async fn a_held_send_outlasts_the_stall_timeout(t: TestStore) {
     .await;
     let s = serve(broker, Limits::default(), Default::default(), 300).await;
     let mut p = Client::connected(s.addr, None).await;
-    let accepted = send_until_blocked(&mut p, "/queue/Q", 0, 1_000).await;
+    let accepted = send_until_blocked(&mut p, &s.broker, "/queue/Q", 0).await;
     assert!(accepted > 0);
-    // Three stall timeouts more, still held.
+    // Three stall timeouts more (the window is what is measured), still held.
     assert!(p.frame_within(900).await.is_none());
     let mut c = Client::connected(s.addr, None).await;
     c.write(b"SUBSCRIBE\nid:1\ndestination:/queue/Q\nack:auto\n\n\0")
@@ -260,25 +275,42 @@ async fn flow_01_blocked_connection_still_acks(t: TestStore) {
     let mut delivered = Vec::new();
     let mut receipts = 0;
     let mut next = 0;
-    // Send until a receipt stops coming (MESSAGE frames arrive meanwhile).
-    loop {
+    // Send until one is held (MESSAGE frames arrive meanwhile): no receipt, and the
+    // broker counts the blocked producer.
+    'sending: loop {
         send(&mut x, "/queue/Q", &body, &format!("receipt:r{next}\n")).await;
         next += 1;
-        let mut got_receipt = false;
-        while let Some(f) = x.frame_within(500).await {
-            match f.command {
-                Command::Message => delivered.push(f),
-                Command::Receipt => {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            match x.frame_within(20).await {
+                Some(f) if f.command == Command::Message => delivered.push(f),
+                Some(f) if f.command == Command::Receipt => {
                     receipts += 1;
-                    got_receipt = true;
                     break;
                 }
-                _ => panic!("{f:?}"),
+                Some(f) => panic!("{f:?}"),
+                None if s
+                    .broker
+                    .destination_flow("queue://Q")
+                    .unwrap()
+                    .blocked_producers
+                    > 0 =>
+                {
+                    break 'sending
+                }
+                None => assert!(
+                    std::time::Instant::now() < deadline,
+                    "SEND r{} neither receipted nor held",
+                    next - 1
+                ),
             }
         }
-        if !got_receipt {
-            break;
-        }
+    }
+    // Prefetch 10: the tenth MESSAGE may come after the SEND was held.
+    while delivered.len() < 10 {
+        let f = x.frame().await.expect("a MESSAGE");
+        assert_eq!(f.command, Command::Message, "{f:?}");
+        delivered.push(f);
     }
     assert_eq!(delivered.len(), 10, "prefetch 10 delivered");
     assert_eq!(s.broker.usage().blocked_producers, 1);
@@ -287,14 +319,14 @@ async fn flow_01_blocked_connection_still_acks(t: TestStore) {
         x.write(format!("ACK\nid:{}\n\n\0", ack_id(f)).as_bytes())
             .await;
     }
-    let mut held_receipt = false;
-    while let Some(f) = x.frame_within(1_000).await {
-        if f.command == Command::Receipt && f.get("receipt-id") == Some(&format!("r{receipts}")) {
-            held_receipt = true;
+    // The held SEND completes after the ACKs (more MESSAGEs may come first).
+    loop {
+        let f = x.frame().await.expect("the held SEND's receipt");
+        if f.command == Command::Receipt {
+            assert_eq!(f.get("receipt-id"), Some(format!("r{receipts}").as_str()));
             break;
         }
     }
-    assert!(held_receipt, "the held SEND completed after the ACKs");
     s.stop().await;
 }
 
@@ -361,13 +393,13 @@ async fn transactional_nack_and_cumulative_acks(t: TestStore) {
     c.write(b"ABORT\ntransaction:t2\nreceipt:a2\n\n\0").await;
     receipt(&mut c, "a2").await;
     assert!(
-        c.frame_within(300).await.is_none(),
+        c.quiet().await.is_none(),
         "an aborted NACK redelivers nothing"
     );
     c.write(b"BEGIN\ntransaction:t3\n\n\0").await;
     c.write(format!("NACK\nid:{}\ntransaction:t3\n\n\0", ack_id(&m[2])).as_bytes())
         .await;
-    assert!(c.frame_within(300).await.is_none(), "nothing before COMMIT");
+    assert!(c.quiet().await.is_none(), "nothing before COMMIT");
     c.write(b"COMMIT\ntransaction:t3\nreceipt:c3\n\n\0").await;
     let mut got = Vec::new();
     for _ in 0..2 {
@@ -564,7 +596,6 @@ async fn stomp_counts_only_frames_written(t: TestStore) {
     // All 200 are dispatched to it; the session writes what the socket takes (a few
     // MB of 12.8) and holds the rest.
     wait_for_queue(&s.broker, "slow", |q| q.in_flight == 200).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let first = c.frame().await.expect("a MESSAGE");
     assert_eq!(first.command, Command::Message);
     assert!(first.body.starts_with(b"000"));

@@ -7,7 +7,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -133,7 +132,7 @@ async fn stomp_connect<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     let mut got = Vec::new();
     let mut buffer = [0u8; 1024];
     while !got.contains(&0) {
-        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer)).await {
+        match tokio::time::timeout(ebb::test_util::PATIENCE, stream.read(&mut buffer)).await {
             Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buffer[..n]),
             _ => break,
         }
@@ -246,7 +245,7 @@ async fn the_http_server_serves_https_and_wss(t: TestStore) {
     ))
     .await
     .unwrap();
-    let first = tokio::time::timeout(Duration::from_secs(10), ws.next())
+    let first = tokio::time::timeout(ebb::test_util::PATIENCE, ws.next())
         .await
         .expect("an answer over wss")
         .unwrap()

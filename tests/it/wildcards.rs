@@ -460,10 +460,7 @@ async fn sending_to_a_wildcard_is_refused(t: TestStore) {
         e.get("message"),
         Some("browser:true browses one queue, not a wildcard destination")
     );
-    assert!(
-        c.frame_within(200).await.is_none(),
-        "nothing was sent to a wildcard"
-    );
+    assert!(c.quiet().await.is_none(), "nothing was sent to a wildcard");
     s.stop().await;
 }
 
@@ -551,10 +548,7 @@ async fn a_wildcard_reads_only_what_the_connection_may_read(t: TestStore) {
     let m = c.frame().await.expect("a MESSAGE");
     assert_eq!(m.get("destination"), Some("/topic/orders.eu"));
     assert_eq!(&m.body[..], b"shown");
-    assert!(
-        c.frame_within(300).await.is_none(),
-        "nothing of orders.secret"
-    );
+    assert!(c.quiet().await.is_none(), "nothing of orders.secret");
     // A durable one is held on every matching topic, also while offline: refused
     // unless one entry grants it on all of them.
     c.write(b"SUBSCRIBE\ndestination:/topic/orders.eu.*\nid:d\nactivemq.subscriptionName:eu\nreceipt:d\n\n\0")
