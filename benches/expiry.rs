@@ -68,6 +68,7 @@ async fn preload(url: &str, options: &StoreOptions, count: u64) {
         let batch = (0..n)
             .map(|i| NewMessage {
                 container: "topic://drain".into(),
+                indexed_headers: false,
                 message_id: format!("ID:drain-{}", sent + i),
                 expiration: 1,
                 priority: 4,

@@ -80,6 +80,7 @@ async fn preload(broker: &Broker, container: &str, from: usize, count: usize, ki
         let batch = (from + done..from + done + n)
             .map(|i| NewMessage {
                 container: container.into(),
+                indexed_headers: container.starts_with("queue://"),
                 message_id: format!("{kind}-{i}"),
                 expiration: 0,
                 priority: 4,

@@ -66,6 +66,7 @@ mod tempdir {
 fn message(container: &str, i: u64, expiration: i64) -> NewMessage {
     NewMessage {
         container: container.into(),
+        indexed_headers: container.starts_with("queue://"),
         message_id: format!("ID:bench-{i}"),
         expiration,
         priority: 4,

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::broker::{below_key, ToDestination};
 use crate::stats::DestinationStats;
-use crate::{Broker, DestinationKey, DestinationKind, Error};
+use crate::{Broker, DestinationKey, Error};
 
 pub use ebb_actors::broker::DeletedDestination;
 
@@ -288,7 +288,7 @@ impl Broker {
     ) -> Result<DurablePage, Error> {
         self.refuse_if_shut_down()?;
         let key = destination.to_destination()?;
-        if key.kind() != DestinationKind::Topic {
+        if !key.capabilities().durable_subscriptions {
             return Err(Error::InvalidDestination {
                 name: key.container(),
                 reason: "only a topic has durable subscriptions",
@@ -383,7 +383,7 @@ impl Broker {
     ) -> Result<TakeReport, Error> {
         let from = from.to_destination()?;
         if let Some(to) = &to {
-            if to.kind() != DestinationKind::Queue || *to == from {
+            if !to.capabilities().move_target || *to == from {
                 return Err(Error::InvalidDestination {
                     name: to.container(),
                     reason: "messages move to another queue",
@@ -491,14 +491,7 @@ impl Broker {
     async fn stored_view(&self, key: &DestinationKey) -> Result<DestinationView, Error> {
         let container = key.container();
         let stored = self.store().count_messages(&container).await?;
-        let stats = match key.kind() {
-            DestinationKind::Topic => {
-                DestinationStats::from_topic(container, &Default::default(), stored)
-            }
-            DestinationKind::Queue => {
-                DestinationStats::from_queue(container, &Default::default(), stored)
-            }
-        };
+        let stats = DestinationStats::stored_only(container, key.kind(), stored);
         Ok(DestinationView {
             running: false,
             stats,

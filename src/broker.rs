@@ -20,8 +20,9 @@ use ebb_actors::destination::DestinationPattern;
 use ebb_actors::destination::{now_ms, PublishTicket};
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::messages::{
-    AbortPrepared, Ack, Browse, CommitPrepared, Delivery, Detach, GetQueueStats, GetStats, Handed,
-    Nack, Publish, PublishPrepared, QueueStats, RemoveDurable, Subscribe, TopicMessage, TopicStats,
+    AbortPrepared, Ack, Browse, CommitPrepared, Delivery, Detach, GetQueueStats, GetStats,
+    GetTopicStats, Handed, Nack, Publish, PublishPrepared, QueueStats, RemoveDurable, Stats,
+    Subscribe, TopicMessage, TopicStats,
 };
 use ebb_actors::policy::PolicyMap;
 use ebb_actors::queue::QueueActor;
@@ -1680,11 +1681,8 @@ impl Broker {
                 return self.subscribe_pattern(pattern, durable, options).await
             }
         };
-        if durable.is_some() && key.is_queue() {
-            return Err(Error::InvalidDestination {
-                name: key.container(),
-                reason: "a queue has no durable subscriptions: subscribe without one",
-            });
+        if durable.is_some() && !key.capabilities().durable_subscriptions {
+            return Err(no_durable_subscriptions(key.container(), key.kind()));
         }
         if let Some(durable) = &durable {
             self.replace_durable_elsewhere(&Target::One(key.clone()), durable)
@@ -1696,7 +1694,9 @@ impl Broker {
         let (tx, rx) = mpsc::channel(capacity);
         // A non-durable topic subscription's automatic acks only give credit back: they
         // go through shared counters instead of a message each (`AutoAcks`).
-        let shared = (options.ack == AckMode::Auto && durable.is_none() && key.is_topic())
+        let shared = (options.ack == AckMode::Auto
+            && durable.is_none()
+            && key.capabilities().shared_auto_acks)
             .then(|| Arc::new(AutoAcks::default()));
         let handed = Handed::default();
         let subscribe = Subscribe {
@@ -1740,11 +1740,11 @@ impl Broker {
         durable: Option<SubscriptionKey>,
         options: SubscribeOptions,
     ) -> Result<Subscription, Error> {
-        if durable.is_some() && pattern.kind() == DestinationKind::Queue {
-            return Err(Error::InvalidDestination {
-                name: pattern.to_string(),
-                reason: "a queue has no durable subscriptions: subscribe without one",
-            });
+        if durable.is_some() && !pattern.kind().capabilities().durable_subscriptions {
+            return Err(no_durable_subscriptions(
+                pattern.to_string(),
+                pattern.kind(),
+            ));
         }
         let selector = options.selector.map(Arc::new);
         let selector_text = selector.as_ref().map(|s| s.text().to_string());
@@ -1842,8 +1842,11 @@ impl Broker {
         let mut after = String::new();
         let (from, below) = pattern.container_range();
         loop {
-            let page = match (pattern.kind(), durable) {
-                (DestinationKind::Queue, _) => {
+            // Where messages wait for any consumer, every stored destination in the
+            // range; where they wait for a durable subscription, those it has.
+            let caps = pattern.kind().capabilities();
+            let page = match durable {
+                _ if caps.point_to_point => {
                     // Strictly after: the range's start is a key itself.
                     let start = if after.is_empty() {
                         below_key(&from)
@@ -1854,12 +1857,12 @@ impl Broker {
                         .list_containers(&start, &below, CONTAINER_PAGE)
                         .await?
                 }
-                (DestinationKind::Topic, Some(key)) => {
+                Some(key) if caps.durable_subscriptions => {
                     store
                         .find_subscription_containers(key, &after, CONTAINER_PAGE)
                         .await?
                 }
-                (DestinationKind::Topic, None) => Vec::new(),
+                _ => Vec::new(),
             };
             let full = page.len() == CONTAINER_PAGE as usize;
             if let Some(last) = page.last() {
@@ -2172,13 +2175,19 @@ impl Broker {
         Ok(rows.iter().map(|m| browsed(m)).collect())
     }
 
+    /// What destination `key` reports, whatever its kind ([`GetStats`], starting it
+    /// if it is not running); readable after shutdown for one that was running.
+    pub(crate) async fn stats_of(&self, key: &DestinationKey) -> Result<Stats, Error> {
+        Ok(self.lookup(key).await?.ask(GetStats).await?)
+    }
+
     /// The counters of topic `name` (starting it if it is not running).
     ///
     /// Readable after [`Broker::shutdown`] too, for a destination that was running.
     pub async fn topic_stats(&self, destination: impl ToDestination) -> Result<TopicStats, Error> {
         let key = destination.to_destination()?;
         match self.lookup(&key).await? {
-            DestinationAddr::Topic(topic) => Ok(topic.send(GetStats).await?),
+            DestinationAddr::Topic(topic) => Ok(topic.send(GetTopicStats).await?),
             DestinationAddr::Queue(_) => Err(Error::InvalidDestination {
                 name: key.container(),
                 reason: "this works on topics only",
@@ -2193,7 +2202,7 @@ impl Broker {
         // Any of the destination forms, or the queue's plain name (the kind is the
         // call's).
         let key = match DestinationKey::parse(name) {
-            Err(e) if e.reason == ebb_actors::destination::key::NO_KIND => {
+            Err(e) if e.reason == ebb_actors::destination::key::NO_KIND.as_str() => {
                 DestinationKey::queue(name)?
             }
             parsed => parsed?,
@@ -2607,4 +2616,13 @@ mod tests {
             "invalid destination `queue://a.*`: wildcards `*` and `>` name patterns, not a destination"
         );
     }
+}
+
+/// The refusal of a durable subscription to `name`, whose kind keeps none.
+fn no_durable_subscriptions(name: String, kind: DestinationKind) -> Error {
+    let reason = match kind.capabilities().point_to_point {
+        true => "a queue has no durable subscriptions: subscribe without one",
+        false => "this kind of destination has no durable subscriptions: subscribe without one",
+    };
+    Error::InvalidDestination { name, reason }
 }

@@ -225,6 +225,7 @@ pub use broker::{
 pub use ebb_actors::destination::{
     now_ms, DestinationKey, DestinationKind, DestinationPattern, InvalidDestination,
 };
+pub use ebb_actors::kinds::{Capabilities, KindSpec};
 pub use ebb_actors::messages::{QueueStats, TopicStats};
 pub use ebb_actors::policy::{Policy, PolicyEntry, PolicyMap};
 pub use error::Error;

@@ -19,7 +19,9 @@
 use ebb_actors::broker::ListDestinations;
 use serde::{Deserialize, Serialize};
 
-use crate::{Broker, Error, QueueStats, TopicStats};
+use ebb_actors::messages::Stats;
+
+use crate::{Broker, Error};
 
 /// Most destinations one [`Broker::stats`] call reports (the first ones in store-key
 /// order); [`BrokerStats::destinations_total`] says how many there are in all.
@@ -140,53 +142,39 @@ pub struct DestinationStats {
 }
 
 impl DestinationStats {
-    /// The stats of queue `destination` (its store key) from its counters and the
-    /// number of message rows the store holds for it. `queue_size` is the stored rows
-    /// (in-flight ones included: a row goes at its ack) plus the non-persistent
-    /// messages waiting; `dequeued_total` counts acks.
-    pub fn from_queue(destination: String, queue: &QueueStats, stored_rows: u64) -> Self {
+    /// The stats of destination `destination` (its store key) of `kind`, from what
+    /// its actor reports ([`Stats`], the same for every kind) and the number of
+    /// message rows the store holds for it. `queue_size` is the stored rows (in-flight
+    /// ones included: a row goes at its ack) plus the non-persistent messages waiting;
+    /// `dequeued_total` counts a queue's acks and a topic's deliveries.
+    pub(crate) fn from_stats(
+        destination: String,
+        kind: DestinationKind,
+        stats: &Stats,
+        stored_rows: u64,
+    ) -> Self {
         Self {
             destination,
-            kind: DestinationKind::Queue,
-            queue_size: stored_rows + queue.pending_non_persistent,
-            in_flight: queue.in_flight,
-            consumers: queue.consumers,
+            kind,
+            queue_size: stored_rows + stats.pending_non_persistent,
+            in_flight: stats.in_flight,
+            consumers: stats.consumers,
             producers: 0,
-            enqueued_total: queue.enqueued,
-            dequeued_total: queue.dequeued,
-            expired_total: queue.expired,
-            dead_lettered_total: queue.dead_lettered,
-            expiry_pages_total: queue.expiry_pages,
-            max_expiry_page_rows: queue.max_expiry_page_rows,
-            expiry_runs_total: queue.expiry_runs,
+            enqueued_total: stats.enqueued,
+            dequeued_total: stats.dequeued,
+            expired_total: stats.expired,
+            dead_lettered_total: stats.dead_lettered,
+            expiry_pages_total: stats.expiry_pages,
+            max_expiry_page_rows: stats.max_expiry_page_rows,
+            expiry_runs_total: stats.expiry_runs,
             memory_bytes: 0,
             blocked_producers: 0,
         }
     }
 
-    /// The stats of topic `destination` (its store key) from its counters and the
-    /// number of message rows the store holds for it. The mapping: `enqueued` →
-    /// `enqueued_total`, `dispatched` → `dequeued_total`, `expired` → `expired_total`,
-    /// `expiry_pages` → `expiry_pages_total`, `online_subscriptions` → `consumers`,
-    /// `stored_rows` → `queue_size`; the rest is not measured for topics and is 0.
-    pub fn from_topic(destination: String, topic: &TopicStats, stored_rows: u64) -> Self {
-        Self {
-            destination,
-            kind: DestinationKind::Topic,
-            queue_size: stored_rows,
-            in_flight: 0,
-            consumers: topic.online_subscriptions,
-            producers: 0,
-            enqueued_total: topic.enqueued,
-            dequeued_total: topic.dispatched,
-            expired_total: topic.expired,
-            dead_lettered_total: 0,
-            expiry_pages_total: topic.expiry_pages,
-            max_expiry_page_rows: topic.max_expiry_page_rows,
-            expiry_runs_total: topic.expiry_runs,
-            memory_bytes: 0,
-            blocked_producers: 0,
-        }
+    /// The stats of a destination that is not running: its stored rows, no counters.
+    pub fn stored_only(destination: String, kind: DestinationKind, stored_rows: u64) -> Self {
+        Self::from_stats(destination, kind, &Stats::default(), stored_rows)
     }
 }
 
@@ -259,18 +247,10 @@ impl Broker {
         destination: &crate::DestinationKey,
     ) -> Result<DestinationStats, Error> {
         let key = destination.container();
-        let mut stats = match destination.kind() {
-            DestinationKind::Topic => {
-                let topic = self.topic_stats(&key).await?;
-                let stored = self.store().count_messages(&key).await?;
-                DestinationStats::from_topic(key.clone(), &topic, stored)
-            }
-            DestinationKind::Queue => {
-                let queue = self.queue_stats(&key).await?;
-                let stored = self.store().count_messages(&key).await?;
-                DestinationStats::from_queue(key.clone(), &queue, stored)
-            }
-        };
+        let counted = self.stats_of(destination).await?;
+        let stored = self.store().count_messages(&key).await?;
+        let mut stats =
+            DestinationStats::from_stats(key.clone(), destination.kind(), &counted, stored);
         let flow = self.destination_flow(&key)?;
         stats.memory_bytes = flow.memory_bytes;
         stats.blocked_producers = flow.blocked_producers;
@@ -299,8 +279,8 @@ mod tests {
     }
 
     #[test]
-    fn topic_counters_map_to_destination_fields() {
-        let topic = TopicStats {
+    fn counters_map_to_destination_fields() {
+        let topic = Stats {
             counters: ebb_actors::destination::DestinationCounters {
                 enqueued: 8,
                 dispatched: 5,
@@ -308,14 +288,21 @@ mod tests {
                 expiry_pages: 2,
                 ..Default::default()
             },
-            online_subscriptions: 1,
-            ..TopicStats::default()
+            dequeued: 5,
+            consumers: 1,
+            pending_non_persistent: 2,
+            ..Stats::default()
         };
-        let d = DestinationStats::from_topic("topic://orders".into(), &topic, 6);
-        assert_eq!(d.kind, DestinationKind::Topic);
+        let d = DestinationStats::from_stats(
+            "topic://orders".into(),
+            DestinationKind::TOPIC,
+            &topic,
+            6,
+        );
+        assert_eq!(d.kind, DestinationKind::TOPIC);
         assert_eq!(
             (d.queue_size, d.enqueued_total, d.dequeued_total),
-            (6, 8, 5)
+            (8, 8, 5)
         );
         assert_eq!(
             (d.expired_total, d.expiry_pages_total, d.consumers),
@@ -329,11 +316,11 @@ mod tests {
     fn kinds_come_from_store_keys() {
         assert_eq!(
             DestinationKind::of_container("queue://jobs"),
-            Some(DestinationKind::Queue)
+            Some(DestinationKind::QUEUE)
         );
         assert_eq!(
             DestinationKind::of_container("topic://a"),
-            Some(DestinationKind::Topic)
+            Some(DestinationKind::TOPIC)
         );
         assert_eq!(DestinationKind::of_container("jobs"), None);
     }

@@ -42,9 +42,10 @@ use std::collections::HashMap;
 use actix::prelude::*;
 use ebb_store::SubscriptionKey;
 
-use crate::destination::{DestinationKey, DestinationKind, DestinationPattern};
+use crate::destination::{DestinationKey, DestinationPattern};
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
+use crate::kinds::KindActor;
 use crate::messages::{CloseConsumers, Retire, RouteDeadLetter, StopHousekeeping};
 use crate::policy::PolicyMap;
 use crate::queue::QueueActor;
@@ -174,8 +175,9 @@ impl BrokerActor {
         }
         let policy = self.policies.policy_for(&key);
         let (store, budget) = (self.store.clone(), self.budget.clone());
-        let addr = match key.kind() {
-            DestinationKind::Topic => {
+        // The kind table says which actor runs it.
+        let addr = match key.kind().spec().actor {
+            KindActor::Topic => {
                 let durables = self
                     .wildcard_durables
                     .iter()
@@ -212,7 +214,7 @@ impl BrokerActor {
                 self.destinations.insert(key, addr.clone());
                 return Ok(addr);
             }
-            DestinationKind::Queue => {
+            KindActor::Queue => {
                 let dead_letters = ctx.address().recipient();
                 let queue = QueueActor::new(key.clone(), policy, store, budget, Some(dead_letters));
                 DestinationAddr::Queue(queue.start())

@@ -20,8 +20,14 @@
 //! - [`destination`]: what every destination shares — [`DestinationKey`] (the one name
 //!   of a destination), the publish-order buffer, prepared messages, the housekeeping
 //!   schedule, the shared counters — and the handlers built on them. A destination
-//!   actor writes only its dispatch and its expiry page; a new kind is its own file
-//!   plus a variant in the registry's [`DestinationAddr`](broker::DestinationAddr).
+//!   actor writes only its dispatch and its expiry page.
+//! - [`kinds`]: the kind table. Each kind of destination is declared once (name, STOMP
+//!   prefix, admin API segment, [`Capabilities`](kinds::Capabilities), the actor that
+//!   runs it) and listed in [`kinds::KINDS`]; the rest of Ebb asks a kind what it can
+//!   do, never which kind it is. A kind that an existing actor runs is its declaration
+//!   plus one line in the table; a kind with a dispatch of its own adds its actor and a
+//!   variant of [`kinds::KindActor`] and of the registry's
+//!   [`DestinationAddr`](broker::DestinationAddr).
 //! - [`subscription`] (one topic subscription's cursor and credit), [`queue_cursor`] (a
 //!   queue's cursor), [`message_groups`] (which consumer owns each message group),
 //!   [`selector`] (JMS message selectors: parser and three-valued evaluation), [`usage`] (memory limits and producer flow control), [`policy`]
@@ -61,6 +67,7 @@ pub mod broker;
 pub mod destination;
 pub mod error;
 pub mod housekeeping;
+pub mod kinds;
 pub mod message;
 pub mod message_groups;
 pub mod messages;

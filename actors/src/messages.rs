@@ -116,10 +116,46 @@ pub struct DurableState {
     pub in_flight: u64,
 }
 
-/// The destination's counters.
+/// What every kind of destination reports ([`Stats`]): one message every destination
+/// actor answers, whatever its kind, so stats, metrics and the admin API never ask
+/// which kind a destination is. Its kind's own details come from [`GetTopicStats`] or
+/// [`GetQueueStats`].
+#[derive(Message)]
+#[rtype(result = "Stats")]
+pub struct GetStats;
+
+/// The answer to [`GetStats`]: the counters every destination keeps and its state
+/// now, in the terms of a queue (a topic's deliveries count as `dequeued`, its online
+/// subscriptions as `consumers`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, MessageResponse)]
+pub struct Stats {
+    /// What every destination counts.
+    pub counters: DestinationCounters,
+    /// Messages consumed: acked from a queue, delivered by a topic.
+    pub dequeued: u64,
+    /// Messages moved to a dead-letter queue.
+    pub dead_lettered: u64,
+    /// Consumers (online subscriptions) attached now.
+    pub consumers: u64,
+    /// Messages delivered and not yet acked, now (0 where acks change nothing
+    /// stored for others).
+    pub in_flight: u64,
+    /// Non-persistent messages waiting now, in memory only (not in the store's rows).
+    pub pending_non_persistent: u64,
+}
+
+impl std::ops::Deref for Stats {
+    type Target = DestinationCounters;
+
+    fn deref(&self) -> &DestinationCounters {
+        &self.counters
+    }
+}
+
+/// A topic's counters.
 #[derive(Message)]
 #[rtype(result = "TopicStats")]
-pub struct GetStats;
+pub struct GetTopicStats;
 
 /// Counters of one topic since it started, and its state now. The counters every
 /// destination keeps are in [`counters`](Self::counters), read through (`stats.expired`).

@@ -1185,12 +1185,14 @@ async fn move_taken(
             Some(key) => Ok(key.clone()),
             None => original_destination(&t.row),
         };
-        let target = target.and_then(|key| match key.kind() {
-            crate::destination::DestinationKind::Queue if key != here => Ok(key),
-            crate::destination::DestinationKind::Queue => {
+        let target = target.and_then(|key| {
+            if !key.capabilities().move_target {
+                Err(format!("{key} is not a queue"))
+            } else if key == here {
                 Err(format!("{key} is the queue it is in"))
+            } else {
+                Ok(key)
             }
-            _ => Err(format!("{key} is not a queue")),
         });
         let outcome = match (target, &route) {
             (Err(why), _) => Err(why),
@@ -1435,6 +1437,21 @@ impl Handler<Browse> for QueueActor {
                 end,
             })
         }))
+    }
+}
+
+impl Handler<GetStats> for QueueActor {
+    type Result = Stats;
+
+    fn handle(&mut self, _: GetStats, _: &mut Context<Self>) -> Stats {
+        Stats {
+            counters: self.core.counters(),
+            dequeued: self.stats.dequeued,
+            dead_lettered: self.stats.dead_lettered,
+            consumers: self.consumers.len() as u64,
+            in_flight: self.delivered.len() as u64,
+            pending_non_persistent: self.cursor.transient_len() as u64,
+        }
     }
 }
 

@@ -1008,9 +1008,22 @@ impl Handler<RemoveDurable> for TopicActor {
 }
 
 impl Handler<GetStats> for TopicActor {
+    type Result = Stats;
+
+    fn handle(&mut self, _: GetStats, _: &mut Context<Self>) -> Stats {
+        Stats {
+            counters: self.core.counters(),
+            dequeued: self.core.counters().dispatched,
+            consumers: self.subscriptions.len() as u64,
+            ..Stats::default()
+        }
+    }
+}
+
+impl Handler<GetTopicStats> for TopicActor {
     type Result = TopicStats;
 
-    fn handle(&mut self, _: GetStats, _: &mut Context<Self>) -> TopicStats {
+    fn handle(&mut self, _: GetTopicStats, _: &mut Context<Self>) -> TopicStats {
         TopicStats {
             counters: self.core.counters(),
             online_subscriptions: self.subscriptions.len() as u64,

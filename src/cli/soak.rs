@@ -777,11 +777,7 @@ async fn run_stomp(
     }
     admin.disconnect().await?;
     let dest = last.unwrap_or_else(|| {
-        crate::stats::DestinationStats::from_topic(
-            container.clone(),
-            &crate::TopicStats::default(),
-            0,
-        )
+        crate::stats::DestinationStats::stored_only(container.clone(), key.kind(), 0)
     });
     Ok(SoakReport {
         messages_sent: sent.load(Ordering::Relaxed),

@@ -562,7 +562,7 @@ other_metric{destination="x"} 9 1700000000000
             ]
         );
         let orders = &stats.destinations[2];
-        assert_eq!(orders.kind, DestinationKind::Topic);
+        assert_eq!(orders.kind, DestinationKind::TOPIC);
         assert_eq!(
             (
                 orders.queue_size,
@@ -572,7 +572,7 @@ other_metric{destination="x"} 9 1700000000000
             (5, 8, 3)
         );
         assert_eq!(orders.expiry_pages_total, 1);
-        assert_eq!(stats.destinations[0].kind, DestinationKind::Queue);
+        assert_eq!(stats.destinations[0].kind, DestinationKind::QUEUE);
         assert!(from_samples(&parse("other 1\n").unwrap()).is_none());
     }
 

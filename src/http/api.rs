@@ -31,7 +31,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
@@ -43,7 +43,7 @@ use crate::admin::{
 };
 use crate::broker::{BrowsedMessage, MAX_BROWSE_PAGE};
 use crate::transport::command::RESERVED;
-use crate::{DestinationKey, Error, Message};
+use crate::{DestinationKey, DestinationKind, Error, Message};
 
 /// Bytes of a body a message listing shows without `body=full` (as text, cut at a
 /// character boundary).
@@ -52,42 +52,93 @@ pub const BODY_PREVIEW_BYTES: usize = 256;
 /// Messages one listing shows when no `limit` is given.
 pub const DEFAULT_MESSAGE_PAGE: u32 = 50;
 
-/// The API's routes (nested under `/api/v1`), behind the login check.
+/// The API's routes (nested under `/api/v1`), behind the login check. Each kind of
+/// the kind table gets its routes under its plural (`/queues/NAME`, `/topics/NAME`),
+/// those its capabilities allow ([`kind_routes`]).
 pub(crate) fn routes(state: AppState) -> Router<AppState> {
-    Router::new()
+    let mut router = Router::new()
         .route("/", get(index))
         .route("/broker", get(broker))
+        .route("/kinds", get(kinds))
         .route("/destinations", get(destinations))
-        .route(
-            "/queues/:name",
-            get(queue).delete(delete_destination::<true>),
-        )
-        .route(
-            "/topics/:name",
-            get(topic).delete(delete_destination::<false>),
-        )
-        .route(
-            "/queues/:name/messages",
-            get(queue_messages).post(send_to::<true>),
-        )
-        .route(
-            "/topics/:name/messages",
-            axum::routing::post(send_to::<false>),
-        )
-        .route("/queues/:name/purge", axum::routing::post(purge))
-        .route("/queues/:name/move", axum::routing::post(move_messages))
         .route("/connections", get(connections))
-        .route("/connections/:session", delete(close_connection))
-        .route("/topics/:name/subscriptions", get(subscriptions))
-        .route(
-            "/topics/:name/subscriptions/:client_id/:subscription",
-            delete(remove_subscription),
-        )
-        .route(
-            "/topics/:name/subscriptions/:client_id/:subscription/messages",
-            get(subscription_messages),
-        )
-        .route_layer(axum::middleware::from_fn_with_state(state, logged_in))
+        .route("/connections/:session", delete(close_connection));
+    for kind in DestinationKind::all() {
+        router = router.nest(&format!("/{}", kind.spec().plural), kind_routes(kind));
+    }
+    router.route_layer(axum::middleware::from_fn_with_state(state, logged_in))
+}
+
+/// The routes of one kind's destinations, relative to its plural: what every kind
+/// has (view, delete, send), listing and taking waiting messages where it can be
+/// browsed, and durable subscriptions where it keeps them. Handlers read the kind
+/// from the request's extensions.
+fn kind_routes(kind: DestinationKind) -> Router<AppState> {
+    let caps = kind.capabilities();
+    let messages = match caps.browse {
+        true => get(browse_messages).post(send_to),
+        false => axum::routing::post(send_to),
+    };
+    let mut router = Router::new()
+        .route("/:name", get(destination).delete(delete_destination))
+        .route("/:name/messages", messages);
+    if caps.browse {
+        router = router
+            .route("/:name/purge", axum::routing::post(purge))
+            .route("/:name/move", axum::routing::post(move_messages));
+    }
+    if caps.durable_subscriptions {
+        router = router
+            .route("/:name/subscriptions", get(subscriptions))
+            .route(
+                "/:name/subscriptions/:client_id/:subscription",
+                delete(remove_subscription),
+            )
+            .route(
+                "/:name/subscriptions/:client_id/:subscription/messages",
+                get(subscription_messages),
+            );
+    }
+    router.layer(axum::Extension(kind))
+}
+
+/// Every route, as `GET /api/v1/index` lists it: the fixed ones, then each kind's.
+fn route_list() -> Vec<String> {
+    let mut routes: Vec<String> = [
+        "GET /api/v1/broker",
+        "GET /api/v1/kinds",
+        "GET /api/v1/destinations?after=KEY&limit=N",
+    ]
+    .map(String::from)
+    .to_vec();
+    for kind in DestinationKind::all() {
+        let (base, caps) = (
+            format!("/api/v1/{}/NAME", kind.spec().plural),
+            kind.capabilities(),
+        );
+        routes.push(format!("GET {base}"));
+        routes.push(format!("DELETE {base}"));
+        if caps.browse {
+            routes.push(format!("GET {base}/messages?after=ID&limit=N&body=full"));
+        }
+        routes.push(format!("POST {base}/messages"));
+        if caps.browse {
+            routes.push(format!("POST {base}/purge"));
+            routes.push(format!("POST {base}/move"));
+        }
+        if caps.durable_subscriptions {
+            routes.push(format!(
+                "GET {base}/subscriptions?after_client=ID&after_name=NAME&limit=N"
+            ));
+            routes.push(format!(
+                "GET {base}/subscriptions/CLIENT/SUB/messages?after=ID&limit=N&body=full"
+            ));
+            routes.push(format!("DELETE {base}/subscriptions/CLIENT/SUB"));
+        }
+    }
+    routes.push("GET /api/v1/connections?after=SESSION&limit=N".into());
+    routes.push("DELETE /api/v1/connections/SESSION".into());
+    routes
 }
 
 /// Who may call, checked before anything of the request is read (its body above
@@ -117,25 +168,14 @@ async fn logged_in(
 
 /// `GET /api/v1`: the routes, for a person exploring with curl.
 async fn index() -> Result<Response, ApiError> {
-    let routes = [
-        "GET /api/v1/broker",
-        "GET /api/v1/destinations?after=KEY&limit=N",
-        "GET /api/v1/queues/NAME",
-        "GET /api/v1/topics/NAME",
-        "DELETE /api/v1/queues/NAME",
-        "DELETE /api/v1/topics/NAME",
-        "GET /api/v1/queues/NAME/messages?after=ID&limit=N&body=full",
-        "POST /api/v1/queues/NAME/messages",
-        "POST /api/v1/topics/NAME/messages",
-        "POST /api/v1/queues/NAME/purge",
-        "POST /api/v1/queues/NAME/move",
-        "GET /api/v1/topics/NAME/subscriptions?after_client=ID&after_name=NAME&limit=N",
-        "GET /api/v1/topics/NAME/subscriptions/CLIENT/SUB/messages?after=ID&limit=N&body=full",
-        "DELETE /api/v1/topics/NAME/subscriptions/CLIENT/SUB",
-        "GET /api/v1/connections?after=SESSION&limit=N",
-        "DELETE /api/v1/connections/SESSION",
-    ];
-    Ok(Json(serde_json::json!({ "version": 1, "routes": routes })).into_response())
+    Ok(Json(serde_json::json!({ "version": 1, "routes": route_list() })).into_response())
+}
+
+/// `GET /api/v1/kinds`: the kind table (each kind's name, path segment, STOMP prefix
+/// and capabilities), so that a client such as the console shows what each kind can
+/// do without knowing the kinds.
+async fn kinds() -> Json<Vec<&'static crate::KindSpec>> {
+    Json(DestinationKind::all().map(DestinationKind::spec).collect())
 }
 
 /// `GET /api/v1/broker`.
@@ -205,13 +245,10 @@ fn page_limit(limit: Option<u32>, default: u32, most: u32) -> Result<u32, ApiErr
     }
 }
 
-/// The destination named in the path, by kind.
-fn key_of(kind: &str, name: &str) -> Result<DestinationKey, ApiError> {
-    let key = match kind {
-        "queue" => DestinationKey::queue(name),
-        _ => DestinationKey::topic(name),
-    };
-    key.map_err(|e| ApiError::bad_request(format!("invalid {kind} name `{name}`: {}", e.reason)))
+/// The destination of `kind` named in the path.
+fn key_of(kind: DestinationKind, name: &str) -> Result<DestinationKey, ApiError> {
+    DestinationKey::new(kind, name)
+        .map_err(|e| ApiError::bad_request(format!("invalid {kind} name `{name}`: {}", e.reason)))
 }
 
 /// `404` for a destination that does not exist.
@@ -229,35 +266,28 @@ async fn view(state: &AppState, key: DestinationKey) -> Result<Json<DestinationV
     }
 }
 
-/// `GET /api/v1/queues/NAME`.
-async fn queue(
+/// `GET /api/v1/{kind}/NAME` (`/queues/jobs`, `/topics/orders`).
+async fn destination(
     State(state): State<AppState>,
+    Extension(kind): Extension<DestinationKind>,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<DestinationView>, ApiError> {
     let Path(name) = name?;
-    view(&state, key_of("queue", &name)?).await
+    view(&state, key_of(kind, &name)?).await
 }
 
-/// `GET /api/v1/topics/NAME`.
-async fn topic(
-    State(state): State<AppState>,
-    name: Result<Path<String>, PathRejection>,
-) -> Result<Json<DestinationView>, ApiError> {
-    let Path(name) = name?;
-    view(&state, key_of("topic", &name)?).await
-}
-
-/// `DELETE /api/v1/queues/NAME` (`QUEUE` true) or `/api/v1/topics/NAME`: deletes the
+/// `DELETE /api/v1/{kind}/NAME` (`/queues/jobs`, `/topics/orders`): deletes the
 /// destination with its messages (and a topic's durable subscriptions): `200` with
 /// `{"deleted": {"messages", "subscriptions"}}`, `404` for a destination that does
 /// not exist, `409` while a consumer is attached or a transaction holds messages
 /// for it.
-async fn delete_destination<const QUEUE: bool>(
+async fn delete_destination(
     State(state): State<AppState>,
+    Extension(kind): Extension<DestinationKind>,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(name) = name?;
-    let key = key_of(if QUEUE { "queue" } else { "topic" }, &name)?;
+    let key = key_of(kind, &name)?;
     if !state.broker.destination_exists(&key).await? {
         return Err(unknown(&key));
     }
@@ -386,16 +416,17 @@ fn message_page(rows: Vec<BrowsedMessage>, limit: u32, full: bool) -> MessagePag
     }
 }
 
-/// `GET /api/v1/queues/NAME/messages`.
-async fn queue_messages(
+/// `GET /api/v1/{kind}/NAME/messages`, for a kind that can be browsed.
+async fn browse_messages(
     State(state): State<AppState>,
+    Extension(kind): Extension<DestinationKind>,
     name: Result<Path<String>, PathRejection>,
     query: Result<Query<MessagesQuery>, QueryRejection>,
 ) -> Result<Json<MessagePage>, ApiError> {
     let Path(name) = name?;
     let Query(query) = query?;
     let (after, limit, full) = query.parts()?;
-    let key = key_of("queue", &name)?;
+    let key = key_of(kind, &name)?;
     if !state.broker.destination_exists(&key).await? {
         return Err(unknown(&key));
     }
@@ -413,16 +444,17 @@ struct SubscriptionsQuery {
     limit: Option<u32>,
 }
 
-/// `GET /api/v1/topics/NAME/subscriptions`.
+/// `GET /api/v1/{kind}/NAME/subscriptions`, for a kind that keeps durable subscriptions.
 async fn subscriptions(
     State(state): State<AppState>,
+    Extension(kind): Extension<DestinationKind>,
     name: Result<Path<String>, PathRejection>,
     query: Result<Query<SubscriptionsQuery>, QueryRejection>,
 ) -> Result<Json<DurablePage>, ApiError> {
     let Path(name) = name?;
     let Query(query) = query?;
     let limit = page_limit(query.limit, MAX_ADMIN_PAGE, MAX_ADMIN_PAGE)?;
-    let key = key_of("topic", &name)?;
+    let key = key_of(kind, &name)?;
     let after =
         match (&query.after_client, &query.after_name) {
             (None, None) => None,
@@ -437,16 +469,17 @@ async fn subscriptions(
     Ok(Json(state.broker.list_durables(&key, after, limit).await?))
 }
 
-/// `GET /api/v1/topics/NAME/subscriptions/CLIENT/SUB/messages`.
+/// `GET /api/v1/{kind}/NAME/subscriptions/CLIENT/SUB/messages`.
 async fn subscription_messages(
     State(state): State<AppState>,
+    Extension(kind): Extension<DestinationKind>,
     path: Result<Path<(String, String, String)>, PathRejection>,
     query: Result<Query<MessagesQuery>, QueryRejection>,
 ) -> Result<Json<MessagePage>, ApiError> {
     let Path((name, client_id, subscription)) = path?;
     let Query(query) = query?;
     let (after, limit, full) = query.parts()?;
-    let key = key_of("topic", &name)?;
+    let key = key_of(kind, &name)?;
     if !state
         .broker
         .durable_subscription_exists(&key, &client_id, &subscription)
@@ -464,13 +497,14 @@ async fn subscription_messages(
     Ok(Json(message_page(rows, limit, full)))
 }
 
-/// `DELETE /api/v1/topics/NAME/subscriptions/CLIENT/SUB`.
+/// `DELETE /api/v1/{kind}/NAME/subscriptions/CLIENT/SUB`.
 async fn remove_subscription(
     State(state): State<AppState>,
+    Extension(kind): Extension<DestinationKind>,
     path: Result<Path<(String, String, String)>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
     let Path((name, client_id, subscription)) = path?;
-    let key = key_of("topic", &name)?;
+    let key = key_of(kind, &name)?;
     // Asked of the store first: removing starts the topic, which an unknown
     // subscription must not do.
     let known = state
@@ -716,35 +750,40 @@ async fn send(
     ))
 }
 
-/// `POST /api/v1/queues/NAME/messages` (`QUEUE`) and `POST /api/v1/topics/NAME/messages`.
-async fn send_to<const QUEUE: bool>(
+/// `POST /api/v1/{kind}/NAME/messages` (`/queues/jobs/messages`).
+async fn send_to(
     State(state): State<AppState>,
+    Extension(kind): Extension<DestinationKind>,
     name: Result<Path<String>, PathRejection>,
     request: Result<StrictJson<SendRequest>, ApiError>,
 ) -> Result<(StatusCode, Json<SendAnswer>), ApiError> {
-    let kind = if QUEUE { "queue" } else { "topic" };
     let key = name
         .map_err(ApiError::from)
         .and_then(|Path(name)| key_of(kind, &name));
     send(&state, key, request).await
 }
 
-/// `404` unless queue `name` exists; its key.
-async fn existing_queue(state: &AppState, name: &str) -> Result<DestinationKey, ApiError> {
-    let key = key_of("queue", name)?;
+/// `404` unless destination `name` of `kind` exists; its key.
+async fn existing(
+    state: &AppState,
+    kind: DestinationKind,
+    name: &str,
+) -> Result<DestinationKey, ApiError> {
+    let key = key_of(kind, name)?;
     if !state.broker.destination_exists(&key).await? {
         return Err(unknown(&key));
     }
     Ok(key)
 }
 
-/// `POST /api/v1/queues/NAME/purge`.
+/// `POST /api/v1/{kind}/NAME/purge`, for a kind that can be browsed.
 async fn purge(
     State(state): State<AppState>,
+    Extension(kind): Extension<DestinationKind>,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<TakeReport>, ApiError> {
     let Path(name) = name?;
-    let key = existing_queue(&state, &name).await?;
+    let key = existing(&state, kind, &name).await?;
     let report = state.broker.purge_queue(&key).await?;
     tracing::info!(destination = %key, purged = report.taken, in_flight = report.in_flight, "queue purged through the admin API");
     Ok(Json(report))
@@ -771,9 +810,10 @@ pub struct MoveRequest {
 /// Default and most messages one `move` call with `all` looks at.
 pub const MAX_MOVE_ALL: u32 = 10_000;
 
-/// `POST /api/v1/queues/NAME/move`.
+/// `POST /api/v1/{kind}/NAME/move`, for a kind that can be browsed.
 async fn move_messages(
     State(state): State<AppState>,
+    Extension(kind): Extension<DestinationKind>,
     name: Result<Path<String>, PathRejection>,
     request: Result<StrictJson<MoveRequest>, ApiError>,
 ) -> Result<Json<TakeReport>, ApiError> {
@@ -798,23 +838,25 @@ async fn move_messages(
         },
     };
     let max = page_limit(request.max, MAX_MOVE_ALL, MAX_MOVE_ALL)?;
-    let from = existing_queue(&state, &name).await?;
-    // A plain name is a queue's; `queue://x` and `/queue/x` are taken too, and a
-    // topic refused (messages move to queues).
+    let from = existing(&state, kind, &name).await?;
+    // A plain name is of the same kind; `queue://x` and `/queue/x` are taken too,
+    // and a kind messages cannot move to refused.
     let to = match &request.to {
         Some(to)
-            if to.contains("://") || to.starts_with("/queue/") || to.starts_with("/topic/") =>
+            if to.contains("://")
+                || DestinationKind::all().any(|k| to.starts_with(k.spec().stomp_prefix)) =>
         {
             let key = DestinationKey::parse(to)
                 .map_err(|e| ApiError::bad_request(format!("invalid `to` {to:?}: {}", e.reason)))?;
-            if key.kind() != crate::DestinationKind::Queue {
+            if !key.capabilities().move_target {
                 return Err(ApiError::bad_request(format!(
-                    "`to` {key} is a topic: messages move to queues"
+                    "`to` {key} is a {}: messages move to queues",
+                    key.kind()
                 )));
             }
             Some(key)
         }
-        Some(to) => Some(key_of("queue", to)?),
+        Some(to) => Some(key_of(kind, to)?),
         None => None,
     };
     if to.as_ref() == Some(&from) {

@@ -399,7 +399,7 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         return Err(refusal);
     }
     let destination = target_of(frame.get("destination"))?;
-    let is_queue = destination.kind() == DestinationKind::Queue;
+    let caps = destination.kind().capabilities();
     let id = match (frame.get("id"), version) {
         (Some(id), _) => id.to_string(),
         (None, Version::V1_0) => frame.get("destination").unwrap_or_default().to_string(),
@@ -429,7 +429,7 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         .get("activemq.subscriptionName")
         .or_else(|| frame.get("activemq.subcriptionName"))
         .map(str::to_string);
-    if durable_name.is_some() && is_queue {
+    if durable_name.is_some() && !caps.durable_subscriptions {
         return refuse(
             "activemq.subscriptionName is for topics: a queue keeps its messages for any consumer",
         );
@@ -439,7 +439,7 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         Some("true") if version == Version::V1_0 => {
             return refuse("browser:true needs STOMP 1.1 or 1.2 (as ActiveMQ)")
         }
-        Some("true") if !is_queue => {
+        Some("true") if !caps.browse => {
             return refuse("browser:true is for queues: a topic keeps no messages to browse")
         }
         Some("true") if ack != StompAck::Auto => {
@@ -461,7 +461,7 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
     // An empty one is none (as ActiveMQ).
     let exclusive = match frame.get("activemq.exclusive") {
         None | Some("false") => false,
-        Some("true") if is_queue => true,
+        Some("true") if caps.point_to_point => true,
         Some("true") => {
             return refuse(
                 "activemq.exclusive is for queues: every topic subscription gets every message",
@@ -475,7 +475,7 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
     };
     let no_local = match frame.get("activemq.noLocal") {
         None | Some("false") => false,
-        Some("true") if is_queue => {
+        Some("true") if caps.point_to_point => {
             return refuse("activemq.noLocal is for topics: a queue's message goes to one consumer, whoever sent it")
         }
         Some("true") if durable_name.is_some() => {
@@ -549,9 +549,8 @@ fn destination_of(destination: Option<&str>) -> Result<DestinationKey, Refusal> 
         // name with the reason ("invalid destination `/queue/a.*`: invalid destination
         // `a.*`: wildcards ..."). A destination of neither kind has the key's own text
         // ("invalid destination `jobs`: use /queue/NAME or /topic/NAME").
-        let name = [DestinationKind::Topic, DestinationKind::Queue]
-            .into_iter()
-            .find_map(|kind| destination.strip_prefix(format!("/{kind}/").as_str()));
+        let name = DestinationKind::all()
+            .find_map(|kind| destination.strip_prefix(kind.spec().stomp_prefix));
         match name {
             Some(name) => Refusal(format!(
                 "invalid destination `{destination}`: invalid destination `{name}`: {}",

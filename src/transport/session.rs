@@ -29,7 +29,7 @@ use crate::broker::{
     Target, Transaction,
 };
 use crate::stomp::frame::{self, Frame, Version};
-use crate::{DestinationKey, DestinationKind};
+use crate::DestinationKey;
 
 /// Most transactions a connection may have open at once (default of
 /// [`SessionLimits::max_open_transactions`]).
@@ -846,7 +846,7 @@ impl Session {
         if let (Some(name), Some(client), true) = (
             durable_name,
             &self.client_id,
-            sub.destination.kind() == DestinationKind::Topic,
+            sub.destination.kind().capabilities().durable_subscriptions,
         ) {
             let name = sub.durable_name.unwrap_or(name);
             self.broker

@@ -38,6 +38,10 @@ pub struct NewMessage {
     pub xid: Option<String>,
     /// Headers and body; shared, never copied, by everyone who holds the message.
     pub payload: Arc<Payload>,
+    /// Store the headers as a JSON object too (the `hdrs` column), so a selector is
+    /// answered in SQL: what the destination's kind asks for (a queue's rows; a
+    /// topic's subscriptions test selectors in memory).
+    pub indexed_headers: bool,
 }
 
 /// A message read back from the store. Shared as `Arc<StoredMessage>` by every

@@ -171,14 +171,14 @@ pub(crate) fn priority_of(stored: i32) -> u8 {
     stored.clamp(0, crate::MAX_PRIORITY as i32) as u8
 }
 
-/// The `hdrs` column of a new message: for a queue message, its headers as a JSON
-/// object, the first value of each name (what a selector reads); `None` for a topic's
-/// (its durable subscriptions test selectors in memory).
+/// The `hdrs` column of a new message: when its destination indexes headers
+/// ([`crate::NewMessage::indexed_headers`]), its headers as a JSON object, the first
+/// value of each name (what a selector reads); `None` otherwise.
 pub(crate) fn queryable_headers(
-    container: &str,
+    indexed: bool,
     payload: &crate::Payload,
 ) -> Option<sqlx::types::Json<serde_json::Value>> {
-    if !container.starts_with("queue://") {
+    if !indexed {
         return None;
     }
     let mut object = serde_json::Map::new();
@@ -691,7 +691,7 @@ macro_rules! impl_sql_store {
                     insert.push_values(chunk, |mut row, (id, m)| {
                         let msg = $crate::encoding::encode(&m.payload);
                         *bytes += msg.len() as i64;
-                        let hdrs = $crate::sql::queryable_headers(&m.container, &m.payload);
+                        let hdrs = $crate::sql::queryable_headers(m.indexed_headers, &m.payload);
                         row.push_bind(id)
                             .push_bind(m.container)
                             .push_bind(m.message_id)

@@ -209,6 +209,8 @@ pub fn message(container: &str, body: &str, expiration: i64) -> NewMessage {
 pub fn message_p(container: &str, body: &str, expiration: i64, priority: u8) -> NewMessage {
     NewMessage {
         container: container.to_string(),
+        // As the broker's queue kind asks (`indexed_headers` in its kind table).
+        indexed_headers: container.starts_with("queue://"),
         message_id: format!("ID:{body}"),
         expiration,
         priority,

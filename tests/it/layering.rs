@@ -19,6 +19,13 @@
 //! crates; every other file of `src/` (the HTTP server, the CLI, metrics, the
 //! configuration, users and rights, the codec) uses what the facade owns or re-exports.
 //!
+//! Only the kind table says which kind a destination is: outside it
+//! (`actors/src/kinds.rs`, the key's parsing in `actors/src/destination/key.rs`, and
+//! the registry's choice of actor in `actors/src/broker.rs`), no code of `src/` or
+//! `actors/src/` names a kind (`DestinationKind::QUEUE`), tests a prefix
+//! (`starts_with("/queue/")`) or matches on one: it asks the kind what it can do
+//! ([`CAPABILITY_RULE`]).
+//!
 //! No crate has an import cycle: in `src/`, `actors/src/` and `store/src/`, the files
 //! that name each other through `crate::` or `super::` paths in code (not comments)
 //! form no circle, a module's own folder (`mod.rs`, `lib.rs` and what it declares)
@@ -208,6 +215,98 @@ fn only_the_facade_names_the_store_and_the_actors() {
         broken.is_empty(),
         "a file outside the facade reaches the store or the actors (re-export what it needs from src/lib.rs):\n{}",
         broken.join("\n")
+    );
+}
+
+/// The files that may name a kind: the table, the key's parsing, the registry.
+const KIND_TABLE: &[&str] = &[
+    "actors/src/kinds.rs",
+    "actors/src/destination/key.rs",
+    "actors/src/broker.rs",
+];
+
+/// Ways of asking which kind a destination is, instead of what it can do.
+const KIND_CHECKS: &[&str] = &[
+    "DestinationKind::QUEUE",
+    "DestinationKind::TOPIC",
+    "KindActor::",
+    "is_queue()",
+    "is_topic()",
+    "starts_with(\"queue://\")",
+    "starts_with(\"topic://\")",
+    "starts_with(\"/queue/\")",
+    "starts_with(\"/topic/\")",
+    "strip_prefix(\"queue://\")",
+    "strip_prefix(\"topic://\")",
+    "strip_prefix(\"/queue/\")",
+    "strip_prefix(\"/topic/\")",
+];
+
+/// What [`KIND_CHECKS`] finds in `text`'s code before its first `#[cfg(test)]` (a
+/// test may name the kinds it tests), comments left out, as `line: check`.
+fn kind_checks(text: &str) -> Vec<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let mut found = Vec::new();
+    for (n, line) in code.lines().enumerate() {
+        let line = line.split("//").next().unwrap_or_default();
+        for check in KIND_CHECKS {
+            if line.contains(check) {
+                found.push(format!("{}: {check}", n + 1));
+            }
+        }
+    }
+    found
+}
+
+/// The rule [`kind_checks`] enforces, as its failure says it.
+const CAPABILITY_RULE: &str = "ask the kind what it can do (`key.capabilities().browse`, \
+    `DestinationKind::all()`), as the kind table (actors/src/kinds.rs) declares it";
+
+#[test]
+fn only_the_kind_table_says_which_kind_a_destination_is() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    rust_files(&root.join("actors/src"), &mut files);
+    files.sort();
+    let mut broken = Vec::new();
+    let mut read = 0;
+    for file in &files {
+        let relative = file
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        if KIND_TABLE.contains(&relative.as_str()) {
+            continue;
+        }
+        read += 1;
+        let text = std::fs::read_to_string(file).unwrap();
+        for v in kind_checks(&text) {
+            broken.push(format!("{relative}:{v}"));
+        }
+    }
+    assert!(
+        read >= 60,
+        "only {read} files read: are src/ and actors/src/ there?"
+    );
+    assert!(
+        broken.is_empty(),
+        "code outside the kind table asks which kind a destination is; {CAPABILITY_RULE}:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_kind_check_sees_a_kind_check() {
+    let text = "fn f(k: &DestinationKey) -> bool {\n    // is_queue() in a comment is fine\n    k.kind() == DestinationKind::QUEUE\n}\n#[cfg(test)]\nmod tests { const K: DestinationKind = DestinationKind::TOPIC; }\n";
+    assert_eq!(
+        kind_checks(text),
+        vec!["3: DestinationKind::QUEUE".to_string()]
+    );
+    assert_eq!(
+        kind_checks("if name.starts_with(\"/topic/\") {}"),
+        vec!["1: starts_with(\"/topic/\")".to_string()]
     );
 }
 

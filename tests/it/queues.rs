@@ -246,7 +246,7 @@ async fn failed_deliveries_end_in_the_dead_letter_queue(t: TestStore) {
             .unwrap_or_else(|| panic!("{key} missing from {stats:?}"))
     };
     let orders = row("queue://orders");
-    assert_eq!(orders.kind, ebb::stats::DestinationKind::Queue);
+    assert_eq!(orders.kind, ebb::stats::DestinationKind::QUEUE);
     assert_eq!(
         (
             orders.enqueued_total,

@@ -129,6 +129,7 @@ async fn preload_with(
         let batch = (done..done + n)
             .map(|i| NewMessage {
                 container: container.into(),
+                indexed_headers: container.starts_with("queue://"),
                 message_id: format!("{prefix}-{i}"),
                 expiration: 0,
                 priority: 4,

@@ -241,6 +241,7 @@ impl DestinationCore {
             priority: message.priority,
             xid,
             payload: Arc::clone(&message.payload),
+            indexed_headers: self.key.capabilities().indexed_headers,
         }
     }
 

@@ -11,35 +11,96 @@
 //! | plain name ([`DestinationKey::name`]) | `jobs` | dead-letter queue names (`DLQ.jobs`) |
 
 use std::fmt;
+use std::sync::LazyLock;
 
 use thiserror::Error;
 
-/// Why a name without its kind is refused ([`DestinationKey::parse`]).
-pub const NO_KIND: &str = "a destination names its kind: queue://NAME or /queue/NAME for a queue, topic://NAME or /topic/NAME for a topic";
+use crate::kinds::{self, Capabilities, KindSpec, KINDS};
+
+/// Why a name without its kind is refused ([`DestinationKey::parse`]): every kind of
+/// the table with its two forms ("a destination names its kind: queue://NAME or
+/// /queue/NAME for a queue, topic://NAME or /topic/NAME for a topic").
+pub static NO_KIND: LazyLock<String> = LazyLock::new(|| {
+    let forms: Vec<String> = KINDS
+        .iter()
+        .map(|k| {
+            format!(
+                "{}://NAME or {}NAME for a {}",
+                k.name, k.stomp_prefix, k.name
+            )
+        })
+        .collect();
+    format!("a destination names its kind: {}", forms.join(", "))
+});
+
+/// The schemes of every kind, joined with "or" (`queue:// or topic://`), for
+/// refusal texts.
+static SCHEMES: LazyLock<String> = LazyLock::new(|| {
+    let schemes: Vec<String> = KINDS.iter().map(|k| format!("{}://", k.name)).collect();
+    schemes.join(" or ")
+});
+
+/// A name with a scheme of its own or control characters.
+static NOT_PLAIN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "give the plain name after {}, without another scheme or control characters",
+        *SCHEMES
+    )
+});
+
+/// Why a text is not a store key.
+static STORE_KEY: LazyLock<String> =
+    LazyLock::new(|| format!("a store key starts with {}", *SCHEMES));
+
+/// Why a text is not a destination pattern.
+static PATTERN_KEY: LazyLock<String> =
+    LazyLock::new(|| format!("a destination pattern starts with {}", *SCHEMES));
 
 /// The longest destination name, bytes (the store's `container` column holds the
 /// name and its `queue://` / `topic://` prefix).
 pub const MAX_NAME_BYTES: usize = 200;
 
-/// Whether a destination is a topic or a queue (serialized `"topic"` / `"queue"`).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum DestinationKind {
-    /// Each message goes to one consumer (point to point).
-    Queue,
-    /// Every subscription gets every message (publish/subscribe).
-    Topic,
-}
+/// A kind of destination: a row of the kind table ([`crate::kinds::KINDS`]), e.g.
+/// [`DestinationKind::QUEUE`]. Compared, hashed and ordered by name (so keys sort as
+/// their store keys); serialized as its name (`"queue"`). Ask what it can do with
+/// [`DestinationKind::capabilities`] rather than which one it is.
+#[derive(Clone, Copy)]
+pub struct DestinationKind(&'static KindSpec);
 
 impl DestinationKind {
-    /// `"topic"` or `"queue"`: the scheme of the store key.
+    /// Queues ([`crate::kinds::QUEUE`]).
+    pub const QUEUE: Self = Self(&kinds::QUEUE);
+    /// Topics ([`crate::kinds::TOPIC`]).
+    pub const TOPIC: Self = Self(&kinds::TOPIC);
+
+    /// The kind `spec` declares.
+    pub fn of(spec: &'static KindSpec) -> Self {
+        Self(spec)
+    }
+
+    /// Every kind of the table, in its order.
+    pub fn all() -> impl Iterator<Item = Self> {
+        KINDS.iter().map(|spec| Self(spec))
+    }
+
+    /// The kind named `name` (`"queue"`), if the table has one.
+    pub fn by_name(name: &str) -> Option<Self> {
+        kinds::by_name(name).map(Self)
+    }
+
+    /// Its row of the table.
+    pub fn spec(self) -> &'static KindSpec {
+        self.0
+    }
+
+    /// What it can do.
+    pub fn capabilities(self) -> Capabilities {
+        self.0.capabilities
+    }
+
+    /// Its name (`"queue"`): the scheme of the store key.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Topic => "topic",
-            Self::Queue => "queue",
-        }
+        self.0.name
     }
 
     /// The kind a store key names (`topic://...`, `queue://...`); `None` for others.
@@ -48,9 +109,55 @@ impl DestinationKind {
     }
 }
 
+impl PartialEq for DestinationKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for DestinationKind {}
+
+impl std::hash::Hash for DestinationKind {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.name.hash(state)
+    }
+}
+
+impl PartialOrd for DestinationKind {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for DestinationKind {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.name.cmp(other.0.name)
+    }
+}
+
+impl fmt::Debug for DestinationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
 impl fmt::Display for DestinationKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for DestinationKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0.name)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DestinationKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Self::by_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("no destination kind `{name}`")))
     }
 }
 
@@ -91,9 +198,7 @@ impl DestinationKey {
             return Err(invalid("longer than 200 bytes"));
         }
         if name.contains("://") || name.chars().any(|c| c.is_control()) {
-            return Err(invalid(
-                "give the plain name after queue:// or topic://, without another scheme or control characters",
-            ));
+            return Err(invalid(NOT_PLAIN.as_str()));
         }
         if name.split('.').any(|s| s == "*" || s == ">") {
             return Err(invalid(
@@ -108,12 +213,12 @@ impl DestinationKey {
 
     /// The topic `name` (plain name: the kind is given).
     pub fn topic(name: &str) -> Result<Self, InvalidDestination> {
-        Self::new(DestinationKind::Topic, name)
+        Self::new(DestinationKind::TOPIC, name)
     }
 
     /// The queue `name` (plain name).
     pub fn queue(name: &str) -> Result<Self, InvalidDestination> {
-        Self::new(DestinationKind::Queue, name)
+        Self::new(DestinationKind::QUEUE, name)
     }
 
     /// A destination as the embedding API and STOMP both take it: `queue://NAME` or
@@ -130,7 +235,7 @@ impl DestinationKey {
             }),
             None => Err(InvalidDestination {
                 name: text.to_string(),
-                reason: NO_KIND,
+                reason: NO_KIND.as_str(),
             }),
         }
     }
@@ -138,12 +243,10 @@ impl DestinationKey {
     /// The kind and plain name of `text` in any of [`DestinationKey::parse`]'s forms.
     fn split_any(text: &str) -> Option<(DestinationKind, &str)> {
         Self::split_container(text).or_else(|| {
-            if let Some(name) = text.strip_prefix("/queue/") {
-                Some((DestinationKind::Queue, name))
-            } else {
-                text.strip_prefix("/topic/")
-                    .map(|name| (DestinationKind::Topic, name))
-            }
+            DestinationKind::all().find_map(|kind| {
+                text.strip_prefix(kind.spec().stomp_prefix)
+                    .map(|name| (kind, name))
+            })
         })
     }
 
@@ -154,7 +257,7 @@ impl DestinationKey {
             Some((kind, name)) => Self::new(kind, name),
             None => Err(InvalidDestination {
                 name: container.to_string(),
-                reason: "a store key starts with topic:// or queue://",
+                reason: STORE_KEY.as_str(),
             }),
         }
     }
@@ -166,28 +269,23 @@ impl DestinationKey {
         Self::parse(destination)
     }
 
+    /// The kind and plain name of a store key (`NAME://plain`), no allocation.
     fn split_container(text: &str) -> Option<(DestinationKind, &str)> {
-        if let Some(name) = text.strip_prefix("queue://") {
-            Some((DestinationKind::Queue, name))
-        } else {
-            text.strip_prefix("topic://")
-                .map(|name| (DestinationKind::Topic, name))
-        }
+        DestinationKind::all().find_map(|kind| {
+            text.strip_prefix(kind.as_str())
+                .and_then(|rest| rest.strip_prefix("://"))
+                .map(|name| (kind, name))
+        })
     }
 
-    /// Topic or queue.
+    /// Its kind: ask it what it can do ([`DestinationKind::capabilities`]).
     pub fn kind(&self) -> DestinationKind {
         self.kind
     }
 
-    /// True for a queue.
-    pub fn is_queue(&self) -> bool {
-        self.kind == DestinationKind::Queue
-    }
-
-    /// True for a topic.
-    pub fn is_topic(&self) -> bool {
-        self.kind == DestinationKind::Topic
+    /// What its kind can do.
+    pub fn capabilities(&self) -> Capabilities {
+        self.kind.capabilities()
     }
 
     /// The plain name, e.g. `jobs`.
@@ -203,7 +301,7 @@ impl DestinationKey {
 
     /// STOMP's form, e.g. `/queue/jobs`.
     pub fn stomp(&self) -> String {
-        format!("/{}/{}", self.kind.as_str(), self.name)
+        format!("{}{}", self.kind.spec().stomp_prefix, self.name)
     }
 }
 
@@ -232,8 +330,8 @@ impl DestinationPattern {
             name: text.to_string(),
             reason,
         };
-        let (kind, name) = DestinationKey::split_container(text)
-            .ok_or_else(|| invalid("a destination pattern starts with topic:// or queue://"))?;
+        let (kind, name) =
+            DestinationKey::split_container(text).ok_or_else(|| invalid(PATTERN_KEY.as_str()))?;
         let segments: Vec<String> = name.split('.').map(str::to_string).collect();
         if segments.iter().any(|s| s.is_empty()) {
             return Err(invalid("a destination pattern has no empty segment"));
@@ -254,7 +352,7 @@ impl DestinationPattern {
         let Some((kind, name)) = DestinationKey::split_any(text) else {
             return Err(InvalidDestination {
                 name: text.to_string(),
-                reason: NO_KIND,
+                reason: NO_KIND.as_str(),
             });
         };
         Self::of_name(kind, name, text)
@@ -281,9 +379,7 @@ impl DestinationPattern {
             return Err(invalid("longer than 200 bytes"));
         }
         if name.contains("://") || name.chars().any(|c| c.is_control()) {
-            return Err(invalid(
-                "give the plain name after queue:// or topic://, without another scheme or control characters",
-            ));
+            return Err(invalid(NOT_PLAIN.as_str()));
         }
         Self::parse(&format!("{}://{name}", kind.as_str()))
             .map(Some)
@@ -297,7 +393,11 @@ impl DestinationPattern {
 
     /// STOMP's form, e.g. `/topic/orders.>`.
     pub fn stomp(&self) -> String {
-        format!("/{}/{}", self.kind.as_str(), self.segments.join("."))
+        format!(
+            "{}{}",
+            self.kind.spec().stomp_prefix,
+            self.segments.join(".")
+        )
     }
 
     /// The store keys every destination it matches lies within: `(from, below)`, so
@@ -401,15 +501,26 @@ mod tests {
         let t = DestinationKey::parse("/topic/orders.eu").unwrap();
         assert_eq!(t, DestinationKey::parse("topic://orders.eu").unwrap());
         assert_eq!(t, DestinationKey::from_stomp("/topic/orders.eu").unwrap());
-        assert!(t.is_topic() && !t.is_queue());
+        assert_eq!(t.kind(), DestinationKind::TOPIC);
+        assert!(t.capabilities().durable_subscriptions && !t.capabilities().browse);
         assert_eq!(
             DestinationKind::of_container("topic://a"),
-            Some(DestinationKind::Topic)
+            Some(DestinationKind::TOPIC)
         );
         assert_eq!(
             DestinationKind::of_container("queue://a"),
-            Some(DestinationKind::Queue)
+            Some(DestinationKind::QUEUE)
         );
+        assert_eq!(DestinationKind::of_container("queues://a"), None);
+        assert_eq!(
+            serde_json::to_string(&DestinationKind::QUEUE).unwrap(),
+            "\"queue\""
+        );
+        assert_eq!(
+            serde_json::from_str::<DestinationKind>("\"topic\"").unwrap(),
+            DestinationKind::TOPIC
+        );
+        assert!(serde_json::from_str::<DestinationKind>("\"lake\"").is_err());
         assert_eq!(DestinationKind::of_container("jobs"), None);
     }
 
@@ -442,7 +553,7 @@ mod tests {
             assert_eq!(api.to_string(), stomp.to_string(), "the same refusal");
             assert_eq!(
                 api.to_string(),
-                format!("invalid destination `{bare}`: {NO_KIND}")
+                format!("invalid destination `{bare}`: {}", *NO_KIND)
             );
         }
         let e = DestinationKey::from_stomp("/queue/a.>").unwrap_err();
@@ -515,7 +626,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             (q.kind(), q.to_string()),
-            (DestinationKind::Queue, "queue://jobs.*".into())
+            (DestinationKind::QUEUE, "queue://jobs.*".into())
         );
         assert_eq!(
             DestinationPattern::subscription_from_stomp("/queue/jobs").unwrap(),

@@ -1,0 +1,147 @@
+//! The kind table: every kind of destination, declared once.
+//!
+//! A [`KindSpec`] says what a kind is called (its store scheme `NAME://`, its STOMP
+//! prefix, the admin API's path segment), what it can do ([`Capabilities`]) and which
+//! actor runs it ([`KindActor`]). [`KINDS`] lists them all. Key parsing and the
+//! refusal texts ([`crate::destination::key`]), the registry, the facade's checks,
+//! stats, the admin API and the console read this table and ask "can it do X?"
+//! ([`crate::DestinationKind::capabilities`]), never "is it a queue?".
+//!
+//! Adding a kind: a file that declares its `KindSpec` (and, if no existing actor runs
+//! it, its actor), plus one line in [`KINDS`].
+
+/// What a kind of destination can do: the questions the rest of Ebb asks of a
+/// destination instead of naming its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Capabilities {
+    /// Keeps durable subscriptions (a client id and a subscription name, with a
+    /// backlog kept while offline), as a JMS topic does.
+    pub durable_subscriptions: bool,
+    /// Each message goes to one consumer: consumers compete, with prefetch, client
+    /// acks, redelivery, a dead-letter queue, message groups and exclusive consumers
+    /// (JMS point to point).
+    pub point_to_point: bool,
+    /// Its waiting messages can be browsed, listed and purged (STOMP
+    /// `browser:true`, the admin API's message pages).
+    pub browse: bool,
+    /// Messages can be moved into it by an operator, or dead-lettered into it.
+    pub move_target: bool,
+    /// A non-durable subscription's automatic acks only give credit back, through
+    /// shared counters instead of a message each (every subscription gets its own
+    /// copy, so an ack changes nothing stored).
+    pub shared_auto_acks: bool,
+    /// The store indexes each message's headers (the `hdrs` column), so a selector
+    /// is answered in SQL deep in a backlog.
+    pub indexed_headers: bool,
+}
+
+/// The actor that runs a kind's destinations. Kinds that differ only in what the
+/// table says (their name, prefix and capabilities) share an actor; a kind with a
+/// dispatch of its own brings its actor and a variant here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KindActor {
+    /// [`crate::topic::TopicActor`]: every subscription gets every message.
+    Topic,
+    /// [`crate::queue::QueueActor`]: each message to one consumer.
+    Queue,
+}
+
+/// One kind of destination, as the rest of Ebb sees it. Serialized (the admin API's
+/// `GET /api/v1/kinds`) without its actor.
+#[derive(Debug, serde::Serialize)]
+pub struct KindSpec {
+    /// Its name (`queue`): the store key's scheme (`queue://NAME`), its name in JSON,
+    /// metrics labels and refusal texts.
+    pub name: &'static str,
+    /// The admin API's path segment for destinations of this kind (`queues`:
+    /// `/api/v1/queues/NAME`).
+    pub plural: &'static str,
+    /// The STOMP `destination` prefix (`/queue/`), as ActiveMQ and RabbitMQ name
+    /// destinations.
+    pub stomp_prefix: &'static str,
+    /// What it can do.
+    pub capabilities: Capabilities,
+    /// Which actor runs it.
+    #[serde(skip)]
+    pub actor: KindActor,
+}
+
+/// A queue: each message to one consumer, kept until acked (JMS point to point).
+pub static QUEUE: KindSpec = KindSpec {
+    name: "queue",
+    plural: "queues",
+    stomp_prefix: "/queue/",
+    capabilities: Capabilities {
+        durable_subscriptions: false,
+        point_to_point: true,
+        browse: true,
+        move_target: true,
+        shared_auto_acks: false,
+        indexed_headers: true,
+    },
+    actor: KindActor::Queue,
+};
+
+/// A topic: every subscription gets every message; durable subscriptions keep a
+/// backlog while offline (JMS publish/subscribe).
+pub static TOPIC: KindSpec = KindSpec {
+    name: "topic",
+    plural: "topics",
+    stomp_prefix: "/topic/",
+    capabilities: Capabilities {
+        durable_subscriptions: true,
+        point_to_point: false,
+        browse: false,
+        move_target: false,
+        shared_auto_acks: true,
+        indexed_headers: false,
+    },
+    actor: KindActor::Topic,
+};
+
+/// Every kind, in the order of their store keys (by name). Parsing tries them in
+/// this order; refusal texts list them in it.
+pub static KINDS: &[&KindSpec] = &[&QUEUE, &TOPIC];
+
+/// The kind named `name` (`queue`), if there is one.
+pub fn by_name(name: &str) -> Option<&'static KindSpec> {
+    KINDS.iter().copied().find(|k| k.name == name)
+}
+
+/// The kind whose admin API path segment is `plural` (`queues`), if there is one.
+pub fn by_plural(plural: &str) -> Option<&'static KindSpec> {
+    KINDS.iter().copied().find(|k| k.plural == plural)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_prefixes_and_segments_are_unique() {
+        for (i, a) in KINDS.iter().enumerate() {
+            for b in &KINDS[i + 1..] {
+                assert_ne!(a.name, b.name);
+                assert_ne!(a.plural, b.plural);
+                assert!(!a.stomp_prefix.starts_with(b.stomp_prefix));
+                assert!(!b.stomp_prefix.starts_with(a.stomp_prefix));
+            }
+            assert!(a.stomp_prefix.starts_with('/') && a.stomp_prefix.ends_with('/'));
+        }
+        let mut names: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            KINDS.iter().map(|k| k.name).collect::<Vec<_>>(),
+            "listed in store-key order"
+        );
+    }
+
+    #[test]
+    fn kinds_are_found_by_name_and_segment() {
+        assert_eq!(by_name("queue").unwrap().plural, "queues");
+        assert_eq!(by_plural("topics").unwrap().name, "topic");
+        assert!(by_name("queues").is_none());
+        assert!(by_plural("queue").is_none());
+    }
+}
