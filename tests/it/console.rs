@@ -235,6 +235,18 @@ async fn the_console_shows_destinations_and_retries_a_dlq(t: TestStore) {
         .await
         .unwrap(),
     );
+    // Two names of one client, one holding a `/` (issue 35: Remove on `eu/invoices`
+    // removed `eu`, its backlog with it).
+    for name in ["eu", "eu/invoices"] {
+        drop(
+            b.subscribe(
+                "topic://console.news",
+                SubscribeOptions::durable("billing", name),
+            )
+            .await
+            .unwrap(),
+        );
+    }
     b.send("topic://console.news", Message::new("headline"))
         .await
         .unwrap();
@@ -328,7 +340,7 @@ async fn the_console_shows_destinations_and_retries_a_dlq(t: TestStore) {
     )
     .await;
     let subscription = page
-        .eval("document.querySelector('#subscriptions tbody tr').innerText")
+        .eval("[...document.querySelectorAll('#subscriptions tbody tr')].map(r => r.innerText).find(t => t.includes('reporting'))")
         .await;
     let subscription = subscription.as_str().unwrap();
     assert!(
@@ -338,6 +350,20 @@ async fn the_console_shows_destinations_and_retries_a_dlq(t: TestStore) {
         "{subscription}"
     );
     page.screenshot("topic").await;
+    page.eval("window.confirm = () => true; document.querySelector('[data-remove][data-sub=\"eu/invoices\"]').click(); true")
+        .await;
+    page.wait_for("document.getElementById('notice') && document.getElementById('notice').textContent.includes('Removed billing/eu/invoices')")
+        .await;
+    let exists = |name: &'static str| {
+        let b = b.clone();
+        async move {
+            b.durable_subscription_exists("topic://console.news", "billing", name)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(!exists("eu/invoices").await, "the one clicked is removed");
+    assert!(exists("eu").await, "the other name of the client stays");
 
     page.open(
         &format!("{base}#/connections"),
