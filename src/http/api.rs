@@ -41,6 +41,7 @@ use crate::admin::{
     DestinationPage, DestinationView, DurablePage, Selection, TakeReport, MAX_ADMIN_PAGE,
     MAX_MOVE_IDS,
 };
+use crate::auth::{Principal, Right};
 use crate::broker::{BrowsedMessage, MAX_BROWSE_PAGE};
 use crate::transport::command::RESERVED;
 use crate::{DestinationKey, DestinationKind, Error, Message};
@@ -141,12 +142,24 @@ fn route_list() -> Vec<String> {
     routes
 }
 
+/// Who called, as the login check found it: put in the request's extensions for
+/// the handlers that show a destination's data, which need the same right as the
+/// STOMP operation they mirror ([`may_read`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Caller {
+    /// The user (none when no users are configured).
+    principal: Option<Principal>,
+    /// In the admin group, or no users configured: may see and change everything.
+    admin: bool,
+}
+
 /// Who may call, checked before anything of the request is read (its body above
 /// all): a read (GET, HEAD) needs a configured user, a change one in the admin group
-/// (see [`login`]); without users everyone may.
+/// (see [`login`]); without users everyone may. The caller goes on in the request's
+/// extensions ([`Caller`]).
 async fn logged_in(
     State(state): State<AppState>,
-    request: axum::extract::Request,
+    mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     use axum::http::Method;
@@ -155,14 +168,60 @@ async fn logged_in(
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|c| c.0.ip());
     let checked = match *request.method() {
-        Method::GET | Method::HEAD => login::caller(&state, request.headers(), peer)
+        Method::GET | Method::HEAD => {
+            login::caller(&state, request.headers(), peer)
+                .await
+                .map(|principal| {
+                    let admin = principal
+                        .as_ref()
+                        .is_none_or(|p| p.groups.contains(&state.options.admin_group));
+                    Caller { principal, admin }
+                })
+        }
+        _ => login::admin(&state, request.headers(), peer)
             .await
-            .map(drop),
-        _ => login::admin(&state, request.headers(), peer).await,
+            .map(|()| Caller {
+                principal: None,
+                admin: true,
+            }),
     };
     match checked {
-        Ok(()) => next.run(request).await,
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
         Err(e) => e.into_response(),
+    }
+}
+
+/// `403` unless `caller` may read `key`'s messages: the admin group may; anyone
+/// else needs the `read` right on it that a STOMP SUBSCRIBE needs
+/// (`[[authorization]]`, [`crate::auth::Security::authorize`]).
+fn may_read(state: &AppState, caller: &Caller, key: &DestinationKey) -> Result<(), ApiError> {
+    if caller.admin {
+        return Ok(());
+    }
+    state
+        .options
+        .security
+        .authorize(caller.principal.as_ref(), Right::Read, key)
+        .map_err(|why| ApiError::new(StatusCode::FORBIDDEN, why))
+}
+
+/// `403` unless `caller` is in the admin group (or no users are configured).
+fn must_be_admin(state: &AppState, caller: &Caller, what: &str) -> Result<(), ApiError> {
+    match (caller.admin, &caller.principal) {
+        (true, _) => Ok(()),
+        (false, principal) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "user {} may not {what}: it needs a user in group `{}`",
+                principal
+                    .as_ref()
+                    .map_or("(anonymous)", |p| p.login.as_str()),
+                state.options.admin_group
+            ),
+        )),
     }
 }
 
@@ -215,6 +274,7 @@ struct PageQuery {
 /// `GET /api/v1/destinations`.
 async fn destinations(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Json<DestinationPage>, ApiError> {
     let Query(query) = query?;
@@ -226,12 +286,16 @@ async fn destinations(
             ))
         })?;
     }
-    Ok(Json(
-        state
-            .broker
-            .list_destinations(query.after.as_deref(), limit)
-            .await?,
-    ))
+    let mut page = state
+        .broker
+        .list_destinations(query.after.as_deref(), limit)
+        .await?;
+    // Only what the caller may read; `next` still continues after the whole page.
+    page.destinations.retain(|d| {
+        DestinationKey::from_container(&d.stats.destination)
+            .is_ok_and(|key| may_read(&state, &caller, &key).is_ok())
+    });
+    Ok(Json(page))
 }
 
 /// `limit` checked: 1 to `most`, `default` when absent.
@@ -270,10 +334,13 @@ async fn view(state: &AppState, key: DestinationKey) -> Result<Json<DestinationV
 async fn destination(
     State(state): State<AppState>,
     Extension(kind): Extension<DestinationKind>,
+    Extension(caller): Extension<Caller>,
     name: Result<Path<String>, PathRejection>,
 ) -> Result<Json<DestinationView>, ApiError> {
     let Path(name) = name?;
-    view(&state, key_of(kind, &name)?).await
+    let key = key_of(kind, &name)?;
+    may_read(&state, &caller, &key)?;
+    view(&state, key).await
 }
 
 /// `DELETE /api/v1/{kind}/NAME` (`/queues/jobs`, `/topics/orders`): deletes the
@@ -420,6 +487,7 @@ fn message_page(rows: Vec<BrowsedMessage>, limit: u32, full: bool) -> MessagePag
 async fn browse_messages(
     State(state): State<AppState>,
     Extension(kind): Extension<DestinationKind>,
+    Extension(caller): Extension<Caller>,
     name: Result<Path<String>, PathRejection>,
     query: Result<Query<MessagesQuery>, QueryRejection>,
 ) -> Result<Json<MessagePage>, ApiError> {
@@ -427,6 +495,7 @@ async fn browse_messages(
     let Query(query) = query?;
     let (after, limit, full) = query.parts()?;
     let key = key_of(kind, &name)?;
+    may_read(&state, &caller, &key)?;
     if !state.broker.destination_exists(&key).await? {
         return Err(unknown(&key));
     }
@@ -448,6 +517,7 @@ struct SubscriptionsQuery {
 async fn subscriptions(
     State(state): State<AppState>,
     Extension(kind): Extension<DestinationKind>,
+    Extension(caller): Extension<Caller>,
     name: Result<Path<String>, PathRejection>,
     query: Result<Query<SubscriptionsQuery>, QueryRejection>,
 ) -> Result<Json<DurablePage>, ApiError> {
@@ -455,6 +525,7 @@ async fn subscriptions(
     let Query(query) = query?;
     let limit = page_limit(query.limit, MAX_ADMIN_PAGE, MAX_ADMIN_PAGE)?;
     let key = key_of(kind, &name)?;
+    may_read(&state, &caller, &key)?;
     let after =
         match (&query.after_client, &query.after_name) {
             (None, None) => None,
@@ -473,6 +544,7 @@ async fn subscriptions(
 async fn subscription_messages(
     State(state): State<AppState>,
     Extension(kind): Extension<DestinationKind>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<(String, String, String)>, PathRejection>,
     query: Result<Query<MessagesQuery>, QueryRejection>,
 ) -> Result<Json<MessagePage>, ApiError> {
@@ -480,6 +552,7 @@ async fn subscription_messages(
     let Query(query) = query?;
     let (after, limit, full) = query.parts()?;
     let key = key_of(kind, &name)?;
+    may_read(&state, &caller, &key)?;
     if !state
         .broker
         .durable_subscription_exists(&key, &client_id, &subscription)
@@ -887,8 +960,14 @@ pub struct ConnectionPage {
 /// `GET /api/v1/connections`.
 async fn connections(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Json<ConnectionPage>, ApiError> {
+    must_be_admin(
+        &state,
+        &caller,
+        "list connections (they show logins and client ids)",
+    )?;
     let Query(query) = query?;
     let limit = page_limit(query.limit, MAX_ADMIN_PAGE, MAX_ADMIN_PAGE)? as usize;
     let connections = state

@@ -759,6 +759,119 @@ async fn bad_input_gets_a_4xx_with_a_json_error(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// Reads need the right the STOMP operation they mirror needs (issue 35): a user who
+/// may not SUBSCRIBE to `queue://api.secret` gets `403` for its counters, its
+/// messages and a topic's subscriptions and backlog, does not see it listed, and may
+/// not list connections (logins, client ids); the admin group sees everything.
+async fn reads_need_the_stomp_read_right(t: TestStore) {
+    let user = |login: &str, password: &str, groups: &[&str]| User {
+        login: login.into(),
+        password_hash: hash_password(password).unwrap(),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+    };
+    let entry = |destination: &str, read: &[&str]| ebb::auth::AuthorizationEntry {
+        destination: destination.into(),
+        read: read.iter().map(|g| g.to_string()).collect(),
+        write: vec!["admin".into()],
+        admin: vec!["admin".into()],
+    };
+    let security = Security {
+        users: vec![
+            user("viewer", "look", &["ops"]),
+            user("root", "s3cret", &["admin"]),
+        ],
+        authorization: vec![
+            entry("queue://api.public", &["ops", "admin"]),
+            entry("queue://>", &["admin"]),
+            entry("topic://>", &["admin"]),
+        ],
+    };
+    let (b, server, base) = http_server(&t, |o| o.security = std::sync::Arc::new(security)).await;
+    b.send("queue://api.public", Message::new("open"))
+        .await
+        .unwrap();
+    b.send("queue://api.secret", Message::new("payroll"))
+        .await
+        .unwrap();
+    drop(
+        b.subscribe(
+            "topic://api.board",
+            ebb::SubscribeOptions::durable("hr", "minutes"),
+        )
+        .await
+        .unwrap(),
+    );
+    b.send(
+        "topic://api.board",
+        Message::new("minutes").persistent(true),
+    )
+    .await
+    .unwrap();
+    let api = format!("{base}/api/v1");
+    let secret = [
+        format!("{api}/queues/api.secret"),
+        format!("{api}/queues/api.secret/messages?body=full"),
+        format!("{api}/topics/api.board"),
+        format!("{api}/topics/api.board/subscriptions"),
+        format!("{api}/topics/api.board/subscriptions/hr/minutes/messages?body=full"),
+        format!("{api}/connections"),
+    ];
+    for url in &secret {
+        let refused = call("GET", url.clone(), None, Some("viewer:look")).await;
+        assert_eq!(refused.status, 403, "{url}: {}", refused.json);
+        assert!(
+            !refused.json.to_string().contains("payroll")
+                && !refused.json.to_string().contains("minutes\""),
+            "{url}: {}",
+            refused.json
+        );
+        let admin = call("GET", url.clone(), None, Some("root:s3cret")).await;
+        assert_eq!(admin.status, 200, "{url}: {}", admin.json);
+    }
+    let public = call(
+        "GET",
+        format!("{api}/queues/api.public/messages?body=full"),
+        None,
+        Some("viewer:look"),
+    )
+    .await;
+    assert_eq!(public.status, 200, "{}", public.json);
+    assert_eq!(public.json["messages"][0]["body"], "open");
+    let listed = |answer: &Answer| -> Vec<String> {
+        answer.json["destinations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["destination"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let seen = call(
+        "GET",
+        format!("{api}/destinations"),
+        None,
+        Some("viewer:look"),
+    )
+    .await;
+    assert_eq!(listed(&seen), vec!["queue://api.public".to_string()]);
+    let all = call(
+        "GET",
+        format!("{api}/destinations"),
+        None,
+        Some("root:s3cret"),
+    )
+    .await;
+    assert_eq!(
+        listed(&all),
+        vec![
+            "queue://api.public",
+            "queue://api.secret",
+            "topic://api.board"
+        ]
+    );
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
 /// With users: no credentials or a wrong password is a 401 asking for Basic; a
 /// user outside the admin group may read but not change (403); an admin may send.
 /// `/healthz`, `/readyz` and `/metrics` need no login.
@@ -1702,6 +1815,7 @@ on_every_backend!(
     the_api_sends_and_removes_subscriptions,
     bad_input_gets_a_4xx_with_a_json_error,
     users_need_a_login_and_changes_the_admin_group,
+    reads_need_the_stomp_read_right,
     stomp_over_websocket_carries_the_same_sessions,
     purge_deletes_what_waits_and_leaves_what_a_consumer_holds,
     destinations_are_deleted_when_nobody_uses_them,
