@@ -86,6 +86,12 @@ pub struct HttpSection {
     /// Origins (`https://app.example`) of other sites whose pages may call the admin
     /// API's changes and, without users, open STOMP WebSockets; default none.
     pub allowed_origins: Option<Vec<String>>,
+    /// Host names (the request's `Host`, without its port) served besides IP
+    /// addresses, `localhost` and this machine's name: `app.example`, `.example`
+    /// (the name and every name under it), `*` (any: turns the check off). A request
+    /// for another name is refused (`403`), so a page of another site whose name
+    /// was made to resolve to this server (DNS rebinding) gets nothing.
+    pub allowed_hosts: Option<Vec<String>>,
     /// Most HTTP connections at once, WebSockets included (default 1,024).
     pub max_connections: Option<usize>,
     /// Most HTTP connections from one IP address at once (default 64).

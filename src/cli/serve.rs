@@ -314,6 +314,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         connections: connection.connections.clone(),
         readiness: readiness.clone(),
         allowed_origins: file.http.allowed_origins.clone().unwrap_or_default(),
+        allowed_hosts: file.http.allowed_hosts.clone().unwrap_or_default(),
         max_connections: file
             .http
             .max_connections

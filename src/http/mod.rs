@@ -118,6 +118,13 @@ pub struct HttpOptions {
     /// API's changes and open STOMP WebSockets without users configured (see
     /// `same_origin`); default none. `[http] allowed_origins`.
     pub allowed_origins: Vec<String>,
+    /// Host names served besides IP addresses, `localhost` (and `*.localhost`) and
+    /// this machine's name (`/proc/sys/kernel/hostname`): each a name, `.example`
+    /// for a name and every name under it, or `*` for any. Checked against every
+    /// request's `Host` (WebSocket upgrades included): another name gets `403`, which
+    /// keeps out pages whose name was made to resolve to this server (DNS
+    /// rebinding). Default none; `[http] allowed_hosts`.
+    pub allowed_hosts: Vec<String>,
     /// Largest request body accepted, bytes (a message sent through the API); a
     /// larger one gets `413`. Default [`MAX_BODY_BYTES`].
     pub max_body_bytes: usize,
@@ -151,6 +158,7 @@ impl HttpOptions {
             connections: Connections::default(),
             readiness,
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             max_body_bytes: MAX_BODY_BYTES,
             max_connections: MAX_HTTP_CONNECTIONS,
             max_connections_per_address: MAX_HTTP_CONNECTIONS_PER_ADDRESS,
@@ -434,8 +442,77 @@ fn router(state: AppState, body_limit: usize) -> Router {
             state.clone(),
             same_origin,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            known_host,
+        ))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
+}
+
+/// This machine's name, read once (Linux: `/proc/sys/kernel/hostname`); empty when
+/// it cannot be read.
+fn machine_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+            .map(|n| n.trim().to_ascii_lowercase())
+            .unwrap_or_default()
+    })
+}
+
+/// Whether a request whose `Host` is `host` (`name[:port]`, `[v6]:port`) is for
+/// this server: an IP address (a name cannot be rebound to it), `localhost` or a
+/// name under it, this machine's name, or one of `allowed` ([`HttpOptions::allowed_hosts`]).
+pub(crate) fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        },
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if name.parse::<std::net::IpAddr>().is_ok()
+        || name == "localhost"
+        || name.ends_with(".localhost")
+        || (!machine_name().is_empty() && name == machine_name())
+    {
+        return true;
+    }
+    allowed.iter().any(|a| {
+        let a = a.to_ascii_lowercase();
+        a == "*"
+            || a == name
+            || a.strip_prefix('.')
+                .is_some_and(|domain| name == domain || name.ends_with(&format!(".{domain}")))
+    })
+}
+
+/// Refuses a request for a host name this server does not answer to
+/// ([`host_allowed`]): `403`, on every route, before anything else is read. A
+/// request without `Host` (HTTP/1.0, no browser) passes.
+async fn known_host(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(axum::http::header::HOST)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
+    match host {
+        Some(host) if !host_allowed(&host, &state.options.allowed_hosts) => error::ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "host `{host}` is not served here: use an IP address, localhost, this \
+                     machine's name, or add it to [http] allowed_hosts"
+            ),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    }
 }
 
 /// Refuses what a web page of another site could make a browser send here (the
@@ -607,4 +684,38 @@ async fn not_found(uri: axum::http::Uri) -> error::ApiError {
             uri.path()
         ),
     )
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::host_allowed;
+
+    #[test]
+    fn ip_addresses_localhost_and_listed_names_are_served() {
+        let none: Vec<String> = Vec::new();
+        for host in [
+            "127.0.0.1:9404",
+            "10.1.2.3",
+            "[::1]:9404",
+            "localhost:9404",
+            "LOCALHOST",
+            "app.localhost:80",
+        ] {
+            assert!(host_allowed(host, &none), "{host}");
+        }
+        for host in [
+            "attacker.example",
+            "attacker.example:9404",
+            "127.0.0.1.nip.io",
+            "localhost.attacker.example",
+        ] {
+            assert!(!host_allowed(host, &none), "{host}");
+        }
+        let listed = vec!["broker.internal".to_string(), ".corp.example".to_string()];
+        assert!(host_allowed("broker.internal:9404", &listed));
+        assert!(host_allowed("corp.example", &listed));
+        assert!(host_allowed("a.b.corp.example:443", &listed));
+        assert!(!host_allowed("evilcorp.example", &listed));
+        assert!(host_allowed("anything.example", &["*".to_string()]));
+    }
 }

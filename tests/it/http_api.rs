@@ -759,6 +759,96 @@ async fn bad_input_gets_a_4xx_with_a_json_error(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// DNS rebinding (issue 35): a page of `attacker.example` whose name resolves to this
+/// server sends `Host: attacker.example`; without users it would otherwise read
+/// bodies, purge queues and open STOMP WebSockets. Every route refuses a name that
+/// is not an IP address, `localhost`, this machine's or in `allowed_hosts`.
+async fn requests_for_other_host_names_are_refused(t: TestStore) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (b, server, base) = http_server(&t, |o| {
+        o.stomp = Some(ConnectionConfig::default());
+        o.allowed_hosts = vec![".corp.example".into()];
+    })
+    .await;
+    b.send(
+        "queue://api.rebind",
+        Message::new("secret body").persistent(true),
+    )
+    .await
+    .unwrap();
+    let messages = format!("{base}/api/v1/queues/api.rebind/messages?body=full");
+    let rebound = [
+        ("Host", "attacker.example"),
+        ("Origin", "http://attacker.example"),
+    ];
+    let read = call_with("GET", messages.clone(), None, None, &rebound).await;
+    assert_eq!(read.status, 403, "{}", read.json);
+    assert!(
+        read.json["error"]
+            .as_str()
+            .unwrap()
+            .contains("allowed_hosts"),
+        "{}",
+        read.json
+    );
+    assert!(!read.json.to_string().contains("secret body"));
+    let purge = call_with(
+        "POST",
+        format!("{base}/api/v1/queues/api.rebind/purge"),
+        Some("{}"),
+        None,
+        &rebound,
+    )
+    .await;
+    assert_eq!(purge.status, 403, "{}", purge.json);
+    assert_eq!(
+        b.store()
+            .count_messages("queue://api.rebind")
+            .await
+            .unwrap(),
+        1,
+        "nothing purged"
+    );
+    // The WebSocket upgrade too.
+    let mut socket = tokio::net::TcpStream::connect(server.local_addr())
+        .await
+        .unwrap();
+    socket
+        .write_all(
+            b"GET /stomp HTTP/1.1\r\nHost: attacker.example\r\nOrigin: http://attacker.example\r\n\
+              Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+              Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v12.stomp\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut head = vec![0u8; 12];
+    tokio::time::timeout(ebb::test_util::PATIENCE, socket.read_exact(&mut head))
+        .await
+        .expect("an answer to the upgrade")
+        .unwrap();
+    assert_eq!(&head, b"HTTP/1.1 403", "{}", String::from_utf8_lossy(&head));
+    // The server's own names are served: its address, localhost, a listed domain.
+    let port = server.local_addr().port();
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        "broker.corp.example".into(),
+    ] {
+        let ok = call_with(
+            "GET",
+            messages.clone(),
+            None,
+            None,
+            &[("Host", host.as_str())],
+        )
+        .await;
+        assert_eq!(ok.status, 200, "{host}: {}", ok.json);
+        assert_eq!(ok.json["messages"][0]["body"], "secret body");
+    }
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
 /// Reads need the right the STOMP operation they mirror needs (issue 35): a user who
 /// may not SUBSCRIBE to `queue://api.secret` gets `403` for its counters, its
 /// messages and a topic's subscriptions and backlog, does not see it listed, and may
@@ -1816,6 +1906,7 @@ on_every_backend!(
     bad_input_gets_a_4xx_with_a_json_error,
     users_need_a_login_and_changes_the_admin_group,
     reads_need_the_stomp_read_right,
+    requests_for_other_host_names_are_refused,
     stomp_over_websocket_carries_the_same_sessions,
     purge_deletes_what_waits_and_leaves_what_a_consumer_holds,
     destinations_are_deleted_when_nobody_uses_them,
