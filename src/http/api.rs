@@ -67,7 +67,12 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
     for kind in DestinationKind::all() {
         router = router.nest(&format!("/{}", kind.spec().plural), kind_routes(kind));
     }
-    router.route_layer(axum::middleware::from_fn_with_state(state, logged_in))
+    router
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            super::body_deadline,
+        ))
+        .route_layer(axum::middleware::from_fn_with_state(state, logged_in))
 }
 
 /// The routes of one kind's destinations, relative to its plural: what every kind

@@ -78,6 +78,12 @@ pub const MAX_HTTP_CONNECTIONS_PER_ADDRESS: usize = 64;
 /// requests of a kept-alive connection, is closed (hyper's `header_read_timeout`).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A request's whole body must arrive within this long after its head (default of
+/// [`HttpOptions::body_read_timeout`]): a body that trickles in (1 byte every few
+/// seconds) gets `408` and the connection is closed, so slow clients cannot hold
+/// every connection slot and starve `/healthz` and `/metrics`.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Whether the broker's listeners are up, for `/readyz`: `ebb serve` sets it once its
 /// STOMP listener accepts and clears it when shutdown begins. Clones share the flag.
 #[derive(Debug, Clone, Default)]
@@ -138,6 +144,9 @@ pub struct HttpOptions {
     /// [`login::MAX_FAILED_LOGINS`] within it, its logins get `429` without a check
     /// until the window ends. Default [`login::FAILED_LOGIN_WINDOW`] (10 s).
     pub failed_login_window: Duration,
+    /// How long a request's whole body may take to arrive after its head; `408`
+    /// after that. Default [`BODY_READ_TIMEOUT`].
+    pub body_read_timeout: Duration,
     /// Serve `https` and `wss` with this acceptor instead of plain HTTP (the `tls`
     /// feature; [`crate::tls::TlsFiles::acceptor`] with ALPN `http/1.1`).
     #[cfg(feature = "tls")]
@@ -163,6 +172,7 @@ impl HttpOptions {
             max_connections: MAX_HTTP_CONNECTIONS,
             max_connections_per_address: MAX_HTTP_CONNECTIONS_PER_ADDRESS,
             failed_login_window: login::FAILED_LOGIN_WINDOW,
+            body_read_timeout: BODY_READ_TIMEOUT,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -488,6 +498,58 @@ pub(crate) fn host_allowed(host: &str, allowed: &[String]) -> bool {
             || a.strip_prefix('.')
                 .is_some_and(|domain| name == domain || name.ends_with(&format!(".{domain}")))
     })
+}
+
+/// Reads a request's body whole within [`HttpOptions::body_read_timeout`] (and at
+/// most `max_body_bytes`) before its handler runs, after the login check (a wrong
+/// password is answered without reading the body): `408` when it does not arrive in
+/// time, `413` when it is larger. A request without a body (GET, a WebSocket
+/// upgrade) goes straight on.
+pub(crate) async fn body_deadline(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use axum::http::Method;
+    if matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    ) {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let limit = state.options.max_body_bytes;
+    let timeout = state.options.body_read_timeout;
+    let bytes = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => return error::ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "cannot read the body: it is larger than {limit} bytes ([stomp] max_frame_size)"
+            ),
+        )
+        .into_response(),
+        Err(_) => {
+            let mut refused = error::ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the body did not arrive within {} s of the request's head",
+                    timeout.as_secs_f64()
+                ),
+            )
+            .into_response();
+            refused.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            return refused;
+        }
+    };
+    next.run(axum::extract::Request::from_parts(
+        parts,
+        axum::body::Body::from(bytes),
+    ))
+    .await
 }
 
 /// Refuses a request for a host name this server does not answer to

@@ -759,6 +759,63 @@ async fn bad_input_gets_a_4xx_with_a_json_error(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A body that trickles in (issue 35: 1 byte every 2 s with `Content-Length:
+/// 1000000` held a connection slot forever) gets `408` once `body_read_timeout` has
+/// passed since its head, and the connection closes; a whole body is served.
+async fn a_body_that_trickles_in_gets_408(t: TestStore) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (b, server, base) = http_server(&t, |o| {
+        o.body_read_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let mut slow = tokio::net::TcpStream::connect(server.local_addr())
+        .await
+        .unwrap();
+    slow.write_all(
+        b"POST /api/v1/queues/api.slow/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+          Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{",
+    )
+    .await
+    .unwrap();
+    // Trickle a byte now and then until the server answers (it closes after).
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(ebb::test_util::PATIENCE, async {
+        let mut buf = [0u8; 1024];
+        loop {
+            tokio::select! {
+                n = slow.read(&mut buf) => match n {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => answer.extend_from_slice(&buf[..n]),
+                },
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                    if slow.write_all(b" ").await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the connection was never closed");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive within"), "{answer}");
+    assert_eq!(
+        b.store().count_messages("queue://api.slow").await.unwrap(),
+        0
+    );
+    let sent = call(
+        "POST",
+        format!("{base}/api/v1/queues/api.slow/messages"),
+        Some(r#"{"body": "whole"}"#),
+        None,
+    )
+    .await;
+    assert_eq!(sent.status, 201, "{}", sent.json);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
 /// DNS rebinding (issue 35): a page of `attacker.example` whose name resolves to this
 /// server sends `Host: attacker.example`; without users it would otherwise read
 /// bodies, purge queues and open STOMP WebSockets. Every route refuses a name that
@@ -1721,7 +1778,7 @@ async fn the_http_server_bounds_connections_and_logins(t: TestStore) {
     let wrong = base64::engine::general_purpose::STANDARD.encode("ops:wrong");
     big.write_all(
         format!(
-            "POST /api/v1/queues/api.big/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {wrong}\r\n\
+            "POST /api/v1/queues/api.big/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic {wrong}\r\n\
              Content-Type: application/json\r\nContent-Length: 10000000\r\n\r\n"
         )
         .as_bytes(),
@@ -1907,6 +1964,7 @@ on_every_backend!(
     users_need_a_login_and_changes_the_admin_group,
     reads_need_the_stomp_read_right,
     requests_for_other_host_names_are_refused,
+    a_body_that_trickles_in_gets_408,
     stomp_over_websocket_carries_the_same_sessions,
     purge_deletes_what_waits_and_leaves_what_a_consumer_holds,
     destinations_are_deleted_when_nobody_uses_them,
