@@ -522,13 +522,15 @@ pub(crate) async fn body_deadline(
     let timeout = state.options.body_read_timeout;
     let bytes = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(_)) => return error::ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
+        Ok(Err(_)) => {
+            return error::ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
                 "cannot read the body: it is larger than {limit} bytes ([stomp] max_frame_size)"
             ),
-        )
-        .into_response(),
+            )
+            .into_response()
+        }
         Err(_) => {
             let mut refused = error::ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,

@@ -92,8 +92,10 @@ impl Decoder for StompCodec {
     type Error = ProtocolError;
 
     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Incoming>, ProtocolError> {
-        // Heart-beats: a lone LF or CRLF before a frame.
-        if buf.first() == Some(&b'\n') {
+        // Heart-beats: a lone LF or CRLF before a frame. A stray NUL between frames
+        // (a client that ends a frame twice) is skipped as RabbitMQ and ActiveMQ do,
+        // and counts as a sign of life like a heart-beat.
+        if matches!(buf.first(), Some(&b'\n') | Some(&0)) {
             buf.advance(1);
             return Ok(Some(Incoming::Heartbeat));
         }
@@ -445,7 +447,17 @@ mod tests {
             decode_all(&mut v12(), bad_escape).unwrap_err().1.as_deref(),
             Some("r2")
         );
-        let garbage = b"\0\0\0";
+        let strays = b"\0\0SEND\ndestination:/a\n\nx\0\0";
+        let frames = decode_all(&mut v12(), strays).expect("stray NULs are skipped");
+        assert_eq!(
+            frames
+                .iter()
+                .filter(|f| matches!(f, Incoming::Frame(_)))
+                .count(),
+            1,
+            "one frame between stray NULs"
+        );
+        let garbage = b"\x01\x02\x03";
         assert!(decode_all(&mut v12(), garbage)
             .unwrap_err()
             .0

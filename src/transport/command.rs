@@ -19,6 +19,15 @@ use crate::{DestinationKey, DestinationKind};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal(pub String);
 
+/// The refusal of a CONNECT whose `accept-version` names no version this server
+/// speaks; its ERROR carries `version` with the versions it does (STOMP 1.2 spec).
+pub const NO_COMMON_VERSION: &str =
+    "no supported protocol version in accept-version (this server speaks 1.0, 1.1, 1.2)";
+
+/// The versions this server speaks, as the `version` header of the ERROR for
+/// [`NO_COMMON_VERSION`].
+pub const SUPPORTED_VERSIONS: &str = "1.0,1.1,1.2";
+
 /// A refusal with `text`, as an `Err`.
 pub fn refuse<T>(text: impl Into<String>) -> Result<T, Refusal> {
     Err(Refusal(text.into()))
@@ -241,7 +250,7 @@ impl Command {
         Ok(match frame.command {
             C::Connect | C::Stomp => {
                 let Some(version) = Version::negotiate(frame.get("accept-version")) else {
-                    return refuse("no supported protocol version in accept-version (this server speaks 1.0, 1.1, 1.2)");
+                    return refuse(NO_COMMON_VERSION);
                 };
                 let heart_beat = match frame.get("heart-beat") {
                     None => (0, 0),
@@ -274,6 +283,15 @@ impl Command {
                     .to_string(),
                 durable_name: header("activemq.subscriptionName"),
             },
+            // STOMP 1.2 names the message to ack by the MESSAGE's `ack` header, sent
+            // back as `id`; a 1.2 ACK or NACK without one is refused, as ActiveMQ and
+            // RabbitMQ do (1.0 and 1.1 name it by `message-id`).
+            C::Ack | C::Nack if version == Version::V1_2 && frame.get("id").is_none() => {
+                return refuse(format!(
+                    "{} needs an id header in STOMP 1.2: the ack header of the MESSAGE",
+                    frame.command.as_str()
+                ))
+            }
             C::Ack => Command::Ack {
                 ack: ack_ref_of(frame),
                 transaction: header("transaction"),
@@ -1014,6 +1032,22 @@ mod tests {
             ),
             "invalid browser `yes`: true or false"
         );
+    }
+
+    /// A STOMP 1.2 ACK or NACK names its message by `id`; `message-id` alone is
+    /// refused there (ActiveMQ and RabbitMQ refuse it too) and taken on 1.0 and 1.1.
+    #[test]
+    fn a_1_2_ack_needs_its_id() {
+        for command in [frame::Command::Ack, frame::Command::Nack] {
+            let by_message_id = frame(command, &[("message-id", "m1"), ("subscription", "s")]);
+            let Err(Refusal(text)) = Command::parse(&by_message_id, Version::V1_2) else {
+                panic!("{command:?} without id parsed on 1.2");
+            };
+            assert!(text.contains("needs an id header in STOMP 1.2"), "{text}");
+            assert!(Command::parse(&by_message_id, Version::V1_1).is_ok());
+            let by_id = frame(command, &[("id", "ebb-1-1")]);
+            assert!(Command::parse(&by_id, Version::V1_2).is_ok());
+        }
     }
 
     /// STOMP 1.0 has no NACK (case STOMP-11; ActiveMQ: "NACK received but connection

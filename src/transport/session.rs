@@ -420,6 +420,9 @@ impl Session {
     pub fn error(&mut self, message: &str, receipt: Option<&str>) {
         tracing::info!(session = %self.session_id, %message, "ERROR frame sent");
         let mut frame = Frame::new(frame::Command::Error).header("message", message);
+        if message == super::command::NO_COMMON_VERSION {
+            frame = frame.header("version", super::command::SUPPORTED_VERSIONS);
+        }
         if let Some(r) = receipt {
             frame = frame.header("receipt-id", r);
         }

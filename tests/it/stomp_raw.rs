@@ -518,7 +518,56 @@ on_every_backend!(
     per_connection_limits_are_errors_naming_the_limit,
     connections_per_address_are_limited,
     unacked_deliveries_per_connection_wait_for_acks,
+    stomp_conformance_versions_stray_nuls_and_1_2_acks,
 );
+
+/// Conformance (issue 35, from stomp.py's and stomp.js's suites): a CONNECT with no
+/// common version gets an ERROR whose `version` header lists the server's (the STOMP
+/// 1.2 spec); a stray NUL between frames is skipped, as RabbitMQ and ActiveMQ do; a
+/// STOMP 1.2 ACK without `id` is refused with an ERROR.
+async fn stomp_conformance_versions_stray_nuls_and_1_2_acks(t: TestStore) {
+    let s = server(&t, Limits::default()).await;
+    let mut old = Client::open(s.addr).await;
+    old.write(b"CONNECT\naccept-version:2.0\nhost:x\n\n\0")
+        .await;
+    let error = old.frame().await.expect("an ERROR");
+    assert_eq!(error.command, Command::Error, "{error:?}");
+    assert_eq!(error.get("version"), Some("1.0,1.1,1.2"));
+    assert!(old.closed().await);
+
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"\0SEND\ndestination:/queue/conf\nreceipt:r1\n\none\0\0\0")
+        .await;
+    let r = c.frame().await.expect("a RECEIPT");
+    assert_eq!(
+        (r.command, r.get("receipt-id")),
+        (Command::Receipt, Some("r1"))
+    );
+    c.write(b"SUBSCRIBE\ndestination:/queue/conf\nid:1\nack:client-individual\n\n\0")
+        .await;
+    let m = c.frame().await.expect("the MESSAGE");
+    assert_eq!(m.body, &b"one"[..]);
+    let message_id = m.get("message-id").unwrap().to_string();
+    c.write(format!("ACK\nmessage-id:{message_id}\nsubscription:1\nreceipt:a\n\n\0").as_bytes())
+        .await;
+    let refused = c.frame().await.expect("an ERROR");
+    assert_eq!(refused.command, Command::Error, "{refused:?}");
+    assert!(
+        refused
+            .get("message")
+            .unwrap()
+            .contains("needs an id header in STOMP 1.2"),
+        "{refused:?}"
+    );
+    assert!(c.closed().await);
+    // Not acked: it waits for the next consumer.
+    let mut again = Client::connected(s.addr, None).await;
+    again
+        .write(b"SUBSCRIBE\ndestination:/queue/conf\nid:1\nack:client-individual\n\n\0")
+        .await;
+    assert_eq!(again.frame().await.expect("one again").body, &b"one"[..]);
+    s.stop().await;
+}
 
 /// Each limit against hostile or broken clients, set small: the client over it gets
 /// an ERROR naming the limit (and its `[stomp]` key) and is closed; another connection
