@@ -2566,6 +2566,15 @@ fn endpoints(destination: &DestinationAddr, broker: &Broker, mode: AckMode) -> E
     }
 }
 
+/// The refusal of a durable subscription to `name`, whose kind keeps none.
+fn no_durable_subscriptions(name: String, kind: DestinationKind) -> Error {
+    let reason = match kind.capabilities().point_to_point {
+        true => "a queue has no durable subscriptions: subscribe without one",
+        false => "this kind of destination has no durable subscriptions: subscribe without one",
+    };
+    Error::InvalidDestination { name, reason }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2616,13 +2625,4 @@ mod tests {
             "invalid destination `queue://a.*`: wildcards `*` and `>` name patterns, not a destination"
         );
     }
-}
-
-/// The refusal of a durable subscription to `name`, whose kind keeps none.
-fn no_durable_subscriptions(name: String, kind: DestinationKind) -> Error {
-    let reason = match kind.capabilities().point_to_point {
-        true => "a queue has no durable subscriptions: subscribe without one",
-        false => "this kind of destination has no durable subscriptions: subscribe without one",
-    };
-    Error::InvalidDestination { name, reason }
 }
