@@ -72,6 +72,14 @@ impl DestinationKind {
     pub const QUEUE: Self = Self(&kinds::QUEUE);
     /// Topics ([`crate::kinds::TOPIC`]).
     pub const TOPIC: Self = Self(&kinds::TOPIC);
+    /// The name before the kind table; use [`Self::QUEUE`].
+    #[deprecated(note = "use DestinationKind::QUEUE, or ask the kind what it can do")]
+    #[allow(non_upper_case_globals)]
+    pub const Queue: Self = Self::QUEUE;
+    /// The name before the kind table; use [`Self::TOPIC`].
+    #[deprecated(note = "use DestinationKind::TOPIC, or ask the kind what it can do")]
+    #[allow(non_upper_case_globals)]
+    pub const Topic: Self = Self::TOPIC;
 
     /// The kind `spec` declares.
     pub fn of(spec: &'static KindSpec) -> Self {
@@ -286,6 +294,19 @@ impl DestinationKey {
     /// What its kind can do.
     pub fn capabilities(&self) -> Capabilities {
         self.kind.capabilities()
+    }
+
+    /// True for a queue. Kept for one release: ask what it can do instead
+    /// ([`Self::capabilities`]).
+    #[deprecated(note = "ask the kind what it can do: key.capabilities()")]
+    pub fn is_queue(&self) -> bool {
+        self.kind == DestinationKind::QUEUE
+    }
+
+    /// True for a topic. Kept for one release: ask what it can do instead.
+    #[deprecated(note = "ask the kind what it can do: key.capabilities()")]
+    pub fn is_topic(&self) -> bool {
+        self.kind == DestinationKind::TOPIC
     }
 
     /// The plain name, e.g. `jobs`.
