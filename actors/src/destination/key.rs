@@ -81,11 +81,6 @@ impl DestinationKind {
     #[allow(non_upper_case_globals)]
     pub const Topic: Self = Self::TOPIC;
 
-    /// The kind `spec` declares.
-    pub fn of(spec: &'static KindSpec) -> Self {
-        Self(spec)
-    }
-
     /// Every kind of the table, in its order.
     pub fn all() -> impl Iterator<Item = Self> {
         KINDS.iter().map(|spec| Self(spec))
