@@ -463,7 +463,9 @@ class Acker(Collector):
             self.delivered.append((frame.body, time.time()))
         try:
             self.conn.ack(frame.headers["ack"], receipt=f"ack-{frame.body}")
-        except stomp.exception.StompException:
+        except (stomp.exception.StompException, OSError):
+            # The broker went away under this connection (its socket may be closed
+            # already): the message comes again on the next one.
             pass
 
     def on_receipt(self, frame):
@@ -533,7 +535,9 @@ def failover_during_sends():
                         with lock:
                             receipts[body] = (attempts, time.time(), port)
                         break
-                except stomp.exception.StompException:
+                except (stomp.exception.StompException, OSError):
+                    # The broker died under this connection: its socket may be closed
+                    # already ("Bad file descriptor"). Send again on a new one.
                     pass
                 try:
                     conn.disconnect()
@@ -552,7 +556,10 @@ def failover_during_sends():
         while True:
             a = Acker(lock, live_got, live_acked)
             a.conn = connect_any(hosts, a, {"client-id": "fo-live"})
-            durable(a.conn, topic, "live")
+            try:
+                durable(a.conn, topic, "live")
+            except (stomp.exception.StompException, OSError):
+                continue  # the broker died under it: connect again
             if wait_until(lambda: "sub-live" in a.receipts, 10):
                 subscribed.set()
             while not a.lost and (not produced.is_set() or missing()):
@@ -670,7 +677,10 @@ def failover_cycles():
         while not produced.is_set() or len(receipted - {b for b, _ in delivered}) > 0:
             a = Acker(lock, delivered, acked)
             a.conn = connect_any(hosts, a)
-            a.conn.subscribe("/queue/cycles", id="1", ack="client-individual")
+            try:
+                a.conn.subscribe("/queue/cycles", id="1", ack="client-individual")
+            except (stomp.exception.StompException, OSError):
+                continue  # the broker died under it: connect again
             while not a.lost and (not produced.is_set() or len(receipted - {b for b, _ in delivered}) > 0):
                 time.sleep(0.05)
             if not a.lost:
