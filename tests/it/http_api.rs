@@ -97,6 +97,16 @@ async fn http_server(
     (b, server, base)
 }
 
+/// A configured user with `password` (hashed as the configuration holds it) in
+/// `groups`.
+fn user(login: &str, password: &str, groups: &[&str]) -> User {
+    User {
+        login: login.into(),
+        password_hash: hash_password(password).unwrap(),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+    }
+}
+
 /// `/healthz` is always alive; `/readyz` is ready with the broker running, the
 /// listeners up and the store answering, and says which check fails otherwise.
 async fn health_and_readiness_say_what_they_check(t: TestStore) {
@@ -911,11 +921,6 @@ async fn requests_for_other_host_names_are_refused(t: TestStore) {
 /// messages and a topic's subscriptions and backlog, does not see it listed, and may
 /// not list connections (logins, client ids); the admin group sees everything.
 async fn reads_need_the_stomp_read_right(t: TestStore) {
-    let user = |login: &str, password: &str, groups: &[&str]| User {
-        login: login.into(),
-        password_hash: hash_password(password).unwrap(),
-        groups: groups.iter().map(|g| g.to_string()).collect(),
-    };
     let entry = |destination: &str, read: &[&str]| ebb::auth::AuthorizationEntry {
         destination: destination.into(),
         read: read.iter().map(|g| g.to_string()).collect(),
@@ -1023,11 +1028,6 @@ async fn reads_need_the_stomp_read_right(t: TestStore) {
 /// user outside the admin group may read but not change (403); an admin may send.
 /// `/healthz`, `/readyz` and `/metrics` need no login.
 async fn users_need_a_login_and_changes_the_admin_group(t: TestStore) {
-    let user = |login: &str, password: &str, groups: &[&str]| User {
-        login: login.into(),
-        password_hash: hash_password(password).unwrap(),
-        groups: groups.iter().map(|g| g.to_string()).collect(),
-    };
     let security = Security {
         users: vec![
             user("viewer", "look", &["ops"]),

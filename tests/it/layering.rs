@@ -183,18 +183,10 @@ fn names_lower_crates(text: &str) -> Vec<String> {
 
 #[test]
 fn only_the_facade_names_the_store_and_the_actors() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
     let mut edges = 0;
     let mut broken = Vec::new();
-    for file in &files {
-        let relative = file
-            .strip_prefix(&src)
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+    for (path, text) in sources(&["src"]) {
+        let relative = path.strip_prefix("src/").unwrap_or(&path);
         if FACADE
             .iter()
             .any(|f| relative == *f || (f.ends_with('/') && relative.starts_with(f)))
@@ -202,7 +194,6 @@ fn only_the_facade_names_the_store_and_the_actors() {
             continue;
         }
         edges += 1;
-        let text = std::fs::read_to_string(file).unwrap();
         for v in names_lower_crates(&text) {
             broken.push(format!("src/{relative}:{v}"));
         }
@@ -262,26 +253,37 @@ fn kind_checks(text: &str) -> Vec<String> {
 const CAPABILITY_RULE: &str = "ask the kind what it can do (`key.capabilities().browse`, \
     `DestinationKind::all()`), as the kind table (actors/src/kinds.rs) declares it";
 
-#[test]
-fn only_the_kind_table_says_which_kind_a_destination_is() {
+/// Every Rust file under `folders` of the workspace, sorted: (its path from the
+/// workspace's top, its text).
+fn sources(folders: &[&str]) -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
-    rust_files(&root.join("actors/src"), &mut files);
+    for folder in folders {
+        rust_files(&root.join(folder), &mut files);
+    }
     files.sort();
+    files
+        .iter()
+        .map(|file| {
+            let relative = file
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            (relative, std::fs::read_to_string(file).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn only_the_kind_table_says_which_kind_a_destination_is() {
     let mut broken = Vec::new();
     let mut read = 0;
-    for file in &files {
-        let relative = file
-            .strip_prefix(root)
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+    for (relative, text) in sources(&["src", "actors/src"]) {
         if KIND_TABLE.contains(&relative.as_str()) {
             continue;
         }
         read += 1;
-        let text = std::fs::read_to_string(file).unwrap();
         for v in kind_checks(&text) {
             broken.push(format!("{relative}:{v}"));
         }
