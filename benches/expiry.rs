@@ -69,6 +69,7 @@ async fn preload(url: &str, options: &StoreOptions, count: u64) {
             .map(|i| NewMessage {
                 container: "topic://drain".into(),
                 indexed_headers: false,
+                last_value: None,
                 message_id: format!("ID:drain-{}", sent + i),
                 expiration: 1,
                 priority: 4,

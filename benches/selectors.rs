@@ -81,6 +81,7 @@ async fn preload(broker: &Broker, container: &str, from: usize, count: usize, ki
             .map(|i| NewMessage {
                 container: container.into(),
                 indexed_headers: container.starts_with("queue://"),
+                last_value: None,
                 message_id: format!("{kind}-{i}"),
                 expiration: 0,
                 priority: 4,

@@ -67,6 +67,7 @@ fn message(container: &str, i: u64, expiration: i64) -> NewMessage {
     NewMessage {
         container: container.into(),
         indexed_headers: container.starts_with("queue://"),
+        last_value: None,
         message_id: format!("ID:bench-{i}"),
         expiration,
         priority: 4,

@@ -49,6 +49,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         "indacks_by_message",
         include_str!("../migrations/sqlite/0008_indacks_by_message.sql"),
     ),
+    (
+        9,
+        "last_values",
+        include_str!("../migrations/sqlite/0009_last_values.sql"),
+    ),
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -91,6 +96,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         8,
         "indacks_by_message",
         include_str!("../migrations/postgres/0008_indacks_by_message.sql"),
+    ),
+    (
+        9,
+        "last_values",
+        include_str!("../migrations/postgres/0009_last_values.sql"),
     ),
 ];
 

@@ -42,6 +42,13 @@ pub struct NewMessage {
     /// answered in SQL: what the destination's kind asks for (a queue's rows; a
     /// topic's subscriptions test selectors in memory).
     pub indexed_headers: bool,
+    /// Its last-value key, on a kind of destination that keeps one message per value
+    /// of a header (a last-value queue, as Artemis's keyed by `_AMQ_LVQ_NAME`): the
+    /// value of that header. When the message is committed (added, or its prepared
+    /// transaction committed), the older committed messages of its container with the
+    /// same key are deleted in the same store transaction, so a crash never leaves two
+    /// or none. `None` (every other kind, or no such header): nothing is replaced.
+    pub last_value: Option<String>,
 }
 
 /// A message read back from the store. Shared as `Arc<StoredMessage>` by every
@@ -268,6 +275,18 @@ pub enum WriteOp {
         id: i64,
         message: NewMessage,
     },
+    /// Delete the committed messages of `container` whose last-value key is `key` and
+    /// whose id is below `below`: what a newer message with that key that is not
+    /// stored (a non-persistent one) replaces. Adds and commits of messages with a key
+    /// do this themselves ([`NewMessage::last_value`]). The outcome is
+    /// [`WriteOutcome::Deleted`] with the rows deleted; bounded as a commit
+    /// ([`crate::statements::WRITE_BATCH`] rows), and by the rule itself there is at
+    /// most one such row.
+    ReplaceLastValue {
+        container: String,
+        key: String,
+        below: i64,
+    },
 }
 
 /// What one [`WriteOp`] did, in the same position of the result as its op.
@@ -286,7 +305,8 @@ pub enum WriteOutcome {
     AckedUpTo { moved: bool },
     /// `(old id, new id)` of each committed message.
     Committed(Vec<(i64, i64)>),
-    /// How many messages a rollback or queue remove deleted.
+    /// How many messages a rollback, a queue remove or a
+    /// [`WriteOp::ReplaceLastValue`] deleted.
     Deleted(u64),
     /// What a [`WriteOp::Cleanup`] did: `deleted` rows; and every row at or below
     /// `reached` that cleanup may delete is gone (prepared rows excepted: commit gives

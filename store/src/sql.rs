@@ -687,6 +687,15 @@ macro_rules! impl_sql_store {
                         .map(|m| (self.next_id(), m))
                         .collect();
                     ids.extend(chunk.iter().map(|(id, _)| *id));
+                    // What the rows with a last-value key replace, once they are in.
+                    let keyed: Vec<(String, String, i64)> = chunk
+                        .iter()
+                        .filter(|(_, m)| m.xid.is_none())
+                        .filter_map(|(id, m)| {
+                            let key = m.last_value.clone()?;
+                            Some((m.container.clone(), key, *id))
+                        })
+                        .collect();
                     let mut insert = sqlx::QueryBuilder::<$db>::new(&self.sql.insert_messages);
                     insert.push_values(chunk, |mut row, (id, m)| {
                         let msg = $crate::encoding::encode(&m.payload);
@@ -699,15 +708,42 @@ macro_rules! impl_sql_store {
                             .push_bind(i32::from(m.priority.min($crate::MAX_PRIORITY)))
                             .push_bind(m.xid)
                             .push_bind(msg)
-                            .push_bind(hdrs);
+                            .push_bind(hdrs)
+                            .push_bind(m.last_value);
                     });
                     insert
                         .build()
                         .execute(&mut *conn)
                         .await
                         .map_err($crate::error::db("add message"))?;
+                    for (container, key, id) in keyed {
+                        self.replace_last_values(conn, &container, &key, id, bytes)
+                            .await?;
+                    }
                 }
                 Ok(ids)
+            }
+
+            /// Deletes the committed rows of `container` with last-value key `key` and
+            /// an id below `below` (see [`crate::NewMessage::last_value`]), subtracting
+            /// their lengths from `bytes`; returns how many it deleted.
+            async fn replace_last_values(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                key: &str,
+                below: i64,
+                bytes: &mut i64,
+            ) -> $crate::Result<u64> {
+                let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.replace_last_values)
+                    .bind(container)
+                    .bind(key)
+                    .bind(below)
+                    .bind($crate::statements::WRITE_BATCH)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("replace last values"))?;
+                Ok($crate::sql::deleted(lengths, bytes))
             }
 
             /// Applies one op in the transaction on `conn`: one method per
@@ -755,7 +791,7 @@ macro_rules! impl_sql_store {
                             .await?,
                     },
                     WriteOp::Commit { xid } => {
-                        WriteOutcome::Committed(self.commit_prepared(conn, &xid).await?)
+                        WriteOutcome::Committed(self.commit_prepared(conn, &xid, bytes).await?)
                     }
                     WriteOp::Rollback { xid } => {
                         WriteOutcome::Deleted(self.rollback_prepared(conn, &xid, bytes).await?)
@@ -808,6 +844,14 @@ macro_rules! impl_sql_store {
                         message,
                     } => WriteOutcome::DeadLettered(
                         self.dead_letter(conn, &container, id, message, bytes)
+                            .await?,
+                    ),
+                    WriteOp::ReplaceLastValue {
+                        container,
+                        key,
+                        below,
+                    } => WriteOutcome::Deleted(
+                        self.replace_last_values(conn, &container, &key, below, bytes)
                             .await?,
                     ),
                 })
@@ -961,6 +1005,7 @@ macro_rules! impl_sql_store {
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 xid: &str,
+                bytes: &mut i64,
             ) -> $crate::Result<Vec<(i64, i64)>> {
                 // `xid = $1 ORDER BY id`: no index has that order on PostgreSQL (the xid
                 // index is on `xid` alone), so under the index-plan settings the planner
@@ -981,12 +1026,17 @@ macro_rules! impl_sql_store {
                     }
                     for old in ids {
                         let new = self.next_id();
-                        sqlx::query(&self.sql.renumber_prepared)
-                            .bind(old)
-                            .bind(new)
-                            .execute(&mut *conn)
-                            .await
-                            .map_err($crate::error::db("commit transaction"))?;
+                        let (container, key): (String, Option<String>) =
+                            sqlx::query_as(&self.sql.renumber_prepared)
+                                .bind(old)
+                                .bind(new)
+                                .fetch_one(&mut *conn)
+                                .await
+                                .map_err($crate::error::db("commit transaction"))?;
+                        if let Some(key) = key {
+                            self.replace_last_values(conn, &container, &key, new, bytes)
+                                .await?;
+                        }
                         renumbered.push((old, new));
                     }
                 }

@@ -14,7 +14,7 @@ use crate::Backend;
 /// Rows the mark advance looks at per statement (individual acks above the mark).
 pub const ADVANCE_WINDOW: i64 = 512;
 
-/// Messages per multi-row `INSERT` (7 parameters each: SQLite allows 32,766).
+/// Messages per multi-row `INSERT` (9 parameters each: SQLite allows 32,766).
 pub const INSERT_BATCH: usize = 500;
 
 /// Rows a commit, rollback or cleanup statement touches at most.
@@ -65,7 +65,14 @@ pub(crate) struct Statements {
     pub update_mark: String,
     pub delete_indacks_upto: String,
     pub prepared_ids: String,
+    /// gives prepared row `$1` id `$2` and commits it; returns its container and
+    /// last-value key
     pub renumber_prepared: String,
+    /// deletes the committed rows of container `$1` with last-value key `$2` and an id
+    /// below `$3` (what a newer row with that key replaces), at most `$4` of them
+    /// (by the rule itself there is at most one, plus the batch's own older rows);
+    /// returns each one's `msg` length
+    pub replace_last_values: String,
     pub delete_prepared: String,
     /// prepared rows whose xid matches `LIKE $1 ESCAPE '!'` (a pattern made by
     /// `sql::like_prefix`) and starts with `$3` exactly (SQLite's `LIKE` ignores ASCII
@@ -475,7 +482,7 @@ impl Statements {
             prefix: p.to_string(),
             backend,
             insert_messages: format!(
-                "INSERT INTO {p}msgs (id, container, msgid, expiration, priority, xid, msg, hdrs) "
+                "INSERT INTO {p}msgs (id, container, msgid, expiration, priority, xid, msg, hdrs, lvkey) "
             ),
             max_message_id: format!("SELECT MAX(id) FROM {p}msgs"),
             max_acked_id: format!("SELECT MAX(last_acked_id) FROM {p}acks"),
@@ -520,7 +527,14 @@ impl Statements {
                  AND priority = $4 AND msg_id <= $5"
             ),
             prepared_ids: format!("SELECT id FROM {p}msgs WHERE xid = $1 ORDER BY id LIMIT $2"),
-            renumber_prepared: format!("UPDATE {p}msgs SET id = $2, xid = NULL WHERE id = $1"),
+            renumber_prepared: format!(
+                "UPDATE {p}msgs SET id = $2, xid = NULL WHERE id = $1 RETURNING container, lvkey"
+            ),
+            replace_last_values: format!(
+                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
+                 WHERE container = $1 AND lvkey = $2 AND xid IS NULL AND id < $3 \
+                 ORDER BY id LIMIT $4) RETURNING {MSG_LENGTH}"
+            ),
             delete_prepared: format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs WHERE xid = $1 LIMIT $2) \
                  RETURNING {MSG_LENGTH}"
@@ -768,6 +782,7 @@ mod tests {
             &s.browse,
             &s.has_expiring,
             &s.prepared_ids,
+            &s.replace_last_values,
             &s.cleanup[0],
             &s.cleanup[1],
             &s.delete_prepared,

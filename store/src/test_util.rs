@@ -211,6 +211,7 @@ pub fn message_p(container: &str, body: &str, expiration: i64, priority: u8) -> 
         container: container.to_string(),
         // As the broker's queue kind asks (`indexed_headers` in its kind table).
         indexed_headers: container.starts_with("queue://"),
+        last_value: None,
         message_id: format!("ID:{body}"),
         expiration,
         priority,

@@ -130,6 +130,7 @@ async fn preload_with(
             .map(|i| NewMessage {
                 container: container.into(),
                 indexed_headers: container.starts_with("queue://"),
+                last_value: None,
                 message_id: format!("{prefix}-{i}"),
                 expiration: 0,
                 priority: 4,

@@ -6,6 +6,7 @@ mod cancellation;
 mod conformance;
 mod expiry_never_acks_live;
 mod in_doubt;
+mod last_values;
 mod lease;
 mod listing;
 mod pending_reads;
