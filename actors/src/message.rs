@@ -33,6 +33,21 @@ pub struct TopicMessage {
 }
 
 impl TopicMessage {
+    /// The first value of header `name`, if the producer sent one.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.payload
+            .headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// Its last-value key on a kind that keeps one message per value of `header`
+    /// ([`crate::kinds::Capabilities::last_value_header`]): that header's first value.
+    pub fn last_value_key(&self, header: Option<&str>) -> Option<&str> {
+        header.and_then(|h| self.header(h))
+    }
+
     /// True when it has an expiration at or before `now_ms`.
     pub fn is_expired(&self, now_ms: i64) -> bool {
         ebb_store::is_expired(self.expiration, now_ms)

@@ -233,6 +233,10 @@ pub struct QueueStats {
     pub discarded: u64,
     /// Deliveries that were redeliveries.
     pub redelivered: u64,
+    /// Messages a newer one with the same last-value key replaced (a last-value queue):
+    /// taken out while waiting, deleted from the store, or dropped when they came back
+    /// from a consumer.
+    pub replaced: u64,
     /// Consumers attached now.
     pub consumers: u64,
     /// Messages delivered and not yet acked, now.

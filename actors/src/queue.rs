@@ -166,6 +166,9 @@ impl Consumer {
 /// A delivered message, not yet acked.
 struct Delivered {
     entry: Entry,
+    /// A newer message with its last-value key arrived meanwhile: it is not
+    /// redelivered if it comes back.
+    replaced: bool,
 }
 
 /// A message's move to the dead-letter queue: answers its new id there, or `None` if
@@ -214,6 +217,7 @@ impl QueueActor {
         let cache = (policy.max_page_size.max(1) as usize) * 2;
         let high_water = policy.cursor_memory_high_water_mark;
         let floor = store.store().last_assigned_id();
+        let last_values = key.capabilities().last_value_header;
         Self {
             core: DestinationCore::new(key, policy, store, budget),
             completions: Completions::default(),
@@ -222,7 +226,8 @@ impl QueueActor {
             consumers: BTreeMap::new(),
             next_consumer: 1,
             last_consumer: 0,
-            cursor: QueueCursor::new(cache, high_water, floor),
+            cursor: QueueCursor::new(cache, high_water, floor)
+                .with_last_values(last_values),
             delivered: HashMap::new(),
             stats: QueueStats::default(),
             selective: 0,
@@ -418,7 +423,13 @@ impl QueueActor {
         if entry.failed_deliveries > 0 {
             self.stats.redelivered += 1;
         }
-        self.delivered.insert(place, Delivered { entry });
+        self.delivered.insert(
+            place,
+            Delivered {
+                entry,
+                replaced: false,
+            },
+        );
     }
 
     /// Starts one page of a scan of the store for a consumer with a selector that has
@@ -529,6 +540,9 @@ impl QueueActor {
                 continue;
             }
             let message = Arc::new(TopicMessage::from_stored(row));
+            if self.cursor.is_superseded((row.id, 0), &message) {
+                continue;
+            }
             if !consumer
                 .selector
                 .as_ref()
@@ -768,9 +782,13 @@ impl QueueActor {
     /// A delivery ended without an ack: the message goes back in its place, or to the
     /// dead-letter queue past `maximum_redeliveries`.
     fn give_back(&mut self, place: Place, why: &str, ctx: &mut Context<Self>) {
-        let Some(Delivered { mut entry, .. }) = self.delivered.remove(&place) else {
+        let Some(Delivered { mut entry, replaced }) = self.delivered.remove(&place) else {
             return;
         };
+        if replaced {
+            self.drop_replaced(place);
+            return;
+        }
         entry.failed_deliveries += 1;
         if entry.failed_deliveries > self.core.policy.maximum_redeliveries {
             let cause = format!(
@@ -786,6 +804,45 @@ impl QueueActor {
         }
     }
 
+    /// A message that came back after a newer one with its last-value key replaced
+    /// it is dropped, not redelivered (its row, if it had one, was deleted then).
+    fn drop_replaced(&mut self, place: Place) {
+        self.stats.replaced += 1;
+        if place.1 == 0 {
+            self.cursor.deleted(&[place.0]);
+        }
+    }
+
+    /// A message with last-value key `key` at `below` was released: the older ones
+    /// with that key in flight are marked (they are not redelivered), and for one that
+    /// is not stored, the stored ones are deleted by a write of its own.
+    fn supersede(&mut self, key: String, below: Place, ctx: &mut Context<Self>) {
+        let header = self.core.key.capabilities().last_value_header;
+        for (_, delivered) in self
+            .delivered
+            .iter_mut()
+            .filter(|(place, _)| **place < below)
+        {
+            if delivered.entry.message.last_value_key(header) == Some(key.as_str()) {
+                delivered.replaced = true;
+            }
+        }
+        if below.1 == 0 {
+            return; // stored: its commit deleted the older rows
+        }
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        let (k, upto) = (key.clone(), below.0);
+        let write = async move { store.replace_last_value(container, k, upto + 1).await };
+        ctx.spawn(write.into_actor(self).map(move |result, act, _| {
+            match result {
+                Ok(n) => act.stats.replaced += n,
+                Err(e) => tracing::warn!(queue = %act.core.container, key = %key, error = %e,
+                    "cannot delete the stored messages a non-persistent last value replaces; they are delivered after a restart"),
+            }
+            act.cursor.replacement_stored(&key, below);
+        }));
+    }
+
     /// Consumer `id` went away: what it held goes back. What it had handed to the
     /// application (its [`Subscribe::handed`]) counts as a failed delivery; what it
     /// only held goes back uncounted, in its place.
@@ -799,8 +856,12 @@ impl QueueActor {
         for (delivery_id, place) in consumer.in_flight {
             if delivery_id <= handed_up_to {
                 self.give_back(place, "consumer closed without ack", ctx);
-            } else if let Some(Delivered { entry, .. }) = self.delivered.remove(&place) {
-                self.cursor.put_back(place, entry);
+            } else if let Some(Delivered { entry, replaced }) = self.delivered.remove(&place) {
+                if replaced {
+                    self.drop_replaced(place);
+                } else {
+                    self.cursor.put_back(place, entry);
+                }
             }
         }
     }
@@ -918,7 +979,11 @@ impl DestinationActor for QueueActor {
     /// Appends the messages to the cursor, in order, and dispatches.
     fn release(&mut self, messages: Vec<Arc<TopicMessage>>, ctx: &mut Context<Self>) {
         for message in messages {
-            self.cursor.offer(message);
+            let offered = self.cursor.offer(message);
+            self.stats.replaced += offered.replaced;
+            if let Some((key, place)) = offered.supersedes {
+                self.supersede(key, place, ctx);
+            }
         }
         self.dispatch(ctx);
     }

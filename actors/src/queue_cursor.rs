@@ -38,6 +38,16 @@
 //! began before the delete has returned ([`QueueCursor::begin_read`], [`QueueCursor::deleted`]). So
 //! what it remembers is bounded by the consumers' prefetch and the acks in flight, not
 //! by the backlog.
+//!
+//! **Last values.** On a kind that keeps one message per value of a header (a
+//! last-value queue: [`QueueCursor::with_last_values`]), a message offered with a key
+//! replaces the older ones with that key: those waiting in memory are taken out, and a
+//! stored one's rows were already deleted by the store transaction that committed it
+//! (a message that is not stored has the queue delete them by a write of its own).
+//! A read of the store that began before such a delete committed may still return the
+//! older rows: while one is in flight, the cursor remembers the replacement (key and
+//! place) and drops what comes back of it; it forgets it once every read that began
+//! before the delete has returned.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -84,6 +94,30 @@ struct Ahead {
     deleted_after: Option<u64>,
 }
 
+/// A message with a last-value key replaced the older ones with that key: while a
+/// read that began before the replacement was committed is in flight, its rows of
+/// that key below `below` are dropped when they come back (see "Last values" in the
+/// module documentation).
+#[derive(Debug)]
+struct Superseded {
+    key: String,
+    below: Place,
+    /// The number of the last read started before the older rows' delete committed;
+    /// `None` while that delete is not yet committed (a message that is not stored
+    /// replaces stored ones by a write of its own: [`QueueCursor::replacement_stored`]).
+    after_read: Option<u64>,
+}
+
+/// What [`QueueCursor::offer`] did besides queueing the message.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Offered {
+    /// Waiting messages it replaced (they were taken out of memory).
+    pub replaced: u64,
+    /// Its last-value key and place, when it has a key: every older message with that
+    /// key is replaced (the queue also marks those in flight).
+    pub supersedes: Option<(String, Place)>,
+}
+
 #[derive(Debug)]
 struct ReadInFlight {
     asked: u32,
@@ -123,6 +157,11 @@ pub struct QueueCursor {
     /// The lowest place a message was put at since [`Self::take_lowest_inserted`]
     /// last looked (by a publish, a read, a give-back).
     lowest_inserted: Option<Place>,
+    /// The header whose value keeps one message per value (a last-value queue), if any.
+    last_value_header: Option<&'static str>,
+    /// Replacements that reads in flight may not have seen (bounded by what is
+    /// published while a read is in flight).
+    superseded: Vec<Superseded>,
 }
 
 impl QueueCursor {
@@ -147,7 +186,87 @@ impl QueueCursor {
             next_read: 1,
             cursor_read: None,
             lowest_inserted: None,
+            last_value_header: None,
+            superseded: Vec::new(),
         }
+    }
+
+    /// The cursor of a kind that keeps one waiting message per value of `header`
+    /// ([`crate::kinds::Capabilities::last_value_header`]).
+    pub fn with_last_values(mut self, header: Option<&'static str>) -> Self {
+        self.last_value_header = header;
+        self
+    }
+
+    /// The last-value key of `message`, if this cursor keeps last values.
+    fn key_of<'m>(&self, message: &'m TopicMessage) -> Option<&'m str> {
+        message.last_value_key(self.last_value_header)
+    }
+
+    /// `message` (at `place`) was replaced by a newer message with its key.
+    pub fn is_superseded(&self, place: Place, message: &TopicMessage) -> bool {
+        let Some(key) = self.key_of(message) else {
+            return false;
+        };
+        self.superseded
+            .iter()
+            .any(|s| s.key == key && place < s.below)
+    }
+
+    /// A newer message with key `key` at `below` replaces the older ones: those
+    /// waiting are taken out (returned: how many), those kept aside by a read in
+    /// flight are dropped, and what reads in flight (or, with `stored: false`, reads
+    /// before [`Self::replacement_stored`]) bring back of them is dropped too.
+    fn supersede(&mut self, key: &str, below: Place, stored: bool) -> u64 {
+        let header = self.last_value_header;
+        let older: Vec<Place> = self
+            .pending
+            .range(..below)
+            .filter(|(_, e)| e.message.last_value_key(header) == Some(key))
+            .map(|(p, _)| *p)
+            .collect();
+        for place in &older {
+            self.pending.remove(place);
+        }
+        if let Some(read) = &mut self.read {
+            read.during.retain(|m| {
+                m.last_value_key(header) != Some(key) || m.id.is_none_or(|id| (id, 0) >= below)
+            });
+        }
+        if !stored || !self.reads_in_flight.is_empty() {
+            self.superseded.push(Superseded {
+                key: key.to_string(),
+                below,
+                after_read: stored.then(|| self.next_read - 1),
+            });
+        }
+        older.len() as u64
+    }
+
+    /// The write that deleted the stored messages a message that is not stored
+    /// replaced (key `key`, at `below`) was answered (committed or failed): reads
+    /// that begin from now on cannot see them.
+    pub fn replacement_stored(&mut self, key: &str, below: Place) {
+        let last_started = self.next_read - 1;
+        for s in &mut self.superseded {
+            if s.key == key && s.below == below && s.after_read.is_none() {
+                s.after_read = Some(last_started);
+            }
+        }
+        self.prune_superseded();
+    }
+
+    /// Forgets replacements no read in flight can have missed.
+    fn prune_superseded(&mut self) {
+        let oldest_read = self.reads_in_flight.first().copied().unwrap_or(u64::MAX);
+        self.superseded
+            .retain(|s| s.after_read.is_none_or(|after| after >= oldest_read));
+    }
+
+    /// Replacements remembered now (bounded by what is published while reads are
+    /// in flight).
+    pub fn superseded_len(&self) -> usize {
+        self.superseded.len()
     }
 
     fn insert(&mut self, place: Place, entry: Entry) {
@@ -210,21 +329,32 @@ impl QueueCursor {
     /// message published before it (not after the store's highest id: with producers
     /// pipelining, later messages may have their ids already), so a producer's mix of
     /// persistent and non-persistent messages keeps its order.
-    pub fn offer(&mut self, message: Arc<TopicMessage>) {
+    ///
+    /// A message with a last-value key replaces the older ones with that key first
+    /// (see "Last values" in the module documentation).
+    pub fn offer(&mut self, message: Arc<TopicMessage>) -> Offered {
+        let place = match message.id {
+            Some(id) => (id, 0),
+            None => (self.published_upto, self.next_transient),
+        };
+        let mut offered = Offered::default();
+        if let Some(key) = self.key_of(&message).map(str::to_string) {
+            offered.replaced = self.supersede(&key, place, message.id.is_some());
+            offered.supersedes = Some((key, place));
+        }
         let Some(id) = message.id else {
-            let place = (self.published_upto, self.next_transient);
             self.next_transient += 1;
             self.insert(place, Entry::new(message));
-            return;
+            return offered;
         };
         self.published_upto = self.published_upto.max(id);
         if let Some(ahead) = self.ahead.get_mut(&id) {
             ahead.released = true; // a scan took it already
             self.prune_ahead();
-            return;
+            return offered;
         }
         if self.read_ids.contains(&id) {
-            return; // a read found it in the store already
+            return offered; // a read found it in the store already
         }
         match self.mode {
             Mode::Live
@@ -247,6 +377,7 @@ impl QueueCursor {
                 }
             }
         }
+        offered
     }
 
     /// What to read from the store now, if anything: `(after id, limit)` for `browse`.
@@ -298,7 +429,7 @@ impl QueueCursor {
             }
             self.read_ids.insert(id);
             self.paged_upto = self.paged_upto.max(id);
-            if !self.ahead.contains_key(&id) {
+            if !self.ahead.contains_key(&id) && !self.is_superseded((id, 0), &message) {
                 self.insert((id, 0), Entry::new(message));
             }
         }
@@ -335,6 +466,7 @@ impl QueueCursor {
     pub fn end_read(&mut self, seq: u64) {
         self.reads_in_flight.remove(&seq);
         self.prune_ahead();
+        self.prune_superseded();
     }
 
     /// Where a scan of the store for a consumer may start: after every message the
@@ -479,6 +611,85 @@ mod tests {
             origin: None,
             redeliveries: 0,
         })
+    }
+
+    /// A message with last-value key `key` (header `K`).
+    fn keyed(id: Option<i64>, key: &str) -> Arc<TopicMessage> {
+        let mut m = (*msg(id)).clone();
+        m.payload = Arc::new(Payload {
+            headers: vec![("K".into(), key.into())],
+            ..Payload::default()
+        });
+        Arc::new(m)
+    }
+
+    fn last_values() -> QueueCursor {
+        let mut c = QueueCursor::new(10, 70, 0).with_last_values(Some("K"));
+        assert_eq!(c.read_request(), Some((0, 10)));
+        c.on_read(Some(vec![]));
+        assert!(c.is_live());
+        c
+    }
+
+    #[test]
+    fn a_last_value_replaces_the_waiting_older_ones_with_its_key() {
+        let mut c = last_values();
+        assert_eq!(c.offer(keyed(Some(1), "x")).replaced, 0);
+        c.offer(keyed(Some(2), "y"));
+        c.offer(msg(Some(3)));
+        c.offer(keyed(None, "y"));
+        let offered = c.offer(keyed(Some(5), "x"));
+        assert_eq!(offered.replaced, 1);
+        assert_eq!(offered.supersedes, Some(("x".to_string(), (5, 0))));
+        // The non-persistent y (at (3, 1)) replaced the stored y; x 5 replaced x 1.
+        assert_eq!(ids(&mut c), [Some(3), None, Some(5)]);
+        // No read in flight: nothing to remember for a stored one.
+        assert_eq!(c.superseded_len(), 1, "the non-persistent y's delete is not stored yet");
+        c.replacement_stored("y", (3, 1));
+        assert_eq!(c.superseded_len(), 0);
+    }
+
+    #[test]
+    fn a_read_in_flight_does_not_bring_a_replaced_row_back() {
+        let mut c = QueueCursor::new(10, 70, 0).with_last_values(Some("K"));
+        assert_eq!(c.read_request(), Some((0, 10)));
+        // Published while the read is in flight: x 5, whose commit deleted x 2, which
+        // the read may have found before that.
+        let offered = c.offer(keyed(Some(5), "x"));
+        assert_eq!(offered.replaced, 0);
+        assert_eq!(c.superseded_len(), 1);
+        c.on_read(Some(vec![keyed(Some(2), "x"), keyed(Some(3), "y")]));
+        assert_eq!(c.superseded_len(), 0, "forgotten once the read is back");
+        assert_eq!(ids(&mut c), [Some(3), Some(5)]);
+    }
+
+    #[test]
+    fn a_non_persistent_last_value_is_remembered_until_its_delete_is_stored() {
+        // The store holds ids up to 7 when the queue starts.
+        let mut c = QueueCursor::new(4, 70, 7).with_last_values(Some("K"));
+        assert_eq!(c.read_request(), Some((0, 4)));
+        c.on_read(Some(vec![keyed(Some(1), "x"), msg(Some(2)), msg(Some(3)), msg(Some(4))]));
+        assert_eq!(ids(&mut c), [Some(1), Some(2), Some(3), Some(4)]);
+        // Replaces the stored x rows (6) by a write of its own; a read that starts
+        // before that write is answered must not bring them back.
+        let offered = c.offer(keyed(None, "x"));
+        assert_eq!(offered.supersedes, Some(("x".to_string(), (7, 1))));
+        assert_eq!(c.read_request(), Some((4, 3)));
+        c.on_read(Some(vec![keyed(Some(6), "x"), msg(Some(7))]));
+        assert_eq!(c.superseded_len(), 1);
+        c.replacement_stored("x", (7, 1));
+        assert_eq!(c.superseded_len(), 0);
+        assert_eq!(ids(&mut c), [Some(7), None]);
+    }
+
+    #[test]
+    fn without_a_header_nothing_is_replaced() {
+        let mut c = QueueCursor::new(10, 70, 0);
+        assert_eq!(c.read_request(), Some((0, 10)));
+        c.on_read(Some(vec![]));
+        c.offer(keyed(Some(1), "x"));
+        assert_eq!(c.offer(keyed(Some(2), "x")), Offered::default());
+        assert_eq!(ids(&mut c), [Some(1), Some(2)]);
     }
 
     fn ids(c: &mut QueueCursor) -> Vec<Option<i64>> {

@@ -518,6 +518,22 @@ impl StoreHandle {
         Ok(self.write(op).await?.deleted()? > 0)
     }
 
+    /// [`WriteOp::ReplaceLastValue`]: deletes the committed rows of `container` with
+    /// last-value key `key` and an id below `below`; returns how many it deleted.
+    pub async fn replace_last_value(
+        &self,
+        container: String,
+        key: String,
+        below: i64,
+    ) -> Result<u64, ActorError> {
+        let op = WriteOp::ReplaceLastValue {
+            container,
+            key,
+            below,
+        };
+        Ok(self.write(op).await?.deleted()?)
+    }
+
     /// [`WriteOp::Remove`]: deletes rows `ids` of queue `container` (prepared ones
     /// excepted); returns how many it deleted.
     pub async fn remove(&self, container: String, ids: Vec<i64>) -> Result<u64, ActorError> {

@@ -767,10 +767,19 @@ mod tests {
         let send = |headers: &[(&str, &str)]| refusal(frame::Command::Send, headers, Version::V1_2);
         assert_eq!(send(&[]), "missing destination header");
         assert_eq!(send(&[("destination", "")]), "missing destination header");
-        assert_eq!(
-            send(&[("destination", "jobs")]),
-            "invalid destination `jobs`: a destination names its kind: queue://NAME or /queue/NAME for a queue, topic://NAME or /topic/NAME for a topic"
+        // Every kind of the table, each with its two forms.
+        let no_kind = send(&[("destination", "jobs")]);
+        assert!(
+            no_kind.starts_with("invalid destination `jobs`: a destination names its kind: "),
+            "{no_kind}"
         );
+        for kind in DestinationKind::all() {
+            let (name, prefix) = (kind.spec().name, kind.spec().stomp_prefix);
+            let forms = format!("{name}://NAME or {prefix}NAME for a {name}");
+            assert!(no_kind.contains(&forms), "{no_kind}");
+        }
+        assert!(no_kind.contains("queue://NAME or /queue/NAME for a queue"));
+        assert!(no_kind.contains("topic://NAME or /topic/NAME for a topic"));
         // The API's form means the same on STOMP.
         for (text, key) in [
             ("queue://jobs", DestinationKey::queue("jobs").unwrap()),
@@ -789,9 +798,15 @@ mod tests {
             send(&[("destination", "/topic/")]),
             "invalid destination `/topic/`: invalid destination ``: empty"
         );
+        let schemes: Vec<String> = DestinationKind::all()
+            .map(|k| format!("{}://", k.spec().name))
+            .collect();
         assert_eq!(
             send(&[("destination", "/topic/queue://x")]),
-            "invalid destination `/topic/queue://x`: invalid destination `queue://x`: give the plain name after queue:// or topic://, without another scheme or control characters"
+            format!(
+                "invalid destination `/topic/queue://x`: invalid destination `queue://x`: give the plain name after {}, without another scheme or control characters",
+                schemes.join(" or ")
+            )
         );
         let long = format!("/queue/{}", "x".repeat(201));
         assert_eq!(

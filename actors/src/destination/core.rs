@@ -242,6 +242,9 @@ impl DestinationCore {
             xid,
             payload: Arc::clone(&message.payload),
             indexed_headers: self.key.capabilities().indexed_headers,
+            last_value: message
+                .last_value_key(self.key.capabilities().last_value_header)
+                .map(str::to_string),
         }
     }
 

@@ -7,8 +7,9 @@
 //! stats, the admin API and the console read this table and ask "can it do X?"
 //! ([`crate::DestinationKind::capabilities`]), never "is it a queue?".
 //!
-//! Adding a kind: a file that declares its `KindSpec` (and, if no existing actor runs
-//! it, its actor), plus one line in [`KINDS`].
+//! Each kind is a file of this folder that declares its `KindSpec`. Adding a kind:
+//! such a file (and, if no existing actor runs it, its actor), plus its line in
+//! [`KINDS`] (with the `mod` line that names the file).
 
 /// What a kind of destination can do: the questions the rest of Ebb asks of a
 /// destination instead of naming its kind.
@@ -33,6 +34,12 @@ pub struct Capabilities {
     /// The store indexes each message's headers (the `hdrs` column), so a selector
     /// is answered in SQL deep in a backlog.
     pub indexed_headers: bool,
+    /// Keeps one waiting message per value of this header: a newer message with the
+    /// same value replaces the older one, in the store (in the transaction that
+    /// commits the newer one) and in memory, and one in flight is not redelivered
+    /// (Artemis's last-value queue, keyed by `_AMQ_LVQ_NAME`). Messages without the
+    /// header are kept as on a queue. `None`: nothing is replaced.
+    pub last_value_header: Option<&'static str>,
 }
 
 /// The actor that runs a kind's destinations. Kinds that differ only in what the
@@ -66,38 +73,11 @@ pub struct KindSpec {
     pub actor: KindActor,
 }
 
-/// A queue: each message to one consumer, kept until acked (JMS point to point).
-pub static QUEUE: KindSpec = KindSpec {
-    name: "queue",
-    plural: "queues",
-    stomp_prefix: "/queue/",
-    capabilities: Capabilities {
-        durable_subscriptions: false,
-        point_to_point: true,
-        browse: true,
-        move_target: true,
-        shared_auto_acks: false,
-        indexed_headers: true,
-    },
-    actor: KindActor::Queue,
-};
+mod queue;
+mod topic;
 
-/// A topic: every subscription gets every message; durable subscriptions keep a
-/// backlog while offline (JMS publish/subscribe).
-pub static TOPIC: KindSpec = KindSpec {
-    name: "topic",
-    plural: "topics",
-    stomp_prefix: "/topic/",
-    capabilities: Capabilities {
-        durable_subscriptions: true,
-        point_to_point: false,
-        browse: false,
-        move_target: false,
-        shared_auto_acks: true,
-        indexed_headers: false,
-    },
-    actor: KindActor::Topic,
-};
+pub use queue::QUEUE;
+pub use topic::TOPIC;
 
 /// Every kind, in the order of their store keys (by name). Parsing tries them in
 /// this order; refusal texts list them in it.
