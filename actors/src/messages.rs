@@ -233,9 +233,10 @@ pub struct QueueStats {
     pub discarded: u64,
     /// Deliveries that were redeliveries.
     pub redelivered: u64,
-    /// Messages a newer one with the same last-value key replaced (a last-value queue):
-    /// taken out while waiting, deleted from the store, or dropped when they came back
-    /// from a consumer.
+    /// Messages a newer one with the same last-value key replaced (a last-value queue)
+    /// while the queue held them in memory: taken out while waiting, or dropped when
+    /// they came back from a consumer. One replaced while only in the store is
+    /// deleted there, in the newer one's transaction, without being counted here.
     pub replaced: u64,
     /// Consumers attached now.
     pub consumers: u64,

@@ -834,10 +834,10 @@ impl QueueActor {
         let (k, upto) = (key.clone(), below.0);
         let write = async move { store.replace_last_value(container, k, upto + 1).await };
         ctx.spawn(write.into_actor(self).map(move |result, act, _| {
-            match result {
-                Ok(n) => act.stats.replaced += n,
-                Err(e) => tracing::warn!(queue = %act.core.container, key = %key, error = %e,
-                    "cannot delete the stored messages a non-persistent last value replaces; they are delivered after a restart"),
+            // What it deletes was counted when it was taken out of memory.
+            if let Err(e) = result {
+                tracing::warn!(queue = %act.core.container, key = %key, error = %e,
+                    "cannot delete the stored messages a non-persistent last value replaces; they are delivered after a restart");
             }
             act.cursor.replacement_stored(&key, below);
         }));
