@@ -73,6 +73,7 @@ pub struct KindSpec {
     pub actor: KindActor,
 }
 
+mod last_value_queue;
 mod queue;
 mod topic;
 
@@ -81,7 +82,7 @@ pub use topic::TOPIC;
 
 /// Every kind, in the order of their store keys (by name). Parsing tries them in
 /// this order; refusal texts list them in it.
-pub static KINDS: &[&KindSpec] = &[&QUEUE, &TOPIC];
+pub static KINDS: &[&KindSpec] = &[&last_value_queue::LAST_VALUE_QUEUE, &QUEUE, &TOPIC];
 
 /// The kind named `name` (`queue`), if there is one.
 pub fn by_name(name: &str) -> Option<&'static KindSpec> {
