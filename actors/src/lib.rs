@@ -21,12 +21,15 @@
 //!   of a destination), the publish-order buffer, prepared messages, the housekeeping
 //!   schedule, the shared counters — and the handlers built on them. A destination
 //!   actor writes only its dispatch and its expiry page.
-//! - [`kinds`]: the kind table. Each kind of destination is declared once (name, STOMP
-//!   prefix, admin API segment, [`Capabilities`](kinds::Capabilities), the actor that
-//!   runs it) and listed in [`kinds::KINDS`]; the rest of Ebb asks a kind what it can
-//!   do, never which kind it is. A kind that an existing actor runs is its declaration
-//!   plus one line in the table; a kind with a dispatch of its own adds its actor and a
-//!   variant of [`kinds::KindActor`] and of the registry's
+//! - [`kinds`]: the kind table. Each kind of destination is declared once, in a file of
+//!   `kinds/` (name, STOMP prefix, admin API segment, [`Capabilities`](kinds::Capabilities),
+//!   the actor that runs it), and listed in [`kinds::KINDS`]; the rest of Ebb asks a
+//!   kind what it can do, never which kind it is. A kind that an existing actor runs is
+//!   its file plus its line in the table: the last-value queue (`lvq://`, keyed by
+//!   `_AMQ_LVQ_NAME`) is a queue whose capabilities name a last-value header, and the
+//!   queue actor, its cursor and the store replace by that header wherever a kind
+//!   names one. A kind with a dispatch of its own adds its actor and a variant of
+//!   [`kinds::KindActor`] and of the registry's
 //!   [`DestinationAddr`](broker::DestinationAddr).
 //! - [`subscription`] (one topic subscription's cursor and credit), [`queue_cursor`] (a
 //!   queue's cursor), [`message_groups`] (which consumer owns each message group),

@@ -297,6 +297,23 @@ async fn the_console_shows_destinations_and_retries_a_dlq(t: TestStore) {
     page.fits_the_window("a queue").await;
     page.screenshot("queue").await;
 
+    // A kind the console knows only from the kind table: a last-value queue's page
+    // lists what waits, the newest value per key.
+    for value in ["101.5", "102.25"] {
+        let price = Message::new(format!("IBM {value}")).header("_AMQ_LVQ_NAME", "IBM");
+        b.send("lvq://console.prices", price).await.unwrap();
+    }
+    page.open(
+        &format!("{base}#/lvq/console.prices"),
+        "document.querySelectorAll('#messages tr[data-id]').length === 1",
+    )
+    .await;
+    let only = page
+        .eval("document.querySelector('#messages tbody tr').innerText")
+        .await;
+    assert!(only.as_str().unwrap().contains("IBM 102.25"), "{only}");
+    assert_eq!(page.eval("document.querySelector('h1').innerText").await, json!("lvq console.prices"));
+
     page.open(
         &format!("{base}#/queue/DLQ.console.jobs"),
         "document.querySelectorAll('#messages tr[data-id]').length === 4",

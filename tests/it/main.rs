@@ -28,6 +28,7 @@ mod heartbeats;
 mod housekeeping_fairness;
 #[cfg(feature = "http")]
 mod http_api;
+mod last_value_queue;
 mod layering;
 mod pipelining;
 // These drive the `ebb` binary's tools (`ebb::cli`, the binary itself): they need the
