@@ -26,8 +26,15 @@
 //! to the last delivery, the median of `EBB_BENCH_SELECTOR_ROUNDS`
 //! (default 3) rounds, and the ratio with / without.
 //!
-//! Run: `cargo bench --bench selectors` (`EBB_BENCH_SELECTOR_ONLY=deep` or
-//! `dispatch` picks one table).
+//! **Hostile LIKE** (issue 35, point 9). 10 subscriptions to one topic, each with
+//! `h LIKE '%aaaa…ab%'` (a 4,000-character run, searched for), and 5 non-persistent messages whose
+//! header `h` is 60,000 `a`s and a `b` (the worst case of a backtracking matcher,
+//! ~2.4·10⁸ steps a message and subscription): measured, the time from the first send
+//! to the 50th delivery, then a round trip on an unrelated queue. Before the linear
+//! matcher the sends took 18.5 s and such a round trip up to 3.8 s.
+//!
+//! Run: `cargo bench --bench selectors` (`EBB_BENCH_SELECTOR_ONLY=deep`, `dispatch`
+//! or `like` picks one table).
 
 mod common;
 
@@ -212,6 +219,51 @@ async fn dispatch(dir: &std::path::Path, messages: usize, with_selectors: bool) 
     rate
 }
 
+/// The hostile-LIKE table: (ms from the first send to the last of the 50 deliveries,
+/// ms of the unrelated round trip after them).
+async fn hostile_like(dir: &std::path::Path) -> (f64, f64) {
+    let run = ebb_run::start(&Store::Sqlite, dir, "like", 1).await;
+    let topic = "topic://like";
+    let text = format!("h LIKE '%{}b%'", "a".repeat(4_000));
+    let mut subs = Vec::new();
+    for _ in 0..10 {
+        let options = SubscribeOptions::non_durable().selector(Selector::parse(&text).unwrap());
+        subs.push(run.broker.subscribe(topic, options).await.unwrap());
+    }
+    // 60,000 `a`s then the `b` the pattern ends with: every subscription takes it,
+    // after a backtracking matcher's worst case (the run of `a`s fails at every place
+    // but the last).
+    let header = format!("{}b", "a".repeat(60_000));
+    let started = Instant::now();
+    for _ in 0..5 {
+        let m = Message::new("x")
+            .header("h", header.as_str())
+            .persistent(false);
+        run.broker.send(topic, m).await.unwrap();
+    }
+    for sub in &mut subs {
+        for _ in 0..5 {
+            sub.next().await.expect("a match");
+        }
+    }
+    let sends = started.elapsed().as_secs_f64() * 1e3;
+    let mut other = run
+        .broker
+        .subscribe("queue://like.other", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    run.broker
+        .send("queue://like.other", Message::new("ping").persistent(false))
+        .await
+        .unwrap();
+    other.next().await.expect("the ping");
+    let round_trip = started.elapsed().as_secs_f64() * 1e3;
+    drop((subs, other));
+    run.finish().await;
+    (sends, round_trip)
+}
+
 #[actix_rt::main]
 async fn main() {
     let only = report::only("EBB_BENCH_SELECTOR_ONLY");
@@ -292,8 +344,17 @@ async fn main() {
             );
         }
     }
+    let mut like = None;
+    if report::wanted(&only, "like") {
+        let (sends_ms, round_trip_ms) = hostile_like(dir.path()).await;
+        println!("\nHostile LIKE: 10 subscriptions with a 4,000-character `%a…ab%`, 5 messages with a 60 KB header:\n");
+        println!("| 5 sends to 50 deliveries | a round trip on another queue after them |");
+        println!("|---|---|");
+        println!("| {sends_ms:.1} ms | {round_trip_ms:.1} ms |");
+        like = Some(serde_json::json!({ "sends_ms": sends_ms, "round_trip_ms": round_trip_ms }));
+    }
     println!(
         "\n{}",
-        serde_json::json!({ "bench": "selectors", "deep": deeps, "dispatch": dispatches })
+        serde_json::json!({ "bench": "selectors", "deep": deeps, "dispatch": dispatches, "like": like })
     );
 }

@@ -226,8 +226,7 @@ impl QueueActor {
             consumers: BTreeMap::new(),
             next_consumer: 1,
             last_consumer: 0,
-            cursor: QueueCursor::new(cache, high_water, floor)
-                .with_last_values(last_values),
+            cursor: QueueCursor::new(cache, high_water, floor).with_last_values(last_values),
             delivered: HashMap::new(),
             stats: QueueStats::default(),
             selective: 0,
@@ -782,7 +781,11 @@ impl QueueActor {
     /// A delivery ended without an ack: the message goes back in its place, or to the
     /// dead-letter queue past `maximum_redeliveries`.
     fn give_back(&mut self, place: Place, why: &str, ctx: &mut Context<Self>) {
-        let Some(Delivered { mut entry, replaced }) = self.delivered.remove(&place) else {
+        let Some(Delivered {
+            mut entry,
+            replaced,
+        }) = self.delivered.remove(&place)
+        else {
             return;
         };
         if replaced {

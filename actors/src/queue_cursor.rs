@@ -644,7 +644,11 @@ mod tests {
         // The non-persistent y (at (3, 1)) replaced the stored y; x 5 replaced x 1.
         assert_eq!(ids(&mut c), [Some(3), None, Some(5)]);
         // No read in flight: nothing to remember for a stored one.
-        assert_eq!(c.superseded_len(), 1, "the non-persistent y's delete is not stored yet");
+        assert_eq!(
+            c.superseded_len(),
+            1,
+            "the non-persistent y's delete is not stored yet"
+        );
         c.replacement_stored("y", (3, 1));
         assert_eq!(c.superseded_len(), 0);
     }
@@ -668,7 +672,12 @@ mod tests {
         // The store holds ids up to 7 when the queue starts.
         let mut c = QueueCursor::new(4, 70, 7).with_last_values(Some("K"));
         assert_eq!(c.read_request(), Some((0, 4)));
-        c.on_read(Some(vec![keyed(Some(1), "x"), msg(Some(2)), msg(Some(3)), msg(Some(4))]));
+        c.on_read(Some(vec![
+            keyed(Some(1), "x"),
+            msg(Some(2)),
+            msg(Some(3)),
+            msg(Some(4)),
+        ]));
         assert_eq!(ids(&mut c), [Some(1), Some(2), Some(3), Some(4)]);
         // Replaces the stored x rows (6) by a write of its own; a read that starts
         // before that write is answered must not bring them back.

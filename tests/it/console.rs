@@ -312,7 +312,10 @@ async fn the_console_shows_destinations_and_retries_a_dlq(t: TestStore) {
         .eval("document.querySelector('#messages tbody tr').innerText")
         .await;
     assert!(only.as_str().unwrap().contains("IBM 102.25"), "{only}");
-    assert_eq!(page.eval("document.querySelector('h1').innerText").await, json!("lvq console.prices"));
+    assert_eq!(
+        page.eval("document.querySelector('h1').innerText").await,
+        json!("lvq console.prices")
+    );
 
     page.open(
         &format!("{base}#/queue/DLQ.console.jobs"),

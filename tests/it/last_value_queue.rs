@@ -8,11 +8,11 @@
 
 use std::time::Duration;
 
+use ebb::admin::Selection;
 use ebb::stomp::codec::Limits;
 use ebb::stomp::frame::Command;
 use ebb::test_util::stomp::*;
 use ebb::test_util::*;
-use ebb::admin::Selection;
 use ebb::{AckMode, Broker, Message, Policy, SubscribeOptions, UsageConfig};
 
 const KEY: &str = "_AMQ_LVQ_NAME";
@@ -94,9 +94,12 @@ async fn a_paged_backlog_keeps_the_last_values_across_a_restart(t: TestStore) {
     let b = lvq_broker(&t, small.clone()).await;
     for round in 0..5 {
         for key in 0..40 {
-            b.send(Q, price(&format!("k{key}"), &format!("k{key} v{round}"), true))
-                .await
-                .unwrap();
+            b.send(
+                Q,
+                price(&format!("k{key}"), &format!("k{key} v{round}"), true),
+            )
+            .await
+            .unwrap();
         }
     }
     assert_eq!(b.store().count_messages(Q).await.unwrap(), 40);
@@ -157,12 +160,9 @@ async fn a_replaced_message_in_flight_is_not_redelivered(t: TestStore) {
 /// housekeeping; a consumer with a selector on the key gets only its key's value.
 async fn expiry_and_selectors_work_as_on_a_queue(t: TestStore) {
     let b = lvq_broker(&t, policy(50, 100)).await;
-    b.send(
-        Q,
-        price("OLD", "old", true).ttl(Duration::from_millis(1)),
-    )
-    .await
-    .unwrap();
+    b.send(Q, price("OLD", "old", true).ttl(Duration::from_millis(1)))
+        .await
+        .unwrap();
     b.send(Q, price("IBM", "ibm 1", true)).await.unwrap();
     b.send(Q, price("AAPL", "aapl 1", true)).await.unwrap();
     b.send(Q, price("IBM", "ibm 2", true)).await.unwrap();
@@ -205,7 +205,11 @@ async fn stomp_sends_replace_at_commit(t: TestStore) {
     c.write(send("ibm x", "transaction:t2\n").as_bytes()).await;
     c.write(b"ABORT\ntransaction:t2\nreceipt:a2\n\n\0").await;
     receipt(&mut c, "a2").await;
-    assert_eq!(stored(&s.broker).await, ["ibm 2"], "an aborted send replaces nothing");
+    assert_eq!(
+        stored(&s.broker).await,
+        ["ibm 2"],
+        "an aborted send replaces nothing"
+    );
 
     c.write(b"SUBSCRIBE\nid:1\ndestination:/lvq/prices\nack:auto\n\n\0")
         .await;
@@ -224,7 +228,9 @@ async fn stomp_sends_replace_at_commit(t: TestStore) {
 async fn the_admin_api_serves_the_kind(t: TestStore) {
     let b = lvq_broker(&t, quiet_policy()).await;
     let options = ebb::http::HttpOptions::new("127.0.0.1:0".parse().unwrap());
-    let server = ebb::http::HttpServer::start(options, b.clone()).await.unwrap();
+    let server = ebb::http::HttpServer::start(options, b.clone())
+        .await
+        .unwrap();
     let base = format!("http://{}", server.local_addr());
     b.send(Q, price("IBM", "ibm 1", true)).await.unwrap();
     b.send(Q, price("IBM", "ibm 2", true)).await.unwrap();

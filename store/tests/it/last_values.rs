@@ -42,7 +42,10 @@ async fn a_newer_message_replaces_the_older_with_its_key(t: TestStore) {
         .await
         .unwrap();
     // One add at a time.
-    store.add_messages(vec![keyed(Q, "ibm 2", Some("IBM"))]).await.unwrap();
+    store
+        .add_messages(vec![keyed(Q, "ibm 2", Some("IBM"))])
+        .await
+        .unwrap();
     assert_eq!(
         bodies(&*store, Q).await,
         ["aapl 1", "no key", "ibm 2"],
@@ -79,7 +82,10 @@ async fn a_newer_message_replaces_the_older_with_its_key(t: TestStore) {
 async fn a_transaction_replaces_when_it_commits(t: TestStore) {
     let store = t.open().await;
     let mut raw = Raw::connect(&t).await;
-    store.add_messages(vec![keyed(Q, "ibm 1", Some("IBM"))]).await.unwrap();
+    store
+        .add_messages(vec![keyed(Q, "ibm 1", Some("IBM"))])
+        .await
+        .unwrap();
     let mut in_tx = prepared(Q, "ibm 2", 0, "tx-1");
     in_tx.last_value = Some("IBM".into());
     let mut in_tx_too = prepared(Q, "ibm 3", 0, "tx-1");
@@ -131,7 +137,11 @@ async fn a_message_that_is_not_stored_replaces_by_an_op(t: TestStore) {
     let none = store.write_one(replace("IBM", ids[0])).await.unwrap();
     assert_eq!(none, WriteOutcome::Deleted(0));
     let one = store.write_one(replace("IBM", ids[1] + 100)).await.unwrap();
-    assert_eq!(one, WriteOutcome::Deleted(1), "the prepared row is left alone");
+    assert_eq!(
+        one,
+        WriteOutcome::Deleted(1),
+        "the prepared row is left alone"
+    );
     assert_eq!(bodies(&*store, Q).await, ["aapl 1"]);
     assert_eq!(store.stored_bytes(), raw.stored_bytes().await);
     store
