@@ -142,11 +142,12 @@ pub struct StompSection {
     /// Largest frame accepted, bytes or with a unit (`10mb`); default 10 MiB, at least
     /// `1kb`.
     pub max_frame_size: Option<ByteSize>,
-    /// The heart-beats offered in CONNECTED, `[send every, expect every]`: the broker
-    /// can send one that often, and wants one from the client that often (STOMP's
-    /// `heart-beat`, negotiated with the client's: the larger of the two applies, 0 =
-    /// none); a client silent for twice its interval is closed. Each ms or with a unit
-    /// (`"10s"`); default `[10000, 10000]`.
+    /// The broker's heart-beat floor, `[send every, expect every]`: it sends no more
+    /// often than the first, and wants one from the client no more often than the
+    /// second (STOMP's `heart-beat`, negotiated with the client's: the larger of the two
+    /// applies, 0 = none); a client silent for twice its interval is closed. Each ms or
+    /// with a unit (`"10s"`); default `[1000, 1000]`, so a client's own interval of a
+    /// second or more is honoured (as ActiveMQ honours the client's value).
     pub heartbeat_ms: Option<[Millis; 2]>,
     /// Close a connection that sends no CONNECT, or stalls in the middle of a frame
     /// (or whose socket takes no write), this long: ms or with a unit (`"30s"`);

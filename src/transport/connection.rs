@@ -40,8 +40,11 @@ use crate::stomp::codec::{Incoming, Limits, Outgoing, StompCodec};
 pub struct ConnectionConfig {
     /// Frame size and header limits of each connection's codec.
     pub limits: Limits,
-    /// Heart-beat the server offers: it can send every `.0` ms and wants one from the
-    /// client every `.1` ms (STOMP `heart-beat` header; 0 = none).
+    /// The broker's heart-beat floor: it sends no more often than every `.0` ms and
+    /// wants one from the client no more often than every `.1` ms (STOMP's
+    /// `heart-beat`, negotiated with the client's: the larger of the two applies; 0 =
+    /// none, from either side). Default `(1000, 1000)`: a client's own interval of a
+    /// second or more is honoured, as ActiveMQ honours the client's value.
     pub heartbeat_ms: (u64, u64),
     /// Value of CONNECTED's `server` header.
     pub server_name: String,
@@ -105,7 +108,7 @@ impl Default for ConnectionConfig {
     fn default() -> Self {
         Self {
             limits: Limits::default(),
-            heartbeat_ms: (10_000, 10_000),
+            heartbeat_ms: (1_000, 1_000),
             server_name: format!("ebb/{}", env!("CARGO_PKG_VERSION")),
             security: Default::default(),
             stall_timeout_ms: 30_000,

@@ -91,7 +91,32 @@ async fn heart_beats_come_on_time_also_after_traffic(t: TestStore) {
     s.stop().await;
 }
 
+/// Issue 35, point 11: a client's own heart-beat of a second is honoured with the
+/// default configuration (the broker's floor is 1 s; it was 10 s, which raised a
+/// client's 1 s to 10 s), and a shorter one is raised to the floor.
+async fn a_clients_one_second_is_honoured_by_default(t: TestStore) {
+    let broker = broker(&t, policy(30_000, 400), 2).await;
+    let s = serve_with(broker, ConnectionConfig::default()).await;
+    for (asked, negotiated) in [
+        ("1000,1000", "1000,1000"),
+        ("250,5000", "5000,1000"),
+        ("0,1000", "1000,0"),
+    ] {
+        let mut c = Client::open(s.addr).await;
+        c.write(format!("CONNECT\naccept-version:1.2\nheart-beat:{asked}\n\n\0").as_bytes())
+            .await;
+        let connected = c.frame().await.expect("CONNECTED");
+        assert_eq!(
+            connected.get("heart-beat"),
+            Some(negotiated),
+            "asked {asked}"
+        );
+    }
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
-    heart_beats_come_on_time_also_after_traffic
+    heart_beats_come_on_time_also_after_traffic,
+    a_clients_one_second_is_honoured_by_default,
 );
