@@ -33,7 +33,37 @@ use super::command::{Refusal, Request};
 use super::session::{Close, Flow, Outcome, Session, SessionConfig, SpaceWait, Step};
 use crate::auth::Security;
 use crate::broker::Broker;
-use crate::stomp::codec::{Incoming, Limits, Outgoing, StompCodec};
+use crate::stomp::codec::{Incoming, Limits, Outgoing, ProtocolError, StompCodec};
+
+/// What reading a connection can fail with: bytes that are no frame (answered with an
+/// ERROR), or the socket itself (nobody to answer).
+#[derive(Debug)]
+enum ReadError {
+    Frame(ProtocolError),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for ReadError {
+    fn from(e: std::io::Error) -> Self {
+        ReadError::Io(e)
+    }
+}
+
+/// The STOMP decoder, with the socket's errors kept apart from the frames'.
+struct ReadCodec(StompCodec);
+
+impl tokio_util::codec::Decoder for ReadCodec {
+    type Item = Incoming;
+    type Error = ReadError;
+
+    fn decode(&mut self, buf: &mut bytes::BytesMut) -> Result<Option<Incoming>, ReadError> {
+        self.0.decode(buf).map_err(ReadError::Frame)
+    }
+
+    fn decode_eof(&mut self, buf: &mut bytes::BytesMut) -> Result<Option<Incoming>, ReadError> {
+        self.0.decode_eof(buf).map_err(ReadError::Frame)
+    }
+}
 
 /// What every connection of a listener shares.
 #[derive(Debug, Clone)]
@@ -301,7 +331,7 @@ pub async fn serve_connection<S>(
     let mut pre_connect = config.limits;
     pre_connect.max_frame_bytes = pre_connect.max_frame_bytes.min(PRE_CONNECT_MAX_FRAME);
     pre_connect.max_header_bytes = pre_connect.max_header_bytes.min(PRE_CONNECT_MAX_FRAME);
-    let mut reader = FramedRead::new(read, StompCodec::new(pre_connect));
+    let mut reader = FramedRead::new(read, ReadCodec(StompCodec::new(pre_connect)));
     let mut writer = FramedWrite::new(write, StompCodec::new(config.limits));
     // Frames of one turn go out in one write (the default boundary, 8 KiB, would write
     // every few frames of a batch).
@@ -373,7 +403,19 @@ pub async fn serve_connection<S>(
                         let request = Request::parse(&frame, session.version());
                         take(&mut session, request, &mut pipe).await
                     }
-                    Some(Err(e)) => {
+                    Some(Err(ReadError::Io(e))) => {
+                        // The socket failed or was cut (a reset; a TLS client that
+                        // closes without close_notify): not a bad frame, and nobody
+                        // reads an ERROR any more. What was read before it is
+                        // applied as after a close; the connection then ends.
+                        tracing::debug!(session = %session.id(), error = %e, "connection lost");
+                        pipe.input_over = true;
+                        if pipe.wait.take().is_some() {
+                            pipe.drop_unapplied();
+                        }
+                        pump(&mut session, &mut pipe).await
+                    }
+                    Some(Err(ReadError::Frame(e))) => {
                         // Bytes that are no frame: its ERROR comes after the frames
                         // read before it, and nothing after it is read.
                         pipe.input_over = true;
@@ -495,9 +537,9 @@ pub async fn serve_connection<S>(
             registered = now;
         }
         // The version may have changed (CONNECT): both halves of the codec follow it.
-        reader.decoder_mut().version = session.version();
+        reader.decoder_mut().0.version = session.version();
         if session.connected() {
-            reader.decoder_mut().limits = config.limits;
+            reader.decoder_mut().0.limits = config.limits;
         }
         writer.encoder_mut().version = session.version();
         if !session.output().is_empty() {
@@ -607,4 +649,55 @@ async fn pump(session: &mut Session, pipe: &mut Pipeline) -> Result<(), Close> {
         pipe.start(session, step)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    /// Reads `bytes`, then fails as rustls does when a TLS peer closes its socket
+    /// without `close_notify`.
+    struct CutAfter(Option<&'static [u8]>);
+
+    impl tokio::io::AsyncRead for CutAfter {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(match self.0.take() {
+                Some(bytes) => {
+                    buf.put_slice(bytes);
+                    Ok(())
+                }
+                None => Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "peer closed connection without sending TLS close_notify",
+                )),
+            })
+        }
+    }
+
+    /// Issue 35, point 11: a socket that fails (a TLS client gone without
+    /// `close_notify`, a reset) is not a malformed frame: the frames read before it
+    /// come through, then the failure, as the socket's; bytes that are no frame stay a
+    /// frame error.
+    #[tokio::test]
+    async fn a_failed_socket_is_not_a_bad_frame() {
+        let codec = ReadCodec(StompCodec::new(Limits::default()));
+        let mut reader =
+            FramedRead::new(CutAfter(Some(b"SEND\ndestination:/queue/a\n\nx\0")), codec);
+        assert!(matches!(reader.next().await, Some(Ok(Incoming::Frame(_)))));
+        match reader.next().await {
+            Some(Err(ReadError::Io(e))) => assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof),
+            other => panic!("{other:?}"),
+        }
+        let codec = ReadCodec(StompCodec::new(Limits::default()));
+        let mut reader = FramedRead::new(CutAfter(Some(b"NOT A FRAME\n\n\0")), codec);
+        assert!(matches!(
+            reader.next().await,
+            Some(Err(ReadError::Frame(_)))
+        ));
+    }
 }
