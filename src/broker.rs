@@ -87,6 +87,14 @@ pub struct UsageConfig {
     /// Wait at most this long (ms) for space, then fail (ActiveMQ's
     /// `sendFailIfNoSpaceAfterTimeout`). `None`: wait as long as it takes.
     pub send_fail_if_no_space_after_timeout: Option<u64>,
+    /// Bytes of messages all open transactions hold until their COMMIT (bodies and
+    /// headers), apart from `memory`: an open transaction never makes another
+    /// producer wait, nor waits for space its own COMMIT would free (at COMMIT its
+    /// messages move to their destinations' memory, whatever it holds). A
+    /// transactional send beyond it is refused at once with [`Error::ResourceLimit`]
+    /// naming `transactions`, never held. `None`: half of `memory` (32 MiB by
+    /// default); `Some(0)`: no limit.
+    pub transactions: Option<u64>,
 }
 
 impl Default for UsageConfig {
@@ -97,7 +105,16 @@ impl Default for UsageConfig {
             temp: 0,
             send_fail_if_no_space: false,
             send_fail_if_no_space_after_timeout: None,
+            transactions: None,
         }
+    }
+}
+
+impl UsageConfig {
+    /// The transactions' budget in bytes (0 = none): [`Self::transactions`], or half of
+    /// `memory`.
+    pub fn transactions_limit(&self) -> u64 {
+        self.transactions.unwrap_or(self.memory / 2)
     }
 }
 
@@ -118,6 +135,8 @@ struct Usages {
     config: UsageConfig,
     memory: Arc<Usage>,
     temp: Arc<Usage>,
+    /// What open transactions hold until their commit ([`UsageConfig::transactions`]).
+    transactions: Arc<Usage>,
     policies: PolicyMap,
     /// Per destination, children of `memory` (named by their store keys).
     destinations: parking_lot::Mutex<HashMap<DestinationKey, Arc<Usage>>>,
@@ -1055,6 +1074,7 @@ impl Broker {
             usages: Arc::new(Usages {
                 memory: Usage::root("memory", config.usage.memory),
                 temp: Usage::root("temp", config.usage.temp),
+                transactions: Usage::root("transactions", config.usage.transactions_limit()),
                 config: config.usage.clone(),
                 policies: config.policies.clone(),
                 destinations: Default::default(),
@@ -1138,6 +1158,29 @@ impl Broker {
         })
     }
 
+    /// Whether `message` fits in the transactions' budget
+    /// ([`UsageConfig::transactions`]) now. A transactional send never waits for
+    /// space: errors with [`Error::ResourceLimit`] naming `transactions` when it does
+    /// not fit.
+    pub fn check_transaction_space(&self, message: &Message) -> Result<(), Error> {
+        let bytes = message.body.len()
+            + message
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>();
+        let budget = &self.usages.transactions;
+        if budget.has_room_for(bytes as u64) {
+            return Ok(());
+        }
+        Err(Error::ResourceLimit {
+            usage: budget.name().to_string(),
+            used: budget.used() + bytes as u64,
+            limit: budget.limit(),
+            waited_ms: None,
+        })
+    }
+
     /// Waits until a send of a `persistent` (or not) message to destination `name`
     /// finds space (producer flow control), or fails: at once with
     /// `send_fail_if_no_space`, after `send_fail_if_no_space_after_timeout` ms with it
@@ -1214,6 +1257,8 @@ impl Broker {
             store_limit: u.config.store,
             temp_bytes: u.temp.used(),
             temp_limit: u.temp.limit(),
+            transactions_bytes: u.transactions.used(),
+            transactions_limit: u.transactions.limit(),
             blocked_producers: blocked,
         }
     }
@@ -1361,7 +1406,12 @@ impl Broker {
 
     /// The topic message for `message`: checks the priority, turns a TTL into an
     /// absolute expiration, gives it a message id.
-    fn outgoing(&self, key: &DestinationKey, message: Message) -> Result<TopicMessage, Error> {
+    fn outgoing(
+        &self,
+        key: &DestinationKey,
+        message: Message,
+        in_transaction: bool,
+    ) -> Result<TopicMessage, Error> {
         if message.priority > ebb_store::MAX_PRIORITY {
             return Err(Error::InvalidPriority(message.priority));
         }
@@ -1387,10 +1437,23 @@ impl Broker {
                 .iter()
                 .map(|(k, v)| k.len() + v.len())
                 .sum::<usize>();
-        let mut charge = self.usages.of(key).charge(bytes as u64);
-        if !message.persistent {
-            charge = charge.and(&self.usages.temp);
-        }
+        let charge = if in_transaction {
+            // Held by the transaction until its COMMIT moves it to the destination.
+            let mut at_commit = vec![self.usages.of(key)];
+            if !message.persistent {
+                at_commit.push(Arc::clone(&self.usages.temp));
+            }
+            self.usages
+                .transactions
+                .charge_until_commit(bytes as u64, at_commit)
+        } else {
+            let charge = self.usages.of(key).charge(bytes as u64);
+            if message.persistent {
+                charge
+            } else {
+                charge.and(&self.usages.temp)
+            }
+        };
         Ok(TopicMessage {
             id: None,
             message_id,
@@ -1522,7 +1585,7 @@ impl Broker {
         message: Message,
     ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
-        let outgoing = self.outgoing(&key, message)?;
+        let outgoing = self.outgoing(&key, message, false)?;
         let message_id = outgoing.message_id.clone();
         let ticket = self
             .ask_live(
@@ -1544,9 +1607,9 @@ impl Broker {
         message: Message,
         xid: &str,
     ) -> Result<SendReceipt, Error> {
-        let key = destination.to_destination()?;
-        self.wait_for_space(&key, message.persistent).await?;
-        self.send_prepared_now(&key, message, xid).await
+        // A transaction never waits for space (its own COMMIT may be what frees it):
+        // the transactions' budget refuses it instead.
+        self.send_prepared_now(destination, message, xid).await
     }
 
     /// [`Broker::send_prepared`] without waiting for space (as [`Broker::send_now`]).
@@ -1571,7 +1634,8 @@ impl Broker {
         xid: &str,
     ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
-        let outgoing = self.outgoing(&key, message)?;
+        self.check_transaction_space(&message)?;
+        let outgoing = self.outgoing(&key, message, true)?;
         let message_id = outgoing.message_id.clone();
         let prepared = || PublishPrepared {
             message: outgoing.clone(),
@@ -2288,15 +2352,14 @@ impl Transaction {
     }
 
     /// Sends `message` to destination `name` inside the transaction, as
-    /// [`Broker::send_prepared`] (waits for space first).
+    /// [`Broker::send_prepared`]: never waits for space; refused with
+    /// [`Error::ResourceLimit`] beyond the transactions' budget.
     pub async fn send(
         &mut self,
         destination: impl ToDestination,
         message: Message,
     ) -> Result<SendReceipt, Error> {
-        let key = destination.to_destination()?;
-        self.broker.wait_for_space(&key, message.persistent).await?;
-        self.send_now(key, message).await
+        self.send_now(destination, message).await
     }
 
     /// As [`Transaction::send`] without waiting for space (as [`Broker::send_now`]).
@@ -2372,6 +2435,10 @@ pub struct UsageSnapshot {
     pub temp_bytes: u64,
     /// [`UsageConfig::temp`].
     pub temp_limit: u64,
+    /// Bytes open transactions hold until their COMMIT now.
+    pub transactions_bytes: u64,
+    /// [`UsageConfig::transactions_limit`] (0 = none).
+    pub transactions_limit: u64,
     /// Producers waiting in [`Broker::wait_for_space`] now.
     pub blocked_producers: u64,
 }

@@ -202,6 +202,10 @@ pub struct UsageSection {
     pub send_fail_if_no_space: Option<bool>,
     /// Wait at most this long at a limit, then fail: ms or with a unit (`"5s"`).
     pub send_fail_if_no_space_after_timeout: Option<Millis>,
+    /// Bytes all open transactions may hold until COMMIT, apart from `memory`
+    /// (default half of `memory`; `0` = no limit): a transactional SEND beyond it is
+    /// refused, never held.
+    pub transactions: Option<ByteSize>,
 }
 
 impl UsageSection {
@@ -219,6 +223,7 @@ impl UsageSection {
                 .send_fail_if_no_space_after_timeout
                 .map(|m| m.0)
                 .or(d.send_fail_if_no_space_after_timeout),
+            transactions: self.transactions.map(|b| b.0).or(d.transactions),
         }
     }
 }

@@ -41,7 +41,8 @@ pub enum Error {
     /// ActiveMQ's `ResourceAllocationException`.
     #[error("resource allocation: {usage} usage limit reached ({used} of {limit} bytes); the message was not accepted{}", match waited_ms { Some(ms) => format!(" after waiting {ms} ms for space"), None => String::new() })]
     ResourceLimit {
-        /// Which limit: `memory`, `temp`, `store`, or a destination (`queue://jobs`).
+        /// Which limit: `memory`, `temp`, `store`, `transactions` (what open
+        /// transactions hold), or a destination (`queue://jobs`).
         usage: String,
         /// Bytes in use when the send was refused.
         used: u64,

@@ -114,9 +114,30 @@ impl Usage {
     pub fn charge(self: &Arc<Self>, bytes: u64) -> MemoryCharge {
         self.add(bytes);
         MemoryCharge {
-            usages: vec![Arc::clone(self)],
+            usages: parking_lot::Mutex::new(vec![Arc::clone(self)]),
             bytes,
+            at_commit: parking_lot::Mutex::new(Vec::new()),
         }
+    }
+
+    /// Charges `bytes` here (the transactions' budget) until the message's transaction
+    /// commits ([`MemoryCharge::commit`]): then they move to `at_commit` (its
+    /// destination's memory, and temp for a non-persistent message), whatever their
+    /// limits, as for a message sent then. An aborted transaction's messages give them
+    /// back here when they are dropped.
+    pub fn charge_until_commit(
+        self: &Arc<Self>,
+        bytes: u64,
+        at_commit: Vec<Arc<Usage>>,
+    ) -> MemoryCharge {
+        let charge = self.charge(bytes);
+        *charge.at_commit.lock() = at_commit;
+        charge
+    }
+
+    /// Whether `bytes` more fit under the limit (always, without one).
+    pub fn has_room_for(&self, bytes: u64) -> bool {
+        self.limit == 0 || self.used().saturating_add(bytes) <= self.limit
     }
 
     /// Waits until neither this usage nor an ancestor is full. Returns at once if there
@@ -174,19 +195,42 @@ impl Drop for Unblock<'_> {
 }
 
 /// Bytes charged to one or more usages, given back on drop. Travels inside a message.
+/// A message of an open transaction is charged to the transactions' budget and moves
+/// to its destination's usages when the transaction commits
+/// ([`Usage::charge_until_commit`], [`MemoryCharge::commit`]).
 #[derive(Debug)]
 pub struct MemoryCharge {
-    usages: Vec<Arc<Usage>>,
+    usages: parking_lot::Mutex<Vec<Arc<Usage>>>,
     bytes: u64,
+    /// Where the bytes go at commit (empty: nowhere, they stay).
+    at_commit: parking_lot::Mutex<Vec<Arc<Usage>>>,
 }
 
 impl MemoryCharge {
     /// Also charges the same bytes to `other` (a non-persistent message counts in the
     /// temp usage as well as in memory).
-    pub fn and(mut self, other: &Arc<Usage>) -> Self {
+    pub fn and(self, other: &Arc<Usage>) -> Self {
         other.add(self.bytes);
-        self.usages.push(Arc::clone(other));
+        self.usages.lock().push(Arc::clone(other));
         self
+    }
+
+    /// The message's transaction committed: its bytes move from the transactions'
+    /// budget to the usages named at the charge (once; a charge without them is left
+    /// as it is). Nobody waits for this: the bytes are charged whatever the limits,
+    /// and what they fill makes later producers wait, as any message does.
+    pub fn commit(&self) {
+        let targets = std::mem::take(&mut *self.at_commit.lock());
+        if targets.is_empty() {
+            return;
+        }
+        for usage in &targets {
+            usage.add(self.bytes);
+        }
+        let held = std::mem::replace(&mut *self.usages.lock(), targets);
+        for usage in &held {
+            usage.release(self.bytes);
+        }
     }
 
     /// Whether the broker's memory (the root of the usage it was charged to) holds
@@ -196,7 +240,7 @@ impl MemoryCharge {
     /// here: it holds its own producers back when its cache is full (ActiveMQ's queue
     /// `memoryLimit`), which is what an operator who sets one asks for.
     pub fn is_above(&self, percent: u8) -> bool {
-        self.usages.first().is_some_and(|u| {
+        self.usages.lock().first().is_some_and(|u| {
             let mut root = u.as_ref();
             while let Some(parent) = root.parent.as_deref() {
                 root = parent;
@@ -207,7 +251,10 @@ impl MemoryCharge {
 
     /// Whether the usage it was charged to, or an ancestor, is at its limit.
     pub fn is_full(&self) -> bool {
-        self.usages.first().is_some_and(|u| u.full().is_some())
+        self.usages
+            .lock()
+            .first()
+            .is_some_and(|u| u.full().is_some())
     }
 
     /// The bytes charged.
@@ -218,7 +265,7 @@ impl MemoryCharge {
 
 impl Drop for MemoryCharge {
     fn drop(&mut self) {
-        for usage in &self.usages {
+        for usage in self.usages.get_mut().iter() {
             usage.release(self.bytes);
         }
     }

@@ -451,11 +451,17 @@ impl Session {
         let Ok(Command::Send {
             destination,
             message,
+            transaction,
             ..
         }) = &request.command
         else {
             return Flow::Go;
         };
+        if transaction.is_some() {
+            // A transaction never waits for space (its own COMMIT may be what would
+            // free it): the transactions' budget refuses the SEND when it applies.
+            return Flow::Go;
+        }
         let destination = destination.clone();
         let persistent = message.persistent;
         match self.broker.check_space(&destination, persistent) {

@@ -53,6 +53,7 @@ mod stompjs;
 mod store_full;
 #[cfg(feature = "tls")]
 mod tls;
+mod transaction_memory;
 mod wildcards;
 
 /// Runs the `ebb` binary with `args`; returns (success, stdout, stderr). For the tests

@@ -6,6 +6,11 @@
 //! highest ids, so they follow everything already released; the messages are then
 //! released under their new ids. A message that is not stored (non-persistent, or a
 //! topic without durable subscriptions) is kept here too and released with the rest.
+//!
+//! What the messages here hold in memory is charged to the broker's transactions
+//! budget, not to memory, until their commit moves it to their destination
+//! ([`crate::usage::MemoryCharge::commit`]): an open transaction never makes another
+//! producer wait, nor waits for space its own COMMIT would free.
 
 use std::collections::HashMap;
 
@@ -29,6 +34,12 @@ impl PreparedMessages {
     pub fn commit(&mut self, xid: &str, renumbered: &[(i64, i64)]) -> Vec<TopicMessage> {
         let new_ids: HashMap<i64, i64> = renumbered.iter().copied().collect();
         let messages = self.by_xid.remove(xid).unwrap_or_default();
+        // Their memory moves from the transactions' budget to the destination's.
+        for message in &messages {
+            if let Some(charge) = &message.charge {
+                charge.commit();
+            }
+        }
         messages
             .into_iter()
             .filter_map(|message| match message.id {
