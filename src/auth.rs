@@ -97,6 +97,9 @@ pub struct Security {
     pub users: Vec<User>,
     /// Who may do what; the first entry that matches a destination decides (none: everyone may do everything).
     pub authorization: Vec<AuthorizationEntry>,
+    /// Refused logins per client address, for every protocol of the broker
+    /// ([`crate::login_guard`]); clones share it.
+    pub login_guard: std::sync::Arc<crate::login_guard::LoginGuard>,
 }
 
 impl Security {
@@ -264,6 +267,7 @@ mod tests {
 
     fn security() -> Security {
         Security {
+            login_guard: Default::default(),
             users: vec![
                 User {
                     login: "alice".into(),

@@ -561,6 +561,7 @@ impl FileConfig {
         crate::auth::Security {
             users: self.users.clone(),
             authorization: self.authorization.clone(),
+            login_guard: Default::default(),
         }
     }
 

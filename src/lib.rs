@@ -205,6 +205,7 @@ pub mod config;
 pub mod error;
 #[cfg(feature = "http")]
 pub mod http;
+pub mod login_guard;
 pub mod metrics;
 pub mod process;
 pub mod runtime;

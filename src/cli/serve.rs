@@ -323,7 +323,6 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             .http
             .max_connections_per_address
             .unwrap_or(crate::http::MAX_HTTP_CONNECTIONS_PER_ADDRESS),
-        failed_login_window: crate::http::login::FAILED_LOGIN_WINDOW,
         body_read_timeout: crate::http::BODY_READ_TIMEOUT,
         max_body_bytes: connection.limits.max_frame_bytes,
         tls: http_acceptor,

@@ -8,10 +8,12 @@
 //! remembered logins at the next restart (users come from the configuration file,
 //! which is read once). Checks run off the event loop, at most one per core at once
 //! ([`crate::auth::login_checks`]); a refused one waits
-//! [`crate::auth::FAILED_LOGIN_DELAY`] before its `401`. An address with
-//! [`MAX_FAILED_LOGINS`] refused logins within [`FAILED_LOGIN_WINDOW`] gets `429` at
-//! once, with no check, until the window passes: a flood of wrong passwords from one
-//! address cannot keep the checks (shared with STOMP's CONNECT) busy for everyone.
+//! [`crate::auth::FAILED_LOGIN_DELAY`] before its `401`. Refused logins count against
+//! the client's address in the broker's [`crate::login_guard::LoginGuard`], shared
+//! with STOMP: an address that used them up gets `429` at once, with no check, until
+//! its window passes, and parallel attempts wait for the checks before them, so a
+//! flood of wrong passwords from one address cannot keep the checks busy for
+//! everyone.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -30,63 +32,11 @@ pub const LOGIN_TTL: Duration = Duration::from_secs(300);
 /// Most logins remembered at once.
 pub const MAX_REMEMBERED: usize = 256;
 
-/// Refused logins from one address within [`FAILED_LOGIN_WINDOW`] after which its
-/// logins get `429` without a check.
-pub const MAX_FAILED_LOGINS: u32 = 5;
-
-/// See [`MAX_FAILED_LOGINS`]; the default of [`super::HttpOptions::failed_login_window`].
-pub const FAILED_LOGIN_WINDOW: Duration = Duration::from_secs(10);
-
-/// Most addresses whose refused logins are counted at once (the oldest windows are
-/// forgotten first).
-const MAX_COUNTED_ADDRESSES: usize = 4096;
-
-/// Logins that succeeded lately: `Authorization` value → (principal, when checked);
-/// and refused logins by address: (how many, since when).
-pub(crate) struct LoginCache(
-    Mutex<HashMap<String, (Principal, Instant)>>,
-    Mutex<HashMap<std::net::IpAddr, (u32, Instant)>>,
-    /// How long an address's refused logins are counted from its first one.
-    Duration,
-);
-
-impl Default for LoginCache {
-    fn default() -> Self {
-        Self::new(FAILED_LOGIN_WINDOW)
-    }
-}
+/// Logins that succeeded lately: `Authorization` value → (principal, when checked).
+#[derive(Default)]
+pub(crate) struct LoginCache(Mutex<HashMap<String, (Principal, Instant)>>);
 
 impl LoginCache {
-    /// A cache counting an address's refused logins for `window` from its first.
-    pub(crate) fn new(window: Duration) -> Self {
-        Self(Mutex::default(), Mutex::default(), window)
-    }
-
-    /// Seconds until `peer` may try again, when it has used up its refused logins.
-    fn locked_out(&self, peer: std::net::IpAddr) -> Option<u64> {
-        let failures = self.1.lock();
-        let (count, since) = failures.get(&peer)?;
-        let left = self.2.checked_sub(since.elapsed())?;
-        (*count >= MAX_FAILED_LOGINS).then(|| left.as_secs() + 1)
-    }
-
-    fn refused(&self, peer: std::net::IpAddr) {
-        let mut failures = self.1.lock();
-        let window = self.2;
-        failures.retain(|_, (_, since)| since.elapsed() < window);
-        if failures.len() >= MAX_COUNTED_ADDRESSES {
-            if let Some(oldest) = failures
-                .iter()
-                .min_by_key(|(_, (_, at))| *at)
-                .map(|(k, _)| *k)
-            {
-                failures.remove(&oldest);
-            }
-        }
-        let entry = failures.entry(peer).or_insert((0, Instant::now()));
-        entry.0 += 1;
-    }
-
     fn get(&self, credentials: &str) -> Option<Principal> {
         let cache = self.0.lock();
         let (principal, at) = cache.get(credentials)?;
@@ -158,12 +108,11 @@ pub(crate) async fn caller(
     if let Some(principal) = state.logins.get(&value) {
         return Ok(Some(principal));
     }
-    if let Some(seconds) = peer.and_then(|p| state.logins.locked_out(p)) {
-        return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!("too many refused logins from this address: try again in {seconds} s"),
-        ));
-    }
+    let guard = std::sync::Arc::clone(&security.login_guard);
+    let check = guard.admit(peer, "http").await.map_err(|throttled| {
+        tracing::info!(peer = ?peer, "refused HTTP login: {throttled}");
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, throttled.to_string())
+    })?;
     let (login, password) = basic(&value).map_err(unauthorized)?;
     let checked = {
         let _permit = crate::auth::login_checks()
@@ -182,14 +131,14 @@ pub(crate) async fn caller(
     };
     match checked {
         Ok(Some(principal)) => {
+            check.accepted();
             state.logins.put(value, principal.clone());
             Ok(Some(principal))
         }
         Ok(None) => Ok(None),
         Err(why) => {
-            if let Some(peer) = peer {
-                state.logins.refused(peer);
-            }
+            check.refused();
+            tracing::info!(peer = ?peer, %why, "refused HTTP login");
             tokio::time::sleep(crate::auth::FAILED_LOGIN_DELAY).await;
             Err(unauthorized(why))
         }
@@ -238,23 +187,6 @@ mod tests {
         assert!(basic("Basic bm9jb2xvbg==")
             .unwrap_err()
             .contains("login:password"));
-    }
-
-    #[test]
-    fn an_address_with_too_many_refusals_waits_out_the_window() {
-        let cache = LoginCache::default();
-        let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        for _ in 0..MAX_FAILED_LOGINS - 1 {
-            cache.refused(a);
-        }
-        assert_eq!(cache.locked_out(a), None);
-        cache.refused(a);
-        let wait = cache.locked_out(a).expect("locked out");
-        assert!(
-            (1..=FAILED_LOGIN_WINDOW.as_secs()).contains(&wait),
-            "{wait}"
-        );
-        assert_eq!(cache.locked_out(b), None, "other addresses are not");
     }
 
     #[test]

@@ -140,10 +140,6 @@ pub struct HttpOptions {
     /// Most HTTP connections from one IP address at once. Default
     /// [`MAX_HTTP_CONNECTIONS_PER_ADDRESS`]; `[http] max_connections_per_address`.
     pub max_connections_per_address: usize,
-    /// How long an address's refused logins are counted from its first: after
-    /// [`login::MAX_FAILED_LOGINS`] within it, its logins get `429` without a check
-    /// until the window ends. Default [`login::FAILED_LOGIN_WINDOW`] (10 s).
-    pub failed_login_window: Duration,
     /// How long a request's whole body may take to arrive after its head; `408`
     /// after that. Default [`BODY_READ_TIMEOUT`].
     pub body_read_timeout: Duration,
@@ -171,7 +167,6 @@ impl HttpOptions {
             max_body_bytes: MAX_BODY_BYTES,
             max_connections: MAX_HTTP_CONNECTIONS,
             max_connections_per_address: MAX_HTTP_CONNECTIONS_PER_ADDRESS,
-            failed_login_window: login::FAILED_LOGIN_WINDOW,
             body_read_timeout: BODY_READ_TIMEOUT,
             #[cfg(feature = "tls")]
             tls: None,
@@ -211,7 +206,7 @@ impl HttpServer {
         let limits = (options.max_connections, options.max_connections_per_address);
         #[cfg(feature = "tls")]
         let tls = options.tls.clone();
-        let logins = Arc::new(login::LoginCache::new(options.failed_login_window));
+        let logins = Arc::new(login::LoginCache::default());
         let state = AppState {
             broker: broker.clone(),
             options: Arc::new(options),

@@ -42,6 +42,7 @@
 //! | `ebb_destination_enqueued_total`, `ebb_destination_dequeued_total`, `ebb_destination_expired_total`, `ebb_destination_dead_lettered_total` | counter | `destination` | messages since start |
 //! | `ebb_expiry_runs_total` | counter | `destination` | expiry runs (chains of pages) started |
 //! | `ebb_expiry_pages_total` | counter | `destination` | expiry pages finished |
+//! | `ebb_login_failures_total`, `ebb_logins_throttled_total` | counter | `protocol` | refused logins; logins refused without a check, their address having used up its refused logins ([`crate::login_guard`]) |
 //! | `ebb_expiry_page_rows` | histogram | `destination` | rows one expiry page loaded (buckets [`PAGE_ROW_BUCKETS`]); a page that failed is counted in `ebb_expiry_pages_total` only |
 //!
 //! The `destination` label is the store key (`topic://orders`). What each value means
@@ -114,6 +115,11 @@ pub mod names {
     pub const PROCESS_PEAK_RESIDENT_BYTES: &str = "ebb_process_peak_resident_memory_bytes";
     /// Most rows one expiry page of a destination handled since start.
     pub const MAX_EXPIRY_PAGE_ROWS: &str = "ebb_destination_max_expiry_page_rows";
+    /// Refused logins since start (label `protocol`: `stomp`, `http`).
+    pub const LOGIN_FAILURES_TOTAL: &str = "ebb_login_failures_total";
+    /// Logins refused without a check since start, their address having used up its
+    /// refused logins (label `protocol`).
+    pub const LOGINS_THROTTLED_TOTAL: &str = "ebb_logins_throttled_total";
     /// Messages pending plus in flight.
     pub const QUEUE_SIZE: &str = "ebb_destination_queue_size";
     /// Deliveries not acked yet.
@@ -246,6 +252,14 @@ pub fn describe() {
         describe_counter!(name, what);
     }
     describe_histogram!(EXPIRY_PAGE_ROWS, "Rows one expiry page loaded");
+    describe_counter!(
+        LOGIN_FAILURES_TOTAL,
+        "Refused logins since start (label protocol)"
+    );
+    describe_counter!(
+        LOGINS_THROTTLED_TOTAL,
+        "Logins refused without a check since start: their address used up its refused logins (label protocol)"
+    );
     describe_gauge!(
         HA_ROLE,
         "1 for this broker's role now (label role: active or standby)"

@@ -343,6 +343,7 @@ pub async fn serve_connection<S>(
         client_ids: std::sync::Arc::clone(&config.client_ids),
         allow_link_stealing: config.allow_link_stealing,
         limits: config.session_limits,
+        peer: Some(peer),
     };
     let mut registration = config.connections.register(&session_id, peer, transport);
     // What the registry last heard of the session: (connected, subscriptions).

@@ -108,6 +108,8 @@ pub struct SessionConfig {
     pub allow_link_stealing: bool,
     /// What one connection may hold at once.
     pub limits: SessionLimits,
+    /// The client's address, for its refused logins ([`crate::login_guard`]) and logs.
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 /// Why a connection ends.
@@ -618,6 +620,13 @@ impl Session {
         let security = Arc::clone(&self.config.security);
         if security.requires_login() {
             let shown = login.clone();
+            let peer = self.config.peer;
+            let guard = Arc::clone(&security.login_guard);
+            let admitted = guard.admit(peer.map(|p| p.ip()), "stomp").await;
+            let check = admitted.map_err(|throttled| {
+                tracing::info!(session = %self.session_id, peer = ?peer, login = ?shown, "refused connection: {throttled}");
+                Refusal(format!("authentication failed: {throttled}"))
+            })?;
             // argon2 is slow on purpose: off the event loop, a core's worth at a time.
             let permit = crate::auth::login_checks()
                 .acquire()
@@ -630,9 +639,13 @@ impl Session {
             .map_err(|_| Refusal("authentication failed: internal error".into()))?;
             drop(permit);
             match checked {
-                Ok(principal) => self.principal = principal,
+                Ok(principal) => {
+                    check.accepted();
+                    self.principal = principal;
+                }
                 Err(reason) => {
-                    tracing::info!(session = %self.session_id, login = ?shown, %reason, "refused connection");
+                    check.refused();
+                    tracing::info!(session = %self.session_id, peer = ?peer, login = ?shown, %reason, "refused connection");
                     // One guess per second per connection.
                     tokio::time::sleep(crate::auth::FAILED_LOGIN_DELAY).await;
                     return refuse(reason);

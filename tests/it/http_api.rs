@@ -928,6 +928,7 @@ async fn reads_need_the_stomp_read_right(t: TestStore) {
         admin: vec!["admin".into()],
     };
     let security = Security {
+        login_guard: Default::default(),
         users: vec![
             user("viewer", "look", &["ops"]),
             user("root", "s3cret", &["admin"]),
@@ -1029,6 +1030,7 @@ async fn reads_need_the_stomp_read_right(t: TestStore) {
 /// `/healthz`, `/readyz` and `/metrics` need no login.
 async fn users_need_a_login_and_changes_the_admin_group(t: TestStore) {
     let security = Security {
+        login_guard: Default::default(),
         users: vec![
             user("viewer", "look", &["ops"]),
             user("root", "s3cret", &["admin"]),
@@ -1729,6 +1731,12 @@ async fn pages_of_other_sites_cannot_change_anything(t: TestStore) {
 async fn the_http_server_bounds_connections_and_logins(t: TestStore) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let security = Security {
+        // Five refusals are counted however slow the machine (each is a password
+        // hash).
+        login_guard: std::sync::Arc::new(ebb::login_guard::LoginGuard::new(
+            Duration::from_secs(600),
+            ebb::login_guard::MAX_FAILED_LOGINS,
+        )),
         users: vec![User {
             login: "ops".into(),
             password_hash: hash_password("right").unwrap(),
@@ -1739,8 +1747,6 @@ async fn the_http_server_bounds_connections_and_logins(t: TestStore) {
     let (b, server, base) = http_server(&t, |o| {
         o.security = std::sync::Arc::new(security);
         o.max_connections_per_address = 2;
-        // Five refusals are counted however slow the machine (each is a password hash).
-        o.failed_login_window = Duration::from_secs(600);
     })
     .await;
     let addr = server.local_addr();
@@ -1954,9 +1960,100 @@ async fn stomp_over_websocket_carries_the_same_sessions(t: TestStore) {
     tcp.stop().await;
 }
 
+/// Refused logins count per client address across protocols (hardening issue, point
+/// 8: STOMP had no per-address back-off, and parallel HTTP logins got past the
+/// 5-in-10-s lockout). 12 STOMP CONNECTs with a wrong passcode at once from one
+/// address: exactly 5 passcodes are checked (the others wait for those, then are
+/// refused without a check); then the HTTP API refuses that address with 429, and the
+/// counts are in the guard and in `/metrics`.
+async fn refused_logins_are_throttled_per_address_across_protocols(t: TestStore) {
+    let security = std::sync::Arc::new(Security {
+        login_guard: Default::default(),
+        users: vec![User {
+            login: "ops".into(),
+            password_hash: hash_password("right").unwrap(),
+            groups: vec!["admin".into()],
+        }],
+        authorization: vec![],
+    });
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let config = ConnectionConfig {
+        security: std::sync::Arc::clone(&security),
+        ..ConnectionConfig::default()
+    };
+    let tcp = serve_with(b.clone(), config).await;
+    let mut options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
+    options.security = std::sync::Arc::clone(&security);
+    let server = HttpServer::start(options, b.clone()).await.unwrap();
+    let base = format!("http://{}", server.local_addr());
+
+    let guesses: Vec<_> = (0..12)
+        .map(|i| {
+            let addr = tcp.addr;
+            actix_rt::spawn(async move {
+                let mut c = Client::open(addr).await;
+                c.write(
+                    format!("CONNECT\naccept-version:1.2\nlogin:ops\npasscode:guess{i}\n\n\0")
+                        .as_bytes(),
+                )
+                .await;
+                let answer = c.frame().await.expect("an ERROR");
+                assert_eq!(answer.command, ebb::stomp::frame::Command::Error);
+                answer.get("message").unwrap_or_default().to_string()
+            })
+        })
+        .collect();
+    let mut checked = 0;
+    let mut throttled = 0;
+    for guess in guesses {
+        let message = guess.await.unwrap();
+        if message.contains("wrong passcode") {
+            checked += 1;
+        } else {
+            assert!(message.contains("too many refused logins"), "{message}");
+            throttled += 1;
+        }
+    }
+    assert_eq!((checked, throttled), (5, 7));
+    assert_eq!(security.login_guard.failures_total(), 5);
+    assert_eq!(security.login_guard.throttled_total(), 7);
+
+    // The same address over HTTP: refused without a check, whatever the credentials.
+    for credentials in ["ops:wrong", "ops:right"] {
+        let locked = call(
+            "GET",
+            format!("{base}/api/v1/broker"),
+            None,
+            Some(credentials),
+        )
+        .await;
+        assert_eq!(locked.status, 429, "{credentials}: {}", locked.json);
+        assert!(locked.json["error"].as_str().unwrap().contains("try again"));
+    }
+    assert_eq!(security.login_guard.throttled_total(), 9);
+    let metrics = tokio::task::spawn_blocking(move || {
+        ureq::get(&format!("{base}/metrics"))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    for line in [
+        "ebb_login_failures_total{protocol=\"stomp\"}",
+        "ebb_logins_throttled_total{protocol=\"http\"}",
+    ] {
+        assert!(metrics.contains(line), "{line} not in /metrics");
+    }
+    server.stop().await;
+    tcp.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     health_and_readiness_say_what_they_check,
+    refused_logins_are_throttled_per_address_across_protocols,
     the_api_lists_and_browses_without_changing_anything,
     listing_pages_cover_stored_destinations_once,
     the_api_sends_and_removes_subscriptions,

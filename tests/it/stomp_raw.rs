@@ -425,6 +425,7 @@ async fn transactional_sends_are_prepared_until_commit(t: TestStore) {
 /// connects; rights by destination decide SEND, SUBSCRIBE and durable creation.
 async fn login_and_rights_are_enforced(t: TestStore) {
     let security = Security {
+        login_guard: Default::default(),
         users: vec![User {
             login: "alice".into(),
             password_hash: hash_password("pa:ss").unwrap(),

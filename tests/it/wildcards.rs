@@ -520,6 +520,7 @@ async fn a_wildcard_reads_only_what_the_connection_may_read(t: TestStore) {
         admin: read.iter().map(|s| s.to_string()).collect(),
     };
     let security = Security {
+        login_guard: Default::default(),
         users: vec![User {
             login: "alice".into(),
             password_hash: hash_password("pw").unwrap(),
