@@ -1094,9 +1094,16 @@ impl Broker {
         self.runtime.arbiter().spawn_fn(start);
     }
 
+    /// [`Error::ShuttingDown`] once [`Broker::shutdown`] was called;
+    /// [`Error::LeaseRunOut`] once the store's lease ran out on this broker's clock
+    /// (checked on every request: after a pause the broker serves nothing before its
+    /// renewal task has noticed).
     pub(crate) fn refuse_if_shut_down(&self) -> Result<(), Error> {
         if self.shut_down.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
+        }
+        if !self.store.store().lease_current() {
+            return Err(Error::LeaseRunOut);
         }
         Ok(())
     }

@@ -67,6 +67,11 @@ pub enum Error {
     /// browsing.
     #[error("the broker is shut down")]
     ShuttingDown,
+    /// The broker's store lease has run out on its own clock (it was paused, or cut
+    /// off from its database, past its fence): it serves nothing, as a standby may
+    /// have taken over, and it is stopping (hardening issue, point 8b).
+    #[error("this broker's store lease has run out (it was paused or cut off from its database): it serves nothing and is stopping")]
+    LeaseRunOut,
     /// The broker's own thread could not be started; the text says why.
     #[error("broker runtime: {0}")]
     Runtime(String),

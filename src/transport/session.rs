@@ -617,6 +617,10 @@ impl Session {
         client_id: Option<String>,
         request_id: Option<String>,
     ) -> Result<(), Refusal> {
+        // A broker whose lease ran out (paused past it) answers no CONNECT.
+        self.broker
+            .refuse_if_shut_down()
+            .map_err(|e| Refusal(e.to_string()))?;
         let security = Arc::clone(&self.config.security);
         if security.requires_login() {
             let shown = login.clone();

@@ -266,6 +266,10 @@ impl MessageStore for Detached {
         self.0.lease_renewals()
     }
 
+    fn lease_current(&self) -> bool {
+        self.0.lease_current()
+    }
+
     async fn wait_for_release(&self, within: std::time::Duration) {
         let _ = detached(&self.0, |s| async move {
             s.wait_for_release(within).await;

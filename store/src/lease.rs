@@ -298,7 +298,12 @@ impl LeaseSlot {
             state,
             renewal: Mutex::new(None),
             renewed: Mutex::default(),
+            epoch: sent,
+            fence_ms: std::sync::atomic::AtomicU64::new(0),
         });
+        lease.fence_at(
+            sent + Duration::from_millis(options.lease_ms.saturating_sub(options.renew_ms)),
+        );
         let renewal = tokio::spawn(renew(Arc::clone(&lease), conn, sent));
         *lease.renewal.lock().unwrap_or_else(|e| e.into_inner()) = Some(renewal);
         tracing::info!(holder = %options.holder, lease_ms = options.lease_ms,
@@ -320,6 +325,13 @@ pub(crate) struct Lease {
     renewal: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Renewals so far, and their round trips.
     renewed: Mutex<crate::LeaseRenewals>,
+    /// When the lease was first sent for: what `fence_ms` counts from.
+    epoch: Instant,
+    /// When this broker must stop serving unless a renewal succeeds first, ms after
+    /// `epoch` on the monotonic clock (0: lost). Read by [`Lease::current`] on every
+    /// request, so that a broker that was paused past it (SIGSTOP, a VM frozen)
+    /// serves nothing before its renewal task has even run.
+    fence_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Lease {
@@ -341,8 +353,24 @@ impl Lease {
         }
     }
 
+    /// Whether this broker may still serve: the lease is not lost and its fence (one
+    /// `renew_ms` before the last lease sent could end) has not passed on the
+    /// monotonic clock, whether or not the renewal task has run since.
+    pub(crate) fn current(&self) -> bool {
+        let fence = self.fence_ms.load(std::sync::atomic::Ordering::Acquire);
+        (self.epoch.elapsed().as_millis() as u64) < fence
+    }
+
+    /// The renewal task moved the fence to `at`.
+    fn fence_at(&self, at: Instant) {
+        let ms = at.saturating_duration_since(self.epoch).as_millis() as u64;
+        self.fence_ms
+            .store(ms, std::sync::atomic::Ordering::Release);
+    }
+
     /// Marks it lost for `why` (once: the first reason stays).
     fn lose(&self, why: String) {
+        self.fence_ms.store(0, std::sync::atomic::Ordering::Release);
         let changed = self.state.send_if_modified(|state| match state {
             LeaseState::Held => {
                 *state = LeaseState::Lost(why.clone());
@@ -449,6 +477,7 @@ async fn renew(lease: Arc<Lease>, conn: PgConnection, sent: Instant) {
         match tokio::time::timeout(fence - sent, attempt).await {
             Ok(Ok(true)) => {
                 fence = sent + lasts - every;
+                lease.fence_at(fence);
                 next = sent + every;
                 let took = sent.elapsed().as_micros() as u64;
                 let mut renewed = lease.renewed.lock().unwrap_or_else(|e| e.into_inner());

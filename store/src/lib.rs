@@ -570,6 +570,16 @@ pub trait MessageStore: Send + Sync + 'static {
     /// [`Self::try_lock`].
     fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<LeaseState>>;
 
+    /// Whether this broker may serve now as far as its lease is concerned: true
+    /// without a lease; with one, while it is not lost and its fence (one `renew_ms`
+    /// before the last lease could end) has not passed on the monotonic clock. Cheap
+    /// (one atomic read): the broker asks it before it serves anything, so that after
+    /// a pause (SIGSTOP, a frozen VM) it serves nothing before its renewal task has
+    /// noticed that the lease ran out.
+    fn lease_current(&self) -> bool {
+        true
+    }
+
     /// Whether a broker holds the store's exclusive lock now: the lock is tried and,
     /// if taken, given back at once. Always false for `sqlite::memory:` and for a
     /// store that holds the lock itself.

@@ -1857,6 +1857,10 @@ macro_rules! impl_sql_store {
                 self.lease.held().map(|lease| lease.renewals())
             }
 
+            fn lease_current(&self) -> bool {
+                self.lease.held().is_none_or(|lease| lease.current())
+            }
+
             async fn locked_by_another(&self) -> $crate::Result<bool> {
                 if self.lock.lock().await.is_some() || self.lease.held().is_some() {
                     return Ok(false);

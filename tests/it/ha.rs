@@ -483,7 +483,66 @@ async fn a_standby_waits_for_the_sqlite_lock(t: TestStore) {
     let _ = b.child.wait().await;
 }
 
+/// Hardening issue, point 8b: an active broker paused past its lease's fence
+/// (SIGSTOP; here its one thread blocked, which stops its every task the same way)
+/// serves nothing once it runs again, before its renewal task has even noticed: a
+/// non-persistent send, a subscribe and a CONNECT are refused, naming the lease. Before,
+/// it receipted and delivered non-persistent topic sends (10 of 10) and answered a new
+/// CONNECT until the renewal task ran.
+async fn a_paused_broker_serves_nothing_after_its_fence(mut t: TestStore) {
+    t.options.lease = Some(ebb::LeaseOptions::new(1_500, 250).unwrap());
+    let b = ebb::test_util::broker(&t, ebb::test_util::policy(3_600_000, 400), 2).await;
+    let s = ebb::test_util::stomp::serve_with(b.clone(), Default::default()).await;
+    b.send(
+        "topic://paused",
+        ebb::Message::new("before").persistent(false),
+    )
+    .await
+    .expect("served while the lease is current");
+    // Paused for longer than the lease: every task of the broker's thread stops.
+    std::thread::sleep(std::time::Duration::from_millis(2_000));
+    let refused = b
+        .send(
+            "topic://paused",
+            ebb::Message::new("after").persistent(false),
+        )
+        .await
+        .expect_err("a paused broker must not serve");
+    assert!(matches!(refused, ebb::Error::LeaseRunOut), "{refused}");
+    let refused = b
+        .subscribe("topic://paused", ebb::SubscribeOptions::non_durable())
+        .await
+        .err()
+        .expect("nor take a subscription");
+    assert!(matches!(refused, ebb::Error::LeaseRunOut), "{refused}");
+    let mut c = ebb::test_util::stomp::Client::open(s.addr).await;
+    c.write(b"CONNECT\naccept-version:1.2\n\n\0").await;
+    let answer = c.frame().await.expect("an answer");
+    assert_eq!(
+        answer.command,
+        ebb::stomp::frame::Command::Error,
+        "{answer:?}"
+    );
+    assert!(
+        answer
+            .get("message")
+            .unwrap_or_default()
+            .contains("lease has run out"),
+        "{answer:?}"
+    );
+    s.stop().await;
+}
+
 mod postgres {
+    #[actix_rt::test]
+    #[cfg_attr(
+        not(ebb_test_postgres),
+        ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant (a lease needs PostgreSQL)"
+    )]
+    async fn a_paused_broker_serves_nothing_after_its_fence() {
+        super::a_paused_broker_serves_nothing_after_its_fence(super::TestStore::postgres()).await;
+    }
+
     #[actix_rt::test]
     #[cfg_attr(
         not(ebb_test_postgres),
