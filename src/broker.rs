@@ -95,6 +95,10 @@ pub struct UsageConfig {
     /// naming `transactions`, never held. `None`: half of `memory` (32 MiB by
     /// default); `Some(0)`: no limit.
     pub transactions: Option<u64>,
+    /// Durable subscriptions one client id may have (over every topic; each keeps a
+    /// backlog in the store while offline): creating one more is refused with
+    /// [`Error::TooManyDurableSubscriptions`]. Default 1,000; 0 = no limit.
+    pub max_durable_subscriptions_per_client: u32,
 }
 
 impl Default for UsageConfig {
@@ -106,6 +110,7 @@ impl Default for UsageConfig {
             send_fail_if_no_space: false,
             send_fail_if_no_space_after_timeout: None,
             transactions: None,
+            max_durable_subscriptions_per_client: 1_000,
         }
     }
 }
@@ -1758,6 +1763,7 @@ impl Broker {
         if let Some(durable) = &durable {
             self.replace_durable_elsewhere(&Target::One(key.clone()), durable)
                 .await?;
+            self.check_durable_room(&key.container(), durable).await?;
         }
         // Credit never lets more than the prefetch be queued; the channel holds that.
         let max = ebb_actors::subscription::MAX_PREFETCH;
@@ -1821,6 +1827,8 @@ impl Broker {
         let selector_text = selector.as_ref().map(|s| s.text().to_string());
         if let Some(key) = &durable {
             self.replace_durable_elsewhere(&Target::Pattern(pattern.clone()), key)
+                .await?;
+            self.check_durable_room(&wildcard_container(&pattern), key)
                 .await?;
         }
         let max = ebb_actors::subscription::MAX_PREFETCH;
@@ -1991,6 +1999,34 @@ impl Broker {
     /// topic is its definition ([`wildcard_container`]) and one subscription per
     /// matching topic it has met; those stay when `target` is the same pattern.
     /// Errors: [`Error::DurableInUse`] when what would be deleted has a consumer.
+    /// Refuses a new durable subscription `key` on `container` when its client id has
+    /// [`UsageConfig::max_durable_subscriptions_per_client`] already (one that exists
+    /// is always taken up again).
+    async fn check_durable_room(
+        &self,
+        container: &str,
+        key: &SubscriptionKey,
+    ) -> Result<(), Error> {
+        let max = self.usages.config.max_durable_subscriptions_per_client;
+        if max == 0 {
+            return Ok(());
+        }
+        let store = self.store.store();
+        if store.find_subscription(container, key).await?.is_some() {
+            return Ok(());
+        }
+        let has = store
+            .count_client_subscriptions(&key.client_id, max)
+            .await?;
+        if has >= u64::from(max) {
+            return Err(Error::TooManyDurableSubscriptions {
+                client_id: key.client_id.clone(),
+                max,
+            });
+        }
+        Ok(())
+    }
+
     async fn replace_durable_elsewhere(
         &self,
         target: &Target,

@@ -206,6 +206,8 @@ pub struct UsageSection {
     /// (default half of `memory`; `0` = no limit): a transactional SEND beyond it is
     /// refused, never held.
     pub transactions: Option<ByteSize>,
+    /// Durable subscriptions one client id may have (default 1,000; 0 = no limit).
+    pub max_durable_subscriptions_per_client: Option<u32>,
 }
 
 impl UsageSection {
@@ -224,6 +226,9 @@ impl UsageSection {
                 .map(|m| m.0)
                 .or(d.send_fail_if_no_space_after_timeout),
             transactions: self.transactions.map(|b| b.0).or(d.transactions),
+            max_durable_subscriptions_per_client: self
+                .max_durable_subscriptions_per_client
+                .unwrap_or(d.max_durable_subscriptions_per_client),
         }
     }
 }

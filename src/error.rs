@@ -51,6 +51,15 @@ pub enum Error {
         /// How long the send waited for space first, ms (`None`: it did not wait).
         waited_ms: Option<u64>,
     },
+    /// A new durable subscription of a client id that has `max` already
+    /// ([`crate::UsageConfig::max_durable_subscriptions_per_client`]).
+    #[error("client id `{client_id}` has {max} durable subscriptions, the most one client id may have (max_durable_subscriptions_per_client): remove one first")]
+    TooManyDurableSubscriptions {
+        /// The client id.
+        client_id: String,
+        /// The limit.
+        max: u32,
+    },
     /// A durable subscription needs a client id and a subscription name.
     #[error("a durable subscription needs a non-empty client id and subscription name")]
     InvalidSubscription,

@@ -62,6 +62,14 @@ impl MessageStore for Detached {
         .await
     }
 
+    async fn count_client_subscriptions(&self, client_id: &str, limit: u32) -> Result<u64> {
+        let client_id = client_id.to_string();
+        detached(&self.0, |s| async move {
+            s.count_client_subscriptions(&client_id, limit).await
+        })
+        .await
+    }
+
     async fn find_subscription_containers(
         &self,
         key: &SubscriptionKey,

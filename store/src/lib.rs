@@ -342,6 +342,12 @@ pub trait MessageStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<String>>;
 
+    /// How many durable subscriptions client id `client_id` has, over every
+    /// destination (a wildcard subscription counts once per topic it holds a backlog
+    /// on, and once for its definition), counted up to `limit` (one bounded range of
+    /// `acks_kidx`): what a limit per client id needs to know.
+    async fn count_client_subscriptions(&self, client_id: &str, limit: u32) -> Result<u64>;
+
     /// Up to `limit` containers of the message table `c` with `after < c < below`, in
     /// name order (the destinations that hold messages, for a wildcard consumer to
     /// find the queues it matches). Cost: one seek of `msgs_cidx` per container

@@ -1476,6 +1476,20 @@ macro_rules! impl_sql_store {
                 Ok(rows.into_iter().map(|(c,)| c).collect())
             }
 
+            async fn count_client_subscriptions(
+                &self,
+                client_id: &str,
+                limit: u32,
+            ) -> $crate::Result<u64> {
+                let n: i64 = sqlx::query_scalar(&self.sql.count_client_subscriptions)
+                    .bind(client_id)
+                    .bind(i64::from(limit))
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err($crate::error::db("count subscriptions"))?;
+                Ok(n.max(0) as u64)
+            }
+
             async fn list_containers(
                 &self,
                 after: &str,

@@ -137,6 +137,9 @@ pub(crate) struct Statements {
     pub committed_probe: String,
     pub count_messages: String,
     pub count_subscriptions: String,
+    /// the durable subscriptions of client id `$1` (one row each: priority -1 or 0),
+    /// counted up to `$2`, by `acks_kidx`
+    pub count_client_subscriptions: String,
     pub count_indacks: String,
     /// the containers after `$3` holding durable subscription `($1, $2)` (client id,
     /// name), by `acks_kidx`, `LIMIT $4`
@@ -596,6 +599,10 @@ impl Statements {
                 "SELECT COUNT(*) FROM {p}acks WHERE container = $1 AND priority <= 0"
             ),
             count_indacks: format!("SELECT COUNT(*) FROM {p}indacks WHERE container = $1"),
+            count_client_subscriptions: format!(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM {p}acks WHERE client_id = $1 \
+                 AND priority <= 0 LIMIT $2) s"
+            ),
             subscription_containers: format!(
                 "SELECT DISTINCT container FROM {p}acks WHERE client_id = $1 AND sub_name = $2 \
                  AND container > $3 ORDER BY container LIMIT $4"
@@ -794,6 +801,7 @@ mod tests {
             &s.read_expired_keys_after[0],
             &s.read_expired_keys_after[1],
             &s.subscription_containers,
+            &s.count_client_subscriptions,
             &s.next_container,
             &s.subscriptions_between,
         ];

@@ -361,8 +361,71 @@ async fn rows_acked_by_a_slow_commit_are_still_cleaned_up(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// Hardening issue, point 10: a client id may hold at most
+/// `max_durable_subscriptions_per_client` durable subscriptions (each keeps a backlog
+/// while offline). Here 3: a fourth new one is refused with an error naming the
+/// limit, on a topic or through a wildcard; the three go on being taken up again; once
+/// one is removed, a new one fits; other client ids are not affected.
+async fn a_client_id_holds_a_bounded_number_of_durable_subscriptions(t: TestStore) {
+    let usage = ebb::UsageConfig {
+        max_durable_subscriptions_per_client: 3,
+        ..ebb::UsageConfig::default()
+    };
+    let b = broker_with(&t, vec![], usage).await;
+    let durable = |name: &str| SubscribeOptions::durable("many", name);
+    for i in 0..3 {
+        drop(
+            b.subscribe(&format!("topic://t{i}"), durable(&format!("s{i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    for (destination, name) in [("topic://t9", "s9"), ("topic://orders.*", "all")] {
+        let refused = b
+            .subscribe(destination, durable(name))
+            .await
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(
+                refused,
+                ebb::Error::TooManyDurableSubscriptions { max: 3, .. }
+            ),
+            "{refused}"
+        );
+        assert!(refused
+            .to_string()
+            .contains("max_durable_subscriptions_per_client"));
+    }
+    // The ones it has are taken up again; another client id is not held back.
+    drop(b.subscribe("topic://t1", durable("s1")).await.unwrap());
+    drop(
+        b.subscribe("topic://t9", SubscribeOptions::durable("other", "s9"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        b.store()
+            .count_client_subscriptions("many", 100)
+            .await
+            .unwrap(),
+        3
+    );
+    assert!(b.remove_durable("topic://t0", "many", "s0").await.unwrap());
+    drop(b.subscribe("topic://t9", durable("s9")).await.unwrap());
+    assert_eq!(
+        b.store()
+            .count_client_subscriptions("many", 100)
+            .await
+            .unwrap(),
+        3
+    );
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    a_client_id_holds_a_bounded_number_of_durable_subscriptions,
     rows_acked_by_a_slow_commit_are_still_cleaned_up,
     restart_delivers_unacked_once_in_order,
     priority_acks_do_not_skip_older_low_priority_messages,

@@ -61,6 +61,11 @@ impl MessageStore for FaultyStore {
     ) -> Result<Option<DurableSubscription>> {
         self.inner.find_subscription(c, k).await
     }
+    async fn count_client_subscriptions(&self, client_id: &str, limit: u32) -> Result<u64> {
+        self.inner
+            .count_client_subscriptions(client_id, limit)
+            .await
+    }
     async fn find_subscription_containers(
         &self,
         k: &SubscriptionKey,

@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 const ALLOWED_ROOTS: &[&str] = &[
     "broker",
     "auth",
+    "login_guard",
     "stomp",
     "error",
     "Error",
