@@ -401,11 +401,18 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
     use tower::ServiceExt;
+    // Counts what a STOMP WebSocket reads before its session answers (`ws`).
+    let meter = Arc::new(ws::PreConnectMeter::default());
+    let stream = ws::Metered {
+        inner: stream,
+        meter: Arc::clone(&meter),
+    };
     let app = app.map_request(
         move |mut request: axum::http::Request<hyper::body::Incoming>| {
             request
                 .extensions_mut()
                 .insert(axum::extract::ConnectInfo(peer));
+            request.extensions_mut().insert(Arc::clone(&meter));
             request
         },
     );

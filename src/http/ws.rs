@@ -15,7 +15,12 @@
 //! **Limits and login** are those of the TCP listener: the connection takes a slot of
 //! the shared [`crate::transport::connection::Slots`] (a refused one gets an ERROR
 //! frame, then a close), CONNECT authenticates, and frame limits, heart-beats and
-//! stall timeouts apply unchanged.
+//! stall timeouts apply unchanged. Before its session first answers, a WebSocket
+//! reads at most [`PRE_CONNECT_BUDGET`] bytes from its socket (then it waits for the
+//! answer), as a TCP connection reads at most one 64 KiB frame before CONNECT: a
+//! message that does not fit is never buffered whole (the client gets an ERROR
+//! naming the limit, and the connection closes), and the session's stall timeout
+//! closes a connection that never sends a CONNECT.
 
 use std::net::SocketAddr;
 
@@ -40,6 +45,7 @@ pub const SUBPROTOCOLS: [&str; 3] = ["v12.stomp", "v11.stomp", "v10.stomp"];
 pub(crate) async fn upgrade(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    meter: Option<axum::Extension<std::sync::Arc<PreConnectMeter>>>,
     headers: axum::http::HeaderMap,
     upgrade: Option<WebSocketUpgrade>,
 ) -> Response {
@@ -85,6 +91,10 @@ pub(crate) async fn upgrade(
         .protocols(SUBPROTOCOLS)
         .max_message_size(max_message)
         .on_upgrade(move |socket| async move {
+            let meter = meter.map(|axum::Extension(m)| m);
+            if let Some(meter) = &meter {
+                meter.arm();
+            }
             let slot = match config.take_slot(peer.ip()) {
                 Ok(slot) => slot,
                 Err(refusal) => {
@@ -103,7 +113,7 @@ pub(crate) async fn upgrade(
                         .await;
                 });
             });
-            bridge(socket, socket_end, stall).await;
+            bridge(socket, socket_end, stall, meter).await;
             drop(slot);
         })
 }
@@ -129,18 +139,42 @@ pub const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 /// closes the WebSocket in order (see [`CLOSE_GRACE`]). A message the client takes
 /// no part of for `stall` (it reads nothing) ends the connection, as the session's
 /// own stall timeout does over TCP: its socket and its connection slot are freed.
-async fn bridge(socket: WebSocket, pipe: DuplexStream, stall: std::time::Duration) {
+async fn bridge(
+    socket: WebSocket,
+    pipe: DuplexStream,
+    stall: std::time::Duration,
+    meter: Option<std::sync::Arc<PreConnectMeter>>,
+) {
     let (mut to_client, mut from_client) = socket.split();
     let (mut from_session, mut to_session) = tokio::io::split(pipe);
+    // A first message over the pre-CONNECT budget: the ERROR that tells the client.
+    let (refuse_tx, refused) = tokio::sync::oneshot::channel::<String>();
+    // Fused: once answered (or dropped) it stays pending.
+    let mut refused = futures::FutureExt::fuse(refused);
+    let inbound_meter = meter.clone();
     let inbound = async move {
         let mut session_open = true;
+        let mut refuse_tx = Some(refuse_tx);
         while let Some(message) = from_client.next().await {
             let bytes = match message {
                 Ok(Message::Text(text)) => text.into_bytes(),
                 Ok(Message::Binary(bytes)) => bytes,
                 Ok(Message::Ping(_) | Message::Pong(_)) => continue,
-                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(Message::Close(_)) => break,
+                Err(_) => {
+                    if inbound_meter.as_ref().is_some_and(|m| m.exceeded()) {
+                        if let Some(tx) = refuse_tx.take() {
+                            let _ = tx.send(format!(
+                                "a WebSocket message before CONNECT does not fit in the pre-CONNECT limit of {PRE_CONNECT_BUDGET} bytes"
+                            ));
+                        }
+                    }
+                    break;
+                }
             };
+            if let Some(meter) = &inbound_meter {
+                meter.delivered(bytes.len());
+            }
             // Once the session is gone, what the client still sends is read and
             // dropped until its Close.
             if session_open && to_session.write_all(&bytes).await.is_err() {
@@ -152,10 +186,24 @@ async fn bridge(socket: WebSocket, pipe: DuplexStream, stall: std::time::Duratio
     let outbound = async move {
         let mut buffer = vec![0u8; PIPE_BYTES];
         loop {
-            let n = match from_session.read(&mut buffer).await {
+            let read = tokio::select! {
+                read = from_session.read(&mut buffer) => read,
+                Ok(why) = &mut refused => {
+                    tracing::info!("refused WebSocket connection: {why}");
+                    let error = format!("ERROR\nmessage:{why}\n\n\0");
+                    let _ = tokio::time::timeout(stall, to_client.send(Message::Text(error))).await;
+                    break;
+                }
+            };
+            let n = match read {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
+            // The session's first words answer its CONNECT: the client may send
+            // freely from now on.
+            if let Some(meter) = &meter {
+                meter.answered();
+            }
             let chunk = buffer[..n].to_vec();
             let message = match String::from_utf8(chunk) {
                 Ok(text) => Message::Text(text),
@@ -181,5 +229,156 @@ async fn bridge(socket: WebSocket, pipe: DuplexStream, stall: std::time::Duratio
         .is_err()
     {
         inbound.abort();
+    }
+}
+
+/// Bytes a WebSocket may bring in before its STOMP session first answers (CONNECTED,
+/// or the ERROR of a refused CONNECT): twice TCP's pre-CONNECT frame limit plus room
+/// for the WebSocket framing, so that a client that sends a frame over that limit in
+/// pieces gets it refused by the session as over TCP. Reading then waits for the
+/// answer; a first message that does not fit gets an ERROR naming the limit, and the
+/// connection closes. So nobody makes the server buffer a multi-megabyte message
+/// before logging in (hardening issue, point 7: a whole message of up to ~10 MiB was
+/// buffered for 30 s).
+pub const PRE_CONNECT_BUDGET: u64 =
+    2 * crate::transport::connection::PRE_CONNECT_MAX_FRAME as u64 + (4 << 10);
+
+/// What one HTTP connection has read since it became a STOMP WebSocket and before its
+/// session answered ([`PRE_CONNECT_BUDGET`]). Every connection of the HTTP server
+/// reads through one ([`Metered`]); it counts nothing until the upgrade arms it.
+#[derive(Debug, Default)]
+pub(crate) struct PreConnectMeter {
+    armed: std::sync::atomic::AtomicBool,
+    answered: std::sync::atomic::AtomicBool,
+    /// Bytes of whole messages handed to the session since the upgrade.
+    delivered: std::sync::atomic::AtomicU64,
+    /// The budget ran out inside the first message: the read failed.
+    exceeded: std::sync::atomic::AtomicBool,
+    read: std::sync::atomic::AtomicU64,
+    /// The read that waits for the answer.
+    waker: futures::task::AtomicWaker,
+}
+
+impl PreConnectMeter {
+    /// The connection is a STOMP WebSocket now: count what it reads.
+    fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The session answered: read freely from now on.
+    fn answered(&self) {
+        self.answered
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// A whole message of `bytes` reached the session.
+    fn delivered(&self, bytes: usize) {
+        self.delivered
+            .fetch_add(bytes as u64, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Whether reading failed because the first message did not fit in the budget.
+    fn exceeded(&self) -> bool {
+        self.exceeded.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Bytes it may read now: `None` while not counting (not a WebSocket, or
+    /// answered).
+    fn left(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering::Acquire;
+        if !self.armed.load(Acquire) || self.answered.load(Acquire) {
+            return None;
+        }
+        Some(PRE_CONNECT_BUDGET.saturating_sub(self.read.load(Acquire)))
+    }
+}
+
+/// An HTTP connection's socket, read through its [`PreConnectMeter`].
+pub(crate) struct Metered<S> {
+    pub(crate) inner: S,
+    pub(crate) meter: std::sync::Arc<PreConnectMeter>,
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Metered<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let Some(mut left) = this.meter.left() else {
+            return std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        };
+        let delivered = this
+            .meter
+            .delivered
+            .load(std::sync::atomic::Ordering::Acquire);
+        if left == 0 && delivered == 0 {
+            // The first message does not fit: the session gets nothing to answer.
+            this.meter
+                .exceeded
+                .store(true, std::sync::atomic::Ordering::Release);
+            return std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a WebSocket message before CONNECT over the pre-CONNECT limit",
+            )));
+        }
+        if left == 0 {
+            // Frames behind the CONNECT: they wait for its answer.
+            this.meter.waker.register(cx.waker());
+            match this.meter.left() {
+                Some(0) => return std::task::Poll::Pending,
+                Some(now) => left = now,
+                None => return std::pin::Pin::new(&mut this.inner).poll_read(cx, buf),
+            }
+        }
+        let mut limited = buf.take(left.min(usize::MAX as u64) as usize);
+        std::task::ready!(std::pin::Pin::new(&mut this.inner).poll_read(cx, &mut limited))?;
+        let n = limited.filled().len();
+        // SAFETY: the inner read initialized and filled these `n` bytes of `buf`'s
+        // unfilled part (the part `take` lent it).
+        unsafe { buf.assume_init(n) };
+        buf.advance(n);
+        this.meter
+            .read
+            .fetch_add(n as u64, std::sync::atomic::Ordering::AcqRel);
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Metered<S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 }

@@ -1960,6 +1960,79 @@ async fn stomp_over_websocket_carries_the_same_sessions(t: TestStore) {
     tcp.stop().await;
 }
 
+/// Hardening issue, point 7: before its session answers, a STOMP WebSocket reads at
+/// most `PRE_CONNECT_BUDGET` (132 KiB) from its socket, as TCP reads one 64 KiB frame
+/// before CONNECT. A 4 MiB message sent before CONNECT is never read whole (it was:
+/// buffered, then refused as a frame over the pre-CONNECT limit): reading stops at the
+/// budget and the client gets an ERROR naming it. A client that pipelines a 1 MiB
+/// SEND right behind its CONNECT only waits for the answer.
+async fn a_websocket_reads_little_before_connect(t: TestStore) {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message as Ws;
+
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let config = ConnectionConfig {
+        stall_timeout_ms: 1_500,
+        ..ConnectionConfig::default()
+    };
+    let mut options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
+    options.stomp = Some(config);
+    let server = HttpServer::start(options, b.clone()).await.unwrap();
+    let url = format!("ws://{}/stomp", server.local_addr());
+    // Everything the server writes until it closes, as text.
+    async fn all_of(
+        mut ws: impl futures::Stream<Item = Result<Ws, tokio_tungstenite::tungstenite::Error>> + Unpin,
+        until: &str,
+    ) -> String {
+        let mut got = String::new();
+        while !got.contains(until) {
+            match tokio::time::timeout(ebb::test_util::PATIENCE, ws.next()).await {
+                Ok(Some(Ok(Ws::Text(t)))) => got.push_str(&t),
+                Ok(Some(Ok(Ws::Binary(b)))) => got.push_str(&String::from_utf8_lossy(&b)),
+                Ok(Some(Ok(_))) => {}
+                other => panic!("ended before `{until}`: {other:?}; got {got:?}"),
+            }
+        }
+        got
+    }
+
+    let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
+    let (mut to_server, from_server) = ws.split();
+    let mut big = b"SEND\ndestination:/queue/ws.big\n\n".to_vec();
+    big.resize(4 << 20, b'A');
+    big.push(0);
+    let sending = tokio::spawn(async move {
+        let _ = to_server.send(Ws::Binary(big)).await;
+        to_server
+    });
+    let answer = all_of(from_server, "\0").await;
+    assert!(
+        answer
+            .contains("a WebSocket message before CONNECT does not fit in the pre-CONNECT limit of 135168 bytes"),
+        "{answer}"
+    );
+    sending.abort();
+
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
+    ws.send(Ws::Text(
+        "CONNECT\naccept-version:1.2\nhost:ebb\n\n\0".into(),
+    ))
+    .await
+    .unwrap();
+    let mut send = b"SEND\ndestination:/queue/ws.big\npersistent:true\nreceipt:big\n\n".to_vec();
+    send.resize(send.len() + (1 << 20), b'B');
+    send.push(0);
+    ws.send(Ws::Binary(send)).await.unwrap();
+    let answers = all_of(&mut ws, "receipt-id:big").await;
+    assert!(answers.starts_with("CONNECTED\n"), "{answers}");
+    assert_eq!(b.store().count_messages("queue://ws.big").await.unwrap(), 1);
+    server.stop().await;
+}
+
 /// Refused logins count per client address across protocols (hardening issue, point
 /// 8: STOMP had no per-address back-off, and parallel HTTP logins got past the
 /// 5-in-10-s lockout). 12 STOMP CONNECTs with a wrong passcode at once from one
@@ -2054,6 +2127,7 @@ on_every_backend!(
     #[actix_rt::test]
     health_and_readiness_say_what_they_check,
     refused_logins_are_throttled_per_address_across_protocols,
+    a_websocket_reads_little_before_connect,
     the_api_lists_and_browses_without_changing_anything,
     listing_pages_cover_stored_destinations_once,
     the_api_sends_and_removes_subscriptions,
