@@ -195,6 +195,16 @@ pub struct Message {
 }
 
 impl Message {
+    /// The bytes it is charged in memory: its body and its headers' names and values.
+    pub(crate) fn charged_bytes(&self) -> usize {
+        self.body.len()
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+    }
+
     /// A persistent message with priority 4 that never expires.
     pub fn new(body: impl Into<bytes::Bytes>) -> Self {
         Self {
@@ -1175,12 +1185,7 @@ impl Broker {
     /// space: errors with [`Error::ResourceLimit`] naming `transactions` when it does
     /// not fit.
     pub fn check_transaction_space(&self, message: &Message) -> Result<(), Error> {
-        let bytes = message.body.len()
-            + message
-                .headers
-                .iter()
-                .map(|(k, v)| k.len() + v.len())
-                .sum::<usize>();
+        let bytes = message.charged_bytes();
         let budget = &self.usages.transactions;
         if budget.has_room_for(bytes as u64) {
             return Ok(());
@@ -1438,17 +1443,12 @@ impl Broker {
             self.ids.prefix,
             self.ids.next.fetch_add(1, Ordering::Relaxed)
         );
+        let bytes = message.charged_bytes();
         let payload = Payload {
             timestamp_ms: now,
             headers: message.headers,
             body: message.body,
         };
-        let bytes = payload.body.len()
-            + payload
-                .headers
-                .iter()
-                .map(|(k, v)| k.len() + v.len())
-                .sum::<usize>();
         let charge = if in_transaction {
             // Held by the transaction until its COMMIT moves it to the destination.
             let mut at_commit = vec![self.usages.of(key)];

@@ -709,9 +709,8 @@ impl Session {
         let started = match transaction {
             Some(tx) => {
                 let max = self.config.limits.max_transaction_bytes;
-                let headers: usize = message.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
                 let open = self.open_transaction(&tx)?;
-                open.bytes += message.body.len() + headers;
+                open.bytes += message.charged_bytes();
                 if open.bytes > max {
                     return refuse(format!(
                         "transaction `{tx}` sends more than {max} bytes before COMMIT (max_transaction_size)"
