@@ -19,7 +19,7 @@
 //! | embedding API | [`broker`] | [`Broker`]: send, subscribe, ack, transactions, browse, stats, shutdown |
 //! | wire codec | [`stomp`] | STOMP frames and their codec; no broker types |
 //! | transport | [`transport`] | STOMP over TCP: a typed [`transport::command`] parsed from each frame, a [`transport::session`] that applies commands to [`Broker`], and the socket loop ([`transport::connection`]) |
-//! | configuration | [`config`], [`auth`] | the TOML file, users and rights by destination pattern |
+//! | configuration | [`config`], [`auth`], [`login_guard`] | the TOML file, users and rights by destination pattern, refused logins per client address (every protocol) |
 //! | operators' views | [`stats`], [`metrics`], [`process`], [`admin`] | snapshots ([`Broker::stats`]), Prometheus metrics (the recorder behind the `prometheus` feature), the process's memory, the admin calls (destinations and durable subscriptions in bounded pages, a store ping) |
 //! | HTTP | `http` (feature `http`, part of `cli`) | one axum server: `/metrics`, `/healthz`, `/readyz`, the JSON admin API over [`admin`] and [`Broker`], the web console (a static page over that API), STOMP over WebSocket through the same [`transport::connection`] as TCP |
 //! | TLS | `tls` (feature `tls`, part of `cli`) | rustls acceptors from PEM files: STOMP over TLS (a second listener) and `https`/`wss` |
