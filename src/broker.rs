@@ -1991,14 +1991,6 @@ impl Broker {
         while_stopping(|| self.registry.send(ForgetWildcardDurable(key.clone()))).await
     }
 
-    /// A durable subscription is `(client id, name)` across the broker (JMS): before
-    /// `key` subscribes to `target`, whatever it was subscribed to before, if that was
-    /// another destination or wildcard destination, is deleted, as if unsubscribed
-    /// (JMS 2.0 §8.3, ActiveMQ's `hasDurableSubChanged`; case DUR-11). Its backlog goes
-    /// with it (its rows are cleaned up on each topic). A subscription to a wildcard
-    /// topic is its definition ([`wildcard_container`]) and one subscription per
-    /// matching topic it has met; those stay when `target` is the same pattern.
-    /// Errors: [`Error::DurableInUse`] when what would be deleted has a consumer.
     /// Refuses a new durable subscription `key` on `container` when its client id has
     /// [`UsageConfig::max_durable_subscriptions_per_client`] already (one that exists
     /// is always taken up again).
@@ -2027,6 +2019,14 @@ impl Broker {
         Ok(())
     }
 
+    /// A durable subscription is `(client id, name)` across the broker (JMS): before
+    /// `key` subscribes to `target`, whatever it was subscribed to before, if that was
+    /// another destination or wildcard destination, is deleted, as if unsubscribed
+    /// (JMS 2.0 §8.3, ActiveMQ's `hasDurableSubChanged`; case DUR-11). Its backlog goes
+    /// with it (its rows are cleaned up on each topic). A subscription to a wildcard
+    /// topic is its definition ([`wildcard_container`]) and one subscription per
+    /// matching topic it has met; those stay when `target` is the same pattern.
+    /// Errors: [`Error::DurableInUse`] when what would be deleted has a consumer.
     async fn replace_durable_elsewhere(
         &self,
         target: &Target,
