@@ -1181,10 +1181,22 @@ impl Broker {
     }
 
     /// Whether `message` fits in the transactions' budget
-    /// ([`UsageConfig::transactions`]) now. A transactional send never waits for
-    /// space: errors with [`Error::ResourceLimit`] naming `transactions` when it does
-    /// not fit.
+    /// ([`UsageConfig::transactions`]) now, and, when persistent, in the store's
+    /// limit. A transactional send never waits for space: errors with
+    /// [`Error::ResourceLimit`] naming `store` or `transactions` when it does not fit.
     pub fn check_transaction_space(&self, message: &Message) -> Result<(), Error> {
+        let config = &self.usages.config;
+        if message.persistent && config.store > 0 {
+            let used = self.store.store().stored_bytes();
+            if used >= config.store {
+                return Err(Error::ResourceLimit {
+                    usage: "store".into(),
+                    used,
+                    limit: config.store,
+                    waited_ms: None,
+                });
+            }
+        }
         let bytes = message.charged_bytes();
         let budget = &self.usages.transactions;
         if budget.has_room_for(bytes as u64) {

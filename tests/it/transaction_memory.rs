@@ -151,8 +151,34 @@ async fn a_transaction_never_waits_for_memory(t: TestStore) {
     s.stop().await;
 }
 
+/// A transactional send never waits, and the store's limit holds for it too: with
+/// `[usage] store` at 1 byte, the transaction's first persistent send is stored
+/// (prepared), and the next is refused at once, naming `store`.
+async fn a_transaction_meets_the_store_limit_with_a_refusal(t: TestStore) {
+    let usage = UsageConfig {
+        store: 1,
+        ..UsageConfig::default()
+    };
+    let b = broker_with(&t, vec![], usage).await;
+    let mut tx = b.transaction("store-limit");
+    tx.send("queue://full", Message::new("first").persistent(true))
+        .await
+        .unwrap();
+    let refused = tx
+        .send("queue://full", Message::new("second").persistent(true))
+        .await
+        .expect_err("refused at the store's limit");
+    assert!(
+        matches!(&refused, ebb::Error::ResourceLimit { usage, waited_ms: None, .. } if usage == "store"),
+        "{refused}"
+    );
+    tx.rollback().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    a_transaction_meets_the_store_limit_with_a_refusal,
     a_transaction_over_its_budget_is_refused_and_blocks_nobody,
     a_transaction_never_waits_for_memory,
 );
