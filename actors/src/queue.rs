@@ -89,22 +89,14 @@ use crate::store_actor::StoreHandle;
 
 /// The message group `message` belongs to (its first `JMSXGroupID`), if any.
 fn group_of(message: &TopicMessage) -> Option<&str> {
-    message
-        .payload
-        .headers
-        .iter()
-        .find(|(name, _)| name == GROUP_HEADER)
-        .map(|(_, value)| value.as_str())
+    message.header(GROUP_HEADER)
 }
 
 /// True when `message` closes its group (`JMSXGroupSeq: -1`).
 fn closes_group(message: &TopicMessage) -> bool {
     message
-        .payload
-        .headers
-        .iter()
-        .find(|(name, _)| name == GROUP_SEQ_HEADER)
-        .is_some_and(|(_, value)| value.trim() == "-1")
+        .header(GROUP_SEQ_HEADER)
+        .is_some_and(|value| value.trim() == "-1")
 }
 
 /// A selector's scan page that tests header values in SQL covers at most this many
