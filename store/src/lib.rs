@@ -266,7 +266,7 @@ pub struct StatsSnapshot {
     /// Write operations committed (a transaction holds one or more).
     pub write_ops: u64,
     /// Commits whose answer was lost (the connection broke) and that were found
-    /// committed by their rows, so answered as committed.
+    /// committed, by their rows or by the commit mark, so answered as committed.
     pub in_doubt_commits: u64,
 }
 
@@ -318,6 +318,13 @@ pub trait MessageStore: Send + Sync + 'static {
     /// error nothing of the batch is committed. Ids of added messages (by
     /// [`WriteOp::Add`] and [`WriteOp::DeadLetter`]) are assigned in op order and are
     /// higher than every id assigned before.
+    ///
+    /// A commit whose answer is lost (the connection broke after the server got the
+    /// `COMMIT`) is settled, not guessed: a batch that assigned new ids committed if
+    /// rows with those ids exist; any other batch (acks, deletes, expiry) sets the
+    /// one-row commit mark to a token of its own in the same transaction, and committed
+    /// if the mark holds it. Settled batches are answered `Ok` and counted in
+    /// [`StatsSnapshot::in_doubt_commits`].
     ///
     /// Errors: [`StoreError::Database`] (the database failed or went away),
     /// [`StoreError::Closed`].

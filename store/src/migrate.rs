@@ -54,6 +54,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         "last_values",
         include_str!("../migrations/sqlite/0009_last_values.sql"),
     ),
+    (
+        10,
+        "commit_mark",
+        include_str!("../migrations/sqlite/0010_commit_mark.sql"),
+    ),
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -102,6 +107,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "last_values",
         include_str!("../migrations/postgres/0009_last_values.sql"),
     ),
+    (
+        10,
+        "commit_mark",
+        include_str!("../migrations/postgres/0010_commit_mark.sql"),
+    ),
 ];
 
 /// The version table's DDL (same on both backends).
@@ -139,7 +149,8 @@ mod tests {
                 sql.contains("{p}msgs")
                     || sql.contains("{p}acks")
                     || sql.contains("{p}indacks")
-                    || sql.contains("{p}lock"),
+                    || sql.contains("{p}lock")
+                    || sql.contains("{p}commit_mark"),
                 "{sql}"
             );
             assert!(!sql.contains(" ebb_"), "{sql}");

@@ -21,6 +21,8 @@ pub struct PgStore {
     sql: Statements,
     stats: ReadStats,
     last_id: AtomicI64,
+    /// The last token this store gave the commit mark (see `MessageStore::write`).
+    commit_mark: AtomicI64,
     /// [`crate::MessageStore::stored_bytes`]: bytes of the `msg` column, changed only
     /// after a write commits. Signed so a net change is one `fetch_add`.
     stored_bytes: AtomicI64,

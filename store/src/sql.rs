@@ -424,6 +424,7 @@ macro_rules! impl_sql_store {
                 }
                 let sql = $crate::statements::Statements::new(&options.table_prefix, $backend);
                 let last_id = Self::seed_last_id(&pool, &sql).await?;
+                let commit_mark = Self::read_commit_mark(&pool, &sql).await?;
                 let stored_bytes: i64 = sqlx::query_scalar(&sql.stored_bytes)
                     .fetch_one(&pool)
                     .await
@@ -440,6 +441,7 @@ macro_rules! impl_sql_store {
                     sql,
                     stats: $crate::ReadStats::default(),
                     last_id: std::sync::atomic::AtomicI64::new(last_id),
+                    commit_mark: std::sync::atomic::AtomicI64::new(commit_mark),
                     stored_bytes: std::sync::atomic::AtomicI64::new(stored_bytes),
                     lock: Default::default(),
                     lock_target,
@@ -507,11 +509,42 @@ macro_rules! impl_sql_store {
                 Ok(messages.unwrap_or(0).max(marks.unwrap_or(0)).max(0))
             }
 
-            /// Reads the highest id and the stored bytes again, as at open: once the
-            /// lock is taken, after another broker may have written since the open.
+            /// The commit mark's token now (see [`crate::MessageStore::write`]).
+            async fn read_commit_mark(
+                pool: &sqlx::Pool<$db>,
+                sql: &$crate::statements::Statements,
+            ) -> $crate::Result<i64> {
+                let token: Option<i64> = sqlx::query_scalar(&sql.commit_mark)
+                    .fetch_optional(pool)
+                    .await
+                    .map_err($crate::error::db("read commit mark"))?;
+                Ok(token.unwrap_or(0))
+            }
+
+            /// Whether the commit mark holds `token`: the transaction that set it
+            /// committed. Retried as [`Self::committed`].
+            async fn marked(&self, token: i64) -> bool {
+                let deadline =
+                    std::time::Instant::now() + self.pool.options().get_acquire_timeout();
+                loop {
+                    match Self::read_commit_mark(&self.pool, &self.sql).await {
+                        Ok(now) => return now == token,
+                        Err(_) if std::time::Instant::now() < deadline => {
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        }
+                        Err(_) => return false,
+                    }
+                }
+            }
+
+            /// Reads the highest id, the commit mark and the stored bytes again, as at
+            /// open: once the lock is taken, after another broker may have written
+            /// since the open.
             async fn reseed(&self) -> $crate::Result<()> {
                 use std::sync::atomic::Ordering::SeqCst;
                 let last_id = Self::seed_last_id(&self.pool, &self.sql).await?;
+                let commit_mark = Self::read_commit_mark(&self.pool, &self.sql).await?;
+                self.commit_mark.fetch_max(commit_mark, SeqCst);
                 let stored_bytes: i64 = sqlx::query_scalar(&self.sql.stored_bytes)
                     .fetch_one(&self.pool)
                     .await
@@ -1407,12 +1440,27 @@ macro_rules! impl_sql_store {
                         let ids = self.insert_messages(&mut *tx, adds, &mut bytes).await?;
                         outcomes.extend(ids.into_iter().map($crate::WriteOutcome::Added));
                     }
+                    // A batch that gives no row a new id (acks, deletes) leaves its
+                    // own token in the commit mark instead, as its proof.
+                    let mut token = None;
+                    if self.last_assigned_id() < first_new {
+                        let t = self
+                            .commit_mark
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                            + 1;
+                        sqlx::query(&self.sql.set_commit_mark)
+                            .bind(t)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err($crate::error::db("set commit mark"))?;
+                        token = Some(t);
+                    }
                     let refused = tx.commit().await.err();
-                    Ok((outcomes, bytes, refused))
+                    Ok((outcomes, bytes, refused, token))
                 }
                 .await;
                 let last_new = self.last_assigned_id();
-                let (outcomes, bytes, refused) = match written {
+                let (outcomes, bytes, refused, token) = match written {
                     Ok(written) => written,
                     Err(e) => {
                         conn.close_on_drop();
@@ -1425,10 +1473,16 @@ macro_rules! impl_sql_store {
                     drop(conn);
                     // The connection may have broken after the server committed and
                     // before its answer came back (PostgreSQL over a network). Rows
-                    // with the batch's new ids prove that it committed: answer as
+                    // with the batch's new ids prove that it committed, or, for a batch
+                    // without new ids, its token in the commit mark: answer as
                     // committed, so nothing stored is reported refused (and sent
-                    // again by its producer). Without such rows it stays an error.
-                    if !self.committed(first_new, last_new).await {
+                    // again by its producer) and no committed ack is taken back.
+                    // Without the proof it stays an error.
+                    let proven = match token {
+                        Some(token) => self.marked(token).await,
+                        None => self.committed(first_new, last_new).await,
+                    };
+                    if !proven {
                         return Err($crate::error::db("commit")(e));
                     }
                     tracing::warn!(

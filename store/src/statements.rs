@@ -43,6 +43,10 @@ pub(crate) struct Statements {
     pub insert_messages: String,
     pub max_message_id: String,
     pub max_acked_id: String,
+    /// the commit mark's token (one row, by its primary key)
+    pub commit_mark: String,
+    /// sets the commit mark's token to `$1`
+    pub set_commit_mark: String,
     pub subscription_rows: String,
     pub insert_subscription_row: String,
     pub delete_subscription: String,
@@ -489,6 +493,8 @@ impl Statements {
             ),
             max_message_id: format!("SELECT MAX(id) FROM {p}msgs"),
             max_acked_id: format!("SELECT MAX(last_acked_id) FROM {p}acks"),
+            commit_mark: format!("SELECT token FROM {p}commit_mark WHERE id = 1"),
+            set_commit_mark: format!("UPDATE {p}commit_mark SET token = $1 WHERE id = 1"),
             subscription_rows: format!(
                 "SELECT priority, last_acked_id, selector FROM {p}acks \
                  WHERE container = $1 AND client_id = $2 AND sub_name = $3 \

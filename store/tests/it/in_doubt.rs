@@ -74,3 +74,97 @@ async fn a_commit_the_server_refused_stays_an_error() {
     assert_eq!(store.count_messages("queue://doubt").await.unwrap(), 0);
     store.close().await;
 }
+
+/// A batch without new ids (queue acks: deletes) proves its commit by the commit mark:
+/// answered as committed, so the ack is not taken back and the message is not
+/// delivered again. A batch after it (a new token) settles the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(ebb_test_postgres),
+    ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
+)]
+async fn an_ack_whose_commit_answer_is_lost_is_settled_by_the_commit_mark() {
+    let t = TestStore::postgres();
+    let proxy = DatabaseProxy::start(&t.url).await.unwrap();
+    let store = opened_through(&t, &proxy).await;
+    let added = store
+        .write(vec![
+            WriteOp::Add(message("queue://doubt", "a", 0)),
+            WriteOp::Add(message("queue://doubt", "b", 0)),
+            WriteOp::Add(message("queue://doubt", "c", 0)),
+        ])
+        .await
+        .unwrap();
+    let ids: Vec<i64> = added
+        .into_iter()
+        .map(|o| match o {
+            ebb_store::WriteOutcome::Added(id) => id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    for (round, id) in ids[..2].iter().enumerate() {
+        proxy.lose_next_commit_answer();
+        let outcomes = store
+            .write(vec![WriteOp::Remove {
+                container: "queue://doubt".into(),
+                ids: vec![*id],
+            }])
+            .await
+            .expect("answered as committed");
+        assert_eq!(outcomes, vec![ebb_store::WriteOutcome::Deleted(1)]);
+        assert_eq!(store.stats().snapshot().in_doubt_commits, round as u64 + 1);
+    }
+    assert_eq!(store.count_messages("queue://doubt").await.unwrap(), 1);
+    store.close().await;
+}
+
+/// An ack batch the server refused at COMMIT is not settled by an older token: it
+/// stays an error, and the message stays stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(ebb_test_postgres),
+    ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
+)]
+async fn an_ack_the_server_refused_stays_an_error() {
+    use sqlx::Connection;
+    let t = TestStore::postgres();
+    let proxy = DatabaseProxy::start(&t.url).await.unwrap();
+    let store = opened_through(&t, &proxy).await;
+    let added = store
+        .write(vec![WriteOp::Add(message("queue://doubt", "a", 0))])
+        .await
+        .unwrap();
+    let ebb_store::WriteOutcome::Added(id) = added[0] else {
+        panic!("{added:?}")
+    };
+    // One ack-only batch commits, so the mark holds a token of this store already.
+    store
+        .write(vec![WriteOp::Remove {
+            container: "queue://doubt".into(),
+            ids: vec![id + 1000],
+        }])
+        .await
+        .unwrap();
+    let schema = t.options.schema.as_deref().unwrap();
+    let mut conn = sqlx::PgConnection::connect(&t.url).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "CREATE FUNCTION \"{schema}\".refuse() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN RAISE EXCEPTION 'refused at commit'; END $$; \
+         CREATE CONSTRAINT TRIGGER refuse AFTER DELETE ON \"{schema}\".ebb_msgs \
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION \"{schema}\".refuse()"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let e = store
+        .write(vec![WriteOp::Remove {
+            container: "queue://doubt".into(),
+            ids: vec![id],
+        }])
+        .await
+        .expect_err("refused at commit");
+    assert!(e.to_string().contains("commit"), "{e}");
+    assert_eq!(store.stats().snapshot().in_doubt_commits, 0);
+    assert_eq!(store.count_messages("queue://doubt").await.unwrap(), 1);
+    store.close().await;
+}
