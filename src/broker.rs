@@ -20,9 +20,9 @@ use ebb_actors::destination::DestinationPattern;
 use ebb_actors::destination::{now_ms, PublishTicket};
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::messages::{
-    AbortPrepared, Ack, Browse, CommitPrepared, Delivery, Detach, GetQueueStats, GetStats,
-    GetTopicStats, Handed, Nack, Publish, PublishPrepared, QueueStats, RemoveDurable, Stats,
-    Subscribe, TopicMessage, TopicStats,
+    AbortPrepared, Ack, AcksStored, Browse, CommitPrepared, Delivery, Detach, GetQueueStats,
+    GetStats, GetTopicStats, Handed, Nack, Publish, PublishPrepared, QueueStats, RemoveDurable,
+    Stats, Subscribe, TakeAck, TakenAck, TopicMessage, TopicStats,
 };
 use ebb_actors::policy::PolicyMap;
 use ebb_actors::queue::QueueActor;
@@ -545,6 +545,8 @@ impl AckWindow {
 #[derive(Clone)]
 struct Endpoints {
     ack: Recipient<Ack>,
+    /// Acks of a transaction, written with its COMMIT ([`Transaction::ack`]).
+    take: Recipient<TakeAck>,
     nack: Recipient<Nack>,
     detach: Recipient<Detach>,
     /// The broker's [`Broker::shutdown`] flag: an ack the destination no longer knows
@@ -761,6 +763,26 @@ impl Acker {
         };
         let answer = self.destination.nack.send(nack).await;
         self.destination.answer(answer)
+    }
+
+    /// The ack of `message` (`cumulative`: and of every earlier un-acked one) that
+    /// [`Transaction::ack`] keeps until COMMIT; `None` in [`AckMode::Auto`].
+    fn in_transaction(
+        &self,
+        message: &Received,
+        cumulative: bool,
+    ) -> Result<Option<TransactedAck>, Error> {
+        if !self.destination.accepts(message, false)? {
+            return Ok(None);
+        }
+        Ok(Some(TransactedAck {
+            destination: self.destination.clone(),
+            ack: TakeAck {
+                subscription: self.id,
+                delivery_id: message.delivery.delivery_id,
+                cumulative,
+            },
+        }))
     }
 
     async fn send(&self, delivery_id: u64, cumulative: bool) -> Result<(), Error> {
@@ -1680,7 +1702,39 @@ impl Broker {
         xid: &str,
         destinations: &[D],
     ) -> Result<(), Error> {
-        let renumbered = self.store.commit(xid.to_string()).await?;
+        self.commit_transaction(xid, destinations, Vec::new()).await
+    }
+
+    /// [`Transaction::commit`]: takes each ack from its destination (in memory, in
+    /// order), then writes the commit of `xid` and the acks' writes in one store
+    /// transaction, reports that to the destinations that took acks, and releases the
+    /// messages at `destinations`.
+    async fn commit_transaction<D: ToDestination>(
+        &self,
+        xid: &str,
+        destinations: &[D],
+        acks: Vec<TransactedAck>,
+    ) -> Result<(), Error> {
+        let mut taken: Vec<TakenAck> = Vec::new();
+        for TransactedAck { destination, ack } in acks {
+            let answer = destination.take.send(ack).await;
+            let refused = match answer {
+                Ok(Ok(writes)) => {
+                    taken.extend(writes);
+                    continue;
+                }
+                _ if destination.shut_down.load(Ordering::Acquire) => Error::ShuttingDown,
+                Ok(Err(e)) => e.into(),
+                Err(e) => e.into(),
+            };
+            report_acks_stored(taken, false);
+            let _ = self.rollback_prepared(xid, destinations).await;
+            return Err(refused);
+        }
+        let writes = taken.iter().map(|t| t.write.clone()).collect();
+        let committed = self.store.commit_with(xid.to_string(), writes).await;
+        report_acks_stored(taken, committed.is_ok());
+        let renumbered = committed?;
         self.tell(destinations, || CommitPrepared {
             xid: xid.to_string(),
             renumbered: renumbered.clone(),
@@ -1900,6 +1954,7 @@ impl Broker {
         Ok(Subscription {
             destination: Endpoints {
                 ack: actor.clone().recipient(),
+                take: actor.clone().recipient(),
                 nack: actor.clone().recipient(),
                 detach: actor.recipient(),
                 shut_down: Arc::clone(&self.shut_down),
@@ -2171,6 +2226,7 @@ impl Broker {
             broker: self.clone(),
             xid: xid.into(),
             destinations: Vec::new(),
+            acks: Vec::new(),
         }
     }
 
@@ -2398,6 +2454,14 @@ pub struct Transaction {
     xid: String,
     /// Destinations sent to, in first-send order.
     destinations: Vec<DestinationKey>,
+    /// Acks to apply at COMMIT, in the order given.
+    acks: Vec<TransactedAck>,
+}
+
+/// An ack kept by a [`Transaction`] until its COMMIT.
+struct TransactedAck {
+    destination: Endpoints,
+    ack: TakeAck,
 }
 
 impl Transaction {
@@ -2445,11 +2509,40 @@ impl Transaction {
             .await
     }
 
-    /// Commits: its messages become visible and are delivered
-    /// ([`Broker::commit_prepared`]).
+    /// Acks `message`, received on the subscription `acker` acks for, when the
+    /// transaction commits: in the same store transaction as its sends, so after a
+    /// crash either the sends are stored and the message is acked, or neither (a
+    /// consume-transform-produce step happens once). Until then the message waits for
+    /// its ack as before; a [`Transaction::rollback`] forgets the ack. Nothing is
+    /// checked beyond the message's subscription until COMMIT.
+    ///
+    /// Errors: [`Error::NotThisSubscription`] for a message of another subscription,
+    /// [`Error::ShuttingDown`]. In [`AckMode::Auto`] it does nothing (the stream acks).
+    pub fn ack(&mut self, acker: &Acker, message: &Received) -> Result<(), Error> {
+        self.acks.extend(acker.in_transaction(message, false)?);
+        Ok(())
+    }
+
+    /// As [`Transaction::ack`], for `message` and every earlier un-acked message of its
+    /// subscription (as [`Acker::ack_up_to`]).
+    pub fn ack_up_to(&mut self, acker: &Acker, message: &Received) -> Result<(), Error> {
+        self.acks.extend(acker.in_transaction(message, true)?);
+        Ok(())
+    }
+
+    /// Commits: in one store transaction its messages become visible and its acks
+    /// ([`Transaction::ack`]) are stored; then the messages are delivered.
+    ///
+    /// Errors: an ack whose message no longer waits for one ([`Error::Actor`]: acked
+    /// or refused since, or its subscription ended): nothing is committed, the
+    /// transaction's messages are rolled back, and the acks taken before it stay
+    /// un-committed (their messages stay stored and are delivered again after a
+    /// restart, as after a failed ack). A store error: nothing is committed (acked
+    /// messages as before; the prepared messages are removed at the next start by
+    /// [`Broker::rollback_abandoned`]).
     pub async fn commit(self) -> Result<(), Error> {
         self.broker
-            .commit_prepared(&self.xid, &self.destinations)
+            .commit_transaction(&self.xid, &self.destinations, self.acks)
             .await
     }
 
@@ -2676,9 +2769,25 @@ pub(crate) fn below_key(key: &str) -> String {
 }
 
 /// The recipients a [`Subscription`] talks to, at its destination's actor.
+/// Tells each destination that took an ack of a transaction whether its write was
+/// committed ([`AcksStored`]).
+fn report_acks_stored(taken: Vec<TakenAck>, committed: bool) {
+    for TakenAck { write, stored } in taken {
+        let ids = match write {
+            ebb_store::WriteOp::Remove { ids, .. } => ids,
+            ebb_store::WriteOp::Ack { messages, .. } => {
+                messages.into_iter().map(|(id, _)| id).collect()
+            }
+            _ => Vec::new(),
+        };
+        stored.do_send(AcksStored { ids, committed });
+    }
+}
+
 fn endpoints(destination: &DestinationAddr, broker: &Broker, mode: AckMode) -> Endpoints {
     Endpoints {
         ack: destination.recipient(),
+        take: destination.recipient(),
         nack: destination.recipient(),
         detach: destination.recipient(),
         shut_down: Arc::clone(&broker.shut_down),

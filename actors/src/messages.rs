@@ -65,6 +65,45 @@ pub struct Ack {
     pub cumulative: bool,
 }
 
+/// Ack deliveries in a transaction: in memory exactly as [`Ack`] (the deliveries stop
+/// waiting for an ack, their prefetch slots are freed, they are never delivered again
+/// while the broker runs), but the store write is left to the caller, who commits it
+/// in its own store transaction together with the transaction's sends
+/// ([`crate::store_actor::StoreHandle::commit_with`]), so a crash keeps both or
+/// neither (ActiveMQ's JDBC and KahaDB stores commit a local transaction's sends and
+/// acks together). The answer holds the writes to commit, none when nothing is stored
+/// (a non-persistent or non-durable delivery); the caller reports each one's commit
+/// with [`AcksStored`] to its `stored` recipient.
+///
+/// If the caller's commit fails, the acked messages stay stored and are delivered
+/// again after a restart, as after any failed ack write. Errors: as [`Ack`].
+#[derive(Message)]
+#[rtype(result = "Result<Vec<TakenAck>, ActorError>")]
+pub struct TakeAck {
+    pub subscription: u64,
+    pub delivery_id: u64,
+    pub cumulative: bool,
+}
+
+/// One write of a [`TakeAck`] answer: [`ebb_store::WriteOp::Remove`] of queue rows, or
+/// [`ebb_store::WriteOp::Ack`] of a durable subscription's messages.
+pub struct TakenAck {
+    pub write: ebb_store::WriteOp,
+    /// Where to report its commit ([`AcksStored`]).
+    pub stored: Recipient<AcksStored>,
+}
+
+/// The write of a [`TakenAck`] was committed (`committed`) or failed: a queue forgets
+/// the messages a scan took ahead of its cursor, a topic runs the cleanup the acks
+/// make due.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AcksStored {
+    /// The store ids the write acked.
+    pub ids: Vec<i64>,
+    pub committed: bool,
+}
+
 /// The consumer refuses one delivery (STOMP NACK): its prefetch slot is freed and it
 /// is not acked. A durable subscription keeps it un-acked in the store and gets it
 /// again, marked redelivered, when it re-attaches; a non-durable one drops it.

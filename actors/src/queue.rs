@@ -1379,25 +1379,28 @@ impl Handler<Subscribe> for QueueActor {
     }
 }
 
-impl Handler<Ack> for QueueActor {
-    // Answered at once when nothing is to be written; else after the commit of the
-    // delete that holds the ack (`AckBatch`), from a task of its own (not a future in
-    // the actor's context: see `Completions`).
-    type Result = Response<Result<(), ActorError>>;
-
-    fn handle(&mut self, msg: Ack, ctx: &mut Context<Self>) -> Self::Result {
-        let Some(consumer) = self.consumers.get_mut(&msg.subscription) else {
-            let unknown = ActorError::UnknownSubscription(msg.subscription);
-            return Response::reply(Err(unknown));
+impl QueueActor {
+    /// The in-memory part of an ack ([`Ack`], [`TakeAck`]): the deliveries leave the
+    /// consumer's in-flight set and are counted dequeued; returns the store ids of the
+    /// stored ones, whose rows the ack deletes.
+    fn ack_in_memory(
+        &mut self,
+        subscription: u64,
+        delivery_id: u64,
+        cumulative: bool,
+        ctx: &mut Context<Self>,
+    ) -> Result<Vec<i64>, ActorError> {
+        let Some(consumer) = self.consumers.get_mut(&subscription) else {
+            return Err(ActorError::UnknownSubscription(subscription));
         };
-        let places: Vec<Place> = if msg.cumulative {
-            let rest = consumer.in_flight.split_off(&(msg.delivery_id + 1));
+        let places: Vec<Place> = if cumulative {
+            let rest = consumer.in_flight.split_off(&(delivery_id + 1));
             std::mem::replace(&mut consumer.in_flight, rest)
                 .into_values()
                 .collect()
         } else {
-            let Some(place) = consumer.in_flight.remove(&msg.delivery_id) else {
-                return Response::reply(Err(ActorError::not_awaiting_ack(msg.delivery_id)));
+            let Some(place) = consumer.in_flight.remove(&delivery_id) else {
+                return Err(ActorError::not_awaiting_ack(delivery_id));
             };
             vec![place]
         };
@@ -1409,12 +1412,62 @@ impl Handler<Ack> for QueueActor {
             }
         }
         self.dispatch(ctx);
+        Ok(ids)
+    }
+}
+
+impl Handler<Ack> for QueueActor {
+    // Answered at once when nothing is to be written; else after the commit of the
+    // delete that holds the ack (`AckBatch`), from a task of its own (not a future in
+    // the actor's context: see `Completions`).
+    type Result = Response<Result<(), ActorError>>;
+
+    fn handle(&mut self, msg: Ack, ctx: &mut Context<Self>) -> Self::Result {
+        let ids = match self.ack_in_memory(msg.subscription, msg.delivery_id, msg.cumulative, ctx) {
+            Ok(ids) => ids,
+            Err(e) => return Response::reply(Err(e)),
+        };
         if ids.is_empty() {
             return Response::reply(Ok(()));
         }
         let answer = self.acks.add(ids);
         self.write_acks(ctx);
         Response::fut(async move { answer.await.unwrap_or(Err(ActorError::Closed)) })
+    }
+}
+
+impl Handler<TakeAck> for QueueActor {
+    type Result = Result<Vec<TakenAck>, ActorError>;
+
+    fn handle(&mut self, msg: TakeAck, ctx: &mut Context<Self>) -> Self::Result {
+        let ids = self.ack_in_memory(msg.subscription, msg.delivery_id, msg.cumulative, ctx)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(vec![TakenAck {
+            write: ebb_store::WriteOp::Remove {
+                container: self.core.container.clone(),
+                ids,
+            },
+            stored: ctx.address().recipient(),
+        }])
+    }
+}
+
+impl Handler<AcksStored> for QueueActor {
+    type Result = ();
+
+    /// As after its own ack write: messages a scan took ahead of the cursor are
+    /// forgotten once their delete is committed (see `QueueCursor::deleted`).
+    fn handle(&mut self, msg: AcksStored, _: &mut Context<Self>) {
+        if msg.committed {
+            let ahead: Vec<i64> = msg
+                .ids
+                .into_iter()
+                .filter(|id| self.cursor.is_ahead(*id))
+                .collect();
+            self.cursor.deleted(&ahead);
+        }
     }
 }
 

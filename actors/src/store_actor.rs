@@ -70,10 +70,46 @@ impl Default for StoreActorConfig {
 }
 
 type Reply = oneshot::Sender<Result<WriteOutcome, ActorError>>;
+type RepliesTogether = oneshot::Sender<Result<Vec<WriteOutcome>, ActorError>>;
 
 enum Job {
     Write(WriteOp, Reply),
+    /// Writes that must commit in one transaction ([`WriteTogether`]).
+    Together(Vec<WriteOp>, RepliesTogether),
     Flush(oneshot::Sender<()>),
+}
+
+/// Whom a transaction answers, in op order: one write, or `n` writes together.
+enum Answer {
+    One(Reply),
+    Together(RepliesTogether, usize),
+}
+
+impl Answer {
+    /// Answers with the next outcomes of `outcomes`.
+    fn send(self, outcomes: &mut impl Iterator<Item = WriteOutcome>) {
+        match self {
+            Self::One(reply) => {
+                if let Some(outcome) = outcomes.next() {
+                    let _ = reply.send(Ok(outcome));
+                }
+            }
+            Self::Together(reply, n) => {
+                let _ = reply.send(Ok(outcomes.take(n).collect()));
+            }
+        }
+    }
+
+    fn fail(self, e: &ActorError) {
+        match self {
+            Self::One(reply) => {
+                let _ = reply.send(Err(e.clone()));
+            }
+            Self::Together(reply, _) => {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
 }
 
 /// Which queue of the store actor a write waits in (see the module documentation).
@@ -164,7 +200,17 @@ impl StoreActor {
             match job {
                 Some(Job::Write(op, reply)) => {
                     ops.push(op);
-                    replies.push(reply);
+                    replies.push(Answer::One(reply));
+                }
+                // Never split: it goes whole into this transaction, or first into the
+                // next (alone, whatever its size).
+                Some(Job::Together(group, reply)) => {
+                    if !ops.is_empty() && ops.len() + group.len() > self.max_batch {
+                        self.queue.push_front(Job::Together(group, reply));
+                        break;
+                    }
+                    replies.push(Answer::Together(reply, group.len()));
+                    ops.extend(group);
                 }
                 // A flush also waits for the housekeeping writes queued before it.
                 Some(Job::Flush(done)) if lane == Lane::Live && !self.housekeeping.is_empty() => {
@@ -194,15 +240,16 @@ impl StoreActor {
             }
             match result {
                 Ok(outcomes) => {
-                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                        let _ = reply.send(Ok(outcome));
+                    let mut outcomes = outcomes.into_iter();
+                    for reply in replies {
+                        reply.send(&mut outcomes);
                     }
                 }
                 Err(e) => {
                     let e = ActorError::from(e);
                     tracing::warn!(error = %e, writes = replies.len(), "store transaction failed");
                     for reply in replies {
-                        let _ = reply.send(Err(e.clone()));
+                        reply.fail(&e);
                     }
                 }
             }
@@ -223,6 +270,14 @@ impl Actor for StoreActor {
 #[derive(Message)]
 #[rtype(result = "Result<WriteOutcome, ActorError>")]
 pub struct Write(pub WriteOp, pub Lane);
+
+/// Apply several writes in one store transaction (live lane): all commit or none does.
+/// Answered after that transaction, with one outcome per op, in op order. The store
+/// actor never splits them: they share a transaction with other writes only when all
+/// fit in [`StoreActorConfig::max_batch`], else they go first into the next one.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<WriteOutcome>, ActorError>")]
+pub struct WriteTogether(pub Vec<WriteOp>);
 
 /// Answered once every write queued before it is committed (or failed).
 #[derive(Message)]
@@ -250,6 +305,24 @@ impl Handler<Write> for StoreActor {
             }
             Lane::Housekeeping => self.housekeeping.push_back(Job::Write(msg.0, tx)),
         }
+        self.pump(ctx);
+        Box::pin(async move { rx.await.unwrap_or(Err(ActorError::Closed)) })
+    }
+}
+
+impl Handler<WriteTogether> for StoreActor {
+    type Result = ResponseFuture<Result<Vec<WriteOutcome>, ActorError>>;
+
+    fn handle(&mut self, msg: WriteTogether, ctx: &mut Context<Self>) -> Self::Result {
+        if self.closed {
+            return Box::pin(async { Err(ActorError::Closed) });
+        }
+        if msg.0.is_empty() {
+            return Box::pin(async { Ok(Vec::new()) });
+        }
+        let (tx, rx) = oneshot::channel();
+        self.last_live = Some(Instant::now());
+        self.queue.push_back(Job::Together(msg.0, tx));
         self.pump(ctx);
         Box::pin(async move { rx.await.unwrap_or(Err(ActorError::Closed)) })
     }
@@ -466,6 +539,28 @@ impl StoreHandle {
     /// `(old id, new id)` of each of its messages, in old-id order.
     pub async fn commit(&self, xid: String) -> Result<Vec<(i64, i64)>, ActorError> {
         Ok(self.write(WriteOp::Commit { xid }).await?.committed()?)
+    }
+
+    /// [`WriteOp::Commit`] of `xid` and the writes `with` (the acks of the same
+    /// transaction: [`WriteOp::Remove`], [`WriteOp::Ack`], [`WriteOp::AckUpTo`]) in one
+    /// store transaction ([`WriteTogether`]): its sends become visible and its acks
+    /// are stored, or neither. Returns the renumbering as [`Self::commit`].
+    pub async fn commit_with(
+        &self,
+        xid: String,
+        with: Vec<WriteOp>,
+    ) -> Result<Vec<(i64, i64)>, ActorError> {
+        let mut ops = Vec::with_capacity(with.len() + 1);
+        ops.push(WriteOp::Commit { xid });
+        ops.extend(with);
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| ActorError::Closed)?;
+        let mut outcomes = self.addr.send(WriteTogether(ops)).await??.into_iter();
+        let committed = outcomes.next().ok_or(ActorError::Closed)?;
+        Ok(committed.committed()?)
     }
 
     /// [`WriteOp::Rollback`]: deletes the messages of prepared transaction `xid`;

@@ -895,6 +895,68 @@ impl Handler<Subscribe> for TopicActor {
     }
 }
 
+impl TopicActor {
+    /// The in-memory part of an ack ([`Ack`], [`TakeAck`]): the deliveries leave the
+    /// subscription's in-flight set; returns, for a durable subscription, its key and
+    /// the `(store id, priority)` of the stored ones, which the ack writes.
+    #[allow(clippy::type_complexity)]
+    fn ack_in_memory(
+        &mut self,
+        subscription: u64,
+        delivery_id: u64,
+        cumulative: bool,
+        ctx: &mut Context<Self>,
+    ) -> Result<Option<(SubscriptionKey, Vec<(i64, u8)>)>, ActorError> {
+        let Some(sub) = self.subscriptions.get_mut(&subscription) else {
+            return Err(ActorError::UnknownSubscription(subscription));
+        };
+        let acked: Vec<InFlight> = sub.ack(delivery_id, cumulative);
+        if acked.is_empty() && !cumulative {
+            return Err(ActorError::not_awaiting_ack(delivery_id));
+        }
+        let key = sub.durable.clone();
+        self.dispatch(subscription, ctx);
+        let messages: Vec<(i64, u8)> = acked
+            .iter()
+            .filter_map(|f| f.store_id.map(|id| (id, f.priority)))
+            .collect();
+        Ok(key
+            .filter(|_| !messages.is_empty())
+            .map(|key| (key, messages)))
+    }
+}
+
+impl Handler<TakeAck> for TopicActor {
+    type Result = Result<Vec<TakenAck>, ActorError>;
+
+    fn handle(&mut self, msg: TakeAck, ctx: &mut Context<Self>) -> Self::Result {
+        let taken = self.ack_in_memory(msg.subscription, msg.delivery_id, msg.cumulative, ctx)?;
+        Ok(taken
+            .map(|(key, messages)| TakenAck {
+                write: ebb_store::WriteOp::Ack {
+                    container: self.core.container.clone(),
+                    key,
+                    messages,
+                },
+                stored: ctx.address().recipient(),
+            })
+            .into_iter()
+            .collect())
+    }
+}
+
+impl Handler<AcksStored> for TopicActor {
+    type Result = ();
+
+    /// As after its own ack write: cleanup is due once acks are committed.
+    fn handle(&mut self, msg: AcksStored, ctx: &mut Context<Self>) {
+        if msg.committed {
+            self.core.schedule.need_cleanup();
+            destination::schedule(self, ctx);
+        }
+    }
+}
+
 impl Handler<Ack> for TopicActor {
     // Answered at once when nothing is to be written (a non-durable subscription);
     // else after the commit of the write that holds the ack (`AckBatch`: acks of one
@@ -903,22 +965,11 @@ impl Handler<Ack> for TopicActor {
     type Result = Response<Result<(), ActorError>>;
 
     fn handle(&mut self, msg: Ack, ctx: &mut Context<Self>) -> Self::Result {
-        let Some(sub) = self.subscriptions.get_mut(&msg.subscription) else {
-            let unknown = ActorError::UnknownSubscription(msg.subscription);
-            return Response::reply(Err(unknown));
-        };
-        let acked: Vec<InFlight> = sub.ack(msg.delivery_id, msg.cumulative);
-        if acked.is_empty() && !msg.cumulative {
-            return Response::reply(Err(ActorError::not_awaiting_ack(msg.delivery_id)));
-        }
-        let key = sub.durable.clone();
-        self.dispatch(msg.subscription, ctx);
-        let messages: Vec<(i64, u8)> = acked
-            .iter()
-            .filter_map(|f| f.store_id.map(|id| (id, f.priority)))
-            .collect();
-        let (Some(key), false) = (key, messages.is_empty()) else {
-            return Response::reply(Ok(()));
+        let taken = self.ack_in_memory(msg.subscription, msg.delivery_id, msg.cumulative, ctx);
+        let (key, messages) = match taken {
+            Ok(Some(taken)) => taken,
+            Ok(None) => return Response::reply(Ok(())),
+            Err(e) => return Response::reply(Err(e)),
         };
         let answer = self.acks.entry(key.clone()).or_default().add(messages);
         self.write_acks(key, ctx);

@@ -40,7 +40,7 @@ use crate::addr::DestinationAddr;
 use crate::destination::{DestinationKey, DestinationPattern};
 use crate::error::ActorError;
 use crate::message::Delivery;
-use crate::messages::{Ack, CloseConsumers, Detach, Handed, Nack, Subscribe};
+use crate::messages::{Ack, CloseConsumers, Detach, Handed, Nack, Subscribe, TakeAck, TakenAck};
 use crate::selector::Selector;
 use crate::subscription::MAX_PREFETCH;
 
@@ -402,6 +402,53 @@ impl Handler<Matched> for WildcardActor {
     }
 }
 
+impl WildcardActor {
+    /// Where an ack of `delivery_id` (`cumulative`: and of every delivery handed over
+    /// before it) goes: `(destination, its subscription, its delivery id, cumulative)`
+    /// per ack to send. Per destination, deliveries were handed over in their order
+    /// there, so a cumulative ack is one ack of the highest. Deliveries of a
+    /// destination no longer attached are dropped.
+    fn route_ack(
+        &mut self,
+        delivery_id: u64,
+        cumulative: bool,
+    ) -> Result<Vec<(DestinationAddr, u64, u64, bool)>, ActorError> {
+        let acked: Vec<(usize, u64)> = if cumulative {
+            let rest = self.unacked.split_off(&(delivery_id + 1));
+            std::mem::replace(&mut self.unacked, rest)
+                .into_values()
+                .collect()
+        } else {
+            let Some(acked) = self.unacked.remove(&delivery_id) else {
+                return Err(ActorError::not_awaiting_ack(delivery_id));
+            };
+            vec![acked]
+        };
+        let mut per_attachment: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        for (index, delivery_id) in acked {
+            per_attachment.entry(index).or_default().push(delivery_id);
+        }
+        let mut routed = Vec::new();
+        for (index, ids) in per_attachment {
+            let a = &self.attachments[index];
+            if !a.live {
+                continue;
+            }
+            if cumulative {
+                let highest = *ids.iter().max().expect("not empty");
+                routed.push((a.addr.clone(), a.subscription, highest, true));
+            } else {
+                routed.extend(
+                    ids.into_iter()
+                        .map(|id| (a.addr.clone(), a.subscription, id, false)),
+                );
+            }
+        }
+        self.hand_over();
+        Ok(routed)
+    }
+}
+
 impl Handler<Ack> for WildcardActor {
     type Result = ResponseFuture<Result<(), ActorError>>;
 
@@ -409,55 +456,54 @@ impl Handler<Ack> for WildcardActor {
     /// (cumulative) every delivery handed over up to this one, as one cumulative ack
     /// per destination. Answered when every destination has answered.
     fn handle(&mut self, msg: Ack, _: &mut Context<Self>) -> Self::Result {
-        let acked: Vec<(usize, u64)> = if msg.cumulative {
-            let rest = self.unacked.split_off(&(msg.delivery_id + 1));
-            std::mem::replace(&mut self.unacked, rest)
-                .into_values()
-                .collect()
-        } else {
-            let Some(acked) = self.unacked.remove(&msg.delivery_id) else {
-                let refused = ActorError::not_awaiting_ack(msg.delivery_id);
-                return Box::pin(async move { Err(refused) });
-            };
-            vec![acked]
+        let routed = match self.route_ack(msg.delivery_id, msg.cumulative) {
+            Ok(routed) => routed,
+            Err(e) => return Box::pin(async move { Err(e) }),
         };
-        // Per destination, deliveries were handed over in their order there, so the
-        // highest is the cumulative ack of the rest.
-        let mut per_attachment: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-        for (index, delivery_id) in acked {
-            per_attachment.entry(index).or_default().push(delivery_id);
-        }
-        let mut acks = Vec::new();
-        for (index, ids) in per_attachment {
-            let a = &self.attachments[index];
-            if !a.live {
-                continue;
-            }
-            let recipient = a.addr.recipient::<Ack>();
-            let subscription = a.subscription;
-            if msg.cumulative {
-                let delivery_id = *ids.iter().max().expect("not empty");
-                acks.push(recipient.send(Ack {
+        let acks: Vec<_> = routed
+            .into_iter()
+            .map(|(addr, subscription, delivery_id, cumulative)| {
+                addr.recipient::<Ack>().send(Ack {
                     subscription,
                     delivery_id,
-                    cumulative: true,
-                }));
-            } else {
-                for delivery_id in ids {
-                    acks.push(recipient.send(Ack {
-                        subscription,
-                        delivery_id,
-                        cumulative: false,
-                    }));
-                }
-            }
-        }
-        self.hand_over();
+                    cumulative,
+                })
+            })
+            .collect();
         Box::pin(async move {
             for answer in futures::future::join_all(acks).await {
                 answer??;
             }
             Ok(())
+        })
+    }
+}
+
+impl Handler<TakeAck> for WildcardActor {
+    type Result = ResponseFuture<Result<Vec<TakenAck>, ActorError>>;
+
+    /// As [`Ack`], at each destination with [`TakeAck`]: the writes of all of them.
+    fn handle(&mut self, msg: TakeAck, _: &mut Context<Self>) -> Self::Result {
+        let routed = match self.route_ack(msg.delivery_id, msg.cumulative) {
+            Ok(routed) => routed,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let takes: Vec<_> = routed
+            .into_iter()
+            .map(|(addr, subscription, delivery_id, cumulative)| {
+                addr.recipient::<TakeAck>().send(TakeAck {
+                    subscription,
+                    delivery_id,
+                    cumulative,
+                })
+            })
+            .collect();
+        Box::pin(async move {
+            let mut taken = Vec::new();
+            for answer in futures::future::join_all(takes).await {
+                taken.extend(answer??);
+            }
+            Ok(taken)
         })
     }
 }

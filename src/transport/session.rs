@@ -110,6 +110,10 @@ pub struct SessionConfig {
     pub limits: SessionLimits,
     /// The client's address, for its refused logins ([`crate::login_guard`]) and logs.
     pub peer: Option<std::net::SocketAddr>,
+    /// The subject of the client certificate the connection presented over TLS (verified
+    /// against `[tls] client_ca_file`): a user with that `certificate_subject` logs in
+    /// without a passcode ([`Security::authenticate_certificate`]).
+    pub certificate_subject: Option<String>,
 }
 
 /// Why a connection ends.
@@ -622,7 +626,25 @@ impl Session {
             .refuse_if_shut_down()
             .map_err(|e| Refusal(e.to_string()))?;
         let security = Arc::clone(&self.config.security);
-        if security.requires_login() {
+        let by_certificate = match &self.config.certificate_subject {
+            Some(subject) if security.requires_login() => {
+                security.authenticate_certificate(subject, login.as_deref())
+            }
+            _ => None,
+        };
+        if let Some(checked) = by_certificate {
+            let peer = self.config.peer;
+            match checked {
+                Ok(principal) => {
+                    tracing::info!(session = %self.session_id, peer = ?peer, login = %principal.login, "logged in by client certificate");
+                    self.principal = Some(principal);
+                }
+                Err(reason) => {
+                    tracing::info!(session = %self.session_id, peer = ?peer, login = ?login, %reason, "refused connection");
+                    return refuse(reason);
+                }
+            }
+        } else if security.requires_login() {
             let shown = login.clone();
             let peer = self.config.peer;
             let guard = Arc::clone(&security.login_guard);
@@ -1009,17 +1031,30 @@ impl Session {
     /// earlier one of its subscription too) and returns the ack at the destination,
     /// which resolves once it is committed.
     fn apply_ack(&mut self, id: &str) -> Result<Applied, Refusal> {
-        let Some(pending) = self.pending.remove(id) else {
+        if !self.pending.contains_key(id) {
             return refuse(format!("ack id `{id}` was already acked"));
-        };
-        let Some(acker) = self
-            .subscriptions
-            .get(&pending.subscription)
-            .and_then(|sub| sub.acker.clone())
-        else {
+        }
+        let Some((acker, message, cumulative)) = self.take_pending(id) else {
             return Ok(Applied::Done); // unsubscribed meanwhile: nothing to ack any more
         };
-        let sub = &self.subscriptions[&pending.subscription];
+        Ok(Applied::Later(Box::pin(async move {
+            let acked = if cumulative {
+                acker.ack_up_to(&message).await
+            } else {
+                acker.ack(&message).await
+            };
+            acked.map_err(|e| Refusal(format!("ack failed: {e}")))
+        })))
+    }
+
+    /// Takes ack id `id` off the messages waiting for an ack (in `client` mode with
+    /// every earlier one of its subscription): the acker of its subscription, the
+    /// message, and whether the ack is cumulative. `None` when the id waits for no
+    /// ack, or its subscription ended meanwhile (nothing to ack any more).
+    fn take_pending(&mut self, id: &str) -> Option<(Acker, Received, bool)> {
+        let pending = self.pending.remove(id)?;
+        let sub = self.subscriptions.get(&pending.subscription)?;
+        let acker = sub.acker.clone()?;
         let cumulative = sub.mode == StompAck::Client;
         let message = pending.message;
         if cumulative {
@@ -1029,14 +1064,7 @@ impl Session {
                 p.subscription != subscription || p.message.delivery_id() > message.delivery_id()
             });
         }
-        Ok(Applied::Later(Box::pin(async move {
-            let acked = if cumulative {
-                acker.ack_up_to(&message).await
-            } else {
-                acker.ack(&message).await
-            };
-            acked.map_err(|e| Refusal(format!("ack failed: {e}")))
-        })))
+        Some((acker, message, cumulative))
     }
 
     /// NACK: the message is not acked and its prefetch slot is freed; a durable
@@ -1125,9 +1153,10 @@ impl Session {
             .ok_or_else(|| Refusal(format!("invalid transaction id `{tx}`: not begun")))
     }
 
-    /// COMMIT: the prepared sends become visible (one store transaction), then the
-    /// acks (and NACKs) are applied. They leave the list of messages waiting for an ack
-    /// now; what is left, the store's commit and the acks at their destinations, is
+    /// COMMIT: the prepared sends become visible and the acks are stored in one store
+    /// transaction ([`Transaction::commit`]), so a crash keeps both or neither; then
+    /// the NACKs are applied. The acks leave the list of messages waiting for an ack
+    /// now; what is left, the store's commit and the NACKs at their destinations, is
     /// the step's work, so the connection keeps beating while a large transaction
     /// commits (frames after it wait for it: [`Step::fence`]).
     fn commit(&mut self, tx: String) -> Result<Applied, Refusal> {
@@ -1145,13 +1174,21 @@ impl Session {
                 Err(refusal)
             })));
         }
-        let mut settled = Vec::new();
+        // The acks join the transaction: stored in one store transaction with its
+        // sends (all or nothing across a crash). NACKs write no ack: applied after.
+        let mut sends = sends;
         for id in &acks {
             // A cumulative (`client`) ack earlier in this commit may have covered it.
-            if self.pending.contains_key(id) {
-                settled.push(self.apply_ack(id)?);
+            if let Some((acker, message, cumulative)) = self.take_pending(id) {
+                let joined = if cumulative {
+                    sends.ack_up_to(&acker, &message)
+                } else {
+                    sends.ack(&acker, &message)
+                };
+                joined.map_err(|e| Refusal(format!("ack failed: {e}")))?;
             }
         }
+        let mut settled = Vec::new();
         for id in &nacks {
             settled.push(self.apply_nack(id));
         }

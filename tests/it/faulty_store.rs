@@ -12,7 +12,9 @@ use ebb_store::*;
 /// - the calls of `read_expired_after` numbered in `fail_reads` (from 1) fail with
 ///   [`StoreError::Closed`], each counted in `read_failures` (a topic's expiry page
 ///   reads through it: this store has no `read_expired_keys_after` of its own);
-/// - a write with an op `slow_writes` picks waits `write_delay` before it goes on.
+/// - a write with an op `slow_writes` picks waits `write_delay` before it goes on;
+/// - a write with an op `fail_writes` picks fails with [`StoreError::Closed`], nothing
+///   of it applied (as a crash before its commit leaves it).
 ///
 /// Build it with struct update syntax over [`FaultyStore::new`].
 pub struct FaultyStore {
@@ -24,6 +26,7 @@ pub struct FaultyStore {
     pub read_failures: Arc<AtomicU64>,
     pub slow_writes: fn(&WriteOp) -> bool,
     pub write_delay: Duration,
+    pub fail_writes: fn(&WriteOp) -> bool,
 }
 
 impl FaultyStore {
@@ -36,6 +39,7 @@ impl FaultyStore {
             read_failures: Arc::default(),
             slow_writes: |_| false,
             write_delay: Duration::ZERO,
+            fail_writes: |_| false,
         }
     }
 }
@@ -51,6 +55,9 @@ impl MessageStore for FaultyStore {
     async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
         if ops.iter().any(self.slow_writes) {
             tokio::time::sleep(self.write_delay).await;
+        }
+        if ops.iter().any(self.fail_writes) {
+            return Err(StoreError::Closed);
         }
         self.inner.write(ops).await
     }
