@@ -6,6 +6,10 @@
 //!   a 300 ms TTL; one queue message in forty is "poison" and goes to a queue of its
 //!   own), transactions of three SENDs committed with a receipt, and SENDs without a
 //!   receipt;
+//! - consume-transform-produce: a producer of receipted messages to an input queue,
+//!   and a consumer of it that, for each message, sends one output message to an
+//!   output queue and acks the input in one transaction, committed with a receipt;
+//!   a reader of the output queue;
 //! - consumers of the queue in each ack mode: `client-individual`, `client`
 //!   (cumulative acks every ten messages) and `auto`; one of the poison queue that NACKs
 //!   every delivery, so each poison message must reach its dead-letter queue after
@@ -32,7 +36,11 @@
 //! a client never finished; a transaction delivered in part; a delivery nobody sent; a
 //! stalled consumer the broker did not close; a graceful stop that failed. Deliveries
 //! after a NACK, a crash or a broken connection are allowed and counted (STOMP is
-//! at-least-once), as are TTL messages never delivered (expired).
+//! at-least-once), as are TTL messages never delivered (expired). For the transform:
+//! an input message delivered again after its COMMIT's RECEIPT (acked, came back), a
+//! receipted input never transformed by a receipted COMMIT, a receipted output never
+//! delivered (lost), and an input whose output was produced by two different
+//! transactions (a COMMIT that stored its send but not its ack) are failures.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -86,6 +94,9 @@ const POISON: &str = "/queue/chaos.poison";
 const DLQ: &str = "/queue/DLQ.chaos.poison";
 const TOPIC: &str = "/topic/chaos.events";
 const PROBE: &str = "/queue/chaos.probe";
+/// The transform's input and output queues.
+const XFORM_IN: &str = "/queue/chaos.xform.in";
+const XFORM_OUT: &str = "/queue/chaos.xform.out";
 const DURABLE_CLIENT: &str = "chaos-durable";
 const DURABLE_NAME: &str = "chaos";
 /// TTL of one message in five, ms.
@@ -123,6 +134,12 @@ struct Record {
     acked: bool,
     /// Deliveries after `acked`.
     came_back: u32,
+    /// Sent to [`XFORM_IN`]: a transform must consume it with a receipted COMMIT.
+    xform_in: bool,
+    /// Sent to [`XFORM_OUT`] by a transform's transaction (id: the input's and `>`).
+    xform_out: bool,
+    /// For an output: the transactions (`chaos-attempt`) whose copy was delivered.
+    attempts_delivered: std::collections::BTreeSet<String>,
 }
 
 /// A fault injected, with how long the probe could not get a message in.
@@ -147,6 +164,8 @@ struct Ledger {
     /// ERROR frames clients got, by `message`.
     errors: BTreeMap<String, u64>,
     transactions_committed: u64,
+    /// Transform transactions committed with a receipt.
+    transforms_committed: u64,
 }
 
 impl Ledger {
@@ -170,15 +189,28 @@ impl Ledger {
     /// still get: a drain does not end while there are any (until it gives up).
     fn outstanding(&self, destination: &str) -> usize {
         let waiting = |m: &Record| m.receipted && !m.partial && m.expires_ms == 0;
+        let xform = |m: &Record| m.xform_in || m.xform_out;
         self.records
-            .values()
-            .filter(|m| match destination {
-                QUEUE => waiting(m) && !m.topic && !m.poison && m.deliveries == 0,
+            .iter()
+            .filter(|(id, m)| match destination {
+                QUEUE => waiting(m) && !m.topic && !m.poison && !xform(m) && m.deliveries == 0,
+                XFORM_IN => waiting(m) && m.xform_in && !self.transformed(id, m),
+                XFORM_OUT => waiting(m) && m.xform_out && m.deliveries == 0,
                 TOPIC => waiting(m) && m.topic && m.deliveries == 0,
                 DLQ => waiting(m) && m.poison && m.dlq_deliveries == 0,
                 _ => false,
             })
             .count()
+    }
+
+    /// Whether transform input `id` was consumed by a committed transaction: its
+    /// COMMIT was receipted, or (a fault ate the receipt) its output was delivered.
+    fn transformed(&self, id: &str, input: &Record) -> bool {
+        input.acked
+            || self
+                .records
+                .get(&format!("{id}>"))
+                .is_some_and(|output| output.deliveries > 0)
     }
 
     fn error(&mut self, text: String) {
@@ -240,6 +272,8 @@ enum ProducerKind {
     Topic,
     Transactions,
     Unreceipted,
+    /// Receipted SENDs to [`XFORM_IN`].
+    TransformInput,
 }
 
 async fn producer(ctx: Ctx, kind: ProducerKind, rate: u32) {
@@ -249,6 +283,7 @@ async fn producer(ctx: Ctx, kind: ProducerKind, rate: u32) {
         ProducerKind::Topic => "t",
         ProducerKind::Transactions => "x",
         ProducerKind::Unreceipted => "u",
+        ProducerKind::TransformInput => "i",
     };
     let mut n = 0u64;
     'connection: while let Some(mut client) = ctx.connect(None, || ctx.stopped()).await {
@@ -285,6 +320,8 @@ async fn send_one(
     } else {
         0
     };
+    let xform_in = kind == ProducerKind::TransformInput;
+    let expires_ms = if xform_in { 0 } else { expires_ms };
     let poison = kind == ProducerKind::Queue && n % POISON_EVERY == 1;
     ctx.ledger.lock().records.insert(
         id.to_string(),
@@ -292,10 +329,12 @@ async fn send_one(
             topic,
             expires_ms,
             poison,
+            xform_in,
             ..Record::default()
         },
     );
     let destination = match (topic, poison) {
+        _ if xform_in => XFORM_IN,
         (true, _) => TOPIC,
         (false, true) => POISON,
         (false, false) => QUEUE,
@@ -448,6 +487,9 @@ struct ConsumerSpec {
     dlq: bool,
     /// NACKs every delivery.
     nacks: bool,
+    /// Consume-transform-produce: each delivery is acked in a transaction that sends
+    /// one message to [`XFORM_OUT`] (`client-individual`).
+    transform: bool,
 }
 
 /// When a consumer's session ends.
@@ -462,6 +504,8 @@ enum Until {
 #[derive(Default)]
 struct AckState {
     pending: HashMap<String, Vec<String>>,
+    /// A transform's COMMIT receipts not yet come: receipt → output id.
+    commits: HashMap<String, String>,
     unacked: Vec<String>,
     last_ack_header: Option<String>,
     receipts: u64,
@@ -578,6 +622,17 @@ async fn handle(
             ctx.ledger.lock().delivered(id.as_deref(), spec.dlq);
             let ack = frame.get("ack").unwrap_or_default().to_string();
             let id = id.unwrap_or_default();
+            if spec.transform {
+                return transform(ctx, client, acks, id, ack).await;
+            }
+            if spec.destination == XFORM_OUT {
+                if let (Some(attempt), Some(record)) = (
+                    frame.get("chaos-attempt"),
+                    ctx.ledger.lock().records.get_mut(&id),
+                ) {
+                    record.attempts_delivered.insert(attempt.to_string());
+                }
+            }
             match spec.ack {
                 "client" => {
                     acks.unacked.push(id);
@@ -609,6 +664,12 @@ async fn handle(
             // An ack on the dead-letter queue is not the queue's ack.
             if let Some(ids) = acks.pending.remove(receipt).filter(|_| !spec.dlq) {
                 let mut ledger = ctx.ledger.lock();
+                if let Some(output) = acks.commits.remove(receipt) {
+                    ledger.transforms_committed += 1;
+                    if let Some(record) = ledger.records.get_mut(&output) {
+                        record.receipted = true;
+                    }
+                }
                 for id in ids {
                     if let Some(record) = ledger.records.get_mut(&id) {
                         record.acked = true;
@@ -623,6 +684,54 @@ async fn handle(
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// Consume-transform-produce of input `id` (ack header `ack`): BEGIN, a SEND of its
+/// output to [`XFORM_OUT`], the ACK, and a receipted COMMIT, pipelined. The output's
+/// id is the input's with `>`; `chaos-attempt` names the transaction, so an output
+/// produced twice (its input consumed twice) shows as two attempts delivered.
+async fn transform(
+    ctx: &Ctx,
+    client: &mut StompClient,
+    acks: &mut AckState,
+    id: String,
+    ack: String,
+) -> Result<(), ClientError> {
+    acks.receipts += 1;
+    let tx = format!("xf{}.{}", id, acks.receipts);
+    let receipt = format!("commit{}", acks.receipts);
+    let output = format!("{id}>");
+    ctx.ledger
+        .lock()
+        .records
+        .entry(output.clone())
+        .or_insert_with(|| Record {
+            xform_out: true,
+            ..Record::default()
+        });
+    let frames = [
+        Frame::new(Command::Begin).header("transaction", tx.as_str()),
+        Frame::new(Command::Send)
+            .header("destination", XFORM_OUT)
+            .header("persistent", "true")
+            .header("transaction", tx.as_str())
+            .header("chaos-id", output.as_str())
+            .header("chaos-attempt", tx.as_str())
+            .body(format!("chaos output of {id}")),
+        Frame::new(Command::Ack)
+            .header("id", ack)
+            .header("transaction", tx.as_str()),
+        Frame::new(Command::Commit)
+            .header("transaction", tx.as_str())
+            .header("receipt", receipt.as_str()),
+    ];
+    for frame in frames {
+        client.feed(frame).await?;
+    }
+    client.flush().await?;
+    acks.pending.insert(receipt.clone(), vec![id]);
+    acks.commits.insert(receipt, output);
     Ok(())
 }
 
@@ -774,6 +883,14 @@ pub struct ChaosReport {
     pub unconfirmed_delivered: u64,
     /// Transactions committed with a receipt.
     pub transactions_committed: u64,
+    /// Consume-transform-produce transactions committed with a receipt.
+    pub transforms_committed: u64,
+    /// Receipted inputs of the transform that no committed transaction consumed (no
+    /// receipted COMMIT, no output delivered): must be 0.
+    pub untransformed: u64,
+    /// Inputs whose output two different transactions produced (a COMMIT that kept
+    /// its send and lost its ack): must be 0.
+    pub transformed_twice: u64,
     /// Distinct messages delivered (queue, durable subscription or dead-letter queue).
     pub delivered: u64,
     /// Deliveries beyond each message's first (after a NACK, a crash, a broken
@@ -848,6 +965,14 @@ impl ChaosReport {
             ),
             (self.partial_delivered, "partial frames delivered"),
             (self.transactions_split, "transactions delivered in part"),
+            (
+                self.untransformed,
+                "transform inputs never consumed by a COMMIT",
+            ),
+            (
+                self.transformed_twice,
+                "transform inputs consumed by two COMMITs",
+            ),
             (self.unknown_delivered, "deliveries nobody sent"),
         ]
         .into_iter()
@@ -1018,7 +1143,15 @@ async fn run(
     let (queue_online, queue_rx) = watch::channel(true);
     let (durable_online, durable_rx) = watch::channel(true);
     let mut consumers = Vec::new();
-    for spec in [INDIVIDUAL, CUMULATIVE, AUTO, POISONER, DEAD_LETTERS] {
+    for spec in [
+        INDIVIDUAL,
+        CUMULATIVE,
+        AUTO,
+        POISONER,
+        DEAD_LETTERS,
+        TRANSFORMER,
+        OUTPUTS,
+    ] {
         consumers.push(tokio::spawn(consumer(ctx.clone(), spec, queue_rx.clone())));
     }
     consumers.push(tokio::spawn(consumer(ctx.clone(), DURABLE, durable_rx)));
@@ -1028,6 +1161,7 @@ async fn run(
         ProducerKind::Topic,
         ProducerKind::Transactions,
         ProducerKind::Unreceipted,
+        ProducerKind::TransformInput,
     ] {
         producers.push(tokio::spawn(producer(ctx.clone(), kind, options.rate)));
     }
@@ -1083,7 +1217,14 @@ async fn run(
         task.await?;
     }
     // What the consumers held when they left is redelivered to one last reader of each.
-    for spec in [INDIVIDUAL, DURABLE, POISONER, DEAD_LETTERS] {
+    for spec in [
+        INDIVIDUAL,
+        DURABLE,
+        POISONER,
+        DEAD_LETTERS,
+        TRANSFORMER,
+        OUTPUTS,
+    ] {
         drain(&ctx, spec, Duration::from_millis(1500)).await?;
     }
     prober.await?;
@@ -1105,6 +1246,7 @@ const INDIVIDUAL: ConsumerSpec = ConsumerSpec {
     ack: "client-individual",
     dlq: false,
     nacks: false,
+    transform: false,
 };
 const CUMULATIVE: ConsumerSpec = ConsumerSpec {
     ack: "client",
@@ -1123,6 +1265,15 @@ const DURABLE: ConsumerSpec = ConsumerSpec {
     destination: TOPIC,
     client_id: Some(DURABLE_CLIENT),
     durable_name: Some(DURABLE_NAME),
+    ..INDIVIDUAL
+};
+const TRANSFORMER: ConsumerSpec = ConsumerSpec {
+    destination: XFORM_IN,
+    transform: true,
+    ..INDIVIDUAL
+};
+const OUTPUTS: ConsumerSpec = ConsumerSpec {
+    destination: XFORM_OUT,
     ..INDIVIDUAL
 };
 const DEAD_LETTERS: ConsumerSpec = ConsumerSpec {
@@ -1299,13 +1450,16 @@ fn reconcile(
         unconfirmed: 0,
         unconfirmed_delivered: 0,
         transactions_committed: ledger.transactions_committed,
+        transforms_committed: ledger.transforms_committed,
+        untransformed: 0,
+        transformed_twice: 0,
         delivered: 0,
         redeliveries: 0,
         duplicates: 0,
         dead_lettered: 0,
         expired: 0,
         partial_frames: 0,
-        errors: ledger.errors,
+        errors: ledger.errors.clone(),
         lost: 0,
         acked_came_back: 0,
         acked_and_dead_lettered: 0,
@@ -1338,6 +1492,8 @@ fn reconcile(
         r.dead_lettered += u64::from(m.dlq_deliveries > 0);
         r.acked_came_back += u64::from(m.came_back);
         r.acked_and_dead_lettered += u64::from(m.acked && m.dlq_deliveries > 0);
+        r.untransformed += u64::from(m.xform_in && m.receipted && !ledger.transformed(id, m));
+        r.transformed_twice += u64::from(m.attempts_delivered.len() > 1);
         if let Some(tx) = m.tx {
             let entry = transactions.entry(tx).or_default();
             entry.0 += u32::from(deliveries > 0);
@@ -1352,8 +1508,13 @@ fn reconcile(
             } else if deliveries == 0 {
                 r.lost += 1;
                 if r.lost_examples.len() < 10 {
-                    r.lost_examples
-                        .push(format!("{id} ({})", if m.topic { TOPIC } else { QUEUE }));
+                    let destination = match m {
+                        m if m.topic => TOPIC,
+                        m if m.xform_in => XFORM_IN,
+                        m if m.xform_out => XFORM_OUT,
+                        _ => QUEUE,
+                    };
+                    r.lost_examples.push(format!("{id} ({destination})"));
                 }
             }
         } else if m.refused {
@@ -1414,6 +1575,7 @@ fn print_report(r: &ChaosReport) {
         ),
         ("  not confirmed, delivered", r.unconfirmed_delivered),
         ("transactions committed", r.transactions_committed),
+        ("transform transactions committed", r.transforms_committed),
         ("delivered (distinct)", r.delivered),
         ("redeliveries (allowed)", r.redeliveries),
         ("delivered more than once (allowed)", r.duplicates),
@@ -1430,6 +1592,14 @@ fn print_report(r: &ChaosReport) {
         ),
         ("partial frames delivered", r.partial_delivered),
         ("transactions delivered in part", r.transactions_split),
+        (
+            "transform inputs never consumed by a COMMIT",
+            r.untransformed,
+        ),
+        (
+            "transform inputs consumed by two COMMITs",
+            r.transformed_twice,
+        ),
         ("deliveries nobody sent", r.unknown_delivered),
     ];
     for (what, n) in rows {
@@ -1530,6 +1700,48 @@ mod tests {
             failures[0].starts_with("2 receipted messages lost"),
             "{failures:?}"
         );
+    }
+
+    #[test]
+    fn the_reconciliation_checks_each_transform() {
+        let attempts = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+        let r = reconciled(vec![
+            (
+                "i1",
+                record(|r| (r.xform_in, r.deliveries, r.acked) = (true, 1, true)),
+            ),
+            (
+                "i1>",
+                record(|r| {
+                    (r.xform_out, r.deliveries) = (true, 1);
+                    r.attempts_delivered = attempts(&["xfi1.1"]);
+                }),
+            ),
+            ("i2", record(|r| (r.xform_in, r.deliveries) = (true, 2))),
+            (
+                "i3",
+                record(|r| (r.xform_in, r.deliveries, r.acked, r.came_back) = (true, 2, true, 1)),
+            ),
+            (
+                "i3>",
+                record(|r| {
+                    (r.xform_out, r.deliveries) = (true, 2);
+                    r.attempts_delivered = attempts(&["xfi3.1", "xfi3.2"]);
+                }),
+            ),
+            ("i4>", record(|r| r.xform_out = true)),
+            // Committed, its receipt lost to a fault: the output shows it.
+            ("i5", record(|r| (r.xform_in, r.deliveries) = (true, 1))),
+            (
+                "i5>",
+                record(|r| (r.xform_out, r.receipted, r.deliveries) = (true, false, 1)),
+            ),
+        ]);
+        assert_eq!(r.untransformed, 1, "i2 was never consumed by a COMMIT");
+        assert_eq!(r.transformed_twice, 1, "i3's output came from two COMMITs");
+        assert_eq!(r.acked_came_back, 1);
+        assert_eq!(r.lost, 1, "i4's receipted output never came");
+        assert_eq!(r.failures().len(), 4, "{:?}", r.failures());
     }
 
     #[test]

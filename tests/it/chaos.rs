@@ -2,7 +2,8 @@
 //! (SIGKILL, a silent consumer) and on PostgreSQL (also database connections cut by a
 //! proxy and ended by the server), with the reconciliation asserted: nothing receipted
 //! lost, no acked message back, every poison message dead-lettered, no partial frame
-//! or half a transaction delivered. How long each fault left the broker unavailable is
+//! or half a transaction delivered, and every consume-transform-produce transaction
+//! all or nothing (no input consumed twice or never, no output lost). How long each fault left the broker unavailable is
 //! reported, not asserted (beyond "it recovered").
 
 use ebb::cli::chaos::{run_chaos, ChaosOptions};
@@ -24,6 +25,13 @@ async fn five_faults_lose_nothing(t: TestStore) {
     assert_eq!(report.lost, 0);
     assert!(report.receipted > 500, "{report:#?}");
     assert!(report.transactions_committed > 50, "{report:#?}");
+    // Consume-transform-produce in one COMMIT: none consumed twice, none lost.
+    assert!(report.transforms_committed > 50, "{report:#?}");
+    assert_eq!(
+        (report.untransformed, report.transformed_twice),
+        (0, 0),
+        "{report:#?}"
+    );
     assert!(
         report.dead_lettered > 0,
         "poison messages reached the DLQ: {report:#?}"
