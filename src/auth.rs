@@ -8,6 +8,12 @@
 //! subscribe, `admin` to create or remove a durable subscription. The first entry that
 //! matches the destination decides; a destination no entry matches is refused. With
 //! no entries, every authenticated user may do everything.
+//!
+//! A user may instead (or also) be named by a client certificate: with
+//! `certificate_subject`, a connection over TLS whose client certificate (verified
+//! against `[tls] client_ca_file`) has that subject is that user without a passcode,
+//! as ActiveMQ's certificate login module (`TextFileCertificateLoginModule`) maps a
+//! certificate's distinguished name to a user.
 
 use crate::{DestinationKey, DestinationPattern};
 use argon2::password_hash::rand_core::OsRng;
@@ -35,8 +41,17 @@ pub fn login_checks() -> &'static tokio::sync::Semaphore {
 pub struct User {
     /// The name a connection gives as its STOMP `login`.
     pub login: String,
-    /// An argon2 PHC string (`$argon2id$...`), as `ebb passwd` prints.
+    /// An argon2 PHC string (`$argon2id$...`), as `ebb passwd` prints. Empty (the
+    /// default) for a user who logs in only by [`User::certificate_subject`]: no
+    /// passcode matches it.
+    #[serde(default)]
     pub password_hash: String,
+    /// The subject of the client certificate that logs in as this user, as a
+    /// distinguished name (`CN=orders-service,O=Example`; RFC 4514 attribute names,
+    /// compared attribute by attribute in any order, spaces around `,` and `=` and
+    /// the case of attribute names ignored). `None` (the default): no certificate.
+    #[serde(default)]
+    pub certificate_subject: Option<String>,
     /// Groups it belongs to; authorization entries grant rights to groups.
     #[serde(default)]
     pub groups: Vec<String>,
@@ -142,6 +157,35 @@ impl Security {
         }
     }
 
+    /// The user whose [`User::certificate_subject`] is `subject` (a verified client
+    /// certificate's subject, as [`crate::tls::certificate_subject`] gives it), if any.
+    /// A `login` the client gave as well must name that user.
+    ///
+    /// Returns `None` when no user has this subject (the connection may still log in
+    /// with a passcode); `Some(Err)` when the login names another user.
+    pub fn authenticate_certificate(
+        &self,
+        subject: &str,
+        login: Option<&str>,
+    ) -> Option<Result<Principal, String>> {
+        let wanted = distinguished_name(subject);
+        let user = self.users.iter().find(|u| {
+            u.certificate_subject
+                .as_deref()
+                .is_some_and(|s| distinguished_name(s) == wanted)
+        })?;
+        Some(match login {
+            Some(login) if login != user.login => Err(format!(
+                "authentication failed: the client certificate logs in as {}, not as login {login}",
+                user.login
+            )),
+            _ => Ok(Principal {
+                login: user.login.clone(),
+                groups: user.groups.clone(),
+            }),
+        })
+    }
+
     /// Whether `principal` (None: anonymous, when no users are configured) has
     /// `right` on `destination`, by the first entry whose pattern
     /// ([`DestinationPattern`]) matches it. The error says what is missing.
@@ -226,15 +270,62 @@ impl Security {
         }
     }
 
-    /// Checks every user's hash parses, so a typo stops the broker at start.
+    /// Checks every user's hash parses, so a typo stops the broker at start, and that
+    /// every user can log in somehow (a hash or a certificate subject).
     pub fn validate(&self) -> Result<(), String> {
         for user in &self.users {
+            if let Some(subject) = &user.certificate_subject {
+                if distinguished_name(subject).is_empty() {
+                    return Err(format!(
+                        "user `{}`: certificate_subject `{subject}` is not a distinguished name (e.g. CN=orders,O=Example)",
+                        user.login
+                    ));
+                }
+                if user.password_hash.is_empty() {
+                    continue;
+                }
+            }
             PasswordHash::new(&user.password_hash).map_err(|e| {
                 format!("user `{}`: password_hash is not an argon2 hash ({e}); make one with `ebb passwd`", user.login)
             })?;
         }
         Ok(())
     }
+}
+
+/// A distinguished name as `(TYPE, value)` pairs, types upper-cased, spaces around
+/// `,` and `=` trimmed, sorted; empty when any part is not `TYPE=value`. An escaped
+/// comma (`\,`) stays inside its value.
+fn distinguished_name(text: &str) -> Vec<(String, String)> {
+    let mut parts = Vec::new();
+    let mut current = String::new();
+    let mut escaped = false;
+    for c in text.chars() {
+        match c {
+            ',' | '+' if !escaped => parts.push(std::mem::take(&mut current)),
+            '\\' if !escaped => {
+                escaped = true;
+                current.push(c);
+                continue;
+            }
+            _ => current.push(c),
+        }
+        escaped = false;
+    }
+    parts.push(current);
+    let mut pairs = Vec::new();
+    for part in parts {
+        let Some((kind, value)) = part.split_once('=') else {
+            return Vec::new();
+        };
+        let (kind, value) = (kind.trim(), value.trim());
+        if kind.is_empty() {
+            return Vec::new();
+        }
+        pairs.push((kind.to_ascii_uppercase(), value.to_string()));
+    }
+    pairs.sort();
+    pairs
 }
 
 /// A hash verified against for unknown logins (made once, on first use).
@@ -272,12 +363,20 @@ mod tests {
                 User {
                     login: "alice".into(),
                     password_hash: hash_password("pa:ss").unwrap(),
+                    certificate_subject: None,
                     groups: vec!["billing".into()],
                 },
                 User {
                     login: "bob".into(),
                     password_hash: hash_password("secret").unwrap(),
+                    certificate_subject: None,
                     groups: vec![],
+                },
+                User {
+                    login: "orders-service".into(),
+                    password_hash: String::new(),
+                    certificate_subject: Some("CN=orders, O=Example\\, Inc., C=DE".into()),
+                    groups: vec!["billing".into()],
                 },
             ],
             authorization: vec![
@@ -349,9 +448,49 @@ mod tests {
     }
 
     #[test]
+    fn a_certificate_subject_names_its_user() {
+        let s = security();
+        assert!(s.validate().is_ok());
+        // Any order, spaces and the case of attribute names do not matter.
+        let user = s
+            .authenticate_certificate("c=DE,CN = orders,O=Example\\, Inc.", None)
+            .expect("a user has this subject")
+            .unwrap();
+        assert_eq!(user.login, "orders-service");
+        assert_eq!(user.groups, vec!["billing".to_string()]);
+        let same =
+            s.authenticate_certificate("CN=orders,O=Example\\, Inc.,C=DE", Some("orders-service"));
+        assert_eq!(same, Some(Ok(user)));
+        let other = s
+            .authenticate_certificate("CN=orders,O=Example\\, Inc.,C=DE", Some("alice"))
+            .unwrap()
+            .unwrap_err();
+        assert!(other.contains("not as login alice"), "{other}");
+        // A value differs (its case counts), or an attribute is missing: no user.
+        assert!(s
+            .authenticate_certificate("CN=Orders,O=Example\\, Inc.,C=DE", None)
+            .is_none());
+        assert!(s.authenticate_certificate("CN=orders,C=DE", None).is_none());
+        // Nobody logs in as a certificate-only user with a passcode.
+        assert!(s.authenticate(Some("orders-service"), Some("")).is_err());
+    }
+
+    #[test]
     fn malformed_hashes_are_caught_at_start() {
         let mut s = security();
         s.users[1].password_hash = "plain-text".into();
         assert!(s.validate().unwrap_err().contains("bob"));
+        let mut s = security();
+        s.users[1].password_hash = String::new();
+        assert!(
+            s.validate().unwrap_err().contains("bob"),
+            "no way to log in"
+        );
+        let mut s = security();
+        s.users[2].certificate_subject = Some("orders".into());
+        assert!(s
+            .validate()
+            .unwrap_err()
+            .contains("not a distinguished name"));
     }
 }

@@ -7,6 +7,9 @@
 //! otherwise), on top of STOMP's own login. A TLS handshake must end within
 //! [`HANDSHAKE_TIMEOUT`], so a client that opens a socket and says nothing holds it
 //! no longer than that. Nothing here is a certificate: tests make theirs at run time.
+//!
+//! The verified client certificate's subject ([`certificate_subject`]) can log a
+//! connection in as the user whose `certificate_subject` it is ([`crate::auth`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -84,4 +87,14 @@ impl TlsFiles {
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(TlsAcceptor::from(Arc::new(config)))
     }
+}
+
+/// The subject of the client certificate `connection`'s peer presented (verified by
+/// the handshake against `[tls] client_ca_file`), as a distinguished name in the
+/// order the certificate holds it (`C=DE, O=Example, CN=orders`); `None` without
+/// client certificates or for one that does not parse.
+pub fn certificate_subject(connection: &rustls::ServerConnection) -> Option<String> {
+    let leaf = connection.peer_certificates()?.first()?;
+    let (_, certificate) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    Some(certificate.subject().to_string())
 }

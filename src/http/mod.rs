@@ -383,20 +383,24 @@ async fn serve_http(
             if let Some(acceptor) = tls {
                 let handshake = acceptor.accept(stream);
                 match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, handshake).await {
-                    Ok(Ok(stream)) => serve_one(stream, peer, app).await,
+                    Ok(Ok(stream)) => {
+                        let subject = crate::tls::certificate_subject(stream.get_ref().1);
+                        serve_one(stream, peer, subject, app).await
+                    }
                     Ok(Err(e)) => tracing::info!(%peer, error = %e, "HTTPS: TLS handshake failed"),
                     Err(_) => tracing::info!(%peer, "HTTPS: TLS handshake timed out"),
                 }
                 return;
             }
-            serve_one(stream, peer, app).await;
+            serve_one(stream, peer, None, app).await;
         });
     }
 }
 
 /// Serves the requests of one connection from `peer` (its address reaches the
-/// handlers as [`axum::extract::ConnectInfo`]).
-async fn serve_one<S>(stream: S, peer: SocketAddr, app: Router)
+/// handlers as [`axum::extract::ConnectInfo`], the subject of its verified client
+/// certificate, if any, as [`ws::ClientCertificate`]).
+async fn serve_one<S>(stream: S, peer: SocketAddr, subject: Option<String>, app: Router)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
@@ -413,6 +417,11 @@ where
                 .extensions_mut()
                 .insert(axum::extract::ConnectInfo(peer));
             request.extensions_mut().insert(Arc::clone(&meter));
+            if let Some(subject) = &subject {
+                request
+                    .extensions_mut()
+                    .insert(ws::ClientCertificate(subject.clone()));
+            }
             request
         },
     );

@@ -41,11 +41,17 @@ pub const PIPE_BYTES: usize = 64 << 10;
 /// The STOMP subprotocols offered, newest first (as RabbitMQ's Web-STOMP).
 pub const SUBPROTOCOLS: [&str; 3] = ["v12.stomp", "v11.stomp", "v10.stomp"];
 
+/// The subject of the verified client certificate of a `wss` connection (a request
+/// extension): its STOMP session may log in by it ([`crate::auth`]).
+#[derive(Debug, Clone)]
+pub struct ClientCertificate(pub String);
+
 /// `GET /stomp`: upgrades to a WebSocket carrying a STOMP session.
 pub(crate) async fn upgrade(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     meter: Option<axum::Extension<std::sync::Arc<PreConnectMeter>>>,
+    certificate: Option<axum::Extension<ClientCertificate>>,
     headers: axum::http::HeaderMap,
     upgrade: Option<WebSocketUpgrade>,
 ) -> Response {
@@ -109,8 +115,17 @@ pub(crate) async fn upgrade(
             let session_broker = broker.clone();
             broker.spawn_on_system(move || {
                 actix_rt::spawn(async move {
-                    serve_connection(session_end, session_broker, config, id, peer, Transport::Ws)
-                        .await;
+                    let subject = certificate.map(|axum::Extension(c)| c.0);
+                    serve_connection(
+                        session_end,
+                        session_broker,
+                        config,
+                        id,
+                        peer,
+                        Transport::Ws,
+                        subject,
+                    )
+                    .await;
                 });
             });
             bridge(socket, socket_end, stall, meter).await;

@@ -323,6 +323,7 @@ pub async fn serve_connection<S>(
     session_id: String,
     peer: std::net::SocketAddr,
     transport: super::connections::Transport,
+    certificate_subject: Option<String>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -344,6 +345,7 @@ pub async fn serve_connection<S>(
         allow_link_stealing: config.allow_link_stealing,
         limits: config.session_limits,
         peer: Some(peer),
+        certificate_subject,
     };
     let mut registration = config.connections.register(&session_id, peer, transport);
     // What the registry last heard of the session: (connected, subscriptions).

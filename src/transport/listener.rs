@@ -87,7 +87,7 @@ async fn accept(
                     match &tls {
                         None => {
                             actix_rt::spawn(async move {
-                                serve_connection(stream, broker, config, id, peer, transport).await;
+                                serve_connection(stream, broker, config, id, peer, transport, None).await;
                                 drop(slot);
                             });
                         }
@@ -97,7 +97,8 @@ async fn accept(
                             actix_rt::spawn(async move {
                                 match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, handshake).await {
                                     Ok(Ok(stream)) => {
-                                        serve_connection(stream, broker, config, id, peer, transport).await;
+                                        let subject = crate::tls::certificate_subject(stream.get_ref().1);
+                                        serve_connection(stream, broker, config, id, peer, transport, subject).await;
                                     }
                                     Ok(Err(e)) => tracing::info!(%peer, error = %e, "TLS handshake failed"),
                                     Err(_) => tracing::info!(%peer, "TLS handshake timed out"),

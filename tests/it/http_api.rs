@@ -103,6 +103,7 @@ fn user(login: &str, password: &str, groups: &[&str]) -> User {
     User {
         login: login.into(),
         password_hash: hash_password(password).unwrap(),
+        certificate_subject: None,
         groups: groups.iter().map(|g| g.to_string()).collect(),
     }
 }
@@ -1740,6 +1741,7 @@ async fn the_http_server_bounds_connections_and_logins(t: TestStore) {
         users: vec![User {
             login: "ops".into(),
             password_hash: hash_password("right").unwrap(),
+            certificate_subject: None,
             groups: vec!["admin".into()],
         }],
         authorization: vec![],
@@ -2045,6 +2047,7 @@ async fn refused_logins_are_throttled_per_address_across_protocols(t: TestStore)
         users: vec![User {
             login: "ops".into(),
             password_hash: hash_password("right").unwrap(),
+            certificate_subject: None,
             groups: vec!["admin".into()],
         }],
         authorization: vec![],

@@ -429,6 +429,7 @@ async fn login_and_rights_are_enforced(t: TestStore) {
         users: vec![User {
             login: "alice".into(),
             password_hash: hash_password("pa:ss").unwrap(),
+            certificate_subject: None,
             groups: vec!["billing".into()],
         }],
         authorization: vec![AuthorizationEntry {

@@ -103,6 +103,15 @@ fn connector(ca: &PathBuf, client: Option<(&PathBuf, &PathBuf)>) -> tokio_rustls
 
 /// A STOMP-over-TLS listener on an ephemeral port in front of a broker on `t`.
 async fn tls_listener(t: &TestStore, files: &TlsFiles) -> (ebb::Broker, std::net::SocketAddr) {
+    tls_listener_with(t, files, ConnectionConfig::default()).await
+}
+
+/// [`tls_listener`] with the connections' settings (users, rights) of `config`.
+async fn tls_listener_with(
+    t: &TestStore,
+    files: &TlsFiles,
+    config: ConnectionConfig,
+) -> (ebb::Broker, std::net::SocketAddr) {
     let b = broker(t, policy(3_600_000, 400), 2).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -112,7 +121,7 @@ async fn tls_listener(t: &TestStore, files: &TlsFiles) -> (ebb::Broker, std::net
         listener,
         files.acceptor(&[]).unwrap(),
         b.clone(),
-        ConnectionConfig::default(),
+        config,
         stop_rx,
     ));
     (b, addr)
@@ -122,11 +131,16 @@ async fn tls_listener(t: &TestStore, files: &TlsFiles) -> (ebb::Broker, std::net
 async fn stomp_connect<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     stream: &mut S,
 ) -> String {
-    if stream
-        .write_all(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\0")
-        .await
-        .is_err()
-    {
+    exchange(stream, "CONNECT\naccept-version:1.2\nhost:localhost\n\n\0").await
+}
+
+/// Writes `frames` to `stream`; the text of the first frame back (empty when the
+/// server closed).
+async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    stream: &mut S,
+    frames: &str,
+) -> String {
+    if stream.write_all(frames.as_bytes()).await.is_err() {
         return String::new();
     }
     let mut got = Vec::new();
@@ -259,8 +273,112 @@ async fn the_http_server_serves_https_and_wss(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// Hardening issue, point 11: login by client certificate (ActiveMQ's certificate
+/// login module). A user with `certificate_subject` is whoever presents a verified
+/// certificate with that subject: CONNECT needs no passcode, and the user's rights
+/// apply. A login naming another user over that certificate is refused; a
+/// certificate no user claims logs nobody in (a passcode still may).
+async fn a_client_certificate_logs_in_as_its_user(t: TestStore) {
+    use ebb::auth::{hash_password, AuthorizationEntry, Security, User};
+    let pki = pki();
+    let files = TlsFiles {
+        cert_file: pki.cert.clone(),
+        key_file: pki.key.clone(),
+        client_ca_file: Some(pki.ca.clone()),
+    };
+    let security = |subject: &str| Security {
+        users: vec![
+            User {
+                login: "billing-service".into(),
+                password_hash: String::new(),
+                certificate_subject: Some(subject.into()),
+                groups: vec!["finance".into()],
+            },
+            User {
+                login: "alice".into(),
+                password_hash: hash_password("pw").unwrap(),
+                certificate_subject: None,
+                groups: vec![],
+            },
+        ],
+        authorization: vec![AuthorizationEntry {
+            destination: "queue://ledger".into(),
+            read: vec!["finance".into()],
+            write: vec![],
+            admin: vec![],
+        }],
+        ..Security::default()
+    };
+    let config = |subject: &str| ConnectionConfig {
+        security: Arc::new(security(subject)),
+        ..ConnectionConfig::default()
+    };
+    let name = ServerName::try_from("localhost").unwrap();
+    let client = connector(&pki.ca, Some((&pki.client_cert, &pki.client_key)));
+    // The test client certificate's subject is `CN=billing`.
+    let (b, addr) = tls_listener_with(&t, &files, config("cn = billing")).await;
+    let open = || async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        client.connect(name.clone(), tcp).await.expect("handshake")
+    };
+    let mut tls = open().await;
+    let answer = stomp_connect(&mut tls).await;
+    assert!(answer.starts_with("CONNECTED\n"), "{answer:?}");
+    let answer = exchange(
+        &mut tls,
+        "SUBSCRIBE\nid:1\ndestination:/queue/ledger\nreceipt:s\n\n\0",
+    )
+    .await;
+    assert!(
+        answer.starts_with("RECEIPT\n"),
+        "the user's read right applies: {answer:?}"
+    );
+    let answer = exchange(
+        &mut tls,
+        "SEND\ndestination:/queue/ledger\nreceipt:w\n\nx\0",
+    )
+    .await;
+    assert!(
+        answer.starts_with("ERROR\n") && answer.contains("billing-service has no write right"),
+        "and only its rights: {answer:?}"
+    );
+    let mut tls = open().await;
+    let answer = exchange(
+        &mut tls,
+        "CONNECT\naccept-version:1.2\nhost:localhost\nlogin:alice\npasscode:pw\n\n\0",
+    )
+    .await;
+    assert!(
+        answer.starts_with("ERROR\n") && answer.contains("not as login alice"),
+        "{answer:?}"
+    );
+    b.shutdown().await.unwrap();
+
+    // No user claims this certificate: it logs nobody in, a passcode still does.
+    let (b, addr) = tls_listener_with(&t, &files, config("CN=someone else")).await;
+    let open = || async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        client.connect(name.clone(), tcp).await.expect("handshake")
+    };
+    let mut tls = open().await;
+    let answer = stomp_connect(&mut tls).await;
+    assert!(
+        answer.starts_with("ERROR\n") && answer.contains("authentication required"),
+        "{answer:?}"
+    );
+    let mut tls = open().await;
+    let answer = exchange(
+        &mut tls,
+        "CONNECT\naccept-version:1.2\nhost:localhost\nlogin:alice\npasscode:pw\n\n\0",
+    )
+    .await;
+    assert!(answer.starts_with("CONNECTED\n"), "{answer:?}");
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    a_client_certificate_logs_in_as_its_user,
     stomp_over_tls_trusts_only_the_right_ca,
     client_certificates_are_required_with_a_client_ca,
     the_http_server_serves_https_and_wss,

@@ -524,6 +524,7 @@ async fn a_wildcard_reads_only_what_the_connection_may_read(t: TestStore) {
         users: vec![User {
             login: "alice".into(),
             password_hash: hash_password("pw").unwrap(),
+            certificate_subject: None,
             groups: vec!["billing".into()],
         }],
         authorization: vec![
