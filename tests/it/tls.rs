@@ -376,9 +376,75 @@ async fn a_client_certificate_logs_in_as_its_user(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// Login by client certificate over `wss`: the HTTP server hands the verified
+/// certificate's subject to the STOMP session of the WebSocket.
+async fn a_client_certificate_logs_in_over_wss(t: TestStore) {
+    use ebb::auth::{Security, User};
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message as Ws;
+
+    let pki = pki();
+    let files = TlsFiles {
+        cert_file: pki.cert.clone(),
+        key_file: pki.key.clone(),
+        client_ca_file: Some(pki.ca.clone()),
+    };
+    let security = Arc::new(Security {
+        users: vec![User {
+            login: "billing-service".into(),
+            password_hash: String::new(),
+            certificate_subject: Some("CN=billing".into()),
+            groups: vec![],
+        }],
+        ..Security::default()
+    });
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let mut options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
+    options.tls = Some(files.acceptor(&[b"http/1.1"]).unwrap());
+    options.security = Arc::clone(&security);
+    options.stomp = Some(ConnectionConfig {
+        security,
+        ..ConnectionConfig::default()
+    });
+    let server = HttpServer::start(options, b.clone()).await.unwrap();
+    let addr = server.local_addr();
+    let name = ServerName::try_from("localhost").unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = connector(&pki.ca, Some((&pki.client_cert, &pki.client_key)))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let mut request = format!("wss://localhost:{}/stomp", addr.port())
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "v12.stomp".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::client_async(request, tls).await.unwrap();
+    ws.send(Ws::Text(
+        "CONNECT\naccept-version:1.2\nhost:localhost\n\n\0".into(),
+    ))
+    .await
+    .unwrap();
+    let first = tokio::time::timeout(ebb::test_util::PATIENCE, ws.next())
+        .await
+        .expect("an answer over wss")
+        .unwrap()
+        .unwrap();
+    assert!(
+        first.to_text().unwrap().starts_with("CONNECTED\n"),
+        "logged in by its certificate, without a passcode: {first:?}"
+    );
+    drop(ws);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
     a_client_certificate_logs_in_as_its_user,
+    a_client_certificate_logs_in_over_wss,
     stomp_over_tls_trusts_only_the_right_ca,
     client_certificates_are_required_with_a_client_ca,
     the_http_server_serves_https_and_wss,
