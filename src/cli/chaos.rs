@@ -85,6 +85,11 @@ pub struct ChaosOptions {
     /// with the others. Off by default: it ends every other client of that server too.
     #[arg(long, value_name = "COMMAND")]
     pub restart_postgres: Option<String>,
+    /// Only these faults, in turn (comma-separated: `kill`, `stalled-consumer`, and on
+    /// PostgreSQL `db-cut`, `db-terminate`, `db-restart` with `--restart-postgres`)
+    /// [default: every fault the store allows].
+    #[arg(long, value_delimiter = ',')]
+    pub faults: Vec<String>,
 }
 
 const QUEUE: &str = "/queue/chaos.work";
@@ -846,6 +851,31 @@ impl BrokerProcess {
     }
 }
 
+/// The faults of this run, in the order they are injected: those `chosen`
+/// (`--faults`), or all the store allows. Errors: a chosen fault this run cannot
+/// inject, named with those it can.
+fn chosen_faults(
+    chosen: &[String],
+    postgres: bool,
+    restart: bool,
+) -> anyhow::Result<Vec<&'static str>> {
+    let possible = fault_kinds(postgres, restart);
+    if chosen.is_empty() {
+        return Ok(possible.to_vec());
+    }
+    chosen
+        .iter()
+        .map(|name| {
+            possible.iter().copied().find(|k| k == name).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--faults: `{name}` cannot be injected in this run; it can inject {}",
+                    possible.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
 /// The faults the run can inject, in the order they are injected.
 fn fault_kinds(postgres: bool, restart: bool) -> &'static [&'static str] {
     match (postgres, restart) {
@@ -1068,6 +1098,11 @@ async fn run_chaos_until(
         .store
         .as_deref()
         .is_some_and(|u| u.starts_with("postgres"));
+    chosen_faults(
+        &options.faults,
+        postgres,
+        options.restart_postgres.is_some(),
+    )?;
     check_store(options.store.as_deref(), postgres).await?;
     let schema = postgres.then(|| format!("ebb_chaos_{stamp}"));
     let proxy = match &options.store {
@@ -1168,7 +1203,11 @@ async fn run(
     producers.push(tokio::spawn(vanishing_clients(ctx.clone())));
     let prober = tokio::spawn(probe(ctx.clone()));
 
-    let kinds = fault_kinds(postgres, options.restart_postgres.is_some());
+    let kinds = chosen_faults(
+        &options.faults,
+        postgres,
+        options.restart_postgres.is_some(),
+    )?;
     let mut faults = Vec::new();
     for cycle in 0..options.cycles {
         tokio::time::sleep(Duration::from_millis(options.cycle_ms)).await;
@@ -1742,6 +1781,25 @@ mod tests {
         assert_eq!(r.acked_came_back, 1);
         assert_eq!(r.lost, 1, "i4's receipted output never came");
         assert_eq!(r.failures().len(), 4, "{:?}", r.failures());
+    }
+
+    #[test]
+    fn faults_can_be_chosen_among_those_the_store_allows() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            chosen_faults(&[], false, false).unwrap(),
+            ["kill", "stalled-consumer"]
+        );
+        assert_eq!(
+            chosen_faults(&names(&["kill"]), false, false).unwrap(),
+            ["kill"]
+        );
+        let e = chosen_faults(&names(&["db-cut"]), false, false).unwrap_err();
+        assert!(e.to_string().contains("`db-cut` cannot be injected"), "{e}");
+        assert_eq!(
+            chosen_faults(&names(&["db-cut", "kill"]), true, false).unwrap(),
+            ["db-cut", "kill"]
+        );
     }
 
     #[test]

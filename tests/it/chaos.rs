@@ -19,6 +19,7 @@ async fn five_faults_lose_nothing(t: TestStore) {
         ebb: Some(env!("CARGO_BIN_EXE_ebb").into()),
         // Restarting the server would end the other tests' connections.
         restart_postgres: None,
+        faults: Vec::new(),
     };
     let report = run_chaos(&options).await.unwrap();
     assert_eq!(report.failures(), Vec::<String>::new(), "{report:#?}");

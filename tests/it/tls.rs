@@ -214,10 +214,6 @@ async fn client_certificates_are_required_with_a_client_ca(t: TestStore) {
 }
 
 async fn the_http_server_serves_https_and_wss(t: TestStore) {
-    use futures::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-    use tokio_tungstenite::tungstenite::Message as Ws;
-
     let pki = pki();
     let files = TlsFiles {
         cert_file: pki.cert.clone(),
@@ -245,30 +241,8 @@ async fn the_http_server_serves_https_and_wss(t: TestStore) {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"alive\""), "{answer}");
 
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let tls = connector(&pki.ca, None).connect(name, tcp).await.unwrap();
-    let mut request = format!("wss://localhost:{}/stomp", addr.port())
-        .into_client_request()
-        .unwrap();
-    request
-        .headers_mut()
-        .insert("Sec-WebSocket-Protocol", "v12.stomp".parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::client_async(request, tls).await.unwrap();
-    ws.send(Ws::Text(
-        "CONNECT\naccept-version:1.2\nhost:localhost\n\n\0".into(),
-    ))
-    .await
-    .unwrap();
-    let first = tokio::time::timeout(ebb::test_util::PATIENCE, ws.next())
-        .await
-        .expect("an answer over wss")
-        .unwrap()
-        .unwrap();
-    assert!(
-        first.to_text().unwrap().starts_with("CONNECTED\n"),
-        "{first:?}"
-    );
-    drop(ws);
+    let first = stomp_connect_over_wss(addr, &connector(&pki.ca, None)).await;
+    assert!(first.starts_with("CONNECTED\n"), "{first:?}");
     server.stop().await;
     b.shutdown().await.unwrap();
 }
@@ -376,13 +350,43 @@ async fn a_client_certificate_logs_in_as_its_user(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A CONNECT without a login over `wss` to `addr`, by `client`; the text of the first
+/// frame back.
+async fn stomp_connect_over_wss(
+    addr: std::net::SocketAddr,
+    client: &tokio_rustls::TlsConnector,
+) -> String {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message as Ws;
+
+    let name = ServerName::try_from("localhost").unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = client.connect(name, tcp).await.unwrap();
+    let mut request = format!("wss://localhost:{}/stomp", addr.port())
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "v12.stomp".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::client_async(request, tls).await.unwrap();
+    ws.send(Ws::Text(
+        "CONNECT\naccept-version:1.2\nhost:localhost\n\n\0".into(),
+    ))
+    .await
+    .unwrap();
+    let first = tokio::time::timeout(ebb::test_util::PATIENCE, ws.next())
+        .await
+        .expect("an answer over wss")
+        .unwrap()
+        .unwrap();
+    first.to_text().unwrap().to_string()
+}
+
 /// Login by client certificate over `wss`: the HTTP server hands the verified
 /// certificate's subject to the STOMP session of the WebSocket.
 async fn a_client_certificate_logs_in_over_wss(t: TestStore) {
     use ebb::auth::{Security, User};
-    use futures::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-    use tokio_tungstenite::tungstenite::Message as Ws;
 
     let pki = pki();
     let files = TlsFiles {
@@ -409,34 +413,12 @@ async fn a_client_certificate_logs_in_over_wss(t: TestStore) {
     });
     let server = HttpServer::start(options, b.clone()).await.unwrap();
     let addr = server.local_addr();
-    let name = ServerName::try_from("localhost").unwrap();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let tls = connector(&pki.ca, Some((&pki.client_cert, &pki.client_key)))
-        .connect(name, tcp)
-        .await
-        .unwrap();
-    let mut request = format!("wss://localhost:{}/stomp", addr.port())
-        .into_client_request()
-        .unwrap();
-    request
-        .headers_mut()
-        .insert("Sec-WebSocket-Protocol", "v12.stomp".parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::client_async(request, tls).await.unwrap();
-    ws.send(Ws::Text(
-        "CONNECT\naccept-version:1.2\nhost:localhost\n\n\0".into(),
-    ))
-    .await
-    .unwrap();
-    let first = tokio::time::timeout(ebb::test_util::PATIENCE, ws.next())
-        .await
-        .expect("an answer over wss")
-        .unwrap()
-        .unwrap();
+    let client = connector(&pki.ca, Some((&pki.client_cert, &pki.client_key)));
+    let first = stomp_connect_over_wss(addr, &client).await;
     assert!(
-        first.to_text().unwrap().starts_with("CONNECTED\n"),
+        first.starts_with("CONNECTED\n"),
         "logged in by its certificate, without a passcode: {first:?}"
     );
-    drop(ws);
     server.stop().await;
     b.shutdown().await.unwrap();
 }
