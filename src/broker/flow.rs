@@ -1,0 +1,284 @@
+//! Producer flow control and usage: the memory, store, temp and transactions limits a send meets ([`Broker::check_space`], [`Broker::wait_for_space`]), and their snapshots ([`UsageSnapshot`], [`DestinationFlow`]).
+
+use super::*;
+
+/// What a send meets in producer flow control, checked without waiting
+/// ([`Broker::check_space`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Space {
+    /// There is room: send now.
+    Free,
+    /// A limit is reached and the producer should wait ([`Broker::wait_for_space`]).
+    Wait,
+    /// A limit is reached and the broker is set to fail at once.
+    Fail(String),
+}
+
+/// The broker's usage counters and limits, shared by every clone of a [`Broker`].
+pub(super) struct Usages {
+    pub(super) config: UsageConfig,
+    pub(super) memory: Arc<Usage>,
+    pub(super) temp: Arc<Usage>,
+    /// What open transactions hold until their commit ([`UsageConfig::transactions`]).
+    pub(super) transactions: Arc<Usage>,
+    pub(super) policies: PolicyMap,
+    /// Per destination, children of `memory` (named by their store keys).
+    pub(super) destinations: parking_lot::Mutex<HashMap<DestinationKey, Arc<Usage>>>,
+    /// Producers per destination, as transports report them.
+    pub(super) producers: parking_lot::Mutex<HashMap<DestinationKey, u64>>,
+}
+
+impl Usages {
+    pub(super) fn of(&self, key: &DestinationKey) -> Arc<Usage> {
+        let mut map = self.destinations.lock();
+        Arc::clone(map.entry(key.clone()).or_insert_with(|| {
+            let limit = self.policies.policy_for(key).memory_limit;
+            self.memory.child(key.container(), limit)
+        }))
+    }
+}
+
+impl Broker {
+    /// The limit a send of a `persistent` message to `container` would meet now:
+    /// `(name, used, limit)` of the first full usage (store, then the destination's
+    /// memory, then the broker's memory, then temp for a non-persistent message).
+    pub(super) fn full_usage(
+        &self,
+        key: &DestinationKey,
+        persistent: bool,
+    ) -> Option<(String, u64, u64)> {
+        let config = &self.usages.config;
+        if persistent && config.store > 0 {
+            let used = self.store.store().stored_bytes();
+            if used >= config.store {
+                return Some(("store".into(), used, config.store));
+            }
+        }
+        let usage = self.usages.of(key);
+        if let Some(full) = usage.full() {
+            return Some((full.name().to_string(), full.used(), full.limit()));
+        }
+        if !persistent {
+            if let Some(full) = self.usages.temp.full() {
+                return Some((full.name().to_string(), full.used(), full.limit()));
+            }
+        }
+        None
+    }
+
+    /// Producer flow control without waiting: whether a send of a `persistent` (or
+    /// not) message to destination `name` can go now, must wait, or fails at once
+    /// (with `send_fail_if_no_space`; the text names the limit). A transport that must
+    /// not block (STOMP) holds the send while this says [`Space::Wait`].
+    pub fn check_space(
+        &self,
+        destination: impl ToDestination,
+        persistent: bool,
+    ) -> Result<Space, Error> {
+        let key = destination.to_destination()?;
+        Ok(match self.full_usage(&key, persistent) {
+            None => Space::Free,
+            Some((usage, used, limit))
+                if self.usages.config.send_fail_if_no_space
+                    && self
+                        .usages
+                        .config
+                        .send_fail_if_no_space_after_timeout
+                        .is_none() =>
+            {
+                Space::Fail(
+                    Error::ResourceLimit {
+                        usage,
+                        used,
+                        limit,
+                        waited_ms: None,
+                    }
+                    .to_string(),
+                )
+            }
+            Some(_) => Space::Wait,
+        })
+    }
+
+    /// Whether `message` fits in the transactions' budget
+    /// ([`UsageConfig::transactions`]) now, and, when persistent, in the store's
+    /// limit. A transactional send never waits for space: errors with
+    /// [`Error::ResourceLimit`] naming `store` or `transactions` when it does not fit.
+    pub fn check_transaction_space(&self, message: &Message) -> Result<(), Error> {
+        let config = &self.usages.config;
+        if message.persistent && config.store > 0 {
+            let used = self.store.store().stored_bytes();
+            if used >= config.store {
+                return Err(Error::ResourceLimit {
+                    usage: "store".into(),
+                    used,
+                    limit: config.store,
+                    waited_ms: None,
+                });
+            }
+        }
+        let bytes = message.charged_bytes();
+        let budget = &self.usages.transactions;
+        if budget.has_room_for(bytes as u64) {
+            return Ok(());
+        }
+        Err(Error::ResourceLimit {
+            usage: budget.name().to_string(),
+            used: budget.used() + bytes as u64,
+            limit: budget.limit(),
+            waited_ms: None,
+        })
+    }
+
+    /// Waits until a send of a `persistent` (or not) message to destination `name`
+    /// finds space (producer flow control), or fails: at once with
+    /// `send_fail_if_no_space`, after `send_fail_if_no_space_after_timeout` ms with it
+    /// set, never otherwise. Errors: [`Error::ResourceLimit`] naming the limit.
+    pub async fn wait_for_space(
+        &self,
+        destination: impl ToDestination,
+        persistent: bool,
+    ) -> Result<(), Error> {
+        let key = destination.to_destination()?;
+        let config = &self.usages.config;
+        let started = std::time::Instant::now();
+        let deadline = config
+            .send_fail_if_no_space_after_timeout
+            .map(|ms| started + Duration::from_millis(ms));
+        let usage = self.usages.of(&key);
+        loop {
+            let Some((full, used, limit)) = self.full_usage(&key, persistent) else {
+                return Ok(());
+            };
+            let refuse = |waited: bool| Error::ResourceLimit {
+                usage: full.clone(),
+                used,
+                limit,
+                waited_ms: waited.then(|| started.elapsed().as_millis() as u64),
+            };
+            if config.send_fail_if_no_space && deadline.is_none() {
+                return Err(refuse(false));
+            }
+            // Memory wakes waiters on every release; the store is polled (rows go by
+            // acks, expiry and cleanup, which do not notify).
+            let space = async {
+                if full == "store" {
+                    let _counted = usage.blocked();
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                } else if full == "temp" {
+                    self.usages.temp.wait_for_space().await;
+                } else {
+                    usage.wait_for_space().await;
+                }
+            };
+            match deadline {
+                Some(at) => {
+                    if tokio::time::timeout_at(at.into(), space).await.is_err() {
+                        return Err(refuse(true));
+                    }
+                }
+                None => space.await,
+            }
+        }
+    }
+
+    /// Housekeeping lag: how long the expiry page that has waited longest for a
+    /// housekeeping permit has been waiting, and how many pages wait (zero and 0 when
+    /// housekeeping keeps up).
+    pub fn housekeeping_lag(&self) -> (Duration, usize) {
+        (self.budget.lag(), self.budget.pages_waiting())
+    }
+
+    /// The broker's memory, store and temp usage now, and producers blocked.
+    pub fn usage(&self) -> UsageSnapshot {
+        let u = &self.usages;
+        let blocked = u
+            .destinations
+            .lock()
+            .values()
+            .map(|d| d.blocked_producers())
+            .sum::<u64>()
+            + u.temp.blocked_producers();
+        UsageSnapshot {
+            memory_bytes: u.memory.used(),
+            memory_limit: u.memory.limit(),
+            store_bytes: self.store.store().stored_bytes(),
+            store_limit: u.config.store,
+            temp_bytes: u.temp.used(),
+            temp_limit: u.temp.limit(),
+            transactions_bytes: u.transactions.used(),
+            transactions_limit: u.transactions.limit(),
+            blocked_producers: blocked,
+        }
+    }
+
+    /// Destination `name`'s memory and producers now.
+    pub fn destination_flow(
+        &self,
+        destination: impl ToDestination,
+    ) -> Result<DestinationFlow, Error> {
+        let key = destination.to_destination()?;
+        let usage = self.usages.of(&key);
+        let producers = self.usages.producers.lock().get(&key).copied().unwrap_or(0);
+        Ok(DestinationFlow {
+            memory_bytes: usage.used(),
+            memory_limit: usage.limit(),
+            blocked_producers: usage.blocked_producers(),
+            producers,
+        })
+    }
+
+    /// A producer (a transport's connection) started sending to destination `name`;
+    /// counted in [`DestinationFlow::producers`] until [`Broker::producer_left`].
+    pub fn producer_joined(&self, destination: impl ToDestination) {
+        if let Ok(key) = destination.to_destination() {
+            *self.usages.producers.lock().entry(key).or_default() += 1;
+        }
+    }
+
+    /// The producer counted by [`Broker::producer_joined`] is gone.
+    pub fn producer_left(&self, destination: impl ToDestination) {
+        if let Ok(key) = destination.to_destination() {
+            if let Some(n) = self.usages.producers.lock().get_mut(&key) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// Memory, store and temp usage at one moment ([`Broker::usage`]); bytes, limits 0 =
+/// none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct UsageSnapshot {
+    /// Bytes of messages held in memory now.
+    pub memory_bytes: u64,
+    /// [`UsageConfig::memory`].
+    pub memory_limit: u64,
+    /// Bytes of messages in the store now.
+    pub store_bytes: u64,
+    /// [`UsageConfig::store`].
+    pub store_limit: u64,
+    /// Bytes of non-persistent messages held now.
+    pub temp_bytes: u64,
+    /// [`UsageConfig::temp`].
+    pub temp_limit: u64,
+    /// Bytes open transactions hold until their COMMIT now.
+    pub transactions_bytes: u64,
+    /// [`UsageConfig::transactions_limit`] (0 = none).
+    pub transactions_limit: u64,
+    /// Producers waiting in [`Broker::wait_for_space`] now.
+    pub blocked_producers: u64,
+}
+
+/// One destination's memory and producers ([`Broker::destination_flow`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DestinationFlow {
+    /// Bytes of messages it holds in memory now.
+    pub memory_bytes: u64,
+    /// Its own memory limit, bytes (0 = only the broker's applies).
+    pub memory_limit: u64,
+    /// Producers waiting for space in it now.
+    pub blocked_producers: u64,
+    /// Producers reported by transports ([`Broker::producer_joined`]).
+    pub producers: u64,
+}

@@ -1,0 +1,144 @@
+//! What a producer sends ([`Message`]) and what a send answers ([`SendReceipt`], [`PendingSend`]).
+
+use super::*;
+
+/// When a message expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Expiration {
+    /// Never (JMS expiration 0).
+    #[default]
+    Never,
+    /// At this absolute time, epoch ms (STOMP's `expires` header).
+    At(i64),
+    /// This many ms after the broker accepts it (JMS time to live).
+    Ttl(u64),
+}
+
+/// A message to send.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// The body, any bytes: a shared buffer, never copied on its way to the store and
+    /// to subscribers.
+    pub body: bytes::Bytes,
+    /// User headers, in order.
+    pub headers: Vec<(String, String)>,
+    /// Stored so that durable subscriptions get it after a restart (default true, as
+    /// JMS). A non-persistent message reaches only subscriptions that are online.
+    pub persistent: bool,
+    /// 0..=9, default 4.
+    pub priority: u8,
+    /// When it expires (default [`Expiration::Never`]): an expired message is never
+    /// delivered, and housekeeping removes it (or moves it to the dead-letter queue
+    /// with `dead_letter_expired`).
+    pub expiration: Expiration,
+    /// The connection that sends it, as the caller numbers its connections: a
+    /// subscription with [`SubscribeOptions::no_local`] of the same number does not
+    /// receive it (JMS `noLocal`). `None` by default.
+    pub origin: Option<u64>,
+}
+
+impl Message {
+    /// The bytes it is charged in memory: its body and its headers' names and values.
+    pub(crate) fn charged_bytes(&self) -> usize {
+        self.body.len()
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+    }
+
+    /// A persistent message with priority 4 that never expires.
+    pub fn new(body: impl Into<bytes::Bytes>) -> Self {
+        Self {
+            body: body.into(),
+            headers: Vec::new(),
+            persistent: true,
+            priority: ebb_store::DEFAULT_PRIORITY,
+            expiration: Expiration::Never,
+            origin: None,
+        }
+    }
+
+    /// Names the connection that sends it (see [`Message::origin`]).
+    pub fn from_connection(mut self, connection: u64) -> Self {
+        self.origin = Some(connection);
+        self
+    }
+
+    /// Stored (`true`, the default) or kept in memory only (see
+    /// [`Message::persistent`](struct@Message)).
+    pub fn persistent(mut self, persistent: bool) -> Self {
+        self.persistent = persistent;
+        self
+    }
+
+    /// 0..=9; [`Broker::send`] refuses others.
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Expires `ttl` after the broker accepts it (ms precision).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.expiration = Expiration::Ttl(ttl.as_millis() as u64);
+        self
+    }
+
+    /// Expires at `epoch_ms` (ms since the Unix epoch; one already past is expired on
+    /// arrival: counted, never delivered). 0 or less means never, as STOMP's
+    /// `expires:0`.
+    pub fn expires_at(mut self, epoch_ms: i64) -> Self {
+        self.expiration = Expiration::At(epoch_ms);
+        self
+    }
+
+    /// Adds a user header (delivered in the order added; a selector can test it).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+/// What [`Broker::send`] answers once the message is accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendReceipt {
+    /// The message id the broker gave it.
+    pub message_id: String,
+    /// Its store id, when it was stored (persistent, with a durable subscription).
+    pub store_id: Option<i64>,
+    /// It had expired before it arrived: counted as expired, not delivered.
+    pub expired_on_arrival: bool,
+}
+
+/// A send that has its place in its destination's order ([`Broker::start_send`]) and
+/// waits to be accepted. Await it for the [`SendReceipt`]: after the commit, for a
+/// message that is stored. Dropping it does not cancel the send.
+///
+/// Errors: [`Error::Actor`] when the store write failed (nothing was stored) or the
+/// broker shut down first.
+#[must_use = "a send is confirmed only when its PendingSend resolves"]
+pub struct PendingSend {
+    pub(super) message_id: String,
+    pub(super) ticket: PublishTicket,
+}
+
+impl PendingSend {
+    /// The message id the broker gave the message.
+    pub fn message_id(&self) -> &str {
+        &self.message_id
+    }
+}
+
+impl std::future::Future for PendingSend {
+    type Output = Result<SendReceipt, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let outcome = std::task::ready!(Pin::new(&mut self.ticket).poll(cx))?;
+        Poll::Ready(Ok(SendReceipt {
+            message_id: std::mem::take(&mut self.message_id),
+            store_id: outcome.id,
+            expired_on_arrival: outcome.expired_on_arrival,
+        }))
+    }
+}

@@ -1,0 +1,477 @@
+//! The embedding API: a [`Broker`] inside an async Rust service.
+//!
+//! The broker runs its actors on the caller's actix system, or else on a thread of its
+//! own ([`crate::runtime`]): call [`Broker::start`] from any async runtime (tokio's
+//! multi-threaded or current-thread runtime, a `LocalSet`, actix). Every call is async and returns an [`Error`] that
+//! says what went wrong.
+//!
+//! The facade by area, one file each: `config` (how a broker is set up), `flow`
+//! (limits and usage), `message` (what is sent), `send`, `transaction`,
+//! `subscription` (what a consumer holds) and `subscribe`, `browse`, `stats`,
+//! `destination` (names); this file holds the [`Broker`] itself: starting, the
+//! registry of destinations, shutdown.
+
+mod browse;
+mod config;
+mod destination;
+mod flow;
+mod message;
+mod send;
+mod stats;
+mod subscribe;
+mod subscription;
+mod transaction;
+
+pub use self::browse::*;
+pub use self::config::*;
+pub use self::destination::*;
+pub use self::flow::*;
+pub use self::message::*;
+pub use self::send::*;
+
+pub(crate) use self::subscribe::*;
+pub use self::subscription::*;
+pub use self::transaction::*;
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use actix::{Addr, Handler, Recipient};
+use ebb_actors::broker::{
+    wildcard_container, BrokerActor, DestinationAddr, ForgetWildcardDurable, GetDestination,
+    ShutdownBroker, Watch, WILDCARD_CONTAINER_PREFIX,
+};
+use ebb_actors::destination::DestinationPattern;
+use ebb_actors::destination::{now_ms, PublishTicket};
+use ebb_actors::housekeeping::HousekeepingBudget;
+use ebb_actors::messages::{
+    AbortPrepared, Ack, AcksStored, Browse, CommitPrepared, Delivery, Detach, GetQueueStats,
+    GetStats, GetTopicStats, Handed, Nack, Publish, PublishPrepared, QueueStats, RemoveDurable,
+    Stats, Subscribe, TakeAck, TakenAck, TopicMessage, TopicStats,
+};
+use ebb_actors::policy::PolicyMap;
+use ebb_actors::queue::QueueActor;
+pub use ebb_actors::selector::{Selector, SelectorError};
+use ebb_actors::subscription::AutoAcks;
+use ebb_actors::topic::TopicActor;
+use ebb_actors::usage::Usage;
+use ebb_actors::wildcard::{Attach, Template, WildcardActor, WILDCARD_SUBSCRIPTION};
+use ebb_actors::{DestinationKey, DestinationKind, StoreActorConfig, StoreHandle};
+use ebb_store::{MessageStore, Payload, StoreOptions, SubscriptionKey};
+use futures::{Stream, StreamExt};
+use std::collections::HashMap;
+use tokio::sync::mpsc;
+
+use crate::error::Error;
+use crate::runtime::BrokerThread;
+
+/// A running broker. Cheap to clone (handles to actors).
+#[derive(Clone)]
+pub struct Broker {
+    /// The thread its actors run on (see [`crate::runtime`]).
+    runtime: Arc<BrokerThread>,
+    registry: Addr<BrokerActor>,
+    /// The registry's answers, by destination (see `Broker::destination`).
+    addresses: Arc<parking_lot::RwLock<HashMap<DestinationKey, DestinationAddr>>>,
+    budget: HousekeepingBudget,
+    store: StoreHandle,
+    ids: Arc<MessageIds>,
+    usages: Arc<Usages>,
+    /// Set by [`Broker::shutdown`]: calls then fail with [`Error::ShuttingDown`].
+    shut_down: Arc<AtomicBool>,
+}
+
+struct MessageIds {
+    prefix: String,
+    next: AtomicU64,
+}
+
+impl Broker {
+    /// Opens the store at `store_url` (`sqlite://PATH`, `sqlite::memory:`,
+    /// `postgres://...`; created and migrated if needed) and starts the broker's actors
+    /// so the broker works from any async runtime: tokio's multi-threaded or
+    /// current-thread runtime or a `LocalSet` (on a thread of its own, an actix system
+    /// the broker owns, that ends when the last clone of the broker is dropped), or
+    /// actix (on the caller's actix system, sharing its thread).
+    ///
+    /// Errors: [`Error::Store`] when the store cannot be opened (the message names the
+    /// URL, without its password, and the reason), or another broker runs on it
+    /// ([`ebb_store::StoreError::Locked`]: one broker per store, as ActiveMQ's JDBC
+    /// exclusive locker; the lock goes with the broker, also when its process dies);
+    /// [`Error::Runtime`] when its thread cannot start.
+    pub async fn start(store_url: &str, config: BrokerConfig) -> Result<Self, Error> {
+        let runtime = Arc::new(BrokerThread::new()?);
+        let (url, options) = (store_url.to_string(), config.store.clone());
+        // The store's pool is made on the broker's thread, whose runtime then drives
+        // its connections whatever the caller's is.
+        let store = runtime
+            .run(move || async move {
+                let store = ebb_store::open(&url, &options).await?;
+                // One broker per store (ids would collide): refuse if another holds it.
+                if let Err(e) = store.lock_exclusive().await {
+                    store.close().await;
+                    return Err(Error::from(e));
+                }
+                Ok(store)
+            })
+            .await??;
+        Self::start_on(runtime, store, config)
+    }
+
+    /// [`Broker::start`] for a standby (high availability, `ebb serve --standby`):
+    /// when another broker holds the store, waits instead of failing, asking again
+    /// every `poll` (the lease's `renew_ms`), and starts once the lock is free: on
+    /// PostgreSQL with [`ebb_store::StoreOptions::lease`], once the active broker's
+    /// lease has expired by the database's clock or was released (a release is
+    /// announced: it starts at once, not at its next attempt). While it waits,
+    /// `waiting` holds who holds the store (`None` once it is taken, or before the
+    /// first attempt). Everything is read from the store when it starts, as after a
+    /// restart: marks, cursors, messages. Watch [`Broker::lease_state`] after it
+    /// starts: a lost lease means the broker must stop serving.
+    ///
+    /// Errors: as [`Broker::start`], but never [`ebb_store::StoreError::Locked`].
+    pub async fn start_when_free(
+        store_url: &str,
+        config: BrokerConfig,
+        poll: Duration,
+        waiting: tokio::sync::watch::Sender<Option<String>>,
+    ) -> Result<Self, Error> {
+        let runtime = Arc::new(BrokerThread::new()?);
+        let (url, options) = (store_url.to_string(), config.store.clone());
+        let store = runtime
+            .run(move || async move {
+                let store = ebb_store::open(&url, &options).await?;
+                loop {
+                    let attempt = match store.try_lock().await {
+                        Ok(attempt) => attempt,
+                        Err(e) => {
+                            store.close().await;
+                            return Err(Error::from(e));
+                        }
+                    };
+                    match attempt {
+                        ebb_store::LockAttempt::Acquired => {
+                            let _ = waiting.send(None);
+                            return Ok(store);
+                        }
+                        ebb_store::LockAttempt::Held(by) => {
+                            if waiting.is_closed() {
+                                // Nobody waits for this broker any more.
+                                store.close().await;
+                                return Err(Error::ShuttingDown);
+                            }
+                            let _ = waiting.send(Some(by));
+                            store.wait_for_release(poll).await;
+                        }
+                    }
+                }
+            })
+            .await??;
+        Self::start_on(runtime, store, config)
+    }
+
+    /// The state of the store's lease while this broker holds one (PostgreSQL with
+    /// [`ebb_store::StoreOptions::lease`]): it turns
+    /// [`ebb_store::LeaseState::Lost`] when a renewal failed for too long or another
+    /// broker holds the lease; every write is refused from then on and the broker
+    /// must stop serving (`ebb serve` fences itself and exits). `None` without a lease.
+    pub fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<ebb_store::LeaseState>> {
+        self.store.store().lease_state()
+    }
+
+    /// The renewals of the store's lease while this broker holds one (`None`
+    /// without): for the `ebb_ha_lease_renew_seconds` metrics.
+    pub fn lease_renewals(&self) -> Option<ebb_store::LeaseRenewals> {
+        self.store.store().lease_renewals()
+    }
+
+    /// Starts the broker on a store that is already open (`config.store` is not used),
+    /// on an actix system as [`Broker::start`]. The caller takes care that no other
+    /// broker uses it ([`MessageStore::lock_exclusive`]).
+    ///
+    /// Errors: [`Error::Runtime`] when its thread cannot start.
+    pub fn start_with_store(
+        store: Arc<dyn MessageStore>,
+        config: BrokerConfig,
+    ) -> Result<Self, Error> {
+        Self::start_on(Arc::new(BrokerThread::new()?), store, config)
+    }
+
+    /// Starts the store actor and the registry on `runtime` over `store`.
+    fn start_on(
+        runtime: Arc<BrokerThread>,
+        store: Arc<dyn MessageStore>,
+        config: BrokerConfig,
+    ) -> Result<Self, Error> {
+        let budget = HousekeepingBudget::new(config.housekeeping_permits);
+        let (actor_config, policies, shared) = (
+            config.store_actor.clone(),
+            config.policies.clone(),
+            budget.clone(),
+        );
+        runtime.hold_store(&store);
+        let (handle, registry) = runtime.run_blocking(move || {
+            let handle = StoreHandle::start(store, actor_config);
+            let registry = actix::Actor::start(BrokerActor::new(handle.clone(), policies, shared));
+            (handle, registry)
+        })?;
+        Ok(Self {
+            runtime,
+            registry,
+            addresses: Default::default(),
+            budget,
+            store: handle,
+            ids: Arc::new(MessageIds {
+                prefix: format!("ID:ebb-{}-{}", std::process::id(), now_ms()),
+                next: AtomicU64::new(1),
+            }),
+            usages: Arc::new(Usages {
+                memory: Usage::root("memory", config.usage.memory),
+                temp: Usage::root("temp", config.usage.temp),
+                transactions: Usage::root("transactions", config.usage.transactions_limit()),
+                config: config.usage.clone(),
+                policies: config.policies.clone(),
+                destinations: Default::default(),
+                producers: Default::default(),
+            }),
+            shut_down: Arc::default(),
+        })
+    }
+
+    /// [`Error::ShuttingDown`] once [`Broker::shutdown`] was called.
+    /// Runs `start` on the broker's actix system (its arbiter), where it may spawn
+    /// tasks that are not `Send` (a STOMP connection's): a transport that accepts on
+    /// another executor (the HTTP server's WebSocket upgrades) hands its connections
+    /// over this way.
+    #[cfg(feature = "http")]
+    pub(crate) fn spawn_on_system(&self, start: impl FnOnce() + Send + 'static) {
+        self.runtime.arbiter().spawn_fn(start);
+    }
+
+    /// [`Error::ShuttingDown`] once [`Broker::shutdown`] was called;
+    /// [`Error::LeaseRunOut`] once the store's lease ran out on this broker's clock
+    /// (checked on every request: after a pause the broker serves nothing before its
+    /// renewal task has noticed).
+    pub(crate) fn refuse_if_shut_down(&self) -> Result<(), Error> {
+        if self.shut_down.load(Ordering::Acquire) {
+            return Err(Error::ShuttingDown);
+        }
+        if !self.store.store().lease_current() {
+            return Err(Error::LeaseRunOut);
+        }
+        Ok(())
+    }
+
+    /// The registry actor, for the crate's own reports (`Broker::stats`, in `stats.rs`).
+    pub(crate) fn registry(&self) -> &Addr<BrokerActor> {
+        &self.registry
+    }
+
+    pub(crate) async fn topic(&self, key: &DestinationKey) -> Result<Addr<TopicActor>, Error> {
+        match self.destination(key).await? {
+            DestinationAddr::Topic(addr) => Ok(addr),
+            DestinationAddr::Queue(_) => Err(Error::InvalidDestination {
+                name: key.container(),
+                reason: "this works on topics only",
+            }),
+        }
+    }
+
+    /// The running actor of `key` (started on first use by the registry). Addresses
+    /// are cached, so a send to a destination in use costs no round trip to the
+    /// registry; an actor that stopped is looked up again.
+    /// Errors: [`Error::ShuttingDown`] after [`Broker::shutdown`].
+    async fn destination(&self, key: &DestinationKey) -> Result<DestinationAddr, Error> {
+        self.refuse_if_shut_down()?;
+        self.lookup(key).await
+    }
+
+    /// [`Broker::destination`] for the admin calls (`crate::admin`).
+    pub(crate) async fn destination_for_admin(
+        &self,
+        key: &DestinationKey,
+    ) -> Result<DestinationAddr, Error> {
+        self.destination(key).await
+    }
+
+    /// Sends `make()` to destination `key` and answers its answer; when the
+    /// destination was deleted meanwhile (the answer is one `retired` says was refused
+    /// by a retired actor, or the actor stopped before handling it: nothing was done),
+    /// sends it again to the destination's successor, a few times at most.
+    async fn ask_live<M>(
+        &self,
+        key: &DestinationKey,
+        make: impl Fn() -> M,
+        retired: impl Fn(&M::Result) -> bool,
+    ) -> Result<M::Result, Error>
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        TopicActor: Handler<M>,
+        QueueActor: Handler<M>,
+    {
+        Ok(self.ask_live_at(key, make, retired).await?.1)
+    }
+
+    /// [`Broker::ask_live`], also answering the address that answered.
+    async fn ask_live_at<M>(
+        &self,
+        key: &DestinationKey,
+        make: impl Fn() -> M,
+        retired: impl Fn(&M::Result) -> bool,
+    ) -> Result<(DestinationAddr, M::Result), Error>
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        TopicActor: Handler<M>,
+        QueueActor: Handler<M>,
+    {
+        // Each retry follows a deletion that ended after the previous attempt.
+        const ATTEMPTS: usize = 8;
+        let mut attempt = 1;
+        loop {
+            let addr = self.destination(key).await?;
+            match addr.ask(make()).await {
+                Ok(answer) if !retired(&answer) => return Ok((addr, answer)),
+                Err(e @ actix::MailboxError::Timeout) => return Err(e.into()),
+                Ok(answer) if attempt == ATTEMPTS => return Ok((addr, answer)),
+                Err(e) if attempt == ATTEMPTS => return Err(e.into()),
+                _ => {
+                    self.forget(key, &addr);
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// Drops the cached address of `key` (the next call asks the registry).
+    pub(crate) fn forget_address(&self, key: &DestinationKey) {
+        self.addresses.write().remove(key);
+    }
+
+    /// Drops `addr` from the address cache if it is still there for `key`.
+    fn forget(&self, key: &DestinationKey, addr: &DestinationAddr) {
+        let mut addresses = self.addresses.write();
+        if addresses.get(key).is_some_and(|a| a.same(addr)) {
+            addresses.remove(key);
+        }
+    }
+
+    /// [`Broker::destination`], also after shutdown (to read counters): the registry
+    /// then refuses only destinations that are not running.
+    async fn lookup(&self, key: &DestinationKey) -> Result<DestinationAddr, Error> {
+        if let Some(addr) = self.addresses.read().get(key) {
+            if addr.connected() {
+                return Ok(addr.clone());
+            }
+        }
+        let addr = self.registry.send(GetDestination(key.clone())).await??;
+        self.addresses.write().insert(key.clone(), addr.clone());
+        Ok(addr)
+    }
+
+    /// Runs destination `name`'s housekeeping now, as its timer would: starts an expiry
+    /// run (unless one is running) and, on a topic, a cleanup batch. Returns once the
+    /// request is queued; watch [`Broker::topic_stats`] or [`Broker::queue_stats`] for
+    /// the pages.
+    pub async fn run_housekeeping(&self, destination: impl ToDestination) -> Result<(), Error> {
+        let key = destination.to_destination()?;
+        self.destination(&key)
+            .await?
+            .ask(ebb_actors::messages::RunHousekeeping)
+            .await?;
+        Ok(())
+    }
+
+    /// The store, for the crate's own reads (counts in [`Broker::stats`], the soak
+    /// report). Crate-private: an embedder or a transport goes through the methods
+    /// above. Tests and benches that check what was stored get it public with the
+    /// `test-util` feature (the workspace's dev-dependencies turn it on).
+    #[cfg(not(feature = "test-util"))]
+    pub(crate) fn store(&self) -> &Arc<dyn MessageStore> {
+        self.store.store()
+    }
+
+    /// The store, for reads (counts, browsing) and its fetch counters. Public only with
+    /// the `test-util` feature, for tests and benches that check what was stored.
+    #[cfg(feature = "test-util")]
+    pub fn store(&self) -> &Arc<dyn MessageStore> {
+        self.store.store()
+    }
+
+    /// Shuts down: refuses new destinations, stops every timer, lets expiry pages in
+    /// flight finish and starts none, flushes the store actor (every accepted message
+    /// is committed), and closes the store last. Returns when all of that is done.
+    ///
+    /// Every [`Subscription`] stream then ends (`None` once the messages already
+    /// handed to it are taken), and every ack accepted before (also one that
+    /// [`Subscription::ack`] answered without waiting for its commit) is committed.
+    /// Later calls fail with [`Error::ShuttingDown`]: sends, subscribes, acks,
+    /// browsing, transactions; the counters ([`Broker::topic_stats`],
+    /// [`Broker::queue_stats`], [`Broker::usage`]) stay readable. Calling it again is
+    /// harmless.
+    pub async fn shutdown(&self) -> Result<(), Error> {
+        self.shut_down.store(true, Ordering::Release);
+        match self.registry.send(ShutdownBroker).await {
+            Ok(done) => Ok(done?),
+            // The registry is gone with the broker's system: nothing left to stop.
+            Err(actix::MailboxError::Closed) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn below_a_key_sorts_just_below_it() {
+        for key in ["queue://jobs", "topic://", "queue://a.b"] {
+            let below = below_key(key);
+            assert!(below.as_str() < key, "{below:?} {key}");
+            for name in [
+                "queue://jobr",
+                "queue://jobrunner",
+                "queue://jobr.x",
+                "topic:/z",
+                "queue://a.a.z",
+            ] {
+                assert!(
+                    !(below.as_str() < name && name < key),
+                    "{name} between {below:?} and {key}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn text_and_keys_name_the_same_destination() {
+        let key = "topic://orders.eu".to_destination().unwrap();
+        assert_eq!(key, DestinationKey::topic("orders.eu").unwrap());
+        assert_eq!("/topic/orders.eu".to_destination().unwrap(), key);
+        assert_eq!(
+            "/queue/jobs".to_destination().unwrap(),
+            DestinationKey::queue("jobs").unwrap()
+        );
+        assert_eq!(key.to_destination().unwrap(), key);
+        assert_eq!(
+            String::from("queue://jobs").to_destination().unwrap(),
+            DestinationKey::queue("jobs").unwrap()
+        );
+        for bad in ["", "orders", "a.*", "bad\nname", "queue://", "queue://a.*"] {
+            let e = bad.to_destination().unwrap_err();
+            assert!(
+                matches!(e, Error::InvalidDestination { .. }),
+                "{bad:?}: {e}"
+            );
+        }
+        assert_eq!(
+            "queue://a.*".to_destination().unwrap_err().to_string(),
+            "invalid destination `queue://a.*`: wildcards `*` and `>` name patterns, not a destination"
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! Sending: [`Broker::send`], [`Broker::start_send`], [`Broker::send_all`] and their forms that do not wait for space.
+
+use super::*;
+
+/// Most sends of one [`Broker::send_all`] waiting for their commit at a time.
+pub const SEND_WINDOW: usize = 256;
+
+impl Broker {
+    /// The topic message for `message`: checks the priority, turns a TTL into an
+    /// absolute expiration, gives it a message id.
+    pub(super) fn outgoing(
+        &self,
+        key: &DestinationKey,
+        message: Message,
+        in_transaction: bool,
+    ) -> Result<TopicMessage, Error> {
+        if message.priority > ebb_store::MAX_PRIORITY {
+            return Err(Error::InvalidPriority(message.priority));
+        }
+        let now = now_ms();
+        let expiration = match message.expiration {
+            Expiration::Never => 0,
+            Expiration::At(at) => at.max(0),
+            Expiration::Ttl(ttl) => now.saturating_add(ttl.min(i64::MAX as u64) as i64),
+        };
+        let message_id = format!(
+            "{}:{}",
+            self.ids.prefix,
+            self.ids.next.fetch_add(1, Ordering::Relaxed)
+        );
+        let bytes = message.charged_bytes();
+        let payload = Payload {
+            timestamp_ms: now,
+            headers: message.headers,
+            body: message.body,
+        };
+        let charge = if in_transaction {
+            // Held by the transaction until its COMMIT moves it to the destination.
+            let mut at_commit = vec![self.usages.of(key)];
+            if !message.persistent {
+                at_commit.push(Arc::clone(&self.usages.temp));
+            }
+            self.usages
+                .transactions
+                .charge_until_commit(bytes as u64, at_commit)
+        } else {
+            let charge = self.usages.of(key).charge(bytes as u64);
+            if message.persistent {
+                charge
+            } else {
+                charge.and(&self.usages.temp)
+            }
+        };
+        Ok(TopicMessage {
+            id: None,
+            message_id,
+            persistent: message.persistent,
+            priority: message.priority,
+            expiration,
+            payload: Arc::new(payload),
+            charge: Some(Arc::new(charge)),
+            origin: message.origin,
+            redeliveries: 0,
+        })
+    }
+
+    /// Sends `message` to `destination` (`queue://NAME`, `/queue/NAME`, `topic://NAME`,
+    /// `/topic/NAME`: [`ToDestination`]). Returns once it is accepted: a persistent message sent to a
+    /// queue, or to a topic that a durable subscription needs it for, is committed to
+    /// the store first. When a usage limit is reached it first waits for space
+    /// (producer flow control, [`Broker::wait_for_space`]).
+    ///
+    /// Errors: [`Error::InvalidDestination`], [`Error::InvalidPriority`],
+    /// [`Error::ResourceLimit`] (flow control set to fail), [`Error::Actor`] when the
+    /// store write failed (nothing was stored; the send may be retried),
+    /// [`Error::ShuttingDown`] after [`Broker::shutdown`].
+    pub async fn send(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<SendReceipt, Error> {
+        let key = destination.to_destination()?;
+        self.wait_for_space(&key, message.persistent).await?;
+        self.send_now(&key, message).await
+    }
+
+    /// Sends every message of `messages` to `destination`, in that order, pipelined:
+    /// each send starts when the one before has its place (as [`Broker::start_send`],
+    /// flow control included), at most [`SEND_WINDOW`] await their commit at a time,
+    /// and their commits share the store's group commit. A producer with a batch in
+    /// hand gets the store's batched pace instead of one commit per message.
+    ///
+    /// Returns one outcome per message, in order, once every one is known: a
+    /// [`SendReceipt`] (accepted, as by [`Broker::send`]: committed when stored) or the
+    /// error of that message alone (as [`Broker::send`]'s; nothing of it was stored).
+    /// Messages after a failed one are still sent.
+    pub async fn send_all(
+        &self,
+        destination: impl ToDestination,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Vec<Result<SendReceipt, Error>> {
+        let key = match destination.to_destination() {
+            Ok(key) => key,
+            // The same refusal for each message.
+            Err(e) => {
+                let text = e.to_string();
+                return messages
+                    .into_iter()
+                    .map(|_| match &e {
+                        Error::InvalidDestination { name, reason } => {
+                            Err(Error::InvalidDestination {
+                                name: name.clone(),
+                                reason,
+                            })
+                        }
+                        _ => Err(Error::Runtime(text.clone())),
+                    })
+                    .collect();
+            }
+        };
+        let mut outcomes: Vec<Option<Result<SendReceipt, Error>>> = Vec::new();
+        let mut waiting = futures::stream::FuturesOrdered::new();
+        for message in messages {
+            let index = outcomes.len();
+            outcomes.push(None);
+            match self.start_send(&key, message).await {
+                Ok(pending) => waiting.push_back(async move { (index, pending.await) }),
+                Err(e) => outcomes[index] = Some(Err(e)),
+            }
+            while waiting.len() >= SEND_WINDOW {
+                if let Some((i, outcome)) = waiting.next().await {
+                    outcomes[i] = Some(outcome);
+                }
+            }
+        }
+        while let Some((i, outcome)) = waiting.next().await {
+            outcomes[i] = Some(outcome);
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.expect("every send has its outcome"))
+            .collect()
+    }
+
+    /// Sends as [`Broker::send`] without waiting for space: the caller checked with
+    /// [`Broker::check_space`] or [`Broker::wait_for_space`] (a send that races others
+    /// for the last space may go over a limit by its own size).
+    pub async fn send_now(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<SendReceipt, Error> {
+        self.start_send_now(destination, message).await?.await
+    }
+
+    /// Starts a send and returns once the message has its place in its destination's
+    /// order, without waiting for its commit: await the [`PendingSend`] for the
+    /// [`SendReceipt`] (after the commit, for a message that is stored). Waits for
+    /// space first, as [`Broker::send`].
+    ///
+    /// This is how a producer pipelines: sends started one after another (each
+    /// `start_send` awaited before the next) are stored and delivered in that order,
+    /// while their commits overlap and share the store's group commit. A transport uses
+    /// it to keep reading while earlier frames are in the store.
+    ///
+    /// Errors: as [`Broker::send`]; those of the store write come from the
+    /// [`PendingSend`] (nothing was stored).
+    pub async fn start_send(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<PendingSend, Error> {
+        let key = destination.to_destination()?;
+        self.wait_for_space(&key, message.persistent).await?;
+        self.start_send_now(&key, message).await
+    }
+
+    /// [`Broker::start_send`] without waiting for space (as [`Broker::send_now`]).
+    pub async fn start_send_now(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<PendingSend, Error> {
+        let key = destination.to_destination()?;
+        let outgoing = self.outgoing(&key, message, false)?;
+        let message_id = outgoing.message_id.clone();
+        let ticket = self
+            .ask_live(
+                &key,
+                || Publish(outgoing.clone()),
+                PublishTicket::is_retired,
+            )
+            .await?;
+        Ok(PendingSend { message_id, ticket })
+    }
+}

@@ -1,0 +1,46 @@
+//! Each destination's counters: [`Broker::topic_stats`], [`Broker::queue_stats`].
+
+use super::*;
+
+impl Broker {
+    /// What destination `key` reports, whatever its kind ([`GetStats`], starting it
+    /// if it is not running); readable after shutdown for one that was running.
+    pub(crate) async fn stats_of(&self, key: &DestinationKey) -> Result<Stats, Error> {
+        Ok(self.lookup(key).await?.ask(GetStats).await?)
+    }
+
+    /// The counters of topic `name` (starting it if it is not running).
+    ///
+    /// Readable after [`Broker::shutdown`] too, for a destination that was running.
+    pub async fn topic_stats(&self, destination: impl ToDestination) -> Result<TopicStats, Error> {
+        let key = destination.to_destination()?;
+        match self.lookup(&key).await? {
+            DestinationAddr::Topic(topic) => Ok(topic.send(GetTopicStats).await?),
+            DestinationAddr::Queue(_) => Err(Error::InvalidDestination {
+                name: key.container(),
+                reason: "this works on topics only",
+            }),
+        }
+    }
+
+    /// The counters of queue `name`: its plain name (`jobs`: the call names the kind),
+    /// or any destination form (`queue://jobs`, `/queue/jobs`); a topic is refused.
+    /// Readable after shutdown for a queue that was running.
+    pub async fn queue_stats(&self, name: &str) -> Result<QueueStats, Error> {
+        // Any of the destination forms, or the queue's plain name (the kind is the
+        // call's).
+        let key = match DestinationKey::parse(name) {
+            Err(e) if e.reason == ebb_actors::destination::key::NO_KIND.as_str() => {
+                DestinationKey::queue(name)?
+            }
+            parsed => parsed?,
+        };
+        match self.lookup(&key).await? {
+            DestinationAddr::Queue(queue) => Ok(queue.send(GetQueueStats).await?),
+            DestinationAddr::Topic(_) => Err(Error::InvalidDestination {
+                name: name.to_string(),
+                reason: "this works on queues only",
+            }),
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! Transactions: sends held prepared until COMMIT, acks stored with them ([`Transaction`]), and the prepared forms of send they are built on.
+
+use super::*;
+
+impl Broker {
+    /// Sends `message` to destination `name` (as [`Broker::send`]) inside transaction
+    /// `xid`: a persistent message that must be stored is stored prepared (invisible,
+    /// and it stops expiry runs rather than being passed by a mark); nothing is
+    /// delivered until [`Broker::commit_prepared`]. Errors as [`Broker::send`].
+    pub async fn send_prepared(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+        xid: &str,
+    ) -> Result<SendReceipt, Error> {
+        // A transaction never waits for space (its own COMMIT may be what frees it):
+        // the transactions' budget refuses it instead.
+        self.send_prepared_now(destination, message, xid).await
+    }
+
+    /// [`Broker::send_prepared`] without waiting for space (as [`Broker::send_now`]).
+    pub async fn send_prepared_now(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+        xid: &str,
+    ) -> Result<SendReceipt, Error> {
+        self.start_send_prepared_now(destination, message, xid)
+            .await?
+            .await
+    }
+
+    /// [`Broker::send_prepared_now`] in two steps, as [`Broker::start_send`]: returns
+    /// once the message has its place; the [`PendingSend`] resolves once it is stored
+    /// prepared.
+    pub async fn start_send_prepared_now(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+        xid: &str,
+    ) -> Result<PendingSend, Error> {
+        let key = destination.to_destination()?;
+        self.check_transaction_space(&message)?;
+        let outgoing = self.outgoing(&key, message, true)?;
+        let message_id = outgoing.message_id.clone();
+        let prepared = || PublishPrepared {
+            message: outgoing.clone(),
+            xid: xid.to_string(),
+        };
+        let ticket = self
+            .ask_live(&key, prepared, PublishTicket::is_retired)
+            .await?;
+        Ok(PendingSend { message_id, ticket })
+    }
+
+    /// Commits transaction `xid`, whose messages went to `destinations` (names as for
+    /// [`Broker::send`]): in one store transaction its stored messages become visible
+    /// under new, highest ids (so no subscription's mark can already be past them);
+    /// then each destination delivers them.
+    pub async fn commit_prepared<D: ToDestination>(
+        &self,
+        xid: &str,
+        destinations: &[D],
+    ) -> Result<(), Error> {
+        self.commit_transaction(xid, destinations, Vec::new()).await
+    }
+
+    /// [`Transaction::commit`]: takes each ack from its destination (in memory, in
+    /// order), then writes the commit of `xid` and the acks' writes in one store
+    /// transaction, reports that to the destinations that took acks, and releases the
+    /// messages at `destinations`.
+    pub(super) async fn commit_transaction<D: ToDestination>(
+        &self,
+        xid: &str,
+        destinations: &[D],
+        acks: Vec<TransactedAck>,
+    ) -> Result<(), Error> {
+        let mut taken: Vec<TakenAck> = Vec::new();
+        for TransactedAck { destination, ack } in acks {
+            let answer = destination.take.send(ack).await;
+            let refused = match answer {
+                Ok(Ok(writes)) => {
+                    taken.extend(writes);
+                    continue;
+                }
+                _ if destination.shut_down.load(Ordering::Acquire) => Error::ShuttingDown,
+                Ok(Err(e)) => e.into(),
+                Err(e) => e.into(),
+            };
+            report_acks_stored(taken, false);
+            let _ = self.rollback_prepared(xid, destinations).await;
+            return Err(refused);
+        }
+        let writes = taken.iter().map(|t| t.write.clone()).collect();
+        let committed = self.store.commit_with(xid.to_string(), writes).await;
+        report_acks_stored(taken, committed.is_ok());
+        let renumbered = committed?;
+        self.tell(destinations, || CommitPrepared {
+            xid: xid.to_string(),
+            renumbered: renumbered.clone(),
+        })
+        .await
+    }
+
+    /// Sends `make()` to each of `destinations` and waits for each to handle it.
+    pub(super) async fn tell<M, D: ToDestination>(
+        &self,
+        destinations: &[D],
+        make: impl Fn() -> M,
+    ) -> Result<(), Error>
+    where
+        M: actix::Message<Result = ()> + Send + 'static,
+        TopicActor: Handler<M>,
+        QueueActor: Handler<M>,
+    {
+        for destination in destinations {
+            let key = destination.to_destination()?;
+            self.ask_live(&key, &make, |_| false).await?;
+        }
+        Ok(())
+    }
+
+    /// Rolls back transaction `xid`: its stored messages are deleted, none is delivered.
+    pub async fn rollback_prepared<D: ToDestination>(
+        &self,
+        xid: &str,
+        destinations: &[D],
+    ) -> Result<(), Error> {
+        self.store.rollback(xid.to_string()).await?;
+        self.tell(destinations, || AbortPrepared {
+            xid: xid.to_string(),
+        })
+        .await
+    }
+
+    /// Deletes the prepared messages of every transaction whose xid starts with
+    /// `xid_prefix`: transactions a previous run left open when it stopped. Call it at
+    /// start. Returns how many messages it deleted.
+    pub async fn rollback_abandoned(&self, xid_prefix: &str) -> Result<u64, Error> {
+        self.refuse_if_shut_down()?;
+        Ok(self
+            .store
+            .rollback_abandoned(xid_prefix.to_string())
+            .await?)
+    }
+
+    /// A transaction of sends under `xid` (see [`Transaction`]): nothing is stored or
+    /// sent until its first send. The xid names it in the store; give each open
+    /// transaction its own, with a prefix [`Broker::rollback_abandoned`] can clear at
+    /// start.
+    pub fn transaction(&self, xid: impl Into<String>) -> Transaction {
+        Transaction {
+            broker: self.clone(),
+            xid: xid.into(),
+            destinations: Vec::new(),
+            acks: Vec::new(),
+        }
+    }
+}
+
+/// An open transaction of sends ([`Broker::transaction`]): its messages are held
+/// prepared (a persistent one that must be stored is stored invisible) until
+/// [`Transaction::commit`] delivers them all or [`Transaction::rollback`] deletes them.
+/// It remembers the destinations it sent to, so that both reach each of them.
+///
+/// Dropping it without either leaves its prepared messages held until
+/// [`Broker::rollback_abandoned`] at the next start: end every transaction.
+pub struct Transaction {
+    pub(super) broker: Broker,
+    pub(super) xid: String,
+    /// Destinations sent to, in first-send order.
+    pub(super) destinations: Vec<DestinationKey>,
+    /// Acks to apply at COMMIT, in the order given.
+    pub(super) acks: Vec<TransactedAck>,
+}
+
+/// An ack kept by a [`Transaction`] until its COMMIT.
+pub(super) struct TransactedAck {
+    pub(super) destination: Endpoints,
+    pub(super) ack: TakeAck,
+}
+
+impl Transaction {
+    /// The store xid it was opened with.
+    pub fn xid(&self) -> &str {
+        &self.xid
+    }
+
+    /// Sends `message` to destination `name` inside the transaction, as
+    /// [`Broker::send_prepared`]: never waits for space; refused with
+    /// [`Error::ResourceLimit`] beyond the transactions' budget.
+    pub async fn send(
+        &mut self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<SendReceipt, Error> {
+        self.send_now(destination, message).await
+    }
+
+    /// As [`Transaction::send`] without waiting for space (as [`Broker::send_now`]).
+    /// The destination joins the transaction before the send, so a commit or rollback
+    /// reaches it even when this send fails.
+    pub async fn send_now(
+        &mut self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<SendReceipt, Error> {
+        self.start_send_now(destination, message).await?.await
+    }
+
+    /// As [`Transaction::send_now`] in two steps ([`Broker::start_send`]): returns once
+    /// the message has its place; the [`PendingSend`] resolves once it is stored
+    /// prepared. Commit only after every pending send of the transaction resolved.
+    pub async fn start_send_now(
+        &mut self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<PendingSend, Error> {
+        let key = destination.to_destination()?;
+        if !self.destinations.contains(&key) {
+            self.destinations.push(key.clone());
+        }
+        self.broker
+            .start_send_prepared_now(&key, message, &self.xid)
+            .await
+    }
+
+    /// Acks `message`, received on the subscription `acker` acks for, when the
+    /// transaction commits: in the same store transaction as its sends, so after a
+    /// crash either the sends are stored and the message is acked, or neither (a
+    /// consume-transform-produce step happens once). Until then the message waits for
+    /// its ack as before; a [`Transaction::rollback`] forgets the ack. Nothing is
+    /// checked beyond the message's subscription until COMMIT.
+    ///
+    /// Errors: [`Error::NotThisSubscription`] for a message of another subscription,
+    /// [`Error::ShuttingDown`]. In [`AckMode::Auto`] it does nothing (the stream acks).
+    pub fn ack(&mut self, acker: &Acker, message: &Received) -> Result<(), Error> {
+        self.acks.extend(acker.in_transaction(message, false)?);
+        Ok(())
+    }
+
+    /// As [`Transaction::ack`], for `message` and every earlier un-acked message of its
+    /// subscription (as [`Acker::ack_up_to`]).
+    pub fn ack_up_to(&mut self, acker: &Acker, message: &Received) -> Result<(), Error> {
+        self.acks.extend(acker.in_transaction(message, true)?);
+        Ok(())
+    }
+
+    /// Commits: in one store transaction its messages become visible and its acks
+    /// ([`Transaction::ack`]) are stored; then the messages are delivered.
+    ///
+    /// Errors: an ack whose message no longer waits for one ([`Error::Actor`]: acked
+    /// or refused since, or its subscription ended): nothing is committed, the
+    /// transaction's messages are rolled back, and the acks taken before it stay
+    /// un-committed (their messages stay stored and are delivered again after a
+    /// restart, as after a failed ack). A store error: nothing is committed (acked
+    /// messages as before; the prepared messages are removed at the next start by
+    /// [`Broker::rollback_abandoned`]).
+    pub async fn commit(self) -> Result<(), Error> {
+        self.broker
+            .commit_transaction(&self.xid, &self.destinations, self.acks)
+            .await
+    }
+
+    /// Rolls back: its prepared messages are deleted, none is delivered
+    /// ([`Broker::rollback_prepared`]).
+    pub async fn rollback(self) -> Result<(), Error> {
+        self.broker
+            .rollback_prepared(&self.xid, &self.destinations)
+            .await
+    }
+}
+
+/// The recipients a [`Subscription`] talks to, at its destination's actor.
+/// Tells each destination that took an ack of a transaction whether its write was
+/// committed ([`AcksStored`]).
+pub(super) fn report_acks_stored(taken: Vec<TakenAck>, committed: bool) {
+    for TakenAck { write, stored } in taken {
+        let ids = match write {
+            ebb_store::WriteOp::Remove { ids, .. } => ids,
+            ebb_store::WriteOp::Ack { messages, .. } => {
+                messages.into_iter().map(|(id, _)| id).collect()
+            }
+            _ => Vec::new(),
+        };
+        stored.do_send(AcksStored { ids, committed });
+    }
+}
