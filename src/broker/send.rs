@@ -1,9 +1,43 @@
-//! Sending: [`Broker::send`], [`Broker::start_send`], [`Broker::send_all`] and their forms that do not wait for space.
+//! Sending, one path: [`Broker::start_send_with`] (a message gets its place in its
+//! destination's order, and a [`PendingSend`] answers after its commit), with
+//! [`Broker::send`], [`Broker::start_send`] and [`Broker::send_all`] built on it.
+//! [`SendOptions`] says how a send meets producer flow control. Sends in a
+//! transaction go through [`Transaction`] only.
 
 use super::*;
 
 /// Most sends of one [`Broker::send_all`] waiting for their commit at a time.
 pub const SEND_WINDOW: usize = 256;
+
+/// How a send meets producer flow control ([`Broker::start_send_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpaceCheck {
+    /// Wait for space first, or fail, as [`UsageConfig`] says
+    /// ([`Broker::wait_for_space`]). The default.
+    #[default]
+    Wait,
+    /// The caller has checked already ([`Broker::check_space`] or
+    /// [`Broker::wait_for_space`]), as a transport that must not block does: send at
+    /// once (a send that races others for the last space may go over a limit by its
+    /// own size).
+    Checked,
+}
+
+/// Options of one send ([`Broker::start_send_with`]). `Default`: as [`Broker::send`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SendOptions {
+    /// How the send meets producer flow control.
+    pub space: SpaceCheck,
+}
+
+impl SendOptions {
+    /// A send whose space the caller has checked ([`SpaceCheck::Checked`]).
+    pub fn checked() -> Self {
+        Self {
+            space: SpaceCheck::Checked,
+        }
+    }
+}
 
 impl Broker {
     /// The topic message for `message`: checks the priority, turns a TTL into an
@@ -79,9 +113,9 @@ impl Broker {
         destination: impl ToDestination,
         message: Message,
     ) -> Result<SendReceipt, Error> {
-        let key = destination.to_destination()?;
-        self.wait_for_space(&key, message.persistent).await?;
-        self.send_now(&key, message).await
+        self.start_send_with(destination, message, SendOptions::default())
+            .await?
+            .await
     }
 
     /// Sends every message of `messages` to `destination`, in that order, pipelined:
@@ -142,15 +176,18 @@ impl Broker {
             .collect()
     }
 
-    /// Sends as [`Broker::send`] without waiting for space: the caller checked with
-    /// [`Broker::check_space`] or [`Broker::wait_for_space`] (a send that races others
-    /// for the last space may go over a limit by its own size).
+    /// Sends as [`Broker::send`] without waiting for space.
+    #[deprecated(
+        note = "use `start_send_with(.., SendOptions::checked())` and await its PendingSend"
+    )]
     pub async fn send_now(
         &self,
         destination: impl ToDestination,
         message: Message,
     ) -> Result<SendReceipt, Error> {
-        self.start_send_now(destination, message).await?.await
+        self.start_send_with(destination, message, SendOptions::checked())
+            .await?
+            .await
     }
 
     /// Starts a send and returns once the message has its place in its destination's
@@ -170,18 +207,38 @@ impl Broker {
         destination: impl ToDestination,
         message: Message,
     ) -> Result<PendingSend, Error> {
-        let key = destination.to_destination()?;
-        self.wait_for_space(&key, message.persistent).await?;
-        self.start_send_now(&key, message).await
+        self.start_send_with(destination, message, SendOptions::default())
+            .await
     }
 
-    /// [`Broker::start_send`] without waiting for space (as [`Broker::send_now`]).
+    /// [`Broker::start_send`] without waiting for space.
+    #[deprecated(note = "use `start_send_with(.., SendOptions::checked())`")]
     pub async fn start_send_now(
         &self,
         destination: impl ToDestination,
         message: Message,
     ) -> Result<PendingSend, Error> {
+        self.start_send_with(destination, message, SendOptions::checked())
+            .await
+    }
+
+    /// The one way a message is sent outside a transaction: as [`Broker::start_send`],
+    /// with `options` ([`SendOptions`]: whether to wait for space first). Returns once
+    /// the message has its place in its destination's order; the [`PendingSend`]
+    /// resolves after its commit (at once for one that is not stored).
+    ///
+    /// Errors: as [`Broker::send`]; those of the store write come from the
+    /// [`PendingSend`].
+    pub async fn start_send_with(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+        options: SendOptions,
+    ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
+        if options.space == SpaceCheck::Wait {
+            self.wait_for_space(&key, message.persistent).await?;
+        }
         let outgoing = self.outgoing(&key, message, false)?;
         let message_id = outgoing.message_id.clone();
         let ticket = self

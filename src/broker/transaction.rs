@@ -1,39 +1,54 @@
-//! Transactions: sends held prepared until COMMIT, acks stored with them ([`Transaction`]), and the prepared forms of send they are built on.
+//! Transactions, the one way to send prepared messages: sends held prepared until
+//! COMMIT, and acks stored with them ([`Transaction`]). The `Broker` methods by xid
+//! that came before it stay as deprecated aliases.
 
 use super::*;
 
 impl Broker {
-    /// Sends `message` to destination `name` (as [`Broker::send`]) inside transaction
-    /// `xid`: a persistent message that must be stored is stored prepared (invisible,
-    /// and it stops expiry runs rather than being passed by a mark); nothing is
-    /// delivered until [`Broker::commit_prepared`]. Errors as [`Broker::send`].
+    /// Sends `message` inside transaction `xid`.
+    #[deprecated(note = "use `Broker::transaction(xid)` and `Transaction::send`")]
     pub async fn send_prepared(
         &self,
         destination: impl ToDestination,
         message: Message,
         xid: &str,
     ) -> Result<SendReceipt, Error> {
-        // A transaction never waits for space (its own COMMIT may be what frees it):
-        // the transactions' budget refuses it instead.
-        self.send_prepared_now(destination, message, xid).await
+        self.start_send_prepared(destination, message, xid)
+            .await?
+            .await
     }
 
-    /// [`Broker::send_prepared`] without waiting for space (as [`Broker::send_now`]).
+    /// Sends `message` inside transaction `xid`.
+    #[deprecated(note = "use `Broker::transaction(xid)` and `Transaction::send`")]
     pub async fn send_prepared_now(
         &self,
         destination: impl ToDestination,
         message: Message,
         xid: &str,
     ) -> Result<SendReceipt, Error> {
-        self.start_send_prepared_now(destination, message, xid)
+        self.start_send_prepared(destination, message, xid)
             .await?
             .await
     }
 
-    /// [`Broker::send_prepared_now`] in two steps, as [`Broker::start_send`]: returns
-    /// once the message has its place; the [`PendingSend`] resolves once it is stored
-    /// prepared.
+    /// Starts a send inside transaction `xid`.
+    #[deprecated(note = "use `Broker::transaction(xid)` and `Transaction::start_send`")]
     pub async fn start_send_prepared_now(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+        xid: &str,
+    ) -> Result<PendingSend, Error> {
+        self.start_send_prepared(destination, message, xid).await
+    }
+
+    /// [`Transaction::start_send`]: `message` to `destination` inside transaction
+    /// `xid`: a persistent message that must be stored is stored prepared (invisible,
+    /// and it stops expiry runs rather than being passed by a mark); nothing is
+    /// delivered until the commit. It never waits for space (its own COMMIT may be
+    /// what frees it): beyond the transactions' budget it is refused. Returns once the
+    /// message has its place; the [`PendingSend`] resolves once it is stored prepared.
+    pub(super) async fn start_send_prepared(
         &self,
         destination: impl ToDestination,
         message: Message,
@@ -53,10 +68,8 @@ impl Broker {
         Ok(PendingSend { message_id, ticket })
     }
 
-    /// Commits transaction `xid`, whose messages went to `destinations` (names as for
-    /// [`Broker::send`]): in one store transaction its stored messages become visible
-    /// under new, highest ids (so no subscription's mark can already be past them);
-    /// then each destination delivers them.
+    /// Commits transaction `xid`, whose messages went to `destinations`.
+    #[deprecated(note = "use `Transaction::commit`")]
     pub async fn commit_prepared<D: ToDestination>(
         &self,
         xid: &str,
@@ -88,7 +101,7 @@ impl Broker {
                 Err(e) => e.into(),
             };
             report_acks_stored(taken, false);
-            let _ = self.rollback_prepared(xid, destinations).await;
+            let _ = self.rollback_transaction(xid, destinations).await;
             return Err(refused);
         }
         let writes = taken.iter().map(|t| t.write.clone()).collect();
@@ -120,8 +133,19 @@ impl Broker {
         Ok(())
     }
 
-    /// Rolls back transaction `xid`: its stored messages are deleted, none is delivered.
+    /// Rolls back transaction `xid`, whose messages went to `destinations`.
+    #[deprecated(note = "use `Transaction::rollback`")]
     pub async fn rollback_prepared<D: ToDestination>(
+        &self,
+        xid: &str,
+        destinations: &[D],
+    ) -> Result<(), Error> {
+        self.rollback_transaction(xid, destinations).await
+    }
+
+    /// [`Transaction::rollback`]: the stored messages of `xid` are deleted, none is
+    /// delivered; `destinations` forget what they held for it.
+    pub(super) async fn rollback_transaction<D: ToDestination>(
         &self,
         xid: &str,
         destinations: &[D],
@@ -186,32 +210,25 @@ impl Transaction {
         &self.xid
     }
 
-    /// Sends `message` to destination `name` inside the transaction, as
-    /// [`Broker::send_prepared`]: never waits for space; refused with
-    /// [`Error::ResourceLimit`] beyond the transactions' budget.
+    /// Sends `message` to `destination` inside the transaction and waits until it is
+    /// stored prepared (a persistent message that must be stored: invisible until
+    /// COMMIT). It never waits for space (its own COMMIT may be what would free it):
+    /// beyond the transactions' budget ([`UsageConfig::transactions`]) it is refused
+    /// with [`Error::ResourceLimit`]. Other errors as [`Broker::send`].
     pub async fn send(
         &mut self,
         destination: impl ToDestination,
         message: Message,
     ) -> Result<SendReceipt, Error> {
-        self.send_now(destination, message).await
+        self.start_send(destination, message).await?.await
     }
 
-    /// As [`Transaction::send`] without waiting for space (as [`Broker::send_now`]).
-    /// The destination joins the transaction before the send, so a commit or rollback
+    /// [`Transaction::send`] in two steps, as [`Broker::start_send`]: returns once the
+    /// message has its place; the [`PendingSend`] resolves once it is stored prepared.
+    /// Commit only after every pending send of the transaction resolved. The
+    /// destination joins the transaction before the send, so a commit or rollback
     /// reaches it even when this send fails.
-    pub async fn send_now(
-        &mut self,
-        destination: impl ToDestination,
-        message: Message,
-    ) -> Result<SendReceipt, Error> {
-        self.start_send_now(destination, message).await?.await
-    }
-
-    /// As [`Transaction::send_now`] in two steps ([`Broker::start_send`]): returns once
-    /// the message has its place; the [`PendingSend`] resolves once it is stored
-    /// prepared. Commit only after every pending send of the transaction resolved.
-    pub async fn start_send_now(
+    pub async fn start_send(
         &mut self,
         destination: impl ToDestination,
         message: Message,
@@ -221,8 +238,28 @@ impl Transaction {
             self.destinations.push(key.clone());
         }
         self.broker
-            .start_send_prepared_now(&key, message, &self.xid)
+            .start_send_prepared(&key, message, &self.xid)
             .await
+    }
+
+    /// As [`Transaction::send`] (a transaction never waits for space).
+    #[deprecated(note = "use `Transaction::send`")]
+    pub async fn send_now(
+        &mut self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<SendReceipt, Error> {
+        self.send(destination, message).await
+    }
+
+    /// As [`Transaction::start_send`].
+    #[deprecated(note = "use `Transaction::start_send`")]
+    pub async fn start_send_now(
+        &mut self,
+        destination: impl ToDestination,
+        message: Message,
+    ) -> Result<PendingSend, Error> {
+        self.start_send(destination, message).await
     }
 
     /// Acks `message`, received on the subscription `acker` acks for, when the
@@ -263,10 +300,10 @@ impl Transaction {
     }
 
     /// Rolls back: its prepared messages are deleted, none is delivered
-    /// ([`Broker::rollback_prepared`]).
+    /// (the stored ones deleted in one store transaction).
     pub async fn rollback(self) -> Result<(), Error> {
         self.broker
-            .rollback_prepared(&self.xid, &self.destinations)
+            .rollback_transaction(&self.xid, &self.destinations)
             .await
     }
 }

@@ -25,8 +25,8 @@ use super::client_ids::{Claim, ClientIds};
 use super::command::{refuse, AckRef, Command, Refusal, Request, StompAck, SubscribeHeaders};
 use crate::auth::{Principal, Right, Security};
 use crate::broker::{
-    AckMode, Acker, Broker, Message, QueueBrowser, Received, Space, SubscribeOptions, Subscription,
-    Target, Transaction,
+    AckMode, Acker, Broker, Message, QueueBrowser, Received, SendOptions, Space, SubscribeOptions,
+    Subscription, Target, Transaction,
 };
 use crate::stomp::frame::{self, Frame, Version};
 use crate::DestinationKey;
@@ -738,10 +738,14 @@ impl Session {
                         "transaction `{tx}` sends more than {max} bytes before COMMIT (max_transaction_size)"
                     ));
                 }
-                open.sends.start_send_now(&destination, message).await
+                open.sends.start_send(&destination, message).await
             }
             // Flow control was checked before ([`Session::flow`]).
-            None => self.broker.start_send_now(&destination, message).await,
+            None => {
+                self.broker
+                    .start_send_with(&destination, message, SendOptions::checked())
+                    .await
+            }
         };
         let not_accepted = |e: crate::Error| Refusal(format!("message not accepted: {e}"));
         let pending = started.map_err(not_accepted)?;

@@ -82,15 +82,14 @@ async fn an_open_transaction_holds_the_queue(t: TestStore) {
     let b = broker(&t, policy(3_600_000, 400), 2).await;
     let queue = "queue://del.tx";
     b.send(queue, Message::new("plain")).await.unwrap();
-    b.send_prepared(queue, Message::new("in tx"), "tx-del-1")
-        .await
-        .unwrap();
+    let mut tx = b.transaction("tx-del-1");
+    tx.send(queue, Message::new("in tx")).await.unwrap();
     let refused = b.delete_destination(queue).await.unwrap_err();
     assert!(in_use(&refused), "{refused}");
     assert!(refused.to_string().contains("transaction"), "{refused}");
     // The count holds prepared rows too.
     assert_eq!(b.store().count_messages(queue).await.unwrap(), 2);
-    b.commit_prepared("tx-del-1", &[queue]).await.unwrap();
+    tx.commit().await.unwrap();
     let browsed = b.browse(queue, 0, 10).await.unwrap();
     let bodies: Vec<_> = browsed
         .iter()

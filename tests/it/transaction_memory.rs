@@ -103,10 +103,13 @@ async fn a_transaction_never_waits_for_memory(t: TestStore) {
     let b = &s.broker;
     let mut filled = 0;
     while b.usage().memory_bytes < MEMORY {
-        b.send_now(
+        b.start_send_with(
             "queue://np",
             Message::new(vec![b'n'; 64 * KIB]).persistent(false),
+            ebb::SendOptions::checked(),
         )
+        .await
+        .unwrap()
         .await
         .unwrap();
         filled += 1;
