@@ -405,22 +405,8 @@ impl TopicActor {
                 return Ok(ExpiryPageDone::default());
             };
             // Bodies are read only when a selector needs the headers.
-            let (page, messages) = if selectors.is_empty() {
-                let keys = store
-                    .store()
-                    .read_expired_keys_after(&container, now_ms(), after, limit)
-                    .await?;
-                (keys, Vec::new())
-            } else {
-                let messages = store
-                    .store()
-                    .read_expired_after(&container, now_ms(), after, limit)
-                    .await?;
-                (
-                    messages.iter().map(|m| ExpiredKey::of(m)).collect(),
-                    messages,
-                )
-            };
+            let (page, messages) =
+                read_expired_page(&store, &container, after, limit, !selectors.is_empty()).await?;
             let mut done = ExpiryPageDone {
                 rows: page.len() as u64,
                 more: page.len() >= limit as usize,
@@ -438,17 +424,7 @@ impl TopicActor {
             for key in subscriptions {
                 // A selector's subscription: messages it does not match are not its
                 // own, so they are acked (its mark moves) but not counted as expired.
-                let (mut mine, mut others) = (Vec::new(), Vec::new());
-                match selectors.get(&key) {
-                    Some(selector) => {
-                        for m in &messages {
-                            let matched = selector.matches(&TopicMessage::from_stored(m));
-                            let to = if matched { &mut mine } else { &mut others };
-                            to.push((m.id, m.priority));
-                        }
-                    }
-                    None => mine.extend(page.iter().map(|m| (m.id, m.priority))),
-                }
+                let (mine, others) = split_by_selector(selectors.get(&key), &page, &messages);
                 if !others.is_empty() {
                     let ack = store.ack_expired(container.clone(), key.clone(), others);
                     acks.push((false, ack));
@@ -779,6 +755,100 @@ impl DestinationActor for TopicActor {
 
 destination_handlers!(TopicActor);
 
+/// One expiry page of `container` after `after`, at most `limit` rows: the keys, and
+/// with `bodies` (a selector needs the headers) the messages too.
+async fn read_expired_page(
+    store: &StoreHandle,
+    container: &str,
+    after: (i64, i64),
+    limit: u32,
+    bodies: bool,
+) -> Result<(Vec<ExpiredKey>, Vec<Arc<ebb_store::StoredMessage>>), ActorError> {
+    if !bodies {
+        let keys = store
+            .store()
+            .read_expired_keys_after(container, now_ms(), after, limit)
+            .await?;
+        return Ok((keys, Vec::new()));
+    }
+    let messages = store
+        .store()
+        .read_expired_after(container, now_ms(), after, limit)
+        .await?;
+    Ok((
+        messages.iter().map(|m| ExpiredKey::of(m)).collect(),
+        messages,
+    ))
+}
+
+/// The `(id, priority)` of an expired page a subscription's `selector` matches, and
+/// of those it does not (every one of `page` matches without a selector; with one,
+/// `messages` holds the page's messages).
+#[allow(clippy::type_complexity)]
+fn split_by_selector(
+    selector: Option<&Arc<Selector>>,
+    page: &[ExpiredKey],
+    messages: &[Arc<ebb_store::StoredMessage>],
+) -> (Vec<(i64, u8)>, Vec<(i64, u8)>) {
+    let Some(selector) = selector else {
+        return (
+            page.iter().map(|m| (m.id, m.priority)).collect(),
+            Vec::new(),
+        );
+    };
+    let (mut mine, mut others) = (Vec::new(), Vec::new());
+    for m in messages {
+        let matched = selector.matches(&TopicMessage::from_stored(m));
+        let to = if matched { &mut mine } else { &mut others };
+        to.push((m.id, m.priority));
+    }
+    (mine, others)
+}
+
+/// Writes durable subscription `key` of `container` with selector `text`, once the
+/// acks of its last consumer (`flushed`) are committed, so the mark read back is past
+/// them. Returns it as stored, and whether it was re-created: re-subscribed with
+/// another selector, JMS deletes the subscription and creates it anew (its backlog
+/// goes; case DUR-11, ActiveMQ's `hasDurableSubChanged`).
+async fn store_durable(
+    store: StoreHandle,
+    container: String,
+    stored_key: SubscriptionKey,
+    text: Option<String>,
+    prioritized: bool,
+    flushed: Option<crate::destination::AckAnswer>,
+) -> Result<(ebb_store::DurableSubscription, bool), ActorError> {
+    if let Some(flushed) = flushed {
+        // Its failure is the failed acks' (answered to them): their messages
+        // are delivered again.
+        let _ = flushed.await;
+    }
+    let sub = store
+        .subscribe(
+            container.clone(),
+            stored_key.clone(),
+            text.clone(),
+            prioritized,
+        )
+        .await?;
+    if sub.selector == text {
+        return Ok((sub, false));
+    }
+    // Re-subscribed with another selector: JMS deletes the subscription and
+    // creates it anew (its backlog goes; case DUR-11, ActiveMQ's
+    // `hasDurableSubChanged`).
+    tracing::info!(topic = %container, client_id = %stored_key.client_id,
+        subscription = %stored_key.subscription_name, old = ?sub.selector, new = ?text,
+        "durable subscription re-created: its selector changed");
+    store
+        .unsubscribe(container.clone(), stored_key.clone())
+        .await?;
+    let sub = store
+        .subscribe(container, stored_key, text, prioritized)
+        .await?;
+    Ok((sub, true))
+}
+
 impl Handler<Subscribe> for TopicActor {
     type Result = ResponseActFuture<Self, Result<u64, ActorError>>;
 
@@ -822,40 +892,15 @@ impl Handler<Subscribe> for TopicActor {
         if flushed.is_some() {
             self.write_acks(key.clone(), ctx);
         }
-        let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        let (stored_key, prioritized) = (key.clone(), self.core.policy.prioritized_messages);
         let text = selector.as_ref().map(|s| s.text().to_string());
-        let write = async move {
-            if let Some(flushed) = flushed {
-                // Its failure is the failed acks' (answered to them): their messages
-                // are delivered again.
-                let _ = flushed.await;
-            }
-            let sub = store
-                .subscribe(
-                    container.clone(),
-                    stored_key.clone(),
-                    text.clone(),
-                    prioritized,
-                )
-                .await?;
-            if sub.selector == text {
-                return Ok((sub, false));
-            }
-            // Re-subscribed with another selector: JMS deletes the subscription and
-            // creates it anew (its backlog goes; case DUR-11, ActiveMQ's
-            // `hasDurableSubChanged`).
-            tracing::info!(topic = %container, client_id = %stored_key.client_id,
-                subscription = %stored_key.subscription_name, old = ?sub.selector, new = ?text,
-                "durable subscription re-created: its selector changed");
-            store
-                .unsubscribe(container.clone(), stored_key.clone())
-                .await?;
-            let sub = store
-                .subscribe(container, stored_key, text, prioritized)
-                .await?;
-            Ok::<_, ActorError>((sub, true))
-        };
+        let write = store_durable(
+            self.core.store.clone(),
+            self.core.container.clone(),
+            key.clone(),
+            text,
+            self.core.policy.prioritized_messages,
+            flushed,
+        );
         let (deliver, handed) = (msg.deliver, msg.handed);
         Box::pin(
             write

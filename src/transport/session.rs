@@ -809,35 +809,7 @@ impl Session {
             return Ok(());
         }
         let mut options = match &durable_name {
-            Some(name) => {
-                let Some(client) = &self.client_id else {
-                    return refuse("a durable subscription (activemq.subscriptionName) needs client-id on CONNECT");
-                };
-                // Creating a durable subscription needs the admin right (ActiveMQ).
-                let exists = self
-                    .broker
-                    .durable_subscription_exists(&destination, client, name)
-                    .await
-                    .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
-                match &destination {
-                    Target::One(key) if !exists => self.authorize(Right::Admin, key)?,
-                    Target::One(_) => {}
-                    // Held on every matching topic, also while offline: the rights
-                    // must hold on all of them (one entry decides the whole pattern).
-                    Target::Pattern(pattern) => {
-                        let security = &self.config.security;
-                        let principal = self.principal.as_ref();
-                        let mut rights = vec![Right::Read];
-                        rights.extend((!exists).then_some(Right::Admin));
-                        for right in rights {
-                            security
-                                .authorize_pattern(principal, right, pattern)
-                                .map_err(Refusal)?;
-                        }
-                    }
-                }
-                SubscribeOptions::durable(client.clone(), name.clone())
-            }
+            Some(name) => self.durable_options(&destination, name).await?,
             None => SubscribeOptions::non_durable(),
         };
         if matches!(destination, Target::Pattern(_))
@@ -875,6 +847,46 @@ impl Session {
         };
         self.add_subscription(id, sub, Feed::Consumer(Box::new(subscription)));
         Ok(())
+    }
+
+    /// The options of durable subscription `name` to `destination`: it needs the
+    /// connection's client id; creating it needs the admin right (ActiveMQ), and on a
+    /// wildcard pattern, held on every matching topic also while offline, the read
+    /// (and to create it the admin) right on all of them.
+    async fn durable_options(
+        &self,
+        destination: &Target,
+        name: &str,
+    ) -> Result<SubscribeOptions, Refusal> {
+        let Some(client) = &self.client_id else {
+            return refuse(
+                "a durable subscription (activemq.subscriptionName) needs client-id on CONNECT",
+            );
+        };
+        // Creating a durable subscription needs the admin right (ActiveMQ).
+        let exists = self
+            .broker
+            .durable_subscription_exists(destination, client, name)
+            .await
+            .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
+        match destination {
+            Target::One(key) if !exists => self.authorize(Right::Admin, key)?,
+            Target::One(_) => {}
+            // Held on every matching topic, also while offline: the rights
+            // must hold on all of them (one entry decides the whole pattern).
+            Target::Pattern(pattern) => {
+                let security = &self.config.security;
+                let principal = self.principal.as_ref();
+                let mut rights = vec![Right::Read];
+                rights.extend((!exists).then_some(Right::Admin));
+                for right in rights {
+                    security
+                        .authorize_pattern(principal, right, pattern)
+                        .map_err(Refusal)?;
+                }
+            }
+        }
+        Ok(SubscribeOptions::durable(client.clone(), name))
     }
 
     /// Registers subscription `id`: what it is, and the stream it reads.

@@ -850,16 +850,9 @@ macro_rules! impl_sql_store {
                         container,
                         id,
                         count,
-                    } => {
-                        let changed = sqlx::query(&self.sql.redelivered)
-                            .bind(&container)
-                            .bind(id)
-                            .bind(i64::from(count))
-                            .execute(&mut *conn)
-                            .await
-                            .map_err($crate::error::db("count a failed delivery"))?;
-                        WriteOutcome::Deleted(changed.rows_affected())
-                    }
+                    } => WriteOutcome::Deleted(
+                        self.redelivered(conn, &container, id, count).await?,
+                    ),
                     WriteOp::ExpireQueue {
                         container,
                         now_ms,
@@ -888,6 +881,26 @@ macro_rules! impl_sql_store {
                             .await?,
                     ),
                 })
+            }
+
+            /// [`WriteOp::Redelivered`](crate::WriteOp::Redelivered): row `id` of
+            /// `container` has `count` failed deliveries now; returns the rows changed
+            /// (0 for a row that is gone or prepared, else 1).
+            async fn redelivered(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                id: i64,
+                count: u32,
+            ) -> $crate::Result<u64> {
+                let changed = sqlx::query(&self.sql.redelivered)
+                    .bind(container)
+                    .bind(id)
+                    .bind(i64::from(count))
+                    .execute(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("count a failed delivery"))?;
+                Ok(changed.rows_affected())
             }
 
             /// [`WriteOp::Subscribe`](crate::WriteOp::Subscribe): creates the
