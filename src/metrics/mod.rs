@@ -159,129 +159,147 @@ pub struct MetricsSection {
     pub listen: Option<String>,
 }
 
+/// Gauges in bytes: `(name, help)`.
+const BYTE_GAUGES: &[(&str, &str)] = &[
+    (
+        names::MEMORY_USAGE_BYTES,
+        "Bytes of messages held in memory",
+    ),
+    (
+        names::MEMORY_LIMIT_BYTES,
+        "Memory limit in bytes (0 = none)",
+    ),
+    (names::STORE_USAGE_BYTES, "Bytes the store's messages take"),
+    (names::STORE_LIMIT_BYTES, "Store limit in bytes (0 = none)"),
+    (names::TEMP_USAGE_BYTES, "Bytes in temporary storage"),
+    (
+        names::TEMP_LIMIT_BYTES,
+        "Temporary storage limit in bytes (0 = none)",
+    ),
+    (
+        names::DESTINATION_MEMORY_BYTES,
+        "Bytes of messages a destination holds in memory",
+    ),
+    (
+        names::PROCESS_RESIDENT_BYTES,
+        "The broker process's resident memory",
+    ),
+    (
+        names::PROCESS_PEAK_RESIDENT_BYTES,
+        "The broker process's peak resident memory",
+    ),
+];
+
+/// Gauges in seconds: `(name, help)`.
+const SECONDS_GAUGES: &[(&str, &str)] = &[
+    (
+        names::HA_LEASE_RENEW_SECONDS,
+        "The last renewal of the store's lease, round trip",
+    ),
+    (
+        names::HA_LEASE_RENEW_MAX_SECONDS,
+        "The longest renewal of the store's lease since it was taken",
+    ),
+];
+
+/// Gauges without a unit: `(name, help)`.
+const GAUGES: &[(&str, &str)] = &[
+    (
+        names::MEMORY_USAGE_RATIO,
+        "Memory usage / limit, 0..1 (0 without a limit)",
+    ),
+    (
+        names::STORE_USAGE_RATIO,
+        "Store usage / limit, 0..1 (0 without a limit)",
+    ),
+    (
+        names::TEMP_USAGE_RATIO,
+        "Temp usage / limit, 0..1 (0 without a limit)",
+    ),
+    (
+        names::PRODUCERS_BLOCKED,
+        "Producers waiting for space (flow control)",
+    ),
+    (names::DESTINATIONS, "Running destinations"),
+    (
+        names::HOUSEKEEPING_LAG_SECONDS,
+        "How long the expiry page waiting longest for a housekeeping permit has waited, seconds",
+    ),
+    (
+        names::HOUSEKEEPING_PAGES_WAITING,
+        "Expiry pages waiting for a housekeeping permit",
+    ),
+    (names::QUEUE_SIZE, "Messages pending plus in flight"),
+    (names::IN_FLIGHT, "Deliveries not acked yet"),
+    (names::CONSUMERS, "Consumers attached"),
+    (
+        names::MAX_EXPIRY_PAGE_ROWS,
+        "Most rows one expiry page of a destination handled since start",
+    ),
+    (names::PRODUCERS, "Producers sending"),
+    (
+        names::DESTINATION_PRODUCERS_BLOCKED,
+        "Producers of a destination waiting for space",
+    ),
+    (
+        names::HA_ROLE,
+        "1 for this broker's role now (label role: active or standby)",
+    ),
+];
+
+/// Counters: `(name, help)`.
+const COUNTERS: &[(&str, &str)] = &[
+    (names::ENQUEUED_TOTAL, "Messages accepted since start"),
+    (
+        names::DEQUEUED_TOTAL,
+        "Deliveries handed to consumers since start (topics: not acks)",
+    ),
+    (names::EXPIRED_TOTAL, "Message expirations since start"),
+    (
+        names::DEAD_LETTERED_TOTAL,
+        "Messages sent to a dead-letter queue",
+    ),
+    (names::EXPIRY_PAGES_TOTAL, "Expiry pages finished since start"),
+    (
+        names::EXPIRY_RUNS_TOTAL,
+        "Expiry runs (chains of pages) started since start",
+    ),
+    (
+        names::LOGIN_FAILURES_TOTAL,
+        "Refused logins since start (label protocol)",
+    ),
+    (
+        names::LOGINS_THROTTLED_TOTAL,
+        "Logins refused without a check since start: their address used up its refused logins (label protocol)",
+    ),
+    (
+        names::HA_TAKEOVERS_TOTAL,
+        "Times this process became active after waiting as a standby",
+    ),
+    (
+        names::HA_LEASE_RENEWALS_TOTAL,
+        "Renewals of the store's lease since it was taken",
+    ),
+];
+
 /// Describes Ebb's metrics to the installed recorder: the `# HELP` lines, with units.
 /// `install_recorder` calls it; an application with a recorder of its own calls it
 /// once after installing that recorder.
 pub fn describe() {
     use ::metrics::Unit;
-    use names::*;
-    for (name, what) in [
-        (MEMORY_USAGE_BYTES, "Bytes of messages held in memory"),
-        (MEMORY_LIMIT_BYTES, "Memory limit in bytes (0 = none)"),
-        (STORE_USAGE_BYTES, "Bytes the store's messages take"),
-        (STORE_LIMIT_BYTES, "Store limit in bytes (0 = none)"),
-        (TEMP_USAGE_BYTES, "Bytes in temporary storage"),
-        (
-            TEMP_LIMIT_BYTES,
-            "Temporary storage limit in bytes (0 = none)",
-        ),
-        (
-            DESTINATION_MEMORY_BYTES,
-            "Bytes of messages a destination holds in memory",
-        ),
-        (
-            PROCESS_RESIDENT_BYTES,
-            "The broker process's resident memory",
-        ),
-        (
-            PROCESS_PEAK_RESIDENT_BYTES,
-            "The broker process's peak resident memory",
-        ),
-    ] {
+    for &(name, what) in BYTE_GAUGES {
         describe_gauge!(name, Unit::Bytes, what);
     }
-    for (name, what) in [
-        (
-            MEMORY_USAGE_RATIO,
-            "Memory usage / limit, 0..1 (0 without a limit)",
-        ),
-        (
-            STORE_USAGE_RATIO,
-            "Store usage / limit, 0..1 (0 without a limit)",
-        ),
-        (
-            TEMP_USAGE_RATIO,
-            "Temp usage / limit, 0..1 (0 without a limit)",
-        ),
-    ] {
+    for &(name, what) in SECONDS_GAUGES {
+        describe_gauge!(name, Unit::Seconds, what);
+    }
+    for &(name, what) in GAUGES {
         describe_gauge!(name, what);
     }
-    for (name, what) in [
-        (
-            PRODUCERS_BLOCKED,
-            "Producers waiting for space (flow control)",
-        ),
-        (DESTINATIONS, "Running destinations"),
-        (
-            HOUSEKEEPING_LAG_SECONDS,
-            "How long the expiry page waiting longest for a housekeeping permit has waited, seconds",
-        ),
-        (
-            HOUSEKEEPING_PAGES_WAITING,
-            "Expiry pages waiting for a housekeeping permit",
-        ),
-        (QUEUE_SIZE, "Messages pending plus in flight"),
-        (IN_FLIGHT, "Deliveries not acked yet"),
-        (CONSUMERS, "Consumers attached"),
-        (
-            MAX_EXPIRY_PAGE_ROWS,
-            "Most rows one expiry page of a destination handled since start",
-        ),
-        (PRODUCERS, "Producers sending"),
-        (
-            DESTINATION_PRODUCERS_BLOCKED,
-            "Producers of a destination waiting for space",
-        ),
-    ] {
-        describe_gauge!(name, what);
-    }
-    for (name, what) in [
-        (ENQUEUED_TOTAL, "Messages accepted since start"),
-        (
-            DEQUEUED_TOTAL,
-            "Deliveries handed to consumers since start (topics: not acks)",
-        ),
-        (EXPIRED_TOTAL, "Message expirations since start"),
-        (DEAD_LETTERED_TOTAL, "Messages sent to a dead-letter queue"),
-        (EXPIRY_PAGES_TOTAL, "Expiry pages finished since start"),
-        (
-            EXPIRY_RUNS_TOTAL,
-            "Expiry runs (chains of pages) started since start",
-        ),
-    ] {
+    for &(name, what) in COUNTERS {
         describe_counter!(name, what);
     }
-    describe_histogram!(EXPIRY_PAGE_ROWS, "Rows one expiry page loaded");
-    describe_counter!(
-        LOGIN_FAILURES_TOTAL,
-        "Refused logins since start (label protocol)"
-    );
-    describe_counter!(
-        LOGINS_THROTTLED_TOTAL,
-        "Logins refused without a check since start: their address used up its refused logins (label protocol)"
-    );
-    describe_gauge!(
-        HA_ROLE,
-        "1 for this broker's role now (label role: active or standby)"
-    );
-    describe_counter!(
-        HA_TAKEOVERS_TOTAL,
-        "Times this process became active after waiting as a standby"
-    );
-    describe_gauge!(
-        HA_LEASE_RENEW_SECONDS,
-        Unit::Seconds,
-        "The last renewal of the store's lease, round trip"
-    );
-    describe_gauge!(
-        HA_LEASE_RENEW_MAX_SECONDS,
-        Unit::Seconds,
-        "The longest renewal of the store's lease since it was taken"
-    );
-    describe_counter!(
-        HA_LEASE_RENEWALS_TOTAL,
-        "Renewals of the store's lease since it was taken"
-    );
+    describe_histogram!(names::EXPIRY_PAGE_ROWS, "Rows one expiry page loaded");
 }
 
 /// Records this broker's high-availability role (`active` true, or standby).

@@ -412,6 +412,33 @@ fn unsupported_subscribe_header(frame: &Frame) -> Option<Refusal> {
     })
 }
 
+/// SUBSCRIBE's `browser` header (ActiveMQ's queue browser over STOMP): whether the
+/// subscription browses; `can_browse` is the destination kind's capability.
+fn browser_of(
+    frame: &Frame,
+    version: Version,
+    can_browse: bool,
+    ack: StompAck,
+) -> Result<bool, Refusal> {
+    match frame.get("browser") {
+        None | Some("false") => Ok(false),
+        Some("true") if version == Version::V1_0 => {
+            refuse("browser:true needs STOMP 1.1 or 1.2 (as ActiveMQ)")
+        }
+        Some("true") if !can_browse => {
+            refuse("browser:true is for queues: a topic keeps no messages to browse")
+        }
+        Some("true") if ack != StompAck::Auto => {
+            refuse("browser:true takes no ack mode: browsing acks nothing")
+        }
+        Some("true") if frame.get("browser-end") == Some("false") => {
+            refuse("browser-end:false is not supported: a browse ends with browser:end")
+        }
+        Some("true") => Ok(true),
+        Some(other) => refuse(format!("invalid browser `{other}`: true or false")),
+    }
+}
+
 fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
     if let Some(refusal) = unsupported_subscribe_header(frame) {
         return Err(refusal);
@@ -452,31 +479,13 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
             "activemq.subscriptionName is for topics: a queue keeps its messages for any consumer",
         );
     }
-    let browser = match frame.get("browser") {
-        None | Some("false") => false,
-        Some("true") if version == Version::V1_0 => {
-            return refuse("browser:true needs STOMP 1.1 or 1.2 (as ActiveMQ)")
-        }
-        Some("true") if !caps.browse => {
-            return refuse("browser:true is for queues: a topic keeps no messages to browse")
-        }
-        Some("true") if ack != StompAck::Auto => {
-            return refuse("browser:true takes no ack mode: browsing acks nothing")
-        }
-        Some("true") if frame.get("browser-end") == Some("false") => {
-            return refuse("browser-end:false is not supported: a browse ends with browser:end")
-        }
-        Some("true") => true,
-        Some(other) => return refuse(format!("invalid browser `{other}`: true or false")),
-    };
+    let browser = browser_of(frame, version, caps.browse, ack)?;
     if browser && matches!(destination, Target::Pattern(_)) {
         return refuse("browser:true browses one queue, not a wildcard destination");
     }
     if browser && durable_name.is_some() {
         return refuse("browser:true is for queues: a topic keeps no messages to browse");
     }
-    // A bad selector is refused with its position; nothing is subscribed.
-    // An empty one is none (as ActiveMQ).
     let exclusive = match frame.get("activemq.exclusive") {
         None | Some("false") => false,
         Some("true") if caps.point_to_point => true,
@@ -505,6 +514,8 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
     if exclusive && browser {
         return refuse("browser:true takes no activemq.exclusive: browsing consumes nothing");
     }
+    // A bad selector is refused with its position; nothing is subscribed.
+    // An empty one is none (as ActiveMQ).
     let selector = match frame.get("selector").filter(|s| !s.trim().is_empty()) {
         None => None,
         Some(text) => Some(Selector::parse(text).map_err(|e| Refusal(e.to_string()))?),
