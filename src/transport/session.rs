@@ -1177,7 +1177,10 @@ impl Session {
     /// commits (frames after it wait for it: [`Step::fence`]).
     fn commit(&mut self, tx: String) -> Result<Applied, Refusal> {
         let Tx {
-            sends, acks, nacks, ..
+            mut sends,
+            acks,
+            nacks,
+            ..
         } = self.end_transaction(&tx)?;
         // All or nothing: if an ack of the transaction no longer applies (its message
         // was acked outside it, or its subscription is gone), nothing is committed.
@@ -1192,7 +1195,6 @@ impl Session {
         }
         // The acks join the transaction: stored in one store transaction with its
         // sends (all or nothing across a crash). NACKs write no ack: applied after.
-        let mut sends = sends;
         for id in &acks {
             // A cumulative (`client`) ack earlier in this commit may have covered it.
             if let Some((acker, message, cumulative)) = self.take_pending(id) {
@@ -1201,7 +1203,15 @@ impl Session {
                 } else {
                     sends.ack(&acker, &message)
                 };
-                joined.map_err(|e| Refusal(format!("ack failed: {e}")))?;
+                if let Err(e) = joined {
+                    // Nothing is committed: the prepared sends go too.
+                    let refusal =
+                        Refusal(format!("transaction `{tx}` rolled back: ack failed: {e}"));
+                    return Ok(Applied::Later(Box::pin(async move {
+                        let _ = sends.rollback().await;
+                        Err(refusal)
+                    })));
+                }
             }
         }
         let mut settled = Vec::new();
