@@ -90,11 +90,63 @@ impl TlsFiles {
 }
 
 /// The subject of the client certificate `connection`'s peer presented (verified by
-/// the handshake against `[tls] client_ca_file`), as a distinguished name in the
-/// order the certificate holds it (`C=DE, O=Example, CN=orders`); `None` without
-/// client certificates or for one that does not parse.
-pub fn certificate_subject(connection: &rustls::ServerConnection) -> Option<String> {
+/// the handshake against `[tls] client_ca_file`), read from the certificate's own
+/// RDNs and attributes (never re-parsed from text, so a value holding `,` or `+`
+/// stays one value); `None` without client certificates or for one that does not
+/// parse.
+pub fn certificate_subject(
+    connection: &rustls::ServerConnection,
+) -> Option<crate::auth::DistinguishedName> {
     let leaf = connection.peer_certificates()?.first()?;
     let (_, certificate) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
-    Some(certificate.subject().to_string())
+    Some(subject_of(certificate.subject()))
+}
+
+/// `name` as a [`crate::auth::DistinguishedName`]: each attribute's type as its
+/// dotted OID, its value as text when it is one of X.520's string types
+/// (UTF8String, PrintableString, IA5String, NumericString, BMPString,
+/// UniversalString), else as its bytes (which no configured subject matches).
+fn subject_of(name: &x509_parser::x509::X509Name<'_>) -> crate::auth::DistinguishedName {
+    use x509_parser::asn1_rs::Tag;
+    let rdns = name
+        .iter()
+        .map(|rdn| {
+            rdn.iter()
+                .map(|attribute| {
+                    let raw = attribute.attr_value();
+                    let value = match raw.tag() {
+                        Tag::BmpString => utf16(raw.data),
+                        Tag::UniversalString => utf32(raw.data),
+                        _ => attribute.as_str().ok().map(str::to_string),
+                    };
+                    let oid = attribute.attr_type().to_id_string();
+                    (oid, value.ok_or_else(|| raw.data.to_vec()))
+                })
+                .collect()
+        })
+        .collect();
+    crate::auth::DistinguishedName::from_rdns(rdns)
+}
+
+/// A BMPString's bytes (UTF-16, big-endian) as text.
+fn utf16(bytes: &[u8]) -> Option<String> {
+    if !bytes.len().is_multiple_of(2) {
+        return None;
+    }
+    let units: Vec<u16> = bytes
+        .chunks(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+        .collect();
+    String::from_utf16(&units).ok()
+}
+
+/// A UniversalString's bytes (UTF-32, big-endian) as text.
+fn utf32(bytes: &[u8]) -> Option<String> {
+    if !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    bytes
+        .chunks(4)
+        .map(|c| char::from_u32(u32::from_be_bytes([c[0], c[1], c[2], c[3]])))
+        .collect()
 }

@@ -400,8 +400,12 @@ async fn serve_http(
 /// Serves the requests of one connection from `peer` (its address reaches the
 /// handlers as [`axum::extract::ConnectInfo`], the subject of its verified client
 /// certificate, if any, as [`ws::ClientCertificate`]).
-async fn serve_one<S>(stream: S, peer: SocketAddr, subject: Option<String>, app: Router)
-where
+async fn serve_one<S>(
+    stream: S,
+    peer: SocketAddr,
+    subject: Option<crate::auth::DistinguishedName>,
+    app: Router,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
     use tower::ServiceExt;

@@ -44,7 +44,7 @@ pub const SUBPROTOCOLS: [&str; 3] = ["v12.stomp", "v11.stomp", "v10.stomp"];
 /// The subject of the verified client certificate of a `wss` connection (a request
 /// extension): its STOMP session may log in by it ([`crate::auth`]).
 #[derive(Debug, Clone)]
-pub struct ClientCertificate(pub String);
+pub struct ClientCertificate(pub crate::auth::DistinguishedName);
 
 /// `GET /stomp`: upgrades to a WebSocket carrying a STOMP session.
 pub(crate) async fn upgrade(

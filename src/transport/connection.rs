@@ -323,7 +323,7 @@ pub async fn serve_connection<S>(
     session_id: String,
     peer: std::net::SocketAddr,
     transport: super::connections::Transport,
-    certificate_subject: Option<String>,
+    certificate_subject: Option<crate::auth::DistinguishedName>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {

@@ -113,7 +113,7 @@ pub struct SessionConfig {
     /// The subject of the client certificate the connection presented over TLS (verified
     /// against `[tls] client_ca_file`): a user with that `certificate_subject` logs in
     /// without a passcode ([`Security::authenticate_certificate`]).
-    pub certificate_subject: Option<String>,
+    pub certificate_subject: Option<crate::auth::DistinguishedName>,
 }
 
 /// Why a connection ends.
@@ -628,7 +628,16 @@ impl Session {
         let security = Arc::clone(&self.config.security);
         let by_certificate = match &self.config.certificate_subject {
             Some(subject) if security.requires_login() => {
-                security.authenticate_certificate(subject, login.as_deref())
+                let user = security.authenticate_certificate(subject, login.as_deref());
+                if user.is_none() {
+                    tracing::info!(session = %self.session_id, peer = ?self.config.peer, %subject, "no user has this client certificate's subject");
+                    if login.is_none() {
+                        return refuse(format!(
+                            "authentication required: no user has the client certificate's subject ({subject}); give login and passcode"
+                        ));
+                    }
+                }
+                user
             }
             _ => None,
         };

@@ -30,6 +30,28 @@ pub struct Pki {
     pub key: PathBuf,
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
+    /// The CA's certificate and key, to sign more client certificates ([`Pki::client`]).
+    issuer: (rcgen::Certificate, KeyPair),
+}
+
+impl Pki {
+    /// A client certificate the CA signed with `subject` (one RDN per entry, in
+    /// order), written as `<file>.pem` and `<file>.key`: (certificate, key) paths.
+    pub fn client(&self, file: &str, subject: &[(DnType, &str)]) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        for (kind, value) in subject {
+            params.distinguished_name.push(kind.clone(), *value);
+        }
+        let cert = params
+            .signed_by(&key, &self.issuer.0, &self.issuer.1)
+            .unwrap();
+        let cert_path = self.dir.path().join(format!("{file}.pem"));
+        let key_path = self.dir.path().join(format!("{file}.key"));
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        (cert_path, key_path)
+    }
 }
 
 fn ca(name: &str) -> (rcgen::Certificate, KeyPair) {
@@ -70,6 +92,7 @@ pub fn pki() -> Pki {
         key: write("server.key", server_key.serialize_pem()),
         client_cert: write("client.pem", client.pem()),
         client_key: write("client.key", client_key.serialize_pem()),
+        issuer: (ca_cert, ca_key),
         dir,
     }
 }
@@ -265,7 +288,7 @@ async fn a_client_certificate_logs_in_as_its_user(t: TestStore) {
             User {
                 login: "billing-service".into(),
                 password_hash: String::new(),
-                certificate_subject: Some(subject.into()),
+                certificate_subject: Some(subject.parse().unwrap()),
                 groups: vec!["finance".into()],
             },
             User {
@@ -350,6 +373,138 @@ async fn a_client_certificate_logs_in_as_its_user(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// Hardening issue, point 11 (a security fault found by trying to break it): the
+/// subject is compared as the certificate's RDNs, never as text. A certificate
+/// whose one CN is `orders-service, O=Example` or `orders-service+O=Example` does
+/// not log in as the user of `CN=orders-service,O=Example` (over STOMP+TLS or
+/// `wss`), and its refusal names the subject it presented; a real comma in a value,
+/// escaped in the configuration, logs in; `emailAddress` matches.
+async fn a_crafted_common_name_passes_for_no_other_subject(t: TestStore) {
+    use ebb::auth::{Security, User};
+    let pki = pki();
+    let files = TlsFiles {
+        cert_file: pki.cert.clone(),
+        key_file: pki.key.clone(),
+        client_ca_file: Some(pki.ca.clone()),
+    };
+    let user = |login: &str, subject: &str| User {
+        login: login.into(),
+        password_hash: String::new(),
+        certificate_subject: Some(subject.parse().unwrap()),
+        groups: vec![],
+    };
+    let security = Arc::new(Security {
+        users: vec![
+            user("orders", "CN=orders-service,O=Example"),
+            user("acme", "CN=billing\\, Inc.,O=Acme"),
+            user("ops", "CN=ops,emailAddress=ops@example.com"),
+        ],
+        ..Security::default()
+    });
+    security.validate().unwrap();
+    let config = ConnectionConfig {
+        security: Arc::clone(&security),
+        ..ConnectionConfig::default()
+    };
+    let (b, addr) = tls_listener_with(&t, &files, config).await;
+    let name = ServerName::try_from("localhost").unwrap();
+    let connect_as = |(cert, key): (PathBuf, PathBuf)| {
+        let client = connector(&pki.ca, Some((&cert, &key)));
+        let name = name.clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut tls = client.connect(name, tcp).await.expect("handshake");
+            stomp_connect(&mut tls).await
+        }
+    };
+    let email = DnType::CustomDnType(vec![1, 2, 840, 113549, 1, 9, 1]);
+    let genuine = pki.client(
+        "genuine",
+        &[
+            (DnType::CommonName, "orders-service"),
+            (DnType::OrganizationName, "Example"),
+        ],
+    );
+    let answer = connect_as(genuine).await;
+    assert!(
+        answer.starts_with("CONNECTED\n"),
+        "the real subject logs in: {answer:?}"
+    );
+    for (file, cn, shown) in [
+        (
+            "comma",
+            "orders-service, O=Example",
+            "CN=orders-service\\, O=Example",
+        ),
+        (
+            "plus",
+            "orders-service+O=Example",
+            "CN=orders-service\\+O=Example",
+        ),
+        (
+            "tight",
+            "orders-service,O=Example",
+            "CN=orders-service\\,O=Example",
+        ),
+    ] {
+        let crafted = pki.client(file, &[(DnType::CommonName, cn)]);
+        let answer = connect_as(crafted).await;
+        assert!(
+            answer.starts_with("ERROR\n")
+                && answer.contains(&format!(
+                    "no user has the client certificate's subject ({shown})"
+                )),
+            "a CN of {cn:?} is one value, not two attributes: {answer:?}"
+        );
+    }
+    let comma = pki.client(
+        "acme",
+        &[
+            (DnType::CommonName, "billing, Inc."),
+            (DnType::OrganizationName, "Acme"),
+        ],
+    );
+    let answer = connect_as(comma).await;
+    assert!(
+        answer.starts_with("CONNECTED\n"),
+        "an escaped comma in the configuration matches a comma in the value: {answer:?}"
+    );
+    let ops = pki.client(
+        "ops",
+        &[(DnType::CommonName, "ops"), (email, "ops@example.com")],
+    );
+    let answer = connect_as(ops).await;
+    assert!(
+        answer.starts_with("CONNECTED\n"),
+        "emailAddress: {answer:?}"
+    );
+    b.shutdown().await.unwrap();
+
+    // The same over `wss`.
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let mut options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
+    options.tls = Some(files.acceptor(&[b"http/1.1"]).unwrap());
+    options.security = Arc::clone(&security);
+    options.stomp = Some(ConnectionConfig {
+        security,
+        ..ConnectionConfig::default()
+    });
+    let server = HttpServer::start(options, b.clone()).await.unwrap();
+    let (cert, key) = pki.client("wss", &[(DnType::CommonName, "orders-service, O=Example")]);
+    let first = stomp_connect_over_wss(
+        server.local_addr(),
+        &connector(&pki.ca, Some((&cert, &key))),
+    )
+    .await;
+    assert!(
+        first.starts_with("ERROR\n")
+            && first.contains("no user has the client certificate's subject"),
+        "{first:?}"
+    );
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
 /// A CONNECT without a login over `wss` to `addr`, by `client`; the text of the first
 /// frame back.
 async fn stomp_connect_over_wss(
@@ -398,7 +553,7 @@ async fn a_client_certificate_logs_in_over_wss(t: TestStore) {
         users: vec![User {
             login: "billing-service".into(),
             password_hash: String::new(),
-            certificate_subject: Some("CN=billing".into()),
+            certificate_subject: Some("CN=billing".parse().unwrap()),
             groups: vec![],
         }],
         ..Security::default()
@@ -427,6 +582,7 @@ on_every_backend!(
     #[actix_rt::test]
     a_client_certificate_logs_in_as_its_user,
     a_client_certificate_logs_in_over_wss,
+    a_crafted_common_name_passes_for_no_other_subject,
     stomp_over_tls_trusts_only_the_right_ca,
     client_certificates_are_required_with_a_client_ca,
     the_http_server_serves_https_and_wss,

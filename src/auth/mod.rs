@@ -15,6 +15,10 @@
 //! as ActiveMQ's certificate login module (`TextFileCertificateLoginModule`) maps a
 //! certificate's distinguished name to a user.
 
+mod subject;
+
+pub use subject::{CertificateAttribute, DistinguishedName};
+
 use crate::{DestinationKey, DestinationPattern};
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -47,11 +51,12 @@ pub struct User {
     #[serde(default)]
     pub password_hash: String,
     /// The subject of the client certificate that logs in as this user, as a
-    /// distinguished name (`CN=orders-service,O=Example`; RFC 4514 attribute names,
-    /// compared attribute by attribute in any order, spaces around `,` and `=` and
-    /// the case of attribute names ignored). `None` (the default): no certificate.
+    /// distinguished name in RFC 4514 text (`CN=orders-service,O=Example`; see
+    /// [`DistinguishedName`] for how names compare). A subject that is not a
+    /// distinguished name is refused when the configuration is read. `None` (the
+    /// default): no certificate.
     #[serde(default)]
-    pub certificate_subject: Option<String>,
+    pub certificate_subject: Option<DistinguishedName>,
     /// Groups it belongs to; authorization entries grant rights to groups.
     #[serde(default)]
     pub groups: Vec<String>,
@@ -158,25 +163,24 @@ impl Security {
     }
 
     /// The user whose [`User::certificate_subject`] is `subject` (a verified client
-    /// certificate's subject, as [`crate::tls::certificate_subject`] gives it), if any.
-    /// A `login` the client gave as well must name that user.
+    /// certificate's subject, as [`crate::tls::certificate_subject`] reads it from
+    /// the certificate's RDNs), if any. A `login` the client gave as well must name
+    /// that user.
     ///
     /// Returns `None` when no user has this subject (the connection may still log in
     /// with a passcode); `Some(Err)` when the login names another user.
     pub fn authenticate_certificate(
         &self,
-        subject: &str,
+        subject: &DistinguishedName,
         login: Option<&str>,
     ) -> Option<Result<Principal, String>> {
-        let wanted = distinguished_name(subject);
-        let user = self.users.iter().find(|u| {
-            u.certificate_subject
-                .as_deref()
-                .is_some_and(|s| distinguished_name(s) == wanted)
-        })?;
+        let user = self
+            .users
+            .iter()
+            .find(|u| u.certificate_subject.as_ref() == Some(subject))?;
         Some(match login {
             Some(login) if login != user.login => Err(format!(
-                "authentication failed: the client certificate logs in as {}, not as login {login}",
+                "authentication failed: the client certificate ({subject}) logs in as {}, not as login {login}",
                 user.login
             )),
             _ => Ok(Principal {
@@ -270,20 +274,34 @@ impl Security {
         }
     }
 
-    /// Checks every user's hash parses, so a typo stops the broker at start, and that
-    /// every user can log in somehow (a hash or a certificate subject).
+    /// Checks the users at start: every hash parses (a typo stops the broker, not a
+    /// login), every user can log in somehow (a hash or a certificate subject), and
+    /// no login or certificate subject is given twice (the second could never log
+    /// in, or would log in as the first).
     pub fn validate(&self) -> Result<(), String> {
-        for user in &self.users {
+        for (i, user) in self.users.iter().enumerate() {
+            let earlier = &self.users[..i];
+            if earlier.iter().any(|u| u.login == user.login) {
+                return Err(format!("user `{}` is configured twice", user.login));
+            }
             if let Some(subject) = &user.certificate_subject {
-                if distinguished_name(subject).is_empty() {
+                if let Some(other) = earlier
+                    .iter()
+                    .find(|u| u.certificate_subject.as_ref() == Some(subject))
+                {
                     return Err(format!(
-                        "user `{}`: certificate_subject `{subject}` is not a distinguished name (e.g. CN=orders,O=Example)",
-                        user.login
+                        "users `{}` and `{}` have the same certificate_subject ({subject}): a certificate logs in as one user",
+                        other.login, user.login
                     ));
                 }
                 if user.password_hash.is_empty() {
                     continue;
                 }
+            } else if user.password_hash.is_empty() {
+                return Err(format!(
+                    "user `{}` has neither a password_hash nor a certificate_subject, so it can never log in: give it a hash (`ebb passwd`) or a subject",
+                    user.login
+                ));
             }
             PasswordHash::new(&user.password_hash).map_err(|e| {
                 format!("user `{}`: password_hash is not an argon2 hash ({e}); make one with `ebb passwd`", user.login)
@@ -291,41 +309,6 @@ impl Security {
         }
         Ok(())
     }
-}
-
-/// A distinguished name as `(TYPE, value)` pairs, types upper-cased, spaces around
-/// `,` and `=` trimmed, sorted; empty when any part is not `TYPE=value`. An escaped
-/// comma (`\,`) stays inside its value.
-fn distinguished_name(text: &str) -> Vec<(String, String)> {
-    let mut parts = Vec::new();
-    let mut current = String::new();
-    let mut escaped = false;
-    for c in text.chars() {
-        match c {
-            ',' | '+' if !escaped => parts.push(std::mem::take(&mut current)),
-            '\\' if !escaped => {
-                escaped = true;
-                current.push(c);
-                continue;
-            }
-            _ => current.push(c),
-        }
-        escaped = false;
-    }
-    parts.push(current);
-    let mut pairs = Vec::new();
-    for part in parts {
-        let Some((kind, value)) = part.split_once('=') else {
-            return Vec::new();
-        };
-        let (kind, value) = (kind.trim(), value.trim());
-        if kind.is_empty() {
-            return Vec::new();
-        }
-        pairs.push((kind.to_ascii_uppercase(), value.to_string()));
-    }
-    pairs.sort();
-    pairs
 }
 
 /// A hash verified against for unknown logins (made once, on first use).
@@ -375,7 +358,7 @@ mod tests {
                 User {
                     login: "orders-service".into(),
                     password_hash: String::new(),
-                    certificate_subject: Some("CN=orders, O=Example\\, Inc., C=DE".into()),
+                    certificate_subject: Some(dn("CN=orders, O=Example\\, Inc., C=DE")),
                     groups: vec!["billing".into()],
                 },
             ],
@@ -447,30 +430,45 @@ mod tests {
             .is_ok());
     }
 
+    fn dn(text: &str) -> DistinguishedName {
+        text.parse().unwrap()
+    }
+
     #[test]
     fn a_certificate_subject_names_its_user() {
         let s = security();
         assert!(s.validate().is_ok());
         // Any order, spaces and the case of attribute names do not matter.
         let user = s
-            .authenticate_certificate("c=DE,CN = orders,O=Example\\, Inc.", None)
+            .authenticate_certificate(&dn("c=DE,CN = orders,O=Example\\, Inc."), None)
             .expect("a user has this subject")
             .unwrap();
         assert_eq!(user.login, "orders-service");
         assert_eq!(user.groups, vec!["billing".to_string()]);
-        let same =
-            s.authenticate_certificate("CN=orders,O=Example\\, Inc.,C=DE", Some("orders-service"));
+        let subject = dn("CN=orders,O=Example\\, Inc.,C=DE");
+        let same = s.authenticate_certificate(&subject, Some("orders-service"));
         assert_eq!(same, Some(Ok(user)));
         let other = s
-            .authenticate_certificate("CN=orders,O=Example\\, Inc.,C=DE", Some("alice"))
+            .authenticate_certificate(&subject, Some("alice"))
             .unwrap()
             .unwrap_err();
-        assert!(other.contains("not as login alice"), "{other}");
+        assert!(
+            other.contains(
+                "(CN=orders,O=Example\\, Inc.,C=DE) logs in as orders-service, not as login alice"
+            ),
+            "{other}"
+        );
         // A value differs (its case counts), or an attribute is missing: no user.
         assert!(s
-            .authenticate_certificate("CN=Orders,O=Example\\, Inc.,C=DE", None)
+            .authenticate_certificate(&dn("CN=Orders,O=Example\\, Inc.,C=DE"), None)
             .is_none());
-        assert!(s.authenticate_certificate("CN=orders,C=DE", None).is_none());
+        assert!(s
+            .authenticate_certificate(&dn("CN=orders,C=DE"), None)
+            .is_none());
+        // The comma inside `Example, Inc.` belongs to O: split, it is another name.
+        assert!(s
+            .authenticate_certificate(&dn("CN=orders,O=Example,O=Inc.,C=DE"), None)
+            .is_none());
         // Nobody logs in as a certificate-only user with a passcode.
         assert!(s.authenticate(Some("orders-service"), Some("")).is_err());
     }
@@ -482,15 +480,34 @@ mod tests {
         assert!(s.validate().unwrap_err().contains("bob"));
         let mut s = security();
         s.users[1].password_hash = String::new();
+        let e = s.validate().unwrap_err();
         assert!(
-            s.validate().unwrap_err().contains("bob"),
-            "no way to log in"
+            e.contains("user `bob` has neither a password_hash nor a certificate_subject"),
+            "no way to log in: {e}"
         );
         let mut s = security();
-        s.users[2].certificate_subject = Some("orders".into());
-        assert!(s
-            .validate()
+        s.users.push(s.users[0].clone());
+        assert_eq!(
+            s.validate().unwrap_err(),
+            "user `alice` is configured twice"
+        );
+        let mut s = security();
+        s.users[1].certificate_subject = Some(dn("C=DE,O=Example\\, Inc.,CN=orders"));
+        let e = s.validate().unwrap_err();
+        assert!(
+            e.contains("users `bob` and `orders-service` have the same certificate_subject"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_subject_that_is_not_a_distinguished_name_stops_the_configuration() {
+        let e = toml::from_str::<User>("login = \"x\"\ncertificate_subject = \"/CN=x/O=y\"\n")
             .unwrap_err()
-            .contains("not a distinguished name"));
+            .to_string();
+        assert!(e.contains("`/CN` is not an attribute type"), "{e}");
+        let user: User =
+            toml::from_str("login = \"x\"\ncertificate_subject = \"CN=x\\\\, y\"\n").unwrap();
+        assert_eq!(user.certificate_subject, Some(dn("CN=x\\, y")));
     }
 }
