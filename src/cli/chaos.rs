@@ -863,15 +863,32 @@ fn chosen_faults(
     if chosen.is_empty() {
         return Ok(possible.to_vec());
     }
+    let every = fault_kinds(true, true);
     chosen
         .iter()
         .map(|name| {
-            possible.iter().copied().find(|k| k == name).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "--faults: `{name}` cannot be injected in this run; it can inject {}",
+            let name = name.trim();
+            if name.is_empty() {
+                anyhow::bail!(
+                    "--faults: an empty fault name (a stray comma?); name faults among {}",
                     possible.join(", ")
-                )
-            })
+                );
+            }
+            if let Some(kind) = possible.iter().copied().find(|k| *k == name) {
+                return Ok(kind);
+            }
+            let why = match every.iter().find(|k| **k == name) {
+                None => format!("`{name}` is not a fault"),
+                Some(&"db-restart") if postgres => {
+                    "`db-restart` needs --restart-postgres (the command that restarts the server)"
+                        .to_string()
+                }
+                Some(_) => format!("`{name}` needs a PostgreSQL store (--store postgres://...)"),
+            };
+            Err(anyhow::anyhow!(
+                "--faults: {why}; this run can inject {}",
+                possible.join(", ")
+            ))
         })
         .collect()
 }
@@ -1795,7 +1812,20 @@ mod tests {
             ["kill"]
         );
         let e = chosen_faults(&names(&["db-cut"]), false, false).unwrap_err();
-        assert!(e.to_string().contains("`db-cut` cannot be injected"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "--faults: `db-cut` needs a PostgreSQL store (--store postgres://...); this run can inject kill, stalled-consumer"
+        );
+        let e = chosen_faults(&names(&["db-restart"]), true, false).unwrap_err();
+        assert!(e.to_string().contains("needs --restart-postgres"), "{e}");
+        let e = chosen_faults(&names(&["kil"]), true, true).unwrap_err();
+        assert!(e.to_string().starts_with("--faults: `kil` is not a fault; this run can inject kill, stalled-consumer, db-cut"), "{e}");
+        let e = chosen_faults(&names(&["kill", ""]), false, false).unwrap_err();
+        assert!(e.to_string().contains("an empty fault name"), "{e}");
+        assert_eq!(
+            chosen_faults(&names(&[" kill"]), false, false).unwrap(),
+            ["kill"]
+        );
         assert_eq!(
             chosen_faults(&names(&["db-cut", "kill"]), true, false).unwrap(),
             ["db-cut", "kill"]
