@@ -1504,15 +1504,50 @@ impl Handler<CloseConsumers> for QueueActor {
     fn handle(&mut self, _: CloseConsumers, ctx: &mut Context<Self>) -> Self::Result {
         self.closing = true;
         // Their senders go: each stream ends after what it holds. What they had in
-        // flight stays stored (a non-persistent message ends with the broker).
+        // flight stays stored (a non-persistent message ends with the broker). A
+        // delivery the shutdown ends after the application had it failed, as one a
+        // disconnect ends ([`QueueActor::detach`]): its count is stored now, before
+        // the store closes, so the next start delivers it marked redelivered (it may
+        // have been processed). What was only prefetched is not counted. The
+        // consumers go: one that ends after this gives nothing back to write.
+        let mut in_flight: Vec<(i64, u32)> = Vec::new();
         for (id, consumer) in std::mem::take(&mut self.consumers) {
             self.selective -= usize::from(consumer.selector.is_some());
             self.groups.release(id);
+            let handed_up_to = handed_up_to(&consumer.handed);
+            for (delivery_id, place) in consumer.in_flight {
+                let Some(delivered) = self.delivered.remove(&place) else {
+                    continue;
+                };
+                if let (true, false, Some(row)) = (
+                    delivery_id <= handed_up_to,
+                    delivered.replaced,
+                    delivered.entry.message.id,
+                ) {
+                    in_flight.push((row, delivered.entry.failed_deliveries + 1));
+                }
+            }
         }
         let committed = self.acks.add([]);
         self.write_acks(ctx);
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
         Box::pin(async move {
             let _ = committed.await;
+            if in_flight.is_empty() {
+                return;
+            }
+            let writes = in_flight
+                .iter()
+                .map(|&(id, count)| store.redelivered(container.clone(), id, count));
+            let results = futures::future::join_all(writes).await;
+            let failed = results.iter().filter(|r| r.is_err()).count();
+            if failed > 0 {
+                tracing::warn!(queue = %container, failed, of = in_flight.len(),
+                    "cannot store the redelivery counts of messages in flight at shutdown; the next start counts them from their stored counts");
+            } else {
+                tracing::info!(queue = %container, messages = in_flight.len(),
+                    "messages in flight at shutdown are stored as redelivered");
+            }
         })
     }
 }

@@ -125,6 +125,65 @@ async fn backlog_pages_from_the_store_in_order(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A delivery that a graceful shutdown ends without an ack counts as failed, as one
+/// a disconnect ends: the count is stored before the store closes, so after the
+/// restart the message comes marked redelivered (its consumer may have processed
+/// it); one only prefetched is not counted; a consumer that ends after the
+/// shutdown writes nothing more.
+async fn messages_in_flight_at_shutdown_come_back_redelivered(t: TestStore) {
+    let client = || {
+        SubscribeOptions::non_durable()
+            .ack(AckMode::Client)
+            .prefetch(10)
+    };
+    let b = broker_with(
+        &t,
+        vec![("queue://>", queue_policy())],
+        UsageConfig::default(),
+    )
+    .await;
+    for body in ["a", "b", "c"] {
+        b.send("queue://inflight", Message::new(body))
+            .await
+            .unwrap();
+    }
+    let mut sub = b.subscribe("queue://inflight", client()).await.unwrap();
+    let first = next(&mut sub).await;
+    assert!(!first.redelivered());
+    sub.ack(&first).await.unwrap();
+    for expected in ["b", "c"] {
+        assert_eq!(body(&next(&mut sub).await), expected);
+    }
+    b.shutdown().await.unwrap();
+    drop(sub);
+
+    let b = broker_with(
+        &t,
+        vec![("queue://>", queue_policy())],
+        UsageConfig::default(),
+    )
+    .await;
+    let rows = b.browse("queue://inflight", 0, 10).await.unwrap();
+    assert_eq!(
+        rows.iter().map(|m| m.redeliveries).collect::<Vec<_>>(),
+        [1, 1],
+        "the acked message is gone; the two in flight failed once"
+    );
+    let mut sub = b.subscribe("queue://inflight", client()).await.unwrap();
+    for expected in ["b", "c"] {
+        let m = next(&mut sub).await;
+        assert_eq!(body(&m), expected);
+        assert!(
+            m.redelivered(),
+            "{expected} was delivered before the restart"
+        );
+        sub.ack(&m).await.unwrap();
+    }
+    wait_rows(&b, "queue://inflight", 0).await;
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
 /// A queue message's failed deliveries are stored: after a restart (or a failover:
 /// the standby starts from the store the same way) it is delivered marked
 /// redelivered and goes on counting, so the failure that passes
@@ -397,6 +456,7 @@ on_every_backend!(
     backlog_pages_from_the_store_in_order,
     failed_deliveries_end_in_the_dead_letter_queue,
     redelivery_counts_survive_a_restart,
+    messages_in_flight_at_shutdown_come_back_redelivered,
     expiry_finds_messages_behind_the_head,
     expiry_drains_a_queue_larger_than_its_memory,
     expired_messages_can_go_to_the_dead_letter_queue,
