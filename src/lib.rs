@@ -9,19 +9,19 @@
 //! ## Map of Ebb
 //!
 //! Three crates, layered one way: `ebb` → `ebb-actors` → `ebb-store`. The store knows
-//! nothing of actors, the actors nothing of STOMP, and the transport knows only
-//! [`Broker`].
+//! nothing of actors, the actors nothing of STOMP, and a protocol (STOMP) knows only
+//! [`Broker`] and the protocol-neutral [`transport`].
 //!
 //! | layer | where | what |
 //! |---|---|---|
 //! | store | [`ebb_store`] (`store/`) | the schema, every SQL statement, the async store API; each read bounded in SQL |
 //! | actors | [`ebb_actors`] (`actors/`) | the registry, one actor per destination over a shared destination core, the store actor (the only writer), memory usage |
 //! | embedding API | [`broker`] | [`Broker`]: send, subscribe, ack, transactions, browse, stats, shutdown |
-//! | wire codec | [`stomp`] | STOMP frames and their codec; no broker types |
-//! | transport | [`transport`] | STOMP over TCP: a typed [`transport::command`] parsed from each frame, a [`transport::session`] that applies commands to [`Broker`], and the socket loop ([`transport::connection`]) |
+//! | transport | [`transport`] | what every protocol shares, naming none: the [`transport::Protocol`] seam, the TCP/TLS listener, connection caps, the registry of open connections, client-id claims |
+//! | STOMP | [`stomp`] | one protocol, whole: frames and their codec (no broker types), a typed [`stomp::command`] parsed from each frame, a [`stomp::session`] that applies commands to [`Broker`], the socket loop ([`stomp::connection`]) |
 //! | configuration | [`config`], [`auth`], [`login_guard`] | the TOML file, users and rights by destination pattern, refused logins per client address (every protocol) |
 //! | operators' views | [`stats`], [`metrics`], [`process`], [`admin`] | snapshots ([`Broker::stats`]), Prometheus metrics (the recorder behind the `prometheus` feature), the process's memory, the admin calls (destinations and durable subscriptions in bounded pages, a store ping) |
-//! | HTTP | `http` (feature `http`, part of `cli`) | one axum server: `/metrics`, `/healthz`, `/readyz`, the JSON admin API over [`admin`] and [`Broker`], the web console (a static page over that API), STOMP over WebSocket through the same [`transport::connection`] as TCP |
+//! | HTTP | `http` (feature `http`, part of `cli`) | one axum server: `/metrics`, `/healthz`, `/readyz`, the JSON admin API over [`admin`] and [`Broker`], the web console (a static page over that API), STOMP over WebSocket through the same [`stomp::connection`] as TCP |
 //! | TLS | `tls` (feature `tls`, part of `cli`) | rustls acceptors from PEM files: STOMP over TLS (a second listener) and `https`/`wss` |
 //! | tools | `cli` | the `ebb` binary's commands (`serve`, `stat`, `soak`, `passwd`, `check`), behind the default `cli` feature; nothing outside it imports from it |
 //!
@@ -99,7 +99,7 @@
 //! ## What a consumer receives: honoured or refused, never ignored
 //!
 //! A header or option that changes what a client receives is either honoured or
-//! refused with an error ([`transport::command`] lists the refused ones); an ignored
+//! refused with an error ([`stomp::command`] lists the refused ones); an ignored
 //! `browser:true` elsewhere consumed a whole queue. Honoured:
 //! - **Selectors** ([`actors::selector`], JMS SQL-92) on queues and topics, durable or
 //!   not. A queue never lets messages no consumer takes hide the ones a selector wants
@@ -166,7 +166,7 @@
 //! producer that awaits each first step before the next gets its messages stored and
 //! delivered in the order sent, while their commits overlap and share the store
 //! actor's group commit. A STOMP connection works so
-//! ([`transport::connection`]): SENDs, ACKs and NACKs go on without waiting for their
+//! ([`stomp::connection`]): SENDs, ACKs and NACKs go on without waiting for their
 //! commits, up to a window of frames and bytes; each RECEIPT goes out in frame order,
 //! after its frame and every frame before it are done; SUBSCRIBE, UNSUBSCRIBE,
 //! COMMIT, ABORT and DISCONNECT wait for the frames before them; a failed frame gets

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ebb::transport::connection::ConnectionConfig;
+use ebb::stomp::connection::{ConnectionConfig, Stomp};
 use ebb::{Broker, BrokerConfig};
 use ebb_store::{StatsSnapshot, StoreOptions};
 
@@ -107,8 +107,7 @@ impl EbbRun {
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let accept = actix_rt::spawn(ebb::transport::listener::run(
             listener,
-            self.broker.clone(),
-            ConnectionConfig::default(),
+            Stomp::new(self.broker.clone(), ConnectionConfig::default()),
             stop_rx,
         ));
         Ok(Listener { addr, stop, accept })

@@ -11,7 +11,7 @@ use crate::{redact_url, StoreOptions};
 
 use super::{DEFAULT_STOMP, DEFAULT_STORE};
 use crate::config::{ByteSize, FileConfig};
-use crate::transport::connection::ConnectionConfig;
+use crate::stomp::connection::{ConnectionConfig, Stomp};
 
 /// The `ebb serve` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -348,7 +348,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             })?
     };
     let abandoned = broker
-        .rollback_abandoned(crate::transport::connection::XID_PREFIX)
+        .rollback_abandoned(crate::stomp::connection::XID_PREFIX)
         .await?;
     if abandoned > 0 {
         tracing::info!(
@@ -407,16 +407,14 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         (Some(ssl), Some(acceptor)) => Some(actix_rt::spawn(crate::transport::listener::run_tls(
             ssl,
             acceptor,
-            broker.clone(),
-            connection.clone(),
+            Stomp::new(broker.clone(), connection.clone()),
             stop_rx.clone(),
         ))),
         _ => None,
     };
     let accept = actix_rt::spawn(crate::transport::listener::run(
         listener,
-        broker.clone(),
-        connection,
+        Stomp::new(broker.clone(), connection),
         stop_rx,
     ));
     readiness.set_listening(true);

@@ -43,7 +43,7 @@ use crate::admin::{
 };
 use crate::auth::{Principal, Right};
 use crate::broker::{BrowsedMessage, MAX_BROWSE_PAGE};
-use crate::transport::command::RESERVED;
+use crate::stomp::command::RESERVED;
 use crate::{DestinationKey, DestinationKind, Error, Message};
 
 /// Bytes of a body a message listing shows without `body=full` (as text, cut at a

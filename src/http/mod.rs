@@ -55,7 +55,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 
 use crate::auth::Security;
-use crate::transport::connection::ConnectionConfig;
+use crate::stomp::connection::ConnectionConfig;
 use crate::transport::connections::Connections;
 use crate::{Broker, Error};
 
@@ -346,7 +346,7 @@ async fn serve_http(
     limits: (usize, usize),
     mut stop: watch::Receiver<bool>,
 ) {
-    let slots = crate::transport::connection::Slots::default();
+    let slots = crate::stomp::connection::Slots::default();
     let (mut last_logged, mut unlogged) = (None::<std::time::Instant>, 0u64);
     loop {
         let (stream, peer) = tokio::select! {

@@ -1,7 +1,7 @@
 //! STOMP over WebSocket at `/stomp` (ActiveMQ's `ws://` transport, RabbitMQ's
-//! Web-STOMP): the same STOMP session as over TCP
-//! ([`crate::transport::connection::serve_connection`]), on a byte stream adapted
-//! from the WebSocket.
+//! Web-STOMP): the same STOMP [`Protocol`] as over TCP
+//! ([`crate::stomp::connection::Stomp`]), on a byte stream adapted from the
+//! WebSocket.
 //!
 //! **The adapter.** The WebSocket and the session are joined by an in-memory pipe
 //! ([`tokio::io::duplex`], [`PIPE_BYTES`] each way): each text or binary message's
@@ -13,7 +13,7 @@
 //! a client that does not read stops the session's writes, as a full TCP window does.
 //!
 //! **Limits and login** are those of the TCP listener: the connection takes a slot of
-//! the shared [`crate::transport::connection::Slots`] (a refused one gets an ERROR
+//! the shared [`crate::stomp::connection::Slots`] (a refused one gets an ERROR
 //! frame, then a close), CONNECT authenticates, and frame limits, heart-beats and
 //! stall timeouts apply unchanged. Before its session first answers, a WebSocket
 //! reads at most [`PRE_CONNECT_BUDGET`] bytes from its socket (then it waits for the
@@ -32,8 +32,10 @@ use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::AppState;
-use crate::transport::connection::{next_session_id, serve_connection};
+use crate::stomp::connection::Stomp;
+use crate::transport::caps::next_session_id;
 use crate::transport::connections::Transport;
+use crate::transport::{Accepted, Protocol};
 
 /// Bytes the pipe between a WebSocket and its STOMP session buffers each way.
 pub const PIPE_BYTES: usize = 64 << 10;
@@ -115,17 +117,15 @@ pub(crate) async fn upgrade(
             let session_broker = broker.clone();
             broker.spawn_on_system(move || {
                 actix_rt::spawn(async move {
-                    let subject = certificate.map(|axum::Extension(c)| c.0);
-                    serve_connection(
-                        session_end,
-                        session_broker,
-                        config,
-                        id,
+                    let connection = Accepted {
+                        session_id: id,
                         peer,
-                        Transport::Ws,
-                        subject,
-                    )
-                    .await;
+                        transport: Transport::Ws,
+                        certificate_subject: certificate.map(|axum::Extension(c)| c.0),
+                    };
+                    Stomp::new(session_broker, config)
+                        .serve(session_end, connection)
+                        .await;
                 });
             });
             bridge(socket, socket_end, stall, meter).await;
@@ -256,7 +256,7 @@ async fn bridge(
 /// before logging in (hardening issue, point 7: a whole message of up to ~10 MiB was
 /// buffered for 30 s).
 pub const PRE_CONNECT_BUDGET: u64 =
-    2 * crate::transport::connection::PRE_CONNECT_MAX_FRAME as u64 + (4 << 10);
+    2 * crate::stomp::connection::PRE_CONNECT_MAX_FRAME as u64 + (4 << 10);
 
 /// What one HTTP connection has read since it became a STOMP WebSocket and before its
 /// session answered ([`PRE_CONNECT_BUDGET`]). Every connection of the HTTP server

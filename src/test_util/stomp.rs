@@ -14,8 +14,8 @@ use super::{broker, TestStore, PATIENCE, QUIET};
 use crate::auth::Security;
 use crate::stomp::client::{ClientError, StompClient};
 use crate::stomp::codec::Limits;
+use crate::stomp::connection::ConnectionConfig;
 use crate::stomp::frame::{Command, Frame};
-use crate::transport::connection::ConnectionConfig;
 
 /// A STOMP listener (the one `ebb serve` runs) in this process, on `127.0.0.1` and an
 /// ephemeral port, in front of `broker`.
@@ -156,8 +156,7 @@ pub async fn serve_with(broker: crate::Broker, config: ConnectionConfig) -> Serv
     };
     actix_rt::spawn(crate::transport::listener::run(
         listener,
-        broker.clone(),
-        config,
+        crate::stomp::connection::Stomp::new(broker.clone(), config),
         stop_rx,
     ));
     Server {

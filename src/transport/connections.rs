@@ -21,9 +21,9 @@ use tokio::sync::oneshot;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
-    /// STOMP over TCP.
+    /// A TCP connection (with or without TLS).
     Tcp,
-    /// STOMP over WebSocket (`/stomp` on the HTTP server).
+    /// A WebSocket of the HTTP server (STOMP's `/stomp`).
     Ws,
 }
 
@@ -54,7 +54,7 @@ struct Entry {
 }
 
 /// The registry; clones share it (every listener of a broker is given the same one
-/// through [`crate::transport::connection::ConnectionConfig::connections`]).
+/// through its protocol's configuration, e.g. STOMP's `ConnectionConfig::connections`).
 #[derive(Clone, Default)]
 pub struct Connections(Arc<Mutex<BTreeMap<String, Entry>>>);
 

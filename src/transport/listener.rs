@@ -1,42 +1,38 @@
-//! The STOMP listener: accepts connections (TCP_NODELAY on each) and serves each in a
-//! task of its own until shutdown is signalled. It holds the connection limits: at most
-//! [`ConnectionConfig::max_connections`] at once, and
-//! [`ConnectionConfig::max_connections_per_address`] from one IP address; a connection
-//! over either gets an ERROR frame naming the limit and is closed before it is read.
+//! The listener, for any [`Protocol`]: accepts connections (TCP_NODELAY on each) and
+//! serves each in a task of its own until shutdown is signalled. It holds the
+//! connection caps: a connection over the protocol's limits
+//! ([`Protocol::take_slot`]: `max_connections` at once, `max_connections_per_address`
+//! from one IP address) gets the protocol's refusal naming the limit (STOMP: an
+//! ERROR frame) and is closed before it is read.
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::caps::next_session_id;
-use super::connection::{serve_connection, ConnectionConfig};
-use crate::broker::Broker;
+use super::connections::Transport;
+use super::{Accepted, Protocol};
 
-/// Accepts connections on `listener` until `stop` turns true; then stops accepting and
-/// returns (open connections are ended by the broker's shutdown: their writes fail).
-pub async fn run(
-    listener: TcpListener,
-    broker: Broker,
-    config: ConnectionConfig,
-    stop: watch::Receiver<bool>,
-) {
-    accept(listener, broker, config, stop, None).await
+/// Accepts connections on `listener` for `protocol` until `stop` turns true; then
+/// stops accepting and returns (open connections are ended by the broker's
+/// shutdown: their writes fail).
+pub async fn run<P: Protocol>(listener: TcpListener, protocol: P, stop: watch::Receiver<bool>) {
+    accept(listener, protocol, stop, None).await
 }
 
-/// [`run`] for STOMP over TLS (ActiveMQ's `stomp+ssl`): each accepted connection's
-/// TLS handshake must end within [`crate::tls::HANDSHAKE_TIMEOUT`]; one that fails (a
+/// [`run`] over TLS (ActiveMQ's `stomp+ssl`): each accepted connection's TLS
+/// handshake must end within [`crate::tls::HANDSHAKE_TIMEOUT`]; one that fails (a
 /// client that does not trust the certificate, or presents none when client
 /// certificates are required) is logged and dropped. The connection limits count it
 /// from its accept, before the handshake.
 #[cfg(feature = "tls")]
-pub async fn run_tls(
+pub async fn run_tls<P: Protocol>(
     listener: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
-    broker: Broker,
-    config: ConnectionConfig,
+    protocol: P,
     stop: watch::Receiver<bool>,
 ) {
-    accept(listener, broker, config, stop, Some(acceptor)).await
+    accept(listener, protocol, stop, Some(acceptor)).await
 }
 
 #[cfg(feature = "tls")]
@@ -44,10 +40,9 @@ type Acceptor = tokio_rustls::TlsAcceptor;
 #[cfg(not(feature = "tls"))]
 type Acceptor = std::convert::Infallible;
 
-async fn accept(
+async fn accept<P: Protocol>(
     listener: TcpListener,
-    broker: Broker,
-    config: ConnectionConfig,
+    protocol: P,
     mut stop: watch::Receiver<bool>,
     tls: Option<Acceptor>,
 ) {
@@ -58,19 +53,19 @@ async fn accept(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((mut stream, peer)) => {
-                    let slot = match config.take_slot(peer.ip()) {
+                    let slot = match protocol.take_slot(peer.ip()) {
                         Ok(slot) => slot,
                         Err(refusal) => {
                             if last_logged.is_none_or(|at| at.elapsed().as_secs() >= 1) {
-                                tracing::warn!(%peer, not_logged = unlogged, "refused connection: {refusal}");
+                                tracing::warn!(protocol = P::NAME, %peer, not_logged = unlogged, "refused connection: {refusal}");
                                 (last_logged, unlogged) = (Some(std::time::Instant::now()), 0);
                             } else {
                                 unlogged += 1;
                             }
                             // Told why, briefly: a client that does not read is dropped.
-                            let frame = format!("ERROR\nmessage:{refusal}\n\n\0");
+                            let answer = protocol.refusal(&refusal);
                             actix_rt::spawn(async move {
-                                let write = stream.write_all(frame.as_bytes());
+                                let write = stream.write_all(&answer);
                                 let _ = tokio::time::timeout(REFUSAL_WRITE, write).await;
                             });
                             continue;
@@ -80,14 +75,20 @@ async fn accept(
                         tracing::info!(%peer, error = %e, "refused connection: cannot set TCP_NODELAY");
                         continue;
                     }
-                    let id = next_session_id();
-                    tracing::debug!(%peer, session = %id, "connection accepted");
-                    let (broker, config) = (broker.clone(), config.clone());
-                    let transport = super::connections::Transport::Tcp;
+                    let session_id = next_session_id();
+                    tracing::debug!(protocol = P::NAME, %peer, session = %session_id, "connection accepted");
+                    #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+                    let mut connection = Accepted {
+                        session_id,
+                        peer,
+                        transport: Transport::Tcp,
+                        certificate_subject: None,
+                    };
+                    let protocol = protocol.clone();
                     match &tls {
                         None => {
                             actix_rt::spawn(async move {
-                                serve_connection(stream, broker, config, id, peer, transport, None).await;
+                                protocol.serve(stream, connection).await;
                                 drop(slot);
                             });
                         }
@@ -97,8 +98,8 @@ async fn accept(
                             actix_rt::spawn(async move {
                                 match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, handshake).await {
                                     Ok(Ok(stream)) => {
-                                        let subject = crate::tls::certificate_subject(stream.get_ref().1);
-                                        serve_connection(stream, broker, config, id, peer, transport, subject).await;
+                                        connection.certificate_subject = crate::tls::certificate_subject(stream.get_ref().1);
+                                        protocol.serve(stream, connection).await;
                                     }
                                     Ok(Err(e)) => tracing::info!(%peer, error = %e, "TLS handshake failed"),
                                     Err(_) => tracing::info!(%peer, "TLS handshake timed out"),

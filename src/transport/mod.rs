@@ -1,24 +1,61 @@
-//! STOMP over TCP (and TLS): the listener and one task per connection. STOMP over
-//! WebSocket (the HTTP server's `/stomp`) runs the same [`connection::serve_connection`]
-//! on a byte stream adapted from the WebSocket, with the same limits ([`connection::Slots`])
-//! and the same registry of open connections ([`connections`]).
+//! What every protocol's connections share, knowing no protocol: the listener that
+//! accepts TCP (and TLS) connections and hands each to a [`Protocol`]
+//! ([`listener`]), the connection caps ([`caps`]), the registry of open connections
+//! operators list and close ([`connections`]), and the client ids connected now
+//! ([`client_ids`]).
 //!
-//! A connection is three layers, each usable without the one above it:
-//! - [`command`]: a client frame parsed into a typed [`command::Command`] (headers
-//!   checked, the destination a key); it knows no connection.
-//! - [`session`]: applies commands to the [`Broker`](crate::broker::Broker) and owns what one
-//!   connection holds there (subscriptions, pending acks, transactions); it knows no
-//!   socket.
-//! - [`connection`]: the socket loop (read, deliver, heart-beat, write, timeouts,
-//!   producer flow control).
+//! A protocol is one folder that implements [`Protocol`]: STOMP is `src/stomp/`
+//! (its wire codec, a typed command per frame, a session over the embedding API and
+//! the connection loop). Another protocol (MQTT) is another folder and one line
+//! where the server starts its listeners; nothing here changes.
 //!
-//! The transport speaks to the broker through the embedding API ([`crate::broker`])
-//! only; `tests/layering.rs` checks that no file here names the store or actor crates.
+//! `tests/it/layering.rs` checks that no file here names a protocol, the store or
+//! the actor crates.
 
 pub mod caps;
 pub mod client_ids;
-pub mod command;
-pub mod connection;
 pub mod connections;
 pub mod listener;
-pub mod session;
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// A connection a listener accepted (and, over TLS, whose handshake ended), as its
+/// protocol gets it.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    /// Its session id ([`caps::next_session_id`]): how logs, the registry and
+    /// operators name it.
+    pub session_id: String,
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// TCP or WebSocket.
+    pub transport: connections::Transport,
+    /// The subject of the client certificate it presented over TLS, verified against
+    /// `[tls] client_ca_file` (`None` without one).
+    pub certificate_subject: Option<crate::auth::DistinguishedName>,
+}
+
+/// A protocol served on the connections of a [`listener`]: what the listener needs
+/// to know of it. Clones share its state (the broker, the caps' counts).
+pub trait Protocol: Clone + 'static {
+    /// The protocol's name in logs (`STOMP`).
+    const NAME: &'static str;
+
+    /// A place for a connection from `address` under the protocol's caps
+    /// ([`caps::Slots`]), or why there is none (naming the limit by its
+    /// configuration key). Taken before a byte is read; the connection holds it
+    /// until it ends.
+    fn take_slot(&self, address: IpAddr) -> Result<caps::Slot, String>;
+
+    /// The bytes that tell a client refused for `reason` why (STOMP: an ERROR frame),
+    /// written before its connection is closed.
+    fn refusal(&self, reason: &str) -> Vec<u8>;
+
+    /// Serves `connection` over `io` until it ends.
+    fn serve<S>(&self, io: S, connection: Accepted) -> impl Future<Output = ()> + 'static
+    where
+        S: AsyncRead + AsyncWrite + Unpin + 'static;
+}

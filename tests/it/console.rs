@@ -21,9 +21,9 @@ use tokio::io::AsyncBufReadExt;
 use tokio_tungstenite::tungstenite::Message as Ws;
 
 use ebb::http::{HttpOptions, HttpServer};
+use ebb::stomp::connection::ConnectionConfig;
 use ebb::test_util::stomp::{serve_with, Client};
 use ebb::test_util::*;
-use ebb::transport::connection::ConnectionConfig;
 use ebb::{Message, SubscribeOptions};
 
 type Socket =

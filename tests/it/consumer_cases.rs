@@ -285,7 +285,7 @@ async fn conn_10_a_client_id_is_connected_once(t: TestStore) {
 /// (an ERROR says why) and takes over its durable subscription at once.
 async fn conn_10_link_stealing_closes_the_older_connection(t: TestStore) {
     let broker = broker(&t, policy(0, 400), 2).await;
-    let config = ebb::transport::connection::ConnectionConfig {
+    let config = ebb::stomp::connection::ConnectionConfig {
         allow_link_stealing: true,
         ..Default::default()
     };

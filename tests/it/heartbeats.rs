@@ -5,10 +5,10 @@
 
 use std::time::{Duration, Instant};
 
+use ebb::stomp::connection::ConnectionConfig;
 use ebb::stomp::frame::Command;
 use ebb::test_util::stomp::*;
 use ebb::test_util::*;
-use ebb::transport::connection::ConnectionConfig;
 
 /// The server offers to beat every `BEAT_MS`.
 const BEAT_MS: u64 = 2_000;

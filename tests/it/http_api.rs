@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use ebb::auth::{hash_password, Security, User};
 use ebb::http::{HttpOptions, HttpServer};
+use ebb::stomp::connection::ConnectionConfig;
 use ebb::test_util::stomp::{receipt, serve_with, Client};
 use ebb::test_util::*;
-use ebb::transport::connection::ConnectionConfig;
 use ebb::{Message, SubscribeOptions};
 use serde_json::Value;
 

@@ -1,23 +1,31 @@
-//! The STOMP transport is a client of the embedding API: no file under `src/transport`
-//! names the store crate (`ebb_store`) or the actor crate (`ebb_actors`), directly or
-//! through this crate's re-exports of them (`crate::store`, `crate::actors`), and every
-//! `crate::` path there starts at a module or item the transport may use:
+//! STOMP (`src/stomp/`) is a client of the embedding API: no file there names the
+//! store crate (`ebb_store`) or the actor crate (`ebb_actors`), directly or through
+//! this crate's re-exports of them (`crate::store`, `crate::actors`), and every
+//! `crate::` path there starts at a module or item a protocol may use
+//! ([`STOMP_ROOTS`]):
 //!
 //! - `broker`: the embedding API (`Broker`, `Message`, `Subscription`, ...);
-//! - `auth`: users and rights; `stomp`: the wire codec; `error`, `Error`: the API's error;
+//! - `auth`, `login_guard`: users and rights, refused logins; `error`, `Error`: the
+//!   API's error;
 //! - `DestinationKey`, `DestinationKind`, `DestinationPattern`: the crate's re-exports
 //!   of the destination key and of a wildcard destination (value types the API takes,
 //!   not a way into the actors);
-//! - `tls`: the certificate and its acceptor (rustls), for STOMP over TLS;
-//! - `transport` itself.
+//! - `tls`: the certificate and its acceptor (rustls);
+//! - `transport`: the listener, caps and registry every protocol shares;
+//! - `stomp` itself.
 //!
-//! Comments count too: an intra-doc link is a dependency of the docs. A new transport
-//! (STOMP over WebSocket, MQTT) under `src/transport` is held to the same rule.
+//! The transport (`src/transport/`) is shared by every protocol, so it names none,
+//! nor the broker: only `auth` (a certificate's subject), `tls` and itself
+//! ([`TRANSPORT_ROOTS`]). A new protocol (MQTT) is a folder of its own held to
+//! STOMP's rule.
+//!
+//! Comments count too: an intra-doc link is a dependency of the docs.
 //!
 //! The facade is closed: only its files ([`FACADE`]: `lib.rs`, `broker/`, `admin.rs`,
 //! `stats.rs`, `error.rs`, `runtime.rs`, and the test harness) name the store or actor
 //! crates; every other file of `src/` (the HTTP server, the CLI, metrics, the
-//! configuration, users and rights, the codec) uses what the facade owns or re-exports.
+//! configuration, users and rights, the protocols) uses what the facade owns or
+//! re-exports.
 //!
 //! Only the kind table says which kind a destination is: outside it
 //! (`actors/src/kinds/`, the key's parsing in `actors/src/destination/key.rs`, and
@@ -33,8 +41,8 @@
 
 use std::path::{Path, PathBuf};
 
-/// Roots a `crate::` path in the transport may start with.
-const ALLOWED_ROOTS: &[&str] = &[
+/// Roots a `crate::` path in STOMP may start with.
+const STOMP_ROOTS: &[&str] = &[
     "broker",
     "auth",
     "login_guard",
@@ -47,6 +55,9 @@ const ALLOWED_ROOTS: &[&str] = &[
     "tls",
     "transport",
 ];
+
+/// Roots a `crate::` path in the transport may start with: no protocol, no broker.
+const TRANSPORT_ROOTS: &[&str] = &["auth", "tls", "transport"];
 
 /// Names that reach the store or the actors, however spelled.
 const FORBIDDEN: &[&str] = &[
@@ -62,8 +73,9 @@ fn is_ident(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
-/// Every place in `text` that breaks the rule, as `line: what`.
-fn violations(text: &str) -> Vec<String> {
+/// Every place in `text` that breaks the rule (a lower crate named, or a `crate::`
+/// path from a root not `allowed`), as `line: what`.
+fn violations(text: &str, allowed: &[&str]) -> Vec<String> {
     let line_of = |at: usize| text[..at].lines().count().max(1);
     let mut found = names_lower_crates(text);
     for (at, _) in text.match_indices("crate::") {
@@ -71,7 +83,7 @@ fn violations(text: &str) -> Vec<String> {
             continue; // e.g. `ebb_crate::`
         }
         for root in roots(&text[at + "crate::".len()..]) {
-            if !ALLOWED_ROOTS.contains(&root.as_str()) {
+            if !allowed.contains(&root.as_str()) {
                 found.push(format!("{}: uses `crate::{root}`", line_of(at)));
             }
         }
@@ -123,9 +135,11 @@ fn rust_files(dir: &Path, into: &mut Vec<PathBuf>) {
     }
 }
 
-#[test]
-fn the_transport_uses_only_the_broker_api() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/transport");
+/// Every `.rs` file under `src/<folder>`, sorted, with the rule's violations.
+fn broken_in(folder: &str, allowed: &[&str], expected: &[&str]) -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src")
+        .join(folder);
     let mut files = Vec::new();
     rust_files(&dir, &mut files);
     files.sort();
@@ -133,22 +147,46 @@ fn the_transport_uses_only_the_broker_api() {
         .iter()
         .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
-    for expected in ["command.rs", "connection.rs", "session.rs", "listener.rs"] {
+    for expected in expected {
         assert!(
             names.iter().any(|n| n == expected),
-            "{expected} not in {names:?}"
+            "{expected} not in src/{folder}: {names:?}"
         );
     }
     let mut broken = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
-        for v in violations(&text) {
+        for v in violations(&text, allowed) {
             broken.push(format!("{}:{v}", file.display()));
         }
     }
+    broken
+}
+
+#[test]
+fn stomp_uses_only_the_broker_api() {
+    let broken = broken_in(
+        "stomp",
+        STOMP_ROOTS,
+        &["command.rs", "connection.rs", "session.rs", "codec.rs"],
+    );
     assert!(
         broken.is_empty(),
-        "the transport reaches past the Broker API (add what it needs to src/broker/):\n{}",
+        "STOMP reaches past the Broker API (add what it needs to src/broker/):\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_transport_names_no_protocol() {
+    let broken = broken_in(
+        "transport",
+        TRANSPORT_ROOTS,
+        &["listener.rs", "caps.rs", "connections.rs", "client_ids.rs"],
+    );
+    assert!(
+        broken.is_empty(),
+        "the transport is shared by every protocol; it may name none, nor the broker:\n{}",
         broken.join("\n")
     );
 }
@@ -513,7 +551,21 @@ fn the_check_sees_each_way_past_the_api() {
         "use crate::{\n    auth::Right,\n    QueueStats,\n};",
         "/// See [`crate::soak`].",
     ] {
-        assert!(!violations(bad).is_empty(), "not caught: {bad}");
+        assert!(
+            !violations(bad, STOMP_ROOTS).is_empty(),
+            "not caught: {bad}"
+        );
+    }
+    // The transport names no protocol and not the broker.
+    for bad in [
+        "use crate::stomp::connection::Stomp;",
+        "use crate::broker::Broker;",
+        "/// As [`crate::stomp::session`] does.",
+    ] {
+        assert!(
+            !violations(bad, TRANSPORT_ROOTS).is_empty(),
+            "not caught: {bad}"
+        );
     }
     for good in [
         "use crate::broker::{Broker, Message};",
@@ -522,6 +574,10 @@ fn the_check_sees_each_way_past_the_api() {
         "pub type W = Result<(), crate::Error>;",
         "let my_ebb_store_count = 1;",
     ] {
-        assert_eq!(violations(good), Vec::<String>::new(), "{good}");
+        assert_eq!(
+            violations(good, STOMP_ROOTS),
+            Vec::<String>::new(),
+            "{good}"
+        );
     }
 }

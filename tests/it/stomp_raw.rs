@@ -576,7 +576,7 @@ async fn stomp_conformance_versions_stray_nuls_and_1_2_acks(t: TestStore) {
 /// goes on working. The defaults are the constants (`MAX_SUBSCRIPTIONS_PER_CONNECTION`,
 /// `MAX_CONNECTIONS`, ...).
 async fn per_connection_limits_are_errors_naming_the_limit(t: TestStore) {
-    use ebb::transport::connection::{
+    use ebb::stomp::connection::{
         ConnectionConfig, SessionLimits, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS,
         MAX_OPEN_TRANSACTIONS, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TRANSACTION_FRAMES,
     };
@@ -709,7 +709,7 @@ async fn per_connection_limits_are_errors_naming_the_limit(t: TestStore) {
 /// subscriptions, the broker delivers nothing more to it until an ack comes: no ERROR,
 /// the messages wait in their queues.
 async fn unacked_deliveries_per_connection_wait_for_acks(t: TestStore) {
-    use ebb::transport::connection::{ConnectionConfig, SessionLimits};
+    use ebb::stomp::connection::{ConnectionConfig, SessionLimits};
     let config = ConnectionConfig {
         session_limits: SessionLimits {
             max_unacked: 3,
@@ -767,7 +767,7 @@ async fn unacked_deliveries_per_connection_wait_for_acks(t: TestStore) {
 /// One source address may not take every place: the per-address limit refuses a
 /// connection the total would still take.
 async fn connections_per_address_are_limited(t: TestStore) {
-    use ebb::transport::connection::ConnectionConfig;
+    use ebb::stomp::connection::ConnectionConfig;
     let config = ConnectionConfig {
         max_connections: 100,
         max_connections_per_address: 2,

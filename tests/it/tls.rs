@@ -15,9 +15,9 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use ebb::http::{HttpOptions, HttpServer};
+use ebb::stomp::connection::ConnectionConfig;
 use ebb::test_util::*;
 use ebb::tls::TlsFiles;
-use ebb::transport::connection::ConnectionConfig;
 
 /// A CA, a server certificate it signed (for `localhost` and 127.0.0.1), a client
 /// certificate it signed, and a second CA that signed nothing of the server's: PEM
@@ -143,8 +143,7 @@ async fn tls_listener_with(
     actix_rt::spawn(ebb::transport::listener::run_tls(
         listener,
         files.acceptor(&[]).unwrap(),
-        b.clone(),
-        config,
+        ebb::stomp::connection::Stomp::new(b.clone(), config),
         stop_rx,
     ));
     (b, addr)

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use futures::StreamExt;
 use tokio_stream::StreamMap;
 
-use super::client_ids::{Claim, ClientIds};
 use super::command::{refuse, AckRef, Command, Refusal, Request, StompAck, SubscribeHeaders};
 use crate::auth::{Principal, Right, Security};
 use crate::broker::{
@@ -29,6 +28,7 @@ use crate::broker::{
     Subscription, Target, Transaction,
 };
 use crate::stomp::frame::{self, Frame, Version};
+use crate::transport::client_ids::{Claim, ClientIds};
 use crate::DestinationKey;
 
 /// Most transactions a connection may have open at once (default of

@@ -28,12 +28,13 @@ use futures::{FutureExt, SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-use super::client_ids::ClientIds;
 use super::command::{Refusal, Request};
 use super::session::{Close, Flow, Outcome, Session, SessionConfig, SpaceWait, Step};
 use crate::auth::Security;
 use crate::broker::Broker;
 use crate::stomp::codec::{Incoming, Limits, Outgoing, ProtocolError, StompCodec};
+use crate::transport::client_ids::ClientIds;
+use crate::transport::{Accepted, Protocol};
 
 /// What reading a connection can fail with: bytes that are no frame (answered with an
 /// ERROR), or the socket itself (nobody to answer).
@@ -112,7 +113,51 @@ pub struct ConnectionConfig {
     pub slots: Slots,
     /// The connections open now, for operators to list and close (shared like
     /// `slots`).
-    pub connections: super::connections::Connections,
+    pub connections: crate::transport::connections::Connections,
+}
+
+/// STOMP as a [`Protocol`] of a [`crate::transport::listener`]: the broker its
+/// connections use and their settings. Clones share both.
+#[derive(Clone)]
+pub struct Stomp {
+    /// The broker each connection's session applies its frames to.
+    pub broker: Broker,
+    /// What every connection shares (limits, users, caps, registry).
+    pub config: ConnectionConfig,
+}
+
+impl Stomp {
+    /// STOMP over `broker` with `config`.
+    pub fn new(broker: Broker, config: ConnectionConfig) -> Self {
+        Stomp { broker, config }
+    }
+}
+
+impl Protocol for Stomp {
+    const NAME: &'static str = "STOMP";
+
+    fn take_slot(&self, address: std::net::IpAddr) -> Result<Slot, String> {
+        self.config.take_slot(address)
+    }
+
+    fn refusal(&self, reason: &str) -> Vec<u8> {
+        let mut frame = crate::stomp::frame::Frame::new(crate::stomp::frame::Command::Error);
+        frame = frame.header("message", reason);
+        let mut out = bytes::BytesMut::new();
+        let _ = tokio_util::codec::Encoder::encode(
+            &mut StompCodec::new(self.config.limits),
+            Outgoing::Frame(frame),
+            &mut out,
+        );
+        out.to_vec()
+    }
+
+    fn serve<S>(&self, io: S, connection: Accepted) -> impl Future<Output = ()> + 'static
+    where
+        S: AsyncRead + AsyncWrite + Unpin + 'static,
+    {
+        serve_connection(io, self.broker.clone(), self.config.clone(), connection)
+    }
 }
 
 /// Default of [`ConnectionConfig::max_connections`].
@@ -155,7 +200,7 @@ impl Default for ConnectionConfig {
     }
 }
 
-pub use super::caps::{next_session_id, Slot, Slots};
+pub use crate::transport::caps::{next_session_id, Slot, Slots};
 
 pub use super::session::{
     SessionLimits, MAX_OPEN_TRANSACTIONS, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TRANSACTION_BYTES,
@@ -320,13 +365,16 @@ pub async fn serve_connection<S>(
     io: S,
     broker: Broker,
     config: ConnectionConfig,
-    session_id: String,
-    peer: std::net::SocketAddr,
-    transport: super::connections::Transport,
-    certificate_subject: Option<crate::auth::DistinguishedName>,
+    connection: Accepted,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let Accepted {
+        session_id,
+        peer,
+        transport,
+        certificate_subject,
+    } = connection;
     let (read, write) = tokio::io::split(io);
     // Until CONNECT, frames are small: no one buffers megabytes before logging in.
     let mut pre_connect = config.limits;
