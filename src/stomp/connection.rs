@@ -29,12 +29,13 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::command::{Refusal, Request};
-use super::session::{Close, Flow, Outcome, Session, SessionConfig, SpaceWait, Step};
+use super::session::{Close, Fed, Flow, Outcome, Session, SessionConfig, SpaceWait, Step};
 use crate::auth::Security;
 use crate::broker::Broker;
 use crate::stomp::codec::{Incoming, Limits, Outgoing, ProtocolError, StompCodec};
 use crate::transport::client_ids::ClientIds;
 use crate::transport::{Accepted, Protocol};
+use tokio::sync::oneshot;
 
 /// What reading a connection can fail with: bytes that are no frame (answered with an
 /// ERROR), or the socket itself (nobody to answer).
@@ -276,6 +277,15 @@ struct Pipeline {
 }
 
 impl Pipeline {
+    /// Nothing more is read (the client closed its side, or the socket failed);
+    /// frames held behind a SEND waiting for space are not applied.
+    fn end_input(&mut self) {
+        self.input_over = true;
+        if self.wait.take().is_some() {
+            self.drop_unapplied();
+        }
+    }
+
     fn new(config: &ConnectionConfig) -> Self {
         Self {
             held: VecDeque::new(),
@@ -369,274 +379,378 @@ pub async fn serve_connection<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let Accepted {
-        session_id,
-        peer,
-        transport,
-        certificate_subject,
-    } = connection;
-    let (read, write) = tokio::io::split(io);
-    // Until CONNECT, frames are small: no one buffers megabytes before logging in.
-    let mut pre_connect = config.limits;
-    pre_connect.max_frame_bytes = pre_connect.max_frame_bytes.min(PRE_CONNECT_MAX_FRAME);
-    pre_connect.max_header_bytes = pre_connect.max_header_bytes.min(PRE_CONNECT_MAX_FRAME);
-    let mut reader = FramedRead::new(read, ReadCodec(StompCodec::new(pre_connect)));
-    let mut writer = FramedWrite::new(write, StompCodec::new(config.limits));
-    // Frames of one turn go out in one write (the default boundary, 8 KiB, would write
-    // every few frames of a batch).
-    writer.set_backpressure_boundary(WRITE_BUFFER);
-    let session_config = SessionConfig {
-        heartbeat_ms: config.heartbeat_ms,
-        server_name: config.server_name.clone(),
-        security: std::sync::Arc::clone(&config.security),
-        client_ids: std::sync::Arc::clone(&config.client_ids),
-        allow_link_stealing: config.allow_link_stealing,
-        limits: config.session_limits,
-        peer: Some(peer),
-        certificate_subject,
-    };
-    let mut registration = config.connections.register(&session_id, peer, transport);
-    // What the registry last heard of the session: (connected, subscriptions).
-    let mut registered = (false, 0usize);
-    let mut session = Session::new(broker, session_config, session_id);
-    let mut last_read = Instant::now();
-    let mut last_write = Instant::now();
-    let opened = Instant::now();
-    // (bytes of an unfinished frame, since when that count has not changed)
-    let mut partial = (0usize, Instant::now());
-    let stall = Duration::from_millis(config.stall_timeout_ms);
-    let timer = tokio::time::sleep(Duration::ZERO);
-    tokio::pin!(timer);
-    let mut pipe = Pipeline::new(&config);
-    // Fires when a newer connection takes this one's client id over.
-    let mut take_over = None;
+    let mut c = Connection::open(io, broker, &config, connection);
     let close = loop {
-        // The timers wake the connection only when something is due: the next
-        // heart-beat to send (exactly one interval after the last write, HB-10), the
-        // latest the client's may come, the stall checks. An idle connection costs a
-        // few wake-ups per heart-beat interval, not one per 250 ms.
-        let due = {
-            let (send_every, expect_every) = session.heartbeat();
-            let slack = Duration::from_millis(1);
-            let mut due = Instant::now() + Duration::from_secs(3_600);
-            if !session.connected() {
-                due = due.min(opened + stall + slack);
-            }
-            // Bytes of a frame arrive without a turn of this loop: the buffer is looked
-            // at every quarter of the stall timeout (a frame that stalls is found
-            // between 1 and 1.5 timeouts after its last byte).
-            due = due.min(Instant::now() + stall / 4);
-            if expect_every > 0 {
-                due = due
-                    .min(last_read + Duration::from_millis(expect_every.saturating_mul(2)) + slack);
-            }
-            if send_every > 0 {
-                due = due.min(last_write + Duration::from_millis(send_every));
-            }
-            due
-        };
-        timer.as_mut().reset(due.into());
+        c.arm_timer();
         let turn = tokio::select! {
-            incoming = reader.next(), if pipe.reading() => {
-                let turn = match incoming {
-                    None => {
-                        // The client closed its side (it may still read): what it sent
-                        // goes through and is answered, then the connection ends. Frames
-                        // held behind a SEND waiting for space are not applied.
-                        pipe.input_over = true;
-                        if pipe.wait.take().is_some() {
-                            pipe.drop_unapplied();
-                        }
-                        pump(&mut session, &mut pipe).await
-                    }
-                    Some(Ok(Incoming::Heartbeat)) => Ok(()),
-                    Some(Ok(Incoming::Frame(frame))) => {
-                        let request = Request::parse(&frame, session.version());
-                        take(&mut session, request, &mut pipe).await
-                    }
-                    Some(Err(ReadError::Io(e))) => {
-                        // The socket failed or was cut (a reset; a TLS client that
-                        // closes without close_notify): not a bad frame, and nobody
-                        // reads an ERROR any more. What was read before it is
-                        // applied as after a close; the connection then ends.
-                        tracing::debug!(session = %session.id(), error = %e, "connection lost");
-                        pipe.input_over = true;
-                        if pipe.wait.take().is_some() {
-                            pipe.drop_unapplied();
-                        }
-                        pump(&mut session, &mut pipe).await
-                    }
-                    Some(Err(ReadError::Frame(e))) => {
-                        // Bytes that are no frame: its ERROR comes after the frames
-                        // read before it, and nothing after it is read.
-                        pipe.input_over = true;
-                        pipe.hold_back(Held::Applied(session.malformed(Refusal(e.0), e.1)));
-                        pump(&mut session, &mut pipe).await
-                    }
-                };
-                // Time the broker spent on the frame is not the client's stall.
-                partial = (reader.read_buffer().len(), Instant::now());
-                last_read = Instant::now();
-                turn
+            incoming = c.reader.next(), if c.pipe.reading() => c.on_read(incoming).await,
+            waited = async { c.pipe.wait.as_mut().expect("guarded").await }, if c.pipe.wait.is_some() => {
+                c.on_space(waited).await
             }
-            waited = async { pipe.wait.as_mut().expect("guarded").await }, if pipe.wait.is_some() => {
-                pipe.wait = None;
-                let turn = match waited {
-                    Ok(()) => Ok(()),
-                    Err(e) => {
-                        // The SEND that waited is refused in its place.
-                        let Some(Held::Request(request)) = pipe.unhold() else {
-                            unreachable!("a SEND waits at the front of the held frames")
-                        };
-                        let step = session.refused(request, Refusal(e.to_string()));
-                        pipe.start(&mut session, step)
-                    }
-                };
-                // While frames were held the broker did not read: no stall of the client's.
-                partial = (reader.read_buffer().len(), Instant::now());
-                last_read = Instant::now();
-                match turn {
-                    Ok(()) => pump(&mut session, &mut pipe).await,
-                    closed => closed,
-                }
+            Some(outcome) = c.pipe.in_flight.next(), if !c.pipe.in_flight.is_empty() => {
+                c.on_outcome(outcome).await
             }
-            Some(outcome) = pipe.in_flight.next(), if !pipe.in_flight.is_empty() => {
-                pipe.in_flight_bytes -= outcome.frame_bytes;
-                // Every outcome that is ready goes out in this turn's write.
-                let mut turn = session.finish(outcome);
-                while turn.is_ok() && session.output().len() < WRITE_BATCH {
-                    let Some(outcome) = pipe.ready() else { break };
-                    turn = session.finish(outcome);
-                }
-                match turn {
-                    Ok(()) => pump(&mut session, &mut pipe).await,
-                    closed => closed,
-                }
+            closed = async { c.registration.closed.as_mut().expect("guarded").await }, if c.registration.closed.is_some() => {
+                c.registration.closed = None;
+                c.on_operator_close(closed)
             }
-            closed = async { registration.closed.as_mut().expect("guarded").await }, if registration.closed.is_some() => {
-                registration.closed = None;
-                match closed {
-                    Ok(()) => {
-                        tracing::info!(session = %session.id(), "closing: asked for by an operator");
-                        session.error("connection closed by an operator (admin API)", None);
-                        Err(Close::Error)
-                    }
-                    Err(_) => Ok(()),
-                }
+            told = async { c.take_over.as_mut().expect("guarded").await }, if c.take_over.is_some() => {
+                c.take_over = None;
+                c.on_take_over(told)
             }
-            told = async { take_over.as_mut().expect("guarded").await }, if take_over.is_some() => {
-                take_over = None;
-                match told {
-                    Ok(()) => {
-                        session.error("client id taken over by a newer connection (allow_link_stealing)", None);
-                        Err(Close::Error)
-                    }
-                    Err(_) => Ok(()),
-                }
+            Some((sub, fed)) = c.session.next_delivery(), if c.session.may_deliver() => {
+                c.on_delivery(sub, fed)
             }
-            Some((sub, fed)) = session.next_delivery(), if session.may_deliver() => {
-                let mut turn = session.deliver(sub, fed);
-                // Deliveries that are ready too go out in the same write.
-                while turn.is_ok() && session.output().len() < WRITE_BATCH && session.may_deliver() {
-                    let Some(Some((sub, fed))) = session.next_delivery().now_or_never() else { break };
-                    turn = session.deliver(sub, fed);
-                }
-                turn
+            _ = &mut c.timer => match c.on_timer().await {
+                Some(turn) => turn,
+                None => break Close::Done,
+            },
+        };
+        if let Some(close) = c.end_turn(turn, &config).await {
+            break close;
+        }
+    };
+    c.close(close).await;
+}
+
+/// One STOMP connection's state between turns of [`serve_connection`]'s loop: the
+/// two halves of the socket with their codecs, the session, the pipeline of frames
+/// in flight, its entry in the registry, and the clocks of its timeouts.
+struct Connection<R, W> {
+    reader: FramedRead<R, ReadCodec>,
+    writer: FramedWrite<W, StompCodec>,
+    session: Session,
+    pipe: Pipeline,
+    registration: crate::transport::connections::Registration,
+    /// What the registry last heard of the session: (connected, subscriptions).
+    registered: (bool, usize),
+    /// Fires when a newer connection takes this one's client id over.
+    take_over: Option<tokio::sync::oneshot::Receiver<()>>,
+    last_read: Instant,
+    last_write: Instant,
+    opened: Instant,
+    /// (bytes of an unfinished frame, since when that count has not changed)
+    partial: (usize, Instant),
+    stall: Duration,
+    timer: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<S> Connection<tokio::io::ReadHalf<S>, tokio::io::WriteHalf<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    /// The connection over `io`, registered, its session not yet connected.
+    fn open(io: S, broker: Broker, config: &ConnectionConfig, connection: Accepted) -> Self {
+        let Accepted {
+            session_id,
+            peer,
+            transport,
+            certificate_subject,
+        } = connection;
+        let (read, write) = tokio::io::split(io);
+        // Until CONNECT, frames are small: no one buffers megabytes before logging in.
+        let mut pre_connect = config.limits;
+        pre_connect.max_frame_bytes = pre_connect.max_frame_bytes.min(PRE_CONNECT_MAX_FRAME);
+        pre_connect.max_header_bytes = pre_connect.max_header_bytes.min(PRE_CONNECT_MAX_FRAME);
+        let reader = FramedRead::new(read, ReadCodec(StompCodec::new(pre_connect)));
+        let mut writer = FramedWrite::new(write, StompCodec::new(config.limits));
+        // Frames of one turn go out in one write (the default boundary, 8 KiB, would
+        // write every few frames of a batch).
+        writer.set_backpressure_boundary(WRITE_BUFFER);
+        let session_config = SessionConfig {
+            heartbeat_ms: config.heartbeat_ms,
+            server_name: config.server_name.clone(),
+            security: std::sync::Arc::clone(&config.security),
+            client_ids: std::sync::Arc::clone(&config.client_ids),
+            allow_link_stealing: config.allow_link_stealing,
+            limits: config.session_limits,
+            peer: Some(peer),
+            certificate_subject,
+        };
+        let registration = config.connections.register(&session_id, peer, transport);
+        let now = Instant::now();
+        Connection {
+            reader,
+            writer,
+            session: Session::new(broker, session_config, session_id),
+            pipe: Pipeline::new(config),
+            registration,
+            registered: (false, 0),
+            take_over: None,
+            last_read: now,
+            last_write: now,
+            opened: now,
+            partial: (0, now),
+            stall: Duration::from_millis(config.stall_timeout_ms),
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+        }
+    }
+}
+
+impl<R, W> Connection<R, W>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    /// Sets the timer to what is due next. The timers wake the connection only when
+    /// something is due: the next heart-beat to send (exactly one interval after the
+    /// last write, HB-10), the latest the client's may come, the stall checks. An
+    /// idle connection costs a few wake-ups per heart-beat interval, not one per
+    /// 250 ms.
+    fn arm_timer(&mut self) {
+        let (send_every, expect_every) = self.session.heartbeat();
+        let slack = Duration::from_millis(1);
+        let mut due = Instant::now() + Duration::from_secs(3_600);
+        if !self.session.connected() {
+            due = due.min(self.opened + self.stall + slack);
+        }
+        // Bytes of a frame arrive without a turn of this loop: the buffer is looked at
+        // every quarter of the stall timeout (a frame that stalls is found between 1
+        // and 1.5 timeouts after its last byte).
+        due = due.min(Instant::now() + self.stall / 4);
+        if expect_every > 0 {
+            let expected = Duration::from_millis(expect_every.saturating_mul(2));
+            due = due.min(self.last_read + expected + slack);
+        }
+        if send_every > 0 {
+            due = due.min(self.last_write + Duration::from_millis(send_every));
+        }
+        self.timer.as_mut().reset(due.into());
+    }
+
+    /// What the client sent: a frame, a heart-beat, the end of its input, or bytes
+    /// that are no frame.
+    async fn on_read(
+        &mut self,
+        incoming: Option<Result<Incoming, ReadError>>,
+    ) -> Result<(), Close> {
+        let (session, pipe) = (&mut self.session, &mut self.pipe);
+        let turn = match incoming {
+            None => {
+                // The client closed its side (it may still read): what it sent goes
+                // through and is answered, then the connection ends. Frames held
+                // behind a SEND waiting for space are not applied.
+                pipe.end_input();
+                pump(session, pipe).await
             }
-            _ = &mut timer => {
-                let (send_every, expect_every) = session.heartbeat();
-                if !pipe.reading() {
-                    // The broker stopped reading (flow control, the pipeline's window):
-                    // the client is neither silent nor stalled.
-                    last_read = Instant::now();
-                    partial.1 = Instant::now();
-                }
-                let buffered = reader.read_buffer().len();
-                if buffered != partial.0 {
-                    // Bytes of a frame still arriving count as activity (STOMP: any data).
-                    partial = (buffered, Instant::now());
-                    last_read = last_read.max(partial.1);
-                }
-                if !session.connected() && opened.elapsed() > stall {
-                    session.error(&format!("no CONNECT within {} ms", stall.as_millis()), None);
-                    Err(Close::Error)
-                } else if buffered > 0 && partial.1.elapsed() > stall {
-                    let text = format!("incomplete frame: no more bytes for {} ms", stall.as_millis());
-                    session.error(&text, None);
-                    Err(Close::Error)
-                } else if expect_every > 0 && last_read.elapsed() > Duration::from_millis(expect_every.saturating_mul(2)) {
-                    tracing::info!(session = %session.id(), "closing: no heart-beat from the client");
-                    Err(Close::Done)
-                } else {
-                    if send_every > 0 && last_write.elapsed() >= Duration::from_millis(send_every) {
-                        let beat = tokio::time::timeout(stall, writer.send(Outgoing::Heartbeat));
-                        if !matches!(beat.await, Ok(Ok(()))) {
-                            break Close::Done;
-                        }
-                        last_write = Instant::now();
-                    }
-                    Ok(())
-                }
+            Some(Ok(Incoming::Heartbeat)) => Ok(()),
+            Some(Ok(Incoming::Frame(frame))) => {
+                let request = Request::parse(&frame, session.version());
+                take(session, request, pipe).await
+            }
+            Some(Err(ReadError::Io(e))) => {
+                // The socket failed or was cut (a reset; a TLS client that closes
+                // without close_notify): not a bad frame, and nobody reads an ERROR any
+                // more. What was read before it is applied as after a close; the
+                // connection then ends.
+                tracing::debug!(session = %session.id(), error = %e, "connection lost");
+                pipe.end_input();
+                pump(session, pipe).await
+            }
+            Some(Err(ReadError::Frame(e))) => {
+                // Bytes that are no frame: its ERROR comes after the frames read before
+                // it, and nothing after it is read.
+                pipe.input_over = true;
+                pipe.hold_back(Held::Applied(session.malformed(Refusal(e.0), e.1)));
+                pump(session, pipe).await
             }
         };
-        if take_over.is_none() {
-            take_over = session.take_over_signal();
+        // Time the broker spent on the frame is not the client's stall.
+        self.read_now();
+        turn
+    }
+
+    /// The client was read just now (or the broker did not read it meanwhile).
+    fn read_now(&mut self) {
+        self.partial = (self.reader.read_buffer().len(), Instant::now());
+        self.last_read = Instant::now();
+    }
+
+    /// The wait of a SEND held for space ended: it goes on, or is refused in its place.
+    async fn on_space(&mut self, waited: Result<(), crate::Error>) -> Result<(), Close> {
+        self.pipe.wait = None;
+        let turn = match waited {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let Some(Held::Request(request)) = self.pipe.unhold() else {
+                    unreachable!("a SEND waits at the front of the held frames")
+                };
+                let step = self.session.refused(request, Refusal(e.to_string()));
+                self.pipe.start(&mut self.session, step)
+            }
+        };
+        // While frames were held the broker did not read: no stall of the client's.
+        self.read_now();
+        turn?;
+        pump(&mut self.session, &mut self.pipe).await
+    }
+
+    /// Frames in flight finished: every outcome that is ready goes out in this
+    /// turn's write.
+    async fn on_outcome(&mut self, outcome: Outcome) -> Result<(), Close> {
+        self.pipe.in_flight_bytes -= outcome.frame_bytes;
+        self.session.finish(outcome)?;
+        while self.session.output().len() < WRITE_BATCH {
+            let Some(outcome) = self.pipe.ready() else {
+                break;
+            };
+            self.session.finish(outcome)?;
         }
-        let now = (session.connected(), session.subscription_count());
-        if now != registered {
-            registration.update(now.0, session.login(), session.client_id(), now.1);
-            registered = now;
+        pump(&mut self.session, &mut self.pipe).await
+    }
+
+    /// An operator closed the connection (admin API), or the registry went.
+    fn on_operator_close(
+        &mut self,
+        closed: Result<(), oneshot::error::RecvError>,
+    ) -> Result<(), Close> {
+        if closed.is_err() {
+            return Ok(());
+        }
+        tracing::info!(session = %self.session.id(), "closing: asked for by an operator");
+        self.session
+            .error("connection closed by an operator (admin API)", None);
+        Err(Close::Error)
+    }
+
+    /// A newer connection took this one's client id over (`allow_link_stealing`).
+    fn on_take_over(&mut self, told: Result<(), oneshot::error::RecvError>) -> Result<(), Close> {
+        if told.is_err() {
+            return Ok(());
+        }
+        let text = "client id taken over by a newer connection (allow_link_stealing)";
+        self.session.error(text, None);
+        Err(Close::Error)
+    }
+
+    /// A subscription has a message: it, and the deliveries ready too, go out in the
+    /// same write.
+    fn on_delivery(&mut self, sub: String, fed: Fed) -> Result<(), Close> {
+        self.session.deliver(sub, fed)?;
+        while self.session.output().len() < WRITE_BATCH && self.session.may_deliver() {
+            let Some(Some((sub, fed))) = self.session.next_delivery().now_or_never() else {
+                break;
+            };
+            self.session.deliver(sub, fed)?;
+        }
+        Ok(())
+    }
+
+    /// The timer fired: a timeout closes the connection, a heart-beat is sent when
+    /// due. `None` when the heart-beat could not be written (the connection ends
+    /// without writing more).
+    async fn on_timer(&mut self) -> Option<Result<(), Close>> {
+        let (send_every, expect_every) = self.session.heartbeat();
+        if !self.pipe.reading() {
+            // The broker stopped reading (flow control, the pipeline's window): the
+            // client is neither silent nor stalled.
+            self.last_read = Instant::now();
+            self.partial.1 = Instant::now();
+        }
+        let buffered = self.reader.read_buffer().len();
+        if buffered != self.partial.0 {
+            // Bytes of a frame still arriving count as activity (STOMP: any data).
+            self.partial = (buffered, Instant::now());
+            self.last_read = self.last_read.max(self.partial.1);
+        }
+        let stall = self.stall;
+        let silent = Duration::from_millis(expect_every.saturating_mul(2));
+        if !self.session.connected() && self.opened.elapsed() > stall {
+            let text = format!("no CONNECT within {} ms", stall.as_millis());
+            self.session.error(&text, None);
+            return Some(Err(Close::Error));
+        }
+        if buffered > 0 && self.partial.1.elapsed() > stall {
+            let text = format!(
+                "incomplete frame: no more bytes for {} ms",
+                stall.as_millis()
+            );
+            self.session.error(&text, None);
+            return Some(Err(Close::Error));
+        }
+        if expect_every > 0 && self.last_read.elapsed() > silent {
+            tracing::info!(session = %self.session.id(), "closing: no heart-beat from the client");
+            return Some(Err(Close::Done));
+        }
+        if send_every > 0 && self.last_write.elapsed() >= Duration::from_millis(send_every) {
+            let beat = tokio::time::timeout(stall, self.writer.send(Outgoing::Heartbeat));
+            if !matches!(beat.await, Ok(Ok(()))) {
+                return None;
+            }
+            self.last_write = Instant::now();
+        }
+        Some(Ok(()))
+    }
+
+    /// After each turn: the registry and the codec follow the session, what the
+    /// session queued is written; `Some` when the connection ends.
+    async fn end_turn(
+        &mut self,
+        turn: Result<(), Close>,
+        config: &ConnectionConfig,
+    ) -> Option<Close> {
+        if self.take_over.is_none() {
+            self.take_over = self.session.take_over_signal();
+        }
+        let now = (self.session.connected(), self.session.subscription_count());
+        if now != self.registered {
+            let (login, client_id) = (self.session.login(), self.session.client_id());
+            self.registration.update(now.0, login, client_id, now.1);
+            self.registered = now;
         }
         // The version may have changed (CONNECT): both halves of the codec follow it.
-        reader.decoder_mut().0.version = session.version();
-        if session.connected() {
-            reader.decoder_mut().0.limits = config.limits;
+        self.reader.decoder_mut().0.version = self.session.version();
+        if self.session.connected() {
+            self.reader.decoder_mut().0.limits = config.limits;
         }
-        writer.encoder_mut().version = session.version();
-        if !session.output().is_empty() {
+        self.writer.encoder_mut().version = self.session.version();
+        if !self.session.output().is_empty() {
             // A peer that reads nothing for the stall timeout is dead or hopelessly
             // slow: close it, so it holds no durable subscription and no buffers.
             let write = async {
-                for frame in session.output().drain(..) {
-                    writer.feed(Outgoing::Frame(frame)).await?;
+                for frame in self.session.output().drain(..) {
+                    self.writer.feed(Outgoing::Frame(frame)).await?;
                 }
-                writer.flush().await
+                self.writer.flush().await
             };
-            match tokio::time::timeout(stall, write).await {
-                Ok(Ok(())) => last_write = Instant::now(),
-                Ok(Err(_)) => break Close::Done,
+            match tokio::time::timeout(self.stall, write).await {
+                Ok(Ok(())) => self.last_write = Instant::now(),
+                Ok(Err(_)) => return Some(Close::Done),
                 Err(_) => {
-                    tracing::info!(session = %session.id(), "closing: the client reads nothing");
-                    break Close::Done;
+                    tracing::info!(session = %self.session.id(), "closing: the client reads nothing");
+                    return Some(Close::Done);
                 }
             }
         }
         if let Err(close) = turn {
-            break close;
+            return Some(close);
         }
-        if pipe.drained() {
-            break Close::Done;
-        }
-    };
-    if let Close::Error = close {
-        tracing::info!(session = %session.id(), "connection closed after an ERROR frame");
+        self.pipe.drained().then_some(Close::Done)
     }
-    // Frames applied before the end still finish (nothing more is written): an ACK the
-    // client sent just before it closed the socket is applied, as a SEND is stored,
-    // and both before the subscriptions detach and open transactions roll back.
-    while pipe.in_flight.next().await.is_some() {}
-    // Open transactions end with the connection; subscriptions detach.
-    session.close().await;
-    // A lingering close: our side ends first (the client reads its last frames, then
-    // the end), and what the client still sends is read and dropped for a moment.
-    // Closing a socket with unread input makes TCP reset it, and a reset can destroy
-    // the last frames (an ERROR) before the client has read them.
-    let _ = tokio::time::timeout(CLOSE_GRACE, writer.get_mut().shutdown()).await;
-    let drain = async {
-        let mut sink = [0u8; 8 << 10];
-        while matches!(reader.get_mut().read(&mut sink).await, Ok(n) if n > 0) {}
-    };
-    let _ = tokio::time::timeout(CLOSE_GRACE, drain).await;
+
+    /// Ends the connection: frames applied before the end still finish (nothing
+    /// more is written), then the session closes, then the socket (lingering).
+    async fn close(mut self, close: Close) {
+        if let Close::Error = close {
+            tracing::info!(session = %self.session.id(), "connection closed after an ERROR frame");
+        }
+        // An ACK the client sent just before it closed the socket is applied, as a
+        // SEND is stored, and both before the subscriptions detach and open
+        // transactions roll back.
+        while self.pipe.in_flight.next().await.is_some() {}
+        // Open transactions end with the connection; subscriptions detach.
+        self.session.close().await;
+        // A lingering close: our side ends first (the client reads its last frames,
+        // then the end), and what the client still sends is read and dropped for a
+        // moment. Closing a socket with unread input makes TCP reset it, and a reset
+        // can destroy the last frames (an ERROR) before the client has read them.
+        let _ = tokio::time::timeout(CLOSE_GRACE, self.writer.get_mut().shutdown()).await;
+        let drain = async {
+            let mut sink = [0u8; 8 << 10];
+            while matches!(self.reader.get_mut().read(&mut sink).await, Ok(n) if n > 0) {}
+        };
+        let _ = tokio::time::timeout(CLOSE_GRACE, drain).await;
+    }
 }
 
 /// How long a closing connection still reads (and drops) what the client sends, and

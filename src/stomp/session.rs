@@ -625,67 +625,8 @@ impl Session {
         self.broker
             .refuse_if_shut_down()
             .map_err(|e| Refusal(e.to_string()))?;
-        let security = Arc::clone(&self.config.security);
-        let by_certificate = match &self.config.certificate_subject {
-            Some(subject) if security.requires_login() => {
-                let user = security.authenticate_certificate(subject, login.as_deref());
-                if user.is_none() {
-                    tracing::info!(session = %self.session_id, peer = ?self.config.peer, %subject, "no user has this client certificate's subject");
-                    if login.is_none() {
-                        return refuse(format!(
-                            "authentication required: no user has the client certificate's subject ({subject}); give login and passcode"
-                        ));
-                    }
-                }
-                user
-            }
-            _ => None,
-        };
-        if let Some(checked) = by_certificate {
-            let peer = self.config.peer;
-            match checked {
-                Ok(principal) => {
-                    tracing::info!(session = %self.session_id, peer = ?peer, login = %principal.login, "logged in by client certificate");
-                    self.principal = Some(principal);
-                }
-                Err(reason) => {
-                    tracing::info!(session = %self.session_id, peer = ?peer, login = ?login, %reason, "refused connection");
-                    return refuse(reason);
-                }
-            }
-        } else if security.requires_login() {
-            let shown = login.clone();
-            let peer = self.config.peer;
-            let guard = Arc::clone(&security.login_guard);
-            let admitted = guard.admit(peer.map(|p| p.ip()), "stomp").await;
-            let check = admitted.map_err(|throttled| {
-                tracing::info!(session = %self.session_id, peer = ?peer, login = ?shown, "refused connection: {throttled}");
-                Refusal(format!("authentication failed: {throttled}"))
-            })?;
-            // argon2 is slow on purpose: off the event loop, a core's worth at a time.
-            let permit = crate::auth::login_checks()
-                .acquire()
-                .await
-                .map_err(|_| Refusal("authentication failed: internal error".into()))?;
-            let checked = actix_rt::task::spawn_blocking(move || {
-                security.authenticate(login.as_deref(), passcode.as_deref())
-            })
-            .await
-            .map_err(|_| Refusal("authentication failed: internal error".into()))?;
-            drop(permit);
-            match checked {
-                Ok(principal) => {
-                    check.accepted();
-                    self.principal = principal;
-                }
-                Err(reason) => {
-                    check.refused();
-                    tracing::info!(session = %self.session_id, peer = ?peer, login = ?shown, %reason, "refused connection");
-                    // One guess per second per connection.
-                    tokio::time::sleep(crate::auth::FAILED_LOGIN_DELAY).await;
-                    return refuse(reason);
-                }
-            }
+        if !self.log_in_by_certificate(login.as_deref())? {
+            self.log_in_by_passcode(login, passcode).await?;
         }
         if let Some(id) = &client_id {
             let claim = self
@@ -714,6 +655,87 @@ impl Session {
         }
         self.out.push(connected);
         Ok(())
+    }
+
+    /// Logs in by the connection's client certificate, if a user has its subject:
+    /// `Ok(true)` when logged in so, `Ok(false)` when the passcode decides (no
+    /// certificate, no login required, or no user has its subject and a `login` was
+    /// given). Refused: the certificate's user is not `login`, or no user has its
+    /// subject and no `login` was given (the ERROR names the subject presented).
+    fn log_in_by_certificate(&mut self, login: Option<&str>) -> Result<bool, Refusal> {
+        let security = Arc::clone(&self.config.security);
+        let (Some(subject), true) = (&self.config.certificate_subject, security.requires_login())
+        else {
+            return Ok(false);
+        };
+        let peer = self.config.peer;
+        match security.authenticate_certificate(subject, login) {
+            None => {
+                tracing::info!(session = %self.session_id, peer = ?peer, %subject, "no user has this client certificate's subject");
+                if login.is_none() {
+                    return refuse(format!(
+                        "authentication required: no user has the client certificate's subject ({subject}); give login and passcode"
+                    ));
+                }
+                Ok(false)
+            }
+            Some(Ok(principal)) => {
+                tracing::info!(session = %self.session_id, peer = ?peer, login = %principal.login, "logged in by client certificate");
+                self.principal = Some(principal);
+                Ok(true)
+            }
+            Some(Err(reason)) => {
+                tracing::info!(session = %self.session_id, peer = ?peer, login = ?login, %reason, "refused connection");
+                refuse(reason)
+            }
+        }
+    }
+
+    /// Logs in by `login` and `passcode` when users are configured (argon2, off the
+    /// event loop; refused logins throttled per address and answered after
+    /// [`crate::auth::FAILED_LOGIN_DELAY`]).
+    async fn log_in_by_passcode(
+        &mut self,
+        login: Option<String>,
+        passcode: Option<String>,
+    ) -> Result<(), Refusal> {
+        let security = Arc::clone(&self.config.security);
+        if !security.requires_login() {
+            return Ok(());
+        }
+        let shown = login.clone();
+        let peer = self.config.peer;
+        let guard = Arc::clone(&security.login_guard);
+        let admitted = guard.admit(peer.map(|p| p.ip()), "stomp").await;
+        let check = admitted.map_err(|throttled| {
+            tracing::info!(session = %self.session_id, peer = ?peer, login = ?shown, "refused connection: {throttled}");
+            Refusal(format!("authentication failed: {throttled}"))
+        })?;
+        // argon2 is slow on purpose: off the event loop, a core's worth at a time.
+        let permit = crate::auth::login_checks()
+            .acquire()
+            .await
+            .map_err(|_| Refusal("authentication failed: internal error".into()))?;
+        let checked = actix_rt::task::spawn_blocking(move || {
+            security.authenticate(login.as_deref(), passcode.as_deref())
+        })
+        .await
+        .map_err(|_| Refusal("authentication failed: internal error".into()))?;
+        drop(permit);
+        match checked {
+            Ok(principal) => {
+                check.accepted();
+                self.principal = principal;
+                Ok(())
+            }
+            Err(reason) => {
+                check.refused();
+                tracing::info!(session = %self.session_id, peer = ?peer, login = ?shown, %reason, "refused connection");
+                // One guess per second per connection.
+                tokio::time::sleep(crate::auth::FAILED_LOGIN_DELAY).await;
+                refuse(reason)
+            }
+        }
     }
 
     /// Refuses unless this connection's user has `right` on `destination`.

@@ -72,8 +72,10 @@ pub use error::{redact_url, Result, StoreError};
 pub use model::*;
 
 /// Which database a store runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backend {
+    /// SQLite, the embedded default.
+    #[default]
     Sqlite,
     Postgres,
 }

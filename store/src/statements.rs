@@ -34,7 +34,7 @@ pub const WRITE_BATCH: i64 = 1000;
 pub const ID_LIST_MAX: usize = 512;
 
 /// The prefixed SQL texts. Field names say what each does.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Statements {
     pub prefix: String,
     pub backend: Backend,
@@ -331,160 +331,166 @@ impl IdRange {
     }
 }
 
+/// One primary-key probe of `indacks` per message row the range scan examines: the
+/// individual ack of subscription (`client`, `sub`) and priority `row` of row `m`. A
+/// scalar sub-select, not `NOT EXISTS`: no planner turns it into a join, so the probe
+/// is always by the whole key (a hash anti join loses the id order, and a nested loop
+/// over a materialized inner compares each row with every individual ack of the
+/// subscription).
+fn acked(p: &str, client: &str, sub: &str, row: &str) -> String {
+    format!(
+        "(SELECT 1 FROM {p}indacks i WHERE i.container = $1 AND i.client_id = {client} \
+           AND i.sub_name = {sub} AND i.priority = {row} AND i.msg_id = m.id)"
+    )
+}
+
+/// `column` is one of the ids of list `param` (see [`ID_LIST_MAX`]).
+fn in_list(backend: Backend, column: &str, param: &str) -> String {
+    match backend {
+        Backend::Postgres => format!("{column} = ANY({param})"),
+        Backend::Sqlite => format!("{column} IN (SELECT value FROM json_each({param}))"),
+    }
+}
+
+/// A page of a subscription's backlog in range `r`: rows neither prepared nor acked
+/// individually (priority `row`), `LIMIT $5`.
+fn pending(p: &str, r: IdRange, row: &str) -> String {
+    format!(
+        "SELECT {MESSAGE_COLUMNS} FROM {} WHERE {} AND m.xid IS NULL \
+           AND {} IS NULL ORDER BY {} LIMIT $5",
+        r.from,
+        r.range,
+        acked(p, "$3", "$4", row),
+        r.order
+    )
+}
+
+/// A page of a subscription's backlog over all ten priorities at once, in id order.
+/// Each arm is ordered by id in a sub-select: PostgreSQL plans the union as a Merge
+/// Append of the ten ranges, SQLite flattens the arms into a MERGE (UNION ALL); both
+/// pull rows from the arms one at a time, so the page reads at most `limit` + 10 rows
+/// (plus the prepared and individually acked ones it skips), not ten pages. The arms
+/// compare priority and container by equality, so that their index order is id order
+/// (see the notes above about PostgreSQL).
+fn merged(p: &str, backend: Backend) -> String {
+    (0..=crate::MAX_PRIORITY)
+        .map(|k| {
+            let from = match backend {
+                Backend::Postgres => format!("{p}msgs m"),
+                Backend::Sqlite => format!("{p}msgs m INDEXED BY {p}msgs_pidx"),
+            };
+            format!(
+                "SELECT * FROM (SELECT {MESSAGE_COLUMNS} FROM {from} \
+                 WHERE m.container = $1 AND m.priority = {k} AND m.id > ${} \
+                   AND m.xid IS NULL AND {} IS NULL \
+                 ORDER BY m.id) a{k}",
+                5 + u32::from(k),
+                acked(p, "$2", "$3", &k.to_string())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
+}
+
+/// The mark advance over range `r`: the window of at most `$6` rows after the mark,
+/// and in it the first row that is neither acked individually before nor in this
+/// op's acks (list `$7`): the mark may move over the rows before that one. One row
+/// comes back, whatever the window holds: the last id it may move to (NULL: none),
+/// how many of those rows were not acked individually before, how many it may pass,
+/// how many the window held. The first such row is an uncorrelated sub-select,
+/// computed once (as a join, PostgreSQL computed it again for every row of the
+/// window).
+fn advance(p: &str, backend: Backend, r: IdRange) -> String {
+    format!(
+        "WITH w AS (SELECT m.id, CASE WHEN {} IS NULL THEN 0 ELSE 1 END AS done \
+           FROM {} WHERE {} AND m.xid IS NULL ORDER BY {} LIMIT $6) \
+         SELECT MAX(w.id), CAST(COALESCE(SUM(1 - w.done), 0) AS BIGINT), \
+           CAST(COUNT(w.id) AS BIGINT), (SELECT CAST(COUNT(*) AS BIGINT) FROM w) \
+         FROM w WHERE w.id < COALESCE((SELECT MIN(b.id) FROM w b \
+           WHERE b.done = 0 AND NOT ({})), {MAX_ID})",
+        acked(p, "$2", "$3", "$4"),
+        r.from,
+        r.range,
+        r.order,
+        in_list(backend, "b.id", "$7"),
+    )
+}
+
+/// A cleanup batch over range `r`: deletes at most `limit` rows, not prepared.
+fn cleanup(p: &str, r: IdRange, limit: &str) -> String {
+    format!(
+        "DELETE FROM {p}msgs WHERE id IN (SELECT m.id FROM {} \
+         WHERE {} AND m.xid IS NULL ORDER BY {} LIMIT {limit}) \
+         RETURNING id, {MSG_LENGTH}",
+        r.from, r.range, r.order
+    )
+}
+
+/// The message table as read by expiration: only the expiration index gives
+/// `(expiration, id)` order; SQLite is told so.
+fn by_expiration(p: &str, backend: Backend) -> String {
+    match backend {
+        Backend::Postgres => format!("{p}msgs m"),
+        Backend::Sqlite => format!("{p}msgs m INDEXED BY {p}msgs_eidx"),
+    }
+}
+
+/// A topic's expiry pages, with `columns`: see `read_expired_after`.
+fn expired_after(p: &str, backend: Backend, columns: &str) -> [String; 2] {
+    let by_expiration = by_expiration(p, backend);
+    match backend {
+        // Row comparisons on the index's columns, ordered by them: only `msgs_eidx`
+        // serves them as one range (see the notes above).
+        Backend::Postgres => [
+            format!(
+                "SELECT {columns} FROM {p}msgs m \
+                 WHERE (m.container, m.expiration, m.id) > ($1, $4, $5) \
+                   AND (m.container, m.expiration, m.id) <= ($1, $4, {MAX_ID}) \
+                   AND m.xid IS NULL AND $2 > 0 \
+                 ORDER BY m.container, m.expiration, m.id LIMIT $3"
+            ),
+            format!(
+                "SELECT {columns} FROM {p}msgs m \
+                 WHERE (m.container, m.expiration, m.id) > ($1, $4, {MAX_ID}) \
+                   AND (m.container, m.expiration, m.id) <= ($1, $2, {MAX_ID}) \
+                   AND m.xid IS NULL \
+                 ORDER BY m.container, m.expiration, m.id LIMIT $3"
+            ),
+        ],
+        // `$4` is a position a page before reached (expired then), or 0 with `$5` the
+        // largest id (nothing): the tie's range is the equality and the id (`$2` stays
+        // bound, unused).
+        Backend::Sqlite => [
+            format!(
+                "SELECT {columns} FROM {by_expiration} \
+                 WHERE m.container = $1 AND m.expiration = $4 AND m.id > $5 \
+                   AND m.xid IS NULL AND $2 > 0 \
+                 ORDER BY m.expiration, m.id LIMIT $3"
+            ),
+            format!(
+                "SELECT {columns} FROM {by_expiration} \
+                 WHERE m.container = $1 AND m.expiration > $4 \
+                   AND m.expiration <= $2 AND m.xid IS NULL \
+                 ORDER BY m.expiration, m.id LIMIT $3"
+            ),
+        ],
+    }
+}
+
 impl Statements {
     pub fn new(p: &str, backend: Backend) -> Self {
-        // One primary-key probe of `indacks` per message row the range scan examines. A
-        // scalar sub-select, not `NOT EXISTS`: no planner turns it into a join, so the probe
-        // is always by the whole key (a hash anti join loses the id order, and a nested
-        // loop over a materialized inner compares each row with every individual ack of
-        // the subscription).
-        let acked = |client: &str, sub: &str, row: &str| {
-            format!(
-                "(SELECT 1 FROM {p}indacks i WHERE i.container = $1 AND i.client_id = {client} \
-                   AND i.sub_name = {sub} AND i.priority = {row} AND i.msg_id = m.id)"
-            )
-        };
+        Self::message_statements(p, backend).with_subscription_statements()
+    }
+
+    /// The statements over messages alone: inserts, the pages of a queue and of a
+    /// subscription's backlog, expiry, prepared rows, counts.
+    fn message_statements(p: &str, backend: Backend) -> Self {
         let range = |container: &str, priority: Option<&str>, bound: Bound| {
             IdRange::new(p, backend, container, priority, bound)
         };
-        let pending = |r: IdRange, row: &str| {
-            format!(
-                "SELECT {MESSAGE_COLUMNS} FROM {} WHERE {} AND m.xid IS NULL \
-                   AND {} IS NULL ORDER BY {} LIMIT $5",
-                r.from,
-                r.range,
-                acked("$3", "$4", row),
-                r.order
-            )
-        };
-        // Each arm is ordered by id in a sub-select: PostgreSQL plans the union as a Merge
-        // Append of the ten ranges, SQLite flattens the arms into a MERGE (UNION ALL); both
-        // pull rows from the arms one at a time, so the page reads at most `limit` + 10
-        // rows (plus the prepared and individually acked ones it skips), not ten pages.
-        // The arms compare priority and container by equality, so that their index order
-        // is id order (see the notes above about PostgreSQL).
-        let merged = (0..=crate::MAX_PRIORITY)
-            .map(|k| {
-                let from = match backend {
-                    Backend::Postgres => format!("{p}msgs m"),
-                    Backend::Sqlite => format!("{p}msgs m INDEXED BY {p}msgs_pidx"),
-                };
-                format!(
-                    "SELECT * FROM (SELECT {MESSAGE_COLUMNS} FROM {from} \
-                     WHERE m.container = $1 AND m.priority = {k} AND m.id > ${} \
-                       AND m.xid IS NULL AND {} IS NULL \
-                     ORDER BY m.id) a{k}",
-                    5 + u32::from(k),
-                    acked("$2", "$3", &k.to_string())
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(" UNION ALL ");
-        // `column` is one of the ids of list `param` (see `ID_LIST_MAX`).
-        let in_list = |column: &str, param: &str| match backend {
-            Backend::Postgres => format!("{column} = ANY({param})"),
-            Backend::Sqlite => format!("{column} IN (SELECT value FROM json_each({param}))"),
-        };
-        // The window of at most `$6` rows after the mark, and in it the first row that
-        // is neither acked individually before nor in this op's acks (list `$7`): the
-        // mark may move over the rows before that one. One row comes back, whatever the
-        // window holds: the last id it may move to (NULL: none), how many of those rows
-        // were not acked individually before, how many it may pass, how many the window
-        // held. The first such row is an uncorrelated sub-select, computed once (as a
-        // join, PostgreSQL computed it again for every row of the window).
-        let advance = |r: IdRange| {
-            format!(
-                "WITH w AS (SELECT m.id, CASE WHEN {} IS NULL THEN 0 ELSE 1 END AS done \
-                   FROM {} WHERE {} AND m.xid IS NULL ORDER BY {} LIMIT $6) \
-                 SELECT MAX(w.id), CAST(COALESCE(SUM(1 - w.done), 0) AS BIGINT), \
-                   CAST(COUNT(w.id) AS BIGINT), (SELECT CAST(COUNT(*) AS BIGINT) FROM w) \
-                 FROM w WHERE w.id < COALESCE((SELECT MIN(b.id) FROM w b \
-                   WHERE b.done = 0 AND NOT ({})), {MAX_ID})",
-                acked("$2", "$3", "$4"),
-                r.from,
-                r.range,
-                r.order,
-                in_list("b.id", "$7"),
-            )
-        };
-        let cleanup = |r: IdRange, limit: &str| {
-            format!(
-                "DELETE FROM {p}msgs WHERE id IN (SELECT m.id FROM {} \
-                 WHERE {} AND m.xid IS NULL ORDER BY {} LIMIT {limit}) \
-                 RETURNING id, {MSG_LENGTH}",
-                r.from, r.range, r.order
-            )
-        };
-        let remove = format!(
-            "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND {} \
-             RETURNING {MSG_LENGTH}",
-            in_list("id", "$2")
-        );
-        // A row is still needed by a subscription row whose mark is below it (of its
-        // priority, or -1 for all) and that has no individual ack of it: one probe of
-        // the `indacks` primary key per (row, subscription row) pair.
-        let reclaim = format!(
-            "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND {} \
-             AND NOT EXISTS (SELECT 1 FROM {p}acks a WHERE a.container = $1 \
-               AND (a.priority < 0 OR a.priority = {p}msgs.priority) \
-               AND a.last_acked_id < {p}msgs.id \
-               AND NOT EXISTS (SELECT 1 FROM {p}indacks i WHERE i.container = $1 \
-                 AND i.client_id = a.client_id AND i.sub_name = a.sub_name \
-                 AND i.priority = a.priority AND i.msg_id = {p}msgs.id)) \
-             RETURNING id, {MSG_LENGTH}",
-            in_list("id", "$2")
-        );
-        let delete_message_indacks = format!(
-            "DELETE FROM {p}indacks WHERE container = $1 AND {}",
-            in_list("msg_id", "$2")
-        );
         let expired = "m.container = $1 AND m.expiration > 0 AND m.expiration <= $2 \
                        AND m.xid IS NULL ORDER BY m.expiration, m.id LIMIT $3";
-        // Only the expiration index gives `(expiration, id)` order; SQLite is told so.
-        let by_expiration = match backend {
-            Backend::Postgres => format!("{p}msgs m"),
-            Backend::Sqlite => format!("{p}msgs m INDEXED BY {p}msgs_eidx"),
-        };
-        // A topic's expiry pages, with `columns`: see `read_expired_after`.
-        let expired_after = |columns: &str| -> [String; 2] {
-            match backend {
-                // Row comparisons on the index's columns, ordered by them: only
-                // `msgs_eidx` serves them as one range (see the notes above).
-                Backend::Postgres => [
-                    format!(
-                        "SELECT {columns} FROM {p}msgs m \
-                         WHERE (m.container, m.expiration, m.id) > ($1, $4, $5) \
-                           AND (m.container, m.expiration, m.id) <= ($1, $4, {MAX_ID}) \
-                           AND m.xid IS NULL AND $2 > 0 \
-                         ORDER BY m.container, m.expiration, m.id LIMIT $3"
-                    ),
-                    format!(
-                        "SELECT {columns} FROM {p}msgs m \
-                         WHERE (m.container, m.expiration, m.id) > ($1, $4, {MAX_ID}) \
-                           AND (m.container, m.expiration, m.id) <= ($1, $2, {MAX_ID}) \
-                           AND m.xid IS NULL \
-                         ORDER BY m.container, m.expiration, m.id LIMIT $3"
-                    ),
-                ],
-                // `$4` is a position a page before reached (expired then), or 0 with
-                // `$5` the largest id (nothing): the tie's range is the equality and
-                // the id (`$2` stays bound, unused).
-                Backend::Sqlite => [
-                    format!(
-                        "SELECT {columns} FROM {by_expiration} \
-                         WHERE m.container = $1 AND m.expiration = $4 AND m.id > $5 \
-                           AND m.xid IS NULL AND $2 > 0 \
-                         ORDER BY m.expiration, m.id LIMIT $3"
-                    ),
-                    format!(
-                        "SELECT {columns} FROM {by_expiration} \
-                         WHERE m.container = $1 AND m.expiration > $4 \
-                           AND m.expiration <= $2 AND m.xid IS NULL \
-                         ORDER BY m.expiration, m.id LIMIT $3"
-                    ),
-                ],
-            }
-        };
+        let by_expiration = by_expiration(p, backend);
         Self {
             prefix: p.to_string(),
             backend,
@@ -492,6 +498,79 @@ impl Statements {
                 "INSERT INTO {p}msgs (id, container, msgid, expiration, priority, xid, msg, hdrs, lvkey) "
             ),
             max_message_id: format!("SELECT MAX(id) FROM {p}msgs"),
+            prepared_ids: format!("SELECT id FROM {p}msgs WHERE xid = $1 ORDER BY id LIMIT $2"),
+            renumber_prepared: format!(
+                "UPDATE {p}msgs SET id = $2, xid = NULL WHERE id = $1 RETURNING container, lvkey"
+            ),
+            replace_last_values: format!(
+                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
+                 WHERE container = $1 AND lvkey = $2 AND xid IS NULL AND id < $3 \
+                 ORDER BY id LIMIT $4) RETURNING {MSG_LENGTH}"
+            ),
+            delete_prepared: format!(
+                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs WHERE xid = $1 LIMIT $2) \
+                 RETURNING {MSG_LENGTH}"
+            ),
+            delete_prepared_prefix: format!(
+                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
+                 WHERE xid IS NOT NULL AND xid LIKE $1 ESCAPE '!' \
+                 AND substr(xid, 1, length($3)) = $3 LIMIT $2) \
+                 RETURNING {MSG_LENGTH}"
+            ),
+            remove: format!(
+                "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND {} \
+                 RETURNING {MSG_LENGTH}",
+                in_list(backend, "id", "$2")
+            ),
+            redelivered: format!(
+                "UPDATE {p}msgs SET redeliveries = $3 \
+                 WHERE container = $1 AND id = $2 AND xid IS NULL"
+            ),
+            expire_queue: format!(
+                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {by_expiration} WHERE {expired}) \
+                 RETURNING id, {MSG_LENGTH}"
+            ),
+            read_expired: format!("SELECT {MESSAGE_COLUMNS} FROM {by_expiration} WHERE {expired}"),
+            read_expired_after: expired_after(p, backend, MESSAGE_COLUMNS),
+            read_expired_keys_after: expired_after(p, backend, KEY_COLUMNS),
+            stored_bytes: format!(
+                "SELECT CAST(COALESCE(SUM(length(msg)), 0) AS BIGINT) FROM {p}msgs"
+            ),
+            read_pending: pending(p, range("$1", None, Bound::After("$2")), "-1"),
+            read_pending_priority: pending(p, range("$1", Some("$6"), Bound::After("$2")), "$7"),
+            read_pending_merged: format!("{} ORDER BY id LIMIT $4", merged(p, backend)),
+            browse: {
+                let r = range("$1", None, Bound::After("$2"));
+                format!(
+                    "SELECT {MESSAGE_COLUMNS} FROM {} WHERE {} AND m.xid IS NULL \
+                     ORDER BY {} LIMIT $3",
+                    r.from, r.range, r.order
+                )
+            },
+            has_expiring: format!(
+                "SELECT 1 FROM {p}msgs WHERE container = $1 AND expiration > 0 LIMIT 1"
+            ),
+            committed_probe: format!(
+                "SELECT id FROM {p}msgs WHERE id >= $1 AND id <= $2 LIMIT 1"
+            ),
+            count_messages: format!("SELECT COUNT(*) FROM {p}msgs WHERE container = $1"),
+            next_container: format!(
+                "SELECT container FROM {p}msgs WHERE container > $1 AND container < $2 \
+                 ORDER BY container LIMIT 1"
+            ),
+            ..Self::default()
+        }
+    }
+
+    /// [`Statements::message_statements`] with the statements of durable
+    /// subscriptions: their rows and marks, individual acks, the mark advance,
+    /// cleanup of what every subscription acked, the lease and the commit mark.
+    fn with_subscription_statements(self) -> Self {
+        let (p, backend) = (self.prefix.clone(), self.backend);
+        let range = |container: &str, priority: Option<&str>, bound: Bound| {
+            IdRange::new(&p, backend, container, priority, bound)
+        };
+        Self {
             max_acked_id: format!("SELECT MAX(last_acked_id) FROM {p}acks"),
             commit_mark: format!("SELECT token FROM {p}commit_mark WHERE id = 1"),
             set_commit_mark: format!("UPDATE {p}commit_mark SET token = $1 WHERE id = 1"),
@@ -520,11 +599,11 @@ impl Statements {
                  SELECT $1, $2, $3, $4, m.id FROM {p}msgs m \
                  WHERE m.container = $1 AND {} \
                  ON CONFLICT DO NOTHING",
-                in_list("m.id", "$5")
+                in_list(backend, "m.id", "$5")
             ),
             advance_window: [
-                advance(range("$1", None, Bound::After("$5"))),
-                advance(range("$1", Some("$4"), Bound::After("$5"))),
+                advance(&p, backend, range("$1", None, Bound::After("$5"))),
+                advance(&p, backend, range("$1", Some("$4"), Bound::After("$5"))),
             ],
             update_mark: format!(
                 "UPDATE {p}acks SET last_acked_id = $5 \
@@ -535,72 +614,33 @@ impl Statements {
                 "DELETE FROM {p}indacks WHERE container = $1 AND client_id = $2 AND sub_name = $3 \
                  AND priority = $4 AND msg_id <= $5"
             ),
-            prepared_ids: format!("SELECT id FROM {p}msgs WHERE xid = $1 ORDER BY id LIMIT $2"),
-            renumber_prepared: format!(
-                "UPDATE {p}msgs SET id = $2, xid = NULL WHERE id = $1 RETURNING container, lvkey"
-            ),
-            replace_last_values: format!(
-                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
-                 WHERE container = $1 AND lvkey = $2 AND xid IS NULL AND id < $3 \
-                 ORDER BY id LIMIT $4) RETURNING {MSG_LENGTH}"
-            ),
-            delete_prepared: format!(
-                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs WHERE xid = $1 LIMIT $2) \
-                 RETURNING {MSG_LENGTH}"
-            ),
-            delete_prepared_prefix: format!(
-                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
-                 WHERE xid IS NOT NULL AND xid LIKE $1 ESCAPE '!' \
-                 AND substr(xid, 1, length($3)) = $3 LIMIT $2) \
-                 RETURNING {MSG_LENGTH}"
-            ),
             min_marks: format!(
                 "SELECT priority, MIN(last_acked_id) FROM {p}acks WHERE container = $1 \
                  GROUP BY priority ORDER BY priority LIMIT 11"
             ),
             cleanup: [
-                cleanup(range("$1", None, Bound::Window("$4", "$2")), "$3"),
-                cleanup(range("$1", Some("$3"), Bound::Window("$5", "$2")), "$4"),
+                cleanup(&p, range("$1", None, Bound::Window("$4", "$2")), "$3"),
+                cleanup(&p, range("$1", Some("$3"), Bound::Window("$5", "$2")), "$4"),
             ],
-            remove,
             lease_active: format!(
                 "SELECT CASE WHEN expires_at > clock_timestamp() THEN 1 ELSE 0 END \
                  FROM {p}lock WHERE name = 'broker' FOR SHARE"
             ),
-            redelivered: format!(
-                "UPDATE {p}msgs SET redeliveries = $3 \
-                 WHERE container = $1 AND id = $2 AND xid IS NULL"
+            reclaim: format!(
+                "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND {} \
+                 AND NOT EXISTS (SELECT 1 FROM {p}acks a WHERE a.container = $1 \
+                   AND (a.priority < 0 OR a.priority = {p}msgs.priority) \
+                   AND a.last_acked_id < {p}msgs.id \
+                   AND NOT EXISTS (SELECT 1 FROM {p}indacks i WHERE i.container = $1 \
+                     AND i.client_id = a.client_id AND i.sub_name = a.sub_name \
+                     AND i.priority = a.priority AND i.msg_id = {p}msgs.id)) \
+                 RETURNING id, {MSG_LENGTH}",
+                in_list(backend, "id", "$2")
             ),
-            expire_queue: format!(
-                "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {by_expiration} WHERE {expired}) \
-                 RETURNING id, {MSG_LENGTH}"
+            delete_message_indacks: format!(
+                "DELETE FROM {p}indacks WHERE container = $1 AND {}",
+                in_list(backend, "msg_id", "$2")
             ),
-            read_expired: format!("SELECT {MESSAGE_COLUMNS} FROM {by_expiration} WHERE {expired}"),
-            read_expired_after: expired_after(MESSAGE_COLUMNS),
-            read_expired_keys_after: expired_after(KEY_COLUMNS),
-            reclaim,
-            delete_message_indacks,
-            stored_bytes: format!(
-                "SELECT CAST(COALESCE(SUM(length(msg)), 0) AS BIGINT) FROM {p}msgs"
-            ),
-            read_pending: pending(range("$1", None, Bound::After("$2")), "-1"),
-            read_pending_priority: pending(range("$1", Some("$6"), Bound::After("$2")), "$7"),
-            read_pending_merged: format!("{merged} ORDER BY id LIMIT $4"),
-            browse: {
-                let r = range("$1", None, Bound::After("$2"));
-                format!(
-                    "SELECT {MESSAGE_COLUMNS} FROM {} WHERE {} AND m.xid IS NULL \
-                     ORDER BY {} LIMIT $3",
-                    r.from, r.range, r.order
-                )
-            },
-            has_expiring: format!(
-                "SELECT 1 FROM {p}msgs WHERE container = $1 AND expiration > 0 LIMIT 1"
-            ),
-            committed_probe: format!(
-                "SELECT id FROM {p}msgs WHERE id >= $1 AND id <= $2 LIMIT 1"
-            ),
-            count_messages: format!("SELECT COUNT(*) FROM {p}msgs WHERE container = $1"),
             count_subscriptions: format!(
                 "SELECT COUNT(*) FROM {p}acks WHERE container = $1 AND priority <= 0"
             ),
@@ -613,10 +653,6 @@ impl Statements {
                 "SELECT DISTINCT container FROM {p}acks WHERE client_id = $1 AND sub_name = $2 \
                  AND container > $3 ORDER BY container LIMIT $4"
             ),
-            next_container: format!(
-                "SELECT container FROM {p}msgs WHERE container > $1 AND container < $2 \
-                 ORDER BY container LIMIT 1"
-            ),
             subscriptions_between: format!(
                 "SELECT container, client_id, sub_name, selector FROM {p}acks \
                  WHERE container >= $1 AND container < $2 AND priority <= 0 \
@@ -624,6 +660,7 @@ impl Statements {
                    OR (client_id = $4 AND sub_name > $5)))) \
                  ORDER BY container, client_id, sub_name LIMIT $6"
             ),
+            ..self
         }
     }
 
