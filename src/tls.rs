@@ -92,40 +92,86 @@ impl TlsFiles {
 /// The subject of the client certificate `connection`'s peer presented (verified by
 /// the handshake against `[tls] client_ca_file`), read from the certificate's own
 /// RDNs and attributes (never re-parsed from text, so a value holding `,` or `+`
-/// stays one value); `None` without client certificates or for one that does not
-/// parse.
+/// stays one value); `None` without client certificates, for one that does not
+/// parse, or for a subject that is not strict DER ([`subject_of`]): such a
+/// certificate logs in as nobody (logged).
 pub fn certificate_subject(
     connection: &rustls::ServerConnection,
 ) -> Option<crate::auth::DistinguishedName> {
     let leaf = connection.peer_certificates()?.first()?;
     let (_, certificate) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
-    Some(subject_of(certificate.subject()))
+    match subject_of(certificate.subject()) {
+        Ok(subject) => Some(subject),
+        Err(why) => {
+            tracing::info!(%why, "client certificate: its subject is not strict DER, so it logs in as nobody");
+            None
+        }
+    }
 }
 
 /// `name` as a [`crate::auth::DistinguishedName`]: each attribute's type as its
 /// dotted OID, its value as text when it is one of X.520's string types
 /// (UTF8String, PrintableString, IA5String, NumericString, BMPString,
 /// UniversalString), else as its bytes (which no configured subject matches).
-fn subject_of(name: &x509_parser::x509::X509Name<'_>) -> crate::auth::DistinguishedName {
-    use x509_parser::asn1_rs::Tag;
-    let rdns = name
-        .iter()
-        .map(|rdn| {
-            rdn.iter()
-                .map(|attribute| {
-                    let raw = attribute.attr_value();
-                    let value = match raw.tag() {
-                        Tag::BmpString => utf16(raw.data),
-                        Tag::UniversalString => utf32(raw.data),
-                        _ => attribute.as_str().ok().map(str::to_string),
-                    };
-                    let oid = attribute.attr_type().to_id_string();
-                    (oid, value.ok_or_else(|| raw.data.to_vec()))
-                })
-                .collect()
-        })
-        .collect();
-    crate::auth::DistinguishedName::from_rdns(rdns)
+///
+/// The parser reads more than DER allows, and another reader of the same bytes (a
+/// CA's policy check, OpenSSL) may see another name in them: an OID whose
+/// encoding is padded (`55 04 80 03` read as 2.5.4.3) or cut short, or a value
+/// tagged in another class with a string type's number. Such a subject is refused
+/// whole (the error says why), so a name is only ever read one way.
+fn subject_of(
+    name: &x509_parser::x509::X509Name<'_>,
+) -> Result<crate::auth::DistinguishedName, String> {
+    use x509_parser::asn1_rs::{Class, Tag};
+    let mut rdns = Vec::new();
+    for rdn in name.iter() {
+        let mut attributes = Vec::new();
+        for attribute in rdn.iter() {
+            let kind = attribute.attr_type();
+            if !minimal_oid(kind.as_bytes()) {
+                return Err(format!(
+                    "an attribute type's OID is not minimally encoded ({:02x?})",
+                    kind.as_bytes()
+                ));
+            }
+            let raw = attribute.attr_value();
+            if raw.class() != Class::Universal {
+                return Err(format!(
+                    "the value of {} is tagged in the {:?} class, not as a universal type",
+                    kind.to_id_string(),
+                    raw.class()
+                ));
+            }
+            let value = match raw.tag() {
+                Tag::BmpString => utf16(raw.data),
+                Tag::UniversalString => utf32(raw.data),
+                _ => attribute.as_str().ok().map(str::to_string),
+            };
+            attributes.push((kind.to_id_string(), value.ok_or_else(|| raw.data.to_vec())));
+        }
+        rdns.push(attributes);
+    }
+    Ok(crate::auth::DistinguishedName::from_rdns(rdns))
+}
+
+/// Whether `bytes` (an OID's content octets) are DER: at least one byte, every
+/// sub-identifier without a leading `0x80` byte (padding), the last byte ending one
+/// (not cut short).
+fn minimal_oid(bytes: &[u8]) -> bool {
+    let Some(last) = bytes.last() else {
+        return false;
+    };
+    let starts = std::iter::once(0).chain(
+        bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b < 0x80)
+            .map(|(i, _)| i + 1),
+    );
+    last & 0x80 == 0
+        && starts
+            .filter(|&i| i < bytes.len())
+            .all(|i| bytes[i] != 0x80)
 }
 
 /// A BMPString's bytes (UTF-16, big-endian) as text.
@@ -149,4 +195,55 @@ fn utf32(bytes: &[u8]) -> Option<String> {
         .chunks(4)
         .map(|c| char::from_u32(u32::from_be_bytes([c[0], c[1], c[2], c[3]])))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{minimal_oid, subject_of};
+    use x509_parser::prelude::FromDer;
+
+    /// The DER of a Name of one RDN of one attribute: type `oid` (content octets),
+    /// value `value` with tag byte `tag`.
+    fn name(oid: &[u8], tag: u8, value: &str) -> Vec<u8> {
+        let tlv = |tag: u8, content: &[u8]| {
+            let mut out = vec![tag, content.len() as u8];
+            out.extend_from_slice(content);
+            out
+        };
+        let attribute = [tlv(0x06, oid), tlv(tag, value.as_bytes())].concat();
+        tlv(0x30, &tlv(0x31, &tlv(0x30, &attribute)))
+    }
+
+    #[test]
+    fn a_subject_is_read_one_way_or_refused() {
+        let read = |der: &[u8]| {
+            let (_, parsed) = x509_parser::x509::X509Name::from_der(der).unwrap();
+            subject_of(&parsed)
+        };
+        let cn = "CN=orders-service".parse().unwrap();
+        assert_eq!(
+            read(&name(&[0x55, 0x04, 0x03], 0x0c, "orders-service")),
+            Ok(cn)
+        );
+        // What a lenient parser reads as CN, another as nothing: refused.
+        let padded = read(&name(&[0x55, 0x04, 0x80, 0x03], 0x0c, "orders-service"));
+        assert!(padded.unwrap_err().contains("not minimally encoded"));
+        let short = read(&name(&[0x55, 0x04, 0x83], 0x0c, "orders-service"));
+        assert!(short.unwrap_err().contains("not minimally encoded"));
+        // A context-class tag with UTF8String's number is not a UTF8String.
+        let context = read(&name(&[0x55, 0x04, 0x03], 0x8c, "orders-service"));
+        assert!(context.unwrap_err().contains("not as a universal type"));
+    }
+
+    #[test]
+    fn only_minimal_oids_pass() {
+        assert!(minimal_oid(&[0x55, 0x04, 0x03]), "2.5.4.3");
+        assert!(minimal_oid(&[
+            0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x01
+        ]));
+        assert!(!minimal_oid(&[0x55, 0x04, 0x80, 0x03]), "padded");
+        assert!(!minimal_oid(&[0x80, 0x55]), "padded first");
+        assert!(!minimal_oid(&[0x55, 0x04, 0x83]), "cut short");
+        assert!(!minimal_oid(&[]));
+    }
 }

@@ -438,9 +438,10 @@ mod tests {
     fn a_certificate_subject_names_its_user() {
         let s = security();
         assert!(s.validate().is_ok());
-        // Any order, spaces and the case of attribute names do not matter.
+        // Reversed (as OpenSSL writes it), spaces and the case of attribute names do
+        // not matter.
         let user = s
-            .authenticate_certificate(&dn("c=DE,CN = orders,O=Example\\, Inc."), None)
+            .authenticate_certificate(&dn("c=DE,O=Example\\, Inc.,CN = orders"), None)
             .expect("a user has this subject")
             .unwrap();
         assert_eq!(user.login, "orders-service");
@@ -458,7 +459,11 @@ mod tests {
             ),
             "{other}"
         );
-        // A value differs (its case counts), or an attribute is missing: no user.
+        // A value differs (its case counts), an attribute is missing, or the order
+        // is another: no user.
+        assert!(s
+            .authenticate_certificate(&dn("O=Example\\, Inc.,CN=orders,C=DE"), None)
+            .is_none());
         assert!(s
             .authenticate_certificate(&dn("CN=Orders,O=Example\\, Inc.,C=DE"), None)
             .is_none());

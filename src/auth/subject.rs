@@ -31,16 +31,22 @@ const ATTRIBUTE_TYPES: &[(&str, &str, &[&str])] = &[
     ("1.2.840.113549.1.9.1", "emailAddress", &["E", "email"]),
 ];
 
-/// A distinguished name: RDNs in the order written, each a set of attributes
-/// (attribute type as a dotted OID, and its value).
+/// A distinguished name: RDNs in order, each a set of attributes (attribute type as a
+/// dotted OID, and its value).
 ///
-/// Two names are equal when they hold the same RDNs, in any order, each with the
-/// same attributes, in any order; values compare exactly (case and spaces count),
-/// attribute types by OID (`CN`, `cn`, `commonName` and `2.5.4.3` are one type).
-/// [`fmt::Display`] writes RFC 4514 text (`CN=orders\, Inc.,O=Example`), which
-/// [`str::parse`] reads back to an equal name.
+/// Two names are equal when they hold the same RDNs in the same order, or one in
+/// the reverse order of the other (RFC 4514 text writes a certificate's last RDN
+/// first, `CN=orders,O=Example,C=DE`; OpenSSL writes its first RDN first,
+/// `C=DE, O=Example, CN=orders`: both name one certificate), each RDN with the same
+/// attributes in any order (a multi-valued RDN is a set). No other order matches:
+/// `OU=prod,OU=payments` is not `OU=payments,OU=prod`. Values compare exactly (case
+/// and spaces count), attribute types by OID (`CN`, `cn`, `commonName` and
+/// `2.5.4.3` are one type). [`fmt::Display`] writes RFC 4514 text in the order held
+/// (`CN=orders\, Inc.,O=Example`), which [`str::parse`] reads back to an equal name.
 #[derive(Debug, Clone)]
 pub struct DistinguishedName {
+    /// The RDNs, each one's attributes sorted (the order inside an RDN carries no
+    /// meaning), so that names compare without sorting.
     rdns: Vec<Vec<Attribute>>,
 }
 
@@ -79,29 +85,35 @@ impl DistinguishedName {
                     .collect()
             })
             .collect();
+        Self::sorted(rdns)
+    }
+
+    /// A name of `rdns`, each RDN's attributes sorted.
+    fn sorted(mut rdns: Vec<Vec<Attribute>>) -> Self {
+        for rdn in &mut rdns {
+            rdn.sort();
+        }
         DistinguishedName { rdns }
     }
 
-    /// The RDNs with their attributes sorted, then sorted themselves: the form two
-    /// names are compared in.
-    fn canonical(&self) -> Vec<Vec<&Attribute>> {
-        let mut rdns: Vec<Vec<&Attribute>> = self
-            .rdns
+    /// Whether the name has no RDN at all (a certificate with an empty subject).
+    pub fn is_empty(&self) -> bool {
+        self.rdns.iter().all(Vec::is_empty)
+    }
+
+    /// Whether a value of the name is not text (shown as `#hex`): such a name matches
+    /// no configured subject.
+    pub fn has_binary_value(&self) -> bool {
+        self.rdns
             .iter()
-            .map(|rdn| {
-                let mut rdn: Vec<&Attribute> = rdn.iter().collect();
-                rdn.sort();
-                rdn
-            })
-            .collect();
-        rdns.sort();
-        rdns
+            .flatten()
+            .any(|a| matches!(a.value, Value::Binary(_)))
     }
 }
 
 impl PartialEq for DistinguishedName {
     fn eq(&self, other: &Self) -> bool {
-        self.canonical() == other.canonical()
+        self.rdns == other.rdns || self.rdns.iter().eq(other.rdns.iter().rev())
     }
 }
 
@@ -212,7 +224,7 @@ impl std::str::FromStr for DistinguishedName {
                 }
             }
         }
-        Ok(DistinguishedName { rdns })
+        Ok(Self::sorted(rdns))
     }
 }
 
@@ -231,7 +243,7 @@ fn attribute_type(name: &str) -> Result<String, String> {
             .split('.')
             .all(|arc| !arc.is_empty() && arc.bytes().all(|b| b.is_ascii_digit()));
     if dotted {
-        return Ok(bare.to_string());
+        return object_identifier(bare);
     }
     ATTRIBUTE_TYPES
         .iter()
@@ -246,6 +258,31 @@ fn attribute_type(name: &str) -> Result<String, String> {
                 known.join(", ")
             )
         })
+}
+
+/// `dotted` (digits and dots) as a certificate's OID is written, or why no
+/// certificate's can be: an arc with a leading zero (`2.5.4.03`), a first arc other
+/// than 0, 1 or 2, a second arc of 40 or more under 0 or 1, an arc over 64 bits.
+fn object_identifier(dotted: &str) -> Result<String, String> {
+    let mut arcs = Vec::new();
+    for arc in dotted.split('.') {
+        if arc.len() > 1 && arc.starts_with('0') {
+            return Err(format!(
+                "OID `{dotted}`: the arc `{arc}` has a leading zero"
+            ));
+        }
+        let value: u64 = arc
+            .parse()
+            .map_err(|_| format!("OID `{dotted}`: the arc `{arc}` is over 64 bits"))?;
+        arcs.push(value);
+    }
+    match arcs[..] {
+        [first, ..] if first > 2 => Err(format!("OID `{dotted}`: the first arc must be 0, 1 or 2")),
+        [first, second, ..] if first < 2 && second >= 40 => Err(format!(
+            "OID `{dotted}`: under arc {first}, the second arc must be below 40"
+        )),
+        _ => Ok(dotted.to_string()),
+    }
 }
 
 /// Reads one attribute's value after its `=`, up to an unescaped `,` or `+` (the
@@ -373,20 +410,33 @@ mod tests {
     }
 
     #[test]
-    fn types_by_oid_values_exactly_rdns_in_any_order() {
+    fn types_by_oid_values_exactly_rdns_in_order_or_reversed() {
         let certificate = cert(&[
             &[("2.5.4.6", "DE")],
             &[(O, "Example")],
             &[(CN, "orders")],
             &[("1.2.840.113549.1.9.1", "ops@example.com")],
         ]);
+        // In the certificate's order (as OpenSSL writes it) or reversed (RFC 4514).
         for text in [
-            "CN=orders,O=Example,C=DE,emailAddress=ops@example.com",
+            "emailAddress=ops@example.com,CN=orders,O=Example,C=DE",
             "c = DE , o=Example, cn=orders, E=ops@example.com",
-            "2.5.4.3=orders,OID.2.5.4.10=Example,countryName=DE,1.2.840.113549.1.9.1=ops@example.com",
+            "1.2.840.113549.1.9.1=ops@example.com,2.5.4.3=orders,OID.2.5.4.10=Example,countryName=DE",
         ] {
             assert_eq!(dn(text), certificate, "{text}");
         }
+        // Any other order is another name: a hierarchy is an order.
+        assert_ne!(
+            dn("CN=orders,O=Example,C=DE,E=ops@example.com"),
+            certificate
+        );
+        let hierarchy = cert(&[
+            &[("2.5.4.11", "prod")],
+            &[("2.5.4.11", "payments")],
+            &[(CN, "svc")],
+        ]);
+        assert_eq!(dn("CN=svc,OU=payments,OU=prod"), hierarchy);
+        assert_ne!(dn("CN=svc,OU=prod,OU=payments"), hierarchy);
         // Values are exact: case, and spaces the certificate holds, count.
         assert_ne!(
             dn("CN=Orders,O=Example,C=DE,E=ops@example.com"),
@@ -438,6 +488,10 @@ mod tests {
             ("FOO=bar", "not an attribute type"),
             ("=bar", "no type"),
             ("1.=x", "not an attribute type"),
+            ("2.5.4.03=x", "leading zero"),
+            ("3.1=x", "first arc must be 0, 1 or 2"),
+            ("0.99=x", "second arc must be below 40"),
+            ("1.2.3.99999999999999999999999=x", "over 64 bits"),
         ] {
             let error = text.parse::<DistinguishedName>().unwrap_err();
             assert!(error.contains(says), "{text:?}: {error}");

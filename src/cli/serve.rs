@@ -169,6 +169,26 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         (false, _) => None,
     };
     let security = file.security();
+    // A user who logs in only by certificate needs a listener that asks for one.
+    let asks_for_certificates = file
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.client_ca_file.is_some())
+        && (ssl_acceptor.is_some() || http_acceptor.is_some());
+    if let Some(user) = security
+        .users
+        .iter()
+        .find(|u| u.certificate_subject.is_some() && u.password_hash.is_empty())
+    {
+        if !asks_for_certificates {
+            anyhow::bail!(
+                "user `{}` logs in only by client certificate, but no listener asks for one: \
+                 set [tls] client_ca_file and a TLS listener ([stomp] ssl_listen or [http] tls){}",
+                user.login,
+                from_file("[[users]]")
+            );
+        }
+    }
     // Without users, every listener stays on loopback unless told otherwise.
     let listeners = [
         (Some(addr), "listen on", "send and subscribe"),

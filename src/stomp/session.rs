@@ -625,6 +625,9 @@ impl Session {
         self.broker
             .refuse_if_shut_down()
             .map_err(|e| Refusal(e.to_string()))?;
+        // The version is agreed: a refusal of this CONNECT is framed in it too (its
+        // header escapes keep a `\` or `:` of the message as it is).
+        self.version = version;
         if !self.log_in_by_certificate(login.as_deref())? {
             self.log_in_by_passcode(login, passcode).await?;
         }
@@ -673,8 +676,15 @@ impl Session {
             None => {
                 tracing::info!(session = %self.session_id, peer = ?peer, %subject, "no user has this client certificate's subject");
                 if login.is_none() {
+                    let shown = if subject.is_empty() {
+                        "an empty subject".to_string()
+                    } else if subject.has_binary_value() {
+                        format!("({subject}; a #hex value is not text and matches no certificate_subject)")
+                    } else {
+                        format!("({subject})")
+                    };
                     return refuse(format!(
-                        "authentication required: no user has the client certificate's subject ({subject}); give login and passcode"
+                        "authentication required: no user has the client certificate's subject {shown}; give login and passcode"
                     ));
                 }
                 Ok(false)

@@ -455,6 +455,13 @@ async fn a_crafted_common_name_passes_for_no_other_subject(t: TestStore) {
                 )),
             "a CN of {cn:?} is one value, not two attributes: {answer:?}"
         );
+        // The header is framed in the version the CONNECT agreed (1.2): its escapes
+        // keep the subject's `\` (a 1.0 header could not carry it).
+        let escaped = shown.replace('\\', "\\\\");
+        assert!(
+            answer.contains(&format!("message:authentication required\\c no user has the client certificate's subject ({escaped})")),
+            "{answer:?}"
+        );
     }
     let comma = pki.client(
         "acme",
@@ -616,4 +623,39 @@ fn bad_certificate_files_are_refused_with_a_reason() {
     }
     let ok = files(&pki.cert, &pki.key);
     assert!(ok.acceptor(&[]).is_ok());
+}
+
+/// A user who logs in only by client certificate can never log in where no listener
+/// asks for one: `ebb serve` refuses to start, saying what is missing.
+#[test]
+fn a_certificate_user_without_a_certificate_listener_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ebb.toml");
+    std::fs::write(
+        &config,
+        "[[users]]\nlogin = \"orders\"\ncertificate_subject = \"CN=orders\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .arg("--store")
+        .arg(format!("sqlite://{}", dir.path().join("s.db").display()))
+        .arg("--stomp")
+        .arg("127.0.0.1:0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "user `orders` logs in only by client certificate, but no listener asks for one"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("s.db").exists(),
+        "refused before the store opened"
+    );
 }
