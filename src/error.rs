@@ -92,6 +92,17 @@ pub enum Error {
     /// which address and why.
     #[error("HTTP server: {0}")]
     Http(String),
+    /// A listener of [`crate::server::Server`] could not bind its address (in use,
+    /// not local, no permission).
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Listen {
+        /// Which listener (`STOMP`, `STOMP over TLS`).
+        what: &'static str,
+        /// The address it was given.
+        addr: std::net::SocketAddr,
+        /// Why the bind failed.
+        source: std::io::Error,
+    },
 }
 
 impl From<ActorError> for Error {

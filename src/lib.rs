@@ -22,6 +22,7 @@
 //! | configuration | [`config`], [`auth`], [`login_guard`] | the TOML file, users and rights by destination pattern, refused logins per client address (every protocol) |
 //! | operators' views | [`stats`], [`metrics`], [`process`], [`admin`] | snapshots ([`Broker::stats`]), Prometheus metrics (the recorder behind the `prometheus` feature), the process's memory, the admin calls (destinations and durable subscriptions in bounded pages, a store ping) |
 //! | HTTP | `http` (feature `http`, part of `cli`) | one axum server: `/metrics`, `/healthz`, `/readyz`, the JSON admin API over [`admin`] and [`Broker`], the web console (a static page over that API), STOMP over WebSocket through the same [`stomp::connection`] as TCP |
+//! | server | [`server`] | [`server::Server`]: a broker with its listeners (STOMP, STOMP over TLS, HTTP) started and stopped as one; `ebb serve`, the test harness and the benches all start theirs through it |
 //! | TLS | `tls` (feature `tls`, part of `cli`) | rustls acceptors from PEM files: STOMP over TLS (a second listener) and `https`/`wss` |
 //! | tools | `cli` | the `ebb` binary's commands (`serve`, `stat`, `soak`, `passwd`, `check`), behind the default `cli` feature; nothing outside it imports from it |
 //!
@@ -209,6 +210,7 @@ pub mod login_guard;
 pub mod metrics;
 pub mod process;
 pub mod runtime;
+pub mod server;
 pub mod stats;
 pub mod stomp;
 #[cfg(feature = "test-util")]

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ebb::stomp::connection::{ConnectionConfig, Stomp};
+use ebb::stomp::connection::ConnectionConfig;
 use ebb::{Broker, BrokerConfig};
 use ebb_store::{StatsSnapshot, StoreOptions};
 
@@ -100,17 +100,16 @@ impl EbbRun {
     /// Starts the STOMP listener in front of the broker, with
     /// `ConnectionConfig::default()` (as `ebb serve`), on an ephemeral port.
     pub async fn listen(&self) -> Result<Listener, String> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let options = ebb::server::ServerOptions {
+            stomp: Some("127.0.0.1:0".parse().unwrap()),
+            connection: ConnectionConfig::default(),
+            ..Default::default()
+        };
+        let server = ebb::server::Server::start(self.broker.clone(), options)
             .await
             .map_err(|e| e.to_string())?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        let accept = actix_rt::spawn(ebb::transport::listener::run(
-            listener,
-            Stomp::new(self.broker.clone(), ConnectionConfig::default()),
-            stop_rx,
-        ));
-        Ok(Listener { addr, stop, accept })
+        let addr = server.stomp_addr().ok_or("no STOMP listener")?;
+        Ok(Listener { addr, server })
     }
 }
 
@@ -118,15 +117,13 @@ impl EbbRun {
 pub struct Listener {
     /// Where clients connect.
     pub addr: SocketAddr,
-    stop: tokio::sync::watch::Sender<bool>,
-    accept: tokio::task::JoinHandle<()>,
+    server: ebb::server::Server,
 }
 
 impl Listener {
     /// Stops accepting (open connections end with the broker's shutdown).
     pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.accept.await;
+        self.server.stop_listening().await;
     }
 }
 

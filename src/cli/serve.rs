@@ -11,7 +11,7 @@ use crate::{redact_url, StoreOptions};
 
 use super::{DEFAULT_STOMP, DEFAULT_STORE};
 use crate::config::{ByteSize, FileConfig};
-use crate::stomp::connection::{ConnectionConfig, Stomp};
+use crate::stomp::connection::ConnectionConfig;
 
 /// The `ebb serve` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -376,67 +376,43 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             "rolled back STOMP transactions left open by the last run"
         );
     }
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    let bound = listener.local_addr()?;
+    if let Some(options) = &http_options {
+        if options.security.requires_login()
+            && !options
+                .security
+                .users
+                .iter()
+                .any(|u| u.groups.contains(&options.admin_group))
+        {
+            tracing::warn!(admin_group = %options.admin_group, "no user is in the admin group: every change through the admin API will be refused (403)");
+        }
+    }
+    let options = crate::server::ServerOptions {
+        stomp: Some(addr),
+        stomp_tls: ssl_addr.zip(ssl_acceptor),
+        connection,
+        http: http_options,
+    };
+    let server = crate::server::Server::start(broker.clone(), options).await?;
+    let bound = server.stomp_addr().expect("a STOMP listener was asked for");
     tracing::info!(stomp = %bound, store = %redact_url(&store_url), "ebb is running");
     println!("ebb: STOMP on {bound}, store {}", redact_url(&store_url));
-    let ssl_listener = match ssl_addr {
-        Some(addr) => {
-            let ssl = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (STOMP over TLS): {e}"))?;
-            println!("ebb: STOMP over TLS on {}", ssl.local_addr()?);
-            Some(ssl)
+    if let Some(ssl) = server.stomp_tls_addr() {
+        println!("ebb: STOMP over TLS on {ssl}");
+    }
+    if let Some(at) = server.http_addr() {
+        if ha {
+            crate::metrics::record_ha_role(true);
         }
-        None => None,
-    };
-
-    let http = match http_options {
-        Some(options) => {
-            if options.security.requires_login()
-                && !options
-                    .security
-                    .users
-                    .iter()
-                    .any(|u| u.groups.contains(&options.admin_group))
-            {
-                tracing::warn!(admin_group = %options.admin_group, "no user is in the admin group: every change through the admin API will be refused (403)");
-            }
-            let server = crate::http::HttpServer::start(options, broker.clone()).await?;
-            if ha {
-                crate::metrics::record_ha_role(true);
-            }
-            let (http, ws) = if http_tls {
-                ("https", "wss")
-            } else {
-                ("http", "ws")
-            };
-            println!(
-                "ebb: HTTP on {http}://{0} (console /console, admin API /api/v1, STOMP over {ws}://{0}/stomp)",
-                server.local_addr()
-            );
-            Some(server)
-        }
-        None => None,
-    };
-
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let ssl_accept = match (ssl_listener, ssl_acceptor) {
-        (Some(ssl), Some(acceptor)) => Some(actix_rt::spawn(crate::transport::listener::run_tls(
-            ssl,
-            acceptor,
-            Stomp::new(broker.clone(), connection.clone()),
-            stop_rx.clone(),
-        ))),
-        _ => None,
-    };
-    let accept = actix_rt::spawn(crate::transport::listener::run(
-        listener,
-        Stomp::new(broker.clone(), connection),
-        stop_rx,
-    ));
+        let (http, ws) = if http_tls {
+            ("https", "wss")
+        } else {
+            ("http", "ws")
+        };
+        println!(
+            "ebb: HTTP on {http}://{at} (console /console, admin API /api/v1, STOMP over {ws}://{at}/stomp)"
+        );
+    }
     readiness.set_listening(true);
     let lease = broker.lease_state();
     let lost = async move {
@@ -474,14 +450,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             });
         }
     }
-    let _ = stop_tx.send(true);
-    let _ = accept.await;
-    if let Some(ssl_accept) = ssl_accept {
-        let _ = ssl_accept.await;
-    }
-    if let Some(http) = http {
-        http.stop().await;
-    }
+    let broker = server.stop_listening().await;
     if let Some(why) = fenced {
         let _ = broker.shutdown().await;
         anyhow::bail!("fenced: the store's lease is lost ({why})");

@@ -24,9 +24,8 @@ pub struct Server {
     pub addr: std::net::SocketAddr,
     /// The broker behind the listener, for the test to inspect.
     pub broker: crate::Broker,
-    stop: tokio::sync::watch::Sender<bool>,
-    #[cfg(feature = "http")]
-    http: Option<crate::http::HttpServer>,
+    /// The listeners, started as `ebb serve` starts them.
+    server: crate::server::Server,
 }
 
 /// Whether the tests' STOMP clients talk over WebSocket (`EBB_TEST_TRANSPORT=ws`).
@@ -137,47 +136,42 @@ pub async fn serve(
 /// A STOMP server on an ephemeral port for a broker built by the test, with every
 /// connection setting the test's (heart-beats, the pipeline's window, ...).
 pub async fn serve_with(broker: crate::Broker, config: ConnectionConfig) -> Server {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
     #[cfg(feature = "http")]
-    let http = if over_websocket() {
+    let http = over_websocket().then(|| {
         let mut options = crate::http::HttpOptions::new("127.0.0.1:0".parse().unwrap());
         options.security = std::sync::Arc::clone(&config.security);
         options.connections = config.connections.clone();
         options.stomp = Some(config.clone());
-        let http = crate::http::HttpServer::start(options, broker.clone())
-            .await
-            .expect("the HTTP server for STOMP over WebSocket starts");
-        websockets().lock().insert(addr, http.local_addr());
-        Some(http)
-    } else {
-        None
+        options
+    });
+    let options = crate::server::ServerOptions {
+        stomp: Some("127.0.0.1:0".parse().unwrap()),
+        connection: config,
+        #[cfg(feature = "http")]
+        http,
+        ..Default::default()
     };
-    actix_rt::spawn(crate::transport::listener::run(
-        listener,
-        crate::stomp::connection::Stomp::new(broker.clone(), config),
-        stop_rx,
-    ));
+    let server = crate::server::Server::start(broker.clone(), options)
+        .await
+        .expect("the test server starts");
+    let addr = server.stomp_addr().expect("a STOMP listener");
+    #[cfg(feature = "http")]
+    if let Some(http) = server.http_addr() {
+        websockets().lock().insert(addr, http);
+    }
     Server {
         addr,
         broker,
-        stop,
-        #[cfg(feature = "http")]
-        http,
+        server,
     }
 }
 
 impl Server {
     /// Stops the listener and shuts the broker down (panics if shutdown fails).
     pub async fn stop(self) {
-        let _ = self.stop.send(true);
         #[cfg(feature = "http")]
-        if let Some(http) = self.http {
-            websockets().lock().remove(&self.addr);
-            http.stop().await;
-        }
-        self.broker.shutdown().await.unwrap();
+        websockets().lock().remove(&self.addr);
+        self.server.stop().await.unwrap();
     }
 }
 
