@@ -115,43 +115,101 @@ pub fn certificate_subject(
 /// UniversalString), else as its bytes (which no configured subject matches).
 ///
 /// The parser reads more than DER allows, and another reader of the same bytes (a
-/// CA's policy check, OpenSSL) may see another name in them: an OID whose
-/// encoding is padded (`55 04 80 03` read as 2.5.4.3) or cut short, or a value
-/// tagged in another class with a string type's number. Such a subject is refused
-/// whole (the error says why), so a name is only ever read one way.
+/// CA's policy check, OpenSSL) may see another name in them, or none: an OID whose
+/// encoding is padded (`55 04 80 03` read as 2.5.4.3) or cut short, a value tagged
+/// in another class with a string type's number, BER's long or indefinite lengths,
+/// high tag numbers, constructed strings. Such a subject is refused whole
+/// ([`strict_der_name`] says why), so a name is only ever read one way.
 fn subject_of(
     name: &x509_parser::x509::X509Name<'_>,
 ) -> Result<crate::auth::DistinguishedName, String> {
-    use x509_parser::asn1_rs::{Class, Tag};
-    let mut rdns = Vec::new();
-    for rdn in name.iter() {
-        let mut attributes = Vec::new();
-        for attribute in rdn.iter() {
-            let kind = attribute.attr_type();
-            if !minimal_oid(kind.as_bytes()) {
-                return Err(format!(
-                    "an attribute type's OID is not minimally encoded ({:02x?})",
-                    kind.as_bytes()
-                ));
-            }
-            let raw = attribute.attr_value();
-            if raw.class() != Class::Universal {
-                return Err(format!(
-                    "the value of {} is tagged in the {:?} class, not as a universal type",
-                    kind.to_id_string(),
-                    raw.class()
-                ));
-            }
-            let value = match raw.tag() {
-                Tag::BmpString => utf16(raw.data),
-                Tag::UniversalString => utf32(raw.data),
-                _ => attribute.as_str().ok().map(str::to_string),
-            };
-            attributes.push((kind.to_id_string(), value.ok_or_else(|| raw.data.to_vec())));
-        }
-        rdns.push(attributes);
-    }
+    use x509_parser::asn1_rs::Tag;
+    strict_der_name(name.as_raw())?;
+    let rdns = name
+        .iter()
+        .map(|rdn| {
+            rdn.iter()
+                .map(|attribute| {
+                    let raw = attribute.attr_value();
+                    let value = match raw.tag() {
+                        Tag::BmpString => utf16(raw.data),
+                        Tag::UniversalString => utf32(raw.data),
+                        _ => attribute.as_str().ok().map(str::to_string),
+                    };
+                    let oid = attribute.attr_type().to_id_string();
+                    (oid, value.ok_or_else(|| raw.data.to_vec()))
+                })
+                .collect()
+        })
+        .collect();
     Ok(crate::auth::DistinguishedName::from_rdns(rdns))
+}
+
+/// Checks that `raw`, a Name's encoding (`SEQUENCE OF SET OF SEQUENCE { OID, value
+/// }`), is DER in every part a reader could take another way: each tag in the
+/// low-tag-number form, each length definite and minimal, each structure the type it
+/// must be with nothing after its parts, each OID minimal ([`minimal_oid`]), each
+/// value a primitive of the universal class. The error says what is not.
+fn strict_der_name(raw: &[u8]) -> Result<(), String> {
+    let not_der = |what: &str| Err(format!("{what} is not DER"));
+    let Some((0x30, mut rdns, &[])) = der_tlv(raw) else {
+        return not_der("the name's SEQUENCE");
+    };
+    while !rdns.is_empty() {
+        let Some((0x31, mut set, next)) = der_tlv(rdns) else {
+            return not_der("an RDN's SET");
+        };
+        rdns = next;
+        while !set.is_empty() {
+            let Some((0x30, attribute, next)) = der_tlv(set) else {
+                return not_der("an attribute's SEQUENCE");
+            };
+            set = next;
+            let Some((0x06, oid, value)) = der_tlv(attribute) else {
+                return not_der("an attribute's type (an OID)");
+            };
+            if !minimal_oid(oid) {
+                return not_der(&format!("the OID {oid:02x?} (padded or cut short)"));
+            }
+            let Some((tag, _, &[])) = der_tlv(value) else {
+                return not_der("an attribute's value");
+            };
+            if tag & 0xe0 != 0 {
+                return Err(format!(
+                    "an attribute's value is tagged {tag:#04x}: not a primitive of the universal class"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The DER TLV at the start of `bytes`: (tag byte, contents, what follows); `None`
+/// for a tag in the high-tag-number form, a length that is indefinite, longer than
+/// it needs to be (long form under 128, leading zero bytes), over 4 bytes, or past
+/// the end of `bytes`.
+fn der_tlv(bytes: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = bytes.split_first()?;
+    if tag & 0x1f == 0x1f {
+        return None;
+    }
+    let (&first, rest) = rest.split_first()?;
+    let (length, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n || rest[0] == 0 {
+            return None;
+        }
+        let length = rest[..n]
+            .iter()
+            .fold(0usize, |a, b| (a << 8) | usize::from(*b));
+        if length < 0x80 {
+            return None;
+        }
+        (length, &rest[n..])
+    };
+    (rest.len() >= length).then(|| (tag, &rest[..length], &rest[length..]))
 }
 
 /// Whether `bytes` (an OID's content octets) are DER: at least one byte, every
@@ -199,7 +257,7 @@ fn utf32(bytes: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{minimal_oid, subject_of};
+    use super::{der_tlv, minimal_oid, strict_der_name, subject_of};
     use x509_parser::prelude::FromDer;
 
     /// The DER of a Name of one RDN of one attribute: type `oid` (content octets),
@@ -221,18 +279,21 @@ mod tests {
             subject_of(&parsed)
         };
         let cn = "CN=orders-service".parse().unwrap();
-        assert_eq!(
-            read(&name(&[0x55, 0x04, 0x03], 0x0c, "orders-service")),
-            Ok(cn)
-        );
+        let der = name(&[0x55, 0x04, 0x03], 0x0c, "orders-service");
+        assert_eq!(read(&der), Ok(cn));
         // What a lenient parser reads as CN, another as nothing: refused.
         let padded = read(&name(&[0x55, 0x04, 0x80, 0x03], 0x0c, "orders-service"));
-        assert!(padded.unwrap_err().contains("not minimally encoded"));
+        assert!(padded.unwrap_err().contains("padded or cut short"));
         let short = read(&name(&[0x55, 0x04, 0x83], 0x0c, "orders-service"));
-        assert!(short.unwrap_err().contains("not minimally encoded"));
+        assert!(short.unwrap_err().contains("padded or cut short"));
         // A context-class tag with UTF8String's number is not a UTF8String.
         let context = read(&name(&[0x55, 0x04, 0x03], 0x8c, "orders-service"));
-        assert!(context.unwrap_err().contains("not as a universal type"));
+        assert!(context
+            .unwrap_err()
+            .contains("not a primitive of the universal class"));
+        // A constructed UTF8String: BER, not DER.
+        let constructed = read(&name(&[0x55, 0x04, 0x03], 0x2c, "orders-service"));
+        assert!(constructed.unwrap_err().contains("not a primitive"));
     }
 
     #[test]
@@ -245,5 +306,41 @@ mod tests {
         assert!(!minimal_oid(&[0x80, 0x55]), "padded first");
         assert!(!minimal_oid(&[0x55, 0x04, 0x83]), "cut short");
         assert!(!minimal_oid(&[]));
+    }
+
+    #[test]
+    fn ber_lengths_and_tags_are_not_der() {
+        assert_eq!(
+            der_tlv(&[0x0c, 0x01, b'a']),
+            Some((0x0c, &b"a"[..], &[][..]))
+        );
+        assert_eq!(
+            der_tlv(&[0x0c, 0x81, 0x01, b'a']),
+            None,
+            "long form under 128"
+        );
+        assert_eq!(
+            der_tlv(&[0x0c, 0x82, 0x00, 0x01, b'a']),
+            None,
+            "leading zero"
+        );
+        assert_eq!(der_tlv(&[0x0c, 0x80, b'a', 0, 0]), None, "indefinite");
+        assert_eq!(der_tlv(&[0x1f, 0x0c, 0x01, b'a']), None, "high tag number");
+        assert_eq!(der_tlv(&[0x0c, 0x05, b'a']), None, "past the end");
+        let long = [vec![0x0c, 0x81, 0x80], vec![b'x'; 128]].concat();
+        assert_eq!(der_tlv(&long).map(|t| t.1.len()), Some(128));
+        // A whole name with a long-form length inside is refused.
+        let ok = name(&[0x55, 0x04, 0x03], 0x0c, "orders-service");
+        assert_eq!(strict_der_name(&ok), Ok(()));
+        let mut ber = ok.clone();
+        let at = ber.len() - "orders-service".len() - 1;
+        ber.insert(at, 0x81);
+        for i in [1, 3, 5] {
+            ber[i] += 1; // the enclosing lengths
+        }
+        assert!(
+            strict_der_name(&ber).unwrap_err().contains("is not DER"),
+            "{ber:02x?}"
+        );
     }
 }

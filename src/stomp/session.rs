@@ -676,15 +676,15 @@ impl Session {
             None => {
                 tracing::info!(session = %self.session_id, peer = ?peer, %subject, "no user has this client certificate's subject");
                 if login.is_none() {
-                    let shown = if subject.is_empty() {
-                        "an empty subject".to_string()
+                    let why = if subject.is_empty() {
+                        "the client certificate's subject is empty, so it names no user".to_string()
                     } else if subject.has_binary_value() {
-                        format!("({subject}; a #hex value is not text and matches no certificate_subject)")
+                        format!("no user has the client certificate's subject ({subject}; a #hex value is not text and matches no certificate_subject)")
                     } else {
-                        format!("({subject})")
+                        format!("no user has the client certificate's subject ({subject})")
                     };
                     return refuse(format!(
-                        "authentication required: no user has the client certificate's subject {shown}; give login and passcode"
+                        "authentication required: {why}; give login and passcode"
                     ));
                 }
                 Ok(false)
