@@ -347,13 +347,6 @@ fn parse_value(
     Ok((value, separator))
 }
 
-impl TryFrom<String> for DistinguishedName {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
-        text.parse()
-    }
-}
-
 impl<'de> serde::Deserialize<'de> for DistinguishedName {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
