@@ -1,4 +1,4 @@
-//! The embedding API's one error type.
+//! The embedding API's one error type, and the stable codes every refusal carries.
 
 use ebb_actors::ActorError;
 use ebb_store::StoreError;
@@ -133,5 +133,264 @@ impl From<ebb_actors::destination::InvalidDestination> for Error {
             name: e.name,
             reason: e.reason,
         }
+    }
+}
+
+impl Error {
+    /// The stable code of this error ([`ErrorCode`]): what a STOMP ERROR frame's
+    /// `error-code` header and the JSON API's `code` field carry for it.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::Store(_) => ErrorCode::StoreFailure,
+            Error::Actor(ActorError::Store(_)) => ErrorCode::StoreFailure,
+            Error::Actor(ActorError::UnknownSubscription(_)) => ErrorCode::UnknownSubscription,
+            Error::Actor(ActorError::Invalid(_)) => ErrorCode::InvalidRequest,
+            Error::Actor(ActorError::Retired(_)) => ErrorCode::NotFound,
+            Error::Actor(_) => ErrorCode::Internal,
+            Error::DurableInUse(_) => ErrorCode::DurableInUse,
+            Error::InUse(_) => ErrorCode::InUse,
+            Error::InvalidDestination { .. } => ErrorCode::InvalidDestination,
+            Error::InvalidPriority(_) | Error::InvalidSubscription | Error::InvalidPrefetch => {
+                ErrorCode::InvalidValue
+            }
+            Error::ResourceLimit { .. } => ErrorCode::ResourceLimit,
+            Error::TooManyDurableSubscriptions { .. } => ErrorCode::LimitExceeded,
+            Error::NotThisSubscription => ErrorCode::UnknownAck,
+            Error::ShuttingDown => ErrorCode::ShuttingDown,
+            Error::LeaseRunOut => ErrorCode::LeaseRunOut,
+            Error::Runtime(_) | Error::Metrics(_) | Error::Http(_) | Error::Listen { .. } => {
+                ErrorCode::Internal
+            }
+        }
+    }
+}
+
+/// Why a request was refused, as a stable code a client can match on instead of the
+/// text (which says more and may grow). Every way in carries it: a STOMP ERROR frame
+/// in its `error-code` header, the JSON API in its `code` field, the embedding API
+/// through [`Error::code`]. The codes are lower-case words joined by `-`; a code once
+/// published keeps its meaning, and new ones may be added (hence `non_exhaustive`).
+/// [`ErrorCode::ALL`] lists them, [`ErrorCode::meaning`] says what each means (the
+/// table in the docs is made from them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// `malformed-frame`: the bytes are not a frame of the protocol (no command, a
+    /// header line without a colon, a bad escape, a body not ended as its
+    /// content-length says).
+    MalformedFrame,
+    /// `protocol-violation`: a well-formed frame in the wrong place (a command before
+    /// CONNECT, a second CONNECT, a server's frame sent by a client).
+    ProtocolViolation,
+    /// `no-common-version`: the client's `accept-version` names no version this
+    /// server speaks.
+    NoCommonVersion,
+    /// `missing-header`: a header the command needs is absent (`destination`, `id`).
+    MissingHeader,
+    /// `invalid-value`: a header, field or parameter has a value that cannot be used
+    /// (a priority outside 0–9, an `expires` that is no number, a prefetch of 0).
+    InvalidValue,
+    /// `unsupported`: a header or option Ebb does not honour, refused rather than
+    /// ignored (`browser-end:false`, `activemq.noLocal` on a durable subscription).
+    Unsupported,
+    /// `invalid-destination`: a destination name that cannot be used (no kind, an
+    /// empty name, a wildcard where one destination is needed).
+    InvalidDestination,
+    /// `invalid-selector`: a selector that does not parse.
+    InvalidSelector,
+    /// `invalid-request`: the request cannot be done as asked (browsing a topic,
+    /// an operation the destination's kind does not offer).
+    InvalidRequest,
+    /// `duplicate-id`: a subscription id or transaction id already in use on this
+    /// connection.
+    DuplicateId,
+    /// `unknown-subscription`: no subscription with that id (on this connection, or
+    /// at the destination).
+    UnknownSubscription,
+    /// `unknown-transaction`: no transaction with that id has begun on this
+    /// connection.
+    UnknownTransaction,
+    /// `unknown-ack`: an ACK or NACK of a message that waits for none here (acked
+    /// already, never delivered, or received on another subscription).
+    UnknownAck,
+    /// `authentication-failed`: the login, passcode or client certificate was not
+    /// accepted, or none was given where one is required.
+    AuthenticationFailed,
+    /// `login-throttled`: too many refused logins from this address lately; it must
+    /// wait before it tries again.
+    LoginThrottled,
+    /// `not-authorized`: the user lacks the right (`read`, `write`, `admin`) the
+    /// request needs.
+    NotAuthorized,
+    /// `client-id-in-use`: another connection holds this client id and link stealing
+    /// is off; or this connection's id was taken over by a newer one.
+    ClientIdInUse,
+    /// `limit-exceeded`: a per-connection or per-client limit is reached (frame size,
+    /// headers, subscriptions, open transactions, a transaction's size, connections,
+    /// durable subscriptions per client id); the text names the setting.
+    LimitExceeded,
+    /// `resource-limit`: producer flow control refused a send (a memory, temp, store
+    /// or destination limit is reached); nothing was stored. As ActiveMQ's
+    /// `ResourceAllocationException`.
+    ResourceLimit,
+    /// `durable-in-use`: the durable subscription has its one consumer already.
+    DurableInUse,
+    /// `in-use`: the destination cannot be deleted now (consumers attached, an open
+    /// transaction holds messages for it).
+    InUse,
+    /// `not-found`: no such destination, subscription, connection or route (the
+    /// admin API).
+    NotFound,
+    /// `timeout`: the client stalled (no CONNECT in time, a frame left half-sent).
+    Timeout,
+    /// `closed-by-operator`: an operator closed the connection (admin API).
+    ClosedByOperator,
+    /// `store-failure`: the store failed (a lost database connection, a full disk);
+    /// nothing of the request was committed. Retrying later may succeed.
+    StoreFailure,
+    /// `shutting-down`: the broker is stopping and takes no more requests.
+    ShuttingDown,
+    /// `lease-run-out`: the broker's store lease ran out (a standby may be active);
+    /// it serves nothing and is stopping.
+    LeaseRunOut,
+    /// `internal`: something failed inside the broker; the text and the log say what.
+    Internal,
+}
+
+impl ErrorCode {
+    /// Every code, in the order of the docs' table.
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::MalformedFrame,
+        ErrorCode::ProtocolViolation,
+        ErrorCode::NoCommonVersion,
+        ErrorCode::MissingHeader,
+        ErrorCode::InvalidValue,
+        ErrorCode::Unsupported,
+        ErrorCode::InvalidDestination,
+        ErrorCode::InvalidSelector,
+        ErrorCode::InvalidRequest,
+        ErrorCode::DuplicateId,
+        ErrorCode::UnknownSubscription,
+        ErrorCode::UnknownTransaction,
+        ErrorCode::UnknownAck,
+        ErrorCode::AuthenticationFailed,
+        ErrorCode::LoginThrottled,
+        ErrorCode::NotAuthorized,
+        ErrorCode::ClientIdInUse,
+        ErrorCode::LimitExceeded,
+        ErrorCode::ResourceLimit,
+        ErrorCode::DurableInUse,
+        ErrorCode::InUse,
+        ErrorCode::NotFound,
+        ErrorCode::Timeout,
+        ErrorCode::ClosedByOperator,
+        ErrorCode::StoreFailure,
+        ErrorCode::ShuttingDown,
+        ErrorCode::LeaseRunOut,
+        ErrorCode::Internal,
+    ];
+
+    /// The code as it goes on the wire (`invalid-destination`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::MalformedFrame => "malformed-frame",
+            ErrorCode::ProtocolViolation => "protocol-violation",
+            ErrorCode::NoCommonVersion => "no-common-version",
+            ErrorCode::MissingHeader => "missing-header",
+            ErrorCode::InvalidValue => "invalid-value",
+            ErrorCode::Unsupported => "unsupported",
+            ErrorCode::InvalidDestination => "invalid-destination",
+            ErrorCode::InvalidSelector => "invalid-selector",
+            ErrorCode::InvalidRequest => "invalid-request",
+            ErrorCode::DuplicateId => "duplicate-id",
+            ErrorCode::UnknownSubscription => "unknown-subscription",
+            ErrorCode::UnknownTransaction => "unknown-transaction",
+            ErrorCode::UnknownAck => "unknown-ack",
+            ErrorCode::AuthenticationFailed => "authentication-failed",
+            ErrorCode::LoginThrottled => "login-throttled",
+            ErrorCode::NotAuthorized => "not-authorized",
+            ErrorCode::ClientIdInUse => "client-id-in-use",
+            ErrorCode::LimitExceeded => "limit-exceeded",
+            ErrorCode::ResourceLimit => "resource-limit",
+            ErrorCode::DurableInUse => "durable-in-use",
+            ErrorCode::InUse => "in-use",
+            ErrorCode::NotFound => "not-found",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::ClosedByOperator => "closed-by-operator",
+            ErrorCode::StoreFailure => "store-failure",
+            ErrorCode::ShuttingDown => "shutting-down",
+            ErrorCode::LeaseRunOut => "lease-run-out",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    /// What the code means, in a sentence (the docs' table).
+    pub const fn meaning(self) -> &'static str {
+        match self {
+            ErrorCode::MalformedFrame => "the bytes are not a frame of the protocol",
+            ErrorCode::ProtocolViolation => {
+                "a frame in the wrong place (before CONNECT, a second CONNECT, a server's frame)"
+            }
+            ErrorCode::NoCommonVersion => "accept-version names no version this server speaks",
+            ErrorCode::MissingHeader => "a header the command needs is absent",
+            ErrorCode::InvalidValue => {
+                "a header, field or parameter has a value that cannot be used"
+            }
+            ErrorCode::Unsupported => {
+                "a header or option Ebb does not honour (refused, never ignored)"
+            }
+            ErrorCode::InvalidDestination => "a destination name that cannot be used",
+            ErrorCode::InvalidSelector => "a selector that does not parse",
+            ErrorCode::InvalidRequest => "the request cannot be done as asked on this destination",
+            ErrorCode::DuplicateId => {
+                "a subscription or transaction id already in use on this connection"
+            }
+            ErrorCode::UnknownSubscription => "no subscription with that id",
+            ErrorCode::UnknownTransaction => "no transaction with that id has begun",
+            ErrorCode::UnknownAck => "an ACK or NACK of a message that waits for none here",
+            ErrorCode::AuthenticationFailed => "login, passcode or client certificate not accepted",
+            ErrorCode::LoginThrottled => "too many refused logins from this address lately",
+            ErrorCode::NotAuthorized => "the user lacks the right the request needs",
+            ErrorCode::ClientIdInUse => "another connection holds the client id (or took it over)",
+            ErrorCode::LimitExceeded => {
+                "a per-connection or per-client limit is reached; the text names the setting"
+            }
+            ErrorCode::ResourceLimit => "producer flow control refused a send; nothing was stored",
+            ErrorCode::DurableInUse => "the durable subscription has its one consumer already",
+            ErrorCode::InUse => "the destination cannot be deleted now",
+            ErrorCode::NotFound => "no such destination, subscription, connection or route",
+            ErrorCode::Timeout => "the client stalled (no CONNECT in time, a frame left half-sent)",
+            ErrorCode::ClosedByOperator => "an operator closed the connection",
+            ErrorCode::StoreFailure => "the store failed; nothing of the request was committed",
+            ErrorCode::ShuttingDown => "the broker is stopping",
+            ErrorCode::LeaseRunOut => "the broker's store lease ran out; it is stopping",
+            ErrorCode::Internal => "something failed inside the broker; the log says what",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorCode;
+
+    #[test]
+    fn codes_are_distinct_lower_case_words() {
+        let mut seen = std::collections::HashSet::new();
+        for code in ErrorCode::ALL {
+            let text = code.as_str();
+            assert!(seen.insert(text), "{text} twice");
+            assert!(
+                text.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
+                "{text}"
+            );
+            assert!(!code.meaning().is_empty());
+        }
+        assert_eq!(seen.len(), 28);
     }
 }

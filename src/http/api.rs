@@ -44,7 +44,7 @@ use crate::admin::{
 use crate::auth::{Principal, Right};
 use crate::broker::{BrowsedMessage, MAX_BROWSE_PAGE};
 use crate::stomp::command::RESERVED;
-use crate::{DestinationKey, DestinationKind, Error, Message};
+use crate::{DestinationKey, DestinationKind, Error, ErrorCode, Message};
 
 /// Bytes of a body a message listing shows without `body=full` (as text, cut at a
 /// character boundary).
@@ -316,8 +316,10 @@ fn page_limit(limit: Option<u32>, default: u32, most: u32) -> Result<u32, ApiErr
 
 /// The destination of `kind` named in the path.
 fn key_of(kind: DestinationKind, name: &str) -> Result<DestinationKey, ApiError> {
-    DestinationKey::new(kind, name)
-        .map_err(|e| ApiError::bad_request(format!("invalid {kind} name `{name}`: {}", e.reason)))
+    DestinationKey::new(kind, name).map_err(|e| {
+        ApiError::bad_request(format!("invalid {kind} name `{name}`: {}", e.reason))
+            .with_code(ErrorCode::InvalidDestination)
+    })
 }
 
 /// `404` for a destination that does not exist.
@@ -604,7 +606,8 @@ async fn remove_subscription(
                         "durable subscription {client_id}/{subscription} of {key} has a consumer \
                      attached: it can be removed once that consumer is gone"
                     ),
-                ))
+                )
+                .with_code(ErrorCode::DurableInUse))
             }
             removed => removed?,
         }
@@ -924,13 +927,16 @@ async fn move_messages(
             if to.contains("://")
                 || DestinationKind::all().any(|k| to.starts_with(k.spec().stomp_prefix)) =>
         {
-            let key = DestinationKey::parse(to)
-                .map_err(|e| ApiError::bad_request(format!("invalid `to` {to:?}: {}", e.reason)))?;
+            let key = DestinationKey::parse(to).map_err(|e| {
+                ApiError::bad_request(format!("invalid `to` {to:?}: {}", e.reason))
+                    .with_code(ErrorCode::InvalidDestination)
+            })?;
             if !key.capabilities().move_target {
                 return Err(ApiError::bad_request(format!(
                     "`to` {key} is a {}: messages move to queues",
                     key.kind()
-                )));
+                ))
+                .with_code(ErrorCode::InvalidRequest));
             }
             Some(key)
         }

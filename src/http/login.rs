@@ -127,6 +127,7 @@ pub(crate) async fn caller(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!("login check failed: {e}"),
                 )
+                .with_code(crate::ErrorCode::Internal)
             })?
     };
     match checked {

@@ -22,7 +22,7 @@
 //! a WebSocket from another origin is refused (`same_origin`; `[http]
 //! allowed_origins` lists exceptions).
 //!
-//! **Errors** are JSON, `{"error": "...", "status": N}`, with a 4xx status for the
+//! **Errors** are JSON, `{"error": "...", "code": "...", "status": N}` (`code`: a stable [`crate::ErrorCode`]), with a 4xx status for the
 //! caller's mistakes (unknown destination or route, bad cursor, bad JSON, body over
 //! [`HttpOptions::max_body_bytes`]) and `503` when the store cannot be reached or the
 //! broker is shutting down; never a `500` for bad input.

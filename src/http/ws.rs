@@ -133,10 +133,12 @@ pub(crate) async fn upgrade(
         })
 }
 
-/// Tells a refused client why (an ERROR frame), then closes; a client that reads
+/// Tells a refused client why (an ERROR frame, `error-code:limit-exceeded`: only the
+/// connection caps refuse here), then closes; a client that reads
 /// nothing is dropped after [`CLOSE_GRACE`].
 async fn refuse(mut socket: WebSocket, refusal: &str) {
-    let frame = format!("ERROR\nmessage:{refusal}\n\n\0");
+    let code = crate::ErrorCode::LimitExceeded;
+    let frame = format!("ERROR\nmessage:{refusal}\nerror-code:{code}\n\n\0");
     let tell = async {
         socket.send(Message::Text(frame)).await?;
         socket.send(Message::Close(None)).await

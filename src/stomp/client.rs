@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
 
-use crate::stomp::codec::{Incoming, Limits, Outgoing, ProtocolError, StompCodec};
+use crate::stomp::codec::{Incoming, Limits, Outgoing, StompCodec};
 use crate::stomp::frame::{Command, Frame, Version};
 
 /// Why a client call failed. The texts are what `ebb soak --stomp` prints.
@@ -74,7 +74,7 @@ impl Decoder for ClientCodec {
     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Incoming>, ClientError> {
         self.0
             .decode(buf)
-            .map_err(|ProtocolError(text, _)| ClientError::BadFrame(text))
+            .map_err(|e| ClientError::BadFrame(e.text))
     }
 }
 
@@ -85,7 +85,7 @@ impl Encoder<Outgoing> for ClientCodec {
         // Encoding a frame cannot fail; only the socket can.
         self.0
             .encode(item, dst)
-            .map_err(|ProtocolError(text, _)| ClientError::BadFrame(text))
+            .map_err(|e| ClientError::BadFrame(e.text))
     }
 }
 

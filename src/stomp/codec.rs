@@ -13,6 +13,7 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use super::escape::{escape, unescape};
 use super::frame::{Command, Frame, Version};
+use crate::ErrorCode;
 
 /// Bounds on what a peer may send; a frame over one is a protocol error whose text
 /// names the limit and the `[stomp]` key that sets it (`max_frame_size`,
@@ -46,16 +47,44 @@ pub enum Incoming {
     Heartbeat,
 }
 
-/// A protocol error: the text goes into the ERROR frame's `message` header, and the
-/// connection is then closed. `.1` is the bad frame's `receipt` header, when the
-/// decoder got far enough to read it (it goes into the ERROR's `receipt-id`).
+/// A protocol error: the text goes into the ERROR frame's `message` header, its code
+/// into `error-code` ([`ErrorCode::MalformedFrame`], or [`ErrorCode::LimitExceeded`]
+/// for a frame over a size limit), and the connection is then closed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ProtocolError(pub String, pub Option<String>);
+#[error("{text}")]
+pub struct ProtocolError {
+    /// What kind of error it is.
+    pub code: ErrorCode,
+    /// What was wrong.
+    pub text: String,
+    /// The bad frame's `receipt` header, when the decoder got far enough to read it
+    /// (it goes into the ERROR's `receipt-id`).
+    pub receipt: Option<String>,
+}
+
+impl ProtocolError {
+    /// A malformed frame: `text` says how.
+    pub fn malformed(text: impl Into<String>) -> Self {
+        Self {
+            code: ErrorCode::MalformedFrame,
+            text: text.into(),
+            receipt: None,
+        }
+    }
+
+    /// A frame over a size limit: `text` names the setting.
+    pub fn limit(text: impl Into<String>) -> Self {
+        Self {
+            code: ErrorCode::LimitExceeded,
+            text: text.into(),
+            receipt: None,
+        }
+    }
+}
 
 impl From<std::io::Error> for ProtocolError {
     fn from(e: std::io::Error) -> Self {
-        ProtocolError(format!("connection error: {e}"), None)
+        ProtocolError::malformed(format!("connection error: {e}"))
     }
 }
 
@@ -78,8 +107,12 @@ impl StompCodec {
     }
 }
 
+fn limit_err<T>(text: impl Into<String>) -> Result<T, ProtocolError> {
+    Err(ProtocolError::limit(text))
+}
+
 fn err<T>(text: impl Into<String>) -> Result<T, ProtocolError> {
-    Err(ProtocolError(text.into(), None))
+    Err(ProtocolError::malformed(text))
 }
 
 /// True for a byte that may start or continue a command line (`SEND`, `CONNECT`...).
@@ -121,13 +154,13 @@ impl Decoder for StompCodec {
             let Some(nl) = buf[pos..].iter().position(|&b| b == b'\n') else {
                 let pending = buf.len() - pos;
                 if pending > limits.max_header_bytes {
-                    return err(format!(
+                    return limit_err(format!(
                         "header line longer than the limit of {} bytes (max_header_size)",
                         limits.max_header_bytes
                     ));
                 }
                 if buf.len() > limits.max_frame_bytes {
-                    return err(format!(
+                    return limit_err(format!(
                         "frame larger than the limit of {} bytes (max_frame_size)",
                         limits.max_frame_bytes
                     ));
@@ -139,7 +172,7 @@ impl Decoder for StompCodec {
                 line = &line[..line.len() - 1];
             }
             if line.len() > limits.max_header_bytes {
-                return err(format!(
+                return limit_err(format!(
                     "header line longer than the limit of {} bytes (max_header_size)",
                     limits.max_header_bytes
                 ));
@@ -150,13 +183,13 @@ impl Decoder for StompCodec {
             }
             lines.push(line);
             if lines.len() > limits.max_headers + 1 {
-                return err(format!(
+                return limit_err(format!(
                     "more than {} headers (max_headers)",
                     limits.max_headers
                 ));
             }
             if pos > limits.max_frame_bytes {
-                return err(format!(
+                return limit_err(format!(
                     "frame larger than the limit of {} bytes (max_frame_size)",
                     limits.max_frame_bytes
                 ));
@@ -166,7 +199,7 @@ impl Decoder for StompCodec {
             return err("empty frame");
         };
         let command_text = std::str::from_utf8(command_line)
-            .map_err(|_| ProtocolError("command is not UTF-8".into(), None))?;
+            .map_err(|_| ProtocolError::malformed("command is not UTF-8"))?;
         let Some(command) = Command::parse(command_text) else {
             return err(format!(
                 "unknown command `{}`",
@@ -178,7 +211,10 @@ impl Decoder for StompCodec {
             .iter()
             .find_map(|l| l.strip_prefix(b"receipt:"))
             .map(|v| String::from_utf8_lossy(v).into_owned());
-        let with_receipt = |e: ProtocolError| ProtocolError(e.0, receipt.clone());
+        let with_receipt = |e: ProtocolError| ProtocolError {
+            receipt: receipt.clone(),
+            ..e
+        };
         let header_lines: Vec<Vec<u8>> = header_lines.iter().map(|l| l.to_vec()).collect();
         self.parse_rest(buf, command, &header_lines, header_end)
             .map_err(with_receipt)
@@ -201,14 +237,14 @@ impl StompCodec {
                 return err("a header contains a NUL octet");
             }
             let text = std::str::from_utf8(line)
-                .map_err(|_| ProtocolError("header is not UTF-8".into(), None))?;
+                .map_err(|_| ProtocolError::malformed("header is not UTF-8"))?;
             let Some((name, value)) = text.split_once(':') else {
                 let shown: String = text.chars().take(64).collect();
                 return err(format!("header line without a colon: `{shown}`"));
             };
             // CONNECT and CONNECTED are never escaped; 1.0 values are trimmed instead.
             let header = if command.escapes_headers() {
-                let unescaped = |t| unescape(t, self.version).map_err(|e| ProtocolError(e, None));
+                let unescaped = |t| unescape(t, self.version).map_err(ProtocolError::malformed);
                 (unescaped(name)?, unescaped(value)?)
             } else {
                 (name.to_string(), value.to_string())
@@ -221,14 +257,14 @@ impl StompCodec {
             .map(|(_, v)| {
                 v.trim()
                     .parse::<usize>()
-                    .map_err(|_| ProtocolError(format!("invalid content-length `{v}`"), None))
+                    .map_err(|_| ProtocolError::malformed(format!("invalid content-length `{v}`")))
             })
             .transpose()?;
         let (body_end, next) = match content_length {
             Some(len) => {
                 let total = header_end.checked_add(len).and_then(|t| t.checked_add(1));
                 let Some(total) = total.filter(|t| *t <= limits.max_frame_bytes) else {
-                    return err(format!(
+                    return limit_err(format!(
                         "content-length {len} makes the frame larger than the limit of {} bytes",
                         limits.max_frame_bytes
                     ));
@@ -245,7 +281,7 @@ impl StompCodec {
             None => match buf[header_end..].iter().position(|&b| b == 0) {
                 Some(nul) => (header_end + nul, header_end + nul + 1),
                 None if buf.len() > limits.max_frame_bytes => {
-                    return err(format!(
+                    return limit_err(format!(
                         "frame larger than the limit of {} bytes (max_frame_size)",
                         limits.max_frame_bytes
                     ));
@@ -366,12 +402,12 @@ mod tests {
         let bad = b"SEND\ndestination:/q\ncontent-length:3\n\nabcdef\0";
         assert!(decode_all(&mut v12(), bad)
             .unwrap_err()
-            .0
+            .text
             .contains("not NUL"));
         let neg = b"SEND\ndestination:/q\ncontent-length:-1\n\n\0";
         assert!(decode_all(&mut v12(), neg)
             .unwrap_err()
-            .0
+            .text
             .contains("content-length"));
     }
 
@@ -423,14 +459,14 @@ mod tests {
         let mut codec = StompCodec::new(limits);
         let mut buf = BytesMut::from(&b"SEND\ndestination:/queue/X\nh:"[..]);
         buf.extend_from_slice(&vec![b'a'; 64 * 1024]);
-        assert!(codec.decode(&mut buf).unwrap_err().0.contains("limit"));
+        assert!(codec.decode(&mut buf).unwrap_err().text.contains("limit"));
         let mut codec = StompCodec::new(limits);
         let mut big = b"SEND\ndestination:/q\ncontent-length:1048576\n\n".to_vec();
         big.extend_from_slice(b"x");
         assert!(codec
             .decode(&mut BytesMut::from(&big[..]))
             .unwrap_err()
-            .0
+            .text
             .contains("limit"));
     }
 
@@ -438,13 +474,16 @@ mod tests {
     fn hostile_lengths_nuls_and_garbage_are_errors_with_the_receipt() {
         let huge = b"SEND\ndestination:/a\nreceipt:r\ncontent-length:18446744073709551552\n\nx\0";
         let e = decode_all(&mut v12(), huge).unwrap_err();
-        assert!(e.0.contains("limit"), "{e:?}");
-        assert_eq!(e.1.as_deref(), Some("r"));
+        assert!(e.text.contains("limit"), "{e:?}");
+        assert_eq!(e.receipt.as_deref(), Some("r"));
         let nul = b"SEND\ndestination:/a\nx:a\0MESSAGE\nreceipt:r\n\nreal\0";
         assert!(decode_all(&mut v12(), nul).is_err());
         let bad_escape = b"SEND\ndestination:/a\nx:a\\qb\nreceipt:r2\n\n\0";
         assert_eq!(
-            decode_all(&mut v12(), bad_escape).unwrap_err().1.as_deref(),
+            decode_all(&mut v12(), bad_escape)
+                .unwrap_err()
+                .receipt
+                .as_deref(),
             Some("r2")
         );
         let strays = b"\0\0SEND\ndestination:/a\n\nx\0\0";
@@ -460,7 +499,7 @@ mod tests {
         let garbage = b"\x01\x02\x03";
         assert!(decode_all(&mut v12(), garbage)
             .unwrap_err()
-            .0
+            .text
             .contains("not a STOMP frame"));
         let lower = b"send";
         assert!(
@@ -484,11 +523,11 @@ mod tests {
     fn unknown_commands_and_bad_lines_are_errors() {
         assert!(decode_all(&mut v12(), b"HELLO\n\n\0")
             .unwrap_err()
-            .0
+            .text
             .contains("unknown command"));
         assert!(decode_all(&mut v12(), b"SEND\nnocolon\n\n\0")
             .unwrap_err()
-            .0
+            .text
             .contains("colon"));
     }
 

@@ -12,12 +12,41 @@
 use crate::broker::{Message, Selector, Target};
 use crate::stomp::frame::{self, Frame, Version};
 use crate::DestinationPattern;
+use crate::ErrorCode;
 use crate::{DestinationKey, DestinationKind};
 
-/// Why a frame is refused: the text of the ERROR frame's `message` header. The
-/// connection is closed after it.
+/// Why a frame is refused: its stable code (the ERROR frame's `error-code` header)
+/// and its text (the `message` header and the body). The connection is closed after
+/// it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal(pub String);
+pub struct Refusal {
+    /// What kind of refusal it is, for a client to match on.
+    pub code: ErrorCode,
+    /// What was wrong, for a person.
+    pub text: String,
+}
+
+impl Refusal {
+    /// A refusal with `code` and `text`.
+    pub fn new(code: ErrorCode, text: impl Into<String>) -> Self {
+        Self {
+            code,
+            text: text.into(),
+        }
+    }
+
+    /// A broker error as a refusal: its code, and its text after `context` (e.g.
+    /// `"cannot subscribe: "`).
+    pub fn of(context: &str, e: &crate::Error) -> Self {
+        Self::new(e.code(), format!("{context}{e}"))
+    }
+}
+
+impl From<crate::Error> for Refusal {
+    fn from(e: crate::Error) -> Self {
+        Self::of("", &e)
+    }
+}
 
 /// The refusal of a CONNECT whose `accept-version` names no version this server
 /// speaks; its ERROR carries `version` with the versions it does (STOMP 1.2 spec).
@@ -28,9 +57,9 @@ pub const NO_COMMON_VERSION: &str =
 /// [`NO_COMMON_VERSION`].
 pub const SUPPORTED_VERSIONS: &str = "1.0,1.1,1.2";
 
-/// A refusal with `text`, as an `Err`.
-pub fn refuse<T>(text: impl Into<String>) -> Result<T, Refusal> {
-    Err(Refusal(text.into()))
+/// A refusal with `code` and `text`, as an `Err`.
+pub fn refuse<T>(code: ErrorCode, text: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal::new(code, text))
 }
 
 /// Headers the broker sets or reads itself; every other SEND header is kept and
@@ -250,12 +279,12 @@ impl Command {
         Ok(match frame.command {
             C::Connect | C::Stomp => {
                 let Some(version) = Version::negotiate(frame.get("accept-version")) else {
-                    return refuse(NO_COMMON_VERSION);
+                    return refuse(ErrorCode::NoCommonVersion, NO_COMMON_VERSION);
                 };
                 let heart_beat = match frame.get("heart-beat") {
                     None => (0, 0),
                     Some(hb) => parse_heartbeat(hb)
-                        .ok_or_else(|| Refusal(format!("invalid heart-beat `{hb}`")))?,
+                        .ok_or_else(|| Refusal::new(ErrorCode::InvalidValue, format!("invalid heart-beat `{hb}`")))?,
                 };
                 Command::Connect {
                     version,
@@ -279,7 +308,7 @@ impl Command {
                 id: frame
                     .get("id")
                     .or_else(|| frame.get("destination"))
-                    .ok_or_else(|| Refusal("UNSUBSCRIBE needs an id header".into()))?
+                    .ok_or_else(|| Refusal::new(ErrorCode::MissingHeader, "UNSUBSCRIBE needs an id header"))?
                     .to_string(),
                 durable_name: header("activemq.subscriptionName"),
             },
@@ -287,7 +316,7 @@ impl Command {
             // back as `id`; a 1.2 ACK or NACK without one is refused, as ActiveMQ and
             // RabbitMQ do (1.0 and 1.1 name it by `message-id`).
             C::Ack | C::Nack if version == Version::V1_2 && frame.get("id").is_none() => {
-                return refuse(format!(
+                return refuse(ErrorCode::MissingHeader, format!(
                     "{} needs an id header in STOMP 1.2: the ack header of the MESSAGE",
                     frame.command.as_str()
                 ))
@@ -298,7 +327,7 @@ impl Command {
             },
             // As ActiveMQ: "NACK received but connection is in v1.0 mode" (STOMP-11).
             C::Nack if version == Version::V1_0 => {
-                return refuse("NACK does not exist in STOMP 1.0: connect with accept-version:1.1 or 1.2 to use it")
+                return refuse(ErrorCode::Unsupported, "NACK does not exist in STOMP 1.0: connect with accept-version:1.1 or 1.2 to use it")
             }
             C::Nack => Command::Nack {
                 ack: ack_ref_of(frame),
@@ -315,7 +344,7 @@ impl Command {
             },
             C::Disconnect => Command::Disconnect,
             server @ (C::Connected | C::Message | C::Receipt | C::Error) => {
-                return refuse(format!("{} is a server frame", server.as_str()))
+                return refuse(ErrorCode::ProtocolViolation, format!("{} is a server frame", server.as_str()))
             }
         })
     }
@@ -406,9 +435,10 @@ fn unsupported_subscribe_header(frame: &Frame) -> Option<Refusal> {
             }
             None => return None,
         };
-        Some(Refusal(format!(
-            "SUBSCRIBE header `{name}:{value}` refused: {reason}"
-        )))
+        Some(Refusal::new(
+            ErrorCode::Unsupported,
+            format!("SUBSCRIBE header `{name}:{value}` refused: {reason}"),
+        ))
     })
 }
 
@@ -422,20 +452,27 @@ fn browser_of(
 ) -> Result<bool, Refusal> {
     match frame.get("browser") {
         None | Some("false") => Ok(false),
-        Some("true") if version == Version::V1_0 => {
-            refuse("browser:true needs STOMP 1.1 or 1.2 (as ActiveMQ)")
-        }
-        Some("true") if !can_browse => {
-            refuse("browser:true is for queues: a topic keeps no messages to browse")
-        }
-        Some("true") if ack != StompAck::Auto => {
-            refuse("browser:true takes no ack mode: browsing acks nothing")
-        }
-        Some("true") if frame.get("browser-end") == Some("false") => {
-            refuse("browser-end:false is not supported: a browse ends with browser:end")
-        }
+        Some("true") if version == Version::V1_0 => refuse(
+            ErrorCode::Unsupported,
+            "browser:true needs STOMP 1.1 or 1.2 (as ActiveMQ)",
+        ),
+        Some("true") if !can_browse => refuse(
+            ErrorCode::InvalidRequest,
+            "browser:true is for queues: a topic keeps no messages to browse",
+        ),
+        Some("true") if ack != StompAck::Auto => refuse(
+            ErrorCode::InvalidValue,
+            "browser:true takes no ack mode: browsing acks nothing",
+        ),
+        Some("true") if frame.get("browser-end") == Some("false") => refuse(
+            ErrorCode::Unsupported,
+            "browser-end:false is not supported: a browse ends with browser:end",
+        ),
         Some("true") => Ok(true),
-        Some(other) => refuse(format!("invalid browser `{other}`: true or false")),
+        Some(other) => refuse(
+            ErrorCode::InvalidValue,
+            format!("invalid browser `{other}`: true or false"),
+        ),
     }
 }
 
@@ -448,26 +485,27 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
     let id = match (frame.get("id"), version) {
         (Some(id), _) => id.to_string(),
         (None, Version::V1_0) => frame.get("destination").unwrap_or_default().to_string(),
-        (None, _) => return refuse("SUBSCRIBE needs an id header"),
+        (None, _) => return refuse(ErrorCode::MissingHeader, "SUBSCRIBE needs an id header"),
     };
     let ack = match frame.get("ack").unwrap_or("auto") {
         "auto" => StompAck::Auto,
         "client" => StompAck::Client,
         "client-individual" => StompAck::ClientIndividual,
         other => {
-            return refuse(format!(
-                "invalid ack mode `{other}`: auto, client or client-individual"
-            ))
+            return refuse(
+                ErrorCode::InvalidValue,
+                format!("invalid ack mode `{other}`: auto, client or client-individual"),
+            )
         }
     };
     let prefetch = match frame.get("activemq.prefetchSize") {
         None => None,
-        Some(p) => Some(
-            p.parse::<u32>()
-                .ok()
-                .filter(|p| *p > 0)
-                .ok_or_else(|| Refusal(format!("invalid activemq.prefetchSize `{p}`")))?,
-        ),
+        Some(p) => Some(p.parse::<u32>().ok().filter(|p| *p > 0).ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::InvalidValue,
+                format!("invalid activemq.prefetchSize `{p}`"),
+            )
+        })?),
     };
     // ActiveMQ also reads its old misspelling, `activemq.subcriptionName`.
     let durable_name = frame
@@ -476,49 +514,64 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         .map(str::to_string);
     if durable_name.is_some() && !caps.durable_subscriptions {
         return refuse(
+            ErrorCode::InvalidRequest,
             "activemq.subscriptionName is for topics: a queue keeps its messages for any consumer",
         );
     }
     let browser = browser_of(frame, version, caps.browse, ack)?;
     if browser && matches!(destination, Target::Pattern(_)) {
-        return refuse("browser:true browses one queue, not a wildcard destination");
+        return refuse(
+            ErrorCode::InvalidRequest,
+            "browser:true browses one queue, not a wildcard destination",
+        );
     }
     if browser && durable_name.is_some() {
-        return refuse("browser:true is for queues: a topic keeps no messages to browse");
+        return refuse(
+            ErrorCode::InvalidRequest,
+            "browser:true is for queues: a topic keeps no messages to browse",
+        );
     }
     let exclusive = match frame.get("activemq.exclusive") {
         None | Some("false") => false,
         Some("true") if caps.point_to_point => true,
         Some("true") => {
             return refuse(
+                ErrorCode::InvalidRequest,
                 "activemq.exclusive is for queues: every topic subscription gets every message",
             )
         }
         Some(other) => {
-            return refuse(format!(
-                "invalid activemq.exclusive `{other}`: true or false"
-            ))
+            return refuse(
+                ErrorCode::InvalidValue,
+                format!("invalid activemq.exclusive `{other}`: true or false"),
+            )
         }
     };
     let no_local = match frame.get("activemq.noLocal") {
         None | Some("false") => false,
         Some("true") if caps.point_to_point => {
-            return refuse("activemq.noLocal is for topics: a queue's message goes to one consumer, whoever sent it")
+            return refuse(ErrorCode::InvalidRequest, "activemq.noLocal is for topics: a queue's message goes to one consumer, whoever sent it")
         }
         Some("true") if durable_name.is_some() => {
-            return refuse("activemq.noLocal on a durable subscription is not supported: a stored message does not keep the connection that sent it")
+            return refuse(ErrorCode::Unsupported, "activemq.noLocal on a durable subscription is not supported: a stored message does not keep the connection that sent it")
         }
         Some("true") => true,
-        Some(other) => return refuse(format!("invalid activemq.noLocal `{other}`: true or false")),
+        Some(other) => return refuse(ErrorCode::InvalidValue, format!("invalid activemq.noLocal `{other}`: true or false")),
     };
     if exclusive && browser {
-        return refuse("browser:true takes no activemq.exclusive: browsing consumes nothing");
+        return refuse(
+            ErrorCode::InvalidValue,
+            "browser:true takes no activemq.exclusive: browsing consumes nothing",
+        );
     }
     // A bad selector is refused with its position; nothing is subscribed.
     // An empty one is none (as ActiveMQ).
     let selector = match frame.get("selector").filter(|s| !s.trim().is_empty()) {
         None => None,
-        Some(text) => Some(Selector::parse(text).map_err(|e| Refusal(e.to_string()))?),
+        Some(text) => Some(
+            Selector::parse(text)
+                .map_err(|e| Refusal::new(ErrorCode::InvalidSelector, e.to_string()))?,
+        ),
     };
     Ok(Command::Subscribe {
         destination,
@@ -548,10 +601,10 @@ fn ack_ref_of(frame: &Frame) -> AckRef {
 fn transaction_of(frame: &Frame) -> Result<String, Refusal> {
     match frame.get("transaction") {
         Some(tx) if !tx.is_empty() => Ok(tx.to_string()),
-        _ => refuse(format!(
-            "{} needs a transaction header",
-            frame.command.as_str()
-        )),
+        _ => refuse(
+            ErrorCode::MissingHeader,
+            format!("{} needs a transaction header", frame.command.as_str()),
+        ),
     }
 }
 
@@ -559,19 +612,19 @@ fn transaction_of(frame: &Frame) -> Result<String, Refusal> {
 /// `/queue/jobs.*`: ActiveMQ's wildcards) or one destination ([`destination_of`]).
 fn target_of(destination: Option<&str>) -> Result<Target, Refusal> {
     let Some(text) = destination.filter(|d| !d.is_empty()) else {
-        return refuse("missing destination header");
+        return refuse(ErrorCode::MissingHeader, "missing destination header");
     };
     match DestinationPattern::subscription_from_stomp(text) {
         Ok(Some(pattern)) => Ok(Target::Pattern(pattern)),
         Ok(None) => destination_of(destination).map(Target::One),
-        Err(e) => Err(Refusal(e.to_string())),
+        Err(e) => Err(Refusal::new(ErrorCode::InvalidDestination, e.to_string())),
     }
 }
 
 /// `/topic/NAME` or `/queue/NAME` (ActiveMQ's STOMP destinations) as a key.
 fn destination_of(destination: Option<&str>) -> Result<DestinationKey, Refusal> {
     let Some(destination) = destination.filter(|d| !d.is_empty()) else {
-        return refuse("missing destination header");
+        return refuse(ErrorCode::MissingHeader, "missing destination header");
     };
     DestinationKey::from_stomp(destination).map_err(|e| {
         // A refused name is worded as it always was: the destination, then the plain
@@ -581,11 +634,14 @@ fn destination_of(destination: Option<&str>) -> Result<DestinationKey, Refusal> 
         let name = DestinationKind::all()
             .find_map(|kind| destination.strip_prefix(kind.spec().stomp_prefix));
         match name {
-            Some(name) => Refusal(format!(
-                "invalid destination `{destination}`: invalid destination `{name}`: {}",
-                e.reason
-            )),
-            None => Refusal(e.to_string()),
+            Some(name) => Refusal::new(
+                ErrorCode::InvalidDestination,
+                format!(
+                    "invalid destination `{destination}`: invalid destination `{name}`: {}",
+                    e.reason
+                ),
+            ),
+            None => Refusal::new(ErrorCode::InvalidDestination, e.to_string()),
         }
     })
 }
@@ -596,18 +652,20 @@ fn message_of(frame: &Frame) -> Result<Message, Refusal> {
     // STOMP's default, as ActiveMQ: non-persistent unless persistent:true.
     message.persistent = frame.get("persistent") == Some("true");
     if let Some(p) = frame.get("priority") {
-        message.priority = p
-            .parse::<u8>()
-            .ok()
-            .filter(|p| *p <= 9)
-            .ok_or_else(|| Refusal(format!("invalid priority `{p}`: 0 to 9")))?;
+        message.priority = p.parse::<u8>().ok().filter(|p| *p <= 9).ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::InvalidValue,
+                format!("invalid priority `{p}`: 0 to 9"),
+            )
+        })?;
     }
     if let Some(e) = frame.get("expires") {
-        let at = e
-            .parse::<i64>()
-            .ok()
-            .filter(|at| *at >= 0)
-            .ok_or_else(|| Refusal(format!("invalid expires `{e}`: epoch ms, 0 = never")))?;
+        let at = e.parse::<i64>().ok().filter(|at| *at >= 0).ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::InvalidValue,
+                format!("invalid expires `{e}`: epoch ms, 0 = never"),
+            )
+        })?;
         if at > 0 {
             message = message.expires_at(at);
         }
@@ -653,7 +711,7 @@ mod tests {
     /// The ERROR text for a frame with these headers (it must be refused).
     fn refusal(command: frame::Command, headers: &[(&str, &str)], version: Version) -> String {
         match Command::parse(&frame(command, headers), version) {
-            Err(Refusal(text)) => text,
+            Err(Refusal { text, .. }) => text,
             Ok(c) => panic!("{command:?} {headers:?} parsed: {c:?}"),
         }
     }
@@ -973,7 +1031,7 @@ mod tests {
             ("credit", "10"),
             ("from-seq", "0"),
         ] {
-            let Err(Refusal(text)) = sub(&[(name, value)]) else {
+            let Err(Refusal { text, .. }) = sub(&[(name, value)]) else {
                 panic!("{name}:{value} was not refused");
             };
             assert!(
@@ -1018,7 +1076,7 @@ mod tests {
             assert_eq!(options.browser, read, "browser:{value}");
         }
         let refused = |headers: &[(&str, &str)], version| match sub(headers, version) {
-            Err(Refusal(text)) => text,
+            Err(Refusal { text, .. }) => text,
             Ok(c) => panic!("{headers:?} parsed: {c:?}"),
         };
         assert_eq!(
@@ -1066,7 +1124,7 @@ mod tests {
     fn a_1_2_ack_needs_its_id() {
         for command in [frame::Command::Ack, frame::Command::Nack] {
             let by_message_id = frame(command, &[("message-id", "m1"), ("subscription", "s")]);
-            let Err(Refusal(text)) = Command::parse(&by_message_id, Version::V1_2) else {
+            let Err(Refusal { text, .. }) = Command::parse(&by_message_id, Version::V1_2) else {
                 panic!("{command:?} without id parsed on 1.2");
             };
             assert!(text.contains("needs an id header in STOMP 1.2"), "{text}");
@@ -1081,7 +1139,7 @@ mod tests {
     #[test]
     fn nack_is_refused_on_stomp_1_0() {
         let nack = frame(frame::Command::Nack, &[("message-id", "m1")]);
-        let Err(Refusal(text)) = Command::parse(&nack, Version::V1_0) else {
+        let Err(Refusal { text, .. }) = Command::parse(&nack, Version::V1_0) else {
             panic!("NACK on 1.0 parsed");
         };
         assert_eq!(

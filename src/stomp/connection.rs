@@ -35,6 +35,7 @@ use crate::broker::Broker;
 use crate::stomp::codec::{Incoming, Limits, Outgoing, ProtocolError, StompCodec};
 use crate::transport::client_ids::ClientIds;
 use crate::transport::{Accepted, Protocol};
+use crate::ErrorCode;
 use tokio::sync::oneshot;
 
 /// What reading a connection can fail with: bytes that are no frame (answered with an
@@ -143,7 +144,9 @@ impl Protocol for Stomp {
 
     fn refusal(&self, reason: &str) -> Vec<u8> {
         let mut frame = crate::stomp::frame::Frame::new(crate::stomp::frame::Command::Error);
-        frame = frame.header("message", reason);
+        frame = frame
+            .header("message", reason)
+            .header("error-code", ErrorCode::LimitExceeded.as_str());
         let mut out = bytes::BytesMut::new();
         let _ = tokio_util::codec::Encoder::encode(
             &mut StompCodec::new(self.config.limits),
@@ -551,7 +554,9 @@ where
                 // Bytes that are no frame: its ERROR comes after the frames read before
                 // it, and nothing after it is read.
                 pipe.input_over = true;
-                pipe.hold_back(Held::Applied(session.malformed(Refusal(e.0), e.1)));
+                pipe.hold_back(Held::Applied(
+                    session.malformed(Refusal::new(e.code, e.text), e.receipt),
+                ));
                 pump(session, pipe).await
             }
         };
@@ -575,7 +580,7 @@ where
                 let Some(Held::Request(request)) = self.pipe.unhold() else {
                     unreachable!("a SEND waits at the front of the held frames")
                 };
-                let step = self.session.refused(request, Refusal(e.to_string()));
+                let step = self.session.refused(request, Refusal::from(e));
                 self.pipe.start(&mut self.session, step)
             }
         };
@@ -608,8 +613,11 @@ where
             return Ok(());
         }
         tracing::info!(session = %self.session.id(), "closing: asked for by an operator");
-        self.session
-            .error("connection closed by an operator (admin API)", None);
+        let refusal = Refusal::new(
+            ErrorCode::ClosedByOperator,
+            "connection closed by an operator (admin API)",
+        );
+        self.session.error(&refusal, None);
         Err(Close::Error)
     }
 
@@ -619,7 +627,8 @@ where
             return Ok(());
         }
         let text = "client id taken over by a newer connection (allow_link_stealing)";
-        self.session.error(text, None);
+        self.session
+            .error(&Refusal::new(ErrorCode::ClientIdInUse, text), None);
         Err(Close::Error)
     }
 
@@ -657,7 +666,8 @@ where
         let silent = Duration::from_millis(expect_every.saturating_mul(2));
         if !self.session.connected() && self.opened.elapsed() > stall {
             let text = format!("no CONNECT within {} ms", stall.as_millis());
-            self.session.error(&text, None);
+            self.session
+                .error(&Refusal::new(ErrorCode::Timeout, text), None);
             return Some(Err(Close::Error));
         }
         if buffered > 0 && self.partial.1.elapsed() > stall {
@@ -665,7 +675,8 @@ where
                 "incomplete frame: no more bytes for {} ms",
                 stall.as_millis()
             );
-            self.session.error(&text, None);
+            self.session
+                .error(&Refusal::new(ErrorCode::Timeout, text), None);
             return Some(Err(Close::Error));
         }
         if expect_every > 0 && self.last_read.elapsed() > silent {

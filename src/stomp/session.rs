@@ -30,6 +30,7 @@ use crate::broker::{
 use crate::stomp::frame::{self, Frame, Version};
 use crate::transport::client_ids::{Claim, ClientIds};
 use crate::DestinationKey;
+use crate::ErrorCode;
 
 /// Most transactions a connection may have open at once (default of
 /// [`SessionLimits::max_open_transactions`]).
@@ -422,11 +423,15 @@ impl Session {
         self.streams.next().await
     }
 
-    /// Queues an ERROR frame (written before the connection closes).
-    pub fn error(&mut self, message: &str, receipt: Option<&str>) {
-        tracing::info!(session = %self.session_id, %message, "ERROR frame sent");
-        let mut frame = Frame::new(frame::Command::Error).header("message", message);
-        if message == super::command::NO_COMMON_VERSION {
+    /// Queues an ERROR frame for `refusal` (written before the connection closes):
+    /// its text in the `message` header and the body, its code in `error-code`.
+    pub fn error(&mut self, refusal: &Refusal, receipt: Option<&str>) {
+        let message = refusal.text.as_str();
+        tracing::info!(session = %self.session_id, code = %refusal.code, %message, "ERROR frame sent");
+        let mut frame = Frame::new(frame::Command::Error)
+            .header("message", message)
+            .header("error-code", refusal.code.as_str());
+        if refusal.code == ErrorCode::NoCommonVersion {
             frame = frame.header("version", super::command::SUPPORTED_VERSIONS);
         }
         if let Some(r) = receipt {
@@ -474,7 +479,7 @@ impl Session {
             Ok(Space::Free) | Err(_) => Flow::Go,
             Ok(Space::Fail(text)) => {
                 tracing::info!(session = %self.session_id, %destination, %text, "send refused by producer flow control");
-                Flow::Refused(Refusal(text))
+                Flow::Refused(Refusal::new(ErrorCode::ResourceLimit, text))
             }
             Ok(Space::Wait) => {
                 let broker = self.broker.clone();
@@ -551,9 +556,9 @@ impl Session {
                 self.receipt(outcome.receipt);
                 Err(Close::Done)
             }
-            Err(Refusal(message)) => {
-                tracing::info!(session = %self.session_id, command = outcome.kind, %message, "frame refused");
-                self.error(&message, outcome.receipt.as_deref());
+            Err(refusal) => {
+                tracing::info!(session = %self.session_id, command = outcome.kind, code = %refusal.code, message = %refusal.text, "frame refused");
+                self.error(&refusal, outcome.receipt.as_deref());
                 Err(Close::Error)
             }
         }
@@ -571,10 +576,16 @@ impl Session {
         match (self.connected, kind) {
             (false, C::Connect | C::Stomp) => {}
             (false, other) => {
-                return refuse(format!("{} before CONNECT: connect first", other.as_str()))
+                return refuse(
+                    ErrorCode::ProtocolViolation,
+                    format!("{} before CONNECT: connect first", other.as_str()),
+                )
             }
             (true, C::Connect | C::Stomp) => {
-                return refuse("already connected: a second CONNECT is not allowed")
+                return refuse(
+                    ErrorCode::ProtocolViolation,
+                    "already connected: a second CONNECT is not allowed",
+                )
             }
             (true, _) => {}
         }
@@ -622,9 +633,7 @@ impl Session {
         request_id: Option<String>,
     ) -> Result<(), Refusal> {
         // A broker whose lease ran out (paused past it) answers no CONNECT.
-        self.broker
-            .refuse_if_shut_down()
-            .map_err(|e| Refusal(e.to_string()))?;
+        self.broker.refuse_if_shut_down().map_err(Refusal::from)?;
         // The version is agreed: a refusal of this CONNECT is framed in it too (its
         // header escapes keep a `\` or `:` of the message as it is).
         self.version = version;
@@ -637,7 +646,7 @@ impl Session {
                 .client_ids
                 .claim(id, self.config.allow_link_stealing)
                 .await
-                .map_err(Refusal)?;
+                .map_err(|e| Refusal::new(ErrorCode::ClientIdInUse, e.to_string()))?;
             self.claim = Some(claim);
         }
         let (sx, sy) = self.config.heartbeat_ms;
@@ -683,9 +692,10 @@ impl Session {
                     } else {
                         format!("no user has the client certificate's subject ({subject})")
                     };
-                    return refuse(format!(
-                        "authentication required: {why}; give login and passcode"
-                    ));
+                    return refuse(
+                        ErrorCode::AuthenticationFailed,
+                        format!("authentication required: {why}; give login and passcode"),
+                    );
                 }
                 Ok(false)
             }
@@ -696,7 +706,7 @@ impl Session {
             }
             Some(Err(reason)) => {
                 tracing::info!(session = %self.session_id, peer = ?peer, login = ?login, %reason, "refused connection");
-                refuse(reason)
+                refuse(ErrorCode::AuthenticationFailed, reason.to_string())
             }
         }
     }
@@ -719,18 +729,17 @@ impl Session {
         let admitted = guard.admit(peer.map(|p| p.ip()), "stomp").await;
         let check = admitted.map_err(|throttled| {
             tracing::info!(session = %self.session_id, peer = ?peer, login = ?shown, "refused connection: {throttled}");
-            Refusal(format!("authentication failed: {throttled}"))
+            Refusal::new(ErrorCode::LoginThrottled, format!("authentication failed: {throttled}"))
         })?;
         // argon2 is slow on purpose: off the event loop, a core's worth at a time.
-        let permit = crate::auth::login_checks()
-            .acquire()
-            .await
-            .map_err(|_| Refusal("authentication failed: internal error".into()))?;
+        let permit = crate::auth::login_checks().acquire().await.map_err(|_| {
+            Refusal::new(ErrorCode::Internal, "authentication failed: internal error")
+        })?;
         let checked = actix_rt::task::spawn_blocking(move || {
             security.authenticate(login.as_deref(), passcode.as_deref())
         })
         .await
-        .map_err(|_| Refusal("authentication failed: internal error".into()))?;
+        .map_err(|_| Refusal::new(ErrorCode::Internal, "authentication failed: internal error"))?;
         drop(permit);
         match checked {
             Ok(principal) => {
@@ -743,7 +752,7 @@ impl Session {
                 tracing::info!(session = %self.session_id, peer = ?peer, login = ?shown, %reason, "refused connection");
                 // One guess per second per connection.
                 tokio::time::sleep(crate::auth::FAILED_LOGIN_DELAY).await;
-                refuse(reason)
+                refuse(ErrorCode::AuthenticationFailed, reason.to_string())
             }
         }
     }
@@ -753,7 +762,7 @@ impl Session {
         self.config
             .security
             .authorize(self.principal.as_ref(), right, destination)
-            .map_err(Refusal)
+            .map_err(|e| Refusal::new(ErrorCode::NotAuthorized, e.to_string()))
     }
 
     /// SEND: the message takes its place in its destination's order (in its
@@ -775,7 +784,7 @@ impl Session {
                 let open = self.open_transaction(&tx)?;
                 open.bytes += message.charged_bytes();
                 if open.bytes > max {
-                    return refuse(format!(
+                    return refuse(ErrorCode::LimitExceeded, format!(
                         "transaction `{tx}` sends more than {max} bytes before COMMIT (max_transaction_size)"
                     ));
                 }
@@ -788,7 +797,7 @@ impl Session {
                     .await
             }
         };
-        let not_accepted = |e: crate::Error| Refusal(format!("message not accepted: {e}"));
+        let not_accepted = |e: crate::Error| Refusal::of("message not accepted: ", &e);
         let pending = started.map_err(not_accepted)?;
         Ok(Applied::Later(Box::pin(async move {
             pending.await.map(drop).map_err(not_accepted)
@@ -819,15 +828,17 @@ impl Session {
             self.authorize(Right::Read, key)?;
         }
         if self.subscriptions.contains_key(&id) {
-            return refuse(format!(
-                "subscription id `{id}` is already in use on this connection"
-            ));
+            return refuse(
+                ErrorCode::DuplicateId,
+                format!("subscription id `{id}` is already in use on this connection"),
+            );
         }
         let max = self.config.limits.max_subscriptions;
         if self.subscriptions.len() >= max {
-            return refuse(format!(
-                "more than {max} subscriptions on one connection (max_subscriptions)"
-            ));
+            return refuse(
+                ErrorCode::LimitExceeded,
+                format!("more than {max} subscriptions on one connection (max_subscriptions)"),
+            );
         }
         if browser {
             // Browsing needs only the read right (as ActiveMQ's browse permission).
@@ -835,7 +846,7 @@ impl Session {
                 .broker
                 .browse_queue_matching(&destination, selector)
                 .await
-                .map_err(|e| Refusal(format!("cannot browse: {e}")))?;
+                .map_err(|e| Refusal::of("cannot browse: ", &e))?;
             let sub = Sub {
                 acker: None,
                 mode,
@@ -879,7 +890,7 @@ impl Session {
             .broker
             .subscribe(&destination, options)
             .await
-            .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
+            .map_err(|e| Refusal::of("cannot subscribe: ", &e))?;
         let sub = Sub {
             acker: Some(subscription.acker()),
             mode,
@@ -901,6 +912,7 @@ impl Session {
     ) -> Result<SubscribeOptions, Refusal> {
         let Some(client) = &self.client_id else {
             return refuse(
+                ErrorCode::MissingHeader,
                 "a durable subscription (activemq.subscriptionName) needs client-id on CONNECT",
             );
         };
@@ -909,7 +921,7 @@ impl Session {
             .broker
             .durable_subscription_exists(destination, client, name)
             .await
-            .map_err(|e| Refusal(format!("cannot subscribe: {e}")))?;
+            .map_err(|e| Refusal::of("cannot subscribe: ", &e))?;
         match destination {
             Target::One(key) if !exists => self.authorize(Right::Admin, key)?,
             Target::One(_) => {}
@@ -923,7 +935,7 @@ impl Session {
                 for right in rights {
                     security
                         .authorize_pattern(principal, right, pattern)
-                        .map_err(Refusal)?;
+                        .map_err(|e| Refusal::new(ErrorCode::NotAuthorized, e.to_string()))?;
                 }
             }
         }
@@ -942,7 +954,10 @@ impl Session {
         durable_name: Option<String>,
     ) -> Result<(), Refusal> {
         let Some(sub) = self.subscriptions.remove(&id) else {
-            return refuse(format!("no subscription with id `{id}` on this connection"));
+            return refuse(
+                ErrorCode::UnknownSubscription,
+                format!("no subscription with id `{id}` on this connection"),
+            );
         };
         self.streams.remove(&id);
         self.pending.retain(|_, p| p.subscription != id);
@@ -956,7 +971,7 @@ impl Session {
             self.broker
                 .remove_durable(&sub.destination, client, &name)
                 .await
-                .map_err(|e| Refusal(format!("cannot remove durable subscription: {e}")))?;
+                .map_err(|e| Refusal::of("cannot remove durable subscription: ", &e))?;
         }
         Ok(())
     }
@@ -983,7 +998,7 @@ impl Session {
             }
             Fed::BrowseFailed(text) => {
                 let text = format!("browse of {} failed: {text}", sub.destination.stomp());
-                self.error(&text, None);
+                self.error(&Refusal::new(ErrorCode::StoreFailure, text), None);
                 return Err(Close::Error);
             }
         };
@@ -1044,6 +1059,7 @@ impl Session {
             }
         }
         refuse(
+            ErrorCode::UnknownAck,
             "ACK or NACK names no message waiting for an ack on this connection \
              (STOMP 1.2 acks the MESSAGE's `ack` header; 1.0 and 1.1 its `message-id`)",
         )
@@ -1074,9 +1090,10 @@ impl Session {
         if let Some(tx) = transaction {
             let open = self.open_transaction(&tx)?;
             if open.acks.contains(&id) {
-                return refuse(format!(
-                    "ack id `{id}` is already acked in transaction `{tx}`"
-                ));
+                return refuse(
+                    ErrorCode::UnknownAck,
+                    format!("ack id `{id}` is already acked in transaction `{tx}`"),
+                );
             }
             open.acks.push(id);
             return Ok(Applied::Done);
@@ -1089,7 +1106,10 @@ impl Session {
     /// which resolves once it is committed.
     fn apply_ack(&mut self, id: &str) -> Result<Applied, Refusal> {
         if !self.pending.contains_key(id) {
-            return refuse(format!("ack id `{id}` was already acked"));
+            return refuse(
+                ErrorCode::UnknownAck,
+                format!("ack id `{id}` was already acked"),
+            );
         }
         let Some((acker, message, cumulative)) = self.take_pending(id) else {
             return Ok(Applied::Done); // unsubscribed meanwhile: nothing to ack any more
@@ -1100,7 +1120,7 @@ impl Session {
             } else {
                 acker.ack(&message).await
             };
-            acked.map_err(|e| Refusal(format!("ack failed: {e}")))
+            acked.map_err(|e| Refusal::of("ack failed: ", &e))
         })))
     }
 
@@ -1157,19 +1177,25 @@ impl Session {
             acker
                 .nack(&pending.message)
                 .await
-                .map_err(|e| Refusal(format!("nack failed: {e}")))
+                .map_err(|e| Refusal::of("nack failed: ", &e))
         }))
     }
 
     fn begin(&mut self, tx: String) -> Result<(), Refusal> {
         if self.transactions.contains_key(&tx) {
-            return refuse(format!("transaction `{tx}` is already begun"));
+            return refuse(
+                ErrorCode::DuplicateId,
+                format!("transaction `{tx}` is already begun"),
+            );
         }
         let max = self.config.limits.max_open_transactions;
         if self.transactions.len() >= max {
-            return refuse(format!(
-                "more than {max} open transactions on one connection (max_open_transactions)"
-            ));
+            return refuse(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "more than {max} open transactions on one connection (max_open_transactions)"
+                ),
+            );
         }
         let sends = self.broker.transaction(self.xid(&tx));
         self.transactions.insert(
@@ -1190,13 +1216,15 @@ impl Session {
     /// [`SessionLimits::max_transaction_frames`].
     fn open_transaction(&mut self, tx: &str) -> Result<&mut Tx, Refusal> {
         let max = self.config.limits.max_transaction_frames;
-        let open = self
-            .transactions
-            .get_mut(tx)
-            .ok_or_else(|| Refusal(format!("invalid transaction id `{tx}`: not begun")))?;
+        let open = self.transactions.get_mut(tx).ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::UnknownTransaction,
+                format!("invalid transaction id `{tx}`: not begun"),
+            )
+        })?;
         open.frames += 1;
         if open.frames > max {
-            return refuse(format!(
+            return refuse(ErrorCode::LimitExceeded, format!(
                 "transaction `{tx}` holds more than {max} frames before COMMIT (max_transaction_frames)"
             ));
         }
@@ -1205,9 +1233,12 @@ impl Session {
 
     /// Ends the transaction a COMMIT or ABORT names.
     fn end_transaction(&mut self, tx: &str) -> Result<Tx, Refusal> {
-        self.transactions
-            .remove(tx)
-            .ok_or_else(|| Refusal(format!("invalid transaction id `{tx}`: not begun")))
+        self.transactions.remove(tx).ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::UnknownTransaction,
+                format!("invalid transaction id `{tx}`: not begun"),
+            )
+        })
     }
 
     /// COMMIT: the prepared sends become visible and the acks are stored in one store
@@ -1226,9 +1257,12 @@ impl Session {
         // All or nothing: if an ack of the transaction no longer applies (its message
         // was acked outside it, or its subscription is gone), nothing is committed.
         if let Some(stale) = acks.iter().find(|id| !self.pending.contains_key(*id)) {
-            let refusal = Refusal(format!(
-                "transaction `{tx}` rolled back: ack id `{stale}` no longer waits for an ack"
-            ));
+            let refusal = Refusal::new(
+                ErrorCode::UnknownAck,
+                format!(
+                    "transaction `{tx}` rolled back: ack id `{stale}` no longer waits for an ack"
+                ),
+            );
             return Ok(Applied::Later(Box::pin(async move {
                 let _ = sends.rollback().await;
                 Err(refusal)
@@ -1247,7 +1281,7 @@ impl Session {
                 if let Err(e) = joined {
                     // Nothing is committed: the prepared sends go too.
                     let refusal =
-                        Refusal(format!("transaction `{tx}` rolled back: ack failed: {e}"));
+                        Refusal::of(&format!("transaction `{tx}` rolled back: ack failed: "), &e);
                     return Ok(Applied::Later(Box::pin(async move {
                         let _ = sends.rollback().await;
                         Err(refusal)
@@ -1263,7 +1297,7 @@ impl Session {
             sends
                 .commit()
                 .await
-                .map_err(|e| Refusal(format!("commit failed: {e}")))?;
+                .map_err(|e| Refusal::of("commit failed: ", &e))?;
             futures::future::try_join_all(settled.into_iter().map(Applied::finished)).await?;
             Ok(())
         })))
@@ -1277,7 +1311,7 @@ impl Session {
             open.sends
                 .rollback()
                 .await
-                .map_err(|e| Refusal(format!("abort failed: {e}")))
+                .map_err(|e| Refusal::of("abort failed: ", &e))
         })))
     }
 

@@ -751,6 +751,21 @@ async fn bad_input_gets_a_4xx_with_a_json_error(t: TestStore) {
             "{method} {path}: `{error}` does not say `{says}`"
         );
         assert_eq!(answer.json["status"], status);
+        // The stable code (`ErrorCode`), the one a STOMP ERROR carries too.
+        let code = match (status, says) {
+            (400, "is a topic") => "invalid-request",
+            (400, "invalid queue name `orders.>`" | "wildcards") => "invalid-destination",
+            (400 | 422, _) => "invalid-value",
+            (404, _) => "not-found",
+            (405, _) => "invalid-request",
+            (413, _) => "limit-exceeded",
+            other => panic!("no code expected for {other:?}"),
+        };
+        assert_eq!(
+            answer.json["code"], code,
+            "{method} {path}: {}",
+            answer.json
+        );
     }
     let page = call(
         "GET",

@@ -104,40 +104,71 @@ async fn bad_frames_get_an_error_and_close(t: TestStore) {
         .await;
     receipt(&mut good, "g").await;
 
-    let cases: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
+    // (name, bytes, receipt-id of the ERROR, its error-code)
+    let cases: Vec<(&str, Vec<u8>, Option<&str>, &str)> = vec![
         (
             "before CONNECT",
             b"SEND\ndestination:/topic/X\n\nx\0".to_vec(),
             None,
+            "protocol-violation",
         ),
         (
             "second CONNECT",
             b"CONNECT\naccept-version:1.2\n\n\0".to_vec(),
             None,
+            "protocol-violation",
         ),
         (
             "empty destination",
             b"SUBSCRIBE\ndestination:\nid:1\nreceipt:s1\n\n\0".to_vec(),
             Some("s1"),
+            "missing-header",
         ),
         (
             "queue pattern",
             b"SEND\ndestination:/queue/X.*\nreceipt:q\n\nx\0".to_vec(),
             Some("q"),
+            "invalid-destination",
         ),
         (
             "bad priority",
             b"SEND\ndestination:/topic/X\npriority:12\n\nx\0".to_vec(),
             None,
+            "invalid-value",
         ),
         (
             "bad expires",
             b"SEND\ndestination:/topic/X\nexpires:soon\n\nx\0".to_vec(),
             None,
+            "invalid-value",
         ),
-        ("unknown command", b"FROB\n\n\0".to_vec(), None),
+        (
+            "unknown command",
+            b"FROB\n\n\0".to_vec(),
+            None,
+            "malformed-frame",
+        ),
+        (
+            "unknown transaction",
+            b"COMMIT\ntransaction:t9\nreceipt:c\n\n\0".to_vec(),
+            Some("c"),
+            "unknown-transaction",
+        ),
+        (
+            "bad selector",
+            b"SUBSCRIBE\ndestination:/queue/X\nid:1\nselector:a = \n\n\0".to_vec(),
+            None,
+            "invalid-selector",
+        ),
+        (
+            "header not honoured",
+            b"SUBSCRIBE\ndestination:/queue/X\nid:1\nbrowser:true\nbrowser-end:false\n\n\0"
+                .to_vec(),
+            None,
+            "unsupported",
+        ),
     ];
-    for (name, bytes, receipt_id) in cases {
+    for (name, bytes, receipt_id, code) in cases {
         let mut c = if name == "before CONNECT" {
             Client::open(s.addr).await
         } else {
@@ -151,6 +182,7 @@ async fn bad_frames_get_an_error_and_close(t: TestStore) {
         assert_eq!(e.command, Command::Error, "{name}: {e:?}");
         assert!(!e.get("message").unwrap_or_default().is_empty(), "{name}");
         assert_eq!(e.get("receipt-id"), receipt_id, "{name}");
+        assert_eq!(e.get("error-code"), Some(code), "{name}: {e:?}");
         assert!(
             c.closed().await,
             "{name}: the connection must close after ERROR"
@@ -164,6 +196,7 @@ async fn bad_frames_get_an_error_and_close(t: TestStore) {
     c.write(&big).await;
     let e = c.frame().await.expect("ERROR for the oversized header");
     assert!(e.get("message").unwrap().contains("limit"), "{e:?}");
+    assert_eq!(e.get("error-code"), Some("limit-exceeded"), "{e:?}");
     assert!(c.closed().await);
 
     // A frame with a correct content-length over the frame limit.
@@ -460,6 +493,7 @@ async fn login_and_rights_are_enforced(t: TestStore) {
         let e = c.frame().await.expect("ERROR");
         assert_eq!(e.command, Command::Error);
         assert!(e.get("message").unwrap().starts_with(why), "{e:?}");
+        assert_eq!(e.get("error-code"), Some("authentication-failed"), "{e:?}");
         if why == "authentication failed" {
             // A guess costs its connection the delay (a lower bound: it sleeps).
             assert!(asked.elapsed() >= ebb::auth::FAILED_LOGIN_DELAY);
@@ -492,6 +526,7 @@ async fn login_and_rights_are_enforced(t: TestStore) {
         e.get("message").unwrap().contains("no admin right"),
         "{e:?}"
     );
+    assert_eq!(e.get("error-code"), Some("not-authorized"), "{e:?}");
     assert!(c.closed().await);
     let mut c = Client::open(s.addr).await;
     c.write(b"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:pa:ss\n\n\0")
@@ -783,6 +818,7 @@ async fn connections_per_address_are_limited(t: TestStore) {
         Some("2 connections from 127.0.0.1 already, the most from one address (max_connections_per_address)"),
         "{error:?}"
     );
+    assert_eq!(error.get("error-code"), Some("limit-exceeded"), "{error:?}");
     assert!(over.closed().await);
     s.stop().await;
 }
