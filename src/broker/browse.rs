@@ -1,6 +1,16 @@
 //! Browsing without consuming: stored pages ([`Broker::browse`], [`Broker::browse_subscription`]) and the [`QueueBrowser`] stream.
 
-use super::*;
+use super::destination::ToDestination;
+use super::subscription::Received;
+use super::Broker;
+use crate::error::Error;
+use ebb_actors::broker::DestinationAddr;
+use ebb_actors::messages::{Browse, Delivery};
+use ebb_actors::selector::Selector;
+use ebb_store::SubscriptionKey;
+use futures::{Stream, StreamExt};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// A message as browsing shows it (never acked, never expired by browsing).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,8 @@
 //! How a broker is set up: [`BrokerConfig`] and its usage limits, [`UsageConfig`].
 
-use super::*;
+use ebb_actors::policy::PolicyMap;
+use ebb_actors::StoreActorConfig;
+use ebb_store::StoreOptions;
 
 /// How a broker is set up. `Default` gives ActiveMQ's defaults.
 #[derive(Debug, Clone)]

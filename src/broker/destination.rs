@@ -1,6 +1,8 @@
 //! What names a destination in the embedding API: [`ToDestination`] and [`Target`].
 
-use super::*;
+use crate::error::Error;
+use ebb_actors::destination::DestinationPattern;
+use ebb_actors::{DestinationKey, DestinationKind};
 
 /// What names a destination in the embedding API: a [`DestinationKey`] (parsed once,
 /// e.g. by a transport), or text parsed by [`DestinationKey::parse`], the same forms

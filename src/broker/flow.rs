@@ -1,6 +1,16 @@
 //! Producer flow control and usage: the memory, store, temp and transactions limits a send meets ([`Broker::check_space`], [`Broker::wait_for_space`]), and their snapshots ([`UsageSnapshot`], [`DestinationFlow`]).
 
-use super::*;
+use super::config::UsageConfig;
+use super::destination::ToDestination;
+use super::message::Message;
+use super::Broker;
+use crate::error::Error;
+use ebb_actors::policy::PolicyMap;
+use ebb_actors::usage::Usage;
+use ebb_actors::DestinationKey;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// What a send meets in producer flow control, checked without waiting
 /// ([`Broker::check_space`]).

@@ -1,6 +1,10 @@
 //! What a producer sends ([`Message`]) and what a send answers ([`SendReceipt`], [`PendingSend`]).
 
-use super::*;
+use crate::error::Error;
+use ebb_actors::destination::PublishTicket;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 /// When a message expires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

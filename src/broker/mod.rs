@@ -33,37 +33,21 @@ pub(crate) use self::subscribe::*;
 pub use self::subscription::*;
 pub use self::transaction::*;
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use actix::{Addr, Handler, Recipient};
-use ebb_actors::broker::{
-    wildcard_container, BrokerActor, DestinationAddr, ForgetWildcardDurable, GetDestination,
-    ShutdownBroker, Watch, WILDCARD_CONTAINER_PREFIX,
-};
-use ebb_actors::destination::DestinationPattern;
-use ebb_actors::destination::{now_ms, PublishTicket};
+use actix::{Addr, Handler};
+use ebb_actors::broker::{BrokerActor, DestinationAddr, GetDestination, ShutdownBroker};
+use ebb_actors::destination::now_ms;
 use ebb_actors::housekeeping::HousekeepingBudget;
-use ebb_actors::messages::{
-    AbortPrepared, Ack, AcksStored, Browse, CommitPrepared, Delivery, Detach, GetQueueStats,
-    GetStats, GetTopicStats, Handed, Nack, Publish, PublishPrepared, QueueStats, RemoveDurable,
-    Stats, Subscribe, TakeAck, TakenAck, TopicMessage, TopicStats,
-};
-use ebb_actors::policy::PolicyMap;
 use ebb_actors::queue::QueueActor;
 pub use ebb_actors::selector::{Selector, SelectorError};
-use ebb_actors::subscription::AutoAcks;
 use ebb_actors::topic::TopicActor;
 use ebb_actors::usage::Usage;
-use ebb_actors::wildcard::{Attach, Template, WildcardActor, WILDCARD_SUBSCRIPTION};
-use ebb_actors::{DestinationKey, DestinationKind, StoreActorConfig, StoreHandle};
-use ebb_store::{MessageStore, Payload, StoreOptions, SubscriptionKey};
-use futures::{Stream, StreamExt};
+use ebb_actors::{DestinationKey, StoreHandle};
+use ebb_store::MessageStore;
 use std::collections::HashMap;
-use tokio::sync::mpsc;
 
 use crate::error::Error;
 use crate::runtime::BrokerThread;

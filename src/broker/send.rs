@@ -4,7 +4,17 @@
 //! [`SendOptions`] says how a send meets producer flow control. Sends in a
 //! transaction go through [`Transaction`] only.
 
-use super::*;
+use super::destination::ToDestination;
+use super::message::{Expiration, Message, PendingSend, SendReceipt};
+use super::Broker;
+use crate::error::Error;
+use ebb_actors::destination::{now_ms, PublishTicket};
+use ebb_actors::messages::{Publish, TopicMessage};
+use ebb_actors::DestinationKey;
+use ebb_store::Payload;
+use futures::StreamExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Most sends of one [`Broker::send_all`] waiting for their commit at a time.
 pub const SEND_WINDOW: usize = 256;

@@ -1,6 +1,11 @@
 //! Each destination's counters: [`Broker::topic_stats`], [`Broker::queue_stats`].
 
-use super::*;
+use super::destination::ToDestination;
+use super::Broker;
+use crate::error::Error;
+use ebb_actors::broker::DestinationAddr;
+use ebb_actors::messages::{GetQueueStats, GetStats, GetTopicStats, QueueStats, Stats, TopicStats};
+use ebb_actors::DestinationKey;
 
 impl Broker {
     /// What destination `key` reports, whatever its kind ([`GetStats`], starting it

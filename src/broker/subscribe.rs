@@ -1,6 +1,25 @@
 //! Subscribing: [`Broker::subscribe`] to a destination or a wildcard pattern, durable subscriptions kept across topics and removed ([`Broker::remove_durable`]).
 
-use super::*;
+use super::destination::{Target, ToDestination};
+use super::subscription::{
+    auto_ack_batch, endpoints, AckMode, AutoAck, Endpoints, SubscribeOptions, Subscription,
+    SUBSCRIPTION_SERIALS,
+};
+use super::Broker;
+use crate::error::Error;
+use ebb_actors::broker::{
+    wildcard_container, ForgetWildcardDurable, Watch, WILDCARD_CONTAINER_PREFIX,
+};
+use ebb_actors::destination::DestinationPattern;
+use ebb_actors::messages::{Detach, Handed, RemoveDurable, Subscribe};
+use ebb_actors::subscription::AutoAcks;
+use ebb_actors::wildcard::{Attach, Template, WildcardActor, WILDCARD_SUBSCRIPTION};
+use ebb_actors::{DestinationKey, DestinationKind};
+use ebb_store::SubscriptionKey;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
 
 impl Broker {
     /// Subscribes to destination `name` (as for [`Broker::send`]). On a queue the

@@ -1,6 +1,20 @@
 //! What a consumer holds: [`SubscribeOptions`], the [`Subscription`] stream of [`Received`] messages, its acks ([`Acker`], the ack window) and auto-acks.
 
-use super::*;
+use super::transaction::TransactedAck;
+use super::Broker;
+use crate::error::Error;
+use actix::Recipient;
+use ebb_actors::broker::DestinationAddr;
+use ebb_actors::messages::{Ack, Delivery, Detach, Handed, Nack, TakeAck};
+use ebb_actors::selector::Selector;
+use ebb_actors::subscription::AutoAcks;
+use ebb_actors::DestinationKey;
+use futures::Stream;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
 
 /// How deliveries are acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

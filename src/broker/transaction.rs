@@ -2,7 +2,20 @@
 //! COMMIT, and acks stored with them ([`Transaction`]). The `Broker` methods by xid
 //! that came before it stay as deprecated aliases.
 
-use super::*;
+use super::destination::ToDestination;
+use super::message::{Message, PendingSend, SendReceipt};
+use super::subscription::{Acker, Endpoints, Received};
+use super::Broker;
+use crate::error::Error;
+use actix::Handler;
+use ebb_actors::destination::PublishTicket;
+use ebb_actors::messages::{
+    AbortPrepared, AcksStored, CommitPrepared, PublishPrepared, TakeAck, TakenAck,
+};
+use ebb_actors::queue::QueueActor;
+use ebb_actors::topic::TopicActor;
+use ebb_actors::DestinationKey;
+use std::sync::atomic::Ordering;
 
 impl Broker {
     /// Sends `message` inside transaction `xid`.
