@@ -1,6 +1,5 @@
 //! What a consumer holds: [`SubscribeOptions`], the [`Subscription`] stream of [`Received`] messages, its acks ([`Acker`], the ack window) and auto-acks.
 
-use super::transaction::TransactedAck;
 use super::Broker;
 use crate::error::Error;
 use actix::Recipient;
@@ -637,4 +636,11 @@ pub(super) fn endpoints(
         serial: SUBSCRIPTION_SERIALS.fetch_add(1, Ordering::Relaxed),
         mode,
     }
+}
+
+/// An ack kept by a [`super::Transaction`] until its COMMIT: the destination it
+/// goes to and the ack an [`Acker`] took.
+pub(super) struct TransactedAck {
+    pub(super) destination: Endpoints,
+    pub(super) ack: TakeAck,
 }

@@ -4,14 +4,12 @@
 
 use super::destination::ToDestination;
 use super::message::{Message, PendingSend, SendReceipt};
-use super::subscription::{Acker, Endpoints, Received};
+use super::subscription::{Acker, Received, TransactedAck};
 use super::Broker;
 use crate::error::Error;
 use actix::Handler;
 use ebb_actors::destination::PublishTicket;
-use ebb_actors::messages::{
-    AbortPrepared, AcksStored, CommitPrepared, PublishPrepared, TakeAck, TakenAck,
-};
+use ebb_actors::messages::{AbortPrepared, AcksStored, CommitPrepared, PublishPrepared, TakenAck};
 use ebb_actors::queue::QueueActor;
 use ebb_actors::topic::TopicActor;
 use ebb_actors::DestinationKey;
@@ -209,12 +207,6 @@ pub struct Transaction {
     pub(super) destinations: Vec<DestinationKey>,
     /// Acks to apply at COMMIT, in the order given.
     pub(super) acks: Vec<TransactedAck>,
-}
-
-/// An ack kept by a [`Transaction`] until its COMMIT.
-pub(super) struct TransactedAck {
-    pub(super) destination: Endpoints,
-    pub(super) ack: TakeAck,
 }
 
 impl Transaction {

@@ -5,8 +5,8 @@
 //! ([`STOMP_ROOTS`]):
 //!
 //! - `broker`: the embedding API (`Broker`, `Message`, `Subscription`, ...);
-//! - `auth`, `login_guard`: users and rights, refused logins; `error`, `Error`: the
-//!   API's error;
+//! - `auth`, `login_guard`: users and rights, refused logins; `error`, `Error`,
+//!   `ErrorCode`: the API's error and its stable codes;
 //! - `DestinationKey`, `DestinationKind`, `DestinationPattern`: the crate's re-exports
 //!   of the destination key and of a wildcard destination (value types the API takes,
 //!   not a way into the actors);
@@ -49,6 +49,7 @@ const STOMP_ROOTS: &[&str] = &[
     "stomp",
     "error",
     "Error",
+    "ErrorCode",
     "DestinationKey",
     "DestinationKind",
     "DestinationPattern",
