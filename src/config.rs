@@ -8,8 +8,10 @@
 //! [store]
 //! url = "sqlite://ebb-data/ebb.db"
 //!
-//! [stomp]
+//! [listeners.stomp]               # one section per listener
 //! listen = "127.0.0.1:61613"
+//!
+//! [stomp]                         # the protocol's settings, for all its listeners
 //! max_frame_size = "10mb"
 //!
 //! [usage]
@@ -61,6 +63,10 @@ pub struct FileConfig {
     /// `[ha]`: an active broker and standbys on one store.
     #[serde(default)]
     pub ha: HaSection,
+    /// `[listeners.NAME]`: where each listener listens, one section each
+    /// ([`ListenersSection`]).
+    #[serde(default)]
+    pub listeners: ListenersSection,
     /// Users (`[[users]]`: login, password_hash from `ebb passwd`, groups). With any,
     /// CONNECT must log in.
     #[serde(default)]
@@ -69,6 +75,112 @@ pub struct FileConfig {
     /// admin, each a list of logins or groups, `*` for every user).
     #[serde(default)]
     pub authorization: Vec<crate::auth::AuthorizationEntry>,
+}
+
+/// `[listeners.NAME]`: the server's listeners, one section each (as rumqttd keeps its
+/// listeners in maps of their own): `stomp` (STOMP over TCP, default
+/// `127.0.0.1:61613`), `stomp_tls` (STOMP over TLS, ActiveMQ's `stomp+ssl`, with the
+/// certificate of `[tls]`; off unless given), `http` (the HTTP server: health,
+/// metrics, admin API, console, STOMP over WebSocket; off unless given). A protocol's
+/// settings stay in its own section (`[stomp]`, `[http]`) and hold for all its
+/// listeners.
+///
+/// The older keys are still read: `[stomp] listen`, `[stomp] ssl_listen`, `[http]
+/// listen` and `[metrics] listen`. A listener given both ways is an error naming both
+/// keys, so the file never says two things.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenersSection {
+    /// `[listeners.stomp]`: STOMP over TCP.
+    pub stomp: Option<ListenerSection>,
+    /// `[listeners.stomp_tls]`: STOMP over TLS.
+    pub stomp_tls: Option<ListenerSection>,
+    /// `[listeners.http]`: the HTTP server (`https` and `wss` with `[http] tls`).
+    pub http: Option<ListenerSection>,
+}
+
+/// One listener's section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerSection {
+    /// `host:port` it listens on (a name is resolved at start).
+    pub listen: String,
+}
+
+/// Which listener of [`ListenersSection`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// STOMP over TCP.
+    Stomp,
+    /// STOMP over TLS.
+    StompTls,
+    /// The HTTP server.
+    Http,
+}
+
+impl FileConfig {
+    /// The address `listener` is configured with, and the key it came from
+    /// (`[listeners.stomp] listen`, or an older key such as `[stomp] listen`); `None`
+    /// when the file does not say. [`FileConfig::parse`] has refused a listener given
+    /// both ways already; were it not, `[listeners.*]` wins.
+    pub fn listen_address(&self, listener: Listener) -> Option<(&str, &'static str)> {
+        let (section, older): (_, &[(Option<&String>, &'static str)]) = match listener {
+            Listener::Stomp => (
+                (&self.listeners.stomp, "[listeners.stomp] listen"),
+                &[(self.stomp.listen.as_ref(), "[stomp] listen")],
+            ),
+            Listener::StompTls => (
+                (&self.listeners.stomp_tls, "[listeners.stomp_tls] listen"),
+                &[(self.stomp.ssl_listen.as_ref(), "[stomp] ssl_listen")],
+            ),
+            Listener::Http => (
+                (&self.listeners.http, "[listeners.http] listen"),
+                &[
+                    (self.http.listen.as_ref(), "[http] listen"),
+                    (self.metrics.listen.as_ref(), "[metrics] listen"),
+                ],
+            ),
+        };
+        if let (Some(l), key) = section {
+            return Some((l.listen.as_str(), key));
+        }
+        older
+            .iter()
+            .find_map(|(value, key)| value.map(|v| (v.as_str(), *key)))
+    }
+
+    /// The listeners given both as `[listeners.NAME]` and by an older key: an error
+    /// naming both keys.
+    fn check_listeners(&self) -> Result<(), String> {
+        let twice = [
+            (
+                self.listeners.stomp.is_some() && self.stomp.listen.is_some(),
+                "[listeners.stomp] listen",
+                "[stomp] listen",
+            ),
+            (
+                self.listeners.stomp_tls.is_some() && self.stomp.ssl_listen.is_some(),
+                "[listeners.stomp_tls] listen",
+                "[stomp] ssl_listen",
+            ),
+            (
+                self.listeners.http.is_some() && self.http.listen.is_some(),
+                "[listeners.http] listen",
+                "[http] listen",
+            ),
+            (
+                self.listeners.http.is_some() && self.metrics.listen.is_some(),
+                "[listeners.http] listen",
+                "[metrics] listen",
+            ),
+        ];
+        match twice.iter().find(|(both, _, _)| *both) {
+            Some((_, new, old)) => Err(format!(
+                "{new} and {old} both give the listener's address: keep {new} (the older key is still read alone)"
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 /// `[http]`: the HTTP server of `ebb serve` (off without `listen`).
@@ -554,6 +666,7 @@ impl FileConfig {
             Ok(config) => config,
             Err(first) => return Err(every_error(text, first)),
         };
+        config.check_listeners()?;
         config.security().validate()?;
         for entry in &config.authorization {
             check_pattern(&entry.destination)?;
@@ -622,6 +735,64 @@ impl FileConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listeners_have_sections_of_their_own_and_the_older_keys_still_work() {
+        let c = FileConfig::parse(
+            "[listeners.stomp]\nlisten = \"0.0.0.0:61613\"\n\
+             [listeners.stomp_tls]\nlisten = \"0.0.0.0:61614\"\n\
+             [listeners.http]\nlisten = \"127.0.0.1:8161\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.listen_address(Listener::Stomp),
+            Some(("0.0.0.0:61613", "[listeners.stomp] listen"))
+        );
+        assert_eq!(
+            c.listen_address(Listener::StompTls),
+            Some(("0.0.0.0:61614", "[listeners.stomp_tls] listen"))
+        );
+        assert_eq!(
+            c.listen_address(Listener::Http),
+            Some(("127.0.0.1:8161", "[listeners.http] listen"))
+        );
+        let old = FileConfig::parse(
+            "[stomp]\nlisten = \"127.0.0.1:1\"\nssl_listen = \"127.0.0.1:2\"\n\
+             [metrics]\nlisten = \"127.0.0.1:3\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            old.listen_address(Listener::Stomp),
+            Some(("127.0.0.1:1", "[stomp] listen"))
+        );
+        assert_eq!(
+            old.listen_address(Listener::StompTls),
+            Some(("127.0.0.1:2", "[stomp] ssl_listen"))
+        );
+        assert_eq!(
+            old.listen_address(Listener::Http),
+            Some(("127.0.0.1:3", "[metrics] listen"))
+        );
+        assert_eq!(
+            FileConfig::parse("")
+                .unwrap()
+                .listen_address(Listener::Http),
+            None
+        );
+        let both = FileConfig::parse(
+            "[stomp]\nlisten = \"127.0.0.1:1\"\n[listeners.stomp]\nlisten = \"127.0.0.1:2\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            both.contains("[listeners.stomp] listen and [stomp] listen both"),
+            "{both}"
+        );
+        let unknown =
+            FileConfig::parse("[listeners.amqp]\nlisten = \"127.0.0.1:5672\"\n").unwrap_err();
+        assert!(unknown.contains("amqp"), "{unknown}");
+        let typo = FileConfig::parse("[listeners.stomp]\nlisen = \"x\"\n").unwrap_err();
+        assert!(typo.contains("lisen"), "{typo}");
+    }
 
     #[test]
     fn the_readme_shape_parses() {

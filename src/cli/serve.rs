@@ -10,7 +10,7 @@
 use crate::{redact_url, StoreOptions};
 
 use super::{DEFAULT_STOMP, DEFAULT_STORE};
-use crate::config::{ByteSize, FileConfig};
+use crate::config::{ByteSize, FileConfig, Listener};
 use crate::stomp::connection::ConnectionConfig;
 
 /// The `ebb serve` flags.
@@ -23,7 +23,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub stomp: Option<String>,
     /// Also listen for STOMP over TLS on ADDR (ActiveMQ's stomp+ssl, usually port
-    /// 61614), with the certificate of `[tls]`; also `[stomp] ssl_listen`.
+    /// 61614), with the certificate of `[tls]`; also `[listeners.stomp_tls] listen`.
     #[arg(long, value_name = "ADDR")]
     pub stomp_ssl: Option<String>,
     /// Configuration file (TOML); flags override it.
@@ -34,7 +34,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub allow_anonymous: bool,
     /// Serve HTTP on ADDR: /metrics, /healthz, /readyz, the admin API (/api/v1) and
-    /// STOMP over WebSocket (/stomp). Off by default; also `[http] listen` in the
+    /// STOMP over WebSocket (/stomp). Off by default; also `[listeners.http] listen` in the
     /// configuration file.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
@@ -81,9 +81,9 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         (None, Some(url)) => (url.clone(), from_file("[store] url")),
         (None, None) => (DEFAULT_STORE.to_string(), String::new()),
     };
-    let (listen, listen_from) = match (stomp, &file.stomp.listen) {
+    let (listen, listen_from) = match (stomp, file.listen_address(Listener::Stomp)) {
         (Some(addr), _) => (addr, " (from --stomp)".to_string()),
-        (None, Some(addr)) => (addr.clone(), from_file("[stomp] listen")),
+        (None, Some((addr, key))) => (addr.to_string(), from_file(key)),
         (None, None) => (DEFAULT_STOMP.to_string(), String::new()),
     };
     let invalid = |why: String| {
@@ -101,20 +101,19 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             redact_url(&store_url)
         );
     }
-    let http_addr = match (http, metrics, &file.http.listen, &file.metrics.listen) {
-        (Some(addr), _, _, _) => Some((addr, " (from --http)".to_string())),
-        (None, Some(addr), _, _) => Some((addr, " (from --metrics)".to_string())),
-        (None, None, Some(addr), _) => Some((addr.clone(), from_file("[http] listen"))),
-        (None, None, None, Some(addr)) => Some((addr.clone(), from_file("[metrics] listen"))),
-        (None, None, None, None) => None,
+    let http_addr = match (http, metrics, file.listen_address(Listener::Http)) {
+        (Some(addr), _, _) => Some((addr, " (from --http)".to_string())),
+        (None, Some(addr), _) => Some((addr, " (from --metrics)".to_string())),
+        (None, None, Some((addr, key))) => Some((addr.to_string(), from_file(key))),
+        (None, None, None) => None,
     };
     let http_addr = match http_addr {
         Some((text, from)) => Some(resolve(&text, &from, "HTTP").await?),
         None => None,
     };
-    let ssl_addr = match (stomp_ssl, &file.stomp.ssl_listen) {
+    let ssl_addr = match (stomp_ssl, file.listen_address(Listener::StompTls)) {
         (Some(addr), _) => Some((addr, " (from --stomp-ssl)".to_string())),
-        (None, Some(addr)) => Some((addr.clone(), from_file("[stomp] ssl_listen"))),
+        (None, Some((addr, key))) => Some((addr.to_string(), from_file(key))),
         (None, None) => None,
     };
     let ssl_addr = match ssl_addr {
@@ -163,7 +162,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     let http_acceptor = match (http_tls, http_addr) {
         (true, Some(_)) => Some(tls_for("[http] tls", &[b"http/1.1"])?),
         (true, None) => anyhow::bail!(
-            "[http] tls = true{} needs an HTTP address: [http] listen or --http",
+            "[http] tls = true{} needs an HTTP address: [listeners.http] listen or --http",
             from_file("[http] tls")
         ),
         (false, _) => None,
@@ -183,7 +182,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         if !asks_for_certificates {
             anyhow::bail!(
                 "user `{}` logs in only by client certificate, but no listener asks for one: \
-                 set [tls] client_ca_file and a TLS listener ([stomp] ssl_listen or [http] tls){}",
+                 set [tls] client_ca_file and a TLS listener ([listeners.stomp_tls] or [http] tls){}",
                 user.login,
                 from_file("[[users]]")
             );

@@ -233,8 +233,8 @@ async fn metrics_address(stderr: tokio::process::ChildStderr) -> String {
     addr
 }
 
-/// `ebb serve` as a process: `[metrics] listen` or `[http] listen` in the file is
-/// used, `--metrics` or `--http` overrides it, and a bad address is refused naming
+/// `ebb serve` as a process: `[listeners.http] listen` (with `[listeners.stomp]`), or
+/// the older `[metrics] listen` or `[http] listen`, in the file is used, `--metrics` or `--http` overrides it, and a bad address is refused naming
 /// where it came from.
 #[actix_rt::test]
 async fn serve_takes_the_address_from_the_flag_or_the_file() {
@@ -242,6 +242,12 @@ async fn serve_takes_the_address_from_the_flag_or_the_file() {
     let dir = std::env::temp_dir().join(format!("ebb-metrics-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = |section: &str, listen: &str| {
+        // The listeners' own sections, or the older keys.
+        let stomp = if section.starts_with("listeners.") {
+            "listeners.stomp"
+        } else {
+            "stomp"
+        };
         let path = dir.join(format!(
             "ebb-{section}-{}.toml",
             listen.replace([':', '.'], "_")
@@ -249,7 +255,7 @@ async fn serve_takes_the_address_from_the_flag_or_the_file() {
         std::fs::write(
             &path,
             format!(
-                "[store]\nurl = \"{}\"\n\n[stomp]\nlisten = \"127.0.0.1:0\"\n\n[{section}]\nlisten = \"{listen}\"\n",
+                "[store]\nurl = \"{}\"\n\n[{stomp}]\nlisten = \"127.0.0.1:0\"\n\n[{section}]\nlisten = \"{listen}\"\n",
                 t.url
             ),
         )
@@ -260,6 +266,7 @@ async fn serve_takes_the_address_from_the_flag_or_the_file() {
     for (section, file_listen, flag) in [
         ("metrics", "127.0.0.1:0", None),
         ("http", "127.0.0.1:0", None),
+        ("listeners.http", "127.0.0.1:0", None),
         ("metrics", "no-port-here", Some("--metrics")),
         ("http", "no-port-here", Some("--http")),
     ] {
@@ -295,7 +302,7 @@ async fn serve_takes_the_address_from_the_flag_or_the_file() {
         assert!(status.success(), "{status}");
     }
 
-    for section in ["metrics", "http"] {
+    for section in ["metrics", "http", "listeners.http"] {
         let path = config(section, "no-port-here");
         let (ok, _, err) = run_ebb(&["serve", "--config", &path]).await;
         assert!(!ok);
