@@ -476,6 +476,44 @@ fn browser_of(
     }
 }
 
+/// SUBSCRIBE's `activemq.exclusive` (ActiveMQ's exclusive consumer): for
+/// point-to-point kinds only.
+fn exclusive_of(frame: &Frame, point_to_point: bool) -> Result<bool, Refusal> {
+    match frame.get("activemq.exclusive") {
+        None | Some("false") => Ok(false),
+        Some("true") if point_to_point => Ok(true),
+        Some("true") => refuse(
+            ErrorCode::InvalidRequest,
+            "activemq.exclusive is for queues: every topic subscription gets every message",
+        ),
+        Some(other) => refuse(
+            ErrorCode::InvalidValue,
+            format!("invalid activemq.exclusive `{other}`: true or false"),
+        ),
+    }
+}
+
+/// SUBSCRIBE's `activemq.noLocal` (no messages this connection sent): for topics'
+/// subscriptions that are not durable.
+fn no_local_of(frame: &Frame, point_to_point: bool, durable: bool) -> Result<bool, Refusal> {
+    match frame.get("activemq.noLocal") {
+        None | Some("false") => Ok(false),
+        Some("true") if point_to_point => refuse(
+            ErrorCode::InvalidRequest,
+            "activemq.noLocal is for topics: a queue's message goes to one consumer, whoever sent it",
+        ),
+        Some("true") if durable => refuse(
+            ErrorCode::Unsupported,
+            "activemq.noLocal on a durable subscription is not supported: a stored message does not keep the connection that sent it",
+        ),
+        Some("true") => Ok(true),
+        Some(other) => refuse(
+            ErrorCode::InvalidValue,
+            format!("invalid activemq.noLocal `{other}`: true or false"),
+        ),
+    }
+}
+
 fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
     if let Some(refusal) = unsupported_subscribe_header(frame) {
         return Err(refusal);
@@ -531,33 +569,8 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
             "browser:true is for queues: a topic keeps no messages to browse",
         );
     }
-    let exclusive = match frame.get("activemq.exclusive") {
-        None | Some("false") => false,
-        Some("true") if caps.point_to_point => true,
-        Some("true") => {
-            return refuse(
-                ErrorCode::InvalidRequest,
-                "activemq.exclusive is for queues: every topic subscription gets every message",
-            )
-        }
-        Some(other) => {
-            return refuse(
-                ErrorCode::InvalidValue,
-                format!("invalid activemq.exclusive `{other}`: true or false"),
-            )
-        }
-    };
-    let no_local = match frame.get("activemq.noLocal") {
-        None | Some("false") => false,
-        Some("true") if caps.point_to_point => {
-            return refuse(ErrorCode::InvalidRequest, "activemq.noLocal is for topics: a queue's message goes to one consumer, whoever sent it")
-        }
-        Some("true") if durable_name.is_some() => {
-            return refuse(ErrorCode::Unsupported, "activemq.noLocal on a durable subscription is not supported: a stored message does not keep the connection that sent it")
-        }
-        Some("true") => true,
-        Some(other) => return refuse(ErrorCode::InvalidValue, format!("invalid activemq.noLocal `{other}`: true or false")),
-    };
+    let exclusive = exclusive_of(frame, caps.point_to_point)?;
+    let no_local = no_local_of(frame, caps.point_to_point, durable_name.is_some())?;
     if exclusive && browser {
         return refuse(
             ErrorCode::InvalidValue,
