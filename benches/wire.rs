@@ -660,24 +660,33 @@ async fn latency_client(
     let cpu_s = stomp_load::thread_cpu_s() - cpu;
     let _ = pacer.join();
     client.disconnect().await.map_err(failed)?;
+    Ok(ClientReport {
+        elapsed: last.saturating_duration_since(t0),
+        cpu_s,
+        latency: Some(latency_of(latencies, lags, messages)?),
+    })
+}
+
+/// The latency figures (ms) of one latency client: `latencies` by message (every one
+/// must have its receipt), `lags` the SENDs' delays behind their due times.
+fn latency_of(
+    latencies: Vec<Option<f64>>,
+    mut lags: Vec<f64>,
+    messages: u64,
+) -> Result<LatencyMs, String> {
     let mut all: Vec<f64> = latencies.into_iter().flatten().collect();
     if all.len() as u64 != messages {
         return Err(format!("{} receipts of {messages}", all.len()));
     }
     all.sort_by(f64::total_cmp);
     lags.sort_by(f64::total_cmp);
-    let latency = LatencyMs {
+    Ok(LatencyMs {
         p50: quantile(&all, 0.50),
         p99: quantile(&all, 0.99),
         max: *all.last().unwrap_or(&0.0),
         mean: all.iter().sum::<f64>() / all.len().max(1) as f64,
         send_lag_p99: quantile(&lags, 0.99),
         send_lag_max: *lags.last().unwrap_or(&0.0),
-    };
-    Ok(ClientReport {
-        elapsed: last.saturating_duration_since(t0),
-        cpu_s,
-        latency: Some(latency),
     })
 }
 
