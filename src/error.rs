@@ -393,4 +393,31 @@ mod tests {
         }
         assert_eq!(seen.len(), 28);
     }
+
+    /// The docs' table (docs/errors.md) lists every code with its meaning, and no
+    /// code the enum does not have.
+    #[test]
+    fn the_docs_table_lists_every_code() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/errors.md");
+        let docs = std::fs::read_to_string(path).expect("docs/errors.md");
+        let rows: Vec<(&str, &str)> = docs
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split_once("` | "))
+            .map(|(code, rest)| (code, rest.trim_end_matches(" |")))
+            .collect();
+        let listed: Vec<&str> = rows.iter().map(|(code, _)| *code).collect();
+        let codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            listed, codes,
+            "docs/errors.md's table, in ErrorCode::ALL's order"
+        );
+        for (code, (_, meaning)) in ErrorCode::ALL.iter().zip(&rows) {
+            assert_eq!(
+                *meaning,
+                code.meaning(),
+                "{code}'s meaning in docs/errors.md"
+            );
+        }
+    }
 }
