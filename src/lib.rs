@@ -248,3 +248,9 @@ pub use ebb_store::{
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The embedding chapter's code blocks (`docs/embedding.md`), run as doc tests so its
+/// example stays true.
+#[doc = include_str!("../docs/embedding.md")]
+#[cfg(doctest)]
+pub struct EmbeddingDoctests;

@@ -8,7 +8,7 @@
 //! serve` does. It may run beside a broker on the same store (it does not take the
 //! broker's lock): it says when one holds it, since the counts then move.
 
-use crate::{redact_url, StoreOptions};
+use crate::{redact_url, DestinationKey, StoreOptions};
 
 use super::DEFAULT_STORE;
 use crate::config::FileConfig;
@@ -34,7 +34,8 @@ pub struct CheckArgs {
     /// older one, as `ebb serve` does. Without it nothing is created or changed.
     #[arg(long)]
     pub create: bool,
-    /// Destinations to report on (store keys such as topic://orders).
+    /// Destinations to report on, each naming its kind: queue://orders or /queue/orders
+    /// (topic://orders, /topic/orders, ...). A bare name (orders) is refused.
     #[arg(long = "destination")]
     pub destinations: Vec<String>,
 }
@@ -42,8 +43,10 @@ pub struct CheckArgs {
 /// Runs `ebb check`: one line about the store, one if a broker holds it, then one per
 /// `--destination`.
 ///
-/// Errors: a bad configuration file; the store is missing or at an older schema
-/// version (without `--create`), cannot be opened or migrated; a count fails.
+/// Errors: a `--destination` without its kind (`orders`: a queue and a topic of one
+/// name are two destinations, so it does not guess); a bad configuration file; the
+/// store is missing or at an older schema version (without `--create`), cannot be
+/// opened or migrated; a count fails.
 pub async fn execute(args: CheckArgs) -> anyhow::Result<()> {
     let CheckArgs {
         store,
@@ -53,6 +56,24 @@ pub async fn execute(args: CheckArgs) -> anyhow::Result<()> {
         create,
         destinations,
     } = args;
+    // Each destination names its kind, as everywhere else (`DestinationKey::parse`):
+    // a bare name would be counted as a store key no destination has.
+    let destinations = destinations
+        .iter()
+        .map(|text| {
+            DestinationKey::parse(text)
+                .map(|key| key.container())
+                .map_err(|e| {
+                    if text.contains('/') || text.contains(':') {
+                        anyhow::anyhow!("--destination {text}: {e}")
+                    } else {
+                        anyhow::anyhow!(
+                            "--destination {text}: {e} (for a queue: /queue/{text} or queue://{text})"
+                        )
+                    }
+                })
+        })
+        .collect::<anyhow::Result<Vec<String>>>()?;
     let file = match &config {
         Some(path) => FileConfig::load(path).map_err(anyhow::Error::msg)?,
         None => FileConfig::default(),

@@ -93,7 +93,39 @@ async fn check_takes_the_store_from_the_configuration(t: TestStore) {
     let _ = std::fs::remove_file(config);
 }
 
+/// `--destination` names its kind, as every name in Ebb does: a bare name is refused
+/// before the store is opened, with the accepted forms; `/queue/NAME` and
+/// `queue://NAME` report the same queue.
+async fn check_refuses_a_destination_without_its_kind(t: TestStore) {
+    let own = store_args(&t);
+    let own: Vec<&str> = own.iter().map(String::as_str).collect();
+    let (ok, _, err) = run_ebb(&[&["check", "--create"], &own[..]].concat()).await;
+    assert!(ok, "{err}");
+
+    let (ok, out, err) =
+        run_ebb(&[&["check"], &own[..], &["--destination", "orders"]].concat()).await;
+    assert!(!ok, "a bare name was accepted: {out}");
+    assert!(
+        err.contains("--destination orders: invalid destination `orders`"),
+        "{err}"
+    );
+    assert!(err.contains("a destination names its kind"), "{err}");
+    assert!(
+        err.contains("/queue/orders") && err.contains("queue://orders"),
+        "{err}"
+    );
+    assert!(!out.contains("orders:"), "{out}");
+
+    for form in ["/queue/orders", "queue://orders"] {
+        let (ok, out, err) =
+            run_ebb(&[&["check"], &own[..], &["--destination", form]].concat()).await;
+        assert!(ok, "{form}: {err}");
+        assert!(out.contains("queue://orders: 0 messages"), "{form}: {out}");
+    }
+}
+
 on_every_backend!(
     check_reads_and_never_creates_unless_asked,
     check_takes_the_store_from_the_configuration,
+    check_refuses_a_destination_without_its_kind,
 );

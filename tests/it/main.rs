@@ -16,6 +16,7 @@ mod cli_passwd;
 mod console;
 mod consumer_cases;
 mod delete_destination;
+mod docs;
 mod durable_subscriptions;
 mod embedding;
 mod examples;
