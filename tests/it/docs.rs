@@ -530,6 +530,29 @@ fn every_command_shown_parses() {
     );
 }
 
+/// Every `toml` block is a configuration `ebb serve --config` accepts: it parses with
+/// `FileConfig::parse`, so no key shown is misspelt, retired or of the wrong type
+/// (the blocks' commented keys are not read).
+#[test]
+fn every_configuration_shown_parses() {
+    let mut bad = Vec::new();
+    for (path, text) in doc_files() {
+        let (_, blocks) = split_blocks(&text);
+        for block in blocks.iter().filter(|b| b.tag == "toml") {
+            let toml: String = block.lines.iter().map(|(_, l)| format!("{l}\n")).collect();
+            if let Err(e) = ebb::config::FileConfig::parse(&toml) {
+                let line = block.lines.first().map_or(0, |(n, _)| *n);
+                bad.push(format!("{}:{line}: {e}", path.display()));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "configurations that do not parse:\n{}",
+        bad.join("\n")
+    );
+}
+
 #[test]
 fn every_rust_example_is_a_doc_test() {
     let lib_rs = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
