@@ -151,7 +151,7 @@ impl FileConfig {
 
     /// The listeners given both as `[listeners.NAME]` and by an older key: an error
     /// naming both keys.
-    fn check_listeners(&self) -> Result<(), String> {
+    fn check_listeners(&self) -> Result<(), ConfigError> {
         let twice = [
             (
                 self.listeners.stomp.is_some() && self.stomp.listen.is_some(),
@@ -175,9 +175,7 @@ impl FileConfig {
             ),
         ];
         match twice.iter().find(|(both, _, _)| *both) {
-            Some((_, new, old)) => Err(format!(
-                "{new} and {old} both give the listener's address: keep {new} (the older key is still read alone)"
-            )),
+            Some((_, new, old)) => Err(ConfigError::ListenerTwice { new, old }),
             None => Ok(()),
         }
     }
@@ -467,10 +465,13 @@ fn pattern<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 /// Checks a destination pattern ([`crate::DestinationPattern`]):
 /// `topic://` or `queue://`, then `.`-separated segments, each a name, `*`, or (last
 /// only) `>`.
-pub fn check_pattern(text: &str) -> Result<(), String> {
+pub fn check_pattern(text: &str) -> Result<(), ConfigError> {
     crate::DestinationPattern::parse(text)
         .map(drop)
-        .map_err(|e| format!("destination pattern `{}`: {}", e.name, e.reason))
+        .map_err(|e| ConfigError::Pattern {
+            name: e.name,
+            reason: e.reason,
+        })
 }
 
 /// A count that must be at least 1 (page sizes, prefetch).
@@ -558,7 +559,7 @@ impl serde::de::Visitor<'_> for MillisVisitor {
 }
 
 /// Parses `500ms`, `30s`, `5m`, `1h`, `250` (ms) into ms.
-pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+pub fn parse_duration_ms(text: &str) -> Result<u64, ValueError> {
     const UNITS: &[(&str, u64)] = &[
         ("", 1),
         ("ms", 1),
@@ -571,7 +572,7 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
 }
 
 /// Parses `64mb`, `10 MiB`, `512`, ...
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, ValueError> {
     const UNITS: &[(&str, u64)] = &[
         ("", 1),
         ("b", 1),
@@ -593,25 +594,120 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// of the units.
 fn parse_with_unit(
     text: &str,
-    what: &str,
-    example: &str,
-    names: &str,
+    what: &'static str,
+    example: &'static str,
+    names: &'static str,
     units: &[(&str, u64)],
-) -> Result<u64, String> {
+) -> Result<u64, ValueError> {
     let t = text.trim().to_ascii_lowercase();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| {
-        format!("invalid {what} `{text}`: expected a number with an optional unit like {example}")
+    let n: u64 = digits.parse().map_err(|_| ValueError::NotANumber {
+        what,
+        text: text.to_string(),
+        example,
     })?;
     let unit = unit.trim();
     let Some((_, factor)) = units.iter().find(|(name, _)| *name == unit) else {
-        return Err(format!(
-            "invalid {what} unit `{unit}` in `{text}`: use {names}"
-        ));
+        return Err(ValueError::Unit {
+            what,
+            unit: unit.to_string(),
+            text: text.to_string(),
+            names,
+        });
     };
-    n.checked_mul(*factor)
-        .ok_or_else(|| format!("{what} `{text}` is too large"))
+    n.checked_mul(*factor).ok_or_else(|| ValueError::TooLarge {
+        what,
+        text: text.to_string(),
+    })
+}
+
+/// A duration or size that cannot be read ([`parse_duration_ms`], [`parse_size`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// No whole number first.
+    #[error("invalid {what} `{text}`: expected a number with an optional unit like {example}")]
+    NotANumber {
+        /// `duration` or `size`.
+        what: &'static str,
+        /// The text as given.
+        text: String,
+        /// A value that would do.
+        example: &'static str,
+    },
+    /// A unit it does not know.
+    #[error("invalid {what} unit `{unit}` in `{text}`: use {names}")]
+    Unit {
+        /// `duration` or `size`.
+        what: &'static str,
+        /// The unit as given (lower case).
+        unit: String,
+        /// The text as given.
+        text: String,
+        /// The units it knows.
+        names: &'static str,
+    },
+    /// Over `u64` once multiplied by its unit.
+    #[error("{what} `{text}` is too large")]
+    TooLarge {
+        /// `duration` or `size`.
+        what: &'static str,
+        /// The text as given.
+        text: String,
+    },
+}
+
+/// Why a configuration file cannot be used. The texts are what `ebb serve` prints:
+/// they name the file, and for TOML errors the line, column and key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read configuration {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// What is wrong in the file `path`.
+    #[error("configuration {}: {source}", path.display())]
+    In {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        source: Box<ConfigError>,
+    },
+    /// The TOML's own errors, each with its line (every bad `key = value` line, up
+    /// to [`MAX_REPORTED_ERRORS`]).
+    #[error("{}", syntax_text(.0))]
+    Syntax(Vec<String>),
+    /// A destination pattern of an `[[authorization]]` entry that does not parse.
+    #[error("destination pattern `{name}`: {reason}")]
+    Pattern {
+        /// The pattern's name part.
+        name: String,
+        /// Why it does not parse.
+        reason: &'static str,
+    },
+    /// Users that cannot be used.
+    #[error(transparent)]
+    Users(#[from] crate::auth::UsersError),
+    /// A listener's address given both as `[listeners.NAME]` and by an older key.
+    #[error("{new} and {old} both give the listener's address: keep {new} (the older key is still read alone)")]
+    ListenerTwice {
+        /// The new key.
+        new: &'static str,
+        /// The older key.
+        old: &'static str,
+    },
+}
+
+/// One TOML error as it is, or `N errors:` and each on a line.
+fn syntax_text(errors: &[String]) -> String {
+    match errors {
+        [one] => one.clone(),
+        all => format!("{} errors:\n{}", all.len(), all.join("\n")),
+    }
 }
 
 /// Most errors one configuration file reports at once.
@@ -621,7 +717,7 @@ pub const MAX_REPORTED_ERRORS: usize = 20;
 /// out (made a comment, so lines keep their numbers) and the text parsed again, until
 /// it parses, an error is not on such a line (a table header, a missing key: later
 /// errors would be guesses), or [`MAX_REPORTED_ERRORS`].
-fn every_error(text: &str, first: toml::de::Error) -> String {
+fn every_error(text: &str, first: toml::de::Error) -> ConfigError {
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     let mut errors = vec![first.to_string()];
     let mut error = first;
@@ -642,26 +738,28 @@ fn every_error(text: &str, first: toml::de::Error) -> String {
             }
         }
     }
-    if errors.len() == 1 {
-        return errors.remove(0);
-    }
-    format!("{} errors:\n{}", errors.len(), errors.join("\n"))
+    ConfigError::Syntax(errors)
 }
 
 impl FileConfig {
     /// Reads and checks `path`. The error names the file, and for TOML errors the
     /// line, column and key.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read configuration {}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("configuration {}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|source| ConfigError::In {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })
     }
 
     /// Parses a configuration file's text (TOML). Errors: the TOML's own (with its
     /// line), or a rule it breaks (an unknown right, an invalid pattern), as text.
     /// Every bad `key = value` line is reported at once, each with its line (up to
     /// [`MAX_REPORTED_ERRORS`]), not only the first.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let config: FileConfig = match toml::from_str(text) {
             Ok(config) => config,
             Err(first) => return Err(every_error(text, first)),
@@ -782,15 +880,19 @@ mod tests {
         let both = FileConfig::parse(
             "[stomp]\nlisten = \"127.0.0.1:1\"\n[listeners.stomp]\nlisten = \"127.0.0.1:2\"\n",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             both.contains("[listeners.stomp] listen and [stomp] listen both"),
             "{both}"
         );
-        let unknown =
-            FileConfig::parse("[listeners.amqp]\nlisten = \"127.0.0.1:5672\"\n").unwrap_err();
+        let unknown = FileConfig::parse("[listeners.amqp]\nlisten = \"127.0.0.1:5672\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(unknown.contains("amqp"), "{unknown}");
-        let typo = FileConfig::parse("[listeners.stomp]\nlisen = \"x\"\n").unwrap_err();
+        let typo = FileConfig::parse("[listeners.stomp]\nlisen = \"x\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(typo.contains("lisen"), "{typo}");
     }
 
@@ -886,7 +988,8 @@ memory_limit = "1mb"
             let e = FileConfig::parse(&format!(
                 "[[policy]]\ndestination = \"queue://>\"\ncursor_memory_high_water_mark = {bad}\n"
             ))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
             assert!(e.contains("from 1 to 100") && e.contains(bad), "{e}");
         }
     }
@@ -897,13 +1000,16 @@ memory_limit = "1mb"
             "[stomp]\nmax_connections = \"many\"\nbogus = 1\nheartbeat_ms = [\"1 week\", 0]\n\
              [[policy]]\ndestination = \"queue://>\"\nmax_page_size = -3\n",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.starts_with("4 errors:"), "{e}");
         for line in ["line 2", "line 3", "line 4", "line 7"] {
             assert!(e.contains(line), "{line} in {e}");
         }
         // One error reads as before.
-        let e = FileConfig::parse("[stomp]\nbogus = 1\n").unwrap_err();
+        let e = FileConfig::parse("[stomp]\nbogus = 1\n")
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains("errors:") && e.contains("line 2"), "{e}");
     }
 
@@ -930,37 +1036,51 @@ memory_limit = "1mb"
             ("stall_timeout_ms = -5", "cannot be negative"),
             ("stall_timeout_ms = 1.5", "a duration: a whole number of ms"),
         ] {
-            let e = FileConfig::parse(&format!("[stomp]\n{bad}\n")).unwrap_err();
+            let e = FileConfig::parse(&format!("[stomp]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(says) && e.contains("line 2"), "{bad}: {e}");
         }
-        let e = FileConfig::parse("[stomp]\nmax_header_size = true\n").unwrap_err();
+        let e = FileConfig::parse("[stomp]\nmax_header_size = true\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a size: a whole number of bytes"), "{e}");
     }
 
     #[test]
     fn unknown_keys_and_bad_values_name_the_line_and_key() {
-        let e = FileConfig::parse("[stomp]\nlisten = \"x\"\nbogus = 1\n").unwrap_err();
+        let e = FileConfig::parse("[stomp]\nlisten = \"x\"\nbogus = 1\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 3") && e.contains("bogus"), "{e}");
         let e = FileConfig::parse(
             "[[policy]]\ndestination = \"topic://>\"\nmax_expire_page_size = -1\n",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("line 3"), "{e}");
-        let e = FileConfig::parse("[stomp]\nmax_frame_size = \"10 parsecs\"\n").unwrap_err();
+        let e = FileConfig::parse("[stomp]\nmax_frame_size = \"10 parsecs\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("parsecs"), "{e}");
-        let e = FileConfig::parse("[[policy]]\ndestination = \"orders\"\n").unwrap_err();
+        let e = FileConfig::parse("[[policy]]\ndestination = \"orders\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("topic://") && e.contains("line 2"), "{e}");
-        let e = FileConfig::parse("[[policy]]\ndestination = \"topic://a.>.b\"\n").unwrap_err();
+        let e = FileConfig::parse("[[policy]]\ndestination = \"topic://a.>.b\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("last segment") && e.contains("line 2"), "{e}");
         let e = FileConfig::parse(
             "[[policy]]\ndestination = \"topic://>\"\nmax_expire_page_size = 0\n",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("at least 1") && e.contains("line 3"), "{e}");
         for bad in ["\"a.*\"", "\"\""] {
             let text =
                 format!("[[policy]]\ndestination = \"queue://>\"\ndead_letter_queue = {bad}\n");
-            let e = FileConfig::parse(&text).unwrap_err();
+            let e = FileConfig::parse(&text).unwrap_err().to_string();
             assert!(
                 e.contains("line 3") && e.contains("invalid destination"),
                 "{e}"
@@ -973,7 +1093,9 @@ memory_limit = "1mb"
         let c = FileConfig::parse("[metrics]\nlisten = \"127.0.0.1:9404\"\n").unwrap();
         assert_eq!(c.metrics.listen.as_deref(), Some("127.0.0.1:9404"));
         assert_eq!(FileConfig::parse("").unwrap().metrics.listen, None);
-        let e = FileConfig::parse("[metrics]\nport = 9404\n").unwrap_err();
+        let e = FileConfig::parse("[metrics]\nport = 9404\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 2") && e.contains("port"), "{e}");
     }
 

@@ -11,7 +11,7 @@
 //! The verified client certificate's subject ([`certificate_subject`]) can log a
 //! connection in as the user whose `certificate_subject` it is ([`crate::auth`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,13 +25,86 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Where the certificate and key are: `[tls]` in the configuration file.
 pub use crate::config::TlsSection as TlsFiles;
 
-fn certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+/// Why the TLS files cannot be used. Each text names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A certificate file that cannot be read.
+    #[error("cannot read {what} {}: {reason}", path.display())]
+    Read {
+        /// `certificate file` or `client CA file`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why (the PEM reader's words).
+        reason: String,
+    },
+    /// A file that is not PEM certificates.
+    #[error("{what} {} is not PEM certificates: {reason}", path.display())]
+    NotPem {
+        /// `certificate file` or `client CA file`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why (the PEM reader's words).
+        reason: String,
+    },
+    /// A file with no certificate in it.
+    #[error("{what} {} holds no certificate", path.display())]
+    Empty {
+        /// `certificate file` or `client CA file`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
+    /// A key file with no PEM private key.
+    #[error("key file {}: no PEM private key ({reason})", path.display())]
+    NoKey {
+        /// The file.
+        path: PathBuf,
+        /// Why (the PEM reader's words).
+        reason: String,
+    },
+    /// A client CA that rustls does not take.
+    #[error("client CA file {}: {reason}", path.display())]
+    ClientCa {
+        /// The file.
+        path: PathBuf,
+        /// Why (rustls's words).
+        reason: String,
+    },
+    /// A certificate and key that do not go together.
+    #[error("certificate {} and key {} do not go together: {reason}", cert.display(), key.display())]
+    Mismatch {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// Why (rustls's words).
+        reason: String,
+    },
+    /// rustls refused its own protocol versions (not expected).
+    #[error("{0}")]
+    Rustls(rustls::Error),
+}
+
+fn certificates(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs: Vec<_> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("cannot read {what} {}: {e}", path.display()))?
+        .map_err(|e| TlsError::Read {
+            what,
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{what} {} is not PEM certificates: {e}", path.display()))?;
+        .map_err(|e| TlsError::NotPem {
+            what,
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
     if certs.is_empty() {
-        return Err(format!("{what} {} holds no certificate", path.display()));
+        return Err(TlsError::Empty {
+            what,
+            path: path.to_path_buf(),
+        });
     }
     Ok(certs)
 }
@@ -39,50 +112,50 @@ fn certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>,
 impl TlsFiles {
     /// The rustls server configuration these files make.
     ///
-    /// Errors (as text naming the file): a file that cannot be read, holds no
+    /// Errors ([`TlsError`], naming the file): a file that cannot be read, holds no
     /// certificate or key, or a key that does not match the certificate.
-    pub fn server_config(&self) -> Result<rustls::ServerConfig, String> {
+    pub fn server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let chain = certificates(&self.cert_file, "certificate file")?;
-        let key = PrivateKeyDer::from_pem_file(&self.key_file).map_err(|e| {
-            format!(
-                "key file {}: no PEM private key ({e})",
-                self.key_file.display()
-            )
+        let key = PrivateKeyDer::from_pem_file(&self.key_file).map_err(|e| TlsError::NoKey {
+            path: self.key_file.clone(),
+            reason: e.to_string(),
         })?;
         let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?;
+            .map_err(TlsError::Rustls)?;
+        let client_ca = |ca: &Path, e: &dyn std::fmt::Display| TlsError::ClientCa {
+            path: ca.to_path_buf(),
+            reason: e.to_string(),
+        };
         let builder = match &self.client_ca_file {
             None => builder.with_no_client_auth(),
             Some(ca) => {
                 let mut roots = rustls::RootCertStore::empty();
                 for cert in certificates(ca, "client CA file")? {
-                    roots
-                        .add(cert)
-                        .map_err(|e| format!("client CA file {}: {e}", ca.display()))?;
+                    roots.add(cert).map_err(|e| client_ca(ca, &e))?;
                 }
                 let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                     Arc::new(roots),
                     provider,
                 )
                 .build()
-                .map_err(|e| format!("client CA file {}: {e}", ca.display()))?;
+                .map_err(|e| client_ca(ca, &e))?;
                 builder.with_client_cert_verifier(verifier)
             }
         };
-        builder.with_single_cert(chain, key).map_err(|e| {
-            format!(
-                "certificate {} and key {} do not go together: {e}",
-                self.cert_file.display(),
-                self.key_file.display()
-            )
-        })
+        builder
+            .with_single_cert(chain, key)
+            .map_err(|e| TlsError::Mismatch {
+                cert: self.cert_file.clone(),
+                key: self.key_file.clone(),
+                reason: e.to_string(),
+            })
     }
 
     /// An acceptor for these files, with `alpn` protocols offered (`http/1.1` for the
     /// HTTP server; none for STOMP). Errors: as [`TlsFiles::server_config`].
-    pub fn acceptor(&self, alpn: &[&[u8]]) -> Result<TlsAcceptor, String> {
+    pub fn acceptor(&self, alpn: &[&[u8]]) -> Result<TlsAcceptor, TlsError> {
         let mut config = self.server_config()?;
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(TlsAcceptor::from(Arc::new(config)))
@@ -109,6 +182,20 @@ pub fn certificate_subject(
     }
 }
 
+/// What of a certificate's subject is not strict DER.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotDer {
+    /// The part named.
+    #[error("{0} is not DER")]
+    Part(&'static str),
+    /// An OID whose encoding (these bytes) is padded or cut short.
+    #[error("the OID {0:02x?} (padded or cut short) is not DER")]
+    Oid(Vec<u8>),
+    /// A value tagged outside the universal class, or constructed (its tag).
+    #[error("an attribute's value is tagged {0:#04x}: not a primitive of the universal class")]
+    ValueTag(u8),
+}
+
 /// `name` as a [`crate::auth::DistinguishedName`]: each attribute's type as its
 /// dotted OID, its value as text when it is one of X.520's string types
 /// (UTF8String, PrintableString, IA5String, NumericString, BMPString,
@@ -122,7 +209,7 @@ pub fn certificate_subject(
 /// ([`strict_der_name`] says why), so a name is only ever read one way.
 fn subject_of(
     name: &x509_parser::x509::X509Name<'_>,
-) -> Result<crate::auth::DistinguishedName, String> {
+) -> Result<crate::auth::DistinguishedName, NotDer> {
     use x509_parser::asn1_rs::Tag;
     strict_der_name(name.as_raw())?;
     let rdns = name
@@ -150,8 +237,8 @@ fn subject_of(
 /// low-tag-number form, each length definite and minimal, each structure the type it
 /// must be with nothing after its parts, each OID minimal ([`minimal_oid`]), each
 /// value a primitive of the universal class. The error says what is not.
-fn strict_der_name(raw: &[u8]) -> Result<(), String> {
-    let not_der = |what: &str| Err(format!("{what} is not DER"));
+fn strict_der_name(raw: &[u8]) -> Result<(), NotDer> {
+    let not_der = |what: &'static str| Err(NotDer::Part(what));
     let Some((0x30, mut rdns, &[])) = der_tlv(raw) else {
         return not_der("the name's SEQUENCE");
     };
@@ -169,15 +256,13 @@ fn strict_der_name(raw: &[u8]) -> Result<(), String> {
                 return not_der("an attribute's type (an OID)");
             };
             if !minimal_oid(oid) {
-                return not_der(&format!("the OID {oid:02x?} (padded or cut short)"));
+                return Err(NotDer::Oid(oid.to_vec()));
             }
             let Some((tag, _, &[])) = der_tlv(value) else {
                 return not_der("an attribute's value");
             };
             if tag & 0xe0 != 0 {
-                return Err(format!(
-                    "an attribute's value is tagged {tag:#04x}: not a primitive of the universal class"
-                ));
+                return Err(NotDer::ValueTag(tag));
             }
         }
     }
@@ -283,17 +368,27 @@ mod tests {
         assert_eq!(read(&der), Ok(cn));
         // What a lenient parser reads as CN, another as nothing: refused.
         let padded = read(&name(&[0x55, 0x04, 0x80, 0x03], 0x0c, "orders-service"));
-        assert!(padded.unwrap_err().contains("padded or cut short"));
+        assert!(padded
+            .unwrap_err()
+            .to_string()
+            .contains("padded or cut short"));
         let short = read(&name(&[0x55, 0x04, 0x83], 0x0c, "orders-service"));
-        assert!(short.unwrap_err().contains("padded or cut short"));
+        assert!(short
+            .unwrap_err()
+            .to_string()
+            .contains("padded or cut short"));
         // A context-class tag with UTF8String's number is not a UTF8String.
         let context = read(&name(&[0x55, 0x04, 0x03], 0x8c, "orders-service"));
         assert!(context
             .unwrap_err()
+            .to_string()
             .contains("not a primitive of the universal class"));
         // A constructed UTF8String: BER, not DER.
         let constructed = read(&name(&[0x55, 0x04, 0x03], 0x2c, "orders-service"));
-        assert!(constructed.unwrap_err().contains("not a primitive"));
+        assert!(constructed
+            .unwrap_err()
+            .to_string()
+            .contains("not a primitive"));
     }
 
     #[test]
@@ -339,7 +434,10 @@ mod tests {
             ber[i] += 1; // the enclosing lengths
         }
         assert!(
-            strict_der_name(&ber).unwrap_err().contains("is not DER"),
+            strict_der_name(&ber)
+                .unwrap_err()
+                .to_string()
+                .contains("is not DER"),
             "{ber:02x?}"
         );
     }

@@ -1163,7 +1163,39 @@ impl Handler<TakeMessages> for QueueActor {
 
 /// What became of one taken message: moved or deleted (`Ok(Some(_))`), already gone
 /// (`Ok(None)`), or left in place with the reason (`Err`).
-type TakeOutcome = (Taken, Result<Option<i64>, String>);
+type TakeOutcome = (Taken, Result<Option<i64>, LeftInPlace>);
+
+/// Why a message a move, retry or purge took was left in place (the admin API's
+/// `first_failure`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeftInPlace {
+    /// A dead letter without the header naming its queue.
+    #[error("message {id} has no {DLQ_ORIGIN_HEADER} header")]
+    NoOrigin {
+        /// Its store id.
+        id: i64,
+    },
+    /// A dead letter whose origin header names no destination.
+    #[error("{DLQ_ORIGIN_HEADER} `{origin}`: {reason}")]
+    BadOrigin {
+        /// The header's value.
+        origin: String,
+        /// Why it names none.
+        reason: &'static str,
+    },
+    /// The target's kind takes no moved messages.
+    #[error("{0} is not a queue")]
+    NotATarget(DestinationKey),
+    /// The target is the queue the message is in.
+    #[error("{0} is the queue it is in")]
+    SameQueue(DestinationKey),
+    /// This queue was started without a way to reach others.
+    #[error("this queue cannot reach other queues")]
+    NoRoute,
+    /// The store or the target refused it (their words).
+    #[error("{0}")]
+    Failed(String),
+}
 
 impl QueueActor {
     /// Counts a [`TakeMessages`] page's outcomes, puts back what failed and tells the
@@ -1190,7 +1222,7 @@ impl QueueActor {
                 Err(why) => {
                     page.failed += 1;
                     tracing::warn!(queue = %self.core.container, id = taken.row.id, %why, "message left in place");
-                    page.first_failure.get_or_insert(why);
+                    page.first_failure.get_or_insert_with(|| why.to_string());
                     self.untake(taken);
                 }
             }
@@ -1223,7 +1255,7 @@ async fn delete_taken(
             Ok(Some(n)),
         ),
         Err(e) => {
-            let why = e.to_string();
+            let why = LeftInPlace::Failed(e.to_string());
             let outcomes = taken.into_iter().map(|t| (t, Err(why.clone()))).collect();
             (outcomes, Err(e))
         }
@@ -1247,16 +1279,16 @@ async fn move_taken(
         };
         let target = target.and_then(|key| {
             if !key.capabilities().move_target {
-                Err(format!("{key} is not a queue"))
+                Err(LeftInPlace::NotATarget(key))
             } else if key == here {
-                Err(format!("{key} is the queue it is in"))
+                Err(LeftInPlace::SameQueue(key))
             } else {
                 Ok(key)
             }
         });
         let outcome = match (target, &route) {
             (Err(why), _) => Err(why),
-            (Ok(_), None) => Err("this queue cannot reach other queues".to_string()),
+            (Ok(_), None) => Err(LeftInPlace::NoRoute),
             (Ok(to), Some(route)) => {
                 let letter = AcceptDeadLetter {
                     from: here.clone(),
@@ -1265,8 +1297,8 @@ async fn move_taken(
                 };
                 match route.send(RouteDeadLetter { to, letter }).await {
                     Ok(Ok(moved)) => Ok(moved),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(e) => Err(e.to_string()),
+                    Ok(Err(e)) => Err(LeftInPlace::Failed(e.to_string())),
+                    Err(e) => Err(LeftInPlace::Failed(e.to_string())),
                 }
             }
         };
@@ -1276,15 +1308,17 @@ async fn move_taken(
 }
 
 /// The queue a dead letter's `originalDestination` header names.
-fn original_destination(row: &ebb_store::StoredMessage) -> Result<DestinationKey, String> {
+fn original_destination(row: &ebb_store::StoredMessage) -> Result<DestinationKey, LeftInPlace> {
     let (_, origin) = row
         .payload
         .headers
         .iter()
         .find(|(name, _)| name == DLQ_ORIGIN_HEADER)
-        .ok_or_else(|| format!("message {} has no {DLQ_ORIGIN_HEADER} header", row.id))?;
-    DestinationKey::parse(origin)
-        .map_err(|e| format!("{DLQ_ORIGIN_HEADER} `{origin}`: {}", e.reason))
+        .ok_or(LeftInPlace::NoOrigin { id: row.id })?;
+    DestinationKey::parse(origin).map_err(|e| LeftInPlace::BadOrigin {
+        origin: origin.clone(),
+        reason: e.reason,
+    })
 }
 
 impl Handler<AcceptDeadLetter> for QueueActor {

@@ -17,7 +17,7 @@
 
 mod subject;
 
-pub use subject::{CertificateAttribute, DistinguishedName};
+pub use subject::{CertificateAttribute, DistinguishedName, SubjectError};
 
 use crate::{DestinationKey, DestinationPattern};
 use argon2::password_hash::rand_core::OsRng;
@@ -139,18 +139,17 @@ impl Security {
         &self,
         login: Option<&str>,
         passcode: Option<&str>,
-    ) -> Result<Option<Principal>, String> {
+    ) -> Result<Option<Principal>, LoginError> {
         if !self.requires_login() {
             return Ok(None);
         }
-        let refused = || "authentication failed: unknown login or wrong passcode".to_string();
         let (Some(login), Some(passcode)) = (login, passcode) else {
-            return Err("authentication required: CONNECT needs login and passcode".into());
+            return Err(LoginError::Missing);
         };
         let Some(user) = self.users.iter().find(|u| u.login == login) else {
             // Spend the same time as for a known user, so logins cannot be probed.
             let _ = verify_password(passcode, dummy_hash());
-            return Err(refused());
+            return Err(LoginError::Refused);
         };
         if verify_password(passcode, &user.password_hash) {
             Ok(Some(Principal {
@@ -158,7 +157,7 @@ impl Security {
                 groups: user.groups.clone(),
             }))
         } else {
-            Err(refused())
+            Err(LoginError::Refused)
         }
     }
 
@@ -173,16 +172,17 @@ impl Security {
         &self,
         subject: &DistinguishedName,
         login: Option<&str>,
-    ) -> Option<Result<Principal, String>> {
+    ) -> Option<Result<Principal, LoginError>> {
         let user = self
             .users
             .iter()
             .find(|u| u.certificate_subject.as_ref() == Some(subject))?;
         Some(match login {
-            Some(login) if login != user.login => Err(format!(
-                "authentication failed: the client certificate ({subject}) logs in as {}, not as login {login}",
-                user.login
-            )),
+            Some(login) if login != user.login => Err(LoginError::OtherUser {
+                subject: subject.to_string(),
+                user: user.login.clone(),
+                login: login.to_string(),
+            }),
             _ => Ok(Principal {
                 login: user.login.clone(),
                 groups: user.groups.clone(),
@@ -198,16 +198,14 @@ impl Security {
         principal: Option<&Principal>,
         right: Right,
         destination: &DestinationKey,
-    ) -> Result<(), String> {
+    ) -> Result<(), AccessError> {
         if self.authorization.is_empty() {
             return Ok(());
         }
         let Some(entry) = self.authorization.iter().find(|e| {
             DestinationPattern::parse(&e.destination).is_ok_and(|p| p.matches(destination))
         }) else {
-            return Err(format!(
-                "not authorized: no authorization entry covers {destination}"
-            ));
+            return Err(AccessError::NoEntry(destination.to_string()));
         };
         self.check(entry, principal, right, &destination.to_string())
     }
@@ -223,7 +221,7 @@ impl Security {
         principal: Option<&Principal>,
         right: Right,
         pattern: &DestinationPattern,
-    ) -> Result<(), String> {
+    ) -> Result<(), AccessError> {
         if self.authorization.is_empty() {
             return Ok(());
         }
@@ -232,15 +230,13 @@ impl Security {
             p.intersects(pattern).then_some((e, p))
         });
         let Some((entry, entry_pattern)) = first else {
-            return Err(format!(
-                "not authorized: no authorization entry covers {pattern}"
-            ));
+            return Err(AccessError::NoEntry(pattern.to_string()));
         };
         if !entry_pattern.covers(pattern) {
-            return Err(format!(
-                "not authorized: the entry for {} does not cover all of {pattern}; rights differ across the destinations it matches (subscribe to a narrower pattern)",
-                entry.destination
-            ));
+            return Err(AccessError::Partial {
+                entry: entry.destination.clone(),
+                pattern: pattern.to_string(),
+            });
         }
         self.check(entry, principal, right, &pattern.to_string())
     }
@@ -252,7 +248,7 @@ impl Security {
         principal: Option<&Principal>,
         right: Right,
         what: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), AccessError> {
         let who = principal.map_or("anonymous", |p| p.login.as_str());
         let granted = match right {
             Right::Read => &entry.read,
@@ -267,10 +263,11 @@ impl Security {
         if allowed {
             Ok(())
         } else {
-            Err(format!(
-                "not authorized: {who} has no {} right on {what}",
-                right.name()
-            ))
+            Err(AccessError::NoRight {
+                who: who.to_string(),
+                right: right.name(),
+                what: what.to_string(),
+            })
         }
     }
 
@@ -278,33 +275,32 @@ impl Security {
     /// login), every user can log in somehow (a hash or a certificate subject), and
     /// no login or certificate subject is given twice (the second could never log
     /// in, or would log in as the first).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), UsersError> {
         for (i, user) in self.users.iter().enumerate() {
             let earlier = &self.users[..i];
             if earlier.iter().any(|u| u.login == user.login) {
-                return Err(format!("user `{}` is configured twice", user.login));
+                return Err(UsersError::Twice(user.login.clone()));
             }
             if let Some(subject) = &user.certificate_subject {
                 if let Some(other) = earlier
                     .iter()
                     .find(|u| u.certificate_subject.as_ref() == Some(subject))
                 {
-                    return Err(format!(
-                        "users `{}` and `{}` have the same certificate_subject ({subject}): a certificate logs in as one user",
-                        other.login, user.login
-                    ));
+                    return Err(UsersError::SameSubject {
+                        first: other.login.clone(),
+                        second: user.login.clone(),
+                        subject: subject.to_string(),
+                    });
                 }
                 if user.password_hash.is_empty() {
                     continue;
                 }
             } else if user.password_hash.is_empty() {
-                return Err(format!(
-                    "user `{}` has neither a password_hash nor a certificate_subject, so it can never log in: give it a hash (`ebb passwd`) or a subject",
-                    user.login
-                ));
+                return Err(UsersError::NoWayIn(user.login.clone()));
             }
-            PasswordHash::new(&user.password_hash).map_err(|e| {
-                format!("user `{}`: password_hash is not an argon2 hash ({e}); make one with `ebb passwd`", user.login)
+            PasswordHash::new(&user.password_hash).map_err(|e| UsersError::BadHash {
+                login: user.login.clone(),
+                reason: e.to_string(),
             })?;
         }
         Ok(())
@@ -318,12 +314,95 @@ fn dummy_hash() -> &'static str {
 }
 
 /// Hashes `password` with argon2id and a random salt (PHC string).
-pub fn hash_password(password: &str) -> Result<String, String> {
+pub fn hash_password(password: &str) -> Result<String, HashError> {
     let salt = SaltString::generate(&mut OsRng);
     Argon2::default()
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
-        .map_err(|e| format!("cannot hash the password: {e}"))
+        .map_err(|e| HashError(e.to_string()))
+}
+
+/// argon2 could not hash a password (its own error's text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot hash the password: {0}")]
+pub struct HashError(pub String);
+
+/// Why a login was refused: the text of the refusal (the same for an unknown login
+/// and a wrong passcode, so logins cannot be probed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoginError {
+    /// No login or no passcode was given, and users are configured.
+    #[error("authentication required: CONNECT needs login and passcode")]
+    Missing,
+    /// An unknown login or a wrong passcode.
+    #[error("authentication failed: unknown login or wrong passcode")]
+    Refused,
+    /// A client certificate that logs in as `user`, with a `login` naming another.
+    #[error("authentication failed: the client certificate ({subject}) logs in as {user}, not as login {login}")]
+    OtherUser {
+        /// The certificate's subject, RFC 4514 text.
+        subject: String,
+        /// The user the certificate logs in as.
+        user: String,
+        /// The login the client gave.
+        login: String,
+    },
+}
+
+/// Why a user may not do something: the right it lacks, or the entry that does not
+/// cover the destination (the text of the refusal).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// No `[[authorization]]` entry matches the destination (or pattern).
+    #[error("not authorized: no authorization entry covers {0}")]
+    NoEntry(String),
+    /// The first entry that meets a wildcard pattern does not cover all of it.
+    #[error("not authorized: the entry for {entry} does not cover all of {pattern}; rights differ across the destinations it matches (subscribe to a narrower pattern)")]
+    Partial {
+        /// The entry's pattern.
+        entry: String,
+        /// The pattern asked for.
+        pattern: String,
+    },
+    /// The entry grants `who` (a login, or `anonymous`) no `right` on `what`.
+    #[error("not authorized: {who} has no {right} right on {what}")]
+    NoRight {
+        /// The login, or `anonymous`.
+        who: String,
+        /// `read`, `write` or `admin`.
+        right: &'static str,
+        /// The destination or pattern.
+        what: String,
+    },
+}
+
+/// Users that cannot be used, found at start ([`Security::validate`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsersError {
+    /// A login given twice.
+    #[error("user `{0}` is configured twice")]
+    Twice(String),
+    /// Two users with one certificate subject.
+    #[error("users `{first}` and `{second}` have the same certificate_subject ({subject}): a certificate logs in as one user")]
+    SameSubject {
+        /// The first user's login.
+        first: String,
+        /// The second user's login.
+        second: String,
+        /// The subject, RFC 4514 text.
+        subject: String,
+    },
+    /// A user with neither a password hash nor a certificate subject.
+    #[error("user `{0}` has neither a password_hash nor a certificate_subject, so it can never log in: give it a hash (`ebb passwd`) or a subject")]
+    NoWayIn(String),
+    /// A password hash that is not an argon2 PHC string.
+    #[error("user `{login}`: password_hash is not an argon2 hash ({reason}); make one with `ebb passwd`")]
+    BadHash {
+        /// The user's login.
+        login: String,
+        /// What the hash parser said.
+        reason: String,
+    },
 }
 
 /// Whether `password` matches the PHC string `hash` (false for a malformed hash).
@@ -392,10 +471,20 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(alice.groups, vec!["billing".to_string()]);
-        let wrong = s.authenticate(Some("alice"), Some("nope")).unwrap_err();
-        let unknown = s.authenticate(Some("mallory"), Some("x")).unwrap_err();
+        let wrong = s
+            .authenticate(Some("alice"), Some("nope"))
+            .unwrap_err()
+            .to_string();
+        let unknown = s
+            .authenticate(Some("mallory"), Some("x"))
+            .unwrap_err()
+            .to_string();
         assert_eq!(wrong, unknown, "no hint which part was wrong");
-        assert!(s.authenticate(None, None).unwrap_err().contains("login"));
+        assert!(s
+            .authenticate(None, None)
+            .unwrap_err()
+            .to_string()
+            .contains("login"));
         assert_eq!(Security::default().authenticate(None, None), Ok(None));
         assert!(PasswordHash::new(dummy_hash()).is_ok());
     }
@@ -416,7 +505,8 @@ mod tests {
             .is_ok());
         let e = s
             .authorize(bob.as_ref(), Right::Read, &key("topic://orders.eu"))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("bob has no read right"), "{e}");
         assert!(s
             .authorize(bob.as_ref(), Right::Read, &key("topic://public"))
@@ -424,6 +514,7 @@ mod tests {
         assert!(s
             .authorize(bob.as_ref(), Right::Write, &key("topic://other"))
             .unwrap_err()
+            .to_string()
             .contains("no authorization entry"));
         assert!(Security::default()
             .authorize(None, Right::Admin, &key("topic://x"))
@@ -452,7 +543,8 @@ mod tests {
         let other = s
             .authenticate_certificate(&subject, Some("alice"))
             .unwrap()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             other.contains(
                 "(CN=orders,O=Example\\, Inc.,C=DE) logs in as orders-service, not as login alice"
@@ -482,10 +574,10 @@ mod tests {
     fn malformed_hashes_are_caught_at_start() {
         let mut s = security();
         s.users[1].password_hash = "plain-text".into();
-        assert!(s.validate().unwrap_err().contains("bob"));
+        assert!(s.validate().unwrap_err().to_string().contains("bob"));
         let mut s = security();
         s.users[1].password_hash = String::new();
-        let e = s.validate().unwrap_err();
+        let e = s.validate().unwrap_err().to_string();
         assert!(
             e.contains("user `bob` has neither a password_hash nor a certificate_subject"),
             "no way to log in: {e}"
@@ -493,12 +585,12 @@ mod tests {
         let mut s = security();
         s.users.push(s.users[0].clone());
         assert_eq!(
-            s.validate().unwrap_err(),
+            s.validate().unwrap_err().to_string(),
             "user `alice` is configured twice"
         );
         let mut s = security();
         s.users[1].certificate_subject = Some(dn("C=DE,O=Example\\, Inc.,CN=orders"));
-        let e = s.validate().unwrap_err();
+        let e = s.validate().unwrap_err().to_string();
         assert!(
             e.contains("users `bob` and `orders-service` have the same certificate_subject"),
             "{e}"
@@ -509,6 +601,7 @@ mod tests {
     fn a_subject_that_is_not_a_distinguished_name_stops_the_configuration() {
         let e = toml::from_str::<User>("login = \"x\"\ncertificate_subject = \"/CN=x/O=y\"\n")
             .unwrap_err()
+            .to_string()
             .to_string();
         assert!(e.contains("`/CN` is not an attribute type"), "{e}");
         let user: User =

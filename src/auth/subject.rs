@@ -170,8 +170,15 @@ fn write_escaped(f: &mut fmt::Formatter<'_>, value: &str) -> fmt::Result {
     Ok(())
 }
 
+/// Why RFC 4514 text is not a distinguished name Ebb can compare; the text says what
+/// and where (an unknown attribute type, an OID no certificate can hold, a bad escape,
+/// an empty value, ...).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SubjectError(String);
+
 impl std::str::FromStr for DistinguishedName {
-    type Err = String;
+    type Err = SubjectError;
 
     /// Reads RFC 4514 text: RDNs separated by `,`, attributes of one RDN by `+`,
     /// each `TYPE=value` with TYPE a name (`CN`, `O`, `OU`, `C`, `L`, `ST`, `STREET`,
@@ -182,9 +189,11 @@ impl std::str::FromStr for DistinguishedName {
     /// Errors (saying where): an empty name, a part without `=`, an unknown type, an
     /// empty value, an unescaped `" ; < >`, a `\` that escapes nothing, a
     /// hex-encoded (`#...`) value, bytes that are not UTF-8.
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, SubjectError> {
         if text.trim().is_empty() {
-            return Err("an empty distinguished name (write e.g. CN=orders,O=Example)".into());
+            return Err(SubjectError(
+                "an empty distinguished name (write e.g. CN=orders,O=Example)".into(),
+            ));
         }
         let mut chars = text.chars().peekable();
         let mut rdns = Vec::new();
@@ -200,14 +209,14 @@ impl std::str::FromStr for DistinguishedName {
             }
             let kind = kind.trim().to_string();
             if kind.is_empty() && chars.peek().is_none() {
-                return Err(
+                return Err(SubjectError(
                     "the name ends with `,` or `+`: an attribute is missing after it".into(),
-                );
+                ));
             }
             if chars.next() != Some('=') {
-                return Err(format!(
+                return Err(SubjectError(format!(
                     "`{kind}` is not TYPE=value (write e.g. CN=orders,O=Example)"
-                ));
+                )));
             }
             let oid = attribute_type(&kind)?;
             let (value, separator) = parse_value(&kind, &mut chars)?;
@@ -230,9 +239,11 @@ impl std::str::FromStr for DistinguishedName {
 
 /// The OID of attribute type `name` (a name from [`ATTRIBUTE_TYPES`], any case, or
 /// a dotted OID, optionally written `OID.1.2.3`).
-fn attribute_type(name: &str) -> Result<String, String> {
+fn attribute_type(name: &str) -> Result<String, SubjectError> {
     if name.is_empty() {
-        return Err("an attribute has no type before its `=`".into());
+        return Err(SubjectError(
+            "an attribute has no type before its `=`".into(),
+        ));
     }
     let bare = name
         .strip_prefix("OID.")
@@ -253,34 +264,36 @@ fn attribute_type(name: &str) -> Result<String, String> {
         .map(|(oid, _, _)| (*oid).to_string())
         .ok_or_else(|| {
             let known: Vec<&str> = ATTRIBUTE_TYPES.iter().map(|(_, n, _)| *n).collect();
-            format!(
+            SubjectError(format!(
                 "`{name}` is not an attribute type: use one of {} or a dotted OID",
                 known.join(", ")
-            )
+            ))
         })
 }
 
 /// `dotted` (digits and dots) as a certificate's OID is written, or why no
 /// certificate's can be: an arc with a leading zero (`2.5.4.03`), a first arc other
 /// than 0, 1 or 2, a second arc of 40 or more under 0 or 1, an arc over 64 bits.
-fn object_identifier(dotted: &str) -> Result<String, String> {
+fn object_identifier(dotted: &str) -> Result<String, SubjectError> {
     let mut arcs = Vec::new();
     for arc in dotted.split('.') {
         if arc.len() > 1 && arc.starts_with('0') {
-            return Err(format!(
+            return Err(SubjectError(format!(
                 "OID `{dotted}`: the arc `{arc}` has a leading zero"
-            ));
+            )));
         }
-        let value: u64 = arc
-            .parse()
-            .map_err(|_| format!("OID `{dotted}`: the arc `{arc}` is over 64 bits"))?;
+        let value: u64 = arc.parse().map_err(|_| {
+            SubjectError(format!("OID `{dotted}`: the arc `{arc}` is over 64 bits"))
+        })?;
         arcs.push(value);
     }
     match arcs[..] {
-        [first, ..] if first > 2 => Err(format!("OID `{dotted}`: the first arc must be 0, 1 or 2")),
-        [first, second, ..] if first < 2 && second >= 40 => Err(format!(
+        [first, ..] if first > 2 => Err(SubjectError(format!(
+            "OID `{dotted}`: the first arc must be 0, 1 or 2"
+        ))),
+        [first, second, ..] if first < 2 && second >= 40 => Err(SubjectError(format!(
             "OID `{dotted}`: under arc {first}, the second arc must be below 40"
-        )),
+        ))),
         _ => Ok(dotted.to_string()),
     }
 }
@@ -290,14 +303,14 @@ fn object_identifier(dotted: &str) -> Result<String, String> {
 fn parse_value(
     kind: &str,
     chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
-) -> Result<(String, Option<char>), String> {
+) -> Result<(String, Option<char>), SubjectError> {
     while chars.peek() == Some(&' ') {
         chars.next();
     }
     if chars.peek() == Some(&'#') {
-        return Err(format!(
+        return Err(SubjectError(format!(
             "the value of {kind} starts with `#` (a hex-encoded value, not supported): write the text, or `\\#` for a leading #"
-        ));
+        )));
     }
     let mut bytes = Vec::new();
     // The length without trailing unescaped spaces.
@@ -308,26 +321,26 @@ fn parse_value(
             ',' | '+' => break Some(c),
             '\\' => {
                 let Some(e) = chars.next() else {
-                    return Err(format!("the value of {kind} ends with a lone `\\`"));
+                    return Err(SubjectError(format!("the value of {kind} ends with a lone `\\`")));
                 };
                 if let Some(high) = e.to_digit(16) {
                     let low = chars.next().and_then(|l| l.to_digit(16)).ok_or_else(|| {
-                        format!("in the value of {kind}, `\\{e}` is not followed by a second hex digit")
+                        SubjectError(format!("in the value of {kind}, `\\{e}` is not followed by a second hex digit"))
                     })?;
                     bytes.push((high * 16 + low) as u8);
                 } else if matches!(e, ',' | '+' | '"' | '\\' | '<' | '>' | ';' | '#' | '=' | ' ') {
                     bytes.push(e as u8);
                 } else {
-                    return Err(format!(
+                    return Err(SubjectError(format!(
                         "in the value of {kind}, `\\{e}` is not an escape: escape one of , + \" \\ < > ; # = or a space, or write a byte as two hex digits"
-                    ));
+                    )));
                 }
                 kept = bytes.len();
             }
             '"' | ';' | '<' | '>' => {
-                return Err(format!(
+                return Err(SubjectError(format!(
                     "in the value of {kind}, `{c}` must be escaped as `\\{c}` (and `,` separates RDNs, not `;`)"
-                ))
+                )))
             }
             c => {
                 let mut buffer = [0u8; 4];
@@ -340,10 +353,13 @@ fn parse_value(
     };
     bytes.truncate(kept);
     if bytes.is_empty() {
-        return Err(format!("{kind} has an empty value"));
+        return Err(SubjectError(format!("{kind} has an empty value")));
     }
-    let value = String::from_utf8(bytes)
-        .map_err(|_| format!("the value of {kind} is not UTF-8 (check its hex escapes)"))?;
+    let value = String::from_utf8(bytes).map_err(|_| {
+        SubjectError(format!(
+            "the value of {kind} is not UTF-8 (check its hex escapes)"
+        ))
+    })?;
     Ok((value, separator))
 }
 
@@ -486,7 +502,7 @@ mod tests {
             ("0.99=x", "second arc must be below 40"),
             ("1.2.3.99999999999999999999999=x", "over 64 bits"),
         ] {
-            let error = text.parse::<DistinguishedName>().unwrap_err();
+            let error = text.parse::<DistinguishedName>().unwrap_err().to_string();
             assert!(error.contains(says), "{text:?}: {error}");
         }
     }

@@ -816,9 +816,9 @@ pub(crate) async fn drop_schema(url: &str, schema: &str) {
 }
 
 /// `--assert-flat`: `Err` says which condition failed.
-pub fn check_flat(report: &SoakReport, page_size: u32) -> Result<(), String> {
+pub fn check_flat(report: &SoakReport, page_size: u32) -> anyhow::Result<()> {
     if report.max_rows_per_expiry_page > u64::from(page_size) {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "an expiry page read {} rows, more than the page size {page_size}",
             report.max_rows_per_expiry_page
         ));
@@ -827,7 +827,7 @@ pub fn check_flat(report: &SoakReport, page_size: u32) -> Result<(), String> {
     let peak = |s: &[Sample]| s.iter().map(|x| x.rss_bytes).max().unwrap_or(0);
     let (first, second) = (peak(&report.samples[..half]), peak(&report.samples[half..]));
     if half > 0 && second as f64 > first as f64 * 1.2 {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "resident memory grew: peak {} MiB in the second half vs {} MiB in the first (more than 20 %)",
             second >> 20,
             first >> 20
@@ -1064,9 +1064,13 @@ mod tests {
     #[test]
     fn assert_flat_names_the_condition_that_failed() {
         assert!(check_flat(&report(&[20, 21, 22, 22], 400), 400).is_ok());
-        let grew = check_flat(&report(&[20, 21, 30, 40], 400), 400).unwrap_err();
+        let grew = check_flat(&report(&[20, 21, 30, 40], 400), 400)
+            .unwrap_err()
+            .to_string();
         assert!(grew.contains("resident memory grew"), "{grew}");
-        let page = check_flat(&report(&[20, 20], 401), 400).unwrap_err();
+        let page = check_flat(&report(&[20, 20], 401), 400)
+            .unwrap_err()
+            .to_string();
         assert!(page.contains("401 rows"), "{page}");
     }
 }

@@ -54,25 +54,25 @@ impl Sample {
 /// after the value is ignored. Values may be `NaN`, `+Inf`, `-Inf`.
 ///
 /// Errors: `line N: why` for the first line that is not a sample.
-pub fn parse(text: &str) -> Result<Vec<Sample>, String> {
+pub fn parse(text: &str) -> anyhow::Result<Vec<Sample>> {
     let mut samples = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        samples.push(parse_line(line).map_err(|why| format!("line {}: {why}", i + 1))?);
+        samples.push(parse_line(line).map_err(|why| anyhow::anyhow!("line {}: {why}", i + 1))?);
     }
     Ok(samples)
 }
 
-fn parse_line(line: &str) -> Result<Sample, String> {
+fn parse_line(line: &str) -> anyhow::Result<Sample> {
     let name_end = line
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
         .unwrap_or(line.len());
     let name = &line[..name_end];
     if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
-        return Err(format!("no metric name in `{line}`"));
+        return Err(anyhow::anyhow!("no metric name in `{line}`"));
     }
     let mut rest = &line[name_end..];
     let mut labels = Vec::new();
@@ -84,15 +84,15 @@ fn parse_line(line: &str) -> Result<Sample, String> {
     let mut fields = rest.split_whitespace();
     let value = fields
         .next()
-        .ok_or_else(|| format!("no value after `{name}`"))?;
+        .ok_or_else(|| anyhow::anyhow!("no value after `{name}`"))?;
     let value = parse_value(value)?;
     if let Some(timestamp) = fields.next() {
         timestamp
             .parse::<i64>()
-            .map_err(|_| format!("bad timestamp `{timestamp}`"))?;
+            .map_err(|_| anyhow::anyhow!("bad timestamp `{timestamp}`"))?;
     }
     if let Some(extra) = fields.next() {
-        return Err(format!("unexpected `{extra}` after the value"));
+        return Err(anyhow::anyhow!("unexpected `{extra}` after the value"));
     }
     Ok(Sample {
         name: name.to_string(),
@@ -103,7 +103,7 @@ fn parse_line(line: &str) -> Result<Sample, String> {
 
 /// Parses `a="x",b="y"}` (the text after `{`); returns the labels and what follows `}`.
 #[allow(clippy::type_complexity)]
-fn parse_labels(mut s: &str) -> Result<(Vec<(String, String)>, &str), String> {
+fn parse_labels(mut s: &str) -> anyhow::Result<(Vec<(String, String)>, &str)> {
     let mut labels = Vec::new();
     loop {
         s = s.trim_start();
@@ -112,27 +112,27 @@ fn parse_labels(mut s: &str) -> Result<(Vec<(String, String)>, &str), String> {
         }
         let eq = s
             .find('=')
-            .ok_or_else(|| "a label without `=`".to_string())?;
+            .ok_or_else(|| anyhow::anyhow!("a label without `=`"))?;
         let name = s[..eq].trim();
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(format!("bad label name `{name}`"));
+            return Err(anyhow::anyhow!("bad label name `{name}`"));
         }
         s = s[eq + 1..].trim_start();
         s = s
             .strip_prefix('"')
-            .ok_or_else(|| format!("label `{name}` has no quoted value"))?;
+            .ok_or_else(|| anyhow::anyhow!("label `{name}` has no quoted value"))?;
         let mut value = String::new();
         let mut chars = s.char_indices();
         let end = loop {
             match chars.next() {
-                None => return Err(format!("label `{name}`: unterminated value")),
+                None => return Err(anyhow::anyhow!("label `{name}`: unterminated value")),
                 Some((i, '"')) => break i,
                 Some((_, '\\')) => match chars.next() {
                     Some((_, 'n')) => value.push('\n'),
                     Some((_, '\\')) => value.push('\\'),
                     Some((_, '"')) => value.push('"'),
                     other => {
-                        return Err(format!(
+                        return Err(anyhow::anyhow!(
                             "label `{name}`: bad escape `\\{}`",
                             other.map_or(String::new(), |(_, c)| c.to_string())
                         ))
@@ -146,17 +146,19 @@ fn parse_labels(mut s: &str) -> Result<(Vec<(String, String)>, &str), String> {
         if let Some(after) = s.strip_prefix(',') {
             s = after;
         } else if !s.starts_with('}') {
-            return Err(format!("expected `,` or `}}` after label `{name}`"));
+            return Err(anyhow::anyhow!("expected `,` or `}}` after label `{name}`"));
         }
     }
 }
 
-fn parse_value(text: &str) -> Result<f64, String> {
+fn parse_value(text: &str) -> anyhow::Result<f64> {
     match text {
         "+Inf" | "Inf" => Ok(f64::INFINITY),
         "-Inf" => Ok(f64::NEG_INFINITY),
         "NaN" => Ok(f64::NAN),
-        _ => text.parse().map_err(|_| format!("bad value `{text}`")),
+        _ => text
+            .parse()
+            .map_err(|_| anyhow::anyhow!("bad value `{text}`")),
     }
 }
 
@@ -536,7 +538,7 @@ other_metric{destination="x"} 9 1700000000000
             ("m 1 2 3", "unexpected `3`"),
             ("{a=\"x\"} 1", "no metric name"),
         ] {
-            let e = parse(text).unwrap_err();
+            let e = parse(text).unwrap_err().to_string();
             assert!(e.contains(why), "{text:?}: {e}");
         }
     }

@@ -210,7 +210,7 @@ fn may_read(state: &AppState, caller: &Caller, key: &DestinationKey) -> Result<(
         .options
         .security
         .authorize(caller.principal.as_ref(), Right::Read, key)
-        .map_err(|why| ApiError::new(StatusCode::FORBIDDEN, why))
+        .map_err(|why| ApiError::new(StatusCode::FORBIDDEN, why.to_string()))
 }
 
 /// `403` unless `caller` is in the admin group (or no users are configured).

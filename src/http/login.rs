@@ -67,8 +67,9 @@ fn unauthorized(why: impl Into<String>) -> ApiError {
     )
 }
 
-/// `login:password` from an `Authorization: Basic ...` value.
-fn basic(value: &str) -> Result<(String, String), String> {
+/// `login:password` from an `Authorization: Basic ...` value, or what is wrong with
+/// it (the `401`'s text).
+fn basic(value: &str) -> Result<(String, String), &'static str> {
     let encoded = value
         .split_once(' ')
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
@@ -141,7 +142,7 @@ pub(crate) async fn caller(
             check.refused();
             tracing::info!(peer = ?peer, %why, "refused HTTP login");
             tokio::time::sleep(crate::auth::FAILED_LOGIN_DELAY).await;
-            Err(unauthorized(why))
+            Err(unauthorized(why.to_string()))
         }
     }
 }

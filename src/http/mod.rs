@@ -698,36 +698,33 @@ async fn healthz() -> Json<serde_json::Value> {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    let broker = if state.broker.is_shut_down() {
-        Err("shut down".to_string())
-    } else {
-        Ok("running".to_string())
+    // Each check: whether it passes, and what it says.
+    let broker = match state.broker.is_shut_down() {
+        true => (false, "shut down".to_string()),
+        false => (true, "running".to_string()),
     };
-    let listeners = if state.options.readiness.listening() {
-        Ok("up".to_string())
-    } else {
-        Err("down".to_string())
+    let listeners = match state.options.readiness.listening() {
+        true => (true, "up".to_string()),
+        false => (false, "down".to_string()),
     };
     let store = match tokio::time::timeout(READY_STORE_TIMEOUT, state.broker.ping_store()).await {
-        Ok(Ok(())) => Ok("ok".to_string()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!(
-            "no answer within {} ms",
-            READY_STORE_TIMEOUT.as_millis()
-        )),
+        Ok(Ok(())) => (true, "ok".to_string()),
+        Ok(Err(e)) => (false, e.to_string()),
+        Err(_) => (
+            false,
+            format!("no answer within {} ms", READY_STORE_TIMEOUT.as_millis()),
+        ),
     };
     // Whether this broker still holds the store's lock (or lease, with `[ha]`).
     let lock = match state.broker.lease_state() {
-        None => Ok("held".to_string()),
+        None => (true, "held".to_string()),
         Some(lock) => match &*lock.borrow() {
-            crate::LeaseState::Held => Ok("held".to_string()),
-            crate::LeaseState::Lost(why) => Err(format!("lost: {why}")),
+            crate::LeaseState::Held => (true, "held".to_string()),
+            crate::LeaseState::Lost(why) => (false, format!("lost: {why}")),
         },
     };
-    let ready = broker.is_ok() && listeners.is_ok() && store.is_ok() && lock.is_ok();
-    let show = |check: Result<String, String>| match check {
-        Ok(text) | Err(text) => text,
-    };
+    let ready = broker.0 && listeners.0 && store.0 && lock.0;
+    let show = |check: (bool, String)| check.1;
     let body = serde_json::json!({
         "status": if ready { "ready" } else { "not ready" },
         "checks": {

@@ -107,7 +107,7 @@ pub(crate) async fn upgrade(
                 Ok(slot) => slot,
                 Err(refusal) => {
                     tracing::warn!(%peer, "refused WebSocket connection: {refusal}");
-                    refuse(socket, &refusal).await;
+                    refuse(socket, &refusal.to_string()).await;
                     return;
                 }
             };

@@ -244,7 +244,9 @@ impl StompCodec {
             };
             // CONNECT and CONNECTED are never escaped; 1.0 values are trimmed instead.
             let header = if command.escapes_headers() {
-                let unescaped = |t| unescape(t, self.version).map_err(ProtocolError::malformed);
+                let unescaped = |t| {
+                    unescape(t, self.version).map_err(|e| ProtocolError::malformed(e.to_string()))
+                };
                 (unescaped(name)?, unescaped(value)?)
             } else {
                 (name.to_string(), value.to_string())

@@ -138,7 +138,7 @@ impl Stomp {
 impl Protocol for Stomp {
     const NAME: &'static str = "STOMP";
 
-    fn take_slot(&self, address: std::net::IpAddr) -> Result<Slot, String> {
+    fn take_slot(&self, address: std::net::IpAddr) -> Result<Slot, OverCap> {
         self.config.take_slot(address)
     }
 
@@ -174,7 +174,7 @@ impl ConnectionConfig {
     /// A place for a connection from `address` under this listener's limits
     /// (`max_connections`, `max_connections_per_address`), or why there is none (the
     /// ERROR's message, naming the limit by its configuration key).
-    pub fn take_slot(&self, address: std::net::IpAddr) -> Result<Slot, String> {
+    pub fn take_slot(&self, address: std::net::IpAddr) -> Result<Slot, OverCap> {
         self.slots.take_within(
             address,
             self.max_connections,
@@ -204,7 +204,7 @@ impl Default for ConnectionConfig {
     }
 }
 
-pub use crate::transport::caps::{next_session_id, Slot, Slots};
+pub use crate::transport::caps::{next_session_id, OverCap, Slot, Slots};
 
 pub use super::session::{
     SessionLimits, MAX_OPEN_TRANSACTIONS, MAX_SUBSCRIPTIONS_PER_CONNECTION, MAX_TRANSACTION_BYTES,

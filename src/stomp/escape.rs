@@ -25,8 +25,19 @@ pub fn escape(value: &str, version: Version) -> String {
     out
 }
 
+/// A header value's escape that STOMP does not define.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EscapeError {
+    /// `\` followed by a character STOMP gives no meaning (`\t`; `\r` in 1.1).
+    #[error("undefined escape sequence `\\{0}` in a header")]
+    Undefined(char),
+    /// `\` at the end of a header.
+    #[error("a header ends with a lone backslash")]
+    LoneBackslash,
+}
+
 /// Reverses [`escape`]. Errors name the bad escape.
-pub fn unescape(raw: &str, version: Version) -> Result<String, String> {
+pub fn unescape(raw: &str, version: Version) -> Result<String, EscapeError> {
     if version == Version::V1_0 {
         return Ok(raw.trim().to_string());
     }
@@ -42,10 +53,8 @@ pub fn unescape(raw: &str, version: Version) -> Result<String, String> {
             Some('n') => out.push('\n'),
             Some('c') => out.push(':'),
             Some('r') if version == Version::V1_2 => out.push('\r'),
-            Some(other) => {
-                return Err(format!("undefined escape sequence `\\{other}` in a header"))
-            }
-            None => return Err("a header ends with a lone backslash".into()),
+            Some(other) => return Err(EscapeError::Undefined(other)),
+            None => return Err(EscapeError::LoneBackslash),
         }
     }
     Ok(out)
@@ -67,6 +76,7 @@ mod tests {
     fn undefined_escapes_are_errors() {
         assert!(unescape("x\\ty", Version::V1_2)
             .unwrap_err()
+            .to_string()
             .contains("\\t"));
         assert!(unescape("x\\r", Version::V1_1).is_err(), "\\r is 1.2 only");
         assert!(unescape("x\\", Version::V1_2).is_err());

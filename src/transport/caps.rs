@@ -37,6 +37,26 @@ struct SlotCounts {
     by_address: HashMap<IpAddr, usize>,
 }
 
+/// Why a connection gets no place: a cap is reached. The text names the cap by its
+/// configuration key; it is what the refused client is told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OverCap {
+    /// `max_connections` connections are served already.
+    #[error("the broker serves {most} connections, its most (max_connections)")]
+    Connections {
+        /// The cap.
+        most: usize,
+    },
+    /// `max_connections_per_address` connections come from `address` already.
+    #[error("{most} connections from {address} already, the most from one address (max_connections_per_address)")]
+    PerAddress {
+        /// The cap.
+        most: usize,
+        /// The client's address.
+        address: IpAddr,
+    },
+}
+
 /// One served connection's place; given back on drop.
 pub struct Slot {
     slots: Slots,
@@ -52,18 +72,17 @@ impl Slots {
         address: IpAddr,
         most: usize,
         most_per_address: usize,
-    ) -> Result<Slot, String> {
+    ) -> Result<Slot, OverCap> {
         let mut counts = self.0.lock();
         if counts.total >= most {
-            return Err(format!(
-                "the broker serves {most} connections, its most (max_connections)"
-            ));
+            return Err(OverCap::Connections { most });
         }
         let from = counts.by_address.entry(address).or_default();
         if *from >= most_per_address {
-            return Err(format!(
-                "{most_per_address} connections from {address} already, the most from one address (max_connections_per_address)"
-            ));
+            return Err(OverCap::PerAddress {
+                most: most_per_address,
+                address,
+            });
         }
         *from += 1;
         counts.total += 1;

@@ -46,24 +46,41 @@ pub struct Claim {
     released: watch::Sender<bool>,
 }
 
+/// Why a client id cannot be claimed. The text is the refused CONNECT's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimError {
+    /// Another connection holds it and link stealing is off.
+    #[error("client id `{id}` is already connected: close that connection first (a broker may be set to take the id over: [stomp] allow_link_stealing)")]
+    Held {
+        /// The client id.
+        id: String,
+    },
+    /// Link stealing told the holder to close, and it did not within `waited_ms`.
+    #[error(
+        "client id `{id}` is still held by a connection that did not close within {waited_ms} ms"
+    )]
+    NotReleased {
+        /// The client id.
+        id: String,
+        /// How long the claim waited, ms.
+        waited_ms: u64,
+    },
+}
+
 impl ClientIds {
     /// Claims `id` for a new connection. When it is held by another connection:
     /// without `steal`, `Err` with the text of the ERROR; with `steal`, the other
     /// connection is told to close and this waits until it has, then claims the id (if
     /// another stealing CONNECT got it first, this takes it from that one in turn), for
     /// at most [`TAKEOVER_WAIT`] in all.
-    pub async fn claim(self: &Arc<Self>, id: &str, steal: bool) -> Result<Claim, String> {
+    pub async fn claim(self: &Arc<Self>, id: &str, steal: bool) -> Result<Claim, ClaimError> {
         let deadline = tokio::time::Instant::now() + TAKEOVER_WAIT;
         loop {
             let waited = {
                 let mut held = self.held.lock();
                 match held.get_mut(id) {
                     None => return Ok(self.hold(&mut held, id)),
-                    Some(_) if !steal => {
-                        return Err(format!(
-                            "client id `{id}` is already connected: close that connection first (a broker may be set to take the id over: [stomp] allow_link_stealing)"
-                        ))
-                    }
+                    Some(_) if !steal => return Err(ClaimError::Held { id: id.to_string() }),
                     Some(holder) => {
                         if let Some(tell) = holder.take_over.take() {
                             let _ = tell.send(());
@@ -78,10 +95,10 @@ impl ClientIds {
             let mut released = waited;
             let gone = released.wait_for(|released| *released);
             if tokio::time::timeout_at(deadline, gone).await.is_err() {
-                return Err(format!(
-                    "client id `{id}` is still held by a connection that did not close within {} ms",
-                    TAKEOVER_WAIT.as_millis()
-                ));
+                return Err(ClaimError::NotReleased {
+                    id: id.to_string(),
+                    waited_ms: TAKEOVER_WAIT.as_millis() as u64,
+                });
             }
         }
     }
@@ -153,7 +170,7 @@ mod tests {
     async fn an_id_is_held_once_and_free_again_after_the_claim_ends() {
         let ids = Arc::new(ClientIds::default());
         let first = ids.claim("c", false).await.unwrap();
-        let refused = ids.claim("c", false).await.unwrap_err();
+        let refused = ids.claim("c", false).await.unwrap_err().to_string();
         assert!(
             refused.starts_with("client id `c` is already connected"),
             "{refused}"

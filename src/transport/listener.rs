@@ -63,7 +63,7 @@ async fn accept<P: Protocol>(
                                 unlogged += 1;
                             }
                             // Told why, briefly: a client that does not read is dropped.
-                            let answer = protocol.refusal(&refusal);
+                            let answer = protocol.refusal(&refusal.to_string());
                             actix_rt::spawn(async move {
                                 let write = stream.write_all(&answer);
                                 let _ = tokio::time::timeout(REFUSAL_WRITE, write).await;

@@ -48,7 +48,7 @@ pub trait Protocol: Clone + 'static {
     /// ([`caps::Slots`]), or why there is none (naming the limit by its
     /// configuration key). Taken before a byte is read; the connection holds it
     /// until it ends.
-    fn take_slot(&self, address: IpAddr) -> Result<caps::Slot, String>;
+    fn take_slot(&self, address: IpAddr) -> Result<caps::Slot, caps::OverCap>;
 
     /// The bytes that tell a client refused for `reason` why (STOMP: an ERROR frame),
     /// written before its connection is closed.

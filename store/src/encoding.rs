@@ -17,20 +17,37 @@ pub fn encode(payload: &Payload) -> Vec<u8> {
     out
 }
 
-/// Decodes a `msg` column. The error text says what is wrong.
-pub fn decode(bytes: &[u8]) -> Result<Payload, String> {
+/// Why a `msg` column cannot be decoded ([`crate::StoreError::Corrupt`] carries it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// No bytes at all.
+    #[error("empty")]
+    Empty,
+    /// A format byte this build does not know.
+    #[error("unknown format byte {0}")]
+    UnknownFormat(u8),
+    /// The postcard payload does not decode (its words).
+    #[error("{0}")]
+    Postcard(String),
+    /// Bytes after the payload.
+    #[error("{0} trailing bytes")]
+    Trailing(usize),
+}
+
+/// Decodes a `msg` column. The error says what is wrong.
+pub fn decode(bytes: &[u8]) -> Result<Payload, DecodeError> {
     match bytes.split_first() {
-        None => Err("empty".into()),
+        None => Err(DecodeError::Empty),
         Some((&FORMAT_POSTCARD_V1, rest)) => {
-            let (payload, tail) =
-                postcard::take_from_bytes::<Payload>(rest).map_err(|e| e.to_string())?;
+            let (payload, tail) = postcard::take_from_bytes::<Payload>(rest)
+                .map_err(|e| DecodeError::Postcard(e.to_string()))?;
             if tail.is_empty() {
                 Ok(payload)
             } else {
-                Err(format!("{} trailing bytes", tail.len()))
+                Err(DecodeError::Trailing(tail.len()))
             }
         }
-        Some((other, _)) => Err(format!("unknown format byte {other}")),
+        Some((other, _)) => Err(DecodeError::UnknownFormat(*other)),
     }
 }
 
@@ -81,11 +98,14 @@ mod tests {
 
     #[test]
     fn bad_bytes_are_errors_not_panics() {
-        assert_eq!(decode(&[]).unwrap_err(), "empty");
-        assert_eq!(decode(&[9, 1, 2]).unwrap_err(), "unknown format byte 9");
+        assert_eq!(decode(&[]).unwrap_err().to_string(), "empty");
+        assert_eq!(
+            decode(&[9, 1, 2]).unwrap_err().to_string(),
+            "unknown format byte 9"
+        );
         let mut ok = encode(&Payload::default());
         ok.push(0);
-        assert_eq!(decode(&ok).unwrap_err(), "1 trailing bytes");
+        assert_eq!(decode(&ok).unwrap_err().to_string(), "1 trailing bytes");
         assert!(decode(&[FORMAT_POSTCARD_V1, 0xff]).is_err());
     }
 }

@@ -173,20 +173,36 @@ pub struct LeaseOptions {
     pub holder: String,
 }
 
+/// A lease's times out of range ([`LeaseOptions::new`]), both in ms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseRangeError {
+    /// `renew_ms` below [`MIN_RENEW_MS`] or above a third of `lease_ms`.
+    #[error("renew_ms = {renew_ms} must be at least {MIN_RENEW_MS} and at most a third of lease_ms = {lease_ms}")]
+    Renew {
+        /// The lease, ms.
+        lease_ms: u64,
+        /// The renewal period, ms.
+        renew_ms: u64,
+    },
+    /// `lease_ms` above [`MAX_LEASE_MS`].
+    #[error("lease_ms = {lease_ms} is above the largest, {MAX_LEASE_MS} (1 hour)")]
+    Lease {
+        /// The lease, ms.
+        lease_ms: u64,
+    },
+}
+
 impl LeaseOptions {
     /// A lease of `lease_ms` renewed every `renew_ms`, held under a name unique to this
-    /// process (host name, process id, start time). Errors: a text saying which
-    /// value is out of range (`renew_ms` 0, or more than a third of `lease_ms`).
-    pub fn new(lease_ms: u64, renew_ms: u64) -> std::result::Result<Self, String> {
+    /// process (host name, process id, start time). Errors ([`LeaseRangeError`]):
+    /// which value is out of range (`renew_ms` below [`MIN_RENEW_MS`] or more than a
+    /// third of `lease_ms`; `lease_ms` above [`MAX_LEASE_MS`]).
+    pub fn new(lease_ms: u64, renew_ms: u64) -> std::result::Result<Self, LeaseRangeError> {
         if renew_ms < MIN_RENEW_MS || renew_ms.saturating_mul(3) > lease_ms {
-            return Err(format!(
-                "renew_ms = {renew_ms} must be at least {MIN_RENEW_MS} and at most a third of lease_ms = {lease_ms}"
-            ));
+            return Err(LeaseRangeError::Renew { lease_ms, renew_ms });
         }
         if lease_ms > MAX_LEASE_MS {
-            return Err(format!(
-                "lease_ms = {lease_ms} is above the largest, {MAX_LEASE_MS} (1 hour)"
-            ));
+            return Err(LeaseRangeError::Lease { lease_ms });
         }
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())

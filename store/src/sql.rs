@@ -211,8 +211,11 @@ pub(crate) fn decode_messages(
     rows.into_iter()
         .map(
             |(id, message_id, expiration, priority, msg, redeliveries)| {
-                let payload = crate::encoding::decode(&msg)
-                    .map_err(|reason| crate::StoreError::Corrupt { id, reason })?;
+                let payload =
+                    crate::encoding::decode(&msg).map_err(|e| crate::StoreError::Corrupt {
+                        id,
+                        reason: e.to_string(),
+                    })?;
                 Ok(Arc::new(StoredMessage {
                     id,
                     container: container.to_string(),

@@ -618,7 +618,8 @@ fn bad_certificate_files_are_refused_with_a_reason() {
         let error = files
             .acceptor(&[])
             .err()
-            .unwrap_or_else(|| panic!("{files:?} accepted"));
+            .unwrap_or_else(|| panic!("{files:?} accepted"))
+            .to_string();
         assert!(error.contains(says), "{error} does not say `{says}`");
     }
     let ok = files(&pki.cert, &pki.key);

@@ -113,9 +113,23 @@ pub(crate) enum Field {
     Expiration,
 }
 
+/// What a part of a selector gets wrong; [`SelectorError`] adds where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ParseError {
+    /// A `JMS...` identifier that names no JMS field this broker reads.
+    #[error("unknown JMS field {0}")]
+    UnknownJmsField(String),
+    /// A LIKE pattern whose last character is its escape character.
+    #[error("the LIKE pattern ends with its escape character")]
+    EndsWithEscape,
+    /// A LIKE run holding `_` longer than [`MAX_WILD_RUN`] characters.
+    #[error("a LIKE pattern's run between two '%' that holds '_' is longer than {MAX_WILD_RUN} characters")]
+    WildRunTooLong,
+}
+
 impl Field {
     /// The field an identifier names; `Err` for an unsupported `JMS...` name.
-    fn from_identifier(name: &str) -> Result<Field, String> {
+    fn from_identifier(name: &str) -> Result<Field, ParseError> {
         Ok(match name {
             "JMSPriority" => Field::Priority,
             "JMSMessageID" => Field::MessageId,
@@ -125,7 +139,7 @@ impl Field {
             "JMSDeliveryMode" => Field::DeliveryMode,
             "JMSExpiration" => Field::Expiration,
             n if n.starts_with("JMS") && !n.starts_with("JMSX") => {
-                return Err(format!("unknown JMS field {n}"))
+                return Err(ParseError::UnknownJmsField(n.to_owned()))
             }
             n => Field::Header(n.to_owned()),
         })
@@ -178,7 +192,7 @@ struct Run {
 }
 
 impl Run {
-    fn new(tokens: Vec<LikeToken>) -> Result<Run, String> {
+    fn new(tokens: Vec<LikeToken>) -> Result<Run, ParseError> {
         let literal: Option<String> = tokens
             .iter()
             .map(|t| match t {
@@ -189,9 +203,7 @@ impl Run {
         let (mut one, mut chars) = (Vec::new(), Vec::<(char, Vec<u64>)>::new());
         if literal.is_none() {
             if tokens.len() > MAX_WILD_RUN {
-                return Err(format!(
-                    "a LIKE pattern's run between two '%' that holds '_' is longer than {MAX_WILD_RUN} characters"
-                ));
+                return Err(ParseError::WildRunTooLong);
             }
             let words = tokens.len().div_ceil(64);
             one = vec![0; words];
@@ -286,14 +298,14 @@ impl Run {
 impl LikePattern {
     /// Compiles `source`; `Err` when it ends with its escape character, or a run with
     /// `_` is longer than [`MAX_WILD_RUN`].
-    pub(crate) fn compile(source: &str, escape: Option<char>) -> Result<LikePattern, String> {
+    pub(crate) fn compile(source: &str, escape: Option<char>) -> Result<LikePattern, ParseError> {
         let mut tokens = Vec::with_capacity(source.len());
         let mut chars = source.chars();
         while let Some(c) = chars.next() {
             let token = if Some(c) == escape {
                 match chars.next() {
                     Some(next) => LikeToken::Char(next),
-                    None => return Err("the LIKE pattern ends with its escape character".into()),
+                    None => return Err(ParseError::EndsWithEscape),
                 }
             } else if c == '%' {
                 LikeToken::Any
@@ -310,7 +322,7 @@ impl LikePattern {
         let runs = tokens
             .split(|t| *t == LikeToken::Any)
             .map(|run| Run::new(run.to_vec()))
-            .collect::<Result<Vec<Run>, String>>()?;
+            .collect::<Result<Vec<Run>, ParseError>>()?;
         Ok(LikePattern {
             source: source.to_owned(),
             escape,
@@ -1175,7 +1187,7 @@ impl<'a> Parser<'a> {
             escape = Some(c);
         }
         let pattern = LikePattern::compile(&source, escape)
-            .map_err(|m| SelectorError::new(pattern_column, m))?;
+            .map_err(|m| SelectorError::new(pattern_column, m.to_string()))?;
         Ok(Expr::Like {
             value,
             pattern,
@@ -1267,8 +1279,8 @@ impl<'a> Parser<'a> {
         let column = token.column;
         let (expr, kind) = match token.tok {
             Tok::Ident(name) => {
-                let field =
-                    Field::from_identifier(name).map_err(|m| SelectorError::new(column, m))?;
+                let field = Field::from_identifier(name)
+                    .map_err(|m| SelectorError::new(column, m.to_string()))?;
                 let kind = match field {
                     Field::Header(_) | Field::Type | Field::CorrelationId => Kind::Header,
                     Field::Priority | Field::Timestamp | Field::Expiration => Kind::Number,
@@ -1748,7 +1760,9 @@ mod tests {
     #[test]
     fn like_refuses_a_run_with_underscore_over_its_limit() {
         let run = format!("a{}", "_".repeat(MAX_WILD_RUN));
-        let err = LikePattern::compile(&format!("%{run}%"), None).unwrap_err();
+        let err = LikePattern::compile(&format!("%{run}%"), None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("longer than 256 characters"), "{err}");
         assert!(LikePattern::compile(&format!("%{}%", &run[1..]), None).is_ok());
         // Runs without `_` have no limit of their own.
