@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use crate::{
     Backend, DurableSubscription, ExpiredKey, ExpiredPage, LeaseState, LockAttempt, MessageStore,
-    ReadStats, Result, StoredMessage, SubscriptionKey, WriteOp, WriteOutcome,
+    PreparedMessage, ReadStats, Result, StoredMessage, SubscriptionKey, WriteOp, WriteOutcome,
 };
 
 /// A store whose calls run detached from their callers (see the module
@@ -163,6 +163,19 @@ impl MessageStore for Detached {
         let container = container.to_string();
         detached(&self.0, |s| async move {
             s.browse(&container, after_id, limit).await
+        })
+        .await
+    }
+
+    async fn read_prepared_range(
+        &self,
+        from: &str,
+        to: &str,
+        limit: u32,
+    ) -> Result<Vec<PreparedMessage>> {
+        let (from, to) = (from.to_string(), to.to_string());
+        detached(&self.0, |s| async move {
+            s.read_prepared_range(&from, &to, limit).await
         })
         .await
     }

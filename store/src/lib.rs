@@ -449,6 +449,18 @@ pub trait MessageStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Arc<StoredMessage>>>;
 
+    /// Up to `limit` prepared messages (of any container) whose xid is at least `from`
+    /// and below `to`, in xid order, with their xids: one range of the xid index,
+    /// stopped at `limit` in SQL. The scheduler names its messages' transactions by
+    /// due time (`sched:<due ms, 20 digits>:...`), so this reads the due ones, oldest
+    /// first, a page at a time.
+    async fn read_prepared_range(
+        &self,
+        from: &str,
+        to: &str,
+        limit: u32,
+    ) -> Result<Vec<PreparedMessage>>;
+
     /// Up to `limit` messages of `container` with `id > after_id`, in id order, that are
     /// not in a prepared transaction. Never acks or expires anything.
     async fn browse(

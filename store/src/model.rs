@@ -51,6 +51,16 @@ pub struct NewMessage {
     pub last_value: Option<String>,
 }
 
+/// A stored message of a prepared transaction, with its xid
+/// ([`crate::MessageStore::read_prepared_range`]).
+#[derive(Debug, Clone)]
+pub struct PreparedMessage {
+    /// The transaction it belongs to.
+    pub xid: String,
+    /// The message (its `container` says where it goes once committed).
+    pub message: Arc<StoredMessage>,
+}
+
 /// A message read back from the store. Shared as `Arc<StoredMessage>` by every
 /// subscription that needs it, so its body is in memory once.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1787,6 +1787,36 @@ macro_rules! impl_sql_store {
                     .await
             }
 
+            async fn read_prepared_range(
+                &self,
+                from: &str,
+                to: &str,
+                limit: u32,
+            ) -> $crate::Result<Vec<$crate::PreparedMessage>> {
+                const OP: &str = "read prepared range";
+                let mut tx = self.begin_read(OP).await?;
+                let rows: Vec<(i64, String, i64, i32, Vec<u8>, i32, String, String)> =
+                    sqlx::query_as(&self.sql.read_prepared_range)
+                        .bind(from)
+                        .bind(to)
+                        .bind(i64::from(limit))
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err($crate::error::db(OP))?;
+                tx.commit().await.map_err($crate::error::db(OP))?;
+                let mut out = Vec::with_capacity(rows.len());
+                for (id, msgid, expiration, priority, msg, redeliveries, container, xid) in rows {
+                    let row = (id, msgid, expiration, priority, msg, redeliveries);
+                    let mut decoded =
+                        $crate::sql::decode_messages(&container, vec![row], &self.stats)?;
+                    out.push($crate::PreparedMessage {
+                        xid,
+                        message: decoded.remove(0),
+                    });
+                }
+                Ok(out)
+            }
+
             async fn recover_expired(
                 &self,
                 container: &str,

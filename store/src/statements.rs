@@ -135,6 +135,9 @@ pub(crate) struct Statements {
     pub read_pending_merged: String,
     /// a page of a container: `container = $1 AND id > $2`, not prepared, `LIMIT $3`
     pub browse: String,
+    /// prepared rows whose xid is in `[$1, $2)`, in xid order, `LIMIT $3`: one range of
+    /// the partial xid index (`msgs_xidx`); the scheduler's page by due time
+    pub read_prepared_range: String,
     pub has_expiring: String,
     /// one row with an id in `$1..=$2` (a batch's new ids), by the primary key,
     /// `LIMIT 1`: whether a commit whose answer was lost went through
@@ -539,6 +542,11 @@ impl Statements {
             read_pending: pending(p, range("$1", None, Bound::After("$2")), "-1"),
             read_pending_priority: pending(p, range("$1", Some("$6"), Bound::After("$2")), "$7"),
             read_pending_merged: format!("{} ORDER BY id LIMIT $4", merged(p, backend)),
+            read_prepared_range: format!(
+                "SELECT {MESSAGE_COLUMNS}, m.container, m.xid FROM {p}msgs m \
+                 WHERE m.xid IS NOT NULL AND m.xid >= $1 AND m.xid < $2 \
+                 ORDER BY m.xid LIMIT $3"
+            ),
             browse: {
                 let r = range("$1", None, Bound::After("$2"));
                 format!(

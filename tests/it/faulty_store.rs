@@ -130,6 +130,14 @@ impl MessageStore for FaultyStore {
     async fn browse(&self, c: &str, after: i64, limit: u32) -> Result<Vec<Arc<StoredMessage>>> {
         self.inner.browse(c, after, limit).await
     }
+    async fn read_prepared_range(
+        &self,
+        from: &str,
+        to: &str,
+        limit: u32,
+    ) -> Result<Vec<PreparedMessage>> {
+        self.inner.read_prepared_range(from, to, limit).await
+    }
     async fn recover_expired(
         &self,
         c: &str,

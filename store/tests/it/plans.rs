@@ -94,7 +94,7 @@ impl Load {
                 "{} INSERT INTO ebb_msgs (id, container, msgid, expiration, priority, xid, msg) \
                  SELECT {offset} + x, CASE WHEN x % 11 = 0 THEN '{queue}' ELSE '{topic}' END, \
                    'ID:' || x, CASE WHEN x % 11 = 0 AND x % 2 = 0 THEN 1000 ELSE 0 END, x % 10, \
-                   CASE WHEN x % 997 = 0 THEN 'tx' ELSE NULL END, {body} FROM g",
+                   CASE WHEN x % 997 = 0 THEN 'tx{offset}:' ELSE NULL END, {body} FROM g",
                 series(ROWS)
             ),
             format!(
@@ -241,6 +241,22 @@ impl Load {
                 pg_range: "ROW(container, id) > ROW(",
                 ranges: 1,
                 examined: Examined::Exactly(browse),
+            },
+            // The scheduler's page: prepared rows by xid (the load's are `tx<offset>:`, one in
+            // every 997 rows), a range of the partial xid index, never the table.
+            Case {
+                name: "read_prepared_range",
+                write: false,
+                binds: vec![
+                    B::Text(format!("tx{off}:")),
+                    B::Text(format!("tx{off};")),
+                    B::Int(LIMIT),
+                ],
+                index: "ebb_msgs_xidx",
+                sqlite_range: "(xid>? AND xid<?)",
+                pg_range: "(xid >= ",
+                ranges: 1,
+                examined: Examined::Exactly(((ROWS / 997).min(LIMIT), 0)),
             },
             Case {
                 name: "read_expired",
