@@ -32,6 +32,10 @@ pub enum Error {
         /// Why it cannot be used.
         reason: &'static str,
     },
+    /// A request Ebb does not support as asked (refused rather than done otherwise);
+    /// the text says what.
+    #[error("{0}")]
+    Unsupported(&'static str),
     /// A priority outside 0..=9.
     #[error("invalid priority {0}: priorities run from 0 to 9")]
     InvalidPriority(u8),
@@ -154,6 +158,7 @@ impl Error {
                 ErrorCode::InvalidValue
             }
             Error::ResourceLimit { .. } => ErrorCode::ResourceLimit,
+            Error::Unsupported(_) => ErrorCode::Unsupported,
             Error::TooManyDurableSubscriptions { .. } => ErrorCode::LimitExceeded,
             Error::NotThisSubscription => ErrorCode::UnknownAck,
             Error::ShuttingDown => ErrorCode::ShuttingDown,

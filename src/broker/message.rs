@@ -39,6 +39,12 @@ pub struct Message {
     /// subscription with [`SubscribeOptions::no_local`] of the same number does not
     /// receive it (JMS `noLocal`). `None` by default.
     pub origin: Option<u64>,
+    /// When to deliver it, epoch ms (ActiveMQ's scheduled delivery; STOMP's
+    /// `AMQ_SCHEDULED_DELAY` sets it to the SEND's time plus the delay). `None`, or a
+    /// time not in the future: at once. A scheduled message waits in the store, not
+    /// in memory, and survives restarts; it must be persistent, and is not taken in a
+    /// transaction ([`Error::Unsupported`](crate::Error::Unsupported)).
+    pub deliver_at: Option<i64>,
 }
 
 impl Message {
@@ -61,6 +67,7 @@ impl Message {
             priority: ebb_store::DEFAULT_PRIORITY,
             expiration: Expiration::Never,
             origin: None,
+            deliver_at: None,
         }
     }
 
@@ -95,6 +102,18 @@ impl Message {
     pub fn expires_at(mut self, epoch_ms: i64) -> Self {
         self.expiration = Expiration::At(epoch_ms);
         self
+    }
+
+    /// Delivers it at `epoch_ms` (scheduled delivery, [`Message::deliver_at`]).
+    pub fn deliver_at(mut self, epoch_ms: i64) -> Self {
+        self.deliver_at = Some(epoch_ms);
+        self
+    }
+
+    /// Delivers it `delay` from now (ActiveMQ's `AMQ_SCHEDULED_DELAY`).
+    pub fn delay(self, delay: Duration) -> Self {
+        let now = ebb_actors::destination::now_ms();
+        self.deliver_at(now.saturating_add(delay.as_millis().min(i64::MAX as u128) as i64))
     }
 
     /// Adds a user header (delivered in the order added; a selector can test it).

@@ -16,6 +16,7 @@ mod config;
 mod destination;
 mod flow;
 mod message;
+mod schedule;
 mod send;
 mod stats;
 mod subscribe;
@@ -27,6 +28,7 @@ pub use self::config::*;
 pub use self::destination::*;
 pub use self::flow::*;
 pub use self::message::*;
+pub use self::schedule::{SCHEDULED_XID_PREFIX, SCHEDULER_PAGE};
 pub use self::send::*;
 
 pub(crate) use self::subscribe::*;
@@ -66,6 +68,8 @@ pub struct Broker {
     usages: Arc<Usages>,
     /// Set by [`Broker::shutdown`]: calls then fail with [`Error::ShuttingDown`].
     shut_down: Arc<AtomicBool>,
+    /// Scheduled delivery ([`schedule`]).
+    scheduler: Arc<schedule::Scheduler>,
 }
 
 struct MessageIds {
@@ -102,7 +106,9 @@ impl Broker {
                 Ok(store)
             })
             .await??;
-        Self::start_on(runtime, store, config)
+        let broker = Self::start_on(runtime, store, config)?;
+        broker.resume_schedule().await?;
+        Ok(broker)
     }
 
     /// [`Broker::start`] for a standby (high availability, `ebb serve --standby`):
@@ -154,7 +160,9 @@ impl Broker {
                 }
             })
             .await??;
-        Self::start_on(runtime, store, config)
+        let broker = Self::start_on(runtime, store, config)?;
+        broker.resume_schedule().await?;
+        Ok(broker)
     }
 
     /// The state of the store's lease while this broker holds one (PostgreSQL with
@@ -222,6 +230,7 @@ impl Broker {
                 producers: Default::default(),
             }),
             shut_down: Arc::default(),
+            scheduler: Arc::default(),
         })
     }
 
@@ -399,6 +408,8 @@ impl Broker {
     /// harmless.
     pub async fn shutdown(&self) -> Result<(), Error> {
         self.shut_down.store(true, Ordering::Release);
+        // A page of scheduled messages in flight finishes first; none starts.
+        self.stop_scheduler().await;
         match self.registry.send(ShutdownBroker).await {
             Ok(done) => Ok(done?),
             // The registry is gone with the broker's system: nothing left to stop.

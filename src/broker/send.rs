@@ -249,6 +249,9 @@ impl Broker {
         if options.space == SpaceCheck::Wait {
             self.wait_for_space(&key, message.persistent).await?;
         }
+        if let Some(due) = message.deliver_at.filter(|due| *due > now_ms()) {
+            return self.send_scheduled(&key, message, due).await;
+        }
         let outgoing = self.outgoing(&key, message, false)?;
         let message_id = outgoing.message_id.clone();
         let ticket = self

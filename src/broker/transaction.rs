@@ -8,7 +8,7 @@ use super::subscription::{Acker, Received, TransactedAck};
 use super::Broker;
 use crate::error::Error;
 use actix::Handler;
-use ebb_actors::destination::PublishTicket;
+use ebb_actors::destination::{now_ms, PublishTicket};
 use ebb_actors::messages::{AbortPrepared, AcksStored, CommitPrepared, PublishPrepared, TakenAck};
 use ebb_actors::queue::QueueActor;
 use ebb_actors::topic::TopicActor;
@@ -66,6 +66,11 @@ impl Broker {
         xid: &str,
     ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
+        if message.deliver_at.is_some_and(|due| due > now_ms()) {
+            return Err(Error::Unsupported(
+                "a scheduled message cannot be sent in a transaction (not supported yet)",
+            ));
+        }
         self.check_transaction_space(&message)?;
         let outgoing = self.outgoing(&key, message, true)?;
         let message_id = outgoing.message_id.clone();

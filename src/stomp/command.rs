@@ -683,6 +683,7 @@ fn message_of(frame: &Frame) -> Result<Message, Refusal> {
             message = message.expires_at(at);
         }
     }
+    message.deliver_at = scheduled_of(frame)?;
     message.headers = frame
         .headers
         .iter()
@@ -690,6 +691,46 @@ fn message_of(frame: &Frame) -> Result<Message, Refusal> {
         .cloned()
         .collect();
     Ok(message)
+}
+
+/// ActiveMQ's scheduling headers on a SEND: `AMQ_SCHEDULED_DELAY` (ms, 0 or more; 0 is
+/// at once) gives the due time, epoch ms, from now. `AMQ_SCHEDULED_PERIOD`,
+/// `AMQ_SCHEDULED_REPEAT` and `AMQ_SCHEDULED_CRON` (repeats) are refused, not
+/// ignored, unless they ask for nothing (`0`, empty).
+fn scheduled_of(frame: &Frame) -> Result<Option<i64>, Refusal> {
+    for name in [
+        "AMQ_SCHEDULED_PERIOD",
+        "AMQ_SCHEDULED_REPEAT",
+        "AMQ_SCHEDULED_CRON",
+    ] {
+        if let Some(value) = frame.get(name).filter(|v| !matches!(v.trim(), "" | "0")) {
+            return refuse(
+                ErrorCode::Unsupported,
+                format!("{name} `{value}` is not supported yet: only AMQ_SCHEDULED_DELAY (one delivery after a delay)"),
+            );
+        }
+    }
+    let Some(text) = frame.get("AMQ_SCHEDULED_DELAY") else {
+        return Ok(None);
+    };
+    let delay = text
+        .trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|d| *d >= 0)
+        .ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::InvalidValue,
+                format!("invalid AMQ_SCHEDULED_DELAY `{text}`: ms, 0 or more"),
+            )
+        })?;
+    if delay == 0 {
+        return Ok(None);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    Ok(Some(now.saturating_add(delay)))
 }
 
 /// `x,y` (ms) as STOMP's `heart-beat` header gives them.

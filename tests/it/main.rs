@@ -40,6 +40,7 @@ mod metrics;
 mod queue_concurrency;
 mod queues;
 mod runtimes;
+mod scheduled;
 mod selectors;
 #[cfg(feature = "cli")]
 mod soak;

@@ -73,6 +73,16 @@ pub struct CommitPrepared {
     pub renumbered: Vec<(i64, i64)>,
 }
 
+/// Stored messages made visible behind the destination's back, by the scheduler
+/// ([`crate::scheduler`]): committed in the store already (with their new ids), they
+/// are released as if just published, in this order. Their bodies came with them (a
+/// page at most), so the destination holds nothing for them before they are due.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReleaseStored {
+    pub messages: Vec<TopicMessage>,
+}
+
 /// Transaction `xid` was rolled back: forget its messages.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -519,6 +529,26 @@ pub fn commit_prepared<A: DestinationActor>(
 ) {
     let core = act.core();
     let messages = core.prepared.commit(xid, renumbered);
+    core.counters.enqueued += messages.len() as u64;
+    let mut released = Vec::new();
+    for message in messages {
+        released.extend(core.order.push(Arc::new(message)));
+    }
+    act.release(released, ctx);
+}
+
+/// Handles [`ReleaseStored`]: the messages are counted as enqueued, expiry is armed
+/// for those that expire, and they are released in order.
+pub fn release_stored<A: DestinationActor>(
+    act: &mut A,
+    messages: Vec<TopicMessage>,
+    ctx: &mut Context<A>,
+) {
+    if messages.iter().any(|m| m.expiration > 0) {
+        act.core().schedule.arm();
+        schedule(act, ctx);
+    }
+    let core = act.core();
     core.counters.enqueued += messages.len() as u64;
     let mut released = Vec::new();
     for message in messages {

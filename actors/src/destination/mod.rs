@@ -31,9 +31,9 @@ mod schedule;
 
 pub use self::core::{
     begin_page, commit_prepared, end_run, idle_if_done, now_ms, page_failed, page_finished,
-    publish, retire, schedule, stop_housekeeping, AbortPrepared, CommitPrepared, DestinationActor,
-    DestinationCore, ExpiryPage, Plan, Publish, PublishPrepared, PublishTicket, Retire,
-    RunHousekeeping, StopDestination, StopHousekeeping,
+    publish, release_stored, retire, schedule, stop_housekeeping, AbortPrepared, CommitPrepared,
+    DestinationActor, DestinationCore, ExpiryPage, Plan, Publish, PublishPrepared, PublishTicket,
+    ReleaseStored, Retire, RunHousekeeping, StopDestination, StopHousekeeping,
 };
 pub use ack_batch::{AckAnswer, AckBatch, AckWrite};
 pub use completions::Completions;
@@ -89,6 +89,18 @@ macro_rules! destination_handlers {
                 ctx: &mut actix::Context<Self>,
             ) {
                 $crate::destination::commit_prepared(self, &msg.xid, &msg.renumbered, ctx);
+            }
+        }
+
+        impl actix::Handler<$crate::destination::ReleaseStored> for $actor {
+            type Result = ();
+
+            fn handle(
+                &mut self,
+                msg: $crate::destination::ReleaseStored,
+                ctx: &mut actix::Context<Self>,
+            ) {
+                $crate::destination::release_stored(self, msg.messages, ctx);
             }
         }
 

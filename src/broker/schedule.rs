@@ -1,0 +1,304 @@
+//! Scheduled delivery (ActiveMQ's `AMQ_SCHEDULED_DELAY`): a message sent with a due
+//! time ([`Message::deliver_at`]) is stored at once, invisible, and released to its
+//! destination when it is due.
+//!
+//! **In the store, never in memory.** A scheduled message is a prepared message (the
+//! store's transactions: invisible, holding no mark back) whose xid names its due time:
+//! `sched:<due, epoch ms, 20 digits>:<message id>`. Xids sort as their due times do,
+//! so the messages due now are one range of the store's xid index
+//! ([`ebb_store::MessageStore::read_prepared_range`]), read a page of at most
+//! [`SCHEDULER_PAGE`] rows at a time, oldest first, `LIMIT` in SQL. Nothing is held for
+//! a message before it is due: the broker keeps no list, the destinations no entry.
+//!
+//! **Released exactly once.** A due message is committed in the store as any prepared
+//! transaction is (one statement makes it visible with a new, highest id), then handed
+//! to its destination ([`ReleaseStored`]) with its body, which dispatches it as if just
+//! published. A crash before the commit leaves it scheduled; after it, it is a stored
+//! message like any other (a queue's or a durable subscription's backlog). So a
+//! message is never delivered twice nor lost, and messages that fell due while the
+//! broker was down are released at start, in due order, a page at a time.
+//!
+//! **The scheduler** is one task on the broker's actix system: it releases the due
+//! page, goes on at once after a full page, else sleeps until the next due time (one
+//! more bounded read) or until a new scheduled message wakes it. When nothing is
+//! scheduled it ends: no timer, no reads. A scheduled send starts it again, and so
+//! does the broker's start (to find what is already due). [`Broker::shutdown`] lets a
+//! page in flight finish first.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::message::{Message, PendingSend};
+use super::Broker;
+use crate::error::Error;
+use ebb_actors::destination::{now_ms, PublishTicket, ReleaseStored};
+use ebb_actors::messages::{PublishOutcome, TopicMessage};
+use ebb_actors::DestinationKey;
+use ebb_store::NewMessage;
+
+/// The xid prefix of scheduled messages in the store.
+pub const SCHEDULED_XID_PREFIX: &str = "sched:";
+
+/// Most scheduled messages released in one page (rows read and committed), as
+/// ActiveMQ's `maxExpirePageSize` default bounds an expiry page.
+pub const SCHEDULER_PAGE: u32 = 400;
+
+/// How long the sleeping scheduler waits at most before it looks whether the broker is
+/// still in use (ms): it holds a handle to the broker only while scheduled messages
+/// wait, and lets the broker go once nobody else holds it.
+const CHECK_EVERY_MS: i64 = 1_000;
+
+/// The scheduler's state, shared by the broker's clones.
+#[derive(Default)]
+pub(super) struct Scheduler {
+    /// A scheduler task runs (at most one does).
+    running: AtomicBool,
+    /// Wakes the sleeping task: a message was scheduled, or the broker stops.
+    wake: tokio::sync::Notify,
+    /// Held while a page is released; [`Broker::shutdown`] takes it to wait for one.
+    page: tokio::sync::Mutex<()>,
+    /// Messages released since start.
+    released: AtomicU64,
+}
+
+/// The xid of a message due at `due_ms` (epoch ms), with message id `message_id`.
+pub(super) fn scheduled_xid(due_ms: i64, message_id: &str) -> String {
+    format!("{SCHEDULED_XID_PREFIX}{:020}:{message_id}", due_ms.max(0))
+}
+
+/// The due time in a scheduled message's xid.
+fn due_of(xid: &str) -> Option<i64> {
+    xid.strip_prefix(SCHEDULED_XID_PREFIX)?
+        .get(..20)?
+        .parse()
+        .ok()
+}
+
+impl Broker {
+    /// Stores `message` for `key`, due at `due_ms` (epoch ms), and wakes the
+    /// scheduler. The [`PendingSend`] is ready: the message is committed (scheduled)
+    /// when this returns.
+    ///
+    /// Errors: [`Error::Unsupported`] for a non-persistent message (a scheduled
+    /// message lives in the store) and for a kind that keeps one message per key
+    /// (a last-value queue); as [`Broker::send`] otherwise.
+    pub(super) async fn send_scheduled(
+        &self,
+        key: &DestinationKey,
+        message: Message,
+        due_ms: i64,
+    ) -> Result<PendingSend, Error> {
+        if !message.persistent {
+            return Err(Error::Unsupported(
+                "a scheduled message must be persistent (persistent:true): it waits in the store",
+            ));
+        }
+        if key.capabilities().last_value_header.is_some() {
+            return Err(Error::Unsupported(
+                "scheduled delivery to a last-value queue is not supported",
+            ));
+        }
+        let outgoing = self.outgoing(key, message, false)?;
+        let message_id = outgoing.message_id.clone();
+        let new = NewMessage {
+            container: key.container(),
+            message_id: message_id.clone(),
+            expiration: outgoing.expiration,
+            priority: outgoing.priority,
+            xid: Some(scheduled_xid(due_ms, &message_id)),
+            payload: Arc::clone(&outgoing.payload),
+            indexed_headers: key.capabilities().indexed_headers,
+            last_value: None,
+        };
+        let id = self.store.add(new).await?;
+        self.wake_scheduler();
+        let outcome = PublishOutcome {
+            id: Some(id),
+            expired_on_arrival: false,
+        };
+        Ok(PendingSend {
+            message_id,
+            ticket: PublishTicket::ready(Ok(outcome)),
+        })
+    }
+
+    /// Scheduled messages released to their destinations since the broker started.
+    pub fn scheduled_released(&self) -> u64 {
+        self.scheduler.released.load(Ordering::Relaxed)
+    }
+
+    /// At start: starts the scheduler when messages are scheduled (some may have
+    /// fallen due while no broker ran). One read of one row; nothing when none is.
+    pub(super) async fn resume_schedule(&self) -> Result<(), Error> {
+        if self.next_due().await?.is_some() {
+            self.wake_scheduler();
+        }
+        Ok(())
+    }
+
+    /// Wakes the scheduler, starting it when none runs.
+    pub(super) fn wake_scheduler(&self) {
+        if self.scheduler.running.swap(true, Ordering::AcqRel) {
+            self.scheduler.wake.notify_one();
+            return;
+        }
+        let broker = self.clone();
+        self.runtime
+            .arbiter()
+            .spawn(async move { broker.run_scheduler().await });
+    }
+
+    /// Waits for a page being released to finish, and stops the scheduler: a step of
+    /// [`Broker::shutdown`] (called after the shut-down flag is set).
+    pub(super) async fn stop_scheduler(&self) {
+        self.scheduler.wake.notify_one();
+        drop(self.scheduler.page.lock().await);
+    }
+
+    /// The scheduler's loop (see the module documentation).
+    async fn run_scheduler(self) {
+        let scheduler = Arc::clone(&self.scheduler);
+        loop {
+            let page = scheduler.page.lock().await;
+            if self.is_shut_down() {
+                break;
+            }
+            let released = self.release_due().await;
+            drop(page);
+            let next = match released {
+                Ok(n) if n == SCHEDULER_PAGE as usize => {
+                    // A full page: the next at once (after others had their turn).
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                Ok(_) => self.next_due().await,
+                Err(e) => Err(e),
+            };
+            let due = match next {
+                Ok(Some(due)) => due,
+                Ok(None) => {
+                    // Nothing scheduled: stop. A message scheduled since the read
+                    // found the flag still set and only notified: look once more.
+                    scheduler.running.store(false, Ordering::Release);
+                    match self.next_due().await {
+                        Ok(Some(_)) if !scheduler.running.swap(true, Ordering::AcqRel) => continue,
+                        _ => return,
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "scheduler: reading the schedule failed; trying again in 1 s");
+                    now_ms() + CHECK_EVERY_MS
+                }
+            };
+            if !self.sleep_until(due).await {
+                break;
+            }
+        }
+        scheduler.running.store(false, Ordering::Release);
+    }
+
+    /// Sleeps until `due` (epoch ms) or a wake-up; `false` when the broker is shut
+    /// down or nobody else holds it any more (the scheduler then lets it go).
+    async fn sleep_until(&self, due: i64) -> bool {
+        loop {
+            let left = due - now_ms();
+            if left <= 0 {
+                return true;
+            }
+            let nap = Duration::from_millis(left.min(CHECK_EVERY_MS) as u64);
+            let woken = tokio::select! {
+                _ = tokio::time::sleep(nap) => false,
+                _ = self.scheduler.wake.notified() => true,
+            };
+            // Nobody else holds the broker: let it go (its thread ends with it).
+            if self.is_shut_down() || Arc::strong_count(&self.runtime) <= 1 {
+                return false;
+            }
+            if woken {
+                return true;
+            }
+        }
+    }
+
+    /// One page: the due messages (at most [`SCHEDULER_PAGE`], oldest first) are
+    /// committed in the store, then handed to their destinations in due order.
+    /// Returns how many were read.
+    async fn release_due(&self) -> Result<usize, Error> {
+        let upto = format!("{SCHEDULED_XID_PREFIX}{:020}", now_ms().saturating_add(1));
+        let rows = self
+            .store()
+            .read_prepared_range(SCHEDULED_XID_PREFIX, &upto, SCHEDULER_PAGE)
+            .await?;
+        // Commits share the store actor's group commit.
+        let commits = rows.iter().map(|row| self.store.commit(row.xid.clone()));
+        let committed = futures::future::join_all(commits).await;
+        let mut by_destination: Vec<(DestinationKey, Vec<TopicMessage>)> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        for (row, result) in rows.iter().zip(committed) {
+            let new_id = match result {
+                Ok(renumbered) => renumbered.first().map(|(_, new)| *new),
+                Err(e) => {
+                    tracing::warn!(xid = %row.xid, error = %e, "scheduler: releasing a due message failed; it stays scheduled");
+                    continue;
+                }
+            };
+            let Some(new_id) = new_id else { continue };
+            let container = &row.message.container;
+            let Ok(key) = DestinationKey::from_container(container) else {
+                tracing::warn!(%container, "scheduler: a released message names no destination");
+                continue;
+            };
+            let mut message = TopicMessage::from_stored(&row.message);
+            message.id = Some(new_id);
+            let at = *index.entry(container.clone()).or_insert_with(|| {
+                by_destination.push((key, Vec::new()));
+                by_destination.len() - 1
+            });
+            by_destination[at].1.push(message);
+        }
+        for (key, messages) in by_destination {
+            let n = messages.len() as u64;
+            let told = self
+                .tell(std::slice::from_ref(&key), || ReleaseStored {
+                    messages: messages.clone(),
+                })
+                .await;
+            if let Err(e) = told {
+                // Committed: the destination finds them in the store when it starts.
+                tracing::info!(destination = %key, error = %e, "scheduler: released messages not handed over");
+            }
+            self.scheduler.released.fetch_add(n, Ordering::Relaxed);
+        }
+        Ok(rows.len())
+    }
+
+    /// The due time of the next scheduled message (one row of the xid index).
+    async fn next_due(&self) -> Result<Option<i64>, Error> {
+        // Every scheduled xid is below `sched;` (`;` follows `:`).
+        let first = self
+            .store()
+            .read_prepared_range(SCHEDULED_XID_PREFIX, "sched;", 1)
+            .await?;
+        Ok(first.first().and_then(|row| due_of(&row.xid)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xids_sort_as_due_times_and_read_back() {
+        let early = scheduled_xid(999, "ID:b");
+        let late = scheduled_xid(1_000, "ID:a");
+        assert!(early < late);
+        assert_eq!(due_of(&early), Some(999));
+        assert_eq!(due_of(&late), Some(1_000));
+        // Due by 1,000 ms: below the bound for 1,001, not below the one for 1,000.
+        assert!(late.as_str() < format!("{SCHEDULED_XID_PREFIX}{:020}", 1_001).as_str());
+        assert!(late.as_str() >= format!("{SCHEDULED_XID_PREFIX}{:020}", 1_000).as_str());
+        assert_eq!(due_of("stomp:1:tx"), None);
+    }
+}

@@ -1,0 +1,241 @@
+//! Scheduled delivery (issue 32, first slice: ActiveMQ's `AMQ_SCHEDULED_DELAY`): a
+//! scheduled message waits in the store, invisible (not browsed, not delivered), and
+//! is delivered when due, never before; due messages survive a stop and come once, in
+//! due order; headers that cannot be honoured are refused, not ignored. On both
+//! backends.
+
+use std::time::Duration;
+
+use ebb::stomp::frame::Command;
+use ebb::test_util::stomp::*;
+use ebb::test_util::*;
+use ebb::{Broker, Error, ErrorCode, Message, Policy, SubscribeOptions, UsageConfig};
+
+const Q: &str = "queue://scheduled";
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+async fn queue_broker(t: &TestStore) -> Broker {
+    let policy = Policy {
+        expire_messages_period: 0,
+        ..Policy::default()
+    };
+    broker_with(t, vec![("queue://>", policy)], UsageConfig::default()).await
+}
+
+/// A message due in 1.5 s waits invisible while one sent after it is delivered; it
+/// comes at or after its due time, once; the topic's subscriber gets one the same way.
+async fn a_scheduled_message_is_delivered_when_due_and_not_before(t: TestStore) {
+    let b = queue_broker(&t).await;
+    let mut sub = b
+        .subscribe(Q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let due = now_ms() + 1_500;
+    b.send(Q, Message::new("later").deliver_at(due))
+        .await
+        .unwrap();
+    b.send(Q, Message::new("now")).await.unwrap();
+    let first = take(&mut sub, 1).await;
+    assert_eq!(body(&first[0]), "now");
+    // Stored, but not browsable before it is due.
+    let browsed = b.browse(Q, 0, 100).await.unwrap();
+    if now_ms() < due {
+        assert!(
+            browsed.iter().all(|m| m.body != b"later"[..]),
+            "{browsed:?}"
+        );
+    }
+    let later = take(&mut sub, 1).await;
+    let received_at = now_ms();
+    assert_eq!(body(&later[0]), "later");
+    assert!(
+        received_at >= due,
+        "delivered {} ms early",
+        due - received_at
+    );
+    assert!(quiet(&mut sub).await.is_none(), "delivered once");
+    assert_eq!(b.scheduled_released(), 1);
+
+    let mut topic_sub = b
+        .subscribe("topic://scheduled", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let due = now_ms() + 300;
+    b.send(
+        "topic://scheduled",
+        Message::new("to the topic").deliver_at(due),
+    )
+    .await
+    .unwrap();
+    let got = take(&mut topic_sub, 1).await;
+    assert!(now_ms() >= due);
+    assert_eq!(body(&got[0]), "to the topic");
+    b.shutdown().await.unwrap();
+}
+
+/// Scheduled messages that fall due while no broker runs are delivered at the next
+/// start, once each, in due order (not send order); a second restart delivers none
+/// again.
+async fn due_messages_survive_a_stop_and_come_once_in_due_order(t: TestStore) {
+    let b = queue_broker(&t).await;
+    let base = now_ms() + 400;
+    for (name, offset) in [("third", 300), ("first", 100), ("second", 200)] {
+        b.send(Q, Message::new(name).deliver_at(base + offset))
+            .await
+            .unwrap();
+    }
+    b.shutdown().await.unwrap();
+    drop(b);
+    // All three fall due while the store is closed.
+    let wait = (base + 300 - now_ms()).max(0) as u64 + 50;
+    actix_rt::time::sleep(Duration::from_millis(wait)).await;
+
+    let b = queue_broker(&t).await;
+    let mut sub = b
+        .subscribe(Q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, 3).await.iter().map(body).collect();
+    assert_eq!(got, ["first", "second", "third"]);
+    assert!(quiet(&mut sub).await.is_none());
+    drop(sub);
+    b.shutdown().await.unwrap();
+    drop(b);
+
+    let b = queue_broker(&t).await;
+    let mut sub = b
+        .subscribe(Q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    assert!(quiet(&mut sub).await.is_none(), "acked messages came again");
+    assert_eq!(b.scheduled_released(), 0);
+    b.shutdown().await.unwrap();
+}
+
+/// An offline durable subscription gets a scheduled message when it is due, not when
+/// it was sent: before, its backlog holds nothing; after, the message waits for it.
+async fn a_durable_subscription_gets_it_when_due(t: TestStore) {
+    let b = queue_broker(&t).await;
+    let topic = "topic://scheduled.durable";
+    let durable = || SubscribeOptions::durable("scheduler-test", "d");
+    drop(b.subscribe(topic, durable()).await.unwrap());
+    let due = now_ms() + 800;
+    b.send(topic, Message::new("due later").deliver_at(due))
+        .await
+        .unwrap();
+    let mut sub = b.subscribe(topic, durable()).await.unwrap();
+    if let Some(early) = quiet(&mut sub).await {
+        assert!(now_ms() >= due, "`{}` before it was due", body(&early));
+    }
+    drop(sub);
+    let wait = (due - now_ms()).max(0) as u64 + 100;
+    actix_rt::time::sleep(Duration::from_millis(wait)).await;
+    let mut sub = b.subscribe(topic, durable()).await.unwrap();
+    let got = take(&mut sub, 1).await;
+    assert_eq!(body(&got[0]), "due later");
+    b.shutdown().await.unwrap();
+}
+
+/// What cannot be honoured is refused: a non-persistent scheduled message, one in a
+/// transaction; nothing of either is delivered.
+async fn a_schedule_that_cannot_be_kept_is_refused(t: TestStore) {
+    let b = queue_broker(&t).await;
+    let due = now_ms() + 200;
+    let e = b
+        .send(Q, Message::new("np").persistent(false).deliver_at(due))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e}");
+    assert_eq!(e.code(), ErrorCode::Unsupported);
+    let mut tx = b.transaction("test:scheduled");
+    let e = tx
+        .send(Q, Message::new("in tx").deliver_at(due))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("transaction"), "{e}");
+    tx.rollback().await.unwrap();
+    let mut sub = b
+        .subscribe(Q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    assert!(quiet(&mut sub).await.is_none());
+    assert_eq!(b.scheduled_released(), 0);
+    b.shutdown().await.unwrap();
+}
+
+/// Over STOMP: `AMQ_SCHEDULED_DELAY` delays a persistent SEND (RECEIPT at once, the
+/// MESSAGE after the delay, with the header kept); a bad delay, the repeating headers
+/// and a non-persistent scheduled SEND get an ERROR with its code.
+async fn stomp_sends_take_amq_scheduled_delay(t: TestStore) {
+    let s = server(&t, Policy::default()).await;
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\ndestination:/queue/delayed\nid:1\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut c, "s").await;
+    let sent = now_ms();
+    c.write(b"SEND\ndestination:/queue/delayed\npersistent:true\nAMQ_SCHEDULED_DELAY:700\nreceipt:r\n\nlater\0")
+        .await;
+    receipt(&mut c, "r").await;
+    let m = c.frame().await.expect("the delayed MESSAGE");
+    assert_eq!(m.command, Command::Message);
+    assert!(now_ms() - sent >= 700, "{} ms", now_ms() - sent);
+    assert_eq!(m.body, &b"later"[..]);
+    assert_eq!(m.get("AMQ_SCHEDULED_DELAY"), Some("700"));
+
+    for (frame, code, says) in [
+        (
+            "SEND\ndestination:/queue/delayed\npersistent:true\nAMQ_SCHEDULED_DELAY:soon\n\nx\0",
+            "invalid-value",
+            "AMQ_SCHEDULED_DELAY",
+        ),
+        (
+            "SEND\ndestination:/queue/delayed\npersistent:true\nAMQ_SCHEDULED_DELAY:-5\n\nx\0",
+            "invalid-value",
+            "AMQ_SCHEDULED_DELAY",
+        ),
+        (
+            "SEND\ndestination:/queue/delayed\npersistent:true\nAMQ_SCHEDULED_DELAY:100\nAMQ_SCHEDULED_PERIOD:100\nAMQ_SCHEDULED_REPEAT:3\n\nx\0",
+            "unsupported",
+            "AMQ_SCHEDULED_PERIOD",
+        ),
+        (
+            "SEND\ndestination:/queue/delayed\nAMQ_SCHEDULED_CRON:* * * * *\n\nx\0",
+            "unsupported",
+            "AMQ_SCHEDULED_CRON",
+        ),
+        (
+            "SEND\ndestination:/queue/delayed\nAMQ_SCHEDULED_DELAY:100\n\nnot persistent\0",
+            "unsupported",
+            "persistent",
+        ),
+    ] {
+        let mut bad = Client::connected(s.addr, None).await;
+        bad.write(frame.as_bytes()).await;
+        let e = bad.frame().await.expect("an ERROR");
+        assert_eq!(e.command, Command::Error, "{frame:?}: {e:?}");
+        assert_eq!(e.get("error-code"), Some(code), "{frame:?}: {e:?}");
+        assert!(
+            e.get("message").unwrap_or_default().contains(says),
+            "{frame:?}: {e:?}"
+        );
+        assert!(bad.closed().await);
+    }
+    assert!(c.quiet().await.is_none(), "nothing refused was delivered");
+    s.stop().await;
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    a_scheduled_message_is_delivered_when_due_and_not_before,
+    due_messages_survive_a_stop_and_come_once_in_due_order,
+    a_schedule_that_cannot_be_kept_is_refused,
+    a_durable_subscription_gets_it_when_due,
+    stomp_sends_take_amq_scheduled_delay,
+);
