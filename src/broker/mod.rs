@@ -184,12 +184,17 @@ impl Broker {
     /// on an actix system as [`Broker::start`]. The caller takes care that no other
     /// broker uses it ([`MessageStore::lock_exclusive`]).
     ///
+    /// Scheduled messages already in the store are released as with
+    /// [`Broker::start`] (the scheduler starts at once and looks).
+    ///
     /// Errors: [`Error::Runtime`] when its thread cannot start.
     pub fn start_with_store(
         store: Arc<dyn MessageStore>,
         config: BrokerConfig,
     ) -> Result<Self, Error> {
-        Self::start_on(Arc::new(BrokerThread::new()?), store, config)
+        let broker = Self::start_on(Arc::new(BrokerThread::new()?), store, config)?;
+        broker.wake_scheduler();
+        Ok(broker)
     }
 
     /// Starts the store actor and the registry on `runtime` over `store`.
