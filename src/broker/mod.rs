@@ -28,7 +28,7 @@ pub use self::config::*;
 pub use self::destination::*;
 pub use self::flow::*;
 pub use self::message::*;
-pub use self::schedule::{SCHEDULED_XID_PREFIX, SCHEDULER_PAGE};
+pub use self::schedule::{ScheduledMessage, ScheduledPage, SCHEDULED_XID_PREFIX, SCHEDULER_PAGE};
 pub use self::send::*;
 
 pub(crate) use self::subscribe::*;

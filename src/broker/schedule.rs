@@ -63,6 +63,35 @@ pub(super) struct Scheduler {
     released: AtomicU64,
 }
 
+/// One scheduled message ([`Broker::scheduled`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ScheduledMessage {
+    /// Names it for [`Broker::cancel_scheduled`] and as a page's cursor (its store
+    /// transaction: `sched:<due>:<message id>`).
+    pub id: String,
+    /// Its destination's key (`queue://jobs`).
+    pub destination: String,
+    /// When it is due, epoch ms.
+    pub due_ms: i64,
+    /// The broker-assigned message id it will be delivered with.
+    pub message_id: String,
+    /// 0..=9.
+    pub priority: u8,
+    /// When it expires, epoch ms; 0 = never.
+    pub expiration: i64,
+    /// Its body's size, bytes.
+    pub body_bytes: usize,
+}
+
+/// A page of [`ScheduledMessage`]s, in due order.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ScheduledPage {
+    /// The page.
+    pub messages: Vec<ScheduledMessage>,
+    /// The `after` of the next page; `None` at the end.
+    pub next: Option<String>,
+}
+
 /// The xid of a message due at `due_ms` (epoch ms), with message id `message_id`.
 pub(super) fn scheduled_xid(due_ms: i64, message_id: &str) -> String {
     format!("{SCHEDULED_XID_PREFIX}{:020}:{message_id}", due_ms.max(0))
@@ -122,6 +151,58 @@ impl Broker {
             message_id,
             ticket: PublishTicket::ready(Ok(outcome)),
         })
+    }
+
+    /// The scheduled messages, in due order, at most `limit` (1 to
+    /// [`SCHEDULER_PAGE`]) from the one after `after` (a [`ScheduledMessage::id`];
+    /// `None`: from the first): one range of the store's xid index. `next` is the id
+    /// to pass for the following page, `None` at the end.
+    ///
+    /// Errors: [`Error::ShuttingDown`], or the store's.
+    pub async fn scheduled(&self, after: Option<&str>, limit: u32) -> Result<ScheduledPage, Error> {
+        self.refuse_if_shut_down()?;
+        let limit = limit.clamp(1, SCHEDULER_PAGE);
+        let from = after.unwrap_or(SCHEDULED_XID_PREFIX);
+        // `after` itself is read again (from is inclusive) and skipped.
+        let rows = self
+            .store()
+            .read_prepared_range(from, "sched;", limit + 1)
+            .await?;
+        let mut messages: Vec<ScheduledMessage> = rows
+            .into_iter()
+            .filter(|row| Some(row.xid.as_str()) != after)
+            .filter_map(|row| {
+                Some(ScheduledMessage {
+                    due_ms: due_of(&row.xid)?,
+                    destination: row.message.container.clone(),
+                    message_id: row.message.message_id.clone(),
+                    priority: row.message.priority,
+                    expiration: row.message.expiration,
+                    body_bytes: row.message.payload.body.len(),
+                    id: row.xid,
+                })
+            })
+            .collect();
+        let next = if messages.len() > limit as usize {
+            messages.truncate(limit as usize);
+            messages.last().map(|m| m.id.clone())
+        } else {
+            None
+        };
+        Ok(ScheduledPage { messages, next })
+    }
+
+    /// Cancels scheduled message `id` (a [`ScheduledMessage::id`]): it is deleted and
+    /// never delivered. `false` when no such message waits (a wrong id, or one
+    /// released or cancelled already).
+    ///
+    /// Errors: [`Error::ShuttingDown`], or the store's.
+    pub async fn cancel_scheduled(&self, id: &str) -> Result<bool, Error> {
+        self.refuse_if_shut_down()?;
+        if !id.starts_with(SCHEDULED_XID_PREFIX) || due_of(id).is_none() {
+            return Ok(false);
+        }
+        Ok(self.store.rollback(id.to_string()).await? > 0)
     }
 
     /// Scheduled messages released to their destinations since the broker started.

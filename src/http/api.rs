@@ -63,7 +63,9 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/kinds", get(kinds))
         .route("/destinations", get(destinations))
         .route("/connections", get(connections))
-        .route("/connections/:session", delete(close_connection));
+        .route("/connections/:session", delete(close_connection))
+        .route("/scheduled", get(scheduled))
+        .route("/scheduled/:id", delete(cancel_scheduled));
     for kind in DestinationKind::all() {
         router = router.nest(&format!("/{}", kind.spec().plural), kind_routes(kind));
     }
@@ -114,6 +116,8 @@ fn route_list() -> Vec<String> {
         "GET /api/v1/broker",
         "GET /api/v1/kinds",
         "GET /api/v1/destinations?after=KEY&limit=N",
+        "GET /api/v1/scheduled?after=ID&limit=N",
+        "DELETE /api/v1/scheduled/ID",
     ]
     .map(String::from)
     .to_vec();
@@ -274,6 +278,46 @@ async fn broker(State(state): State<AppState>) -> Result<Response, ApiError> {
 struct PageQuery {
     after: Option<String>,
     limit: Option<u32>,
+}
+
+/// `GET /api/v1/scheduled`: the scheduled messages in due order, a page of at most
+/// `limit` (default and most [`crate::broker::SCHEDULER_PAGE`]) after `after` (the
+/// `next` of the page before); only those whose destination the caller may read.
+async fn scheduled(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Json<crate::broker::ScheduledPage>, ApiError> {
+    let Query(query) = query?;
+    let most = crate::broker::SCHEDULER_PAGE;
+    let limit = page_limit(query.limit, most, most)?;
+    let mut page = state
+        .broker
+        .scheduled(query.after.as_deref(), limit)
+        .await?;
+    page.messages.retain(|m| {
+        DestinationKey::from_container(&m.destination)
+            .is_ok_and(|key| may_read(&state, &caller, &key).is_ok())
+    });
+    Ok(Json(page))
+}
+
+/// `DELETE /api/v1/scheduled/ID`: cancels a scheduled message (`204`), `404` when
+/// none with that id waits.
+async fn cancel_scheduled(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Path(id) = id?;
+    if state.broker.cancel_scheduled(&id).await? {
+        tracing::info!(%id, "scheduled message cancelled through the admin API");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no scheduled message {id}: it was delivered or cancelled, or never scheduled (GET /api/v1/scheduled lists them)"),
+        ))
+    }
 }
 
 /// `GET /api/v1/destinations`.

@@ -2141,8 +2141,97 @@ async fn refused_logins_are_throttled_per_address_across_protocols(t: TestStore)
     tcp.stop().await;
 }
 
+/// Scheduled messages through the admin API: listed in due order, in pages whose
+/// `next` goes on after the last, with their destination and due time; one cancelled
+/// is never delivered, the others are; a wrong id is `404`.
+async fn scheduled_messages_are_listed_and_cancelled(t: TestStore) {
+    let (b, server, base) = http_server(&t, |_| {}).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let due = now + 1_500;
+    for (i, offset) in [30, 10, 20].into_iter().enumerate() {
+        b.send(
+            "queue://api.later",
+            Message::new(format!("m{i}")).deliver_at(due + offset),
+        )
+        .await
+        .unwrap();
+    }
+    let first = call(
+        "GET",
+        format!("{base}/api/v1/scheduled?limit=2"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(first.status, 200, "{}", first.json);
+    let page = first.json["messages"].as_array().unwrap().clone();
+    assert_eq!(page.len(), 2, "{}", first.json);
+    assert_eq!(page[0]["due_ms"], due + 10);
+    assert_eq!(page[1]["due_ms"], due + 20);
+    assert_eq!(page[0]["destination"], "queue://api.later");
+    let next = first.json["next"].as_str().unwrap().to_string();
+    let rest = call(
+        "GET",
+        format!("{base}/api/v1/scheduled?after={}", urlencode(&next)),
+        None,
+        None,
+    )
+    .await;
+    let rest_page = rest.json["messages"].as_array().unwrap().clone();
+    assert_eq!(rest_page.len(), 1, "{}", rest.json);
+    assert_eq!(rest_page[0]["due_ms"], due + 30);
+    assert!(rest.json["next"].is_null());
+
+    // Cancel the one due second (body m2).
+    let id = page[1]["id"].as_str().unwrap().to_string();
+    let cancelled = call(
+        "DELETE",
+        format!("{base}/api/v1/scheduled/{}", urlencode(&id)),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(cancelled.status, 204, "{}", cancelled.json);
+    let again = call(
+        "DELETE",
+        format!("{base}/api/v1/scheduled/{}", urlencode(&id)),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(again.status, 404, "{}", again.json);
+    assert_eq!(again.json["code"], "not-found");
+    let mut sub = b
+        .subscribe("queue://api.later", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, 2).await.iter().map(body).collect();
+    assert_eq!(got, ["m1", "m0"]);
+    assert!(quiet(&mut sub).await.is_none(), "the cancelled one came");
+    let empty = call("GET", format!("{base}/api/v1/scheduled"), None, None).await;
+    assert_eq!(empty.json["messages"].as_array().unwrap().len(), 0);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+/// `%`-encodes what a path or query value cannot hold as it is.
+fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    scheduled_messages_are_listed_and_cancelled,
     health_and_readiness_say_what_they_check,
     refused_logins_are_throttled_per_address_across_protocols,
     a_websocket_reads_little_before_connect,
