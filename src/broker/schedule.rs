@@ -333,6 +333,11 @@ impl Broker {
             };
             let mut message = TopicMessage::from_stored(&row.message);
             message.id = Some(new_id);
+            if let Some(due) = due_of(&row.xid) {
+                let late_ms = (now_ms() - due).max(0);
+                metrics::histogram!(crate::metrics::names::SCHEDULED_LATENESS_SECONDS)
+                    .record(late_ms as f64 / 1000.0);
+            }
             let at = *index.entry(container.clone()).or_insert_with(|| {
                 by_destination.push((key, Vec::new()));
                 by_destination.len() - 1
@@ -351,6 +356,7 @@ impl Broker {
                 tracing::info!(destination = %key, error = %e, "scheduler: released messages not handed over");
             }
             self.scheduler.released.fetch_add(n, Ordering::Relaxed);
+            metrics::counter!(crate::metrics::names::SCHEDULED_RELEASED_TOTAL).increment(n);
         }
         Ok(rows.len())
     }

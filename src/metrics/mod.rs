@@ -43,6 +43,8 @@
 //! | `ebb_expiry_runs_total` | counter | `destination` | expiry runs (chains of pages) started |
 //! | `ebb_expiry_pages_total` | counter | `destination` | expiry pages finished |
 //! | `ebb_login_failures_total`, `ebb_logins_throttled_total` | counter | `protocol` | refused logins; logins refused without a check, their address having used up its refused logins ([`crate::login_guard`]) |
+//! | `ebb_scheduled_released_total` | counter | | scheduled messages released to their destinations (`AMQ_SCHEDULED_DELAY`, [`crate::Message::deliver_at`]) |
+//! | `ebb_scheduled_lateness_seconds` | histogram | | how late each scheduled message was released, due time to release (buckets [`LATENESS_BUCKETS`]): a late scheduler shows here |
 //! | `ebb_expiry_page_rows` | histogram | `destination` | rows one expiry page loaded (buckets [`PAGE_ROW_BUCKETS`]); a page that failed is counted in `ebb_expiry_pages_total` only |
 //!
 //! The `destination` label is the store key (`topic://orders`). What each value means
@@ -65,6 +67,9 @@ use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, g
 use serde::Deserialize;
 
 use crate::stats::BrokerStats;
+
+/// Upper bounds of the `ebb_scheduled_lateness_seconds` buckets, in seconds.
+pub const LATENESS_BUCKETS: &[f64] = &[0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 300.0];
 
 /// Upper bounds of the `ebb_expiry_page_rows` buckets, in rows (the default page is
 /// 400 rows).
@@ -146,6 +151,10 @@ pub mod names {
     pub const EXPIRY_RUNS_TOTAL: &str = "ebb_expiry_runs_total";
     /// Rows one expiry page loaded.
     pub const EXPIRY_PAGE_ROWS: &str = "ebb_expiry_page_rows";
+    /// Scheduled messages released to their destinations since start.
+    pub const SCHEDULED_RELEASED_TOTAL: &str = "ebb_scheduled_released_total";
+    /// How late each scheduled message was released: its due time to its release.
+    pub const SCHEDULED_LATENESS_SECONDS: &str = "ebb_scheduled_lateness_seconds";
     /// The label every per-destination metric has: the store key.
     pub const DESTINATION_LABEL: &str = "destination";
 }
@@ -277,6 +286,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Times this process became active after waiting as a standby",
     ),
     (
+        names::SCHEDULED_RELEASED_TOTAL,
+        "Scheduled messages released to their destinations since start",
+    ),
+    (
         names::HA_LEASE_RENEWALS_TOTAL,
         "Renewals of the store's lease since it was taken",
     ),
@@ -300,6 +313,11 @@ pub fn describe() {
         describe_counter!(name, what);
     }
     describe_histogram!(names::EXPIRY_PAGE_ROWS, "Rows one expiry page loaded");
+    describe_histogram!(
+        names::SCHEDULED_LATENESS_SECONDS,
+        Unit::Seconds,
+        "How late each scheduled message was released (its due time to its release)"
+    );
 }
 
 /// Records this broker's high-availability role (`active` true, or standby).

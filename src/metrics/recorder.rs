@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::watch;
 
-use super::{describe, names, record, PAGE_ROW_BUCKETS};
+use super::{describe, names, record, LATENESS_BUCKETS, PAGE_ROW_BUCKETS};
 use crate::{Broker, Error};
 
 /// How often the refresh task copies [`Broker::stats`] into the metrics.
@@ -33,6 +33,12 @@ pub fn install_recorder() -> Result<PrometheusHandle, Error> {
             Matcher::Full(names::EXPIRY_PAGE_ROWS.into()),
             PAGE_ROW_BUCKETS,
         )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(names::SCHEDULED_LATENESS_SECONDS.into()),
+                LATENESS_BUCKETS,
+            )
+        })
         .and_then(PrometheusBuilder::install_recorder)
         .map_err(|e| Error::Metrics(format!("cannot install the Prometheus recorder: {e}")))?;
     describe();

@@ -2213,6 +2213,22 @@ async fn scheduled_messages_are_listed_and_cancelled(t: TestStore) {
     assert!(quiet(&mut sub).await.is_none(), "the cancelled one came");
     let empty = call("GET", format!("{base}/api/v1/scheduled"), None, None).await;
     assert_eq!(empty.json["messages"].as_array().unwrap().len(), 0);
+    // /metrics counts them (the recorder is the process's: other tests add to it).
+    let url = format!("{base}/metrics");
+    let text =
+        tokio::task::spawn_blocking(move || ureq::get(&url).call().unwrap().into_string().unwrap())
+            .await
+            .unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+    };
+    assert!(value("ebb_scheduled_released_total") >= 2.0, "{text}");
+    assert!(
+        value("ebb_scheduled_lateness_seconds_count") >= 2.0,
+        "{text}"
+    );
     server.stop().await;
     b.shutdown().await.unwrap();
 }
