@@ -356,6 +356,15 @@ impl QueueCursor {
         if self.read_ids.contains(&id) {
             return offered; // a read found it in the store already
         }
+        if id <= self.paged_upto {
+            // Released after messages with higher ids (a transaction's commit or a
+            // scheduled release that raced a publish: ids are given at commit, the
+            // order at release). A read goes on after `paged_upto`, so it would never
+            // find this one: it is cached whatever the mode or the cache's limit (as
+            // many as commits can overtake each other, not a backlog).
+            self.insert((id, 0), Entry::new(message));
+            return offered;
+        }
         match self.mode {
             Mode::Live
                 if self.pending.len() < self.cache_limit
@@ -707,6 +716,24 @@ mod tests {
             out.push(e.message.id);
         }
         out
+    }
+
+    #[test]
+    fn a_message_released_behind_the_cursor_is_cached_over_the_limit() {
+        // Live and full: 1..=4 cached, 5 turns it to store mode (left in the store).
+        let mut c = QueueCursor::new(4, 70, 0);
+        assert_eq!(c.read_request(), Some((0, 4)));
+        c.on_read(Some(Vec::new()));
+        for id in 1..=5 {
+            c.offer(msg(Some(id)));
+        }
+        assert!(!c.is_live());
+        // An id below `paged_upto` (4) released only now (a commit that overtook a
+        // publish: ids are given at commit, order at release): a read after 4 would
+        // never return it.
+        c.offer(msg(Some(0)));
+        let got = ids(&mut c);
+        assert!(got.contains(&Some(0)), "{got:?}");
     }
 
     #[test]

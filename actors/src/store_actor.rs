@@ -541,6 +541,19 @@ impl StoreHandle {
         Ok(self.write(WriteOp::Commit { xid }).await?.committed()?)
     }
 
+    /// [`Self::commit`] in the caller's order, as [`Self::add_in_order`]: the write is
+    /// in the store actor's mailbox when this returns, so commits sent this way get
+    /// their new ids in the order they were sent (the scheduler releases a page of
+    /// due messages so, and a queue's cursor sees the ids in the order it is handed
+    /// the messages).
+    pub fn commit_in_order(
+        &self,
+        xid: String,
+    ) -> impl Future<Output = Result<Vec<(i64, i64)>, ActorError>> {
+        let write = self.write_in_order(WriteOp::Commit { xid });
+        async move { Ok(write.await?.committed()?) }
+    }
+
     /// [`WriteOp::Commit`] of `xid` and the writes `with` (the acks of the same
     /// transaction: [`WriteOp::Remove`], [`WriteOp::Ack`], [`WriteOp::AckUpTo`]) in one
     /// store transaction ([`WriteTogether`]): its sends become visible and its acks

@@ -92,9 +92,17 @@ pub struct ScheduledPage {
     pub next: Option<String>,
 }
 
-/// The xid of a message due at `due_ms` (epoch ms), with message id `message_id`.
+/// The xid of a message due at `due_ms` (epoch ms), with message id `message_id`
+/// (`PREFIX:N`): messages due at the same ms sort by `N`, zero-padded, so in the order
+/// this broker sent them.
 pub(super) fn scheduled_xid(due_ms: i64, message_id: &str) -> String {
-    format!("{SCHEDULED_XID_PREFIX}{:020}:{message_id}", due_ms.max(0))
+    let id = match message_id.rsplit_once(':') {
+        Some((prefix, n)) if n.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("{prefix}:{n:0>20}")
+        }
+        _ => message_id.to_string(),
+    };
+    format!("{SCHEDULED_XID_PREFIX}{:020}:{id}", due_ms.max(0))
 }
 
 /// The due time in a scheduled message's xid.
@@ -312,8 +320,13 @@ impl Broker {
             .store()
             .read_prepared_range(SCHEDULED_XID_PREFIX, &upto, SCHEDULER_PAGE)
             .await?;
-        // Commits share the store actor's group commit.
-        let commits = rows.iter().map(|row| self.store.commit(row.xid.clone()));
+        // Sent in due order now (each in the store actor's mailbox before the next),
+        // so their new ids follow due order: a queue's cursor relies on being handed
+        // ids in order. They share the store actor's group commit.
+        let commits: Vec<_> = rows
+            .iter()
+            .map(|row| self.store.commit_in_order(row.xid.clone()))
+            .collect();
         let committed = futures::future::join_all(commits).await;
         let mut by_destination: Vec<(DestinationKey, Vec<TopicMessage>)> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
@@ -344,7 +357,9 @@ impl Broker {
             });
             by_destination[at].1.push(message);
         }
-        for (key, messages) in by_destination {
+        for (key, mut messages) in by_destination {
+            // In id order whatever happened (the cursor's invariant).
+            messages.sort_by_key(|m| m.id);
             let n = messages.len() as u64;
             let told = self
                 .tell(std::slice::from_ref(&key), || ReleaseStored {
@@ -387,5 +402,7 @@ mod tests {
         assert!(late.as_str() < format!("{SCHEDULED_XID_PREFIX}{:020}", 1_001).as_str());
         assert!(late.as_str() >= format!("{SCHEDULED_XID_PREFIX}{:020}", 1_000).as_str());
         assert_eq!(due_of("stomp:1:tx"), None);
+        // Same due time: in send order, not in the text order of the message ids.
+        assert!(scheduled_xid(5, "ID:x:9") < scheduled_xid(5, "ID:x:10"));
     }
 }
