@@ -227,6 +227,38 @@ async fn releases_racing_publishes_lose_nothing(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// The same race on a topic: an online durable subscription gets every scheduled
+/// message and every publish once.
+async fn a_durable_subscription_gets_releases_racing_publishes(t: TestStore) {
+    const N: usize = 1_000;
+    let b = queue_broker(&t).await;
+    let topic = "topic://scheduled.race";
+    let mut sub = b
+        .subscribe(topic, SubscribeOptions::durable("race", "d"))
+        .await
+        .unwrap();
+    let due = now_ms() + 1_500;
+    let scheduled: Vec<Message> = (0..N)
+        .map(|i| Message::new(format!("s{i}")).deliver_at(due + (i % 300) as i64))
+        .collect();
+    for outcome in b.send_all(topic, scheduled).await {
+        outcome.unwrap();
+    }
+    let wait = (due - now_ms()).max(0) as u64;
+    actix_rt::time::sleep(Duration::from_millis(wait)).await;
+    let live: Vec<Message> = (0..N).map(|i| Message::new(format!("p{i}"))).collect();
+    for outcome in b.send_all(topic, live).await {
+        outcome.unwrap();
+    }
+    let mut got: Vec<String> = take(&mut sub, 2 * N).await.iter().map(body).collect();
+    assert!(quiet(&mut sub).await.is_none(), "more than {}", 2 * N);
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), 2 * N, "each once");
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
 /// What cannot be honoured is refused: a non-persistent scheduled message, one in a
 /// transaction; nothing of either is delivered.
 async fn a_schedule_that_cannot_be_kept_is_refused(t: TestStore) {
@@ -326,3 +358,10 @@ on_every_backend!(
     releases_racing_publishes_lose_nothing,
     stomp_sends_take_amq_scheduled_delay,
 );
+
+/// A known defect, kept as a test to fix next (see the function above).
+#[actix_rt::test]
+#[ignore = "known defect, next slice of issue 32: on a topic, a scheduled release or a transaction's COMMIT that overtakes a publish reaches an online durable subscription only at its next attach or a restart (its cursor takes the lower id as covered); 8 to 12 of 2,000 here"]
+async fn durable_subscription_releases_racing_publishes_sqlite() {
+    a_durable_subscription_gets_releases_racing_publishes(TestStore::sqlite()).await;
+}
