@@ -10,10 +10,10 @@
 //! [`SCHEDULER_PAGE`] rows at a time, oldest first, `LIMIT` in SQL. Nothing is held for
 //! a message before it is due: the broker keeps no list, the destinations no entry.
 //!
-//! **Released exactly once.** A due message is committed in the store as any prepared
-//! transaction is (one statement makes it visible with a new, highest id), then handed
-//! to its destination ([`ReleaseStored`]) with its body, which dispatches it as if just
-//! published. A crash before the commit leaves it scheduled; after it, it is a stored
+//! **Released exactly once.** A due message is handed to its destination with its
+//! body ([`ReleaseScheduled`]), which commits it in the store as any prepared
+//! transaction is (one statement makes it visible with a new, highest id), in its own
+//! publish order, and dispatches it as if just published. A crash before the commit leaves it scheduled; after it, it is a stored
 //! message like any other (a queue's or a durable subscription's backlog). So a
 //! message is never delivered twice nor lost, and messages that fell due while the
 //! broker was down are released at start, in due order, a page at a time.
@@ -33,7 +33,7 @@ use std::time::Duration;
 use super::message::{Message, PendingSend};
 use super::Broker;
 use crate::error::Error;
-use ebb_actors::destination::{now_ms, PublishTicket, ReleaseStored};
+use ebb_actors::destination::{now_ms, PublishTicket, ReleaseScheduled};
 use ebb_actors::messages::{PublishOutcome, TopicMessage};
 use ebb_actors::DestinationKey;
 use ebb_store::NewMessage;
@@ -257,7 +257,12 @@ impl Broker {
             let released = self.release_due().await;
             drop(page);
             let next = match released {
-                Ok(n) if n == SCHEDULER_PAGE as usize => {
+                Ok((read, done)) if done < read => {
+                    // Some stayed scheduled (a destination or the store failed): again
+                    // in a while, not at once.
+                    Ok(Some(now_ms() + CHECK_EVERY_MS))
+                }
+                Ok((read, _)) if read == SCHEDULER_PAGE as usize => {
                     // A full page: the next at once (after others had their turn).
                     tokio::task::yield_now().await;
                     continue;
@@ -311,43 +316,28 @@ impl Broker {
         }
     }
 
-    /// One page: the due messages (at most [`SCHEDULER_PAGE`], oldest first) are
-    /// committed in the store, then handed to their destinations in due order.
-    /// Returns how many were read.
-    async fn release_due(&self) -> Result<usize, Error> {
+    /// One page: the due messages (at most [`SCHEDULER_PAGE`], oldest first) are handed
+    /// to their destinations, which commit and release them. Returns how many were
+    /// read and how many released.
+    async fn release_due(&self) -> Result<(usize, usize), Error> {
         let upto = format!("{SCHEDULED_XID_PREFIX}{:020}", now_ms().saturating_add(1));
         let rows = self
             .store()
             .read_prepared_range(SCHEDULED_XID_PREFIX, &upto, SCHEDULER_PAGE)
             .await?;
-        // Sent in due order now (each in the store actor's mailbox before the next),
-        // so their new ids follow due order: a queue's cursor relies on being handed
-        // ids in order. They share the store actor's group commit.
-        let commits: Vec<_> = rows
-            .iter()
-            .map(|row| self.store.commit_in_order(row.xid.clone()))
-            .collect();
-        let committed = futures::future::join_all(commits).await;
-        let mut by_destination: Vec<(DestinationKey, Vec<TopicMessage>)> = Vec::new();
+        // Each destination commits its own, in its publish order (so the new ids follow
+        // the order its cursors see), and answers how many it released.
+        let mut by_destination: Vec<(DestinationKey, Vec<(String, TopicMessage)>)> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
-        for (row, result) in rows.iter().zip(committed) {
-            let new_id = match result {
-                Ok(renumbered) => renumbered.first().map(|(_, new)| *new),
-                Err(e) => {
-                    tracing::warn!(xid = %row.xid, error = %e, "scheduler: releasing a due message failed; it stays scheduled");
-                    continue;
-                }
-            };
-            let Some(new_id) = new_id else { continue };
+        let now = now_ms();
+        for row in &rows {
             let container = &row.message.container;
             let Ok(key) = DestinationKey::from_container(container) else {
-                tracing::warn!(%container, "scheduler: a released message names no destination");
+                tracing::warn!(%container, "scheduler: a due message names no destination");
                 continue;
             };
-            let mut message = TopicMessage::from_stored(&row.message);
-            message.id = Some(new_id);
             if let Some(due) = due_of(&row.xid) {
-                let late_ms = (now_ms() - due).max(0);
+                let late_ms = (now - due).max(0);
                 metrics::histogram!(crate::metrics::names::SCHEDULED_LATENESS_SECONDS)
                     .record(late_ms as f64 / 1000.0);
             }
@@ -355,25 +345,39 @@ impl Broker {
                 by_destination.push((key, Vec::new()));
                 by_destination.len() - 1
             });
-            by_destination[at].1.push(message);
+            let message = TopicMessage::from_stored(&row.message);
+            by_destination[at].1.push((row.xid.clone(), message));
         }
-        for (key, mut messages) in by_destination {
-            // In id order whatever happened (the cursor's invariant).
-            messages.sort_by_key(|m| m.id);
-            let n = messages.len() as u64;
-            let told = self
-                .tell(std::slice::from_ref(&key), || ReleaseStored {
-                    messages: messages.clone(),
-                })
+        let mut released_all = 0;
+        for (key, releases) in by_destination {
+            let asked = releases.len();
+            let released = self
+                .ask_live(
+                    &key,
+                    || ReleaseScheduled {
+                        releases: releases.clone(),
+                    },
+                    |_| false,
+                )
                 .await;
-            if let Err(e) = told {
-                // Committed: the destination finds them in the store when it starts.
-                tracing::info!(destination = %key, error = %e, "scheduler: released messages not handed over");
+            let n = match released {
+                Ok(n) => n,
+                Err(e) => {
+                    // Not committed: they stay scheduled and come again in a later page.
+                    tracing::warn!(destination = %key, error = %e, "scheduler: due messages not released");
+                    0
+                }
+            };
+            if n < asked {
+                tracing::warn!(destination = %key, released = n, due = asked, "scheduler: some due messages stay scheduled");
             }
-            self.scheduler.released.fetch_add(n, Ordering::Relaxed);
-            metrics::counter!(crate::metrics::names::SCHEDULED_RELEASED_TOTAL).increment(n);
+            released_all += n;
+            self.scheduler
+                .released
+                .fetch_add(n as u64, Ordering::Relaxed);
+            metrics::counter!(crate::metrics::names::SCHEDULED_RELEASED_TOTAL).increment(n as u64);
         }
-        Ok(rows.len())
+        Ok((rows.len(), released_all))
     }
 
     /// The due time of the next scheduled message (one row of the xid index).

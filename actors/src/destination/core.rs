@@ -73,14 +73,17 @@ pub struct CommitPrepared {
     pub renumbered: Vec<(i64, i64)>,
 }
 
-/// Stored messages made visible behind the destination's back, by the scheduler
-/// ([`crate::scheduler`]): committed in the store already (with their new ids), they
-/// are released as if just published, in this order. Their bodies came with them (a
-/// page at most), so the destination holds nothing for them before they are due.
+/// Scheduled messages that are due: `(xid, message)` each, the message as stored
+/// (its body came with it: a page at most), in due order. The destination commits each
+/// xid in the store itself, in its publish order (a place reserved as a publish's, the
+/// commit sent to the store actor in order), so the new ids follow the order in which
+/// it releases messages, as its cursors rely on; each is then released as if just
+/// published. Answers how many were committed (a failed commit leaves its message
+/// scheduled).
 #[derive(Message)]
-#[rtype(result = "()")]
-pub struct ReleaseStored {
-    pub messages: Vec<TopicMessage>,
+#[rtype(result = "usize")]
+pub struct ReleaseScheduled {
+    pub releases: Vec<(String, TopicMessage)>,
 }
 
 /// Transaction `xid` was rolled back: forget its messages.
@@ -537,24 +540,53 @@ pub fn commit_prepared<A: DestinationActor>(
     act.release(released, ctx);
 }
 
-/// Handles [`ReleaseStored`]: the messages are counted as enqueued, expiry is armed
-/// for those that expire, and they are released in order.
-pub fn release_stored<A: DestinationActor>(
+/// Handles [`ReleaseScheduled`] (see there): expiry is armed for messages that
+/// expire; each committed message is counted as enqueued and released in its place.
+pub fn release_scheduled<A: DestinationActor>(
     act: &mut A,
-    messages: Vec<TopicMessage>,
+    releases: Vec<(String, TopicMessage)>,
     ctx: &mut Context<A>,
-) {
-    if messages.iter().any(|m| m.expiration > 0) {
+) -> ResponseFuture<usize> {
+    if releases.iter().any(|(_, m)| m.expiration > 0) {
         act.core().schedule.arm();
         schedule(act, ctx);
     }
-    let core = act.core();
-    core.counters.enqueued += messages.len() as u64;
-    let mut released = Vec::new();
-    for message in messages {
-        released.extend(core.order.push(Arc::new(message)));
+    let mut answers = Vec::with_capacity(releases.len());
+    for (xid, message) in releases {
+        let core = act.core();
+        let place = core.order.reserve();
+        let commit = core.store.commit_in_order(xid.clone());
+        let (answer, answered) = oneshot::channel();
+        act.completions()
+            .when_done(ctx, commit, move |result, act, ctx| {
+                let core = act.core();
+                let stored = match result {
+                    Ok(renumbered) => renumbered.first().map(|(_, new)| {
+                        core.counters.enqueued += 1;
+                        Arc::new(TopicMessage {
+                            id: Some(*new),
+                            ..message
+                        })
+                    }),
+                    Err(e) => {
+                        tracing::warn!(destination = %core.container, %xid, error = %e, "a due scheduled message could not be released; it stays scheduled");
+                        None
+                    }
+                };
+                let committed = stored.is_some();
+                let released = core.order.fill(place, stored);
+                act.release(released, ctx);
+                let _ = answer.send(committed);
+            });
+        answers.push(answered);
     }
-    act.release(released, ctx);
+    Box::pin(async move {
+        futures::future::join_all(answers)
+            .await
+            .into_iter()
+            .filter(|a| matches!(a, Ok(true)))
+            .count()
+    })
 }
 
 /// Handles [`Retire`] (see there).

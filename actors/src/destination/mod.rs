@@ -31,9 +31,9 @@ mod schedule;
 
 pub use self::core::{
     begin_page, commit_prepared, end_run, idle_if_done, now_ms, page_failed, page_finished,
-    publish, release_stored, retire, schedule, stop_housekeeping, AbortPrepared, CommitPrepared,
+    publish, release_scheduled, retire, schedule, stop_housekeeping, AbortPrepared, CommitPrepared,
     DestinationActor, DestinationCore, ExpiryPage, Plan, Publish, PublishPrepared, PublishTicket,
-    ReleaseStored, Retire, RunHousekeeping, StopDestination, StopHousekeeping,
+    ReleaseScheduled, Retire, RunHousekeeping, StopDestination, StopHousekeeping,
 };
 pub use ack_batch::{AckAnswer, AckBatch, AckWrite};
 pub use completions::Completions;
@@ -92,15 +92,15 @@ macro_rules! destination_handlers {
             }
         }
 
-        impl actix::Handler<$crate::destination::ReleaseStored> for $actor {
-            type Result = ();
+        impl actix::Handler<$crate::destination::ReleaseScheduled> for $actor {
+            type Result = actix::ResponseFuture<usize>;
 
             fn handle(
                 &mut self,
-                msg: $crate::destination::ReleaseStored,
+                msg: $crate::destination::ReleaseScheduled,
                 ctx: &mut actix::Context<Self>,
-            ) {
-                $crate::destination::release_stored(self, msg.messages, ctx);
+            ) -> Self::Result {
+                $crate::destination::release_scheduled(self, msg.releases, ctx)
             }
         }
 
