@@ -167,28 +167,7 @@ async fn a_large_schedule_is_released_in_pages_each_row_read_once(t: TestStore) 
         .subscribe(Q, SubscribeOptions::non_durable())
         .await
         .unwrap();
-    let mut got: Vec<String> = Vec::new();
-    let mut ids: Vec<i64> = Vec::new();
-    while got.len() < N {
-        match actix_rt::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut sub))
-            .await
-        {
-            Ok(Some(m)) => {
-                ids.push(m.store_id().unwrap_or(-1));
-                got.push(body(&m))
-            }
-            _ => {
-                let scheduled = b.scheduled(None, 400).await.unwrap();
-                let browsed = b.browse(Q, 0, 400).await.unwrap();
-                let stats = b.queue_stats(Q).await.unwrap();
-                let left: Vec<i64> = browsed.iter().map(|m| m.store_id).collect();
-                let mut sorted = ids.clone();
-                sorted.sort();
-                let out_of_order = ids.windows(2).filter(|w| w[1] < w[0]).count();
-                panic!("got {} of {N}; still scheduled {}; browsable {}; released {}; delivered ids {}..{} ({} out of order); left ids {:?}..{:?}; stats {stats:?}", got.len(), scheduled.messages.len(), browsed.len(), b.scheduled_released(), sorted.first().unwrap(), sorted.last().unwrap(), out_of_order, left.first(), left.last());
-            }
-        }
-    }
+    let got: Vec<String> = take(&mut sub, N).await.iter().map(body).collect();
     let expected: Vec<String> = (0..N).map(|i| format!("{i:05}")).collect();
     assert_eq!(got, expected, "due order, each once");
     assert!(quiet(&mut sub).await.is_none());
@@ -205,64 +184,58 @@ async fn a_large_schedule_is_released_in_pages_each_row_read_once(t: TestStore) 
 /// releases' ids and the publishes' interleave, and none is lost or doubled, also
 /// with the consumer's cursor paging through the store.
 async fn releases_racing_publishes_lose_nothing(t: TestStore) {
-    const N: usize = 1_500;
     let b = queue_broker(&t).await;
-    let due = now_ms() + 1_500;
-    let scheduled: Vec<Message> = (0..N)
-        .map(|i| Message::new(format!("s{i}")).deliver_at(due + (i % 300) as i64))
-        .collect();
-    for outcome in b.send_all(Q, scheduled).await {
-        outcome.unwrap();
-    }
-    // Sent while the scheduled ones fall due.
-    let wait = (due - now_ms()).max(0) as u64;
-    actix_rt::time::sleep(Duration::from_millis(wait)).await;
-    let live: Vec<Message> = (0..N).map(|i| Message::new(format!("p{i}"))).collect();
-    for outcome in b.send_all(Q, live).await {
-        outcome.unwrap();
-    }
+    // The consumer comes after: its cursor pages through what the race left stored.
+    let sent = send_racing(&b, Q, 1_500).await;
     let mut sub = b
         .subscribe(Q, SubscribeOptions::non_durable())
         .await
         .unwrap();
-    let mut got: Vec<String> = take(&mut sub, 2 * N).await.iter().map(body).collect();
-    assert!(quiet(&mut sub).await.is_none(), "more than {}", 2 * N);
-    got.sort();
-    got.dedup();
-    assert_eq!(got.len(), 2 * N, "each once");
+    expect_each_once(&mut sub, sent).await;
     b.shutdown().await.unwrap();
 }
 
 /// The same race on a topic: an online durable subscription gets every scheduled
-/// message and every publish once.
+/// message and every publish once, at once.
 async fn a_durable_subscription_gets_releases_racing_publishes(t: TestStore) {
-    const N: usize = 1_000;
     let b = queue_broker(&t).await;
     let topic = "topic://scheduled.race";
     let mut sub = b
         .subscribe(topic, SubscribeOptions::durable("race", "d"))
         .await
         .unwrap();
+    let sent = send_racing(&b, topic, 1_000).await;
+    expect_each_once(&mut sub, sent).await;
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
+/// Schedules `n` messages to `destination` falling due over 300 ms, then, as they
+/// fall due, publishes `n` more there; returns how many were sent.
+async fn send_racing(b: &Broker, destination: &str, n: usize) -> usize {
     let due = now_ms() + 1_500;
-    let scheduled: Vec<Message> = (0..N)
+    let scheduled: Vec<Message> = (0..n)
         .map(|i| Message::new(format!("s{i}")).deliver_at(due + (i % 300) as i64))
         .collect();
-    for outcome in b.send_all(topic, scheduled).await {
+    for outcome in b.send_all(destination, scheduled).await {
         outcome.unwrap();
     }
     let wait = (due - now_ms()).max(0) as u64;
     actix_rt::time::sleep(Duration::from_millis(wait)).await;
-    let live: Vec<Message> = (0..N).map(|i| Message::new(format!("p{i}"))).collect();
-    for outcome in b.send_all(topic, live).await {
+    let live: Vec<Message> = (0..n).map(|i| Message::new(format!("p{i}"))).collect();
+    for outcome in b.send_all(destination, live).await {
         outcome.unwrap();
     }
-    let mut got: Vec<String> = take(&mut sub, 2 * N).await.iter().map(body).collect();
-    assert!(quiet(&mut sub).await.is_none(), "more than {}", 2 * N);
+    2 * n
+}
+
+/// `sent` distinct messages come on `sub`, each once, and no more.
+async fn expect_each_once(sub: &mut ebb::Subscription, sent: usize) {
+    let mut got: Vec<String> = take(sub, sent).await.iter().map(body).collect();
+    assert!(quiet(sub).await.is_none(), "more than {sent}");
     got.sort();
     got.dedup();
-    assert_eq!(got.len(), 2 * N, "each once");
-    drop(sub);
-    b.shutdown().await.unwrap();
+    assert_eq!(got.len(), sent, "each once");
 }
 
 /// What cannot be honoured is refused: a non-persistent scheduled message, one in a
