@@ -171,10 +171,12 @@ impl Broker {
         self.refuse_if_shut_down()?;
         let limit = limit.clamp(1, SCHEDULER_PAGE);
         let from = after.unwrap_or(SCHEDULED_XID_PREFIX);
-        // `after` itself is read again (from is inclusive) and skipped.
+        // `after` itself is read again (from is inclusive) and skipped; one more row
+        // than the page says whether another page follows.
+        let extra = if after.is_some() { 2 } else { 1 };
         let rows = self
             .store()
-            .read_prepared_range(from, "sched;", limit + 1)
+            .read_prepared_range(from, "sched;", limit + extra)
             .await?;
         let mut messages: Vec<ScheduledMessage> = rows
             .into_iter()

@@ -2182,6 +2182,24 @@ async fn scheduled_messages_are_listed_and_cancelled(t: TestStore) {
     .await;
     let rest_page = rest.json["messages"].as_array().unwrap().clone();
     assert_eq!(rest_page.len(), 1, "{}", rest.json);
+    // A page after a cursor also says whether another follows.
+    let middle = call(
+        "GET",
+        format!(
+            "{base}/api/v1/scheduled?limit=1&after={}",
+            urlencode(page[0]["id"].as_str().unwrap())
+        ),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        middle.json["messages"][0]["due_ms"],
+        due + 20,
+        "{}",
+        middle.json
+    );
+    assert_eq!(middle.json["next"], page[1]["id"], "{}", middle.json);
     assert_eq!(rest_page[0]["due_ms"], due + 30);
     assert!(rest.json["next"].is_null());
 
