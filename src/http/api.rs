@@ -863,6 +863,14 @@ async fn send(
         if let Some(why) = header_refusal(&name, &value, limits.max_header_bytes) {
             return Err(ApiError::bad_request(why));
         }
+        if name.starts_with("AMQ_SCHEDULED_") {
+            // Honoured over STOMP only for now: refused, never sent at once as if
+            // it were a plain header.
+            return Err(ApiError::bad_request(format!(
+                "header `{name}` (scheduled delivery) is not supported by the admin API: send it over STOMP"
+            ))
+            .with_code(ErrorCode::Unsupported));
+        }
         message = message.header(name, value);
     }
     let receipt = state.broker.send(&key, message).await?;

@@ -281,6 +281,14 @@ impl StompCodec {
                 (header_end + len, header_end + len + 1)
             }
             None => match buf[header_end..].iter().position(|&b| b == 0) {
+                // A whole frame in one read is held to the limit as one that trickles
+                // in is (its NUL may come in the same read as bytes far past it).
+                Some(nul) if header_end + nul + 1 > limits.max_frame_bytes => {
+                    return limit_err(format!(
+                        "frame larger than the limit of {} bytes (max_frame_size)",
+                        limits.max_frame_bytes
+                    ));
+                }
                 Some(nul) => (header_end + nul, header_end + nul + 1),
                 None if buf.len() > limits.max_frame_bytes => {
                     return limit_err(format!(
@@ -386,6 +394,29 @@ mod tests {
     }
 
     /// STOMP-01: NULs inside a content-length body; the next frame in the same read.
+    #[test]
+    fn a_whole_frame_in_one_read_is_held_to_the_frame_limit() {
+        let limits = Limits {
+            max_frame_bytes: 1024,
+            ..Limits::default()
+        };
+        let mut frame = b"SEND\ndestination:/queue/q\n\n".to_vec();
+        frame.extend(std::iter::repeat_n(b'x', 4000));
+        frame.push(0);
+        let e = decode_all(&mut StompCodec::new(limits), &frame).unwrap_err();
+        assert_eq!(e.code, ErrorCode::LimitExceeded, "{e:?}");
+        assert!(e.text.contains("max_frame_size"), "{e:?}");
+        let mut small = b"SEND\ndestination:/queue/q\n\n".to_vec();
+        small.extend(std::iter::repeat_n(b'x', 900));
+        small.push(0);
+        assert_eq!(
+            decode_all(&mut StompCodec::new(limits), &small)
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+
     #[test]
     fn content_length_governs_where_the_body_ends() {
         let mut bytes = b"SEND\ndestination:/queue/B\ncontent-length:7\n\n".to_vec();

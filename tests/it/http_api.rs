@@ -707,6 +707,13 @@ async fn bad_input_gets_a_4xx_with_a_json_error(t: TestStore) {
         (
             "POST",
             "/api/v1/queues/api.bad/messages".into(),
+            Some(r#"{"body": "x", "headers": {"AMQ_SCHEDULED_DELAY": "60000"}}"#.into()),
+            400,
+            "scheduled delivery",
+        ),
+        (
+            "POST",
+            "/api/v1/queues/api.bad/messages".into(),
             Some(r#"{"body": "x", "ttl_ms": 0}"#.into()),
             400,
             "ttl_ms",
@@ -754,6 +761,7 @@ async fn bad_input_gets_a_4xx_with_a_json_error(t: TestStore) {
         // The stable code (`ErrorCode`), the one a STOMP ERROR carries too.
         let code = match (status, says) {
             (400, "is a topic") => "invalid-request",
+            (400, "scheduled delivery") => "unsupported",
             (400, "invalid queue name `orders.>`" | "wildcards") => "invalid-destination",
             (400 | 422, _) => "invalid-value",
             (404, _) => "not-found",
