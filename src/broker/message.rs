@@ -42,8 +42,9 @@ pub struct Message {
     /// When to deliver it, epoch ms (ActiveMQ's scheduled delivery; STOMP's
     /// `AMQ_SCHEDULED_DELAY` sets it to the SEND's time plus the delay). `None`, or a
     /// time not in the future: at once. A scheduled message waits in the store, not
-    /// in memory, and survives restarts; it must be persistent, and is not taken in a
-    /// transaction ([`Error::Unsupported`](crate::Error::Unsupported)).
+    /// in memory, and survives restarts; it must be persistent
+    /// ([`Error::Unsupported`](crate::Error::Unsupported) otherwise). In a
+    /// transaction it is scheduled only if the transaction commits.
     pub deliver_at: Option<i64>,
 }
 

@@ -127,28 +127,8 @@ impl Broker {
         message: Message,
         due_ms: i64,
     ) -> Result<PendingSend, Error> {
-        if !message.persistent {
-            return Err(Error::Unsupported(
-                "a scheduled message must be persistent (persistent:true): it waits in the store",
-            ));
-        }
-        if key.capabilities().last_value_header.is_some() {
-            return Err(Error::Unsupported(
-                "scheduled delivery to a last-value queue is not supported",
-            ));
-        }
-        let outgoing = self.outgoing(key, message, false)?;
+        let (new, outgoing) = self.scheduled_row(key, message, due_ms, false)?;
         let message_id = outgoing.message_id.clone();
-        let new = NewMessage {
-            container: key.container(),
-            message_id: message_id.clone(),
-            expiration: outgoing.expiration,
-            priority: outgoing.priority,
-            xid: Some(scheduled_xid(due_ms, &message_id)),
-            payload: Arc::clone(&outgoing.payload),
-            indexed_headers: key.capabilities().indexed_headers,
-            last_value: None,
-        };
         let id = self.store.add(new).await?;
         self.wake_scheduler();
         let outcome = PublishOutcome {
@@ -159,6 +139,44 @@ impl Broker {
             message_id,
             ticket: PublishTicket::ready(Ok(outcome)),
         })
+    }
+
+    /// The store row of `message` for `key`, due at `due_ms` (epoch ms), and the
+    /// message it was made from (which holds its memory charge: in a transaction,
+    /// until the commit).
+    ///
+    /// Errors: [`Error::Unsupported`] for a non-persistent message (a scheduled
+    /// message lives in the store) and for a kind that keeps one message per key
+    /// (a last-value queue); [`Error::InvalidPriority`].
+    pub(super) fn scheduled_row(
+        &self,
+        key: &DestinationKey,
+        message: Message,
+        due_ms: i64,
+        in_transaction: bool,
+    ) -> Result<(NewMessage, TopicMessage), Error> {
+        if !message.persistent {
+            return Err(Error::Unsupported(
+                "a scheduled message must be persistent (persistent:true): it waits in the store",
+            ));
+        }
+        if key.capabilities().last_value_header.is_some() {
+            return Err(Error::Unsupported(
+                "scheduled delivery to a last-value queue is not supported",
+            ));
+        }
+        let outgoing = self.outgoing(key, message, in_transaction)?;
+        let new = NewMessage {
+            container: key.container(),
+            message_id: outgoing.message_id.clone(),
+            expiration: outgoing.expiration,
+            priority: outgoing.priority,
+            xid: Some(scheduled_xid(due_ms, &outgoing.message_id)),
+            payload: Arc::clone(&outgoing.payload),
+            indexed_headers: key.capabilities().indexed_headers,
+            last_value: None,
+        };
+        Ok((new, outgoing))
     }
 
     /// The scheduled messages, in due order, at most `limit` (1 to

@@ -9,10 +9,14 @@ use super::Broker;
 use crate::error::Error;
 use actix::Handler;
 use ebb_actors::destination::{now_ms, PublishTicket};
-use ebb_actors::messages::{AbortPrepared, AcksStored, CommitPrepared, PublishPrepared, TakenAck};
+use ebb_actors::messages::{
+    AbortPrepared, AcksStored, CommitPrepared, PublishOutcome, PublishPrepared, TakenAck,
+    TopicMessage,
+};
 use ebb_actors::queue::QueueActor;
 use ebb_actors::topic::TopicActor;
 use ebb_actors::DestinationKey;
+use ebb_store::{NewMessage, WriteOp};
 use std::sync::atomic::Ordering;
 
 impl Broker {
@@ -66,11 +70,6 @@ impl Broker {
         xid: &str,
     ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
-        if message.deliver_at.is_some_and(|due| due > now_ms()) {
-            return Err(Error::Unsupported(
-                "a scheduled message cannot be sent in a transaction (not supported yet)",
-            ));
-        }
         self.check_transaction_space(&message)?;
         let outgoing = self.outgoing(&key, message, true)?;
         let message_id = outgoing.message_id.clone();
@@ -91,18 +90,21 @@ impl Broker {
         xid: &str,
         destinations: &[D],
     ) -> Result<(), Error> {
-        self.commit_transaction(xid, destinations, Vec::new()).await
+        self.commit_transaction(xid, destinations, Vec::new(), Vec::new())
+            .await
     }
 
     /// [`Transaction::commit`]: takes each ack from its destination (in memory, in
     /// order), then writes the commit of `xid` and the acks' writes in one store
     /// transaction, reports that to the destinations that took acks, and releases the
-    /// messages at `destinations`.
+    /// messages at `destinations`. `scheduled` (messages with a due time, held by the
+    /// transaction until now) are stored scheduled in the same store transaction.
     pub(super) async fn commit_transaction<D: ToDestination>(
         &self,
         xid: &str,
         destinations: &[D],
         acks: Vec<TransactedAck>,
+        scheduled: Vec<NewMessage>,
     ) -> Result<(), Error> {
         let mut taken: Vec<TakenAck> = Vec::new();
         for TransactedAck { destination, ack } in acks {
@@ -120,10 +122,18 @@ impl Broker {
             let _ = self.rollback_transaction(xid, destinations).await;
             return Err(refused);
         }
-        let writes = taken.iter().map(|t| t.write.clone()).collect();
+        let schedules = !scheduled.is_empty();
+        let writes = taken
+            .iter()
+            .map(|t| t.write.clone())
+            .chain(scheduled.into_iter().map(WriteOp::Add))
+            .collect();
         let committed = self.store.commit_with(xid.to_string(), writes).await;
         report_acks_stored(taken, committed.is_ok());
         let renumbered = committed?;
+        if schedules {
+            self.wake_scheduler();
+        }
         self.tell(destinations, || CommitPrepared {
             xid: xid.to_string(),
             renumbered: renumbered.clone(),
@@ -194,6 +204,7 @@ impl Broker {
             xid: xid.into(),
             destinations: Vec::new(),
             acks: Vec::new(),
+            scheduled: Vec::new(),
         }
     }
 }
@@ -212,6 +223,10 @@ pub struct Transaction {
     pub(super) destinations: Vec<DestinationKey>,
     /// Acks to apply at COMMIT, in the order given.
     pub(super) acks: Vec<TransactedAck>,
+    /// Scheduled sends ([`Message::deliver_at`]): held here, each charged to the
+    /// transactions' budget, and stored scheduled by the COMMIT's store transaction
+    /// (a rollback, or a crash before the commit, leaves nothing of them).
+    pub(super) scheduled: Vec<(NewMessage, TopicMessage)>,
 }
 
 impl Transaction {
@@ -222,7 +237,9 @@ impl Transaction {
 
     /// Sends `message` to `destination` inside the transaction and waits until it is
     /// stored prepared (a persistent message that must be stored: invisible until
-    /// COMMIT). It never waits for space (its own COMMIT may be what would free it):
+    /// COMMIT). A scheduled message ([`Message::deliver_at`] in the future) is held
+    /// by the transaction, charged to its budget, and stored scheduled by the COMMIT
+    /// (a rollback drops it). It never waits for space (its own COMMIT may be what would free it):
     /// beyond the transactions' budget ([`UsageConfig::transactions`]) it is refused
     /// with [`Error::ResourceLimit`]. Other errors as [`Broker::send`].
     pub async fn send(
@@ -244,6 +261,21 @@ impl Transaction {
         message: Message,
     ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
+        if let Some(due) = message.deliver_at.filter(|due| *due > now_ms()) {
+            // Held until the COMMIT, which stores it scheduled.
+            self.broker.check_transaction_space(&message)?;
+            let (new, held) = self.broker.scheduled_row(&key, message, due, true)?;
+            let message_id = held.message_id.clone();
+            self.scheduled.push((new, held));
+            let outcome = PublishOutcome {
+                id: None,
+                expired_on_arrival: false,
+            };
+            return Ok(PendingSend {
+                message_id,
+                ticket: PublishTicket::ready(Ok(outcome)),
+            });
+        }
         if !self.destinations.contains(&key) {
             self.destinations.push(key.clone());
         }
@@ -293,8 +325,10 @@ impl Transaction {
         Ok(())
     }
 
-    /// Commits: in one store transaction its messages become visible and its acks
-    /// ([`Transaction::ack`]) are stored; then the messages are delivered.
+    /// Commits: in one store transaction its messages become visible, its scheduled
+    /// messages ([`Message::deliver_at`]) are stored scheduled and its acks
+    /// ([`Transaction::ack`]) are stored; then the messages are delivered (the
+    /// scheduled ones when they are due).
     ///
     /// Errors: an ack whose message no longer waits for one ([`Error::Actor`]: acked
     /// or refused since, or its subscription ended): nothing is committed, the
@@ -304,8 +338,11 @@ impl Transaction {
     /// messages as before; the prepared messages are removed at the next start by
     /// [`Broker::rollback_abandoned`]).
     pub async fn commit(self) -> Result<(), Error> {
+        // The held messages' charges are released once the commit is done.
+        let (rows, _held): (Vec<NewMessage>, Vec<TopicMessage>) =
+            self.scheduled.into_iter().unzip();
         self.broker
-            .commit_transaction(&self.xid, &self.destinations, self.acks)
+            .commit_transaction(&self.xid, &self.destinations, self.acks, rows)
             .await
     }
 

@@ -238,8 +238,8 @@ async fn expect_each_once(sub: &mut ebb::Subscription, sent: usize) {
     assert_eq!(got.len(), sent, "each once");
 }
 
-/// What cannot be honoured is refused: a non-persistent scheduled message, one in a
-/// transaction; nothing of either is delivered.
+/// What cannot be honoured is refused: a non-persistent scheduled message, one to a
+/// last-value queue; nothing of either is delivered.
 async fn a_schedule_that_cannot_be_kept_is_refused(t: TestStore) {
     let b = queue_broker(&t).await;
     let due = now_ms() + 200;
@@ -249,13 +249,11 @@ async fn a_schedule_that_cannot_be_kept_is_refused(t: TestStore) {
         .unwrap_err();
     assert!(matches!(e, Error::Unsupported(_)), "{e}");
     assert_eq!(e.code(), ErrorCode::Unsupported);
-    let mut tx = b.transaction("test:scheduled");
-    let e = tx
-        .send(Q, Message::new("in tx").deliver_at(due))
+    let e = b
+        .send("lvq://scheduled", Message::new("keyed").deliver_at(due))
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("transaction"), "{e}");
-    tx.rollback().await.unwrap();
+    assert_eq!(e.code(), ErrorCode::Unsupported, "{e}");
     let mut sub = b
         .subscribe(Q, SubscribeOptions::non_durable())
         .await
@@ -284,6 +282,22 @@ async fn stomp_sends_take_amq_scheduled_delay(t: TestStore) {
     assert!(now_ms() - sent >= 700, "{} ms", now_ms() - sent);
     assert_eq!(m.body, &b"later"[..]);
     assert_eq!(m.get("AMQ_SCHEDULED_DELAY"), Some("700"));
+
+    // In a transaction: an ABORT drops it, a COMMIT schedules it.
+    c.write(b"BEGIN\ntransaction:t1\n\n\0SEND\ndestination:/queue/delayed\npersistent:true\ntransaction:t1\nAMQ_SCHEDULED_DELAY:300\n\naborted\0ABORT\ntransaction:t1\n\n\0")
+        .await;
+    c.write(b"BEGIN\ntransaction:t2\n\n\0SEND\ndestination:/queue/delayed\npersistent:true\ntransaction:t2\nAMQ_SCHEDULED_DELAY:300\n\ncommitted\0")
+        .await;
+    c.write(b"COMMIT\ntransaction:t2\nreceipt:c\n\n\0").await;
+    receipt(&mut c, "c").await;
+    let committed_at = now_ms();
+    let m = c.frame().await.expect("the committed delayed MESSAGE");
+    assert_eq!(m.body, &b"committed"[..]);
+    assert!(
+        now_ms() - committed_at >= 250,
+        "{} ms after the COMMIT",
+        now_ms() - committed_at
+    );
 
     for (frame, code, says) in [
         (
@@ -327,11 +341,60 @@ async fn stomp_sends_take_amq_scheduled_delay(t: TestStore) {
     s.stop().await;
 }
 
+/// A scheduled send in a transaction is scheduled only if the transaction commits:
+/// rolled back, it is never delivered and leaves no row; committed, it is delivered
+/// when due, not at the commit. Its bytes count against the transactions' budget
+/// until then.
+async fn a_scheduled_send_in_a_transaction_waits_for_the_commit(t: TestStore) {
+    let b = queue_broker(&t).await;
+    let mut sub = b
+        .subscribe(Q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let mut tx = b.transaction("test:rolled-back");
+    tx.send(Q, Message::new("rolled back").deliver_at(now_ms() + 200))
+        .await
+        .unwrap();
+    assert!(b.usage().transactions_bytes > 0, "held by the transaction");
+    assert_eq!(b.scheduled(None, 10).await.unwrap().messages.len(), 0);
+    tx.rollback().await.unwrap();
+    assert_eq!(b.usage().transactions_bytes, 0);
+
+    let mut tx = b.transaction("test:committed");
+    let due = now_ms() + 600;
+    tx.send(Q, Message::new("committed").deliver_at(due))
+        .await
+        .unwrap();
+    tx.send(Q, Message::new("at once")).await.unwrap();
+    assert_eq!(
+        b.scheduled(None, 10).await.unwrap().messages.len(),
+        0,
+        "not before the commit"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(b.usage().transactions_bytes, 0);
+    let page = b.scheduled(None, 10).await.unwrap();
+    assert_eq!(page.messages.len(), 1, "{page:?}");
+    assert_eq!(page.messages[0].due_ms, due);
+    let first = take(&mut sub, 1).await;
+    assert_eq!(body(&first[0]), "at once");
+    let later = take(&mut sub, 1).await;
+    assert!(now_ms() >= due, "delivered {} ms early", due - now_ms());
+    assert_eq!(body(&later[0]), "committed");
+    assert!(
+        quiet(&mut sub).await.is_none(),
+        "the rolled-back one never comes"
+    );
+    assert_eq!(b.scheduled_released(), 1);
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
     a_scheduled_message_is_delivered_when_due_and_not_before,
     due_messages_survive_a_stop_and_come_once_in_due_order,
     a_schedule_that_cannot_be_kept_is_refused,
+    a_scheduled_send_in_a_transaction_waits_for_the_commit,
     a_durable_subscription_gets_it_when_due,
     a_large_schedule_is_released_in_pages_each_row_read_once,
     releases_racing_publishes_lose_nothing,
