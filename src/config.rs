@@ -422,6 +422,17 @@ pub struct PolicySection {
     pub max_browse_page_size: Option<u32>,
     /// Failed deliveries before a queue message goes to the dead-letter queue (ActiveMQ's `maximumRedeliveries`, default 6).
     pub maximum_redeliveries: Option<u32>,
+    /// Wait before the first redelivery of a queue message (ms or with a unit; ActiveMQ's `initialRedeliveryDelay`, default 0: at once).
+    pub initial_redelivery_delay: Option<Millis>,
+    /// Wait before each later redelivery (ActiveMQ's `redeliveryDelay`; default `initial_redelivery_delay`).
+    pub redelivery_delay: Option<Millis>,
+    /// Each wait is the one before times `backoff_multiplier` (ActiveMQ's `useExponentialBackOff`, default off).
+    pub use_exponential_backoff: Option<bool>,
+    /// Growth of each wait with `use_exponential_backoff` (ActiveMQ's `backOffMultiplier`, default 5; at least 1).
+    #[serde(default, deserialize_with = "multiplier")]
+    pub backoff_multiplier: Option<f64>,
+    /// The longest wait (ms or with a unit; ActiveMQ's `maximumRedeliveryDelay`; default 0: no maximum).
+    pub maximum_redelivery_delay: Option<Millis>,
     /// A shared dead-letter queue's name (default: `DLQ.<queue>` per queue); it must be a
     /// valid queue name (no wildcards, not empty).
     #[serde(default, deserialize_with = "queue_name")]
@@ -434,6 +445,18 @@ pub struct PolicySection {
     /// store (ActiveMQ's `cursorMemoryHighWaterMark`, default 70; 1 to 100).
     #[serde(default, deserialize_with = "percent")]
     pub cursor_memory_high_water_mark: Option<u8>,
+}
+
+/// A back-off multiplier: a finite number, 1 or more.
+fn multiplier<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let m = f64::deserialize(d)?;
+    if m.is_finite() && m >= 1.0 {
+        Ok(Some(m))
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "must be a number, 1 or more, not {m}"
+        )))
+    }
 }
 
 /// A percentage, 1 to 100.
@@ -816,6 +839,20 @@ impl FileConfig {
                         maximum_redeliveries: p
                             .maximum_redeliveries
                             .unwrap_or(d.maximum_redeliveries),
+                        initial_redelivery_delay: p
+                            .initial_redelivery_delay
+                            .map_or(d.initial_redelivery_delay, |m| m.0),
+                        redelivery_delay: p
+                            .redelivery_delay
+                            .or(p.initial_redelivery_delay)
+                            .map_or(d.redelivery_delay, |m| m.0),
+                        use_exponential_backoff: p
+                            .use_exponential_backoff
+                            .unwrap_or(d.use_exponential_backoff),
+                        backoff_multiplier: p.backoff_multiplier.unwrap_or(d.backoff_multiplier),
+                        maximum_redelivery_delay: p
+                            .maximum_redelivery_delay
+                            .map_or(d.maximum_redelivery_delay, |m| m.0),
                         dead_letter_queue: p.dead_letter_queue.clone().or(d.dead_letter_queue),
                         dead_letter_expired: p.dead_letter_expired.unwrap_or(d.dead_letter_expired),
                         memory_limit: p.memory_limit.map_or(d.memory_limit, |b| b.0),
@@ -894,6 +931,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(typo.contains("lisen"), "{typo}");
+    }
+
+    #[test]
+    fn the_redelivery_policy_reads_activemqs_names() {
+        let c = FileConfig::parse(
+            "[[policy]]\ndestination = \"queue://jobs.>\"\ninitial_redelivery_delay = \"1s\"\n\
+             use_exponential_backoff = true\nbackoff_multiplier = 2.5\nmaximum_redelivery_delay = \"1m\"\n",
+        )
+        .unwrap();
+        let q = c
+            .policies()
+            .policy_for(&crate::DestinationKey::queue("jobs.eu").unwrap());
+        assert_eq!(
+            (
+                q.initial_redelivery_delay,
+                q.redelivery_delay,
+                q.maximum_redelivery_delay
+            ),
+            (1_000, 1_000, 60_000),
+            "redelivery_delay defaults to initial_redelivery_delay"
+        );
+        assert!(q.use_exponential_backoff);
+        assert_eq!(q.backoff_multiplier, 2.5);
+        for bad in ["0.5", "-1", "nan"] {
+            let e = FileConfig::parse(&format!(
+                "[[policy]]\ndestination = \"queue://>\"\nbackoff_multiplier = {bad}\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("backoff_multiplier") || e.contains("1 or more"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -37,6 +37,7 @@
 //! destination answers once the acks it accepted are committed); flush the store actor
 //! (every accepted write commits); close the pool last.
 
+use crate::scheduled::ScheduleWaker;
 use std::collections::HashMap;
 
 use actix::prelude::*;
@@ -109,6 +110,8 @@ pub struct BrokerActor {
     /// Destinations being deleted: requests for them wait for the end.
     deleting: HashMap<DestinationKey, Deleted>,
     shutting_down: bool,
+    /// Given to each queue: wakes the broker's scheduler.
+    schedule_waker: ScheduleWaker,
 }
 
 impl BrokerActor {
@@ -124,7 +127,15 @@ impl BrokerActor {
             wildcard_durables: Vec::new(),
             deleting: HashMap::new(),
             shutting_down: false,
+            schedule_waker: ScheduleWaker::default(),
         }
+    }
+
+    /// Its queues wake the broker's scheduler through `waker` (redeliveries held back
+    /// in the store).
+    pub fn with_schedule_waker(mut self, waker: ScheduleWaker) -> Self {
+        self.schedule_waker = waker;
+        self
     }
 
     /// Reads every durable subscription to a wildcard topic from the store, a page at
@@ -216,7 +227,8 @@ impl BrokerActor {
             }
             KindActor::Queue => {
                 let dead_letters = ctx.address().recipient();
-                let queue = QueueActor::new(key.clone(), policy, store, budget, Some(dead_letters));
+                let queue = QueueActor::new(key.clone(), policy, store, budget, Some(dead_letters))
+                    .with_schedule_waker(self.schedule_waker.clone());
                 DestinationAddr::Queue(queue.start())
             }
         };

@@ -76,6 +76,7 @@ pub mod message_groups;
 pub mod messages;
 pub mod queue;
 pub mod queue_cursor;
+pub mod scheduled;
 pub mod selector;
 pub mod store_actor;
 pub mod subscription;

@@ -272,6 +272,10 @@ pub struct QueueStats {
     pub discarded: u64,
     /// Deliveries that were redeliveries.
     pub redelivered: u64,
+    /// Failed deliveries whose redelivery waited (the policy's
+    /// `initial_redelivery_delay` and back-off), held in the store by the scheduler
+    /// or, non-persistent, in memory.
+    pub redeliveries_delayed: u64,
     /// Messages a newer one with the same last-value key replaced (a last-value queue)
     /// while the queue held them in memory: taken out while waiting, or dropped when
     /// they came back from a consumer. One replaced while only in the store is

@@ -84,6 +84,7 @@ use crate::message_groups::{MessageGroups, GROUP_HEADER, GROUP_SEQ_HEADER};
 use crate::messages::*;
 use crate::policy::Policy;
 use crate::queue_cursor::{Entry, Place, QueueCursor};
+use crate::scheduled::{redelivery_xid, ScheduleWaker};
 use crate::selector::Selector;
 use crate::store_actor::StoreHandle;
 
@@ -194,6 +195,8 @@ pub struct QueueActor {
     groups: MessageGroups,
     /// Shutdown closed its consumers ([`CloseConsumers`]): it takes no new ones.
     closing: bool,
+    /// Wakes the broker's scheduler when a redelivery waits in the store.
+    schedule_waker: ScheduleWaker,
 }
 
 impl QueueActor {
@@ -225,7 +228,15 @@ impl QueueActor {
             scanning: false,
             groups: MessageGroups::default(),
             closing: false,
+            schedule_waker: ScheduleWaker::default(),
         }
+    }
+
+    /// Wakes the broker's scheduler through `waker` when a redelivery is held back in
+    /// the store (`initial_redelivery_delay` and the rest of the policy's back-off).
+    pub fn with_schedule_waker(mut self, waker: ScheduleWaker) -> Self {
+        self.schedule_waker = waker;
+        self
     }
 
     /// The consumer that gets every message now: the oldest exclusive one, if any
@@ -751,7 +762,7 @@ impl QueueActor {
     /// still holds while this broker runs).
     fn store_redeliveries(&mut self, id: i64, count: u32, ctx: &mut Context<Self>) {
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        let write = async move { store.redelivered(container, id, count).await };
+        let write = async move { store.redelivered(container, id, count, None).await };
         ctx.spawn(write.into_actor(self).map(move |result, act, _| {
             if let Err(e) = result {
                 tracing::warn!(queue = %act.core.container, id, error = %e,
@@ -792,11 +803,61 @@ impl QueueActor {
             );
             self.dead_letter(entry, &cause, false, ctx);
         } else {
+            let wait = self
+                .core
+                .policy
+                .redelivery_delay_after(entry.failed_deliveries);
+            if wait > 0 {
+                self.redeliver_later(place, entry, wait, ctx);
+                return;
+            }
             if let Some(id) = entry.message.id {
                 self.store_redeliveries(id, entry.failed_deliveries, ctx);
             }
             self.cursor.put_back(place, entry);
         }
+    }
+
+    /// The redelivery back-off: the message comes back after `wait` ms while the
+    /// messages behind it flow. A stored one waits in the store, held as a scheduled
+    /// message (its count stored with it, in one statement) that the broker's
+    /// scheduler releases when due, as a new message at the queue's end (as ActiveMQ's
+    /// broker-side redelivery resends it); a failed write puts it back at once. A
+    /// non-persistent one waits in memory (still charged to the queue's usage) and
+    /// takes its place again.
+    fn redeliver_later(&mut self, place: Place, entry: Entry, wait: u64, ctx: &mut Context<Self>) {
+        self.stats.redeliveries_delayed += 1;
+        let due = now_ms().saturating_add(wait.min(i64::MAX as u64) as i64);
+        let Some(id) = entry.message.id.filter(|_| place.1 == 0) else {
+            let wait = Duration::from_millis(wait.min(u64::from(u32::MAX)));
+            ctx.run_later(wait, move |act, ctx| {
+                act.cursor.put_back(place, entry);
+                act.dispatch(ctx);
+            });
+            return;
+        };
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        let hold_as = redelivery_xid(due, &entry.message.message_id, id);
+        let count = entry.failed_deliveries;
+        let write = async move { store.redelivered(container, id, count, Some(hold_as)).await };
+        ctx.spawn(
+            write
+                .into_actor(self)
+                .map(move |result, act, ctx| match result {
+                    Ok(_) => {
+                        // Out of the queue until the scheduler releases it (a row already
+                        // gone, acked or purged, stays gone).
+                        act.cursor.deleted(&[id]);
+                        act.schedule_waker.wake();
+                    }
+                    Err(e) => {
+                        tracing::warn!(queue = %act.core.container, id, error = %e,
+                    "cannot hold a redelivery back in the store; it is redelivered at once");
+                        act.cursor.put_back(place, entry);
+                        act.dispatch(ctx);
+                    }
+                }),
+        );
     }
 
     /// A message that came back after a newer one with its last-value key replaced
@@ -1572,7 +1633,7 @@ impl Handler<CloseConsumers> for QueueActor {
             }
             let writes = in_flight
                 .iter()
-                .map(|&(id, count)| store.redelivered(container.clone(), id, count));
+                .map(|&(id, count)| store.redelivered(container.clone(), id, count, None));
             let results = futures::future::join_all(writes).await;
             let failed = results.iter().filter(|r| r.is_err()).count();
             if failed > 0 {

@@ -44,6 +44,7 @@ use ebb_actors::broker::{BrokerActor, DestinationAddr, GetDestination, ShutdownB
 use ebb_actors::destination::now_ms;
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::queue::QueueActor;
+use ebb_actors::scheduled::ScheduleWaker;
 pub use ebb_actors::selector::{Selector, SelectorError};
 use ebb_actors::topic::TopicActor;
 use ebb_actors::usage::Usage;
@@ -70,6 +71,37 @@ pub struct Broker {
     shut_down: Arc<AtomicBool>,
     /// Scheduled delivery ([`schedule`]).
     scheduler: Arc<schedule::Scheduler>,
+}
+
+/// A [`Broker`] that does not keep its thread alive (the broker ends when the last
+/// [`Broker`] is dropped): what the actors hold to call back into it.
+struct WeakBroker {
+    runtime: std::sync::Weak<BrokerThread>,
+    registry: Addr<BrokerActor>,
+    addresses: Arc<parking_lot::RwLock<HashMap<DestinationKey, DestinationAddr>>>,
+    budget: HousekeepingBudget,
+    store: StoreHandle,
+    ids: Arc<MessageIds>,
+    usages: Arc<Usages>,
+    shut_down: Arc<AtomicBool>,
+    scheduler: Arc<schedule::Scheduler>,
+}
+
+impl WeakBroker {
+    /// The broker, while some [`Broker`] still holds it.
+    fn upgrade(&self) -> Option<Broker> {
+        Some(Broker {
+            runtime: self.runtime.upgrade()?,
+            registry: self.registry.clone(),
+            addresses: Arc::clone(&self.addresses),
+            budget: self.budget.clone(),
+            store: self.store.clone(),
+            ids: Arc::clone(&self.ids),
+            usages: Arc::clone(&self.usages),
+            shut_down: Arc::clone(&self.shut_down),
+            scheduler: Arc::clone(&self.scheduler),
+        })
+    }
 }
 
 struct MessageIds {
@@ -210,12 +242,15 @@ impl Broker {
             budget.clone(),
         );
         runtime.hold_store(&store);
+        let waker = ScheduleWaker::default();
+        let queues_wake = waker.clone();
         let (handle, registry) = runtime.run_blocking(move || {
             let handle = StoreHandle::start(store, actor_config);
-            let registry = actix::Actor::start(BrokerActor::new(handle.clone(), policies, shared));
-            (handle, registry)
+            let registry =
+                BrokerActor::new(handle.clone(), policies, shared).with_schedule_waker(queues_wake);
+            (handle, actix::Actor::start(registry))
         })?;
-        Ok(Self {
+        let broker = Self {
             runtime,
             registry,
             addresses: Default::default(),
@@ -236,7 +271,32 @@ impl Broker {
             }),
             shut_down: Arc::default(),
             scheduler: Arc::default(),
-        })
+        };
+        // A queue that holds a redelivery back in the store wakes the scheduler. The
+        // waker lives with the actors and holds the broker weakly: it keeps nothing
+        // alive once the broker's last handle is gone.
+        let weak = broker.downgrade();
+        waker.set(move || {
+            if let Some(broker) = weak.upgrade() {
+                broker.wake_scheduler();
+            }
+        });
+        Ok(broker)
+    }
+
+    /// A handle that does not keep the broker's thread alive ([`WeakBroker`]).
+    fn downgrade(&self) -> WeakBroker {
+        WeakBroker {
+            runtime: Arc::downgrade(&self.runtime),
+            registry: self.registry.clone(),
+            addresses: Arc::clone(&self.addresses),
+            budget: self.budget.clone(),
+            store: self.store.clone(),
+            ids: Arc::clone(&self.ids),
+            usages: Arc::clone(&self.usages),
+            shut_down: Arc::clone(&self.shut_down),
+            scheduler: Arc::clone(&self.scheduler),
+        }
     }
 
     /// [`Error::ShuttingDown`] once [`Broker::shutdown`] was called.

@@ -35,11 +35,10 @@ use super::Broker;
 use crate::error::Error;
 use ebb_actors::destination::{now_ms, PublishTicket, ReleaseScheduled};
 use ebb_actors::messages::{PublishOutcome, TopicMessage};
+pub use ebb_actors::scheduled::SCHEDULED_XID_PREFIX;
+use ebb_actors::scheduled::{due_of, scheduled_xid};
 use ebb_actors::DestinationKey;
 use ebb_store::NewMessage;
-
-/// The xid prefix of scheduled messages in the store.
-pub const SCHEDULED_XID_PREFIX: &str = "sched:";
 
 /// Most scheduled messages released in one page (rows read and committed), as
 /// ActiveMQ's `maxExpirePageSize` default bounds an expiry page.
@@ -90,27 +89,6 @@ pub struct ScheduledPage {
     pub messages: Vec<ScheduledMessage>,
     /// The `after` of the next page; `None` at the end.
     pub next: Option<String>,
-}
-
-/// The xid of a message due at `due_ms` (epoch ms), with message id `message_id`
-/// (`PREFIX:N`): messages due at the same ms sort by `N`, zero-padded, so in the order
-/// this broker sent them.
-pub(super) fn scheduled_xid(due_ms: i64, message_id: &str) -> String {
-    let id = match message_id.rsplit_once(':') {
-        Some((prefix, n)) if n.bytes().all(|b| b.is_ascii_digit()) => {
-            format!("{prefix}:{n:0>20}")
-        }
-        _ => message_id.to_string(),
-    };
-    format!("{SCHEDULED_XID_PREFIX}{:020}:{id}", due_ms.max(0))
-}
-
-/// The due time in a scheduled message's xid.
-fn due_of(xid: &str) -> Option<i64> {
-    xid.strip_prefix(SCHEDULED_XID_PREFIX)?
-        .get(..20)?
-        .parse()
-        .ok()
 }
 
 impl Broker {
@@ -408,25 +386,5 @@ impl Broker {
             .read_prepared_range(SCHEDULED_XID_PREFIX, "sched;", 1)
             .await?;
         Ok(first.first().and_then(|row| due_of(&row.xid)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn xids_sort_as_due_times_and_read_back() {
-        let early = scheduled_xid(999, "ID:b");
-        let late = scheduled_xid(1_000, "ID:a");
-        assert!(early < late);
-        assert_eq!(due_of(&early), Some(999));
-        assert_eq!(due_of(&late), Some(1_000));
-        // Due by 1,000 ms: below the bound for 1,001, not below the one for 1,000.
-        assert!(late.as_str() < format!("{SCHEDULED_XID_PREFIX}{:020}", 1_001).as_str());
-        assert!(late.as_str() >= format!("{SCHEDULED_XID_PREFIX}{:020}", 1_000).as_str());
-        assert_eq!(due_of("stomp:1:tx"), None);
-        // Same due time: in send order, not in the text order of the message ids.
-        assert!(scheduled_xid(5, "ID:x:9") < scheduled_xid(5, "ID:x:10"));
     }
 }

@@ -232,10 +232,16 @@ pub enum WriteOp {
     /// (ActiveMQ keeps it in memory only, unless `persistJMSRedelivered`). A row that
     /// is gone or prepared is left alone; the outcome is [`WriteOutcome::Deleted`]
     /// with the rows changed (0 or 1).
+    ///
+    /// With `hold_as`, the row also becomes prepared under that xid: invisible and
+    /// held, as a scheduled message (a redelivery that waits, ActiveMQ's
+    /// `redeliveryDelay`), until a [`WriteOp::Commit`] of the xid makes it visible
+    /// again with a new, highest id and its count kept.
     Redelivered {
         container: String,
         id: i64,
         count: u32,
+        hold_as: Option<String>,
     },
     /// Queue ack: delete the rows `ids` of `container` (`queue://NAME`), except those in
     /// a prepared transaction (`xid` set). Acking a queue message deletes it, as in

@@ -853,8 +853,10 @@ macro_rules! impl_sql_store {
                         container,
                         id,
                         count,
+                        hold_as,
                     } => WriteOutcome::Deleted(
-                        self.redelivered(conn, &container, id, count).await?,
+                        self.redelivered(conn, &container, id, count, hold_as.as_deref())
+                            .await?,
                     ),
                     WriteOp::ExpireQueue {
                         container,
@@ -887,19 +889,22 @@ macro_rules! impl_sql_store {
             }
 
             /// [`WriteOp::Redelivered`](crate::WriteOp::Redelivered): row `id` of
-            /// `container` has `count` failed deliveries now; returns the rows changed
-            /// (0 for a row that is gone or prepared, else 1).
+            /// `container` has `count` failed deliveries now, and is held prepared under
+            /// `hold_as` if given; returns the rows changed (0 for a row that is gone or
+            /// prepared, else 1).
             async fn redelivered(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 container: &str,
                 id: i64,
                 count: u32,
+                hold_as: Option<&str>,
             ) -> $crate::Result<u64> {
                 let changed = sqlx::query(&self.sql.redelivered)
                     .bind(container)
                     .bind(id)
                     .bind(i64::from(count))
+                    .bind(hold_as)
                     .execute(&mut *conn)
                     .await
                     .map_err($crate::error::db("count a failed delivery"))?;

@@ -100,7 +100,7 @@ pub(crate) struct Statements {
     /// subscription), by `indacks_midx`
     pub delete_message_indacks: String,
     /// a queue message's failed deliveries: row `$2` of container `$1` (not prepared)
-    /// gets count `$3`
+    /// gets count `$3`, and xid `$4` (NULL: stays visible; else held prepared)
     pub redelivered: String,
     /// PostgreSQL, a broker without a lease, at the start of each write: 1 when a
     /// broker with a lease is active; the lease row stays share-locked until the
@@ -526,7 +526,7 @@ impl Statements {
                 in_list(backend, "id", "$2")
             ),
             redelivered: format!(
-                "UPDATE {p}msgs SET redeliveries = $3 \
+                "UPDATE {p}msgs SET redeliveries = $3, xid = $4 \
                  WHERE container = $1 AND id = $2 AND xid IS NULL"
             ),
             expire_queue: format!(

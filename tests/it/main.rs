@@ -39,6 +39,7 @@ mod pipelining;
 mod metrics;
 mod queue_concurrency;
 mod queues;
+mod redelivery_delay;
 mod runtimes;
 mod scheduled;
 mod selectors;

@@ -10,7 +10,7 @@
 use super::key::{DestinationKey, DestinationPattern};
 
 /// Per-destination settings. Names follow ActiveMQ's `PolicyEntry` in snake_case.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
     /// How often housekeeping looks for expired messages, ms; 0 turns it off
     /// (ActiveMQ's `expireMessagesPeriod`, default 30,000).
@@ -46,6 +46,24 @@ pub struct Policy {
     /// ack) before it goes to the dead-letter queue (ActiveMQ's redelivery policy
     /// `maximumRedeliveries`, default 6).
     pub maximum_redeliveries: u32,
+    /// How long a queue message waits after its first failed delivery before it is
+    /// delivered again, ms; 0 = at once (ActiveMQ's broker-side redelivery policy
+    /// `initialRedeliveryDelay`; Ebb's default 0 keeps redelivery immediate). A
+    /// waiting message is held in the store by the scheduler (a persistent one) or in
+    /// memory (a non-persistent one) while the messages behind it flow.
+    pub initial_redelivery_delay: u64,
+    /// The wait after each later failed delivery, ms (ActiveMQ's `redeliveryDelay`;
+    /// defaults to `initial_redelivery_delay`).
+    pub redelivery_delay: u64,
+    /// Each wait is the one before times `backoff_multiplier` (ActiveMQ's
+    /// `useExponentialBackOff`, default off).
+    pub use_exponential_backoff: bool,
+    /// The growth of each wait with `use_exponential_backoff` (ActiveMQ's
+    /// `backOffMultiplier`, default 5; at least 1).
+    pub backoff_multiplier: f64,
+    /// The longest wait, ms; 0 = no maximum (ActiveMQ's `maximumRedeliveryDelay`,
+    /// whose -1 is this 0).
+    pub maximum_redelivery_delay: u64,
     /// Where a queue's dead messages go: `None` = one dead-letter queue per queue,
     /// `DLQ.<queue>` (ActiveMQ's `individualDeadLetterStrategy` with its `DLQ.` prefix);
     /// `Some(name)` = the shared queue `name` (as ActiveMQ's `ActiveMQ.DLQ`).
@@ -75,6 +93,43 @@ impl Policy {
             None => format!("DLQ.{name}"),
         }
     }
+
+    /// How long (ms) a queue message waits before it is delivered again after its
+    /// `failed`-th failed delivery (1 for the first): `initial_redelivery_delay` after
+    /// the first, then `redelivery_delay`, or with `use_exponential_backoff` the wait
+    /// before times `backoff_multiplier`, at most `maximum_redelivery_delay` (but
+    /// never below `redelivery_delay`), as ActiveMQ's
+    /// `RedeliveryPolicy.getNextRedeliveryDelay`. 0 = at once.
+    pub fn redelivery_delay_after(&self, failed: u32) -> u64 {
+        if failed <= 1 {
+            return self.initial_redelivery_delay;
+        }
+        let grows = self.use_exponential_backoff && self.backoff_multiplier > 1.0;
+        if !grows {
+            return self.redelivery_delay;
+        }
+        // The first wait that is not 0 grows from there on (a wait of 0 does not grow:
+        // the next is `redelivery_delay`, as ActiveMQ's).
+        let (base, steps) = if self.initial_redelivery_delay > 0 {
+            (self.initial_redelivery_delay, failed - 1)
+        } else {
+            (self.redelivery_delay, failed - 2)
+        };
+        let grown = base as f64
+            * self
+                .backoff_multiplier
+                .powi(steps.min(i32::MAX as u32) as i32);
+        let grown = if grown.is_finite() && grown < u64::MAX as f64 {
+            grown as u64
+        } else {
+            u64::MAX
+        };
+        match self.maximum_redelivery_delay {
+            0 => grown,
+            max if grown > max => max.max(self.redelivery_delay),
+            _ => grown,
+        }
+    }
 }
 
 impl Default for Policy {
@@ -91,6 +146,11 @@ impl Default for Policy {
             max_page_size: 200,
             max_browse_page_size: 400,
             maximum_redeliveries: 6,
+            initial_redelivery_delay: 0,
+            redelivery_delay: 0,
+            use_exponential_backoff: false,
+            backoff_multiplier: 5.0,
+            maximum_redelivery_delay: 0,
             dead_letter_queue: None,
             dead_letter_expired: false,
             memory_limit: 0,
@@ -154,5 +214,42 @@ mod tests {
         assert_eq!(map.policy_for(&key("topic://fast.x")), fast);
         assert_eq!(map.policy_for(&key("topic://slow")).max_expire_page_size, 5);
         assert_eq!(map.policy_for(&key("queue://q")), Policy::default());
+    }
+
+    #[test]
+    fn redelivery_waits_grow_by_the_multiplier_up_to_the_maximum() {
+        let mut p = Policy::default();
+        assert_eq!(p.redelivery_delay_after(1), 0, "at once by default");
+        p.initial_redelivery_delay = 100;
+        p.redelivery_delay = 250;
+        assert_eq!(
+            (1..=4)
+                .map(|n| p.redelivery_delay_after(n))
+                .collect::<Vec<_>>(),
+            [100, 250, 250, 250]
+        );
+        p.use_exponential_backoff = true;
+        p.backoff_multiplier = 2.0;
+        p.maximum_redelivery_delay = 1_000;
+        assert_eq!(
+            (1..=6)
+                .map(|n| p.redelivery_delay_after(n))
+                .collect::<Vec<_>>(),
+            [100, 200, 400, 800, 1_000, 1_000]
+        );
+        p.maximum_redelivery_delay = 0;
+        assert_eq!(
+            p.redelivery_delay_after(40),
+            u64::MAX,
+            "no maximum: saturates"
+        );
+        // A first wait of 0 does not grow: the next is redelivery_delay, then it grows.
+        p.initial_redelivery_delay = 0;
+        assert_eq!(
+            (1..=4)
+                .map(|n| p.redelivery_delay_after(n))
+                .collect::<Vec<_>>(),
+            [0, 250, 500, 1_000]
+        );
     }
 }

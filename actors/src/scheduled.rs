@@ -1,0 +1,106 @@
+//! Scheduled messages in the store: how their xids name their due times, and how a
+//! destination that holds a message back for later (a redelivery that waits, ActiveMQ's
+//! `redeliveryDelay`) wakes the broker's scheduler.
+//!
+//! A scheduled message is a prepared message (invisible, holding no mark back) whose
+//! xid is `sched:<due, epoch ms, 20 digits>:<message id>`, optionally followed by
+//! `:<row id>` for a redelivery held back. Xids sort as their due times do, so the
+//! messages due now are one range of the store's xid index.
+
+use std::sync::{Arc, OnceLock};
+
+/// The xid prefix of scheduled messages in the store.
+pub const SCHEDULED_XID_PREFIX: &str = "sched:";
+
+/// The xid of a message due at `due_ms` (epoch ms), with message id `message_id`
+/// (`PREFIX:N`): messages due at the same ms sort by `N`, zero-padded, so in the order
+/// the broker sent them.
+pub fn scheduled_xid(due_ms: i64, message_id: &str) -> String {
+    let id = match message_id.rsplit_once(':') {
+        Some((prefix, n)) if n.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("{prefix}:{n:0>20}")
+        }
+        _ => message_id.to_string(),
+    };
+    format!("{SCHEDULED_XID_PREFIX}{:020}:{id}", due_ms.max(0))
+}
+
+/// The xid that holds row `id` (message `message_id`) back until `due_ms` for its
+/// redelivery: [`scheduled_xid`] with the row id after it, so two rows of one message
+/// id (a message and its dead-letter copy) never share one.
+pub fn redelivery_xid(due_ms: i64, message_id: &str, id: i64) -> String {
+    format!("{}:{id}", scheduled_xid(due_ms, message_id))
+}
+
+/// The due time (epoch ms) in a scheduled message's xid; `None` for another xid.
+pub fn due_of(xid: &str) -> Option<i64> {
+    xid.strip_prefix(SCHEDULED_XID_PREFIX)?
+        .get(..20)?
+        .parse()
+        .ok()
+}
+
+/// Wakes the broker's scheduler after a destination stored a message to be released
+/// later. Shared by the registry and its destinations; the broker sets what it does
+/// once, at start ([`ScheduleWaker::set`]). Until then (and in an actor test without
+/// a broker) waking does nothing.
+#[derive(Clone, Default)]
+pub struct ScheduleWaker(Arc<OnceLock<Box<dyn Fn() + Send + Sync>>>);
+
+impl ScheduleWaker {
+    /// What [`ScheduleWaker::wake`] does from now on; a second call is ignored.
+    pub fn set(&self, wake: impl Fn() + Send + Sync + 'static) {
+        let _ = self.0.set(Box::new(wake));
+    }
+
+    /// Wakes the scheduler (starts it when none runs).
+    pub fn wake(&self) {
+        if let Some(wake) = self.0.get() {
+            wake();
+        }
+    }
+}
+
+impl std::fmt::Debug for ScheduleWaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ScheduleWaker")
+            .field(&self.0.get().is_some())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xids_sort_as_due_times_and_read_back() {
+        let early = scheduled_xid(999, "ID:b");
+        let late = scheduled_xid(1_000, "ID:a");
+        assert!(early < late);
+        assert_eq!(due_of(&early), Some(999));
+        assert_eq!(due_of(&late), Some(1_000));
+        // Due by 1,000 ms: below the bound for 1,001, not below the one for 1,000.
+        assert!(late.as_str() < format!("{SCHEDULED_XID_PREFIX}{:020}", 1_001).as_str());
+        assert!(late.as_str() >= format!("{SCHEDULED_XID_PREFIX}{:020}", 1_000).as_str());
+        assert_eq!(due_of("stomp:1:tx"), None);
+        // Same due time: in send order, not in the text order of the message ids.
+        assert!(scheduled_xid(5, "ID:x:9") < scheduled_xid(5, "ID:x:10"));
+        let held = redelivery_xid(1_000, "ID:a", 42);
+        assert_eq!(due_of(&held), Some(1_000));
+        assert!(held.ends_with(":42") && held < scheduled_xid(1_001, "ID:a"));
+    }
+
+    #[test]
+    fn a_waker_does_what_it_was_set_to_once_set() {
+        let waker = ScheduleWaker::default();
+        waker.wake(); // nothing set: nothing happens
+        let woken = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let w = Arc::clone(&woken);
+        waker.clone().set(move || {
+            w.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        waker.wake();
+        assert_eq!(woken.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+}
