@@ -239,7 +239,7 @@ mod tests {
         );
         p.maximum_redelivery_delay = 0;
         assert_eq!(
-            p.redelivery_delay_after(40),
+            p.redelivery_delay_after(100),
             u64::MAX,
             "no maximum: saturates"
         );
