@@ -259,9 +259,10 @@ impl Broker {
         self.running_view(&key).await.map(Some)
     }
 
-    /// Whether `key` is running or the store holds messages (not counting those of
-    /// open transactions) or durable subscriptions for it: at most one message row
-    /// and one count of its subscriptions are read.
+    /// Whether `key` is running or the store holds messages (scheduled ones and those
+    /// of open transactions included, as the destination listing counts them) or
+    /// durable subscriptions for it: at most one message row and one count of its
+    /// subscriptions are read.
     ///
     /// Errors: [`Error::Actor`] when the registry is gone, a store error.
     pub async fn destination_exists(&self, key: &DestinationKey) -> Result<bool, Error> {
@@ -270,8 +271,7 @@ impl Broker {
             return Ok(true);
         }
         let store = self.store();
-        let first = store.browse(&container, 0, 1).await?;
-        Ok(!first.is_empty() || store.count_subscriptions(&container).await? > 0)
+        Ok(store.has_rows(&container).await? || store.count_subscriptions(&container).await? > 0)
     }
 
     /// Up to `limit` (at most [`MAX_ADMIN_PAGE`]) durable subscriptions of topic
@@ -442,7 +442,9 @@ impl Broker {
     /// its stored messages and, on a topic, its durable subscriptions (with their
     /// marks and individual acks) are deleted in pages of
     /// [`ebb_actors::broker::DELETE_PAGE`] rows, each one store transaction; messages
-    /// held only in memory go with its actor. Sends and subscriptions that arrive
+    /// held only in memory go with its actor; then its scheduled messages (and the
+    /// redeliveries held back for it) are cancelled ([`Broker::cancel_scheduled_to`]),
+    /// so none of them brings it back later. Sends and subscriptions that arrive
     /// meanwhile wait, and then go to a new, empty destination of the same name (a
     /// destination is created on first use). A destination only the store holds is
     /// deleted the same way. Answers what was deleted.
@@ -459,7 +461,9 @@ impl Broker {
         let key = destination.to_destination()?;
         let deleted = self.registry().send(DeleteDestination(key.clone())).await?;
         self.forget_address(&key);
-        Ok(deleted?)
+        let mut deleted = deleted?;
+        deleted.scheduled = self.cancel_scheduled_to(&key).await?;
+        Ok(deleted)
     }
 
     /// The queue actor of `destination` (started if it is not running).
@@ -490,7 +494,7 @@ impl Broker {
     /// A destination that is not running: its stored rows, no counters.
     async fn stored_view(&self, key: &DestinationKey) -> Result<DestinationView, Error> {
         let container = key.container();
-        let stored = self.store().count_messages(&container).await?;
+        let stored = self.store().count_committed(&container).await?;
         let stats = DestinationStats::stored_only(container, key.kind(), stored);
         Ok(DestinationView {
             running: false,

@@ -36,6 +36,10 @@ pub enum Error {
     /// the text says what.
     #[error("{0}")]
     Unsupported(&'static str),
+    /// A value of a message or a request that cannot be honoured as given (a
+    /// repeating message without a period); the text says which.
+    #[error("{0}")]
+    InvalidValue(&'static str),
     /// A priority outside 0..=9.
     #[error("invalid priority {0}: priorities run from 0 to 9")]
     InvalidPriority(u8),
@@ -98,14 +102,15 @@ pub enum Error {
     Http(String),
     /// A listener of [`crate::server::Server`] could not bind its address (in use,
     /// not local, no permission).
-    #[error("cannot listen on {addr} ({what}): {source}")]
+    #[error("cannot listen on {addr} ({what}): {cause}")]
     Listen {
         /// Which listener (`STOMP`, `STOMP over TLS`).
         what: &'static str,
         /// The address it was given.
         addr: std::net::SocketAddr,
-        /// Why the bind failed.
-        source: std::io::Error,
+        /// Why the bind failed (in the text; not a `source()`, so an error chain
+        /// names it once).
+        cause: std::io::Error,
     },
 }
 
@@ -154,9 +159,10 @@ impl Error {
             Error::DurableInUse(_) => ErrorCode::DurableInUse,
             Error::InUse(_) => ErrorCode::InUse,
             Error::InvalidDestination { .. } => ErrorCode::InvalidDestination,
-            Error::InvalidPriority(_) | Error::InvalidSubscription | Error::InvalidPrefetch => {
-                ErrorCode::InvalidValue
-            }
+            Error::InvalidPriority(_)
+            | Error::InvalidValue(_)
+            | Error::InvalidSubscription
+            | Error::InvalidPrefetch => ErrorCode::InvalidValue,
             Error::ResourceLimit { .. } => ErrorCode::ResourceLimit,
             Error::Unsupported(_) => ErrorCode::Unsupported,
             Error::TooManyDurableSubscriptions { .. } => ErrorCode::LimitExceeded,

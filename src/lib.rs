@@ -221,10 +221,10 @@ pub mod transport;
 
 pub use broker::{
     AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, DestinationFlow, Expiration, Message,
-    PendingSend, QueueBrowser, Received, ScheduledMessage, ScheduledPage, Selector, SelectorError,
-    SendOptions, SendReceipt, Space, SpaceCheck, SubscribeOptions, Subscription, Target,
-    ToDestination, Transaction, UsageConfig, UsageSnapshot, ACK_WINDOW, SCHEDULER_PAGE,
-    SEND_WINDOW,
+    PendingSend, QueueBrowser, Received, Repeat, ScheduleBacklog, ScheduledMessage, ScheduledPage,
+    Selector, SelectorError, SendOptions, SendReceipt, Space, SpaceCheck, SubscribeOptions,
+    Subscription, Target, ToDestination, Transaction, UsageConfig, UsageSnapshot, ACK_WINDOW,
+    SCHEDULER_PAGE, SCHEDULE_COUNT_LIMIT, SEND_WINDOW,
 };
 pub use ebb_actors::destination::{
     now_ms, DestinationKey, DestinationKind, DestinationPattern, InvalidDestination,

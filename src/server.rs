@@ -138,7 +138,7 @@ impl Server {
 
 /// A listener on `addr`, and the address it got; the error names `what`.
 async fn bind(addr: SocketAddr, what: &'static str) -> Result<(TcpListener, SocketAddr), Error> {
-    let listen = |source| Error::Listen { what, addr, source };
+    let listen = |cause| Error::Listen { what, addr, cause };
     let listener = TcpListener::bind(addr).await.map_err(listen)?;
     let bound = listener.local_addr().map_err(listen)?;
     Ok((listener, bound))

@@ -101,9 +101,10 @@ pub struct DestinationStats {
     /// Messages waiting: pending plus in flight. For a topic, the message rows the
     /// store holds for it: persistent messages some durable subscription has not acked
     /// (in-flight ones included, they stay stored until acked), acked ones the next
-    /// cleanup batch has not deleted yet, and prepared ones of open transactions.
-    /// Non-persistent messages waiting in memory for a non-durable subscriber are not
-    /// counted.
+    /// cleanup batch has not deleted yet. Not counted: the messages of open
+    /// transactions and scheduled ones (until they are released: the scheduler's
+    /// backlog counts them), and non-persistent messages waiting in memory for a
+    /// non-durable subscriber.
     pub queue_size: u64,
     /// For a queue: messages delivered and not acked yet (also in `queue_size`). Topics
     /// do not report it: 0 for them.
@@ -144,8 +145,9 @@ pub struct DestinationStats {
 impl DestinationStats {
     /// The stats of destination `destination` (its store key) of `kind`, from what
     /// its actor reports ([`Stats`], the same for every kind) and the number of
-    /// message rows the store holds for it. `queue_size` is the stored rows (in-flight
-    /// ones included: a row goes at its ack) plus the non-persistent messages waiting;
+    /// committed message rows the store holds for it. `queue_size` is the stored rows
+    /// (in-flight ones included: a row goes at its ack; scheduled ones and those of
+    /// open transactions not) plus the non-persistent messages waiting;
     /// `dequeued_total` counts a queue's acks and a topic's deliveries.
     pub(crate) fn from_stats(
         destination: String,
@@ -189,6 +191,9 @@ pub struct BrokerStats {
     /// How many destinations are running in all; more than `destinations.len()` when
     /// the list was cut at [`MAX_DESTINATIONS`].
     pub destinations_total: u64,
+    /// The scheduler's backlog (scheduled messages and redeliveries held back).
+    #[serde(default)]
+    pub scheduler: crate::ScheduleBacklog,
 }
 
 impl Broker {
@@ -234,6 +239,7 @@ impl Broker {
             },
             destinations,
             destinations_total: list.total as u64,
+            scheduler: self.schedule_backlog().await?,
         })
     }
 
@@ -248,7 +254,7 @@ impl Broker {
     ) -> Result<DestinationStats, Error> {
         let key = destination.container();
         let counted = self.stats_of(destination).await?;
-        let stored = self.store().count_messages(&key).await?;
+        let stored = self.store().count_committed(&key).await?;
         let mut stats =
             DestinationStats::from_stats(key.clone(), destination.kind(), &counted, stored);
         let flow = self.destination_flow(&key)?;

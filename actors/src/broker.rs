@@ -475,6 +475,9 @@ pub struct DeletedDestination {
     pub messages: u64,
     /// Durable subscriptions removed (a topic's; 0 for a queue).
     pub subscriptions: u64,
+    /// Scheduled messages of it cancelled (and redeliveries held back for it): the
+    /// embedding API's `Broker::delete_destination` cancels them after the rest.
+    pub scheduled: u64,
 }
 
 impl Handler<DeleteDestination> for BrokerActor {

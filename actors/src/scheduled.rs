@@ -3,9 +3,12 @@
 //! `redeliveryDelay`) wakes the broker's scheduler.
 //!
 //! A scheduled message is a prepared message (invisible, holding no mark back) whose
-//! xid is `sched:<due, epoch ms, 20 digits>:<message id>`, optionally followed by
-//! `:<row id>` for a redelivery held back. Xids sort as their due times do, so the
-//! messages due now are one range of the store's xid index.
+//! xid is `sched:<due, epoch ms, 20 digits>:<message id>`, followed by `:<row id>`
+//! for a redelivery held back, or by `:every<period ms>x<firings left>` for a
+//! repeating message (one stored job, ActiveMQ's `AMQ_SCHEDULED_PERIOD` and
+//! `AMQ_SCHEDULED_REPEAT`: each firing adds a copy and moves the job to its next due
+//! time; the last firing delivers the job itself). Xids sort as their due times do,
+//! so the messages due now are one range of the store's xid index.
 
 use std::sync::{Arc, OnceLock};
 
@@ -30,6 +33,53 @@ pub fn scheduled_xid(due_ms: i64, message_id: &str) -> String {
 /// id (a message and its dead-letter copy) never share one.
 pub fn redelivery_xid(due_ms: i64, message_id: &str, id: i64) -> String {
     format!("{}:{id}", scheduled_xid(due_ms, message_id))
+}
+
+/// The xid of a repeating job (message `message_id`) due at `due_ms`: it fires
+/// `left` more times after this one, every `period_ms`.
+pub fn job_xid(due_ms: i64, message_id: &str, period_ms: u64, left: u32) -> String {
+    format!(
+        "{}:every{period_ms}x{left}",
+        scheduled_xid(due_ms, message_id)
+    )
+}
+
+/// The repetition in a job's xid: `(period ms, firings left after the one due)`;
+/// `None` for a message that fires once.
+pub fn repetition_of(xid: &str) -> Option<(u64, u32)> {
+    let (_, spec) = xid.rsplit_once(":every")?;
+    let (period, left) = spec.split_once('x')?;
+    Some((period.parse().ok()?, left.parse().ok()?))
+}
+
+/// The xid a repeating job moves to after the firing due in `xid` (`message_id` as
+/// it was scheduled with): due one period later, one firing fewer. `None` when that
+/// firing is its last (or `xid` is no job's): the job itself is then delivered.
+pub fn next_firing(xid: &str) -> Option<String> {
+    let (period, left) = repetition_of(xid)?;
+    if left == 0 {
+        return None;
+    }
+    let due = due_of(xid)?.saturating_add(period.min(i64::MAX as u64) as i64);
+    let message_id = message_id_of(xid)?;
+    Some(job_xid(due, &message_id, period, left - 1))
+}
+
+/// The message id in a job's xid, as it was given to [`scheduled_xid`] (the padding
+/// of its number removed).
+fn message_id_of(xid: &str) -> Option<String> {
+    let rest = xid.strip_prefix(SCHEDULED_XID_PREFIX)?.get(21..)?;
+    let rest = rest.rsplit_once(":every").map_or(rest, |(id, _)| id);
+    Some(match rest.rsplit_once(':') {
+        Some((prefix, n)) if n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty() => {
+            let trimmed = n.trim_start_matches('0');
+            format!(
+                "{prefix}:{}",
+                if trimmed.is_empty() { "0" } else { trimmed }
+            )
+        }
+        _ => rest.to_string(),
+    })
 }
 
 /// The due time (epoch ms) in a scheduled message's xid; `None` for another xid.
@@ -89,6 +139,28 @@ mod tests {
         let held = redelivery_xid(1_000, "ID:a", 42);
         assert_eq!(due_of(&held), Some(1_000));
         assert!(held.ends_with(":42") && held < scheduled_xid(1_001, "ID:a"));
+    }
+
+    #[test]
+    fn a_job_moves_one_period_on_and_fires_its_count() {
+        let first = job_xid(1_000, "ID:ebb-1-2:7", 500, 2);
+        assert_eq!(repetition_of(&first), Some((500, 2)));
+        assert_eq!(repetition_of(&scheduled_xid(1_000, "ID:a:1")), None);
+        let second = next_firing(&first).unwrap();
+        assert_eq!(due_of(&second), Some(1_500));
+        assert_eq!(second, job_xid(1_500, "ID:ebb-1-2:7", 500, 1));
+        let third = next_firing(&second).unwrap();
+        assert_eq!(
+            (due_of(&third), repetition_of(&third)),
+            (Some(2_000), Some((500, 0)))
+        );
+        assert_eq!(
+            next_firing(&third),
+            None,
+            "the last firing delivers the job"
+        );
+        assert_eq!(next_firing(&scheduled_xid(1, "ID:a:1")), None);
+        assert_eq!(message_id_of(&first).as_deref(), Some("ID:ebb-1-2:7"));
     }
 
     #[test]

@@ -554,6 +554,23 @@ impl StoreHandle {
         async move { Ok(write.await?.committed()?) }
     }
 
+    /// [`WriteOp::Repeat`] in the caller's order (as [`Self::commit_in_order`]): one
+    /// firing of repeating job `xid`, whose row moves to `next_xid` while `copy` is
+    /// added; answers the copy's id, `None` when the job was gone (cancelled).
+    pub fn repeat_in_order(
+        &self,
+        xid: String,
+        next_xid: String,
+        copy: NewMessage,
+    ) -> impl Future<Output = Result<Option<i64>, ActorError>> {
+        let write = self.write_in_order(WriteOp::Repeat {
+            xid,
+            next_xid,
+            copy,
+        });
+        async move { Ok(write.await?.repeated()?) }
+    }
+
     /// [`WriteOp::Commit`] of `xid` and the writes `with` (the acks of the same
     /// transaction: [`WriteOp::Remove`], [`WriteOp::Ack`], [`WriteOp::AckUpTo`]) in one
     /// store transaction ([`WriteTogether`]): its sends become visible and its acks

@@ -46,6 +46,21 @@ pub struct Message {
     /// ([`Error::Unsupported`](crate::Error::Unsupported) otherwise). In a
     /// transaction it is scheduled only if the transaction commits.
     pub deliver_at: Option<i64>,
+    /// Delivered again and again after its first delivery (ActiveMQ's
+    /// `AMQ_SCHEDULED_PERIOD` and `AMQ_SCHEDULED_REPEAT`): one stored job, each
+    /// firing a copy with a message id of its own. `None`: once. A repeating message
+    /// is scheduled (its first firing at [`Message::deliver_at`], or at once).
+    pub repeat: Option<Repeat>,
+}
+
+/// How a scheduled message repeats ([`Message::repeat`](struct@Message)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repeat {
+    /// Between two firings, ms (at least 1).
+    pub period_ms: u64,
+    /// Firings after the first (ActiveMQ's `AMQ_SCHEDULED_REPEAT`): it is delivered
+    /// `count + 1` times in all.
+    pub count: u32,
 }
 
 impl Message {
@@ -69,6 +84,7 @@ impl Message {
             expiration: Expiration::Never,
             origin: None,
             deliver_at: None,
+            repeat: None,
         }
     }
 
@@ -115,6 +131,18 @@ impl Message {
     pub fn delay(self, delay: Duration) -> Self {
         let now = ebb_actors::destination::now_ms();
         self.deliver_at(now.saturating_add(delay.as_millis().min(i64::MAX as u128) as i64))
+    }
+
+    /// Delivers it `count` more times after its first delivery, every `period`
+    /// (ActiveMQ's `AMQ_SCHEDULED_PERIOD` and `AMQ_SCHEDULED_REPEAT`; see
+    /// [`Message::repeat`](struct@Message)). [`Broker::send`] refuses a period under
+    /// 1 ms with a count above 0.
+    pub fn repeat(mut self, period: Duration, count: u32) -> Self {
+        self.repeat = Some(Repeat {
+            period_ms: period.as_millis().min(u64::MAX as u128) as u64,
+            count,
+        });
+        self
     }
 
     /// Adds a user header (delivered in the order added; a selector can test it).

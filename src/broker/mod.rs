@@ -28,7 +28,10 @@ pub use self::config::*;
 pub use self::destination::*;
 pub use self::flow::*;
 pub use self::message::*;
-pub use self::schedule::{ScheduledMessage, ScheduledPage, SCHEDULED_XID_PREFIX, SCHEDULER_PAGE};
+pub use self::schedule::{
+    ScheduleBacklog, ScheduledMessage, ScheduledPage, SCHEDULED_XID_PREFIX, SCHEDULER_PAGE,
+    SCHEDULE_COUNT_LIMIT,
+};
 pub use self::send::*;
 
 pub(crate) use self::subscribe::*;

@@ -33,16 +33,20 @@ use std::time::Duration;
 use super::message::{Message, PendingSend};
 use super::Broker;
 use crate::error::Error;
-use ebb_actors::destination::{now_ms, PublishTicket, ReleaseScheduled};
+use ebb_actors::destination::{now_ms, DueMessage, PublishTicket, ReleaseScheduled};
 use ebb_actors::messages::{PublishOutcome, TopicMessage};
 pub use ebb_actors::scheduled::SCHEDULED_XID_PREFIX;
-use ebb_actors::scheduled::{due_of, scheduled_xid};
+use ebb_actors::scheduled::{due_of, job_xid, next_firing, repetition_of, scheduled_xid};
 use ebb_actors::DestinationKey;
 use ebb_store::NewMessage;
 
 /// Most scheduled messages released in one page (rows read and committed), as
 /// ActiveMQ's `maxExpirePageSize` default bounds an expiry page.
 pub const SCHEDULER_PAGE: u32 = 400;
+
+/// Most scheduled messages [`Broker::schedule_backlog`] counts (one bounded range of
+/// the xid index): a count of this many means "at least".
+pub const SCHEDULE_COUNT_LIMIT: u32 = 1_000_000;
 
 /// How long the sleeping scheduler waits at most before it looks whether the broker is
 /// still in use (ms): it holds a handle to the broker only while scheduled messages
@@ -80,6 +84,26 @@ pub struct ScheduledMessage {
     pub expiration: i64,
     /// Its body's size, bytes.
     pub body_bytes: usize,
+    /// A repeating message: ms between firings (0: it fires once).
+    pub period_ms: u64,
+    /// A repeating message: firings after the one due (0: this is its last, or it
+    /// fires once).
+    pub repeats_left: u32,
+}
+
+/// The scheduler's backlog ([`Broker::schedule_backlog`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScheduleBacklog {
+    /// Messages waiting in the store for their due time (scheduled sends and
+    /// redeliveries held back), counted up to [`SCHEDULE_COUNT_LIMIT`].
+    pub scheduled: u64,
+    /// `scheduled` reached [`SCHEDULE_COUNT_LIMIT`]: at least that many wait.
+    pub scheduled_at_least: bool,
+    /// The earliest due time, epoch ms; `None` when nothing is scheduled. In the past
+    /// when the scheduler is behind.
+    pub next_due_ms: Option<i64>,
+    /// Messages released since the broker started.
+    pub released_total: u64,
 }
 
 /// A page of [`ScheduledMessage`]s, in due order.
@@ -143,13 +167,23 @@ impl Broker {
                 "scheduled delivery to a last-value queue is not supported",
             ));
         }
+        let repeat = message.repeat.filter(|r| r.count > 0);
+        if repeat.is_some_and(|r| r.period_ms == 0) {
+            return Err(Error::InvalidValue(
+                "a repeating message needs a period of 1 ms or more (AMQ_SCHEDULED_PERIOD)",
+            ));
+        }
         let outgoing = self.outgoing(key, message, in_transaction)?;
+        let xid = match repeat {
+            Some(r) => job_xid(due_ms, &outgoing.message_id, r.period_ms, r.count),
+            None => scheduled_xid(due_ms, &outgoing.message_id),
+        };
         let new = NewMessage {
             container: key.container(),
             message_id: outgoing.message_id.clone(),
             expiration: outgoing.expiration,
             priority: outgoing.priority,
-            xid: Some(scheduled_xid(due_ms, &outgoing.message_id)),
+            xid: Some(xid),
             payload: Arc::clone(&outgoing.payload),
             indexed_headers: key.capabilities().indexed_headers,
             last_value: None,
@@ -185,6 +219,8 @@ impl Broker {
                     priority: row.message.priority,
                     expiration: row.message.expiration,
                     body_bytes: row.message.payload.body.len(),
+                    period_ms: repetition_of(&row.xid).map_or(0, |(p, _)| p),
+                    repeats_left: repetition_of(&row.xid).map_or(0, |(_, left)| left),
                     id: row.xid,
                 })
             })
@@ -209,6 +245,59 @@ impl Broker {
             return Ok(false);
         }
         Ok(self.store.rollback(id.to_string()).await? > 0)
+    }
+
+    /// Cancels every scheduled message of `destination` (and every redelivery held
+    /// back for it): walks the schedule in pages of [`SCHEDULER_PAGE`] rows, in due
+    /// order, deleting that destination's. Returns how many it cancelled. Messages
+    /// scheduled while it runs, behind its position, are left.
+    ///
+    /// Errors: [`Error::InvalidDestination`], [`Error::ShuttingDown`], or the store's
+    /// (what it deleted before stays deleted).
+    pub async fn cancel_scheduled_to(
+        &self,
+        destination: impl super::ToDestination,
+    ) -> Result<u64, Error> {
+        self.refuse_if_shut_down()?;
+        let container = destination.to_destination()?.container();
+        let mut cancelled = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let from = after.as_deref().unwrap_or(SCHEDULED_XID_PREFIX);
+            let extra = u32::from(after.is_some());
+            let rows = self
+                .store()
+                .read_prepared_range(from, "sched;", SCHEDULER_PAGE + extra)
+                .await?;
+            let full = rows.len() == (SCHEDULER_PAGE + extra) as usize;
+            let last = rows.last().map(|row| row.xid.clone());
+            for row in rows {
+                if row.message.container == container && Some(&row.xid) != after.as_ref() {
+                    cancelled += self.store.rollback(row.xid).await?;
+                }
+            }
+            match last {
+                Some(last) if full => after = Some(last),
+                _ => return Ok(cancelled),
+            }
+        }
+    }
+
+    /// The scheduler's backlog: how many messages wait (one bounded count of the xid
+    /// index's range), the next due time (one row) and how many were released.
+    ///
+    /// Errors: the store's.
+    pub async fn schedule_backlog(&self) -> Result<ScheduleBacklog, Error> {
+        let scheduled = self
+            .store()
+            .count_prepared_range(SCHEDULED_XID_PREFIX, "sched;", SCHEDULE_COUNT_LIMIT)
+            .await?;
+        Ok(ScheduleBacklog {
+            scheduled,
+            scheduled_at_least: scheduled >= u64::from(SCHEDULE_COUNT_LIMIT),
+            next_due_ms: self.next_due().await?,
+            released_total: self.scheduled_released(),
+        })
     }
 
     /// Scheduled messages released to their destinations since the broker started.
@@ -325,7 +414,7 @@ impl Broker {
             .await?;
         // Each destination commits its own, in its publish order (so the new ids follow
         // the order its cursors see), and answers how many it released.
-        let mut by_destination: Vec<(DestinationKey, Vec<(String, TopicMessage)>)> = Vec::new();
+        let mut by_destination: Vec<(DestinationKey, Vec<DueMessage>)> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
         let now = now_ms();
         for row in &rows {
@@ -344,7 +433,12 @@ impl Broker {
                 by_destination.len() - 1
             });
             let message = TopicMessage::from_stored(&row.message);
-            by_destination[at].1.push((row.xid.clone(), message));
+            let next = next_firing(&row.xid).map(|next| (next, self.next_message_id()));
+            by_destination[at].1.push(DueMessage {
+                xid: row.xid.clone(),
+                message,
+                next,
+            });
         }
         let mut released_all = 0;
         for (key, releases) in by_destination {

@@ -49,7 +49,27 @@ impl SendOptions {
     }
 }
 
+/// When `message` is due if it must wait on the scheduler: a due time in the future,
+/// or a repetition (its first firing at once when it has no due time).
+pub(super) fn scheduled_due(message: &Message) -> Option<i64> {
+    let now = now_ms();
+    match (message.deliver_at, message.repeat) {
+        (Some(due), _) if due > now => Some(due),
+        (due, Some(repeat)) if repeat.count > 0 => Some(due.unwrap_or(now).max(now)),
+        _ => None,
+    }
+}
+
 impl Broker {
+    /// A new message id: this broker's prefix and the next number.
+    pub(super) fn next_message_id(&self) -> String {
+        format!(
+            "{}:{}",
+            self.ids.prefix,
+            self.ids.next.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
     /// The topic message for `message`: checks the priority, turns a TTL into an
     /// absolute expiration, gives it a message id.
     pub(super) fn outgoing(
@@ -67,11 +87,7 @@ impl Broker {
             Expiration::At(at) => at.max(0),
             Expiration::Ttl(ttl) => now.saturating_add(ttl.min(i64::MAX as u64) as i64),
         };
-        let message_id = format!(
-            "{}:{}",
-            self.ids.prefix,
-            self.ids.next.fetch_add(1, Ordering::Relaxed)
-        );
+        let message_id = self.next_message_id();
         let bytes = message.charged_bytes();
         let payload = Payload {
             timestamp_ms: now,
@@ -249,7 +265,7 @@ impl Broker {
         if options.space == SpaceCheck::Wait {
             self.wait_for_space(&key, message.persistent).await?;
         }
-        if let Some(due) = message.deliver_at.filter(|due| *due > now_ms()) {
+        if let Some(due) = scheduled_due(&message) {
             return self.send_scheduled(&key, message, due).await;
         }
         let outgoing = self.outgoing(&key, message, false)?;

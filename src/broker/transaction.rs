@@ -8,7 +8,7 @@ use super::subscription::{Acker, Received, TransactedAck};
 use super::Broker;
 use crate::error::Error;
 use actix::Handler;
-use ebb_actors::destination::{now_ms, PublishTicket};
+use ebb_actors::destination::PublishTicket;
 use ebb_actors::messages::{
     AbortPrepared, AcksStored, CommitPrepared, PublishOutcome, PublishPrepared, TakenAck,
     TopicMessage,
@@ -261,7 +261,7 @@ impl Transaction {
         message: Message,
     ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
-        if let Some(due) = message.deliver_at.filter(|due| *due > now_ms()) {
+        if let Some(due) = super::send::scheduled_due(&message) {
             // Held until the COMMIT, which stores it scheduled.
             self.broker.check_transaction_space(&message)?;
             let (new, held) = self.broker.scheduled_row(&key, message, due, true)?;

@@ -219,6 +219,7 @@ pub fn from_samples(samples: &[Sample]) -> Option<BrokerStats> {
         usage,
         destinations_total: total.unwrap_or(destinations.len() as u64),
         destinations,
+        scheduler: Default::default(),
     })
 }
 

@@ -64,7 +64,8 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/destinations", get(destinations))
         .route("/connections", get(connections))
         .route("/connections/:session", delete(close_connection))
-        .route("/scheduled", get(scheduled))
+        .route("/scheduler", get(scheduler))
+        .route("/scheduled", get(scheduled).delete(cancel_scheduled_to))
         .route("/scheduled/:id", delete(cancel_scheduled));
     for kind in DestinationKind::all() {
         router = router.nest(&format!("/{}", kind.spec().plural), kind_routes(kind));
@@ -118,6 +119,8 @@ fn route_list() -> Vec<String> {
         "GET /api/v1/destinations?after=KEY&limit=N",
         "GET /api/v1/scheduled?after=ID&limit=N",
         "DELETE /api/v1/scheduled/ID",
+        "DELETE /api/v1/scheduled?destination=queue://NAME",
+        "GET /api/v1/scheduler",
     ]
     .map(String::from)
     .to_vec();
@@ -251,6 +254,10 @@ async fn broker(State(state): State<AppState>) -> Result<Response, ApiError> {
     let usage = state.broker.usage();
     let (lag, waiting) = state.broker.housekeeping_lag();
     let store = state.broker.ping_store().await;
+    let scheduler = match store {
+        Ok(()) => state.broker.schedule_backlog().await.ok(),
+        Err(_) => None,
+    };
     let body = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "shut_down": state.broker.is_shut_down(),
@@ -268,6 +275,7 @@ async fn broker(State(state): State<AppState>) -> Result<Response, ApiError> {
             "process_peak_resident_bytes": crate::process::peak_resident_bytes(),
         },
         "store_reachable": store.is_ok(),
+        "scheduler": scheduler,
     });
     Ok(Json(body).into_response())
 }
@@ -300,6 +308,37 @@ async fn scheduled(
             .is_ok_and(|key| may_read(&state, &caller, &key).is_ok())
     });
     Ok(Json(page))
+}
+
+/// `GET /api/v1/scheduler`: the scheduler's backlog ([`crate::ScheduleBacklog`]):
+/// how many messages wait (counted up to [`crate::SCHEDULE_COUNT_LIMIT`]), the next
+/// due time, how many were released.
+async fn scheduler(
+    State(state): State<AppState>,
+) -> Result<Json<crate::ScheduleBacklog>, ApiError> {
+    Ok(Json(state.broker.schedule_backlog().await?))
+}
+
+/// `?destination=...` (required).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DestinationQuery {
+    destination: String,
+}
+
+/// `DELETE /api/v1/scheduled?destination=queue://NAME`: cancels every scheduled
+/// message of that destination; answers `{"cancelled": N}`.
+async fn cancel_scheduled_to(
+    State(state): State<AppState>,
+    query: Result<Query<DestinationQuery>, QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(query) = query?;
+    let cancelled = state
+        .broker
+        .cancel_scheduled_to(query.destination.as_str())
+        .await?;
+    tracing::info!(destination = %query.destination, cancelled, "scheduled messages cancelled through the admin API");
+    Ok(Json(serde_json::json!({ "cancelled": cancelled })))
 }
 
 /// `DELETE /api/v1/scheduled/ID`: cancels a scheduled message (`204`), `404` when
@@ -411,9 +450,14 @@ async fn delete_destination(
     }
     let deleted = state.broker.delete_destination(&key).await?;
     tracing::info!(destination = %key, messages = deleted.messages,
-        subscriptions = deleted.subscriptions, "destination deleted through the admin API");
+        subscriptions = deleted.subscriptions, scheduled = deleted.scheduled,
+        "destination deleted through the admin API");
     let body = serde_json::json!({
-        "deleted": { "messages": deleted.messages, "subscriptions": deleted.subscriptions }
+        "deleted": {
+            "messages": deleted.messages,
+            "subscriptions": deleted.subscriptions,
+            "scheduled": deleted.scheduled,
+        }
     });
     Ok(Json(body).into_response())
 }

@@ -215,6 +215,12 @@ impl HttpServer {
         };
         let app = router(state, body_limit);
         let (stop, stop_rx) = watch::channel(false);
+        // The first scrape, even one made the moment the address is logged, finds
+        // the broker's values (the loop then refreshes them; a failure here is its
+        // to report).
+        if let Ok(stats) = broker.stats().await {
+            crate::metrics::record(&stats);
+        }
         let refresh = tokio::spawn(crate::metrics::refresh_loop(
             broker,
             metrics,

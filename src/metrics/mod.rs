@@ -43,6 +43,8 @@
 //! | `ebb_expiry_runs_total` | counter | `destination` | expiry runs (chains of pages) started |
 //! | `ebb_expiry_pages_total` | counter | `destination` | expiry pages finished |
 //! | `ebb_login_failures_total`, `ebb_logins_throttled_total` | counter | `protocol` | refused logins; logins refused without a check, their address having used up its refused logins ([`crate::login_guard`]) |
+//! | `ebb_scheduled_messages` | gauge | | messages waiting for their due time (scheduled sends and redeliveries held back), counted up to [`crate::SCHEDULE_COUNT_LIMIT`] |
+//! | `ebb_scheduled_next_due_timestamp_seconds` | gauge | | the earliest due time, epoch seconds (0 when nothing waits); behind the clock when the scheduler is late |
 //! | `ebb_scheduled_released_total` | counter | | scheduled messages released to their destinations (`AMQ_SCHEDULED_DELAY`, [`crate::Message::deliver_at`]) |
 //! | `ebb_scheduled_lateness_seconds` | histogram | | how late each scheduled message was released, due time to release (buckets [`LATENESS_BUCKETS`]): a late scheduler shows here |
 //! | `ebb_expiry_page_rows` | histogram | `destination` | rows one expiry page loaded (buckets [`PAGE_ROW_BUCKETS`]); a page that failed is counted in `ebb_expiry_pages_total` only |
@@ -151,6 +153,11 @@ pub mod names {
     pub const EXPIRY_RUNS_TOTAL: &str = "ebb_expiry_runs_total";
     /// Rows one expiry page loaded.
     pub const EXPIRY_PAGE_ROWS: &str = "ebb_expiry_page_rows";
+    /// Messages waiting for their due time.
+    pub const SCHEDULED_MESSAGES: &str = "ebb_scheduled_messages";
+    /// The earliest due time, epoch seconds.
+    pub const SCHEDULED_NEXT_DUE_TIMESTAMP_SECONDS: &str =
+        "ebb_scheduled_next_due_timestamp_seconds";
     /// Scheduled messages released to their destinations since start.
     pub const SCHEDULED_RELEASED_TOTAL: &str = "ebb_scheduled_released_total";
     /// How late each scheduled message was released: its due time to its release.
@@ -213,6 +220,14 @@ const SECONDS_GAUGES: &[(&str, &str)] = &[
 
 /// Gauges without a unit: `(name, help)`.
 const GAUGES: &[(&str, &str)] = &[
+    (
+        names::SCHEDULED_MESSAGES,
+        "Messages waiting for their due time (scheduled sends, redeliveries held back)",
+    ),
+    (
+        names::SCHEDULED_NEXT_DUE_TIMESTAMP_SECONDS,
+        "The earliest due time of a scheduled message, epoch seconds; 0 when none waits",
+    ),
     (
         names::MEMORY_USAGE_RATIO,
         "Memory usage / limit, 0..1 (0 without a limit)",
@@ -379,6 +394,14 @@ pub fn record(stats: &BrokerStats) {
         (
             PROCESS_PEAK_RESIDENT_BYTES,
             u.process_peak_resident_bytes as f64,
+        ),
+        (SCHEDULED_MESSAGES, stats.scheduler.scheduled as f64),
+        (
+            SCHEDULED_NEXT_DUE_TIMESTAMP_SECONDS,
+            stats
+                .scheduler
+                .next_due_ms
+                .map_or(0.0, |ms| ms as f64 / 1000.0),
         ),
     ] {
         gauge!(name).set(value);

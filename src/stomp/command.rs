@@ -9,7 +9,7 @@
 //! is the ERROR frame's `message`; clients and tests match on these texts, so they are
 //! stable.
 
-use crate::broker::{Message, Selector, Target};
+use crate::broker::{Message, Repeat, Selector, Target};
 use crate::stomp::frame::{self, Frame, Version};
 use crate::DestinationPattern;
 use crate::ErrorCode;
@@ -683,7 +683,7 @@ fn message_of(frame: &Frame) -> Result<Message, Refusal> {
             message = message.expires_at(at);
         }
     }
-    message.deliver_at = scheduled_of(frame)?;
+    (message.deliver_at, message.repeat) = scheduled_of(frame)?;
     message.headers = frame
         .headers
         .iter()
@@ -694,43 +694,60 @@ fn message_of(frame: &Frame) -> Result<Message, Refusal> {
 }
 
 /// ActiveMQ's scheduling headers on a SEND: `AMQ_SCHEDULED_DELAY` (ms, 0 or more; 0 is
-/// at once) gives the due time, epoch ms, from now. `AMQ_SCHEDULED_PERIOD`,
-/// `AMQ_SCHEDULED_REPEAT` and `AMQ_SCHEDULED_CRON` (repeats) are refused, not
-/// ignored, unless they ask for nothing (`0`, empty).
-fn scheduled_of(frame: &Frame) -> Result<Option<i64>, Refusal> {
-    for name in [
-        "AMQ_SCHEDULED_PERIOD",
-        "AMQ_SCHEDULED_REPEAT",
-        "AMQ_SCHEDULED_CRON",
-    ] {
-        if let Some(value) = frame.get(name).filter(|v| !matches!(v.trim(), "" | "0")) {
-            return refuse(
-                ErrorCode::Unsupported,
-                format!("{name} `{value}` is not supported yet: only AMQ_SCHEDULED_DELAY (one delivery after a delay)"),
-            );
-        }
+/// at once) gives the due time, epoch ms, from now; `AMQ_SCHEDULED_REPEAT` (0 or
+/// more) more deliveries every `AMQ_SCHEDULED_PERIOD` ms (1 or more when it repeats)
+/// after the first. `AMQ_SCHEDULED_CRON` is refused, not ignored, unless empty.
+fn scheduled_of(frame: &Frame) -> Result<(Option<i64>, Option<Repeat>), Refusal> {
+    if let Some(value) = frame
+        .get("AMQ_SCHEDULED_CRON")
+        .filter(|v| !v.trim().is_empty())
+    {
+        return refuse(
+            ErrorCode::Unsupported,
+            format!("AMQ_SCHEDULED_CRON `{value}` is not supported yet: use AMQ_SCHEDULED_DELAY, AMQ_SCHEDULED_PERIOD and AMQ_SCHEDULED_REPEAT"),
+        );
     }
-    let Some(text) = frame.get("AMQ_SCHEDULED_DELAY") else {
-        return Ok(None);
-    };
-    let delay = text
-        .trim()
-        .parse::<i64>()
-        .ok()
-        .filter(|d| *d >= 0)
-        .ok_or_else(|| {
+    let number = |name: &str, what: &str| -> Result<Option<i64>, Refusal> {
+        let Some(text) = frame.get(name) else {
+            return Ok(None);
+        };
+        let n = text.trim().parse::<i64>().ok().filter(|n| *n >= 0);
+        n.map(Some).ok_or_else(|| {
             Refusal::new(
                 ErrorCode::InvalidValue,
-                format!("invalid AMQ_SCHEDULED_DELAY `{text}`: ms, 0 or more"),
+                format!("invalid {name} `{text}`: {what}"),
             )
-        })?;
-    if delay == 0 {
-        return Ok(None);
+        })
+    };
+    let delay = number("AMQ_SCHEDULED_DELAY", "ms, 0 or more")?.unwrap_or(0);
+    let period = number("AMQ_SCHEDULED_PERIOD", "ms, 0 or more")?.unwrap_or(0);
+    let count = number("AMQ_SCHEDULED_REPEAT", "a count, 0 or more")?.unwrap_or(0);
+    let count = u32::try_from(count).map_err(|_| {
+        Refusal::new(
+            ErrorCode::InvalidValue,
+            format!(
+                "invalid AMQ_SCHEDULED_REPEAT `{count}`: at most {}",
+                u32::MAX
+            ),
+        )
+    })?;
+    if count > 0 && period == 0 {
+        return refuse(
+            ErrorCode::InvalidValue,
+            format!("AMQ_SCHEDULED_REPEAT {count} needs AMQ_SCHEDULED_PERIOD: ms between deliveries, 1 or more"),
+        );
     }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    Ok(Some(now.saturating_add(delay)))
+    let repeat = (count > 0).then_some(Repeat {
+        period_ms: period as u64,
+        count,
+    });
+    let due = (delay > 0).then(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        now.saturating_add(delay)
+    });
+    Ok((due, repeat))
 }
 
 /// `x,y` (ms) as STOMP's `heart-beat` header gives them.

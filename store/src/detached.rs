@@ -180,6 +180,14 @@ impl MessageStore for Detached {
         .await
     }
 
+    async fn count_prepared_range(&self, from: &str, to: &str, limit: u32) -> Result<u64> {
+        let (from, to) = (from.to_string(), to.to_string());
+        detached(&self.0, |s| async move {
+            s.count_prepared_range(&from, &to, limit).await
+        })
+        .await
+    }
+
     async fn recover_expired(
         &self,
         container: &str,
@@ -237,6 +245,11 @@ impl MessageStore for Detached {
         .await
     }
 
+    async fn has_rows(&self, container: &str) -> Result<bool> {
+        let container = container.to_string();
+        detached(&self.0, |s| async move { s.has_rows(&container).await }).await
+    }
+
     async fn has_expiring(&self, container: &str) -> Result<bool> {
         let container = container.to_string();
         detached(&self.0, |s| async move { s.has_expiring(&container).await }).await
@@ -247,6 +260,15 @@ impl MessageStore for Detached {
         detached(
             &self.0,
             |s| async move { s.count_messages(&container).await },
+        )
+        .await
+    }
+
+    async fn count_committed(&self, container: &str) -> Result<u64> {
+        let container = container.to_string();
+        detached(
+            &self.0,
+            |s| async move { s.count_committed(&container).await },
         )
         .await
     }

@@ -461,6 +461,12 @@ pub trait MessageStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<PreparedMessage>>;
 
+    /// How many prepared messages have an xid at least `from` and below `to`, counted
+    /// up to `limit` (a count of `limit` means "at least"): the same range of the xid
+    /// index as [`MessageStore::read_prepared_range`], without bodies, stopped at
+    /// `limit` in SQL. The scheduler's backlog.
+    async fn count_prepared_range(&self, from: &str, to: &str, limit: u32) -> Result<u64>;
+
     /// Up to `limit` messages of `container` with `id > after_id`, in id order, that are
     /// not in a prepared transaction. Never acks or expires anything.
     async fn browse(
@@ -548,8 +554,16 @@ pub trait MessageStore: Send + Sync + 'static {
     /// most). A destination without one does no expiry work.
     async fn has_expiring(&self, container: &str) -> Result<bool>;
 
+    /// Whether the store holds any message row of `container`, those of open
+    /// transactions and scheduled ones included: one row, `LIMIT 1`.
+    async fn has_rows(&self, container: &str) -> Result<bool>;
+
     /// How many message rows `container` holds (prepared ones included).
     async fn count_messages(&self, container: &str) -> Result<u64>;
+
+    /// How many committed message rows `container` holds: what waits for delivery,
+    /// without the rows of open transactions and scheduled messages (prepared rows).
+    async fn count_committed(&self, container: &str) -> Result<u64>;
 
     /// How many durable subscriptions `container` has.
     async fn count_subscriptions(&self, container: &str) -> Result<u64>;

@@ -303,6 +303,19 @@ pub enum WriteOp {
         key: String,
         below: i64,
     },
+    /// One firing of a repeating scheduled message (ActiveMQ's `AMQ_SCHEDULED_PERIOD`
+    /// with `AMQ_SCHEDULED_REPEAT`): the prepared rows of `xid` (the one stored job)
+    /// move to `next_xid` (its next due time) and, only if there was such a row,
+    /// `copy` is added as [`WriteOp::Add`] does: the delivery of this firing. One
+    /// transaction, so a crash never loses nor doubles a firing, and a job cancelled
+    /// (rolled back) meanwhile fires no more. The outcome is
+    /// [`WriteOutcome::Repeated`]: `Some(the copy's id)`, or `None` when the job was
+    /// gone and nothing was added.
+    Repeat {
+        xid: String,
+        next_xid: String,
+        copy: NewMessage,
+    },
 }
 
 /// What one [`WriteOp`] did, in the same position of the result as its op.
@@ -334,6 +347,8 @@ pub enum WriteOutcome {
     /// The dead-lettered message's new id ([`WriteOp::DeadLetter`]), or `None` when the
     /// source row was already gone and nothing was added.
     DeadLettered(Option<i64>),
+    /// The new id of a [`WriteOp::Repeat`]'s copy, or `None` when its job was gone.
+    Repeated(Option<i64>),
 }
 
 /// Typed answers: each takes the value out of the outcome kind its op answers with
@@ -353,6 +368,7 @@ impl WriteOutcome {
             Self::CleanedUp { .. } => "CleanedUp",
             Self::Removed(_) => "Removed",
             Self::DeadLettered(_) => "DeadLettered",
+            Self::Repeated(_) => "Repeated",
         }
     }
 
@@ -442,6 +458,14 @@ impl WriteOutcome {
         match self {
             Self::DeadLettered(id) => Ok(id),
             other => Err(other.wrong("DeadLettered")),
+        }
+    }
+
+    /// The copy's id of [`WriteOp::Repeat`] (`None`: the job was gone).
+    pub fn repeated(self) -> crate::Result<Option<i64>> {
+        match self {
+            Self::Repeated(id) => Ok(id),
+            other => Err(other.wrong("Repeated")),
         }
     }
 }

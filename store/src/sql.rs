@@ -885,6 +885,13 @@ macro_rules! impl_sql_store {
                         self.replace_last_values(conn, &container, &key, below, bytes)
                             .await?,
                     ),
+                    WriteOp::Repeat {
+                        xid,
+                        next_xid,
+                        copy,
+                    } => WriteOutcome::Repeated(
+                        self.repeat(conn, &xid, &next_xid, copy, bytes).await?,
+                    ),
                 })
             }
 
@@ -1375,6 +1382,28 @@ macro_rules! impl_sql_store {
 
             /// [`WriteOp::DeadLetter`](crate::WriteOp::DeadLetter): returns the moved
             /// message's new id, or `None` when row `id` was gone (nothing added).
+            /// [`WriteOp::Repeat`](crate::WriteOp::Repeat): the job's rows move to
+            /// `next_xid`; only if there were any, `copy` is added (its new id).
+            async fn repeat(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                xid: &str,
+                next_xid: &str,
+                copy: $crate::NewMessage,
+                bytes: &mut i64,
+            ) -> $crate::Result<Option<i64>> {
+                let moved = sqlx::query(&self.sql.move_prepared)
+                    .bind(xid)
+                    .bind(next_xid)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("reschedule a repeating message"))?;
+                if moved.rows_affected() == 0 {
+                    return Ok(None);
+                }
+                Ok(Some(self.insert_messages(conn, vec![copy], bytes).await?[0]))
+            }
+
             async fn dead_letter(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
@@ -1822,6 +1851,26 @@ macro_rules! impl_sql_store {
                 Ok(out)
             }
 
+            async fn count_prepared_range(
+                &self,
+                from: &str,
+                to: &str,
+                limit: u32,
+            ) -> $crate::Result<u64> {
+                const OP: &str = "count prepared range";
+                let mut tx = self.begin_read(OP).await?;
+                let count: i64 = sqlx::query_scalar(&self.sql.count_prepared_range)
+                    .bind(from)
+                    .bind(to)
+                    .bind(i64::from(limit))
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err($crate::error::db(OP))?;
+                tx.commit().await.map_err($crate::error::db(OP))?;
+                self.stats.fetched_keys(count.max(0) as u64);
+                Ok(count.max(0) as u64)
+            }
+
             async fn recover_expired(
                 &self,
                 container: &str,
@@ -1919,6 +1968,20 @@ macro_rules! impl_sql_store {
                     .await
                     .map_err($crate::error::db("check expirations"))?;
                 Ok(row.is_some())
+            }
+
+            async fn has_rows(&self, container: &str) -> $crate::Result<bool> {
+                let row: Option<i32> = sqlx::query_scalar(&self.sql.has_rows)
+                    .bind(container)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err($crate::error::db("check rows"))?;
+                Ok(row.is_some())
+            }
+
+            async fn count_committed(&self, container: &str) -> $crate::Result<u64> {
+                self.count(&self.sql.count_committed, container, "count messages")
+                    .await
             }
 
             async fn count_messages(&self, container: &str) -> $crate::Result<u64> {

@@ -77,6 +77,9 @@ pub(crate) struct Statements {
     /// (by the rule itself there is at most one, plus the batch's own older rows);
     /// returns each one's `msg` length
     pub replace_last_values: String,
+    /// the prepared rows of xid `$1` move to xid `$2` (a repeating job's next due
+    /// time), by `msgs_xidx`
+    pub move_prepared: String,
     pub delete_prepared: String,
     /// prepared rows whose xid matches `LIKE $1 ESCAPE '!'` (a pattern made by
     /// `sql::like_prefix`) and starts with `$3` exactly (SQLite's `LIKE` ignores ASCII
@@ -138,11 +141,20 @@ pub(crate) struct Statements {
     /// prepared rows whose xid is in `[$1, $2)`, in xid order, `LIMIT $3`: one range of
     /// the partial xid index (`msgs_xidx`); the scheduler's page by due time
     pub read_prepared_range: String,
+    /// how many prepared rows have an xid in `[$1, $2)`, counted up to `$3`: the same
+    /// range of `msgs_xidx`, keys only, `LIMIT $3` in a subquery
+    pub count_prepared_range: String,
     pub has_expiring: String,
+    /// one row of container `$1`, prepared ones included (`LIMIT 1`, one seek of
+    /// `msgs_cidx`): whether the store holds anything for it
+    pub has_rows: String,
     /// one row with an id in `$1..=$2` (a batch's new ids), by the primary key,
     /// `LIMIT 1`: whether a commit whose answer was lost went through
     pub committed_probe: String,
     pub count_messages: String,
+    /// the committed rows of container `$1` (not prepared: not of an open transaction,
+    /// not scheduled)
+    pub count_committed: String,
     pub count_subscriptions: String,
     /// the durable subscriptions of client id `$1` (one row each: priority -1 or 0),
     /// counted up to `$2`, by `acks_kidx`
@@ -505,6 +517,9 @@ impl Statements {
             renumber_prepared: format!(
                 "UPDATE {p}msgs SET id = $2, xid = NULL WHERE id = $1 RETURNING container, lvkey"
             ),
+            move_prepared: format!(
+                "UPDATE {p}msgs SET xid = $2 WHERE xid IS NOT NULL AND xid = $1"
+            ),
             replace_last_values: format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
                  WHERE container = $1 AND lvkey = $2 AND xid IS NULL AND id < $3 \
@@ -547,6 +562,11 @@ impl Statements {
                  WHERE m.xid IS NOT NULL AND m.xid >= $1 AND m.xid < $2 \
                  ORDER BY m.xid LIMIT $3"
             ),
+            count_prepared_range: format!(
+                "SELECT COUNT(*) FROM (SELECT m.xid FROM {p}msgs m \
+                 WHERE m.xid IS NOT NULL AND m.xid >= $1 AND m.xid < $2 \
+                 ORDER BY m.xid LIMIT $3) r"
+            ),
             browse: {
                 let r = range("$1", None, Bound::After("$2"));
                 format!(
@@ -558,10 +578,14 @@ impl Statements {
             has_expiring: format!(
                 "SELECT 1 FROM {p}msgs WHERE container = $1 AND expiration > 0 LIMIT 1"
             ),
+            has_rows: format!("SELECT 1 FROM {p}msgs WHERE container = $1 LIMIT 1"),
             committed_probe: format!(
                 "SELECT id FROM {p}msgs WHERE id >= $1 AND id <= $2 LIMIT 1"
             ),
             count_messages: format!("SELECT COUNT(*) FROM {p}msgs WHERE container = $1"),
+            count_committed: format!(
+                "SELECT COUNT(*) FROM {p}msgs WHERE container = $1 AND xid IS NULL"
+            ),
             next_container: format!(
                 "SELECT container FROM {p}msgs WHERE container > $1 AND container < $2 \
                  ORDER BY container LIMIT 1"
@@ -839,6 +863,8 @@ mod tests {
             &s.advance_window[1],
             &s.browse,
             &s.has_expiring,
+            &s.has_rows,
+            &s.count_prepared_range,
             &s.prepared_ids,
             &s.replace_last_values,
             &s.cleanup[0],

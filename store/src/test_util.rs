@@ -368,7 +368,7 @@ impl Raw {
 /// prefix, for tests that check plans: `read_pending`, `read_pending_priority`,
 /// `read_pending_merged`, `browse`, `read_expired`, `read_expired_tie` and `read_expired_later` (the two
 /// statements of `read_expired_after`), `read_expired_keys_tie` and `read_expired_keys_later`
-/// (the same without bodies), `read_prepared_range`, `advance_window`,
+/// (the same without bodies), `read_prepared_range`, `count_prepared_range`, `advance_window`,
 /// `advance_window_priority`, `cleanup`, `cleanup_priority`, `expire_queue`. The binds
 /// of each are documented on its field in `statements.rs`. Panics on another name.
 pub fn statement(backend: crate::Backend, name: &str) -> String {
@@ -379,6 +379,7 @@ pub fn statement(backend: crate::Backend, name: &str) -> String {
         "read_pending_merged" => s.read_pending_merged,
         "browse" => s.browse,
         "read_prepared_range" => s.read_prepared_range,
+        "count_prepared_range" => s.count_prepared_range,
         "read_expired" => s.read_expired,
         "read_expired_tie" => s.read_expired_after[0].clone(),
         "read_expired_later" => s.read_expired_after[1].clone(),

@@ -399,6 +399,41 @@ async fn the_console_shows_destinations_and_retries_a_dlq(t: TestStore) {
     );
     page.screenshot("connections").await;
 
+    // The scheduler: the overview's card counts what waits; the Scheduled page lists
+    // it with its destination and cancels it.
+    let due = ebb::now_ms() + 3_600_000;
+    b.send(
+        "queue://console.later",
+        ebb::Message::new("in an hour").deliver_at(due),
+    )
+    .await
+    .unwrap();
+    page.open(&base, "document.querySelector('#scheduler .value')")
+        .await;
+    assert_eq!(
+        page.eval("document.querySelector('#scheduler .value').innerText")
+            .await,
+        json!("1")
+    );
+    page.open(
+        &format!("{base}#/scheduled"),
+        "document.querySelector('#scheduled tr[data-id]')",
+    )
+    .await;
+    let row = page
+        .eval("document.querySelector('#scheduled tr[data-id]').innerText")
+        .await;
+    assert!(
+        row.as_str().unwrap().contains("queue://console.later"),
+        "{row}"
+    );
+    page.screenshot("scheduled").await;
+    page.eval("window.confirm = () => true; document.querySelector('[data-cancel]').click(); true")
+        .await;
+    page.wait_for("document.querySelector('#scheduled .empty')")
+        .await;
+    assert_eq!(b.schedule_backlog().await.unwrap().scheduled, 0);
+
     // A phone's width: the same pages, nothing wider than the screen.
     page.resize(390, 844, true).await;
     page.open(

@@ -138,6 +138,9 @@ impl MessageStore for FaultyStore {
     ) -> Result<Vec<PreparedMessage>> {
         self.inner.read_prepared_range(from, to, limit).await
     }
+    async fn count_prepared_range(&self, from: &str, to: &str, limit: u32) -> Result<u64> {
+        self.inner.count_prepared_range(from, to, limit).await
+    }
     async fn recover_expired(
         &self,
         c: &str,
@@ -164,11 +167,17 @@ impl MessageStore for FaultyStore {
         }
         self.inner.read_expired_after(c, now, after, limit).await
     }
+    async fn has_rows(&self, c: &str) -> Result<bool> {
+        self.inner.has_rows(c).await
+    }
     async fn has_expiring(&self, c: &str) -> Result<bool> {
         self.inner.has_expiring(c).await
     }
     async fn count_messages(&self, c: &str) -> Result<u64> {
         self.inner.count_messages(c).await
+    }
+    async fn count_committed(&self, c: &str) -> Result<u64> {
+        self.inner.count_committed(c).await
     }
     async fn count_subscriptions(&self, c: &str) -> Result<u64> {
         self.inner.count_subscriptions(c).await

@@ -2211,6 +2211,41 @@ async fn scheduled_messages_are_listed_and_cancelled(t: TestStore) {
     assert_eq!(rest_page[0]["due_ms"], due + 30);
     assert!(rest.json["next"].is_null());
 
+    // The backlog; and cancelling all of one destination leaves the others'.
+    for i in 0..2 {
+        b.send(
+            "queue://api.other",
+            Message::new(format!("o{i}")).deliver_at(due),
+        )
+        .await
+        .unwrap();
+    }
+    let backlog = call("GET", format!("{base}/api/v1/scheduler"), None, None).await;
+    assert_eq!(backlog.status, 200, "{}", backlog.json);
+    assert_eq!(backlog.json["scheduled"], 5, "{}", backlog.json);
+    assert_eq!(backlog.json["next_due_ms"], due, "{}", backlog.json);
+    assert_eq!(backlog.json["scheduled_at_least"], false);
+    let all = call(
+        "DELETE",
+        format!("{base}/api/v1/scheduled?destination=queue://api.other"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(all.status, 200, "{}", all.json);
+    assert_eq!(all.json["cancelled"], 2, "{}", all.json);
+    let backlog = call("GET", format!("{base}/api/v1/scheduler"), None, None).await;
+    assert_eq!(backlog.json["scheduled"], 3, "{}", backlog.json);
+    assert_eq!(backlog.json["next_due_ms"], due + 10, "{}", backlog.json);
+    let bad = call(
+        "DELETE",
+        format!("{base}/api/v1/scheduled?destination=nowhere"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.json);
+
     // Cancel the one due second (body m2).
     let id = page[1]["id"].as_str().unwrap().to_string();
     let cancelled = call(
@@ -2239,6 +2274,34 @@ async fn scheduled_messages_are_listed_and_cancelled(t: TestStore) {
     assert!(quiet(&mut sub).await.is_none(), "the cancelled one came");
     let empty = call("GET", format!("{base}/api/v1/scheduled"), None, None).await;
     assert_eq!(empty.json["messages"].as_array().unwrap().len(), 0);
+    // A queue that holds only a scheduled message exists (it is listed), shows it in
+    // no queue size, and deleting it cancels what is scheduled for it.
+    b.send(
+        "queue://api.only-scheduled",
+        Message::new("later").deliver_at(due + 60_000),
+    )
+    .await
+    .unwrap();
+    let only = call(
+        "GET",
+        format!("{base}/api/v1/queues/api.only-scheduled"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(only.status, 200, "{}", only.json);
+    assert_eq!(only.json["queue_size"], 0, "{}", only.json);
+    let deleted = call(
+        "DELETE",
+        format!("{base}/api/v1/queues/api.only-scheduled"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    assert_eq!(deleted.json["deleted"]["scheduled"], 1, "{}", deleted.json);
+    assert_eq!(b.schedule_backlog().await.unwrap().scheduled, 0);
+
     // /metrics counts them (the recorder is the process's: other tests add to it).
     let url = format!("{base}/metrics");
     let text =
@@ -2251,6 +2314,11 @@ async fn scheduled_messages_are_listed_and_cancelled(t: TestStore) {
             .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
     };
     assert!(value("ebb_scheduled_released_total") >= 2.0, "{text}");
+    assert!(text.contains("ebb_scheduled_messages "), "{text}");
+    assert!(
+        text.contains("ebb_scheduled_next_due_timestamp_seconds "),
+        "{text}"
+    );
     assert!(
         value("ebb_scheduled_lateness_seconds_count") >= 2.0,
         "{text}"

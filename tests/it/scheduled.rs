@@ -311,9 +311,14 @@ async fn stomp_sends_take_amq_scheduled_delay(t: TestStore) {
             "AMQ_SCHEDULED_DELAY",
         ),
         (
-            "SEND\ndestination:/queue/delayed\npersistent:true\nAMQ_SCHEDULED_DELAY:100\nAMQ_SCHEDULED_PERIOD:100\nAMQ_SCHEDULED_REPEAT:3\n\nx\0",
-            "unsupported",
+            "SEND\ndestination:/queue/delayed\npersistent:true\nAMQ_SCHEDULED_DELAY:100\nAMQ_SCHEDULED_REPEAT:3\n\nx\0",
+            "invalid-value",
             "AMQ_SCHEDULED_PERIOD",
+        ),
+        (
+            "SEND\ndestination:/queue/delayed\npersistent:true\nAMQ_SCHEDULED_PERIOD:100\nAMQ_SCHEDULED_REPEAT:-1\n\nx\0",
+            "invalid-value",
+            "AMQ_SCHEDULED_REPEAT",
         ),
         (
             "SEND\ndestination:/queue/delayed\nAMQ_SCHEDULED_CRON:* * * * *\n\nx\0",
@@ -389,12 +394,122 @@ async fn a_scheduled_send_in_a_transaction_waits_for_the_commit(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A repeating message is one stored job: it fires `count + 1` times, a period
+/// apart, never early, each firing a copy with its own message id, while one row
+/// waits; its listing shows the firings left; cancelling it stops the rest.
+async fn a_repeating_message_is_one_job_that_fires_its_count(t: TestStore) {
+    let b = queue_broker(&t).await;
+    let mut sub = b
+        .subscribe(Q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let due = now_ms() + 200;
+    b.send(
+        Q,
+        Message::new("tick")
+            .deliver_at(due)
+            .repeat(Duration::from_millis(300), 2),
+    )
+    .await
+    .unwrap();
+    let listed = b.scheduled(None, 10).await.unwrap().messages;
+    assert_eq!(listed.len(), 1, "one job: {listed:?}");
+    assert_eq!((listed[0].period_ms, listed[0].repeats_left), (300, 2));
+    let mut ids = Vec::new();
+    for firing in 0..3i64 {
+        let m = take(&mut sub, 1).await.remove(0);
+        let late = now_ms() - (due + firing * 300);
+        assert!(late >= 0, "firing {firing} came {} ms early", -late);
+        assert_eq!(body(&m), "tick");
+        ids.push(m.message_id().to_string());
+        let backlog = b.schedule_backlog().await.unwrap();
+        assert_eq!(
+            backlog.scheduled,
+            u64::from(firing < 2),
+            "after firing {firing}"
+        );
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "each firing has its own message id");
+    assert!(quiet(&mut sub).await.is_none(), "a fourth firing");
+    assert_eq!(b.scheduled_released(), 3);
+
+    // Cancelled after its first firing: no more come.
+    b.send(
+        Q,
+        Message::new("stopped").repeat(Duration::from_millis(400), 5),
+    )
+    .await
+    .unwrap();
+    let first = take(&mut sub, 1).await.remove(0);
+    assert_eq!(body(&first), "stopped");
+    let job = poll_until("the job moved to its second firing", || async {
+        let page = b.scheduled(None, 10).await.unwrap().messages;
+        page.into_iter().find(|m| m.repeats_left == 4)
+    })
+    .await;
+    assert!(b.cancel_scheduled(&job.id).await.unwrap());
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        quiet(&mut sub).await.is_none(),
+        "fired after it was cancelled"
+    );
+    let e = b
+        .send(Q, Message::new("no period").repeat(Duration::ZERO, 3))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidValue, "{e}");
+    b.shutdown().await.unwrap();
+}
+
+/// Firings that fall due while no broker runs come at the next start, each once: the
+/// count in all is right across the restart.
+async fn a_repeating_job_keeps_its_count_across_a_restart(t: TestStore) {
+    let b = queue_broker(&t).await;
+    b.send(
+        Q,
+        Message::new("r")
+            .deliver_at(now_ms() + 100)
+            .repeat(Duration::from_millis(150), 4),
+    )
+    .await
+    .unwrap();
+    let mut sub = b
+        .subscribe(Q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let before = take(&mut sub, 1).await.len();
+    drop(sub);
+    b.shutdown().await.unwrap();
+    drop(b);
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+    let b = queue_broker(&t).await;
+    let mut sub = b
+        .subscribe(Q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let mut after = 0;
+    while quiet(&mut sub).await.is_some() {
+        after += 1;
+    }
+    assert_eq!(
+        before + after,
+        5,
+        "{before} before the restart, {after} after"
+    );
+    assert_eq!(b.schedule_backlog().await.unwrap().scheduled, 0);
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
     a_scheduled_message_is_delivered_when_due_and_not_before,
     due_messages_survive_a_stop_and_come_once_in_due_order,
     a_schedule_that_cannot_be_kept_is_refused,
     a_scheduled_send_in_a_transaction_waits_for_the_commit,
+    a_repeating_message_is_one_job_that_fires_its_count,
+    a_repeating_job_keeps_its_count_across_a_restart,
     a_durable_subscription_gets_it_when_due,
     a_large_schedule_is_released_in_pages_each_row_read_once,
     releases_racing_publishes_lose_nothing,

@@ -80,10 +80,26 @@ pub struct CommitPrepared {
 /// it releases messages, as its cursors rely on; each is then released as if just
 /// published. Answers how many were committed (a failed commit leaves its message
 /// scheduled).
+///
+/// A repeating message's firing ([`DueMessage::next`]) is a copy: added, with its own
+/// message id, in the store transaction that moves the job to its next due time
+/// ([`ebb_store::WriteOp::Repeat`]); the job itself is delivered at its last firing.
 #[derive(Message)]
 #[rtype(result = "usize")]
 pub struct ReleaseScheduled {
-    pub releases: Vec<(String, TopicMessage)>,
+    pub releases: Vec<DueMessage>,
+}
+
+/// One due message of [`ReleaseScheduled`].
+#[derive(Debug, Clone)]
+pub struct DueMessage {
+    /// Its store transaction (a scheduled xid).
+    pub xid: String,
+    /// As stored.
+    pub message: TopicMessage,
+    /// For a repeating message that fires again: `(the job's next xid, the message id
+    /// of this firing's copy)`.
+    pub next: Option<(String, String)>,
 }
 
 /// Transaction `xid` was rolled back: forget its messages.
@@ -544,27 +560,44 @@ pub fn commit_prepared<A: DestinationActor>(
 /// expire; each committed message is counted as enqueued and released in its place.
 pub fn release_scheduled<A: DestinationActor>(
     act: &mut A,
-    releases: Vec<(String, TopicMessage)>,
+    releases: Vec<DueMessage>,
     ctx: &mut Context<A>,
 ) -> ResponseFuture<usize> {
-    if releases.iter().any(|(_, m)| m.expiration > 0) {
+    if releases.iter().any(|due| due.message.expiration > 0) {
         act.core().schedule.arm();
         schedule(act, ctx);
     }
     let mut answers = Vec::with_capacity(releases.len());
-    for (xid, message) in releases {
+    for DueMessage { xid, message, next } in releases {
         let core = act.core();
         let place = core.order.reserve();
-        let commit = core.store.commit_in_order(xid.clone());
+        type Stored = Pin<Box<dyn Future<Output = Result<Option<i64>, ActorError>>>>;
+        let (message, commit): (TopicMessage, Stored) = match next {
+            None => {
+                let commit = core.store.commit_in_order(xid.clone());
+                let first = async move { Ok(commit.await?.first().map(|(_, new)| *new)) };
+                (message, Box::pin(first))
+            }
+            Some((next_xid, message_id)) => {
+                let copy = TopicMessage {
+                    id: None,
+                    message_id,
+                    ..message
+                };
+                let row = core.new_message(&copy, None);
+                let fired = core.store.repeat_in_order(xid.clone(), next_xid, row);
+                (copy, Box::pin(fired))
+            }
+        };
         let (answer, answered) = oneshot::channel();
         act.completions()
             .when_done(ctx, commit, move |result, act, ctx| {
                 let core = act.core();
                 let stored = match result {
-                    Ok(renumbered) => renumbered.first().map(|(_, new)| {
+                    Ok(id) => id.map(|new| {
                         core.counters.enqueued += 1;
                         Arc::new(TopicMessage {
-                            id: Some(*new),
+                            id: Some(new),
                             ..message
                         })
                     }),

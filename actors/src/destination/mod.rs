@@ -32,8 +32,8 @@ mod schedule;
 pub use self::core::{
     begin_page, commit_prepared, end_run, idle_if_done, now_ms, page_failed, page_finished,
     publish, release_scheduled, retire, schedule, stop_housekeeping, AbortPrepared, CommitPrepared,
-    DestinationActor, DestinationCore, ExpiryPage, Plan, Publish, PublishPrepared, PublishTicket,
-    ReleaseScheduled, Retire, RunHousekeeping, StopDestination, StopHousekeeping,
+    DestinationActor, DestinationCore, DueMessage, ExpiryPage, Plan, Publish, PublishPrepared,
+    PublishTicket, ReleaseScheduled, Retire, RunHousekeeping, StopDestination, StopHousekeeping,
 };
 pub use ack_batch::{AckAnswer, AckBatch, AckWrite};
 pub use completions::Completions;
