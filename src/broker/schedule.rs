@@ -117,8 +117,8 @@ pub struct ScheduledPage {
 
 impl Broker {
     /// Stores `message` for `key`, due at `due_ms` (epoch ms), and wakes the
-    /// scheduler. The [`PendingSend`] is ready: the message is committed (scheduled)
-    /// when this returns.
+    /// scheduler once it is stored. The store write is queued when this returns (in
+    /// the caller's order); the [`PendingSend`] answers after its commit.
     ///
     /// Errors: [`Error::Unsupported`] for a non-persistent message (a scheduled
     /// message lives in the store) and for a kind that keeps one message per key
@@ -131,15 +131,25 @@ impl Broker {
     ) -> Result<PendingSend, Error> {
         let (new, outgoing) = self.scheduled_row(key, message, due_ms, false)?;
         let message_id = outgoing.message_id.clone();
-        let id = self.store.add(new).await?;
-        self.wake_scheduler();
-        let outcome = PublishOutcome {
-            id: Some(id),
-            expired_on_arrival: false,
-        };
+        // Queued now, in the caller's order; the PendingSend answers after the
+        // commit, so a producer's scheduled sends share the store's group commit.
+        let write = self.store.add_in_order(new);
+        let (ticket, answer) = PublishTicket::waiting();
+        let broker = self.clone();
+        self.runtime.arbiter().spawn(async move {
+            let stored = write.await.map(|id| PublishOutcome {
+                id: Some(id),
+                expired_on_arrival: false,
+            });
+            if stored.is_ok() {
+                broker.wake_scheduler();
+            }
+            drop(outgoing);
+            let _ = answer.send(stored);
+        });
         Ok(PendingSend {
             message_id,
-            ticket: PublishTicket::ready(Ok(outcome)),
+            ticket,
         })
     }
 

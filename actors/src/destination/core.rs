@@ -164,8 +164,9 @@ impl PublishTicket {
         Self(Ticket::Ready(Some(outcome)))
     }
 
-    /// A ticket and the sender that resolves it.
-    fn waiting() -> (Self, oneshot::Sender<Result<PublishOutcome, ActorError>>) {
+    /// A ticket and the sender that resolves it (a write in flight answers through
+    /// it).
+    pub fn waiting() -> (Self, oneshot::Sender<Result<PublishOutcome, ActorError>>) {
         let (tx, rx) = oneshot::channel();
         (Self(Ticket::Waiting(rx)), tx)
     }
