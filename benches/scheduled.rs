@@ -116,7 +116,11 @@ fn main() {
     let outcome = runtime.block_on(run(&store, &dir, n, span_s, lead_s));
     let _ = std::fs::remove_dir_all(&dir);
     println!("{}", outcome.json);
-    assert!(outcome.failures.is_empty(), "{}", outcome.failures.join("\n"));
+    assert!(
+        outcome.failures.is_empty(),
+        "{}",
+        outcome.failures.join("\n")
+    );
 }
 
 struct Outcome {
@@ -161,7 +165,16 @@ async fn run(store: &Store, dir: &std::path::Path, n: u64, span_s: u64, lead_s: 
             scheduled_at - first_due
         );
     }
+    let sqlite_after_scheduling = ebb::sqlite_memory_used();
     let backlog = b.schedule_backlog().await.unwrap();
+    if matches!(store, Store::Sqlite) {
+        println!(
+            "SQLite's allocations after scheduling: {} (peak {}); after counting the backlog: {}",
+            mib(sqlite_after_scheduling.0),
+            mib(sqlite_after_scheduling.1),
+            mib(ebb::sqlite_memory_used().0),
+        );
+    }
     println!(
         "scheduled {} in {:.1} s ({} msg/s); {} wait in the store; resident peak while scheduling {}",
         thousands(n as f64),
@@ -184,7 +197,9 @@ async fn run(store: &Store, dir: &std::path::Path, n: u64, span_s: u64, lead_s: 
     let (mut received, mut duplicates, mut early, mut max_late) = (0u64, 0u64, 0u64, 0i64);
     let mut per_second: std::collections::BTreeMap<i64, u64> = Default::default();
     while received + duplicates < n {
-        let Ok(Some(m)) = tokio::time::timeout(STALL, sub.next()).await else {
+        // Nothing is due before the first due time: the stall counts from then.
+        let wait = STALL + Duration::from_millis((first_due - now_ms()).max(0) as u64);
+        let Ok(Some(m)) = tokio::time::timeout(wait, sub.next()).await else {
             failures.push(format!(
                 "stalled: {} of {} received, none for {} s",
                 received,
@@ -253,6 +268,12 @@ async fn run(store: &Store, dir: &std::path::Path, n: u64, span_s: u64, lead_s: 
         mib(peak_releasing.load(Ordering::Relaxed))
     );
     println!("| resident memory, VmHWM of the run | {} |", mib(hwm));
+    if matches!(store, Store::Sqlite) {
+        println!(
+            "| of which SQLite's own allocations, peak | {} |",
+            mib(ebb::sqlite_memory_used().1)
+        );
+    }
     println!(
         "| released, busiest second | {} msg/s |",
         thousands(busiest as f64)
@@ -275,6 +296,7 @@ async fn run(store: &Store, dir: &std::path::Path, n: u64, span_s: u64, lead_s: 
             "rss_peak_scheduling_bytes": peak_scheduling.load(Ordering::Relaxed),
             "rss_peak_releasing_bytes": peak_releasing.load(Ordering::Relaxed),
             "vm_hwm_bytes": hwm,
+            "sqlite_memory_peak_bytes": ebb::sqlite_memory_used().1,
             "released_busiest_second": busiest,
             "lateness_ms": { "p50": p50, "p99": p99, "max": max_late },
             "received": received,

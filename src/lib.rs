@@ -147,10 +147,29 @@
 //!
 //! [`Broker::delete_destination`] retires the destination's actor (refused while a
 //! consumer or an open transaction uses it), deletes its subscriptions and messages in
-//! bounded pages through the store actor, then stops the actor; a send or
+//! bounded pages through the store actor, then stops the actor and cancels its
+//! scheduled messages (a walk of the schedule in pages); a send or
 //! subscription that reached the retired actor is refused with
 //! [`actors::ActorError::Retired`] and sent again by the broker to the successor the
 //! registry starts once the deletion has ended, so nothing accepted is refused or lost.
+//!
+//! ## Scheduled delivery and redelivery back-off
+//!
+//! A message with a due time (ActiveMQ's `AMQ_SCHEDULED_DELAY`, [`Message::deliver_at`])
+//! is stored at once as a prepared row whose xid names its due time
+//! (`sched:<due ms, 20 digits>:<message id>`, [`actors::scheduled`]): invisible, held in
+//! no memory. One scheduler task ([`broker::SCHEDULER_PAGE`]) reads the due ones as
+//! one range of the xid index, a page of at most 400 rows, `LIMIT` in SQL, and hands
+//! each to its destination, which commits it in its publish order (a new, highest
+//! id) and delivers it as if just sent: never lost, never twice, and what fell due
+//! while no broker ran comes at the next start. A repeating message
+//! (`AMQ_SCHEDULED_PERIOD` with `AMQ_SCHEDULED_REPEAT`, [`Message::repeat`](struct@Message))
+//! is one stored job: each firing adds a copy in the transaction that moves the job on.
+//! The scheduler runs only while something is scheduled, sleeps until the next due
+//! time, and a new message wakes it only when it is due earlier. A queue's redelivery
+//! back-off (`initial_redelivery_delay` and the rest of ActiveMQ's redelivery policy)
+//! holds a failed delivery the same way: one statement stores its count and its due
+//! time, and the scheduler releases it to the queue's end.
 //!
 //! ## Flow control
 //!

@@ -848,7 +848,7 @@ impl QueueActor {
                         // Out of the queue until the scheduler releases it (a row already
                         // gone, acked or purged, stays gone).
                         act.cursor.deleted(&[id]);
-                        act.schedule_waker.wake();
+                        act.schedule_waker.wake(due);
                     }
                     Err(e) => {
                         tracing::warn!(queue = %act.core.container, id, error = %e,

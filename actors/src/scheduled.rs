@@ -95,18 +95,19 @@ pub fn due_of(xid: &str) -> Option<i64> {
 /// once, at start ([`ScheduleWaker::set`]). Until then (and in an actor test without
 /// a broker) waking does nothing.
 #[derive(Clone, Default)]
-pub struct ScheduleWaker(Arc<OnceLock<Box<dyn Fn() + Send + Sync>>>);
+pub struct ScheduleWaker(Arc<OnceLock<Box<dyn Fn(i64) + Send + Sync>>>);
 
 impl ScheduleWaker {
     /// What [`ScheduleWaker::wake`] does from now on; a second call is ignored.
-    pub fn set(&self, wake: impl Fn() + Send + Sync + 'static) {
+    pub fn set(&self, wake: impl Fn(i64) + Send + Sync + 'static) {
         let _ = self.0.set(Box::new(wake));
     }
 
-    /// Wakes the scheduler (starts it when none runs).
-    pub fn wake(&self) {
+    /// A message due at `due_ms` (epoch ms) was stored: wakes the scheduler if it
+    /// sleeps until later (starts it when none runs).
+    pub fn wake(&self, due_ms: i64) {
         if let Some(wake) = self.0.get() {
-            wake();
+            wake(due_ms);
         }
     }
 }
@@ -166,13 +167,13 @@ mod tests {
     #[test]
     fn a_waker_does_what_it_was_set_to_once_set() {
         let waker = ScheduleWaker::default();
-        waker.wake(); // nothing set: nothing happens
+        waker.wake(0); // nothing set: nothing happens
         let woken = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let w = Arc::clone(&woken);
-        waker.clone().set(move || {
-            w.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        waker.clone().set(move |due| {
+            w.fetch_add(due as u32, std::sync::atomic::Ordering::Relaxed);
         });
-        waker.wake();
+        waker.wake(1);
         assert_eq!(woken.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 }

@@ -48,7 +48,11 @@ pub async fn start(store: &Store, dir: &Path, tag: &str, run: usize) -> EbbRun {
         Store::Sqlite => {
             let file = dir.join(format!("run-{run}.db"));
             let url = format!("sqlite://{}", file.display());
-            (url, StoreOptions::default(), None, Some(file))
+            let options = StoreOptions {
+                max_connections: super::report::env("EBB_BENCH_MAX_CONNECTIONS", 8u32),
+                ..StoreOptions::default()
+            };
+            (url, options, None, Some(file))
         }
         Store::Postgres(url) => {
             let schema = format!("ebb_bench_{tag}_{}_{run}", std::process::id());

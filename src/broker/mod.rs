@@ -279,9 +279,9 @@ impl Broker {
         // waker lives with the actors and holds the broker weakly: it keeps nothing
         // alive once the broker's last handle is gone.
         let weak = broker.downgrade();
-        waker.set(move || {
+        waker.set(move |due| {
             if let Some(broker) = weak.upgrade() {
-                broker.wake_scheduler();
+                broker.wake_scheduler_for(due);
             }
         });
         Ok(broker)

@@ -4,11 +4,17 @@
 //!
 //! **In the store, never in memory.** A scheduled message is a prepared message (the
 //! store's transactions: invisible, holding no mark back) whose xid names its due time:
-//! `sched:<due, epoch ms, 20 digits>:<message id>`. Xids sort as their due times do,
-//! so the messages due now are one range of the store's xid index
+//! `sched:<due, epoch ms, 20 digits>:<message id>` ([`ebb_actors::scheduled`], where a
+//! repeating job and a redelivery held back by a queue's back-off add their suffixes).
+//! Xids sort as their due times do, so the messages due now are one range of the
+//! store's xid index
 //! ([`ebb_store::MessageStore::read_prepared_range`]), read a page of at most
 //! [`SCHEDULER_PAGE`] rows at a time, oldest first, `LIMIT` in SQL. Nothing is held for
 //! a message before it is due: the broker keeps no list, the destinations no entry.
+//!
+//! **Repeats.** A repeating message ([`Message::repeat`](struct@Message)) is one job:
+//! each firing but the last is a copy with a message id of its own, added in the store
+//! transaction that moves the job to its next due time ([`ebb_store::WriteOp::Repeat`]).
 //!
 //! **Released exactly once.** A due message is handed to its destination with its
 //! body ([`ReleaseScheduled`]), which commits it in the store as any prepared
@@ -26,7 +32,7 @@
 //! page in flight finish first.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,16 +60,31 @@ pub const SCHEDULE_COUNT_LIMIT: u32 = 1_000_000;
 const CHECK_EVERY_MS: i64 = 1_000;
 
 /// The scheduler's state, shared by the broker's clones.
-#[derive(Default)]
 pub(super) struct Scheduler {
     /// A scheduler task runs (at most one does).
     running: AtomicBool,
     /// Wakes the sleeping task: a message was scheduled, or the broker stops.
     wake: tokio::sync::Notify,
+    /// The due time the task sleeps until (epoch ms); `i64::MAX` while it is awake
+    /// (then every wake-up counts: it may have read the schedule before the new
+    /// message was stored). A message due later than this wakes nothing.
+    sleeping_until: AtomicI64,
     /// Held while a page is released; [`Broker::shutdown`] takes it to wait for one.
     page: tokio::sync::Mutex<()>,
     /// Messages released since start.
     released: AtomicU64,
+}
+
+impl Default for Scheduler {
+    fn default() -> Self {
+        Self {
+            running: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+            sleeping_until: AtomicI64::new(i64::MAX),
+            page: tokio::sync::Mutex::new(()),
+            released: AtomicU64::new(0),
+        }
+    }
 }
 
 /// One scheduled message ([`Broker::scheduled`]).
@@ -142,15 +163,12 @@ impl Broker {
                 expired_on_arrival: false,
             });
             if stored.is_ok() {
-                broker.wake_scheduler();
+                broker.wake_scheduler_for(due_ms);
             }
             drop(outgoing);
             let _ = answer.send(stored);
         });
-        Ok(PendingSend {
-            message_id,
-            ticket,
-        })
+        Ok(PendingSend { message_id, ticket })
     }
 
     /// The store row of `message` for `key`, due at `due_ms` (epoch ms), and the
@@ -326,8 +344,17 @@ impl Broker {
 
     /// Wakes the scheduler, starting it when none runs.
     pub(super) fn wake_scheduler(&self) {
+        self.wake_scheduler_for(i64::MIN);
+    }
+
+    /// A message due at `due_ms` (epoch ms) was stored: wakes the scheduler if it
+    /// sleeps until later (one due later than that changes nothing), starting it when
+    /// none runs.
+    pub(super) fn wake_scheduler_for(&self, due_ms: i64) {
         if self.scheduler.running.swap(true, Ordering::AcqRel) {
-            self.scheduler.wake.notify_one();
+            if due_ms < self.scheduler.sleeping_until.load(Ordering::Acquire) {
+                self.scheduler.wake.notify_one();
+            }
             return;
         }
         let broker = self.clone();
@@ -393,6 +420,15 @@ impl Broker {
     /// Sleeps until `due` (epoch ms) or a wake-up; `false` when the broker is shut
     /// down or nobody else holds it any more (the scheduler then lets it go).
     async fn sleep_until(&self, due: i64) -> bool {
+        let sleeping_until = &self.scheduler.sleeping_until;
+        sleeping_until.store(due, Ordering::Release);
+        let awake = self.sleep_until_woken(due).await;
+        sleeping_until.store(i64::MAX, Ordering::Release);
+        awake
+    }
+
+    /// [`Self::sleep_until`]'s wait.
+    async fn sleep_until_woken(&self, due: i64) -> bool {
         loop {
             let left = due - now_ms();
             if left <= 0 {
