@@ -95,7 +95,10 @@ pub fn due_of(xid: &str) -> Option<i64> {
 /// once, at start ([`ScheduleWaker::set`]). Until then (and in an actor test without
 /// a broker) waking does nothing.
 #[derive(Clone, Default)]
-pub struct ScheduleWaker(Arc<OnceLock<Box<dyn Fn(i64) + Send + Sync>>>);
+pub struct ScheduleWaker(Arc<OnceLock<WakeFn>>);
+
+/// What [`ScheduleWaker::wake`] calls: given the new message's due time, epoch ms.
+type WakeFn = Box<dyn Fn(i64) + Send + Sync>;
 
 impl ScheduleWaker {
     /// What [`ScheduleWaker::wake`] does from now on; a second call is ignored.

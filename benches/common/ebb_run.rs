@@ -41,7 +41,8 @@ pub struct EbbRun {
     file: Option<PathBuf>,
 }
 
-/// Starts a broker on a fresh `store`: the SQLite file `run-<run>.db` in `dir`, or the
+/// Starts a broker on a fresh `store`: the SQLite file `run-<run>.db` in `dir` (its pool
+/// `EBB_BENCH_MAX_CONNECTIONS` connections, default 8 as `ebb serve`), or the
 /// PostgreSQL schema `ebb_bench_<tag>_<pid>_<run>`. Panics if the broker cannot start.
 pub async fn start(store: &Store, dir: &Path, tag: &str, run: usize) -> EbbRun {
     let (url, options, schema, file) = match store {
