@@ -533,7 +533,88 @@ async fn a_paused_broker_serves_nothing_after_its_fence(mut t: TestStore) {
     s.stop().await;
 }
 
+/// Issue 32: 10,000 scheduled messages, due from 0.5 s to 4.4 s after they are sent,
+/// survive a SIGKILL of the active broker and the standby's takeover: some fell due
+/// before the kill (released into the queue there), some during the takeover, some
+/// after. The standby delivers each exactly once, none before its due time.
+async fn scheduled_messages_survive_a_sigkill_and_a_takeover(t: TestStore) {
+    const N: usize = 10_000;
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    let delay_of = |i: usize| 500 + (i % 40) as i64 * 100;
+    let backend = if t.url.starts_with("postgres") {
+        "pg"
+    } else {
+        "sqlite"
+    };
+    let config = config_of(&t, &format!("scheduled-{backend}"));
+    let mut a = Serve::start(&config);
+    let a_stomp = a.addr("STOMP on ").await;
+    let mut b = Serve::start(&config);
+    b.line("ebb: standby:").await;
+    let mut c = Client::connected(a_stomp, None).await;
+    let sent = now_ms();
+    let mut frames = Vec::new();
+    for i in 0..N {
+        let receipt = if i + 1 == N { "receipt:all\n" } else { "" };
+        frames.extend_from_slice(
+            format!(
+                "SEND\ndestination:/queue/ha.later\npersistent:true\nAMQ_SCHEDULED_DELAY:{}\n{receipt}\n{i}\0",
+                delay_of(i)
+            )
+            .as_bytes(),
+        );
+    }
+    c.write(&frames).await;
+    receipt(&mut c, "all").await;
+    drop(c);
+    // Some are released on the active broker, then it dies.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    a.child.start_kill().unwrap();
+    a.child.wait().await.unwrap();
+    let b_stomp = b.addr("STOMP on ").await;
+    let mut c = Client::connected(b_stomp, None).await;
+    c.send(
+        Frame::new(Command::Subscribe)
+            .header("id", "s")
+            .header("destination", "/queue/ha.later"),
+    )
+    .await
+    .unwrap();
+    let mut seen = vec![false; N];
+    for _ in 0..N {
+        let f = c.frame().await.expect("a MESSAGE");
+        assert_eq!(f.command, Command::Message, "{f:?}");
+        let i: usize = String::from_utf8_lossy(&f.body).parse().unwrap();
+        assert!(!seen[i], "message {i} came twice");
+        seen[i] = true;
+        let early = sent + delay_of(i) - now_ms();
+        assert!(
+            early <= 0,
+            "message {i} came {early} ms before its due time"
+        );
+    }
+    assert!(c.quiet().await.is_none(), "more than {N} messages");
+    drop(c);
+    b.child.start_kill().unwrap();
+    let _ = b.child.wait().await;
+}
+
 mod postgres {
+    #[actix_rt::test]
+    #[cfg_attr(
+        not(ebb_test_postgres),
+        ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
+    )]
+    async fn scheduled_messages_survive_a_sigkill_and_a_takeover() {
+        super::scheduled_messages_survive_a_sigkill_and_a_takeover(super::TestStore::postgres())
+            .await;
+    }
+
     #[actix_rt::test]
     #[cfg_attr(
         not(ebb_test_postgres),
@@ -560,6 +641,11 @@ mod postgres {
     async fn an_active_broker_cut_off_fences_itself_first() {
         super::an_active_broker_cut_off_fences_itself_first(super::TestStore::postgres()).await;
     }
+}
+
+#[actix_rt::test]
+async fn scheduled_messages_survive_a_sigkill_and_a_takeover_on_sqlite() {
+    scheduled_messages_survive_a_sigkill_and_a_takeover(TestStore::sqlite()).await;
 }
 
 #[actix_rt::test]
