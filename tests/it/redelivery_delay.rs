@@ -7,15 +7,9 @@
 //! with the scheduled messages, kept across a restart); a non-persistent one in
 //! memory. On both backends.
 
+use ebb::now_ms;
 use ebb::test_util::*;
 use ebb::{AckMode, Broker, Message, Policy, SubscribeOptions, UsageConfig};
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 /// Waits of 300 ms, then 600 ms (× 2), at most 2 redeliveries.
 async fn backoff_broker(t: &TestStore) -> Broker {

@@ -6,19 +6,13 @@
 
 use std::time::Duration;
 
+use ebb::now_ms;
 use ebb::stomp::frame::Command;
 use ebb::test_util::stomp::*;
 use ebb::test_util::*;
 use ebb::{Broker, Error, ErrorCode, Message, Policy, SubscribeOptions, UsageConfig};
 
 const Q: &str = "queue://scheduled";
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 async fn queue_broker(t: &TestStore) -> Broker {
     let policy = Policy {
