@@ -240,6 +240,7 @@ impl Broker {
             .into_iter()
             .filter(|row| Some(row.xid.as_str()) != after)
             .filter_map(|row| {
+                let (period_ms, repeats_left) = repetition_of(&row.xid).unwrap_or((0, 0));
                 Some(ScheduledMessage {
                     due_ms: due_of(&row.xid)?,
                     destination: row.message.container.clone(),
@@ -247,8 +248,8 @@ impl Broker {
                     priority: row.message.priority,
                     expiration: row.message.expiration,
                     body_bytes: row.message.payload.body.len(),
-                    period_ms: repetition_of(&row.xid).map_or(0, |(p, _)| p),
-                    repeats_left: repetition_of(&row.xid).map_or(0, |(_, left)| left),
+                    period_ms,
+                    repeats_left,
                     id: row.xid,
                 })
             })
