@@ -601,6 +601,18 @@ impl Stream for Subscription {
     }
 }
 
+impl Subscription {
+    /// When it is dropped, the messages it handed out and that wait for an ack go back
+    /// as if never handed out: in their place, without counting a failed delivery
+    /// (no step toward `maximum_redeliveries` and the dead-letter queue, no
+    /// `redelivered` flag). For a connection the broker ended by its own fault (a STOMP
+    /// ERROR with `error-code:store-failure`): a store outage is not the message's
+    /// failure.
+    pub fn release_uncounted(&self) {
+        self.handed.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.flush_auto_acks();

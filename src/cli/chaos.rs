@@ -976,6 +976,9 @@ pub struct ChaosReport {
     pub faults: Vec<FaultSummary>,
     /// Up to ten lost ids, to look for in the broker's log.
     pub lost_examples: Vec<String>,
+    /// Up to ten transform inputs never consumed by a COMMIT, each with where it
+    /// was seen (`(delivered N times, dead-lettered)`), to look for in the log.
+    pub untransformed_examples: Vec<String>,
     /// Up to ten refused ids delivered anyway.
     pub refused_delivered_examples: Vec<String>,
     /// The broker's standard error over the run (kept when the run failed).
@@ -1527,6 +1530,7 @@ fn reconcile(
         clean_stop,
         faults: Vec::new(),
         lost_examples: Vec::new(),
+        untransformed_examples: Vec::new(),
         refused_delivered_examples: Vec::new(),
         broker_log: PathBuf::new(),
     };
@@ -1548,7 +1552,16 @@ fn reconcile(
         r.dead_lettered += u64::from(m.dlq_deliveries > 0);
         r.acked_came_back += u64::from(m.came_back);
         r.acked_and_dead_lettered += u64::from(m.acked && m.dlq_deliveries > 0);
-        r.untransformed += u64::from(m.xform_in && m.receipted && !ledger.transformed(id, m));
+        if m.xform_in && m.receipted && !ledger.transformed(id, m) {
+            r.untransformed += 1;
+            if r.untransformed_examples.len() < 10 {
+                r.untransformed_examples.push(format!(
+                    "{id} (delivered {} times{})",
+                    m.deliveries,
+                    if m.dlq_deliveries > 0 { ", dead-lettered" } else { "" }
+                ));
+            }
+        }
         r.transformed_twice += u64::from(m.attempts_delivered.len() > 1);
         if let Some(tx) = m.tx {
             let entry = transactions.entry(tx).or_default();
@@ -1684,6 +1697,12 @@ fn print_report(r: &ChaosReport) {
     }
     for (text, n) in &r.errors {
         println!("  x{n}: {text}");
+    }
+    if !r.untransformed_examples.is_empty() {
+        println!(
+            "  never transformed, e.g.: {}",
+            r.untransformed_examples.join(", ")
+        );
     }
     if !r.lost_examples.is_empty() {
         println!("  lost, e.g.: {}", r.lost_examples.join(", "));

@@ -336,6 +336,9 @@ pub struct Session {
     out: Vec<Frame>,
     /// (send every ms, expect every ms), negotiated; 0 = off.
     heartbeat: (u64, u64),
+    /// An ERROR said the store failed: the connection ends by the broker's fault, so
+    /// what its consumers hold goes back uncounted ([`Subscription::release_uncounted`]).
+    store_failed: bool,
 }
 
 impl Session {
@@ -353,6 +356,7 @@ impl Session {
             connection: CONNECTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             principal: None,
             subscriptions: HashMap::new(),
+            store_failed: false,
             streams: StreamMap::new(),
             pending: HashMap::new(),
             next_ack: 1,
@@ -428,6 +432,7 @@ impl Session {
     pub fn error(&mut self, refusal: &Refusal, receipt: Option<&str>) {
         let message = refusal.text.as_str();
         tracing::info!(session = %self.session_id, code = %refusal.code, %message, "ERROR frame sent");
+        self.store_failed |= refusal.code == ErrorCode::StoreFailure;
         let mut frame = Frame::new(frame::Command::Error)
             .header("message", message)
             .header("error-code", refusal.code.as_str());
@@ -1317,7 +1322,9 @@ impl Session {
 
     /// Ends the session with its connection: open transactions are rolled back (their
     /// prepared messages go), its producers leave, and its subscriptions detach
-    /// (durable ones go offline with their un-acked messages still in the store).
+    /// (durable ones go offline with their un-acked messages still in the store). When
+    /// an ERROR said the store failed, what the subscriptions hold goes back without
+    /// counting a failed delivery.
     pub async fn close(mut self) {
         for (tx, open) in std::mem::take(&mut self.transactions) {
             if let Err(e) = open.sends.rollback().await {
@@ -1327,7 +1334,17 @@ impl Session {
         for destination in self.producing.drain() {
             self.broker.producer_left(&destination);
         }
-        // Dropping the subscriptions detaches them.
-        drop(std::mem::take(&mut self.streams));
+        // Dropping the subscriptions detaches them. After a store failure the broker
+        // ended the connection, not the client: a store outage must not count as
+        // failed deliveries and move healthy messages to the dead-letter queue.
+        let streams = std::mem::take(&mut self.streams);
+        if self.store_failed {
+            for feed in streams.values() {
+                if let Feed::Consumer(sub) = feed {
+                    sub.release_uncounted();
+                }
+            }
+        }
+        drop(streams);
     }
 }

@@ -210,8 +210,78 @@ async fn a_commit_whose_ack_no_longer_applies_commits_nothing(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A connection the broker ends because its store failed (a SEND whose write fails
+/// gets `ERROR error-code:store-failure`) gives its consumer's un-acked messages back
+/// without counting a failed delivery: found by `ebb chaos` on PostgreSQL, where a
+/// transformer that lost three connections to a database cut in 1.5 s sent its whole
+/// prefetch to the dead-letter queue (`maximum_redeliveries` 2). A NACK still counts.
+async fn a_store_failure_is_not_a_failed_delivery(t: TestStore) {
+    let queues = ebb::Policy {
+        maximum_redeliveries: 1,
+        ..ebb::Policy::default()
+    };
+    let b = broker_with(&t, vec![("queue://>", queues.clone())], Default::default()).await;
+    b.send("queue://sf.in", Message::new("in-1")).await.unwrap();
+    b.shutdown().await.unwrap();
+
+    let faulty = Arc::new(FaultyStore {
+        fail_writes: |op| matches!(op, WriteOp::Add(m) if m.container == "queue://sf.out"),
+        ..FaultyStore::new(t.open().await)
+    });
+    let config = ebb::BrokerConfig {
+        store: t.options.clone(),
+        policies: ebb::PolicyMap {
+            entries: vec![ebb::PolicyEntry {
+                destination: "queue://>".into(),
+                policy: queues,
+            }],
+        },
+        ..ebb::BrokerConfig::default()
+    };
+    let b = Broker::start_with_store(faulty, config).expect("broker starts");
+    let s = serve(b, Limits::default(), Default::default(), 30_000).await;
+    let mut first_id = None;
+    for round in 0..4 {
+        let mut c = Client::connected(s.addr, None).await;
+        c.write(b"SUBSCRIBE\nid:1\ndestination:/queue/sf.in\nack:client-individual\n\n\0")
+            .await;
+        let m = c.next_is("in-1").await;
+        let id = m.get("message-id").map(str::to_string);
+        assert_eq!(first_id.get_or_insert(id.clone()), &id, "round {round}");
+        assert_eq!(m.get("redelivered"), Some("false"), "round {round}: {m:?}");
+        c.write(b"SEND\ndestination:/queue/sf.out\npersistent:true\nreceipt:r\n\nout\0")
+            .await;
+        let e = c.frame().await.expect("an ERROR");
+        assert_eq!(e.command, Command::Error, "{e:?}");
+        assert_eq!(e.get("error-code"), Some("store-failure"), "{e:?}");
+        assert!(c.closed().await, "round {round}");
+    }
+    // Four connections lost to the store, and the message is still the queue's.
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\nid:1\ndestination:/queue/sf.in\nack:client-individual\n\n\0")
+        .await;
+    // A NACK is the consumer's refusal: it counts (1 of 1 allowed, then the DLQ).
+    for nack in 0..2 {
+        let m = c.next_is("in-1").await;
+        let again = if nack > 0 { "true" } else { "false" };
+        assert_eq!(m.get("redelivered"), Some(again), "{m:?}");
+        let ack = m.get("ack").unwrap_or_default().to_string();
+        c.write(format!("NACK\nid:{ack}\n\n\0").as_bytes()).await;
+    }
+    assert!(c.quiet().await.is_none(), "delivered a third time");
+    drop(c);
+    let dead = poll_until("the NACKed message reaches the dead-letter queue", || async {
+        let browsed = s.broker.browse("queue://DLQ.sf.in", 0, 10).await.ok()?;
+        (!browsed.is_empty()).then_some(browsed.len())
+    })
+    .await;
+    assert_eq!(dead, 1);
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    a_store_failure_is_not_a_failed_delivery,
     a_consume_produce_commit_is_all_or_nothing_over_stomp,
     a_transaction_acks_a_durable_subscription_with_its_sends,
     a_commit_whose_ack_no_longer_applies_commits_nothing

@@ -13,8 +13,9 @@ use ebb_store::*;
 ///   [`StoreError::Closed`], each counted in `read_failures` (a topic's expiry page
 ///   reads through it: this store has no `read_expired_keys_after` of its own);
 /// - a write with an op `slow_writes` picks waits `write_delay` before it goes on;
-/// - a write with an op `fail_writes` picks fails with [`StoreError::Closed`], nothing
-///   of it applied (as a crash before its commit leaves it).
+/// - a write with an op `fail_writes` picks fails with [`StoreError::Database`], as a
+///   lost database connection, nothing of it applied (as a crash before its commit
+///   leaves it).
 ///
 /// Build it with struct update syntax over [`FaultyStore::new`].
 pub struct FaultyStore {
@@ -57,7 +58,11 @@ impl MessageStore for FaultyStore {
             tokio::time::sleep(self.write_delay).await;
         }
         if ops.iter().any(self.fail_writes) {
-            return Err(StoreError::Closed);
+            // As a lost database connection answers.
+            return Err(StoreError::Database {
+                op: "write (an injected fault)",
+                source: sqlx::Error::PoolTimedOut,
+            });
         }
         self.inner.write(ops).await
     }
