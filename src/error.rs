@@ -40,6 +40,15 @@ pub enum Error {
     /// repeating message without a period); the text says which.
     #[error("{0}")]
     InvalidValue(&'static str),
+    /// A cron expression that cannot be read (ActiveMQ's `AMQ_SCHEDULED_CRON`: five
+    /// fields, minute to day of week), or that never occurs.
+    #[error("invalid cron expression `{expression}` (AMQ_SCHEDULED_CRON): {reason}")]
+    InvalidCron {
+        /// The expression as given.
+        expression: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A priority outside 0..=9.
     #[error("invalid priority {0}: priorities run from 0 to 9")]
     InvalidPriority(u8),
@@ -161,6 +170,7 @@ impl Error {
             Error::InvalidDestination { .. } => ErrorCode::InvalidDestination,
             Error::InvalidPriority(_)
             | Error::InvalidValue(_)
+            | Error::InvalidCron { .. }
             | Error::InvalidSubscription
             | Error::InvalidPrefetch => ErrorCode::InvalidValue,
             Error::ResourceLimit { .. } => ErrorCode::ResourceLimit,

@@ -240,7 +240,7 @@ pub mod transport;
 
 pub use broker::{
     AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, DestinationFlow, Expiration, Message,
-    PendingSend, QueueBrowser, Received, Repeat, ScheduleBacklog, ScheduledMessage, ScheduledPage,
+    CronSchedule, PendingSend, QueueBrowser, Received, Repeat, ScheduleBacklog, ScheduledMessage, ScheduledPage,
     Selector, SelectorError, SendOptions, SendReceipt, Space, SpaceCheck, SubscribeOptions,
     Subscription, Target, ToDestination, Transaction, UsageConfig, UsageSnapshot, ACK_WINDOW,
     SCHEDULER_PAGE, SCHEDULE_COUNT_LIMIT, SEND_WINDOW,

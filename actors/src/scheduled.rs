@@ -4,11 +4,13 @@
 //!
 //! A scheduled message is a prepared message (invisible, holding no mark back) whose
 //! xid is `sched:<due, epoch ms, 20 digits>:<message id>`, followed by `:<row id>`
-//! for a redelivery held back, or by `:every<period ms>x<firings left>` for a
+//! for a redelivery held back, by `:every<period ms>x<firings left>` for a
 //! repeating message (one stored job, ActiveMQ's `AMQ_SCHEDULED_PERIOD` and
 //! `AMQ_SCHEDULED_REPEAT`: each firing adds a copy and moves the job to its next due
-//! time; the last firing delivers the job itself). Xids sort as their due times do,
-//! so the messages due now are one range of the store's xid index.
+//! time; the last firing delivers the job itself), or by `:cron` for a cron job
+//! (`AMQ_SCHEDULED_CRON`: each occurrence adds a scheduled copy and moves the job to
+//! the next one). Xids sort as their due times do, so the messages due now are one
+//! range of the store's xid index.
 
 use std::sync::{Arc, OnceLock};
 
@@ -44,6 +46,21 @@ pub fn job_xid(due_ms: i64, message_id: &str, period_ms: u64, left: u32) -> Stri
     )
 }
 
+/// The suffix of a cron job's xid.
+const CRON_SUFFIX: &str = ":cron";
+
+/// The xid of a cron job (message `message_id`, ActiveMQ's `AMQ_SCHEDULED_CRON`) whose
+/// next occurrence is `due_ms`: [`scheduled_xid`] and `:cron`. The expression is kept
+/// in the row's headers; each occurrence stores a scheduled copy and moves the job on.
+pub fn cron_xid(due_ms: i64, message_id: &str) -> String {
+    format!("{}{CRON_SUFFIX}", scheduled_xid(due_ms, message_id))
+}
+
+/// Whether `xid` is a cron job's ([`cron_xid`]).
+pub fn is_cron(xid: &str) -> bool {
+    xid.starts_with(SCHEDULED_XID_PREFIX) && xid.ends_with(CRON_SUFFIX)
+}
+
 /// The repetition in a job's xid: `(period ms, firings left after the one due)`;
 /// `None` for a message that fires once.
 pub fn repetition_of(xid: &str) -> Option<(u64, u32)> {
@@ -65,11 +82,12 @@ pub fn next_firing(xid: &str) -> Option<String> {
     Some(job_xid(due, &message_id, period, left - 1))
 }
 
-/// The message id in a job's xid, as it was given to [`scheduled_xid`] (the padding
+/// The message id in a job's xid (a repeating or a cron job's), as it was given to [`scheduled_xid`] (the padding
 /// of its number removed).
-fn message_id_of(xid: &str) -> Option<String> {
+pub fn message_id_of(xid: &str) -> Option<String> {
     let rest = xid.strip_prefix(SCHEDULED_XID_PREFIX)?.get(21..)?;
     let rest = rest.rsplit_once(":every").map_or(rest, |(id, _)| id);
+    let rest = rest.strip_suffix(CRON_SUFFIX).unwrap_or(rest);
     Some(match rest.rsplit_once(':') {
         Some((prefix, n)) if n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty() => {
             let trimmed = n.trim_start_matches('0');
@@ -165,6 +183,18 @@ mod tests {
         );
         assert_eq!(next_firing(&scheduled_xid(1, "ID:a:1")), None);
         assert_eq!(message_id_of(&first).as_deref(), Some("ID:ebb-1-2:7"));
+    }
+
+    #[test]
+    fn a_cron_job_names_its_due_time_and_message() {
+        let xid = cron_xid(2_000, "ID:ebb-1-2:7");
+        assert!(is_cron(&xid));
+        assert!(!is_cron(&scheduled_xid(2_000, "ID:ebb-1-2:7")));
+        assert_eq!(due_of(&xid), Some(2_000));
+        assert_eq!(repetition_of(&xid), None);
+        assert_eq!(next_firing(&xid), None, "a cron job moves by its expression");
+        assert_eq!(message_id_of(&xid).as_deref(), Some("ID:ebb-1-2:7"));
+        assert!(xid < scheduled_xid(2_001, "ID:a"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! What a producer sends ([`Message`]) and what a send answers ([`SendReceipt`], [`PendingSend`]).
 
+use super::cron::CronSchedule;
 use crate::error::Error;
 use ebb_actors::destination::PublishTicket;
 use std::pin::Pin;
@@ -51,6 +52,13 @@ pub struct Message {
     /// firing a copy with a message id of its own. `None`: once. A repeating message
     /// is scheduled (its first firing at [`Message::deliver_at`], or at once).
     pub repeat: Option<Repeat>,
+    /// Fired at every occurrence of a cron expression, until cancelled (ActiveMQ's
+    /// `AMQ_SCHEDULED_CRON`; see [`CronSchedule`]): one stored job, each firing a
+    /// scheduled copy due after [`CronSchedule::delay`], repeating as
+    /// [`Message::repeat`](struct@Message) says. `None`: no cron. With a cron,
+    /// [`Message::deliver_at`](struct@Message) must be `None` (the delay is the
+    /// schedule's): [`Error::InvalidValue`](crate::Error::InvalidValue) otherwise.
+    pub cron: Option<CronSchedule>,
 }
 
 /// How a scheduled message repeats ([`Message::repeat`](struct@Message)).
@@ -85,6 +93,7 @@ impl Message {
             origin: None,
             deliver_at: None,
             repeat: None,
+            cron: None,
         }
     }
 
@@ -142,6 +151,12 @@ impl Message {
             period_ms: period.as_millis().min(u64::MAX as u128) as u64,
             count,
         });
+        self
+    }
+
+    /// Fires it at every occurrence of `schedule` (see [`Message::cron`](struct@Message)).
+    pub fn cron(mut self, schedule: CronSchedule) -> Self {
+        self.cron = Some(schedule);
         self
     }
 

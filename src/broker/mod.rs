@@ -13,6 +13,7 @@
 
 mod browse;
 mod config;
+mod cron;
 mod destination;
 mod flow;
 mod message;
@@ -25,6 +26,7 @@ mod transaction;
 
 pub use self::browse::*;
 pub use self::config::*;
+pub use self::cron::CronSchedule;
 pub use self::destination::*;
 pub use self::flow::*;
 pub use self::message::*;

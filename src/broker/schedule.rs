@@ -42,7 +42,10 @@ use crate::error::Error;
 use ebb_actors::destination::{now_ms, DueMessage, PublishTicket, ReleaseScheduled};
 use ebb_actors::messages::{PublishOutcome, TopicMessage};
 pub use ebb_actors::scheduled::SCHEDULED_XID_PREFIX;
-use ebb_actors::scheduled::{due_of, job_xid, next_firing, repetition_of, scheduled_xid};
+use super::cron::{CronJob, SCHEDULING_HEADERS};
+use ebb_actors::scheduled::{
+    cron_xid, due_of, is_cron, job_xid, message_id_of, next_firing, repetition_of, scheduled_xid,
+};
 use ebb_actors::DestinationKey;
 use ebb_store::NewMessage;
 
@@ -108,8 +111,11 @@ pub struct ScheduledMessage {
     /// A repeating message: ms between firings (0: it fires once).
     pub period_ms: u64,
     /// A repeating message: firings after the one due (0: this is its last, or it
-    /// fires once).
+    /// fires once). For a cron job: the repeats of each firing.
     pub repeats_left: u32,
+    /// A cron job (ActiveMQ's `AMQ_SCHEDULED_CRON`): its expression; it fires at
+    /// `due_ms` and at every later occurrence until cancelled. `None` for others.
+    pub cron: Option<String>,
 }
 
 /// The scheduler's backlog ([`Broker::schedule_backlog`]).
@@ -195,16 +201,31 @@ impl Broker {
                 "scheduled delivery to a last-value queue is not supported",
             ));
         }
+        let mut message = message;
         let repeat = message.repeat.filter(|r| r.count > 0);
         if repeat.is_some_and(|r| r.period_ms == 0) {
             return Err(Error::InvalidValue(
                 "a repeating message needs a period of 1 ms or more (AMQ_SCHEDULED_PERIOD)",
             ));
         }
+        let cron = message.cron.take();
+        if let Some(cron) = &cron {
+            if message.deliver_at.is_some() {
+                return Err(Error::InvalidValue(
+                    "a cron message is delayed per firing (CronSchedule::delay, AMQ_SCHEDULED_DELAY), not by a due time of its own",
+                ));
+            }
+            // The job's row keeps its schedule in its headers, under ActiveMQ's names.
+            message
+                .headers
+                .retain(|(name, _)| !SCHEDULING_HEADERS.contains(&name.as_str()));
+            message.headers.extend(cron.job_headers(repeat));
+        }
         let outgoing = self.outgoing(key, message, in_transaction)?;
-        let xid = match repeat {
-            Some(r) => job_xid(due_ms, &outgoing.message_id, r.period_ms, r.count),
-            None => scheduled_xid(due_ms, &outgoing.message_id),
+        let xid = match (cron, repeat) {
+            (Some(_), _) => cron_xid(due_ms, &outgoing.message_id),
+            (None, Some(r)) => job_xid(due_ms, &outgoing.message_id, r.period_ms, r.count),
+            (None, None) => scheduled_xid(due_ms, &outgoing.message_id),
         };
         let new = NewMessage {
             container: key.container(),
@@ -240,8 +261,15 @@ impl Broker {
             .into_iter()
             .filter(|row| Some(row.xid.as_str()) != after)
             .filter_map(|row| {
-                let (period_ms, repeats_left) = repetition_of(&row.xid).unwrap_or((0, 0));
+                let job = is_cron(&row.xid)
+                    .then(|| CronJob::from_headers(&row.message.payload.headers))
+                    .flatten();
+                let (period_ms, repeats_left) = match &job {
+                    Some(job) => job.repeat.map_or((0, 0), |r| (r.period_ms, r.count)),
+                    None => repetition_of(&row.xid).unwrap_or((0, 0)),
+                };
                 Some(ScheduledMessage {
+                    cron: job.map(|job| job.schedule.expression().to_string()),
                     due_ms: due_of(&row.xid)?,
                     destination: row.message.container.clone(),
                     message_id: row.message.message_id.clone(),
@@ -464,12 +492,21 @@ impl Broker {
         let mut by_destination: Vec<(DestinationKey, Vec<DueMessage>)> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
         let now = now_ms();
+        let mut fired = 0;
         for row in &rows {
             let container = &row.message.container;
             let Ok(key) = DestinationKey::from_container(container) else {
                 tracing::warn!(%container, "scheduler: a due message names no destination");
                 continue;
             };
+            if is_cron(&row.xid) {
+                if let Some(job) = CronJob::from_headers(&row.message.payload.headers) {
+                    fired += usize::from(self.fire_cron(&key, row, job).await);
+                    continue;
+                }
+                // Not a job this broker wrote: delivered once as it is, never lost.
+                tracing::warn!(xid = %row.xid, "scheduler: a cron job without a readable schedule is delivered once");
+            }
             if let Some(due) = due_of(&row.xid) {
                 let late_ms = (now - due).max(0);
                 metrics::histogram!(crate::metrics::names::SCHEDULED_LATENESS_SECONDS)
@@ -516,7 +553,68 @@ impl Broker {
                 .fetch_add(n as u64, Ordering::Relaxed);
             metrics::counter!(crate::metrics::names::SCHEDULED_RELEASED_TOTAL).increment(n as u64);
         }
-        Ok((rows.len(), released_all))
+        Ok((rows.len(), released_all + fired))
+    }
+
+    /// One occurrence of cron job `row` (see [`super::cron`]): in one store transaction
+    /// the job moves to its next occurrence after now (occurrences missed while no
+    /// broker ran fire once) and a copy is stored scheduled, due after the schedule's
+    /// delay and repeating as the job says; the scheduler releases the copy as any
+    /// scheduled message. Returns whether it fired (`false`: the store failed and the
+    /// job stays due, or it was cancelled meanwhile).
+    async fn fire_cron(
+        &self,
+        key: &DestinationKey,
+        row: &ebb_store::PreparedMessage,
+        job: CronJob,
+    ) -> bool {
+        let Some(due) = due_of(&row.xid) else {
+            return false;
+        };
+        let job_id = message_id_of(&row.xid).unwrap_or_else(|| row.message.message_id.clone());
+        let next = job
+            .schedule
+            .next_after(due.max(now_ms()))
+            .unwrap_or(i64::MAX);
+        let copy_id = self.next_message_id();
+        let fire_at = due.saturating_add(job.schedule.delay_ms().min(i64::MAX as u64) as i64);
+        let copy_xid = match job.repeat.filter(|r| r.count > 0) {
+            Some(r) => job_xid(fire_at, &copy_id, r.period_ms, r.count),
+            None => scheduled_xid(fire_at, &copy_id),
+        };
+        let stored = &row.message;
+        let headers = stored
+            .payload
+            .headers
+            .iter()
+            .filter(|(name, _)| !SCHEDULING_HEADERS.contains(&name.as_str()))
+            .cloned()
+            .collect();
+        let copy = NewMessage {
+            container: stored.container.clone(),
+            message_id: copy_id,
+            expiration: stored.expiration,
+            priority: stored.priority,
+            xid: Some(copy_xid),
+            payload: Arc::new(ebb_store::Payload {
+                timestamp_ms: now_ms(),
+                headers,
+                body: stored.payload.body.clone(),
+            }),
+            indexed_headers: key.capabilities().indexed_headers,
+            last_value: None,
+        };
+        let moved = self
+            .store
+            .repeat_in_order(row.xid.clone(), cron_xid(next, &job_id), copy)
+            .await;
+        match moved {
+            Ok(copy) => copy.is_some(),
+            Err(e) => {
+                tracing::warn!(xid = %row.xid, error = %e, "scheduler: a cron job did not fire; it stays due");
+                false
+            }
+        }
     }
 
     /// The due time of the next scheduled message (one row of the xid index).

@@ -49,10 +49,15 @@ impl SendOptions {
     }
 }
 
-/// When `message` is due if it must wait on the scheduler: a due time in the future,
-/// or a repetition (its first firing at once when it has no due time).
+/// When `message` is due if it must wait on the scheduler: a cron's next occurrence,
+/// a due time in the future, or a repetition (its first firing at once when it has no
+/// due time).
 pub(super) fn scheduled_due(message: &Message) -> Option<i64> {
     let now = now_ms();
+    if let Some(cron) = &message.cron {
+        // No occurrence chrono can represent: as far as an xid can say.
+        return Some(cron.next_after(now).unwrap_or(i64::MAX));
+    }
     match (message.deliver_at, message.repeat) {
         (Some(due), _) if due > now => Some(due),
         (due, Some(repeat)) if repeat.count > 0 => Some(due.unwrap_or(now).max(now)),

@@ -9,7 +9,7 @@
 //! is the ERROR frame's `message`; clients and tests match on these texts, so they are
 //! stable.
 
-use crate::broker::{Message, Repeat, Selector, Target};
+use crate::broker::{CronSchedule, Message, Repeat, Selector, Target};
 use crate::stomp::frame::{self, Frame, Version};
 use crate::DestinationPattern;
 use crate::ErrorCode;
@@ -683,7 +683,7 @@ fn message_of(frame: &Frame) -> Result<Message, Refusal> {
             message = message.expires_at(at);
         }
     }
-    (message.deliver_at, message.repeat) = scheduled_of(frame)?;
+    (message.deliver_at, message.repeat, message.cron) = scheduled_of(frame)?;
     message.headers = frame
         .headers
         .iter()
@@ -696,17 +696,10 @@ fn message_of(frame: &Frame) -> Result<Message, Refusal> {
 /// ActiveMQ's scheduling headers on a SEND: `AMQ_SCHEDULED_DELAY` (ms, 0 or more; 0 is
 /// at once) gives the due time, epoch ms, from now; `AMQ_SCHEDULED_REPEAT` (0 or
 /// more) more deliveries every `AMQ_SCHEDULED_PERIOD` ms (1 or more when it repeats)
-/// after the first. `AMQ_SCHEDULED_CRON` is refused, not ignored, unless empty.
-fn scheduled_of(frame: &Frame) -> Result<(Option<i64>, Option<Repeat>), Refusal> {
-    if let Some(value) = frame
-        .get("AMQ_SCHEDULED_CRON")
-        .filter(|v| !v.trim().is_empty())
-    {
-        return refuse(
-            ErrorCode::Unsupported,
-            format!("AMQ_SCHEDULED_CRON `{value}` is not supported yet: use AMQ_SCHEDULED_DELAY, AMQ_SCHEDULED_PERIOD and AMQ_SCHEDULED_REPEAT"),
-        );
-    }
+/// after the first. With `AMQ_SCHEDULED_CRON` (five fields, UTC) the message fires at
+/// every occurrence, and delay, period and repeat apply to each firing, as in
+/// ActiveMQ. A value that cannot be honoured is refused, naming the header.
+fn scheduled_of(frame: &Frame) -> Result<Scheduling, Refusal> {
     let number = |name: &str, what: &str| -> Result<Option<i64>, Refusal> {
         let Some(text) = frame.get(name) else {
             return Ok(None);
@@ -741,14 +734,27 @@ fn scheduled_of(frame: &Frame) -> Result<(Option<i64>, Option<Repeat>), Refusal>
         period_ms: period as u64,
         count,
     });
+    if let Some(text) = frame
+        .get("AMQ_SCHEDULED_CRON")
+        .filter(|v| !v.trim().is_empty())
+    {
+        let cron = CronSchedule::parse(text)
+            .map_err(|e| Refusal::new(ErrorCode::InvalidValue, e.to_string()))?
+            .delay(std::time::Duration::from_millis(delay as u64));
+        return Ok((None, repeat, Some(cron)));
+    }
     let due = (delay > 0).then(|| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         now.saturating_add(delay)
     });
-    Ok((due, repeat))
+    Ok((due, repeat, None))
 }
+
+/// What [`scheduled_of`] reads: the due time (epoch ms), the repetition and the cron
+/// schedule.
+type Scheduling = (Option<i64>, Option<Repeat>, Option<CronSchedule>);
 
 /// `x,y` (ms) as STOMP's `heart-beat` header gives them.
 fn parse_heartbeat(value: &str) -> Option<(u64, u64)> {

@@ -716,10 +716,13 @@ macro_rules! impl_sql_store {
             ) -> $crate::Result<Vec<i64>> {
                 let mut ids = Vec::with_capacity(messages.len());
                 let mut messages = messages.into_iter().peekable();
+                let mut left = messages.len();
                 while messages.peek().is_some() {
+                    let size = $crate::statements::insert_chunk(left);
+                    left -= size;
                     let chunk: Vec<(i64, $crate::NewMessage)> = messages
                         .by_ref()
-                        .take($crate::statements::INSERT_BATCH)
+                        .take(size)
                         .map(|m| (self.next_id(), m))
                         .collect();
                     ids.extend(chunk.iter().map(|(id, _)| *id));

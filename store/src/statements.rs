@@ -14,8 +14,23 @@ use crate::Backend;
 /// Rows the mark advance looks at per statement (individual acks above the mark).
 pub const ADVANCE_WINDOW: i64 = 512;
 
-/// Messages per multi-row `INSERT` (9 parameters each: SQLite allows 32,766).
-pub const INSERT_BATCH: usize = 500;
+/// Most messages per multi-row `INSERT` (9 parameters each: SQLite allows 32,766).
+pub const INSERT_BATCH: usize = 256;
+
+/// How many of `left` messages (more than 0) the next multi-row `INSERT` takes: the
+/// largest power of two not above `left`, at most [`INSERT_BATCH`].
+///
+/// Each row count is its own statement text, and each text is a statement prepared
+/// and cached on every connection (sqlx keeps 100 per connection). With any count
+/// from 1 to 500 a busy SQLite store held hundreds of prepared multi-row inserts per
+/// connection, and its memory grew with them (54 MiB resident where 18 MiB serve);
+/// powers of two make at most 9 texts, and a group of n rows takes at most
+/// log2(n) + 1 statements.
+pub fn insert_chunk(left: usize) -> usize {
+    debug_assert!(left > 0);
+    let pow = 1usize << (usize::BITS - 1 - left.leading_zeros());
+    pow.min(INSERT_BATCH)
+}
 
 /// Rows a commit, rollback or cleanup statement touches at most.
 pub const WRITE_BATCH: i64 = 1000;
@@ -1077,5 +1092,30 @@ mod print_sql {
                 println!("--- {backend:?}\n{sql}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod insert_chunk_tests {
+    use super::{insert_chunk, INSERT_BATCH};
+
+    #[test]
+    fn chunks_are_powers_of_two_that_add_up() {
+        let mut sizes = std::collections::BTreeSet::new();
+        for n in 1..2000usize {
+            let mut left = n;
+            let mut statements = 0;
+            while left > 0 {
+                let size = insert_chunk(left);
+                assert!(size.is_power_of_two() && size <= left && size <= INSERT_BATCH);
+                sizes.insert(size);
+                left -= size;
+                statements += 1;
+            }
+            if n < INSERT_BATCH {
+                assert_eq!(statements, n.count_ones(), "{n}");
+            }
+        }
+        assert_eq!(sizes.len(), 9, "{sizes:?}");
     }
 }

@@ -10,7 +10,9 @@ use ebb::now_ms;
 use ebb::stomp::frame::Command;
 use ebb::test_util::stomp::*;
 use ebb::test_util::*;
-use ebb::{Broker, Error, ErrorCode, Message, Policy, SubscribeOptions, UsageConfig};
+use ebb::{
+    Broker, CronSchedule, Error, ErrorCode, Message, Policy, SubscribeOptions, UsageConfig,
+};
 
 const Q: &str = "queue://scheduled";
 
@@ -277,6 +279,28 @@ async fn stomp_sends_take_amq_scheduled_delay(t: TestStore) {
     assert_eq!(m.body, &b"later"[..]);
     assert_eq!(m.get("AMQ_SCHEDULED_DELAY"), Some("700"));
 
+    // A cron job (every second, with seconds first): each firing delayed by 100 ms
+    // and delivered without the scheduling headers; cancelled through its id.
+    let cron_sent = now_ms();
+    c.write(b"SEND\ndestination:/queue/delayed\npersistent:true\nAMQ_SCHEDULED_CRON:* * * * * *\nAMQ_SCHEDULED_DELAY:100\nkept:yes\nreceipt:cr\n\ntick\0")
+        .await;
+    receipt(&mut c, "cr").await;
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let m = c.frame().await.expect("a cron firing");
+        assert_eq!(m.body, &b"tick"[..]);
+        // At the earliest: the next whole second after the SEND, plus the delay.
+        let due = (cron_sent / 1000 + 1 + n) * 1000 + 100;
+        assert!(now_ms() >= due, "{} ms before its delay", due - now_ms());
+        assert_eq!(m.get("kept"), Some("yes"));
+        assert_eq!(m.get("AMQ_SCHEDULED_CRON"), None, "{m:?}");
+        assert_eq!(m.get("AMQ_SCHEDULED_DELAY"), None, "{m:?}");
+        ids.push(m.get("message-id").unwrap().to_string());
+    }
+    assert_ne!(ids[0], ids[1], "each firing has its own message id");
+    assert_eq!(s.broker.cancel_scheduled_to("queue://delayed").await.unwrap(), 1);
+    while c.frame_within(1_200).await.is_some() {}
+
     // In a transaction: an ABORT drops it, a COMMIT schedules it.
     c.write(b"BEGIN\ntransaction:t1\n\n\0SEND\ndestination:/queue/delayed\npersistent:true\ntransaction:t1\nAMQ_SCHEDULED_DELAY:300\n\naborted\0ABORT\ntransaction:t1\n\n\0")
         .await;
@@ -315,9 +339,19 @@ async fn stomp_sends_take_amq_scheduled_delay(t: TestStore) {
             "AMQ_SCHEDULED_REPEAT",
         ),
         (
-            "SEND\ndestination:/queue/delayed\nAMQ_SCHEDULED_CRON:* * * * *\n\nx\0",
-            "unsupported",
+            "SEND\ndestination:/queue/delayed\npersistent:true\nAMQ_SCHEDULED_CRON:61 * * * *\n\nx\0",
+            "invalid-value",
             "AMQ_SCHEDULED_CRON",
+        ),
+        (
+            "SEND\ndestination:/queue/delayed\npersistent:true\nAMQ_SCHEDULED_CRON:0 0 31 2 *\n\nx\0",
+            "invalid-value",
+            "never occurs",
+        ),
+        (
+            "SEND\ndestination:/queue/delayed\npersistent:true\nAMQ_SCHEDULED_CRON:* * * * *\nAMQ_SCHEDULED_DELAY:x\n\nx\0",
+            "invalid-value",
+            "AMQ_SCHEDULED_DELAY",
         ),
         (
             "SEND\ndestination:/queue/delayed\nAMQ_SCHEDULED_DELAY:100\n\nnot persistent\0",
@@ -496,8 +530,123 @@ async fn a_repeating_job_keeps_its_count_across_a_restart(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A cron job (ActiveMQ's `AMQ_SCHEDULED_CRON`, here every second): one stored job
+/// listed with its expression; each occurrence delivers a copy after the schedule's
+/// delay and repeats it as asked, none early; cancelled, it fires no more.
+async fn a_cron_job_fires_each_occurrence_until_cancelled(t: TestStore) {
+    let b = queue_broker(&t).await;
+    let mut sub = b
+        .subscribe(Q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let sent = now_ms();
+    let schedule = CronSchedule::parse("* * * * * *")
+        .unwrap()
+        .delay(Duration::from_millis(200));
+    b.send(
+        Q,
+        Message::new("cron")
+            .header("h", "v")
+            .cron(schedule)
+            .repeat(Duration::from_millis(100), 1),
+    )
+    .await
+    .unwrap();
+    let listed = b.scheduled(None, 10).await.unwrap().messages;
+    assert_eq!(listed.len(), 1, "one job: {listed:?}");
+    assert_eq!(listed[0].cron.as_deref(), Some("* * * * * *"));
+    assert_eq!((listed[0].period_ms, listed[0].repeats_left), (100, 1));
+    let first = (sent / 1000 + 1) * 1000;
+    assert_eq!(listed[0].due_ms, first, "the next whole second after the send");
+    // Three occurrences, two deliveries each: at +200 and +300 ms.
+    let mut ids = Vec::new();
+    for n in 0..6i64 {
+        let m = take(&mut sub, 1).await.remove(0);
+        let due = first + (n / 2) * 1000 + 200 + (n % 2) * 100;
+        assert!(now_ms() >= due, "delivery {n} came {} ms early", due - now_ms());
+        assert_eq!(body(&m), "cron");
+        assert_eq!(m.header("h"), Some("v"));
+        assert_eq!(m.header("AMQ_SCHEDULED_CRON"), None);
+        ids.push(m.message_id().to_string());
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 6, "each delivery has its own message id");
+    let job = b
+        .scheduled(None, 10)
+        .await
+        .unwrap()
+        .messages
+        .into_iter()
+        .find(|m| m.cron.is_some())
+        .expect("the job waits for its next occurrence");
+    assert!(b.cancel_scheduled(&job.id).await.unwrap());
+    // Copies stored before the cancel still come (at most one occurrence's two).
+    let mut after = 0;
+    while actix_rt::time::timeout(Duration::from_millis(1_500), futures::StreamExt::next(&mut sub))
+        .await
+        .is_ok()
+    {
+        after += 1;
+    }
+    assert!(after <= 2, "{after} came after the cancel");
+    assert_eq!(b.schedule_backlog().await.unwrap().scheduled, 0);
+
+    // A cron with a due time of its own is refused, as is a bad expression.
+    let e = b
+        .send(
+            Q,
+            Message::new("x")
+                .deliver_at(now_ms() + 1_000)
+                .cron(CronSchedule::parse("* * * * *").unwrap()),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidValue, "{e}");
+    let e = CronSchedule::parse("* * * 13 *").unwrap_err();
+    assert!(matches!(e, Error::InvalidCron { .. }), "{e}");
+    assert_eq!(e.code(), ErrorCode::InvalidValue);
+    b.shutdown().await.unwrap();
+}
+
+/// Occurrences missed while no broker runs fire once at the next start (as a cron
+/// job catching up would flood its destination), and the job goes on after.
+async fn a_cron_job_missed_while_stopped_fires_once(t: TestStore) {
+    let b = queue_broker(&t).await;
+    b.send(
+        Q,
+        Message::new("m").cron(CronSchedule::parse("* * * * * *").unwrap()),
+    )
+    .await
+    .unwrap();
+    b.shutdown().await.unwrap();
+    drop(b);
+    // Three occurrences pass.
+    actix_rt::time::sleep(Duration::from_millis(3_200)).await;
+    let b = queue_broker(&t).await;
+    let mut sub = b
+        .subscribe(Q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let restarted = now_ms();
+    take(&mut sub, 1).await;
+    // The next comes at the next whole second after the restart, not at once.
+    let second = take(&mut sub, 1).await;
+    assert_eq!(second.len(), 1);
+    let next_second = (restarted / 1000 + 1) * 1000;
+    assert!(
+        now_ms() >= next_second,
+        "a missed occurrence fired twice ({} ms before the next)",
+        next_second - now_ms()
+    );
+    assert!(b.cancel_scheduled_to(Q).await.unwrap() >= 1);
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    a_cron_job_fires_each_occurrence_until_cancelled,
+    a_cron_job_missed_while_stopped_fires_once,
     a_scheduled_message_is_delivered_when_due_and_not_before,
     due_messages_survive_a_stop_and_come_once_in_due_order,
     a_schedule_that_cannot_be_kept_is_refused,

@@ -1,0 +1,232 @@
+//! Cron schedules of scheduled messages (ActiveMQ's `AMQ_SCHEDULED_CRON`).
+//!
+//! A message sent with a [`CronSchedule`] ([`Message::cron`](struct@super::Message))
+//! is one stored job that fires at every occurrence of its expression, for ever (until
+//! it is cancelled, as ActiveMQ's cron jobs). Each firing stores a scheduled copy with
+//! a message id of its own: due after the schedule's delay, and repeating as
+//! [`Message::repeat`](struct@super::Message) says, so delay, period and repeat apply
+//! per firing as in ActiveMQ. The job then moves to its next occurrence in the same
+//! store transaction ([`ebb_store::WriteOp::Repeat`]), so a crash never loses or
+//! doubles a firing.
+//!
+//! **Time.** Expressions have ActiveMQ's five fields (minute, hour, day of month,
+//! month, day of week; names as `MON` and `JAN`, ranges, lists and steps), read in UTC;
+//! a sixth field in front, seconds (`*/10 * * * * *`), is accepted as Quartz and
+//! croner take it (ActiveMQ refuses it).
+//! Occurrences missed while no broker ran fire once, at start (as a cron daemon
+//! catching up would flood the destination).
+//!
+//! **Stored.** The job's row keeps what a firing needs in its own headers, under
+//! ActiveMQ's names (`AMQ_SCHEDULED_CRON`, `AMQ_SCHEDULED_DELAY`,
+//! `AMQ_SCHEDULED_PERIOD`, `AMQ_SCHEDULED_REPEAT`); its xid ends in `:cron`. The
+//! copies carry none of these headers, so a consumer that forwards one does not
+//! schedule it again.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use croner::parser::{CronParser, Seconds, Year};
+
+use super::message::Repeat;
+use crate::error::Error;
+
+/// The header of a cron job's row that holds its expression (ActiveMQ's name).
+pub const CRON_HEADER: &str = "AMQ_SCHEDULED_CRON";
+/// The header of a cron job's row that holds each firing's delay, ms.
+pub const DELAY_HEADER: &str = "AMQ_SCHEDULED_DELAY";
+/// The header of a cron job's row that holds each firing's period, ms.
+pub const PERIOD_HEADER: &str = "AMQ_SCHEDULED_PERIOD";
+/// The header of a cron job's row that holds each firing's repeat count.
+pub const REPEAT_HEADER: &str = "AMQ_SCHEDULED_REPEAT";
+
+/// The scheduling headers: kept on a cron job's row, never on what it delivers.
+pub const SCHEDULING_HEADERS: [&str; 4] = [CRON_HEADER, DELAY_HEADER, PERIOD_HEADER, REPEAT_HEADER];
+
+/// A parsed cron expression and the delay each firing waits (see the module
+/// documentation). Cheap to clone.
+#[derive(Clone)]
+pub struct CronSchedule {
+    expression: String,
+    cron: croner::Cron,
+    delay_ms: u64,
+}
+
+impl CronSchedule {
+    /// Parses a cron expression of five fields (`*/5 * * * *`: every five minutes), or
+    /// six with seconds first, read in UTC.
+    ///
+    /// Errors: [`Error::InvalidCron`] with the expression and what is wrong with it.
+    pub fn parse(expression: &str) -> Result<Self, Error> {
+        let parser = CronParser::builder()
+            .seconds(Seconds::Optional)
+            .year(Year::Disallowed)
+            .build();
+        let cron = parser
+            .parse(expression.trim())
+            .map_err(|e| Error::InvalidCron {
+                expression: expression.to_string(),
+                reason: e.to_string(),
+            })?;
+        let schedule = Self {
+            expression: expression.trim().to_string(),
+            cron,
+            delay_ms: 0,
+        };
+        // An expression that never matches (31 February) is refused now, not found
+        // out at the first firing.
+        if schedule.next_after(0).is_none() {
+            return Err(Error::InvalidCron {
+                expression: expression.to_string(),
+                reason: "it never occurs".into(),
+            });
+        }
+        Ok(schedule)
+    }
+
+    /// Each firing's copy is due `delay` after the occurrence (ActiveMQ's
+    /// `AMQ_SCHEDULED_DELAY` beside `AMQ_SCHEDULED_CRON`); ms precision.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay_ms = delay.as_millis().min(u64::MAX as u128) as u64;
+        self
+    }
+
+    /// The expression, as given (trimmed).
+    pub fn expression(&self) -> &str {
+        &self.expression
+    }
+
+    /// Each firing's delay, ms.
+    pub fn delay_ms(&self) -> u64 {
+        self.delay_ms
+    }
+
+    /// The first occurrence after `epoch_ms` (strictly later), epoch ms; `None` when
+    /// there is none (beyond what chrono represents).
+    pub fn next_after(&self, epoch_ms: i64) -> Option<i64> {
+        let from: DateTime<Utc> = DateTime::from_timestamp_millis(epoch_ms)?;
+        let next = self.cron.find_next_occurrence(&from, false).ok()?;
+        Some(next.timestamp_millis())
+    }
+
+    /// The headers a job's row keeps for this schedule and `repeat` (applied per
+    /// firing), as [`CronJob::from_headers`] reads them back.
+    pub(super) fn job_headers(&self, repeat: Option<Repeat>) -> Vec<(String, String)> {
+        let mut headers = vec![(CRON_HEADER.to_string(), self.expression.clone())];
+        if self.delay_ms > 0 {
+            headers.push((DELAY_HEADER.to_string(), self.delay_ms.to_string()));
+        }
+        if let Some(r) = repeat.filter(|r| r.count > 0) {
+            headers.push((PERIOD_HEADER.to_string(), r.period_ms.to_string()));
+            headers.push((REPEAT_HEADER.to_string(), r.count.to_string()));
+        }
+        headers
+    }
+}
+
+impl std::fmt::Debug for CronSchedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CronSchedule")
+            .field("expression", &self.expression)
+            .field("delay_ms", &self.delay_ms)
+            .finish()
+    }
+}
+
+impl PartialEq for CronSchedule {
+    fn eq(&self, other: &Self) -> bool {
+        self.expression == other.expression && self.delay_ms == other.delay_ms
+    }
+}
+
+impl std::str::FromStr for CronSchedule {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Self::parse(s)
+    }
+}
+
+/// A cron job as its row's headers describe it ([`CronSchedule::job_headers`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct CronJob {
+    pub schedule: CronSchedule,
+    /// Each firing's repetition.
+    pub repeat: Option<Repeat>,
+}
+
+impl CronJob {
+    /// Reads the job from its row's headers; `None` when they do not hold a valid one
+    /// (a row written otherwise).
+    pub fn from_headers(headers: &[(String, String)]) -> Option<Self> {
+        let get = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let mut schedule = CronSchedule::parse(get(CRON_HEADER)?).ok()?;
+        schedule.delay_ms = get(DELAY_HEADER).map_or(Some(0), |v| v.parse().ok())?;
+        let repeat = match (get(PERIOD_HEADER), get(REPEAT_HEADER)) {
+            (Some(period), Some(count)) => Some(Repeat {
+                period_ms: period.parse().ok()?,
+                count: count.parse().ok()?,
+            }),
+            _ => None,
+        };
+        Some(Self { schedule, repeat })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2026-12-05T10:07:30Z, epoch ms.
+    const AT: i64 = 1_796_465_250_000;
+
+    #[test]
+    fn occurrences_follow_the_expression_in_utc() {
+        let every5 = CronSchedule::parse("*/5 * * * *").unwrap();
+        // 10:07:30 → 10:10:00, then 10:15:00.
+        let first = every5.next_after(AT).unwrap();
+        assert_eq!(first, AT + 150_000);
+        assert_eq!(every5.next_after(first).unwrap(), first + 300_000);
+        let daily = CronSchedule::parse("30 2 * * MON").unwrap();
+        let next = daily.next_after(AT).unwrap();
+        let at = DateTime::from_timestamp_millis(next).unwrap();
+        assert_eq!(at.format("%a %H:%M:%S").to_string(), "Mon 02:30:00");
+        assert!(next > AT && next - AT <= 7 * 86_400_000);
+        let seconds = CronSchedule::parse("*/10 * * * * *").unwrap();
+        assert_eq!(seconds.next_after(AT).unwrap(), AT + 10_000);
+    }
+
+    #[test]
+    fn bad_expressions_are_refused_with_the_reason() {
+        for bad in ["", "* * * *", "61 * * * *", "0 0 31 2 *", "* * * * * * *", "hello"] {
+            match CronSchedule::parse(bad) {
+                Err(Error::InvalidCron { expression, reason }) => {
+                    assert_eq!(expression, bad);
+                    assert!(!reason.is_empty());
+                }
+                other => panic!("{bad:?} was taken: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_job_reads_back_from_its_headers() {
+        let schedule = CronSchedule::parse("0 * * * *")
+            .unwrap()
+            .delay(Duration::from_millis(1_500));
+        let repeat = Some(Repeat {
+            period_ms: 100,
+            count: 3,
+        });
+        let mut headers = vec![("user".to_string(), "x".to_string())];
+        headers.extend(schedule.job_headers(repeat));
+        let job = CronJob::from_headers(&headers).unwrap();
+        assert_eq!(job.schedule, schedule);
+        assert_eq!(job.repeat, repeat);
+        assert_eq!(CronJob::from_headers(&headers[..1]), None);
+    }
+}
