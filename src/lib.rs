@@ -165,6 +165,9 @@
 //! while no broker ran comes at the next start. A repeating message
 //! (`AMQ_SCHEDULED_PERIOD` with `AMQ_SCHEDULED_REPEAT`, [`Message::repeat`](struct@Message))
 //! is one stored job: each firing adds a copy in the transaction that moves the job on.
+//! A cron job (`AMQ_SCHEDULED_CRON`, [`CronSchedule`]) is one too: each occurrence
+//! stores a scheduled copy (delay, period and repeat apply per firing, as in ActiveMQ)
+//! and moves the job to the next occurrence in the same store transaction.
 //! The scheduler runs only while something is scheduled, sleeps until the next due
 //! time, and a new message wakes it only when it is due earlier. A queue's redelivery
 //! back-off (`initial_redelivery_delay` and the rest of ActiveMQ's redelivery policy)
@@ -239,11 +242,11 @@ pub mod tls;
 pub mod transport;
 
 pub use broker::{
-    AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, DestinationFlow, Expiration, Message,
-    CronSchedule, PendingSend, QueueBrowser, Received, Repeat, ScheduleBacklog, ScheduledMessage, ScheduledPage,
-    Selector, SelectorError, SendOptions, SendReceipt, Space, SpaceCheck, SubscribeOptions,
-    Subscription, Target, ToDestination, Transaction, UsageConfig, UsageSnapshot, ACK_WINDOW,
-    SCHEDULER_PAGE, SCHEDULE_COUNT_LIMIT, SEND_WINDOW,
+    AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, CronSchedule, DestinationFlow,
+    Expiration, Message, PendingSend, QueueBrowser, Received, Repeat, ScheduleBacklog,
+    ScheduledMessage, ScheduledPage, Selector, SelectorError, SendOptions, SendReceipt, Space,
+    SpaceCheck, SubscribeOptions, Subscription, Target, ToDestination, Transaction, UsageConfig,
+    UsageSnapshot, ACK_WINDOW, SCHEDULER_PAGE, SCHEDULE_COUNT_LIMIT, SEND_WINDOW,
 };
 pub use ebb_actors::destination::{
     now_ms, DestinationKey, DestinationKind, DestinationPattern, InvalidDestination,

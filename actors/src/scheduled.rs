@@ -192,7 +192,11 @@ mod tests {
         assert!(!is_cron(&scheduled_xid(2_000, "ID:ebb-1-2:7")));
         assert_eq!(due_of(&xid), Some(2_000));
         assert_eq!(repetition_of(&xid), None);
-        assert_eq!(next_firing(&xid), None, "a cron job moves by its expression");
+        assert_eq!(
+            next_firing(&xid),
+            None,
+            "a cron job moves by its expression"
+        );
         assert_eq!(message_id_of(&xid).as_deref(), Some("ID:ebb-1-2:7"));
         assert!(xid < scheduled_xid(2_001, "ID:a"));
     }

@@ -18,6 +18,12 @@
 //! mark updates can never race: an expiry ack and a consumer ack for the same
 //! subscription are applied one after the other, and the SQL only ever raises a mark.
 //!
+//! **Where a transaction runs.** On SQLite, on the process's store thread
+//! (`write_off_thread`): each statement is a round trip to sqlx's worker thread of its
+//! connection, and answers awaited on the broker's busy actor thread waited for it.
+//! On PostgreSQL, on the actor's thread (its connections' sockets belong to that
+//! runtime).
+//!
 //! **Errors.** A failed transaction answers every write in it with the same error
 //! ([`ActorError::Store`]); nothing of it was committed, and the next transaction
 //! starts afresh on a new connection, so the actor works again once the database is
@@ -229,7 +235,7 @@ impl StoreActor {
         self.in_flight = true;
         let store = Arc::clone(&self.store);
         let started = Instant::now();
-        let batch = async move { store.write(ops).await };
+        let batch = write_off_thread(store, ops);
         ctx.spawn(batch.into_actor(self).map(move |result, act, ctx| {
             if lane == Lane::Housekeeping {
                 // Its share: the next housekeeping transaction waits (while live
@@ -260,6 +266,50 @@ impl StoreActor {
             act.pump(ctx);
         }));
     }
+}
+
+/// Runs `store.write(ops)`. On SQLite it runs on the process's store thread
+/// ([`store_runtime`]), not on the actor's: each statement is executed by sqlx's
+/// worker thread of its connection and answered over a channel, and a transaction is
+/// a chain of such answers. Awaited on the broker's actor thread, each answer waited
+/// until that thread was free of the other actors' work (a queue dispatching, a
+/// session encoding frames), so a transaction of many statements took several times
+/// its database time; on a thread of its own each answer is taken at once. PostgreSQL's
+/// connections stay on the runtime that opened them (their sockets belong to its I/O
+/// driver).
+fn write_off_thread(
+    store: Arc<dyn MessageStore>,
+    ops: Vec<WriteOp>,
+) -> impl Future<Output = ebb_store::Result<Vec<WriteOutcome>>> {
+    let offload = store.backend() == ebb_store::Backend::Sqlite;
+    async move {
+        if !offload {
+            return store.write(ops).await;
+        }
+        match store_runtime()
+            .spawn(async move { store.write(ops).await })
+            .await
+        {
+            Ok(written) => written,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(ebb_store::StoreError::Closed),
+        }
+    }
+}
+
+/// The process's store thread: one tokio runtime with one worker, shared by every
+/// broker of the process, on which SQLite write transactions run
+/// ([`write_off_thread`]). Started at the first write.
+fn store_runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("ebb-store")
+            .enable_all()
+            .build()
+            .expect("the store thread starts")
+    })
 }
 
 impl Actor for StoreActor {

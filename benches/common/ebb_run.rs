@@ -43,8 +43,20 @@ pub struct EbbRun {
 
 /// Starts a broker on a fresh `store`: the SQLite file `run-<run>.db` in `dir` (its pool
 /// `EBB_BENCH_MAX_CONNECTIONS` connections, default 8 as `ebb serve`), or the
-/// PostgreSQL schema `ebb_bench_<tag>_<pid>_<run>`. Panics if the broker cannot start.
+/// PostgreSQL schema `ebb_bench_<tag>_<pid>_<run>`; every other setting the default, as
+/// `ebb serve` without a configuration file. Panics if the broker cannot start.
 pub async fn start(store: &Store, dir: &Path, tag: &str, run: usize) -> EbbRun {
+    start_with(store, dir, tag, run, BrokerConfig::default()).await
+}
+
+/// As [`start`], with `config` (its `store` options are the run's).
+pub async fn start_with(
+    store: &Store,
+    dir: &Path,
+    tag: &str,
+    run: usize,
+    config: BrokerConfig,
+) -> EbbRun {
     let (url, options, schema, file) = match store {
         Store::Sqlite => {
             let file = dir.join(format!("run-{run}.db"));
@@ -64,10 +76,9 @@ pub async fn start(store: &Store, dir: &Path, tag: &str, run: usize) -> EbbRun {
             (url.clone(), options, Some((url.clone(), schema)), None)
         }
     };
-    // As `ebb serve` without a configuration file: every default.
     let config = BrokerConfig {
         store: options,
-        ..BrokerConfig::default()
+        ..config
     };
     let broker = Broker::start(&url, config)
         .await

@@ -47,7 +47,8 @@ pub const SCHEDULING_HEADERS: [&str; 4] = [CRON_HEADER, DELAY_HEADER, PERIOD_HEA
 #[derive(Clone)]
 pub struct CronSchedule {
     expression: String,
-    cron: croner::Cron,
+    /// Shared: a parsed pattern is some 500 bytes, and a message carries this.
+    cron: std::sync::Arc<croner::Cron>,
     delay_ms: u64,
 }
 
@@ -69,7 +70,7 @@ impl CronSchedule {
             })?;
         let schedule = Self {
             expression: expression.trim().to_string(),
-            cron,
+            cron: std::sync::Arc::new(cron),
             delay_ms: 0,
         };
         // An expression that never matches (31 February) is refused now, not found
@@ -202,7 +203,14 @@ mod tests {
 
     #[test]
     fn bad_expressions_are_refused_with_the_reason() {
-        for bad in ["", "* * * *", "61 * * * *", "0 0 31 2 *", "* * * * * * *", "hello"] {
+        for bad in [
+            "",
+            "* * * *",
+            "61 * * * *",
+            "0 0 31 2 *",
+            "* * * * * * *",
+            "hello",
+        ] {
             match CronSchedule::parse(bad) {
                 Err(Error::InvalidCron { expression, reason }) => {
                     assert_eq!(expression, bad);

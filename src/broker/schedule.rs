@@ -36,13 +36,13 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cron::{CronJob, SCHEDULING_HEADERS};
 use super::message::{Message, PendingSend};
 use super::Broker;
 use crate::error::Error;
 use ebb_actors::destination::{now_ms, DueMessage, PublishTicket, ReleaseScheduled};
 use ebb_actors::messages::{PublishOutcome, TopicMessage};
 pub use ebb_actors::scheduled::SCHEDULED_XID_PREFIX;
-use super::cron::{CronJob, SCHEDULING_HEADERS};
 use ebb_actors::scheduled::{
     cron_xid, due_of, is_cron, job_xid, message_id_of, next_firing, repetition_of, scheduled_xid,
 };

@@ -1558,7 +1558,11 @@ fn reconcile(
                 r.untransformed_examples.push(format!(
                     "{id} (delivered {} times{})",
                     m.deliveries,
-                    if m.dlq_deliveries > 0 { ", dead-lettered" } else { "" }
+                    if m.dlq_deliveries > 0 {
+                        ", dead-lettered"
+                    } else {
+                        ""
+                    }
                 ));
             }
         }

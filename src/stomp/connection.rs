@@ -242,7 +242,10 @@ const WRITE_BUFFER: usize = 256 << 10;
 
 /// A frame held behind the ones before it: read and not yet applied, or applied
 /// ahead of them (an ACK that frees space while a SEND waits; the codec's refusal of
-/// bytes that are no frame), its outcome to take its place among theirs.
+/// bytes that are no frame), its outcome to take its place among theirs. Held by
+/// value: frames are held only behind a waiting SEND, and a box would cost every
+/// pipelined frame an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Held {
     Request(Request),
     Applied(Step),

@@ -1088,6 +1088,10 @@ macro_rules! impl_sql_store {
                     if ids.is_empty() {
                         break;
                     }
+                    // A short read took every row left: this transaction is the only
+                    // writer, and a renumbered row no longer has the xid. (One read
+                    // fewer per commit: a scheduled release is one row.)
+                    let last = ids.len() < $crate::statements::WRITE_BATCH as usize;
                     for old in ids {
                         let new = self.next_id();
                         let (container, key): (String, Option<String>) =
@@ -1102,6 +1106,9 @@ macro_rules! impl_sql_store {
                                 .await?;
                         }
                         renumbered.push((old, new));
+                    }
+                    if last {
+                        break;
                     }
                 }
                 Self::plans(&mut *conn, $tx.index_plans).await?;

@@ -270,10 +270,13 @@ async fn a_store_failure_is_not_a_failed_delivery(t: TestStore) {
     }
     assert!(c.quiet().await.is_none(), "delivered a third time");
     drop(c);
-    let dead = poll_until("the NACKed message reaches the dead-letter queue", || async {
-        let browsed = s.broker.browse("queue://DLQ.sf.in", 0, 10).await.ok()?;
-        (!browsed.is_empty()).then_some(browsed.len())
-    })
+    let dead = poll_until(
+        "the NACKed message reaches the dead-letter queue",
+        || async {
+            let browsed = s.broker.browse("queue://DLQ.sf.in", 0, 10).await.ok()?;
+            (!browsed.is_empty()).then_some(browsed.len())
+        },
+    )
     .await;
     assert_eq!(dead, 1);
     s.stop().await;

@@ -427,7 +427,32 @@ async fn the_console_shows_destinations_and_retries_a_dlq(t: TestStore) {
         row.as_str().unwrap().contains("queue://console.later"),
         "{row}"
     );
+    // A cron job is listed with its expression.
+    b.send(
+        "queue://console.cron",
+        ebb::Message::new("yearly").cron(ebb::CronSchedule::parse("0 0 1 1 *").unwrap()),
+    )
+    .await
+    .unwrap();
+    page.open(
+        &format!("{base}#/scheduled"),
+        "document.querySelectorAll('#scheduled tr[data-id]').length == 2",
+    )
+    .await;
+    let rows = page
+        .eval("document.querySelector('#scheduled tbody').innerText")
+        .await;
+    assert!(rows.as_str().unwrap().contains("cron 0 0 1 1 *"), "{rows}");
     page.screenshot("scheduled").await;
+    assert_eq!(
+        b.cancel_scheduled_to("queue://console.cron").await.unwrap(),
+        1
+    );
+    page.open(
+        &format!("{base}#/scheduled"),
+        "document.querySelectorAll('#scheduled tr[data-id]').length == 1",
+    )
+    .await;
     page.eval("window.confirm = () => true; document.querySelector('[data-cancel]').click(); true")
         .await;
     page.wait_for("document.querySelector('#scheduled .empty')")

@@ -10,9 +10,7 @@ use ebb::now_ms;
 use ebb::stomp::frame::Command;
 use ebb::test_util::stomp::*;
 use ebb::test_util::*;
-use ebb::{
-    Broker, CronSchedule, Error, ErrorCode, Message, Policy, SubscribeOptions, UsageConfig,
-};
+use ebb::{Broker, CronSchedule, Error, ErrorCode, Message, Policy, SubscribeOptions, UsageConfig};
 
 const Q: &str = "queue://scheduled";
 
@@ -298,7 +296,13 @@ async fn stomp_sends_take_amq_scheduled_delay(t: TestStore) {
         ids.push(m.get("message-id").unwrap().to_string());
     }
     assert_ne!(ids[0], ids[1], "each firing has its own message id");
-    assert_eq!(s.broker.cancel_scheduled_to("queue://delayed").await.unwrap(), 1);
+    assert_eq!(
+        s.broker
+            .cancel_scheduled_to("queue://delayed")
+            .await
+            .unwrap(),
+        1
+    );
     while c.frame_within(1_200).await.is_some() {}
 
     // In a transaction: an ABORT drops it, a COMMIT schedules it.
@@ -557,13 +561,20 @@ async fn a_cron_job_fires_each_occurrence_until_cancelled(t: TestStore) {
     assert_eq!(listed[0].cron.as_deref(), Some("* * * * * *"));
     assert_eq!((listed[0].period_ms, listed[0].repeats_left), (100, 1));
     let first = (sent / 1000 + 1) * 1000;
-    assert_eq!(listed[0].due_ms, first, "the next whole second after the send");
+    assert_eq!(
+        listed[0].due_ms, first,
+        "the next whole second after the send"
+    );
     // Three occurrences, two deliveries each: at +200 and +300 ms.
     let mut ids = Vec::new();
     for n in 0..6i64 {
         let m = take(&mut sub, 1).await.remove(0);
         let due = first + (n / 2) * 1000 + 200 + (n % 2) * 100;
-        assert!(now_ms() >= due, "delivery {n} came {} ms early", due - now_ms());
+        assert!(
+            now_ms() >= due,
+            "delivery {n} came {} ms early",
+            due - now_ms()
+        );
         assert_eq!(body(&m), "cron");
         assert_eq!(m.header("h"), Some("v"));
         assert_eq!(m.header("AMQ_SCHEDULED_CRON"), None);
@@ -583,9 +594,12 @@ async fn a_cron_job_fires_each_occurrence_until_cancelled(t: TestStore) {
     assert!(b.cancel_scheduled(&job.id).await.unwrap());
     // Copies stored before the cancel still come (at most one occurrence's two).
     let mut after = 0;
-    while actix_rt::time::timeout(Duration::from_millis(1_500), futures::StreamExt::next(&mut sub))
-        .await
-        .is_ok()
+    while actix_rt::time::timeout(
+        Duration::from_millis(1_500),
+        futures::StreamExt::next(&mut sub),
+    )
+    .await
+    .is_ok()
     {
         after += 1;
     }
