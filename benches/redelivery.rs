@@ -62,13 +62,8 @@ fn main() {
         delay_ms: env("EBB_BENCH_REDELIVERY_DELAY_MS", 100u64),
     };
     let rounds: usize = env("EBB_BENCH_REDELIVERY_ROUNDS", 3usize).max(1);
-    let store = match std::env::var("EBB_BENCH_POSTGRES_URL") {
-        Ok(url) => Store::Postgres(url),
-        Err(_) => Store::Sqlite,
-    };
-    let dir = std::env::temp_dir().join(format!("ebb-bench-redelivery-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let store = ebb_run::store_from_env();
+    let dir = ebb_run::fresh_dir("redelivery");
     println!(
         "redelivery: {} flowing and {} poison persistent {BODY_BYTES}-byte messages on one queue; \
          back-off {} ms ×2 up to {} ms, maximum_redeliveries {MAXIMUM_REDELIVERIES}; {} store; \
@@ -80,11 +75,7 @@ fn main() {
         store.label(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = ebb_run::runtime();
     let mut with = Vec::new();
     let mut without = Vec::new();
     let mut failures = Vec::new();

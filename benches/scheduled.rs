@@ -94,13 +94,8 @@ fn main() {
     let n: u64 = env("EBB_BENCH_SCHEDULED_MESSAGES", 1_000_000u64).max(1);
     let span_s: u64 = env("EBB_BENCH_SCHEDULED_SPAN_S", 600u64).max(1);
     let lead_s: u64 = env("EBB_BENCH_SCHEDULED_LEAD_S", (n / 10_000).max(5));
-    let store = match std::env::var("EBB_BENCH_POSTGRES_URL") {
-        Ok(url) => Store::Postgres(url),
-        Err(_) => Store::Sqlite,
-    };
-    let dir = std::env::temp_dir().join(format!("ebb-bench-scheduled-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let store = ebb_run::store_from_env();
+    let dir = ebb_run::fresh_dir("scheduled");
     println!(
         "scheduled: {} persistent messages of {BODY_BYTES} bytes on one queue, due evenly over \
          {span_s} s from {lead_s} s after the start; {} store; {} cores",
@@ -108,11 +103,7 @@ fn main() {
         store.label(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = ebb_run::runtime();
     let outcome = runtime.block_on(run(&store, &dir, n, span_s, lead_s));
     let _ = std::fs::remove_dir_all(&dir);
     println!("{}", outcome.json);

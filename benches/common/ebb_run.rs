@@ -34,6 +34,34 @@ impl Store {
     }
 }
 
+/// The store a single-store bench runs on: PostgreSQL at `EBB_BENCH_POSTGRES_URL` when
+/// it is set, else a temporary SQLite file.
+pub fn store_from_env() -> Store {
+    match std::env::var("EBB_BENCH_POSTGRES_URL") {
+        Ok(url) => Store::Postgres(url),
+        Err(_) => Store::Sqlite,
+    }
+}
+
+/// An empty folder for a bench's files, `ebb-bench-<tag>-<pid>` in the temporary
+/// folder (emptied first when it exists); remove it when done.
+pub fn fresh_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ebb-bench-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("the bench's temporary folder");
+    dir
+}
+
+/// The runtime an end-to-end bench drives its clients on: 2 worker threads, as many
+/// as the development machine's cores.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("the bench's runtime")
+}
+
 /// An Ebb broker on a fresh store, and what to remove after it.
 pub struct EbbRun {
     pub broker: Broker,

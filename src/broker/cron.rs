@@ -27,7 +27,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use croner::parser::{CronParser, Seconds, Year};
 
-use super::message::Repeat;
 use crate::error::Error;
 
 /// The header of a cron job's row that holds its expression (ActiveMQ's name).
@@ -110,15 +109,15 @@ impl CronSchedule {
     }
 
     /// The headers a job's row keeps for this schedule and `repeat` (applied per
-    /// firing), as [`CronJob::from_headers`] reads them back.
-    pub(super) fn job_headers(&self, repeat: Option<Repeat>) -> Vec<(String, String)> {
+    /// firing: `(period ms, count)`), as [`CronJob::from_headers`] reads them back.
+    pub(super) fn job_headers(&self, repeat: Option<(u64, u32)>) -> Vec<(String, String)> {
         let mut headers = vec![(CRON_HEADER.to_string(), self.expression.clone())];
         if self.delay_ms > 0 {
             headers.push((DELAY_HEADER.to_string(), self.delay_ms.to_string()));
         }
-        if let Some(r) = repeat.filter(|r| r.count > 0) {
-            headers.push((PERIOD_HEADER.to_string(), r.period_ms.to_string()));
-            headers.push((REPEAT_HEADER.to_string(), r.count.to_string()));
+        if let Some((period_ms, count)) = repeat.filter(|(_, count)| *count > 0) {
+            headers.push((PERIOD_HEADER.to_string(), period_ms.to_string()));
+            headers.push((REPEAT_HEADER.to_string(), count.to_string()));
         }
         headers
     }
@@ -151,8 +150,8 @@ impl std::str::FromStr for CronSchedule {
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct CronJob {
     pub schedule: CronSchedule,
-    /// Each firing's repetition.
-    pub repeat: Option<Repeat>,
+    /// Each firing's repetition: `(period ms, firings after the first)`.
+    pub repeat: Option<(u64, u32)>,
 }
 
 impl CronJob {
@@ -168,10 +167,7 @@ impl CronJob {
         let mut schedule = CronSchedule::parse(get(CRON_HEADER)?).ok()?;
         schedule.delay_ms = get(DELAY_HEADER).map_or(Some(0), |v| v.parse().ok())?;
         let repeat = match (get(PERIOD_HEADER), get(REPEAT_HEADER)) {
-            (Some(period), Some(count)) => Some(Repeat {
-                period_ms: period.parse().ok()?,
-                count: count.parse().ok()?,
-            }),
+            (Some(period), Some(count)) => Some((period.parse().ok()?, count.parse().ok()?)),
             _ => None,
         };
         Some(Self { schedule, repeat })
@@ -226,10 +222,7 @@ mod tests {
         let schedule = CronSchedule::parse("0 * * * *")
             .unwrap()
             .delay(Duration::from_millis(1_500));
-        let repeat = Some(Repeat {
-            period_ms: 100,
-            count: 3,
-        });
+        let repeat = Some((100, 3));
         let mut headers = vec![("user".to_string(), "x".to_string())];
         headers.extend(schedule.job_headers(repeat));
         let job = CronJob::from_headers(&headers).unwrap();

@@ -219,7 +219,9 @@ impl Broker {
             message
                 .headers
                 .retain(|(name, _)| !SCHEDULING_HEADERS.contains(&name.as_str()));
-            message.headers.extend(cron.job_headers(repeat));
+            message
+                .headers
+                .extend(cron.job_headers(repeat.map(|r| (r.period_ms, r.count))));
         }
         let outgoing = self.outgoing(key, message, in_transaction)?;
         let xid = match (cron, repeat) {
@@ -265,7 +267,7 @@ impl Broker {
                     .then(|| CronJob::from_headers(&row.message.payload.headers))
                     .flatten();
                 let (period_ms, repeats_left) = match &job {
-                    Some(job) => job.repeat.map_or((0, 0), |r| (r.period_ms, r.count)),
+                    Some(job) => job.repeat.unwrap_or((0, 0)),
                     None => repetition_of(&row.xid).unwrap_or((0, 0)),
                 };
                 Some(ScheduledMessage {
@@ -578,8 +580,8 @@ impl Broker {
             .unwrap_or(i64::MAX);
         let copy_id = self.next_message_id();
         let fire_at = due.saturating_add(job.schedule.delay_ms().min(i64::MAX as u64) as i64);
-        let copy_xid = match job.repeat.filter(|r| r.count > 0) {
-            Some(r) => job_xid(fire_at, &copy_id, r.period_ms, r.count),
+        let copy_xid = match job.repeat.filter(|(_, count)| *count > 0) {
+            Some((period_ms, count)) => job_xid(fire_at, &copy_id, period_ms, count),
             None => scheduled_xid(fire_at, &copy_id),
         };
         let stored = &row.message;
