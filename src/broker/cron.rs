@@ -12,7 +12,8 @@
 //! **Time.** Expressions have ActiveMQ's five fields (minute, hour, day of month,
 //! month, day of week; names as `MON` and `JAN`, ranges, lists and steps), read in UTC;
 //! a sixth field in front, seconds (`*/10 * * * * *`), is accepted as Quartz and
-//! croner take it (ActiveMQ refuses it).
+//! croner take it (ActiveMQ refuses it), and so are croner's aliases (`@daily`) and
+//! its `L`, `W` and `#` (last day, nearest weekday, nth weekday).
 //! Occurrences missed while no broker ran fire once, at start (as a cron daemon
 //! catching up would flood the destination).
 //!
@@ -214,6 +215,46 @@ mod tests {
                 }
                 other => panic!("{bad:?} was taken: {other:?}"),
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever a client sends as `AMQ_SCHEDULED_CRON`, parsing answers (an error
+        /// or a schedule), never panics, and a schedule it accepts has a next
+        /// occurrence later than the time asked.
+        #[test]
+        fn any_expression_parses_or_is_refused(
+            text in "[0-9*/,\\-A-Z?LW# @]{0,40}",
+            at in 0i64..4_000_000_000_000,
+        ) {
+            if let Ok(schedule) = CronSchedule::parse(&text) {
+                if let Some(next) = schedule.next_after(at) {
+                    proptest::prop_assert!(next > at);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn odd_expressions_get_an_answer() {
+        // croner's extensions are taken (aliases, last day, nth weekday, nearest
+        // weekday); what cannot occur or does not parse is refused.
+        for (text, taken) in [
+            ("@yearly", true),
+            ("0 0 L * *", true),
+            ("0 0 * * 5L", true),
+            ("0 0 ? * MON#2", true),
+            ("0 0 31W * *", true),
+            ("* * * * * * ", true),
+            ("@reboot", false),
+            ("L * * * *", false),
+            ("*/0 * * * *", false),
+            ("1-0 * * * *", false),
+            ("9999999999999999999 * * * *", false),
+            ("\u{0}", false),
+            ("é * * * *", false),
+        ] {
+            assert_eq!(CronSchedule::parse(text).is_ok(), taken, "{text:?}");
         }
     }
 
