@@ -65,7 +65,7 @@ impl CronSchedule {
         let cron = parser
             .parse(expression.trim())
             .map_err(|e| Error::InvalidCron {
-                expression: expression.to_string(),
+                expression: shown(expression),
                 reason: e.to_string(),
             })?;
         let schedule = Self {
@@ -77,7 +77,7 @@ impl CronSchedule {
         // out at the first firing.
         if schedule.next_after(0).is_none() {
             return Err(Error::InvalidCron {
-                expression: expression.to_string(),
+                expression: shown(expression),
                 reason: "it never occurs".into(),
             });
         }
@@ -121,6 +121,18 @@ impl CronSchedule {
             headers.push((REPEAT_HEADER.to_string(), count.to_string()));
         }
         headers
+    }
+}
+
+/// Most characters of a refused expression an error repeats.
+const SHOWN_CHARS: usize = 64;
+
+/// `expression` as an error repeats it: at most [`SHOWN_CHARS`] characters, then `…`
+/// (a client's header can be as long as the frame allows).
+fn shown(expression: &str) -> String {
+    match expression.char_indices().nth(SHOWN_CHARS) {
+        Some((cut, _)) => format!("{}…", &expression[..cut]),
+        None => expression.to_string(),
     }
 }
 
@@ -200,6 +212,13 @@ mod tests {
 
     #[test]
     fn bad_expressions_are_refused_with_the_reason() {
+        let long = "9".repeat(5_000);
+        match CronSchedule::parse(&long) {
+            Err(Error::InvalidCron { expression, .. }) => {
+                assert_eq!(expression, format!("{}…", &long[..SHOWN_CHARS]));
+            }
+            other => panic!("a 5,000-digit expression was taken: {other:?}"),
+        }
         for bad in [
             "",
             "* * * *",
