@@ -337,6 +337,14 @@ pub trait MessageStore: Send + Sync + 'static {
     /// [`WriteOp::Add`] and [`WriteOp::DeadLetter`]) are assigned in op order and are
     /// higher than every id assigned before.
     ///
+    /// Runs of consecutive ops of one kind go into multi-row statements, with the same
+    /// outcomes as one by one: adds (multi-row inserts), commits (one read of their
+    /// rows by the xid index and one renumbering per
+    /// [`statements::ID_LIST_MAX`] rows), [`WriteOp::Redelivered`] of one container
+    /// (one update) and [`WriteOp::DeadLetter`] (one delete per source container, one
+    /// insert). A scheduler page releases many messages at once and a consumer refuses
+    /// many, so these runs are common.
+    ///
     /// A commit whose answer is lost (the connection broke after the server got the
     /// `COMMIT`) is settled, not guessed: a batch that assigned new ids committed if
     /// rows with those ids exist; any other batch (acks, deletes, expiry) sets the

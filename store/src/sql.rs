@@ -52,11 +52,19 @@ pub(crate) fn like_prefix(prefix: &str) -> String {
 /// `json_each` reads; PostgreSQL a `BIGINT[]`.
 pub(crate) trait IdList: sqlx::Database {
     type Ids: for<'q> sqlx::Encode<'q, Self> + sqlx::Type<Self> + Send + 'static;
+    type Texts: for<'q> sqlx::Encode<'q, Self> + sqlx::Type<Self> + Send + 'static;
     fn id_list(ids: &[i64]) -> Self::Ids;
+    /// A list of texts the same way: SQLite a JSON array of strings, PostgreSQL a
+    /// `TEXT[]`.
+    fn text_list(texts: &[&str]) -> Self::Texts;
 }
 
 impl IdList for sqlx::Sqlite {
     type Ids = String;
+    type Texts = String;
+    fn text_list(texts: &[&str]) -> String {
+        serde_json::to_string(texts).unwrap_or_else(|_| "[]".into())
+    }
     fn id_list(ids: &[i64]) -> String {
         use std::fmt::Write;
         let mut json = String::with_capacity(ids.len() * 8 + 2);
@@ -74,6 +82,10 @@ impl IdList for sqlx::Sqlite {
 
 impl IdList for sqlx::Postgres {
     type Ids = Vec<i64>;
+    type Texts = Vec<String>;
+    fn text_list(texts: &[&str]) -> Vec<String> {
+        texts.iter().map(|t| t.to_string()).collect()
+    }
     fn id_list(ids: &[i64]) -> Vec<i64> {
         ids.to_vec()
     }
@@ -921,6 +933,164 @@ macro_rules! impl_sql_store {
                 Ok(changed.rows_affected())
             }
 
+            /// Whether the next op of a write is a commit.
+            fn next_is_commit(
+                ops: &mut std::iter::Peekable<std::vec::IntoIter<$crate::WriteOp>>,
+            ) -> bool {
+                matches!(ops.peek(), Some($crate::WriteOp::Commit { .. }))
+            }
+
+            /// Whether the next op of a write is a move to a dead-letter queue.
+            fn next_is_dead_letter(
+                ops: &mut std::iter::Peekable<std::vec::IntoIter<$crate::WriteOp>>,
+            ) -> bool {
+                matches!(ops.peek(), Some($crate::WriteOp::DeadLetter { .. }))
+            }
+
+            /// A run of [`WriteOp::DeadLetter`](crate::WriteOp::DeadLetter) (at most
+            /// [`ID_LIST_MAX`](crate::statements::ID_LIST_MAX) moves `(container, id,
+            /// message)`): one delete per source container, then one multi-row insert
+            /// of the messages whose rows were there, in op order (their new ids follow
+            /// it, as one by one); returns each move's new id, `None` for a row gone or
+            /// prepared (nothing added).
+            async fn dead_letter_many(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                moves: Vec<(String, i64, $crate::NewMessage)>,
+                bytes: &mut i64,
+            ) -> $crate::Result<Vec<Option<i64>>> {
+                let mut by_container: std::collections::BTreeMap<&str, Vec<i64>> =
+                    Default::default();
+                for (container, id, _) in &moves {
+                    by_container.entry(container.as_str()).or_default().push(*id);
+                }
+                let mut removed = std::collections::HashSet::new();
+                for (container, ids) in by_container {
+                    let rows: Vec<(i64, i64)> = sqlx::query_as(&self.sql.remove_ids)
+                        .bind(container)
+                        .bind(<$db as $crate::sql::IdList>::id_list(&ids))
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("dead-letter messages"))?;
+                    let (ids, lengths): (Vec<i64>, Vec<i64>) = rows.into_iter().unzip();
+                    $crate::sql::deleted(lengths, bytes);
+                    removed.extend(ids.into_iter().map(|id| (container.to_string(), id)));
+                }
+                let mut moved = Vec::with_capacity(moves.len());
+                let mut adds = Vec::new();
+                for (container, id, message) in moves {
+                    // A row named twice moves once (the first move), as one by one.
+                    let there = removed.remove(&(container, id));
+                    moved.push(there);
+                    if there {
+                        adds.push(message);
+                    }
+                }
+                let mut ids = self.insert_messages(conn, adds, bytes).await?.into_iter();
+                Ok(moved.into_iter().map(|there| if there { ids.next() } else { None }).collect())
+            }
+
+            /// Whether the next op of a write is a failed-delivery count of `container`.
+            fn next_is_redelivered(
+                ops: &mut std::iter::Peekable<std::vec::IntoIter<$crate::WriteOp>>,
+                container: &str,
+            ) -> bool {
+                matches!(ops.peek(), Some($crate::WriteOp::Redelivered { container: c, .. }) if c == container)
+            }
+
+            /// A run of [`WriteOp::Redelivered`](crate::WriteOp::Redelivered) of one
+            /// container (at most [`ID_LIST_MAX`](crate::statements::ID_LIST_MAX)
+            /// rows `(id, count, hold_as)`) in one statement; returns the ids of the
+            /// rows changed (a row gone or prepared is not).
+            async fn redelivered_many(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                container: &str,
+                rows: &[(i64, u32, Option<String>)],
+            ) -> $crate::Result<std::collections::HashSet<i64>> {
+                let list = serde_json::to_string(rows).unwrap_or_else(|_| "[]".into());
+                let changed: Vec<i64> = sqlx::query_scalar(&self.sql.redelivered_many)
+                    .bind(container)
+                    .bind(list)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("count failed deliveries"))?;
+                Ok(changed.into_iter().collect())
+            }
+
+            /// A run of [`WriteOp::Commit`](crate::WriteOp::Commit) (at most
+            /// [`ID_LIST_MAX`](crate::statements::ID_LIST_MAX) xids): their rows are
+            /// read in one statement and renumbered in one per
+            /// [`ID_LIST_MAX`](crate::statements::ID_LIST_MAX) rows, in the order the
+            /// commits would give them one by one (op order, then id); returns each
+            /// commit's `(old id, new id)` pairs. When the xids hold more than
+            /// [`WRITE_BATCH`](crate::statements::WRITE_BATCH) rows together, they are
+            /// committed one by one instead (each in batches).
+            async fn commit_many(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                xids: &[String],
+                bytes: &mut i64,
+            ) -> $crate::Result<Vec<Vec<(i64, i64)>>> {
+                let texts: Vec<&str> = xids.iter().map(String::as_str).collect();
+                // By the xid index; no order is asked, so the index plans serve (unlike
+                // `commit_prepared`'s read).
+                let rows: Vec<(String, i64)> = sqlx::query_as(&self.sql.prepared_ids_many)
+                    .bind(<$db as $crate::sql::IdList>::text_list(&texts))
+                    .bind($crate::statements::WRITE_BATCH)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("commit transactions"))?;
+                if rows.len() as i64 >= $crate::statements::WRITE_BATCH {
+                    let mut all = Vec::with_capacity(xids.len());
+                    for xid in xids {
+                        all.push(self.commit_prepared(conn, xid, bytes).await?);
+                    }
+                    return Ok(all);
+                }
+                // Op order: the first commit of an xid takes its rows (a later commit
+                // of the same xid finds none, as one by one).
+                let mut position = std::collections::HashMap::with_capacity(xids.len());
+                for (at, xid) in xids.iter().enumerate() {
+                    position.entry(xid.as_str()).or_insert(at);
+                }
+                let mut rows: Vec<(usize, i64)> = rows
+                    .iter()
+                    .filter_map(|(xid, id)| Some((*position.get(xid.as_str())?, *id)))
+                    .collect();
+                rows.sort_unstable();
+                let mut renumbered = vec![Vec::new(); xids.len()];
+                let mut pairs = Vec::with_capacity(rows.len());
+                for (at, old) in rows {
+                    let new = self.next_id();
+                    renumbered[at].push((old, new));
+                    pairs.push((old, new));
+                }
+                let mut last_values: Vec<(i64, String, String)> = Vec::new();
+                for chunk in pairs.chunks($crate::statements::ID_LIST_MAX) {
+                    let list = serde_json::to_string(chunk).unwrap_or_else(|_| "[]".into());
+                    let committed: Vec<(i64, String, Option<String>)> =
+                        sqlx::query_as(&self.sql.renumber_many)
+                            .bind(list)
+                            .fetch_all(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("commit transactions"))?;
+                    last_values.extend(
+                        committed
+                            .into_iter()
+                            .filter_map(|(new, container, key)| Some((new, container, key?))),
+                    );
+                }
+                // Each replaces the older rows of its key, in new-id order (as one by
+                // one: a later row of the batch replaces an earlier one).
+                last_values.sort_unstable();
+                for (new, container, key) in last_values {
+                    self.replace_last_values(conn, &container, &key, new, bytes)
+                        .await?;
+                }
+                Ok(renumbered)
+            }
+
             /// [`WriteOp::Subscribe`](crate::WriteOp::Subscribe): creates the
             /// subscription unless it exists, and returns it as stored.
             async fn subscribe(
@@ -1486,6 +1656,66 @@ macro_rules! impl_sql_store {
                     let mut bytes = 0;
                     let mut ops = ops.into_iter().peekable();
                     while let Some(op) = ops.next() {
+                        // A run of commits, or of failed-delivery counts of one
+                        // container, goes into a few statements for the whole run.
+                        let op = match op {
+                            $crate::WriteOp::Commit { xid } if Self::next_is_commit(&mut ops) => {
+                                let mut xids = vec![xid];
+                                while xids.len() < $crate::statements::ID_LIST_MAX
+                                    && Self::next_is_commit(&mut ops)
+                                {
+                                    if let Some($crate::WriteOp::Commit { xid }) = ops.next() {
+                                        xids.push(xid);
+                                    }
+                                }
+                                let renumbered =
+                                    self.commit_many(&mut *tx, &xids, &mut bytes).await?;
+                                outcomes.extend(
+                                    renumbered.into_iter().map($crate::WriteOutcome::Committed),
+                                );
+                                continue;
+                            }
+                            $crate::WriteOp::Redelivered { container, id, count, hold_as }
+                                if Self::next_is_redelivered(&mut ops, &container) =>
+                            {
+                                let mut rows = vec![(id, count, hold_as)];
+                                while rows.len() < $crate::statements::ID_LIST_MAX
+                                    && Self::next_is_redelivered(&mut ops, &container)
+                                {
+                                    if let Some($crate::WriteOp::Redelivered {
+                                        id, count, hold_as, ..
+                                    }) = ops.next()
+                                    {
+                                        rows.push((id, count, hold_as));
+                                    }
+                                }
+                                let changed =
+                                    self.redelivered_many(&mut *tx, &container, &rows).await?;
+                                outcomes.extend(rows.iter().map(|(id, ..)| {
+                                    $crate::WriteOutcome::Deleted(u64::from(changed.contains(id)))
+                                }));
+                                continue;
+                            }
+                            $crate::WriteOp::DeadLetter { container, id, message }
+                                if Self::next_is_dead_letter(&mut ops) =>
+                            {
+                                let mut moves = vec![(container, id, message)];
+                                while moves.len() < $crate::statements::ID_LIST_MAX
+                                    && Self::next_is_dead_letter(&mut ops)
+                                {
+                                    if let Some($crate::WriteOp::DeadLetter {
+                                        container, id, message,
+                                    }) = ops.next()
+                                    {
+                                        moves.push((container, id, message));
+                                    }
+                                }
+                                let moved = self.dead_letter_many(&mut *tx, moves, &mut bytes).await?;
+                                outcomes.extend(moved.into_iter().map($crate::WriteOutcome::DeadLettered));
+                                continue;
+                            }
+                            op => op,
+                        };
                         let $crate::WriteOp::Add(first) = op else {
                             outcomes.push(self.apply(&mut *tx, op, &mut bytes).await?);
                             continue;

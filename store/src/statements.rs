@@ -87,6 +87,13 @@ pub(crate) struct Statements {
     /// gives prepared row `$1` id `$2` and commits it; returns its container and
     /// last-value key
     pub renumber_prepared: String,
+    /// a run of commits: `(xid, id)` of the prepared rows of the xids of text list `$1`
+    /// ([`ID_LIST_MAX`]), by `msgs_xidx`, `LIMIT $2` (unordered: the store sorts them)
+    pub prepared_ids_many: String,
+    /// a run of commits: the rows of pair list `$1` (a JSON array of `[old id, new
+    /// id]`, [`ID_LIST_MAX`] pairs) get their new ids and are committed; returns each
+    /// one's new id, container and last-value key
+    pub renumber_many: String,
     /// deletes the committed rows of container `$1` with last-value key `$2` and an id
     /// below `$3` (what a newer row with that key replaces), at most `$4` of them
     /// (by the rule itself there is at most one, plus the batch's own older rows);
@@ -109,6 +116,9 @@ pub(crate) struct Statements {
     /// queue ack: delete the rows of id list `$2` ([`ID_LIST_MAX`]) of container `$1`
     /// that are not prepared; returns each deleted row's `msg` length
     pub remove: String,
+    /// [`Self::remove`] returning `(id, msg length)` of each deleted row (a run of
+    /// moves to dead-letter queues)
+    pub remove_ids: String,
     /// topic expiry: delete the rows of id list `$2` of container `$1` (not prepared)
     /// that every durable subscription of the container is done with (at or below the
     /// mark of the row's priority, or acked individually); returns `(id, msg length)`
@@ -120,6 +130,13 @@ pub(crate) struct Statements {
     /// a queue message's failed deliveries: row `$2` of container `$1` (not prepared)
     /// gets count `$3`, and xid `$4` (NULL: stays visible; else held prepared)
     pub redelivered: String,
+    /// a run of [`Self::redelivered`]: the rows of list `$2` (a JSON array of `[id,
+    /// count, xid or null]`, [`ID_LIST_MAX`] entries) of container `$1` (not prepared)
+    /// get their counts and xids; returns the id of each row changed. The container is
+    /// compared as an expression (`+container`, `container || ''`), so that no plan
+    /// reads the container's rows by its index and joins: each listed row is one probe
+    /// of the primary key, whatever the statistics say of the container
+    pub redelivered_many: String,
     /// PostgreSQL, a broker without a lease, at the start of each write: 1 when a
     /// broker with a lease is active; the lease row stays share-locked until the
     /// write ends, so a takeover waits for it (see `crate::lease`)
@@ -374,7 +391,9 @@ fn acked(p: &str, client: &str, sub: &str, row: &str) -> String {
     )
 }
 
-/// `column` is one of the ids of list `param` (see [`ID_LIST_MAX`]).
+/// `column` is one of the ids of list `param` (see [`ID_LIST_MAX`]), or one of the
+/// texts of a text list (`sql::IdList::text_list`: SQLite a JSON array of strings,
+/// PostgreSQL a `TEXT[]`).
 fn in_list(backend: Backend, column: &str, param: &str) -> String {
     match backend {
         Backend::Postgres => format!("{column} = ANY({param})"),
@@ -532,6 +551,22 @@ impl Statements {
             renumber_prepared: format!(
                 "UPDATE {p}msgs SET id = $2, xid = NULL WHERE id = $1 RETURNING container, lvkey"
             ),
+            prepared_ids_many: format!(
+                "SELECT xid, id FROM {p}msgs WHERE xid IS NOT NULL AND {} LIMIT $2",
+                in_list(backend, "xid", "$1")
+            ),
+            renumber_many: match backend {
+                Backend::Sqlite => format!(
+                    "UPDATE {p}msgs SET id = json_extract(r.value, '$[1]'), xid = NULL \
+                     FROM json_each($1) r WHERE {p}msgs.id = json_extract(r.value, '$[0]') \
+                     RETURNING {p}msgs.id, {p}msgs.container, {p}msgs.lvkey"
+                ),
+                Backend::Postgres => format!(
+                    "UPDATE {p}msgs m SET id = (r.v->>1)::bigint, xid = NULL \
+                     FROM jsonb_array_elements($1::jsonb) r(v) WHERE m.id = (r.v->>0)::bigint \
+                     RETURNING m.id, m.container, m.lvkey"
+                ),
+            },
             move_prepared: format!(
                 "UPDATE {p}msgs SET xid = $2 WHERE xid IS NOT NULL AND xid = $1"
             ),
@@ -555,10 +590,30 @@ impl Statements {
                  RETURNING {MSG_LENGTH}",
                 in_list(backend, "id", "$2")
             ),
+            remove_ids: format!(
+                "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND {} \
+                 RETURNING id, {MSG_LENGTH}",
+                in_list(backend, "id", "$2")
+            ),
             redelivered: format!(
                 "UPDATE {p}msgs SET redeliveries = $3, xid = $4 \
                  WHERE container = $1 AND id = $2 AND xid IS NULL"
             ),
+            redelivered_many: match backend {
+                Backend::Sqlite => format!(
+                    "UPDATE {p}msgs SET redeliveries = json_extract(r.value, '$[1]'), \
+                       xid = json_extract(r.value, '$[2]') \
+                     FROM json_each($2) r WHERE +{p}msgs.container = $1 \
+                       AND {p}msgs.id = json_extract(r.value, '$[0]') AND {p}msgs.xid IS NULL \
+                     RETURNING {p}msgs.id"
+                ),
+                Backend::Postgres => format!(
+                    "UPDATE {p}msgs m SET redeliveries = (r.v->>1)::int, xid = r.v->>2 \
+                     FROM jsonb_array_elements($2::jsonb) r(v) WHERE m.container || '' = $1 \
+                       AND m.id = (r.v->>0)::bigint AND m.xid IS NULL \
+                     RETURNING m.id"
+                ),
+            },
             expire_queue: format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {by_expiration} WHERE {expired}) \
                  RETURNING id, {MSG_LENGTH}"
@@ -916,7 +971,12 @@ mod tests {
             crate::Backend::Sqlite => "IN (SELECT value FROM json_each($2))",
             crate::Backend::Postgres => "= ANY($2)",
         };
-        for text in [&s.remove, &s.reclaim, &s.delete_message_indacks] {
+        for text in [
+            &s.remove,
+            &s.remove_ids,
+            &s.reclaim,
+            &s.delete_message_indacks,
+        ] {
             assert!(text.contains(list) && !text.contains("$3"), "{text}");
         }
         assert!(s.insert_indacks.contains(&list.replace("$2", "$5")));

@@ -390,6 +390,9 @@ pub fn statement(backend: crate::Backend, name: &str) -> String {
         "cleanup" => s.cleanup[0].clone(),
         "cleanup_priority" => s.cleanup[1].clone(),
         "expire_queue" => s.expire_queue,
+        "prepared_ids_many" => s.prepared_ids_many,
+        "renumber_many" => s.renumber_many,
+        "redelivered_many" => s.redelivered_many,
         other => panic!("no statement {other} for plan tests"),
     }
 }

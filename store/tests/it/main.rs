@@ -13,4 +13,5 @@ mod pending_reads;
 mod plans;
 mod queues;
 mod reclaim;
+mod runs;
 mod stored_bytes;

@@ -43,6 +43,9 @@ fn is_acked(x: i64) -> bool {
     x <= 300 && x % 3 == 0 && !is_queue(x)
 }
 
+/// [`Case::index`] of a probe by the message table's primary key.
+const PRIMARY_KEY: &str = "ebb_msgs_pkey";
+
 /// A bind value.
 #[derive(Debug, Clone)]
 enum B {
@@ -51,6 +54,10 @@ enum B {
     Int4(i32),
     /// An id list, as the store binds one (SQLite a JSON array, PostgreSQL a `BIGINT[]`).
     Ids(Vec<i64>),
+    /// A text list, as the store binds one (SQLite a JSON array, PostgreSQL a `TEXT[]`).
+    Texts(Vec<String>),
+    /// JSON text (a list of tuples, read by `json_each` or `jsonb_array_elements`).
+    Json(String),
 }
 
 fn text(s: &str) -> B {
@@ -353,6 +360,52 @@ impl Load {
                 ranges: 1,
                 examined: Examined::NotRun,
             },
+            // A run of commits: the prepared rows of the listed xids (the load's 55, and
+            // none of an xid without rows), by the xid index.
+            Case {
+                name: "prepared_ids_many",
+                write: true,
+                binds: vec![
+                    B::Texts(vec![format!("tx{off}:"), format!("tx{off}:none")]),
+                    B::Int(1000),
+                ],
+                index: "ebb_msgs_xidx",
+                sqlite_range: "(xid=?)",
+                pg_range: "(xid = ANY (",
+                ranges: 1,
+                examined: Examined::NotRun,
+            },
+            // Its renumbering, and a run of failed-delivery counts: one primary-key
+            // probe per listed row.
+            Case {
+                name: "renumber_many",
+                write: true,
+                binds: vec![B::Json(format!(
+                    "[[{},{}],[{},{}]]",
+                    off + 997,
+                    2 * ROWS + 1,
+                    off + 1994,
+                    2 * ROWS + 2
+                ))],
+                index: PRIMARY_KEY,
+                sqlite_range: "(rowid=?)",
+                pg_range: "(id = ",
+                ranges: 1,
+                examined: Examined::NotRun,
+            },
+            Case {
+                name: "redelivered_many",
+                write: true,
+                binds: vec![
+                    text(q),
+                    B::Json(format!("[[{},1,null],[{},2,\"held\"]]", off + 11, off + 22)),
+                ],
+                index: PRIMARY_KEY,
+                sqlite_range: "(rowid=?)",
+                pg_range: "(id = ",
+                ranges: 1,
+                examined: Examined::NotRun,
+            },
             Case {
                 name: "expire_queue",
                 write: true,
@@ -498,6 +551,8 @@ async fn check_sqlite(
             B::Int(i) => query.bind(*i),
             B::Int4(i) => query.bind(*i),
             B::Ids(ids) => query.bind(format!("{ids:?}").replace(' ', "")),
+            B::Texts(texts) => query.bind(serde_json::to_string(texts).unwrap()),
+            B::Json(json) => query.bind(json.clone()),
         };
     }
     let rows = query.fetch_all(&mut *c).await.unwrap();
@@ -506,7 +561,10 @@ async fn check_sqlite(
     let text = plan.join("\n");
     let name = format!("{} ({state})", case.name);
     // A covering index (keys only, no table row) is a range too.
-    let range = format!("INDEX {} {}", case.index, case.sqlite_range);
+    let range = match case.index {
+        PRIMARY_KEY => format!("INTEGER PRIMARY KEY {}", case.sqlite_range),
+        index => format!("INDEX {index} {}", case.sqlite_range),
+    };
     let ranges = plan
         .iter()
         .filter(|l| {
@@ -548,6 +606,8 @@ fn literal(bind: &B) -> (String, &'static str) {
             ),
             "bigint[]",
         ),
+        B::Texts(texts) => (format!("'{{{}}}'", texts.join(",")), "text[]"),
+        B::Json(json) => (format!("'{json}'"), "text"),
     }
 }
 
@@ -598,9 +658,13 @@ async fn check_postgres(
             assert!(!kind.contains("Sort"), "{name} sorts:\n{text}");
             assert!(!kind.starts_with("Gather"), "{name} in parallel:\n{text}");
             let on = node["Relation Name"].as_str();
+            // A bitmap heap scan reads the rows its bitmap index scan (a range, checked
+            // below) found: only a list of xids gets one.
             if on == Some("ebb_msgs") && kind.contains("Scan") {
                 assert!(
-                    kind == "Index Scan" || kind == "Index Only Scan",
+                    kind == "Index Scan"
+                        || kind == "Index Only Scan"
+                        || (kind == "Bitmap Heap Scan" && case.name == "prepared_ids_many"),
                     "{name}: {kind} on ebb_msgs:\n{text}"
                 );
             }
@@ -618,7 +682,7 @@ async fn check_postgres(
             .iter()
             .copied()
             .filter(|n| {
-                n["Relation Name"] == "ebb_msgs"
+                (n["Relation Name"] == "ebb_msgs" || kind(n) == "Bitmap Index Scan")
                     && n["Index Name"] == case.index
                     && n["Index Cond"]
                         .as_str()
