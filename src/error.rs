@@ -98,6 +98,9 @@ pub enum Error {
     /// have taken over, and it is stopping (hardening issue, point 8b).
     #[error("this broker's store lease has run out (it was paused or cut off from its database): it serves nothing and is stopping")]
     LeaseRunOut,
+    /// No reply came within the time given ([`crate::Broker::request`]), ms.
+    #[error("no reply within {0} ms")]
+    Timeout(u64),
     /// The broker's own thread could not be started; the text says why.
     #[error("broker runtime: {0}")]
     Runtime(String),
@@ -179,6 +182,7 @@ impl Error {
             Error::NotThisSubscription => ErrorCode::UnknownAck,
             Error::ShuttingDown => ErrorCode::ShuttingDown,
             Error::LeaseRunOut => ErrorCode::LeaseRunOut,
+            Error::Timeout(_) => ErrorCode::Timeout,
             Error::Runtime(_) | Error::Metrics(_) | Error::Http(_) | Error::Listen { .. } => {
                 ErrorCode::Internal
             }

@@ -40,6 +40,14 @@
 //! policies and rights ([`actors::destination::DestinationPattern`]), and a
 //! subscription may name one ([`Target`]): a wildcard destination.
 //!
+//! A temporary destination (`temp-queue://`, `temp-topic://`) belongs to a connection
+//! (a STOMP session, or a [`TemporaryQueue`]): the connection names it in its own
+//! namespace (`/temp-queue/replies`) and the broker gives it a broker-wide name
+//! ([`Broker::temporary`]); only that connection consumes from it, a send to one whose
+//! connection has ended is refused, and it is deleted with its messages when its
+//! connection ends (and at start, what a previous run left). Connections are numbered
+//! by [`next_connection_id`], one counter for every way in.
+//!
 //! ## Actors and who owns what
 //!
 //! | actor | owns | never does |
@@ -242,11 +250,12 @@ pub mod tls;
 pub mod transport;
 
 pub use broker::{
-    AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, CronSchedule, DestinationFlow,
-    Expiration, Message, PendingSend, QueueBrowser, Received, Repeat, ScheduleBacklog,
-    ScheduledMessage, ScheduledPage, Selector, SelectorError, SendOptions, SendReceipt, Space,
-    SpaceCheck, SubscribeOptions, Subscription, Target, ToDestination, Transaction, UsageConfig,
-    UsageSnapshot, ACK_WINDOW, SCHEDULER_PAGE, SCHEDULE_COUNT_LIMIT, SEND_WINDOW,
+    next_connection_id, AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, CronSchedule,
+    DestinationFlow, Expiration, Message, PendingSend, QueueBrowser, Received, Repeat,
+    ScheduleBacklog, ScheduledMessage, ScheduledPage, Selector, SelectorError, SendOptions,
+    SendReceipt, Space, SpaceCheck, SubscribeOptions, Subscription, Target, TemporaryQueue,
+    ToDestination, Transaction, UsageConfig, UsageSnapshot, ACK_WINDOW,
+    MAX_TEMPORARIES_PER_CONNECTION, SCHEDULER_PAGE, SCHEDULE_COUNT_LIMIT, SEND_WINDOW,
 };
 pub use ebb_actors::destination::{
     now_ms, DestinationKey, DestinationKind, DestinationPattern, InvalidDestination,

@@ -199,7 +199,9 @@ impl Security {
         right: Right,
         destination: &DestinationKey,
     ) -> Result<(), AccessError> {
-        if self.authorization.is_empty() {
+        // A temporary destination needs no grant beyond connecting: the broker lets
+        // only its connection consume from it ([`crate::Broker::temporary`]).
+        if self.authorization.is_empty() || destination.capabilities().temporary {
             return Ok(());
         }
         let Some(entry) = self.authorization.iter().find(|e| {

@@ -22,6 +22,7 @@ mod send;
 mod stats;
 mod subscribe;
 mod subscription;
+mod temporary;
 mod transaction;
 
 pub use self::browse::*;
@@ -38,6 +39,7 @@ pub use self::send::*;
 
 pub(crate) use self::subscribe::*;
 pub use self::subscription::*;
+pub use self::temporary::{next_connection_id, TemporaryQueue, MAX_TEMPORARIES_PER_CONNECTION};
 pub use self::transaction::*;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -76,6 +78,8 @@ pub struct Broker {
     shut_down: Arc<AtomicBool>,
     /// Scheduled delivery ([`schedule`]).
     scheduler: Arc<schedule::Scheduler>,
+    /// Who owns which temporary destination ([`temporary`]).
+    temporaries: Arc<temporary::Temporaries>,
 }
 
 /// A [`Broker`] that does not keep its thread alive (the broker ends when the last
@@ -90,6 +94,7 @@ struct WeakBroker {
     usages: Arc<Usages>,
     shut_down: Arc<AtomicBool>,
     scheduler: Arc<schedule::Scheduler>,
+    temporaries: Arc<temporary::Temporaries>,
 }
 
 impl WeakBroker {
@@ -105,6 +110,7 @@ impl WeakBroker {
             usages: Arc::clone(&self.usages),
             shut_down: Arc::clone(&self.shut_down),
             scheduler: Arc::clone(&self.scheduler),
+            temporaries: Arc::clone(&self.temporaries),
         })
     }
 }
@@ -144,6 +150,7 @@ impl Broker {
             })
             .await??;
         let broker = Self::start_on(runtime, store, config)?;
+        broker.sweep_temporaries().await?;
         broker.resume_schedule().await?;
         Ok(broker)
     }
@@ -198,6 +205,7 @@ impl Broker {
             })
             .await??;
         let broker = Self::start_on(runtime, store, config)?;
+        broker.sweep_temporaries().await?;
         broker.resume_schedule().await?;
         Ok(broker)
     }
@@ -231,6 +239,16 @@ impl Broker {
     ) -> Result<Self, Error> {
         let broker = Self::start_on(Arc::new(BrokerThread::new()?), store, config)?;
         broker.wake_scheduler();
+        // What a previous active broker left of its connections' temporary
+        // destinations goes, in the background (a takeover ends every connection).
+        let sweeping = broker.downgrade();
+        broker.spawn_task(async move {
+            if let Some(broker) = sweeping.upgrade() {
+                if let Err(e) = broker.sweep_temporaries().await {
+                    tracing::warn!(error = %e, "cannot delete the temporary destinations a previous run left");
+                }
+            }
+        });
         Ok(broker)
     }
 
@@ -276,6 +294,7 @@ impl Broker {
             }),
             shut_down: Arc::default(),
             scheduler: Arc::default(),
+            temporaries: Arc::default(),
         };
         // A queue that holds a redelivery back in the store wakes the scheduler. The
         // waker lives with the actors and holds the broker weakly: it keeps nothing
@@ -287,6 +306,19 @@ impl Broker {
             }
         });
         Ok(broker)
+    }
+
+    /// Runs `task` in the background: on the caller's tokio runtime when there is one,
+    /// else on the broker's thread.
+    pub(crate) fn spawn_task(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(task);
+            }
+            Err(_) => {
+                self.runtime.arbiter().spawn(task);
+            }
+        }
     }
 
     /// A handle that does not keep the broker's thread alive ([`WeakBroker`]).
@@ -301,6 +333,7 @@ impl Broker {
             usages: Arc::clone(&self.usages),
             shut_down: Arc::clone(&self.shut_down),
             scheduler: Arc::clone(&self.scheduler),
+            temporaries: Arc::clone(&self.temporaries),
         }
     }
 

@@ -86,6 +86,7 @@ impl Broker {
         if message.priority > ebb_store::MAX_PRIORITY {
             return Err(Error::InvalidPriority(message.priority));
         }
+        self.check_temporary_send(key)?;
         let now = now_ms();
         let expiration = match message.expiration {
             Expiration::Never => 0,

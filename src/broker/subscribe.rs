@@ -57,10 +57,17 @@ impl Broker {
         };
         let key = match destination.to_target()? {
             Target::One(key) => key,
+            Target::Pattern(pattern) if pattern.kind().capabilities().temporary => {
+                return Err(Error::InvalidDestination {
+                    name: pattern.to_string(),
+                    reason: "a temporary destination is subscribed to by its whole name, never by a wildcard",
+                })
+            }
             Target::Pattern(pattern) => {
                 return self.subscribe_pattern(pattern, durable, options).await
             }
         };
+        self.check_temporary_consumer(&key, options.connection)?;
         if durable.is_some() && !key.capabilities().durable_subscriptions {
             return Err(no_durable_subscriptions(key.container(), key.kind()));
         }

@@ -56,6 +56,11 @@ pub struct SubscribeOptions {
     /// subscription refuse it ([`Error::Actor`] with `Invalid`): a stored message
     /// does not keep its origin.
     pub no_local: Option<u64>,
+    /// The connection subscribing (a number from [`crate::next_connection_id`]): a
+    /// temporary destination is consumed only by the connection that made it
+    /// ([`crate::Broker::temporary`]). `None`: no connection, refused by every
+    /// temporary destination.
+    pub connection: Option<u64>,
     /// For a subscription to a wildcard destination: only the matching destinations
     /// this accepts are read (a transport's authorization). `None`: every match.
     pub accept: Option<AcceptDestination>,
@@ -117,6 +122,12 @@ impl SubscribeOptions {
     /// Not the messages of connection `connection` (see [`SubscribeOptions::no_local`]).
     pub fn no_local(mut self, connection: u64) -> Self {
         self.no_local = Some(connection);
+        self
+    }
+
+    /// Subscribes as connection `connection` (see [`SubscribeOptions::connection`]).
+    pub fn connection(mut self, connection: u64) -> Self {
+        self.connection = Some(connection);
         self
     }
 

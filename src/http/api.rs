@@ -213,6 +213,12 @@ fn may_read(state: &AppState, caller: &Caller, key: &DestinationKey) -> Result<(
     if caller.admin {
         return Ok(());
     }
+    if key.capabilities().temporary {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "a temporary destination's messages are read only by the connection that made it, or the admin group",
+        ));
+    }
     state
         .options
         .security

@@ -540,8 +540,12 @@ where
                 pump(session, pipe).await
             }
             Some(Ok(Incoming::Heartbeat)) => Ok(()),
-            Some(Ok(Incoming::Frame(frame))) => {
-                let request = Request::parse(&frame, session.version());
+            Some(Ok(Incoming::Frame(mut frame))) => {
+                let localized = session.localize(&mut frame);
+                let mut request = Request::parse(&frame, session.version());
+                if let Err(refusal) = localized {
+                    request.command = Err(refusal);
+                }
                 take(session, request, pipe).await
             }
             Some(Err(ReadError::Io(e))) => {

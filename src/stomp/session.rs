@@ -278,8 +278,12 @@ impl futures::Stream for Feed {
     }
 }
 
-/// Numbers the connections of this process: a message's origin, for `noLocal`.
-static CONNECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+/// STOMP's names of a connection's own temporary destinations (ActiveMQ's and
+/// RabbitMQ's), with their kinds ([`Session::localize`]).
+const TEMPORARY_PREFIXES: [(&str, crate::DestinationKind); 2] = [
+    ("/temp-queue/", crate::DestinationKind::TEMP_QUEUE),
+    ("/temp-topic/", crate::DestinationKind::TEMP_TOPIC),
+];
 
 /// A client subscription on this connection.
 struct Sub {
@@ -353,7 +357,7 @@ impl Session {
             version: Version::V1_0,
             client_id: None,
             claim: None,
-            connection: CONNECTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            connection: crate::broker::next_connection_id(),
             principal: None,
             subscriptions: HashMap::new(),
             store_failed: false,
@@ -886,6 +890,7 @@ impl Session {
         options.selector = selector;
         options.exclusive = exclusive;
         options.no_local = no_local.then_some(self.connection);
+        options.connection = Some(self.connection);
         options.ack = if mode == StompAck::Auto {
             AckMode::Auto
         } else {
@@ -1320,6 +1325,41 @@ impl Session {
         })))
     }
 
+    /// This connection's temporary destinations in `frame` (STOMP `/temp-queue/NAME`
+    /// and `/temp-topic/NAME`, as ActiveMQ and RabbitMQ): in the `destination` of a
+    /// SEND or SUBSCRIBE and the `reply-to` of a SEND, each is made on first use
+    /// ([`crate::broker::Broker::temporary`]) and rewritten to its broker-wide STOMP name
+    /// (`/remote-temp-queue/...`) before the frame is read: a consumer of the request
+    /// can SEND to exactly its `reply-to` (as RabbitMQ's reply queues). Errors: why a
+    /// name cannot be one (the frame is refused with it).
+    pub fn localize(&mut self, frame: &mut Frame) -> Result<(), Refusal> {
+        let names: &[&str] = match frame.command {
+            frame::Command::Send => &["destination", "reply-to"],
+            frame::Command::Subscribe => &["destination"],
+            _ => return Ok(()),
+        };
+        if !self.connected {
+            return Ok(());
+        }
+        for (name, value) in frame.headers.iter_mut() {
+            if !names.contains(&name.as_str()) {
+                continue;
+            }
+            let Some((local, kind)) = TEMPORARY_PREFIXES
+                .iter()
+                .find_map(|(prefix, kind)| Some((value.strip_prefix(prefix)?, *kind)))
+            else {
+                continue;
+            };
+            let key = self
+                .broker
+                .temporary(self.connection, kind, local)
+                .map_err(|e| Refusal::of("", &e))?;
+            *value = key.stomp();
+        }
+        Ok(())
+    }
+
     /// Ends the session with its connection: open transactions are rolled back (their
     /// prepared messages go), its producers leave, and its subscriptions detach
     /// (durable ones go offline with their un-acked messages still in the store). When
@@ -1346,5 +1386,8 @@ impl Session {
             }
         }
         drop(streams);
+        // Its temporary destinations go with it (after its subscriptions, so that
+        // none of them holds one).
+        self.broker.end_temporaries(self.connection).await;
     }
 }

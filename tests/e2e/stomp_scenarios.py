@@ -728,7 +728,69 @@ def failover_cycles():
             kill(proc)
 
 
+def request_reply():
+    """Request/reply with temporary queues (issue 33): 10 requesters, each subscribed
+    to its own `/temp-queue/replies`, send 100 requests each (persistent, `reply-to:
+    /temp-queue/replies`, a `correlation-id`) through one worker queue; the worker
+    SENDs each reply to the request's `reply-to` as it came. Every requester gets
+    exactly its own 100 replies (none lost, none misrouted), and every `reply-to` the
+    worker saw names a requester's own queue (`/remote-temp-queue/...`). After the
+    requesters disconnect, a SEND to one of their reply queues gets an ERROR. The
+    broker then stops gracefully; the Rust test checks the store keeps no row of a
+    temporary queue."""
+    proc = start()
+    REQUESTERS, PER = 10, 100
+    worker, worker_listener = connect()
+    seen_reply_to = set()
+
+    class Worker(stomp.ConnectionListener):
+        def on_message(self, frame):
+            to = frame.headers["reply-to"]
+            seen_reply_to.add(to)
+            worker.send(to, "re:" + frame.body, headers={
+                "correlation-id": frame.headers["correlation-id"], "persistent": "true"})
+
+    worker.set_listener("worker", Worker())
+    worker.subscribe("/queue/rr.work", id="w", ack="auto", headers={"receipt": "w"})
+    wait_until(lambda: "w" in worker_listener.receipts) or fail("no receipt for the worker")
+    requesters = []
+    for r in range(REQUESTERS):
+        conn, listener = connect()
+        conn.subscribe("/temp-queue/replies", id="r", ack="auto", headers={"receipt": "r"})
+        wait_until(lambda: "r" in listener.receipts) or fail("no receipt for a requester")
+        requesters.append((conn, listener))
+    for n in range(PER):
+        for r, (conn, _) in enumerate(requesters):
+            conn.send("/queue/rr.work", f"{r}-{n}", headers={
+                "reply-to": "/temp-queue/replies", "correlation-id": f"{r}-{n}", "persistent": "true"})
+    for r, (conn, listener) in enumerate(requesters):
+        wait_until(lambda: len(listener.messages) >= PER) or fail(
+            f"requester {r} got {len(listener.messages)} of {PER} replies")
+        got = sorted(m.headers["correlation-id"] for m in listener.messages)
+        want = sorted(f"{r}-{n}" for n in range(PER))
+        if got != want:
+            fail(f"requester {r} got replies {got[:5]}..., not its own {want[:5]}...")
+        if any(m.body != "re:" + m.headers["correlation-id"] for m in listener.messages):
+            fail(f"requester {r} got a reply with the wrong body")
+    if len(seen_reply_to) != REQUESTERS or not all(
+            t.startswith("/remote-temp-queue/") and t.endswith(".replies") for t in seen_reply_to):
+        fail(f"reply-to as the worker saw it: {sorted(seen_reply_to)}")
+    for conn, listener in requesters:
+        bye(conn, listener)
+    worker.remove_listener("worker")
+    # The requesters are gone: a send to one of their queues is refused.
+    gone = sorted(seen_reply_to)[0]
+    worker.send(gone, "late", headers={"receipt": "late"})
+    wait_until(lambda: worker_listener.errors) or fail(f"no ERROR for a send to {gone}")
+    error = worker_listener.errors[0]
+    if error.headers.get("error-code") != "invalid-destination":
+        fail(f"the ERROR for a send to {gone}: {error.headers}")
+    print(f"request_reply: {REQUESTERS * PER} requests, every reply to its requester", flush=True)
+    stop(proc)
+
+
 {
+    "request_reply": request_reply,
     "failover_cycles": failover_cycles,
     "failover_during_sends": failover_during_sends,
     "failover": failover,

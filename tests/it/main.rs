@@ -56,6 +56,7 @@ mod stomp_raw;
 mod stompjs;
 mod store_full;
 #[cfg(feature = "tls")]
+mod temporary;
 mod tls;
 mod transaction_memory;
 mod wildcards;

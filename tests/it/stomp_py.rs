@@ -1,6 +1,6 @@
 //! `ebb serve` as a separate process, driven by Python's stomp.py (a real client):
 //! the ActiveMQ data loss with SIGKILL, crash safety of receipted sends, ack modes and
-//! transactions. The scenarios are in `tests/e2e/stomp_scenarios.py`.
+//! transactions, request/reply over temporary queues. The scenarios are in `tests/e2e/stomp_scenarios.py`.
 //!
 //! Needs `EBB_TEST_PYTHON`: a Python with stomp.py (`.ci/run` makes a virtual
 //! environment). Without it the tests are built as ignored and `cargo test` says why
@@ -57,13 +57,13 @@ fn python() -> String {
     }
 }
 
-async fn scenario(t: TestStore, name: &str) {
+async fn scenario(t: &TestStore, name: &str) {
     scenario_with(t, name, "", &[]).await;
 }
 
 /// Runs scenario `name` with `extra` appended to the broker's configuration file and
 /// `env` in the script's environment.
-async fn scenario_with(t: TestStore, name: &str, extra: &str, env: &[(&str, String)]) {
+async fn scenario_with(t: &TestStore, name: &str, extra: &str, env: &[(&str, String)]) {
     let python = python();
     // Each run its own folder (config and log), so parallel tests never meet.
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -103,21 +103,21 @@ async fn scenario_with(t: TestStore, name: &str, extra: &str, env: &[(&str, Stri
 }
 
 async fn data_loss(t: TestStore) {
-    scenario(t, "data_loss").await;
+    scenario(&t, "data_loss").await;
 }
 
 async fn crash_safety(t: TestStore) {
-    scenario(t, "crash_safety").await;
+    scenario(&t, "crash_safety").await;
 }
 
 async fn acks_and_transactions(t: TestStore) {
-    scenario(t, "acks_and_transactions").await;
+    scenario(&t, "acks_and_transactions").await;
 }
 
 async fn auth(t: TestStore) {
     let hash = ebb::auth::hash_password("pa:ss").unwrap();
     let users = format!("\n[[users]]\nlogin = \"alice\"\npassword_hash = \"{hash}\"\n");
-    scenario_with(t, "auth", &users, &[]).await;
+    scenario_with(&t, "auth", &users, &[]).await;
 }
 
 /// stomp.py over TLS (`--stomp-ssl`), with certificates made for the run.
@@ -132,14 +132,14 @@ async fn tls(t: TestStore) {
         ("EBB_TEST_TLS_CA", pki.ca.display().to_string()),
         ("EBB_TEST_TLS_OTHER_CA", pki.other_ca.display().to_string()),
     ];
-    scenario_with(t, "tls", &config, &env).await;
+    scenario_with(&t, "tls", &config, &env).await;
 }
 
 /// Client-side failover with stomp.py's host list, between an active broker and a
 /// standby (`[ha]`, a short lease so the test waits little).
 async fn failover(t: TestStore) {
     let ha = "\n[ha]\nmode = \"shared-store\"\nlease_ms = 1500\nrenew_ms = 250\n";
-    scenario_with(t, "failover", ha, &[]).await;
+    scenario_with(&t, "failover", ha, &[]).await;
 }
 
 /// Twenty takeovers under load (kill, take over, the dead one back as a standby),
@@ -147,7 +147,7 @@ async fn failover(t: TestStore) {
 /// again after its ack was receipted.
 async fn failover_cycles(t: TestStore) {
     let ha = "\n[ha]\nmode = \"shared-store\"\nlease_ms = 1500\nrenew_ms = 250\n";
-    scenario_with(t, "failover_cycles", ha, &[]).await;
+    scenario_with(&t, "failover_cycles", ha, &[]).await;
 }
 
 /// SIGKILL during receipted sends to a topic with two durable subscriptions: the
@@ -155,10 +155,29 @@ async fn failover_cycles(t: TestStore) {
 /// online fails over and misses nothing.
 async fn failover_during_sends(t: TestStore) {
     let ha = "\n[ha]\nmode = \"shared-store\"\nlease_ms = 1500\nrenew_ms = 250\n";
-    scenario_with(t, "failover_during_sends", ha, &[]).await;
+    scenario_with(&t, "failover_during_sends", ha, &[]).await;
+}
+
+/// Request/reply over temporary queues (see the scenario); then no row of a
+/// temporary queue is left in the store.
+async fn request_reply(t: TestStore) {
+    scenario(&t, "request_reply").await;
+    let store = t.open().await;
+    for kind in ["temp-queue", "temp-topic"] {
+        let left = store
+            .list_containers(&format!("{kind}://"), &format!("{kind}:/0"), 10)
+            .await
+            .unwrap();
+        assert!(
+            left.is_empty(),
+            "rows of temporary destinations left: {left:?}"
+        );
+    }
+    store.close().await;
 }
 
 scenarios!(
+    request_reply,
     data_loss,
     crash_safety,
     acks_and_transactions,

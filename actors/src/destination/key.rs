@@ -70,6 +70,10 @@ pub struct DestinationKind(&'static KindSpec);
 impl DestinationKind {
     /// Queues ([`crate::kinds::QUEUE`]).
     pub const QUEUE: Self = Self(&kinds::QUEUE);
+    /// Temporary queues ([`crate::kinds::TEMP_QUEUE`]).
+    pub const TEMP_QUEUE: Self = Self(&kinds::TEMP_QUEUE);
+    /// Temporary topics ([`crate::kinds::TEMP_TOPIC`]).
+    pub const TEMP_TOPIC: Self = Self(&kinds::TEMP_TOPIC);
     /// Topics ([`crate::kinds::TOPIC`]).
     pub const TOPIC: Self = Self(&kinds::TOPIC);
     /// The name before the kind table; use [`Self::QUEUE`].
@@ -391,6 +395,11 @@ impl DestinationPattern {
             name: text.to_string(),
             reason,
         };
+        if kind.capabilities().temporary {
+            return Err(invalid(
+                "a temporary destination is subscribed to by its whole name, never by a wildcard",
+            ));
+        }
         if name.len() > MAX_NAME_BYTES {
             return Err(invalid("longer than 200 bytes"));
         }

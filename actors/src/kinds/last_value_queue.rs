@@ -31,6 +31,7 @@ pub static LAST_VALUE_QUEUE: KindSpec = KindSpec {
         shared_auto_acks: false,
         indexed_headers: true,
         last_value_header: Some(LAST_VALUE_HEADER),
+        temporary: false,
     },
     actor: KindActor::Queue,
 };

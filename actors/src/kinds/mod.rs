@@ -40,6 +40,11 @@ pub struct Capabilities {
     /// (Artemis's last-value queue, keyed by `_AMQ_LVQ_NAME`). Messages without the
     /// header are kept as on a queue. `None`: nothing is replaced.
     pub last_value_header: Option<&'static str>,
+    /// Belongs to the connection that made it (JMS temporary destinations): only that
+    /// connection may consume from it, a send to one that does not exist is refused,
+    /// it is deleted with its messages when its connection ends, and none survives a
+    /// restart. Never matched by a subscription's wildcard.
+    pub temporary: bool,
 }
 
 /// The actor that runs a kind's destinations. Kinds that differ only in what the
@@ -75,14 +80,22 @@ pub struct KindSpec {
 
 mod last_value_queue;
 mod queue;
+mod temporary;
 mod topic;
 
 pub use queue::QUEUE;
+pub use temporary::{TEMP_QUEUE, TEMP_TOPIC};
 pub use topic::TOPIC;
 
 /// Every kind, in the order of their store keys (by name). Parsing tries them in
 /// this order; refusal texts list them in it.
-pub static KINDS: &[&KindSpec] = &[&last_value_queue::LAST_VALUE_QUEUE, &QUEUE, &TOPIC];
+pub static KINDS: &[&KindSpec] = &[
+    &last_value_queue::LAST_VALUE_QUEUE,
+    &QUEUE,
+    &TEMP_QUEUE,
+    &TEMP_TOPIC,
+    &TOPIC,
+];
 
 /// The kind named `name` (`queue`), if there is one.
 pub fn by_name(name: &str) -> Option<&'static KindSpec> {

@@ -15,6 +15,7 @@ pub static QUEUE: KindSpec = KindSpec {
         shared_auto_acks: false,
         indexed_headers: true,
         last_value_header: None,
+        temporary: false,
     },
     actor: KindActor::Queue,
 };

@@ -16,6 +16,7 @@ pub static TOPIC: KindSpec = KindSpec {
         shared_auto_acks: true,
         indexed_headers: false,
         last_value_header: None,
+        temporary: false,
     },
     actor: KindActor::Topic,
 };

@@ -1,0 +1,351 @@
+//! Temporary destinations (JMS `TemporaryQueue` / `TemporaryTopic`, STOMP
+//! `/temp-queue/NAME` and `/temp-topic/NAME` as ActiveMQ and RabbitMQ take them): the
+//! reply address of request/reply.
+//!
+//! A connection (a STOMP session, or a [`TemporaryQueue`] of the embedding API) names
+//! one in its own namespace; [`Broker::temporary`] gives it the name no other
+//! connection has, `<broker tag>-<connection>.<NAME>` (store key
+//! `temp-queue://ebb-lx3k9q-7.replies`, STOMP `/remote-temp-queue/ebb-lx3k9q-7.replies`,
+//! ActiveMQ's form for another connection's temporary destination), and records the
+//! connection as its owner. The rules, the same on every way in:
+//! - **Consume**: only the owner ([`SubscribeOptions::connection`]); a subscription
+//!   from elsewhere gets [`Error::InvalidDestination`]. No wildcard matches one.
+//! - **Send**: any client, while it exists; a send to one whose connection has ended
+//!   (or that was never made) gets [`Error::InvalidDestination`] and nothing is
+//!   stored: as ActiveMQ, which refuses a publish to a deleted temporary destination
+//!   (`InvalidDestinationException`), rather than dropping it unseen.
+//! - **Rights**: making one needs no grant beyond connecting, and sending to one none
+//!   beyond being connected (its name is unguessable and handed out in `reply-to`);
+//!   the owner's own rights still apply to what it sends elsewhere.
+//! - **Life**: [`Broker::end_temporaries`] (the STOMP session calls it when its
+//!   connection ends; a [`TemporaryQueue`] when dropped) forgets them at once, so
+//!   sends are refused from then on, and deletes each with its stored messages
+//!   ([`Broker::delete_destination`]). At start, the broker deletes what a previous
+//!   run left in the store (a crash ends every connection): nothing temporary
+//!   survives a restart or a takeover.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ebb_actors::destination::now_ms;
+use ebb_actors::{DestinationKey, DestinationKind};
+
+use super::{Broker, Message, Received, SubscribeOptions, Subscription};
+use crate::error::Error;
+
+/// Connection numbers, one counter for every way in: a message's origin
+/// ([`Message::from_connection`]) and the owner of temporary destinations.
+static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
+
+/// A new connection number, never given before in this process (see
+/// [`Message::from_connection`], [`SubscribeOptions::connection`]).
+pub fn next_connection_id() -> u64 {
+    CONNECTIONS.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Most temporary destinations one connection may have at once (a client that makes
+/// them in a loop is refused, not served until memory runs out).
+pub const MAX_TEMPORARIES_PER_CONNECTION: usize = 1_000;
+
+/// Who owns which temporary destination (see the module documentation).
+pub(crate) struct Temporaries {
+    /// This broker's part of every name: its start time, base 36.
+    tag: String,
+    owners: parking_lot::Mutex<Owners>,
+}
+
+#[derive(Default)]
+struct Owners {
+    by_key: HashMap<DestinationKey, u64>,
+    by_connection: HashMap<u64, Vec<DestinationKey>>,
+}
+
+impl Default for Temporaries {
+    fn default() -> Self {
+        Self {
+            tag: format!("ebb-{}", base36(now_ms().max(0) as u64)),
+            owners: Default::default(),
+        }
+    }
+}
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
+impl Broker {
+    /// The temporary destination of `kind` ([`DestinationKind::TEMP_QUEUE`] or
+    /// [`DestinationKind::TEMP_TOPIC`]) that connection `connection` calls `name`
+    /// (STOMP's `/temp-queue/NAME`): made on first use, the same key each time after.
+    /// See the module documentation for its rules.
+    ///
+    /// Errors: [`Error::InvalidDestination`] for a kind that is not temporary, a name
+    /// that cannot be one (empty, wildcards, too long with the broker's prefix), or a
+    /// connection that already has [`MAX_TEMPORARIES_PER_CONNECTION`].
+    pub fn temporary(
+        &self,
+        connection: u64,
+        kind: DestinationKind,
+        name: &str,
+    ) -> Result<DestinationKey, Error> {
+        let invalid = |reason| Error::InvalidDestination {
+            name: name.to_string(),
+            reason,
+        };
+        if !kind.capabilities().temporary {
+            return Err(invalid("not a temporary kind of destination"));
+        }
+        if name.is_empty() {
+            return Err(invalid("empty"));
+        }
+        let global = format!("{}-{connection}.{name}", self.temporaries.tag);
+        let key = DestinationKey::new(kind, &global).map_err(|e| invalid(e.reason))?;
+        let mut owners = self.temporaries.owners.lock();
+        if owners.by_key.contains_key(&key) {
+            return Ok(key);
+        }
+        let mine = owners.by_connection.entry(connection).or_default();
+        if mine.len() >= MAX_TEMPORARIES_PER_CONNECTION {
+            return Err(invalid(
+                "this connection has 1,000 temporary destinations (the most one may have)",
+            ));
+        }
+        mine.push(key.clone());
+        owners.by_key.insert(key.clone(), connection);
+        Ok(key)
+    }
+
+    /// The connection that owns temporary destination `key`, if it exists.
+    pub fn temporary_owner(&self, key: &DestinationKey) -> Option<u64> {
+        self.temporaries.owners.lock().by_key.get(key).copied()
+    }
+
+    /// A send to `key`: refused when it is temporary and does not exist.
+    pub(super) fn check_temporary_send(&self, key: &DestinationKey) -> Result<(), Error> {
+        if !key.capabilities().temporary || self.temporary_owner(key).is_some() {
+            return Ok(());
+        }
+        Err(Error::InvalidDestination {
+            name: key.stomp(),
+            reason: "no such temporary destination: the connection that made it has ended",
+        })
+    }
+
+    /// A subscription to `key` from `connection`: refused when `key` is temporary and
+    /// `connection` does not own it.
+    pub(super) fn check_temporary_consumer(
+        &self,
+        key: &DestinationKey,
+        connection: Option<u64>,
+    ) -> Result<(), Error> {
+        if !key.capabilities().temporary {
+            return Ok(());
+        }
+        match self.temporary_owner(key) {
+            Some(owner) if Some(owner) == connection => Ok(()),
+            Some(_) => Err(Error::InvalidDestination {
+                name: key.stomp(),
+                reason: "a temporary destination is consumed only by the connection that made it",
+            }),
+            None => Err(Error::InvalidDestination {
+                name: key.stomp(),
+                reason: "no such temporary destination: the connection that made it has ended",
+            }),
+        }
+    }
+
+    /// Connection `connection` has ended: its temporary destinations are forgotten at
+    /// once (sends to them are refused from now on) and each is deleted with its
+    /// messages. Its subscriptions must be dropped first; a deletion that finds one
+    /// still detaching is tried again for up to 5 s. Returns how many were deleted;
+    /// a failure is logged (what stays in the store is deleted at the next start).
+    pub async fn end_temporaries(&self, connection: u64) -> usize {
+        let mut deleted = 0;
+        for key in self.forget_temporaries(connection) {
+            if self.delete_temporary(&key).await {
+                deleted += 1;
+            }
+        }
+        deleted
+    }
+
+    /// Forgets the temporary destinations of `connection` (sends to them are refused
+    /// from now on) and returns them, to be deleted.
+    fn forget_temporaries(&self, connection: u64) -> Vec<DestinationKey> {
+        let mut owners = self.temporaries.owners.lock();
+        let keys = owners.by_connection.remove(&connection).unwrap_or_default();
+        for key in &keys {
+            owners.by_key.remove(key);
+        }
+        keys
+    }
+
+    /// Deletes temporary destination `key` (no longer registered), retrying while its
+    /// last consumers detach.
+    async fn delete_temporary(&self, key: &DestinationKey) -> bool {
+        let mut wait = Duration::from_millis(5);
+        let mut waited = Duration::ZERO;
+        loop {
+            match self.delete_destination(key).await {
+                Ok(_) => return true,
+                Err(Error::ShuttingDown) => return false,
+                Err(e) if waited < Duration::from_secs(5) => {
+                    tracing::debug!(destination = %key, error = %e, "temporary destination not deleted yet; trying again");
+                    tokio::time::sleep(wait).await;
+                    waited += wait;
+                    wait = (wait * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => {
+                    tracing::warn!(destination = %key, error = %e, "cannot delete a temporary destination; the next start deletes what it stored");
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// At start: deletes the temporary destinations a previous run left in the store
+    /// (their connections ended with it), in pages of 100 container names. Returns how
+    /// many.
+    pub(crate) async fn sweep_temporaries(&self) -> Result<usize, Error> {
+        let mut swept = 0;
+        for kind in DestinationKind::all().filter(|k| k.capabilities().temporary) {
+            let from = format!("{}://", kind.as_str());
+            // Every key of the kind sorts below this one (`/` + 1 = `0`).
+            let below = format!("{}:/0", kind.as_str());
+            let mut after = from.clone();
+            loop {
+                let page = self.store().list_containers(&after, &below, 100).await?;
+                let Some(last) = page.last().cloned() else {
+                    break;
+                };
+                for container in page {
+                    let Ok(key) = DestinationKey::from_container(&container) else {
+                        continue;
+                    };
+                    if self.temporary_owner(&key).is_none() {
+                        self.delete_destination(&key).await?;
+                        swept += 1;
+                    }
+                }
+                after = last;
+            }
+        }
+        if swept > 0 {
+            tracing::info!(
+                destinations = swept,
+                "deleted the temporary destinations a previous run left in the store"
+            );
+        }
+        Ok(swept)
+    }
+
+    /// A temporary queue of its own connection ([`TemporaryQueue`]): deleted, with its
+    /// messages, when the handle is dropped. Consume from it with
+    /// [`TemporaryQueue::subscribe`]; hand out [`TemporaryQueue::key`] (or its STOMP
+    /// form, for a `reply-to` header) for others to send to.
+    ///
+    /// Errors: as [`Broker::temporary`].
+    pub fn temporary_queue(&self) -> Result<TemporaryQueue, Error> {
+        let connection = next_connection_id();
+        let key = self.temporary(connection, DestinationKind::TEMP_QUEUE, "queue")?;
+        Ok(TemporaryQueue {
+            broker: self.clone(),
+            connection,
+            key,
+        })
+    }
+
+    /// Request/reply over a temporary queue: sends `message` to `destination` with
+    /// `reply-to` naming a new temporary queue (its STOMP form, so a STOMP worker can
+    /// SEND to exactly that header's value) and `correlation-id` the message's id, and
+    /// waits up to `timeout` for the first reply on it. The queue is deleted
+    /// afterwards (a late reply is refused to its sender).
+    ///
+    /// Errors: [`Error::Timeout`] when no reply comes in time; those of
+    /// [`Broker::send`] and [`Broker::subscribe`].
+    pub async fn request(
+        &self,
+        destination: impl super::ToDestination,
+        message: Message,
+        timeout: Duration,
+    ) -> Result<Received, Error> {
+        let replies = self.temporary_queue()?;
+        let mut sub = replies.subscribe().await?;
+        let message = message
+            .header("reply-to", replies.key().stomp())
+            .from_connection(replies.connection);
+        self.send(destination, message).await?;
+        let reply = tokio::time::timeout(timeout, futures::StreamExt::next(&mut sub)).await;
+        match reply {
+            Ok(Some(reply)) => Ok(reply),
+            Ok(None) => Err(Error::ShuttingDown),
+            Err(_) => Err(Error::Timeout(timeout.as_millis() as u64)),
+        }
+    }
+}
+
+/// A temporary queue made by [`Broker::temporary_queue`], owned by a connection of
+/// its own; dropping it deletes the queue and its messages (in the background).
+pub struct TemporaryQueue {
+    broker: Broker,
+    connection: u64,
+    key: DestinationKey,
+}
+
+impl TemporaryQueue {
+    /// Its key (`temp-queue://ebb-...-7.queue`); [`DestinationKey::stomp`] gives the
+    /// form for a `reply-to` header.
+    pub fn key(&self) -> &DestinationKey {
+        &self.key
+    }
+
+    /// The connection that owns it (its only consumer may come from it).
+    pub fn connection(&self) -> u64 {
+        self.connection
+    }
+
+    /// A consumer of it (automatic acks).
+    ///
+    /// Errors: as [`Broker::subscribe`].
+    pub async fn subscribe(&self) -> Result<Subscription, Error> {
+        self.subscribe_with(SubscribeOptions::non_durable()).await
+    }
+
+    /// A consumer of it with `options` (their connection is this queue's).
+    ///
+    /// Errors: as [`Broker::subscribe`].
+    pub async fn subscribe_with(&self, options: SubscribeOptions) -> Result<Subscription, Error> {
+        self.broker
+            .subscribe(&self.key, options.connection(self.connection))
+            .await
+    }
+}
+
+impl Drop for TemporaryQueue {
+    fn drop(&mut self) {
+        // Forgotten now (sends are refused from here on); deleted in the background.
+        let keys = self.broker.forget_temporaries(self.connection);
+        if keys.is_empty() {
+            return;
+        }
+        let broker = self.broker.downgrade();
+        self.broker.spawn_task(async move {
+            if let Some(broker) = broker.upgrade() {
+                for key in keys {
+                    broker.delete_temporary(&key).await;
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,271 @@
+//! Temporary destinations (issue 33; JMS temporary queues and topics, STOMP
+//! `/temp-queue/NAME` and `/temp-topic/NAME`): only the connection that made one
+//! consumes from it, anyone connected sends to it while it exists, a send to one whose
+//! connection has ended is refused, and it goes with its connection: no rows, no
+//! actor left, also after a restart. Request/reply: a `reply-to` naming one is
+//! rewritten to its broker-wide name, which the worker sends to as it is. Both
+//! backends; embedding API and STOMP.
+
+use std::time::Duration;
+
+use ebb::stomp::frame::Command;
+use ebb::test_util::stomp::*;
+use ebb::test_util::*;
+use ebb::{next_connection_id, DestinationKey, Error, Message, SubscribeOptions};
+
+/// Whether `key` has an actor running or rows stored.
+async fn exists(b: &ebb::Broker, key: &DestinationKey) -> bool {
+    b.destination_exists(key).await.unwrap()
+}
+
+async fn only_its_connection_consumes_and_it_goes_when_dropped(t: TestStore) {
+    let b = broker(&t, policy(0, 100), 2).await;
+    let replies = b.temporary_queue().unwrap();
+    let key = replies.key().clone();
+    assert!(key.container().starts_with("temp-queue://ebb-"), "{key}");
+    assert!(key.stomp().starts_with("/remote-temp-queue/ebb-"), "{key}");
+    // Another connection, or none, may not consume from it.
+    for options in [
+        SubscribeOptions::non_durable().connection(next_connection_id()),
+        SubscribeOptions::non_durable(),
+    ] {
+        match b.subscribe(&key, options).await {
+            Err(Error::InvalidDestination { reason, .. }) => {
+                assert!(reason.contains("only by the connection"), "{reason}")
+            }
+            other => panic!("a foreign consumer was let in: {:?}", other.map(|_| ())),
+        }
+    }
+    // Nor a wildcard over temporary queues.
+    assert!(matches!(
+        b.subscribe("temp-queue://>", SubscribeOptions::non_durable())
+            .await
+            .map(|_| ()),
+        Err(Error::InvalidDestination { .. })
+    ));
+    // Anyone may send to it; its owner receives.
+    let mut sub = replies.subscribe().await.unwrap();
+    b.send(key.stomp().as_str(), Message::new("stored"))
+        .await
+        .unwrap();
+    b.send(&key, Message::new("in memory").persistent(false))
+        .await
+        .unwrap();
+    let mut got: Vec<String> = take(&mut sub, 2).await.iter().map(body).collect();
+    got.sort();
+    assert_eq!(got, ["in memory", "stored"]);
+    // One more, left unconsumed in the store, then the owner goes.
+    b.send(&key, Message::new("left")).await.unwrap();
+    wait_rows(&b, &key.container(), 1).await;
+    drop(sub);
+    drop(replies);
+    // A send is refused at once, and nothing is stored for it.
+    match b.send(&key, Message::new("too late")).await {
+        Err(Error::InvalidDestination { reason, .. }) => {
+            assert!(reason.contains("has ended"), "{reason}")
+        }
+        other => panic!("a send to a deleted temporary queue: {other:?}"),
+    }
+    poll_until("the temporary queue deleted", || async {
+        (!exists(&b, &key).await).then_some(())
+    })
+    .await;
+    assert_eq!(b.store().count_messages(&key.container()).await.unwrap(), 0);
+    b.shutdown().await.unwrap();
+}
+
+async fn a_request_gets_its_reply_through_a_temporary_queue(t: TestStore) {
+    let b = broker(&t, policy(0, 100), 2).await;
+    let mut work = b
+        .subscribe("queue://work", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let worker = b.clone();
+    let serving = tokio::spawn(async move {
+        for _ in 0..3 {
+            let request = next(&mut work).await;
+            let to = request.header("reply-to").expect("reply-to").to_string();
+            worker
+                .send(to.as_str(), Message::new(format!("re: {}", body(&request))))
+                .await
+                .unwrap();
+        }
+    });
+    for i in 0..3 {
+        let reply = b
+            .request(
+                "queue://work",
+                Message::new(format!("q{i}")),
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap();
+        assert_eq!(body(&reply), format!("re: q{i}"));
+    }
+    serving.await.unwrap();
+    // No reply: a timeout, and its queue goes too.
+    let started = std::time::Instant::now();
+    match b
+        .request(
+            "queue://nobody",
+            Message::new("?"),
+            Duration::from_millis(200),
+        )
+        .await
+    {
+        Err(Error::Timeout(200)) => {}
+        other => panic!("{:?}", other.map(|r| body(&r))),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    b.shutdown().await.unwrap();
+}
+
+async fn what_a_crash_leaves_is_deleted_at_start(t: TestStore) {
+    let b = broker(&t, policy(0, 100), 2).await;
+    let replies = b.temporary_queue().unwrap();
+    let key = replies.key().clone();
+    for i in 0..3 {
+        b.send(&key, Message::new(format!("m{i}"))).await.unwrap();
+    }
+    wait_rows(&b, &key.container(), 3).await;
+    // As a crash: the handle never runs its drop, the broker stops.
+    std::mem::forget(replies);
+    b.shutdown().await.unwrap();
+    drop(b);
+    let b = broker(&t, policy(0, 100), 2).await;
+    assert_eq!(b.store().count_messages(&key.container()).await.unwrap(), 0);
+    assert!(!exists(&b, &key).await);
+    assert!(b.send(&key, Message::new("after")).await.is_err());
+    b.shutdown().await.unwrap();
+}
+
+/// STOMP: a requester's `/temp-queue/replies` in SUBSCRIBE and `reply-to`; the
+/// worker gets the broker-wide name and SENDs to it as it is; the worker may not
+/// subscribe to it; after the requester disconnects, a SEND to it is an ERROR and no
+/// row or actor is left.
+async fn stomp_request_reply_with_a_temporary_queue(t: TestStore) {
+    let s = server(&t, policy(0, 100)).await;
+    let mut requester = Client::connected(s.addr, None).await;
+    requester
+        .write(b"SUBSCRIBE\ndestination:/temp-queue/replies\nid:r\nreceipt:sub\n\n\0")
+        .await;
+    receipt(&mut requester, "sub").await;
+    let mut worker = Client::connected(s.addr, None).await;
+    worker
+        .write(b"SUBSCRIBE\ndestination:/queue/requests\nid:w\nreceipt:sub\n\n\0")
+        .await;
+    receipt(&mut worker, "sub").await;
+    requester
+        .write(b"SEND\ndestination:/queue/requests\nreply-to:/temp-queue/replies\npersistent:true\nreceipt:q\n\nquestion\0")
+        .await;
+    receipt(&mut requester, "q").await;
+    let request = worker.next_is("question").await;
+    let reply_to = request.get("reply-to").expect("reply-to").to_string();
+    assert!(
+        reply_to.starts_with("/remote-temp-queue/ebb-") && reply_to.ends_with(".replies"),
+        "{reply_to}"
+    );
+    worker
+        .write(format!("SEND\ndestination:{reply_to}\nreceipt:a\n\nanswer\0").as_bytes())
+        .await;
+    receipt(&mut worker, "a").await;
+    requester.next_is("answer").await;
+
+    // The worker may not consume the requester's replies.
+    worker
+        .write(
+            format!("SUBSCRIBE\ndestination:{reply_to}\nid:steal\nreceipt:steal\n\n\0").as_bytes(),
+        )
+        .await;
+    let refused = worker.frame().await.expect("an ERROR");
+    assert_eq!(refused.command, Command::Error, "{refused:?}");
+    assert_eq!(refused.get("error-code"), Some("invalid-destination"));
+    assert!(
+        refused
+            .get("message")
+            .is_some_and(|m| m.contains("only by the connection")),
+        "{refused:?}"
+    );
+
+    // A persistent reply left unread (the requester no longer consumes), then the
+    // requester goes.
+    requester
+        .write(b"UNSUBSCRIBE\nid:r\nreceipt:unsub\n\n\0")
+        .await;
+    receipt(&mut requester, "unsub").await;
+    let key = DestinationKey::from_stomp(&reply_to).unwrap();
+    let mut worker = Client::connected(s.addr, None).await;
+    worker
+        .write(
+            format!("SEND\ndestination:{reply_to}\npersistent:true\nreceipt:late\n\nunread\0")
+                .as_bytes(),
+        )
+        .await;
+    receipt(&mut worker, "late").await;
+    wait_rows(&s.broker, &key.container(), 1).await;
+    requester.write(b"DISCONNECT\nreceipt:bye\n\n\0").await;
+    receipt(&mut requester, "bye").await;
+    drop(requester);
+    poll_until("the requester's temporary queue deleted", || async {
+        (!exists(&s.broker, &key).await).then_some(())
+    })
+    .await;
+    assert_eq!(
+        s.broker
+            .store()
+            .count_messages(&key.container())
+            .await
+            .unwrap(),
+        0
+    );
+    worker
+        .write(format!("SEND\ndestination:{reply_to}\nreceipt:gone\n\nlost?\0").as_bytes())
+        .await;
+    let refused = worker.frame().await.expect("an ERROR");
+    assert_eq!(refused.command, Command::Error, "{refused:?}");
+    assert_eq!(refused.get("error-code"), Some("invalid-destination"));
+    assert_eq!(refused.get("receipt-id"), Some("gone"));
+    s.stop().await;
+}
+
+/// Each connection's `/temp-queue/x` is its own: two connections using the same
+/// name get two queues, and a temporary topic reaches its owner's subscription.
+async fn stomp_temporary_names_are_per_connection(t: TestStore) {
+    let s = server(&t, policy(0, 100)).await;
+    let mut a = Client::connected(s.addr, None).await;
+    let mut b = Client::connected(s.addr, None).await;
+    for c in [&mut a, &mut b] {
+        c.write(b"SUBSCRIBE\ndestination:/temp-queue/x\nid:1\nreceipt:s1\n\n\0")
+            .await;
+        receipt(c, "s1").await;
+        c.write(b"SUBSCRIBE\ndestination:/temp-topic/t\nid:2\nreceipt:s2\n\n\0")
+            .await;
+        receipt(c, "s2").await;
+    }
+    a.write(b"SEND\ndestination:/temp-queue/x\nreceipt:r\n\nfor a\0")
+        .await;
+    receipt(&mut a, "r").await;
+    let got = a.next_is("for a").await;
+    assert!(got
+        .get("destination")
+        .is_some_and(|d| d.starts_with("/remote-temp-queue/")));
+    assert!(
+        b.quiet().await.is_none(),
+        "b's /temp-queue/x is another queue"
+    );
+    b.write(b"SEND\ndestination:/temp-topic/t\nreceipt:r\n\nfor b\0")
+        .await;
+    receipt(&mut b, "r").await;
+    b.next_is("for b").await;
+    assert!(a.quiet().await.is_none());
+    s.stop().await;
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    only_its_connection_consumes_and_it_goes_when_dropped,
+    a_request_gets_its_reply_through_a_temporary_queue,
+    what_a_crash_leaves_is_deleted_at_start,
+    stomp_request_reply_with_a_temporary_queue,
+    stomp_temporary_names_are_per_connection,
+);
