@@ -230,6 +230,11 @@ impl Broker {
                 match self.running_view(&key).await {
                     Ok(view) => view,
                     Err(Error::ShuttingDown) => continue,
+                    // A temporary destination deleted since it was listed (its
+                    // connection ended): gone, and not started again to be shown.
+                    Err(Error::InvalidDestination { .. }) if self.is_ended_temporary(&key) => {
+                        continue
+                    }
                     Err(e) => return Err(e),
                 }
             } else {

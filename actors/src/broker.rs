@@ -595,6 +595,27 @@ impl Handler<IsRunning> for BrokerActor {
     }
 }
 
+/// The actor of a destination that runs now (not one being deleted), or `None`:
+/// nothing is started. For what must reach only an existing destination (the acks
+/// and aborts still on their way to a temporary one whose connection ended).
+#[derive(Message)]
+#[rtype(result = "Option<DestinationAddr>")]
+pub struct GetRunning(pub DestinationKey);
+
+impl Handler<GetRunning> for BrokerActor {
+    type Result = Option<DestinationAddr>;
+
+    fn handle(&mut self, msg: GetRunning, _: &mut Context<Self>) -> Option<DestinationAddr> {
+        if self.deleting.contains_key(&msg.0) {
+            return None;
+        }
+        self.destinations
+            .get(&msg.0)
+            .filter(|a| a.connected())
+            .cloned()
+    }
+}
+
 /// The answer to [`ListDestinations`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, MessageResponse)]
 pub struct DestinationList {

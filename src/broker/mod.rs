@@ -47,7 +47,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{Addr, Handler};
-use ebb_actors::broker::{BrokerActor, DestinationAddr, GetDestination, ShutdownBroker};
+use ebb_actors::broker::{
+    BrokerActor, DestinationAddr, GetDestination, GetRunning, ShutdownBroker,
+};
 use ebb_actors::destination::now_ms;
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::queue::QueueActor;
@@ -463,6 +465,18 @@ impl Broker {
             if addr.connected() {
                 return Ok(addr.clone());
             }
+        }
+        if self.is_ended_temporary(key) {
+            // Never started again once its connection ended: only a running one is
+            // reached (by the acks and aborts still on their way to it).
+            return self
+                .registry
+                .send(GetRunning(key.clone()))
+                .await?
+                .ok_or_else(|| Error::InvalidDestination {
+                    name: key.stomp(),
+                    reason: "no such temporary destination: the connection that made it has ended",
+                });
         }
         let addr = self.registry.send(GetDestination(key.clone())).await??;
         self.addresses.write().insert(key.clone(), addr.clone());

@@ -142,6 +142,32 @@ impl Broker {
         })
     }
 
+    /// Whether `connection` may consume from (or browse) `key`: any destination but a
+    /// temporary one of another connection, or one that no longer exists.
+    ///
+    /// Errors: [`Error::InvalidDestination`] saying which.
+    pub fn may_consume(&self, key: &DestinationKey, connection: Option<u64>) -> Result<(), Error> {
+        self.check_temporary_consumer(key, connection)
+    }
+
+    /// Whether `key` is a temporary destination whose connection has ended (or that
+    /// never was): such a one is never started again, and a transaction that sent to it
+    /// cannot commit.
+    pub(crate) fn is_ended_temporary(&self, key: &DestinationKey) -> bool {
+        key.capabilities().temporary && self.temporary_owner(key).is_none()
+    }
+
+    /// After a transaction that sent to `destinations` ended: those that are ended
+    /// temporary destinations are deleted (their deletion at their connection's end
+    /// may have waited on this transaction).
+    pub(super) async fn delete_ended_temporaries(&self, destinations: &[DestinationKey]) {
+        for key in destinations {
+            if self.is_ended_temporary(key) {
+                self.delete_temporary(key).await;
+            }
+        }
+    }
+
     /// A subscription to `key` from `connection`: refused when `key` is temporary and
     /// `connection` does not own it.
     pub(super) fn check_temporary_consumer(

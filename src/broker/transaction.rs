@@ -106,6 +106,20 @@ impl Broker {
         acks: Vec<TransactedAck>,
         scheduled: Vec<NewMessage>,
     ) -> Result<(), Error> {
+        // A temporary destination it sent to has ended (its connection is gone): the
+        // whole transaction is refused and rolled back, as a send to it now would be.
+        let keys: Vec<DestinationKey> = destinations
+            .iter()
+            .filter_map(|d| d.to_destination().ok())
+            .collect();
+        if let Some(ended) = keys.iter().find(|k| self.is_ended_temporary(k)) {
+            let refused = Error::InvalidDestination {
+                name: ended.stomp(),
+                reason: "no such temporary destination: the connection that made it has ended; the transaction is rolled back",
+            };
+            let _ = self.rollback_transaction(xid, destinations).await;
+            return Err(refused);
+        }
         let mut taken: Vec<TakenAck> = Vec::new();
         for TransactedAck { destination, ack } in acks {
             let answer = destination.take.send(ack).await;
@@ -134,11 +148,15 @@ impl Broker {
         if schedules {
             self.wake_scheduler();
         }
-        self.tell(destinations, || CommitPrepared {
-            xid: xid.to_string(),
-            renumbered: renumbered.clone(),
-        })
-        .await
+        let told = self
+            .tell(destinations, || CommitPrepared {
+                xid: xid.to_string(),
+                renumbered: renumbered.clone(),
+            })
+            .await;
+        // One whose connection ended meanwhile waited for this transaction to go.
+        self.delete_ended_temporaries(&keys).await;
+        told
     }
 
     /// Sends `make()` to each of `destinations` and waits for each to handle it.
@@ -177,10 +195,21 @@ impl Broker {
         destinations: &[D],
     ) -> Result<(), Error> {
         self.store.rollback(xid.to_string()).await?;
-        self.tell(destinations, || AbortPrepared {
+        // A temporary destination whose connection ended may be gone already: telling
+        // it is best effort, and it is deleted once the transaction no longer holds it.
+        let (ended, live): (Vec<DestinationKey>, Vec<DestinationKey>) = destinations
+            .iter()
+            .filter_map(|d| d.to_destination().ok())
+            .partition(|k| self.is_ended_temporary(k));
+        let abort = || AbortPrepared {
             xid: xid.to_string(),
-        })
-        .await
+        };
+        let told = self.tell(&live, abort).await;
+        for key in &ended {
+            let _ = self.tell(std::slice::from_ref(key), abort).await;
+        }
+        self.delete_ended_temporaries(&ended).await;
+        told
     }
 
     /// Deletes the prepared messages of every transaction whose xid starts with

@@ -553,7 +553,11 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
     if durable_name.is_some() && !caps.durable_subscriptions {
         return refuse(
             ErrorCode::InvalidRequest,
-            "activemq.subscriptionName is for topics: a queue keeps its messages for any consumer",
+            if caps.temporary {
+                "activemq.subscriptionName is refused on a temporary destination: it lives only as long as its connection"
+            } else {
+                "activemq.subscriptionName is for topics: a queue keeps its messages for any consumer"
+            },
         );
     }
     let browser = browser_of(frame, version, caps.browse, ack)?;

@@ -850,7 +850,13 @@ impl Session {
             );
         }
         if browser {
-            // Browsing needs only the read right (as ActiveMQ's browse permission).
+            // Browsing needs only the read right (as ActiveMQ's browse permission); a
+            // temporary queue is browsed by its own connection only.
+            if let Target::One(key) = &destination {
+                self.broker
+                    .may_consume(key, Some(self.connection))
+                    .map_err(|e| Refusal::of("cannot browse: ", &e))?;
+            }
             let browser = self
                 .broker
                 .browse_queue_matching(&destination, selector)
@@ -1341,10 +1347,16 @@ impl Session {
         if !self.connected {
             return Ok(());
         }
+        // STOMP reads the first of a repeated header: only it is looked at.
+        let mut seen: Vec<&str> = Vec::new();
         for (name, value) in frame.headers.iter_mut() {
-            if !names.contains(&name.as_str()) {
+            let Some(name) = names.iter().find(|n| **n == name.as_str()) else {
+                continue;
+            };
+            if seen.contains(name) {
                 continue;
             }
+            seen.push(name);
             let Some((local, kind)) = TEMPORARY_PREFIXES
                 .iter()
                 .find_map(|(prefix, kind)| Some((value.strip_prefix(prefix)?, *kind)))

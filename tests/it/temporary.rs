@@ -261,6 +261,168 @@ async fn stomp_temporary_names_are_per_connection(t: TestStore) {
     s.stop().await;
 }
 
+/// What another connection tries on a requester's temporary queue: browsing it, or
+/// browsing a name nobody made, is refused like a SUBSCRIBE (and starts nothing).
+async fn stomp_browsing_is_its_connections_alone(t: TestStore) {
+    let s = server(&t, policy(0, 100)).await;
+    let mut owner = Client::connected(s.addr, None).await;
+    owner
+        .write(b"SEND\ndestination:/temp-queue/secret\npersistent:true\nreceipt:r\n\nsecret\0")
+        .await;
+    receipt(&mut owner, "r").await;
+    let key = s
+        .broker
+        .list_destinations(Some("temp-queue://"), 10)
+        .await
+        .unwrap()
+        .destinations
+        .into_iter()
+        .find(|d| d.stats.destination.starts_with("temp-queue://"))
+        .map(|d| DestinationKey::from_container(&d.stats.destination).unwrap())
+        .expect("the owner's temporary queue is listed");
+    let ghost = "/remote-temp-queue/ghost";
+    for destination in [key.stomp(), ghost.to_string()] {
+        let mut other = Client::connected(s.addr, None).await;
+        other
+            .write(
+                format!(
+                    "SUBSCRIBE\ndestination:{destination}\nid:b\nbrowser:true\nreceipt:b\n\n\0"
+                )
+                .as_bytes(),
+            )
+            .await;
+        let refused = other.frame().await.expect("an ERROR");
+        assert_eq!(
+            refused.command,
+            Command::Error,
+            "{destination}: {refused:?}"
+        );
+        assert_eq!(refused.get("error-code"), Some("invalid-destination"));
+    }
+    let ghost_key = DestinationKey::from_stomp(ghost).unwrap();
+    assert!(
+        !exists(&s.broker, &ghost_key).await,
+        "a browse started a made-up queue"
+    );
+    // Its owner may browse it.
+    owner
+        .write(
+            format!(
+                "SUBSCRIBE\ndestination:{}\nid:b\nbrowser:true\n\n\0",
+                key.stomp()
+            )
+            .as_bytes(),
+        )
+        .await;
+    owner.next_is("secret").await;
+    s.stop().await;
+}
+
+/// A connection with 200 temporary queues, each with a consumer that acks, ends
+/// abruptly: none of them stays running (a late ack or credit starts none again).
+async fn stomp_none_runs_after_its_connection_ends(t: TestStore) {
+    let s = server(&t, policy(0, 100)).await;
+    let mut owner = Client::connected(s.addr, None).await;
+    for i in 0..200 {
+        owner
+            .write(
+                format!(
+                    "SUBSCRIBE\ndestination:/temp-queue/q{i}\nid:{i}\nack:client-individual\n\n\0"
+                )
+                .as_bytes(),
+            )
+            .await;
+        owner
+            .write(
+                format!("SEND\ndestination:/temp-queue/q{i}\npersistent:true\n\nm{i}\0").as_bytes(),
+            )
+            .await;
+    }
+    owner
+        .write(b"SEND\ndestination:/queue/sync\nreceipt:sync\n\n.\0")
+        .await;
+    let frames = messages_until_receipt(&mut owner, "sync").await;
+    // Ack what came, and leave at once.
+    for f in &frames {
+        let ack = f.get("ack").unwrap();
+        owner.write(format!("ACK\nid:{ack}\n\n\0").as_bytes()).await;
+    }
+    drop(owner);
+    let running_temporaries = || async {
+        s.broker
+            .list_destinations(Some("temp-queue://"), 500)
+            .await
+            .unwrap()
+            .destinations
+            .into_iter()
+            .filter(|d| d.stats.destination.starts_with("temp-queue://"))
+            .count()
+    };
+    poll_until("every temporary queue deleted", || async {
+        (running_temporaries().await == 0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(running_temporaries().await, 0, "one was started again");
+    s.stop().await;
+}
+
+/// A transaction that sent to a temporary queue whose connection then ended cannot
+/// commit: the COMMIT is an ERROR, nothing of it is delivered or stored, and the
+/// queue is deleted once the transaction is gone.
+async fn stomp_a_transaction_to_an_ended_temporary_queue_is_refused(t: TestStore) {
+    let s = server(&t, policy(0, 100)).await;
+    let mut owner = Client::connected(s.addr, None).await;
+    owner
+        .write(b"SUBSCRIBE\ndestination:/temp-queue/tx\nid:1\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut owner, "s").await;
+    let key = s
+        .broker
+        .list_destinations(Some("temp-queue://"), 10)
+        .await
+        .unwrap()
+        .destinations
+        .into_iter()
+        .find(|d| d.stats.destination.starts_with("temp-queue://"))
+        .map(|d| DestinationKey::from_container(&d.stats.destination).unwrap())
+        .expect("listed");
+    let mut sender = Client::connected(s.addr, None).await;
+    sender.write(b"BEGIN\ntransaction:t1\n\n\0").await;
+    sender
+        .write(
+            format!(
+                "SEND\ndestination:{}\ntransaction:t1\npersistent:true\nreceipt:p\n\nin tx\0",
+                key.stomp()
+            )
+            .as_bytes(),
+        )
+        .await;
+    receipt(&mut sender, "p").await;
+    owner.write(b"DISCONNECT\nreceipt:bye\n\n\0").await;
+    receipt(&mut owner, "bye").await;
+    drop(owner);
+    sender
+        .write(b"COMMIT\ntransaction:t1\nreceipt:c\n\n\0")
+        .await;
+    let refused = sender.frame().await.expect("an ERROR");
+    assert_eq!(refused.command, Command::Error, "{refused:?}");
+    assert_eq!(refused.get("error-code"), Some("invalid-destination"));
+    poll_until("the temporary queue deleted", || async {
+        (!exists(&s.broker, &key).await).then_some(())
+    })
+    .await;
+    assert_eq!(
+        s.broker
+            .store()
+            .count_messages(&key.container())
+            .await
+            .unwrap(),
+        0
+    );
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     only_its_connection_consumes_and_it_goes_when_dropped,
@@ -268,4 +430,7 @@ on_every_backend!(
     what_a_crash_leaves_is_deleted_at_start,
     stomp_request_reply_with_a_temporary_queue,
     stomp_temporary_names_are_per_connection,
+    stomp_browsing_is_its_connections_alone,
+    stomp_none_runs_after_its_connection_ends,
+    stomp_a_transaction_to_an_ended_temporary_queue_is_refused,
 );
