@@ -294,9 +294,10 @@ impl Broker {
 
     /// Request/reply over a temporary queue: sends `message` to `destination` with
     /// `reply-to` naming a new temporary queue (its STOMP form, so a STOMP worker can
-    /// SEND to exactly that header's value) and `correlation-id` the message's id, and
-    /// waits up to `timeout` for the first reply on it. The queue is deleted
-    /// afterwards (a late reply is refused to its sender).
+    /// SEND to exactly that header's value), and waits up to `timeout` for the first
+    /// reply on it (the queue is this request's alone, so no `correlation-id` is
+    /// needed). The queue is deleted afterwards (a late reply is refused to its
+    /// sender).
     ///
     /// Errors: [`Error::Timeout`] when no reply comes in time; those of
     /// [`Broker::send`] and [`Broker::subscribe`].

@@ -18,6 +18,18 @@ async fn exists(b: &ebb::Broker, key: &DestinationKey) -> bool {
     b.destination_exists(key).await.unwrap()
 }
 
+/// The temporary queues the broker lists (running, or with rows), at most 500.
+async fn temporary_queues(b: &ebb::Broker) -> Vec<DestinationKey> {
+    b.list_destinations(Some("temp-queue://"), 500)
+        .await
+        .unwrap()
+        .destinations
+        .into_iter()
+        .filter(|d| d.stats.destination.starts_with("temp-queue://"))
+        .map(|d| DestinationKey::from_container(&d.stats.destination).unwrap())
+        .collect()
+}
+
 async fn only_its_connection_consumes_and_it_goes_when_dropped(t: TestStore) {
     let b = broker(&t, policy(0, 100), 2).await;
     let replies = b.temporary_queue().unwrap();
@@ -270,16 +282,7 @@ async fn stomp_browsing_is_its_connections_alone(t: TestStore) {
         .write(b"SEND\ndestination:/temp-queue/secret\npersistent:true\nreceipt:r\n\nsecret\0")
         .await;
     receipt(&mut owner, "r").await;
-    let key = s
-        .broker
-        .list_destinations(Some("temp-queue://"), 10)
-        .await
-        .unwrap()
-        .destinations
-        .into_iter()
-        .find(|d| d.stats.destination.starts_with("temp-queue://"))
-        .map(|d| DestinationKey::from_container(&d.stats.destination).unwrap())
-        .expect("the owner's temporary queue is listed");
+    let key = temporary_queues(&s.broker).await.remove(0);
     let ghost = "/remote-temp-queue/ghost";
     for destination in [key.stomp(), ghost.to_string()] {
         let mut other = Client::connected(s.addr, None).await;
@@ -348,16 +351,7 @@ async fn stomp_none_runs_after_its_connection_ends(t: TestStore) {
         owner.write(format!("ACK\nid:{ack}\n\n\0").as_bytes()).await;
     }
     drop(owner);
-    let running_temporaries = || async {
-        s.broker
-            .list_destinations(Some("temp-queue://"), 500)
-            .await
-            .unwrap()
-            .destinations
-            .into_iter()
-            .filter(|d| d.stats.destination.starts_with("temp-queue://"))
-            .count()
-    };
+    let running_temporaries = || async { temporary_queues(&s.broker).await.len() };
     poll_until("every temporary queue deleted", || async {
         (running_temporaries().await == 0).then_some(())
     })
@@ -377,16 +371,7 @@ async fn stomp_a_transaction_to_an_ended_temporary_queue_is_refused(t: TestStore
         .write(b"SUBSCRIBE\ndestination:/temp-queue/tx\nid:1\nreceipt:s\n\n\0")
         .await;
     receipt(&mut owner, "s").await;
-    let key = s
-        .broker
-        .list_destinations(Some("temp-queue://"), 10)
-        .await
-        .unwrap()
-        .destinations
-        .into_iter()
-        .find(|d| d.stats.destination.starts_with("temp-queue://"))
-        .map(|d| DestinationKey::from_container(&d.stats.destination).unwrap())
-        .expect("listed");
+    let key = temporary_queues(&s.broker).await.remove(0);
     let mut sender = Client::connected(s.addr, None).await;
     sender.write(b"BEGIN\ntransaction:t1\n\n\0").await;
     sender
