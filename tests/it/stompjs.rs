@@ -1,7 +1,8 @@
 //! A browser STOMP client over WebSocket: @stomp/stompjs (on Node, with the `ws`
 //! package) subscribes at `ws://.../stomp` of `ebb serve`, and receives, in order,
-//! what stomp.py sends to the same queue over TCP. The script is
-//! `tests/e2e/stompjs_subscriber.cjs`.
+//! what stomp.py sends to the same queue over TCP (`tests/e2e/stompjs_subscriber.cjs`);
+//! and it makes requests with `reply-to` its own temporary queue, which a stomp.py
+//! worker over TCP answers (`tests/e2e/stompjs_requester.cjs`).
 //!
 //! Needs `EBB_TEST_NODE_MODULES` (a `node_modules` folder with `@stomp/stompjs` and
 //! `ws`: `.ci/run` installs them with npm) and `EBB_TEST_PYTHON` (stomp.py); without
@@ -18,17 +19,18 @@ fn env(var: &str, what: &str) -> String {
         .unwrap_or_else(|| panic!("{var} is not set: {what}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    any(not(ebb_test_node), not(ebb_test_python)),
-    ignore = "set EBB_TEST_NODE_MODULES (with @stomp/stompjs and ws) and EBB_TEST_PYTHON (with stomp.py) to run the stomp.js test"
-)]
-async fn stompjs_over_websocket_receives_what_stomp_py_sends_over_tcp() {
-    let modules = env(
-        "EBB_TEST_NODE_MODULES",
-        "a node_modules folder with @stomp/stompjs and ws",
-    );
-    let python = env("EBB_TEST_PYTHON", "a Python with stomp.py");
+/// `ebb serve` on a fresh SQLite store with STOMP and HTTP on free ports; killed when
+/// dropped.
+struct Serve {
+    _store: tempfile::TempDir,
+    child: tokio::process::Child,
+    /// `HOST:PORT` of STOMP over TCP.
+    stomp: String,
+    /// `HOST:PORT` of HTTP (STOMP over WebSocket at `/stomp`).
+    http: String,
+}
+
+async fn serve() -> Serve {
     let store = tempfile::tempdir().unwrap();
     let mut serve = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
         .args([
@@ -62,7 +64,31 @@ async fn stompjs_over_websocket_receives_what_stomp_py_sends_over_tcp() {
     }
     let (stomp, http) = (stomp.unwrap(), http.unwrap());
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Serve {
+        _store: store,
+        child: serve,
+        stomp,
+        http,
+    }
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    any(not(ebb_test_node), not(ebb_test_python)),
+    ignore = "set EBB_TEST_NODE_MODULES (with @stomp/stompjs and ws) and EBB_TEST_PYTHON (with stomp.py) to run the stomp.js test"
+)]
+async fn stompjs_over_websocket_receives_what_stomp_py_sends_over_tcp() {
+    let modules = env(
+        "EBB_TEST_NODE_MODULES",
+        "a node_modules folder with @stomp/stompjs and ws",
+    );
+    let python = env("EBB_TEST_PYTHON", "a Python with stomp.py");
+    let Serve {
+        mut child,
+        stomp,
+        http,
+        ..
+    } = serve().await;
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/e2e/stompjs_subscriber.cjs"
@@ -115,5 +141,106 @@ async fn stompjs_over_websocket_receives_what_stomp_py_sends_over_tcp() {
         .unwrap()
         .unwrap();
     assert!(status.success(), "stomp.js exited with {status}");
-    serve.start_kill().unwrap();
+    child.start_kill().unwrap();
+}
+
+/// Request/reply across transports (issue 33): stomp.js over WebSocket sends 50
+/// requests with `reply-to:/temp-queue/replies`; a stomp.py worker over TCP answers
+/// each at its `reply-to` as it came; stomp.js gets every reply, each once, each the
+/// answer to its own request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    any(not(ebb_test_node), not(ebb_test_python)),
+    ignore = "set EBB_TEST_NODE_MODULES (with @stomp/stompjs and ws) and EBB_TEST_PYTHON (with stomp.py) to run the stomp.js test"
+)]
+async fn stompjs_request_reply_through_a_temporary_queue() {
+    const COUNT: usize = 50;
+    let modules = env(
+        "EBB_TEST_NODE_MODULES",
+        "a node_modules folder with @stomp/stompjs and ws",
+    );
+    let python = env("EBB_TEST_PYTHON", "a Python with stomp.py");
+    let Serve {
+        mut child,
+        stomp,
+        http,
+        ..
+    } = serve().await;
+    let (host, port) = stomp.rsplit_once(':').unwrap();
+    let worker = format!(
+        "import stomp, sys, threading\n\
+         ready, done, answered = threading.Event(), threading.Event(), [0]\n\
+         class W(stomp.ConnectionListener):\n\
+         \x20   def on_receipt(self, f):\n\
+         \x20       ready.set()\n\
+         \x20   def on_message(self, f):\n\
+         \x20       c.send(f.headers['reply-to'], 're:' + f.body, headers={{'correlation-id': f.headers['correlation-id']}})\n\
+         \x20       answered[0] += 1\n\
+         \x20       if answered[0] == {COUNT}:\n\
+         \x20           done.set()\n\
+         c = stomp.Connection12([('{host}', {port})], heartbeats=(0, 0))\n\
+         c.set_listener('', W())\n\
+         c.connect(wait=True)\n\
+         c.subscribe('/queue/rr.ws', id='w', ack='auto', headers={{'receipt': 'w'}})\n\
+         ready.wait(30) or sys.exit(2)\n\
+         print('ready', flush=True)\n\
+         done.wait(30) or sys.exit(3)\n\
+         c.disconnect()\n"
+    );
+    let mut worker = tokio::process::Command::new(&python)
+        .args(["-c", &worker])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python runs");
+    let mut worker_out = tokio::io::BufReader::new(worker.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(30), worker_out.next_line())
+        .await
+        .expect("the worker subscribes within 30 s")
+        .unwrap();
+    assert_eq!(ready.as_deref(), Some("ready"));
+
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/e2e/stompjs_requester.cjs"
+    );
+    let mut node = tokio::process::Command::new("node")
+        .arg(script)
+        .arg(format!("ws://{http}/stomp"))
+        .arg("/queue/rr.ws")
+        .arg(COUNT.to_string())
+        .env("NODE_PATH", &modules)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs");
+    let mut out = tokio::io::BufReader::new(node.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), out.next_line())
+        .await
+        .expect("stomp.js subscribes within 30 s")
+        .unwrap();
+    assert_eq!(first.as_deref(), Some("subscribed"));
+    let replies = tokio::time::timeout(Duration::from_secs(30), out.next_line())
+        .await
+        .expect("stomp.js gets its replies within 30 s")
+        .unwrap()
+        .expect("stomp.js prints its replies");
+    let mut replies: Vec<(String, String)> = serde_json::from_str(&replies).unwrap();
+    replies.sort();
+    let mut expected: Vec<(String, String)> = (0..COUNT)
+        .map(|i| (format!("c{i}"), format!("re:q{i}")))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        replies, expected,
+        "each reply once, the answer to its own request"
+    );
+    for process in [&mut node, &mut worker] {
+        let status = tokio::time::timeout(Duration::from_secs(30), process.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success(), "exited with {status}");
+    }
+    child.start_kill().unwrap();
 }
