@@ -936,6 +936,7 @@ mod tests {
             &s.has_rows,
             &s.count_prepared_range,
             &s.prepared_ids,
+            &s.prepared_ids_many,
             &s.replace_last_values,
             &s.cleanup[0],
             &s.cleanup[1],
@@ -966,6 +967,14 @@ mod tests {
         assert!(s.expiry_runs(2).contains("OFFSET $3"));
         // One row by its key.
         assert!(s.redelivered.ends_with("AND id = $2 AND xid IS NULL"));
+        // Runs: one bound list each (at most `ID_LIST_MAX` entries), one row per entry.
+        for text in [&s.redelivered_many, &s.renumber_many] {
+            let list = match backend {
+                crate::Backend::Sqlite => "FROM json_each(",
+                crate::Backend::Postgres => "FROM jsonb_array_elements(",
+            };
+            assert!(text.contains(list), "{text}");
+        }
         // A remove is bounded by its id list, one bound value (at most `ID_LIST_MAX`).
         let list = match backend {
             crate::Backend::Sqlite => "IN (SELECT value FROM json_each($2))",
