@@ -452,7 +452,8 @@ impl Broker {
     /// so none of them brings it back later. Sends and subscriptions that arrive
     /// meanwhile wait, and then go to a new, empty destination of the same name (a
     /// destination is created on first use). A destination only the store holds is
-    /// deleted the same way. Answers what was deleted.
+    /// deleted the same way. Answers what was deleted. A virtual topic's consumer
+    /// group queue stops being one: the topic no longer sends to it.
     ///
     /// Errors: [`Error::Actor`] with `InUse` while a consumer is attached (also a
     /// subscription to a wildcard destination that matches it) or a transaction holds
@@ -467,6 +468,8 @@ impl Broker {
         let deleted = self.registry().send(DeleteDestination(key.clone())).await?;
         self.forget_address(&key);
         let mut deleted = deleted?;
+        // A virtual topic's consumer group ends with its queue.
+        self.leave_virtual_group(&key).await?;
         deleted.scheduled = self.cancel_scheduled_to(&key).await?;
         Ok(deleted)
     }

@@ -75,6 +75,49 @@ pub struct FileConfig {
     /// admin, each a list of logins or groups, `*` for every user).
     #[serde(default)]
     pub authorization: Vec<crate::auth::AuthorizationEntry>,
+    /// `[virtual_topics]`: ActiveMQ's virtual topics (on by default).
+    #[serde(default)]
+    pub virtual_topics: VirtualTopicsSection,
+    /// `[[composite]]`: configured composite destinations, each a name that forwards
+    /// to several destinations.
+    #[serde(default)]
+    pub composite: Vec<CompositeSection>,
+}
+
+/// `[virtual_topics]`: a send to a topic named `topic_prefix...` also goes to every
+/// queue `consumer_prefix<group>.<topic>` that has had a subscriber
+/// ([`crate::VirtualTopics`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VirtualTopicsSection {
+    /// Default true, as ActiveMQ.
+    pub enabled: Option<bool>,
+    /// Default `VirtualTopic.`.
+    pub topic_prefix: Option<String>,
+    /// Default `Consumer.` (the group is the segment after it).
+    pub consumer_prefix: Option<String>,
+}
+
+/// One `[[composite]]`: a send to `name` goes to each `[[composite.forward]]` whose
+/// selector matches ([`crate::CompositeDestination`], ActiveMQ's `compositeQueue`
+/// with `filteredDestination`, `forwardOnly`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompositeSection {
+    /// The name producers send to (`/queue/orders.all`, `queue://orders.all`).
+    pub name: String,
+    /// Where its messages go, at least one.
+    pub forward: Vec<ForwardSection>,
+}
+
+/// One `[[composite.forward]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardSection {
+    /// The destination (`/topic/audit`, `queue://orders.eu`).
+    pub destination: String,
+    /// A JMS selector; only the messages it matches are forwarded.
+    pub selector: Option<String>,
 }
 
 /// `[listeners.NAME]`: the server's listeners, one section each (as rumqttd keeps its
@@ -715,6 +758,9 @@ pub enum ConfigError {
     /// Users that cannot be used.
     #[error(transparent)]
     Users(#[from] crate::auth::UsersError),
+    /// A `[virtual_topics]` or `[[composite]]` setting that cannot be used.
+    #[error("{0}")]
+    Routing(String),
     /// A listener's address given both as `[listeners.NAME]` and by an older key.
     #[error("{new} and {old} both give the listener's address: keep {new} (the older key is still read alone)")]
     ListenerTwice {
@@ -788,11 +834,85 @@ impl FileConfig {
             Err(first) => return Err(every_error(text, first)),
         };
         config.check_listeners()?;
+        config.routing()?;
         config.security().validate()?;
         for entry in &config.authorization {
             check_pattern(&entry.destination)?;
         }
         Ok(config)
+    }
+
+    /// `[virtual_topics]` and `[[composite]]` as the broker takes them. Errors
+    /// ([`ConfigError::Routing`]): a name or forward that is not a destination, a
+    /// selector that does not parse, a composite without forwards, named twice, or
+    /// forwarding to a composite, an empty prefix.
+    pub fn routing(&self) -> Result<crate::RoutingConfig, ConfigError> {
+        let bad = |text: String| ConfigError::Routing(text);
+        let v = &self.virtual_topics;
+        let defaults = crate::VirtualTopics::default();
+        let virtual_topics = crate::VirtualTopics {
+            enabled: v.enabled.unwrap_or(defaults.enabled),
+            topic_prefix: v.topic_prefix.clone().unwrap_or(defaults.topic_prefix),
+            consumer_prefix: v
+                .consumer_prefix
+                .clone()
+                .unwrap_or(defaults.consumer_prefix),
+        };
+        if virtual_topics.topic_prefix.is_empty() || virtual_topics.consumer_prefix.is_empty() {
+            return Err(bad(
+                "[virtual_topics]: topic_prefix and consumer_prefix cannot be empty".into(),
+            ));
+        }
+        let mut composites: Vec<crate::CompositeDestination> = Vec::new();
+        for c in &self.composite {
+            let name = crate::DestinationKey::parse(&c.name)
+                .map_err(|e| bad(format!("[[composite]] name: {e}")))?;
+            if composites.iter().any(|other| other.name == name) {
+                return Err(bad(format!("[[composite]] `{}` is given twice", c.name)));
+            }
+            if c.forward.is_empty() {
+                return Err(bad(format!(
+                    "[[composite]] `{}` has no [[composite.forward]]",
+                    c.name
+                )));
+            }
+            let mut forwards = Vec::new();
+            for f in &c.forward {
+                let destination = crate::DestinationKey::parse(&f.destination)
+                    .map_err(|e| bad(format!("[[composite]] `{}` forward: {e}", c.name)))?;
+                let selector = match &f.selector {
+                    Some(text) => Some(crate::Selector::parse(text).map_err(|e| {
+                        bad(format!(
+                            "[[composite]] `{}` forward to `{}`: selector: {e}",
+                            c.name, f.destination
+                        ))
+                    })?),
+                    None => None,
+                };
+                forwards.push(crate::Forward {
+                    destination,
+                    selector,
+                });
+            }
+            composites.push(crate::CompositeDestination { name, forwards });
+        }
+        for c in &composites {
+            if let Some(f) = c
+                .forwards
+                .iter()
+                .find(|f| composites.iter().any(|o| o.name == f.destination))
+            {
+                return Err(bad(format!(
+                    "[[composite]] `{}` forwards to `{}`, itself a composite: forwards are not followed, forward to its destinations",
+                    c.name.stomp(),
+                    f.destination.stomp()
+                )));
+            }
+        }
+        Ok(crate::RoutingConfig {
+            virtual_topics,
+            composites,
+        })
     }
 
     /// The users and authorization entries.

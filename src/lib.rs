@@ -250,12 +250,13 @@ pub mod tls;
 pub mod transport;
 
 pub use broker::{
-    next_connection_id, AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, CronSchedule,
-    DestinationFlow, Expiration, Message, PendingSend, QueueBrowser, Received, Repeat,
-    ScheduleBacklog, ScheduledMessage, ScheduledPage, Selector, SelectorError, SendOptions,
-    SendReceipt, Space, SpaceCheck, SubscribeOptions, Subscription, Target, TemporaryQueue,
-    ToDestination, Transaction, UsageConfig, UsageSnapshot, ACK_WINDOW,
-    MAX_TEMPORARIES_PER_CONNECTION, SCHEDULER_PAGE, SCHEDULE_COUNT_LIMIT, SEND_WINDOW,
+    next_connection_id, AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, CompositeDestination,
+    CronSchedule, DestinationFlow, Expiration, Forward, Message, PendingSend, QueueBrowser,
+    Received, Repeat, RoutingConfig, ScheduleBacklog, ScheduledMessage, ScheduledPage, Selector,
+    SelectorError, SendOptions, SendReceipt, Space, SpaceCheck, SubscribeOptions, Subscription,
+    Target, TemporaryQueue, ToDestination, Transaction, UsageConfig, UsageSnapshot, VirtualTopics,
+    ACK_WINDOW, MAX_TEMPORARIES_PER_CONNECTION, ROUTED_XID_PREFIX, SCHEDULER_PAGE,
+    SCHEDULE_COUNT_LIMIT, SEND_WINDOW,
 };
 pub use ebb_actors::destination::{
     now_ms, DestinationKey, DestinationKind, DestinationPattern, InvalidDestination,

@@ -18,6 +18,8 @@ pub struct BrokerConfig {
     pub store_actor: StoreActorConfig,
     /// Memory, store and temp limits and what a producer meets at them.
     pub usage: UsageConfig,
+    /// Virtual topics and configured composite destinations.
+    pub routing: super::RoutingConfig,
 }
 
 impl Default for BrokerConfig {
@@ -28,6 +30,7 @@ impl Default for BrokerConfig {
             housekeeping_permits: std::thread::available_parallelism().map_or(1, |n| n.get()),
             store_actor: StoreActorConfig::default(),
             usage: UsageConfig::default(),
+            routing: super::RoutingConfig::default(),
         }
     }
 }

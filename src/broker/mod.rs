@@ -17,6 +17,7 @@ mod cron;
 mod destination;
 mod flow;
 mod message;
+mod routing;
 mod schedule;
 mod send;
 mod stats;
@@ -31,6 +32,10 @@ pub use self::cron::CronSchedule;
 pub use self::destination::*;
 pub use self::flow::*;
 pub use self::message::*;
+pub use self::routing::{
+    CompositeDestination, Forward, RoutingConfig, VirtualTopics, ROUTED_XID_PREFIX,
+    VIRTUAL_CONTAINER_PREFIX,
+};
 pub use self::schedule::{
     ScheduleBacklog, ScheduledMessage, ScheduledPage, SCHEDULED_XID_PREFIX, SCHEDULER_PAGE,
     SCHEDULE_COUNT_LIMIT,
@@ -82,6 +87,8 @@ pub struct Broker {
     scheduler: Arc<schedule::Scheduler>,
     /// Who owns which temporary destination ([`temporary`]).
     temporaries: Arc<temporary::Temporaries>,
+    /// Composites and virtual topics ([`routing`]).
+    routes: Arc<routing::Routes>,
 }
 
 /// A [`Broker`] that does not keep its thread alive (the broker ends when the last
@@ -97,6 +104,7 @@ struct WeakBroker {
     shut_down: Arc<AtomicBool>,
     scheduler: Arc<schedule::Scheduler>,
     temporaries: Arc<temporary::Temporaries>,
+    routes: Arc<routing::Routes>,
 }
 
 impl WeakBroker {
@@ -113,6 +121,7 @@ impl WeakBroker {
             shut_down: Arc::clone(&self.shut_down),
             scheduler: Arc::clone(&self.scheduler),
             temporaries: Arc::clone(&self.temporaries),
+            routes: Arc::clone(&self.routes),
         })
     }
 }
@@ -152,6 +161,7 @@ impl Broker {
             })
             .await??;
         let broker = Self::start_on(runtime, store, config)?;
+        broker.recover_routing().await?;
         broker.sweep_temporaries().await?;
         broker.resume_schedule().await?;
         Ok(broker)
@@ -207,6 +217,7 @@ impl Broker {
             })
             .await??;
         let broker = Self::start_on(runtime, store, config)?;
+        broker.recover_routing().await?;
         broker.sweep_temporaries().await?;
         broker.resume_schedule().await?;
         Ok(broker)
@@ -246,6 +257,9 @@ impl Broker {
         let sweeping = broker.downgrade();
         broker.spawn_task(async move {
             if let Some(broker) = sweeping.upgrade() {
+                if let Err(e) = broker.recover_routing().await {
+                    tracing::warn!(error = %e, "cannot read the virtual topics' groups or roll back the routed sends a previous run left");
+                }
                 if let Err(e) = broker.sweep_temporaries().await {
                     tracing::warn!(error = %e, "cannot delete the temporary destinations a previous run left");
                 }
@@ -297,6 +311,7 @@ impl Broker {
             shut_down: Arc::default(),
             scheduler: Arc::default(),
             temporaries: Arc::default(),
+            routes: Arc::new(routing::Routes::new(config.routing.clone())),
         };
         // A queue that holds a redelivery back in the store wakes the scheduler. The
         // waker lives with the actors and holds the broker weakly: it keeps nothing
@@ -336,6 +351,7 @@ impl Broker {
             shut_down: Arc::clone(&self.shut_down),
             scheduler: Arc::clone(&self.scheduler),
             temporaries: Arc::clone(&self.temporaries),
+            routes: Arc::clone(&self.routes),
         }
     }
 

@@ -83,6 +83,18 @@ impl Broker {
         message: Message,
         in_transaction: bool,
     ) -> Result<TopicMessage, Error> {
+        self.outgoing_as(key, message, in_transaction, None)
+    }
+
+    /// [`Broker::outgoing`] with the message id `message_id` when given (the copies
+    /// of a routed send share one), else a new one.
+    pub(super) fn outgoing_as(
+        &self,
+        key: &DestinationKey,
+        message: Message,
+        in_transaction: bool,
+        message_id: Option<&str>,
+    ) -> Result<TopicMessage, Error> {
         if message.priority > ebb_store::MAX_PRIORITY {
             return Err(Error::InvalidPriority(message.priority));
         }
@@ -93,7 +105,7 @@ impl Broker {
             Expiration::At(at) => at.max(0),
             Expiration::Ttl(ttl) => now.saturating_add(ttl.min(i64::MAX as u64) as i64),
         };
-        let message_id = self.next_message_id();
+        let message_id = message_id.map_or_else(|| self.next_message_id(), str::to_string);
         let bytes = message.charged_bytes();
         let payload = Payload {
             timestamp_ms: now,
@@ -257,7 +269,10 @@ impl Broker {
     /// The one way a message is sent outside a transaction: as [`Broker::start_send`],
     /// with `options` ([`SendOptions`]: whether to wait for space first). Returns once
     /// the message has its place in its destination's order; the [`PendingSend`]
-    /// resolves after its commit (at once for one that is not stored).
+    /// resolves after its commit (at once for one that is not stored). A send that
+    /// routing takes to several destinations (a virtual topic with consumer groups, a
+    /// configured composite: [`Broker::routes_of`]) is committed to all of them in one
+    /// store transaction before this returns ([`Broker::send_to_each`]).
     ///
     /// Errors: as [`Broker::send`]; those of the store write come from the
     /// [`PendingSend`].
@@ -268,6 +283,18 @@ impl Broker {
         options: SendOptions,
     ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
+        self.start_send_to_each_with(std::slice::from_ref(&key), message, options)
+            .await
+    }
+
+    /// A send to exactly `key` (routing done): its place in `key`'s order.
+    pub(super) async fn start_send_one(
+        &self,
+        key: &DestinationKey,
+        message: Message,
+        options: SendOptions,
+    ) -> Result<PendingSend, Error> {
+        let key = key.clone();
         if options.space == SpaceCheck::Wait {
             self.wait_for_space(&key, message.persistent).await?;
         }

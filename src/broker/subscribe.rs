@@ -68,6 +68,8 @@ impl Broker {
             }
         };
         self.check_temporary_consumer(&key, options.connection)?;
+        // A virtual topic's consumer group begins with its first subscription.
+        self.join_virtual_group(&key).await?;
         if durable.is_some() && !key.capabilities().durable_subscriptions {
             return Err(no_durable_subscriptions(key.container(), key.kind()));
         }

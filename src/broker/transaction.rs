@@ -69,9 +69,22 @@ impl Broker {
         message: Message,
         xid: &str,
     ) -> Result<PendingSend, Error> {
+        self.start_send_prepared_as(destination, message, xid, None)
+            .await
+    }
+
+    /// [`Broker::start_send_prepared`] with the message id `message_id` when given
+    /// (the copies of a routed send share one).
+    pub(super) async fn start_send_prepared_as(
+        &self,
+        destination: impl ToDestination,
+        message: Message,
+        xid: &str,
+        message_id: Option<&str>,
+    ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
         self.check_transaction_space(&message)?;
-        let outgoing = self.outgoing(&key, message, true)?;
+        let outgoing = self.outgoing_as(&key, message, true, message_id)?;
         let message_id = outgoing.message_id.clone();
         let prepared = || PublishPrepared {
             message: outgoing.clone(),
@@ -284,12 +297,71 @@ impl Transaction {
     /// Commit only after every pending send of the transaction resolved. The
     /// destination joins the transaction before the send, so a commit or rollback
     /// reaches it even when this send fails.
+    ///
+    /// A send that routing takes to several destinations (a virtual topic with
+    /// consumer groups, a configured composite: [`Broker::routes_of`]) is sent to
+    /// each inside the transaction, with one message id, and resolves once every copy
+    /// is stored prepared.
     pub async fn start_send(
         &mut self,
         destination: impl ToDestination,
         message: Message,
     ) -> Result<PendingSend, Error> {
         let key = destination.to_destination()?;
+        self.start_send_to_each(std::slice::from_ref(&key), message)
+            .await
+    }
+
+    /// [`Transaction::start_send`] to each of `destinations` (a composite send, as
+    /// [`Broker::send_to_each`]) inside the transaction: the COMMIT delivers it to all.
+    pub async fn start_send_to_each(
+        &mut self,
+        destinations: &[DestinationKey],
+        message: Message,
+    ) -> Result<PendingSend, Error> {
+        let routes = self.broker.routes_of(destinations, &message);
+        match routes.as_slice() {
+            [] => Ok(PendingSend {
+                message_id: self.broker.next_message_id(),
+                ticket: PublishTicket::ready(Ok(PublishOutcome {
+                    id: None,
+                    expired_on_arrival: false,
+                })),
+            }),
+            [one] => self.start_send_as(one, message, None).await,
+            _ => {
+                let message_id = self.broker.next_message_id();
+                let mut pending = Vec::with_capacity(routes.len());
+                for key in &routes {
+                    pending.push(
+                        self.start_send_as(key, message.clone(), Some(&message_id))
+                            .await?,
+                    );
+                }
+                let mut expired = false;
+                for p in pending {
+                    expired |= p.await?.expired_on_arrival;
+                }
+                Ok(PendingSend {
+                    message_id,
+                    ticket: PublishTicket::ready(Ok(PublishOutcome {
+                        id: None,
+                        expired_on_arrival: expired,
+                    })),
+                })
+            }
+        }
+    }
+
+    /// A send to exactly `key` (routing done) inside the transaction, with the
+    /// message id `message_id` when given.
+    pub(super) async fn start_send_as(
+        &mut self,
+        key: &DestinationKey,
+        message: Message,
+        message_id: Option<&str>,
+    ) -> Result<PendingSend, Error> {
+        let key = key.clone();
         if let Some(due) = super::send::scheduled_due(&message) {
             // Held until the COMMIT, which stores it scheduled.
             self.broker.check_transaction_space(&message)?;
@@ -309,7 +381,7 @@ impl Transaction {
             self.destinations.push(key.clone());
         }
         self.broker
-            .start_send_prepared(&key, message, &self.xid)
+            .start_send_prepared_as(&key, message, &self.xid, message_id)
             .await
     }
 

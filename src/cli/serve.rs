@@ -242,6 +242,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         store: options,
         policies: file.policies(),
         usage: file.usage.usage(),
+        routing: file.routing()?,
         ..crate::BrokerConfig::default()
     };
     if let Some(permits) = file.housekeeping.permits {

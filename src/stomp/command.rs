@@ -212,6 +212,9 @@ pub enum Command {
     Send {
         /// Where it goes (`/queue/NAME`, `/topic/NAME`, `queue://NAME`, `topic://NAME`).
         destination: DestinationKey,
+        /// The other destinations of a composite send (ActiveMQ's comma convention,
+        /// `/queue/a,/topic/b`: [`DestinationKey::parse_composite`]); empty for one.
+        also: Vec<DestinationKey>,
         /// Body, user headers, and `persistent`, `priority`, `expires` as ActiveMQ
         /// reads them.
         message: Message,
@@ -298,11 +301,15 @@ impl Command {
                     request_id: header("request-id"),
                 }
             }
-            C::Send => Command::Send {
-                destination: destination_of(frame.get("destination"))?,
-                message: message_of(frame)?,
-                transaction: header("transaction"),
-            },
+            C::Send => {
+                let (destination, also) = composite_of(frame.get("destination"))?;
+                Command::Send {
+                    destination,
+                    also,
+                    message: message_of(frame)?,
+                    transaction: header("transaction"),
+                }
+            }
             C::Subscribe => subscribe_of(frame, version)?,
             C::Unsubscribe => Command::Unsubscribe {
                 id: frame
@@ -639,6 +646,22 @@ fn target_of(destination: Option<&str>) -> Result<Target, Refusal> {
 }
 
 /// `/topic/NAME` or `/queue/NAME` (ActiveMQ's STOMP destinations) as a key.
+/// A SEND's `destination`: one destination, or a composite's first and the others
+/// (`/queue/a,/topic/b`), each refused as [`destination_of`] refuses one.
+fn composite_of(
+    destination: Option<&str>,
+) -> Result<(DestinationKey, Vec<DestinationKey>), Refusal> {
+    match destination {
+        Some(text) if text.contains(',') => {
+            let mut keys = DestinationKey::parse_composite(text)
+                .map_err(|e| Refusal::new(ErrorCode::InvalidDestination, e.to_string()))?;
+            let first = keys.remove(0);
+            Ok((first, keys))
+        }
+        _ => Ok((destination_of(destination)?, Vec::new())),
+    }
+}
+
 fn destination_of(destination: Option<&str>) -> Result<DestinationKey, Refusal> {
     let Some(destination) = destination.filter(|d| !d.is_empty()) else {
         return refuse(ErrorCode::MissingHeader, "missing destination header");

@@ -612,9 +612,10 @@ impl Session {
             }
             Command::Send {
                 destination,
+                also,
                 message,
                 transaction,
-            } => return self.send(destination, message, transaction).await,
+            } => return self.send(destination, also, message, transaction).await,
             Command::Subscribe {
                 destination,
                 id,
@@ -775,18 +776,28 @@ impl Session {
     }
 
     /// SEND: the message takes its place in its destination's order (in its
-    /// transaction, if it names one); what is left is its commit.
+    /// transaction, if it names one); what is left is its commit. A composite SEND
+    /// (`also` not empty) needs `write` on each destination, and is committed to all
+    /// of them at once (in its transaction, at its COMMIT).
     async fn send(
         &mut self,
         destination: DestinationKey,
+        also: Vec<DestinationKey>,
         message: Message,
         transaction: Option<String>,
     ) -> Result<Applied, Refusal> {
         let message = message.from_connection(self.connection);
         self.authorize(Right::Write, &destination)?;
-        if self.producing.insert(destination.clone()) {
-            self.broker.producer_joined(&destination);
+        for other in &also {
+            self.authorize(Right::Write, other)?;
         }
+        for key in std::iter::once(&destination).chain(&also) {
+            if self.producing.insert(key.clone()) {
+                self.broker.producer_joined(key);
+            }
+        }
+        let mut destinations = also;
+        destinations.insert(0, destination);
         let started = match transaction {
             Some(tx) => {
                 let max = self.config.limits.max_transaction_bytes;
@@ -797,12 +808,18 @@ impl Session {
                         "transaction `{tx}` sends more than {max} bytes before COMMIT (max_transaction_size)"
                     ));
                 }
-                open.sends.start_send(&destination, message).await
+                open.sends.start_send_to_each(&destinations, message).await
             }
-            // Flow control was checked before ([`Session::flow`]).
+            // Flow control was checked before ([`Session::flow`]) for the first; a
+            // composite's others wait for space here.
+            None if destinations.len() > 1 => {
+                self.broker
+                    .start_send_to_each_with(&destinations, message, SendOptions::default())
+                    .await
+            }
             None => {
                 self.broker
-                    .start_send_with(&destination, message, SendOptions::checked())
+                    .start_send_to_each_with(&destinations, message, SendOptions::checked())
                     .await
             }
         };

@@ -40,6 +40,7 @@ mod metrics;
 mod queue_concurrency;
 mod queues;
 mod redelivery_delay;
+mod routing;
 mod runtimes;
 mod scheduled;
 mod selectors;

@@ -56,6 +56,13 @@ static STORE_KEY: LazyLock<String> =
 static PATTERN_KEY: LazyLock<String> =
     LazyLock::new(|| format!("a destination pattern starts with {}", *SCHEMES));
 
+/// Why a name with a comma is refused: the comma separates a composite's
+/// destinations ([`DestinationKey::parse_composite`]).
+pub const COMPOSITE_ONLY: &str = "`,` separates the destinations of a composite send (`/queue/a,/topic/b`): a destination's name cannot hold one, and a subscription names one destination";
+
+/// Most destinations in one composite destination ([`DestinationKey::parse_composite`]).
+pub const MAX_COMPOSITE: usize = 64;
+
 /// The longest destination name, bytes (the store's `container` column holds the
 /// name and its `queue://` / `topic://` prefix).
 pub const MAX_NAME_BYTES: usize = 200;
@@ -212,10 +219,46 @@ impl DestinationKey {
                 "wildcards `*` and `>` name patterns, not a destination",
             ));
         }
+        if name.contains(',') {
+            return Err(invalid(COMPOSITE_ONLY));
+        }
         Ok(Self {
             kind,
             name: name.to_string(),
         })
+    }
+
+    /// A composite destination, ActiveMQ's comma convention: `/queue/a,/topic/b,c`
+    /// names several destinations, each in [`DestinationKey::parse`]'s forms; one
+    /// without its kind (`c`) has the kind of the one before it (as ActiveMQ, where
+    /// `queue://` or `topic://` switches the kind for one element). A text without a
+    /// comma is one destination. Duplicates are dropped, the first kept; at most
+    /// [`MAX_COMPOSITE`] destinations. Composites are for sending: a subscription
+    /// names one destination ([`COMPOSITE_ONLY`]).
+    pub fn parse_composite(text: &str) -> Result<Vec<Self>, InvalidDestination> {
+        let mut keys: Vec<Self> = Vec::new();
+        for part in text.split(',') {
+            let part = part.trim();
+            let key = match (Self::split_any(part), keys.last()) {
+                (Some(_), _) => Self::parse(part),
+                (None, Some(last)) => Self::new(last.kind, part),
+                (None, None) => Self::parse(part),
+            }
+            .map_err(|e| InvalidDestination {
+                name: text.to_string(),
+                reason: e.reason,
+            })?;
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+            if keys.len() > MAX_COMPOSITE {
+                return Err(InvalidDestination {
+                    name: text.to_string(),
+                    reason: "a composite destination names at most 64 destinations",
+                });
+            }
+        }
+        Ok(keys)
     }
 
     /// The topic `name` (plain name: the kind is given).
@@ -509,6 +552,31 @@ impl fmt::Display for DestinationPattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_composite_names_each_destination_once_in_order() {
+        let keys =
+            DestinationKey::parse_composite("/queue/a,/topic/b,queue://c,d,/queue/a").unwrap();
+        let texts: Vec<String> = keys.iter().map(|k| k.container()).collect();
+        assert_eq!(texts, ["queue://a", "topic://b", "queue://c", "queue://d"]);
+        // One without a kind takes the kind of the one before it.
+        let keys = DestinationKey::parse_composite("/topic/x,y").unwrap();
+        assert_eq!(keys[1], DestinationKey::topic("y").unwrap());
+        assert_eq!(
+            DestinationKey::parse_composite("/queue/one").unwrap().len(),
+            1
+        );
+        for bad in ["/queue/a,", ",/queue/a", "a,/queue/b", "/queue/a,b.*"] {
+            assert!(DestinationKey::parse_composite(bad).is_err(), "{bad}");
+        }
+        let many: Vec<String> = (0..=MAX_COMPOSITE)
+            .map(|i| format!("/queue/q{i}"))
+            .collect();
+        assert!(DestinationKey::parse_composite(&many.join(",")).is_err());
+        // A comma is never part of a name.
+        let refused = DestinationKey::parse("/queue/a,b").unwrap_err();
+        assert_eq!(refused.reason, COMPOSITE_ONLY);
+    }
 
     #[test]
     fn every_form_names_the_same_key() {

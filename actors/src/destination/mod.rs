@@ -39,7 +39,8 @@ pub use ack_batch::{AckAnswer, AckBatch, AckWrite};
 pub use completions::Completions;
 pub use counters::DestinationCounters;
 pub use key::{
-    DestinationKey, DestinationKind, DestinationPattern, InvalidDestination, MAX_NAME_BYTES,
+    DestinationKey, DestinationKind, DestinationPattern, InvalidDestination, COMPOSITE_ONLY,
+    MAX_COMPOSITE, MAX_NAME_BYTES,
 };
 pub use prepared::PreparedMessages;
 pub use publish_order::PublishOrder;

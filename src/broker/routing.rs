@@ -1,0 +1,449 @@
+//! Routing: one send, several destinations. A send names its destinations (one, or a
+//! composite: ActiveMQ's `/queue/a,/topic/b`, [`DestinationKey::parse_composite`]);
+//! each is then expanded by what the broker is set up with ([`RoutingConfig`]):
+//!
+//! - a **configured composite** ([`CompositeDestination`], `[[composite]]` in
+//!   `ebb.toml`) forwards to its destinations, each forward with an optional
+//!   selector (ActiveMQ's `compositeQueue` with `filteredDestination`, `forwardOnly`:
+//!   nothing stays at the composite's own name);
+//! - a **virtual topic** ([`VirtualTopics`], ActiveMQ's `VirtualTopic.>`): a send to
+//!   `/topic/VirtualTopic.Orders` goes to that topic's subscribers and to every
+//!   consumer group's queue `/queue/Consumer.<group>.VirtualTopic.Orders` that exists.
+//!   A group's queue exists from its first subscription on (its definition is stored,
+//!   so an offline group keeps getting its messages across restarts, as a durable
+//!   subscription) until the queue is deleted.
+//!
+//! A send that ends at one destination takes the usual path ([`Broker::start_send`]).
+//! One that ends at several is one transaction (a store xid under
+//! [`ROUTED_XID_PREFIX`]): prepared at each destination, then committed in one store
+//! transaction, so every destination has the message or none has (a store failure
+//! mid-way rolls back what was prepared; a crash before the commit leaves prepared
+//! rows that [`Broker::rollback_abandoned`] deletes at the next start). Its receipt
+//! comes after the commit; every copy has the same message id.
+//!
+//! **What a virtual topic's message costs**: one stored row per consumer group (each
+//! group's queue holds its own copy, headers and body, beside its own acks,
+//! redeliveries and dead letters, as ActiveMQ's virtual topics do), plus the topic's
+//! own row only if a durable subscription of the topic needs it. Sharing one row
+//! between groups would need the store's rows to be referenced by several queues'
+//! cursors: not done; the benchmark (`cargo bench --bench virtual_topic`) shows the
+//! rows and bytes per message beside a topic with as many durable subscriptions.
+
+use super::message::{Message, PendingSend, SendReceipt};
+use super::send::SendOptions;
+use super::Broker;
+use crate::error::Error;
+use ebb_actors::destination::{now_ms, PublishTicket};
+use ebb_actors::messages::PublishOutcome;
+use ebb_actors::selector::{Fields, Selector};
+use ebb_actors::DestinationKey;
+use ebb_store::SubscriptionKey;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The prefix of the store xids of sends routed to several destinations
+/// ([`Broker::rollback_abandoned`] with it at start deletes what a crash left).
+pub const ROUTED_XID_PREFIX: &str = "ebb-routed:";
+
+/// The store container prefix under which a virtual topic's consumer groups are
+/// defined: `virtual:topic://VirtualTopic.Orders`, one definition row per group
+/// queue (no message is ever stored there).
+pub const VIRTUAL_CONTAINER_PREFIX: &str = "virtual:";
+
+/// The client id of the definitions under [`VIRTUAL_CONTAINER_PREFIX`] (the
+/// subscription name is the group queue's name).
+const VIRTUAL_CLIENT_ID: &str = "ebb:virtual-topic";
+
+/// Definitions read per store page at start.
+const DEFINITION_PAGE: u32 = 500;
+
+/// How sends are routed beyond the destination they name. `Default`: virtual topics
+/// on with ActiveMQ's prefixes, no configured composite.
+#[derive(Debug, Clone, Default)]
+pub struct RoutingConfig {
+    /// Virtual topics (ActiveMQ's `virtualDestinationInterceptor` default).
+    pub virtual_topics: VirtualTopics,
+    /// Configured composite destinations (`[[composite]]`).
+    pub composites: Vec<CompositeDestination>,
+}
+
+/// Virtual topics, ActiveMQ's convention: a topic whose name starts with
+/// `topic_prefix` is also delivered to each queue named `consumer_prefix`, one
+/// segment (the group), `.`, the topic's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VirtualTopics {
+    /// On by default, as in ActiveMQ.
+    pub enabled: bool,
+    /// The topic name prefix: `VirtualTopic.` (ActiveMQ's `VirtualTopic.>`).
+    pub topic_prefix: String,
+    /// The consumer queue prefix before the group: `Consumer.` (ActiveMQ's
+    /// `Consumer.*.`).
+    pub consumer_prefix: String,
+}
+
+impl Default for VirtualTopics {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            topic_prefix: "VirtualTopic.".into(),
+            consumer_prefix: "Consumer.".into(),
+        }
+    }
+}
+
+impl VirtualTopics {
+    /// The virtual topic a consumer group's queue reads (`Consumer.A.VirtualTopic.X`
+    /// → `topic://VirtualTopic.X`), or `None` when `queue` is not one.
+    pub fn topic_of_group(&self, queue: &DestinationKey) -> Option<DestinationKey> {
+        let caps = queue.capabilities();
+        if !self.enabled || !caps.point_to_point || caps.temporary {
+            return None;
+        }
+        let rest = queue.name().strip_prefix(self.consumer_prefix.as_str())?;
+        let (group, topic) = rest.split_once('.')?;
+        if group.is_empty() || !self.is_virtual(topic) {
+            return None;
+        }
+        DestinationKey::topic(topic).ok()
+    }
+
+    /// True when topic name `name` is a virtual topic's.
+    fn is_virtual(&self, name: &str) -> bool {
+        self.enabled && name.len() > self.topic_prefix.len() && name.starts_with(&self.topic_prefix)
+    }
+}
+
+/// A configured composite destination (`[[composite]]`, ActiveMQ's `compositeQueue`
+/// / `compositeTopic` with `forwardOnly`): a send to `name` goes to each forward
+/// whose selector matches, none to `name` itself.
+#[derive(Debug, Clone)]
+pub struct CompositeDestination {
+    /// The name producers send to.
+    pub name: DestinationKey,
+    /// Where its messages go.
+    pub forwards: Vec<Forward>,
+}
+
+/// One forward of a [`CompositeDestination`].
+#[derive(Debug, Clone)]
+pub struct Forward {
+    /// The destination it forwards to (not itself a composite: forwards are not
+    /// followed further, so no loop can form).
+    pub destination: DestinationKey,
+    /// Only messages it matches are forwarded (ActiveMQ's `filteredDestination`);
+    /// `None`: every message.
+    pub selector: Option<Selector>,
+}
+
+/// The broker's routing state: the configuration and the virtual topics' groups.
+#[derive(Default)]
+pub(super) struct Routes {
+    config: RoutingConfig,
+    /// By virtual topic: its groups' queues.
+    groups: parking_lot::RwLock<HashMap<DestinationKey, BTreeSet<DestinationKey>>>,
+    /// The next routed send's xid number.
+    next_xid: AtomicU64,
+}
+
+impl Routes {
+    pub(super) fn new(config: RoutingConfig) -> Self {
+        Self {
+            config,
+            ..Self::default()
+        }
+    }
+}
+
+/// A message about to be sent, as a forward's selector reads it.
+struct Unsent<'a> {
+    message: &'a Message,
+    now: i64,
+}
+
+impl Fields for Unsent<'_> {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.message
+            .headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+    fn message_id(&self) -> &str {
+        ""
+    }
+    fn priority(&self) -> u8 {
+        self.message.priority
+    }
+    fn timestamp_ms(&self) -> i64 {
+        self.now
+    }
+    fn persistent(&self) -> bool {
+        self.message.persistent
+    }
+    fn expiration_ms(&self) -> i64 {
+        match self.message.expiration {
+            super::message::Expiration::Never => 0,
+            super::message::Expiration::At(at) => at,
+            super::message::Expiration::Ttl(ttl) => {
+                self.now.saturating_add(ttl.min(i64::MAX as u64) as i64)
+            }
+        }
+    }
+}
+
+impl Broker {
+    /// The virtual topic settings this broker runs with.
+    pub fn virtual_topics(&self) -> &VirtualTopics {
+        &self.routes.config.virtual_topics
+    }
+
+    /// Where a send of `message` to `named` ends: each named destination expanded
+    /// (a configured composite to its matching forwards, a virtual topic to itself and
+    /// its groups' queues), each destination once, in order. Empty when a composite's
+    /// forwards all refuse it (it is accepted and goes nowhere, as in ActiveMQ).
+    pub fn routes_of(&self, named: &[DestinationKey], message: &Message) -> Vec<DestinationKey> {
+        let mut out: Vec<DestinationKey> = Vec::new();
+        let push = |key: &DestinationKey, out: &mut Vec<DestinationKey>| {
+            if !out.contains(key) {
+                out.push(key.clone());
+            }
+        };
+        let unsent = Unsent {
+            message,
+            now: now_ms(),
+        };
+        let groups = self.routes.groups.read();
+        for key in named {
+            if let Some(composite) = self
+                .routes
+                .config
+                .composites
+                .iter()
+                .find(|c| &c.name == key)
+            {
+                for forward in &composite.forwards {
+                    if forward.selector.as_ref().is_none_or(|s| s.matches(&unsent)) {
+                        push(&forward.destination, &mut out);
+                    }
+                }
+                continue;
+            }
+            push(key, &mut out);
+            if let Some(queues) = groups.get(key) {
+                for queue in queues {
+                    push(queue, &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    /// Sends `message` to each of `destinations` (a composite send, ActiveMQ's
+    /// `/queue/a,/topic/b`): as [`Broker::send`] to each, all in one store
+    /// transaction: every destination has it or none has. Configured composites and
+    /// virtual topics are expanded (see [`crate::broker`]'s routing). Returns after the
+    /// commit; every copy has the same message id.
+    ///
+    /// Errors: as [`Broker::send`]; on any, no destination has the message.
+    pub async fn send_to_each(
+        &self,
+        destinations: &[DestinationKey],
+        message: Message,
+    ) -> Result<SendReceipt, Error> {
+        self.start_send_to_each_with(destinations, message, SendOptions::default())
+            .await?
+            .await
+    }
+
+    /// [`Broker::send_to_each`] with `options` ([`Broker::start_send_with`]'s): a
+    /// send that ends at one destination has its place when this returns; one that
+    /// ends at several is committed when this returns (its [`PendingSend`] is ready).
+    pub async fn start_send_to_each_with(
+        &self,
+        destinations: &[DestinationKey],
+        message: Message,
+        options: SendOptions,
+    ) -> Result<PendingSend, Error> {
+        self.refuse_if_shut_down()?;
+        let routes = self.routes_of(destinations, &message);
+        match routes.as_slice() {
+            [] => Ok(PendingSend {
+                message_id: self.next_message_id(),
+                ticket: PublishTicket::ready(Ok(PublishOutcome {
+                    id: None,
+                    expired_on_arrival: false,
+                })),
+            }),
+            [one] => self.start_send_one(one, message, options).await,
+            _ => self.send_routed(routes, message, options).await,
+        }
+    }
+
+    /// A send that ends at several destinations: one transaction of its own.
+    async fn send_routed(
+        &self,
+        routes: Vec<DestinationKey>,
+        message: Message,
+        options: SendOptions,
+    ) -> Result<PendingSend, Error> {
+        if options.space == super::send::SpaceCheck::Wait {
+            for key in &routes {
+                self.wait_for_space(key, message.persistent).await?;
+            }
+        }
+        let n = self.routes.next_xid.fetch_add(1, Ordering::Relaxed);
+        let xid = format!("{ROUTED_XID_PREFIX}{}:{n}", self.ids.prefix);
+        let mut tx = self.transaction(xid.clone());
+        let message_id = self.next_message_id();
+        let mut pending = Vec::with_capacity(routes.len());
+        for key in &routes {
+            match tx
+                .start_send_as(key, message.clone(), Some(&message_id))
+                .await
+            {
+                Ok(p) => pending.push(p),
+                Err(e) => {
+                    let _ = tx.rollback().await;
+                    return Err(e);
+                }
+            }
+        }
+        let mut expired = false;
+        for p in pending {
+            match p.await {
+                Ok(receipt) => expired |= receipt.expired_on_arrival,
+                Err(e) => {
+                    let _ = tx.rollback().await;
+                    return Err(e);
+                }
+            }
+        }
+        if let Err(e) = tx.commit().await {
+            // Nothing was committed: what is prepared goes now (or, if the store
+            // cannot, at the next start).
+            let _ = self.rollback_transaction(&xid, &routes).await;
+            return Err(e);
+        }
+        Ok(PendingSend {
+            message_id,
+            ticket: PublishTicket::ready(Ok(PublishOutcome {
+                id: None,
+                expired_on_arrival: expired,
+            })),
+        })
+    }
+
+    /// Makes `queue` a consumer group of its virtual topic when it is one
+    /// ([`VirtualTopics::topic_of_group`]) and not one yet: its definition is
+    /// stored first, so that from now on (also across restarts) every message sent
+    /// to the topic is delivered to it too.
+    pub(super) async fn join_virtual_group(&self, queue: &DestinationKey) -> Result<(), Error> {
+        let Some(topic) = self.routes.config.virtual_topics.topic_of_group(queue) else {
+            return Ok(());
+        };
+        if self
+            .routes
+            .groups
+            .read()
+            .get(&topic)
+            .is_some_and(|g| g.contains(queue))
+        {
+            return Ok(());
+        }
+        self.store
+            .subscribe(
+                format!("{VIRTUAL_CONTAINER_PREFIX}{topic}"),
+                SubscriptionKey::new(VIRTUAL_CLIENT_ID, queue.name()),
+                None,
+                false,
+            )
+            .await?;
+        self.routes
+            .groups
+            .write()
+            .entry(topic)
+            .or_default()
+            .insert(queue.clone());
+        Ok(())
+    }
+
+    /// A deleted queue is no longer a consumer group: its definition goes, and its
+    /// virtual topic no longer sends to it.
+    pub(crate) async fn leave_virtual_group(&self, queue: &DestinationKey) -> Result<(), Error> {
+        let Some(topic) = self.routes.config.virtual_topics.topic_of_group(queue) else {
+            return Ok(());
+        };
+        if let Some(groups) = self.routes.groups.write().get_mut(&topic) {
+            groups.remove(queue);
+        }
+        self.store
+            .unsubscribe(
+                format!("{VIRTUAL_CONTAINER_PREFIX}{topic}"),
+                SubscriptionKey::new(VIRTUAL_CLIENT_ID, queue.name()),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The consumer groups' queues of virtual topic `topic`, in name order.
+    pub fn virtual_groups(&self, topic: &DestinationKey) -> Vec<DestinationKey> {
+        self.routes
+            .groups
+            .read()
+            .get(topic)
+            .map(|g| g.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// At start: rolls back the routed sends a previous run left prepared (none of
+    /// their destinations has them), then reads the virtual topics' groups.
+    pub(super) async fn recover_routing(&self) -> Result<(), Error> {
+        let dropped = self.rollback_abandoned(ROUTED_XID_PREFIX).await?;
+        if dropped > 0 {
+            tracing::info!(
+                messages = dropped,
+                "rolled back routed sends a previous run left uncommitted"
+            );
+        }
+        self.load_virtual_groups().await
+    }
+
+    /// Reads every stored consumer group definition (a page of [`DEFINITION_PAGE`] at
+    /// a time): called at start, before the broker serves.
+    async fn load_virtual_groups(&self) -> Result<(), Error> {
+        let store = self.store.store();
+        let below = "virtual;";
+        let mut after: Option<(String, SubscriptionKey)> = None;
+        loop {
+            let page = store
+                .list_subscriptions_between(
+                    VIRTUAL_CONTAINER_PREFIX,
+                    below,
+                    after.as_ref().map(|(c, k)| (c.as_str(), k)),
+                    DEFINITION_PAGE,
+                )
+                .await?;
+            let full = page.len() == DEFINITION_PAGE as usize;
+            after = page.last().map(|s| (s.container.clone(), s.key.clone()));
+            let mut groups = self.routes.groups.write();
+            for sub in page {
+                let text = &sub.container[VIRTUAL_CONTAINER_PREFIX.len()..];
+                match (
+                    DestinationKey::from_container(text),
+                    DestinationKey::queue(&sub.key.subscription_name),
+                ) {
+                    (Ok(topic), Ok(queue)) => {
+                        groups.entry(topic).or_default().insert(queue);
+                    }
+                    _ => {
+                        tracing::warn!(container = %sub.container, group = %sub.key.subscription_name,
+                        "a stored virtual topic group does not parse; it is left alone")
+                    }
+                }
+            }
+            if !full {
+                return Ok(());
+            }
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! Routing kinds (issue 33): virtual topics (ActiveMQ's `VirtualTopic.>` with
+//! `Consumer.<group>.` queues) and composite destinations (the comma convention and
+//! `[[composite]]` with a selector per forward). A send routed to several
+//! destinations is one store transaction: all of them have it or none. Both backends;
+//! embedding API and STOMP.
+
+use std::sync::Arc;
+
+use ebb::stomp::frame::Command;
+use ebb::test_util::stomp::*;
+use ebb::test_util::*;
+use ebb::{
+    Broker, BrokerConfig, CompositeDestination, DestinationKey, Error, Forward, Message,
+    RoutingConfig, Selector, SubscribeOptions,
+};
+use ebb_store::WriteOp;
+
+use crate::faulty_store::FaultyStore;
+
+const TOPIC: &str = "topic://VirtualTopic.Orders";
+
+fn group(name: &str) -> String {
+    format!("queue://Consumer.{name}.VirtualTopic.Orders")
+}
+
+/// The rows `destination` holds in the store.
+async fn rows(b: &Broker, destination: &str) -> u64 {
+    b.store().count_messages(destination).await.unwrap()
+}
+
+fn config(t: &TestStore, routing: RoutingConfig) -> BrokerConfig {
+    BrokerConfig {
+        store: t.options.clone(),
+        routing,
+        ..topic_config(policy(0, 400))
+    }
+}
+
+async fn every_group_gets_every_message_once_spread_over_its_consumers(t: TestStore) {
+    let b = Broker::start(&t.url, config(&t, RoutingConfig::default()))
+        .await
+        .unwrap();
+    let options = || SubscribeOptions::non_durable().prefetch(10);
+    let mut a = vec![
+        b.subscribe(group("A").as_str(), options()).await.unwrap(),
+        b.subscribe(group("A").as_str(), options()).await.unwrap(),
+    ];
+    let mut group_b = b.subscribe(group("B").as_str(), options()).await.unwrap();
+    let mut plain = b.subscribe(TOPIC, options()).await.unwrap();
+    assert_eq!(
+        b.virtual_groups(&DestinationKey::parse(TOPIC).unwrap()),
+        [
+            DestinationKey::parse(&group("A")).unwrap(),
+            DestinationKey::parse(&group("B")).unwrap()
+        ]
+    );
+    let mut ids = Vec::new();
+    for n in 0..100 {
+        let receipt = b.send(TOPIC, Message::new(format!("m{n}"))).await.unwrap();
+        ids.push(receipt.message_id);
+    }
+    // Group A: each message once, over both consumers.
+    let spread = take_spread(&mut a, 100).await;
+    assert!(
+        spread.iter().all(|got| !got.is_empty()),
+        "one consumer of A got none"
+    );
+    let mut bodies: Vec<String> = spread.iter().flatten().map(body).collect();
+    bodies.sort_by_key(|m| m[1..].parse::<u32>().unwrap());
+    assert_eq!(
+        bodies,
+        (0..100).map(|n| format!("m{n}")).collect::<Vec<_>>()
+    );
+    // Group B and the topic's own subscriber: each message once, in order, with the
+    // id the sender got (one id for every copy).
+    for sub in [&mut group_b, &mut plain] {
+        let got = take(sub, 100).await;
+        assert_eq!(
+            got.iter().map(body).collect::<Vec<_>>(),
+            (0..100).map(|n| format!("m{n}")).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            got.iter()
+                .map(|m| m.message_id().to_string())
+                .collect::<Vec<_>>(),
+            ids
+        );
+    }
+    // Group C is created now: it gets what is sent from now on only.
+    drop(a);
+    let mut c = b.subscribe(group("C").as_str(), options()).await.unwrap();
+    b.send(TOPIC, Message::new("after C")).await.unwrap();
+    assert_eq!(body(&take(&mut c, 1).await[0]), "after C");
+    b.shutdown().await.unwrap();
+}
+
+async fn an_offline_group_keeps_its_messages_across_a_restart(t: TestStore) {
+    let b = Broker::start(&t.url, config(&t, RoutingConfig::default()))
+        .await
+        .unwrap();
+    // The group exists from its first subscription on, then goes offline.
+    drop(
+        b.subscribe(group("Offline").as_str(), SubscribeOptions::non_durable())
+            .await
+            .unwrap(),
+    );
+    b.send(TOPIC, Message::new("before restart")).await.unwrap();
+    assert_eq!(rows(&b, &group("Offline")).await, 1);
+    b.shutdown().await.unwrap();
+    // The definition is read back: the group still gets the topic's messages.
+    let b = Broker::start(&t.url, config(&t, RoutingConfig::default()))
+        .await
+        .unwrap();
+    b.send(TOPIC, Message::new("after restart")).await.unwrap();
+    assert_eq!(rows(&b, &group("Offline")).await, 2);
+    let mut sub = b
+        .subscribe(group("Offline").as_str(), SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, 2).await.iter().map(body).collect();
+    assert_eq!(got, ["before restart", "after restart"]);
+    drop(sub);
+    // Deleting the group's queue ends the group.
+    b.delete_destination(group("Offline").as_str())
+        .await
+        .unwrap();
+    b.send(TOPIC, Message::new("after delete")).await.unwrap();
+    assert_eq!(rows(&b, &group("Offline")).await, 0);
+    assert!(b
+        .virtual_groups(&DestinationKey::parse(TOPIC).unwrap())
+        .is_empty());
+    b.shutdown().await.unwrap();
+    // Virtual topics off: a queue of that name is a queue like any other.
+    let off = RoutingConfig {
+        virtual_topics: ebb::VirtualTopics {
+            enabled: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let b = Broker::start(&t.url, config(&t, off)).await.unwrap();
+    drop(
+        b.subscribe(group("Off").as_str(), SubscribeOptions::non_durable())
+            .await
+            .unwrap(),
+    );
+    b.send(TOPIC, Message::new("to the topic only"))
+        .await
+        .unwrap();
+    assert_eq!(rows(&b, &group("Off")).await, 0);
+    b.shutdown().await.unwrap();
+}
+
+/// The store fails the write that `fail` picks; a composite send to three
+/// destinations then leaves none of them with the message, and the same send once
+/// the store works reaches all three.
+async fn a_composite_send_is_all_or_none(t: TestStore) {
+    let store = t.open().await;
+    static FAIL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    let faulty = Arc::new(FaultyStore {
+        fail_writes: |op| match (FAIL.load(std::sync::atomic::Ordering::SeqCst), op) {
+            // Mid-way: the copy to the third destination cannot be stored.
+            (1, WriteOp::Add(m)) => m.container == "queue://all.c",
+            // At the end: the commit of the routed transaction.
+            (2, WriteOp::Commit { xid }) => xid.starts_with(ebb::ROUTED_XID_PREFIX),
+            _ => false,
+        },
+        ..FaultyStore::new(store)
+    });
+    let b = Broker::start_with_store(faulty, config(&t, RoutingConfig::default())).unwrap();
+    let mut topic_sub = b
+        .subscribe("topic://all.b", SubscribeOptions::durable("c1", "d1"))
+        .await
+        .unwrap();
+    let keys = DestinationKey::parse_composite("/queue/all.a,/topic/all.b,queue://all.c").unwrap();
+    for fault in [1, 2] {
+        FAIL.store(fault, std::sync::atomic::Ordering::SeqCst);
+        let refused = b
+            .send_to_each(&keys, Message::new(format!("fault {fault}")))
+            .await;
+        assert!(refused.is_err(), "fault {fault}: {refused:?}");
+        for c in ["queue://all.a", "topic://all.b", "queue://all.c"] {
+            assert_eq!(rows(&b, c).await, 0, "fault {fault}: {c} kept a row");
+        }
+    }
+    FAIL.store(0, std::sync::atomic::Ordering::SeqCst);
+    let receipt = b.send_to_each(&keys, Message::new("whole")).await.unwrap();
+    for c in ["queue://all.a", "topic://all.b", "queue://all.c"] {
+        assert_eq!(rows(&b, c).await, 1, "{c}");
+    }
+    // The durable subscriber never saw the failed ones.
+    let got = take(&mut topic_sub, 1).await;
+    assert_eq!(body(&got[0]), "whole");
+    assert_eq!(got[0].message_id(), receipt.message_id);
+    for q in ["queue://all.a", "queue://all.c"] {
+        let mut sub = b
+            .subscribe(q, SubscribeOptions::non_durable())
+            .await
+            .unwrap();
+        let got = take(&mut sub, 1).await;
+        assert_eq!(body(&got[0]), "whole");
+        assert_eq!(got[0].message_id(), receipt.message_id);
+    }
+    b.shutdown().await.unwrap();
+}
+
+async fn a_configured_composite_forwards_by_selector(t: TestStore) {
+    let routing = RoutingConfig {
+        composites: vec![CompositeDestination {
+            name: DestinationKey::parse("queue://orders.all").unwrap(),
+            forwards: vec![
+                Forward {
+                    destination: DestinationKey::parse("queue://orders.eu").unwrap(),
+                    selector: Some(Selector::parse("region = 'eu'").unwrap()),
+                },
+                Forward {
+                    destination: DestinationKey::parse("queue://audit").unwrap(),
+                    selector: None,
+                },
+            ],
+        }],
+        ..Default::default()
+    };
+    let b = Broker::start(&t.url, config(&t, routing)).await.unwrap();
+    for region in ["eu", "us", "eu"] {
+        b.send(
+            "/queue/orders.all",
+            Message::new(region).header("region", region),
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(rows(&b, "queue://orders.eu").await, 2);
+    assert_eq!(rows(&b, "queue://audit").await, 3);
+    // Forward only: nothing stays at the composite's name.
+    assert_eq!(rows(&b, "queue://orders.all").await, 0);
+    // In a transaction too: nothing until the commit, then every forward.
+    let mut tx = b.transaction("routing-tx-1");
+    tx.send(
+        "queue://orders.all",
+        Message::new("eu").header("region", "eu"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows(&b, "queue://orders.eu").await, 2 + 1);
+    let mut sub = b
+        .subscribe("queue://orders.eu", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    assert_eq!(take(&mut sub, 2).await.len(), 2);
+    tx.commit().await.unwrap();
+    assert_eq!(take(&mut sub, 1).await.len(), 1);
+    assert_eq!(rows(&b, "queue://audit").await, 4);
+    b.shutdown().await.unwrap();
+}
+
+async fn stomp_composite_send_and_its_refusals(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let mut consumer = Client::connected(s.addr, None).await;
+    for (id, dest) in [
+        ("1", "/queue/comp.a"),
+        ("2", "/topic/comp.b"),
+        ("3", "/queue/comp.c"),
+    ] {
+        consumer
+            .write(
+                format!("SUBSCRIBE\nid:{id}\ndestination:{dest}\nreceipt:s{id}\n\n\0").as_bytes(),
+            )
+            .await;
+        assert_eq!(consumer.frame().await.unwrap().command, Command::Receipt);
+    }
+    let mut producer = Client::connected(s.addr, None).await;
+    producer
+        .write(
+            b"SEND\ndestination:/queue/comp.a,/topic/comp.b,queue://comp.c\nreceipt:r1\n\nto all\0",
+        )
+        .await;
+    assert_eq!(
+        producer.frame().await.unwrap().get("receipt-id"),
+        Some("r1")
+    );
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let m = consumer.frame().await.unwrap();
+        assert_eq!(m.command, Command::Message);
+        assert_eq!(&m.body[..], b"to all");
+        seen.push((
+            m.get("destination").unwrap().to_string(),
+            m.get("message-id").unwrap().to_string(),
+        ));
+    }
+    seen.sort();
+    assert_eq!(
+        seen.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>(),
+        ["/queue/comp.a", "/queue/comp.c", "/topic/comp.b"]
+    );
+    assert!(
+        seen.iter().all(|(_, id)| *id == seen[0].1),
+        "one message id: {seen:?}"
+    );
+    // A subscription names one destination.
+    producer
+        .write(b"SUBSCRIBE\nid:9\ndestination:/queue/comp.a,/queue/comp.c\n\n\0")
+        .await;
+    let refused = producer.frame().await.unwrap();
+    assert_eq!(refused.command, Command::Error);
+    assert!(
+        refused.get("message").unwrap().contains("composite"),
+        "{refused:?}"
+    );
+    let mut other = Client::connected(s.addr, None).await;
+    other
+        .write(b"SEND\ndestination:/queue/comp.a,\nreceipt:r2\n\nx\0")
+        .await;
+    let refused = other.frame().await.unwrap();
+    assert_eq!(refused.command, Command::Error);
+    assert_eq!(refused.get("error-code"), Some("invalid-destination"));
+    s.stop().await;
+}
+
+/// Embedding: a composite refused by name leaves nothing anywhere.
+async fn a_refused_composite_sends_nothing(t: TestStore) {
+    let b = broker(&t, policy(0, 400), 2).await;
+    let mut keys = DestinationKey::parse_composite("/queue/ok.a,/queue/ok.b").unwrap();
+    // A send to an ended temporary queue is refused; the others get nothing.
+    let temp = b.temporary_queue().unwrap();
+    keys.push(temp.key().clone());
+    drop(temp);
+    match b.send_to_each(&keys, Message::new("x")).await {
+        Err(Error::InvalidDestination { .. }) => {}
+        other => panic!("a composite with an ended temporary queue: {other:?}"),
+    }
+    assert_eq!(rows(&b, "queue://ok.a").await, 0);
+    assert_eq!(rows(&b, "queue://ok.b").await, 0);
+    b.shutdown().await.unwrap();
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    every_group_gets_every_message_once_spread_over_its_consumers,
+    an_offline_group_keeps_its_messages_across_a_restart,
+    a_composite_send_is_all_or_none,
+    a_configured_composite_forwards_by_selector,
+    stomp_composite_send_and_its_refusals,
+    a_refused_composite_sends_nothing,
+);
