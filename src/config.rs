@@ -96,6 +96,9 @@ pub struct VirtualTopicsSection {
     pub topic_prefix: Option<String>,
     /// Default `Consumer.` (the group is the segment after it).
     pub consumer_prefix: Option<String>,
+    /// Default false: one store transaction for the topic and all its groups
+    /// (ActiveMQ's `transactedSend`; [`crate::VirtualTopics::transacted_send`]).
+    pub transacted_send: Option<bool>,
 }
 
 /// One `[[composite]]`: a send to `name` goes to each `[[composite.forward]]` whose
@@ -857,6 +860,7 @@ impl FileConfig {
                 .consumer_prefix
                 .clone()
                 .unwrap_or(defaults.consumer_prefix),
+            transacted_send: v.transacted_send.unwrap_or(defaults.transacted_send),
         };
         if virtual_topics.topic_prefix.is_empty() || virtual_topics.consumer_prefix.is_empty() {
             return Err(bad(

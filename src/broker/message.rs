@@ -188,9 +188,44 @@ pub struct SendReceipt {
 pub struct PendingSend {
     pub(super) message_id: String,
     pub(super) ticket: PublishTicket,
+    /// The other copies of a send routed to several destinations one by one (a
+    /// virtual topic's groups): it resolves once every copy is accepted.
+    pub(super) others: Vec<PublishTicket>,
 }
 
 impl PendingSend {
+    /// A send waiting for `ticket`.
+    pub(super) fn new(message_id: String, ticket: PublishTicket) -> Self {
+        Self {
+            message_id,
+            ticket,
+            others: Vec::new(),
+        }
+    }
+
+    /// One send of several copies (`copies`, at least one, sharing the first's message
+    /// id): it resolves once every copy has, with the first's store id.
+    pub(super) fn all(copies: Vec<PendingSend>) -> Self {
+        let mut copies = copies.into_iter();
+        let mut first = copies.next().expect("at least one copy");
+        for copy in copies {
+            first.others.push(copy.ticket);
+            first.others.extend(copy.others);
+        }
+        first
+    }
+
+    /// A send already accepted: not stored (`id` none), `expired_on_arrival` as given.
+    pub(super) fn accepted(message_id: String, expired_on_arrival: bool) -> Self {
+        Self::new(
+            message_id,
+            PublishTicket::ready(Ok(ebb_actors::messages::PublishOutcome {
+                id: None,
+                expired_on_arrival,
+            })),
+        )
+    }
+
     /// The message id the broker gave the message.
     pub fn message_id(&self) -> &str {
         &self.message_id
@@ -201,6 +236,13 @@ impl std::future::Future for PendingSend {
     type Output = Result<SendReceipt, Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Every other copy first (each resolves once; taken out as it does), so the
+        // receipt comes when all are accepted.
+        while let Some(last) = self.others.last_mut() {
+            let outcome = std::task::ready!(Pin::new(last).poll(cx));
+            self.others.pop();
+            outcome?;
+        }
         let outcome = std::task::ready!(Pin::new(&mut self.ticket).poll(cx))?;
         Poll::Ready(Ok(SendReceipt {
             message_id: std::mem::take(&mut self.message_id),

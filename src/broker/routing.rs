@@ -14,7 +14,10 @@
 //!   subscription) until the queue is deleted.
 //!
 //! A send that ends at one destination takes the usual path ([`Broker::start_send`]).
-//! One that ends at several is one transaction (a store xid under
+//! A virtual topic's copies are sent one after another, each as a send of its own
+//! (pipelined; the receipt when every copy is stored), unless
+//! [`VirtualTopics::transacted_send`]. A composite send (named or configured), or a
+//! virtual topic's with `transacted_send`, is one transaction (a store xid under
 //! [`ROUTED_XID_PREFIX`]): prepared at each destination, then committed in one store
 //! transaction, so every destination has the message or none has (a store failure
 //! mid-way rolls back what was prepared; a crash before the commit leaves prepared
@@ -33,8 +36,7 @@ use super::message::{Message, PendingSend, SendReceipt};
 use super::send::SendOptions;
 use super::Broker;
 use crate::error::Error;
-use ebb_actors::destination::{now_ms, PublishTicket};
-use ebb_actors::messages::PublishOutcome;
+use ebb_actors::destination::now_ms;
 use ebb_actors::selector::{Fields, Selector};
 use ebb_actors::DestinationKey;
 use ebb_store::SubscriptionKey;
@@ -79,6 +81,14 @@ pub struct VirtualTopics {
     /// The consumer queue prefix before the group: `Consumer.` (ActiveMQ's
     /// `Consumer.*.`).
     pub consumer_prefix: String,
+    /// Send to the topic and its groups in one store transaction, all or none
+    /// (ActiveMQ's `transactedSend`, default off as there): every copy is stored
+    /// prepared, then committed. Off, the copies are sent one after another as
+    /// separate sends (pipelined, with the store's group commit) and the receipt comes
+    /// when every copy is stored: nothing receipted is lost, but a crash before the
+    /// receipt may leave the message in some groups only (the producer's retry then
+    /// gives those a duplicate).
+    pub transacted_send: bool,
 }
 
 impl Default for VirtualTopics {
@@ -87,6 +97,7 @@ impl Default for VirtualTopics {
             enabled: true,
             topic_prefix: "VirtualTopic.".into(),
             consumer_prefix: "Consumer.".into(),
+            transacted_send: false,
         }
     }
 }
@@ -202,6 +213,14 @@ impl Broker {
     /// its groups' queues), each destination once, in order. Empty when a composite's
     /// forwards all refuse it (it is accepted and goes nowhere, as in ActiveMQ).
     pub fn routes_of(&self, named: &[DestinationKey], message: &Message) -> Vec<DestinationKey> {
+        self.plan(named, message).0
+    }
+
+    /// [`Broker::routes_of`], and whether the send must be one store transaction:
+    /// several destinations named, a configured composite, or a virtual topic with
+    /// [`VirtualTopics::transacted_send`].
+    fn plan(&self, named: &[DestinationKey], message: &Message) -> (Vec<DestinationKey>, bool) {
+        let mut atomic = named.len() > 1;
         let mut out: Vec<DestinationKey> = Vec::new();
         let push = |key: &DestinationKey, out: &mut Vec<DestinationKey>| {
             if !out.contains(key) {
@@ -221,6 +240,7 @@ impl Broker {
                 .iter()
                 .find(|c| &c.name == key)
             {
+                atomic = true;
                 for forward in &composite.forwards {
                     if forward.selector.as_ref().is_none_or(|s| s.matches(&unsent)) {
                         push(&forward.destination, &mut out);
@@ -230,12 +250,13 @@ impl Broker {
             }
             push(key, &mut out);
             if let Some(queues) = groups.get(key) {
+                atomic |= self.routes.config.virtual_topics.transacted_send;
                 for queue in queues {
                     push(queue, &mut out);
                 }
             }
         }
-        out
+        (out, atomic)
     }
 
     /// Sends `message` to each of `destinations` (a composite send, ActiveMQ's
@@ -265,18 +286,35 @@ impl Broker {
         options: SendOptions,
     ) -> Result<PendingSend, Error> {
         self.refuse_if_shut_down()?;
-        let routes = self.routes_of(destinations, &message);
+        let (routes, atomic) = self.plan(destinations, &message);
         match routes.as_slice() {
-            [] => Ok(PendingSend {
-                message_id: self.next_message_id(),
-                ticket: PublishTicket::ready(Ok(PublishOutcome {
-                    id: None,
-                    expired_on_arrival: false,
-                })),
-            }),
-            [one] => self.start_send_one(one, message, options).await,
-            _ => self.send_routed(routes, message, options).await,
+            [] => Ok(PendingSend::accepted(self.next_message_id(), false)),
+            [one] => self.start_send_one(one, message, options, None).await,
+            _ if atomic => self.send_routed(routes, message, options).await,
+            _ => self.send_fanned(routes, message, options).await,
         }
+    }
+
+    /// A send to several destinations one after another (a virtual topic without
+    /// [`VirtualTopics::transacted_send`]): each copy takes its place in its
+    /// destination's order as a send of its own; the [`PendingSend`] resolves once
+    /// every copy is accepted. A copy refused before its place leaves the earlier
+    /// copies sent.
+    async fn send_fanned(
+        &self,
+        routes: Vec<DestinationKey>,
+        message: Message,
+        options: SendOptions,
+    ) -> Result<PendingSend, Error> {
+        let message_id = self.next_message_id();
+        let mut copies = Vec::with_capacity(routes.len());
+        for key in &routes {
+            copies.push(
+                self.start_send_one(key, message.clone(), options, Some(&message_id))
+                    .await?,
+            );
+        }
+        Ok(PendingSend::all(copies))
     }
 
     /// A send that ends at several destinations: one transaction of its own.
@@ -324,13 +362,7 @@ impl Broker {
             let _ = self.rollback_transaction(&xid, &routes).await;
             return Err(e);
         }
-        Ok(PendingSend {
-            message_id,
-            ticket: PublishTicket::ready(Ok(PublishOutcome {
-                id: None,
-                expired_on_arrival: expired,
-            })),
-        })
+        Ok(PendingSend::accepted(message_id, expired))
     }
 
     /// Makes `queue` a consumer group of its virtual topic when it is one

@@ -174,7 +174,7 @@ impl Broker {
             drop(outgoing);
             let _ = answer.send(stored);
         });
-        Ok(PendingSend { message_id, ticket })
+        Ok(PendingSend::new(message_id, ticket))
     }
 
     /// The store row of `message` for `key`, due at `due_ms` (epoch ms), and the

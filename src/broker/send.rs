@@ -287,12 +287,14 @@ impl Broker {
             .await
     }
 
-    /// A send to exactly `key` (routing done): its place in `key`'s order.
+    /// A send to exactly `key` (routing done): its place in `key`'s order, with the
+    /// message id `message_id` when given (the copies of a routed send share one).
     pub(super) async fn start_send_one(
         &self,
         key: &DestinationKey,
         message: Message,
         options: SendOptions,
+        message_id: Option<&str>,
     ) -> Result<PendingSend, Error> {
         let key = key.clone();
         if options.space == SpaceCheck::Wait {
@@ -301,7 +303,7 @@ impl Broker {
         if let Some(due) = scheduled_due(&message) {
             return self.send_scheduled(&key, message, due).await;
         }
-        let outgoing = self.outgoing(&key, message, false)?;
+        let outgoing = self.outgoing_as(&key, message, false, message_id)?;
         let message_id = outgoing.message_id.clone();
         let ticket = self
             .ask_live(
@@ -310,6 +312,6 @@ impl Broker {
                 PublishTicket::is_retired,
             )
             .await?;
-        Ok(PendingSend { message_id, ticket })
+        Ok(PendingSend::new(message_id, ticket))
     }
 }

@@ -93,7 +93,7 @@ impl Broker {
         let ticket = self
             .ask_live(&key, prepared, PublishTicket::is_retired)
             .await?;
-        Ok(PendingSend { message_id, ticket })
+        Ok(PendingSend::new(message_id, ticket))
     }
 
     /// Commits transaction `xid`, whose messages went to `destinations`.
@@ -321,13 +321,7 @@ impl Transaction {
     ) -> Result<PendingSend, Error> {
         let routes = self.broker.routes_of(destinations, &message);
         match routes.as_slice() {
-            [] => Ok(PendingSend {
-                message_id: self.broker.next_message_id(),
-                ticket: PublishTicket::ready(Ok(PublishOutcome {
-                    id: None,
-                    expired_on_arrival: false,
-                })),
-            }),
+            [] => Ok(PendingSend::accepted(self.broker.next_message_id(), false)),
             [one] => self.start_send_as(one, message, None).await,
             _ => {
                 let message_id = self.broker.next_message_id();
@@ -338,17 +332,7 @@ impl Transaction {
                             .await?,
                     );
                 }
-                let mut expired = false;
-                for p in pending {
-                    expired |= p.await?.expired_on_arrival;
-                }
-                Ok(PendingSend {
-                    message_id,
-                    ticket: PublishTicket::ready(Ok(PublishOutcome {
-                        id: None,
-                        expired_on_arrival: expired,
-                    })),
-                })
+                Ok(PendingSend::all(pending))
             }
         }
     }
@@ -372,10 +356,10 @@ impl Transaction {
                 id: None,
                 expired_on_arrival: false,
             };
-            return Ok(PendingSend {
+            return Ok(PendingSend::new(
                 message_id,
-                ticket: PublishTicket::ready(Ok(outcome)),
-            });
+                PublishTicket::ready(Ok(outcome)),
+            ));
         }
         if !self.destinations.contains(&key) {
             self.destinations.push(key.clone());

@@ -894,6 +894,7 @@ mod tests {
         assert!(!request.frees_space());
         let Ok(Command::Send {
             destination,
+            also,
             message,
             transaction,
         }) = request.command
@@ -901,6 +902,7 @@ mod tests {
             panic!("{:?}", request.command)
         };
         assert_eq!(destination, DestinationKey::queue("jobs").unwrap());
+        assert!(also.is_empty());
         assert_eq!(transaction.as_deref(), Some("t1"));
         assert_eq!(message.body, &b"abc"[..]);
         assert!(message.persistent);
@@ -924,11 +926,34 @@ mod tests {
             destination,
             message,
             transaction,
+            ..
         } = c
         else {
             panic!("{c:?}")
         };
         assert_eq!(destination, DestinationKey::topic("a.b").unwrap());
+        // A composite: the first destination and the others, each once.
+        let c = parse(
+            frame::Command::Send,
+            &[("destination", "/queue/a,/topic/b,c,/queue/a")],
+        )
+        .unwrap();
+        let Command::Send {
+            destination: first,
+            also,
+            ..
+        } = c
+        else {
+            panic!("{c:?}")
+        };
+        assert_eq!(first, DestinationKey::queue("a").unwrap());
+        assert_eq!(
+            also,
+            [
+                DestinationKey::topic("b").unwrap(),
+                DestinationKey::topic("c").unwrap()
+            ]
+        );
         assert!(!message.persistent);
         assert_eq!(message.priority, 4);
         assert_eq!(message.expiration, Expiration::Never);

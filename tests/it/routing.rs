@@ -204,6 +204,44 @@ async fn a_composite_send_is_all_or_none(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A virtual topic's copies: with `transacted_send` a copy that cannot be stored
+/// leaves no group with the message; without, the others keep theirs (separate sends,
+/// as ActiveMQ's default) and the send is still refused.
+async fn transacted_send_makes_the_groups_all_or_none(t: TestStore) {
+    for transacted in [true, false] {
+        let store = t.open().await;
+        let faulty = Arc::new(FaultyStore {
+            fail_writes: |op| matches!(op, WriteOp::Add(m) if m.container.starts_with("queue://Consumer.B.")),
+            ..FaultyStore::new(store)
+        });
+        let routing = RoutingConfig {
+            virtual_topics: ebb::VirtualTopics {
+                transacted_send: transacted,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let b = Broker::start_with_store(faulty, config(&t, routing)).unwrap();
+        for g in ["A", "B"] {
+            drop(
+                b.subscribe(group(g).as_str(), SubscribeOptions::non_durable())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let before = rows(&b, &group("A")).await;
+        assert!(b.send(TOPIC, Message::new("x")).await.is_err());
+        let kept = rows(&b, &group("A")).await - before;
+        assert_eq!(
+            kept,
+            if transacted { 0 } else { 1 },
+            "transacted_send = {transacted}"
+        );
+        assert_eq!(rows(&b, &group("B")).await, 0);
+        b.shutdown().await.unwrap();
+    }
+}
+
 async fn a_configured_composite_forwards_by_selector(t: TestStore) {
     let routing = RoutingConfig {
         composites: vec![CompositeDestination {
@@ -340,6 +378,7 @@ on_every_backend!(
     every_group_gets_every_message_once_spread_over_its_consumers,
     an_offline_group_keeps_its_messages_across_a_restart,
     a_composite_send_is_all_or_none,
+    transacted_send_makes_the_groups_all_or_none,
     a_configured_composite_forwards_by_selector,
     stomp_composite_send_and_its_refusals,
     a_refused_composite_sends_nothing,

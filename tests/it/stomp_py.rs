@@ -1,6 +1,6 @@
 //! `ebb serve` as a separate process, driven by Python's stomp.py (a real client):
 //! the ActiveMQ data loss with SIGKILL, crash safety of receipted sends, ack modes and
-//! transactions, request/reply over temporary queues. The scenarios are in `tests/e2e/stomp_scenarios.py`.
+//! transactions, request/reply over temporary queues, virtual topics. The scenarios are in `tests/e2e/stomp_scenarios.py`.
 //!
 //! Needs `EBB_TEST_PYTHON`: a Python with stomp.py (`.ci/run` makes a virtual
 //! environment). Without it the tests are built as ignored and `cargo test` says why
@@ -176,7 +176,14 @@ async fn request_reply(t: TestStore) {
     store.close().await;
 }
 
+/// Virtual topic: 3 groups × 2 consumers, 10,000 receipted sends, one group
+/// offline for half, then SIGKILL during sends (see the scenario).
+async fn virtual_topic(t: TestStore) {
+    scenario(&t, "virtual_topic").await;
+}
+
 scenarios!(
+    virtual_topic,
     request_reply,
     data_loss,
     crash_safety,
