@@ -112,6 +112,8 @@ pub struct BrokerActor {
     shutting_down: bool,
     /// Given to each queue: wakes the broker's scheduler.
     schedule_waker: ScheduleWaker,
+    /// Where destinations report what happens to them (advisory topics).
+    events: crate::events::Events,
 }
 
 impl BrokerActor {
@@ -128,7 +130,15 @@ impl BrokerActor {
             deleting: HashMap::new(),
             shutting_down: false,
             schedule_waker: ScheduleWaker::default(),
+            events: crate::events::Events::default(),
         }
+    }
+
+    /// Its destinations, and it, report events through `events` (the broker's
+    /// advisory topics): destinations started and deleted, expiries, dead letters.
+    pub fn with_events(mut self, events: crate::events::Events) -> Self {
+        self.events = events;
+        self
     }
 
     /// Its queues wake the broker's scheduler through `waker` (redeliveries held back
@@ -196,7 +206,8 @@ impl BrokerActor {
                     .map(|d| (d.key.clone(), d.selector.clone()))
                     .collect();
                 let mut topic = TopicActor::new(key.clone(), policy, store, budget)
-                    .with_wildcard_durables(durables);
+                    .with_wildcard_durables(durables)
+                    .with_events(self.events.clone());
                 // Non-durable wildcard subscriptions are attached before the topic
                 // takes its first message (a message to a new topic would be missed
                 // by an attachment made later).
@@ -222,18 +233,23 @@ impl BrokerActor {
                         .do_send(Matched(key.clone(), addr.clone(), Some((id, rx))));
                 }
                 self.notify_watchers(&key, &addr, |w| w.durable.is_some());
+                self.events
+                    .emit(|| crate::events::Event::DestinationAdded(key.clone()));
                 self.destinations.insert(key, addr.clone());
                 return Ok(addr);
             }
             KindActor::Queue => {
                 let dead_letters = ctx.address().recipient();
                 let queue = QueueActor::new(key.clone(), policy, store, budget, Some(dead_letters))
-                    .with_schedule_waker(self.schedule_waker.clone());
+                    .with_schedule_waker(self.schedule_waker.clone())
+                    .with_events(self.events.clone());
                 DestinationAddr::Queue(queue.start())
             }
         };
         self.watchers.retain(|w| w.recipient.connected());
         self.notify_watchers(&key, &addr, |_| true);
+        self.events
+            .emit(|| crate::events::Event::DestinationAdded(key.clone()));
         self.destinations.insert(key, addr.clone());
         Ok(addr)
     }
@@ -515,8 +531,12 @@ impl Handler<DeleteDestination> for BrokerActor {
             if retired {
                 // What is left (after a failed page) is the successor's.
                 match &result {
-                    Ok(d) => tracing::info!(destination = %key, messages = d.messages,
-                        subscriptions = d.subscriptions, "destination deleted"),
+                    Ok(d) => {
+                        tracing::info!(destination = %key, messages = d.messages,
+                            subscriptions = d.subscriptions, "destination deleted");
+                        act.events
+                            .emit(|| crate::events::Event::DestinationRemoved(key.clone()));
+                    }
                     Err(e) => tracing::warn!(destination = %key, error = %e,
                         "deleting the destination failed; what is left stays"),
                 }

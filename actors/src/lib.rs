@@ -69,6 +69,7 @@ pub mod addr;
 pub mod broker;
 pub mod destination;
 pub mod error;
+pub mod events;
 pub mod housekeeping;
 pub mod kinds;
 pub mod message;

@@ -239,6 +239,12 @@ impl QueueActor {
         self
     }
 
+    /// Reports its expiries and dead letters through `events` (advisory topics).
+    pub fn with_events(mut self, events: crate::events::Events) -> Self {
+        self.core.events = events;
+        self
+    }
+
     /// The consumer that gets every message now: the oldest exclusive one, if any
     /// (ActiveMQ's exclusive owner).
     fn exclusive_owner(&self) -> Option<u64> {
@@ -643,7 +649,7 @@ impl QueueActor {
         for entry in expired {
             match entry.message.id {
                 Some(id) => ids.push(id),
-                None => self.core.counters.expired += 1,
+                None => self.core.count_expired(1),
             }
         }
         if ids.is_empty() {
@@ -652,7 +658,7 @@ impl QueueActor {
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
         ctx.spawn(async move { store.remove(container, ids).await }.into_actor(self).map(|result, act, _| {
             match result {
-                Ok(n) => act.core.counters.expired += n,
+                Ok(n) => act.core.count_expired(n),
                 Err(e) => tracing::warn!(queue = %act.core.container, error = %e, "delete of expired messages failed; housekeeping retries"),
             }
         }));
@@ -701,7 +707,7 @@ impl QueueActor {
             dlq == name || name.starts_with("DLQ."),
         ) else {
             if expired {
-                self.core.counters.expired += 1;
+                self.core.count_expired(1);
             } else {
                 self.stats.discarded += 1;
                 tracing::warn!(queue = %self.core.container, message_id = %entry.message.message_id, %cause,
@@ -737,9 +743,25 @@ impl QueueActor {
             from_id: id,
             message,
         };
+        let (events, from) = (self.core.events.clone(), self.core.key.clone());
+        let (message_id, cause) = (original.message_id.clone(), cause.to_string());
         Some(Box::pin(async move {
             let to = DestinationKey::queue(&dlq).map_err(|e| ActorError::Invalid(e.to_string()))?;
-            dead_letters.send(RouteDeadLetter { to, letter }).await?
+            let moved = dead_letters
+                .send(RouteDeadLetter {
+                    to: to.clone(),
+                    letter,
+                })
+                .await??;
+            if moved.is_some() {
+                events.emit(|| crate::events::Event::DeadLettered {
+                    destination: from,
+                    dead_letter_queue: to,
+                    message_id,
+                    cause,
+                });
+            }
+            Ok(moved)
         }))
     }
 
@@ -748,7 +770,7 @@ impl QueueActor {
         match result {
             Ok(Some(_)) => {
                 self.stats.dead_lettered += 1;
-                self.core.counters.expired += u64::from(expired);
+                self.core.count_expired(u64::from(expired));
             }
             Ok(None) => {}
             Err(e) => {
@@ -954,7 +976,7 @@ impl QueueActor {
                 }
             };
             let rows = (removed.len() + to_move.len()) as u64;
-            act.core.counters.expired += removed.len() as u64;
+            act.core.count_expired(removed.len() as u64);
             for id in &removed {
                 act.cursor.remove(*id);
             }
@@ -1057,7 +1079,7 @@ impl DestinationActor for QueueActor {
         let now = now_ms();
         for (_, entry) in self.cursor.take_expired(now) {
             if entry.message.id.is_none() {
-                self.core.counters.expired += 1;
+                self.core.count_expired(1);
             } else if self.core.policy.dead_letter_expired {
                 self.dead_letter(entry, "message expired", true, ctx);
             } else {

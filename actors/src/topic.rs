@@ -174,6 +174,12 @@ impl TopicActor {
         }
     }
 
+    /// Reports its expiries through `events` (advisory topics).
+    pub fn with_events(mut self, events: crate::events::Events) -> Self {
+        self.core.events = events;
+        self
+    }
+
     /// The topic also holds these durable subscriptions (key, selector text) of
     /// wildcard destinations that match it: [`BrokerActor`](crate::broker::BrokerActor)
     /// gives them, so that the topic stores what they need from its first message on,
@@ -326,7 +332,7 @@ impl TopicActor {
         for message in expired {
             match (key, message.id) {
                 (Some(_), Some(id)) => acks.push((id, message.priority)),
-                _ => self.core.counters.expired += 1,
+                _ => self.core.count_expired(1),
             }
         }
         let (Some(key), false) = (key, acks.is_empty()) else {
@@ -340,7 +346,7 @@ impl TopicActor {
         ctx.spawn(async move { store.ack(container, key, acks).await }.into_actor(self).map(|result, act, ctx| {
             match result {
                 Ok(newly_acked) => {
-                    act.core.counters.expired += newly_acked;
+                    act.core.count_expired(newly_acked);
                     act.core.schedule.need_cleanup();
                     destination::schedule(act, ctx);
                 }
@@ -452,7 +458,7 @@ impl TopicActor {
         };
         ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
             Ok(done) => {
-                act.core.counters.expired += done.newly;
+                act.core.count_expired(done.newly);
                 act.stats.cleaned_up += done.reclaimed;
                 // The next page goes on from this one; a run that ended starts again
                 // from the first expired message next time.

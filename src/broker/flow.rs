@@ -242,15 +242,25 @@ impl Broker {
     /// counted in [`DestinationFlow::producers`] until [`Broker::producer_left`].
     pub fn producer_joined(&self, destination: impl ToDestination) {
         if let Ok(key) = destination.to_destination() {
-            *self.usages.producers.lock().entry(key).or_default() += 1;
+            let count = {
+                let mut producers = self.usages.producers.lock();
+                let n = producers.entry(key.clone()).or_default();
+                *n += 1;
+                *n
+            };
+            self.advise_producer(&key, count, true);
         }
     }
 
     /// The producer counted by [`Broker::producer_joined`] is gone.
     pub fn producer_left(&self, destination: impl ToDestination) {
         if let Ok(key) = destination.to_destination() {
-            if let Some(n) = self.usages.producers.lock().get_mut(&key) {
+            let count = self.usages.producers.lock().get_mut(&key).map(|n| {
                 *n = n.saturating_sub(1);
+                *n
+            });
+            if let Some(count) = count {
+                self.advise_producer(&key, count, false);
             }
         }
     }

@@ -11,6 +11,7 @@
 //! `destination` (names); this file holds the [`Broker`] itself: starting, the
 //! registry of destinations, shutdown.
 
+mod advisory;
 mod browse;
 mod config;
 mod cron;
@@ -26,6 +27,7 @@ mod subscription;
 mod temporary;
 mod transaction;
 
+pub use self::advisory::{is_advisory, ADVISORY_PREFIX};
 pub use self::browse::*;
 pub use self::config::*;
 pub use self::cron::CronSchedule;
@@ -89,6 +91,8 @@ pub struct Broker {
     temporaries: Arc<temporary::Temporaries>,
     /// Composites and virtual topics ([`routing`]).
     routes: Arc<routing::Routes>,
+    /// Advisory messages ([`advisory`]).
+    advisories: Arc<advisory::Advisories>,
 }
 
 /// A [`Broker`] that does not keep its thread alive (the broker ends when the last
@@ -105,6 +109,7 @@ struct WeakBroker {
     scheduler: Arc<schedule::Scheduler>,
     temporaries: Arc<temporary::Temporaries>,
     routes: Arc<routing::Routes>,
+    advisories: Arc<advisory::Advisories>,
 }
 
 impl WeakBroker {
@@ -122,6 +127,7 @@ impl WeakBroker {
             scheduler: Arc::clone(&self.scheduler),
             temporaries: Arc::clone(&self.temporaries),
             routes: Arc::clone(&self.routes),
+            advisories: Arc::clone(&self.advisories),
         })
     }
 }
@@ -283,10 +289,13 @@ impl Broker {
         runtime.hold_store(&store);
         let waker = ScheduleWaker::default();
         let queues_wake = waker.clone();
+        let advisories = Arc::new(advisory::Advisories::default());
+        let events = advisories.events.clone();
         let (handle, registry) = runtime.run_blocking(move || {
             let handle = StoreHandle::start(store, actor_config);
-            let registry =
-                BrokerActor::new(handle.clone(), policies, shared).with_schedule_waker(queues_wake);
+            let registry = BrokerActor::new(handle.clone(), policies, shared)
+                .with_schedule_waker(queues_wake)
+                .with_events(events);
             (handle, actix::Actor::start(registry))
         })?;
         let broker = Self {
@@ -312,7 +321,9 @@ impl Broker {
             scheduler: Arc::default(),
             temporaries: Arc::default(),
             routes: Arc::new(routing::Routes::new(config.routing.clone())),
+            advisories,
         };
+        broker.start_advisories();
         // A queue that holds a redelivery back in the store wakes the scheduler. The
         // waker lives with the actors and holds the broker weakly: it keeps nothing
         // alive once the broker's last handle is gone.
@@ -352,6 +363,7 @@ impl Broker {
             scheduler: Arc::clone(&self.scheduler),
             temporaries: Arc::clone(&self.temporaries),
             routes: Arc::clone(&self.routes),
+            advisories: Arc::clone(&self.advisories),
         }
     }
 

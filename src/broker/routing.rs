@@ -286,6 +286,7 @@ impl Broker {
         options: SendOptions,
     ) -> Result<PendingSend, Error> {
         self.refuse_if_shut_down()?;
+        self.refuse_advisory_send(destinations)?;
         let (routes, atomic) = self.plan(destinations, &message);
         match routes.as_slice() {
             [] => Ok(PendingSend::accepted(self.next_message_id(), false)),

@@ -105,6 +105,16 @@ impl Broker {
             .ask_live_at(&key, || subscribe.clone(), retired)
             .await?;
         let id = id?;
+        let advised = self.advised(Some(&key), None, id);
+        if self.advisories.events.watched() {
+            let (reporting, key) = (self.clone(), key.clone());
+            let selector = subscribe.selector.as_ref().map(|s| s.text().to_string());
+            self.spawn_task(async move {
+                reporting
+                    .advise_consumer(&key, id, options.connection, selector, true)
+                    .await;
+            });
+        }
         Ok(Subscription {
             destination: endpoints(&destination, self, options.ack),
             id,
@@ -117,6 +127,7 @@ impl Broker {
             },
             handed,
             acks: Default::default(),
+            _advised: advised,
         })
     }
 
@@ -136,6 +147,8 @@ impl Broker {
                 pattern.kind(),
             ));
         }
+        // Held from now on: advisories to topics it may match are sent.
+        let advised = self.advised(None, Some(&pattern), 0);
         let selector = options.selector.map(Arc::new);
         let selector_text = selector.as_ref().map(|s| s.text().to_string());
         if let Some(key) = &durable {
@@ -218,6 +231,7 @@ impl Broker {
             },
             handed,
             acks: Default::default(),
+            _advised: advised,
         })
     }
 

@@ -234,6 +234,8 @@ pub struct Subscription {
     pub(super) handed: Handed,
     /// Acks sent and not yet seen committed ([`Subscription::ack`]).
     pub(super) acks: parking_lot::Mutex<AckWindow>,
+    /// Its part in advisory messages (dropped after the detach: see `Drop`).
+    pub(super) _advised: super::advisory::Advised,
 }
 
 /// Most acks a [`Subscription`] has sent without having seen their commit: past it,

@@ -319,6 +319,7 @@ impl Transaction {
         destinations: &[DestinationKey],
         message: Message,
     ) -> Result<PendingSend, Error> {
+        self.broker.refuse_advisory_send(destinations)?;
         let routes = self.broker.routes_of(destinations, &message);
         match routes.as_slice() {
             [] => Ok(PendingSend::accepted(self.broker.next_message_id(), false)),

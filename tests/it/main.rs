@@ -4,6 +4,7 @@
 //! another. `tests/flow_control.rs` stays apart: it counts the heap of its whole
 //! process.
 
+mod advisory;
 mod atomic_commit;
 mod backlog_never_blocks;
 #[cfg(feature = "cli")]

@@ -224,6 +224,8 @@ pub struct DestinationCore {
     pub prepared_writes: u64,
     /// Retired for deletion ([`Retire`]): it takes no new message or consumer.
     pub retired: bool,
+    /// Where its expiries and dead letters are reported (advisory topics).
+    pub events: crate::events::Events,
 }
 
 impl DestinationCore {
@@ -246,7 +248,21 @@ impl DestinationCore {
             counters: DestinationCounters::default(),
             prepared_writes: 0,
             retired: false,
+            events: crate::events::Events::default(),
         }
+    }
+
+    /// Counts `n` expired messages and reports them ([`crate::events::Event::Expired`]).
+    pub fn count_expired(&mut self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.counters.expired += n;
+        let destination = &self.key;
+        self.events.emit(|| crate::events::Event::Expired {
+            destination: destination.clone(),
+            count: n,
+        });
     }
 
     /// The refusal a retired destination answers.
@@ -460,9 +476,8 @@ pub fn publish<A: DestinationActor>(
         return PublishTicket::ready(Err(act.core().retired_error()));
     }
     if message.is_expired(now_ms()) {
-        let counters = &mut act.core().counters;
-        counters.enqueued += 1;
-        counters.expired += 1;
+        act.core().counters.enqueued += 1;
+        act.core().count_expired(1);
         let outcome = PublishOutcome {
             id: None,
             expired_on_arrival: true,

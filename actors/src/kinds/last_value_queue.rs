@@ -23,6 +23,7 @@ pub static LAST_VALUE_QUEUE: KindSpec = KindSpec {
     name: "lvq",
     plural: "lvqs",
     stomp_prefix: "/lvq/",
+    advisory: "LastValueQueue",
     capabilities: Capabilities {
         durable_subscriptions: false,
         point_to_point: true,

@@ -71,6 +71,10 @@ pub struct KindSpec {
     /// The STOMP `destination` prefix (`/queue/`), as ActiveMQ and RabbitMQ name
     /// destinations.
     pub stomp_prefix: &'static str,
+    /// Its segment in advisory topic names (`Queue`:
+    /// `ActiveMQ.Advisory.Consumer.Queue.NAME`), as ActiveMQ names its own kinds
+    /// (`Queue`, `Topic`, `TempQueue`, `TempTopic`).
+    pub advisory: &'static str,
     /// What it can do.
     pub capabilities: Capabilities,
     /// Which actor runs it.
@@ -117,6 +121,7 @@ mod tests {
             for b in &KINDS[i + 1..] {
                 assert_ne!(a.name, b.name);
                 assert_ne!(a.plural, b.plural);
+                assert_ne!(a.advisory, b.advisory);
                 assert!(!a.stomp_prefix.starts_with(b.stomp_prefix));
                 assert!(!b.stomp_prefix.starts_with(a.stomp_prefix));
             }

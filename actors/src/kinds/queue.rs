@@ -7,6 +7,7 @@ pub static QUEUE: KindSpec = KindSpec {
     name: "queue",
     plural: "queues",
     stomp_prefix: "/queue/",
+    advisory: "Queue",
     capabilities: Capabilities {
         durable_subscriptions: false,
         point_to_point: true,

@@ -18,6 +18,7 @@ pub static TEMP_QUEUE: KindSpec = KindSpec {
     name: "temp-queue",
     plural: "temp-queues",
     stomp_prefix: "/remote-temp-queue/",
+    advisory: "TempQueue",
     capabilities: Capabilities {
         durable_subscriptions: false,
         point_to_point: true,
@@ -37,6 +38,7 @@ pub static TEMP_TOPIC: KindSpec = KindSpec {
     name: "temp-topic",
     plural: "temp-topics",
     stomp_prefix: "/remote-temp-topic/",
+    advisory: "TempTopic",
     capabilities: Capabilities {
         durable_subscriptions: false,
         point_to_point: false,

@@ -8,6 +8,7 @@ pub static TOPIC: KindSpec = KindSpec {
     name: "topic",
     plural: "topics",
     stomp_prefix: "/topic/",
+    advisory: "Topic",
     capabilities: Capabilities {
         durable_subscriptions: true,
         point_to_point: false,
