@@ -25,7 +25,7 @@ use super::send::SendOptions;
 use super::{Broker, WeakBroker};
 use ebb_actors::destination::{now_ms, DestinationPattern};
 use ebb_actors::events::{Event, EventWatch, Events};
-use ebb_actors::{DestinationKey, DestinationKind};
+use ebb_actors::DestinationKey;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -71,17 +71,21 @@ impl Drop for Advised {
 
 /// True for an advisory topic.
 pub fn is_advisory(key: &DestinationKey) -> bool {
-    key.kind() == DestinationKind::TOPIC && key.name().starts_with(ADVISORY_PREFIX)
+    key.name().starts_with(ADVISORY_PREFIX)
+        && DestinationKey::topic(key.name()).is_ok_and(|topic| &topic == key)
 }
 
 /// Whether `pattern` could match an advisory topic (`topic://ActiveMQ.Advisory.>`,
 /// `topic://>`, `topic://*.Advisory.>`, ...).
 fn may_match_advisory(pattern: &DestinationPattern) -> bool {
-    if pattern.kind() != DestinationKind::TOPIC {
+    let advisories = DestinationKey::topic("ActiveMQ.Advisory.Topic").map(|t| t.kind());
+    if advisories.ok() != Some(pattern.kind()) {
         return false;
     }
-    let text = pattern.stomp();
-    let name = text.strip_prefix("/topic/").unwrap_or(&text);
+    let text = pattern.to_string();
+    let name = text
+        .split_once("://")
+        .map_or(text.as_str(), |(_, name)| name);
     let mut segments = name.split('.');
     for want in ["ActiveMQ", "Advisory"] {
         match segments.next() {

@@ -115,14 +115,16 @@ async fn destinations_expiries_and_dead_letters_are_advised(t: TestStore) {
         .unwrap();
     let m = take(&mut sub, 1).await.remove(0);
     sub.nack(&m).await.unwrap();
-    let mut events = Vec::new();
-    while !events
-        .iter()
-        .any(|e: &serde_json::Value| e["event"] == "dead_lettered")
-    {
+    // The consumer's advisory and the dead letter's come in either order.
+    let mut events: Vec<serde_json::Value> = Vec::new();
+    let seen = |events: &[serde_json::Value], what: &str| events.iter().any(|e| e["event"] == what);
+    while !(seen(&events, "dead_lettered") && seen(&events, "consumer_added")) {
         events.push(json(&take(&mut all, 1).await[0]));
     }
-    let dead = events.last().unwrap();
+    let dead = events
+        .iter()
+        .find(|e| e["event"] == "dead_lettered")
+        .unwrap();
     assert_eq!(dead["destination"], "/queue/jobs");
     assert_eq!(dead["dead_letter_queue"], "/queue/DLQ.jobs");
     assert_eq!(dead["message_id"], m.message_id());
