@@ -88,6 +88,11 @@ pub struct DestinationView {
     /// in `destination`).
     #[serde(flatten)]
     pub stats: DestinationStats,
+    /// For a virtual topic: its consumer groups' queues (STOMP form,
+    /// `/queue/Consumer.A.VirtualTopic.Orders`), in name order; left out of the JSON
+    /// when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub virtual_groups: Vec<String>,
 }
 
 /// A page of destinations, in store-key order.
@@ -272,7 +277,7 @@ impl Broker {
     /// Errors: [`Error::Actor`] when the registry is gone, a store error.
     pub async fn destination_exists(&self, key: &DestinationKey) -> Result<bool, Error> {
         let container = key.container();
-        if self.registry().send(IsRunning(key.clone())).await? {
+        if self.registry().send(IsRunning(key.clone())).await? || self.is_virtual_group(key) {
             return Ok(true);
         }
         let store = self.store();
@@ -469,7 +474,7 @@ impl Broker {
         self.forget_address(&key);
         let mut deleted = deleted?;
         // A virtual topic's consumer group ends with its queue.
-        self.leave_virtual_group(&key).await?;
+        let _ = self.leave_virtual_group(&key).await?;
         deleted.scheduled = self.cancel_scheduled_to(&key).await?;
         Ok(deleted)
     }
@@ -496,7 +501,16 @@ impl Broker {
         Ok(DestinationView {
             running: true,
             stats,
+            virtual_groups: self.virtual_group_names(key),
         })
+    }
+
+    /// [`Broker::virtual_groups`] of `key`, in STOMP form.
+    fn virtual_group_names(&self, key: &DestinationKey) -> Vec<String> {
+        self.virtual_groups(key)
+            .iter()
+            .map(DestinationKey::stomp)
+            .collect()
     }
 
     /// A destination that is not running: its stored rows, no counters.
@@ -507,6 +521,7 @@ impl Broker {
         Ok(DestinationView {
             running: false,
             stats,
+            virtual_groups: self.virtual_group_names(key),
         })
     }
 }

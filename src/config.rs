@@ -862,6 +862,25 @@ impl FileConfig {
                 .unwrap_or(defaults.consumer_prefix),
             transacted_send: v.transacted_send.unwrap_or(defaults.transacted_send),
         };
+        for (key, prefix) in [
+            ("topic_prefix", &virtual_topics.topic_prefix),
+            ("consumer_prefix", &virtual_topics.consumer_prefix),
+        ] {
+            let segments: Vec<&str> = prefix.split('.').collect();
+            let plain = segments.len() >= 2
+                && segments.last() == Some(&"")
+                && segments[..segments.len() - 1]
+                    .iter()
+                    .all(|s| !s.is_empty() && *s != "*" && *s != ">")
+                && !prefix.contains(',')
+                && !prefix.contains("://")
+                && !prefix.chars().any(char::is_control);
+            if !plain {
+                return Err(bad(format!(
+                    "[virtual_topics] {key} = \"{prefix}\": give whole name segments ending with a dot, without wildcards or commas (\"VirtualTopic.\", \"Consumer.\")"
+                )));
+            }
+        }
         if virtual_topics.topic_prefix.is_empty() || virtual_topics.consumer_prefix.is_empty() {
             return Err(bad(
                 "[virtual_topics]: topic_prefix and consumer_prefix cannot be empty".into(),
@@ -871,6 +890,12 @@ impl FileConfig {
         for c in &self.composite {
             let name = crate::DestinationKey::parse(&c.name)
                 .map_err(|e| bad(format!("[[composite]] name: {e}")))?;
+            if crate::is_advisory(&name) {
+                return Err(bad(format!(
+                    "[[composite]] `{}`: advisory topics are the broker's, not a composite's name",
+                    c.name
+                )));
+            }
             if composites.iter().any(|other| other.name == name) {
                 return Err(bad(format!("[[composite]] `{}` is given twice", c.name)));
             }
@@ -884,6 +909,12 @@ impl FileConfig {
             for f in &c.forward {
                 let destination = crate::DestinationKey::parse(&f.destination)
                     .map_err(|e| bad(format!("[[composite]] `{}` forward: {e}", c.name)))?;
+                if crate::is_advisory(&destination) {
+                    return Err(bad(format!(
+                        "[[composite]] `{}` forwards to `{}`: advisory topics are written by the broker only",
+                        c.name, f.destination
+                    )));
+                }
                 let selector = match &f.selector {
                     Some(text) => Some(crate::Selector::parse(text).map_err(|e| {
                         bad(format!(
@@ -1301,5 +1332,39 @@ memory_limit = "1mb"
         assert_eq!(parse_size("512").unwrap(), 512);
         assert!(parse_size("mb").is_err());
         assert!(parse_size("99999999999gb").is_err());
+    }
+
+    #[test]
+    fn routing_sections_are_read_and_checked() {
+        let c = FileConfig::parse(
+            "[virtual_topics]\ntopic_prefix = \"VT.\"\ntransacted_send = true\n\n[[composite]]\nname = \"/queue/all\"\n[[composite.forward]]\ndestination = \"/queue/eu\"\nselector = \"region = 'eu'\"\n[[composite.forward]]\ndestination = \"topic://audit\"\n",
+        )
+        .unwrap();
+        let routing = c.routing().unwrap();
+        assert_eq!(routing.virtual_topics.topic_prefix, "VT.");
+        assert_eq!(routing.virtual_topics.consumer_prefix, "Consumer.");
+        assert!(routing.virtual_topics.enabled && routing.virtual_topics.transacted_send);
+        assert_eq!(routing.composites[0].forwards.len(), 2);
+        assert_eq!(
+            routing.composites[0].forwards[0]
+                .selector
+                .as_ref()
+                .unwrap()
+                .text(),
+            "region = 'eu'"
+        );
+        for (bad, why) in [
+            ("[virtual_topics]\ntopic_prefix = \">\"\n", "ending with a dot"),
+            ("[virtual_topics]\nconsumer_prefix = \"*.\"\n", "ending with a dot"),
+            ("[virtual_topics]\ntopic_prefix = \"VT,\"\n", "ending with a dot"),
+            ("[virtual_topics]\nconsumer_prefix = \"Consumer\"\n", "ending with a dot"),
+            ("[[composite]]\nname = \"/queue/x\"\nforward = []\n", "has no"),
+            ("[[composite]]\nname = \"/queue/x\"\n[[composite.forward]]\ndestination = \"/topic/ActiveMQ.Advisory.Queue\"\n", "broker only"),
+            ("[[composite]]\nname = \"/topic/ActiveMQ.Advisory.Queue\"\n[[composite.forward]]\ndestination = \"/queue/y\"\n", "broker's"),
+            ("[[composite]]\nname = \"/queue/x\"\n[[composite.forward]]\ndestination = \"/queue/y\"\nselector = \"a =\"\n", "selector"),
+        ] {
+            let e = FileConfig::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 }

@@ -48,6 +48,23 @@
 //! connection ends (and at start, what a previous run left). Connections are numbered
 //! by [`next_connection_id`], one counter for every way in.
 //!
+//! ## Routing: one send, several destinations
+//!
+//! A send may reach more than the destination it names ([`Broker::routes_of`], the
+//! rules in `broker/routing.rs`): a composite (ActiveMQ's `/queue/a,/topic/b`,
+//! [`DestinationKey::parse_composite`], or a configured [`CompositeDestination`]
+//! with a selector per [`Forward`]) is committed to all its destinations in one store
+//! transaction, all or none, under an xid of [`ROUTED_XID_PREFIX`] (rolled back at
+//! start if a crash left it prepared); a virtual topic (`VirtualTopic.X`, on by
+//! default, [`VirtualTopics`]) also delivers to each consumer group's queue
+//! `Consumer.<g>.VirtualTopic.X`, a group being stored from its first subscription
+//! on, each copy a send of its own unless `transacted_send`. Virtual topics and
+//! composites are routing over the kinds of the table, not kinds: a group's queue is a
+//! queue, the virtual topic a topic. The broker also reports what happens to
+//! destinations on ActiveMQ's advisory topics ([`ADVISORY_PREFIX`], built only while
+//! someone subscribes; `broker/advisory.rs`), from events the actors emit
+//! ([`ebb_actors::events::Events`]).
+//!
 //! ## Actors and who owns what
 //!
 //! | actor | owns | never does |
@@ -250,13 +267,14 @@ pub mod tls;
 pub mod transport;
 
 pub use broker::{
-    next_connection_id, AckMode, Acker, Broker, BrokerConfig, BrowsedMessage, CompositeDestination,
-    CronSchedule, DestinationFlow, Expiration, Forward, Message, PendingSend, QueueBrowser,
-    Received, Repeat, RoutingConfig, ScheduleBacklog, ScheduledMessage, ScheduledPage, Selector,
-    SelectorError, SendOptions, SendReceipt, Space, SpaceCheck, SubscribeOptions, Subscription,
-    Target, TemporaryQueue, ToDestination, Transaction, UsageConfig, UsageSnapshot, VirtualTopics,
-    ACK_WINDOW, MAX_TEMPORARIES_PER_CONNECTION, ROUTED_XID_PREFIX, SCHEDULER_PAGE,
-    SCHEDULE_COUNT_LIMIT, SEND_WINDOW,
+    is_advisory, next_connection_id, AckMode, Acker, Broker, BrokerConfig, BrowsedMessage,
+    CompositeDestination, CronSchedule, DestinationFlow, Expiration, Forward, Message, PendingSend,
+    QueueBrowser, Received, Repeat, RoutingConfig, ScheduleBacklog, ScheduledMessage,
+    ScheduledPage, Selector, SelectorError, SendOptions, SendReceipt, Space, SpaceCheck,
+    SubscribeOptions, Subscription, Target, TemporaryQueue, ToDestination, Transaction,
+    UsageConfig, UsageSnapshot, VirtualTopics, ACK_WINDOW, ADVISORY_PREFIX,
+    MAX_GROUPS_PER_VIRTUAL_TOPIC, MAX_TEMPORARIES_PER_CONNECTION, ROUTED_XID_PREFIX,
+    SCHEDULER_PAGE, SCHEDULE_COUNT_LIMIT, SEND_WINDOW,
 };
 pub use ebb_actors::destination::{
     now_ms, DestinationKey, DestinationKind, DestinationPattern, InvalidDestination,

@@ -136,6 +136,34 @@ impl EbbRun {
         }
     }
 
+    /// Bytes the run's store takes on disk now: the SQLite file with its WAL, or the
+    /// PostgreSQL schema's tables with their indexes and TOAST
+    /// (`pg_total_relation_size`).
+    #[allow(dead_code)]
+    pub async fn disk_bytes(&self) -> u64 {
+        if let Some(file) = &self.file {
+            return ["", "-wal"]
+                .iter()
+                .filter_map(|suffix| std::fs::metadata(format!("{}{suffix}", file.display())).ok())
+                .map(|m| m.len())
+                .sum();
+        }
+        let Some((url, schema)) = &self.schema else {
+            return 0;
+        };
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(url).await.expect("PostgreSQL");
+        let (bytes,): (i64,) = sqlx::query_as(
+            "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'",
+        )
+        .bind(schema)
+        .fetch_one(&mut conn)
+        .await
+        .expect("the schema's size");
+        bytes as u64
+    }
+
     /// The store's counters now (transactions committed, writes in them, rows read).
     pub fn store_stats(&self) -> StatsSnapshot {
         self.broker.store().stats().snapshot()

@@ -71,8 +71,10 @@ impl Drop for Advised {
 
 /// True for an advisory topic.
 pub fn is_advisory(key: &DestinationKey) -> bool {
-    key.name().starts_with(ADVISORY_PREFIX)
-        && DestinationKey::topic(key.name()).is_ok_and(|topic| &topic == key)
+    // `ActiveMQ.Advisory` itself too: `ActiveMQ.Advisory.>` matches it.
+    let name = key.name();
+    (name.starts_with(ADVISORY_PREFIX) || name == &ADVISORY_PREFIX[..ADVISORY_PREFIX.len() - 1])
+        && DestinationKey::topic(name).is_ok_and(|topic| &topic == key)
 }
 
 /// Whether `pattern` could match an advisory topic (`topic://ActiveMQ.Advisory.>`,
@@ -299,6 +301,7 @@ impl Broker {
         body: serde_json::Value,
         count: Option<(&str, u64)>,
     ) {
+        let event = body["event"].as_str().unwrap_or("").to_string();
         let mut message = Message::new(body.to_string())
             .persistent(false)
             .header("type", "Advisory")
@@ -313,8 +316,10 @@ impl Broker {
             Ok(pending) => pending.await.map(drop),
             Err(e) => Err(e),
         };
-        if let Err(e) = sent {
-            tracing::debug!(topic = %topic, error = %e, "advisory message not sent");
+        match sent {
+            Ok(()) => metrics::counter!(crate::metrics::names::ADVISORIES_TOTAL, "event" => event)
+                .increment(1),
+            Err(e) => tracing::debug!(topic = %topic, error = %e, "advisory message not sent"),
         }
     }
 }
@@ -360,6 +365,12 @@ mod tests {
         ));
         assert!(!is_advisory(
             &DestinationKey::queue("ActiveMQ.Advisory.Queue").unwrap()
+        ));
+        assert!(is_advisory(
+            &DestinationKey::topic("ActiveMQ.Advisory").unwrap()
+        ));
+        assert!(!is_advisory(
+            &DestinationKey::topic("ActiveMQ.Advisoryx").unwrap()
         ));
     }
 }

@@ -35,8 +35,8 @@ pub use self::destination::*;
 pub use self::flow::*;
 pub use self::message::*;
 pub use self::routing::{
-    CompositeDestination, Forward, RoutingConfig, VirtualTopics, ROUTED_XID_PREFIX,
-    VIRTUAL_CONTAINER_PREFIX,
+    CompositeDestination, Forward, RoutingConfig, VirtualTopics, MAX_GROUPS_PER_VIRTUAL_TOPIC,
+    ROUTED_XID_PREFIX, VIRTUAL_CONTAINER_PREFIX,
 };
 pub use self::schedule::{
     ScheduleBacklog, ScheduledMessage, ScheduledPage, SCHEDULED_XID_PREFIX, SCHEDULER_PAGE,

@@ -53,11 +53,17 @@ pub const ROUTED_XID_PREFIX: &str = "ebb-routed:";
 pub const VIRTUAL_CONTAINER_PREFIX: &str = "virtual:";
 
 /// The client id of the definitions under [`VIRTUAL_CONTAINER_PREFIX`] (the
-/// subscription name is the group queue's name).
+/// subscription name is the group queue's store key, `queue://Consumer.A.VirtualTopic.X`,
+/// so a group of another point-to-point kind keeps its kind).
 const VIRTUAL_CLIENT_ID: &str = "ebb:virtual-topic";
 
 /// Definitions read per store page at start.
 const DEFINITION_PAGE: u32 = 500;
+
+/// Most consumer groups of one virtual topic: each is stored and gets its own copy of
+/// every message, so a client that subscribes to made-up group names cannot grow a
+/// send's cost without bound. The next group is refused (`invalid-destination`).
+pub const MAX_GROUPS_PER_VIRTUAL_TOPIC: usize = 1_000;
 
 /// How sends are routed beyond the destination they name. `Default`: virtual topics
 /// on with ActiveMQ's prefixes, no configured composite.
@@ -244,6 +250,10 @@ impl Broker {
                 for forward in &composite.forwards {
                     if forward.selector.as_ref().is_none_or(|s| s.matches(&unsent)) {
                         push(&forward.destination, &mut out);
+                        // A forward to a virtual topic reaches its groups too.
+                        for queue in groups.get(&forward.destination).into_iter().flatten() {
+                            push(queue, &mut out);
+                        }
                     }
                 }
                 continue;
@@ -288,11 +298,19 @@ impl Broker {
         self.refuse_if_shut_down()?;
         self.refuse_advisory_send(destinations)?;
         let (routes, atomic) = self.plan(destinations, &message);
+        // Nor through a configured composite's forward.
+        self.refuse_advisory_send(&routes)?;
         match routes.as_slice() {
             [] => Ok(PendingSend::accepted(self.next_message_id(), false)),
             [one] => self.start_send_one(one, message, options, None).await,
-            _ if atomic => self.send_routed(routes, message, options).await,
-            _ => self.send_fanned(routes, message, options).await,
+            _ => {
+                count_routed(destinations, &routes);
+                if atomic {
+                    self.send_routed(routes, message, options).await
+                } else {
+                    self.send_fanned(routes, message, options).await
+                }
+            }
         }
     }
 
@@ -383,10 +401,22 @@ impl Broker {
         {
             return Ok(());
         }
+        let groups = self
+            .routes
+            .groups
+            .read()
+            .get(&topic)
+            .map_or(0, BTreeSet::len);
+        if groups >= MAX_GROUPS_PER_VIRTUAL_TOPIC {
+            return Err(Error::InvalidDestination {
+                name: queue.stomp(),
+                reason: "the virtual topic has 1,000 consumer groups already (MAX_GROUPS_PER_VIRTUAL_TOPIC): delete one, or use an existing group",
+            });
+        }
         self.store
             .subscribe(
                 format!("{VIRTUAL_CONTAINER_PREFIX}{topic}"),
-                SubscriptionKey::new(VIRTUAL_CLIENT_ID, queue.name()),
+                SubscriptionKey::new(VIRTUAL_CLIENT_ID, queue.container()),
                 None,
                 false,
             )
@@ -400,22 +430,35 @@ impl Broker {
         Ok(())
     }
 
-    /// A deleted queue is no longer a consumer group: its definition goes, and its
-    /// virtual topic no longer sends to it.
-    pub(crate) async fn leave_virtual_group(&self, queue: &DestinationKey) -> Result<(), Error> {
-        let Some(topic) = self.routes.config.virtual_topics.topic_of_group(queue) else {
-            return Ok(());
-        };
-        if let Some(groups) = self.routes.groups.write().get_mut(&topic) {
-            groups.remove(queue);
+    /// A deleted queue is no longer a consumer group: its definitions go (whatever
+    /// the settings now, so a group made under other prefixes ends too), and no
+    /// virtual topic sends to it. Returns whether it was one.
+    pub(crate) async fn leave_virtual_group(&self, queue: &DestinationKey) -> Result<bool, Error> {
+        let mut was = false;
+        for groups in self.routes.groups.write().values_mut() {
+            was |= groups.remove(queue);
         }
-        self.store
-            .unsubscribe(
-                format!("{VIRTUAL_CONTAINER_PREFIX}{topic}"),
-                SubscriptionKey::new(VIRTUAL_CLIENT_ID, queue.name()),
-            )
+        let key = SubscriptionKey::new(VIRTUAL_CLIENT_ID, queue.container());
+        let containers = self
+            .store
+            .store()
+            .find_subscription_containers(&key, VIRTUAL_CONTAINER_PREFIX, DEFINITION_PAGE)
             .await?;
-        Ok(())
+        for container in containers {
+            if container.starts_with(VIRTUAL_CONTAINER_PREFIX) {
+                was |= self.store.unsubscribe(container, key.clone()).await?;
+            }
+        }
+        Ok(was)
+    }
+
+    /// True when `queue` is a consumer group of a virtual topic now.
+    pub(crate) fn is_virtual_group(&self, queue: &DestinationKey) -> bool {
+        self.routes
+            .groups
+            .read()
+            .values()
+            .any(|groups| groups.contains(queue))
     }
 
     /// The consumer groups' queues of virtual topic `topic`, in name order.
@@ -463,10 +506,25 @@ impl Broker {
                 let text = &sub.container[VIRTUAL_CONTAINER_PREFIX.len()..];
                 match (
                     DestinationKey::from_container(text),
-                    DestinationKey::queue(&sub.key.subscription_name),
+                    DestinationKey::from_container(&sub.key.subscription_name),
                 ) {
-                    (Ok(topic), Ok(queue)) => {
+                    // Only what the settings make a group now: one made under other
+                    // prefixes, or with virtual topics off, waits (stored) until they
+                    // do again, or its queue is deleted.
+                    (Ok(topic), Ok(queue))
+                        if self
+                            .routes
+                            .config
+                            .virtual_topics
+                            .topic_of_group(&queue)
+                            .as_ref()
+                            == Some(&topic) =>
+                    {
                         groups.entry(topic).or_default().insert(queue);
+                    }
+                    (Ok(_), Ok(_)) => {
+                        tracing::info!(container = %sub.container, group = %sub.key.subscription_name,
+                        "a stored virtual topic group is not one under the settings now ([virtual_topics]); it is kept, not used")
                     }
                     _ => {
                         tracing::warn!(container = %sub.container, group = %sub.key.subscription_name,
@@ -479,4 +537,19 @@ impl Broker {
             }
         }
     }
+}
+
+/// Counts a send that `named` routed to `routes` (several) in the metrics: a virtual
+/// topic's, unless several destinations were named or a configured composite
+/// expanded.
+pub(super) fn count_routed(named: &[DestinationKey], routes: &[DestinationKey]) {
+    let route = if named.len() == 1 && routes.first() == named.first() {
+        "virtual_topic"
+    } else {
+        "composite"
+    };
+    let labels = [("route", route)];
+    metrics::counter!(crate::metrics::names::ROUTED_SENDS_TOTAL, &labels).increment(1);
+    metrics::counter!(crate::metrics::names::ROUTED_COPIES_TOTAL, &labels)
+        .increment(routes.len() as u64);
 }

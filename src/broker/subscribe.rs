@@ -73,6 +73,12 @@ impl Broker {
         if durable.is_some() && !key.capabilities().durable_subscriptions {
             return Err(no_durable_subscriptions(key.container(), key.kind()));
         }
+        if durable.is_some() && super::advisory::is_advisory(&key) {
+            return Err(Error::InvalidDestination {
+                name: key.stomp(),
+                reason: "advisory messages are not persistent, so an offline durable subscription would keep none: subscribe without activemq.subscriptionName",
+            });
+        }
         if let Some(durable) = &durable {
             self.replace_durable_elsewhere(&Target::One(key.clone()), durable)
                 .await?;

@@ -325,6 +325,7 @@ impl Transaction {
             [] => Ok(PendingSend::accepted(self.broker.next_message_id(), false)),
             [one] => self.start_send_as(one, message, None).await,
             _ => {
+                super::routing::count_routed(destinations, &routes);
                 let message_id = self.broker.next_message_id();
                 let mut pending = Vec::with_capacity(routes.len());
                 for key in &routes {

@@ -47,6 +47,8 @@
 //! | `ebb_scheduled_next_due_timestamp_seconds` | gauge | | the earliest due time, epoch seconds (0 when nothing waits); behind the clock when the scheduler is late |
 //! | `ebb_scheduled_released_total` | counter | | scheduled messages released to their destinations (`AMQ_SCHEDULED_DELAY`, [`crate::Message::deliver_at`]) |
 //! | `ebb_scheduled_lateness_seconds` | histogram | | how late each scheduled message was released, due time to release (buckets [`LATENESS_BUCKETS`]): a late scheduler shows here |
+//! | `ebb_routed_sends_total`, `ebb_routed_copies_total` | counter | `route` | sends that routing took to several destinations (`composite`: named or configured, one store transaction; `virtual_topic`: a topic and its consumer groups), and their copies, one per destination |
+//! | `ebb_advisories_total` | counter | `event` | advisory messages sent (`consumer_added`, `expired`, ...; none while nobody subscribes) |
 //! | `ebb_expiry_page_rows` | histogram | `destination` | rows one expiry page loaded (buckets [`PAGE_ROW_BUCKETS`]); a page that failed is counted in `ebb_expiry_pages_total` only |
 //!
 //! The `destination` label is the store key (`topic://orders`). What each value means
@@ -162,6 +164,13 @@ pub mod names {
     pub const SCHEDULED_RELEASED_TOTAL: &str = "ebb_scheduled_released_total";
     /// How late each scheduled message was released: its due time to its release.
     pub const SCHEDULED_LATENESS_SECONDS: &str = "ebb_scheduled_lateness_seconds";
+    /// Sends that routing took to several destinations (label `route`: `composite`,
+    /// `virtual_topic`).
+    pub const ROUTED_SENDS_TOTAL: &str = "ebb_routed_sends_total";
+    /// The copies those sends stored or delivered, one per destination (label `route`).
+    pub const ROUTED_COPIES_TOTAL: &str = "ebb_routed_copies_total";
+    /// Advisory messages sent (label `event`: `consumer_added`, `expired`, ...).
+    pub const ADVISORIES_TOTAL: &str = "ebb_advisories_total";
     /// The label every per-destination metric has: the store key.
     pub const DESTINATION_LABEL: &str = "destination";
 }
@@ -307,6 +316,18 @@ const COUNTERS: &[(&str, &str)] = &[
     (
         names::HA_LEASE_RENEWALS_TOTAL,
         "Renewals of the store's lease since it was taken",
+    ),
+    (
+        names::ROUTED_SENDS_TOTAL,
+        "Sends that routing took to several destinations since start (label route: composite, virtual_topic)",
+    ),
+    (
+        names::ROUTED_COPIES_TOTAL,
+        "Copies of routed sends, one per destination, since start (label route)",
+    ),
+    (
+        names::ADVISORIES_TOTAL,
+        "Advisory messages sent since start (label event)",
     ),
 ];
 

@@ -1374,19 +1374,38 @@ impl Session {
                 continue;
             }
             seen.push(name);
-            let Some((local, kind)) = TEMPORARY_PREFIXES
-                .iter()
-                .find_map(|(prefix, kind)| Some((value.strip_prefix(prefix)?, *kind)))
-            else {
-                continue;
-            };
-            let key = self
-                .broker
-                .temporary(self.connection, kind, local)
-                .map_err(|e| Refusal::of("", &e))?;
-            *value = key.stomp();
+            // A composite SEND (`/queue/a,/temp-queue/x`): each part on its own.
+            if *name == "destination" && value.contains(',') {
+                let mut parts = Vec::new();
+                for part in value.split(',') {
+                    let trimmed = part.trim();
+                    parts.push(match self.localized(trimmed)? {
+                        Some(global) => global,
+                        None => part.to_string(),
+                    });
+                }
+                *value = parts.join(",");
+            } else if let Some(global) = self.localized(value)? {
+                *value = global;
+            }
         }
         Ok(())
+    }
+
+    /// The broker-wide name of `text` when it names one of this connection's
+    /// temporary destinations (`/temp-queue/x`), made on first use; `None` otherwise.
+    fn localized(&self, text: &str) -> Result<Option<String>, Refusal> {
+        let Some((local, kind)) = TEMPORARY_PREFIXES
+            .iter()
+            .find_map(|(prefix, kind)| Some((text.strip_prefix(prefix)?, *kind)))
+        else {
+            return Ok(None);
+        };
+        let key = self
+            .broker
+            .temporary(self.connection, kind, local)
+            .map_err(|e| Refusal::of("", &e))?;
+        Ok(Some(key.stomp()))
     }
 
     /// Ends the session with its connection: open transactions are rolled back (their

@@ -147,10 +147,24 @@ async fn destinations_expiries_and_dead_letters_are_advised(t: TestStore) {
             break;
         }
     }
-    // Embedding: a send to an advisory topic is refused.
+    // Embedding: a send to an advisory topic is refused, also to the parent name a
+    // `>` matches; so is a durable subscription (advisories are not persistent).
+    for forged in [
+        "topic://ActiveMQ.Advisory.Queue",
+        "topic://ActiveMQ.Advisory",
+    ] {
+        assert!(matches!(
+            b.send(forged, Message::new("forged")).await,
+            Err(Error::InvalidDestination { .. })
+        ));
+    }
     assert!(matches!(
-        b.send("topic://ActiveMQ.Advisory.Queue", Message::new("forged"))
-            .await,
+        b.subscribe(
+            "topic://ActiveMQ.Advisory.Queue",
+            SubscribeOptions::durable("c", "d")
+        )
+        .await
+        .map(drop),
         Err(Error::InvalidDestination { .. })
     ));
     b.shutdown().await.unwrap();

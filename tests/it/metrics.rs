@@ -206,10 +206,76 @@ async fn stats_lists_running_destinations(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// The sum of `name` over the samples whose label `label` is `value`.
+fn labelled(samples: &[Sample], name: &str, label: &str, value: &str) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name && s.label(label) == Some(value))
+        .map(|s| s.value)
+        .sum()
+}
+
+/// Routed sends and advisories are counted: two composite sends of three
+/// destinations, one virtual topic send to two groups, one advisory. (The recorder is
+/// the process's: other tests add to the same counters, so the test waits for at
+/// least its own increments.)
+async fn routed_sends_and_advisories_are_counted(t: TestStore) {
+    let b = broker(&t, policy(0, 400), 2).await;
+    let server = HttpServer::start(HttpOptions::new("127.0.0.1:0".parse().unwrap()), b.clone())
+        .await
+        .expect("the endpoint starts");
+    let addr = server.local_addr().to_string();
+    let before = parse(&ebb::cli::stat::fetch(&addr).await.unwrap()).unwrap();
+    let count =
+        |s: &[Sample], name: &str, label: &str, value: &str| labelled(s, name, label, value);
+    let mut watch = b
+        .subscribe(
+            "topic://ActiveMQ.Advisory.Consumer.Queue.Consumer.M.VirtualTopic.Metrics",
+            SubscribeOptions::non_durable(),
+        )
+        .await
+        .unwrap();
+    let keys = ebb::DestinationKey::parse_composite("/queue/m.a,/queue/m.b,/topic/m.c").unwrap();
+    for _ in 0..2 {
+        b.send_to_each(&keys, Message::new("x")).await.unwrap();
+    }
+    for g in ["M", "N"] {
+        drop(
+            b.subscribe(
+                format!("queue://Consumer.{g}.VirtualTopic.Metrics").as_str(),
+                SubscribeOptions::non_durable(),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    b.send("topic://VirtualTopic.Metrics", Message::new("y"))
+        .await
+        .unwrap();
+    take(&mut watch, 1).await;
+    let routed = "ebb_routed_sends_total";
+    let copies = "ebb_routed_copies_total";
+    scrape_until(&addr, |s| {
+        count(s, routed, "route", "composite") >= count(&before, routed, "route", "composite") + 2.0
+            && count(s, copies, "route", "composite")
+                >= count(&before, copies, "route", "composite") + 6.0
+            && count(s, routed, "route", "virtual_topic")
+                >= count(&before, routed, "route", "virtual_topic") + 1.0
+            && count(s, copies, "route", "virtual_topic")
+                >= count(&before, copies, "route", "virtual_topic") + 3.0
+            && count(s, "ebb_advisories_total", "event", "consumer_added")
+                >= count(&before, "ebb_advisories_total", "event", "consumer_added") + 1.0
+    })
+    .await;
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
     a_scrape_shows_real_values,
     stats_lists_running_destinations,
+    routed_sends_and_advisories_are_counted,
 );
 
 /// Reads `ebb serve`'s standard error until the HTTP server's line, and returns the

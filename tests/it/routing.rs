@@ -86,6 +86,19 @@ async fn every_group_gets_every_message_once_spread_over_its_consumers(t: TestSt
             ids
         );
     }
+    // The admin API's view of the topic lists its groups.
+    let view = b
+        .destination_view(TOPIC)
+        .await
+        .unwrap()
+        .expect("the topic runs");
+    assert_eq!(
+        view.virtual_groups,
+        [
+            "/queue/Consumer.A.VirtualTopic.Orders",
+            "/queue/Consumer.B.VirtualTopic.Orders"
+        ]
+    );
     // Group C is created now: it gets what is sent from now on only.
     drop(a);
     let mut c = b.subscribe(group("C").as_str(), options()).await.unwrap();
@@ -373,6 +386,123 @@ async fn a_refused_composite_sends_nothing(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// What a helper found breaking the first version (issue 33's review): groups follow
+/// the settings now and keep their kind across a restart, a group queue that is empty
+/// and not running can still be deleted (ending the group), and a configured
+/// composite's forward to a virtual topic reaches its groups, never an advisory topic.
+async fn groups_follow_the_settings_keep_their_kind_and_end_when_deleted(t: TestStore) {
+    let start = |routing: RoutingConfig| Broker::start(&t.url, config(&t, routing));
+    let b = start(RoutingConfig::default()).await.unwrap();
+    for queue in [
+        group("Plain"),
+        group("Empty"),
+        "lvq://Consumer.Last.VirtualTopic.Orders".to_string(),
+    ] {
+        drop(
+            b.subscribe(queue.as_str(), SubscribeOptions::non_durable())
+                .await
+                .unwrap(),
+        );
+    }
+    b.shutdown().await.unwrap();
+    // Off: the stored groups wait, unused.
+    let off = RoutingConfig {
+        virtual_topics: ebb::VirtualTopics {
+            enabled: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let b = start(off).await.unwrap();
+    b.send(TOPIC, Message::new("while off")).await.unwrap();
+    assert_eq!(rows(&b, &group("Plain")).await, 0);
+    b.shutdown().await.unwrap();
+    // On again: the last-value group is still one, the empty group can be deleted
+    // although it is neither running nor holding a row.
+    let forward_to_topic = RoutingConfig {
+        composites: vec![CompositeDestination {
+            name: DestinationKey::parse("queue://orders.in").unwrap(),
+            forwards: vec![Forward {
+                destination: DestinationKey::parse(TOPIC).unwrap(),
+                selector: None,
+            }],
+        }],
+        ..Default::default()
+    };
+    let b = start(forward_to_topic).await.unwrap();
+    let empty = DestinationKey::parse(&group("Empty")).unwrap();
+    assert!(b.destination_exists(&empty).await.unwrap());
+    b.delete_destination(&empty).await.unwrap();
+    assert!(!b.destination_exists(&empty).await.unwrap());
+    // Through the composite's forward: the topic's groups get it.
+    b.send(
+        "queue://orders.in",
+        Message::new("forwarded").header("_AMQ_LVQ_NAME", "k"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows(&b, &group("Plain")).await, 1);
+    assert_eq!(rows(&b, "lvq://Consumer.Last.VirtualTopic.Orders").await, 1);
+    assert_eq!(
+        rows(&b, "queue://Consumer.Last.VirtualTopic.Orders").await,
+        0
+    );
+    assert_eq!(rows(&b, &group("Empty")).await, 0);
+    b.shutdown().await.unwrap();
+    // The deleted group stays deleted after a restart.
+    let b = start(RoutingConfig::default()).await.unwrap();
+    assert_eq!(
+        b.virtual_groups(&DestinationKey::parse(TOPIC).unwrap()),
+        [
+            DestinationKey::parse("lvq://Consumer.Last.VirtualTopic.Orders").unwrap(),
+            DestinationKey::parse(&group("Plain")).unwrap(),
+        ]
+    );
+    // A composite cannot reach an advisory topic through a forward either.
+    b.shutdown().await.unwrap();
+    let to_advisory = RoutingConfig {
+        composites: vec![CompositeDestination {
+            name: DestinationKey::parse("queue://spoof").unwrap(),
+            forwards: vec![Forward {
+                destination: DestinationKey::parse("topic://ActiveMQ.Advisory.Queue").unwrap(),
+                selector: None,
+            }],
+        }],
+        ..Default::default()
+    };
+    let b = start(to_advisory).await.unwrap();
+    assert!(matches!(
+        b.send("queue://spoof", Message::new("forged")).await,
+        Err(Error::InvalidDestination { .. })
+    ));
+    b.shutdown().await.unwrap();
+}
+
+/// STOMP: a composite with a `/temp-queue/` part sends to the connection's own
+/// temporary queue; a part with a mistyped kind is refused, not made a name.
+async fn stomp_composite_parts_are_localized_and_checked(t: TestStore) {
+    let s = server(&t, policy(0, 400)).await;
+    let mut c = Client::connected(s.addr, None).await;
+    c.write(b"SUBSCRIBE\nid:1\ndestination:/temp-queue/mine\nreceipt:s\n\n\0")
+        .await;
+    assert_eq!(c.frame().await.unwrap().command, Command::Receipt);
+    c.write(b"SEND\ndestination:/queue/loc.a, /temp-queue/mine\npersistent:true\nreceipt:r\n\nboth\0")
+        .await;
+    let mut got = [c.frame().await.unwrap(), c.frame().await.unwrap()];
+    got.sort_by_key(|f| f.command.as_str().to_string());
+    assert_eq!(got[0].command, Command::Message, "{got:?}");
+    assert_eq!(&got[0].body[..], b"both");
+    assert_eq!(got[1].get("receipt-id"), Some("r"));
+    assert_eq!(rows(&s.broker, "queue://loc.a").await, 1);
+    c.write(b"SEND\ndestination:/queue/loc.a,/queu/typo\nreceipt:t\n\nx\0")
+        .await;
+    let refused = c.frame().await.unwrap();
+    assert_eq!(refused.command, Command::Error);
+    assert_eq!(refused.get("error-code"), Some("invalid-destination"));
+    assert_eq!(rows(&s.broker, "queue://loc.a").await, 1);
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     every_group_gets_every_message_once_spread_over_its_consumers,
@@ -382,4 +512,6 @@ on_every_backend!(
     a_configured_composite_forwards_by_selector,
     stomp_composite_send_and_its_refusals,
     a_refused_composite_sends_nothing,
+    groups_follow_the_settings_keep_their_kind_and_end_when_deleted,
+    stomp_composite_parts_are_localized_and_checked,
 );

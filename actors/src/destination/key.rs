@@ -241,6 +241,18 @@ impl DestinationKey {
             let part = part.trim();
             let key = match (Self::split_any(part), keys.last()) {
                 (Some(_), _) => Self::parse(part),
+                (None, _) if part.is_empty() => Err(InvalidDestination {
+                    name: text.to_string(),
+                    reason:
+                        "a composite destination has an empty part (two commas, or one at an end)",
+                }),
+                // `/queu/typo`, `temp-queue://x`: a kind was meant, not a name.
+                (None, Some(_)) if part.starts_with('/') || part.contains("://") => {
+                    Err(InvalidDestination {
+                        name: text.to_string(),
+                        reason: NO_KIND.as_str(),
+                    })
+                }
                 (None, Some(last)) => Self::new(last.kind, part),
                 (None, None) => Self::parse(part),
             }
@@ -566,7 +578,14 @@ mod tests {
             DestinationKey::parse_composite("/queue/one").unwrap().len(),
             1
         );
-        for bad in ["/queue/a,", ",/queue/a", "a,/queue/b", "/queue/a,b.*"] {
+        for bad in [
+            "/queue/a,",
+            ",/queue/a",
+            "a,/queue/b",
+            "/queue/a,b.*",
+            "/queue/a,/queu/typo",
+            "/queue/a,foo://x",
+        ] {
             assert!(DestinationKey::parse_composite(bad).is_err(), "{bad}");
         }
         let many: Vec<String> = (0..=MAX_COMPOSITE)
