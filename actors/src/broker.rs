@@ -313,41 +313,54 @@ impl BrokerActor {
     }
 }
 
-/// Every definition of a durable subscription to a wildcard topic in `store`.
-async fn read_definitions(
+/// Every durable subscription of `store` whose container starts with `prefix` (a
+/// definition container's, `wildcard:` or `virtual:`, ending with `:`), read a page of
+/// [`DEFINITION_PAGE`] at a time: the definitions the broker keeps beside the
+/// destinations, read at start.
+pub async fn read_definitions_under(
     store: &dyn ebb_store::MessageStore,
-) -> Result<Vec<WildcardDurable>, ebb_store::StoreError> {
+    prefix: &str,
+) -> Result<Vec<ebb_store::DurableSubscription>, ebb_store::StoreError> {
     // `;` is the byte after the prefix's `:`: every definition sorts below it.
-    let below = "wildcard;";
+    let below = format!("{};", prefix.trim_end_matches(':'));
     let mut found = Vec::new();
     let mut after: Option<(String, SubscriptionKey)> = None;
     loop {
         let page = store
             .list_subscriptions_between(
-                WILDCARD_CONTAINER_PREFIX,
-                below,
+                prefix,
+                &below,
                 after.as_ref().map(|(c, k)| (c.as_str(), k)),
                 DEFINITION_PAGE,
             )
             .await?;
         let full = page.len() == DEFINITION_PAGE as usize;
         after = page.last().map(|s| (s.container.clone(), s.key.clone()));
-        for sub in page {
-            let text = &sub.container[WILDCARD_CONTAINER_PREFIX.len()..];
-            match DestinationPattern::parse(text) {
-                Ok(pattern) => found.push(WildcardDurable {
-                    pattern,
-                    key: sub.key,
-                    selector: sub.selector,
-                }),
-                Err(e) => tracing::warn!(container = %sub.container, error = %e,
-                    "a stored wildcard subscription's pattern does not parse; it is left alone"),
-            }
-        }
+        found.extend(page);
         if !full {
             return Ok(found);
         }
     }
+}
+
+/// Every definition of a durable subscription to a wildcard topic in `store`.
+async fn read_definitions(
+    store: &dyn ebb_store::MessageStore,
+) -> Result<Vec<WildcardDurable>, ebb_store::StoreError> {
+    let mut found = Vec::new();
+    for sub in read_definitions_under(store, WILDCARD_CONTAINER_PREFIX).await? {
+        let text = &sub.container[WILDCARD_CONTAINER_PREFIX.len()..];
+        match DestinationPattern::parse(text) {
+            Ok(pattern) => found.push(WildcardDurable {
+                pattern,
+                key: sub.key,
+                selector: sub.selector,
+            }),
+            Err(e) => tracing::warn!(container = %sub.container, error = %e,
+                "a stored wildcard subscription's pattern does not parse; it is left alone"),
+        }
+    }
+    Ok(found)
 }
 
 impl Actor for BrokerActor {

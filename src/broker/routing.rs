@@ -57,7 +57,8 @@ pub const VIRTUAL_CONTAINER_PREFIX: &str = "virtual:";
 /// so a group of another point-to-point kind keeps its kind).
 const VIRTUAL_CLIENT_ID: &str = "ebb:virtual-topic";
 
-/// Definitions read per store page at start.
+/// Definitions [`Broker::leave_virtual_group`] reads for one queue (its groups: one
+/// per virtual topic it was made under).
 const DEFINITION_PAGE: u32 = 500;
 
 /// Most consumer groups of one virtual topic: each is stored and gets its own copy of
@@ -484,58 +485,47 @@ impl Broker {
         self.load_virtual_groups().await
     }
 
-    /// Reads every stored consumer group definition (a page of [`DEFINITION_PAGE`] at
-    /// a time): called at start, before the broker serves.
+    /// Reads every stored consumer group definition (bounded pages,
+    /// [`ebb_actors::broker::read_definitions_under`]): called at start, before the
+    /// broker serves.
     async fn load_virtual_groups(&self) -> Result<(), Error> {
-        let store = self.store.store();
-        let below = "virtual;";
-        let mut after: Option<(String, SubscriptionKey)> = None;
-        loop {
-            let page = store
-                .list_subscriptions_between(
-                    VIRTUAL_CONTAINER_PREFIX,
-                    below,
-                    after.as_ref().map(|(c, k)| (c.as_str(), k)),
-                    DEFINITION_PAGE,
-                )
-                .await?;
-            let full = page.len() == DEFINITION_PAGE as usize;
-            after = page.last().map(|s| (s.container.clone(), s.key.clone()));
-            let mut groups = self.routes.groups.write();
-            for sub in page {
-                let text = &sub.container[VIRTUAL_CONTAINER_PREFIX.len()..];
-                match (
-                    DestinationKey::from_container(text),
-                    DestinationKey::from_container(&sub.key.subscription_name),
-                ) {
-                    // Only what the settings make a group now: one made under other
-                    // prefixes, or with virtual topics off, waits (stored) until they
-                    // do again, or its queue is deleted.
-                    (Ok(topic), Ok(queue))
-                        if self
-                            .routes
-                            .config
-                            .virtual_topics
-                            .topic_of_group(&queue)
-                            .as_ref()
-                            == Some(&topic) =>
-                    {
-                        groups.entry(topic).or_default().insert(queue);
-                    }
-                    (Ok(_), Ok(_)) => {
-                        tracing::info!(container = %sub.container, group = %sub.key.subscription_name,
+        let definitions = ebb_actors::broker::read_definitions_under(
+            self.store.store().as_ref(),
+            VIRTUAL_CONTAINER_PREFIX,
+        )
+        .await?;
+        let mut groups = self.routes.groups.write();
+        for sub in definitions {
+            let text = &sub.container[VIRTUAL_CONTAINER_PREFIX.len()..];
+            match (
+                DestinationKey::from_container(text),
+                DestinationKey::from_container(&sub.key.subscription_name),
+            ) {
+                // Only what the settings make a group now: one made under other
+                // prefixes, or with virtual topics off, waits (stored) until they do
+                // again, or its queue is deleted.
+                (Ok(topic), Ok(queue))
+                    if self
+                        .routes
+                        .config
+                        .virtual_topics
+                        .topic_of_group(&queue)
+                        .as_ref()
+                        == Some(&topic) =>
+                {
+                    groups.entry(topic).or_default().insert(queue);
+                }
+                (Ok(_), Ok(_)) => {
+                    tracing::info!(container = %sub.container, group = %sub.key.subscription_name,
                         "a stored virtual topic group is not one under the settings now ([virtual_topics]); it is kept, not used")
-                    }
-                    _ => {
-                        tracing::warn!(container = %sub.container, group = %sub.key.subscription_name,
+                }
+                _ => {
+                    tracing::warn!(container = %sub.container, group = %sub.key.subscription_name,
                         "a stored virtual topic group does not parse; it is left alone")
-                    }
                 }
             }
-            if !full {
-                return Ok(());
-            }
         }
+        Ok(())
     }
 }
 

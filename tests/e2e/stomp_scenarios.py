@@ -131,6 +131,31 @@ def durable(conn, topic, name, ack="client-individual"):
     conn.subscribe(topic, id=name, ack=ack, headers={"activemq.subscriptionName": name, "receipt": f"sub-{name}"})
 
 
+def send_until_killed(proc, producer, p, destination, first, most, stop_after):
+    """Receipted persistent sends `first`, `first + 1`, ... (at most `most`, header
+    `n`) to `destination`, without waiting, until `stop_after` seconds have passed;
+    then SIGKILL of `proc`. Returns how many were sent and the numbers receipted."""
+    started = time.time()
+    sent = 0
+    try:
+        for n in range(first, first + most):
+            producer.send(destination, f"m{n}", headers={"persistent": "true", "receipt": f"r{n}", "n": str(n)})
+            sent += 1
+            if time.time() - started > stop_after:
+                break
+    except Exception:
+        pass
+    kill(proc)
+    time.sleep(0.2)
+    with p.lock:
+        receipted = {int(r[1:]) for r in p.receipts if int(r[1:]) >= first}
+    try:
+        producer.disconnect()
+    except Exception:
+        pass
+    return sent, receipted
+
+
 def data_loss():
     """The ActiveMQ JDBC data loss, through the wire, with SIGKILL."""
     proc = start()
@@ -170,25 +195,7 @@ def crash_safety():
     wait_until(lambda: "sub-d1" in seen.receipts) or fail("no receipt for SUBSCRIBE")
     bye(conn, seen)
     producer, p = connect()
-    stop_at = random.uniform(0.3, 1.5)
-    started = time.time()
-    sent = 0
-    try:
-        for n in range(50000):
-            producer.send("/topic/crash", f"m{n}", headers={"persistent": "true", "receipt": f"r{n}", "n": str(n)})
-            sent += 1
-            if time.time() - started > stop_at:
-                break
-    except Exception:
-        pass
-    kill(proc)
-    time.sleep(0.2)
-    with p.lock:
-        receipted = {int(r[1:]) for r in p.receipts}
-    try:
-        producer.disconnect()
-    except Exception:
-        pass
+    sent, receipted = send_until_killed(proc, producer, p, "/topic/crash", 0, 50000, random.uniform(0.3, 1.5))
     proc = start()
     conn, seen = connect("c2")
     durable(conn, "/topic/crash", "d1", ack="auto")
@@ -835,25 +842,7 @@ def virtual_topic():
         for conn, listener in members:
             bye(conn, listener)
     # SIGKILL during sends, every group offline.
-    stop_at = random.uniform(0.3, 1.0)
-    started = time.time()
-    sent = 0
-    try:
-        for n in range(N, N + 5000):
-            producer.send(TOPIC, f"m{n}", headers={"persistent": "true", "receipt": f"r{n}", "n": str(n)})
-            sent += 1
-            if time.time() - started > stop_at:
-                break
-    except Exception:
-        pass
-    kill(proc)
-    time.sleep(0.2)
-    with p.lock:
-        receipted = {int(r[1:]) for r in p.receipts if int(r[1:]) >= N}
-    try:
-        producer.disconnect()
-    except Exception:
-        pass
+    sent, receipted = send_until_killed(proc, producer, p, TOPIC, N, 5000, random.uniform(0.3, 1.0))
     proc = start()
     after = {}
     for g in "ABC":

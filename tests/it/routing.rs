@@ -28,6 +28,17 @@ async fn rows(b: &Broker, destination: &str) -> u64 {
     b.store().count_messages(destination).await.unwrap()
 }
 
+/// The default routing with virtual topics turned off.
+fn virtual_topics_off() -> RoutingConfig {
+    RoutingConfig {
+        virtual_topics: ebb::VirtualTopics {
+            enabled: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 fn config(t: &TestStore, routing: RoutingConfig) -> BrokerConfig {
     BrokerConfig {
         store: t.options.clone(),
@@ -144,13 +155,7 @@ async fn an_offline_group_keeps_its_messages_across_a_restart(t: TestStore) {
         .is_empty());
     b.shutdown().await.unwrap();
     // Virtual topics off: a queue of that name is a queue like any other.
-    let off = RoutingConfig {
-        virtual_topics: ebb::VirtualTopics {
-            enabled: false,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let off = virtual_topics_off();
     let b = Broker::start(&t.url, config(&t, off)).await.unwrap();
     drop(
         b.subscribe(group("Off").as_str(), SubscribeOptions::non_durable())
@@ -406,13 +411,7 @@ async fn groups_follow_the_settings_keep_their_kind_and_end_when_deleted(t: Test
     }
     b.shutdown().await.unwrap();
     // Off: the stored groups wait, unused.
-    let off = RoutingConfig {
-        virtual_topics: ebb::VirtualTopics {
-            enabled: false,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let off = virtual_topics_off();
     let b = start(off).await.unwrap();
     b.send(TOPIC, Message::new("while off")).await.unwrap();
     assert_eq!(rows(&b, &group("Plain")).await, 0);
@@ -486,8 +485,10 @@ async fn stomp_composite_parts_are_localized_and_checked(t: TestStore) {
     c.write(b"SUBSCRIBE\nid:1\ndestination:/temp-queue/mine\nreceipt:s\n\n\0")
         .await;
     assert_eq!(c.frame().await.unwrap().command, Command::Receipt);
-    c.write(b"SEND\ndestination:/queue/loc.a, /temp-queue/mine\npersistent:true\nreceipt:r\n\nboth\0")
-        .await;
+    c.write(
+        b"SEND\ndestination:/queue/loc.a, /temp-queue/mine\npersistent:true\nreceipt:r\n\nboth\0",
+    )
+    .await;
     let mut got = [c.frame().await.unwrap(), c.frame().await.unwrap()];
     got.sort_by_key(|f| f.command.as_str().to_string());
     assert_eq!(got[0].command, Command::Message, "{got:?}");
