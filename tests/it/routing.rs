@@ -174,15 +174,26 @@ async fn an_offline_group_keeps_its_messages_across_a_restart(t: TestStore) {
 /// the store works reaches all three.
 async fn a_composite_send_is_all_or_none(t: TestStore) {
     let store = t.open().await;
-    static FAIL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-    let faulty = Arc::new(FaultyStore {
-        fail_writes: |op| match (FAIL.load(std::sync::atomic::Ordering::SeqCst), op) {
+    // One fault switch per backend: the two variants of this test run at once.
+    use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
+    static FAIL_SQLITE: AtomicU8 = AtomicU8::new(0);
+    static FAIL_POSTGRES: AtomicU8 = AtomicU8::new(0);
+    fn fails(fault: &AtomicU8, op: &WriteOp) -> bool {
+        match (fault.load(SeqCst), op) {
             // Mid-way: the copy to the third destination cannot be stored.
             (1, WriteOp::Add(m)) => m.container == "queue://all.c",
             // At the end: the commit of the routed transaction.
             (2, WriteOp::Commit { xid }) => xid.starts_with(ebb::ROUTED_XID_PREFIX),
             _ => false,
-        },
+        }
+    }
+    let (fail, fail_writes): (&AtomicU8, fn(&WriteOp) -> bool) = if t.options.schema.is_some() {
+        (&FAIL_POSTGRES, |op| fails(&FAIL_POSTGRES, op))
+    } else {
+        (&FAIL_SQLITE, |op| fails(&FAIL_SQLITE, op))
+    };
+    let faulty = Arc::new(FaultyStore {
+        fail_writes,
         ..FaultyStore::new(store)
     });
     let b = Broker::start_with_store(faulty, config(&t, RoutingConfig::default())).unwrap();
@@ -192,7 +203,7 @@ async fn a_composite_send_is_all_or_none(t: TestStore) {
         .unwrap();
     let keys = DestinationKey::parse_composite("/queue/all.a,/topic/all.b,queue://all.c").unwrap();
     for fault in [1, 2] {
-        FAIL.store(fault, std::sync::atomic::Ordering::SeqCst);
+        fail.store(fault, SeqCst);
         let refused = b
             .send_to_each(&keys, Message::new(format!("fault {fault}")))
             .await;
@@ -201,7 +212,7 @@ async fn a_composite_send_is_all_or_none(t: TestStore) {
             assert_eq!(rows(&b, c).await, 0, "fault {fault}: {c} kept a row");
         }
     }
-    FAIL.store(0, std::sync::atomic::Ordering::SeqCst);
+    fail.store(0, SeqCst);
     let receipt = b.send_to_each(&keys, Message::new("whole")).await.unwrap();
     for c in ["queue://all.a", "topic://all.b", "queue://all.c"] {
         assert_eq!(rows(&b, c).await, 1, "{c}");
