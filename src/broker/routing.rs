@@ -272,9 +272,9 @@ impl Broker {
 
     /// Sends `message` to each of `destinations` (a composite send, ActiveMQ's
     /// `/queue/a,/topic/b`): as [`Broker::send`] to each, all in one store
-    /// transaction: every destination has it or none has. Configured composites and
-    /// virtual topics are expanded (see [`crate::broker`]'s routing). Returns after the
-    /// commit; every copy has the same message id.
+    /// transaction when several are named: every destination has it or none has.
+    /// Configured composites and virtual topics are expanded ([`Broker::routes_of`]).
+    /// Returns once every copy is accepted; every copy has the same message id.
     ///
     /// Errors: as [`Broker::send`]; on any, no destination has the message.
     pub async fn send_to_each(

@@ -270,9 +270,12 @@ impl Broker {
     /// with `options` ([`SendOptions`]: whether to wait for space first). Returns once
     /// the message has its place in its destination's order; the [`PendingSend`]
     /// resolves after its commit (at once for one that is not stored). A send that
-    /// routing takes to several destinations (a virtual topic with consumer groups, a
-    /// configured composite: [`Broker::routes_of`]) is committed to all of them in one
-    /// store transaction before this returns ([`Broker::send_to_each`]).
+    /// routing takes to several destinations ([`Broker::routes_of`]) goes to each: a
+    /// configured composite's (or a virtual topic's with
+    /// [`crate::VirtualTopics::transacted_send`]) is committed to all of them in one
+    /// store transaction before this returns; a virtual topic's copies are otherwise
+    /// sends of their own, and the [`PendingSend`] resolves once every one is
+    /// accepted ([`Broker::send_to_each`]).
     ///
     /// Errors: as [`Broker::send`]; those of the store write come from the
     /// [`PendingSend`].

@@ -68,8 +68,6 @@ impl Broker {
             }
         };
         self.check_temporary_consumer(&key, options.connection)?;
-        // A virtual topic's consumer group begins with its first subscription.
-        self.join_virtual_group(&key).await?;
         if durable.is_some() && !key.capabilities().durable_subscriptions {
             return Err(no_durable_subscriptions(key.container(), key.kind()));
         }
@@ -84,6 +82,9 @@ impl Broker {
                 .await?;
             self.check_durable_room(&key.container(), durable).await?;
         }
+        // A virtual topic's consumer group begins with its first subscription (one
+        // that passed the checks above).
+        self.join_virtual_group(&key).await?;
         // Credit never lets more than the prefetch be queued; the channel holds that.
         let max = ebb_actors::subscription::MAX_PREFETCH;
         let capacity = options.prefetch.unwrap_or(max).clamp(1, max) as usize;

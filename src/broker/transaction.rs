@@ -321,6 +321,8 @@ impl Transaction {
     ) -> Result<PendingSend, Error> {
         self.broker.refuse_advisory_send(destinations)?;
         let routes = self.broker.routes_of(destinations, &message);
+        // Nor through a configured composite's forward.
+        self.broker.refuse_advisory_send(&routes)?;
         match routes.as_slice() {
             [] => Ok(PendingSend::accepted(self.broker.next_message_id(), false)),
             [one] => self.start_send_as(one, message, None).await,

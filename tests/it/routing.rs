@@ -97,6 +97,14 @@ async fn every_group_gets_every_message_once_spread_over_its_consumers(t: TestSt
             ids
         );
     }
+    // A subscription that is refused makes no group.
+    assert!(b
+        .subscribe(
+            group("Refused").as_str(),
+            SubscribeOptions::durable("c", "d")
+        )
+        .await
+        .is_err());
     // The admin API's view of the topic lists its groups.
     let view = b
         .destination_view(TOPIC)
