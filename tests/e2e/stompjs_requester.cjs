@@ -8,19 +8,11 @@
 //
 // Usage: NODE_PATH=.../node_modules node stompjs_requester.cjs URL WORK_QUEUE COUNT
 "use strict";
-const { Client } = require("@stomp/stompjs");
-const WebSocket = require("ws");
+const { connect } = require("./stompjs_client.cjs");
 
 const [url, workQueue, countText] = process.argv.slice(2);
 const count = Number(countText);
-const replies = [];
-const client = new Client({
-  webSocketFactory: () => new WebSocket(url, ["v12.stomp", "v11.stomp"]),
-  reconnectDelay: 0,
-  heartbeatIncoming: 0,
-  heartbeatOutgoing: 0,
-});
-client.onConnect = () => {
+connect(url, count, "replies", (client, collect) => {
   client.watchForReceipt("subscribed", () => {
     console.log("subscribed");
     for (let i = 0; i < count; i++) {
@@ -31,26 +23,9 @@ client.onConnect = () => {
       });
     }
   });
-  client.subscribe("/temp-queue/replies", (message) => {
-    replies.push([message.headers["correlation-id"], message.body]);
-    if (replies.length === count) {
-      console.log(JSON.stringify(replies));
-      client.deactivate().then(() => process.exit(0));
-    }
-  }, { receipt: "subscribed" });
-};
-client.onStompError = (frame) => {
-  console.error("ERROR frame:", frame.headers.message);
-  process.exit(2);
-};
-client.onWebSocketClose = () => {
-  if (replies.length < count) {
-    console.error("the WebSocket closed after", replies.length, "replies");
-    process.exit(3);
-  }
-};
-setTimeout(() => {
-  console.error("30 s passed with", replies.length, "of", count, "replies");
-  process.exit(4);
-}, 30000);
-client.activate();
+  client.subscribe(
+    "/temp-queue/replies",
+    (message) => collect([message.headers["correlation-id"], message.body]),
+    { receipt: "subscribed" },
+  );
+});

@@ -6,40 +6,10 @@
 //
 // Usage: NODE_PATH=.../node_modules node stompjs_subscriber.cjs URL DESTINATION COUNT
 "use strict";
-const { Client } = require("@stomp/stompjs");
-const WebSocket = require("ws");
+const { connect } = require("./stompjs_client.cjs");
 
 const [url, destination, countText] = process.argv.slice(2);
-const count = Number(countText);
-const bodies = [];
-const client = new Client({
-  webSocketFactory: () => new WebSocket(url, ["v12.stomp", "v11.stomp"]),
-  reconnectDelay: 0,
-  heartbeatIncoming: 0,
-  heartbeatOutgoing: 0,
-});
-client.onConnect = () => {
+connect(url, Number(countText), "messages", (client, collect) => {
   client.watchForReceipt("subscribed", () => console.log("subscribed"));
-  client.subscribe(destination, (message) => {
-    bodies.push(message.body);
-    if (bodies.length === count) {
-      console.log(JSON.stringify(bodies));
-      client.deactivate().then(() => process.exit(0));
-    }
-  }, { receipt: "subscribed" });
-};
-client.onStompError = (frame) => {
-  console.error("ERROR frame:", frame.headers.message);
-  process.exit(2);
-};
-client.onWebSocketClose = () => {
-  if (bodies.length < count) {
-    console.error("the WebSocket closed after", bodies.length, "messages");
-    process.exit(3);
-  }
-};
-setTimeout(() => {
-  console.error("30 s passed with", bodies.length, "of", count, "messages");
-  process.exit(4);
-}, 30000);
-client.activate();
+  client.subscribe(destination, (message) => collect(message.body), { receipt: "subscribed" });
+});

@@ -19,6 +19,43 @@ fn env(var: &str, what: &str) -> String {
         .unwrap_or_else(|| panic!("{var} is not set: {what}"))
 }
 
+/// The lines a child prints on its standard output.
+type Lines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// Starts `command` with its standard output piped (killed when dropped), and its
+/// lines.
+fn spawn_reading(
+    mut command: tokio::process::Command,
+    what: &str,
+) -> (tokio::process::Child, Lines) {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what} does not start: {e}"));
+    let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
+}
+
+/// The next line of `out` within 30 s (`None` at its end); panics naming what was
+/// waited for otherwise.
+async fn line_within(out: &mut Lines, waiting_for: &str) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(30), out.next_line())
+        .await
+        .unwrap_or_else(|_| panic!("no {waiting_for} within 30 s"))
+        .unwrap()
+}
+
+/// node running `tests/e2e/<script>` with `args`, its modules from `modules`.
+fn node(script: &str, args: &[String], modules: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg(format!("{}/tests/e2e/{script}", env!("CARGO_MANIFEST_DIR")))
+        .args(args)
+        .env("NODE_PATH", modules);
+    command
+}
+
 /// `ebb serve` on a fresh SQLite store with STOMP and HTTP on free ports; killed when
 /// dropped.
 struct Serve {
@@ -32,7 +69,8 @@ struct Serve {
 
 async fn serve() -> Serve {
     let store = tempfile::tempdir().unwrap();
-    let mut serve = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_ebb"));
+    command
         .args([
             "serve",
             "--stomp",
@@ -42,18 +80,12 @@ async fn serve() -> Serve {
             "--store",
         ])
         .arg(format!("sqlite://{}/ebb.db", store.path().display()))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("ebb serve starts");
-    let mut lines = tokio::io::BufReader::new(serve.stdout.take().unwrap()).lines();
+        .stderr(std::process::Stdio::null());
+    let (serve, mut lines) = spawn_reading(command, "ebb serve");
     let (mut stomp, mut http) = (None, None);
     while stomp.is_none() || http.is_none() {
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        let line = line_within(&mut lines, "addresses from ebb serve")
             .await
-            .expect("ebb serve prints its addresses")
-            .unwrap()
             .expect("ebb serve ended early");
         if let Some(rest) = line.split("STOMP on ").nth(1) {
             stomp = Some(rest.split(',').next().unwrap().to_string());
@@ -89,25 +121,14 @@ async fn stompjs_over_websocket_receives_what_stomp_py_sends_over_tcp() {
         http,
         ..
     } = serve().await;
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/e2e/stompjs_subscriber.cjs"
-    );
-    let mut node = tokio::process::Command::new("node")
-        .arg(script)
-        .arg(format!("ws://{http}/stomp"))
-        .arg("/queue/browser.in")
-        .arg("3")
-        .env("NODE_PATH", &modules)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs");
-    let mut out = tokio::io::BufReader::new(node.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), out.next_line())
-        .await
-        .expect("stomp.js subscribes within 30 s")
-        .unwrap();
+    let args = [
+        format!("ws://{http}/stomp"),
+        "/queue/browser.in".into(),
+        "3".into(),
+    ];
+    let (mut node, mut out) =
+        spawn_reading(node("stompjs_subscriber.cjs", &args, &modules), "node");
+    let first = line_within(&mut out, "SUBSCRIBE by stomp.js").await;
     assert_eq!(first.as_deref(), Some("subscribed"));
 
     let (host, port) = stomp.rsplit_once(':').unwrap();
@@ -129,10 +150,8 @@ async fn stompjs_over_websocket_receives_what_stomp_py_sends_over_tcp() {
         String::from_utf8_lossy(&sent.stderr)
     );
 
-    let bodies = tokio::time::timeout(Duration::from_secs(30), out.next_line())
+    let bodies = line_within(&mut out, "messages at stomp.js")
         .await
-        .expect("stomp.js receives within 30 s")
-        .unwrap()
         .expect("stomp.js prints what it received");
     let bodies: Vec<String> = serde_json::from_str(&bodies).unwrap();
     assert_eq!(bodies, ["one", "two", "three"]);
@@ -187,43 +206,22 @@ async fn stompjs_request_reply_through_a_temporary_queue() {
          done.wait(30) or sys.exit(3)\n\
          c.disconnect()\n"
     );
-    let mut worker = tokio::process::Command::new(&python)
-        .args(["-c", &worker])
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python runs");
-    let mut worker_out = tokio::io::BufReader::new(worker.stdout.take().unwrap()).lines();
-    let ready = tokio::time::timeout(Duration::from_secs(30), worker_out.next_line())
-        .await
-        .expect("the worker subscribes within 30 s")
-        .unwrap();
+    let mut command = tokio::process::Command::new(&python);
+    command.args(["-c", &worker]);
+    let (mut worker, mut worker_out) = spawn_reading(command, "python");
+    let ready = line_within(&mut worker_out, "SUBSCRIBE by the worker").await;
     assert_eq!(ready.as_deref(), Some("ready"));
 
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/e2e/stompjs_requester.cjs"
-    );
-    let mut node = tokio::process::Command::new("node")
-        .arg(script)
-        .arg(format!("ws://{http}/stomp"))
-        .arg("/queue/rr.ws")
-        .arg(COUNT.to_string())
-        .env("NODE_PATH", &modules)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs");
-    let mut out = tokio::io::BufReader::new(node.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), out.next_line())
-        .await
-        .expect("stomp.js subscribes within 30 s")
-        .unwrap();
+    let args = [
+        format!("ws://{http}/stomp"),
+        "/queue/rr.ws".into(),
+        COUNT.to_string(),
+    ];
+    let (mut node, mut out) = spawn_reading(node("stompjs_requester.cjs", &args, &modules), "node");
+    let first = line_within(&mut out, "SUBSCRIBE by stomp.js").await;
     assert_eq!(first.as_deref(), Some("subscribed"));
-    let replies = tokio::time::timeout(Duration::from_secs(30), out.next_line())
+    let replies = line_within(&mut out, "replies at stomp.js")
         .await
-        .expect("stomp.js gets its replies within 30 s")
-        .unwrap()
         .expect("stomp.js prints its replies");
     let mut replies: Vec<(String, String)> = serde_json::from_str(&replies).unwrap();
     replies.sort();
