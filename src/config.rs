@@ -42,6 +42,9 @@ pub struct FileConfig {
     /// `[stomp]`: the listener and its limits.
     #[serde(default)]
     pub stomp: StompSection,
+    /// `[mqtt]`: the limits of MQTT connections (the listener is `[listeners.mqtt]`).
+    #[serde(default)]
+    pub mqtt: MqttSection,
     /// `[[policy]]` entries, matched by destination pattern, first match wins.
     #[serde(default)]
     pub policy: Vec<PolicySection>,
@@ -143,6 +146,12 @@ pub struct ListenersSection {
     pub stomp_tls: Option<ListenerSection>,
     /// `[listeners.http]`: the HTTP server (`https` and `wss` with `[http] tls`).
     pub http: Option<ListenerSection>,
+    /// `[listeners.mqtt]`: MQTT 3.1.1 and 5.0 over TCP (off unless given; MQTT's port
+    /// is 1883).
+    pub mqtt: Option<ListenerSection>,
+    /// `[listeners.mqtt_tls]`: MQTT over TLS (`mqtts`, port 8883), with the
+    /// certificate of `[tls]`; off unless given.
+    pub mqtt_tls: Option<ListenerSection>,
 }
 
 /// One listener's section.
@@ -162,6 +171,10 @@ pub enum Listener {
     StompTls,
     /// The HTTP server.
     Http,
+    /// MQTT over TCP.
+    Mqtt,
+    /// MQTT over TLS.
+    MqttTls,
 }
 
 impl FileConfig {
@@ -185,6 +198,11 @@ impl FileConfig {
                     (self.http.listen.as_ref(), "[http] listen"),
                     (self.metrics.listen.as_ref(), "[metrics] listen"),
                 ],
+            ),
+            Listener::Mqtt => ((&self.listeners.mqtt, "[listeners.mqtt] listen"), &[]),
+            Listener::MqttTls => (
+                (&self.listeners.mqtt_tls, "[listeners.mqtt_tls] listen"),
+                &[],
             ),
         };
         if let (Some(l), key) = section {
@@ -225,6 +243,25 @@ impl FileConfig {
             None => Ok(()),
         }
     }
+}
+
+/// `[mqtt]`: MQTT connections' limits; users, rights and connection caps are
+/// STOMP's (`[[users]]`, `[[authorization]]`, `[stomp] max_connections`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqttSection {
+    /// Largest packet a client may send, bytes or with a unit (`256kb`); default
+    /// 1 MiB, at least `1kb`.
+    pub max_packet_size: Option<ByteSize>,
+    /// QoS 1 and 2 publishes one connection may have waiting for their commits
+    /// (CONNACK's receive maximum); default 1,000, 1 to 65,535.
+    pub receive_maximum: Option<u16>,
+    /// QoS 1 and 2 deliveries a 3.1.1 client takes unacknowledged (5.0 clients say
+    /// theirs); default 100, at least 1.
+    pub delivery_window: Option<u16>,
+    /// Close a connection that sends no CONNECT this long: ms or with a unit
+    /// (`"30s"`); default 30,000.
+    pub connect_timeout_ms: Option<Millis>,
 }
 
 /// `[http]`: the HTTP server of `ebb serve` (off without `listen`).

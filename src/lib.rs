@@ -255,6 +255,7 @@ pub mod error;
 pub mod http;
 pub mod login_guard;
 pub mod metrics;
+pub mod mqtt;
 pub mod process;
 pub mod runtime;
 pub mod server;

@@ -1,5 +1,5 @@
-//! [`Server`]: a broker with its listeners — STOMP over TCP, STOMP over TLS and the
-//! HTTP server (admin API, console, metrics, STOMP over WebSocket) — started and
+//! [`Server`]: a broker with its listeners — STOMP over TCP, STOMP over TLS, MQTT
+//! over TCP and TLS, and the HTTP server (admin API, console, metrics, STOMP over WebSocket) — started and
 //! stopped as one. `ebb serve`, the test harness (`test_util`) and the benchmarks
 //! all start their listeners through it, so a listener (or a protocol) is added in
 //! one place.
@@ -26,6 +26,13 @@ pub struct ServerOptions {
     /// STOMP over TLS on this address with this acceptor (ActiveMQ's `stomp+ssl`).
     #[cfg(feature = "tls")]
     pub stomp_tls: Option<(SocketAddr, tokio_rustls::TlsAcceptor)>,
+    /// MQTT over TCP on this address, with the settings of its connections
+    /// ([`crate::mqtt`]; `None`: no MQTT listener).
+    pub mqtt: Option<(SocketAddr, crate::mqtt::MqttConfig)>,
+    /// MQTT over TLS (`mqtts`) on this address with this acceptor; its connections
+    /// share the settings of [`ServerOptions::mqtt`] (or the defaults without it).
+    #[cfg(feature = "tls")]
+    pub mqtt_tls: Option<(SocketAddr, tokio_rustls::TlsAcceptor)>,
     /// Limits, users and rights, caps and the registry of every STOMP connection, over
     /// TCP, TLS and WebSocket alike.
     pub connection: ConnectionConfig,
@@ -41,6 +48,8 @@ pub struct Server {
     broker: Broker,
     stomp: Option<SocketAddr>,
     stomp_tls: Option<SocketAddr>,
+    mqtt: Option<SocketAddr>,
+    mqtt_tls: Option<SocketAddr>,
     #[cfg(feature = "http")]
     http: Option<crate::http::HttpServer>,
     stop: watch::Sender<bool>,
@@ -64,6 +73,15 @@ impl Server {
             Some((addr, acceptor)) => Some((bind(addr, "STOMP over TLS").await?, acceptor)),
             None => None,
         };
+        let (mqtt, mqtt_config) = match options.mqtt {
+            Some((addr, config)) => (Some(bind(addr, "MQTT").await?), config),
+            None => (None, crate::mqtt::MqttConfig::default()),
+        };
+        #[cfg(feature = "tls")]
+        let mqtt_tls = match options.mqtt_tls {
+            Some((addr, acceptor)) => Some((bind(addr, "MQTT over TLS").await?, acceptor)),
+            None => None,
+        };
         #[cfg(feature = "http")]
         let http = match options.http {
             Some(http) => Some(crate::http::HttpServer::start(http, broker.clone()).await?),
@@ -74,11 +92,31 @@ impl Server {
             broker: broker.clone(),
             stomp: None,
             stomp_tls: None,
+            mqtt: None,
+            mqtt_tls: None,
             #[cfg(feature = "http")]
             http,
             stop,
             accepting: Vec::new(),
         };
+        let mqtt_protocol = crate::mqtt::Mqtt::new(broker.clone(), mqtt_config);
+        if let Some((listener, addr)) = mqtt {
+            server.mqtt = Some(addr);
+            let run =
+                crate::transport::listener::run(listener, mqtt_protocol.clone(), stopped.clone());
+            server.accepting.push(actix_rt::spawn(run));
+        }
+        #[cfg(feature = "tls")]
+        if let Some(((listener, addr), acceptor)) = mqtt_tls {
+            server.mqtt_tls = Some(addr);
+            let run = crate::transport::listener::run_tls(
+                listener,
+                acceptor,
+                mqtt_protocol,
+                stopped.clone(),
+            );
+            server.accepting.push(actix_rt::spawn(run));
+        }
         let protocol = Stomp::new(broker, options.connection);
         if let Some((listener, addr)) = stomp {
             server.stomp = Some(addr);
@@ -107,6 +145,16 @@ impl Server {
     /// Where STOMP over TLS listens.
     pub fn stomp_tls_addr(&self) -> Option<SocketAddr> {
         self.stomp_tls
+    }
+
+    /// Where MQTT over TCP listens.
+    pub fn mqtt_addr(&self) -> Option<SocketAddr> {
+        self.mqtt
+    }
+
+    /// Where MQTT over TLS listens.
+    pub fn mqtt_tls_addr(&self) -> Option<SocketAddr> {
+        self.mqtt_tls
     }
 
     /// Where the HTTP server listens.

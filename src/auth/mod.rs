@@ -100,6 +100,20 @@ impl Right {
     }
 }
 
+/// Why [`Security::log_in`] refused a login.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoginFailure {
+    /// Too many refused logins from the address: its text says until when.
+    #[error("authentication failed: {0}")]
+    Throttled(String),
+    /// No such user, a wrong passcode, or none given.
+    #[error("{0}")]
+    Refused(String),
+    /// The check could not run.
+    #[error("authentication failed: internal error")]
+    Internal,
+}
+
 /// An authenticated connection's identity: its login and groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
@@ -158,6 +172,53 @@ impl Security {
             }))
         } else {
             Err(LoginError::Refused)
+        }
+    }
+
+    /// Logs in by `login` and `passcode` when users are configured, as every
+    /// protocol does: refused logins from `peer` are throttled
+    /// ([`crate::login_guard`], metrics labelled `protocol`), argon2 runs off the event
+    /// loop (one check per core at a time, [`login_checks`]), and a refusal is
+    /// answered after [`FAILED_LOGIN_DELAY`]. `Ok(None)` when no users are configured.
+    ///
+    /// Errors: [`LoginFailure`], whose text the protocol sends back.
+    pub async fn log_in(
+        self: &std::sync::Arc<Self>,
+        peer: Option<std::net::IpAddr>,
+        protocol: &'static str,
+        login: Option<String>,
+        passcode: Option<String>,
+    ) -> Result<Option<Principal>, LoginFailure> {
+        if !self.requires_login() {
+            return Ok(None);
+        }
+        let guard = std::sync::Arc::clone(&self.login_guard);
+        let check = guard
+            .admit(peer, protocol)
+            .await
+            .map_err(|throttled| LoginFailure::Throttled(throttled.to_string()))?;
+        let permit = login_checks()
+            .acquire()
+            .await
+            .map_err(|_| LoginFailure::Internal)?;
+        let security = std::sync::Arc::clone(self);
+        let checked = actix_rt::task::spawn_blocking(move || {
+            security.authenticate(login.as_deref(), passcode.as_deref())
+        })
+        .await
+        .map_err(|_| LoginFailure::Internal)?;
+        drop(permit);
+        match checked {
+            Ok(principal) => {
+                check.accepted();
+                Ok(principal)
+            }
+            Err(reason) => {
+                check.refused();
+                // One guess per second per connection.
+                tokio::time::sleep(FAILED_LOGIN_DELAY).await;
+                Err(LoginFailure::Refused(reason.to_string()))
+            }
         }
     }
 

@@ -21,6 +21,7 @@ mod message;
 mod routing;
 mod schedule;
 mod send;
+mod sessions;
 mod stats;
 mod subscribe;
 mod subscription;
@@ -43,6 +44,7 @@ pub use self::schedule::{
     SCHEDULE_COUNT_LIMIT,
 };
 pub use self::send::*;
+pub use self::sessions::{SessionSubscription, MAX_SESSION_SUBSCRIPTIONS};
 
 pub(crate) use self::subscribe::*;
 pub use self::subscription::*;

@@ -120,6 +120,14 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         Some((text, from)) => Some(resolve(&text, &from, "STOMP over TLS").await?),
         None => None,
     };
+    let mqtt_addr = match file.listen_address(Listener::Mqtt) {
+        Some((text, key)) => Some(resolve(text, &from_file(key), "MQTT").await?),
+        None => None,
+    };
+    let mqtt_tls_addr = match file.listen_address(Listener::MqttTls) {
+        Some((text, key)) => Some(resolve(text, &from_file(key), "MQTT over TLS").await?),
+        None => None,
+    };
     for (key, value) in [
         ("max_connections", file.http.max_connections),
         (
@@ -159,6 +167,10 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         Some(_) => Some(tls_for("STOMP over TLS", &[])?),
         None => None,
     };
+    let mqtt_acceptor = match mqtt_tls_addr {
+        Some(_) => Some(tls_for("MQTT over TLS", &[b"mqtt"])?),
+        None => None,
+    };
     let http_acceptor = match (http_tls, http_addr) {
         (true, Some(_)) => Some(tls_for("[http] tls", &[b"http/1.1"])?),
         (true, None) => anyhow::bail!(
@@ -173,7 +185,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         .tls
         .as_ref()
         .is_some_and(|t| t.client_ca_file.is_some())
-        && (ssl_acceptor.is_some() || http_acceptor.is_some());
+        && (ssl_acceptor.is_some() || http_acceptor.is_some() || mqtt_acceptor.is_some());
     if let Some(user) = security
         .users
         .iter()
@@ -192,6 +204,8 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     let listeners = [
         (Some(addr), "listen on", "send and subscribe"),
         (ssl_addr, "listen on", "send and subscribe"),
+        (mqtt_addr, "listen on", "publish and subscribe"),
+        (mqtt_tls_addr, "listen on", "publish and subscribe"),
         (http_addr, "serve HTTP on", "use the admin API"),
     ];
     for (listen, verb, could) in listeners {
@@ -387,9 +401,12 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             tracing::warn!(admin_group = %options.admin_group, "no user is in the admin group: every change through the admin API will be refused (403)");
         }
     }
+    let mqtt_config = mqtt_config(&file, &connection, &from_file)?;
     let options = crate::server::ServerOptions {
         stomp: Some(addr),
         stomp_tls: ssl_addr.zip(ssl_acceptor),
+        mqtt: mqtt_addr.map(|addr| (addr, mqtt_config.clone())),
+        mqtt_tls: mqtt_tls_addr.zip(mqtt_acceptor),
         connection,
         http: http_options,
     };
@@ -399,6 +416,12 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
     println!("ebb: STOMP on {bound}, store {}", redact_url(&store_url));
     if let Some(ssl) = server.stomp_tls_addr() {
         println!("ebb: STOMP over TLS on {ssl}");
+    }
+    if let Some(mqtt) = server.mqtt_addr() {
+        println!("ebb: MQTT on {mqtt}");
+    }
+    if let Some(mqtts) = server.mqtt_tls_addr() {
+        println!("ebb: MQTT over TLS on {mqtts}");
     }
     if let Some(at) = server.http_addr() {
         if ha {
@@ -568,4 +591,53 @@ async fn shutdown_signal() {
     {
         let _ = ctrl_c.await;
     }
+}
+
+/// The settings of MQTT connections: `[mqtt]`'s limits, with STOMP's users, rights,
+/// caps and registries (one set for the broker).
+fn mqtt_config(
+    file: &FileConfig,
+    connection: &ConnectionConfig,
+    from_file: &dyn Fn(&str) -> String,
+) -> anyhow::Result<crate::mqtt::MqttConfig> {
+    let m = &file.mqtt;
+    let mut config = crate::mqtt::MqttConfig {
+        security: std::sync::Arc::clone(&connection.security),
+        client_ids: std::sync::Arc::clone(&connection.client_ids),
+        connections: connection.connections.clone(),
+        slots: connection.slots.clone(),
+        max_connections: connection.max_connections,
+        max_connections_per_address: connection.max_connections_per_address,
+        max_subscriptions: connection.session_limits.max_subscriptions,
+        ..Default::default()
+    };
+    if let Some(size) = m.max_packet_size {
+        anyhow::ensure!(
+            (1024..=u32::MAX as u64).contains(&size.0),
+            "[mqtt] max_packet_size = {} is outside 1kb to 4gb{}",
+            size.0,
+            from_file("[mqtt] max_packet_size")
+        );
+        config.max_packet_size = size.0 as u32;
+    }
+    if let Some(n) = m.receive_maximum {
+        anyhow::ensure!(
+            n > 0,
+            "[mqtt] receive_maximum must be at least 1{}",
+            from_file("[mqtt] receive_maximum")
+        );
+        config.receive_maximum = n;
+    }
+    if let Some(n) = m.delivery_window {
+        anyhow::ensure!(
+            n > 0,
+            "[mqtt] delivery_window must be at least 1{}",
+            from_file("[mqtt] delivery_window")
+        );
+        config.delivery_window = n;
+    }
+    if let Some(ms) = m.connect_timeout_ms {
+        config.connect_timeout_ms = ms.0.max(1);
+    }
+    Ok(config)
 }

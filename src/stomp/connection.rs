@@ -473,7 +473,9 @@ where
             peer: Some(peer),
             certificate_subject,
         };
-        let registration = config.connections.register(&session_id, peer, transport);
+        let registration = config
+            .connections
+            .register(&session_id, peer, Stomp::NAME, transport);
         let now = Instant::now();
         Connection {
             reader,

@@ -22,7 +22,7 @@ use futures::StreamExt;
 use tokio_stream::StreamMap;
 
 use super::command::{refuse, AckRef, Command, Refusal, Request, StompAck, SubscribeHeaders};
-use crate::auth::{Principal, Right, Security};
+use crate::auth::{LoginFailure, Principal, Right, Security};
 use crate::broker::{
     AckMode, Acker, Broker, Message, QueueBrowser, Received, SendOptions, Space, SubscribeOptions,
     Subscription, Target, Transaction,
@@ -730,39 +730,24 @@ impl Session {
         passcode: Option<String>,
     ) -> Result<(), Refusal> {
         let security = Arc::clone(&self.config.security);
-        if !security.requires_login() {
-            return Ok(());
-        }
         let shown = login.clone();
         let peer = self.config.peer;
-        let guard = Arc::clone(&security.login_guard);
-        let admitted = guard.admit(peer.map(|p| p.ip()), "stomp").await;
-        let check = admitted.map_err(|throttled| {
-            tracing::info!(session = %self.session_id, peer = ?peer, login = ?shown, "refused connection: {throttled}");
-            Refusal::new(ErrorCode::LoginThrottled, format!("authentication failed: {throttled}"))
-        })?;
-        // argon2 is slow on purpose: off the event loop, a core's worth at a time.
-        let permit = crate::auth::login_checks().acquire().await.map_err(|_| {
-            Refusal::new(ErrorCode::Internal, "authentication failed: internal error")
-        })?;
-        let checked = actix_rt::task::spawn_blocking(move || {
-            security.authenticate(login.as_deref(), passcode.as_deref())
-        })
-        .await
-        .map_err(|_| Refusal::new(ErrorCode::Internal, "authentication failed: internal error"))?;
-        drop(permit);
-        match checked {
+        match security
+            .log_in(peer.map(|p| p.ip()), "stomp", login, passcode)
+            .await
+        {
             Ok(principal) => {
-                check.accepted();
                 self.principal = principal;
                 Ok(())
             }
-            Err(reason) => {
-                check.refused();
-                tracing::info!(session = %self.session_id, peer = ?peer, login = ?shown, %reason, "refused connection");
-                // One guess per second per connection.
-                tokio::time::sleep(crate::auth::FAILED_LOGIN_DELAY).await;
-                refuse(ErrorCode::AuthenticationFailed, reason.to_string())
+            Err(failure) => {
+                tracing::info!(session = %self.session_id, peer = ?peer, login = ?shown, "refused connection: {failure}");
+                let code = match failure {
+                    LoginFailure::Throttled(_) => ErrorCode::LoginThrottled,
+                    LoginFailure::Refused(_) => ErrorCode::AuthenticationFailed,
+                    LoginFailure::Internal => ErrorCode::Internal,
+                };
+                refuse(code, failure.to_string())
             }
         }
     }

@@ -34,6 +34,8 @@ pub struct ConnectionInfo {
     pub session: String,
     /// The client's address.
     pub peer: String,
+    /// Its protocol (`STOMP`, `MQTT`: the [`super::Protocol::NAME`] of its listener).
+    pub protocol: &'static str,
     /// TCP or WebSocket.
     pub transport: Transport,
     /// When it was accepted, epoch ms.
@@ -76,8 +78,15 @@ pub struct Registration {
 }
 
 impl Connections {
-    /// Registers connection `session` from `peer` over `transport`.
-    pub fn register(&self, session: &str, peer: SocketAddr, transport: Transport) -> Registration {
+    /// Registers connection `session` from `peer` speaking `protocol` over
+    /// `transport`.
+    pub fn register(
+        &self,
+        session: &str,
+        peer: SocketAddr,
+        protocol: &'static str,
+        transport: Transport,
+    ) -> Registration {
         let (close, closed) = oneshot::channel();
         let opened_at_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -88,6 +97,7 @@ impl Connections {
                 info: ConnectionInfo {
                     session: session.to_string(),
                     peer: peer.to_string(),
+                    protocol,
                     transport,
                     opened_at_ms,
                     connected: false,

@@ -1,0 +1,1170 @@
+//! One MQTT connection: the loop that reads packets, applies each to the broker and
+//! writes the answers and deliveries (see [`super`] for what each packet does).
+//!
+//! The loop waits on six things at once: the next packet, the next commit of the
+//! publishes in flight (answered in packet order), the wait of a publish held for
+//! space (producer flow control), the next delivery of any subscription (while the
+//! client's window has room), acks being committed, and a timer for the keep-alive
+//! and the CONNECT timeout. What a turn queues is written and flushed at its end.
+//! While a publish waits for space, later publishes wait behind it, but PUBACK,
+//! PUBREC, PUBCOMP and PINGREQ are still read and applied: they are what frees space.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::stream::{FuturesOrdered, FuturesUnordered};
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_stream::StreamMap;
+use tokio_util::codec::Framed;
+
+use super::topic;
+use super::wire::{self, reason, ConnAck, Connect, Filter, In, Out, Publish, Version, Will, Wire};
+use super::{MqttConfig, PRE_CONNECT_MAX_PACKET, TOPIC_ALIASES};
+use crate::auth::{LoginFailure, Principal, Right};
+use crate::broker::{
+    AckMode, Acker, Broker, Message, Received, SendOptions, SessionSubscription, Space,
+    SubscribeOptions, Subscription, Target, MAX_SESSION_SUBSCRIPTIONS,
+};
+use crate::transport::client_ids::Claim;
+use crate::transport::Accepted;
+use crate::{DestinationKey, Error};
+
+/// The protocol's name in the store's session rows and the login metrics.
+const PROTOCOL: &str = "mqtt";
+
+/// Header that carries a QoS 2 publish's QoS, so its deliveries may be QoS 2.
+const QOS_HEADER: &str = "mqtt-qos";
+
+/// Header of 5.0's payload format indicator.
+const FORMAT_HEADER: &str = "mqtt-payload-format";
+
+/// Publishes read and held behind one that waits for space: past it the connection
+/// is not read until they go.
+const MAX_HELD: usize = 1_000;
+
+/// Packets queued for the client before a turn stops taking deliveries.
+const WRITE_BATCH: usize = 256;
+
+/// How long a closing connection may take to write its last packets.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+type Pending<T> = Pin<Box<dyn Future<Output = T>>>;
+
+/// A publish whose store commit is awaited: its packet id and QoS, and the outcome.
+type Sent = (Option<u16>, u8, Result<(), Error>);
+
+/// Why the connection ends.
+#[derive(Debug)]
+enum End {
+    /// DISCONNECT: `true` when 5.0's reason 0x04 asks for the will.
+    Disconnect { will: bool },
+    /// The socket closed or failed.
+    Lost,
+    /// The broker ends it: 5.0's reason code and why (the will is published).
+    Refused(u8, String),
+}
+
+/// A delivery the client has not acknowledged yet.
+struct InFlight {
+    filter: String,
+    message: Received,
+    /// PUBREC came (QoS 2): waiting for PUBCOMP.
+    released: bool,
+}
+
+/// One subscription of the session.
+struct Sub {
+    target: Target,
+    qos: u8,
+    acker: Acker,
+}
+
+/// Serves one MQTT connection until it ends.
+pub async fn serve<S>(io: S, broker: Broker, config: MqttConfig, accepted: Accepted)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let registration = config.connections.register(
+        &accepted.session_id,
+        accepted.peer,
+        <super::Mqtt as crate::transport::Protocol>::NAME,
+        accepted.transport,
+    );
+    let mut s = Session {
+        framed: Framed::new(
+            io,
+            Wire::new(PRE_CONNECT_MAX_PACKET.min(config.max_packet_size)),
+        ),
+        broker,
+        connection: crate::broker::next_connection_id(),
+        config,
+        accepted,
+        registration,
+        registered: (false, 0),
+        connected: None,
+        principal: None,
+        claim: None,
+        take_over: None,
+        will: None,
+        persistent: false,
+        resumed: false,
+        keep_alive: None,
+        opened: Instant::now(),
+        last_read: Instant::now(),
+        subs: StreamMap::new(),
+        info: HashMap::new(),
+        in_flight: HashMap::new(),
+        next_packet_id: 1,
+        window: 0,
+        client_max_packet: None,
+        sends: FuturesOrdered::new(),
+        qos2: HashSet::new(),
+        held: VecDeque::new(),
+        wait: None,
+        acks: FuturesUnordered::new(),
+        aliases: HashMap::new(),
+        producing: HashSet::new(),
+        out: Vec::new(),
+    };
+    let end = s.run().await;
+    s.close(end).await;
+}
+
+struct Session<S> {
+    framed: Framed<S, Wire>,
+    broker: Broker,
+    /// This connection's number ([`crate::broker::next_connection_id`]): no-local.
+    connection: u64,
+    config: MqttConfig,
+    accepted: Accepted,
+    registration: crate::transport::connections::Registration,
+    registered: (bool, usize),
+    /// The client id, once CONNECT is accepted.
+    connected: Option<String>,
+    principal: Option<Principal>,
+    claim: Option<Claim>,
+    take_over: Option<tokio::sync::oneshot::Receiver<()>>,
+    will: Option<Will>,
+    /// The session outlives the connection (durable subscriptions, stored filters).
+    persistent: bool,
+    /// A stored session was resumed (or may exist): a non-persistent end discards it.
+    resumed: bool,
+    /// 1.5 × the client's keep-alive.
+    keep_alive: Option<Duration>,
+    opened: Instant,
+    last_read: Instant,
+    subs: StreamMap<String, Subscription>,
+    info: HashMap<String, Sub>,
+    in_flight: HashMap<u16, InFlight>,
+    next_packet_id: u16,
+    /// QoS 1 and 2 deliveries the client takes unacknowledged.
+    window: usize,
+    client_max_packet: Option<u32>,
+    sends: FuturesOrdered<Pending<Sent>>,
+    /// QoS 2 packet ids received and not yet released (PUBREL).
+    qos2: HashSet<u16>,
+    held: VecDeque<Box<Publish>>,
+    wait: Option<Pending<Result<(), Error>>>,
+    acks: FuturesUnordered<Pending<Result<(), Error>>>,
+    aliases: HashMap<u16, String>,
+    producing: HashSet<DestinationKey>,
+    out: Vec<Out>,
+}
+
+impl<S> Session<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    fn version(&self) -> Version {
+        self.framed.codec().version().unwrap_or(Version::V3)
+    }
+
+    fn reading(&self) -> bool {
+        self.held.len() < MAX_HELD && self.sends.len() < self.config.receive_maximum.max(1) as usize
+    }
+
+    fn may_deliver(&self) -> bool {
+        self.connected.is_some()
+            && self.in_flight.len() < self.window
+            && self.out.len() < WRITE_BATCH
+    }
+
+    async fn run(&mut self) -> End {
+        loop {
+            let due = self.next_timeout();
+            let turn = tokio::select! {
+                packet = self.framed.next(), if self.reading() => {
+                    self.last_read = Instant::now();
+                    match packet {
+                        None => Err(End::Lost),
+                        Some(Ok(packet)) => self.on_packet(packet).await,
+                        Some(Err(e)) => Err(self.on_bad_bytes(e)),
+                    }
+                }
+                Some(sent) = self.sends.next(), if !self.sends.is_empty() => self.on_sent(sent),
+                waited = async { self.wait.as_mut().expect("guarded").await }, if self.wait.is_some() => {
+                    self.wait = None;
+                    self.on_space(waited).await
+                }
+                Some((filter, message)) = self.subs.next(), if self.may_deliver() => {
+                    self.deliver(filter, message);
+                    Ok(())
+                }
+                Some(acked) = self.acks.next(), if !self.acks.is_empty() => {
+                    if let Err(e) = acked {
+                        tracing::info!(session = %self.accepted.session_id, error = %e, "an acknowledged delivery's ack failed; it is delivered again");
+                    }
+                    Ok(())
+                }
+                closed = async { self.registration.closed.as_mut().expect("guarded").await }, if self.registration.closed.is_some() => {
+                    self.registration.closed = None;
+                    match closed {
+                        Ok(()) => Err(End::Refused(reason::ADMINISTRATIVE_ACTION, "closed by an operator (admin API)".into())),
+                        Err(_) => Ok(()),
+                    }
+                }
+                told = async { self.take_over.as_mut().expect("guarded").await }, if self.take_over.is_some() => {
+                    self.take_over = None;
+                    match told {
+                        Ok(()) => Err(End::Refused(reason::SESSION_TAKEN_OVER, "client id taken over by a newer connection".into())),
+                        Err(_) => Ok(()),
+                    }
+                }
+                _ = tokio::time::sleep_until(due.into()) => self.on_timer(),
+            };
+            if let Err(end) = turn {
+                return end;
+            }
+            if self.flush().await.is_err() {
+                return End::Lost;
+            }
+            let now = (self.connected.is_some(), self.subs.len());
+            if now != self.registered {
+                let login = self.principal.as_ref().map(|p| p.login.as_str());
+                self.registration
+                    .update(now.0, login, self.connected.as_deref(), now.1);
+                self.registered = now;
+            }
+        }
+    }
+
+    /// Writes what the turn queued; a client that reads nothing for the CONNECT
+    /// timeout is dropped.
+    async fn flush(&mut self) -> Result<(), ()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let stall = Duration::from_millis(self.config.connect_timeout_ms);
+        let framed = &mut self.framed;
+        let out = &mut self.out;
+        let write = async {
+            for packet in out.drain(..) {
+                framed.feed(packet).await?;
+            }
+            framed.flush().await
+        };
+        match tokio::time::timeout(stall, write).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(()),
+        }
+    }
+
+    fn next_timeout(&self) -> Instant {
+        let mut due = Instant::now() + Duration::from_secs(3_600);
+        if self.connected.is_none() {
+            due = due.min(self.opened + Duration::from_millis(self.config.connect_timeout_ms));
+        }
+        if let Some(keep_alive) = self.keep_alive {
+            // While the broker holds publishes it does not read: no silence of the client's.
+            if self.reading() {
+                due = due.min(self.last_read + keep_alive);
+            }
+        }
+        due
+    }
+
+    fn on_timer(&mut self) -> Result<(), End> {
+        if self.connected.is_none()
+            && self.opened.elapsed() >= Duration::from_millis(self.config.connect_timeout_ms)
+        {
+            tracing::info!(session = %self.accepted.session_id, "closing: no CONNECT in time");
+            return Err(End::Lost);
+        }
+        if !self.reading() {
+            self.last_read = Instant::now();
+        }
+        if let Some(keep_alive) = self.keep_alive {
+            if self.last_read.elapsed() >= keep_alive {
+                tracing::info!(session = %self.accepted.session_id, "closing: keep-alive timeout");
+                return Err(End::Refused(
+                    reason::KEEP_ALIVE_TIMEOUT,
+                    "keep-alive timeout".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes that are no packet (or too large): 5.0 is told why; the connection ends.
+    fn on_bad_bytes(&mut self, e: wire::WireError) -> End {
+        tracing::info!(session = %self.accepted.session_id, peer = %self.accepted.peer, error = %e, "closing: bad packet");
+        match e {
+            wire::WireError::Io(_) => End::Lost,
+            wire::WireError::UnsupportedVersion if self.connected.is_none() => {
+                self.connack_refused(
+                    reason::UNSUPPORTED_PROTOCOL_VERSION,
+                    "unsupported protocol version",
+                );
+                End::Lost
+            }
+            wire::WireError::TooLarge { .. } => {
+                End::Refused(reason::PACKET_TOO_LARGE, e.to_string())
+            }
+            _ => End::Refused(reason::MALFORMED_PACKET, e.to_string()),
+        }
+    }
+
+    async fn on_packet(&mut self, packet: In) -> Result<(), End> {
+        let protocol_error = |what: String| End::Refused(reason::PROTOCOL_ERROR, what);
+        match packet {
+            In::Connect(c) if self.connected.is_none() => self.connect(*c).await,
+            In::Connect(_) => Err(protocol_error("a second CONNECT".into())),
+            _ if self.connected.is_none() => Err(protocol_error("a packet before CONNECT".into())),
+            In::Publish(p) => self.publish(p).await,
+            In::PubAck(id) => {
+                match self.in_flight.get(&id) {
+                    Some(f) if !f.released => {
+                        let f = self.in_flight.remove(&id).expect("found");
+                        self.ack(&f.filter, &f.message);
+                    }
+                    _ => {
+                        tracing::debug!(session = %self.accepted.session_id, id, "PUBACK of no QoS 1 delivery")
+                    }
+                }
+                Ok(())
+            }
+            In::PubRec(id) => {
+                if let Some(f) = self.in_flight.get_mut(&id) {
+                    if !f.released {
+                        f.released = true;
+                        let (filter, message) = (f.filter.clone(), f.message.clone());
+                        self.ack(&filter, &message);
+                    }
+                }
+                self.out.push(Out::PubRel(id));
+                Ok(())
+            }
+            In::PubComp(id) => {
+                if matches!(self.in_flight.get(&id), Some(f) if f.released) {
+                    self.in_flight.remove(&id);
+                }
+                Ok(())
+            }
+            In::PubRel(id) => {
+                self.qos2.remove(&id);
+                self.out.push(Out::PubComp(id));
+                Ok(())
+            }
+            In::Subscribe { packet_id, filters } => {
+                let mut codes = Vec::with_capacity(filters.len());
+                for f in filters {
+                    codes.push(self.subscribe(f).await);
+                }
+                self.out.push(Out::SubAck(packet_id, codes));
+                Ok(())
+            }
+            In::Unsubscribe { packet_id, filters } => {
+                let mut codes = Vec::with_capacity(filters.len());
+                for f in filters {
+                    codes.push(self.unsubscribe(&f).await);
+                }
+                self.out.push(Out::UnsubAck(packet_id, codes));
+                Ok(())
+            }
+            In::Ping => {
+                self.out.push(Out::Pong);
+                Ok(())
+            }
+            In::Disconnect {
+                reason,
+                session_expiry,
+            } => {
+                if session_expiry == Some(0) {
+                    self.persistent = false;
+                }
+                Err(End::Disconnect {
+                    will: reason == 0x04,
+                })
+            }
+            In::Unexpected(what) => Err(protocol_error(format!("a client does not send {what}"))),
+        }
+    }
+
+    fn connack_refused(&mut self, code: u8, why: &str) {
+        self.out.push(Out::ConnAck(Box::new(ConnAck {
+            reason: code,
+            reason_string: Some(why.to_string()),
+            ..ConnAck::default()
+        })));
+    }
+
+    /// CONNECT: log in, claim the client id, start or resume the session, answer
+    /// CONNACK. A refusal is a CONNACK with its reason, then the end.
+    async fn connect(&mut self, c: Connect) -> Result<(), End> {
+        let refused = |this: &mut Self, code: u8, why: String| {
+            tracing::info!(session = %this.accepted.session_id, peer = %this.accepted.peer, client_id = %c.client_id, "refused MQTT connection: {why}");
+            this.connack_refused(code, &why);
+            Err(End::Lost)
+        };
+        if self.broker.refuse_if_shut_down().is_err() {
+            return refused(
+                self,
+                reason::SERVER_UNAVAILABLE,
+                "the broker is shutting down".into(),
+            );
+        }
+        if c.auth_method.is_some() {
+            return refused(
+                self,
+                reason::BAD_AUTHENTICATION_METHOD,
+                "no enhanced authentication (AUTH) here: log in with user name and password".into(),
+            );
+        }
+        let mut assigned = None;
+        let client_id = if c.client_id.is_empty() {
+            if c.version == Version::V3 && !c.clean_start {
+                return refused(
+                    self,
+                    reason::CLIENT_ID_NOT_VALID,
+                    "an empty client id needs clean session".into(),
+                );
+            }
+            let id = format!("ebb-mqtt-{}", self.accepted.session_id);
+            assigned = Some(id.clone());
+            id
+        } else {
+            c.client_id.clone()
+        };
+        if let Err((code, why)) = self.log_in(&c).await {
+            return refused(self, code, why);
+        }
+        if let Some(will) = &c.will {
+            let checked = topic::destination(&will.topic)
+                .map_err(|e| (reason::TOPIC_NAME_INVALID, format!("will: {e}")))
+                .and_then(|key| {
+                    self.authorize(Right::Write, &key)
+                        .map_err(|e| (reason::NOT_AUTHORIZED, format!("will: {e}")))
+                });
+            if let Err((code, why)) = checked {
+                return refused(self, code, why);
+            }
+            if will.retain {
+                return refused(
+                    self,
+                    0x9A,
+                    "will: retained messages are not available here".into(),
+                );
+            }
+        }
+        let claim = match self.config.client_ids.claim(&client_id, true).await {
+            Ok(claim) => claim,
+            Err(e) => return refused(self, reason::SERVER_UNAVAILABLE, e.to_string()),
+        };
+        self.claim = Some(claim);
+        self.take_over = self.claim.as_mut().and_then(Claim::take_over_signal);
+        {
+            let mut generations = self.config.state.generations.lock();
+            *generations.entry(client_id.clone()).or_insert(0) += 1;
+        }
+        // The session: a clean start discards what is stored; otherwise it resumes.
+        let stored = match self
+            .broker
+            .session_subscriptions(PROTOCOL, &client_id)
+            .await
+        {
+            Ok(stored) => stored,
+            Err(e) => {
+                return refused(
+                    self,
+                    reason::SERVER_UNAVAILABLE,
+                    format!("cannot read the stored session: {e}"),
+                )
+            }
+        };
+        self.connected = Some(client_id.clone());
+        self.persistent = c.session_expiry > 0;
+        self.window = c.receive_max.unwrap_or(self.config.delivery_window).max(1) as usize;
+        self.client_max_packet = c.max_packet_size;
+        if c.keep_alive > 0 {
+            self.keep_alive = Some(Duration::from_millis(c.keep_alive as u64 * 1_500));
+        }
+        self.will = c.will;
+        let mut session_present = false;
+        if c.clean_start {
+            if let Err(e) = self.discard_session(&stored).await {
+                return refused(
+                    self,
+                    reason::SERVER_UNAVAILABLE,
+                    format!("cannot discard the stored session: {e}"),
+                );
+            }
+            self.config.state.received.lock().remove(&client_id);
+        } else {
+            self.resumed = !stored.is_empty();
+            session_present = self.resumed;
+            if let Some(ids) = self.config.state.received.lock().remove(&client_id) {
+                self.qos2 = ids;
+            }
+            for s in &stored {
+                let code = self.attach(&s.filter, s.qos, false, true).await;
+                if code >= 0x80 {
+                    tracing::warn!(session = %self.accepted.session_id, %client_id, filter = %s.filter, code, "a stored subscription could not be resumed");
+                }
+            }
+        }
+        self.framed
+            .codec_mut()
+            .set_max_packet_size(self.config.max_packet_size);
+        self.out.push(Out::ConnAck(Box::new(ConnAck {
+            session_present,
+            reason: reason::SUCCESS,
+            reason_string: None,
+            assigned_client_id: assigned,
+            receive_max: self.config.receive_maximum.max(1),
+            max_packet_size: self.config.max_packet_size,
+            topic_alias_max: TOPIC_ALIASES,
+            retain_available: false,
+            shared_available: false,
+        })));
+        tracing::debug!(session = %self.accepted.session_id, %client_id, persistent = self.persistent, session_present, "MQTT connected");
+        Ok(())
+    }
+
+    /// Logs in by the client certificate's subject (TLS) or by user name and password.
+    async fn log_in(&mut self, c: &Connect) -> Result<(), (u8, String)> {
+        let security = Arc::clone(&self.config.security);
+        if let (Some(subject), true) = (
+            &self.accepted.certificate_subject,
+            security.requires_login(),
+        ) {
+            match security.authenticate_certificate(subject, c.username.as_deref()) {
+                Some(Ok(principal)) => {
+                    self.principal = Some(principal);
+                    return Ok(());
+                }
+                Some(Err(e)) => return Err((reason::BAD_USER_NAME_OR_PASSWORD, e.to_string())),
+                None => {}
+            }
+        }
+        let password = match &c.password {
+            None => None,
+            Some(bytes) => match std::str::from_utf8(bytes) {
+                Ok(text) => Some(text.to_string()),
+                Err(_) => {
+                    return Err((
+                        reason::BAD_USER_NAME_OR_PASSWORD,
+                        "the password is not UTF-8 text".into(),
+                    ))
+                }
+            },
+        };
+        match security
+            .log_in(
+                Some(self.accepted.peer.ip()),
+                PROTOCOL,
+                c.username.clone(),
+                password,
+            )
+            .await
+        {
+            Ok(principal) => {
+                self.principal = principal;
+                Ok(())
+            }
+            Err(LoginFailure::Throttled(why)) => Err((
+                reason::SERVER_UNAVAILABLE,
+                format!("authentication failed: {why}"),
+            )),
+            Err(failure) => Err((reason::BAD_USER_NAME_OR_PASSWORD, failure.to_string())),
+        }
+    }
+
+    fn authorize(&self, right: Right, key: &DestinationKey) -> Result<(), String> {
+        self.config
+            .security
+            .authorize(self.principal.as_ref(), right, key)
+            .map_err(|e| e.to_string())
+    }
+
+    /// A publish refused before it reached the broker: 5.0 QoS 1 and 2 are answered
+    /// with `code`; otherwise (QoS 0, or 3.1.1, which has no negative
+    /// acknowledgement) the connection ends with it.
+    fn refuse_publish(&mut self, p: &Publish, code: u8, why: String) -> Result<(), End> {
+        tracing::info!(session = %self.accepted.session_id, topic = %p.topic, code, "refused PUBLISH: {why}");
+        match (self.version(), p.qos, p.packet_id) {
+            (Version::V5, 1, Some(id)) => self.out.push(Out::PubAck(id, code)),
+            (Version::V5, 2, Some(id)) => self.out.push(Out::PubRec(id, code)),
+            _ => return Err(End::Refused(code, why)),
+        }
+        Ok(())
+    }
+
+    async fn publish(&mut self, mut p: Box<Publish>) -> Result<(), End> {
+        if p.qos > 0 && p.packet_id.is_none() {
+            return Err(End::Refused(
+                reason::PROTOCOL_ERROR,
+                "a QoS 1 or 2 PUBLISH without a packet id".into(),
+            ));
+        }
+        if p.qos == 2 {
+            let id = p.packet_id.expect("checked");
+            if self.qos2.contains(&id) {
+                // A resend of one received already: answered again, not stored again.
+                self.out.push(Out::PubRec(id, reason::SUCCESS));
+                return Ok(());
+            }
+        }
+        if let Some(alias) = p.properties.topic_alias {
+            if alias == 0 || alias > TOPIC_ALIASES {
+                return Err(End::Refused(
+                    reason::TOPIC_ALIAS_INVALID,
+                    format!("topic alias {alias} is not between 1 and {TOPIC_ALIASES}"),
+                ));
+            }
+            if p.topic.is_empty() {
+                match self.aliases.get(&alias) {
+                    Some(topic) => p.topic = topic.clone(),
+                    None => {
+                        return Err(End::Refused(
+                            reason::PROTOCOL_ERROR,
+                            format!("topic alias {alias} was never set"),
+                        ))
+                    }
+                }
+            } else {
+                self.aliases.insert(alias, p.topic.clone());
+            }
+        }
+        if p.retain {
+            return match self.version() {
+                Version::V5 => Err(End::Refused(
+                    reason::RETAIN_NOT_SUPPORTED,
+                    "retained messages are not available here".into(),
+                )),
+                Version::V3 => Err(End::Refused(
+                    reason::IMPLEMENTATION_SPECIFIC,
+                    "retained messages are not available here".into(),
+                )),
+            };
+        }
+        if !self.held.is_empty() || self.wait.is_some() {
+            self.held.push_back(p);
+            return Ok(());
+        }
+        self.start_publish(p).await
+    }
+
+    /// A publish that may go now: checked, flow-controlled, and started (its answer
+    /// comes with its commit).
+    async fn start_publish(&mut self, p: Box<Publish>) -> Result<(), End> {
+        let key = match topic::destination(&p.topic) {
+            Ok(key) => key,
+            Err(e) => return self.refuse_publish(&p, reason::TOPIC_NAME_INVALID, e.to_string()),
+        };
+        if let Err(why) = self.authorize(Right::Write, &key) {
+            return self.refuse_publish(&p, reason::NOT_AUTHORIZED, why);
+        }
+        let persistent = p.qos > 0;
+        match self.broker.check_space(&key, persistent) {
+            Ok(Space::Free) => {}
+            Ok(Space::Wait) => {
+                let broker = self.broker.clone();
+                let waiting = key.clone();
+                self.wait = Some(Box::pin(async move {
+                    broker.wait_for_space(&waiting, persistent).await
+                }));
+                self.held.push_front(p);
+                return Ok(());
+            }
+            Ok(Space::Fail(why)) => return self.refuse_publish(&p, reason::QUOTA_EXCEEDED, why),
+            Err(e) => return self.refuse_publish(&p, reason::TOPIC_NAME_INVALID, e.to_string()),
+        }
+        let message = match self.message_of(&p) {
+            Ok(m) => m,
+            Err((code, why)) => return self.refuse_publish(&p, code, why),
+        };
+        if self.producing.insert(key.clone()) {
+            self.broker.producer_joined(&key);
+        }
+        let (id, qos) = (p.packet_id, p.qos);
+        if qos == 2 {
+            self.qos2.insert(id.expect("checked"));
+        }
+        match self
+            .broker
+            .start_send_with(&key, message, SendOptions::checked())
+            .await
+        {
+            Ok(pending) => {
+                self.sends
+                    .push_back(Box::pin(async move { (id, qos, pending.await.map(drop)) }));
+                Ok(())
+            }
+            Err(e) => self.on_sent((id, qos, Err(e))),
+        }
+    }
+
+    /// The message a PUBLISH sends (5.0's properties as headers: see [`super`]).
+    fn message_of(&self, p: &Publish) -> Result<Message, (u8, String)> {
+        let mut m = Message::new(p.payload.clone())
+            .persistent(p.qos > 0)
+            .from_connection(self.connection);
+        if p.qos == 2 {
+            m = m.header(QOS_HEADER, "2");
+        }
+        let props = &p.properties;
+        if let Some(secs) = props.message_expiry_secs {
+            m = m.ttl(Duration::from_secs(secs as u64));
+        }
+        if let Some(ct) = &props.content_type {
+            m = m.header("content-type", ct.clone());
+        }
+        if let Some(reply) = &props.response_topic {
+            let key = topic::destination(reply)
+                .map_err(|e| (reason::TOPIC_NAME_INVALID, format!("response topic: {e}")))?;
+            m = m.header("reply-to", key.stomp());
+        }
+        if let Some(data) = &props.correlation_data {
+            let text = std::str::from_utf8(data).map_err(|_| {
+                (
+                    reason::PAYLOAD_FORMAT_INVALID,
+                    "correlation data must be UTF-8 text here (it is the correlation-id header)"
+                        .to_string(),
+                )
+            })?;
+            m = m.header("correlation-id", text);
+        }
+        if props.utf8_payload {
+            m = m.header(FORMAT_HEADER, "utf-8");
+        }
+        for (name, value) in &props.user_properties {
+            m = m.header(name.clone(), value.clone());
+        }
+        Ok(m)
+    }
+
+    /// A publish's commit came (or its send failed): QoS 1 and 2 are answered.
+    fn on_sent(&mut self, (id, qos, outcome): Sent) -> Result<(), End> {
+        match (outcome, id) {
+            (Ok(()), Some(id)) if qos == 1 => self.out.push(Out::PubAck(id, reason::SUCCESS)),
+            (Ok(()), Some(id)) if qos == 2 => self.out.push(Out::PubRec(id, reason::SUCCESS)),
+            (Ok(()), _) => {}
+            (Err(e), id) => {
+                if let (2, Some(id)) = (qos, id) {
+                    self.qos2.remove(&id);
+                }
+                let code = match e {
+                    Error::ResourceLimit { .. } => reason::QUOTA_EXCEEDED,
+                    Error::ShuttingDown => reason::SERVER_SHUTTING_DOWN,
+                    _ => reason::UNSPECIFIED_ERROR,
+                };
+                let why = format!("message not accepted: {e}");
+                tracing::info!(session = %self.accepted.session_id, code, "{why}");
+                match (self.version(), id) {
+                    (Version::V5, Some(id)) if qos == 1 => self.out.push(Out::PubAck(id, code)),
+                    (Version::V5, Some(id)) if qos == 2 => self.out.push(Out::PubRec(id, code)),
+                    _ => return Err(End::Refused(code, why)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The wait for space ended: the held publishes go, up to the next that waits.
+    async fn on_space(&mut self, waited: Result<(), Error>) -> Result<(), End> {
+        if let Err(e) = waited {
+            let p = self.held.pop_front().expect("a held publish waited");
+            self.refuse_publish(&p, reason::QUOTA_EXCEEDED, e.to_string())?;
+        }
+        while self.wait.is_none() {
+            let Some(p) = self.held.pop_front() else {
+                break;
+            };
+            self.start_publish(p).await?;
+        }
+        Ok(())
+    }
+
+    /// SUBSCRIBE of one filter: its SUBACK code.
+    async fn subscribe(&mut self, f: Filter) -> u8 {
+        if let Err(e) = topic::shared(&f.filter) {
+            tracing::info!(session = %self.accepted.session_id, "refused filter: {e}");
+            return reason::TOPIC_FILTER_INVALID;
+        } else if topic::shared(&f.filter).ok().flatten().is_some() {
+            return reason::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED;
+        }
+        if !self.info.contains_key(&f.filter)
+            && self.info.len() >= self.config.max_subscriptions.min(MAX_SESSION_SUBSCRIPTIONS)
+        {
+            tracing::info!(session = %self.accepted.session_id, max = self.config.max_subscriptions, "refused filter: too many subscriptions (max_subscriptions)");
+            return reason::QUOTA_EXCEEDED;
+        }
+        let qos = f.qos.min(2);
+        // A second SUBSCRIBE of a filter replaces the first (its QoS).
+        self.subs.remove(&f.filter);
+        self.info.remove(&f.filter);
+        let code = self.attach(&f.filter, qos, f.no_local, false).await;
+        if code < 0x80 && self.persistent {
+            let client = self.connected.clone().unwrap_or_default();
+            let sub = SessionSubscription {
+                filter: f.filter.clone(),
+                qos,
+            };
+            if let Err(e) = self
+                .broker
+                .remember_session_subscription(PROTOCOL, &client, &sub)
+                .await
+            {
+                tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot store the session's subscription");
+                self.subs.remove(&f.filter);
+                self.info.remove(&f.filter);
+                return reason::UNSPECIFIED_ERROR;
+            }
+        }
+        code
+    }
+
+    /// Subscribes to `filter` at `qos` (durable in a persistent session): the
+    /// granted QoS, or a failure reason. `resumed`: a stored subscription of the
+    /// session, whose rights were checked when it was made (read is checked again).
+    async fn attach(&mut self, filter: &str, qos: u8, no_local: bool, resumed: bool) -> u8 {
+        let target = match topic::filter(filter) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::info!(session = %self.accepted.session_id, "refused filter: {e}");
+                return reason::TOPIC_FILTER_INVALID;
+            }
+        };
+        let security = Arc::clone(&self.config.security);
+        let principal = self.principal.clone();
+        let client = self.connected.clone().unwrap_or_default();
+        let mut options = if self.persistent || resumed {
+            if no_local {
+                tracing::info!(session = %self.accepted.session_id, "refused filter: no local in a persistent session (a stored message keeps no origin)");
+                return reason::IMPLEMENTATION_SPECIFIC;
+            }
+            let exists = match self
+                .broker
+                .durable_subscription_exists(&target, &client, filter)
+                .await
+            {
+                Ok(exists) => exists,
+                Err(e) => {
+                    tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot subscribe");
+                    return reason::UNSPECIFIED_ERROR;
+                }
+            };
+            let mut rights = vec![Right::Read];
+            rights.extend((!exists).then_some(Right::Admin));
+            for right in rights {
+                let checked = match &target {
+                    Target::One(key) => security.authorize(principal.as_ref(), right, key),
+                    Target::Pattern(p) => security.authorize_pattern(principal.as_ref(), right, p),
+                };
+                if let Err(e) = checked {
+                    tracing::info!(session = %self.accepted.session_id, %filter, "refused filter: {e}");
+                    return reason::NOT_AUTHORIZED;
+                }
+            }
+            SubscribeOptions::durable(client, filter)
+        } else {
+            if let Target::One(key) = &target {
+                if let Err(e) = security.authorize(principal.as_ref(), Right::Read, key) {
+                    tracing::info!(session = %self.accepted.session_id, %filter, "refused filter: {e}");
+                    return reason::NOT_AUTHORIZED;
+                }
+            }
+            let mut options = SubscribeOptions::non_durable();
+            if matches!(target, Target::Pattern(_)) && security.has_authorization() {
+                options = options.accept(move |key| {
+                    security
+                        .authorize(principal.as_ref(), Right::Read, key)
+                        .is_ok()
+                });
+            }
+            if no_local {
+                options.no_local = Some(self.connection);
+            }
+            options
+        };
+        options.connection = Some(self.connection);
+        if qos > 0 {
+            options.ack = AckMode::Client;
+            options.prefetch = Some(self.window.min(32_767) as u32);
+        }
+        match self.broker.subscribe(&target, options).await {
+            Ok(subscription) => {
+                let acker = subscription.acker();
+                self.subs.insert(filter.to_string(), subscription);
+                self.info
+                    .insert(filter.to_string(), Sub { target, qos, acker });
+                qos
+            }
+            Err(e) => {
+                tracing::info!(session = %self.accepted.session_id, %filter, error = %e, "refused filter");
+                match e {
+                    Error::InvalidDestination { .. } => reason::TOPIC_FILTER_INVALID,
+                    _ => reason::UNSPECIFIED_ERROR,
+                }
+            }
+        }
+    }
+
+    /// UNSUBSCRIBE of one filter: its UNSUBACK code. A persistent session's durable
+    /// subscription and stored filter go too.
+    async fn unsubscribe(&mut self, filter: &str) -> u8 {
+        self.subs.remove(filter);
+        let Some(sub) = self.info.remove(filter) else {
+            return reason::NO_SUBSCRIPTION_EXISTED;
+        };
+        if self.persistent || self.resumed {
+            let client = self.connected.clone().unwrap_or_default();
+            let removed = async {
+                self.broker
+                    .remove_durable(&sub.target, &client, filter)
+                    .await?;
+                self.broker
+                    .forget_session_subscription(PROTOCOL, &client, filter)
+                    .await
+            };
+            if let Err(e) = removed.await {
+                tracing::warn!(session = %self.accepted.session_id, %filter, error = %e, "cannot remove the session's durable subscription");
+                return reason::UNSPECIFIED_ERROR;
+            }
+        }
+        reason::SUCCESS
+    }
+
+    /// Ends a stored session: its durable subscriptions (with their backlogs) and
+    /// its stored filters.
+    async fn discard_session(&mut self, stored: &[SessionSubscription]) -> Result<(), Error> {
+        let client = self.connected.clone().unwrap_or_default();
+        for s in stored {
+            self.subs.remove(&s.filter);
+            self.info.remove(&s.filter);
+            if let Ok(target) = topic::filter(&s.filter) {
+                self.broker
+                    .remove_durable(&target, &client, &s.filter)
+                    .await?;
+            }
+            self.broker
+                .forget_session_subscription(PROTOCOL, &client, &s.filter)
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn ack(&mut self, filter: &str, message: &Received) {
+        if let Some(sub) = self.info.get(filter) {
+            let (acker, message) = (sub.acker.clone(), message.clone());
+            self.acks
+                .push(Box::pin(async move { acker.ack(&message).await }));
+        }
+    }
+
+    fn next_packet_id(&mut self) -> u16 {
+        loop {
+            let id = self.next_packet_id;
+            self.next_packet_id = self.next_packet_id.checked_add(1).unwrap_or(1);
+            if !self.in_flight.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// A message of subscription `filter` goes out as a PUBLISH at the smaller of the
+    /// subscription's and the message's QoS.
+    fn deliver(&mut self, filter: String, message: Received) {
+        let Some(sub) = self.info.get(&filter) else {
+            return;
+        };
+        let message_qos = match message.header(QOS_HEADER) {
+            Some("2") => 2,
+            _ if message.persistent() => 1,
+            _ => 0,
+        };
+        let qos = sub.qos.min(message_qos);
+        let sub_qos = sub.qos;
+        let topic = match (message.destination(), &sub.target) {
+            (Some(key), _) | (None, Target::One(key)) => topic::topic_name(key),
+            (None, Target::Pattern(p)) => p.stomp(),
+        };
+        let publish = self.publish_of(topic, &message, qos);
+        if let Some(max) = self.client_max_packet {
+            let size = publish.payload.len() + publish.topic.len() + 64;
+            if size > max as usize {
+                // 5.0: a packet over the client's maximum is dropped as if delivered.
+                tracing::info!(session = %self.accepted.session_id, size, max, "a delivery over the client's maximum packet size is dropped");
+                if sub_qos > 0 {
+                    self.ack(&filter, &message);
+                }
+                return;
+            }
+        }
+        let mut publish = publish;
+        if qos > 0 {
+            let id = self.next_packet_id();
+            publish.packet_id = Some(id);
+            self.in_flight.insert(
+                id,
+                InFlight {
+                    filter,
+                    message,
+                    released: false,
+                },
+            );
+        } else if sub_qos > 0 {
+            // A QoS 0 message on a QoS 1 or 2 subscription: acked as it goes.
+            self.ack(&filter, &message);
+        }
+        self.out.push(Out::Publish(publish));
+    }
+
+    fn publish_of(&self, topic: String, message: &Received, qos: u8) -> Box<Publish> {
+        let mut props = wire::Properties::default();
+        if self.version() == Version::V5 {
+            let expiration = message.expiration();
+            if expiration > 0 {
+                let left = (expiration - epoch_ms()).max(1_000);
+                props.message_expiry_secs = Some(((left + 999) / 1_000) as u32);
+            }
+            for (name, value) in message.headers() {
+                match name.as_str() {
+                    "content-type" => props.content_type = Some(value.clone()),
+                    "reply-to" => {
+                        props.response_topic = Some(match DestinationKey::parse(value) {
+                            Ok(key) => topic::topic_name(&key),
+                            Err(_) => value.clone(),
+                        })
+                    }
+                    "correlation-id" => props.correlation_data = Some(Bytes::from(value.clone())),
+                    FORMAT_HEADER => props.utf8_payload = value == "utf-8",
+                    QOS_HEADER => {}
+                    _ => props.user_properties.push((name.clone(), value.clone())),
+                }
+            }
+        }
+        Box::new(Publish {
+            topic,
+            qos,
+            retain: false,
+            dup: message.redelivered() && qos > 0,
+            packet_id: None,
+            payload: message.shared_body(),
+            properties: props,
+        })
+    }
+
+    /// Ends the connection: publishes in flight finish (stored, even if their
+    /// answers cannot be written), the will goes when due, subscriptions detach (their
+    /// unacknowledged deliveries go back), a non-persistent session is discarded.
+    async fn close(mut self, end: End) {
+        let send_will = match &end {
+            End::Disconnect { will } => *will,
+            End::Lost | End::Refused(..) => true,
+        };
+        if let End::Refused(code, why) = &end {
+            if self.version() == Version::V5 && self.connected.is_some() {
+                self.out.push(Out::Disconnect(*code, why.clone()));
+            }
+        }
+        while let Some(sent) = self.sends.next().await {
+            let _ = self.on_sent(sent);
+        }
+        let _ = tokio::time::timeout(CLOSE_GRACE, self.flush()).await;
+        let _ = tokio::time::timeout(CLOSE_GRACE, self.framed.close()).await;
+        while self.acks.next().await.is_some() {}
+        let Some(client) = self.connected.take() else {
+            return;
+        };
+        if send_will {
+            if let Some(will) = self.will.take() {
+                self.publish_will(&client, will);
+            }
+        }
+        drop(std::mem::take(&mut self.subs));
+        if self.persistent {
+            if !self.qos2.is_empty() {
+                self.config
+                    .state
+                    .received
+                    .lock()
+                    .insert(client.clone(), std::mem::take(&mut self.qos2));
+            }
+        } else if self.resumed || !self.info.is_empty() {
+            // Its subscriptions were durable only if stored: discard what is stored.
+            match self.broker.session_subscriptions(PROTOCOL, &client).await {
+                Ok(stored) if !stored.is_empty() => {
+                    if let Err(e) = self.discard_session(&stored).await {
+                        tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot discard the ended session");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot read the ended session")
+                }
+            }
+        }
+        for key in std::mem::take(&mut self.producing) {
+            self.broker.producer_left(&key);
+        }
+    }
+
+    /// Publishes `will` now, or after its delay unless `client` connects again.
+    fn publish_will(&self, client: &str, will: Will) {
+        let Ok(key) = topic::destination(&will.topic) else {
+            return;
+        };
+        let publish = Publish {
+            topic: will.topic.clone(),
+            qos: will.qos,
+            retain: false,
+            dup: false,
+            packet_id: None,
+            payload: will.payload.clone(),
+            properties: will.properties.clone(),
+        };
+        let Ok(message) = self.message_of(&publish) else {
+            tracing::info!(session = %self.accepted.session_id, "the will's properties are refused; no will");
+            return;
+        };
+        let broker = self.broker.clone();
+        let state = Arc::clone(&self.config.state);
+        let client = client.to_string();
+        let generation = state.generations.lock().get(&client).copied();
+        let delay = Duration::from_secs(will.delay_secs as u64);
+        actix_rt::spawn(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+                if state.generations.lock().get(&client).copied() != generation {
+                    return;
+                }
+            }
+            if let Err(e) = broker.send(&key, message).await {
+                tracing::warn!(%client, error = %e, "the will could not be published");
+            }
+        });
+    }
+}
+
+/// Now, epoch ms.
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,214 @@
+//! MQTT topic names and filters as Ebb's destinations, as ActiveMQ's MQTT transport
+//! maps them: a level separator `/` is Ebb's `.`, and a `.` in an MQTT topic is
+//! Ebb's `/` (the two swap, so every MQTT name has exactly one destination and back);
+//! the wildcards `+` (one level) and `#` (the rest) are Ebb's `*` and `>`. `a/b/c` is
+//! `topic://a.b.c`, which a STOMP client sends to as `/topic/a.b.c`.
+//!
+//! Ebb's names are stricter than MQTT's: an empty level (`a//b`, `/a`) is refused in a
+//! filter with a wildcard (an Ebb pattern has no empty segment), a name over 200
+//! bytes, a `,` (Ebb's composite convention) or a control character is refused, each
+//! with its reason. `a/#` matches `a/b` and deeper, not `a` itself (Ebb's `>` needs a
+//! segment; MQTT's `#` also matches the parent): subscribe to both for both.
+
+use crate::broker::Target;
+use crate::DestinationKey;
+
+/// Why a topic name or filter has no destination.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} `{text}` is not valid: {reason}")]
+pub struct TopicError {
+    /// "topic name" or "topic filter".
+    pub what: &'static str,
+    /// The text as the client sent it (at most 64 characters of it).
+    pub text: String,
+    /// Why.
+    pub reason: String,
+}
+
+fn refuse(what: &'static str, text: &str, reason: impl Into<String>) -> TopicError {
+    TopicError {
+        what,
+        text: text.chars().take(64).collect(),
+        reason: reason.into(),
+    }
+}
+
+/// Ebb's name for MQTT topic text (`/` and `.` swapped).
+fn swap(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '/' => '.',
+            '.' => '/',
+            c => c,
+        })
+        .collect()
+}
+
+/// The destination of MQTT topic name `name` (a PUBLISH's): `a/b` is `topic://a.b`.
+///
+/// Errors: an empty name, a wildcard (`+`, `#`: a name has none), a NUL, or what
+/// Ebb refuses in a name ([`DestinationKey::parse`]'s reasons).
+pub fn destination(name: &str) -> Result<DestinationKey, TopicError> {
+    const WHAT: &str = "topic name";
+    if name.is_empty() {
+        return Err(refuse(WHAT, name, "empty"));
+    }
+    if name.contains(['+', '#']) {
+        return Err(refuse(
+            WHAT,
+            name,
+            "a topic name has no wildcard (`+`, `#`)",
+        ));
+    }
+    if name.contains('\0') {
+        return Err(refuse(WHAT, name, "a topic name has no NUL character"));
+    }
+    DestinationKey::parse(&format!("topic://{}", swap(name)))
+        .map_err(|e| refuse(WHAT, name, e.reason))
+}
+
+/// The MQTT topic name of `key` (a delivery's): `topic://a.b` is `a/b`; a queue's
+/// messages (a STOMP client's `/queue/x`) keep their name the same way.
+pub fn topic_name(key: &DestinationKey) -> String {
+    swap(key.name())
+}
+
+/// What MQTT topic filter `filter` (a SUBSCRIBE's) reads: one topic, or an Ebb
+/// pattern for one with wildcards (`a/+/c` is `topic://a.*.c`, `a/#` is
+/// `topic://a.>`, `#` is every topic).
+///
+/// Errors: an empty filter, a `+` or `#` that is not a whole level, a `#` that is not
+/// the last level, an empty level beside a wildcard, `$share/` (a shared
+/// subscription, named by [`shared`]), or what Ebb refuses in a name.
+pub fn filter(filter: &str) -> Result<Target, TopicError> {
+    const WHAT: &str = "topic filter";
+    if filter.is_empty() {
+        return Err(refuse(WHAT, filter, "empty"));
+    }
+    if filter.contains('\0') {
+        return Err(refuse(WHAT, filter, "a topic filter has no NUL character"));
+    }
+    let levels: Vec<&str> = filter.split('/').collect();
+    let mut wild = false;
+    for (i, level) in levels.iter().enumerate() {
+        match *level {
+            "#" if i + 1 != levels.len() => {
+                return Err(refuse(WHAT, filter, "`#` must be the last level"))
+            }
+            "#" | "+" => wild = true,
+            l if l.contains(['+', '#']) => {
+                return Err(refuse(
+                    WHAT,
+                    filter,
+                    "`+` and `#` stand for whole levels (`a/+/c`, `a/#`)",
+                ))
+            }
+            _ => {}
+        }
+    }
+    if !wild {
+        return destination(filter)
+            .map(Target::One)
+            .map_err(|e| refuse(WHAT, filter, e.reason));
+    }
+    if levels.iter().any(|l| l.is_empty()) {
+        return Err(refuse(
+            WHAT,
+            filter,
+            "a filter with a wildcard has no empty level here (Ebb's patterns have no empty segment)",
+        ));
+    }
+    let pattern: Vec<String> = levels
+        .iter()
+        .map(|l| match *l {
+            "+" => "*".to_string(),
+            "#" => ">".to_string(),
+            l => swap(l),
+        })
+        .collect();
+    crate::DestinationPattern::parse(&format!("topic://{}", pattern.join(".")))
+        .map(Target::Pattern)
+        .map_err(|e| refuse(WHAT, filter, e.reason))
+}
+
+/// A `$share/GROUP/FILTER` shared subscription's group and filter, or `None` for
+/// any other filter. Errors: a `$share/` filter without a group or a filter.
+pub fn shared(filter: &str) -> Result<Option<(&str, &str)>, TopicError> {
+    let Some(rest) = filter.strip_prefix("$share/") else {
+        return Ok(None);
+    };
+    match rest.split_once('/') {
+        Some((group, f)) if !group.is_empty() && !f.is_empty() && !group.contains(['+', '#']) => {
+            Ok(Some((group, f)))
+        }
+        _ => Err(refuse(
+            "topic filter",
+            filter,
+            "a shared subscription is `$share/GROUP/FILTER`",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn names_map_to_topics_and_back() {
+        let key = destination("sensors/room-1/temp").unwrap();
+        assert_eq!(key.stomp(), "/topic/sensors.room-1.temp");
+        assert_eq!(topic_name(&key), "sensors/room-1/temp");
+        let dotted = destination("v1.2/x").unwrap();
+        assert_eq!(dotted.stomp(), "/topic/v1/2.x");
+        assert_eq!(topic_name(&dotted), "v1.2/x");
+    }
+
+    #[test]
+    fn filters_map_to_patterns() {
+        assert_eq!(filter("a/+/c").unwrap().stomp(), "/topic/a.*.c");
+        assert_eq!(filter("a/#").unwrap().stomp(), "/topic/a.>");
+        assert_eq!(filter("#").unwrap().stomp(), "/topic/>");
+        assert_eq!(filter("a/b").unwrap().stomp(), "/topic/a.b");
+        assert!(matches!(filter("a/b").unwrap(), Target::One(_)));
+    }
+
+    #[test]
+    fn bad_names_and_filters_say_why() {
+        for (bad, why) in [
+            ("", "empty"),
+            ("a/+", "wildcard"),
+            ("a,b", "comma"),
+            ("a\0b", "NUL"),
+        ] {
+            let e = destination(bad).unwrap_err();
+            assert!(!e.reason.is_empty(), "{bad}: {why}");
+        }
+        assert!(destination(&"x".repeat(201)).is_err());
+        for bad in ["a/#/b", "a/b#", "a+/b", "", "a//+", "/+"] {
+            let e = filter(bad).unwrap_err();
+            assert_eq!(e.what, "topic filter", "{bad}");
+        }
+    }
+
+    #[test]
+    fn shared_subscriptions_are_named() {
+        assert_eq!(shared("$share/g/a/b").unwrap(), Some(("g", "a/b")));
+        assert_eq!(shared("a/b").unwrap(), None);
+        assert!(shared("$share/g").is_err());
+        assert!(shared("$share//a").is_err());
+    }
+
+    proptest! {
+        /// Any text is a destination or refused with a reason, never a panic; a
+        /// destination maps back to the same text.
+        #[test]
+        fn any_name_maps_back_or_is_refused(name in "[a-z/.+#,\\-]{0,12}") {
+            match destination(&name) {
+                Ok(key) => prop_assert_eq!(topic_name(&key), name),
+                Err(e) => prop_assert!(!e.reason.is_empty()),
+            }
+            let _ = filter(&name);
+        }
+    }
+}

@@ -1,0 +1,753 @@
+//! MQTT's packets as the session sees them, in one form for 3.1.1 and 5.0, over
+//! [`rmqtt_codec`] (the packet codec of the rmqtt broker: both versions, version
+//! detection from CONNECT, a maximum packet size). [`Wire`] decodes what a client
+//! sends into [`In`] and encodes [`Out`] in the version the client connected with,
+//! so the session's logic is written once; what only 5.0 carries (properties,
+//! reason codes) is dropped on a 3.1.1 connection, where the spec has no place for it.
+
+use std::num::NonZeroU16;
+
+use bytes::{Bytes, BytesMut};
+use bytestring::ByteString;
+use rmqtt_codec::types::QoS;
+use rmqtt_codec::{v3, v5, MqttCodec, MqttPacket};
+use tokio_util::codec::{Decoder, Encoder};
+
+/// The protocol level a client connected with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// MQTT 3.1 or 3.1.1 (protocol levels 3 and 4).
+    V3,
+    /// MQTT 5.0 (protocol level 5).
+    V5,
+}
+
+/// A last will: published by the broker when the connection ends without a
+/// DISCONNECT (or with 5.0's reason 0x04).
+#[derive(Debug, Clone)]
+pub struct Will {
+    /// Its topic name, as the client gave it.
+    pub topic: String,
+    /// Its payload.
+    pub payload: Bytes,
+    /// Its QoS (0, 1 or 2).
+    pub qos: u8,
+    /// The retain flag.
+    pub retain: bool,
+    /// 5.0's will delay, seconds (0: at once).
+    pub delay_secs: u32,
+    /// 5.0's properties of the will message.
+    pub properties: Properties,
+}
+
+/// What CONNECT asks for, in both versions' terms.
+#[derive(Debug, Clone)]
+pub struct Connect {
+    /// The client's protocol level.
+    pub version: Version,
+    /// 3.1.1's clean session, 5.0's clean start: any stored session is discarded.
+    pub clean_start: bool,
+    /// Seconds of silence the client promises not to exceed (0: none).
+    pub keep_alive: u16,
+    /// 5.0's session expiry interval, seconds; for 3.1.1, 0 with clean session and
+    /// `u32::MAX` (never) without it.
+    pub session_expiry: u32,
+    /// The client id (may be empty: the broker assigns one).
+    pub client_id: String,
+    /// User name and password.
+    pub username: Option<String>,
+    /// The password's bytes.
+    pub password: Option<Bytes>,
+    /// The will, if any.
+    pub will: Option<Will>,
+    /// 5.0's receive maximum: QoS 1 and 2 deliveries the client takes unacknowledged.
+    pub receive_max: Option<u16>,
+    /// 5.0's maximum packet size the client accepts, bytes.
+    pub max_packet_size: Option<u32>,
+    /// 5.0's topic alias maximum the client accepts (the broker sends no aliases).
+    pub auth_method: Option<String>,
+}
+
+/// 5.0's PUBLISH properties that Ebb keeps (each maps to a header: see the module
+/// docs of [`super`]).
+#[derive(Debug, Clone, Default)]
+pub struct Properties {
+    /// Message expiry interval, seconds.
+    pub message_expiry_secs: Option<u32>,
+    /// Content type.
+    pub content_type: Option<String>,
+    /// Response topic.
+    pub response_topic: Option<String>,
+    /// Correlation data.
+    pub correlation_data: Option<Bytes>,
+    /// User properties, in order.
+    pub user_properties: Vec<(String, String)>,
+    /// Payload format indicator: true when the payload is UTF-8.
+    pub utf8_payload: bool,
+    /// Topic alias.
+    pub topic_alias: Option<u16>,
+}
+
+/// A PUBLISH.
+#[derive(Debug, Clone)]
+pub struct Publish {
+    /// Its topic name (empty in 5.0 when a topic alias stands for it).
+    pub topic: String,
+    /// QoS 0, 1 or 2.
+    pub qos: u8,
+    /// The retain flag.
+    pub retain: bool,
+    /// The DUP flag: a resend.
+    pub dup: bool,
+    /// Its packet id (QoS 1 and 2).
+    pub packet_id: Option<u16>,
+    /// Its payload.
+    pub payload: Bytes,
+    /// 5.0's properties.
+    pub properties: Properties,
+}
+
+/// One filter of a SUBSCRIBE.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    /// The topic filter, as the client gave it.
+    pub filter: String,
+    /// The QoS asked for.
+    pub qos: u8,
+    /// 5.0's no local: not the messages this connection publishes.
+    pub no_local: bool,
+}
+
+/// A packet from the client.
+#[derive(Debug)]
+pub enum In {
+    /// CONNECT.
+    Connect(Box<Connect>),
+    /// PUBLISH.
+    Publish(Box<Publish>),
+    /// PUBACK (QoS 1 delivery acknowledged).
+    PubAck(u16),
+    /// PUBREC (QoS 2 delivery received).
+    PubRec(u16),
+    /// PUBREL (QoS 2 publish released).
+    PubRel(u16),
+    /// PUBCOMP (QoS 2 delivery complete).
+    PubComp(u16),
+    /// SUBSCRIBE.
+    Subscribe {
+        /// Its packet id.
+        packet_id: u16,
+        /// Its filters.
+        filters: Vec<Filter>,
+    },
+    /// UNSUBSCRIBE.
+    Unsubscribe {
+        /// Its packet id.
+        packet_id: u16,
+        /// Its filters.
+        filters: Vec<String>,
+    },
+    /// PINGREQ.
+    Ping,
+    /// DISCONNECT: 5.0's reason code (0 for 3.1.1) and new session expiry.
+    Disconnect {
+        /// 0: normal; 4: publish the will.
+        reason: u8,
+        /// 5.0: the session expiry interval from now on.
+        session_expiry: Option<u32>,
+    },
+    /// A packet the broker does not take (5.0's AUTH; a packet only a server sends).
+    Unexpected(&'static str),
+}
+
+/// A packet to the client. Reason codes are 5.0's; a 3.1.1 connection gets what its
+/// version can say (CONNACK's return codes, SUBACK's 0x80).
+#[derive(Debug)]
+pub enum Out {
+    /// CONNACK.
+    ConnAck(Box<ConnAck>),
+    /// PUBLISH (a delivery).
+    Publish(Box<Publish>),
+    /// PUBACK with a reason code.
+    PubAck(u16, u8),
+    /// PUBREC with a reason code.
+    PubRec(u16, u8),
+    /// PUBREL.
+    PubRel(u16),
+    /// PUBCOMP.
+    PubComp(u16),
+    /// SUBACK: a granted QoS or a failure reason per filter.
+    SubAck(u16, Vec<u8>),
+    /// UNSUBACK: a reason per filter.
+    UnsubAck(u16, Vec<u8>),
+    /// PINGRESP.
+    Pong,
+    /// 5.0's DISCONNECT from the server, with a reason code and text (3.1.1 has none:
+    /// the connection is closed).
+    Disconnect(u8, String),
+}
+
+/// CONNACK's fields.
+#[derive(Debug, Default)]
+pub struct ConnAck {
+    /// A stored session goes on.
+    pub session_present: bool,
+    /// 5.0's reason code (0: success); mapped to 3.1.1's return codes.
+    pub reason: u8,
+    /// Why, when refused (5.0's reason string).
+    pub reason_string: Option<String>,
+    /// The client id the broker gave a client that sent none (5.0).
+    pub assigned_client_id: Option<String>,
+    /// Receive maximum of the broker: QoS 1 and 2 publishes it takes unacknowledged.
+    pub receive_max: u16,
+    /// Largest packet the broker takes, bytes.
+    pub max_packet_size: u32,
+    /// Topic aliases the client may use.
+    pub topic_alias_max: u16,
+    /// Whether retained messages are available.
+    pub retain_available: bool,
+    /// Whether `$share/` subscriptions are available.
+    pub shared_available: bool,
+}
+
+/// 5.0 reason codes Ebb sends, by their spec names.
+pub mod reason {
+    /// Success; granted QoS 0; normal disconnection.
+    pub const SUCCESS: u8 = 0x00;
+    /// Granted QoS 1.
+    pub const GRANTED_QOS_1: u8 = 0x01;
+    /// Granted QoS 2.
+    pub const GRANTED_QOS_2: u8 = 0x02;
+    /// No subscription existed (UNSUBACK).
+    pub const NO_SUBSCRIPTION_EXISTED: u8 = 0x11;
+    /// Unspecified error.
+    pub const UNSPECIFIED_ERROR: u8 = 0x80;
+    /// Malformed packet.
+    pub const MALFORMED_PACKET: u8 = 0x81;
+    /// Protocol error.
+    pub const PROTOCOL_ERROR: u8 = 0x82;
+    /// Implementation specific error.
+    pub const IMPLEMENTATION_SPECIFIC: u8 = 0x83;
+    /// Unsupported protocol version.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: u8 = 0x84;
+    /// Client identifier not valid.
+    pub const CLIENT_ID_NOT_VALID: u8 = 0x85;
+    /// Bad user name or password.
+    pub const BAD_USER_NAME_OR_PASSWORD: u8 = 0x86;
+    /// Not authorized.
+    pub const NOT_AUTHORIZED: u8 = 0x87;
+    /// Server unavailable.
+    pub const SERVER_UNAVAILABLE: u8 = 0x88;
+    /// Server shutting down.
+    pub const SERVER_SHUTTING_DOWN: u8 = 0x8B;
+    /// Bad authentication method.
+    pub const BAD_AUTHENTICATION_METHOD: u8 = 0x8C;
+    /// Keep alive timeout.
+    pub const KEEP_ALIVE_TIMEOUT: u8 = 0x8D;
+    /// Session taken over.
+    pub const SESSION_TAKEN_OVER: u8 = 0x8E;
+    /// Topic filter invalid.
+    pub const TOPIC_FILTER_INVALID: u8 = 0x8F;
+    /// Topic name invalid.
+    pub const TOPIC_NAME_INVALID: u8 = 0x90;
+    /// Packet identifier in use.
+    pub const PACKET_ID_IN_USE: u8 = 0x91;
+    /// Packet identifier not found.
+    pub const PACKET_ID_NOT_FOUND: u8 = 0x92;
+    /// Receive maximum exceeded.
+    pub const RECEIVE_MAXIMUM_EXCEEDED: u8 = 0x93;
+    /// Topic alias invalid.
+    pub const TOPIC_ALIAS_INVALID: u8 = 0x94;
+    /// Packet too large.
+    pub const PACKET_TOO_LARGE: u8 = 0x95;
+    /// Quota exceeded.
+    pub const QUOTA_EXCEEDED: u8 = 0x97;
+    /// Administrative action.
+    pub const ADMINISTRATIVE_ACTION: u8 = 0x98;
+    /// Payload format invalid.
+    pub const PAYLOAD_FORMAT_INVALID: u8 = 0x99;
+    /// Retain not supported.
+    pub const RETAIN_NOT_SUPPORTED: u8 = 0x9A;
+    /// Shared subscriptions not supported.
+    pub const SHARED_SUBSCRIPTIONS_NOT_SUPPORTED: u8 = 0x9E;
+}
+
+/// Why bytes from the client are no packet.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The bytes are not an MQTT packet (or not one a client sends first).
+    #[error("malformed packet: {0}")]
+    Malformed(String),
+    /// The packet is larger than the broker takes.
+    #[error("packet of {size} bytes is larger than max_packet_size ({max} bytes)")]
+    TooLarge {
+        /// Its remaining length, bytes.
+        size: u32,
+        /// The limit, bytes.
+        max: u32,
+    },
+    /// CONNECT names a protocol level the broker does not speak.
+    #[error("unsupported protocol version")]
+    UnsupportedVersion,
+    /// The socket failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The codec of one connection: version detection on the first packet (CONNECT),
+/// then that version's packets, each at most `max_packet_size` bytes.
+#[derive(Debug)]
+pub struct Wire {
+    codec: MqttCodec,
+    max_packet_size: u32,
+    version: Option<Version>,
+    /// The encoder of the client's version (3.1.1's until CONNECT is read).
+    out: MqttCodec,
+}
+
+impl Wire {
+    /// A codec that reads a CONNECT of at most `max_packet_size` bytes first.
+    pub fn new(max_packet_size: u32) -> Self {
+        Wire {
+            codec: MqttCodec::Version(rmqtt_codec::version::VersionCodec),
+            max_packet_size,
+            version: None,
+            out: MqttCodec::V3(v3::Codec::new(0)),
+        }
+    }
+
+    /// The version the client connected with, once its CONNECT is read.
+    pub fn version(&self) -> Option<Version> {
+        self.version
+    }
+
+    /// Packets larger than `max` bytes are refused from now on.
+    pub fn set_max_packet_size(&mut self, max: u32) {
+        self.max_packet_size = max;
+        match &mut self.codec {
+            MqttCodec::V3(c) => c.set_max_size(max),
+            MqttCodec::V5(c) => c.set_max_inbound_size(max),
+            MqttCodec::Version(_) => {}
+        }
+    }
+}
+
+fn malformed(e: rmqtt_codec::error::DecodeError) -> WireError {
+    use rmqtt_codec::error::DecodeError as D;
+    match e {
+        D::MaxSizeExceeded { size, max } => WireError::TooLarge { size, max },
+        D::InvalidProtocol | D::UnsupportedProtocolLevel => WireError::UnsupportedVersion,
+        D::Io(e) => WireError::Io(std::io::Error::other(e.to_string())),
+        other => WireError::Malformed(other.to_string()),
+    }
+}
+
+fn qos_u8(q: QoS) -> u8 {
+    match q {
+        QoS::AtMostOnce => 0,
+        QoS::AtLeastOnce => 1,
+        QoS::ExactlyOnce => 2,
+    }
+}
+
+fn qos_of(q: u8) -> QoS {
+    match q {
+        0 => QoS::AtMostOnce,
+        1 => QoS::AtLeastOnce,
+        _ => QoS::ExactlyOnce,
+    }
+}
+
+fn text(b: &ByteString) -> String {
+    b.to_string()
+}
+
+fn pid(p: NonZeroU16) -> u16 {
+    p.get()
+}
+
+/// A packet id to write: 0 never is one (the session allocates from 1).
+fn nz(p: u16) -> NonZeroU16 {
+    NonZeroU16::new(p).unwrap_or(NonZeroU16::MIN)
+}
+
+fn properties_in(p: Option<v5::PublishProperties>) -> Properties {
+    let Some(p) = p else {
+        return Properties::default();
+    };
+    Properties {
+        message_expiry_secs: p.message_expiry_interval.map(|n| n.get()),
+        content_type: p.content_type.as_ref().map(text),
+        response_topic: p.response_topic.as_ref().map(text),
+        correlation_data: p.correlation_data,
+        user_properties: p
+            .user_properties
+            .iter()
+            .map(|(k, v)| (text(k), text(v)))
+            .collect(),
+        utf8_payload: p.is_utf8_payload,
+        topic_alias: p.topic_alias.map(|n| n.get()),
+    }
+}
+
+fn properties_out(p: &Properties) -> v5::PublishProperties {
+    v5::PublishProperties {
+        topic_alias: None,
+        correlation_data: p.correlation_data.clone(),
+        message_expiry_interval: p.message_expiry_secs.and_then(std::num::NonZeroU32::new),
+        content_type: p.content_type.as_deref().map(ByteString::from),
+        user_properties: p
+            .user_properties
+            .iter()
+            .map(|(k, v)| (ByteString::from(k.as_str()), ByteString::from(v.as_str())))
+            .collect(),
+        is_utf8_payload: p.utf8_payload,
+        response_topic: p.response_topic.as_deref().map(ByteString::from),
+        subscription_ids: Vec::new(),
+    }
+}
+
+fn publish_in(p: rmqtt_codec::types::Publish) -> Publish {
+    Publish {
+        topic: text(&p.topic),
+        qos: qos_u8(p.qos),
+        retain: p.retain,
+        dup: p.dup,
+        packet_id: p.packet_id.map(pid),
+        payload: p.payload,
+        properties: properties_in(p.properties),
+    }
+}
+
+fn publish_out(p: &Publish, version: Version) -> rmqtt_codec::types::Publish {
+    rmqtt_codec::types::Publish {
+        dup: p.dup,
+        retain: p.retain,
+        qos: qos_of(p.qos),
+        topic: ByteString::from(p.topic.as_str()),
+        packet_id: p.packet_id.map(nz),
+        payload: p.payload.clone(),
+        properties: (version == Version::V5).then(|| properties_out(&p.properties)),
+    }
+}
+
+fn v3_in(packet: v3::Packet) -> In {
+    match packet {
+        v3::Packet::Connect(c) => {
+            let c = *c;
+            In::Connect(Box::new(Connect {
+                version: Version::V3,
+                clean_start: c.clean_session,
+                keep_alive: c.keep_alive,
+                session_expiry: if c.clean_session { 0 } else { u32::MAX },
+                client_id: text(&c.client_id),
+                username: c.username.as_ref().map(text),
+                password: c.password,
+                will: c.last_will.map(|w| Will {
+                    topic: text(&w.topic),
+                    payload: w.message,
+                    qos: qos_u8(w.qos),
+                    retain: w.retain,
+                    delay_secs: 0,
+                    properties: Properties::default(),
+                }),
+                receive_max: None,
+                max_packet_size: None,
+                auth_method: None,
+            }))
+        }
+        v3::Packet::Publish(p) => In::Publish(Box::new(publish_in(*p))),
+        v3::Packet::PublishAck { packet_id } => In::PubAck(pid(packet_id)),
+        v3::Packet::PublishReceived { packet_id } => In::PubRec(pid(packet_id)),
+        v3::Packet::PublishRelease { packet_id } => In::PubRel(pid(packet_id)),
+        v3::Packet::PublishComplete { packet_id } => In::PubComp(pid(packet_id)),
+        v3::Packet::Subscribe {
+            packet_id,
+            topic_filters,
+        } => In::Subscribe {
+            packet_id: pid(packet_id),
+            filters: topic_filters
+                .iter()
+                .map(|(f, q)| Filter {
+                    filter: text(f),
+                    qos: qos_u8(*q),
+                    no_local: false,
+                })
+                .collect(),
+        },
+        v3::Packet::Unsubscribe {
+            packet_id,
+            topic_filters,
+        } => In::Unsubscribe {
+            packet_id: pid(packet_id),
+            filters: topic_filters.iter().map(text).collect(),
+        },
+        v3::Packet::PingRequest => In::Ping,
+        v3::Packet::Disconnect => In::Disconnect {
+            reason: 0,
+            session_expiry: None,
+        },
+        v3::Packet::ConnectAck(_) => In::Unexpected("CONNACK"),
+        v3::Packet::SubscribeAck { .. } => In::Unexpected("SUBACK"),
+        v3::Packet::UnsubscribeAck { .. } => In::Unexpected("UNSUBACK"),
+        v3::Packet::PingResponse => In::Unexpected("PINGRESP"),
+    }
+}
+
+fn v5_in(packet: v5::Packet) -> In {
+    match packet {
+        v5::Packet::Connect(c) => {
+            let c = *c;
+            In::Connect(Box::new(Connect {
+                version: Version::V5,
+                clean_start: c.clean_start,
+                keep_alive: c.keep_alive,
+                session_expiry: c.session_expiry_interval_secs,
+                client_id: text(&c.client_id),
+                username: c.username.as_ref().map(text),
+                password: c.password,
+                will: c.last_will.map(|w| Will {
+                    topic: text(&w.topic),
+                    payload: w.message,
+                    qos: qos_u8(w.qos),
+                    retain: w.retain,
+                    delay_secs: w.will_delay_interval_sec.unwrap_or(0),
+                    properties: Properties {
+                        message_expiry_secs: w.message_expiry_interval.map(|n| n.get()),
+                        content_type: w.content_type.as_ref().map(text),
+                        response_topic: w.response_topic.as_ref().map(text),
+                        correlation_data: w.correlation_data,
+                        user_properties: w
+                            .user_properties
+                            .iter()
+                            .map(|(k, v)| (text(k), text(v)))
+                            .collect(),
+                        utf8_payload: w.is_utf8_payload.unwrap_or(false),
+                        topic_alias: None,
+                    },
+                }),
+                receive_max: c.receive_max.map(|n| n.get()),
+                max_packet_size: c.max_packet_size.map(|n| n.get()),
+                auth_method: c.auth_method.as_ref().map(text),
+            }))
+        }
+        v5::Packet::Publish(p) => In::Publish(Box::new(publish_in(*p))),
+        v5::Packet::PublishAck(a) => In::PubAck(pid(a.packet_id)),
+        v5::Packet::PublishReceived(a) => In::PubRec(pid(a.packet_id)),
+        v5::Packet::PublishRelease(a) => In::PubRel(pid(a.packet_id)),
+        v5::Packet::PublishComplete(a) => In::PubComp(pid(a.packet_id)),
+        v5::Packet::Subscribe(s) => In::Subscribe {
+            packet_id: pid(s.packet_id),
+            filters: s
+                .topic_filters
+                .iter()
+                .map(|(f, o)| Filter {
+                    filter: text(f),
+                    qos: qos_u8(o.qos),
+                    no_local: o.no_local,
+                })
+                .collect(),
+        },
+        v5::Packet::Unsubscribe(u) => In::Unsubscribe {
+            packet_id: pid(u.packet_id),
+            filters: u.topic_filters.iter().map(text).collect(),
+        },
+        v5::Packet::PingRequest => In::Ping,
+        v5::Packet::Disconnect(d) => In::Disconnect {
+            reason: u8::from(d.reason_code),
+            session_expiry: d.session_expiry_interval_secs,
+        },
+        v5::Packet::Auth(_) => In::Unexpected("AUTH"),
+        v5::Packet::ConnectAck(_) => In::Unexpected("CONNACK"),
+        v5::Packet::SubscribeAck(_) => In::Unexpected("SUBACK"),
+        v5::Packet::UnsubscribeAck(_) => In::Unexpected("UNSUBACK"),
+        v5::Packet::PingResponse => In::Unexpected("PINGRESP"),
+    }
+}
+
+fn v3_connack_code(reason: u8) -> v3::ConnectAckReason {
+    use v3::ConnectAckReason as R;
+    match reason {
+        reason::SUCCESS => R::ConnectionAccepted,
+        reason::UNSUPPORTED_PROTOCOL_VERSION => R::UnacceptableProtocolVersion,
+        reason::CLIENT_ID_NOT_VALID => R::IdentifierRejected,
+        reason::BAD_USER_NAME_OR_PASSWORD | reason::BAD_AUTHENTICATION_METHOD => {
+            R::BadUserNameOrPassword
+        }
+        reason::NOT_AUTHORIZED => R::NotAuthorized,
+        _ => R::ServiceUnavailable,
+    }
+}
+
+fn v5_connack_code(reason: u8) -> v5::ConnectAckReason {
+    v5::ConnectAckReason::try_from(reason).unwrap_or(v5::ConnectAckReason::UnspecifiedError)
+}
+
+fn v3_out(packet: Out) -> Option<v3::Packet> {
+    Some(match packet {
+        Out::ConnAck(a) => v3::Packet::ConnectAck(v3::ConnectAck {
+            return_code: v3_connack_code(a.reason),
+            session_present: a.session_present,
+        }),
+        Out::Publish(p) => v3::Packet::Publish(Box::new(publish_out(&p, Version::V3))),
+        Out::PubAck(p, _) => v3::Packet::PublishAck { packet_id: nz(p) },
+        Out::PubRec(p, _) => v3::Packet::PublishReceived { packet_id: nz(p) },
+        Out::PubRel(p) => v3::Packet::PublishRelease { packet_id: nz(p) },
+        Out::PubComp(p) => v3::Packet::PublishComplete { packet_id: nz(p) },
+        Out::SubAck(p, codes) => v3::Packet::SubscribeAck {
+            packet_id: nz(p),
+            status: codes
+                .into_iter()
+                .map(|c| match c {
+                    0..=2 => v3::SubscribeReturnCode::Success(qos_of(c)),
+                    _ => v3::SubscribeReturnCode::Failure,
+                })
+                .collect(),
+        },
+        Out::UnsubAck(p, _) => v3::Packet::UnsubscribeAck { packet_id: nz(p) },
+        Out::Pong => v3::Packet::PingResponse,
+        // 3.1.1 has no DISCONNECT from the server: the connection is closed.
+        Out::Disconnect(..) => return None,
+    })
+}
+
+fn reason_string(text: &str) -> Option<ByteString> {
+    (!text.is_empty()).then(|| ByteString::from(text))
+}
+
+fn v5_out(packet: Out) -> v5::Packet {
+    match packet {
+        Out::ConnAck(a) => {
+            let a = *a;
+            v5::Packet::ConnectAck(Box::new(v5::ConnectAck {
+                session_present: a.session_present,
+                reason_code: v5_connack_code(a.reason),
+                receive_max: NonZeroU16::new(a.receive_max).unwrap_or(NonZeroU16::MAX),
+                max_qos: QoS::ExactlyOnce,
+                max_packet_size: Some(a.max_packet_size),
+                assigned_client_id: a.assigned_client_id.as_deref().map(ByteString::from),
+                topic_alias_max: a.topic_alias_max,
+                retain_available: a.retain_available,
+                wildcard_subscription_available: true,
+                subscription_identifiers_available: false,
+                shared_subscription_available: a.shared_available,
+                reason_string: a.reason_string.as_deref().and_then(reason_string),
+                ..v5::ConnectAck::default()
+            }))
+        }
+        Out::Publish(p) => v5::Packet::Publish(Box::new(publish_out(&p, Version::V5))),
+        Out::PubAck(p, r) => v5::Packet::PublishAck(v5::PublishAck {
+            packet_id: nz(p),
+            reason_code: v5::PublishAckReason::try_from(r)
+                .unwrap_or(v5::PublishAckReason::UnspecifiedError),
+            properties: Vec::new(),
+            reason_string: None,
+        }),
+        Out::PubRec(p, r) => v5::Packet::PublishReceived(v5::PublishAck {
+            packet_id: nz(p),
+            reason_code: v5::PublishAckReason::try_from(r)
+                .unwrap_or(v5::PublishAckReason::UnspecifiedError),
+            properties: Vec::new(),
+            reason_string: None,
+        }),
+        Out::PubRel(p) => v5::Packet::PublishRelease(v5::PublishAck2 {
+            packet_id: nz(p),
+            reason_code: v5::PublishAck2Reason::Success,
+            properties: Vec::new(),
+            reason_string: None,
+        }),
+        Out::PubComp(p) => v5::Packet::PublishComplete(v5::PublishAck2 {
+            packet_id: nz(p),
+            reason_code: v5::PublishAck2Reason::Success,
+            properties: Vec::new(),
+            reason_string: None,
+        }),
+        Out::SubAck(p, codes) => v5::Packet::SubscribeAck(v5::SubscribeAck {
+            packet_id: nz(p),
+            properties: Vec::new(),
+            reason_string: None,
+            status: codes
+                .into_iter()
+                .map(|c| {
+                    v5::SubscribeAckReason::try_from(c)
+                        .unwrap_or(v5::SubscribeAckReason::UnspecifiedError)
+                })
+                .collect(),
+        }),
+        Out::UnsubAck(p, codes) => v5::Packet::UnsubscribeAck(v5::UnsubscribeAck {
+            packet_id: nz(p),
+            properties: Vec::new(),
+            reason_string: None,
+            status: codes
+                .into_iter()
+                .map(|c| {
+                    v5::UnsubscribeAckReason::try_from(c)
+                        .unwrap_or(v5::UnsubscribeAckReason::UnspecifiedError)
+                })
+                .collect(),
+        }),
+        Out::Pong => v5::Packet::PingResponse,
+        Out::Disconnect(code, text) => v5::Packet::Disconnect(v5::Disconnect {
+            reason_code: v5::DisconnectReasonCode::try_from(code)
+                .unwrap_or(v5::DisconnectReasonCode::UnspecifiedError),
+            session_expiry_interval_secs: None,
+            server_reference: None,
+            reason_string: reason_string(&text),
+            user_properties: Vec::new(),
+        }),
+    }
+}
+
+impl Decoder for Wire {
+    type Item = In;
+    type Error = WireError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<In>, WireError> {
+        loop {
+            let decoded = self.codec.decode(src).map_err(malformed)?;
+            let Some((packet, _)) = decoded else {
+                return Ok(None);
+            };
+            match packet {
+                MqttPacket::Version(v) => {
+                    // The CONNECT is still in `src`: read it with its version's codec.
+                    let (codec, version) = match v {
+                        rmqtt_codec::version::ProtocolVersion::MQTT3 => (
+                            MqttCodec::V3(v3::Codec::new(self.max_packet_size)),
+                            Version::V3,
+                        ),
+                        rmqtt_codec::version::ProtocolVersion::MQTT5 => (
+                            MqttCodec::V5(v5::Codec::new(self.max_packet_size, u32::MAX)),
+                            Version::V5,
+                        ),
+                    };
+                    self.codec = codec;
+                    self.version = Some(version);
+                    if version == Version::V5 {
+                        self.out = MqttCodec::V5(v5::Codec::new(0, 0));
+                    }
+                }
+                MqttPacket::V3(p) => return Ok(Some(v3_in(p))),
+                MqttPacket::V5(p) => return Ok(Some(v5_in(p))),
+            }
+        }
+    }
+}
+
+impl Encoder<Out> for Wire {
+    type Error = std::io::Error;
+
+    fn encode(&mut self, item: Out, dst: &mut BytesMut) -> Result<(), std::io::Error> {
+        let packet = match self.version {
+            Some(Version::V5) => MqttPacket::V5(v5_out(item)),
+            // Before a version is known only a refusal goes out: in 3.1.1's form.
+            _ => match v3_out(item) {
+                Some(p) => MqttPacket::V3(p),
+                None => return Ok(()),
+            },
+        };
+        self.out
+            .encode(packet, dst)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))
+    }
+}
