@@ -38,6 +38,7 @@ mod pipelining;
 // default `cli` feature.
 #[cfg(feature = "cli")]
 mod metrics;
+mod mqtt;
 mod queue_concurrency;
 mod queues;
 mod redelivery_delay;

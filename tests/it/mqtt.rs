@@ -1,0 +1,583 @@
+//! MQTT 3.1.1 and 5.0 over the same broker as STOMP (issue 34): QoS 0, 1 and 2 round
+//! trips, persistent sessions that keep their backlog across a restart, client-id
+//! takeover with the will, STOMP and MQTT talking to each other with headers and
+//! properties, rights, and bad packets. Both backends, packet by packet through the
+//! test client, and with the real `mosquitto_pub` and `mosquitto_sub`.
+
+use bytes::Bytes;
+use bytestring::ByteString;
+use ebb::auth::{hash_password, AuthorizationEntry, Security, User};
+use ebb::stomp::frame::Command;
+use ebb::test_util::mqtt::*;
+use ebb::test_util::stomp::{receipt, Client};
+use ebb::test_util::*;
+use rmqtt_codec::{v3, v5, MqttPacket};
+
+/// The next PUBLISH the client gets (panics on anything else).
+async fn next_publish(c: &mut MqttClient) -> rmqtt_codec::types::Publish {
+    match c.recv().await {
+        Some(MqttPacket::V3(v3::Packet::Publish(p)))
+        | Some(MqttPacket::V5(v5::Packet::Publish(p))) => *p,
+        other => panic!("no PUBLISH: {other:?}"),
+    }
+}
+
+/// Every QoS, from a 5.0 publisher to a 3.1.1 subscriber of a wildcard filter at
+/// QoS 2: each publish is answered as its QoS says (PUBACK; PUBREC, then PUBCOMP for
+/// the PUBREL), and each delivery comes at the smaller of the two QoS with its
+/// payload's bytes.
+async fn every_qos_round_trips(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut sub, ack) = MqttClient::v3(s.mqtt, "sub", true).await;
+    assert_eq!(ack.return_code, v3::ConnectAckReason::ConnectionAccepted);
+    assert!(!ack.session_present);
+    let granted = sub
+        .subscribe_v3(1, &[("plant/+/temp", 2), ("other/#", 1)])
+        .await;
+    assert_eq!(
+        granted,
+        vec![
+            v3::SubscribeReturnCode::Success(qos(2)),
+            v3::SubscribeReturnCode::Success(qos(1))
+        ]
+    );
+    let (mut publisher, ack) = MqttClient::v5(s.mqtt, "pub", 0).await;
+    assert_eq!(ack.reason_code, v5::ConnectAckReason::Success);
+    assert!(
+        !ack.retain_available,
+        "retained messages are not offered yet"
+    );
+    publisher
+        .publish_v5("plant/a/temp", b"q0", 0, 0, Default::default())
+        .await;
+    publisher
+        .publish_v5("plant/b/temp", b"q1\0bytes", 1, 7, Default::default())
+        .await;
+    match publisher.recv().await {
+        Some(MqttPacket::V5(v5::Packet::PublishAck(a))) => {
+            assert_eq!(a.packet_id, pid(7));
+            assert_eq!(a.reason_code, v5::PublishAckReason::Success);
+        }
+        other => panic!("no PUBACK: {other:?}"),
+    }
+    publisher
+        .publish_v5("plant/c/temp", b"q2", 2, 8, Default::default())
+        .await;
+    match publisher.recv().await {
+        Some(MqttPacket::V5(v5::Packet::PublishReceived(a))) => assert_eq!(a.packet_id, pid(8)),
+        other => panic!("no PUBREC: {other:?}"),
+    }
+    // A resend of the same QoS 2 publish before PUBREL is answered, not stored again.
+    let mut again = publish("plant/c/temp", b"q2", 2, 8, Some(Default::default()));
+    again.dup = true;
+    publisher
+        .send_v5(v5::Packet::Publish(Box::new(again)))
+        .await;
+    assert!(matches!(
+        publisher.recv().await,
+        Some(MqttPacket::V5(v5::Packet::PublishReceived(_)))
+    ));
+    publisher
+        .send_v5(v5::Packet::PublishRelease(v5::PublishAck2 {
+            packet_id: pid(8),
+            reason_code: v5::PublishAck2Reason::Success,
+            properties: Vec::new(),
+            reason_string: None,
+        }))
+        .await;
+    assert!(matches!(
+        publisher.recv().await,
+        Some(MqttPacket::V5(v5::Packet::PublishComplete(_)))
+    ));
+    let q0 = next_publish(&mut sub).await;
+    assert_eq!(
+        (&*q0.topic, q0.qos, &q0.payload[..]),
+        ("plant/a/temp", qos(0), &b"q0"[..])
+    );
+    let q1 = next_publish(&mut sub).await;
+    assert_eq!(
+        (&*q1.topic, q1.qos, &q1.payload[..]),
+        ("plant/b/temp", qos(1), &b"q1\0bytes"[..])
+    );
+    sub.send_v3(v3::Packet::PublishAck {
+        packet_id: q1.packet_id.unwrap(),
+    })
+    .await;
+    let q2 = next_publish(&mut sub).await;
+    assert_eq!(
+        (&*q2.topic, q2.qos, &q2.payload[..]),
+        ("plant/c/temp", qos(2), &b"q2"[..])
+    );
+    let id = q2.packet_id.unwrap();
+    sub.send_v3(v3::Packet::PublishReceived { packet_id: id })
+        .await;
+    assert!(matches!(
+        sub.recv().await,
+        Some(MqttPacket::V3(v3::Packet::PublishRelease { packet_id })) if packet_id == id
+    ));
+    sub.send_v3(v3::Packet::PublishComplete { packet_id: id })
+        .await;
+    // The resent QoS 2 publish was not delivered twice.
+    sub.send_v3(v3::Packet::PingRequest).await;
+    assert!(matches!(
+        sub.recv().await,
+        Some(MqttPacket::V3(v3::Packet::PingResponse))
+    ));
+    s.stop().await;
+}
+
+/// A persistent session (3.1.1 clean session 0) keeps its subscriptions and their
+/// backlog while the client is away, across a restart of the broker; the client
+/// resumes without subscribing again (session present), and a clean session ends it:
+/// nothing of it stays stored.
+async fn a_persistent_session_keeps_its_backlog_across_a_restart(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut device, ack) = MqttClient::v3(s.mqtt, "device-1", false).await;
+    assert!(!ack.session_present);
+    device.subscribe_v3(1, &[("cmd/device-1/#", 1)]).await;
+    device.send_v3(v3::Packet::Disconnect).await;
+    drop(device);
+    let (mut sender, _) = MqttClient::v3(s.mqtt, "sender", true).await;
+    for i in 1..=5u16 {
+        sender
+            .publish_v3("cmd/device-1/set", format!("m{i}").as_bytes(), 1, i)
+            .await;
+        assert!(matches!(
+            sender.recv().await,
+            Some(MqttPacket::V3(v3::Packet::PublishAck { .. }))
+        ));
+    }
+    s.stop().await;
+    let s = mqtt_server(&t, Security::default()).await;
+    let stored = s
+        .broker
+        .session_subscriptions("mqtt", "device-1")
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        (stored[0].filter.as_str(), stored[0].qos),
+        ("cmd/device-1/#", 1)
+    );
+    let (mut device, ack) = MqttClient::v3(s.mqtt, "device-1", false).await;
+    assert!(ack.session_present);
+    for i in 1..=5 {
+        let p = next_publish(&mut device).await;
+        assert_eq!(&p.payload[..], format!("m{i}").as_bytes());
+        assert_eq!(p.qos, qos(1));
+        device
+            .send_v3(v3::Packet::PublishAck {
+                packet_id: p.packet_id.unwrap(),
+            })
+            .await;
+    }
+    device.send_v3(v3::Packet::Disconnect).await;
+    drop(device);
+    let (mut device, ack) = MqttClient::v3(s.mqtt, "device-1", true).await;
+    assert!(!ack.session_present, "a clean session starts afresh");
+    device.send_v3(v3::Packet::Disconnect).await;
+    poll_until("the session's rows deleted", || async {
+        s.broker
+            .session_subscriptions("mqtt", "device-1")
+            .await
+            .unwrap()
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let durable = s
+        .broker
+        .durable_subscription_exists("topic://cmd.device-1.>", "device-1", "cmd/device-1/#")
+        .await
+        .unwrap();
+    assert!(!durable, "the durable subscription went with the session");
+    s.stop().await;
+}
+
+/// A second CONNECT with the same client id takes the session over: the first
+/// connection is told (5.0: DISCONNECT 0x8E) and closed, and its will is published.
+async fn a_second_connect_takes_over_and_the_will_goes(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut watcher, _) = MqttClient::v5(s.mqtt, "watcher", 0).await;
+    watcher.subscribe_v5(1, &[("status/#", 1)]).await;
+    let mut connect = v5_connect("dev", 0);
+    connect.last_will = Some(v5::LastWill {
+        qos: qos(1),
+        retain: false,
+        topic: ByteString::from("status/dev"),
+        message: Bytes::from_static(b"offline"),
+        will_delay_interval_sec: None,
+        correlation_data: None,
+        message_expiry_interval: None,
+        content_type: None,
+        user_properties: Vec::new(),
+        is_utf8_payload: None,
+        response_topic: None,
+    });
+    let (mut first, _) = MqttClient::v5_with(s.mqtt, connect).await;
+    let (mut second, ack) = MqttClient::v5(s.mqtt, "dev", 0).await;
+    assert_eq!(ack.reason_code, v5::ConnectAckReason::Success);
+    let told = first.closed().await;
+    assert!(
+        told.iter().any(|p| matches!(p, MqttPacket::V5(v5::Packet::Disconnect(d)) if d.reason_code == v5::DisconnectReasonCode::SessionTakenOver)),
+        "{told:?}"
+    );
+    let will = next_publish(&mut watcher).await;
+    assert_eq!(
+        (&*will.topic, &will.payload[..]),
+        ("status/dev", &b"offline"[..])
+    );
+    // The newer connection is served.
+    second.send_v5(v5::Packet::PingRequest).await;
+    assert!(matches!(
+        second.recv().await,
+        Some(MqttPacket::V5(v5::Packet::PingResponse))
+    ));
+    // A normal DISCONNECT sends no will.
+    let mut connect = v5_connect("quiet", 0);
+    connect.last_will = Some(v5::LastWill {
+        qos: qos(0),
+        retain: false,
+        topic: ByteString::from("status/quiet"),
+        message: Bytes::from_static(b"gone"),
+        will_delay_interval_sec: None,
+        correlation_data: None,
+        message_expiry_interval: None,
+        content_type: None,
+        user_properties: Vec::new(),
+        is_utf8_payload: None,
+        response_topic: None,
+    });
+    let (mut quiet, _) = MqttClient::v5_with(s.mqtt, connect).await;
+    quiet
+        .send_v5(v5::Packet::Disconnect(v5::Disconnect {
+            reason_code: v5::DisconnectReasonCode::NormalDisconnection,
+            session_expiry_interval_secs: None,
+            server_reference: None,
+            reason_string: None,
+            user_properties: Vec::new(),
+        }))
+        .await;
+    quiet.closed().await;
+    watcher.send_v5(v5::Packet::PingRequest).await;
+    assert!(
+        matches!(
+            watcher.recv().await,
+            Some(MqttPacket::V5(v5::Packet::PingResponse))
+        ),
+        "no will after a normal DISCONNECT"
+    );
+    s.stop().await;
+}
+
+/// MQTT and STOMP clients talk to each other: `a/b` is `/topic/a.b`; 5.0's user
+/// properties, content type, response topic and correlation data are STOMP headers,
+/// and back; the body's bytes are kept both ways.
+async fn stomp_and_mqtt_talk_to_each_other(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let mut stomp = Client::connected(s.stomp, None).await;
+    stomp
+        .write(b"SUBSCRIBE\nid:1\ndestination:/topic/sensors.>\nreceipt:r\n\n\0")
+        .await;
+    receipt(&mut stomp, "r").await;
+    let (mut device, _) = MqttClient::v5(s.mqtt, "device", 0).await;
+    let properties = v5::PublishProperties {
+        content_type: Some(ByteString::from("application/json")),
+        response_topic: Some(ByteString::from("replies/device")),
+        correlation_data: Some(Bytes::from_static(b"req-42")),
+        user_properties: vec![(ByteString::from("unit"), ByteString::from("celsius"))],
+        ..Default::default()
+    };
+    device
+        .publish_v5("sensors/room1/temp", b"{\"t\":21.5}", 1, 1, properties)
+        .await;
+    assert!(matches!(
+        device.recv().await,
+        Some(MqttPacket::V5(v5::Packet::PublishAck(_)))
+    ));
+    let m = stomp.frame().await.expect("MESSAGE");
+    assert_eq!(m.command, Command::Message);
+    assert_eq!(m.get("destination"), Some("/topic/sensors.room1.temp"));
+    assert_eq!(m.get("unit"), Some("celsius"));
+    assert_eq!(m.get("content-type"), Some("application/json"));
+    assert_eq!(m.get("reply-to"), Some("/topic/replies.device"));
+    assert_eq!(m.get("correlation-id"), Some("req-42"));
+    assert_eq!(m.get("persistent"), Some("true"));
+    assert_eq!(&m.body[..], b"{\"t\":21.5}");
+
+    device.subscribe_v5(2, &[("replies/device", 1)]).await;
+    stomp
+        .write(b"SEND\ndestination:/topic/replies.device\ncorrelation-id:req-42\nzone:eu\npersistent:true\ncontent-length:5\nreceipt:s\n\nok\0\x01\x02\0")
+        .await;
+    receipt(&mut stomp, "s").await;
+    let reply = next_publish(&mut device).await;
+    assert_eq!(&*reply.topic, "replies/device");
+    assert_eq!(reply.qos, qos(1));
+    assert_eq!(&reply.payload[..], b"ok\0\x01\x02");
+    let props = reply.properties.expect("5.0 properties");
+    assert_eq!(props.correlation_data.as_deref(), Some(&b"req-42"[..]));
+    assert!(props
+        .user_properties
+        .iter()
+        .any(|(k, v)| &**k == "zone" && &**v == "eu"));
+    s.stop().await;
+}
+
+/// The users and rights are STOMP's: a wrong password gets CONNACK's refusal; a
+/// PUBLISH without `write` gets 5.0's 0x87 (and nothing is sent), a SUBSCRIBE
+/// without `read` gets SUBACK 0x87 (a wildcard filter is granted and reads only the
+/// topics the user may read, as a STOMP wildcard subscription), while what the
+/// user may do goes through.
+async fn rights_apply_as_over_stomp(t: TestStore) {
+    let security = Security {
+        login_guard: Default::default(),
+        users: vec![User {
+            login: "alice".into(),
+            password_hash: hash_password("secret").unwrap(),
+            certificate_subject: None,
+            groups: vec!["plant".into()],
+        }],
+        authorization: vec![AuthorizationEntry {
+            destination: "topic://plant.>".into(),
+            read: vec!["plant".into()],
+            write: vec!["plant".into()],
+            admin: vec![],
+        }],
+    };
+    let s = mqtt_server(&t, security).await;
+    let mut wrong = v5_connect("a", 0);
+    wrong.username = Some(ByteString::from("alice"));
+    wrong.password = Some(Bytes::from_static(b"nope"));
+    let (mut refused, ack) = MqttClient::v5_with(s.mqtt, wrong).await;
+    assert_eq!(ack.reason_code, v5::ConnectAckReason::BadUserNameOrPassword);
+    refused.closed().await;
+    let mut v3 = MqttClient::open_v3(s.mqtt).await;
+    v3.send_v3(v3::Packet::Connect(Box::new(v3::Connect {
+        clean_session: true,
+        client_id: ByteString::from("anonymous"),
+        ..Default::default()
+    })))
+    .await;
+    match v3.recv().await {
+        Some(MqttPacket::V3(v3::Packet::ConnectAck(a))) => {
+            assert_eq!(a.return_code, v3::ConnectAckReason::BadUserNameOrPassword)
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut right = v5_connect("alice-1", 0);
+    right.username = Some(ByteString::from("alice"));
+    right.password = Some(Bytes::from_static(b"secret"));
+    let (mut alice, ack) = MqttClient::v5_with(s.mqtt, right).await;
+    assert_eq!(ack.reason_code, v5::ConnectAckReason::Success);
+    let codes = alice
+        .subscribe_v5(1, &[("plant/#", 1), ("office/door", 1)])
+        .await;
+    assert_eq!(
+        codes,
+        vec![
+            v5::SubscribeAckReason::GrantedQos1,
+            v5::SubscribeAckReason::NotAuthorized
+        ]
+    );
+    alice
+        .publish_v5("office/door", b"x", 1, 5, Default::default())
+        .await;
+    match alice.recv().await {
+        Some(MqttPacket::V5(v5::Packet::PublishAck(a))) => {
+            assert_eq!(a.reason_code, v5::PublishAckReason::NotAuthorized)
+        }
+        other => panic!("{other:?}"),
+    }
+    alice
+        .publish_v5("plant/pump", b"on", 1, 6, Default::default())
+        .await;
+    assert!(
+        matches!(alice.recv().await, Some(MqttPacket::V5(v5::Packet::PublishAck(a))) if a.reason_code == v5::PublishAckReason::Success)
+    );
+    let p = next_publish(&mut alice).await;
+    assert_eq!(&*p.topic, "plant/pump");
+    s.stop().await;
+}
+
+/// Bad input closes only its own connection, and what was accepted before it stays:
+/// bytes that are no packet (5.0: DISCONNECT 0x81), a packet before CONNECT, a
+/// packet over the size limit (0x95), an invalid topic name (PUBACK 0x90 in 5.0; a
+/// 3.1.1 connection, which has no negative acknowledgement, is closed).
+async fn bad_packets_close_their_connection_and_lose_nothing(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut keeper, _) = MqttClient::v3(s.mqtt, "keeper", false).await;
+    keeper.subscribe_v3(1, &[("log/#", 1)]).await;
+    keeper.send_v3(v3::Packet::Disconnect).await;
+    drop(keeper);
+
+    let (mut bad, _) = MqttClient::v5(s.mqtt, "bad", 0).await;
+    bad.publish_v5("log/a", b"kept", 1, 1, Default::default())
+        .await;
+    assert!(matches!(
+        bad.recv().await,
+        Some(MqttPacket::V5(v5::Packet::PublishAck(_)))
+    ));
+    bad.publish_v5("log/+", b"x", 1, 2, Default::default())
+        .await;
+    match bad.recv().await {
+        Some(MqttPacket::V5(v5::Packet::PublishAck(a))) => {
+            assert_eq!(a.reason_code, v5::PublishAckReason::TopicNameInvalid)
+        }
+        other => panic!("{other:?}"),
+    }
+    // A reserved packet type (0): not a packet.
+    bad.send_bytes(&[0x00, 0x00]).await;
+    let told = bad.closed().await;
+    assert!(
+        told.iter().any(|p| matches!(p, MqttPacket::V5(v5::Packet::Disconnect(d)) if d.reason_code == v5::DisconnectReasonCode::MalformedPacket)),
+        "{told:?}"
+    );
+
+    let mut early = MqttClient::open_v3(s.mqtt).await;
+    early.send_v3(v3::Packet::PingRequest).await;
+    early.closed().await;
+
+    let (mut big, _) = MqttClient::v5(s.mqtt, "big", 0).await;
+    let payload = vec![b'x'; ebb::mqtt::MAX_PACKET_SIZE as usize + 1];
+    big.publish_v5("log/big", &payload, 1, 3, Default::default())
+        .await;
+    let told = big.closed().await;
+    assert!(
+        told.iter().any(|p| matches!(p, MqttPacket::V5(v5::Packet::Disconnect(d)) if d.reason_code == v5::DisconnectReasonCode::PacketTooLarge)),
+        "{told:?}"
+    );
+
+    let (mut old, _) = MqttClient::v3(s.mqtt, "old", true).await;
+    old.publish_v3("log/#", b"x", 1, 4).await;
+    old.closed().await;
+
+    // Everyone else is still served, and the accepted message is there.
+    let (mut keeper, ack) = MqttClient::v3(s.mqtt, "keeper", false).await;
+    assert!(ack.session_present);
+    let p = next_publish(&mut keeper).await;
+    assert_eq!(&p.payload[..], b"kept");
+    keeper
+        .send_v3(v3::Packet::PublishAck {
+            packet_id: p.packet_id.unwrap(),
+        })
+        .await;
+    keeper.send_v3(v3::Packet::PingRequest).await;
+    assert!(
+        matches!(
+            keeper.recv().await,
+            Some(MqttPacket::V3(v3::Packet::PingResponse))
+        ),
+        "nothing else was stored"
+    );
+    s.stop().await;
+}
+
+/// The real clients: `mosquitto_sub` reads what `mosquitto_pub` publishes at QoS 0,
+/// 1 and 2, over 3.1.1 and 5.0, through a wildcard.
+async fn mosquitto_clients_round_trip(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let port = s.mqtt.port().to_string();
+    let tool = |name: &str| {
+        which(name).unwrap_or_else(|| {
+            panic!("{name} is not installed (Debian's mosquitto-clients); the MQTT tests need it")
+        })
+    };
+    let sub = tokio::process::Command::new(tool("mosquitto_sub"))
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "m/#",
+            "-q",
+            "2",
+            "-v",
+            "-C",
+            "6",
+            "-W",
+            "60",
+            "-i",
+            "mosq-sub",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mosquitto_sub starts");
+    poll_until("mosquitto_sub subscribed", || async {
+        let open = s.connections.list(None, 10);
+        open.iter()
+            .any(|c| c.client_id.as_deref() == Some("mosq-sub") && c.subscriptions == 1)
+            .then_some(())
+    })
+    .await;
+    for (q, version) in [
+        (0, "mqttv311"),
+        (1, "mqttv311"),
+        (2, "mqttv311"),
+        (0, "mqttv5"),
+        (1, "mqttv5"),
+        (2, "mqttv5"),
+    ] {
+        let status = tokio::process::Command::new(tool("mosquitto_pub"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                &format!("m/{version}/q{q}"),
+                "-m",
+                &format!("{version} qos {q}"),
+                "-q",
+                &q.to_string(),
+                "-V",
+                version,
+            ])
+            .status()
+            .await
+            .expect("mosquitto_pub runs");
+        assert!(
+            status.success(),
+            "mosquitto_pub -q {q} -V {version}: {status}"
+        );
+    }
+    let out = sub.wait_with_output().await.expect("mosquitto_sub ends");
+    assert!(out.status.success(), "mosquitto_sub: {:?}", out.status);
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            "m/mqttv311/q0 mqttv311 qos 0",
+            "m/mqttv311/q1 mqttv311 qos 1",
+            "m/mqttv311/q2 mqttv311 qos 2",
+            "m/mqttv5/q0 mqttv5 qos 0",
+            "m/mqttv5/q1 mqttv5 qos 1",
+            "m/mqttv5/q2 mqttv5 qos 2",
+        ]
+    );
+    s.stop().await;
+}
+
+/// `name`'s path on `PATH`.
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    every_qos_round_trips,
+    a_persistent_session_keeps_its_backlog_across_a_restart,
+    a_second_connect_takes_over_and_the_will_goes,
+    stomp_and_mqtt_talk_to_each_other,
+    rights_apply_as_over_stomp,
+    bad_packets_close_their_connection_and_lose_nothing,
+    mosquitto_clients_round_trip,
+);
