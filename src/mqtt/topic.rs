@@ -205,7 +205,7 @@ mod tests {
         #[test]
         fn any_name_maps_back_or_is_refused(name in "[a-z/.+#,\\-]{0,12}") {
             match destination(&name) {
-                Ok(key) => prop_assert_eq!(topic_name(&key), name),
+                Ok(key) => prop_assert_eq!(topic_name(&key), name.clone()),
                 Err(e) => prop_assert!(!e.reason.is_empty()),
             }
             let _ = filter(&name);

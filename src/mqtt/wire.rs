@@ -751,3 +751,75 @@ impl Encoder<Out> for Wire {
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A 3.1.1 CONNECT of client id `c`.
+    const CONNECT_V3: &[u8] = b"\x10\x0d\x00\x04MQTT\x04\x02\x00\x3c\x00\x01c";
+    /// A 5.0 CONNECT of client id `c` (no properties).
+    const CONNECT_V5: &[u8] = b"\x10\x0e\x00\x04MQTT\x05\x02\x00\x3c\x00\x00\x01c";
+
+    fn decode_all(wire: &mut Wire, bytes: &[u8]) -> Result<Vec<In>, WireError> {
+        let mut buf = BytesMut::from(bytes);
+        let mut out = Vec::new();
+        while let Some(p) = wire.decode(&mut buf)? {
+            out.push(p);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn the_version_comes_from_connect() {
+        for (bytes, version) in [(CONNECT_V3, Version::V3), (CONNECT_V5, Version::V5)] {
+            let mut wire = Wire::new(1024);
+            let packets = decode_all(&mut wire, bytes).unwrap();
+            assert_eq!(wire.version(), Some(version));
+            match &packets[..] {
+                [In::Connect(c)] => assert_eq!((c.client_id.as_str(), c.version), ("c", version)),
+                other => panic!("{other:?}"),
+            }
+        }
+        let mut wire = Wire::new(1024);
+        let bad = decode_all(&mut wire, b"\x10\x0d\x00\x04MQTT\x07\x02\x00\x3c\x00\x01c");
+        assert!(matches!(bad, Err(WireError::UnsupportedVersion)), "{bad:?}");
+    }
+
+    #[test]
+    fn a_packet_over_the_limit_is_refused_before_it_is_read() {
+        let mut wire = Wire::new(1024);
+        decode_all(&mut wire, CONNECT_V3).unwrap();
+        wire.set_max_packet_size(16);
+        // A PUBLISH announcing 200 bytes: refused from its header alone.
+        let e = decode_all(&mut wire, b"\x30\xc8\x01").unwrap_err();
+        assert!(
+            matches!(e, WireError::TooLarge { size: 200, max: 16 }),
+            "{e:?}"
+        );
+    }
+
+    proptest! {
+        /// Any bytes after a CONNECT of either version decode to packets or an error,
+        /// never a panic, and never more packets than bytes.
+        #[test]
+        fn any_bytes_decode_or_are_refused(v5 in any::<bool>(), bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let mut wire = Wire::new(1 << 16);
+            let mut all = if v5 { CONNECT_V5.to_vec() } else { CONNECT_V3.to_vec() };
+            all.extend_from_slice(&bytes);
+            if let Ok(packets) = decode_all(&mut wire, &all) {
+                prop_assert!(packets.len() <= all.len());
+            }
+        }
+
+        /// Any bytes as the first packet: a CONNECT, or refused; never a panic.
+        #[test]
+        fn any_first_bytes_are_a_connect_or_refused(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
+            let mut wire = Wire::new(1 << 16);
+            if let Ok(packets) = decode_all(&mut wire, &bytes) {
+                prop_assert!(packets.iter().all(|p| matches!(p, In::Connect(_))) || wire.version().is_some());
+            }
+        }
+    }
+}

@@ -182,9 +182,9 @@ mod tests {
     fn connections_are_listed_in_pages_and_closed_once() {
         let all = Connections::default();
         let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
-        let a = all.register("ebb-1", peer, Transport::Tcp);
-        let mut b = all.register("ebb-2", peer, Transport::Ws);
-        let c = all.register("ebb-3", peer, Transport::Tcp);
+        let a = all.register("ebb-1", peer, "STOMP", Transport::Tcp);
+        let mut b = all.register("ebb-2", peer, "STOMP", Transport::Ws);
+        let c = all.register("ebb-3", peer, "STOMP", Transport::Tcp);
         b.update(true, Some("ops"), Some("billing"), 2);
         let first = all.list(None, 2);
         assert_eq!(

@@ -16,8 +16,8 @@
 //!
 //! The transport (`src/transport/`) is shared by every protocol, so it names none,
 //! nor the broker: only `auth` (a certificate's subject), `tls` and itself
-//! ([`TRANSPORT_ROOTS`]). A new protocol (MQTT) is a folder of its own held to
-//! STOMP's rule.
+//! ([`TRANSPORT_ROOTS`]). MQTT (`src/mqtt/`) is a folder of its own held to
+//! STOMP's rule ([`MQTT_ROOTS`]), and so is any protocol after it.
 //!
 //! Comments count too: an intra-doc link is a dependency of the docs.
 //!
@@ -174,6 +174,36 @@ fn stomp_uses_only_the_broker_api() {
     assert!(
         broken.is_empty(),
         "STOMP reaches past the Broker API (add what it needs to src/broker/):\n{}",
+        broken.join("\n")
+    );
+}
+
+/// Roots a `crate::` path in MQTT may start with: STOMP's, with `mqtt` for `stomp`.
+const MQTT_ROOTS: &[&str] = &[
+    "broker",
+    "auth",
+    "login_guard",
+    "mqtt",
+    "error",
+    "Error",
+    "ErrorCode",
+    "DestinationKey",
+    "DestinationKind",
+    "DestinationPattern",
+    "tls",
+    "transport",
+];
+
+#[test]
+fn mqtt_uses_only_the_broker_api() {
+    let broken = broken_in(
+        "mqtt",
+        MQTT_ROOTS,
+        &["mod.rs", "session.rs", "topic.rs", "wire.rs"],
+    );
+    assert!(
+        broken.is_empty(),
+        "MQTT reaches past the Broker API (add what it needs to src/broker/):\n{}",
         broken.join("\n")
     );
 }

@@ -39,6 +39,7 @@ mod pipelining;
 #[cfg(feature = "cli")]
 mod metrics;
 mod mqtt;
+mod mqtt_fuzz;
 mod queue_concurrency;
 mod queues;
 mod redelivery_delay;
