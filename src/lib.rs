@@ -9,8 +9,8 @@
 //! ## Map of Ebb
 //!
 //! Three crates, layered one way: `ebb` → `ebb-actors` → `ebb-store`. The store knows
-//! nothing of actors, the actors nothing of STOMP, and a protocol (STOMP) knows only
-//! [`Broker`] and the protocol-neutral [`transport`].
+//! nothing of actors, the actors nothing of STOMP, and a protocol (STOMP, MQTT) knows
+//! only [`Broker`] and the protocol-neutral [`transport`].
 //!
 //! | layer | where | what |
 //! |---|---|---|
@@ -21,8 +21,9 @@
 //! | STOMP | [`stomp`] | one protocol, whole: frames and their codec (no broker types), a typed [`stomp::command`] parsed from each frame, a [`stomp::session`] that applies commands to [`Broker`], the socket loop ([`stomp::connection`]) |
 //! | configuration | [`config`], [`auth`], [`login_guard`] | the TOML file, users and rights by destination pattern, refused logins per client address (every protocol) |
 //! | operators' views | [`stats`], [`metrics`], [`process`], [`admin`] | snapshots ([`Broker::stats`]), Prometheus metrics (the recorder behind the `prometheus` feature), the process's memory, the admin calls (destinations and durable subscriptions in bounded pages, a store ping) |
+//! | MQTT | [`mqtt`] | the second protocol, whole and beside STOMP on the same destinations: 3.1.1 and 5.0 packets through a maintained codec ([`mqtt::wire`]), topics as Ebb's ([`mqtt::topic`]: `a/b` is `topic://a.b`), one connection's session ([`mqtt::session`]: QoS 0/1/2 answered after commit, persistent sessions as durable subscriptions, takeover, wills) |
 //! | HTTP | `http` (feature `http`, part of `cli`) | one axum server: `/metrics`, `/healthz`, `/readyz`, the JSON admin API over [`admin`] and [`Broker`], the web console (a static page over that API), STOMP over WebSocket through the same [`stomp::connection`] as TCP |
-//! | server | [`server`] | [`server::Server`]: a broker with its listeners (STOMP, STOMP over TLS, HTTP) started and stopped as one; `ebb serve`, the test harness and the benches all start theirs through it |
+//! | server | [`server`] | [`server::Server`]: a broker with its listeners (STOMP, STOMP over TLS, MQTT, MQTT over TLS, HTTP) started and stopped as one; `ebb serve`, the test harness and the benches all start theirs through it |
 //! | TLS | `tls` (feature `tls`, part of `cli`) | rustls acceptors from PEM files: STOMP over TLS (a second listener) and `https`/`wss` |
 //! | tools | `cli` | the `ebb` binary's commands (`serve`, `stat`, `soak`, `passwd`, `check`), behind the default `cli` feature; nothing outside it imports from it |
 //!
