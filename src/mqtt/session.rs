@@ -124,6 +124,8 @@ where
         client_max_packet: None,
         sends: FuturesOrdered::new(),
         qos2: HashSet::new(),
+        qos2_pending: HashSet::new(),
+        stored: false,
         held: VecDeque::new(),
         wait: None,
         acks: FuturesUnordered::new(),
@@ -166,8 +168,14 @@ struct Session<S> {
     window: usize,
     client_max_packet: Option<u32>,
     sends: FuturesOrdered<Pending<Sent>>,
-    /// QoS 2 packet ids received and not yet released (PUBREL).
+    /// QoS 2 packet ids received, stored and answered (PUBREC), not yet released
+    /// (PUBREL).
     qos2: HashSet<u16>,
+    /// QoS 2 packet ids whose store commit is awaited (PUBREC not sent yet).
+    qos2_pending: HashSet<u16>,
+    /// Something of this client id's session is stored (resumed, or a filter
+    /// remembered): a session that ends without persisting discards it.
+    stored: bool,
     held: VecDeque<Box<Publish>>,
     wait: Option<Pending<Result<(), Error>>>,
     acks: FuturesUnordered<Pending<Result<(), Error>>>,
@@ -503,7 +511,6 @@ where
         if c.keep_alive > 0 {
             self.keep_alive = Some(Duration::from_millis(c.keep_alive as u64 * 1_500));
         }
-        self.will = c.will;
         let mut session_present = false;
         if c.clean_start {
             if let Err(e) = self.discard_session(&stored).await {
@@ -516,6 +523,7 @@ where
             self.config.state.received.lock().remove(&client_id);
         } else {
             self.resumed = !stored.is_empty();
+            self.stored = self.resumed;
             session_present = self.resumed;
             if let Some(ids) = self.config.state.received.lock().remove(&client_id) {
                 self.qos2 = ids;
@@ -527,6 +535,7 @@ where
                 }
             }
         }
+        self.will = c.will;
         self.framed
             .codec_mut()
             .set_max_packet_size(self.config.max_packet_size);
@@ -628,6 +637,10 @@ where
                 self.out.push(Out::PubRec(id, reason::SUCCESS));
                 return Ok(());
             }
+            if self.qos2_pending.contains(&id) {
+                // A resend of one whose commit is awaited: its PUBREC comes with it.
+                return Ok(());
+            }
         }
         if let Some(alias) = p.properties.topic_alias {
             if alias == 0 || alias > TOPIC_ALIASES {
@@ -703,7 +716,7 @@ where
         }
         let (id, qos) = (p.packet_id, p.qos);
         if qos == 2 {
-            self.qos2.insert(id.expect("checked"));
+            self.qos2_pending.insert(id.expect("checked"));
         }
         match self
             .broker
@@ -760,14 +773,17 @@ where
 
     /// A publish's commit came (or its send failed): QoS 1 and 2 are answered.
     fn on_sent(&mut self, (id, qos, outcome): Sent) -> Result<(), End> {
+        if let (2, Some(id)) = (qos, id) {
+            self.qos2_pending.remove(&id);
+            if outcome.is_ok() {
+                self.qos2.insert(id);
+            }
+        }
         match (outcome, id) {
             (Ok(()), Some(id)) if qos == 1 => self.out.push(Out::PubAck(id, reason::SUCCESS)),
             (Ok(()), Some(id)) if qos == 2 => self.out.push(Out::PubRec(id, reason::SUCCESS)),
             (Ok(()), _) => {}
             (Err(e), id) => {
-                if let (2, Some(id)) = (qos, id) {
-                    self.qos2.remove(&id);
-                }
                 let code = match e {
                     Error::ResourceLimit { .. } => reason::QUOTA_EXCEEDED,
                     Error::ShuttingDown => reason::SERVER_SHUTTING_DOWN,
@@ -825,6 +841,7 @@ where
                 filter: f.filter.clone(),
                 qos,
             };
+            self.stored = true;
             if let Err(e) = self
                 .broker
                 .remember_session_subscription(PROTOCOL, &client, &sub)
@@ -1074,6 +1091,9 @@ where
     /// answers cannot be written), the will goes when due, subscriptions detach (their
     /// unacknowledged deliveries go back), a non-persistent session is discarded.
     async fn close(mut self, end: End) {
+        // The newer connection of the client id owns the session now.
+        let taken_over =
+            matches!(&end, End::Refused(code, _) if *code == reason::SESSION_TAKEN_OVER);
         let send_will = match &end {
             End::Disconnect { will } => *will,
             End::Lost | End::Refused(..) => true,
@@ -1106,7 +1126,7 @@ where
                     .lock()
                     .insert(client.clone(), std::mem::take(&mut self.qos2));
             }
-        } else if self.resumed || !self.info.is_empty() {
+        } else if self.stored && !taken_over {
             // Its subscriptions were durable only if stored: discard what is stored.
             match self.broker.session_subscriptions(PROTOCOL, &client).await {
                 Ok(stored) if !stored.is_empty() => {

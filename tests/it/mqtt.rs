@@ -233,6 +233,19 @@ async fn a_second_connect_takes_over_and_the_will_goes(t: TestStore) {
         second.recv().await,
         Some(MqttPacket::V5(v5::Packet::PingResponse))
     ));
+    // Operators see it as MQTT in the registry, and may close it (5.0: 0x98).
+    let listed = s.connections.list(None, 100);
+    let entry = listed
+        .iter()
+        .find(|c| c.client_id.as_deref() == Some("dev"))
+        .expect("listed");
+    assert_eq!((entry.protocol, entry.connected), ("MQTT", true));
+    assert!(s.connections.close(&entry.session));
+    let told = second.closed().await;
+    assert!(
+        told.iter().any(|p| matches!(p, MqttPacket::V5(v5::Packet::Disconnect(d)) if d.reason_code == v5::DisconnectReasonCode::AdministrativeAction)),
+        "{told:?}"
+    );
     // A normal DISCONNECT sends no will.
     let mut connect = v5_connect("quiet", 0);
     connect.last_will = Some(v5::LastWill {
