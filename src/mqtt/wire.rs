@@ -615,6 +615,35 @@ fn reason_string(text: &str) -> Option<ByteString> {
     (!text.is_empty()).then(|| ByteString::from(text))
 }
 
+/// 5.0 reason codes of `codes`, `unknown` for a code the type does not have.
+fn reasons<R: TryFrom<u8> + Copy>(codes: Vec<u8>, unknown: R) -> Vec<R> {
+    codes
+        .into_iter()
+        .map(|c| R::try_from(c).unwrap_or(unknown))
+        .collect()
+}
+
+/// A 5.0 PUBACK or PUBREC of packet `p` with reason `r`.
+fn ack(p: u16, r: u8) -> v5::PublishAck {
+    v5::PublishAck {
+        packet_id: nz(p),
+        reason_code: v5::PublishAckReason::try_from(r)
+            .unwrap_or(v5::PublishAckReason::UnspecifiedError),
+        properties: Vec::new(),
+        reason_string: None,
+    }
+}
+
+/// A 5.0 PUBREL or PUBCOMP of packet `p`.
+fn ack2(p: u16) -> v5::PublishAck2 {
+    v5::PublishAck2 {
+        packet_id: nz(p),
+        reason_code: v5::PublishAck2Reason::Success,
+        properties: Vec::new(),
+        reason_string: None,
+    }
+}
+
 fn v5_out(packet: Out) -> v5::Packet {
     match packet {
         Out::ConnAck(a) => {
@@ -636,55 +665,21 @@ fn v5_out(packet: Out) -> v5::Packet {
             }))
         }
         Out::Publish(p) => v5::Packet::Publish(Box::new(publish_out(&p, Version::V5))),
-        Out::PubAck(p, r) => v5::Packet::PublishAck(v5::PublishAck {
-            packet_id: nz(p),
-            reason_code: v5::PublishAckReason::try_from(r)
-                .unwrap_or(v5::PublishAckReason::UnspecifiedError),
-            properties: Vec::new(),
-            reason_string: None,
-        }),
-        Out::PubRec(p, r) => v5::Packet::PublishReceived(v5::PublishAck {
-            packet_id: nz(p),
-            reason_code: v5::PublishAckReason::try_from(r)
-                .unwrap_or(v5::PublishAckReason::UnspecifiedError),
-            properties: Vec::new(),
-            reason_string: None,
-        }),
-        Out::PubRel(p) => v5::Packet::PublishRelease(v5::PublishAck2 {
-            packet_id: nz(p),
-            reason_code: v5::PublishAck2Reason::Success,
-            properties: Vec::new(),
-            reason_string: None,
-        }),
-        Out::PubComp(p) => v5::Packet::PublishComplete(v5::PublishAck2 {
-            packet_id: nz(p),
-            reason_code: v5::PublishAck2Reason::Success,
-            properties: Vec::new(),
-            reason_string: None,
-        }),
+        Out::PubAck(p, r) => v5::Packet::PublishAck(ack(p, r)),
+        Out::PubRec(p, r) => v5::Packet::PublishReceived(ack(p, r)),
+        Out::PubRel(p) => v5::Packet::PublishRelease(ack2(p)),
+        Out::PubComp(p) => v5::Packet::PublishComplete(ack2(p)),
         Out::SubAck(p, codes) => v5::Packet::SubscribeAck(v5::SubscribeAck {
             packet_id: nz(p),
             properties: Vec::new(),
             reason_string: None,
-            status: codes
-                .into_iter()
-                .map(|c| {
-                    v5::SubscribeAckReason::try_from(c)
-                        .unwrap_or(v5::SubscribeAckReason::UnspecifiedError)
-                })
-                .collect(),
+            status: reasons(codes, v5::SubscribeAckReason::UnspecifiedError),
         }),
         Out::UnsubAck(p, codes) => v5::Packet::UnsubscribeAck(v5::UnsubscribeAck {
             packet_id: nz(p),
             properties: Vec::new(),
             reason_string: None,
-            status: codes
-                .into_iter()
-                .map(|c| {
-                    v5::UnsubscribeAckReason::try_from(c)
-                        .unwrap_or(v5::UnsubscribeAckReason::UnspecifiedError)
-                })
-                .collect(),
+            status: reasons(codes, v5::UnsubscribeAckReason::UnspecifiedError),
         }),
         Out::Pong => v5::Packet::PingResponse,
         Out::Disconnect(code, text) => v5::Packet::Disconnect(v5::Disconnect {

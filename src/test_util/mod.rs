@@ -54,6 +54,45 @@ where
     }
 }
 
+/// A broker (SQLite in memory) on a thread of its own named `thread`, with an actix
+/// system, as `ebb serve` runs it, for a fuzz test's cases to share: `serve` starts
+/// the listener the test needs and returns its address and what must live as long
+/// as it (the server). Panics on that thread are counted in `panics` (a panic hook,
+/// chained to the one before). Returns the address once it listens.
+pub fn serve_on_thread<F, Fut>(
+    thread: &'static str,
+    panics: &'static std::sync::atomic::AtomicU64,
+    serve: F,
+) -> std::net::SocketAddr
+where
+    F: FnOnce(crate::Broker) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = (std::net::SocketAddr, Box<dyn std::any::Any>)>,
+{
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().name() == Some(thread) {
+            panics.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        previous(info);
+    }));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(thread.into())
+        .spawn(move || {
+            actix_rt::System::new().block_on(async move {
+                let broker =
+                    crate::Broker::start("sqlite::memory:", crate::BrokerConfig::default())
+                        .await
+                        .expect("broker");
+                let (addr, _alive) = serve(broker).await;
+                tx.send(addr).unwrap();
+                std::future::pending::<()>().await;
+            });
+        })
+        .unwrap();
+    rx.recv().expect("the fuzz server starts")
+}
+
 pub use ebb_store::test_util::*;
 use futures::StreamExt;
 

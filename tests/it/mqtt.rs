@@ -22,6 +22,23 @@ async fn next_publish(c: &mut MqttClient) -> rmqtt_codec::types::Publish {
     }
 }
 
+/// A 5.0 will of `payload` on `topic` at QoS `q`, without properties.
+fn will_of(topic: &str, payload: &'static [u8], q: u8) -> v5::LastWill {
+    v5::LastWill {
+        qos: qos(q),
+        retain: false,
+        topic: ByteString::from(topic),
+        message: Bytes::from_static(payload),
+        will_delay_interval_sec: None,
+        correlation_data: None,
+        message_expiry_interval: None,
+        content_type: None,
+        user_properties: Vec::new(),
+        is_utf8_payload: None,
+        response_topic: None,
+    }
+}
+
 /// Every QoS, from a 5.0 publisher to a 3.1.1 subscriber of a wildcard filter at
 /// QoS 2: each publish is answered as its QoS says (PUBACK; PUBREC, then PUBCOMP for
 /// the PUBREL), and each delivery comes at the smaller of the two QoS with its
@@ -201,19 +218,7 @@ async fn a_second_connect_takes_over_and_the_will_goes(t: TestStore) {
     let (mut watcher, _) = MqttClient::v5(s.mqtt, "watcher", 0).await;
     watcher.subscribe_v5(1, &[("status/#", 1)]).await;
     let mut connect = v5_connect("dev", 0);
-    connect.last_will = Some(v5::LastWill {
-        qos: qos(1),
-        retain: false,
-        topic: ByteString::from("status/dev"),
-        message: Bytes::from_static(b"offline"),
-        will_delay_interval_sec: None,
-        correlation_data: None,
-        message_expiry_interval: None,
-        content_type: None,
-        user_properties: Vec::new(),
-        is_utf8_payload: None,
-        response_topic: None,
-    });
+    connect.last_will = Some(will_of("status/dev", b"offline", 1));
     let (mut first, _) = MqttClient::v5_with(s.mqtt, connect).await;
     let (mut second, ack) = MqttClient::v5(s.mqtt, "dev", 0).await;
     assert_eq!(ack.reason_code, v5::ConnectAckReason::Success);
@@ -248,19 +253,7 @@ async fn a_second_connect_takes_over_and_the_will_goes(t: TestStore) {
     );
     // A normal DISCONNECT sends no will.
     let mut connect = v5_connect("quiet", 0);
-    connect.last_will = Some(v5::LastWill {
-        qos: qos(0),
-        retain: false,
-        topic: ByteString::from("status/quiet"),
-        message: Bytes::from_static(b"gone"),
-        will_delay_interval_sec: None,
-        correlation_data: None,
-        message_expiry_interval: None,
-        content_type: None,
-        user_properties: Vec::new(),
-        is_utf8_payload: None,
-        response_topic: None,
-    });
+    connect.last_will = Some(will_of("status/quiet", b"gone", 0));
     let (mut quiet, _) = MqttClient::v5_with(s.mqtt, connect).await;
     quiet
         .send_v5(v5::Packet::Disconnect(v5::Disconnect {

@@ -17,7 +17,6 @@ use std::time::Duration;
 use bytes::BytesMut;
 use bytestring::ByteString;
 use ebb::test_util::mqtt::{pid, publish, qos, v5_connect};
-use ebb::{Broker, BrokerConfig};
 use proptest::prelude::*;
 use rmqtt_codec::{v3, v5, MqttCodec, MqttPacket};
 use tokio_util::codec::Encoder;
@@ -31,28 +30,10 @@ static SERVER_PANICS: AtomicU64 = AtomicU64::new(0);
 fn server() -> SocketAddr {
     static ADDR: OnceLock<SocketAddr> = OnceLock::new();
     *ADDR.get_or_init(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if std::thread::current().name() == Some(SERVER_THREAD) {
-                SERVER_PANICS.fetch_add(1, Ordering::SeqCst);
-            }
-            previous(info);
-        }));
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name(SERVER_THREAD.into())
-            .spawn(move || {
-                actix_rt::System::new().block_on(async move {
-                    let broker = Broker::start("sqlite::memory:", BrokerConfig::default())
-                        .await
-                        .expect("broker");
-                    let server = ebb::test_util::mqtt::mqtt_serve(broker, Default::default()).await;
-                    tx.send(server.mqtt).unwrap();
-                    std::future::pending::<()>().await;
-                })
-            })
-            .unwrap();
-        rx.recv().unwrap()
+        ebb::test_util::serve_on_thread(SERVER_THREAD, &SERVER_PANICS, |broker| async move {
+            let server = ebb::test_util::mqtt::mqtt_serve(broker, Default::default()).await;
+            (server.mqtt, Box::new(server) as Box<dyn std::any::Any>)
+        })
     })
 }
 

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use ebb::stomp::codec::{Incoming, Limits, StompCodec};
 use ebb::stomp::frame::{Command, Version};
-use ebb::{Broker, BrokerConfig};
 use proptest::prelude::*;
 use tokio_util::codec::Decoder;
 
@@ -33,35 +32,16 @@ static SERVER_PANICS: AtomicU64 = AtomicU64::new(0);
 fn server() -> SocketAddr {
     static ADDR: OnceLock<SocketAddr> = OnceLock::new();
     *ADDR.get_or_init(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if std::thread::current().name() == Some(SERVER_THREAD) {
-                SERVER_PANICS.fetch_add(1, Ordering::SeqCst);
-            }
-            previous(info);
-        }));
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name(SERVER_THREAD.into())
-            .spawn(move || {
-                actix_rt::System::new().block_on(async move {
-                    let broker = Broker::start("sqlite::memory:", BrokerConfig::default())
-                        .await
-                        .expect("broker");
-                    let limits = Limits {
-                        max_frame_bytes: 64 << 10,
-                        max_headers: 32,
-                        max_header_bytes: 1024,
-                    };
-                    let server =
-                        ebb::test_util::stomp::serve(broker, limits, Default::default(), 2_000)
-                            .await;
-                    tx.send(server.addr).unwrap();
-                    std::future::pending::<()>().await;
-                });
-            })
-            .unwrap();
-        rx.recv().expect("the fuzz server starts")
+        ebb::test_util::serve_on_thread(SERVER_THREAD, &SERVER_PANICS, |broker| async move {
+            let limits = Limits {
+                max_frame_bytes: 64 << 10,
+                max_headers: 32,
+                max_header_bytes: 1024,
+            };
+            let server =
+                ebb::test_util::stomp::serve(broker, limits, Default::default(), 2_000).await;
+            (server.addr, Box::new(server) as Box<dyn std::any::Any>)
+        })
     })
 }
 
