@@ -183,9 +183,27 @@ impl EbbRun {
         let addr = server.stomp_addr().ok_or("no STOMP listener")?;
         Ok(Listener { addr, server })
     }
+
+    /// Starts an MQTT listener in front of the broker, with
+    /// `MqttConfig::default()` (as `ebb serve` with `[listeners.mqtt]`), on an
+    /// ephemeral port; the [`Listener`]'s address is MQTT's.
+    pub async fn listen_mqtt(&self) -> Result<Listener, String> {
+        let options = ebb::server::ServerOptions {
+            mqtt: Some((
+                "127.0.0.1:0".parse().unwrap(),
+                ebb::mqtt::MqttConfig::default(),
+            )),
+            ..Default::default()
+        };
+        let server = ebb::server::Server::start(self.broker.clone(), options)
+            .await
+            .map_err(|e| e.to_string())?;
+        let addr = server.mqtt_addr().ok_or("no MQTT listener")?;
+        Ok(Listener { addr, server })
+    }
 }
 
-/// A running STOMP listener ([`EbbRun::listen`]).
+/// A running listener ([`EbbRun::listen`], [`EbbRun::listen_mqtt`]).
 pub struct Listener {
     /// Where clients connect.
     pub addr: SocketAddr,

@@ -23,6 +23,22 @@ pub fn rabbitmq_pid() -> Option<u32> {
     None
 }
 
+/// The id of a process whose program (the first word of its command line) ends with
+/// `program` (`mosquitto`), if one runs here.
+pub fn pid_of(program: &str) -> Option<u32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let first = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+        if first.ends_with(program.as_bytes()) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
 /// `/proc/PID/stat` of the RabbitMQ node, for [`super::stomp_load::cpu_s`].
 pub fn rabbitmq_stat() -> Option<String> {
     rabbitmq_pid().map(|pid| format!("/proc/{pid}/stat"))

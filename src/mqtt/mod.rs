@@ -45,10 +45,20 @@
 //!   `mqtt-payload-format: utf-8`. A QoS 2 message carries `mqtt-qos: 2` so that its
 //!   deliveries may be QoS 2. Inbound topic aliases are honoured (up to
 //!   [`TOPIC_ALIASES`]); the broker sends none.
-//! - **Not yet** (refused, never ignored): retained messages (5.0's CONNACK says
-//!   retain is not available; a PUBLISH with the retain flag is refused, 5.0 with
-//!   DISCONNECT 0x9A), `$share/` shared subscriptions (SUBACK 0x9E), 5.0's AUTH
-//!   exchange (CONNACK 0x8C), subscription identifiers.
+//! - **Retained messages** are kept by the last-value kind of the kind table: one
+//!   queue, `ebb.mqtt.retained`, whose last-value key is the topic name, so it holds
+//!   one message per topic (a newer one replaces the older in the store transaction
+//!   that commits it), persistent whatever the QoS, with the publish's QoS and
+//!   expiry. An empty payload clears the topic (it replaces the last one and is never
+//!   sent). A retained PUBLISH is answered once both its delivery and its copy are
+//!   stored. A SUBSCRIBE gets the retained messages of the topics its filter matches
+//!   and the user may read, after its SUBACK, flagged retained, at the smaller QoS
+//!   (at most [`session::MAX_RETAINED_PER_SUBSCRIBE`]; 5.0's retain handling 1 and 2
+//!   are honoured), read by browsing the queue in pages, with a selector on the
+//!   filter's literal prefix. A delivery to a subscription that exists is not flagged
+//!   retained, unless 5.0's retain as published asks for it. A will may be retained.
+//! - **Not yet** (refused, never ignored): `$share/` shared subscriptions (SUBACK
+//!   0x9E), 5.0's AUTH exchange (CONNACK 0x8C), subscription identifiers.
 //!
 //! # Limits and rights
 //!

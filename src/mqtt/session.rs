@@ -40,6 +40,27 @@ const PROTOCOL: &str = "mqtt";
 /// Header that carries a QoS 2 publish's QoS, so its deliveries may be QoS 2.
 const QOS_HEADER: &str = "mqtt-qos";
 
+/// Header that marks a message published with the retain flag (for 5.0's retain as
+/// published).
+const RETAIN_HEADER: &str = "mqtt-retain";
+
+/// The last-value queue that keeps the retained messages, one per topic (keyed by
+/// the kind's last-value header, whose value is the MQTT topic name).
+const RETAINED_QUEUE: &str = "ebb.mqtt.retained";
+
+/// Most retained messages one SUBSCRIBE sends (a filter matching more gets the first
+/// ones, in the queue's order, and the broker logs it).
+pub const MAX_RETAINED_PER_SUBSCRIBE: usize = 1_000;
+
+/// The queue of retained messages and its last-value header: the kind of the kind
+/// table that keeps one message per key.
+fn retained_queue() -> Option<(DestinationKey, &'static str)> {
+    let kind =
+        crate::DestinationKind::all().find(|k| k.capabilities().last_value_header.is_some())?;
+    let header = kind.capabilities().last_value_header?;
+    Some((DestinationKey::new(kind, RETAINED_QUEUE).ok()?, header))
+}
+
 /// Header of 5.0's payload format indicator.
 const FORMAT_HEADER: &str = "mqtt-payload-format";
 
@@ -81,6 +102,8 @@ struct InFlight {
 struct Sub {
     target: Target,
     qos: u8,
+    /// 5.0's retain as published.
+    retain_as_published: bool,
     acker: Acker,
 }
 
@@ -380,10 +403,16 @@ where
             }
             In::Subscribe { packet_id, filters } => {
                 let mut codes = Vec::with_capacity(filters.len());
+                let mut retained = Vec::new();
                 for f in filters {
-                    codes.push(self.subscribe(f).await);
+                    let (code, found) = self.subscribe(f).await;
+                    codes.push(code);
+                    retained.extend(found);
                 }
                 self.out.push(Out::SubAck(packet_id, codes));
+                for (qos, message) in retained {
+                    self.deliver_retained(qos, message);
+                }
                 Ok(())
             }
             In::Unsubscribe { packet_id, filters } => {
@@ -471,13 +500,6 @@ where
             if let Err((code, why)) = checked {
                 return refused(self, code, why);
             }
-            if will.retain {
-                return refused(
-                    self,
-                    0x9A,
-                    "will: retained messages are not available here".into(),
-                );
-            }
         }
         let claim = match self.config.client_ids.claim(&client_id, true).await {
             Ok(claim) => claim,
@@ -529,7 +551,7 @@ where
                 self.qos2 = ids;
             }
             for s in &stored {
-                let code = self.attach(&s.filter, s.qos, false, true).await;
+                let code = self.attach(&s.filter, s.qos, (false, false), true).await;
                 if code >= 0x80 {
                     tracing::warn!(session = %self.accepted.session_id, %client_id, filter = %s.filter, code, "a stored subscription could not be resumed");
                 }
@@ -547,7 +569,7 @@ where
             receive_max: self.config.receive_maximum.max(1),
             max_packet_size: self.config.max_packet_size,
             topic_alias_max: TOPIC_ALIASES,
-            retain_available: false,
+            retain_available: true,
             shared_available: false,
         })));
         tracing::debug!(session = %self.accepted.session_id, %client_id, persistent = self.persistent, session_present, "MQTT connected");
@@ -663,18 +685,7 @@ where
                 self.aliases.insert(alias, p.topic.clone());
             }
         }
-        if p.retain {
-            return match self.version() {
-                Version::V5 => Err(End::Refused(
-                    reason::RETAIN_NOT_SUPPORTED,
-                    "retained messages are not available here".into(),
-                )),
-                Version::V3 => Err(End::Refused(
-                    reason::IMPLEMENTATION_SPECIFIC,
-                    "retained messages are not available here".into(),
-                )),
-            };
-        }
+
         if !self.held.is_empty() || self.wait.is_some() {
             self.held.push_back(p);
             return Ok(());
@@ -718,18 +729,39 @@ where
         if qos == 2 {
             self.qos2_pending.insert(id.expect("checked"));
         }
-        match self
+        let retained = if p.retain {
+            self.retained_copy(&p)
+        } else {
+            None
+        };
+        let sent = match self
             .broker
             .start_send_with(&key, message, SendOptions::checked())
             .await
         {
-            Ok(pending) => {
-                self.sends
-                    .push_back(Box::pin(async move { (id, qos, pending.await.map(drop)) }));
-                Ok(())
+            Ok(pending) => pending,
+            Err(e) => return self.on_sent((id, qos, Err(e))),
+        };
+        // A retained publish is answered once the retained queue has it too.
+        let kept = match retained {
+            Some((queue, copy)) => match self
+                .broker
+                .start_send_with(&queue, copy, SendOptions::checked())
+                .await
+            {
+                Ok(pending) => Some(pending),
+                Err(e) => return self.on_sent((id, qos, Err(e))),
+            },
+            None => None,
+        };
+        self.sends.push_back(Box::pin(async move {
+            let mut outcome = sent.await.map(drop);
+            if let Some(kept) = kept {
+                outcome = outcome.and(kept.await.map(drop));
             }
-            Err(e) => self.on_sent((id, qos, Err(e))),
-        }
+            (id, qos, outcome)
+        }));
+        Ok(())
     }
 
     /// The message a PUBLISH sends (5.0's properties as headers: see [`super`]).
@@ -739,6 +771,9 @@ where
             .from_connection(self.connection);
         if p.qos == 2 {
             m = m.header(QOS_HEADER, "2");
+        }
+        if p.retain {
+            m = m.header(RETAIN_HEADER, "1");
         }
         let props = &p.properties;
         if let Some(secs) = props.message_expiry_secs {
@@ -816,8 +851,24 @@ where
         Ok(())
     }
 
+    /// SUBSCRIBE of one filter: its SUBACK code, and the retained messages it gets
+    /// (to go after the SUBACK) as their QoS.
+    async fn subscribe(&mut self, f: Filter) -> (u8, Vec<(u8, Received)>) {
+        let existed = self.info.contains_key(&f.filter);
+        let code = self.subscribe_filter(&f).await;
+        let wants = match f.retain_handling {
+            0 => true,
+            1 => !existed,
+            _ => false,
+        };
+        if code >= 0x80 || !wants {
+            return (code, Vec::new());
+        }
+        (code, self.retained_for(&f.filter, code).await)
+    }
+
     /// SUBSCRIBE of one filter: its SUBACK code.
-    async fn subscribe(&mut self, f: Filter) -> u8 {
+    async fn subscribe_filter(&mut self, f: &Filter) -> u8 {
         if let Err(e) = topic::shared(&f.filter) {
             tracing::info!(session = %self.accepted.session_id, "refused filter: {e}");
             return reason::TOPIC_FILTER_INVALID;
@@ -834,7 +885,8 @@ where
         // A second SUBSCRIBE of a filter replaces the first (its QoS).
         self.subs.remove(&f.filter);
         self.info.remove(&f.filter);
-        let code = self.attach(&f.filter, qos, f.no_local, false).await;
+        let options = (f.no_local, f.retain_as_published);
+        let code = self.attach(&f.filter, qos, options, false).await;
         if code < 0x80 && self.persistent {
             let client = self.connected.clone().unwrap_or_default();
             let sub = SessionSubscription {
@@ -856,10 +908,114 @@ where
         code
     }
 
+    /// The retained messages of the topics `filter` matches that this user may read,
+    /// each with the QoS it goes at (the smaller of `granted` and its own), at most
+    /// [`MAX_RETAINED_PER_SUBSCRIBE`]. Read by browsing the retained queue in its
+    /// pages, with a selector on the filter's literal prefix when it has one.
+    async fn retained_for(&self, filter: &str, granted: u8) -> Vec<(u8, Received)> {
+        let (Some((queue, header)), Ok(target)) = (retained_queue(), topic::filter(filter)) else {
+            return Vec::new();
+        };
+        let prefix: String = filter
+            .chars()
+            .take_while(|c| !matches!(c, '+' | '#'))
+            .collect();
+        let selector = if prefix.is_empty() || prefix.contains(['\'', '%', '_', '\\']) {
+            None
+        } else {
+            crate::broker::Selector::parse(&format!("{header} LIKE '{prefix}%'")).ok()
+        };
+        let mut browser = match self.broker.browse_queue_matching(&queue, selector).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot read the retained messages");
+                return Vec::new();
+            }
+        };
+        let mut found = Vec::new();
+        while let Some(next) = browser.next().await {
+            let Ok(message) = next else { break };
+            if message.body().is_empty() {
+                continue; // a cleared topic
+            }
+            let Some(key) = message
+                .header(header)
+                .and_then(|t| topic::destination(t).ok())
+            else {
+                continue;
+            };
+            let matches = match &target {
+                Target::One(one) => *one == key,
+                Target::Pattern(p) => p.matches(&key),
+            };
+            if !matches || self.authorize(Right::Read, &key).is_err() {
+                continue;
+            }
+            if found.len() == MAX_RETAINED_PER_SUBSCRIBE {
+                tracing::info!(session = %self.accepted.session_id, %filter, max = MAX_RETAINED_PER_SUBSCRIBE, "more retained messages match than one SUBSCRIBE gets");
+                break;
+            }
+            let qos = match message.header(QOS_HEADER) {
+                Some("2") => 2,
+                Some("1") => 1,
+                _ => 0,
+            };
+            found.push((granted.min(qos), message));
+        }
+        found
+    }
+
+    /// A retained message goes out with the retain flag; nothing acks it (it stays
+    /// retained).
+    fn deliver_retained(&mut self, qos: u8, message: Received) {
+        let Some(topic) =
+            retained_queue().and_then(|(_, header)| message.header(header).map(str::to_string))
+        else {
+            return;
+        };
+        let mut publish = self.publish_of(topic, &message, qos);
+        publish.retain = true;
+        publish.dup = false;
+        if qos > 0 {
+            let id = self.next_packet_id();
+            publish.packet_id = Some(id);
+            // No subscription's: its PUBACK acks nothing.
+            self.in_flight.insert(
+                id,
+                InFlight {
+                    filter: String::new(),
+                    message,
+                    released: false,
+                },
+            );
+        }
+        self.out.push(Out::Publish(publish));
+    }
+
+    /// The copy of a retained publish `p` for the retained queue: persistent, keyed by
+    /// its topic, with its QoS; an empty payload clears the topic's (it replaces the
+    /// last one and is never delivered).
+    fn retained_copy(&self, p: &Publish) -> Option<(DestinationKey, Message)> {
+        let (queue, header) = retained_queue()?;
+        let message = self
+            .message_of(p)
+            .ok()?
+            .persistent(true)
+            .header(header, p.topic.clone())
+            .header(QOS_HEADER, p.qos.to_string());
+        Some((queue, message))
+    }
+
     /// Subscribes to `filter` at `qos` (durable in a persistent session): the
     /// granted QoS, or a failure reason. `resumed`: a stored subscription of the
     /// session, whose rights were checked when it was made (read is checked again).
-    async fn attach(&mut self, filter: &str, qos: u8, no_local: bool, resumed: bool) -> u8 {
+    async fn attach(
+        &mut self,
+        filter: &str,
+        qos: u8,
+        (no_local, retain_as_published): (bool, bool),
+        resumed: bool,
+    ) -> u8 {
         let target = match topic::filter(filter) {
             Ok(t) => t,
             Err(e) => {
@@ -928,8 +1084,15 @@ where
             Ok(subscription) => {
                 let acker = subscription.acker();
                 self.subs.insert(filter.to_string(), subscription);
-                self.info
-                    .insert(filter.to_string(), Sub { target, qos, acker });
+                self.info.insert(
+                    filter.to_string(),
+                    Sub {
+                        target,
+                        qos,
+                        retain_as_published,
+                        acker,
+                    },
+                );
                 qos
             }
             Err(e) => {
@@ -1017,6 +1180,7 @@ where
         };
         let qos = sub.qos.min(message_qos);
         let sub_qos = sub.qos;
+        let keep_retain = sub.retain_as_published && message.header(RETAIN_HEADER) == Some("1");
         let topic = match (message.destination(), &sub.target) {
             (Some(key), _) | (None, Target::One(key)) => topic::topic_name(key),
             (None, Target::Pattern(p)) => p.stomp(),
@@ -1034,6 +1198,7 @@ where
             }
         }
         let mut publish = publish;
+        publish.retain = keep_retain;
         if qos > 0 {
             let id = self.next_packet_id();
             publish.packet_id = Some(id);
@@ -1071,7 +1236,8 @@ where
                     }
                     "correlation-id" => props.correlation_data = Some(Bytes::from(value.clone())),
                     FORMAT_HEADER => props.utf8_payload = value == "utf-8",
-                    QOS_HEADER => {}
+                    QOS_HEADER | RETAIN_HEADER => {}
+                    _ if retained_queue().is_some_and(|(_, h)| h == name) => {}
                     _ => props.user_properties.push((name.clone(), value.clone())),
                 }
             }
@@ -1153,7 +1319,7 @@ where
         let publish = Publish {
             topic: will.topic.clone(),
             qos: will.qos,
-            retain: false,
+            retain: will.retain,
             dup: false,
             packet_id: None,
             payload: will.payload.clone(),
@@ -1162,6 +1328,11 @@ where
         let Ok(message) = self.message_of(&publish) else {
             tracing::info!(session = %self.accepted.session_id, "the will's properties are refused; no will");
             return;
+        };
+        let retained = if will.retain {
+            self.retained_copy(&publish)
+        } else {
+            None
         };
         let broker = self.broker.clone();
         let state = Arc::clone(&self.config.state);
@@ -1177,6 +1348,11 @@ where
             }
             if let Err(e) = broker.send(&key, message).await {
                 tracing::warn!(%client, error = %e, "the will could not be published");
+            }
+            if let Some((queue, copy)) = retained {
+                if let Err(e) = broker.send(&queue, copy).await {
+                    tracing::warn!(%client, error = %e, "the will could not be retained");
+                }
             }
         });
     }

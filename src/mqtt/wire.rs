@@ -116,6 +116,12 @@ pub struct Filter {
     pub qos: u8,
     /// 5.0's no local: not the messages this connection publishes.
     pub no_local: bool,
+    /// 5.0's retain as published: deliveries keep the retain flag they were
+    /// published with (3.1.1: false, the flag is cleared).
+    pub retain_as_published: bool,
+    /// 5.0's retain handling: 0 sends the retained messages at SUBSCRIBE, 1 only for
+    /// a new subscription, 2 never (3.1.1: 0).
+    pub retain_handling: u8,
 }
 
 /// A packet from the client.
@@ -472,6 +478,8 @@ fn v3_in(packet: v3::Packet) -> In {
                     filter: text(f),
                     qos: qos_u8(*q),
                     no_local: false,
+                    retain_as_published: false,
+                    retain_handling: 0,
                 })
                 .collect(),
         },
@@ -545,6 +553,8 @@ fn v5_in(packet: v5::Packet) -> In {
                     filter: text(f),
                     qos: qos_u8(o.qos),
                     no_local: o.no_local,
+                    retain_as_published: o.retain_as_published,
+                    retain_handling: u8::from(o.retain_handling),
                 })
                 .collect(),
         },

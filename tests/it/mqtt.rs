@@ -583,6 +583,131 @@ async fn mosquitto_clients_round_trip(t: TestStore) {
     s.stop().await;
 }
 
+/// The retained PUBLISHes a SUBSCRIBE brings, after its SUBACK, until a PINGRESP:
+/// (topic, payload, QoS, retain flag), sorted.
+async fn retained_after(c: &mut MqttClient) -> Vec<(String, Vec<u8>, u8, bool)> {
+    c.send_v5(v5::Packet::PingRequest).await;
+    let mut got = Vec::new();
+    loop {
+        match c.recv().await {
+            Some(MqttPacket::V5(v5::Packet::Publish(p))) => {
+                if let Some(id) = p.packet_id {
+                    c.send_v5(v5::Packet::PublishAck(v5::PublishAck {
+                        packet_id: id,
+                        reason_code: v5::PublishAckReason::Success,
+                        properties: Vec::new(),
+                        reason_string: None,
+                    }))
+                    .await;
+                }
+                let q = match p.qos {
+                    rmqtt_codec::types::QoS::AtMostOnce => 0,
+                    rmqtt_codec::types::QoS::AtLeastOnce => 1,
+                    rmqtt_codec::types::QoS::ExactlyOnce => 2,
+                };
+                got.push((p.topic.to_string(), p.payload.to_vec(), q, p.retain));
+            }
+            Some(MqttPacket::V5(v5::Packet::PingResponse)) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    got.sort();
+    got
+}
+
+/// Retained messages (through the last-value kind, one per topic): a SUBSCRIBE gets
+/// those of the topics its filter matches, flagged retained, at the smaller QoS; a
+/// newer one replaces the older; an empty payload clears the topic; they survive a
+/// restart; 5.0's retain handling 2 asks for none; a live delivery to an existing
+/// subscription is not flagged retained.
+async fn retained_messages_are_kept_one_per_topic(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut publisher, _) = MqttClient::v3(s.mqtt, "thermostat", true).await;
+    let mut retained = |topic: &str, payload: &[u8], q: u8, id: u16| {
+        let mut p = publish(topic, payload, q, id, None);
+        p.retain = true;
+        v3::Packet::Publish(Box::new(p))
+    };
+    for (packet, acked) in [
+        (retained("home/t1", b"22", 1, 1), true),
+        (retained("home/l1", b"on", 0, 0), false),
+        (retained("home/t1", b"23", 1, 2), true),
+        (retained("office/t9", b"19", 1, 3), true),
+    ] {
+        publisher.send_v3(packet).await;
+        if acked {
+            assert!(matches!(
+                publisher.recv().await,
+                Some(MqttPacket::V3(v3::Packet::PublishAck { .. }))
+            ));
+        }
+    }
+    let (mut reader, ack) = MqttClient::v5(s.mqtt, "reader", 0).await;
+    assert!(ack.retain_available);
+    assert_eq!(
+        reader.subscribe_v5(1, &[("home/#", 1)]).await,
+        vec![v5::SubscribeAckReason::GrantedQos1]
+    );
+    assert_eq!(
+        retained_after(&mut reader).await,
+        vec![
+            ("home/l1".into(), b"on".to_vec(), 0, true),
+            ("home/t1".into(), b"23".to_vec(), 1, true),
+        ]
+    );
+    // A live retained publish reaches the existing subscription unflagged.
+    publisher.send_v3(retained("home/l1", b"", 1, 4)).await;
+    assert!(matches!(
+        publisher.recv().await,
+        Some(MqttPacket::V3(v3::Packet::PublishAck { .. }))
+    ));
+    let live = next_publish(&mut reader).await;
+    assert_eq!(
+        (&*live.topic, &live.payload[..], live.retain),
+        ("home/l1", &b""[..], false)
+    );
+    s.stop().await;
+
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut again, _) = MqttClient::v5(s.mqtt, "again", 0).await;
+    again
+        .subscribe_v5(1, &[("home/+", 2), ("office/t9", 0)])
+        .await;
+    assert_eq!(
+        retained_after(&mut again).await,
+        vec![
+            ("home/t1".into(), b"23".to_vec(), 1, true),
+            ("office/t9".into(), b"19".to_vec(), 0, true),
+        ],
+        "the cleared topic is gone, the others survived the restart"
+    );
+    again
+        .send_v5(v5::Packet::Subscribe(v5::Subscribe {
+            packet_id: pid(9),
+            id: None,
+            user_properties: Vec::new(),
+            topic_filters: vec![(
+                ByteString::from("office/#"),
+                v5::SubscriptionOptions {
+                    qos: qos(1),
+                    retain_handling: v5::RetainHandling::NoAtSubscribe,
+                    ..Default::default()
+                },
+            )],
+        }))
+        .await;
+    assert!(matches!(
+        again.recv().await,
+        Some(MqttPacket::V5(v5::Packet::SubscribeAck(_)))
+    ));
+    assert_eq!(
+        retained_after(&mut again).await,
+        vec![],
+        "retain handling 2: none"
+    );
+    s.stop().await;
+}
+
 /// `name`'s path on `PATH`.
 fn which(name: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
@@ -599,6 +724,7 @@ on_every_backend!(
     a_second_connect_takes_over_and_the_will_goes,
     stomp_and_mqtt_talk_to_each_other,
     rights_apply_as_over_stomp,
+    retained_messages_are_kept_one_per_topic,
     bad_packets_close_their_connection_and_lose_nothing,
     mosquitto_clients_round_trip,
 );
