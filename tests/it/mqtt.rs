@@ -623,7 +623,7 @@ async fn retained_after(c: &mut MqttClient) -> Vec<(String, Vec<u8>, u8, bool)> 
 async fn retained_messages_are_kept_one_per_topic(t: TestStore) {
     let s = mqtt_server(&t, Security::default()).await;
     let (mut publisher, _) = MqttClient::v3(s.mqtt, "thermostat", true).await;
-    let mut retained = |topic: &str, payload: &[u8], q: u8, id: u16| {
+    let retained = |topic: &str, payload: &[u8], q: u8, id: u16| {
         let mut p = publish(topic, payload, q, id, None);
         p.retain = true;
         v3::Packet::Publish(Box::new(p))
