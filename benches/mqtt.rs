@@ -415,7 +415,7 @@ async fn publish_qos1(
                 if let Some(id) = p.packet_id {
                     sub.feed(v3::Packet::PublishAck { packet_id: id }).await?;
                 }
-                if got % 32 == 0 || got == n {
+                if got.is_multiple_of(32) || got == n {
                     sub.framed.flush().await.map_err(|e| e.to_string())?;
                 }
             }
