@@ -4,6 +4,39 @@
 //! another. `tests/flow_control.rs` stays apart: it counts the heap of its whole
 //! process.
 
+/// `<name>::sqlite` and `<name>::postgres` for each Python scenario (stomp.py's,
+/// paho-mqtt's), as `on_every_backend!` writes them, and both ignored (with the
+/// reason) without `cfg(ebb_test_python)`.
+macro_rules! python_scenarios {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[cfg_attr(
+                    not(ebb_test_python),
+                    ignore = "set EBB_TEST_PYTHON=/path/to/python (with stomp.py and paho-mqtt) to run the Python scenarios"
+                )]
+                async fn sqlite() {
+                    super::$name(ebb::test_util::TestStore::sqlite()).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[cfg_attr(
+                    not(ebb_test_python),
+                    ignore = "set EBB_TEST_PYTHON=/path/to/python (with stomp.py and paho-mqtt) to run the Python scenarios"
+                )]
+                #[cfg_attr(
+                    all(ebb_test_python, not(ebb_test_postgres)),
+                    ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
+                )]
+                async fn postgres() {
+                    super::$name(ebb::test_util::TestStore::postgres()).await;
+                }
+            }
+        )*
+    };
+}
+
 mod advisory;
 mod atomic_commit;
 mod backlog_never_blocks;
@@ -40,6 +73,8 @@ mod pipelining;
 mod metrics;
 mod mqtt;
 mod mqtt_fuzz;
+#[cfg(feature = "cli")]
+mod mqtt_py;
 mod queue_concurrency;
 mod queues;
 mod redelivery_delay;

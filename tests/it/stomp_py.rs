@@ -11,41 +11,9 @@ use ebb::test_util::*;
 
 static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// `<name>::sqlite` and `<name>::postgres` for each scenario, as `on_every_backend!`
-/// writes them, and both ignored (with the reason) without `cfg(ebb_test_python)`.
-macro_rules! scenarios {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                #[cfg_attr(
-                    not(ebb_test_python),
-                    ignore = "set EBB_TEST_PYTHON=/path/to/python (with stomp.py) to run the stomp.py scenarios"
-                )]
-                async fn sqlite() {
-                    super::$name(super::TestStore::sqlite()).await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                #[cfg_attr(
-                    not(ebb_test_python),
-                    ignore = "set EBB_TEST_PYTHON=/path/to/python (with stomp.py) to run the stomp.py scenarios"
-                )]
-                #[cfg_attr(
-                    all(ebb_test_python, not(ebb_test_postgres)),
-                    ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
-                )]
-                async fn postgres() {
-                    super::$name(super::TestStore::postgres()).await;
-                }
-            }
-        )*
-    };
-}
-
 /// The Python that runs the scenarios. Panics without `EBB_TEST_PYTHON`: the tests
 /// are ignored then, unless under CI (which must run them) or run with `--ignored`.
-fn python() -> String {
+pub(crate) fn python() -> String {
     match std::env::var("EBB_TEST_PYTHON") {
         Ok(p) if !p.is_empty() => p,
         _ if std::env::var_os("CI").is_some() => {
@@ -64,6 +32,19 @@ async fn scenario(t: &TestStore, name: &str) {
 /// Runs scenario `name` with `extra` appended to the broker's configuration file and
 /// `env` in the script's environment.
 async fn scenario_with(t: &TestStore, name: &str, extra: &str, env: &[(&str, String)]) {
+    run_scenario(t, "stomp_scenarios.py", name, extra, env).await;
+}
+
+/// Runs scenario `name` of `tests/e2e/<script>` against `ebb serve` on `t`'s store,
+/// with `extra` appended to the broker's configuration file and `env` in the
+/// script's environment; the script must print `ok NAME`.
+pub(crate) async fn run_scenario(
+    t: &TestStore,
+    script: &str,
+    name: &str,
+    extra: &str,
+    env: &[(&str, String)],
+) {
     let python = python();
     // Each run its own folder (config and log), so parallel tests never meet.
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -81,7 +62,7 @@ async fn scenario_with(t: &TestStore, name: &str, extra: &str, env: &[(&str, Str
     );
     let path = dir.join("ebb.toml");
     std::fs::write(&path, config).unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/stomp_scenarios.py");
+    let script = format!("{}/tests/e2e/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = tokio::process::Command::new(python)
         .arg(script)
         .arg(env!("CARGO_BIN_EXE_ebb"))
@@ -182,7 +163,7 @@ async fn virtual_topic(t: TestStore) {
     scenario(&t, "virtual_topic").await;
 }
 
-scenarios!(
+python_scenarios!(
     virtual_topic,
     request_reply,
     data_loss,

@@ -1,0 +1,255 @@
+"""End-to-end MQTT scenarios against a real `ebb serve` process, with the paho-mqtt
+client (2.x).
+
+Usage: mqtt_scenarios.py EBB_BINARY CONFIG_TOML SCENARIO
+The config file names the store and turns the MQTT listener on at port 0; the
+broker prints the port it bound. Each scenario starts (and kills) the broker itself,
+never leaves one running, and exits non-zero with a message (and the broker's log)
+on failure.
+"""
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import paho.mqtt.client as mqtt
+
+EBB, CONFIG, SCENARIO = sys.argv[1], sys.argv[2], sys.argv[3]
+PORT = 0  # set by start()
+LOG = os.path.join(os.path.dirname(CONFIG), "ebb.log")
+PROCS = []
+# A guard against a hang, not a measure.
+PATIENCE = 60
+
+
+def fail(message):
+    print(f"FAIL {SCENARIO}: {message}", flush=True)
+    try:
+        print("--- ebb's log ---\n" + open(LOG).read()[-4000:], flush=True)
+    except OSError:
+        pass
+    sys.exit(1)
+
+
+def start():
+    """Starts `ebb serve`; reads the MQTT port from what it prints."""
+    global PORT
+    log = open(LOG, "a")
+    proc = subprocess.Popen(
+        [EBB, "serve", "--config", CONFIG, "--stomp", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    PROCS.append(proc)
+    deadline = time.time() + PATIENCE
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            fail(f"ebb serve ended before its MQTT listener (exit {proc.poll()})")
+        log.write(line)
+        if "MQTT on " in line:
+            PORT = int(line.split("MQTT on ")[1].strip().rsplit(":", 1)[1])
+            break
+    threading.Thread(target=lambda: [log.write(l) for l in proc.stdout], daemon=True).start()
+    return proc
+
+
+def kill_all():
+    for proc in PROCS:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+atexit.register(kill_all)
+
+
+def kill(proc):
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGINT)
+    if proc.wait(timeout=30) != 0:
+        fail(f"ebb serve exited with {proc.returncode} after SIGINT")
+
+
+def wait_until(predicate, seconds=PATIENCE):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+class Client:
+    """A paho client on its own network thread, recording what it receives."""
+
+    def __init__(self, client_id, clean=True, v5=False):
+        protocol = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
+        kwargs = {} if v5 else {"clean_session": clean}
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol, **kwargs)
+        self.c.max_inflight_messages_set(100)
+        self.c.max_queued_messages_set(0)
+        self.messages = []
+        self.lock = threading.Lock()
+        self.connected = threading.Event()
+        self.session_present = None
+        self.acked = set()
+        self.c.on_message = self._message
+        self.c.on_connect = self._connect
+        self.c.on_publish = self._publish
+        self.v5, self.clean = v5, clean
+
+    def _message(self, client, userdata, msg):
+        with self.lock:
+            self.messages.append((msg.topic, bytes(msg.payload), msg.qos, msg.retain))
+
+    def _connect(self, client, userdata, flags, reason_code, properties):
+        if reason_code.is_failure:
+            fail(f"CONNECT refused: {reason_code}")
+        self.session_present = flags.session_present
+        self.connected.set()
+
+    def _publish(self, client, userdata, mid, reason_code, properties):
+        with self.lock:
+            self.acked.add(mid)
+
+    def connect(self):
+        if self.v5:
+            props = mqtt.Properties(mqtt.PacketTypes.CONNECT)
+            if not self.clean:
+                props.SessionExpiryInterval = 3600
+            self.c.connect("127.0.0.1", PORT, keepalive=30, clean_start=self.clean, properties=props)
+        else:
+            self.c.connect("127.0.0.1", PORT, keepalive=30)
+        self.c.loop_start()
+        self.connected.wait(PATIENCE) or fail("no CONNACK")
+        return self
+
+    def subscribe(self, topic, qos):
+        done = threading.Event()
+        self.c.on_subscribe = lambda *a: done.set()
+        self.c.subscribe(topic, qos)
+        done.wait(PATIENCE) or fail(f"no SUBACK for {topic}")
+
+    def close(self):
+        self.c.disconnect()
+        self.c.loop_stop()
+
+    def payloads(self):
+        with self.lock:
+            return [m[1] for m in self.messages]
+
+
+def qos_round_trips():
+    """QoS 0, 1 and 2 from a 3.1.1 publisher to a 5.0 subscriber of a wildcard at
+    QoS 2, and a retained message to a later subscriber."""
+    proc = start()
+    sub = Client("paho-sub", v5=True).connect()
+    sub.subscribe("e2e/#", 2)
+    pub = Client("paho-pub").connect()
+    for q in (0, 1, 2):
+        pub.c.publish(f"e2e/q{q}", f"qos {q}".encode(), qos=q).wait_for_publish(PATIENCE)
+    wait_until(lambda: len(sub.messages) == 3) or fail(f"got {sub.messages}")
+    got = sorted((t, p, q) for t, p, q, _ in sub.messages)
+    want = [("e2e/q0", b"qos 0", 0), ("e2e/q1", b"qos 1", 1), ("e2e/q2", b"qos 2", 2)]
+    if got != want:
+        fail(f"got {got}, want {want}")
+    pub.c.publish("e2e/state", b"ready", qos=1, retain=True).wait_for_publish(PATIENCE)
+    late = Client("paho-late").connect()
+    late.subscribe("e2e/state", 1)
+    wait_until(lambda: len(late.messages) == 1) or fail(f"no retained message: {late.messages}")
+    if late.messages[0] != ("e2e/state", b"ready", 1, True):
+        fail(f"retained: {late.messages[0]}")
+    for c in (sub, pub, late):
+        c.close()
+    stop(proc)
+    print("ok qos_round_trips", flush=True)
+
+
+def persistent_session():
+    """A 3.1.1 persistent session keeps its backlog while away, across a graceful
+    restart; it resumes without subscribing again."""
+    proc = start()
+    dev = Client("paho-device", clean=False).connect()
+    dev.subscribe("cmd/paho-device/#", 1)
+    dev.close()
+    pub = Client("paho-cmd").connect()
+    for n in range(100):
+        pub.c.publish("cmd/paho-device/set", str(n).encode(), qos=1)
+    wait_until(lambda: len(pub.acked) == 100) or fail(f"{len(pub.acked)} of 100 PUBACKed")
+    pub.close()
+    stop(proc)
+    proc = start()
+    dev = Client("paho-device", clean=False).connect()
+    if not dev.session_present:
+        fail("no session present after the restart")
+    wait_until(lambda: len(dev.messages) >= 100) or fail(f"{len(dev.messages)} of 100 after the restart")
+    if sorted(int(p) for p in dev.payloads()) != list(range(100)):
+        fail(f"the backlog: {sorted(dev.payloads())[:10]}...")
+    dev.close()
+    stop(proc)
+    print("ok persistent_session", flush=True)
+
+
+def sigkill(qos):
+    """Publishes at `qos` as fast as the broker acknowledges, to an offline persistent
+    session, then SIGKILL: after a restart the session gets every message that was
+    acknowledged (PUBACK, or PUBCOMP at QoS 2) before the kill; at QoS 2 none twice."""
+    proc = start()
+    sub = Client(f"paho-kill-sub-{qos}", clean=False).connect()
+    sub.subscribe(f"kill/{qos}/#", qos)
+    sub.close()
+    pub = Client(f"paho-kill-pub-{qos}").connect()
+    mids = {}
+    started = time.time()
+    n = 0
+    while time.time() - started < 3:
+        info = pub.c.publish(f"kill/{qos}/m", str(n).encode(), qos=qos)
+        mids[info.mid] = n
+        n += 1
+        if len(mids) - len(pub.acked) > 90:
+            time.sleep(0.002)
+    with pub.lock:
+        acked = {mids[m] for m in pub.acked if m in mids}
+    kill(proc)
+    pub.c.loop_stop()
+    if len(acked) < 100:
+        fail(f"only {len(acked)} acknowledged before the kill: the broker is too slow to test")
+    proc = start()
+    sub = Client(f"paho-kill-sub-{qos}", clean=False).connect()
+    last = [len(sub.messages), time.time()]
+
+    def quiet():
+        if len(sub.messages) != last[0]:
+            last[0], last[1] = len(sub.messages), time.time()
+        return time.time() - last[1] > 3
+
+    wait_until(quiet, 120) or fail("the backlog never ended")
+    got = [int(p) for p in sub.payloads()]
+    missing = sorted(acked - set(got))
+    if missing:
+        fail(f"{len(missing)} acknowledged messages lost, first {missing[:10]}")
+    if qos == 2 and len(got) != len(set(got)):
+        fail(f"{len(got) - len(set(got))} delivered twice at QoS 2")
+    sub.close()
+    stop(proc)
+    print(f"{SCENARIO}: {n} published, {len(acked)} acknowledged before SIGKILL, {len(got)} delivered after", flush=True)
+    print(f"ok {SCENARIO}", flush=True)
+
+
+SCENARIOS = {
+    "qos_round_trips": qos_round_trips,
+    "persistent_session": persistent_session,
+    "sigkill_qos1": lambda: sigkill(1),
+    "sigkill_qos2": lambda: sigkill(2),
+}
+
+SCENARIOS[SCENARIO]()
