@@ -334,6 +334,9 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         connection.allow_link_stealing = steal;
     }
     connection.security = std::sync::Arc::new(security);
+    let mqtt_config = mqtt_config(&file, &connection, &from_file)?;
+    // MQTT over WebSocket (`/mqtt`) is on with MQTT itself.
+    let mqtt_on = mqtt_addr.is_some() || mqtt_tls_addr.is_some();
 
     let readiness = crate::http::Readiness::default();
     let http_options = http_addr.map(|listen| crate::http::HttpOptions {
@@ -345,6 +348,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| crate::http::ADMIN_GROUP.to_string()),
         stomp: Some(connection.clone()),
+        mqtt: mqtt_on.then(|| mqtt_config.clone()),
         connections: connection.connections.clone(),
         readiness: readiness.clone(),
         allowed_origins: file.http.allowed_origins.clone().unwrap_or_default(),
@@ -401,7 +405,6 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             tracing::warn!(admin_group = %options.admin_group, "no user is in the admin group: every change through the admin API will be refused (403)");
         }
     }
-    let mqtt_config = mqtt_config(&file, &connection, &from_file)?;
     let options = crate::server::ServerOptions {
         stomp: Some(addr),
         stomp_tls: ssl_addr.zip(ssl_acceptor),
@@ -433,7 +436,8 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
             ("http", "ws")
         };
         println!(
-            "ebb: HTTP on {http}://{at} (console /console, admin API /api/v1, STOMP over {ws}://{at}/stomp)"
+                        "ebb: HTTP on {http}://{at} (console /console, admin API /api/v1, STOMP over {ws}://{at}/stomp{})",
+            if mqtt_on { format!(", MQTT over {ws}://{at}/mqtt") } else { String::new() }
         );
     }
     readiness.set_listening(true);

@@ -114,6 +114,9 @@ pub struct HttpOptions {
     /// STOMP over WebSocket at `/stomp`, with these connection settings (share the
     /// TCP listener's, so the connection limits count both); `None`: no `/stomp`.
     pub stomp: Option<ConnectionConfig>,
+    /// MQTT over WebSocket at `/mqtt` (subprotocol `mqtt`), with these settings
+    /// (share the MQTT listener's); `None`: no `/mqtt`.
+    pub mqtt: Option<crate::mqtt::MqttConfig>,
     /// The STOMP connections the admin API lists and closes (the TCP listener's
     /// [`ConnectionConfig::connections`]; WebSocket ones register in the registry of
     /// `stomp`, normally the same).
@@ -160,6 +163,7 @@ impl HttpOptions {
             security: Arc::default(),
             admin_group: ADMIN_GROUP.to_string(),
             stomp: None,
+            mqtt: None,
             connections: Connections::default(),
             readiness,
             allowed_origins: Vec::new(),
@@ -461,6 +465,7 @@ fn router(state: AppState, body_limit: usize) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/stomp", get(ws::upgrade))
+        .route("/mqtt", get(ws::upgrade_mqtt))
         .route(
             "/",
             get(|| async { axum::response::Redirect::to("/console") }),

@@ -128,9 +128,97 @@ pub(crate) async fn upgrade(
                         .await;
                 });
             });
-            bridge(socket, socket_end, stall, meter).await;
+            bridge(socket, socket_end, stall, meter, Framing::Stomp).await;
             drop(slot);
         })
+}
+
+/// The MQTT subprotocol (MQTT 3.1.1 and 5.0 over WebSocket name it `mqtt`).
+pub const MQTT_SUBPROTOCOL: &str = "mqtt";
+
+/// `GET /mqtt`: upgrades to a WebSocket carrying an MQTT session (binary messages,
+/// subprotocol `mqtt`), served by the same [`crate::mqtt::Mqtt`] as TCP, with its
+/// users, limits and connection caps.
+pub(crate) async fn upgrade_mqtt(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    meter: Option<axum::Extension<std::sync::Arc<PreConnectMeter>>>,
+    certificate: Option<axum::Extension<ClientCertificate>>,
+    headers: axum::http::HeaderMap,
+    upgrade: Option<WebSocketUpgrade>,
+) -> Response {
+    let offered = headers
+        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim() == MQTT_SUBPROTOCOL);
+    let Some(config) = state.options.mqtt.clone() else {
+        return super::error::ApiError::new(
+            StatusCode::NOT_FOUND,
+            "MQTT over WebSocket is not enabled on this server ([listeners.mqtt] turns MQTT on)",
+        )
+        .into_response();
+    };
+    let (Some(upgrade), true) = (upgrade, offered) else {
+        return super::error::ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "/mqtt takes a WebSocket upgrade with the subprotocol mqtt",
+        )
+        .into_response();
+    };
+    let stall = std::time::Duration::from_millis(config.connect_timeout_ms.max(1));
+    let max_message = config.max_packet_size as usize + 8;
+    let broker = state.broker.clone();
+    upgrade
+        .protocols([MQTT_SUBPROTOCOL])
+        .max_message_size(max_message)
+        .on_upgrade(move |socket| async move {
+            let meter = meter.map(|axum::Extension(m)| m);
+            if let Some(meter) = &meter {
+                meter.arm();
+            }
+            let protocol = crate::mqtt::Mqtt::new(broker.clone(), config);
+            let slot = match protocol.take_slot(peer.ip()) {
+                Ok(slot) => slot,
+                Err(refusal) => {
+                    tracing::warn!(%peer, "refused WebSocket connection: {refusal}");
+                    let mut socket = socket;
+                    let tell = async {
+                        socket.send(Message::Binary(protocol.refusal(""))).await?;
+                        socket.send(Message::Close(None)).await
+                    };
+                    let _ = tokio::time::timeout(CLOSE_GRACE, tell).await;
+                    return;
+                }
+            };
+            let (session_end, socket_end) = tokio::io::duplex(PIPE_BYTES);
+            let id = next_session_id();
+            tracing::debug!(%peer, session = %id, "MQTT WebSocket connection accepted");
+            broker.spawn_on_system(move || {
+                actix_rt::spawn(async move {
+                    let connection = Accepted {
+                        session_id: id,
+                        peer,
+                        transport: Transport::Ws,
+                        certificate_subject: certificate.map(|axum::Extension(c)| c.0),
+                    };
+                    protocol.serve(session_end, connection).await;
+                });
+            });
+            bridge(socket, socket_end, stall, meter, Framing::Mqtt).await;
+            drop(slot);
+        })
+}
+
+/// How a session's bytes go out as WebSocket messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// STOMP: a text message when the bytes are UTF-8 (what stomp.js expects), else
+    /// binary; a refusal is an ERROR frame.
+    Stomp,
+    /// MQTT: binary messages only; a refusal closes the socket.
+    Mqtt,
 }
 
 /// Tells a refused client why (an ERROR frame, `error-code:limit-exceeded`: only the
@@ -161,6 +249,7 @@ async fn bridge(
     pipe: DuplexStream,
     stall: std::time::Duration,
     meter: Option<std::sync::Arc<PreConnectMeter>>,
+    framing: Framing,
 ) {
     let (mut to_client, mut from_client) = socket.split();
     let (mut from_session, mut to_session) = tokio::io::split(pipe);
@@ -205,10 +294,12 @@ async fn bridge(
         loop {
             let read = tokio::select! {
                 read = from_session.read(&mut buffer) => read,
-                Ok(why) = &mut refused => {
+                                Ok(why) = &mut refused => {
                     tracing::info!("refused WebSocket connection: {why}");
-                    let error = format!("ERROR\nmessage:{why}\n\n\0");
-                    let _ = tokio::time::timeout(stall, to_client.send(Message::Text(error))).await;
+                    if framing == Framing::Stomp {
+                        let error = format!("ERROR\nmessage:{why}\n\n\0");
+                        let _ = tokio::time::timeout(stall, to_client.send(Message::Text(error))).await;
+                    }
                     break;
                 }
             };
@@ -222,9 +313,12 @@ async fn bridge(
                 meter.answered();
             }
             let chunk = buffer[..n].to_vec();
-            let message = match String::from_utf8(chunk) {
-                Ok(text) => Message::Text(text),
-                Err(e) => Message::Binary(e.into_bytes()),
+            let message = match framing {
+                Framing::Mqtt => Message::Binary(chunk),
+                Framing::Stomp => match String::from_utf8(chunk) {
+                    Ok(text) => Message::Text(text),
+                    Err(e) => Message::Binary(e.into_bytes()),
+                },
             };
             match tokio::time::timeout(stall, to_client.send(message)).await {
                 Ok(Ok(())) => {}

@@ -1,6 +1,7 @@
 //! MQTT 3.1.1 and 5.0, a second protocol over the same [`Broker`] as STOMP: one
 //! folder that implements [`Protocol`], served by the shared listener
 //! ([`crate::transport::listener`]) and started by one line of the server (`src/server.rs`).
+//! The HTTP server serves it over WebSocket too (`/mqtt`, binary messages).
 //! Packets are read and written by a maintained codec ([`rmqtt_codec`], in
 //! [`wire`]); the session — what each packet does to the broker — is Ebb's
 //! ([`session`]).

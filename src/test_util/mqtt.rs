@@ -31,6 +31,8 @@ pub struct MqttServer {
     pub broker: crate::Broker,
     /// The registry of both protocols' connections.
     pub connections: crate::transport::connections::Connections,
+    /// The HTTP server (`/mqtt`, `/stomp`), when asked for ([`mqtt_serve_http`]).
+    pub http: Option<SocketAddr>,
     server: crate::server::Server,
 }
 
@@ -42,6 +44,17 @@ pub async fn mqtt_server(t: &TestStore, security: Security) -> MqttServer {
 
 /// A server for a broker the test built.
 pub async fn mqtt_serve(broker: crate::Broker, security: Security) -> MqttServer {
+    serve_both(broker, security, false).await
+}
+
+/// A server on `t` with the HTTP server too: MQTT over WebSocket at `/mqtt`.
+#[cfg(feature = "http")]
+pub async fn mqtt_serve_http(t: &TestStore) -> MqttServer {
+    let broker = super::broker(t, crate::Policy::default(), 2).await;
+    serve_both(broker, Security::default(), true).await
+}
+
+async fn serve_both(broker: crate::Broker, security: Security, with_http: bool) -> MqttServer {
     let connection = ConnectionConfig {
         security: std::sync::Arc::new(security),
         ..ConnectionConfig::default()
@@ -54,10 +67,22 @@ pub async fn mqtt_serve(broker: crate::Broker, security: Security) -> MqttServer
         ..MqttConfig::default()
     };
     let connections = connection.connections.clone();
+    #[cfg(feature = "http")]
+    let http = with_http.then(|| {
+        let mut options = crate::http::HttpOptions::new("127.0.0.1:0".parse().unwrap());
+        options.connections = connections.clone();
+        options.stomp = Some(connection.clone());
+        options.mqtt = Some(mqtt.clone());
+        options
+    });
+    #[cfg(not(feature = "http"))]
+    let _ = with_http;
     let options = crate::server::ServerOptions {
         stomp: Some("127.0.0.1:0".parse().unwrap()),
         mqtt: Some(("127.0.0.1:0".parse().unwrap(), mqtt)),
         connection,
+        #[cfg(feature = "http")]
+        http,
         ..Default::default()
     };
     let server = crate::server::Server::start(broker.clone(), options)
@@ -68,6 +93,10 @@ pub async fn mqtt_serve(broker: crate::Broker, security: Security) -> MqttServer
         mqtt: server.mqtt_addr().expect("MQTT"),
         broker,
         connections,
+        #[cfg(feature = "http")]
+        http: server.http_addr(),
+        #[cfg(not(feature = "http"))]
+        http: None,
         server,
     }
 }

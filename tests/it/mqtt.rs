@@ -708,6 +708,110 @@ async fn retained_messages_are_kept_one_per_topic(t: TestStore) {
     s.stop().await;
 }
 
+/// MQTT over WebSocket (`/mqtt`, subprotocol `mqtt`): binary messages both ways, the
+/// same session as over TCP (a TCP publisher reaches a WebSocket subscriber); an
+/// upgrade without the subprotocol is refused with 400.
+#[cfg(feature = "http")]
+async fn mqtt_over_websocket(t: TestStore) {
+    use bytes::BytesMut;
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message as Ws;
+    use tokio_util::codec::{Decoder, Encoder};
+    let s = mqtt_serve_http(&t).await;
+    let http = s.http.expect("HTTP");
+    let plain = format!("ws://{http}/mqtt").into_client_request().unwrap();
+    match tokio_tungstenite::connect_async(plain).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 400),
+        other => panic!(
+            "an upgrade without the subprotocol: {:?}",
+            other.map(|_| ())
+        ),
+    }
+    let mut request = format!("ws://{http}/mqtt").into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", "mqtt".parse().unwrap());
+    let (mut ws, response) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("upgrade");
+    assert_eq!(response.headers()["sec-websocket-protocol"], "mqtt");
+    let mut codec = rmqtt_codec::MqttCodec::V3(v3::Codec::new(0));
+    let mut send = |packet: v3::Packet| {
+        let mut buf = BytesMut::new();
+        codec.encode(MqttPacket::V3(packet), &mut buf).unwrap();
+        Ws::Binary(buf.to_vec())
+    };
+    ws.send(send(v3::Packet::Connect(Box::new(v3::Connect {
+        clean_session: true,
+        keep_alive: 60,
+        client_id: ByteString::from("ws-client"),
+        ..Default::default()
+    }))))
+    .await
+    .unwrap();
+    ws.send(send(v3::Packet::Subscribe {
+        packet_id: pid(1),
+        topic_filters: vec![(ByteString::from("ws/#"), qos(1))],
+    }))
+    .await
+    .unwrap();
+    let mut read = rmqtt_codec::MqttCodec::V3(v3::Codec::new(0));
+    let mut buffer = BytesMut::new();
+    type Socket = tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >;
+    async fn next_packet(
+        ws: &mut Socket,
+        read: &mut rmqtt_codec::MqttCodec,
+        buffer: &mut BytesMut,
+    ) -> v3::Packet {
+        loop {
+            if let Some((MqttPacket::V3(p), _)) = read.decode(buffer).unwrap() {
+                return p;
+            }
+            match tokio::time::timeout(WAIT, ws.next()).await {
+                Ok(Some(Ok(Ws::Binary(bytes)))) => buffer.extend_from_slice(&bytes),
+                other => panic!("not a binary message: {other:?}"),
+            }
+        }
+    }
+    macro_rules! next {
+        () => {
+            next_packet(&mut ws, &mut read, &mut buffer)
+        };
+    }
+    assert!(
+        matches!(next!().await, v3::Packet::ConnectAck(a) if a.return_code == v3::ConnectAckReason::ConnectionAccepted)
+    );
+    assert!(matches!(next!().await, v3::Packet::SubscribeAck { .. }));
+    let (mut tcp, _) = MqttClient::v3(s.mqtt, "tcp-pub", true).await;
+    tcp.publish_v3("ws/a", b"over the web", 1, 1).await;
+    assert!(matches!(
+        tcp.recv().await,
+        Some(MqttPacket::V3(v3::Packet::PublishAck { .. }))
+    ));
+    match next!().await {
+        v3::Packet::Publish(p) => {
+            assert_eq!((&*p.topic, &p.payload[..]), ("ws/a", &b"over the web"[..]))
+        }
+        other => panic!("{other:?}"),
+    }
+    let listed = s.connections.list(None, 10);
+    let entry = listed
+        .iter()
+        .find(|c| c.client_id.as_deref() == Some("ws-client"))
+        .expect("listed");
+    assert_eq!(entry.transport, ebb::transport::connections::Transport::Ws);
+    s.stop().await;
+}
+
+#[cfg(feature = "http")]
+on_every_backend!(
+    #[actix_rt::test]
+    mqtt_over_websocket
+);
+
 /// `name`'s path on `PATH`.
 fn which(name: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
