@@ -37,7 +37,7 @@ use common::ebb_run;
 use common::procfs;
 use common::report::{env, only, thousands, wanted};
 use common::stomp_load::on_thread;
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
 use rmqtt_codec::types::QoS;
 use rmqtt_codec::{v3, MqttCodec, MqttPacket};
 use tokio::net::TcpStream;
@@ -409,14 +409,21 @@ async fn publish_qos1(
     }
     let mut got = 0usize;
     while got < n {
-        match sub.recv().await? {
+        // PUBACKs go out when no more deliveries are read yet: a broker with a small
+        // window of its own (Mosquitto's 20) is never kept waiting for them.
+        let packet = match sub.framed.next().now_or_never() {
+            Some(Some(Ok((MqttPacket::V3(p), _)))) => p,
+            Some(_) => return Err("the subscriber's connection failed".into()),
+            None => {
+                sub.framed.flush().await.map_err(|e| e.to_string())?;
+                sub.recv().await?
+            }
+        };
+        match packet {
             v3::Packet::Publish(p) => {
                 got += 1;
                 if let Some(id) = p.packet_id {
                     sub.feed(v3::Packet::PublishAck { packet_id: id }).await?;
-                }
-                if got.is_multiple_of(32) || got == n {
-                    sub.framed.flush().await.map_err(|e| e.to_string())?;
                 }
             }
             other => return Err(format!("subscriber got {other:?}")),

@@ -184,14 +184,19 @@ impl EbbRun {
         Ok(Listener { addr, server })
     }
 
-    /// Starts an MQTT listener in front of the broker, with
-    /// `MqttConfig::default()` (as `ebb serve` with `[listeners.mqtt]`), on an
-    /// ephemeral port; the [`Listener`]'s address is MQTT's.
+    /// Starts an MQTT listener in front of the broker, with `MqttConfig::default()`
+    /// (as `ebb serve` with `[listeners.mqtt]`) except the connection caps, raised to
+    /// 100,000 (every bench client comes from 127.0.0.1, past the 1,000 per address),
+    /// on an ephemeral port; the [`Listener`]'s address is MQTT's.
     pub async fn listen_mqtt(&self) -> Result<Listener, String> {
         let options = ebb::server::ServerOptions {
             mqtt: Some((
                 "127.0.0.1:0".parse().unwrap(),
-                ebb::mqtt::MqttConfig::default(),
+                ebb::mqtt::MqttConfig {
+                    max_connections: 100_000,
+                    max_connections_per_address: 100_000,
+                    ..Default::default()
+                },
             )),
             ..Default::default()
         };

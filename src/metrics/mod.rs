@@ -230,6 +230,10 @@ const SECONDS_GAUGES: &[(&str, &str)] = &[
 /// Gauges without a unit: `(name, help)`.
 const GAUGES: &[(&str, &str)] = &[
     (
+        crate::transport::connections::CONNECTIONS_GAUGE,
+        "Client connections open now (labels protocol: STOMP, MQTT; transport: tcp, ws)",
+    ),
+    (
         names::SCHEDULED_MESSAGES,
         "Messages waiting for their due time (scheduled sends, redeliveries held back)",
     ),
@@ -325,9 +329,13 @@ const COUNTERS: &[(&str, &str)] = &[
         names::ROUTED_COPIES_TOTAL,
         "Copies of routed sends, one per destination, since start (label route)",
     ),
-    (
+        (
         names::ADVISORIES_TOTAL,
         "Advisory messages sent since start (label event)",
+    ),
+    (
+        crate::transport::connections::CONNECTIONS_OPENED_TOTAL,
+        "Client connections opened since start (labels protocol: STOMP, MQTT; transport: tcp, ws)",
     ),
 ];
 

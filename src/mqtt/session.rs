@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_stream::StreamMap;
 use tokio_util::codec::Framed;
@@ -151,6 +151,7 @@ where
         stored: false,
         held: VecDeque::new(),
         wait: None,
+        disconnect: None,
         acks: FuturesUnordered::new(),
         aliases: HashMap::new(),
         producing: HashSet::new(),
@@ -201,6 +202,9 @@ struct Session<S> {
     stored: bool,
     held: VecDeque<Box<Publish>>,
     wait: Option<Pending<Result<(), Error>>>,
+    /// A DISCONNECT read while publishes were held for space: it ends the connection
+    /// once they have gone (nothing more is read meanwhile).
+    disconnect: Option<End>,
     acks: FuturesUnordered<Pending<Result<(), Error>>>,
     aliases: HashMap<u16, String>,
     producing: HashSet<DestinationKey>,
@@ -216,7 +220,9 @@ where
     }
 
     fn reading(&self) -> bool {
-        self.held.len() < MAX_HELD && self.sends.len() < self.config.receive_maximum.max(1) as usize
+        self.disconnect.is_none()
+            && self.held.len() < MAX_HELD
+            && self.sends.len() < self.config.receive_maximum.max(1) as usize
     }
 
     fn may_deliver(&self) -> bool {
@@ -229,21 +235,34 @@ where
         loop {
             let due = self.next_timeout();
             let turn = tokio::select! {
-                packet = self.framed.next(), if self.reading() => {
+                                packet = self.framed.next(), if self.reading() => {
                     self.last_read = Instant::now();
-                    match packet {
-                        None => Err(End::Lost),
-                        Some(Ok(packet)) => self.on_packet(packet).await,
-                        Some(Err(e)) => Err(self.on_bad_bytes(e)),
-                    }
+                    self.on_read(packet).await
                 }
-                Some(sent) = self.sends.next(), if !self.sends.is_empty() => self.on_sent(sent),
+                Some(sent) = self.sends.next(), if !self.sends.is_empty() => {
+                    // The commits of one group commit are answered in one write.
+                    let mut turn = self.on_sent(sent);
+                    while turn.is_ok() && self.out.len() < WRITE_BATCH {
+                        match self.sends.next().now_or_never() {
+                            Some(Some(sent)) => turn = self.on_sent(sent),
+                            _ => break,
+                        }
+                    }
+                    turn
+                }
                 waited = async { self.wait.as_mut().expect("guarded").await }, if self.wait.is_some() => {
                     self.wait = None;
                     self.on_space(waited).await
                 }
-                Some((filter, message)) = self.subs.next(), if self.may_deliver() => {
+                                Some((filter, message)) = self.subs.next(), if self.may_deliver() => {
+                    // The deliveries ready now go out in one write.
                     self.deliver(filter, message);
+                    while self.may_deliver() {
+                        match self.subs.next().now_or_never() {
+                            Some(Some((filter, message))) => self.deliver(filter, message),
+                            _ => break,
+                        }
+                    }
                     Ok(())
                 }
                 Some(acked) = self.acks.next(), if !self.acks.is_empty() => {
@@ -280,6 +299,30 @@ where
                 self.registration
                     .update(now.0, login, self.connected.as_deref(), now.1);
                 self.registered = now;
+            }
+        }
+    }
+
+    /// A packet read (or the end of the input, or bytes that are no packet), then the
+    /// packets already read behind it, up to [`WRITE_BATCH`]: a pipelining client's
+    /// packets are applied in one turn and answered in one write.
+    async fn on_read(&mut self, first: Option<Result<In, wire::WireError>>) -> Result<(), End> {
+        let mut next = first;
+        let mut applied = 0;
+        loop {
+            match next {
+                None => return Err(End::Lost),
+                Some(Ok(packet)) => self.on_packet(packet).await?,
+                Some(Err(e)) => return Err(self.on_bad_bytes(e)),
+            }
+            applied += 1;
+            // Checked before the next packet is taken: one taken is always applied.
+            if applied >= WRITE_BATCH || !self.reading() || self.out.len() >= WRITE_BATCH {
+                return Ok(());
+            }
+            match self.framed.next().now_or_never() {
+                Some(more) => next = more,
+                None => return Ok(()),
             }
         }
     }
@@ -434,9 +477,15 @@ where
                 if session_expiry == Some(0) {
                     self.persistent = false;
                 }
-                Err(End::Disconnect {
+                let end = End::Disconnect {
                     will: reason == 0x04,
-                })
+                };
+                if self.held.is_empty() && self.wait.is_none() {
+                    return Err(end);
+                }
+                // The publishes before it, held for space, go first.
+                self.disconnect = Some(end);
+                Ok(())
             }
             In::Unexpected(what) => Err(protocol_error(format!("a client does not send {what}"))),
         }
@@ -847,6 +896,11 @@ where
                 break;
             };
             self.start_publish(p).await?;
+        }
+        if self.held.is_empty() && self.wait.is_none() {
+            if let Some(end) = self.disconnect.take() {
+                return Err(end);
+            }
         }
         Ok(())
     }

@@ -17,6 +17,23 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
+/// Gauge of the connections open now (labels `protocol`: `STOMP`, `MQTT`;
+/// `transport`: `tcp`, `ws`), kept by the registry.
+pub const CONNECTIONS_GAUGE: &str = "ebb_connections";
+
+/// Counter of the connections opened since start (labels as [`CONNECTIONS_GAUGE`]).
+pub const CONNECTIONS_OPENED_TOTAL: &str = "ebb_connections_opened_total";
+
+impl Transport {
+    /// Its name in metrics and the admin API (`tcp`, `ws`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Ws => "ws",
+        }
+    }
+}
+
 /// Which transport a connection came over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -73,6 +90,8 @@ impl std::fmt::Debug for Connections {
 pub struct Registration {
     connections: Connections,
     session: String,
+    protocol: &'static str,
+    transport: Transport,
     /// Resolves when an operator closes the connection.
     pub closed: Option<oneshot::Receiver<()>>,
 }
@@ -108,9 +127,14 @@ impl Connections {
                 close: Some(close),
             },
         );
+        let labels = [("protocol", protocol), ("transport", transport.as_str())];
+        metrics::gauge!(CONNECTIONS_GAUGE, &labels).increment(1.0);
+        metrics::counter!(CONNECTIONS_OPENED_TOTAL, &labels).increment(1);
         Registration {
             connections: self.clone(),
             session: session.to_string(),
+            protocol,
+            transport,
             closed: Some(closed),
         }
     }
@@ -171,6 +195,11 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         self.connections.0.lock().remove(&self.session);
+        let labels = [
+            ("protocol", self.protocol),
+            ("transport", self.transport.as_str()),
+        ];
+        metrics::gauge!(CONNECTIONS_GAUGE, &labels).decrement(1.0);
     }
 }
 

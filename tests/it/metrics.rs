@@ -271,8 +271,44 @@ async fn routed_sends_and_advisories_are_counted(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// Connections are counted by protocol and transport: an MQTT connection adds to
+/// `ebb_connections_opened_total{protocol="MQTT"}` and is in `ebb_connections` while
+/// it is open. (The recorder is the process's: other tests' connections count too,
+/// so the test waits for at least its own.)
+async fn connections_are_counted_by_protocol(t: TestStore) {
+    let s = ebb::test_util::mqtt::mqtt_server(&t, Default::default()).await;
+    let server = HttpServer::start(
+        HttpOptions::new("127.0.0.1:0".parse().unwrap()),
+        s.broker.clone(),
+    )
+    .await
+    .expect("the endpoint starts");
+    let addr = server.local_addr().to_string();
+    let before = parse(&ebb::cli::stat::fetch(&addr).await.unwrap()).unwrap();
+    let opened = "ebb_connections_opened_total";
+    let mqtt = |s: &[Sample], name: &str| {
+        s.iter()
+            .filter(|x| {
+                x.name == name
+                    && x.label("protocol") == Some("MQTT")
+                    && x.label("transport") == Some("tcp")
+            })
+            .map(|x| x.value)
+            .sum::<f64>()
+    };
+    let (client, _) = ebb::test_util::mqtt::MqttClient::v3(s.mqtt, "metrics-mqtt", true).await;
+    scrape_until(&addr, |now| {
+        mqtt(now, opened) >= mqtt(&before, opened) + 1.0 && mqtt(now, "ebb_connections") >= 1.0
+    })
+    .await;
+    drop(client);
+    server.stop().await;
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    connections_are_counted_by_protocol,
     a_scrape_shows_real_values,
     stats_lists_running_destinations,
     routed_sends_and_advisories_are_counted,

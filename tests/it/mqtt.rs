@@ -812,6 +812,47 @@ on_every_backend!(
     mqtt_over_websocket
 );
 
+/// QoS 0 fan-out: every message of a publisher that ends with DISCONNECT reaches
+/// every subscriber (nothing read before the DISCONNECT is dropped).
+async fn fan_out_loses_nothing_read(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let mut subs = Vec::new();
+    for i in 0..5 {
+        let (mut c, _) = MqttClient::v3(s.mqtt, &format!("fan-{i}"), true).await;
+        c.subscribe_v3(1, &[("fan/x", 0)]).await;
+        subs.push(c);
+    }
+    let (mut publisher, _) = MqttClient::v3(s.mqtt, "fan-pub", true).await;
+    let n = 2_000u32;
+    for i in 0..n {
+        publisher
+            .publish_v3("fan/x", format!("{i}").as_bytes(), 0, 0)
+            .await;
+    }
+    publisher.send_v3(v3::Packet::Disconnect).await;
+    publisher.closed().await;
+    for (k, c) in subs.iter_mut().enumerate() {
+        let mut got = Vec::new();
+        while got.len() < n as usize {
+            match c.recv_within(std::time::Duration::from_secs(5)).await {
+                Some(MqttPacket::V3(v3::Packet::Publish(p))) => {
+                    got.push(String::from_utf8_lossy(&p.payload).parse::<u32>().unwrap())
+                }
+                Some(other) => panic!("{other:?}"),
+                None => break,
+            }
+        }
+        let missing: Vec<u32> = (0..n).filter(|i| !got.contains(i)).collect();
+        assert!(
+            missing.is_empty(),
+            "subscriber {k}: {} missing: {:?}",
+            missing.len(),
+            &missing[..missing.len().min(20)]
+        );
+    }
+    s.stop().await;
+}
+
 /// `name`'s path on `PATH`.
 fn which(name: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
@@ -829,6 +870,7 @@ on_every_backend!(
     stomp_and_mqtt_talk_to_each_other,
     rights_apply_as_over_stomp,
     retained_messages_are_kept_one_per_topic,
+    fan_out_loses_nothing_read,
     bad_packets_close_their_connection_and_lose_nothing,
     mosquitto_clients_round_trip,
 );
