@@ -71,6 +71,11 @@ const MAX_HELD: usize = 1_000;
 /// Packets queued for the client before a turn stops taking deliveries.
 const WRITE_BATCH: usize = 256;
 
+/// A connection with nothing read or written for this long gives its read and write
+/// buffers back (they are allocated again by the next packet), so an idle connection
+/// holds a few hundred bytes instead of the codec's 8 KiB each way.
+const IDLE_RELEASE: Duration = Duration::from_secs(2);
+
 /// How long a closing connection may take to write its last packets.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
@@ -139,6 +144,8 @@ where
         keep_alive: None,
         opened: Instant::now(),
         last_read: Instant::now(),
+        last_traffic: Instant::now(),
+        released: false,
         subs: StreamMap::new(),
         info: HashMap::new(),
         in_flight: HashMap::new(),
@@ -184,6 +191,10 @@ struct Session<S> {
     keep_alive: Option<Duration>,
     opened: Instant,
     last_read: Instant,
+    /// The last packet read or written (the idle release's clock).
+    last_traffic: Instant,
+    /// The buffers were given back since the last traffic.
+    released: bool,
     subs: StreamMap<String, Subscription>,
     info: HashMap<String, Sub>,
     in_flight: HashMap<u16, InFlight>,
@@ -235,8 +246,10 @@ where
         loop {
             let due = self.next_timeout();
             let turn = tokio::select! {
-                                packet = self.framed.next(), if self.reading() => {
+                                                packet = self.framed.next(), if self.reading() => {
                     self.last_read = Instant::now();
+                    self.last_traffic = self.last_read;
+                    self.released = false;
                     self.on_read(packet).await
                 }
                 Some(sent) = self.sends.next(), if !self.sends.is_empty() => {
@@ -333,6 +346,8 @@ where
         if self.out.is_empty() {
             return Ok(());
         }
+        self.last_traffic = Instant::now();
+        self.released = false;
         let stall = Duration::from_millis(self.config.connect_timeout_ms);
         let framed = &mut self.framed;
         let out = &mut self.out;
@@ -350,6 +365,9 @@ where
 
     fn next_timeout(&self) -> Instant {
         let mut due = Instant::now() + Duration::from_secs(3_600);
+        if !self.released {
+            due = due.min(self.last_traffic + IDLE_RELEASE);
+        }
         if self.connected.is_none() {
             due = due.min(self.opened + Duration::from_millis(self.config.connect_timeout_ms));
         }
@@ -363,6 +381,15 @@ where
     }
 
     fn on_timer(&mut self) -> Result<(), End> {
+        if !self.released && self.last_traffic.elapsed() >= IDLE_RELEASE {
+            self.released = true;
+            if self.framed.read_buffer().is_empty() {
+                *self.framed.read_buffer_mut() = bytes::BytesMut::new();
+            }
+            if self.framed.write_buffer().is_empty() {
+                *self.framed.write_buffer_mut() = bytes::BytesMut::new();
+            }
+        }
         if self.connected.is_none()
             && self.opened.elapsed() >= Duration::from_millis(self.config.connect_timeout_ms)
         {
