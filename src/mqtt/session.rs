@@ -16,11 +16,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use bytes::BytesMut;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
-use futures::{FutureExt, SinkExt, StreamExt};
+use futures::{FutureExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamMap;
-use tokio_util::codec::Framed;
+use tokio_util::codec::{Decoder, Encoder};
 
 use super::topic;
 use super::wire::{self, reason, ConnAck, Connect, Filter, In, Out, Publish, Version, Will, Wire};
@@ -71,10 +73,82 @@ const MAX_HELD: usize = 1_000;
 /// Packets queued for the client before a turn stops taking deliveries.
 const WRITE_BATCH: usize = 256;
 
-/// A connection with nothing read or written for this long gives its read and write
-/// buffers back (they are allocated again by the next packet), so an idle connection
-/// holds a few hundred bytes instead of the codec's 8 KiB each way.
-const IDLE_RELEASE: Duration = Duration::from_secs(2);
+/// The least a read asks for, bytes: an idle connection's read buffer is this small
+/// (a read that fills what it asked for doubles the next one, up to
+/// [`MAX_READ_CHUNK`]; one that uses under a quarter halves it).
+const MIN_READ_CHUNK: usize = 256;
+
+/// The most a read asks for, bytes.
+const MAX_READ_CHUNK: usize = 64 << 10;
+
+/// A write buffer larger than this after a flush is given back (a burst's).
+const KEEP_WRITE_BUFFER: usize = 64 << 10;
+
+/// One connection's bytes: the socket, the codec, and buffers sized to what the
+/// client sends, so that an idle connection holds a few hundred bytes (tokio-util's
+/// `Framed` keeps 8 KiB each way whatever the traffic; 10,000 idle connections held
+/// 160 MiB in them).
+struct Link<S> {
+    io: S,
+    wire: Wire,
+    read: BytesMut,
+    write: BytesMut,
+    /// What the next read asks for.
+    chunk: usize,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Link<S> {
+    fn new(io: S, wire: Wire) -> Self {
+        Link {
+            io,
+            wire,
+            read: BytesMut::new(),
+            write: BytesMut::new(),
+            chunk: MIN_READ_CHUNK,
+        }
+    }
+
+    /// The next packet; `None` at the end of the input (between packets). Cancel-safe:
+    /// the codec keeps what it decoded, and a read that did not finish read nothing.
+    async fn next(&mut self) -> Option<Result<In, wire::WireError>> {
+        loop {
+            match self.wire.decode(&mut self.read) {
+                Ok(Some(packet)) => return Some(Ok(packet)),
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
+            }
+            if self.read.capacity() - self.read.len() < self.chunk / 2 {
+                self.read.reserve(self.chunk);
+            }
+            let room = self.read.capacity() - self.read.len();
+            match self.io.read_buf(&mut self.read).await {
+                Ok(0) if self.read.is_empty() => return None,
+                Ok(0) => {
+                    return Some(Err(wire::WireError::Malformed(
+                        "the connection ended in the middle of a packet".into(),
+                    )))
+                }
+                Ok(n) if n >= room => self.chunk = (self.chunk * 2).min(MAX_READ_CHUNK),
+                Ok(n) if n < room / 4 => self.chunk = (self.chunk / 2).max(MIN_READ_CHUNK),
+                Ok(_) => {}
+                Err(e) => return Some(Err(wire::WireError::Io(e))),
+            }
+        }
+    }
+
+    fn feed(&mut self, packet: Out) -> std::io::Result<()> {
+        self.wire.encode(packet, &mut self.write)
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        self.io.write_all(&self.write).await?;
+        self.write.clear();
+        if self.write.capacity() > KEEP_WRITE_BUFFER {
+            self.write = BytesMut::new();
+        }
+        self.io.flush().await
+    }
+}
 
 /// How long a closing connection may take to write its last packets.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
@@ -124,7 +198,7 @@ where
         accepted.transport,
     );
     let mut s = Session {
-        framed: Framed::new(
+        link: Link::new(
             io,
             Wire::new(PRE_CONNECT_MAX_PACKET.min(config.max_packet_size)),
         ),
@@ -144,8 +218,7 @@ where
         keep_alive: None,
         opened: Instant::now(),
         last_read: Instant::now(),
-        last_traffic: Instant::now(),
-        released: false,
+
         subs: StreamMap::new(),
         info: HashMap::new(),
         in_flight: HashMap::new(),
@@ -169,7 +242,7 @@ where
 }
 
 struct Session<S> {
-    framed: Framed<S, Wire>,
+    link: Link<S>,
     broker: Broker,
     /// This connection's number ([`crate::broker::next_connection_id`]): no-local.
     connection: u64,
@@ -191,10 +264,7 @@ struct Session<S> {
     keep_alive: Option<Duration>,
     opened: Instant,
     last_read: Instant,
-    /// The last packet read or written (the idle release's clock).
-    last_traffic: Instant,
-    /// The buffers were given back since the last traffic.
-    released: bool,
+
     subs: StreamMap<String, Subscription>,
     info: HashMap<String, Sub>,
     in_flight: HashMap<u16, InFlight>,
@@ -227,7 +297,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     fn version(&self) -> Version {
-        self.framed.codec().version().unwrap_or(Version::V3)
+        self.link.wire.version().unwrap_or(Version::V3)
     }
 
     fn reading(&self) -> bool {
@@ -246,10 +316,9 @@ where
         loop {
             let due = self.next_timeout();
             let turn = tokio::select! {
-                                                packet = self.framed.next(), if self.reading() => {
+                                                packet = self.link.next(), if self.reading() => {
                     self.last_read = Instant::now();
-                    self.last_traffic = self.last_read;
-                    self.released = false;
+
                     self.on_read(packet).await
                 }
                 Some(sent) = self.sends.next(), if !self.sends.is_empty() => {
@@ -265,7 +334,7 @@ where
                 }
                 waited = async { self.wait.as_mut().expect("guarded").await }, if self.wait.is_some() => {
                     self.wait = None;
-                    self.on_space(waited).await
+                    Box::pin(self.on_space(waited)).await
                 }
                                 Some((filter, message)) = self.subs.next(), if self.may_deliver() => {
                     // The deliveries ready now go out in one write.
@@ -333,7 +402,7 @@ where
             if applied >= WRITE_BATCH || !self.reading() || self.out.len() >= WRITE_BATCH {
                 return Ok(());
             }
-            match self.framed.next().now_or_never() {
+            match self.link.next().now_or_never() {
                 Some(more) => next = more,
                 None => return Ok(()),
             }
@@ -346,16 +415,14 @@ where
         if self.out.is_empty() {
             return Ok(());
         }
-        self.last_traffic = Instant::now();
-        self.released = false;
         let stall = Duration::from_millis(self.config.connect_timeout_ms);
-        let framed = &mut self.framed;
+        let link = &mut self.link;
         let out = &mut self.out;
         let write = async {
             for packet in out.drain(..) {
-                framed.feed(packet).await?;
+                link.feed(packet)?;
             }
-            framed.flush().await
+            link.flush().await
         };
         match tokio::time::timeout(stall, write).await {
             Ok(Ok(())) => Ok(()),
@@ -365,9 +432,7 @@ where
 
     fn next_timeout(&self) -> Instant {
         let mut due = Instant::now() + Duration::from_secs(3_600);
-        if !self.released {
-            due = due.min(self.last_traffic + IDLE_RELEASE);
-        }
+
         if self.connected.is_none() {
             due = due.min(self.opened + Duration::from_millis(self.config.connect_timeout_ms));
         }
@@ -381,15 +446,6 @@ where
     }
 
     fn on_timer(&mut self) -> Result<(), End> {
-        if !self.released && self.last_traffic.elapsed() >= IDLE_RELEASE {
-            self.released = true;
-            if self.framed.read_buffer().is_empty() {
-                *self.framed.read_buffer_mut() = bytes::BytesMut::new();
-            }
-            if self.framed.write_buffer().is_empty() {
-                *self.framed.write_buffer_mut() = bytes::BytesMut::new();
-            }
-        }
         if self.connected.is_none()
             && self.opened.elapsed() >= Duration::from_millis(self.config.connect_timeout_ms)
         {
@@ -433,10 +489,10 @@ where
     async fn on_packet(&mut self, packet: In) -> Result<(), End> {
         let protocol_error = |what: String| End::Refused(reason::PROTOCOL_ERROR, what);
         match packet {
-            In::Connect(c) if self.connected.is_none() => self.connect(*c).await,
+            In::Connect(c) if self.connected.is_none() => Box::pin(self.connect(*c)).await,
             In::Connect(_) => Err(protocol_error("a second CONNECT".into())),
             _ if self.connected.is_none() => Err(protocol_error("a packet before CONNECT".into())),
-            In::Publish(p) => self.publish(p).await,
+            In::Publish(p) => Box::pin(self.publish(p)).await,
             In::PubAck(id) => {
                 match self.in_flight.get(&id) {
                     Some(f) if !f.released => {
@@ -475,7 +531,7 @@ where
                 let mut codes = Vec::with_capacity(filters.len());
                 let mut retained = Vec::new();
                 for f in filters {
-                    let (code, found) = self.subscribe(f).await;
+                    let (code, found) = Box::pin(self.subscribe(f)).await;
                     codes.push(code);
                     retained.extend(found);
                 }
@@ -488,7 +544,7 @@ where
             In::Unsubscribe { packet_id, filters } => {
                 let mut codes = Vec::with_capacity(filters.len());
                 for f in filters {
-                    codes.push(self.unsubscribe(&f).await);
+                    codes.push(Box::pin(self.unsubscribe(&f)).await);
                 }
                 self.out.push(Out::UnsubAck(packet_id, codes));
                 Ok(())
@@ -634,8 +690,8 @@ where
             }
         }
         self.will = c.will;
-        self.framed
-            .codec_mut()
+        self.link
+            .wire
             .set_max_packet_size(self.config.max_packet_size);
         self.out.push(Out::ConnAck(Box::new(ConnAck {
             session_present,
@@ -1354,7 +1410,7 @@ where
             let _ = self.on_sent(sent);
         }
         let _ = tokio::time::timeout(CLOSE_GRACE, self.flush()).await;
-        let _ = tokio::time::timeout(CLOSE_GRACE, self.framed.close()).await;
+        let _ = tokio::time::timeout(CLOSE_GRACE, self.link.io.shutdown()).await;
         while self.acks.next().await.is_some() {}
         let Some(client) = self.connected.take() else {
             return;
