@@ -17,12 +17,16 @@
 //!   before, per connection. Ebb runs in this process (its RSS); Mosquitto is its
 //!   own process (`/proc/PID/status`).
 //!
-//! Run: `cargo bench --bench mqtt` (Mosquitto at `127.0.0.1:1883`, as Debian's
-//! package runs it; unreachable: its rows are skipped, saying so). Settings:
+//! Mosquitto is a process of the run's own (`/usr/sbin/mosquitto`, Debian's package;
+//! `EBB_BENCH_MOSQUITTO_BIN` names another; missing: its rows are skipped, saying
+//! so), on a free port, with `persistence true`, `max_queued_messages 0` (its
+//! default, 1,000, drops QoS 1 messages queued past it for a session: Ebb drops
+//! none) and `max_inflight_messages 64` (the bench's window).
+//!
+//! Run: `cargo bench --bench mqtt`. Settings:
 //! `EBB_BENCH_MQTT_MESSAGES` (N, default 20,000), `EBB_BENCH_MQTT_FANOUT_MESSAGES` (M,
 //! default 2,000), `EBB_BENCH_MQTT_IDLE` (default 10,000), `EBB_BENCH_ROUNDS` (default
-//! 3; the median is shown), `EBB_BENCH_MOSQUITTO` (default `127.0.0.1:1883`),
-//! `EBB_BENCH_MQTT_ONLY` (`publish`, `fanout`, `idle`: the rows to run).
+//! 3; the median is shown), `EBB_BENCH_MQTT_ONLY` (`publish`, `fanout`, `idle`: the rows to run).
 
 mod common;
 
@@ -76,10 +80,8 @@ fn main() {
     let fanout: usize = env("EBB_BENCH_MQTT_FANOUT_MESSAGES", 2_000usize).max(1);
     let idle: usize = env("EBB_BENCH_MQTT_IDLE", 10_000usize).max(1);
     let rounds: usize = env("EBB_BENCH_ROUNDS", 3usize).max(1);
-    let mosquitto: SocketAddr = std::env::var("EBB_BENCH_MOSQUITTO")
-        .unwrap_or_else(|_| "127.0.0.1:1883".into())
-        .parse()
-        .expect("EBB_BENCH_MOSQUITTO: HOST:PORT");
+    let binary =
+        std::env::var("EBB_BENCH_MOSQUITTO_BIN").unwrap_or_else(|_| "/usr/sbin/mosquitto".into());
     let only = only("EBB_BENCH_MQTT_ONLY");
     println!(
         "MQTT beside Mosquitto: QoS 1 publish of {} × {BODY} B (1 and 10 publishers), fan-out QoS 0 of {} × {BODY} B to {FANOUT_SUBSCRIBERS}, {} idle connections; median of {rounds} rounds; {} cores",
@@ -89,7 +91,7 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
     procfs::raise_open_files(idle as u64 + 4_096);
-    actix_rt::System::new().block_on(bench(messages, fanout, idle, rounds, mosquitto, only));
+    actix_rt::System::new().block_on(bench(messages, fanout, idle, rounds, binary, only));
 }
 
 /// One measured row: its name, the broker, the figure and a note.
@@ -107,16 +109,28 @@ async fn bench(
     fanout: usize,
     idle: usize,
     rounds: usize,
-    mosquitto: SocketAddr,
+    binary: String,
     only: Vec<String>,
 ) {
     let dir = ebb_run::fresh_dir("mqtt");
     let store = ebb_run::Store::Sqlite;
     let mut peers = vec![Peer::Ebb];
-    match Client::connect(mosquitto, "ebb-bench-probe", true).await {
-        Ok(_) => peers.push(Peer::Mosquitto),
-        Err(e) => println!("Mosquitto rows skipped: no MQTT at {mosquitto} ({e})"),
-    }
+    // A Mosquitto of the run's own: a fresh process (its memory is the run's), with
+    // persistence on and no limit on a session's queue (its default, 1,000, drops
+    // QoS 1 messages past it, which Ebb never does).
+    let mut mosquitto = match Mosquitto::start(&binary, &dir).await {
+        Ok(m) => {
+            peers.push(Peer::Mosquitto);
+            Some(m)
+        }
+        Err(e) => {
+            println!("Mosquitto rows skipped: {e}");
+            None
+        }
+    };
+    let mosquitto_addr = mosquitto
+        .as_ref()
+        .map_or("127.0.0.1:1".parse().unwrap(), |m| m.addr);
     let mut rows: Vec<Row> = Vec::new();
     if wanted(&only, "idle") {
         for &peer in &peers {
@@ -125,8 +139,11 @@ async fn bench(
             let (addr, pid) = match peer {
                 Peer::Ebb => (listener.addr, std::process::id()),
                 Peer::Mosquitto => (
-                    mosquitto,
-                    procfs::pid_of("mosquitto").expect("Mosquitto's process"),
+                    mosquitto_addr,
+                    mosquitto
+                        .as_ref()
+                        .and_then(|m| m.child.id())
+                        .expect("Mosquitto's process"),
                 ),
             };
             match idle_memory(addr, pid, idle).await {
@@ -156,7 +173,7 @@ async fn bench(
         for &peer in &peers {
             let addr = match peer {
                 Peer::Ebb => listener.addr,
-                Peer::Mosquitto => mosquitto,
+                Peer::Mosquitto => mosquitto_addr,
             };
             if wanted(&only, "publish") {
                 for publishers in [1usize, 10] {
@@ -222,6 +239,9 @@ async fn bench(
         listener.stop().await;
         ebb.finish().await;
     }
+    if let Some(m) = mosquitto.as_mut() {
+        let _ = m.child.kill().await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
     // The median round of each (row, broker).
     let mut keys: Vec<(String, Peer)> = Vec::new();
@@ -279,6 +299,50 @@ async fn bench(
         "{}",
         serde_json::json!({"bench": "mqtt", "messages": messages, "fanout_messages": fanout, "idle": idle, "rounds": rounds, "rows": json})
     );
+}
+
+/// The run's own Mosquitto: `binary` with a configuration file in the run's folder
+/// (a free port of 127.0.0.1, `persistence true` in the folder, `max_queued_messages
+/// 0`: no limit, `allow_anonymous true`). Killed when dropped.
+struct Mosquitto {
+    addr: SocketAddr,
+    child: tokio::process::Child,
+}
+
+impl Mosquitto {
+    async fn start(binary: &str, dir: &std::path::Path) -> Result<Mosquitto, String> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        let data = dir.join("mosquitto");
+        std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+        let config = dir.join("mosquitto.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 0\nmax_inflight_messages 64\n",
+                data.display()
+            ),
+        )
+        .map_err(|e| e.to_string())?;
+        let child = tokio::process::Command::new(binary)
+            .arg("-c")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot run {binary}: {e} (Debian's mosquitto package; EBB_BENCH_MOSQUITTO_BIN names another)"))?;
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        for _ in 0..100 {
+            if Client::connect(addr, "ebb-bench-probe", true).await.is_ok() {
+                return Ok(Mosquitto { addr, child });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(format!("{binary} does not answer on {addr}"))
+    }
 }
 
 /// A 3.1.1 connection of the bench's client.
