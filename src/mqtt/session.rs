@@ -1113,16 +1113,23 @@ where
         let mut publish = self.publish_of(topic, &message, qos);
         publish.retain = true;
         publish.dup = false;
-        if qos > 0 {
+        // No subscription's: its PUBACK acks nothing.
+        self.send_publish(publish, String::new(), message);
+    }
+
+    /// Sends `publish` of `message` for subscription `filter` (empty: none): at QoS 1
+    /// or 2 with a packet id, waiting in flight for its acknowledgement.
+    fn send_publish(&mut self, mut publish: Box<Publish>, filter: String, message: Received) {
+        if publish.qos > 0 {
             let id = self.next_packet_id();
             publish.packet_id = Some(id);
-            // No subscription's: its PUBACK acks nothing.
+            let released = false;
             self.in_flight.insert(
                 id,
                 InFlight {
-                    filter: String::new(),
+                    filter,
                     message,
-                    released: false,
+                    released,
                 },
             );
         }
@@ -1336,22 +1343,11 @@ where
         }
         let mut publish = publish;
         publish.retain = keep_retain;
-        if qos > 0 {
-            let id = self.next_packet_id();
-            publish.packet_id = Some(id);
-            self.in_flight.insert(
-                id,
-                InFlight {
-                    filter,
-                    message,
-                    released: false,
-                },
-            );
-        } else if sub_qos > 0 {
+        if qos == 0 && sub_qos > 0 {
             // A QoS 0 message on a QoS 1 or 2 subscription: acked as it goes.
             self.ack(&filter, &message);
         }
-        self.out.push(Out::Publish(publish));
+        self.send_publish(publish, filter, message);
     }
 
     fn publish_of(&self, topic: String, message: &Received, qos: u8) -> Box<Publish> {

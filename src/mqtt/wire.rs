@@ -368,6 +368,11 @@ fn text(b: &ByteString) -> String {
     b.to_string()
 }
 
+/// 5.0's user properties as (name, value) text pairs, in order.
+fn pairs(properties: &v5::UserProperties) -> Vec<(String, String)> {
+    properties.iter().map(|(k, v)| (text(k), text(v))).collect()
+}
+
 fn pid(p: NonZeroU16) -> u16 {
     p.get()
 }
@@ -386,11 +391,7 @@ fn properties_in(p: Option<v5::PublishProperties>) -> Properties {
         content_type: p.content_type.as_ref().map(text),
         response_topic: p.response_topic.as_ref().map(text),
         correlation_data: p.correlation_data,
-        user_properties: p
-            .user_properties
-            .iter()
-            .map(|(k, v)| (text(k), text(v)))
-            .collect(),
+        user_properties: pairs(&p.user_properties),
         utf8_payload: p.is_utf8_payload,
         topic_alias: p.topic_alias.map(|n| n.get()),
     }
@@ -525,11 +526,7 @@ fn v5_in(packet: v5::Packet) -> In {
                         content_type: w.content_type.as_ref().map(text),
                         response_topic: w.response_topic.as_ref().map(text),
                         correlation_data: w.correlation_data,
-                        user_properties: w
-                            .user_properties
-                            .iter()
-                            .map(|(k, v)| (text(k), text(v)))
-                            .collect(),
+                        user_properties: pairs(&w.user_properties),
                         utf8_payload: w.is_utf8_payload.unwrap_or(false),
                         topic_alias: None,
                     },

@@ -195,6 +195,21 @@ impl MqttClient {
             .expect("the packet is written");
     }
 
+    /// Whether the server's next packet answers a PINGREQ sent now (in the version of
+    /// `v5`): nothing else came first, a check that nothing more was delivered.
+    pub async fn pong_is_next(&mut self, v5: bool) -> bool {
+        if v5 {
+            self.send_v5(v5::Packet::PingRequest).await;
+        } else {
+            self.send_v3(v3::Packet::PingRequest).await;
+        }
+        matches!(
+            self.recv().await,
+            Some(MqttPacket::V5(v5::Packet::PingResponse))
+                | Some(MqttPacket::V3(v3::Packet::PingResponse))
+        )
+    }
+
     /// Writes raw bytes.
     pub async fn send_bytes(&mut self, bytes: &[u8]) {
         let _ = self.framed.get_mut().write_all(bytes).await;

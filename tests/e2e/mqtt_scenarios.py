@@ -7,85 +7,21 @@ broker prints the port it bound. Each scenario starts (and kills) the broker its
 never leaves one running, and exits non-zero with a message (and the broker's log)
 on failure.
 """
-import atexit
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 
 import paho.mqtt.client as mqtt
 
-EBB, CONFIG, SCENARIO = sys.argv[1], sys.argv[2], sys.argv[3]
+from scenario import PATIENCE, SCENARIO, fail, kill, start_serve, stop, wait_until
+
 PORT = 0  # set by start()
-LOG = os.path.join(os.path.dirname(CONFIG), "ebb.log")
-PROCS = []
-# A guard against a hang, not a measure.
-PATIENCE = 60
-
-
-def fail(message):
-    print(f"FAIL {SCENARIO}: {message}", flush=True)
-    try:
-        print("--- ebb's log ---\n" + open(LOG).read()[-4000:], flush=True)
-    except OSError:
-        pass
-    sys.exit(1)
 
 
 def start():
-    """Starts `ebb serve`; reads the MQTT port from what it prints."""
+    """Starts `ebb serve`; its MQTT listener's port is what the clients use."""
     global PORT
-    log = open(LOG, "a")
-    proc = subprocess.Popen(
-        [EBB, "serve", "--config", CONFIG, "--stomp", "127.0.0.1:0"],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-    )
-    PROCS.append(proc)
-    deadline = time.time() + PATIENCE
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            fail(f"ebb serve ended before its MQTT listener (exit {proc.poll()})")
-        log.write(line)
-        if "MQTT on " in line:
-            PORT = int(line.split("MQTT on ")[1].strip().rsplit(":", 1)[1])
-            break
-    threading.Thread(target=lambda: [log.write(l) for l in proc.stdout], daemon=True).start()
+    proc, PORT = start_serve("MQTT on ")
     return proc
-
-
-def kill_all():
-    for proc in PROCS:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-atexit.register(kill_all)
-
-
-def kill(proc):
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
-def stop(proc):
-    proc.send_signal(signal.SIGINT)
-    if proc.wait(timeout=30) != 0:
-        fail(f"ebb serve exited with {proc.returncode} after SIGINT")
-
-
-def wait_until(predicate, seconds=PATIENCE):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 class Client:

@@ -17,63 +17,18 @@ import time
 
 import stomp
 
-EBB, CONFIG, SCENARIO = sys.argv[1], sys.argv[2], sys.argv[3]
+from scenario import EBB, CONFIG, LOG, PATIENCE, PROCS, SCENARIO, fail, kill, kill_all, start_serve, stop, wait_until
+
 PORT = 0  # set by start()
-
-
-def fail(message):
-    print(f"FAIL {SCENARIO}: {message}", flush=True)
-    try:
-        print("--- ebb's log ---\n" + open(LOG).read()[-4000:], flush=True)
-    except OSError:
-        pass
-    sys.exit(1)
-
-
-LOG = os.path.join(os.path.dirname(CONFIG), "ebb.log")
-PROCS = []
 
 
 def start():
     """Starts `ebb serve` on a free port (it prints the address it bound) and points
     the clients at it."""
     global PORT
-    log = open(LOG, "a")
-    proc = subprocess.Popen(
-        [EBB, "serve", "--config", CONFIG, "--stomp", "127.0.0.1:0"],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-    )
-    PROCS.append(proc)
-    line = proc.stdout.readline()  # "ebb: STOMP on 127.0.0.1:PORT, store ..."
-    if "STOMP on" not in line:
-        fail(f"ebb serve did not start (exit {proc.poll()}): {line!r}")
-    PORT = int(line.split("STOMP on ")[1].split(",")[0].rsplit(":", 1)[1])
-    threading.Thread(target=lambda: [log.write(l) for l in proc.stdout], daemon=True).start()
+    proc, PORT = start_serve("STOMP on ")
     socket.create_connection(("127.0.0.1", PORT), timeout=5).close()
     return proc
-
-
-def kill_all():
-    for proc in PROCS:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-atexit.register(kill_all)
-
-
-def kill(proc):
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
-def stop(proc):
-    proc.send_signal(signal.SIGINT)
-    if proc.wait(timeout=20) != 0:
-        fail(f"ebb serve exited with {proc.returncode} after SIGINT")
 
 
 class Collector(stomp.ConnectionListener):
@@ -102,22 +57,6 @@ def connect(client_id=None, login=None, passcode=None):
     headers = {"client-id": client_id} if client_id else {}
     conn.connect(login, passcode, wait=True, headers=headers)
     return conn, listener
-
-
-# How long a scenario waits for something that must happen before it calls it a hang:
-# a guard, not a measure (no passing run comes near it, also on a loaded machine).
-# Retry loops that give up on one attempt and try again keep their own short limits.
-PATIENCE = 60
-
-
-def wait_until(predicate, seconds=PATIENCE):
-    """Polls `predicate` until it holds; the limit only keeps a broken build from hanging."""
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def bye(conn, listener):

@@ -132,11 +132,7 @@ async fn every_qos_round_trips(t: TestStore) {
     sub.send_v3(v3::Packet::PublishComplete { packet_id: id })
         .await;
     // The resent QoS 2 publish was not delivered twice.
-    sub.send_v3(v3::Packet::PingRequest).await;
-    assert!(matches!(
-        sub.recv().await,
-        Some(MqttPacket::V3(v3::Packet::PingResponse))
-    ));
+    assert!(sub.pong_is_next(false).await);
     s.stop().await;
 }
 
@@ -230,11 +226,7 @@ async fn a_second_connect_takes_over_and_the_will_goes(t: TestStore) {
         ("status/dev", &b"offline"[..])
     );
     // The newer connection is served.
-    second.send_v5(v5::Packet::PingRequest).await;
-    assert!(matches!(
-        second.recv().await,
-        Some(MqttPacket::V5(v5::Packet::PingResponse))
-    ));
+    assert!(second.pong_is_next(true).await);
     // Operators see it as MQTT in the registry, and may close it (5.0: 0x98).
     let listed = s.connections.list(None, 100);
     let entry = listed
@@ -262,12 +254,8 @@ async fn a_second_connect_takes_over_and_the_will_goes(t: TestStore) {
         }))
         .await;
     quiet.closed().await;
-    watcher.send_v5(v5::Packet::PingRequest).await;
     assert!(
-        matches!(
-            watcher.recv().await,
-            Some(MqttPacket::V5(v5::Packet::PingResponse))
-        ),
+        watcher.pong_is_next(true).await,
         "no will after a normal DISCONNECT"
     );
     s.stop().await;
@@ -476,14 +464,7 @@ async fn bad_packets_close_their_connection_and_lose_nothing(t: TestStore) {
             packet_id: p.packet_id.unwrap(),
         })
         .await;
-    keeper.send_v3(v3::Packet::PingRequest).await;
-    assert!(
-        matches!(
-            keeper.recv().await,
-            Some(MqttPacket::V3(v3::Packet::PingResponse))
-        ),
-        "nothing else was stored"
-    );
+    assert!(keeper.pong_is_next(false).await, "nothing else was stored");
     s.stop().await;
 }
 
@@ -492,10 +473,17 @@ async fn bad_packets_close_their_connection_and_lose_nothing(t: TestStore) {
 async fn mosquitto_clients_round_trip(t: TestStore) {
     let s = mqtt_server(&t, Security::default()).await;
     let port = s.mqtt.port().to_string();
+    let folder = std::env::var("EBB_TEST_MOSQUITTO").unwrap_or_else(|_| {
+        panic!("EBB_TEST_MOSQUITTO is not set: the folder of mosquitto_pub and mosquitto_sub (Debian's mosquitto-clients)")
+    });
     let tool = |name: &str| {
-        which(name).unwrap_or_else(|| {
-            panic!("{name} is not installed (Debian's mosquitto-clients); the MQTT tests need it")
-        })
+        let path = std::path::Path::new(&folder).join(name);
+        assert!(
+            path.is_file(),
+            "{} is not there (EBB_TEST_MOSQUITTO)",
+            path.display()
+        );
+        path
     };
     let sub = tokio::process::Command::new(tool("mosquitto_sub"))
         .args([
@@ -850,15 +838,6 @@ async fn fan_out_loses_nothing_read(t: TestStore) {
     s.stop().await;
 }
 
-/// `name`'s path on `PATH`.
-fn which(name: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
 on_every_backend!(
     #[actix_rt::test]
     every_qos_round_trips,
@@ -869,5 +848,30 @@ on_every_backend!(
     retained_messages_are_kept_one_per_topic,
     fan_out_loses_nothing_read,
     bad_packets_close_their_connection_and_lose_nothing,
-    mosquitto_clients_round_trip,
 );
+
+/// `mosquitto_clients_round_trip` on both backends, ignored (with the reason) without
+/// `EBB_TEST_MOSQUITTO`, except under CI.
+mod mosquitto_clients_round_trip {
+    #[actix_rt::test]
+    #[cfg_attr(
+        not(ebb_test_mosquitto),
+        ignore = "set EBB_TEST_MOSQUITTO=/usr/bin (the folder of mosquitto_pub and mosquitto_sub) to run the mosquitto clients' test"
+    )]
+    async fn sqlite() {
+        super::mosquitto_clients_round_trip(ebb::test_util::TestStore::sqlite()).await;
+    }
+
+    #[actix_rt::test]
+    #[cfg_attr(
+        not(ebb_test_mosquitto),
+        ignore = "set EBB_TEST_MOSQUITTO=/usr/bin (the folder of mosquitto_pub and mosquitto_sub) to run the mosquitto clients' test"
+    )]
+    #[cfg_attr(
+        all(ebb_test_mosquitto, not(ebb_test_postgres)),
+        ignore = "set EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the PostgreSQL variant"
+    )]
+    async fn postgres() {
+        super::mosquitto_clients_round_trip(ebb::test_util::TestStore::postgres()).await;
+    }
+}
