@@ -59,14 +59,7 @@ pub(crate) async fn upgrade(
 ) -> Response {
     // A client that asks for subprotocols must ask for a STOMP one (one that asks
     // for none is served: some STOMP clients do not name it).
-    let offered: Vec<&str> = headers
-        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .collect();
+    let offered = offered_subprotocols(&headers);
     if !offered.is_empty() && !offered.iter().any(|p| SUBPROTOCOLS.contains(p)) {
         return super::error::ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -133,6 +126,19 @@ pub(crate) async fn upgrade(
         })
 }
 
+/// The subprotocols an upgrade request offers (`Sec-WebSocket-Protocol`, each header
+/// a comma-separated list), in order.
+fn offered_subprotocols(headers: &axum::http::HeaderMap) -> Vec<&str> {
+    headers
+        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
 /// The MQTT subprotocol (MQTT 3.1.1 and 5.0 over WebSocket name it `mqtt`).
 pub const MQTT_SUBPROTOCOL: &str = "mqtt";
 
@@ -147,12 +153,7 @@ pub(crate) async fn upgrade_mqtt(
     headers: axum::http::HeaderMap,
     upgrade: Option<WebSocketUpgrade>,
 ) -> Response {
-    let offered = headers
-        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|p| p.trim() == MQTT_SUBPROTOCOL);
+    let offered = offered_subprotocols(&headers).contains(&MQTT_SUBPROTOCOL);
     let Some(config) = state.options.mqtt.clone() else {
         return super::error::ApiError::new(
             StatusCode::NOT_FOUND,
