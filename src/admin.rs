@@ -475,6 +475,8 @@ impl Broker {
         let mut deleted = deleted?;
         // A virtual topic's consumer group ends with its queue.
         let _ = self.leave_virtual_group(&key).await?;
+        // So does a shared subscription's.
+        let _ = self.unbind_shared(&key).await?;
         deleted.scheduled = self.cancel_scheduled_to(&key).await?;
         Ok(deleted)
     }

@@ -22,6 +22,7 @@ mod routing;
 mod schedule;
 mod send;
 mod sessions;
+mod shared;
 mod stats;
 mod subscribe;
 mod subscription;
@@ -45,6 +46,9 @@ pub use self::schedule::{
 };
 pub use self::send::*;
 pub use self::sessions::{SessionSubscription, MAX_SESSION_SUBSCRIPTIONS};
+pub use self::shared::{
+    MAX_SHARED_GROUPS, SHARED_CONTAINER_PREFIX, SHARED_MEMBER_PREFIX, SHARED_TOPIC_HEADER,
+};
 
 pub(crate) use self::subscribe::*;
 pub use self::subscription::*;

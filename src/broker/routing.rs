@@ -161,6 +161,8 @@ pub(super) struct Routes {
     groups: parking_lot::RwLock<HashMap<DestinationKey, BTreeSet<DestinationKey>>>,
     /// The next routed send's xid number.
     next_xid: AtomicU64,
+    /// The shared subscriptions' groups ([`super::shared`]).
+    pub(super) shared: super::shared::SharedGroups,
 }
 
 impl Routes {
@@ -169,6 +171,27 @@ impl Routes {
             config,
             ..Self::default()
         }
+    }
+}
+
+/// One destination a send goes to.
+pub(super) struct Route {
+    pub(super) key: DestinationKey,
+    /// For a shared subscription's queue: the topic whose send reached it.
+    pub(super) via: Option<DestinationKey>,
+}
+
+impl Route {
+    /// `message` as this destination gets it: a shared subscription's copy names its
+    /// topic ([`super::shared::SHARED_TOPIC_HEADER`], replacing any the sender set).
+    pub(super) fn copy_of(&self, message: &Message) -> Message {
+        let mut copy = message.clone();
+        if let Some(topic) = &self.via {
+            let name = super::shared::SHARED_TOPIC_HEADER;
+            copy.headers.retain(|(k, _)| k != name);
+            copy.headers.push((name.to_string(), topic.container()));
+        }
+        copy
     }
 }
 
@@ -220,20 +243,42 @@ impl Broker {
     /// its groups' queues), each destination once, in order. Empty when a composite's
     /// forwards all refuse it (it is accepted and goes nowhere, as in ActiveMQ).
     pub fn routes_of(&self, named: &[DestinationKey], message: &Message) -> Vec<DestinationKey> {
-        self.plan(named, message).0
+        self.plan(named, message)
+            .0
+            .into_iter()
+            .map(|route| route.key)
+            .collect()
     }
 
-    /// [`Broker::routes_of`], and whether the send must be one store transaction:
-    /// several destinations named, a configured composite, or a virtual topic with
-    /// [`VirtualTopics::transacted_send`].
-    fn plan(&self, named: &[DestinationKey], message: &Message) -> (Vec<DestinationKey>, bool) {
+    /// [`Broker::routes_of`] with the topic each shared subscription's copy came
+    /// through, and whether the send must be one store transaction: several
+    /// destinations named, a configured composite, or a virtual topic or shared
+    /// subscription with [`VirtualTopics::transacted_send`].
+    pub(super) fn plan(&self, named: &[DestinationKey], message: &Message) -> (Vec<Route>, bool) {
         let mut atomic = named.len() > 1;
-        let mut out: Vec<DestinationKey> = Vec::new();
-        let push = |key: &DestinationKey, out: &mut Vec<DestinationKey>| {
-            if !out.contains(key) {
-                out.push(key.clone());
+        let mut out: Vec<Route> = Vec::new();
+        let push = |key: &DestinationKey, out: &mut Vec<Route>| {
+            if !out.iter().any(|r| &r.key == key) {
+                out.push(Route {
+                    key: key.clone(),
+                    via: None,
+                });
             }
         };
+        // A topic's shared subscriptions' queues, each copy naming the topic.
+        let shared = |topic: &DestinationKey, out: &mut Vec<Route>| {
+            let queues = self.routes.shared.queues_for(topic);
+            for queue in &queues {
+                if !out.iter().any(|r| &r.key == queue) {
+                    out.push(Route {
+                        key: queue.clone(),
+                        via: Some(topic.clone()),
+                    });
+                }
+            }
+            !queues.is_empty()
+        };
+        let transacted = self.routes.config.virtual_topics.transacted_send;
         let unsent = Unsent {
             message,
             now: now_ms(),
@@ -251,6 +296,7 @@ impl Broker {
                 for forward in &composite.forwards {
                     if forward.selector.as_ref().is_none_or(|s| s.matches(&unsent)) {
                         push(&forward.destination, &mut out);
+                        shared(&forward.destination, &mut out);
                         // A forward to a virtual topic reaches its groups too.
                         for queue in groups.get(&forward.destination).into_iter().flatten() {
                             push(queue, &mut out);
@@ -261,11 +307,12 @@ impl Broker {
             }
             push(key, &mut out);
             if let Some(queues) = groups.get(key) {
-                atomic |= self.routes.config.virtual_topics.transacted_send;
+                atomic |= transacted;
                 for queue in queues {
                     push(queue, &mut out);
                 }
             }
+            atomic |= shared(key, &mut out) && transacted;
         }
         (out, atomic)
     }
@@ -300,12 +347,15 @@ impl Broker {
         self.refuse_advisory_send(destinations)?;
         let (routes, atomic) = self.plan(destinations, &message);
         // Nor through a configured composite's forward.
-        self.refuse_advisory_send(&routes)?;
+        self.refuse_advisory_send(&keys_of(&routes))?;
         match routes.as_slice() {
             [] => Ok(PendingSend::accepted(self.next_message_id(), false)),
-            [one] => self.start_send_one(one, message, options, None).await,
+            [one] => {
+                self.start_send_one(&one.key, one.copy_of(&message), options, None)
+                    .await
+            }
             _ => {
-                count_routed(destinations, &routes);
+                count_routed(destinations, &keys_of(&routes));
                 if atomic {
                     self.send_routed(routes, message, options).await
                 } else {
@@ -322,16 +372,21 @@ impl Broker {
     /// copies sent.
     async fn send_fanned(
         &self,
-        routes: Vec<DestinationKey>,
+        routes: Vec<Route>,
         message: Message,
         options: SendOptions,
     ) -> Result<PendingSend, Error> {
         let message_id = self.next_message_id();
         let mut copies = Vec::with_capacity(routes.len());
-        for key in &routes {
+        for route in &routes {
             copies.push(
-                self.start_send_one(key, message.clone(), options, Some(&message_id))
-                    .await?,
+                self.start_send_one(
+                    &route.key,
+                    route.copy_of(&message),
+                    options,
+                    Some(&message_id),
+                )
+                .await?,
             );
         }
         Ok(PendingSend::all(copies))
@@ -340,13 +395,13 @@ impl Broker {
     /// A send that ends at several destinations: one transaction of its own.
     async fn send_routed(
         &self,
-        routes: Vec<DestinationKey>,
+        routes: Vec<Route>,
         message: Message,
         options: SendOptions,
     ) -> Result<PendingSend, Error> {
         if options.space == super::send::SpaceCheck::Wait {
-            for key in &routes {
-                self.wait_for_space(key, message.persistent).await?;
+            for route in &routes {
+                self.wait_for_space(&route.key, message.persistent).await?;
             }
         }
         let n = self.routes.next_xid.fetch_add(1, Ordering::Relaxed);
@@ -354,9 +409,9 @@ impl Broker {
         let mut tx = self.transaction(xid.clone());
         let message_id = self.next_message_id();
         let mut pending = Vec::with_capacity(routes.len());
-        for key in &routes {
+        for route in &routes {
             match tx
-                .start_send_as(key, message.clone(), Some(&message_id))
+                .start_send_as(&route.key, route.copy_of(&message), Some(&message_id))
                 .await
             {
                 Ok(p) => pending.push(p),
@@ -379,7 +434,7 @@ impl Broker {
         if let Err(e) = tx.commit().await {
             // Nothing was committed: what is prepared goes now (or, if the store
             // cannot, at the next start).
-            let _ = self.rollback_transaction(&xid, &routes).await;
+            let _ = self.rollback_transaction(&xid, &keys_of(&routes)).await;
             return Err(e);
         }
         Ok(PendingSend::accepted(message_id, expired))
@@ -482,7 +537,8 @@ impl Broker {
                 "rolled back routed sends a previous run left uncommitted"
             );
         }
-        self.load_virtual_groups().await
+        self.load_virtual_groups().await?;
+        self.load_shared_groups().await
     }
 
     /// Reads every stored consumer group definition (bounded pages,
@@ -527,6 +583,11 @@ impl Broker {
         }
         Ok(())
     }
+}
+
+/// The destinations of `routes`, in order.
+pub(super) fn keys_of(routes: &[Route]) -> Vec<DestinationKey> {
+    routes.iter().map(|r| r.key.clone()).collect()
 }
 
 /// Counts a send that `named` routed to `routes` (several) in the metrics: a virtual

@@ -320,19 +320,23 @@ impl Transaction {
         message: Message,
     ) -> Result<PendingSend, Error> {
         self.broker.refuse_advisory_send(destinations)?;
-        let routes = self.broker.routes_of(destinations, &message);
+        let routes = self.broker.plan(destinations, &message).0;
+        let keys = super::routing::keys_of(&routes);
         // Nor through a configured composite's forward.
-        self.broker.refuse_advisory_send(&routes)?;
+        self.broker.refuse_advisory_send(&keys)?;
         match routes.as_slice() {
             [] => Ok(PendingSend::accepted(self.broker.next_message_id(), false)),
-            [one] => self.start_send_as(one, message, None).await,
+            [one] => {
+                self.start_send_as(&one.key, one.copy_of(&message), None)
+                    .await
+            }
             _ => {
-                super::routing::count_routed(destinations, &routes);
+                super::routing::count_routed(destinations, &keys);
                 let message_id = self.broker.next_message_id();
                 let mut pending = Vec::with_capacity(routes.len());
-                for key in &routes {
+                for route in &routes {
                     pending.push(
-                        self.start_send_as(key, message.clone(), Some(&message_id))
+                        self.start_send_as(&route.key, route.copy_of(&message), Some(&message_id))
                             .await?,
                     );
                 }

@@ -30,7 +30,7 @@ use super::{MqttConfig, PRE_CONNECT_MAX_PACKET, TOPIC_ALIASES};
 use crate::auth::{LoginFailure, Principal, Right};
 use crate::broker::{
     AckMode, Acker, Broker, Message, Received, SendOptions, SessionSubscription, Space,
-    SubscribeOptions, Subscription, Target, MAX_SESSION_SUBSCRIPTIONS,
+    SubscribeOptions, Subscription, Target, MAX_SESSION_SUBSCRIPTIONS, SHARED_TOPIC_HEADER,
 };
 use crate::transport::client_ids::Claim;
 use crate::transport::Accepted;
@@ -184,6 +184,9 @@ struct Sub {
     /// 5.0's retain as published.
     retain_as_published: bool,
     acker: Acker,
+    /// A `$share/GROUP/FILTER` subscription's queue (it reads `target`'s messages
+    /// from there, competing with the group's other members).
+    shared: Option<DestinationKey>,
 }
 
 /// Serves one MQTT connection until it ends.
@@ -702,7 +705,7 @@ where
             max_packet_size: self.config.max_packet_size,
             topic_alias_max: TOPIC_ALIASES,
             retain_available: true,
-            shared_available: false,
+            shared_available: true,
         })));
         tracing::debug!(session = %self.accepted.session_id, %client_id, persistent = self.persistent, session_present, "MQTT connected");
         Ok(())
@@ -998,7 +1001,8 @@ where
             1 => !existed,
             _ => false,
         };
-        if code >= 0x80 || !wants {
+        // A shared subscription gets no retained messages (5.0, 4.8.2).
+        if code >= 0x80 || !wants || f.filter.starts_with("$share/") {
             return (code, Vec::new());
         }
         (code, self.retained_for(&f.filter, code).await)
@@ -1006,12 +1010,6 @@ where
 
     /// SUBSCRIBE of one filter: its SUBACK code.
     async fn subscribe_filter(&mut self, f: &Filter) -> u8 {
-        if let Err(e) = topic::shared(&f.filter) {
-            tracing::info!(session = %self.accepted.session_id, "refused filter: {e}");
-            return reason::TOPIC_FILTER_INVALID;
-        } else if topic::shared(&f.filter).ok().flatten().is_some() {
-            return reason::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED;
-        }
         if !self.info.contains_key(&f.filter)
             && self.info.len() >= self.config.max_subscriptions.min(MAX_SESSION_SUBSCRIPTIONS)
         {
@@ -1021,7 +1019,13 @@ where
         let qos = f.qos.min(2);
         // A second SUBSCRIBE of a filter replaces the first (its QoS).
         self.subs.remove(&f.filter);
-        self.info.remove(&f.filter);
+        if let Some(Sub {
+            shared: Some(queue),
+            ..
+        }) = self.info.remove(&f.filter)
+        {
+            self.leave_shared(&queue, false).await;
+        }
         let options = (f.no_local, f.retain_as_published);
         let code = self.attach(&f.filter, qos, options, false).await;
         if code < 0x80 && self.persistent {
@@ -1160,8 +1164,27 @@ where
         (no_local, retain_as_published): (bool, bool),
         resumed: bool,
     ) -> u8 {
-        let target = match topic::filter(filter) {
-            Ok(t) => t,
+        let parsed = topic::shared(filter).and_then(|shared| match shared {
+            Some((group, inner)) => Ok((
+                topic::filter(inner)?,
+                Some(topic::shared_queue(group, inner)?),
+            )),
+            None => Ok((topic::filter(filter)?, None)),
+        });
+        let target = match parsed {
+            Ok((target, Some(queue))) => {
+                return self
+                    .attach_shared(
+                        filter,
+                        target,
+                        queue,
+                        qos,
+                        (no_local, retain_as_published),
+                        resumed,
+                    )
+                    .await
+            }
+            Ok((t, None)) => t,
             Err(e) => {
                 tracing::info!(session = %self.accepted.session_id, "refused filter: {e}");
                 return reason::TOPIC_FILTER_INVALID;
@@ -1235,17 +1258,109 @@ where
                         qos,
                         retain_as_published,
                         acker,
+                        shared: None,
+                    },
+                );
+                qos
+            }
+            Err(e) => refused_filter(&self.accepted, filter, e),
+        }
+    }
+
+    /// [`Session::attach`] of shared subscription `filter` (`$share/GROUP/…`) to
+    /// `target`, through its group's `queue`: the session joins the group (a
+    /// persistent session as a durable member, which holds the group while it is
+    /// offline), then consumes from the queue as one of its competing consumers. Needs
+    /// read on every topic `target` covers (each member gets any of them), and admin
+    /// for a persistent session that makes the group.
+    async fn attach_shared(
+        &mut self,
+        filter: &str,
+        target: Target,
+        queue: DestinationKey,
+        qos: u8,
+        (no_local, retain_as_published): (bool, bool),
+        resumed: bool,
+    ) -> u8 {
+        if no_local {
+            // 5.0 (3.8.3.1): no local on a shared subscription is a protocol error.
+            tracing::info!(session = %self.accepted.session_id, %filter, "refused filter: no local on a shared subscription");
+            return reason::IMPLEMENTATION_SPECIFIC;
+        }
+        let durable = self.persistent || resumed;
+        let bound = self
+            .broker
+            .shared_subscriptions()
+            .iter()
+            .any(|(q, _)| *q == queue);
+        let mut rights = vec![Right::Read];
+        rights.extend((durable && !bound).then_some(Right::Admin));
+        let security = &self.config.security;
+        for right in rights {
+            let checked = match &target {
+                Target::One(key) => security.authorize(self.principal.as_ref(), right, key),
+                Target::Pattern(p) => security.authorize_pattern(self.principal.as_ref(), right, p),
+            };
+            if let Err(e) = checked {
+                tracing::info!(session = %self.accepted.session_id, %filter, "refused filter: {e}");
+                return reason::NOT_AUTHORIZED;
+            }
+        }
+        let member = durable.then(|| self.shared_member());
+        if let Err(e) = self
+            .broker
+            .join_shared_subscription(&target, &queue, self.connection, member.as_deref())
+            .await
+        {
+            return refused_filter(&self.accepted, filter, e);
+        }
+        let mut options = SubscribeOptions::non_durable().connection(self.connection);
+        if qos > 0 {
+            options.ack = AckMode::Client;
+            options.prefetch = Some(self.window.min(32_767) as u32);
+        }
+        match self.broker.subscribe(&queue, options).await {
+            Ok(subscription) => {
+                let acker = subscription.acker();
+                self.subs.insert(filter.to_string(), subscription);
+                self.info.insert(
+                    filter.to_string(),
+                    Sub {
+                        target,
+                        qos,
+                        retain_as_published,
+                        acker,
+                        shared: Some(queue),
                     },
                 );
                 qos
             }
             Err(e) => {
-                tracing::info!(session = %self.accepted.session_id, %filter, error = %e, "refused filter");
-                match e {
-                    Error::InvalidDestination { .. } => reason::TOPIC_FILTER_INVALID,
-                    _ => reason::UNSPECIFIED_ERROR,
-                }
+                self.leave_shared(&queue, false).await;
+                refused_filter(&self.accepted, filter, e)
             }
+        }
+    }
+
+    /// This session's name as a durable member of a shared subscription.
+    fn shared_member(&self) -> String {
+        format!(
+            "{PROTOCOL}:{}",
+            self.connected.as_deref().unwrap_or_default()
+        )
+    }
+
+    /// This connection leaves shared subscription `queue` (its consumer dropped
+    /// before); `forget`: the session's durable membership ends too. The group ends
+    /// with its last member.
+    async fn leave_shared(&self, queue: &DestinationKey, forget: bool) {
+        let member = forget.then(|| self.shared_member());
+        if let Err(e) = self
+            .broker
+            .leave_shared_subscription(queue, Some(self.connection), member.as_deref())
+            .await
+        {
+            tracing::warn!(session = %self.accepted.session_id, queue = %queue.stomp(), error = %e, "cannot leave the shared subscription");
         }
     }
 
@@ -1256,12 +1371,18 @@ where
         let Some(sub) = self.info.remove(filter) else {
             return reason::NO_SUBSCRIPTION_EXISTED;
         };
-        if self.persistent || self.resumed {
+        let durable = self.persistent || self.resumed;
+        if let Some(queue) = &sub.shared {
+            self.leave_shared(queue, durable).await;
+        }
+        if durable {
             let client = self.connected.clone().unwrap_or_default();
             let removed = async {
-                self.broker
-                    .remove_durable(&sub.target, &client, filter)
-                    .await?;
+                if sub.shared.is_none() {
+                    self.broker
+                        .remove_durable(&sub.target, &client, filter)
+                        .await?;
+                }
                 self.broker
                     .forget_session_subscription(PROTOCOL, &client, filter)
                     .await
@@ -1281,7 +1402,14 @@ where
         for s in stored {
             self.subs.remove(&s.filter);
             self.info.remove(&s.filter);
-            if let Ok(target) = topic::filter(&s.filter) {
+            if let Ok(Some((group, inner))) = topic::shared(&s.filter) {
+                if let Ok(queue) = topic::shared_queue(group, inner) {
+                    let member = self.shared_member();
+                    self.broker
+                        .leave_shared_subscription(&queue, Some(self.connection), Some(&member))
+                        .await?;
+                }
+            } else if let Ok(target) = topic::filter(&s.filter) {
                 self.broker
                     .remove_durable(&target, &client, &s.filter)
                     .await?;
@@ -1325,7 +1453,13 @@ where
         let qos = sub.qos.min(message_qos);
         let sub_qos = sub.qos;
         let keep_retain = sub.retain_as_published && message.header(RETAIN_HEADER) == Some("1");
-        let topic = match (message.destination(), &sub.target) {
+        // A shared subscription's copy names the topic it was published to.
+        let published_to = sub.shared.as_ref().and_then(|_| {
+            message
+                .header(SHARED_TOPIC_HEADER)
+                .and_then(|t| DestinationKey::from_container(t).ok())
+        });
+        let topic = match (published_to.as_ref().or(message.destination()), &sub.target) {
             (Some(key), _) | (None, Target::One(key)) => topic::topic_name(key),
             (None, Target::Pattern(p)) => p.stomp(),
         };
@@ -1369,7 +1503,7 @@ where
                     }
                     "correlation-id" => props.correlation_data = Some(Bytes::from(value.clone())),
                     FORMAT_HEADER => props.utf8_payload = value == "utf-8",
-                    QOS_HEADER | RETAIN_HEADER => {}
+                    QOS_HEADER | RETAIN_HEADER | SHARED_TOPIC_HEADER => {}
                     _ if retained_queue().is_some_and(|(_, h)| h == name) => {}
                     _ => props.user_properties.push((name.clone(), value.clone())),
                 }
@@ -1417,6 +1551,14 @@ where
             }
         }
         drop(std::mem::take(&mut self.subs));
+        let groups: Vec<DestinationKey> = self
+            .info
+            .values()
+            .filter_map(|s| s.shared.clone())
+            .collect();
+        for queue in &groups {
+            self.leave_shared(queue, false).await;
+        }
         if self.persistent {
             if !self.qos2.is_empty() {
                 self.config
@@ -1496,4 +1638,13 @@ fn epoch_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A refused filter's SUBACK code, logged with why.
+fn refused_filter(accepted: &Accepted, filter: &str, e: Error) -> u8 {
+    tracing::info!(session = %accepted.session_id, %filter, error = %e, "refused filter");
+    match e {
+        Error::InvalidDestination { .. } => reason::TOPIC_FILTER_INVALID,
+        _ => reason::UNSPECIFIED_ERROR,
+    }
 }

@@ -149,6 +149,18 @@ pub fn shared(filter: &str) -> Result<Option<(&str, &str)>, TopicError> {
     }
 }
 
+/// The queue shared subscription `$share/GROUP/FILTER` (as [`shared`] splits it)
+/// consumes from: `queue://$share.GROUP.FILTER` with `/` and `.` swapped as in a
+/// topic, the wildcards kept as MQTT writes them (`$share/g/a/+/c` is
+/// `/queue/$share.g.a.+.c`), so every group of every filter has its own queue and
+/// an operator reads which in the admin API.
+///
+/// Errors: what Ebb refuses in a name (over 200 bytes, a `,`, a level `*` or `>`).
+pub fn shared_queue(group: &str, filter: &str) -> Result<DestinationKey, TopicError> {
+    let name = format!("$share.{}.{}", swap(group), swap(filter));
+    DestinationKey::queue(&name).map_err(|e| refuse("topic filter", filter, e.reason))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +209,12 @@ mod tests {
         assert_eq!(shared("a/b").unwrap(), None);
         assert!(shared("$share/g").is_err());
         assert!(shared("$share//a").is_err());
+        assert_eq!(
+            shared_queue("g.1", "a/+/c.d").unwrap().stomp(),
+            "/queue/$share.g/1.a.+.c/d"
+        );
+        assert_eq!(shared_queue("g", "#").unwrap().stomp(), "/queue/$share.g.#");
+        assert!(shared_queue("g", "a/*").is_err());
     }
 
     proptest! {

@@ -838,9 +838,173 @@ async fn fan_out_loses_nothing_read(t: TestStore) {
     s.stop().await;
 }
 
+/// Reads 5.0 PUBLISHes from `members` in turn, acknowledging each, until `n` came
+/// or none comes for 2 s: each as (member, topic, payload).
+async fn drain_members(members: &mut [&mut MqttClient], n: usize) -> Vec<(usize, String, String)> {
+    let mut got = Vec::new();
+    let mut quiet = 0;
+    while got.len() < n && quiet < 10 {
+        quiet += 1;
+        for (k, c) in members.iter_mut().enumerate() {
+            while let Some(packet) = c.recv_within(std::time::Duration::from_millis(100)).await {
+                let MqttPacket::V5(v5::Packet::Publish(p)) = packet else {
+                    panic!("member {k}: {packet:?}");
+                };
+                if let Some(id) = p.packet_id {
+                    c.send_v5(v5::Packet::PublishAck(v5::PublishAck {
+                        packet_id: id,
+                        reason_code: v5::PublishAckReason::Success,
+                        properties: Default::default(),
+                        reason_string: None,
+                    }))
+                    .await;
+                }
+                got.push((
+                    k,
+                    p.topic.to_string(),
+                    String::from_utf8_lossy(&p.payload).to_string(),
+                ));
+                quiet = 0;
+            }
+        }
+    }
+    got
+}
+
+/// 5.0's shared subscriptions (`$share/GROUP/FILTER`): the members of a group get
+/// each message published to a topic the filter matches once between them, with the
+/// topic it was published to, while a plain subscriber gets every one; a persistent
+/// member holds the group and its backlog while offline and across a restart; the
+/// group ends (no topic sends to it, its queue deleted) with its last member.
+async fn shared_subscriptions_split_the_messages(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut a, ack) = MqttClient::v5(s.mqtt, "member-a", 0).await;
+    assert!(ack.shared_subscription_available);
+    let (mut b, _) = MqttClient::v5(s.mqtt, "member-b", 0).await;
+    let (mut watcher, _) = MqttClient::v3(s.mqtt, "watcher", true).await;
+    for c in [&mut a, &mut b] {
+        assert_eq!(
+            c.subscribe_v5(1, &[("$share/g/sensors/+", 1)]).await,
+            vec![v5::SubscribeAckReason::GrantedQos1]
+        );
+    }
+    watcher.subscribe_v3(1, &[("sensors/+", 0)]).await;
+    assert_eq!(
+        s.broker.shared_subscriptions().len(),
+        1,
+        "one group, however many members"
+    );
+    let (mut sender, _) = MqttClient::v3(s.mqtt, "sender", true).await;
+    for i in 0..100u16 {
+        sender
+            .publish_v3(
+                &format!("sensors/{}", i % 5),
+                format!("m{i}").as_bytes(),
+                1,
+                i + 1,
+            )
+            .await;
+        assert!(matches!(
+            sender.recv().await,
+            Some(MqttPacket::V3(v3::Packet::PublishAck { .. }))
+        ));
+    }
+    let got = drain_members(&mut [&mut a, &mut b], 100).await;
+    let mut payloads: Vec<&str> = got.iter().map(|(_, _, p)| p.as_str()).collect();
+    payloads.sort_by_key(|p| p[1..].parse::<u32>().unwrap());
+    let expected: Vec<String> = (0..100).map(|i| format!("m{i}")).collect();
+    assert_eq!(payloads, expected, "each message once between the members");
+    for (_, topic, payload) in &got {
+        let i: u32 = payload[1..].parse().unwrap();
+        assert_eq!(
+            topic,
+            &format!("sensors/{}", i % 5),
+            "the topic it was published to"
+        );
+    }
+    assert!(
+        got.iter().any(|(k, _, _)| *k == 0) && got.iter().any(|(k, _, _)| *k == 1),
+        "both members got some"
+    );
+    let mut seen = 0;
+    while let Some(MqttPacket::V3(v3::Packet::Publish(_))) =
+        watcher.recv_within(std::time::Duration::from_secs(2)).await
+    {
+        seen += 1;
+    }
+    assert_eq!(seen, 100, "a plain subscriber gets every message");
+
+    // The last member leaves: the group ends, and later messages go nowhere for it.
+    a.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    assert_eq!(
+        s.broker.shared_subscriptions().len(),
+        1,
+        "b is still a member"
+    );
+    b.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    poll_until("the group ended", || async {
+        s.broker.shared_subscriptions().is_empty().then_some(())
+    })
+    .await;
+    sender.publish_v3("sensors/1", b"late", 1, 200).await;
+    sender.recv().await;
+    let listed = s.broker.list_destinations(None, 1_000).await.unwrap();
+    assert!(
+        !listed
+            .destinations
+            .iter()
+            .any(|d| d.stats.destination.contains("$share")),
+        "the group's queue was deleted"
+    );
+
+    // A persistent member keeps the group, and what arrives, while it is away.
+    let (mut c, _) = MqttClient::v5(s.mqtt, "member-c", 3_600).await;
+    assert_eq!(
+        c.subscribe_v5(1, &[("$share/p/jobs/#", 1)]).await,
+        vec![v5::SubscribeAckReason::GrantedQos1]
+    );
+    c.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    drop(c);
+    for i in 0..3u16 {
+        sender
+            .publish_v3("jobs/x", format!("j{i}").as_bytes(), 1, 300 + i)
+            .await;
+        sender.recv().await;
+    }
+    s.stop().await;
+    let s = mqtt_server(&t, Security::default()).await;
+    assert_eq!(
+        s.broker.shared_subscriptions().len(),
+        1,
+        "kept across the restart"
+    );
+    let mut connect = v5_connect("member-c", 3_600);
+    connect.clean_start = false;
+    let (mut c, ack) = MqttClient::v5_with(s.mqtt, connect).await;
+    assert!(ack.session_present);
+    let got = drain_members(&mut [&mut c], 3).await;
+    let got: Vec<(String, String)> = got.into_iter().map(|(_, t, p)| (t, p)).collect();
+    assert_eq!(
+        got,
+        (0..3)
+            .map(|i| ("jobs/x".to_string(), format!("j{i}")))
+            .collect::<Vec<_>>()
+    );
+    c.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    drop(c);
+    let (mut c, _) = MqttClient::v5(s.mqtt, "member-c", 0).await;
+    poll_until("a clean start ended the group", || async {
+        s.broker.shared_subscriptions().is_empty().then_some(())
+    })
+    .await;
+    c.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     every_qos_round_trips,
+    shared_subscriptions_split_the_messages,
     a_persistent_session_keeps_its_backlog_across_a_restart,
     a_second_connect_takes_over_and_the_will_goes,
     stomp_and_mqtt_talk_to_each_other,
