@@ -181,7 +181,65 @@ def sigkill(qos):
     print(f"ok {SCENARIO}", flush=True)
 
 
+def shared_subscription():
+    """5.0 shared subscription: three workers in group `workers` on `jobs/+` get each
+    of 300 QoS 1 jobs once between them, with the topic it was published to; a plain
+    wildcard subscriber gets all 300."""
+    proc = start()
+    workers = [Client(f"paho-worker-{k}", v5=True).connect() for k in range(3)]
+    for w in workers:
+        w.subscribe("$share/workers/jobs/+", 1)
+    watcher = Client("paho-watcher").connect()
+    watcher.subscribe("jobs/#", 1)
+    pub = Client("paho-jobs").connect()
+    for n in range(300):
+        pub.c.publish(f"jobs/{'ab'[n % 2]}", str(n).encode(), qos=1)
+    wait_until(lambda: len(pub.acked) == 300) or fail(f"{len(pub.acked)} of 300 PUBACKed")
+    total = lambda: sum(len(w.messages) for w in workers)
+    wait_until(lambda: total() >= 300) or fail(f"the workers got {total()} of 300")
+    time.sleep(0.5)
+    got = sorted(int(p) for w in workers for p in w.payloads())
+    if got != list(range(300)):
+        fail(f"each job once between the workers: {len(got)} got, {len(set(got))} distinct")
+    for w in workers:
+        for topic, payload, _, _ in w.messages:
+            if topic != f"jobs/{'ab'[int(payload) % 2]}":
+                fail(f"job {payload} came on {topic}")
+    if sum(1 for w in workers if w.messages) < 2:
+        fail(f"one worker got every job: {[len(w.messages) for w in workers]}")
+    wait_until(lambda: len(watcher.messages) >= 300) or fail(f"the watcher got {len(watcher.messages)} of 300")
+    for c in workers + [watcher, pub]:
+        c.close()
+    stop(proc)
+    print(f"ok shared_subscription: {[len(w.messages) for w in workers]} jobs per worker", flush=True)
+
+
+def will_and_takeover():
+    """A second CONNECT with the same client id takes the session over; the first
+    connection's will is published to a watcher of its wildcard topic."""
+    proc = start()
+    watcher = Client("paho-status").connect()
+    watcher.subscribe("status/+", 1)
+    first = Client("paho-dev")
+    first.c.will_set("status/paho-dev", b"gone", qos=1)
+    first.connect()
+    second = Client("paho-dev").connect()
+    wait_until(lambda: len(watcher.messages) == 1) or fail(f"no will: {watcher.messages}")
+    if watcher.messages[0][:3] != ("status/paho-dev", b"gone", 1):
+        fail(f"the will: {watcher.messages[0]}")
+    wait_until(lambda: not first.c.is_connected()) or fail("the first connection was not closed")
+    if not second.c.is_connected():
+        fail("the second connection did not keep the session")
+    for c in (watcher, second):
+        c.close()
+    first.c.loop_stop()
+    stop(proc)
+    print("ok will_and_takeover", flush=True)
+
+
 SCENARIOS = {
+    "shared_subscription": shared_subscription,
+    "will_and_takeover": will_and_takeover,
     "qos_round_trips": qos_round_trips,
     "persistent_session": persistent_session,
     "sigkill_qos1": lambda: sigkill(1),

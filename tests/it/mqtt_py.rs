@@ -1,6 +1,7 @@
 //! `ebb serve` as a separate process with its MQTT listener, driven by Python's
 //! paho-mqtt (a real client, 3.1.1 and 5.0): QoS 0, 1 and 2 round trips and a
-//! retained message; a persistent session's backlog across a restart; SIGKILL of the
+//! retained message; a shared subscription's jobs split between its workers; a
+//! takeover with the will; a persistent session's backlog across a restart; SIGKILL of the
 //! broker during QoS 1 and QoS 2 publishes, after which every acknowledged message
 //! reaches the offline persistent session (QoS 2: none twice). The scenarios are in
 //! `tests/e2e/mqtt_scenarios.py`.
@@ -32,8 +33,18 @@ async fn mqtt_sigkill_qos2(t: TestStore) {
     scenario(&t, "sigkill_qos2").await;
 }
 
+async fn mqtt_shared_subscription(t: TestStore) {
+    scenario(&t, "shared_subscription").await;
+}
+
+async fn mqtt_will_and_takeover(t: TestStore) {
+    scenario(&t, "will_and_takeover").await;
+}
+
 python_scenarios!(
     mqtt_qos_round_trips,
+    mqtt_shared_subscription,
+    mqtt_will_and_takeover,
     mqtt_persistent_session,
     mqtt_sigkill_qos1,
     mqtt_sigkill_qos2
