@@ -100,6 +100,15 @@ impl Server {
             accepting: Vec::new(),
         };
         let mqtt_protocol = crate::mqtt::Mqtt::new(broker.clone(), mqtt_config);
+        #[cfg(feature = "tls")]
+        let serves_mqtt = mqtt.is_some() || mqtt_tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        let serves_mqtt = mqtt.is_some();
+        if serves_mqtt {
+            // 5.0's session expiry: persistent sessions offline past their interval end.
+            let sweep = crate::mqtt::expiry::run(mqtt_protocol.clone(), stopped.clone());
+            server.accepting.push(actix_rt::spawn(sweep));
+        }
         if let Some((listener, addr)) = mqtt {
             server.mqtt = Some(addr);
             let run =

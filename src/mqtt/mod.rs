@@ -73,6 +73,7 @@
 //! closes the connection (5.0 says why with DISCONNECT 0x81 or 0x95); everything
 //! accepted before it stays accepted.
 
+pub mod expiry;
 pub mod session;
 pub mod topic;
 pub mod wire;
@@ -172,6 +173,8 @@ pub struct MqttState {
     /// The number of each client id's latest CONNECT: a delayed will is published
     /// only if no newer connection of its client id came since.
     pub(crate) generations: Mutex<HashMap<String, u64>>,
+    /// Wakes the session expiry sweeper ([`expiry::run`]): a session got a deadline.
+    pub(crate) expiries: tokio::sync::Notify,
 }
 
 /// MQTT as a [`Protocol`] of a listener: the broker its connections use and their

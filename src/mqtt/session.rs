@@ -37,7 +37,7 @@ use crate::transport::Accepted;
 use crate::{DestinationKey, Error};
 
 /// The protocol's name in the store's session rows and the login metrics.
-const PROTOCOL: &str = "mqtt";
+pub(super) const PROTOCOL: &str = "mqtt";
 
 /// Header that carries a QoS 2 publish's QoS, so its deliveries may be QoS 2.
 const QOS_HEADER: &str = "mqtt-qos";
@@ -218,6 +218,7 @@ where
         will: None,
         persistent: false,
         resumed: false,
+        session_expiry: 0,
         keep_alive: None,
         opened: Instant::now(),
         last_read: Instant::now(),
@@ -263,6 +264,9 @@ struct Session<S> {
     persistent: bool,
     /// A stored session was resumed (or may exist): a non-persistent end discards it.
     resumed: bool,
+    /// 5.0's session expiry interval, s ([`u32::MAX`]: never; 3.1.1's persistent
+    /// sessions): a persistent session ends this long after its connection.
+    session_expiry: u32,
     /// 1.5 × the client's keep-alive.
     keep_alive: Option<Duration>,
     opened: Instant,
@@ -560,8 +564,10 @@ where
                 reason,
                 session_expiry,
             } => {
-                if session_expiry == Some(0) {
-                    self.persistent = false;
+                match session_expiry {
+                    Some(0) => self.persistent = false,
+                    Some(secs) => self.session_expiry = secs,
+                    None => {}
                 }
                 let end = End::Disconnect {
                     will: reason == 0x04,
@@ -663,6 +669,27 @@ where
         };
         self.connected = Some(client_id.clone());
         self.persistent = c.session_expiry > 0;
+        self.session_expiry = c.session_expiry;
+        // Connected, the session has no deadline (it gets one when it ends; until
+        // then, one that says so, in case the broker stops first).
+        let marked = if self.persistent && self.session_expiry != u32::MAX {
+            let marker = super::expiry::connected(self.session_expiry);
+            self.broker
+                .expire_session_at(PROTOCOL, &client_id, marker)
+                .await
+        } else {
+            self.broker
+                .cancel_session_expiry(PROTOCOL, &client_id)
+                .await
+                .map(|_| ())
+        };
+        if let Err(e) = marked {
+            return refused(
+                self,
+                reason::SERVER_UNAVAILABLE,
+                format!("cannot read the stored session: {e}"),
+            );
+        }
         self.window = c.receive_max.unwrap_or(self.config.delivery_window).max(1) as usize;
         self.client_max_packet = c.max_packet_size;
         if c.keep_alive > 0 {
@@ -1402,23 +1429,8 @@ where
         for s in stored {
             self.subs.remove(&s.filter);
             self.info.remove(&s.filter);
-            if let Ok(Some((group, inner))) = topic::shared(&s.filter) {
-                if let Ok(queue) = topic::shared_queue(group, inner) {
-                    let member = self.shared_member();
-                    self.broker
-                        .leave_shared_subscription(&queue, Some(self.connection), Some(&member))
-                        .await?;
-                }
-            } else if let Ok(target) = topic::filter(&s.filter) {
-                self.broker
-                    .remove_durable(&target, &client, &s.filter)
-                    .await?;
-            }
-            self.broker
-                .forget_session_subscription(PROTOCOL, &client, &s.filter)
-                .await?;
         }
-        Ok(())
+        discard_stored_session(&self.broker, &client, stored, Some(self.connection)).await
     }
 
     fn ack(&mut self, filter: &str, message: &Received) {
@@ -1559,6 +1571,19 @@ where
         for queue in &groups {
             self.leave_shared(queue, false).await;
         }
+        if self.persistent && !taken_over && self.session_expiry != u32::MAX {
+            let deadline = epoch_ms() + i64::from(self.session_expiry) * 1_000;
+            match self
+                .broker
+                .expire_session_at(PROTOCOL, &client, deadline)
+                .await
+            {
+                Ok(()) => self.config.state.expiries.notify_one(),
+                Err(e) => {
+                    tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot store the session's expiry: it stays until the client ends it")
+                }
+            }
+        }
         if self.persistent {
             if !self.qos2.is_empty() {
                 self.config
@@ -1634,7 +1659,7 @@ where
 }
 
 /// Now, epoch ms.
-fn epoch_ms() -> i64 {
+pub(super) fn epoch_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -1647,4 +1672,32 @@ fn refused_filter(accepted: &Accepted, filter: &str, e: Error) -> u8 {
         Error::InvalidDestination { .. } => reason::TOPIC_FILTER_INVALID,
         _ => reason::UNSPECIFIED_ERROR,
     }
+}
+
+/// Ends `client`'s stored session: its durable subscriptions (with their backlogs), its
+/// shared subscription memberships, its stored filters and its deadline.
+/// `connection`: the connection discarding it, if one is.
+pub(super) async fn discard_stored_session(
+    broker: &Broker,
+    client: &str,
+    stored: &[SessionSubscription],
+    connection: Option<u64>,
+) -> Result<(), Error> {
+    for s in stored {
+        if let Ok(Some((group, inner))) = topic::shared(&s.filter) {
+            if let Ok(queue) = topic::shared_queue(group, inner) {
+                let member = format!("{PROTOCOL}:{client}");
+                broker
+                    .leave_shared_subscription(&queue, connection, Some(&member))
+                    .await?;
+            }
+        } else if let Ok(target) = topic::filter(&s.filter) {
+            broker.remove_durable(&target, client, &s.filter).await?;
+        }
+        broker
+            .forget_session_subscription(PROTOCOL, client, &s.filter)
+            .await?;
+    }
+    broker.cancel_session_expiry(PROTOCOL, client).await?;
+    Ok(())
 }

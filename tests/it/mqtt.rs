@@ -1001,9 +1001,114 @@ async fn shared_subscriptions_split_the_messages(t: TestStore) {
     s.stop().await;
 }
 
+/// True when `client`'s persistent session is stored (its filters).
+async fn has_session(s: &MqttServer, client: &str) -> bool {
+    !s.broker
+        .session_subscriptions("mqtt", client)
+        .await
+        .unwrap()
+        .is_empty()
+}
+
+/// 5.0's session expiry interval: a persistent session offline for longer is deleted
+/// with its durable subscription and backlog, also when the interval passes while
+/// the broker is down; one that reconnects in time is kept (a connected session has
+/// no deadline), and one with a longer interval stays.
+async fn session_expiry_ends_an_offline_session(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let subscribe = |client: &'static str, expiry: u32| {
+        let addr = s.mqtt;
+        async move {
+            let (mut c, _) = MqttClient::v5(addr, client, expiry).await;
+            c.subscribe_v5(1, &[(&format!("exp/{client}/#"), 1)]).await;
+            c
+        }
+    };
+    let short = subscribe("short", 1).await;
+    let long = subscribe("long", 3_600).await;
+    let back = subscribe("back", 1).await;
+    for mut c in [short, long, back] {
+        c.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    }
+    let (mut sender, _) = MqttClient::v3(s.mqtt, "sender", true).await;
+    sender.publish_v3("exp/short/x", b"m", 1, 1).await;
+    sender.recv().await;
+    let broker = s.broker.clone();
+    let stored = |client: &'static str| {
+        let broker = broker.clone();
+        async move { broker.session_expires_at("mqtt", client).await.unwrap() }
+    };
+    assert!(
+        stored("short").await.is_some(),
+        "an offline session has a deadline"
+    );
+    // `back` resumes before its deadline: connected, it has none, and stays.
+    let mut connect = v5_connect("back", 1);
+    connect.clean_start = false;
+    let (mut back, ack) = MqttClient::v5_with(s.mqtt, connect).await;
+    assert!(ack.session_present);
+    assert_eq!(
+        stored("back").await,
+        Some(ebb::mqtt::expiry::connected(1)),
+        "a connected session's deadline is not due: it says its interval"
+    );
+    poll_until("the short session expired", || async {
+        (!has_session(&s, "short").await).then_some(())
+    })
+    .await;
+    assert!(
+        !s.broker
+            .durable_subscription_exists("topic://exp.short.>", "short", "exp/short/#")
+            .await
+            .unwrap(),
+        "its durable subscription and backlog went with it"
+    );
+    assert!(
+        has_session(&s, "long").await,
+        "a longer interval is not over"
+    );
+    assert!(has_session(&s, "back").await, "a connected session stays");
+    back.send_v5(v5::Packet::Disconnect(Default::default()))
+        .await;
+    poll_until("back's deadline stored", || async {
+        stored("back")
+            .await
+            .filter(|d| *d < ebb::mqtt::expiry::connected(0))
+    })
+    .await;
+    // `held` is connected when the broker stops: its interval counts from the start.
+    let _held = subscribe("held", 1).await;
+    // `back`'s new deadline passes while the broker is down.
+    s.stop().await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let s = mqtt_server(&t, Security::default()).await;
+    poll_until(
+        "the session that expired while the broker was down ended",
+        || async { (!has_session(&s, "back").await).then_some(()) },
+    )
+    .await;
+    poll_until(
+        "the session connected at the stop expired after the start",
+        || async { (!has_session(&s, "held").await).then_some(()) },
+    )
+    .await;
+    assert!(has_session(&s, "long").await);
+    assert_eq!(
+        s.broker
+            .session_expiries("mqtt", 0, 10)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "only the long session's deadline is left"
+    );
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     every_qos_round_trips,
+    session_expiry_ends_an_offline_session,
     shared_subscriptions_split_the_messages,
     a_persistent_session_keeps_its_backlog_across_a_restart,
     a_second_connect_takes_over_and_the_will_goes,
