@@ -280,7 +280,7 @@ impl Broker {
             .iter()
             .map(|(q, g)| (q.clone(), g.target.clone()))
             .collect();
-        all.sort_by(|a, b| a.0.container().cmp(&b.0.container()));
+        all.sort_by_key(|(queue, _)| queue.container());
         all
     }
 
