@@ -1,7 +1,7 @@
 //! 5.0's session expiry: a persistent session whose connection ended more than its
 //! session expiry interval ago is deleted, with its durable subscriptions and their
 //! backlogs. The deadline is stored when the connection ends
-//! ([`crate::Broker::expire_session_at`]); one task per server reads the earliest
+//! ([`crate::broker::Broker::expire_session_at`]); one task per server reads the earliest
 //! deadlines in pages of [`EXPIRY_PAGE`] rows, ends the sessions that are due, and
 //! sleeps until the next deadline (at most [`EXPIRY_IDLE`]), or until a session gets a
 //! deadline. Deadlines are in the store, so a session that expires while the broker
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::session::{discard_stored_session, PROTOCOL};
+use super::session::{connected, discard_stored_session, PROTOCOL};
 use super::Mqtt;
 use crate::Error;
 
@@ -29,15 +29,6 @@ pub const EXPIRY_IDLE: Duration = Duration::from_secs(60);
 
 /// After a store error, the next read waits this long.
 const RETRY: Duration = Duration::from_secs(5);
-
-/// The deadlines at or above this stand for a connected session: [`connected`].
-const CONNECTED: i64 = 9_000_000_000_000_000_000;
-
-/// The deadline stored for a connected session whose interval is `secs`: past any
-/// real one, so it never falls due, and saying the interval.
-pub fn connected(secs: u32) -> i64 {
-    CONNECTED + i64::from(secs)
-}
 
 /// Ends the persistent sessions whose deadline has passed, until `stopped`. First,
 /// the sessions that were connected when the broker last stopped (their deadline is
@@ -71,7 +62,7 @@ pub async fn run(mqtt: Mqtt, mut stopped: watch::Receiver<bool>) {
 /// connected again since: their interval counts from now.
 async fn count_from_start(mqtt: &Mqtt) -> Result<(), Error> {
     let now = super::session::epoch_ms();
-    let mut from = CONNECTED;
+    let mut from = connected(0);
     loop {
         let page = mqtt
             .broker
@@ -82,7 +73,7 @@ async fn count_from_start(mqtt: &Mqtt) -> Result<(), Error> {
             from = marker;
             if let Ok(_claim) = mqtt.config.client_ids.claim(&client, false).await {
                 if mqtt.broker.session_expires_at(PROTOCOL, &client).await? == Some(marker) {
-                    let secs = marker - CONNECTED;
+                    let secs = marker - connected(0);
                     mqtt.broker
                         .expire_session_at(PROTOCOL, &client, now + secs * 1_000)
                         .await?;

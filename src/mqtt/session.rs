@@ -673,7 +673,7 @@ where
         // Connected, the session has no deadline (it gets one when it ends; until
         // then, one that says so, in case the broker stops first).
         let marked = if self.persistent && self.session_expiry != u32::MAX {
-            let marker = super::expiry::connected(self.session_expiry);
+            let marker = connected(self.session_expiry);
             self.broker
                 .expire_session_at(PROTOCOL, &client_id, marker)
                 .await
@@ -1672,6 +1672,14 @@ fn refused_filter(accepted: &Accepted, filter: &str, e: Error) -> u8 {
         Error::InvalidDestination { .. } => reason::TOPIC_FILTER_INVALID,
         _ => reason::UNSPECIFIED_ERROR,
     }
+}
+
+/// The deadline stored for a connected persistent session whose expiry interval is
+/// `secs` ([`super::expiry`]): past any real one (9 × 10^18 ms), so it never falls
+/// due, and saying the interval, which counts from the next start if the broker
+/// stops before the connection ends.
+pub fn connected(secs: u32) -> i64 {
+    9_000_000_000_000_000_000 + i64::from(secs)
 }
 
 /// Ends `client`'s stored session: its durable subscriptions (with their backlogs), its
