@@ -458,7 +458,8 @@ impl Broker {
     /// meanwhile wait, and then go to a new, empty destination of the same name (a
     /// destination is created on first use). A destination only the store holds is
     /// deleted the same way. Answers what was deleted. A virtual topic's consumer
-    /// group queue stops being one: the topic no longer sends to it.
+    /// group queue, or a shared subscription's queue, stops being one: no topic sends
+    /// to it any more.
     ///
     /// Errors: [`Error::Actor`] with `InUse` while a consumer is attached (also a
     /// subscription to a wildcard destination that matches it) or a transaction holds

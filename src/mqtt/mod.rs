@@ -26,9 +26,16 @@
 //!   durable subscriptions named by the client id and each filter, kept in the store
 //!   with their backlog while the client is offline (its filters too,
 //!   [`Broker::session_subscriptions`]), resumed at its next CONNECT (session present)
-//!   and ended by a clean start, or by 5.0's DISCONNECT with session expiry 0. 5.0's
-//!   session expiry is otherwise taken as "until the client ends it": no timer
-//!   deletes an offline session.
+//!   and ended by a clean start, or by 5.0's DISCONNECT with session expiry 0, or
+//!   when it has been offline for its session expiry interval ([`expiry`]: the
+//!   deadline is stored, so it holds across restarts).
+//! - **Shared subscriptions.** `$share/GROUP/FILTER` is a queue,
+//!   `$share.GROUP.FILTER` ([`topic::shared_queue`]), that gets a copy of each message
+//!   published to a topic the filter matches ([`Broker::join_shared_subscription`]);
+//!   the members are its competing consumers, and each delivery names the topic the
+//!   message was published to ([`crate::broker::SHARED_TOPIC_HEADER`]). A persistent
+//!   session is a stored member, which keeps the group and its backlog while offline;
+//!   the group ends, with its queue, with its last member.
 //! - **Client ids.** One connection per client id, shared with STOMP's `client-id`: a
 //!   second CONNECT with the id takes it over (the older connection is closed; 5.0
 //!   tells it with reason 0x8E). A client without an id gets `ebb-mqtt-SESSION`
@@ -58,8 +65,9 @@
 //!   are honoured), read by browsing the queue in pages, with a selector on the
 //!   filter's literal prefix. A delivery to a subscription that exists is not flagged
 //!   retained, unless 5.0's retain as published asks for it. A will may be retained.
-//! - **Not yet** (refused, never ignored): `$share/` shared subscriptions (SUBACK
-//!   0x9E), 5.0's AUTH exchange (CONNACK 0x8C), subscription identifiers.
+//! - **Not yet** (refused, never ignored): 5.0's AUTH exchange (CONNACK 0x8C),
+//!   subscription identifiers. QoS 2 packet ids awaiting PUBREL are kept in memory
+//!   ([`MqttState`]): across reconnects, not across a restart of the broker.
 //!
 //! # Limits and rights
 //!
