@@ -17,6 +17,7 @@ mod config;
 mod cron;
 mod destination;
 mod flow;
+mod held;
 mod message;
 mod routing;
 mod schedule;
@@ -35,6 +36,7 @@ pub use self::config::*;
 pub use self::cron::CronSchedule;
 pub use self::destination::*;
 pub use self::flow::*;
+pub use self::held::{HELD_PAGE, HELD_XID_PREFIX};
 pub use self::message::*;
 pub use self::routing::{
     CompositeDestination, Forward, RoutingConfig, VirtualTopics, MAX_GROUPS_PER_VIRTUAL_TOPIC,

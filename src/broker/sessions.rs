@@ -265,23 +265,27 @@ impl Broker {
         Ok(())
     }
 
-    /// The first `limit` session deadlines of `protocol` at or after `from_ms`,
-    /// earliest first: (client id, deadline ms since the epoch). One bounded read of
-    /// the index.
+    /// The first `limit` session deadlines of `protocol` after `after` (a deadline and
+    /// client id read before, in that order; `None`: from the earliest), earliest
+    /// first: (client id, deadline ms since the epoch). One bounded read of the index.
     ///
     /// Errors: a store error.
     pub async fn session_expiries(
         &self,
         protocol: &str,
-        from_ms: i64,
+        after: Option<(i64, &str)>,
         limit: u32,
     ) -> Result<Vec<(String, i64)>, Error> {
         self.refuse_if_shut_down()?;
-        // Below every `DEADLINE:CLIENT` name of that deadline.
-        let from = SubscriptionKey::new(SESSION_ROW_CLIENT, format!("{:020}", from_ms.max(0)));
+        let after = after.map(|(deadline, client)| {
+            SubscriptionKey::new(
+                SESSION_ROW_CLIENT,
+                expiry_index_name(deadline.max(0), client),
+            )
+        });
         let rows = self
             .store()
-            .list_subscriptions(&expiry_container(protocol), Some(&from), limit)
+            .list_subscriptions(&expiry_container(protocol), after.as_ref(), limit)
             .await?;
         Ok(rows
             .iter()

@@ -62,23 +62,28 @@ pub async fn run(mqtt: Mqtt, mut stopped: watch::Receiver<bool>) {
 /// connected again since: their interval counts from now.
 async fn count_from_start(mqtt: &Mqtt) -> Result<(), Error> {
     let now = super::session::epoch_ms();
-    let mut from = connected(0);
+    // Below every mark (`DEADLINE:` sorts before `DEADLINE:CLIENT`).
+    let mut after = (connected(0) - 1, String::new());
     loop {
         let page = mqtt
             .broker
-            .session_expiries(PROTOCOL, from, EXPIRY_PAGE)
+            .session_expiries(PROTOCOL, Some((after.0, &after.1)), EXPIRY_PAGE)
             .await?;
         let full = page.len() == EXPIRY_PAGE as usize;
         for (client, marker) in page {
-            from = marker;
+            let secs = marker - connected(0);
+            if secs >= i64::from(u32::MAX) {
+                // Sessions that never expire sort last: nothing more to count.
+                return Ok(());
+            }
             if let Ok(_claim) = mqtt.config.client_ids.claim(&client, false).await {
                 if mqtt.broker.session_expires_at(PROTOCOL, &client).await? == Some(marker) {
-                    let secs = marker - connected(0);
                     mqtt.broker
                         .expire_session_at(PROTOCOL, &client, now + secs * 1_000)
                         .await?;
                 }
             }
+            after = (marker, client);
         }
         if !full {
             return Ok(());
@@ -91,7 +96,7 @@ async fn count_from_start(mqtt: &Mqtt) -> Result<(), Error> {
 async fn expire_due(mqtt: &Mqtt) -> Result<Option<i64>, Error> {
     let page = mqtt
         .broker
-        .session_expiries(PROTOCOL, 0, EXPIRY_PAGE)
+        .session_expiries(PROTOCOL, None, EXPIRY_PAGE)
         .await?;
     let now = super::session::epoch_ms();
     let full = page.len() == EXPIRY_PAGE as usize;

@@ -232,6 +232,7 @@ where
         sends: FuturesOrdered::new(),
         qos2: HashSet::new(),
         qos2_pending: HashSet::new(),
+        held_sends: false,
         stored: false,
         held: VecDeque::new(),
         wait: None,
@@ -285,6 +286,9 @@ struct Session<S> {
     qos2: HashSet<u16>,
     /// QoS 2 packet ids whose store commit is awaited (PUBREC not sent yet).
     qos2_pending: HashSet<u16>,
+    /// A QoS 2 publish was held ([`Broker::hold_send`]): a session that ends without
+    /// persisting drops what is still held.
+    held_sends: bool,
     /// Something of this client id's session is stored (resumed, or a filter
     /// remembered): a session that ends without persisting discards it.
     stored: bool,
@@ -530,6 +534,16 @@ where
                 Ok(())
             }
             In::PubRel(id) => {
+                if self.persistent {
+                    // Held until now: delivered, then PUBCOMP (a failure closes the
+                    // connection unanswered, so the client sends PUBREL again).
+                    if let Err(e) = self.broker.release_held(&self.held_name(id)).await {
+                        return Err(End::Refused(
+                            reason::UNSPECIFIED_ERROR,
+                            format!("the message of PUBREL {id} could not be delivered: {e}"),
+                        ));
+                    }
+                }
                 self.qos2.remove(&id);
                 self.out.push(Out::PubComp(id));
                 Ok(())
@@ -670,26 +684,22 @@ where
         self.connected = Some(client_id.clone());
         self.persistent = c.session_expiry > 0;
         self.session_expiry = c.session_expiry;
-        // Connected, the session has no deadline (it gets one when it ends; until
-        // then, one that says so, in case the broker stops first).
-        let marked = if self.persistent && self.session_expiry != u32::MAX {
-            let marker = connected(self.session_expiry);
-            self.broker
-                .expire_session_at(PROTOCOL, &client_id, marker)
-                .await
-        } else {
-            self.broker
-                .cancel_session_expiry(PROTOCOL, &client_id)
-                .await
-                .map(|_| ())
+        // A persistent session is marked in the store while connected (below): a
+        // mark says the session exists, even with no subscription.
+        let marked = match self
+            .broker
+            .cancel_session_expiry(PROTOCOL, &client_id)
+            .await
+        {
+            Ok(marked) => marked,
+            Err(e) => {
+                return refused(
+                    self,
+                    reason::SERVER_UNAVAILABLE,
+                    format!("cannot read the stored session: {e}"),
+                )
+            }
         };
-        if let Err(e) = marked {
-            return refused(
-                self,
-                reason::SERVER_UNAVAILABLE,
-                format!("cannot read the stored session: {e}"),
-            );
-        }
         self.window = c.receive_max.unwrap_or(self.config.delivery_window).max(1) as usize;
         self.client_max_packet = c.max_packet_size;
         if c.keep_alive > 0 {
@@ -706,7 +716,7 @@ where
             }
             self.config.state.received.lock().remove(&client_id);
         } else {
-            self.resumed = !stored.is_empty();
+            self.resumed = !stored.is_empty() || marked;
             self.stored = self.resumed;
             session_present = self.resumed;
             if let Some(ids) = self.config.state.received.lock().remove(&client_id) {
@@ -718,6 +728,23 @@ where
                     tracing::warn!(session = %self.accepted.session_id, %client_id, filter = %s.filter, code, "a stored subscription could not be resumed");
                 }
             }
+        }
+        if self.persistent {
+            // Connected, the session has no deadline yet (it gets one when the
+            // connection ends); its mark says so, and that it exists.
+            let mark = connected(self.session_expiry);
+            if let Err(e) = self
+                .broker
+                .expire_session_at(PROTOCOL, &client_id, mark)
+                .await
+            {
+                return refused(
+                    self,
+                    reason::SERVER_UNAVAILABLE,
+                    format!("cannot store the session: {e}"),
+                );
+            }
+            self.stored = true;
         }
         self.will = c.will;
         self.link
@@ -825,6 +852,20 @@ where
                 // A resend of one whose commit is awaited: its PUBREC comes with it.
                 return Ok(());
             }
+            if self.persistent && p.dup {
+                // Resent after a restart of the broker (or a takeover): held already?
+                match self.broker.is_held(&self.held_name(id)).await {
+                    Ok(true) => {
+                        self.qos2.insert(id);
+                        self.out.push(Out::PubRec(id, reason::SUCCESS));
+                        return Ok(());
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        return self.refuse_publish(&p, reason::UNSPECIFIED_ERROR, e.to_string())
+                    }
+                }
+            }
         }
         if let Some(alias) = p.properties.topic_alias {
             if alias == 0 || alias > TOPIC_ALIASES {
@@ -896,14 +937,28 @@ where
         } else {
             None
         };
-        let sent = match self
-            .broker
-            .start_send_with(&key, message, SendOptions::checked())
-            .await
-        {
-            Ok(pending) => pending,
-            Err(e) => return self.on_sent((id, qos, Err(e))),
+        // A persistent session's QoS 2 message is held until PUBREL, in the store
+        // under its packet id, so a resend after a crash is not stored twice.
+        let held = (qos == 2 && self.persistent).then(|| self.held_name(id.expect("checked")));
+        let sending = match &held {
+            Some(name) => self.broker.hold_send(&key, message, name).await,
+            None => {
+                self.broker
+                    .start_send_with(&key, message, SendOptions::checked())
+                    .await
+            }
         };
+        let sent = match sending {
+            Ok(pending) => pending,
+            Err(e) => {
+                if let Some(name) = &held {
+                    let _ = self.broker.drop_held(&format!("{name}:")).await;
+                }
+                return self.on_sent((id, qos, Err(e)));
+            }
+        };
+        self.held_sends |= held.is_some();
+        let broker = self.broker.clone();
         // A retained publish is answered once the retained queue has it too.
         let kept = match retained {
             Some((queue, copy)) => match self
@@ -920,6 +975,10 @@ where
             let mut outcome = sent.await.map(drop);
             if let Some(kept) = kept {
                 outcome = outcome.and(kept.await.map(drop));
+            }
+            if let (Err(_), Some(name)) = (&outcome, &held) {
+                // Refused: none of it stays held (the client may send it again).
+                let _ = broker.drop_held(&format!("{name}:")).await;
             }
             (id, qos, outcome)
         }));
@@ -1369,6 +1428,15 @@ where
         }
     }
 
+    /// The name a persistent session's QoS 2 PUBLISH `id` is held under until PUBREL
+    /// ([`Broker::hold_send`]).
+    fn held_name(&self, id: u16) -> String {
+        format!(
+            "{}{id:05}",
+            held_prefix(self.connected.as_deref().unwrap_or_default())
+        )
+    }
+
     /// This session's name as a durable member of a shared subscription.
     fn shared_member(&self) -> String {
         format!(
@@ -1592,6 +1660,10 @@ where
                     .lock()
                     .insert(client.clone(), std::mem::take(&mut self.qos2));
             }
+        } else if self.held_sends && !self.stored && !taken_over {
+            if let Err(e) = self.broker.drop_held(&held_prefix(&client)).await {
+                tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot drop the ended session's held QoS 2 messages");
+            }
         } else if self.stored && !taken_over {
             // Its subscriptions were durable only if stored: discard what is stored.
             match self.broker.session_subscriptions(PROTOCOL, &client).await {
@@ -1677,9 +1749,17 @@ fn refused_filter(accepted: &Accepted, filter: &str, e: Error) -> u8 {
 /// The deadline stored for a connected persistent session whose expiry interval is
 /// `secs` ([`super::expiry`]): past any real one (9 × 10^18 ms), so it never falls
 /// due, and saying the interval, which counts from the next start if the broker
-/// stops before the connection ends.
+/// stops before the connection ends ([`u32::MAX`], a session that never expires,
+/// keeps its mark). A mark also says the session exists when it has no
+/// subscription (a publisher's, with QoS 2 messages held).
 pub fn connected(secs: u32) -> i64 {
     9_000_000_000_000_000_000 + i64::from(secs)
+}
+
+/// The prefix of the names `client`'s QoS 2 publishes are held under: its length
+/// first, so no client id's prefix is another's.
+fn held_prefix(client: &str) -> String {
+    format!("{PROTOCOL}:{}:{client}:", client.len())
 }
 
 /// Ends `client`'s stored session: its durable subscriptions (with their backlogs), its
@@ -1707,5 +1787,6 @@ pub(super) async fn discard_stored_session(
             .await?;
     }
     broker.cancel_session_expiry(PROTOCOL, client).await?;
+    broker.drop_held(&held_prefix(client)).await?;
     Ok(())
 }

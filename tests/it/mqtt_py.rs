@@ -3,7 +3,9 @@
 //! retained message; a shared subscription's jobs split between its workers; a
 //! takeover with the will; a persistent session's backlog across a restart; SIGKILL of the
 //! broker during QoS 1 and QoS 2 publishes, after which every acknowledged message
-//! reaches the offline persistent session (QoS 2: none twice). The scenarios are in
+//! reaches the offline persistent session (QoS 2: none twice); a persistent QoS 2
+//! publisher that resends its in-flight messages after a SIGKILL gets every one
+//! delivered exactly once. The scenarios are in
 //! `tests/e2e/mqtt_scenarios.py`.
 //!
 //! Needs `EBB_TEST_PYTHON` with paho-mqtt (`.ci/run` installs it beside stomp.py);
@@ -41,8 +43,13 @@ async fn mqtt_will_and_takeover(t: TestStore) {
     scenario(&t, "will_and_takeover").await;
 }
 
+async fn mqtt_sigkill_qos2_resend(t: TestStore) {
+    scenario(&t, "sigkill_qos2_resend").await;
+}
+
 python_scenarios!(
     mqtt_qos_round_trips,
+    mqtt_sigkill_qos2_resend,
     mqtt_shared_subscription,
     mqtt_will_and_takeover,
     mqtt_persistent_session,
