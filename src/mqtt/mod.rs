@@ -15,8 +15,10 @@
 //!   [`MqttConfig::receive_maximum`] publishes wait for their commits at once. QoS 2
 //!   is exactly once between the client and the broker: a resent PUBLISH whose packet
 //!   id was received and not yet released (PUBREL) is answered without storing it
-//!   again, and the received ids of a persistent session outlive its connection (not
-//!   a restart of the broker). A delivery's QoS is the smaller of the subscription's
+//!   again. A persistent session's QoS 2 message is held in the store from PUBREC to
+//!   PUBREL under its client id and packet id ([`Broker::hold_send`]) and delivered
+//!   at PUBREL, so a PUBLISH resent after a crash of the broker finds it held and is
+//!   not stored twice. A delivery's QoS is the smaller of the subscription's
 //!   and the message's (STOMP's persistent messages are QoS 1); QoS 1 and 2
 //!   deliveries are acked to the destination at PUBACK and PUBREC, and at most the
 //!   client's receive maximum (5.0; [`MqttConfig::receive_maximum`] for 3.1.1) are
@@ -66,8 +68,7 @@
 //!   filter's literal prefix. A delivery to a subscription that exists is not flagged
 //!   retained, unless 5.0's retain as published asks for it. A will may be retained.
 //! - **Not yet** (refused, never ignored): 5.0's AUTH exchange (CONNACK 0x8C),
-//!   subscription identifiers. QoS 2 packet ids awaiting PUBREL are kept in memory
-//!   ([`MqttState`]): across reconnects, not across a restart of the broker.
+//!   subscription identifiers.
 //!
 //! # Limits and rights
 //!
