@@ -243,7 +243,8 @@ where
         out: Vec::new(),
     };
     let end = s.run().await;
-    s.close(end).await;
+    // Boxed: its store calls would otherwise size every idle connection's task.
+    Box::pin(s.close(end)).await;
 }
 
 struct Session<S> {
