@@ -139,12 +139,14 @@ impl Broker {
     }
 
     /// Delivers what is held under `name`: each destination commits its copy and
-    /// delivers it as if just published. Returns how many copies were released (0
-    /// when nothing is held: released before, or never held).
+    /// delivers it as if just published; a copy for a shared subscription that has
+    /// ended meanwhile is deleted instead (its queue is not made again). Returns the
+    /// released copies, each with its destination (none when nothing is held: released
+    /// before, or never held).
     ///
     /// Errors: a store error, or a destination that could not commit (what it did
     /// not commit stays held: release again).
-    pub async fn release_held(&self, name: &str) -> Result<usize, Error> {
+    pub async fn release_held(&self, name: &str) -> Result<Vec<(DestinationKey, Message)>, Error> {
         self.refuse_if_shut_down()?;
         let (from, below) = range(&format!("{name}:"));
         let rows = self
@@ -152,12 +154,31 @@ impl Broker {
             .read_prepared_range(&from, &below, HELD_PAGE)
             .await?;
         let mut by_destination: Vec<(DestinationKey, Vec<DueMessage>)> = Vec::new();
+        let mut released = Vec::new();
         for row in &rows {
             let container = &row.message.container;
             let Ok(key) = DestinationKey::from_container(container) else {
                 tracing::warn!(%container, xid = %row.xid, "a held message names no destination; it stays held");
                 continue;
             };
+            let payload = &row.message.payload;
+            let shared_copy = payload
+                .headers
+                .iter()
+                .any(|(k, _)| k == super::shared::SHARED_TOPIC_HEADER);
+            if shared_copy && !self.is_shared_group(&key) {
+                // Its group ended while it was held: not made again for it.
+                self.rollback_abandoned(&row.xid).await?;
+                continue;
+            }
+            let mut message = Message::new(payload.body.clone())
+                .persistent(true)
+                .priority(row.message.priority);
+            message.headers = payload.headers.clone();
+            if row.message.expiration > 0 {
+                message = message.expires_at(row.message.expiration);
+            }
+            released.push((key.clone(), message));
             let due = DueMessage {
                 xid: row.xid.clone(),
                 message: TopicMessage::from_stored(&row.message),
@@ -168,7 +189,6 @@ impl Broker {
                 None => by_destination.push((key, vec![due])),
             }
         }
-        let mut released = 0;
         for (key, releases) in by_destination {
             let asked = releases.len();
             let n = self
@@ -180,7 +200,6 @@ impl Broker {
                     |_| false,
                 )
                 .await?;
-            released += n;
             if n < asked {
                 return Err(Error::Actor(ebb_actors::ActorError::Invalid(format!(
                     "{} of the messages held under `{name}` could not be committed at {key}; they stay held",

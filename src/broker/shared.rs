@@ -45,6 +45,10 @@ pub const SHARED_TOPIC_HEADER: &str = "ebb-topic";
 /// next group is refused (`invalid-destination`).
 pub const MAX_SHARED_GROUPS: usize = 1_000;
 
+/// Why a group past [`MAX_SHARED_GROUPS`] is refused.
+pub const TOO_MANY_GROUPS: &str =
+    "the broker has 1,000 shared subscription groups already (MAX_SHARED_GROUPS)";
+
 /// The client id of the binding and member rows (their containers say whose).
 const SHARED_ROW_CLIENT: &str = "ebb:shared";
 
@@ -140,7 +144,7 @@ impl Broker {
                 if shared.groups.read().len() >= MAX_SHARED_GROUPS {
                     return Err(Error::InvalidDestination {
                         name: queue.stomp(),
-                        reason: "the broker has 1,000 shared subscription groups already (MAX_SHARED_GROUPS)",
+                        reason: TOO_MANY_GROUPS,
                     });
                 }
                 self.store
@@ -212,7 +216,9 @@ impl Broker {
         if online > 0 || self.has_durable_member(queue).await? {
             return Ok(false);
         }
-        self.end_shared_group(queue).await?;
+        self.unbind_shared(queue).await?;
+        drop(_one_at_a_time);
+        self.delete_group_queue(queue).await?;
         Ok(true)
     }
 
@@ -225,19 +231,25 @@ impl Broker {
         Ok(!rows.is_empty())
     }
 
-    /// Ends `queue`'s group: unbound, then the queue deleted (tried again while a
-    /// leaving member's consumer is still detaching).
-    async fn end_shared_group(&self, queue: &DestinationKey) -> Result<(), Error> {
-        self.unbind_shared(queue).await?;
+    /// Deletes an ended group's `queue` (unbound before), tried again while a leaving
+    /// member's consumer is still detaching. Each try holds the group changes' lock
+    /// (a member joining the group again meanwhile keeps the queue); the waits
+    /// between them do not, so other groups' joins and leaves go on.
+    async fn delete_group_queue(&self, queue: &DestinationKey) -> Result<(), Error> {
         for _ in 0..DELETE_TRIES {
-            match self.delete_destination(queue).await {
-                Err(Error::InUse(_)) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await
+            {
+                let _one_at_a_time = self.routes.shared.changes.lock().await;
+                if self.is_shared_group(queue) {
+                    return Ok(()); // bound again: the new group keeps it
                 }
-                other => return other.map(|_| ()),
+                match self.delete_destination(queue).await {
+                    Err(Error::InUse(_)) => {}
+                    other => return other.map(|_| ()),
+                }
             }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        tracing::warn!(queue = %queue.stomp(), "a shared subscription's queue still has a consumer; it stays until deleted");
+        tracing::warn!(queue = %queue.stomp(), "an ended shared subscription's queue still has a consumer (not a member: a client of the queue itself); it stays, as a plain queue, until deleted");
         Ok(())
     }
 
@@ -267,6 +279,11 @@ impl Broker {
                 self.store.unsubscribe(container.clone(), row.key).await?;
             }
         }
+    }
+
+    /// Whether `queue` is a shared subscription group's now.
+    pub(crate) fn is_shared_group(&self, queue: &DestinationKey) -> bool {
+        self.routes.shared.groups.read().contains_key(queue)
     }
 
     /// The shared subscription groups bound now: each queue and the filter it reads,
@@ -318,7 +335,8 @@ impl Broker {
             }
         }
         for queue in &ended {
-            self.end_shared_group(queue).await?;
+            self.unbind_shared(queue).await?;
+            self.delete_group_queue(queue).await?;
         }
         if !ended.is_empty() {
             tracing::info!(

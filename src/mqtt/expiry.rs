@@ -114,7 +114,14 @@ async fn expire(mqtt: &Mqtt, client: &str, deadline: i64) -> Result<(), Error> {
     let broker = &mqtt.broker;
     // Held while it ends, so the client cannot resume half of it.
     let Ok(_claim) = mqtt.config.client_ids.claim(client, false).await else {
-        // Connected again: the row is stale (its CONNECT removed the session's own).
+        // Its client id is held. By the session's MQTT client connected again: its
+        // CONNECT replaced the deadline, so this row is stale. By another connection
+        // (a STOMP client of the same id, or a CONNECT under way): the session ends
+        // once the id is free, tried again after a while.
+        if broker.session_expires_at(PROTOCOL, client).await? == Some(deadline) {
+            let later = super::session::epoch_ms() + RETRY.as_millis() as i64;
+            return broker.expire_session_at(PROTOCOL, client, later).await;
+        }
         return broker
             .forget_session_expiry(PROTOCOL, client, deadline)
             .await;

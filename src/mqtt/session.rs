@@ -31,6 +31,7 @@ use crate::auth::{LoginFailure, Principal, Right};
 use crate::broker::{
     AckMode, Acker, Broker, Message, Received, SendOptions, SessionSubscription, Space,
     SubscribeOptions, Subscription, Target, MAX_SESSION_SUBSCRIPTIONS, SHARED_TOPIC_HEADER,
+    TOO_MANY_GROUPS,
 };
 use crate::transport::client_ids::Claim;
 use crate::transport::Accepted;
@@ -232,7 +233,6 @@ where
         sends: FuturesOrdered::new(),
         qos2: HashSet::new(),
         qos2_pending: HashSet::new(),
-        held_sends: false,
         stored: false,
         held: VecDeque::new(),
         wait: None,
@@ -287,9 +287,6 @@ struct Session<S> {
     qos2: HashSet<u16>,
     /// QoS 2 packet ids whose store commit is awaited (PUBREC not sent yet).
     qos2_pending: HashSet<u16>,
-    /// A QoS 2 publish was held ([`Broker::hold_send`]): a session that ends without
-    /// persisting drops what is still held.
-    held_sends: bool,
     /// Something of this client id's session is stored (resumed, or a filter
     /// remembered): a session that ends without persisting discards it.
     stored: bool,
@@ -538,7 +535,7 @@ where
                 if self.persistent {
                     // Held until now: delivered, then PUBCOMP (a failure closes the
                     // connection unanswered, so the client sends PUBREL again).
-                    if let Err(e) = self.broker.release_held(&self.held_name(id)).await {
+                    if let Err(e) = self.release(id).await {
                         return Err(End::Refused(
                             reason::UNSPECIFIED_ERROR,
                             format!("the message of PUBREL {id} could not be delivered: {e}"),
@@ -581,6 +578,13 @@ where
             } => {
                 match session_expiry {
                     Some(0) => self.persistent = false,
+                    Some(_) if self.session_expiry == 0 => {
+                        // 5.0 (3.14.2.2.2): a session that ends with its connection
+                        // cannot be made to outlive it at DISCONNECT.
+                        return Err(protocol_error(
+                            "a DISCONNECT gives a session expiry interval to a session whose CONNECT had none".into(),
+                        ));
+                    }
                     Some(secs) => self.session_expiry = secs,
                     None => {}
                 }
@@ -708,7 +712,7 @@ where
         }
         let mut session_present = false;
         if c.clean_start {
-            if let Err(e) = self.discard_session(&stored).await {
+            if let Err(e) = self.discard_session(&client_id, &stored).await {
                 return refused(
                     self,
                     reason::SERVER_UNAVAILABLE,
@@ -853,8 +857,9 @@ where
                 // A resend of one whose commit is awaited: its PUBREC comes with it.
                 return Ok(());
             }
-            if self.persistent && p.dup {
-                // Resent after a restart of the broker (or a takeover): held already?
+            if self.persistent {
+                // Resent after a restart of the broker or a takeover (with DUP, or
+                // without, as some clients do): held already?
                 match self.broker.is_held(&self.held_name(id)).await {
                     Ok(true) => {
                         self.qos2.insert(id);
@@ -933,7 +938,8 @@ where
         if qos == 2 {
             self.qos2_pending.insert(id.expect("checked"));
         }
-        let retained = if p.retain {
+        // A held QoS 2 message's retained copy goes at PUBREL, built from it.
+        let retained = if p.retain && !(qos == 2 && self.persistent) {
             self.retained_copy(&p)
         } else {
             None
@@ -958,7 +964,6 @@ where
                 return self.on_sent((id, qos, Err(e)));
             }
         };
-        self.held_sends |= held.is_some();
         let broker = self.broker.clone();
         // A retained publish is answered once the retained queue has it too.
         let kept = match retained {
@@ -1105,14 +1110,9 @@ where
         }
         let qos = f.qos.min(2);
         // A second SUBSCRIBE of a filter replaces the first (its QoS).
+        // (A shared one stays a member: the same filter joins the same group again.)
         self.subs.remove(&f.filter);
-        if let Some(Sub {
-            shared: Some(queue),
-            ..
-        }) = self.info.remove(&f.filter)
-        {
-            self.leave_shared(&queue, false).await;
-        }
+        self.info.remove(&f.filter);
         let options = (f.no_local, f.retain_as_published);
         let code = self.attach(&f.filter, qos, options, false).await;
         if code < 0x80 && self.persistent {
@@ -1429,6 +1429,32 @@ where
         }
     }
 
+    /// PUBREL `id` of a persistent session: what is held under it is delivered, and a
+    /// retained one is kept as its topic's retained message.
+    async fn release(&mut self, id: u16) -> Result<(), Error> {
+        let released = self.broker.release_held(&self.held_name(id)).await?;
+        let Some((queue, header)) = retained_queue() else {
+            return Ok(());
+        };
+        for (key, message) in released {
+            let retain = message
+                .headers
+                .iter()
+                .any(|(k, v)| k == RETAIN_HEADER && v == "1");
+            if !retain || key.capabilities().point_to_point {
+                continue; // the topic's copy names the retained one, not a group's
+            }
+            let copy = message
+                .header(header, topic::topic_name(&key))
+                .header(QOS_HEADER, "2");
+            self.broker
+                .start_send_with(&queue, copy, SendOptions::checked())
+                .await?
+                .await?;
+        }
+        Ok(())
+    }
+
     /// The name a persistent session's QoS 2 PUBLISH `id` is held under until PUBREL
     /// ([`Broker::hold_send`]).
     fn held_name(&self, id: u16) -> String {
@@ -1493,13 +1519,16 @@ where
 
     /// Ends a stored session: its durable subscriptions (with their backlogs) and
     /// its stored filters.
-    async fn discard_session(&mut self, stored: &[SessionSubscription]) -> Result<(), Error> {
-        let client = self.connected.clone().unwrap_or_default();
+    async fn discard_session(
+        &mut self,
+        client: &str,
+        stored: &[SessionSubscription],
+    ) -> Result<(), Error> {
         for s in stored {
             self.subs.remove(&s.filter);
             self.info.remove(&s.filter);
         }
-        discard_stored_session(&self.broker, &client, stored, Some(self.connection)).await
+        discard_stored_session(&self.broker, client, stored, Some(self.connection)).await
     }
 
     fn ack(&mut self, filter: &str, message: &Received) {
@@ -1661,19 +1690,14 @@ where
                     .lock()
                     .insert(client.clone(), std::mem::take(&mut self.qos2));
             }
-        } else if self.held_sends && !self.stored && !taken_over {
-            if let Err(e) = self.broker.drop_held(&held_prefix(&client)).await {
-                tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot drop the ended session's held QoS 2 messages");
-            }
         } else if self.stored && !taken_over {
             // Its subscriptions were durable only if stored: discard what is stored.
             match self.broker.session_subscriptions(PROTOCOL, &client).await {
-                Ok(stored) if !stored.is_empty() => {
-                    if let Err(e) = self.discard_session(&stored).await {
+                Ok(stored) => {
+                    if let Err(e) = self.discard_session(&client, &stored).await {
                         tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot discard the ended session");
                     }
                 }
-                Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot read the ended session")
                 }
@@ -1742,6 +1766,9 @@ pub(super) fn epoch_ms() -> i64 {
 fn refused_filter(accepted: &Accepted, filter: &str, e: Error) -> u8 {
     tracing::info!(session = %accepted.session_id, %filter, error = %e, "refused filter");
     match e {
+        Error::InvalidDestination { reason: why, .. } if why == TOO_MANY_GROUPS => {
+            reason::QUOTA_EXCEEDED
+        }
         Error::InvalidDestination { .. } => reason::TOPIC_FILTER_INVALID,
         _ => reason::UNSPECIFIED_ERROR,
     }
@@ -1756,6 +1783,10 @@ fn refused_filter(accepted: &Accepted, filter: &str, e: Error) -> u8 {
 pub fn connected(secs: u32) -> i64 {
     9_000_000_000_000_000_000 + i64::from(secs)
 }
+
+/// How many times (20 ms apart) a session's end waits for its own consumers to
+/// detach before a durable subscription of it counts as in use by another.
+const DETACH_TRIES: u32 = 50;
 
 /// The prefix of the names `client`'s QoS 2 publishes are held under: its length
 /// first, so no client id's prefix is another's.
@@ -1781,7 +1812,21 @@ pub(super) async fn discard_stored_session(
                     .await?;
             }
         } else if let Ok(target) = topic::filter(&s.filter) {
-            broker.remove_durable(&target, client, &s.filter).await?;
+            // The closing connection's consumer detaches as its subscription drops:
+            // until it has, the durable subscription is in use.
+            let mut tries = 0;
+            loop {
+                match broker.remove_durable(&target, client, &s.filter).await {
+                    Err(Error::DurableInUse(_)) if tries < DETACH_TRIES => {
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    other => {
+                        other?;
+                        break;
+                    }
+                }
+            }
         }
         broker
             .forget_session_subscription(PROTOCOL, client, &s.filter)

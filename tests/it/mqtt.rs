@@ -838,8 +838,9 @@ async fn fan_out_loses_nothing_read(t: TestStore) {
     s.stop().await;
 }
 
-/// Reads 5.0 PUBLISHes from `members` in turn, acknowledging each, until `n` came
-/// or none comes for 2 s: each as (member, topic, payload).
+/// Reads 5.0 PUBLISHes from `members` in turn, acknowledging each (and passing over
+/// a SUBACK granting QoS 1), until `n` came or none comes for 2 s: each as (member,
+/// topic, payload).
 async fn drain_members(members: &mut [&mut MqttClient], n: usize) -> Vec<(usize, String, String)> {
     let mut got = Vec::new();
     let mut quiet = 0;
@@ -847,8 +848,13 @@ async fn drain_members(members: &mut [&mut MqttClient], n: usize) -> Vec<(usize,
         quiet += 1;
         for (k, c) in members.iter_mut().enumerate() {
             while let Some(packet) = c.recv_within(std::time::Duration::from_millis(100)).await {
-                let MqttPacket::V5(v5::Packet::Publish(p)) = packet else {
-                    panic!("member {k}: {packet:?}");
+                let p = match packet {
+                    MqttPacket::V5(v5::Packet::Publish(p)) => p,
+                    MqttPacket::V5(v5::Packet::SubscribeAck(ack)) => {
+                        assert_eq!(ack.status, vec![v5::SubscribeAckReason::GrantedQos1]);
+                        continue;
+                    }
+                    other => panic!("member {k}: {other:?}"),
                 };
                 if let Some(id) = p.packet_id {
                     c.send_v5(v5::Packet::PublishAck(v5::PublishAck {
@@ -933,6 +939,44 @@ async fn shared_subscriptions_split_the_messages(t: TestStore) {
         seen += 1;
     }
     assert_eq!(seen, 100, "a plain subscriber gets every message");
+
+    // A member subscribing to its filter again stays a member: nothing is lost.
+    for i in 0..5u16 {
+        sender
+            .publish_v3("sensors/9", format!("r{i}").as_bytes(), 1, 500 + i)
+            .await;
+        sender.recv().await;
+    }
+    b.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    // (Its SUBACK comes among the deliveries: drain_members passes over it.)
+    a.send_v5(v5::Packet::Subscribe(v5::Subscribe {
+        packet_id: pid(2),
+        id: None,
+        user_properties: Vec::new(),
+        topic_filters: vec![(
+            ByteString::from("$share/g/sensors/+"),
+            v5::SubscriptionOptions {
+                qos: qos(1),
+                ..Default::default()
+            },
+        )],
+    }))
+    .await;
+    let mut again: Vec<String> = drain_members(&mut [&mut a], 5)
+        .await
+        .into_iter()
+        .map(|(_, _, p)| p)
+        .filter(|p| p.starts_with('r'))
+        .collect();
+    again.sort();
+    again.dedup();
+    assert_eq!(
+        again,
+        ["r0", "r1", "r2", "r3", "r4"],
+        "the group kept its messages"
+    );
+    let (mut b, _) = MqttClient::v5(s.mqtt, "member-b", 0).await;
+    b.subscribe_v5(1, &[("$share/g/sensors/+", 1)]).await;
 
     // The last member leaves: the group ends, and later messages go nowhere for it.
     a.send_v5(v5::Packet::Disconnect(Default::default())).await;
@@ -1150,8 +1194,8 @@ async fn qos2_is_exactly_once_across_a_restart(t: TestStore) {
     connect.clean_start = false;
     let (mut publisher, ack) = MqttClient::v5_with(s.mqtt, connect).await;
     assert!(ack.session_present);
-    let mut again = publish("q2/a", b"once", 2, 7, Some(Default::default()));
-    again.dup = true;
+    // Resent without DUP, as some clients do: found held all the same.
+    let again = publish("q2/a", b"once", 2, 7, Some(Default::default()));
     publisher
         .send_v5(v5::Packet::Publish(Box::new(again)))
         .await;
@@ -1183,6 +1227,61 @@ async fn qos2_is_exactly_once_across_a_restart(t: TestStore) {
     ));
     assert!(sub.pong_is_next(false).await);
 
+    // A retained QoS 2 message is retained at PUBREL, not before.
+    let mut retained = publish("q3/r", b"kept", 2, 9, Some(Default::default()));
+    retained.retain = true;
+    publisher
+        .send_v5(v5::Packet::Publish(Box::new(retained)))
+        .await;
+    pubrec_of(&mut publisher, 9).await;
+    let (mut early, _) = MqttClient::v3(s.mqtt, "q2-early", true).await;
+    early.subscribe_v3(1, &[("q3/r", 2)]).await;
+    assert!(
+        early.pong_is_next(false).await,
+        "not retained before PUBREL"
+    );
+    publisher.send_v5(pubrel(9)).await;
+    assert!(matches!(
+        publisher.recv().await,
+        Some(MqttPacket::V5(v5::Packet::PublishComplete(_)))
+    ));
+    let live = next_publish(&mut early).await;
+    assert_eq!(&live.payload[..], b"kept");
+    assert!(!live.retain, "a live delivery to an existing subscription");
+    let (mut late, _) = MqttClient::v3(s.mqtt, "q2-late", true).await;
+    late.subscribe_v3(1, &[("q3/r", 2)]).await;
+    let kept = next_publish(&mut late).await;
+    assert_eq!((&kept.payload[..], kept.retain), (&b"kept"[..], true));
+
+    // A held copy for a shared subscription whose group ended meanwhile is dropped
+    // at PUBREL: the group's queue is not made again.
+    let (mut member, _) = MqttClient::v5(s.mqtt, "q2-member", 0).await;
+    member.subscribe_v5(1, &[("$share/h/q3/e", 1)]).await;
+    publisher
+        .publish_v5("q3/e", b"late", 2, 10, Default::default())
+        .await;
+    pubrec_of(&mut publisher, 10).await;
+    member
+        .send_v5(v5::Packet::Disconnect(Default::default()))
+        .await;
+    poll_until("the group ended", || async {
+        s.broker.shared_subscriptions().is_empty().then_some(())
+    })
+    .await;
+    publisher.send_v5(pubrel(10)).await;
+    assert!(matches!(
+        publisher.recv().await,
+        Some(MqttPacket::V5(v5::Packet::PublishComplete(_)))
+    ));
+    let listed = s.broker.list_destinations(None, 1_000).await.unwrap();
+    assert!(
+        !listed
+            .destinations
+            .iter()
+            .any(|d| d.stats.destination.contains("$share")),
+        "the ended group's queue is not made again"
+    );
+
     // Held, then the session ends with a clean start: dropped, never delivered.
     publisher
         .publish_v5("q2/a", b"dropped", 2, 8, Default::default())
@@ -1204,9 +1303,56 @@ async fn qos2_is_exactly_once_across_a_restart(t: TestStore) {
     s.stop().await;
 }
 
+/// 5.0's DISCONNECT with session expiry 0 ends a persistent session at once: its
+/// subscriptions, their durable subscriptions and its mark go, and the next CONNECT
+/// finds no session; a DISCONNECT that gives an interval to a session whose CONNECT
+/// had none is a protocol error (DISCONNECT 0x82).
+async fn a_disconnect_with_expiry_0_ends_the_session(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut c, _) = MqttClient::v5(s.mqtt, "d0", 600).await;
+    c.subscribe_v5(1, &[("d0/#", 1)]).await;
+    c.send_v5(v5::Packet::Disconnect(v5::Disconnect {
+        session_expiry_interval_secs: Some(0),
+        ..Default::default()
+    }))
+    .await;
+    drop(c);
+    poll_until("the session ended", || async {
+        let subs = s.broker.session_subscriptions("mqtt", "d0").await.unwrap();
+        let mark = s.broker.session_expires_at("mqtt", "d0").await.unwrap();
+        (subs.is_empty() && mark.is_none()).then_some(())
+    })
+    .await;
+    assert!(!s
+        .broker
+        .durable_subscription_exists("topic://d0.>", "d0", "d0/#")
+        .await
+        .unwrap());
+    let mut connect = v5_connect("d0", 600);
+    connect.clean_start = false;
+    let (mut c, ack) = MqttClient::v5_with(s.mqtt, connect).await;
+    assert!(!ack.session_present);
+    c.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    drop(c);
+    let (mut c, _) = MqttClient::v5(s.mqtt, "d1", 0).await;
+    c.send_v5(v5::Packet::Disconnect(v5::Disconnect {
+        session_expiry_interval_secs: Some(60),
+        ..Default::default()
+    }))
+    .await;
+    match c.recv().await {
+        Some(MqttPacket::V5(v5::Packet::Disconnect(d))) => {
+            assert_eq!(u8::from(d.reason_code), 0x82)
+        }
+        other => panic!("no DISCONNECT 0x82: {other:?}"),
+    }
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     every_qos_round_trips,
+    a_disconnect_with_expiry_0_ends_the_session,
     qos2_is_exactly_once_across_a_restart,
     session_expiry_ends_an_offline_session,
     shared_subscriptions_split_the_messages,
