@@ -535,7 +535,7 @@ where
                 if self.persistent {
                     // Held until now: delivered, then PUBCOMP (a failure closes the
                     // connection unanswered, so the client sends PUBREL again).
-                    if let Err(e) = self.release(id).await {
+                    if let Err(e) = Box::pin(self.release(id)).await {
                         return Err(End::Refused(
                             reason::UNSPECIFIED_ERROR,
                             format!("the message of PUBREL {id} could not be delivered: {e}"),
