@@ -22,7 +22,6 @@ use ebb_actors::destination::{DueMessage, PublishTicket, ReleaseScheduled};
 use ebb_actors::messages::{PublishOutcome, TopicMessage};
 use ebb_actors::DestinationKey;
 use ebb_store::NewMessage;
-use std::sync::Arc;
 
 /// The prefix of held sends' store xids (`held:NAME:NNNNN`).
 pub const HELD_XID_PREFIX: &str = "held:";
@@ -116,16 +115,7 @@ impl Broker {
             ));
         }
         let outgoing = self.outgoing_as(key, message, false, Some(message_id))?;
-        let row = NewMessage {
-            container: key.container(),
-            message_id: outgoing.message_id.clone(),
-            expiration: outgoing.expiration,
-            priority: outgoing.priority,
-            xid: Some(xid),
-            payload: Arc::clone(&outgoing.payload),
-            indexed_headers: key.capabilities().indexed_headers,
-            last_value: None,
-        };
+        let row = super::schedule::prepared_row(key, &outgoing, xid);
         Ok((row, outgoing))
     }
 

@@ -12,6 +12,10 @@
 //!   A group's queue exists from its first subscription on (its definition is stored,
 //!   so an offline group keeps getting its messages across restarts, as a durable
 //!   subscription) until the queue is deleted.
+//! - a **shared subscription** ([`super::shared`], MQTT's `$share/GROUP/FILTER`): a
+//!   send to a topic the group's filter matches (a topic or a pattern) also goes to
+//!   the group's queue, the copy naming its topic (`ebb-topic`); counted in the
+//!   metrics as a virtual topic's copies are (`route="virtual_topic"`).
 //!
 //! A send that ends at one destination takes the usual path ([`Broker::start_send`]).
 //! A virtual topic's copies are sent one after another, each as a send of its own

@@ -49,6 +49,26 @@ use ebb_actors::scheduled::{
 use ebb_actors::DestinationKey;
 use ebb_store::NewMessage;
 
+/// The store row of `outgoing` for `key`, prepared under `xid` (invisible until a
+/// commit of that xid): a scheduled message's, or a held send's
+/// ([`Broker::hold_send`]).
+pub(super) fn prepared_row(
+    key: &DestinationKey,
+    outgoing: &TopicMessage,
+    xid: String,
+) -> NewMessage {
+    NewMessage {
+        container: key.container(),
+        message_id: outgoing.message_id.clone(),
+        expiration: outgoing.expiration,
+        priority: outgoing.priority,
+        xid: Some(xid),
+        payload: Arc::clone(&outgoing.payload),
+        indexed_headers: key.capabilities().indexed_headers,
+        last_value: None,
+    }
+}
+
 /// Most scheduled messages released in one page (rows read and committed), as
 /// ActiveMQ's `maxExpirePageSize` default bounds an expiry page.
 pub const SCHEDULER_PAGE: u32 = 400;
@@ -229,17 +249,7 @@ impl Broker {
             (None, Some(r)) => job_xid(due_ms, &outgoing.message_id, r.period_ms, r.count),
             (None, None) => scheduled_xid(due_ms, &outgoing.message_id),
         };
-        let new = NewMessage {
-            container: key.container(),
-            message_id: outgoing.message_id.clone(),
-            expiration: outgoing.expiration,
-            priority: outgoing.priority,
-            xid: Some(xid),
-            payload: Arc::clone(&outgoing.payload),
-            indexed_headers: key.capabilities().indexed_headers,
-            last_value: None,
-        };
-        Ok((new, outgoing))
+        Ok((prepared_row(key, &outgoing, xid), outgoing))
     }
 
     /// The scheduled messages, in due order, at most `limit` (1 to

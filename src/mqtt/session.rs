@@ -1330,28 +1330,49 @@ where
             options
         };
         options.connection = Some(self.connection);
+        let source = target.clone();
+        match self
+            .consume(
+                filter,
+                source,
+                options,
+                (target, qos, retain_as_published, None),
+            )
+            .await
+        {
+            Ok(granted) => granted,
+            Err(e) => refused_filter(&self.accepted, filter, e),
+        }
+    }
+
+    /// Subscribes filter `filter` to `source` with `options` (acked by the client
+    /// within the delivery window at QoS 1 and 2) and keeps it as `(target, qos,
+    /// retain as published, shared queue)`: the granted QoS.
+    async fn consume(
+        &mut self,
+        filter: &str,
+        source: Target,
+        mut options: SubscribeOptions,
+        (target, qos, retain_as_published, shared): (Target, u8, bool, Option<DestinationKey>),
+    ) -> Result<u8, Error> {
         if qos > 0 {
             options.ack = AckMode::Client;
             options.prefetch = Some(self.window.min(32_767) as u32);
         }
-        match self.broker.subscribe(&target, options).await {
-            Ok(subscription) => {
-                let acker = subscription.acker();
-                self.subs.insert(filter.to_string(), subscription);
-                self.info.insert(
-                    filter.to_string(),
-                    Sub {
-                        target,
-                        qos,
-                        retain_as_published,
-                        acker,
-                        shared: None,
-                    },
-                );
-                qos
-            }
-            Err(e) => refused_filter(&self.accepted, filter, e),
-        }
+        let subscription = self.broker.subscribe(&source, options).await?;
+        let acker = subscription.acker();
+        self.subs.insert(filter.to_string(), subscription);
+        self.info.insert(
+            filter.to_string(),
+            Sub {
+                target,
+                qos,
+                retain_as_published,
+                acker,
+                shared,
+            },
+        );
+        Ok(qos)
     }
 
     /// [`Session::attach`] of shared subscription `filter` (`$share/GROUP/…`) to
@@ -1401,27 +1422,11 @@ where
         {
             return refused_filter(&self.accepted, filter, e);
         }
-        let mut options = SubscribeOptions::non_durable().connection(self.connection);
-        if qos > 0 {
-            options.ack = AckMode::Client;
-            options.prefetch = Some(self.window.min(32_767) as u32);
-        }
-        match self.broker.subscribe(&queue, options).await {
-            Ok(subscription) => {
-                let acker = subscription.acker();
-                self.subs.insert(filter.to_string(), subscription);
-                self.info.insert(
-                    filter.to_string(),
-                    Sub {
-                        target,
-                        qos,
-                        retain_as_published,
-                        acker,
-                        shared: Some(queue),
-                    },
-                );
-                qos
-            }
+        let options = SubscribeOptions::non_durable().connection(self.connection);
+        let source = Target::One(queue.clone());
+        let kept = (target, qos, retain_as_published, Some(queue.clone()));
+        match self.consume(filter, source, options, kept).await {
+            Ok(granted) => granted,
             Err(e) => {
                 self.leave_shared(&queue, false).await;
                 refused_filter(&self.accepted, filter, e)
