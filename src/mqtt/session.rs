@@ -599,6 +599,11 @@ where
                 Ok(())
             }
             In::Unexpected(what) => Err(protocol_error(format!("a client does not send {what}"))),
+            In::SubscriptionIdentifier => Err(End::Refused(
+                reason::SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
+                "subscription identifiers are not offered (CONNACK says so): SUBSCRIBE without one"
+                    .into(),
+            )),
         }
     }
 

@@ -164,6 +164,9 @@ pub enum In {
     },
     /// A packet the broker does not take (5.0's AUTH; a packet only a server sends).
     Unexpected(&'static str),
+    /// A 5.0 SUBSCRIBE with a subscription identifier, which CONNACK says the broker
+    /// does not offer (refused with DISCONNECT 0xA1, never ignored).
+    SubscriptionIdentifier,
 }
 
 /// A packet to the client. Reason codes are 5.0's; a 3.1.1 connection gets what its
@@ -276,6 +279,8 @@ pub mod reason {
     pub const RETAIN_NOT_SUPPORTED: u8 = 0x9A;
     /// Shared subscriptions not supported.
     pub const SHARED_SUBSCRIPTIONS_NOT_SUPPORTED: u8 = 0x9E;
+    /// A SUBSCRIBE named a subscription identifier, which the broker does not offer.
+    pub const SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED: u8 = 0xA1;
 }
 
 /// Why bytes from the client are no packet.
@@ -541,6 +546,7 @@ fn v5_in(packet: v5::Packet) -> In {
         v5::Packet::PublishReceived(a) => In::PubRec(pid(a.packet_id)),
         v5::Packet::PublishRelease(a) => In::PubRel(pid(a.packet_id)),
         v5::Packet::PublishComplete(a) => In::PubComp(pid(a.packet_id)),
+        v5::Packet::Subscribe(s) if s.id.is_some() => In::SubscriptionIdentifier,
         v5::Packet::Subscribe(s) => In::Subscribe {
             packet_id: pid(s.packet_id),
             filters: s

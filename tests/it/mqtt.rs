@@ -1306,7 +1306,8 @@ async fn qos2_is_exactly_once_across_a_restart(t: TestStore) {
 /// 5.0's DISCONNECT with session expiry 0 ends a persistent session at once: its
 /// subscriptions, their durable subscriptions and its mark go, and the next CONNECT
 /// finds no session; a DISCONNECT that gives an interval to a session whose CONNECT
-/// had none is a protocol error (DISCONNECT 0x82).
+/// had none is a protocol error (DISCONNECT 0x82); and a SUBSCRIBE with a
+/// subscription identifier, which CONNACK says is not offered, is refused (0xA1).
 async fn a_disconnect_with_expiry_0_ends_the_session(t: TestStore) {
     let s = mqtt_server(&t, Security::default()).await;
     let (mut c, _) = MqttClient::v5(s.mqtt, "d0", 600).await;
@@ -1345,6 +1346,22 @@ async fn a_disconnect_with_expiry_0_ends_the_session(t: TestStore) {
             assert_eq!(u8::from(d.reason_code), 0x82)
         }
         other => panic!("no DISCONNECT 0x82: {other:?}"),
+    }
+    // A subscription identifier, which CONNACK says is not offered: refused (0xA1).
+    let (mut c, ack) = MqttClient::v5(s.mqtt, "d2", 0).await;
+    assert!(!ack.subscription_identifiers_available);
+    c.send_v5(v5::Packet::Subscribe(v5::Subscribe {
+        packet_id: pid(1),
+        id: Some(std::num::NonZeroU32::new(7).unwrap()),
+        user_properties: Vec::new(),
+        topic_filters: vec![(ByteString::from("d2/x"), Default::default())],
+    }))
+    .await;
+    match c.recv().await {
+        Some(MqttPacket::V5(v5::Packet::Disconnect(d))) => {
+            assert_eq!(u8::from(d.reason_code), 0xA1)
+        }
+        other => panic!("no DISCONNECT 0xA1: {other:?}"),
     }
     s.stop().await;
 }
