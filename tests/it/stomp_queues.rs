@@ -465,11 +465,12 @@ async fn flow_01_fail_mode_errors_with_the_receipt(t: TestStore) {
 /// DLQ in pages never holds up a small queue's expiry or live traffic on a third
 /// queue; the big one drains too.
 async fn exp_03_big_expiry_does_not_starve_others(t: TestStore) {
-    // Pages of 50: BIG's run is 60 pages, long enough to span SMALL's 300 ms tick on a
-    // fast machine (with pages of 200 it could finish between two of SMALL's ticks).
+    // Pages of 25: BIG's run is 120 pages, long enough to span SMALL's 300 ms tick on
+    // a fast machine (with pages of 200 it could finish between two of SMALL's ticks;
+    // with pages of 50, once in a few CI runs, it did).
     let expiring = Policy {
         dead_letter_expired: true,
-        ..policy(300, 50)
+        ..policy(300, 25)
     };
     let s = queue_server(&t, expiring, UsageConfig::default()).await;
     let mut p = Client::connected(s.addr, None).await;
