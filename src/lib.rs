@@ -20,7 +20,7 @@
 //! | transport | [`transport`] | what every protocol shares, naming none: the [`transport::Protocol`] seam, the TCP/TLS listener, connection caps, the registry of open connections, client-id claims |
 //! | STOMP | [`stomp`] | one protocol, whole: frames and their codec (no broker types), a typed [`stomp::command`] parsed from each frame, a [`stomp::session`] that applies commands to [`Broker`], the socket loop ([`stomp::connection`]) |
 //! | configuration | [`config`], [`auth`], [`login_guard`] | the TOML file, users and rights by destination pattern, refused logins per client address (every protocol) |
-//! | operators' views | [`stats`], [`metrics`], [`process`], [`admin`] | snapshots ([`Broker::stats`]), Prometheus metrics (the recorder behind the `prometheus` feature), the process's memory, the admin calls (destinations and durable subscriptions in bounded pages, a store ping) |
+//! | operators' views | [`stats`], [`metrics`], [`history`], [`process`], [`admin`] | snapshots ([`Broker::stats`]), Prometheus metrics (the recorder behind the `prometheus` feature), rates and depths over time in bounded memory for the console's charts, the process's memory, the admin calls (destinations and durable subscriptions in bounded pages, a store ping) |
 //! | MQTT | [`mqtt`] | the second protocol, whole and beside STOMP on the same destinations: 3.1.1 and 5.0 packets through a maintained codec ([`mqtt::wire`]), topics as Ebb's ([`mqtt::topic`]: `a/b` is `topic://a.b`), one connection's session ([`mqtt::session`]: QoS 0/1/2 answered after commit, persistent sessions as durable subscriptions with 5.0's expiry ([`mqtt::expiry`]), `$share` groups as queues ([`Broker::join_shared_subscription`]), takeover, wills) |
 //! | HTTP | `http` (feature `http`, part of `cli`) | one axum server: `/metrics`, `/healthz`, `/readyz`, the JSON admin API over [`admin`] and [`Broker`], the web console (a static page over that API), STOMP over WebSocket through the same [`stomp::connection`] as TCP |
 //! | server | [`server`] | [`server::Server`]: a broker with its listeners (STOMP, STOMP over TLS, MQTT, MQTT over TLS, HTTP) started and stopped as one; `ebb serve`, the test harness and the benches all start theirs through it |
@@ -252,6 +252,7 @@ pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod history;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod login_guard;

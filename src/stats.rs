@@ -120,6 +120,10 @@ pub struct DestinationStats {
     /// reached, redeliveries counted again). Topics do not count acks, so this runs
     /// ahead of ActiveMQ's ack-based dequeue count by the deliveries in flight.
     pub dequeued_total: u64,
+    /// Deliveries handed to consumers, redeliveries included (for a topic, the same
+    /// as `dequeued_total`).
+    #[serde(default)]
+    pub delivered_total: u64,
     /// Expirations. For a topic: one per (message, durable subscription) whose expiry
     /// was acked, plus one per message that expired on arrival or before reaching a
     /// non-durable consumer.
@@ -164,6 +168,7 @@ impl DestinationStats {
             producers: 0,
             enqueued_total: stats.enqueued,
             dequeued_total: stats.dequeued,
+            delivered_total: stats.dispatched,
             expired_total: stats.expired,
             dead_lettered_total: stats.dead_lettered,
             expiry_pages_total: stats.expiry_pages,

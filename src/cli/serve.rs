@@ -364,6 +364,7 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         body_read_timeout: crate::http::BODY_READ_TIMEOUT,
         max_body_bytes: connection.limits.max_frame_bytes,
         tls: http_acceptor,
+        history_step: crate::history::DEFAULT_STEP,
     });
 
     let broker = if ha {

@@ -12,6 +12,9 @@
 //! | `GET /api/v1` | this list of routes |
 //! | `GET /api/v1/broker` | version, usage and limits (bytes), destinations running |
 //! | `GET /api/v1/destinations?after=KEY&limit=N` | destinations (running ones with counters, stored ones too) |
+//! | `GET /api/v1/broker/history?window=15m` | the broker's rates (per second: enqueued, delivered, dequeued, expired, dead-lettered), depth, memory, store, connections over the window ([`crate::history::BrokerHistory`]; `window` from one step to 24 h: `90s`, `15m`, `6h`, `24h`; default 15 min) |
+//! | `GET /api/v1/queues/NAME/history?window=15m`, `GET /api/v1/topics/NAME/history?...` | one destination's rates, depth, in flight and consumers over the window ([`crate::history::DestinationHistory`]); asking starts its series if it had none (an idle destination has none); `404` for one that does not exist; needs `read` on it |
+//! | `GET /api/v1/broker/destinations?sort=depth&order=desc&filter=TEXT&offset=N&limit=N` | the running destinations as last sampled, sorted (`name`, `depth`, `enqueued_rate`, `dequeued_rate`, `consumers`), filtered by a part of their name and paged (`limit` at most [`MAX_TABLE_PAGE`]), each with the last 5 min of its depth when it has a series ([`crate::history::TablePage`]); only those the caller may read |
 //! | `GET /api/v1/queues/NAME`, `GET /api/v1/topics/NAME` | one destination's counters; `404` when it is neither running nor stored |
 //! | `GET /api/v1/queues/NAME/messages?after=ID&limit=N&body=full` | a page of the queue's stored messages in id order (delivered ones not yet acked included), with headers and a body preview ([`BODY_PREVIEW_BYTES`]), the whole body with `body=full` |
 //! | `GET /api/v1/topics/NAME/subscriptions?after_client=ID&after_name=NAME&limit=N` | its durable subscriptions: client id, name, selector, high-water mark, online, in flight |
@@ -60,6 +63,8 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
     let mut router = Router::new()
         .route("/", get(index))
         .route("/broker", get(broker))
+        .route("/broker/history", get(broker_history))
+        .route("/broker/destinations", get(destination_table))
         .route("/kinds", get(kinds))
         .route("/destinations", get(destinations))
         .route("/connections", get(connections))
@@ -90,6 +95,7 @@ fn kind_routes(kind: DestinationKind) -> Router<AppState> {
     };
     let mut router = Router::new()
         .route("/:name", get(destination).delete(delete_destination))
+        .route("/:name/history", get(destination_history))
         .route("/:name/messages", messages);
     if caps.browse {
         router = router
@@ -115,6 +121,8 @@ fn kind_routes(kind: DestinationKind) -> Router<AppState> {
 fn route_list() -> Vec<String> {
     let mut routes: Vec<String> = [
         "GET /api/v1/broker",
+        "GET /api/v1/broker/history?window=15m",
+        "GET /api/v1/broker/destinations?sort=depth&order=desc&filter=TEXT&offset=N&limit=N",
         "GET /api/v1/kinds",
         "GET /api/v1/destinations?after=KEY&limit=N",
         "GET /api/v1/scheduled?after=ID&limit=N",
@@ -130,6 +138,7 @@ fn route_list() -> Vec<String> {
             kind.capabilities(),
         );
         routes.push(format!("GET {base}"));
+        routes.push(format!("GET {base}/history?window=15m"));
         routes.push(format!("DELETE {base}"));
         if caps.browse {
             routes.push(format!("GET {base}/messages?after=ID&limit=N&body=full"));
@@ -284,6 +293,136 @@ async fn broker(State(state): State<AppState>) -> Result<Response, ApiError> {
         "scheduler": scheduler,
     });
     Ok(Json(body).into_response())
+}
+
+/// Most rows one `GET /api/v1/broker/destinations` answers.
+pub const MAX_TABLE_PAGE: usize = 500;
+
+/// `?window=15m`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WindowQuery {
+    window: Option<String>,
+}
+
+/// A window as people write one: `90s`, `15m`, `6h`, `24h` or plain seconds; from
+/// one step of `history` to its longest window; 15 min when absent.
+fn window_of(
+    history: &crate::history::History,
+    window: Option<&str>,
+) -> Result<std::time::Duration, ApiError> {
+    let Some(text) = window else {
+        return Ok(history
+            .fine_window()
+            .min(std::time::Duration::from_secs(15 * 60)));
+    };
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => 0,
+    };
+    let bad = || {
+        ApiError::bad_request(format!(
+            "bad window `{text}`: give seconds, minutes or hours, from {} s to 24 h (`90s`, `15m`, `24h`)",
+            history.step().as_secs().max(1)
+        ))
+    };
+    let seconds: u64 = digits.parse().map_err(|_| bad())?;
+    let window = std::time::Duration::from_secs(seconds.saturating_mul(scale));
+    if scale == 0 || window < history.step() || window > history.longest_window() {
+        return Err(bad());
+    }
+    Ok(window)
+}
+
+/// `GET /api/v1/broker/history?window=15m`: the broker's series
+/// ([`crate::history::History::broker`]).
+async fn broker_history(
+    State(state): State<AppState>,
+    query: Result<Query<WindowQuery>, QueryRejection>,
+) -> Result<Json<crate::history::BrokerHistory>, ApiError> {
+    let Query(query) = query?;
+    let window = window_of(&state.history, query.window.as_deref())?;
+    Ok(Json(state.history.broker(window, crate::history::now_ms())))
+}
+
+/// `GET /api/v1/{kind}/NAME/history?window=15m`: one destination's series
+/// ([`crate::history::History::destination`]); `read` on it needed, `404` when it
+/// neither runs nor is stored.
+async fn destination_history(
+    State(state): State<AppState>,
+    Extension(kind): Extension<DestinationKind>,
+    Extension(caller): Extension<Caller>,
+    name: Result<Path<String>, PathRejection>,
+    query: Result<Query<WindowQuery>, QueryRejection>,
+) -> Result<Json<crate::history::DestinationHistory>, ApiError> {
+    let Path(name) = name?;
+    let Query(query) = query?;
+    let key = key_of(kind, &name)?;
+    may_read(&state, &caller, &key)?;
+    let window = window_of(&state.history, query.window.as_deref())?;
+    let container = key.container();
+    if !state.history.was_running(&container) && !state.broker.destination_exists(&key).await? {
+        return Err(unknown(&key));
+    }
+    Ok(Json(state.history.destination(
+        &container,
+        window,
+        crate::history::now_ms(),
+    )))
+}
+
+/// `?sort=depth&order=desc&filter=jobs&offset=0&limit=50`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TableQuery {
+    sort: Option<crate::history::SortBy>,
+    order: Option<String>,
+    filter: Option<String>,
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+/// `GET /api/v1/broker/destinations`: the running destinations as last sampled,
+/// sorted, filtered and paged ([`crate::history::History::table`]); only those the
+/// caller may read.
+async fn destination_table(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    query: Result<Query<TableQuery>, QueryRejection>,
+) -> Result<Json<crate::history::TablePage>, ApiError> {
+    let Query(query) = query?;
+    let descending = match query.order.as_deref() {
+        None | Some("asc") => false,
+        Some("desc") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "bad order `{other}`: `asc` or `desc`"
+            )))
+        }
+    };
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=MAX_TABLE_PAGE).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit {limit} is out of range: 1 to {MAX_TABLE_PAGE}"
+        )));
+    }
+    Ok(Json(state.history.table(
+        query.filter.as_deref().unwrap_or(""),
+        query.sort.unwrap_or(crate::history::SortBy::Name),
+        descending,
+        query.offset.unwrap_or(0),
+        limit,
+        |key| {
+            DestinationKey::from_container(key)
+                .is_ok_and(|key| may_read(&state, &caller, &key).is_ok())
+        },
+    )))
 }
 
 /// `?after=...&limit=N`.

@@ -150,6 +150,9 @@ pub struct HttpOptions {
     /// feature; [`crate::tls::TlsFiles::acceptor`] with ALPN `http/1.1`).
     #[cfg(feature = "tls")]
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The time between two points of the rates and depths the console charts
+    /// ([`crate::history`]); default [`crate::history::DEFAULT_STEP`] (5 s).
+    pub history_step: Duration,
 }
 
 impl HttpOptions {
@@ -174,6 +177,7 @@ impl HttpOptions {
             body_read_timeout: BODY_READ_TIMEOUT,
             #[cfg(feature = "tls")]
             tls: None,
+            history_step: crate::history::DEFAULT_STEP,
         }
     }
 }
@@ -185,6 +189,8 @@ pub(crate) struct AppState {
     pub options: Arc<HttpOptions>,
     pub metrics: PrometheusHandle,
     pub logins: Arc<login::LoginCache>,
+    /// Rates and depths over time, fed by the metrics refresh task.
+    pub history: Arc<crate::history::History>,
 }
 
 /// A running HTTP server and its metrics refresh task. Stop it with
@@ -211,11 +217,14 @@ impl HttpServer {
         #[cfg(feature = "tls")]
         let tls = options.tls.clone();
         let logins = Arc::new(login::LoginCache::default());
+        let history = Arc::new(crate::history::History::new(options.history_step));
+        let connections = options.connections.clone();
         let state = AppState {
             broker: broker.clone(),
             options: Arc::new(options),
             metrics: metrics.clone(),
             logins,
+            history: history.clone(),
         };
         let app = router(state, body_limit);
         let (stop, stop_rx) = watch::channel(false);
@@ -224,10 +233,13 @@ impl HttpServer {
         // to report).
         if let Ok(stats) = broker.stats().await {
             crate::metrics::record(&stats);
+            history.record(&stats, connections.len(), crate::history::now_ms());
         }
         let refresh = tokio::spawn(crate::metrics::refresh_loop(
             broker,
             metrics,
+            history.clone(),
+            connections,
             stop_rx.clone(),
         ));
         #[cfg(feature = "tls")]

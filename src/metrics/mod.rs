@@ -39,7 +39,7 @@
 //! | `ebb_destination_consumers`, `ebb_destination_producers` | gauge | `destination` | attached now |
 //! | `ebb_destination_memory_usage_bytes`, `ebb_destination_producers_blocked` | gauge | `destination` | per destination usage |
 //! | `ebb_destination_max_expiry_page_rows` | gauge | `destination` | most rows one expiry page handled since start |
-//! | `ebb_destination_enqueued_total`, `ebb_destination_dequeued_total`, `ebb_destination_expired_total`, `ebb_destination_dead_lettered_total` | counter | `destination` | messages since start |
+//! | `ebb_destination_enqueued_total`, `ebb_destination_dequeued_total`, `ebb_destination_delivered_total` (redeliveries included), `ebb_destination_expired_total`, `ebb_destination_dead_lettered_total` | counter | `destination` | messages since start |
 //! | `ebb_expiry_runs_total` | counter | `destination` | expiry runs (chains of pages) started |
 //! | `ebb_expiry_pages_total` | counter | `destination` | expiry pages finished |
 //! | `ebb_login_failures_total`, `ebb_logins_throttled_total` | counter | `protocol` | refused logins; logins refused without a check, their address having used up its refused logins ([`crate::login_guard`]) |
@@ -145,6 +145,8 @@ pub mod names {
     pub const ENQUEUED_TOTAL: &str = "ebb_destination_enqueued_total";
     /// Deliveries handed to consumers since start (topics: not acks).
     pub const DEQUEUED_TOTAL: &str = "ebb_destination_dequeued_total";
+    /// Deliveries handed to consumers since start, redeliveries included.
+    pub const DELIVERED_TOTAL: &str = "ebb_destination_delivered_total";
     /// Message expirations since start.
     pub const EXPIRED_TOTAL: &str = "ebb_destination_expired_total";
     /// Messages sent to a dead-letter queue.
@@ -290,6 +292,10 @@ const COUNTERS: &[(&str, &str)] = &[
     (
         names::DEQUEUED_TOTAL,
         "Deliveries handed to consumers since start (topics: not acks)",
+    ),
+    (
+        names::DELIVERED_TOTAL,
+        "Deliveries handed to consumers since start, redeliveries included",
     ),
     (names::EXPIRED_TOTAL, "Message expirations since start"),
     (
@@ -451,6 +457,7 @@ pub fn record(stats: &BrokerStats) {
         for (name, value) in [
             (ENQUEUED_TOTAL, d.enqueued_total),
             (DEQUEUED_TOTAL, d.dequeued_total),
+            (DELIVERED_TOTAL, d.delivered_total),
             (EXPIRED_TOTAL, d.expired_total),
             (DEAD_LETTERED_TOTAL, d.dead_lettered_total),
             (EXPIRY_PAGES_TOTAL, d.expiry_pages_total),

@@ -46,10 +46,13 @@ pub fn install_recorder() -> Result<PrometheusHandle, Error> {
     Ok(handle)
 }
 
-/// Refreshes the metrics from the broker until `stop`; see the module documentation.
+/// Refreshes the metrics from the broker until `stop`, and hands each snapshot to
+/// `history` with the open `connections` counted; see the module documentation.
 pub(crate) async fn refresh_loop(
     broker: Broker,
     handle: PrometheusHandle,
+    history: std::sync::Arc<crate::history::History>,
+    connections: crate::transport::connections::Connections,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut failing = false;
@@ -58,6 +61,7 @@ pub(crate) async fn refresh_loop(
         match broker.stats().await {
             Ok(stats) => {
                 record(&stats);
+                history.record(&stats, connections.len(), crate::history::now_ms());
                 if failing {
                     tracing::info!("metrics refresh works again");
                     failing = false;

@@ -13,7 +13,7 @@ use ebb::stomp::connection::ConnectionConfig;
 use ebb::test_util::stomp::{receipt, serve_with, Client};
 use ebb::test_util::*;
 use ebb::{Message, SubscribeOptions};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// One HTTP call's answer: status and JSON body (`Value::Null` when empty).
 struct Answer {
@@ -992,6 +992,8 @@ async fn reads_need_the_stomp_read_right(t: TestStore) {
         format!("{api}/topics/api.board/subscriptions"),
         format!("{api}/topics/api.board/subscriptions/hr/minutes/messages?body=full"),
         format!("{api}/connections"),
+        format!("{api}/queues/api.secret/history"),
+        format!("{api}/topics/api.board/history?window=1h"),
     ];
     for url in &secret {
         let refused = call("GET", url.clone(), None, Some("viewer:look")).await;
@@ -1030,6 +1032,38 @@ async fn reads_need_the_stomp_read_right(t: TestStore) {
     )
     .await;
     assert_eq!(listed(&seen), vec!["queue://api.public".to_string()]);
+    // The sorted table (the sampler's reading, up to a step old) shows the viewer
+    // what it may read, once the admin's shows all three.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let table = call(
+            "GET",
+            format!("{api}/broker/destinations"),
+            None,
+            Some("root:s3cret"),
+        )
+        .await;
+        if table.json["matched"] == 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", table.json);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let table = call(
+        "GET",
+        format!("{api}/broker/destinations?sort=name"),
+        None,
+        Some("viewer:look"),
+    )
+    .await;
+    assert_eq!(table.status, 200, "{}", table.json);
+    let rows: Vec<&str> = table.json["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["destination"].as_str().unwrap())
+        .collect();
+    assert_eq!(rows, ["queue://api.public"], "{}", table.json);
     let all = call(
         "GET",
         format!("{api}/destinations"),
@@ -2327,6 +2361,171 @@ async fn scheduled_messages_are_listed_and_cancelled(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// The history behind the console's charts (issue 36), at a step of 200 ms: a
+/// queue's depth rises while messages wait and falls when a consumer takes them,
+/// with the rates of both; the broker's series sums its destinations; the sorted
+/// table shows the deepest first; bad windows are `400`, an unknown destination
+/// `404`.
+async fn history_follows_rates_and_depth(t: TestStore) {
+    let (b, server, base) = http_server(&t, |o| {
+        o.history_step = Duration::from_millis(200);
+    })
+    .await;
+    let api = format!("{base}/api/v1");
+    // The last value of `field` in a history answer.
+    let last = |json: &Value, field: &str| json[field].as_array().and_then(|a| a.last().cloned());
+    let wait_depth = |url: String, depth: u64| async move {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let answer = call("GET", url.clone(), None, None).await;
+            assert_eq!(answer.status, 200, "{}", answer.json);
+            if last(&answer.json, "depth") == Some(json!(depth)) {
+                return answer.json;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "depth never reached {depth}: {}",
+                answer.json
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    for i in 0..40 {
+        b.send("queue://api.chart", Message::new(format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    b.send("queue://api.small", Message::new("one"))
+        .await
+        .unwrap();
+    // 30 s: within the 180 fine points of 200 ms.
+    let queue = format!("{api}/queues/api.chart/history?window=30s");
+    let risen = wait_depth(queue.clone(), 40).await;
+    let enqueued: f64 = risen["enqueued_per_s"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(enqueued > 0.0, "no enqueue rate: {risen}");
+    assert_eq!(risen["tracked"], true);
+    assert_eq!(risen["step_ms"], 200);
+    let points = risen["t_ms"].as_array().unwrap().len();
+    for column in [
+        "depth",
+        "enqueued_per_s",
+        "dequeued_per_s",
+        "in_flight",
+        "consumers",
+    ] {
+        assert_eq!(risen[column].as_array().unwrap().len(), points, "{column}");
+    }
+    let deepest = call(
+        "GET",
+        format!("{api}/broker/destinations?sort=depth&order=desc&limit=1"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(deepest.json["matched"], 2, "{}", deepest.json);
+    assert_eq!(deepest.json["rows"][0]["destination"], "queue://api.chart");
+    assert_eq!(deepest.json["rows"][0]["depth"], 40);
+    assert!(
+        !deepest.json["rows"][0]["sparkline"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{}",
+        deepest.json
+    );
+    let filtered = call(
+        "GET",
+        format!("{api}/broker/destinations?filter=SMALL"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(filtered.json["rows"][0]["destination"], "queue://api.small");
+    assert_eq!(filtered.json["matched"], 1);
+
+    let mut consumer = b
+        .subscribe("queue://api.chart", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    for _ in 0..40 {
+        let m = next(&mut consumer).await;
+        consumer.ack(&m).await.unwrap();
+    }
+    let fallen = wait_depth(queue.clone(), 0).await;
+    let depths: Vec<u64> = fallen["depth"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap())
+        .collect();
+    let top = depths.iter().position(|d| *d == 40).expect("40 deep once");
+    assert!(depths[top..].contains(&0), "{depths:?}");
+    let dequeued = fallen["dequeued_per_s"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r.as_f64().unwrap() > 0.0);
+    assert!(dequeued, "no dequeue rate: {fallen}");
+    assert!(
+        fallen["consumers"].as_array().unwrap().contains(&json!(1)),
+        "{fallen}"
+    );
+
+    let broker = call(
+        "GET",
+        format!("{api}/broker/history?window=30s"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(broker.status, 200, "{}", broker.json);
+    let depths = broker.json["depth"].as_array().unwrap();
+    assert!(
+        depths.contains(&json!(41)),
+        "both queues summed: {}",
+        broker.json
+    );
+    assert!(broker.json["memory"]["series"].as_u64().unwrap() >= 1);
+    assert!(broker.json["memory"]["series_bytes"].as_u64().unwrap() > 0);
+
+    for bad in ["0s", "7d", "fifteen", "25h", "-1m"] {
+        let refused = call(
+            "GET",
+            format!("{api}/broker/history?window={bad}"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(refused.status, 400, "{bad}: {}", refused.json);
+        assert!(
+            refused.json["error"]
+                .as_str()
+                .unwrap()
+                .contains("bad window"),
+            "{}",
+            refused.json
+        );
+    }
+    let unknown = call("GET", format!("{api}/queues/api.never/history"), None, None).await;
+    assert_eq!(unknown.status, 404, "{}", unknown.json);
+    let bad_sort = call(
+        "GET",
+        format!("{api}/broker/destinations?sort=size"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(bad_sort.status, 400, "{}", bad_sort.json);
+    drop(consumer);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
 /// `%`-encodes what a path or query value cannot hold as it is.
 fn urlencode(text: &str) -> String {
     text.bytes()
@@ -2341,6 +2540,7 @@ fn urlencode(text: &str) -> String {
 
 on_every_backend!(
     #[actix_rt::test]
+    history_follows_rates_and_depth,
     scheduled_messages_are_listed_and_cancelled,
     health_and_readiness_say_what_they_check,
     refused_logins_are_throttled_per_address_across_protocols,
