@@ -7,7 +7,7 @@
 //! | `GET /healthz` | the process is up: always `200 {"status":"alive"}` | none |
 //! | `GET /readyz` | ready to serve: the broker is not shut down, its STOMP listeners are up ([`Readiness`]) and the store answers within [`READY_STORE_TIMEOUT`]; `200` or `503`, with each check | none |
 //! | `/api/v1/...` | the JSON admin API ([`api`]) | a configured user; changes need the admin group |
-//! | `GET /console` (and `/`) | the web console ([`CONSOLE_HTML`]): overview with usage and destinations refreshing every 2 s, a destination's counters, durable subscriptions and paged message browser, purge, DLQ retry, remove subscription, the connections page; every button asks for a confirmation | as the API |
+//! | `GET /console` (and `/`) | the web console ([`CONSOLE_HTML`], charts drawn with [`UPLOT_JS`] at `/console/uplot.js`): overview with charts of the broker's rates, depth and memory ([`crate::history`]) and a sorted, filtered, paged destination table with depth sparklines refreshing every 2 s, a destination's charts, a destination's counters, durable subscriptions and paged message browser, purge, DLQ retry, remove subscription, the connections page; every button asks for a confirmation | as the API |
 //! | `GET /stomp` | STOMP over WebSocket (`v12.stomp`, `v11.stomp`, `v10.stomp` subprotocols, [`ws`]) | STOMP's own CONNECT |
 //!
 //! **Who may call.** Without users in the configuration anyone who reaches the server
@@ -40,6 +40,25 @@ pub mod ws;
 /// The web console: one static page over the admin API (no build step, nothing
 /// fetched from elsewhere), served at `/console`.
 pub const CONSOLE_HTML: &str = include_str!("console.html");
+
+/// The chart library the console draws with: uPlot 1.6.32 (MIT, `vendor/uplot/`
+/// with its license), served at `/console/uplot.js`.
+pub const UPLOT_JS: &str = include_str!("vendor/uplot/uPlot.iife.min.js");
+
+/// uPlot's stylesheet, served at `/console/uplot.css`.
+pub const UPLOT_CSS: &str = include_str!("vendor/uplot/uPlot.min.css");
+
+/// A static file of the console (no login: it is a public library), cached a day.
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, content_type),
+            (axum::http::header::CACHE_CONTROL, "public, max-age=86400"),
+        ],
+        body,
+    )
+        .into_response()
+}
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -483,6 +502,14 @@ fn router(state: AppState, body_limit: usize) -> Router {
             get(|| async { axum::response::Redirect::to("/console") }),
         )
         .route("/console", get(console))
+        .route(
+            "/console/uplot.js",
+            get(|| async { asset("text/javascript; charset=utf-8", UPLOT_JS) }),
+        )
+        .route(
+            "/console/uplot.css",
+            get(|| async { asset("text/css; charset=utf-8", UPLOT_CSS) }),
+        )
         .nest("/api/v1", api::routes(state.clone()))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)

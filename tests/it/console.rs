@@ -481,6 +481,147 @@ async fn the_console_shows_destinations_and_retries_a_dlq(t: TestStore) {
     tcp.stop().await;
 }
 
+/// The console's charts (issue 36) in Chromium: a producer sends 20 messages a
+/// second for 30 s to a queue nobody consumes; the overview's rate chart draws
+/// that rate and its depth chart a growing backlog; the queue's own page draws its
+/// depth rising, then falling to 0 once a consumer drains it; the table's sparkline
+/// draws it too. The values are read from what each chart drew (uPlot's data, at
+/// `window.ebbCharts`), not from a picture; the charts are also written to
+/// `target/console/charts-*.png` for a person.
+async fn the_console_charts_a_steady_producer(t: TestStore) {
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
+    let step_s = options.history_step.as_secs_f64();
+    let server = HttpServer::start(options, b.clone()).await.unwrap();
+    let base = format!("http://{}/console", server.local_addr());
+    let queue = "queue://chart.load";
+    let producer = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            for i in 0..600 {
+                tick.tick().await;
+                b.send(queue, Message::new(format!("load {i}")))
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let mut page = Browser::start(1280, 900).await;
+    page.open(
+        &base,
+        "window.ebbCharts && window.ebbCharts['overview-rates']",
+    )
+    .await;
+    // Three whole steps of the producer's rate (20/s; a step's count depends on
+    // where the step boundaries fall, so within a band).
+    let steady =
+        "window.ebbCharts['overview-rates'].data[1].filter(r => r >= 14 && r <= 27).length >= 3";
+    page.wait_for(steady).await;
+    let depths = page
+        .eval("window.ebbCharts['overview-depth'].data[1]")
+        .await;
+    let depths: Vec<u64> = depths
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap())
+        .collect();
+    assert!(
+        depths.windows(2).any(|w| w[1] > w[0]) && *depths.last().unwrap() >= 40,
+        "the backlog grows: {depths:?}"
+    );
+    let x = page
+        .eval("window.ebbCharts['overview-rates'].data[0]")
+        .await;
+    let x: Vec<f64> = x
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(
+        x.windows(2)
+            .all(|w| (w[1] - w[0] - step_s).abs() < step_s / 2.0),
+        "one point a step: {x:?}"
+    );
+    page.wait_for(
+        "(document.querySelector('tr[data-destination=\"queue://chart.load\"] svg.spark')?.dataset.points ?? 0) >= 2",
+    )
+    .await;
+    page.screenshot("charts-overview").await;
+
+    page.open(
+        &format!("{base}#/queue/chart.load"),
+        "window.ebbCharts['destination-depth'] && window.ebbCharts['destination-depth'].root.isConnected",
+    )
+    .await;
+    // Its depth rises while the producer runs...
+    page.wait_for("(d => d.length >= 2 && d[d.length - 1] > d[0])(window.ebbCharts['destination-depth'].data[1])")
+        .await;
+    producer.await.unwrap();
+    page.wait_for("(d => d[d.length - 1] === 600)(window.ebbCharts['destination-depth'].data[1])")
+        .await;
+    // ...and falls to 0 when a consumer drains the queue.
+    let mut consumer = b
+        .subscribe(queue, SubscribeOptions::non_durable().prefetch(100))
+        .await
+        .unwrap();
+    for _ in 0..600 {
+        let m = next(&mut consumer).await;
+        consumer.ack(&m).await.unwrap();
+    }
+    page.wait_for("(d => d[d.length - 1] === 0)(window.ebbCharts['destination-depth'].data[1])")
+        .await;
+    let drawn = page
+        .eval("window.ebbCharts['destination-depth'].data[1]")
+        .await;
+    let drawn: Vec<u64> = drawn
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap())
+        .collect();
+    let top = drawn.iter().position(|d| *d == 600).unwrap();
+    assert!(
+        drawn[..top].windows(2).all(|w| w[1] >= w[0]) && drawn[top..].contains(&0),
+        "rises to 600, then falls to 0: {drawn:?}"
+    );
+    let out = page
+        .eval("Math.max(...window.ebbCharts['destination-rates'].data[3])")
+        .await;
+    assert!(out.as_f64().unwrap() > 0.0, "the dequeue rate shows: {out}");
+    let consumers = page
+        .eval("Math.max(...window.ebbCharts['destination-consumers'].data[1])")
+        .await;
+    assert_eq!(consumers, json!(1));
+    page.screenshot("charts-queue").await;
+    page.fits_the_window("a queue with charts").await;
+    drop((page, consumer));
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+mod the_console_charts_in_chromium {
+    #[actix_rt::test]
+    #[cfg_attr(
+        not(ebb_test_chromium),
+        ignore = "set EBB_TEST_CHROMIUM=/usr/bin/chromium (Debian's chromium package) to run the browser test"
+    )]
+    async fn sqlite() {
+        super::the_console_charts_a_steady_producer(ebb::test_util::TestStore::sqlite()).await;
+    }
+
+    #[actix_rt::test]
+    #[cfg_attr(
+        any(not(ebb_test_chromium), not(ebb_test_postgres)),
+        ignore = "set EBB_TEST_CHROMIUM=/usr/bin/chromium and EBB_TEST_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run the browser test on PostgreSQL"
+    )]
+    async fn postgres() {
+        super::the_console_charts_a_steady_producer(ebb::test_util::TestStore::postgres()).await;
+    }
+}
+
 mod the_console_in_chromium {
     #[actix_rt::test]
     #[cfg_attr(
