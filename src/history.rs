@@ -17,17 +17,18 @@
 //!
 //! **What is kept, and its bound.**
 //! - The broker's series (totals over every destination): always, a fixed
-//!   [`BROKER_SERIES_BYTES`].
+//!   [`BROKER_SERIES_BYTES`] (37,440 bytes).
 //! - A destination's series, only while it is *tracked*: it changed (sent to,
 //!   consumed from, expired, its depth or consumers moved) within the last fine
 //!   window, or someone asked for its history within [`VIEW_KEEP`]. At most
 //!   [`MAX_SERIES`] destinations are tracked; when more are active, a new one takes
 //!   the place of the tracked one idle longest, and none is tracked past the bound.
 //!   Each series costs [`SERIES_BYTES`] plus its name, so all of them together at
-//!   most [`MAX_SERIES`] × [`SERIES_BYTES`] (4.8 MB at the defaults). An idle
+//!   most [`MAX_SERIES`] × [`SERIES_BYTES`] (256 × 22,576 bytes = 5.8 MB). An idle
 //!   destination has no series: 10,000 idle destinations cost no history.
-//! - The last reading of each running destination ([`READING_BYTES`] plus its
-//!   name; at most [`crate::stats::MAX_DESTINATIONS`]): the counters the next step's
+//! - The last reading of each running destination ([`READING_BYTES`], 120, plus
+//!   its name; at most [`crate::stats::MAX_DESTINATIONS`], so about 1.4 MB for
+//!   10,000 destinations): the counters the next step's
 //!   rates are computed from, which also serve the sorted destination table
 //!   ([`History::table`]).
 //!
@@ -792,6 +793,9 @@ fn usage_of(inner: &Inner) -> HistoryUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // The bound the README states: every destination series at once, at most 6 MB.
+    const _: () = assert!(MAX_SERIES * SERIES_BYTES <= 6_000_000);
     use crate::stats::DestinationStats;
 
     fn queue(name: &str, enqueued: u64, dequeued: u64, depth: u64) -> DestinationStats {

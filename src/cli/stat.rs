@@ -5,6 +5,10 @@
 //! metrics back into a [`BrokerStats`] ([`from_samples`]) and renders a header block
 //! (memory, store and temp usage, blocked producers) and one row per destination
 //! ([`render`]). The metric names are the ones [`crate::metrics`] writes.
+//!
+//! `ebb stat --watch` reads again every `--interval` seconds and shows rates
+//! (messages per second) and depths as they move ([`watch_frame`]), computed as the
+//! console's charts are, by a [`crate::history::History`] of its own.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,14 +22,155 @@ pub struct StatArgs {
     /// The broker's metrics address, host:port.
     #[arg(long, value_name = "ADDR", default_value = super::DEFAULT_METRICS_ADDR)]
     pub metrics: String,
+    /// Keep reading and show rates (messages per second) and how depths move, as the
+    /// console's charts do, redrawn every `--interval`; Ctrl-C stops.
+    #[arg(long)]
+    pub watch: bool,
+    /// Seconds between two readings with `--watch` (1 to 3600).
+    #[arg(long, value_name = "SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub interval: u64,
+    /// With `--watch`, stop after this many frames (default: until Ctrl-C).
+    #[arg(long, value_name = "N")]
+    pub frames: Option<u64>,
 }
 
-/// Runs `ebb stat`: prints the table for the broker at `--metrics` ([`run`]).
+/// Runs `ebb stat`: prints the table for the broker at `--metrics` ([`run`]), or,
+/// with `--watch`, a frame of rates every `--interval` ([`watch_frame`]).
 ///
-/// Errors: as [`run`].
+/// Errors: as [`run`]; with `--watch`, a reading that fails ends it.
 pub async fn execute(args: &StatArgs) -> anyhow::Result<()> {
-    print!("{}", run(&args.metrics).await?);
+    if !args.watch {
+        print!("{}", run(&args.metrics).await?);
+        return Ok(());
+    }
+    use std::io::{IsTerminal, Write};
+    let step = Duration::from_secs(args.interval);
+    let history = crate::history::History::new(step);
+    let terminal = std::io::stdout().is_terminal();
+    let mut tick = tokio::time::interval(step);
+    for frame in 0.. {
+        if args.frames.is_some_and(|n| frame >= n) {
+            break;
+        }
+        tick.tick().await;
+        let stats = read(&args.metrics).await?;
+        let text = watch_frame(&history, &stats, crate::history::now_ms());
+        let mut out = std::io::stdout().lock();
+        match terminal {
+            // Redraw in place.
+            true => write!(out, "\x1b[2J\x1b[H{text}")?,
+            false => writeln!(out, "{text}")?,
+        }
+        out.flush()?;
+    }
     Ok(())
+}
+
+/// Rows a `--watch` frame lists.
+pub const WATCH_ROWS: usize = 20;
+
+/// One `ebb stat --watch` frame: takes `stats` (read at `now_ms`) into `history`,
+/// which keeps the reading before it, and renders usage, the broker's rates over the
+/// last interval (messages per second: enqueued, delivered, dequeued, expired,
+/// dead-lettered), the messages waiting, then the
+/// [`WATCH_ROWS`] busiest destinations (by enqueue rate, then depth) with their own.
+/// The first frame has no rates yet and says so.
+pub fn watch_frame(history: &crate::history::History, stats: &BrokerStats, now_ms: i64) -> String {
+    use std::fmt::Write;
+    let first = !history.record(stats, 0, now_ms)
+        || history
+            .broker(history.step(), now_ms)
+            .columns
+            .t_ms
+            .is_empty();
+    let u = &stats.usage;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "memory   {}",
+        usage_line(u.memory_bytes, u.memory_limit_bytes)
+    );
+    let _ = writeln!(
+        out,
+        "store    {}",
+        usage_line(u.store_bytes, u.store_limit_bytes)
+    );
+    let waiting: u64 = stats.destinations.iter().map(|d| d.queue_size).sum();
+    let seconds = history.step().as_secs();
+    if first {
+        let _ = writeln!(
+            out,
+            "rates    from the next reading, in {seconds} s\nwaiting  {waiting} messages in {} destinations",
+            stats.destinations_total
+        );
+        return out;
+    }
+    let b = history.broker(history.step(), now_ms);
+    let last = |v: &[f32]| v.last().copied().unwrap_or(0.0);
+    let _ = writeln!(
+        out,
+        "rates    per second over the last {seconds} s: enqueued {:.1}, delivered {:.1}, dequeued {:.1}, expired {:.1}, dead-lettered {:.1}",
+        last(&b.columns.enqueued_per_s),
+        last(&b.columns.delivered_per_s),
+        last(&b.columns.dequeued_per_s),
+        last(&b.columns.expired_per_s),
+        last(&b.columns.dead_lettered_per_s),
+    );
+    let _ = writeln!(
+        out,
+        "waiting  {waiting} messages in {} destinations",
+        stats.destinations_total
+    );
+    out.push('\n');
+    let page = history.table(
+        "",
+        crate::history::SortBy::EnqueuedRate,
+        true,
+        0,
+        WATCH_ROWS,
+        |_| true,
+    );
+    let header = ["DESTINATION", "QUEUE SIZE", "IN/S", "OUT/S", "CONSUMERS"];
+    let rows: Vec<[String; 5]> = page
+        .rows
+        .iter()
+        .map(|r| {
+            [
+                r.destination.clone(),
+                r.depth.to_string(),
+                format!("{:.1}", r.enqueued_per_s),
+                format!("{:.1}", r.dequeued_per_s),
+                r.consumers.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: [&str; 5]| {
+        let mut text = format!("{:<w$}", cells[0], w = widths[0]);
+        for (cell, w) in cells.iter().zip(widths).skip(1) {
+            let _ = write!(text, "  {cell:>w$}");
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(header);
+    for row in &rows {
+        line(row.each_ref().map(String::as_str));
+    }
+    if page.matched > rows.len() {
+        let _ = writeln!(
+            out,
+            "({} of {} destinations shown)",
+            rows.len(),
+            page.matched
+        );
+    }
+    out
 }
 
 /// One sample line: `name{label="value",...} value [timestamp]`.
@@ -450,13 +595,19 @@ fn get(addr: &str) -> anyhow::Result<String> {
 /// Errors: as [`fetch`]; a parse error names the line; an endpoint without Ebb's
 /// metrics is refused ("ADDR serves no Ebb metrics").
 pub async fn run(addr: &str) -> anyhow::Result<String> {
+    Ok(render(&read(addr).await?))
+}
+
+/// The broker at `addr` as its metrics say, destinations sorted by key.
+///
+/// Errors: as [`run`].
+pub async fn read(addr: &str) -> anyhow::Result<BrokerStats> {
     let text = fetch(addr).await?;
     let samples =
         parse(&text).map_err(|why| anyhow::anyhow!("cannot read the metrics at {addr}: {why}"))?;
-    let stats = from_samples(&samples).ok_or_else(|| {
+    from_samples(&samples).ok_or_else(|| {
         anyhow::anyhow!("{addr} serves no Ebb metrics: is it ebb serve's --metrics address?")
-    })?;
-    Ok(render(&stats))
+    })
 }
 
 #[cfg(test)]
@@ -495,6 +646,48 @@ ebb_expiry_page_rows_sum{destination="topic://orders"} 3
 ebb_expiry_page_rows_count{destination="topic://orders"} 1
 other_metric{destination="x"} 9 1700000000000
 "#;
+
+    #[test]
+    fn watch_frames_show_rates_between_readings() {
+        let history = crate::history::History::new(Duration::from_secs(5));
+        let at = |enqueued: u64, dequeued: u64| {
+            let mut stats = from_samples(&parse(SCRAPE).unwrap()).unwrap();
+            let jobs = stats
+                .destinations
+                .iter_mut()
+                .find(|d| d.destination == "queue://jobs")
+                .unwrap();
+            jobs.enqueued_total = enqueued;
+            jobs.dequeued_total = dequeued;
+            stats
+        };
+        let first = watch_frame(&history, &at(100, 0), 0);
+        assert!(
+            first.contains("rates    from the next reading, in 5 s"),
+            "{first}"
+        );
+        let second = watch_frame(&history, &at(150, 20), 5_000);
+        assert!(
+            second.contains("enqueued 10.0, delivered 0.0, dequeued 4.0"),
+            "{second}"
+        );
+        let jobs = second
+            .lines()
+            .find(|l| l.starts_with("queue://jobs"))
+            .unwrap();
+        let cells: Vec<&str> = jobs.split_whitespace().collect();
+        assert_eq!(
+            cells,
+            ["queue://jobs", "120", "10.0", "4.0", "0"],
+            "{second}"
+        );
+        // The busiest destination comes first.
+        let table = second.lines().skip_while(|l| !l.starts_with("DESTINATION"));
+        assert!(
+            table.clone().nth(1).unwrap().starts_with("queue://jobs"),
+            "{second}"
+        );
+    }
 
     #[test]
     fn parses_samples_labels_and_escapes() {

@@ -150,6 +150,47 @@ async fn a_scrape_shows_real_values(t: TestStore) {
         from_samples(&parse(&ebb::cli::stat::fetch(&addr).await.unwrap()).unwrap()).unwrap();
     assert!(parsed.destinations.iter().any(|d| d.destination == key));
 
+    // `ebb stat --watch` redraws with rates while a producer sends.
+    let producer = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            for i in 0..250 {
+                b.send("queue://stat.watch", Message::new(format!("w{i}")))
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let (ok, out, err) = run_ebb(&[
+        "stat",
+        "--metrics",
+        &addr,
+        "--watch",
+        "--interval",
+        "2",
+        "--frames",
+        "3",
+    ])
+    .await;
+    assert!(ok, "ebb stat --watch failed: {err}");
+    let frames: Vec<&str> = out.split("memory   ").skip(1).collect();
+    assert_eq!(frames.len(), 3, "{out}");
+    assert!(
+        frames[0].contains("rates    from the next reading, in 2 s"),
+        "{out}"
+    );
+    let rates: Vec<f64> = frames[1..]
+        .iter()
+        .filter_map(|f| f.lines().find(|l| l.starts_with("queue://stat.watch ")))
+        .map(|l| l.split_whitespace().nth(2).unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        rates.iter().any(|r| *r > 0.0),
+        "an enqueue rate shows: {out}"
+    );
+    producer.await.unwrap();
+
     // Once the endpoint stops, `ebb stat` says what to do.
     server.stop().await;
     let e = ebb::cli::stat::fetch(&addr).await.unwrap_err().to_string();
