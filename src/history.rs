@@ -21,8 +21,12 @@
 //! - A destination's series, only while it is *tracked*: it changed (sent to,
 //!   consumed from, expired, its depth or consumers moved) within the last fine
 //!   window, or someone asked for its history within [`VIEW_KEEP`]. At most
-//!   [`MAX_SERIES`] destinations are tracked; when more are active, a new one takes
-//!   the place of the tracked one idle longest, and none is tracked past the bound.
+//!   [`MAX_SERIES`] destinations are tracked. At the bound, a newly active
+//!   destination takes the place of the series idle longest (idle for a step at
+//!   least, so that active destinations do not push each other out step after
+//!   step; one nobody views first, else a viewed one: activity wins over a view);
+//!   a view takes only an unviewed idle one's place; with no such place, the
+//!   newcomer has no series.
 //!   Each series costs [`SERIES_BYTES`] plus its name, so all of them together at
 //!   most [`MAX_SERIES`] × [`SERIES_BYTES`] (256 × 22,576 bytes = 5.8 MB). An idle
 //!   destination has no series: 10,000 idle destinations cost no history.
@@ -256,16 +260,22 @@ impl<P: Point> Series<P> {
     /// The points within `window` before `now_ms`: fine ones for a window the fine
     /// series covers, coarse ones otherwise.
     fn window(&self, window: Duration, step: Duration, now_ms: i64) -> (Vec<P>, Duration) {
-        let (points, step) = if window <= step * FINE_POINTS as u32 {
-            (&self.fine, step)
-        } else {
-            (&self.coarse, step * COARSE_STEPS)
-        };
         let from = now_ms - window.as_millis() as i64;
-        (
-            points.iter().filter(|p| p.t_ms() > from).copied().collect(),
-            step,
-        )
+        if window <= step * FINE_POINTS as u32 {
+            let points = self.fine.iter().filter(|p| p.t_ms() > from).copied();
+            return (points.collect(), step);
+        }
+        // The coarse points, then the fine ones since the last of them (the steps
+        // a coarse point does not cover yet: a chart of the last hour is not empty
+        // for its first 5 min).
+        let last = self.coarse.back().map_or(i64::MIN, |p| p.t_ms());
+        let points = self
+            .coarse
+            .iter()
+            .filter(|p| p.t_ms() > from)
+            .chain(self.fine.iter().filter(|p| p.t_ms() > last.max(from)))
+            .copied();
+        (points.collect(), step * COARSE_STEPS)
     }
 
     fn bytes(&self) -> usize {
@@ -527,6 +537,7 @@ impl History {
         let mut next = Vec::with_capacity(stats.destinations.len());
         let mut total = Counters::default();
         let mut depth = 0u64;
+        let idle_before = now_ms - self.step.as_millis() as i64;
         let mut before = readings.iter().peekable();
         for d in &stats.destinations {
             while before.peek().is_some_and(|r| r.key < d.destination) {
@@ -557,7 +568,7 @@ impl History {
                     consumers: d.consumers.min(u32::MAX as u64) as u32,
                 };
                 if changed && !tracked.contains_key(&d.destination) {
-                    track(tracked, &d.destination, now_ms);
+                    track(tracked, &d.destination, now_ms, idle_before, true);
                 }
                 if let Some(t) = tracked.get_mut(&d.destination) {
                     if changed {
@@ -584,7 +595,7 @@ impl History {
             readings
                 .binary_search_by(|r| r.key.as_str().cmp(key))
                 .is_ok()
-                && (now_ms - t.active_ms < idle_for || now_ms < t.viewed_until_ms)
+                && (t.active_ms > now_ms - idle_for || now_ms < t.viewed_until_ms)
         });
         if let Some(seconds) = seconds {
             let usage = &stats.usage;
@@ -650,7 +661,13 @@ impl History {
         let mut inner = self.inner.lock();
         let keep_until = now_ms + VIEW_KEEP.as_millis() as i64;
         if !inner.tracked.contains_key(key) {
-            track(&mut inner.tracked, key, now_ms);
+            track(
+                &mut inner.tracked,
+                key,
+                now_ms,
+                now_ms - self.step.as_millis() as i64,
+                false,
+            );
         }
         let entry = inner.tracked.get_mut(key);
         let mut h = DestinationHistory {
@@ -747,26 +764,43 @@ impl History {
     }
 }
 
-/// Starts a series for `key` at `now_ms`, making room at [`MAX_SERIES`] by ending
-/// the one idle longest that nobody is viewing; `None` when every series is viewed.
-fn track<'a>(
-    tracked: &'a mut HashMap<String, Tracked>,
+/// Starts a series for `key` at `now_ms`, active then when `active` (a series
+/// someone asked for is not, until its destination changes). At [`MAX_SERIES`] it makes room by ending
+/// the series idle longest among those idle since before `idle_before_ms` (none
+/// active in the last step: active destinations do not push each other out step
+/// after step), one nobody views first; a viewed one only when `over_views` (an
+/// active destination's series matters more than an idle one someone looks at).
+/// `false` when there is no room.
+fn track(
+    tracked: &mut HashMap<String, Tracked>,
     key: &str,
     now_ms: i64,
-) -> Option<&'a mut Tracked> {
+    idle_before_ms: i64,
+    active: bool,
+) -> bool {
+    // Only an active destination's series takes a viewed one's place.
+    let over_views = active;
     if tracked.len() >= MAX_SERIES {
         let idlest = tracked
             .iter()
-            .filter(|(_, t)| t.viewed_until_ms <= now_ms)
-            .min_by_key(|(k, t)| (t.active_ms, (*k).clone()))
-            .map(|(k, _)| k.clone())?;
-        tracked.remove(&idlest);
+            .filter(|(_, t)| t.active_ms < idle_before_ms)
+            .filter(|(_, t)| over_views || t.viewed_until_ms <= now_ms)
+            .min_by_key(|(k, t)| (t.viewed_until_ms > now_ms, t.active_ms, (*k).clone()))
+            .map(|(k, _)| k.clone());
+        match idlest {
+            Some(key) => tracked.remove(&key),
+            None => return false,
+        };
     }
-    Some(tracked.entry(key.to_string()).or_insert(Tracked {
-        series: Series::new(),
-        active_ms: now_ms,
-        viewed_until_ms: 0,
-    }))
+    tracked.insert(
+        key.to_string(),
+        Tracked {
+            series: Series::new(),
+            active_ms: if active { now_ms } else { i64::MIN },
+            viewed_until_ms: 0,
+        },
+    );
+    true
 }
 
 fn usage_of(inner: &Inner) -> HistoryUsage {
@@ -969,6 +1003,75 @@ mod tests {
             h.record(&snapshot(many(step)), 0, step as i64 * STEP_MS);
         }
         assert_eq!(h.usage().series, MAX_SERIES);
+    }
+
+    #[test]
+    fn activity_wins_over_views_at_the_cap() {
+        let h = History::default();
+        let idle: Vec<DestinationStats> = (0..MAX_SERIES)
+            .map(|i| queue(&format!("idle{i:04}"), 0, 0, 0))
+            .chain([queue("busy", 0, 0, 0)])
+            .collect();
+        h.record(&snapshot(idle.clone()), 0, 0);
+        h.record(&snapshot(idle.clone()), 0, STEP_MS);
+        // Someone opens every idle one's page: all the series are taken by views.
+        for i in 0..MAX_SERIES {
+            let key = format!("queue://idle{i:04}");
+            assert!(
+                h.destination(&key, Duration::from_secs(60), STEP_MS + 1)
+                    .tracked
+            );
+        }
+        assert_eq!(h.usage().series, MAX_SERIES);
+        // busy gets sent to: it takes the place of a viewed idle one.
+        let mut now = idle.clone();
+        now.last_mut().unwrap().enqueued_total = 10;
+        h.record(&snapshot(now.clone()), 0, 2 * STEP_MS);
+        assert_eq!(h.usage().series, MAX_SERIES);
+        let busy = h.destination("queue://busy", Duration::from_secs(60), 2 * STEP_MS);
+        assert!(busy.tracked);
+        assert_eq!(busy.columns.enqueued_per_s, vec![2.0]);
+
+        // The other way: 256 destinations active, a view of an idle one gets no
+        // series and pushes none out.
+        let h = History::default();
+        let all = |n: u64| {
+            (0..MAX_SERIES)
+                .map(|i| queue(&format!("a{i:04}"), n, 0, 0))
+                .chain([queue("quiet", 0, 0, 0)])
+                .collect::<Vec<_>>()
+        };
+        h.record(&snapshot(all(0)), 0, 0);
+        h.record(&snapshot(all(1)), 0, STEP_MS);
+        assert_eq!(h.usage().series, MAX_SERIES);
+        assert!(
+            !h.destination("queue://quiet", Duration::from_secs(60), STEP_MS)
+                .tracked
+        );
+        h.record(&snapshot(all(2)), 0, 2 * STEP_MS);
+        assert!(
+            h.destination("queue://a0000", Duration::from_secs(60), 2 * STEP_MS)
+                .columns
+                .t_ms
+                .len()
+                == 2
+        );
+    }
+
+    #[test]
+    fn long_windows_begin_with_the_fine_points_a_coarse_one_does_not_cover_yet() {
+        let h = History::default();
+        for step in 0..=10 {
+            h.record(
+                &snapshot(vec![queue("a", step * 5, 0, step)]),
+                0,
+                step as i64 * STEP_MS,
+            );
+        }
+        let hour = h.broker(Duration::from_secs(3600), 10 * STEP_MS);
+        assert_eq!(hour.step_ms, 300_000);
+        assert_eq!(hour.columns.t_ms.len(), 10, "the 10 fine points so far");
+        assert_eq!(hour.columns.enqueued_per_s[9], 1.0);
     }
 
     #[test]
