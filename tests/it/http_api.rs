@@ -13,6 +13,7 @@ use ebb::stomp::connection::ConnectionConfig;
 use ebb::test_util::stomp::{receipt, serve_with, Client};
 use ebb::test_util::*;
 use ebb::{Message, SubscribeOptions};
+use futures::StreamExt;
 use serde_json::{json, Value};
 
 /// One HTTP call's answer: status and JSON body (`Value::Null` when empty).
@@ -2522,6 +2523,88 @@ async fn history_follows_rates_and_depth(t: TestStore) {
     .await;
     assert_eq!(bad_sort.status, 400, "{}", bad_sort.json);
     drop(consumer);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+/// The history's memory on a broker of 10,000 queues, 100 of them sent to (issue
+/// 36): the bytes the broker counts (`memory` of `GET /api/v1/broker/history`) are
+/// the 100 active queues' series and one reading per running queue, to the byte:
+/// the 9,900 idle ones have no series. (SQLite only: what is counted is memory,
+/// the same on either store; the cost of a reading of 10,000 destinations is
+/// measured by `cargo bench --bench history`.)
+#[actix_rt::test]
+async fn history_keeps_series_only_for_active_destinations() {
+    let t = TestStore::sqlite();
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    let name = |i: usize| format!("queue://h.{i:05}");
+    futures::stream::iter(0..10_000)
+        .map(|i| {
+            let b = b.clone();
+            async move { b.send(name(i).as_str(), Message::new("x")).await.unwrap() }
+        })
+        .buffer_unordered(64)
+        .for_each(|_| async {})
+        .await;
+    let mut options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
+    options.history_step = Duration::from_millis(500);
+    let server = HttpServer::start(options, b.clone()).await.unwrap();
+    let api = format!("http://{}/api/v1", server.local_addr());
+    let points = || async {
+        let h = call(
+            "GET",
+            format!("{api}/broker/history?window=60s"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(h.status, 200, "{}", h.json);
+        h.json
+    };
+    // Three rounds: 100 queues (every 100th) sent to, then a new reading.
+    for round in 0..3 {
+        for i in (0..10_000).step_by(100) {
+            b.send(name(i).as_str(), Message::new(format!("r{round}")))
+                .await
+                .unwrap();
+        }
+        let before = points().await["t_ms"].as_array().unwrap().len();
+        let deadline = std::time::Instant::now() + PATIENCE * 4;
+        while points().await["t_ms"].as_array().unwrap().len() <= before {
+            assert!(std::time::Instant::now() < deadline, "no new reading");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let memory = points().await["memory"].clone();
+    let n = |field: &str| memory[field].as_u64().unwrap() as usize;
+    let key_bytes = name(0).len();
+    assert_eq!(n("series"), 100, "{memory}");
+    assert_eq!(
+        n("series_bytes"),
+        100 * (ebb::history::SERIES_BYTES + key_bytes),
+        "{memory}"
+    );
+    assert_eq!(n("readings"), 10_000, "{memory}");
+    assert_eq!(
+        n("reading_bytes"),
+        10_000 * (ebb::history::READING_BYTES + key_bytes),
+        "{memory}"
+    );
+    assert_eq!(n("broker_bytes"), ebb::history::BROKER_SERIES_BYTES);
+    let sent_to = call(
+        "GET",
+        format!("{api}/broker/destinations?sort=depth&order=desc&limit=100"),
+        None,
+        None,
+    )
+    .await;
+    let rows = sent_to.json["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .all(|r| r["depth"] == 4 && !r["sparkline"].as_array().unwrap().is_empty()),
+        "the 100 queues sent to, each 4 deep, with a sparkline: {}",
+        sent_to.json
+    );
     server.stop().await;
     b.shutdown().await.unwrap();
 }
