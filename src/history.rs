@@ -527,6 +527,8 @@ impl History {
             Some(last) => Some(((now_ms - last).max(1) as f64) / 1000.0),
             None => None,
         };
+        // A series that changed at the last reading, or at this one, keeps its place.
+        let idle_before = inner.last_ms.unwrap_or(now_ms);
         inner.last_ms = Some(now_ms);
         let Inner {
             broker,
@@ -537,7 +539,6 @@ impl History {
         let mut next = Vec::with_capacity(stats.destinations.len());
         let mut total = Counters::default();
         let mut depth = 0u64;
-        let idle_before = now_ms - self.step.as_millis() as i64;
         let mut before = readings.iter().peekable();
         for d in &stats.destinations {
             while before.peek().is_some_and(|r| r.key < d.destination) {
@@ -641,6 +642,11 @@ impl History {
         h
     }
 
+    /// When the last reading [`History::record`] kept was taken, epoch ms.
+    pub fn last_reading_ms(&self) -> Option<i64> {
+        self.inner.lock().last_ms
+    }
+
     /// Whether destination `key` (its store key) was running at the last reading.
     pub fn was_running(&self, key: &str) -> bool {
         self.inner
@@ -654,20 +660,15 @@ impl History {
     /// (or starts) its series for [`VIEW_KEEP`] from now: a destination someone
     /// watches is charted even while idle. Ask only for a destination that exists:
     /// a series is kept only while its destination runs (the next reading ends one
-    /// it does not hold). `tracked` is false when every series is viewed by someone
-    /// and none is left for it ([`MAX_SERIES`]).
+    /// it does not hold). `tracked` is false when no place is left for it at
+    /// [`MAX_SERIES`] (every series is active or viewed).
     pub fn destination(&self, key: &str, window: Duration, now_ms: i64) -> DestinationHistory {
         let window = window.min(self.longest_window());
         let mut inner = self.inner.lock();
         let keep_until = now_ms + VIEW_KEEP.as_millis() as i64;
         if !inner.tracked.contains_key(key) {
-            track(
-                &mut inner.tracked,
-                key,
-                now_ms,
-                now_ms - self.step.as_millis() as i64,
-                false,
-            );
+            let idle_before = inner.last_ms.unwrap_or(now_ms);
+            track(&mut inner.tracked, key, now_ms, idle_before, false);
         }
         let entry = inner.tracked.get_mut(key);
         let mut h = DestinationHistory {
@@ -691,9 +692,11 @@ impl History {
     }
 
     /// A page of the running destinations as last read: those `visible` lets
-    /// through whose key holds `filter` (case-insensitive; empty: all), sorted by
-    /// `sort` (`descending` or not; ties by key), `limit` rows from `offset`, each
-    /// with its depth sparkline when it has a series.
+    /// through whose name (the key without its `kind://`) holds `filter`
+    /// (case-insensitive; empty: all), sorted by
+    /// `sort` (`descending` or not; ties by depth the same way, then by key A to Z),
+    /// `limit` rows from `offset`, each with its depth sparkline when it has a
+    /// series.
     pub fn table(
         &self,
         filter: &str,
@@ -708,7 +711,10 @@ impl History {
         let mut rows: Vec<&Reading> = inner
             .readings
             .iter()
-            .filter(|r| filter.is_empty() || r.key.to_lowercase().contains(&filter))
+            .filter(|r| {
+                let name = r.key.split_once("://").map_or(r.key.as_str(), |(_, n)| n);
+                filter.is_empty() || name.to_lowercase().contains(&filter)
+            })
             .filter(|r| visible(&r.key))
             .collect();
         let by = |r: &Reading| -> f64 {
@@ -720,13 +726,15 @@ impl History {
                 SortBy::Consumers => r.consumers as f64,
             }
         };
+        // Ties: by depth the same way (the deepest first when descending), then by
+        // name, always A to Z.
         rows.sort_by(|a, b| {
-            let order = by(a).total_cmp(&by(b)).then_with(|| a.key.cmp(&b.key));
-            if descending {
-                order.reverse()
-            } else {
-                order
-            }
+            let order = match sort {
+                SortBy::Name => a.key.cmp(&b.key),
+                _ => by(a).total_cmp(&by(b)).then_with(|| a.depth.cmp(&b.depth)),
+            };
+            let order = if descending { order.reverse() } else { order };
+            order.then_with(|| a.key.cmp(&b.key))
         });
         let matched = rows.len();
         let rows = rows
@@ -765,10 +773,10 @@ impl History {
 }
 
 /// Starts a series for `key` at `now_ms`, active then when `active` (a series
-/// someone asked for is not, until its destination changes). At [`MAX_SERIES`] it makes room by ending
-/// the series idle longest among those idle since before `idle_before_ms` (none
-/// active in the last step: active destinations do not push each other out step
-/// after step), one nobody views first; a viewed one only when `over_views` (an
+/// someone asked for is not, until its destination changes). At [`MAX_SERIES`] it
+/// makes room by ending the series idle longest among those not active since
+/// `idle_before_ms` (the last reading: active destinations do not push each other
+/// out step after step), one nobody views first; a viewed one only when `over_views` (an
 /// active destination's series matters more than an idle one someone looks at).
 /// `false` when there is no room.
 fn track(
@@ -992,17 +1000,27 @@ mod tests {
         h.record(&snapshot(vec![]), 0, t + 3 * STEP_MS);
         assert_eq!(h.usage().series, 0);
 
-        // More active destinations than the cap: never more series than it.
+        // More active destinations than the cap: never more series than it, and
+        // those that have one keep it and its points, step after step (readings a
+        // little more than a step apart, as when a reading is slow).
         let h = History::default();
         let many = |n: u64| {
             (0..MAX_SERIES as u64 + 50)
                 .map(|i| queue(&format!("m{i:04}"), n, 0, 0))
                 .collect::<Vec<_>>()
         };
-        for step in 0..3 {
-            h.record(&snapshot(many(step)), 0, step as i64 * STEP_MS);
+        for step in 0..6 {
+            h.record(&snapshot(many(step)), 0, step as i64 * (STEP_MS + 200));
         }
         assert_eq!(h.usage().series, MAX_SERIES);
+        let page = h.table("", SortBy::Name, false, 0, MAX_SERIES + 50, |_| true);
+        let points: Vec<usize> = page.rows.iter().map(|r| r.sparkline.len()).collect();
+        assert_eq!(
+            points.iter().filter(|n| **n == 5).count(),
+            MAX_SERIES,
+            "{points:?}"
+        );
+        assert_eq!(points.iter().filter(|n| **n == 0).count(), 50, "{points:?}");
     }
 
     #[test]
@@ -1105,5 +1123,20 @@ mod tests {
         assert_eq!(names(second), ["queue://jobs.us"]);
         let hidden = h.table("", SortBy::Name, false, 0, 10, |k| !k.contains("mail"));
         assert_eq!(hidden.matched, 2);
+        // Idle now: equal rates, so the deepest first, then names A to Z.
+        h.record(&snapshot(at(1)), 0, 2 * STEP_MS);
+        assert_eq!(
+            names(h.table("", SortBy::EnqueuedRate, true, 0, 10, |_| true)),
+            ["queue://mail", "queue://jobs.eu", "queue://jobs.us"]
+        );
+        h.record(
+            &snapshot(vec![queue("b", 0, 0, 1), queue("a", 0, 0, 1)]),
+            0,
+            3 * STEP_MS,
+        );
+        assert_eq!(
+            names(h.table("", SortBy::Depth, true, 0, 10, |_| true)),
+            ["queue://a", "queue://b"]
+        );
     }
 }

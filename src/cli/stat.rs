@@ -32,6 +32,9 @@ pub struct StatArgs {
     /// With `--watch`, stop after this many frames (default: until Ctrl-C).
     #[arg(long, value_name = "N")]
     pub frames: Option<u64>,
+    /// With `--watch`, list only destinations whose name holds this text (any case).
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    pub filter: String,
 }
 
 /// Runs `ebb stat`: prints the table for the broker at `--metrics` ([`run`]), or,
@@ -48,13 +51,27 @@ pub async fn execute(args: &StatArgs) -> anyhow::Result<()> {
     let history = crate::history::History::new(step);
     let terminal = std::io::stdout().is_terminal();
     let mut tick = tokio::time::interval(step);
+    // A slow read delays the next frame; missed ticks do not fire at once.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_read = None;
     for frame in 0.. {
         if args.frames.is_some_and(|n| frame >= n) {
             break;
         }
         tick.tick().await;
-        let stats = read(&args.metrics).await?;
-        let text = watch_frame(&history, &stats, crate::history::now_ms());
+        // The broker refreshes its values every second: until they change, read
+        // again (at most 2 s), so that a frame never divides by the same values.
+        let (mut stats, mut read_at) = read_timed(&args.metrics).await?;
+        for _ in 0..8 {
+            if read_at.is_none() || read_at != last_read {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            (stats, read_at) = read_timed(&args.metrics).await?;
+        }
+        last_read = read_at;
+        let now_ms = read_at.unwrap_or_else(crate::history::now_ms);
+        let text = watch_frame(&history, &stats, now_ms, &args.filter);
         let mut out = std::io::stdout().lock();
         match terminal {
             // Redraw in place.
@@ -66,6 +83,16 @@ pub async fn execute(args: &StatArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `804 messages in 2 destinations`, singular where it is one.
+fn waiting_line(messages: u64, destinations: u64) -> String {
+    let s = |n: u64| if n == 1 { "" } else { "s" };
+    format!(
+        "{messages} message{} in {destinations} destination{}",
+        s(messages),
+        s(destinations)
+    )
+}
+
 /// Rows a `--watch` frame lists.
 pub const WATCH_ROWS: usize = 20;
 
@@ -73,16 +100,19 @@ pub const WATCH_ROWS: usize = 20;
 /// which keeps the reading before it, and renders usage, the broker's rates over the
 /// last interval (messages per second: enqueued, delivered, dequeued, expired,
 /// dead-lettered), the messages waiting, then the
-/// [`WATCH_ROWS`] busiest destinations (by enqueue rate, then depth) with their own.
-/// The first frame has no rates yet and says so.
-pub fn watch_frame(history: &crate::history::History, stats: &BrokerStats, now_ms: i64) -> String {
+/// [`WATCH_ROWS`] busiest destinations whose name holds `filter` (by enqueue rate,
+/// then depth) with their own.
+/// The first frame has no rates yet and says so; the rates are over the time between
+/// the two readings (`now_ms` and the one before), as measured.
+pub fn watch_frame(
+    history: &crate::history::History,
+    stats: &BrokerStats,
+    now_ms: i64,
+    filter: &str,
+) -> String {
     use std::fmt::Write;
-    let first = !history.record(stats, 0, now_ms)
-        || history
-            .broker(history.step(), now_ms)
-            .columns
-            .t_ms
-            .is_empty();
+    let before = history.last_reading_ms();
+    let recorded = history.record(stats, 0, now_ms);
     let u = &stats.usage;
     let mut out = String::new();
     let _ = writeln!(
@@ -96,20 +126,27 @@ pub fn watch_frame(history: &crate::history::History, stats: &BrokerStats, now_m
         usage_line(u.store_bytes, u.store_limit_bytes)
     );
     let waiting: u64 = stats.destinations.iter().map(|d| d.queue_size).sum();
-    let seconds = history.step().as_secs();
-    if first {
+    // Seconds between the two readings the rates come from.
+    let seconds = before
+        .filter(|_| recorded)
+        .map(|before| (now_ms - before) as f64 / 1000.0);
+    let Some(seconds) = seconds else {
+        let why = match recorded {
+            true => format!("from the next reading, in {} s", history.step().as_secs()),
+            false => "no new reading since the last frame".to_string(),
+        };
         let _ = writeln!(
             out,
-            "rates    from the next reading, in {seconds} s\nwaiting  {waiting} messages in {} destinations",
-            stats.destinations_total
+            "rates    {why}\nwaiting  {}",
+            waiting_line(waiting, stats.destinations_total)
         );
         return out;
-    }
+    };
     let b = history.broker(history.step(), now_ms);
     let last = |v: &[f32]| v.last().copied().unwrap_or(0.0);
     let _ = writeln!(
         out,
-        "rates    per second over the last {seconds} s: enqueued {:.1}, delivered {:.1}, dequeued {:.1}, expired {:.1}, dead-lettered {:.1}",
+        "rates    per second over the last {seconds:.1} s: enqueued {:.1}, delivered {:.1}, dequeued {:.1}, expired {:.1}, dead-lettered {:.1}",
         last(&b.columns.enqueued_per_s),
         last(&b.columns.delivered_per_s),
         last(&b.columns.dequeued_per_s),
@@ -118,12 +155,12 @@ pub fn watch_frame(history: &crate::history::History, stats: &BrokerStats, now_m
     );
     let _ = writeln!(
         out,
-        "waiting  {waiting} messages in {} destinations",
-        stats.destinations_total
+        "waiting  {}",
+        waiting_line(waiting, stats.destinations_total)
     );
     out.push('\n');
     let page = history.table(
-        "",
+        filter,
         crate::history::SortBy::EnqueuedRate,
         true,
         0,
@@ -602,12 +639,25 @@ pub async fn run(addr: &str) -> anyhow::Result<String> {
 ///
 /// Errors: as [`run`].
 pub async fn read(addr: &str) -> anyhow::Result<BrokerStats> {
+    Ok(read_timed(addr).await?.0)
+}
+
+/// [`read`], with when the broker's values were read (epoch ms, from
+/// `ebb_stats_timestamp_seconds`; `None` from a broker without it).
+///
+/// Errors: as [`run`].
+pub async fn read_timed(addr: &str) -> anyhow::Result<(BrokerStats, Option<i64>)> {
     let text = fetch(addr).await?;
     let samples =
         parse(&text).map_err(|why| anyhow::anyhow!("cannot read the metrics at {addr}: {why}"))?;
-    from_samples(&samples).ok_or_else(|| {
+    let read_at = samples
+        .iter()
+        .find(|s| s.name == STATS_TIMESTAMP_SECONDS)
+        .map(|s| (s.value * 1000.0) as i64);
+    let stats = from_samples(&samples).ok_or_else(|| {
         anyhow::anyhow!("{addr} serves no Ebb metrics: is it ebb serve's --metrics address?")
-    })
+    })?;
+    Ok((stats, read_at))
 }
 
 #[cfg(test)]
@@ -661,14 +711,14 @@ other_metric{destination="x"} 9 1700000000000
             jobs.dequeued_total = dequeued;
             stats
         };
-        let first = watch_frame(&history, &at(100, 0), 0);
+        let first = watch_frame(&history, &at(100, 0), 0, "");
         assert!(
             first.contains("rates    from the next reading, in 5 s"),
             "{first}"
         );
-        let second = watch_frame(&history, &at(150, 20), 5_000);
+        let second = watch_frame(&history, &at(150, 20), 5_000, "");
         assert!(
-            second.contains("enqueued 10.0, delivered 0.0, dequeued 4.0"),
+            second.contains("over the last 5.0 s: enqueued 10.0, delivered 0.0, dequeued 4.0"),
             "{second}"
         );
         let jobs = second
@@ -680,6 +730,11 @@ other_metric{destination="x"} 9 1700000000000
             cells,
             ["queue://jobs", "120", "10.0", "4.0", "0"],
             "{second}"
+        );
+        let again = watch_frame(&history, &at(150, 20), 5_000, "");
+        assert!(
+            again.contains("rates    no new reading since the last frame"),
+            "{again}"
         );
         // The busiest destination comes first.
         let table = second.lines().skip_while(|l| !l.starts_with("DESTINATION"));

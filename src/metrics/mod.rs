@@ -33,6 +33,7 @@
 //! | `ebb_destinations` | gauge | | running destinations (also those past the report's cap) |
 //! | `ebb_housekeeping_lag_seconds` | gauge | | how long the expiry page waiting longest for a housekeeping permit has waited |
 //! | `ebb_housekeeping_pages_waiting` | gauge | | expiry pages waiting for a housekeeping permit |
+//! | `ebb_stats_timestamp_seconds` | gauge | | when the values were last read from the broker, epoch seconds (set by [`record`]) |
 //! | `ebb_process_resident_memory_bytes`, `ebb_process_peak_resident_memory_bytes` | gauge | | the broker process's resident memory now and at its peak ([`crate::process`]) |
 //! | `ebb_destination_queue_size` | gauge | `destination` | messages pending plus in flight |
 //! | `ebb_destination_in_flight` | gauge | `destination` | delivered, not acked |
@@ -107,6 +108,9 @@ pub mod names {
     pub const HOUSEKEEPING_LAG_SECONDS: &str = "ebb_housekeeping_lag_seconds";
     /// Expiry pages waiting for a housekeeping permit.
     pub const HOUSEKEEPING_PAGES_WAITING: &str = "ebb_housekeeping_pages_waiting";
+    /// When the values were last read from the broker, epoch seconds (`ebb stat
+    /// --watch` divides by the time between two readings, not between its scrapes).
+    pub const STATS_TIMESTAMP_SECONDS: &str = "ebb_stats_timestamp_seconds";
     /// High availability: 1 for the role this broker has now (label `role`: `active`
     /// or `standby`), 0 for the other.
     pub const HA_ROLE: &str = "ebb_ha_role";
@@ -231,6 +235,10 @@ const SECONDS_GAUGES: &[(&str, &str)] = &[
 
 /// Gauges without a unit: `(name, help)`.
 const GAUGES: &[(&str, &str)] = &[
+    (
+        names::STATS_TIMESTAMP_SECONDS,
+        "When these values were read from the broker, epoch seconds",
+    ),
     (
         crate::transport::connections::CONNECTIONS_GAUGE,
         "Client connections open now (labels protocol: STOMP, MQTT; transport: tcp, ws)",
@@ -401,6 +409,7 @@ fn ratio(used: u64, limit: u64) -> f64 {
 /// installed recorder.
 pub fn record(stats: &BrokerStats) {
     use names::*;
+    gauge!(STATS_TIMESTAMP_SECONDS).set(crate::history::now_ms() as f64 / 1000.0);
     let u = &stats.usage;
     for (name, value) in [
         (MEMORY_USAGE_BYTES, u.memory_bytes as f64),

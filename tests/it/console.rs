@@ -459,6 +459,17 @@ async fn the_console_shows_destinations_and_retries_a_dlq(t: TestStore) {
         .await;
     assert_eq!(b.schedule_backlog().await.unwrap().scheduled, 0);
 
+    // A hash that is not a page, not even URL-encoded, says so.
+    page.open(
+        &format!("{base}#/queue/pct%x"),
+        "document.querySelector('.notice.error')",
+    )
+    .await;
+    let said = page
+        .eval("document.querySelector('.notice.error').textContent")
+        .await;
+    assert!(said.as_str().unwrap().contains("No such page"), "{said}");
+
     // A phone's width: the same pages, nothing wider than the screen.
     page.resize(390, 844, true).await;
     page.open(
