@@ -48,7 +48,10 @@ pub async fn execute(args: &StatArgs) -> anyhow::Result<()> {
     }
     use std::io::{IsTerminal, Write};
     let step = Duration::from_secs(args.interval);
-    let history = crate::history::History::new(step);
+    // Every frame is a point, however far apart the broker's two readings fall
+    // (they come every second, so 5 s of frames may be 4.2 s of readings): the
+    // history's step is its shortest.
+    let history = crate::history::History::new(Duration::ZERO);
     let terminal = std::io::stdout().is_terminal();
     let mut tick = tokio::time::interval(step);
     // A slow read delays the next frame; missed ticks do not fire at once.
@@ -132,7 +135,7 @@ pub fn watch_frame(
         .map(|before| (now_ms - before) as f64 / 1000.0);
     let Some(seconds) = seconds else {
         let why = match recorded {
-            true => format!("from the next reading, in {} s", history.step().as_secs()),
+            true => "from the next frame".to_string(),
             false => "no new reading since the last frame".to_string(),
         };
         let _ = writeln!(
@@ -712,10 +715,7 @@ other_metric{destination="x"} 9 1700000000000
             stats
         };
         let first = watch_frame(&history, &at(100, 0), 0, "");
-        assert!(
-            first.contains("rates    from the next reading, in 5 s"),
-            "{first}"
-        );
+        assert!(first.contains("rates    from the next frame"), "{first}");
         let second = watch_frame(&history, &at(150, 20), 5_000, "");
         assert!(
             second.contains("over the last 5.0 s: enqueued 10.0, delivered 0.0, dequeued 4.0"),
