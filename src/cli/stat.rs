@@ -86,6 +86,31 @@ pub async fn execute(args: &StatArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes `header` and `rows` to `out` as aligned columns, two spaces apart: the
+/// first left-aligned, the others right-aligned (numbers), each as wide as its
+/// widest cell; one line each, trailing spaces trimmed.
+fn aligned<const N: usize>(out: &mut String, header: [&str; N], rows: &[[String; N]]) {
+    use std::fmt::Write;
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: [&str; N]| {
+        let mut text = format!("{:<w$}", cells[0], w = widths[0]);
+        for (cell, w) in cells.iter().zip(widths).skip(1) {
+            let _ = write!(text, "  {cell:>w$}");
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(header);
+    for row in rows {
+        line(row.each_ref().map(String::as_str));
+    }
+}
+
 /// `804 messages in 2 destinations`, singular where it is one.
 fn waiting_line(messages: u64, destinations: u64) -> String {
     let s = |n: u64| if n == 1 { "" } else { "s" };
@@ -184,24 +209,7 @@ pub fn watch_frame(
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut line = |cells: [&str; 5]| {
-        let mut text = format!("{:<w$}", cells[0], w = widths[0]);
-        for (cell, w) in cells.iter().zip(widths).skip(1) {
-            let _ = write!(text, "  {cell:>w$}");
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    };
-    line(header);
-    for row in &rows {
-        line(row.each_ref().map(String::as_str));
-    }
+    aligned(&mut out, header, &rows);
     if page.matched > rows.len() {
         let _ = writeln!(
             out,
@@ -571,24 +579,7 @@ pub fn render(stats: &BrokerStats) -> String {
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut line = |cells: [&str; 9]| {
-        let mut text = format!("{:<w$}", cells[0], w = widths[0]);
-        for (cell, w) in cells.iter().zip(widths).skip(1) {
-            let _ = write!(text, "  {cell:>w$}");
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    };
-    line(header);
-    for row in &rows {
-        line(row.each_ref().map(String::as_str));
-    }
+    aligned(&mut out, header, &rows);
     let shown = stats.destinations.len() as u64;
     if stats.destinations_total > shown {
         let _ = writeln!(

@@ -385,7 +385,7 @@ struct TableQuery {
     order: Option<String>,
     filter: Option<String>,
     offset: Option<usize>,
-    limit: Option<usize>,
+    limit: Option<u32>,
 }
 
 /// `GET /api/v1/broker/destinations`: the running destinations as last sampled,
@@ -406,12 +406,7 @@ async fn destination_table(
             )))
         }
     };
-    let limit = query.limit.unwrap_or(50);
-    if !(1..=MAX_TABLE_PAGE).contains(&limit) {
-        return Err(ApiError::bad_request(format!(
-            "limit {limit} is out of range: 1 to {MAX_TABLE_PAGE}"
-        )));
-    }
+    let limit = page_limit(query.limit, 50, MAX_TABLE_PAGE as u32)? as usize;
     Ok(Json(state.history.table(
         query.filter.as_deref().unwrap_or(""),
         query.sort.unwrap_or(crate::history::SortBy::Name),
