@@ -118,7 +118,9 @@ struct WeakBroker {
     scheduler: Arc<schedule::Scheduler>,
     temporaries: Arc<temporary::Temporaries>,
     routes: Arc<routing::Routes>,
-    advisories: Arc<advisory::Advisories>,
+    /// Weak: the advisories' event sink holds a [`WeakBroker`], which would otherwise
+    /// keep them, and with them the whole broker and its store, alive for ever.
+    advisories: std::sync::Weak<advisory::Advisories>,
 }
 
 impl WeakBroker {
@@ -136,7 +138,7 @@ impl WeakBroker {
             scheduler: Arc::clone(&self.scheduler),
             temporaries: Arc::clone(&self.temporaries),
             routes: Arc::clone(&self.routes),
-            advisories: Arc::clone(&self.advisories),
+            advisories: self.advisories.upgrade()?,
         })
     }
 }
@@ -372,7 +374,7 @@ impl Broker {
             scheduler: Arc::clone(&self.scheduler),
             temporaries: Arc::clone(&self.temporaries),
             routes: Arc::clone(&self.routes),
-            advisories: Arc::clone(&self.advisories),
+            advisories: Arc::downgrade(&self.advisories),
         }
     }
 

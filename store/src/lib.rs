@@ -657,7 +657,9 @@ pub trait MessageStore: Send + Sync + 'static {
     async fn ping(&self) -> Result<()>;
 
     /// Closes the pool after the statements in flight finish, then releases the
-    /// exclusive lock; later calls fail with [`StoreError::Closed`].
+    /// exclusive lock; later calls fail with [`StoreError::Closed`]. When it returns,
+    /// the pool holds no connection (one still on its way back to the pool is waited
+    /// for, up to 5 s).
     async fn close(&self);
 }
 

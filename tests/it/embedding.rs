@@ -234,6 +234,7 @@ on_every_backend!(
     a_durable_subscription_marks_only_what_was_handed_over,
     fast_acks_are_committed_by_commit_acks_and_by_shutdown,
     a_broker_dropped_without_shutdown_releases_its_store,
+    a_broker_whose_system_ends_keeps_nothing_alive,
     acking_a_refused_or_acked_delivery_is_an_error,
     misuses_get_a_clear_answer,
 );
@@ -318,6 +319,41 @@ async fn fast_acks_are_committed_by_commit_acks_and_by_shutdown(t: TestStore) {
     );
     assert_eq!(body(&next(&mut topic).await), "marker", "all acked");
     b.shutdown().await.unwrap();
+}
+
+/// A broker on an actix system that ends without `shutdown` (its last handle dropped
+/// first) keeps nothing alive: no reference to its store stays, so its pool and its
+/// connections go with the system. The advisories' event sink held a strong handle
+/// back to them: the whole broker leaked, with a PostgreSQL connection per broker,
+/// until a run of the suite found the server's connections all taken.
+async fn a_broker_whose_system_ends_keeps_nothing_alive(t: TestStore) {
+    let (url, options) = (t.url.clone(), t.options.clone());
+    let store = std::thread::spawn(move || {
+        actix_rt::System::new().block_on(async move {
+            let config = BrokerConfig {
+                store: options,
+                ..BrokerConfig::default()
+            };
+            let b = Broker::start(&url, config).await.unwrap();
+            b.send("queue://kept", Message::new("k")).await.unwrap();
+            let mut sub = b
+                .subscribe("queue://kept", SubscribeOptions::non_durable())
+                .await
+                .unwrap();
+            assert_eq!(body(&next(&mut sub).await), "k");
+            let store = std::sync::Arc::downgrade(b.store());
+            drop(sub);
+            drop(b);
+            store
+        })
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        store.strong_count(),
+        0,
+        "the store outlived its broker's system"
+    );
 }
 
 /// A broker dropped without `shutdown` (its last handle gone, reads in flight) closes

@@ -7,6 +7,13 @@
 use ebb::cli::soak::{run, SoakOptions};
 use ebb::test_util::*;
 
+/// The TTL of the runs that expire their messages, ms. Long enough that every message
+/// is stored before it expires, also on a loaded machine: a message that arrives
+/// expired is counted expired at once, by no expiry page, and the page counts below
+/// assume that housekeeping expired every one (200 ms was too short under a full
+/// `.ci/run`: the STOMP run's sends queued that long).
+const TTL_MS: u64 = 2_000;
+
 fn options(t: &TestStore, ttl_ms: u64) -> SoakOptions {
     SoakOptions {
         store: Some(t.url.clone()),
@@ -56,7 +63,7 @@ async fn backlog_without_ttl_is_stored_and_never_expired(t: TestStore) {
 }
 
 async fn backlog_with_ttl_drains_completely_in_bounded_pages(t: TestStore) {
-    let o = options(&t, 200);
+    let o = options(&t, TTL_MS);
     let report = run(&o, false).await.unwrap();
     assert_eq!(report.messages_sent, 10_000);
     assert_eq!(
@@ -64,7 +71,11 @@ async fn backlog_with_ttl_drains_completely_in_bounded_pages(t: TestStore) {
         "every message expired for the durable subscription"
     );
     assert!(report.max_rows_per_expiry_page <= 400);
-    assert!(report.expiry_pages >= 25);
+    assert!(
+        report.expiry_pages >= 25,
+        "10,000 rows take 25 pages of 400: {} pages",
+        report.expiry_pages
+    );
     assert!(report.drain_s.is_some());
 }
 
@@ -101,13 +112,18 @@ async fn the_same_run_through_stomp(t: TestStore) {
         stomp: Some(s.addr.to_string()),
         metrics: Some(metrics.local_addr().to_string()),
         store: None,
-        ..options(&t, 200)
+        ..options(&t, TTL_MS)
     };
     let report = run(&o, false).await.unwrap();
     assert_eq!(report.messages_sent, 10_000);
     assert_eq!(report.messages_expired, 10_000);
     assert!(report.max_rows_per_expiry_page <= 400 && report.max_rows_per_expiry_page > 0);
-    assert!(report.expiry_runs >= 1 && report.expiry_pages >= 25);
+    assert!(
+        report.expiry_runs >= 1 && report.expiry_pages >= 25,
+        "10,000 rows take 25 pages of 400: {} runs, {} pages",
+        report.expiry_runs,
+        report.expiry_pages
+    );
     assert!(
         report.peak_rss_bytes > 0,
         "the broker's memory, read from its metrics"
