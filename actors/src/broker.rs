@@ -628,24 +628,37 @@ impl Handler<IsRunning> for BrokerActor {
     }
 }
 
-/// The actor of a destination that runs now (not one being deleted), or `None`:
-/// nothing is started. For what must reach only an existing destination (the acks
-/// and aborts still on their way to a temporary one whose connection ended).
+/// The actor of a destination that runs, or `None`: nothing is started. For what must
+/// reach only an existing destination (the acks and aborts still on their way to a
+/// temporary one whose connection ended). A deletion in progress is waited for, and
+/// the answer is what it left: `None` when it deleted the destination, its actor when
+/// it was refused. (Answering `None` at once lost a transaction's abort to a
+/// temporary queue whose deletion it was racing: the queue then held the aborted
+/// transaction in memory, and refused every later deletion, until a restart.)
 #[derive(Message)]
 #[rtype(result = "Option<DestinationAddr>")]
 pub struct GetRunning(pub DestinationKey);
 
 impl Handler<GetRunning> for BrokerActor {
-    type Result = Option<DestinationAddr>;
+    type Result = ResponseActFuture<Self, Option<DestinationAddr>>;
 
-    fn handle(&mut self, msg: GetRunning, _: &mut Context<Self>) -> Option<DestinationAddr> {
-        if self.deleting.contains_key(&msg.0) {
-            return None;
-        }
-        self.destinations
-            .get(&msg.0)
-            .filter(|a| a.connected())
-            .cloned()
+    fn handle(&mut self, msg: GetRunning, _: &mut Context<Self>) -> Self::Result {
+        let key = msg.0;
+        let deleted = self.deleting.get(&key).cloned();
+        Box::pin(
+            async move {
+                if let Some(deleted) = deleted {
+                    let _ = deleted.await;
+                }
+            }
+            .into_actor(self)
+            .map(move |(), act, _| {
+                act.destinations
+                    .get(&key)
+                    .filter(|a| a.connected())
+                    .cloned()
+            }),
+        )
     }
 }
 

@@ -578,6 +578,8 @@ impl Broker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ebb_actors::broker::DeleteDestination;
+    use ebb_actors::messages::AbortPrepared;
 
     #[test]
     fn below_a_key_sorts_just_below_it() {
@@ -597,6 +599,50 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The race that kept an ended temporary queue for ever: a transaction's abort
+    /// looked for the running actor while a deletion of the queue (refused: that
+    /// transaction held it) was in progress, was told "not running", and was lost;
+    /// the queue then held the aborted transaction in memory and refused every later
+    /// deletion. The lookup queued behind the deletion in the registry's mailbox now
+    /// waits for it and finds the queue, which the abort then frees for deletion.
+    #[actix_rt::test]
+    async fn a_lookup_behind_a_refused_deletion_finds_the_destination() {
+        let b = Broker::start("sqlite::memory:", BrokerConfig::default())
+            .await
+            .unwrap();
+        let key = DestinationKey::queue("held").unwrap();
+        let mut tx = b.transaction("x1");
+        tx.send(&key, Message::new("m").persistent(true))
+            .await
+            .unwrap();
+        // Both are in the registry's mailbox before either is handled.
+        let deleting = b.registry.send(DeleteDestination(key.clone()));
+        let running = b.registry.send(GetRunning(key.clone()));
+        let refused = deleting.await.unwrap().unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("1 open transactions hold messages"),
+            "{refused}"
+        );
+        let addr = running
+            .await
+            .unwrap()
+            .expect("the deletion was refused: the queue runs");
+        b.store.rollback("x1".into()).await.unwrap();
+        addr.ask(AbortPrepared { xid: "x1".into() }).await.unwrap();
+        let deleted = b.registry.send(DeleteDestination(key.clone())).await;
+        assert_eq!(deleted.unwrap().unwrap().messages, 0);
+        // Behind a deletion that went through, there is nothing to find.
+        assert!(b
+            .registry
+            .send(GetRunning(key.clone()))
+            .await
+            .unwrap()
+            .is_none());
+        b.shutdown().await.unwrap();
     }
 
     #[test]
