@@ -633,15 +633,11 @@ mod tests {
             .expect("the deletion was refused: the queue runs");
         b.store.rollback("x1".into()).await.unwrap();
         addr.ask(AbortPrepared { xid: "x1".into() }).await.unwrap();
-        let deleted = b.registry.send(DeleteDestination(key.clone())).await;
-        assert_eq!(deleted.unwrap().unwrap().messages, 0);
-        // Behind a deletion that went through, there is nothing to find.
-        assert!(b
-            .registry
-            .send(GetRunning(key.clone()))
-            .await
-            .unwrap()
-            .is_none());
+        // Behind a deletion that goes through, there is nothing to find.
+        let deleting = b.registry.send(DeleteDestination(key.clone()));
+        let running = b.registry.send(GetRunning(key.clone()));
+        assert_eq!(deleting.await.unwrap().unwrap().messages, 0);
+        assert!(running.await.unwrap().is_none(), "the queue was deleted");
         b.shutdown().await.unwrap();
     }
 
