@@ -164,6 +164,20 @@ struct Delivered {
     replaced: bool,
 }
 
+/// Where the writes of a failed delivery (its stored failure count, its back-off hold,
+/// its move to the dead-letter queue) report that they have finished, for a NACK that
+/// answers only after them (a receipt follows the commit): an error if one failed,
+/// nothing (the sender dropped) if each was committed or there was nothing to write.
+/// `None` where nobody waits (a consumer that went away).
+type Written = Option<tokio::sync::oneshot::Sender<ActorError>>;
+
+/// Reports `result`'s error, if any, to whoever waits on `done`.
+fn report(done: Written, result: Result<(), &ActorError>) {
+    if let (Some(done), Err(e)) = (done, result) {
+        let _ = done.send(e.clone());
+    }
+}
+
 /// A message's move to the dead-letter queue: answers its new id there, or `None` if
 /// its row was already gone.
 type DeadLetterMove =
@@ -185,6 +199,11 @@ pub struct QueueActor {
     last_consumer: u64,
     cursor: QueueCursor,
     delivered: HashMap<Place, Delivered>,
+    /// Failed deliveries held back for their redelivery delay in memory (a
+    /// non-persistent message), or on their way to be held in the store (its write in
+    /// flight): marked when a newer last value arrives, so they are dropped instead of
+    /// coming back.
+    held_back: HashMap<Place, Delivered>,
     stats: QueueStats,
     /// Consumers with a selector (0: every message goes to the next consumer with
     /// credit, without looking at it).
@@ -223,6 +242,7 @@ impl QueueActor {
             last_consumer: 0,
             cursor: QueueCursor::new(cache, high_water, floor).with_last_values(last_values),
             delivered: HashMap::new(),
+            held_back: HashMap::new(),
             stats: QueueStats::default(),
             selective: 0,
             scanning: false,
@@ -641,7 +661,7 @@ impl QueueActor {
         }
         if self.core.policy.dead_letter_expired {
             for entry in expired {
-                self.dead_letter(entry, "message expired", true, ctx);
+                self.dead_letter(entry, "message expired", true, None, ctx);
             }
             return;
         }
@@ -672,14 +692,24 @@ impl QueueActor {
     /// as failed that often: it stays in the queue, visible to browsing, purge and
     /// move, instead of waiting unseen in the store for a restart. (An expired one is
     /// found again by the next expiry page.)
-    fn dead_letter(&mut self, entry: Entry, cause: &str, expired: bool, ctx: &mut Context<Self>) {
+    /// `done` hears when the move (or the drop's delete) has finished.
+    fn dead_letter(
+        &mut self,
+        entry: Entry,
+        cause: &str,
+        expired: bool,
+        done: Written,
+        ctx: &mut Context<Self>,
+    ) {
         let back = match (expired, entry.message.id) {
             (false, Some(id)) => Some(((id, 0), entry.clone())),
             _ => None,
         };
-        if let Some(moved) = self.dead_letter_move(entry, cause, expired, ctx) {
+        if let Some(moved) = self.dead_letter_move(entry, cause, expired, done, ctx) {
+            let (moved, done) = moved;
             ctx.spawn(moved.into_actor(self).map(move |result, act, ctx| {
                 let failed = result.is_err();
+                report(done, result.as_ref().map(|_| ()));
                 act.count_move(result, expired);
                 if let (true, Some((place, entry))) = (failed, back) {
                     act.cursor.put_back(place, entry);
@@ -689,16 +719,17 @@ impl QueueActor {
         }
     }
 
-    /// The move of `entry` to the dead-letter queue, to be run; `None` when it has
-    /// nowhere to go (non-persistent, or this is a dead-letter queue): then it is dropped
-    /// and counted here.
+    /// The move of `entry` to the dead-letter queue, to be run (with `done`, to hear
+    /// when it has); `None` when it has nowhere to go (non-persistent, or this is a
+    /// dead-letter queue): then it is dropped and counted here, and its row deleted.
     fn dead_letter_move(
         &mut self,
         entry: Entry,
         cause: &str,
         expired: bool,
+        done: Written,
         ctx: &mut Context<Self>,
-    ) -> Option<DeadLetterMove> {
+    ) -> Option<(DeadLetterMove, Written)> {
         let name = self.core.key.name();
         let dlq = self.core.policy.dead_letter_queue_for(name);
         let (Some(id), Some(dead_letters), false) = (
@@ -714,7 +745,7 @@ impl QueueActor {
                     "dead message discarded: it is non-persistent, or this queue is a dead-letter queue");
             }
             if let Some(id) = entry.message.id {
-                self.delete_rows(vec![id], ctx);
+                self.delete_rows(vec![id], done, ctx);
             }
             return None;
         };
@@ -745,7 +776,7 @@ impl QueueActor {
         };
         let (events, from) = (self.core.events.clone(), self.core.key.clone());
         let (message_id, cause) = (original.message_id.clone(), cause.to_string());
-        Some(Box::pin(async move {
+        let moved: DeadLetterMove = Box::pin(async move {
             let to = DestinationKey::queue(&dlq).map_err(|e| ActorError::Invalid(e.to_string()))?;
             let moved = dead_letters
                 .send(RouteDeadLetter {
@@ -762,7 +793,8 @@ impl QueueActor {
                 });
             }
             Ok(moved)
-        }))
+        });
+        Some((moved, done))
     }
 
     /// Counts a finished move to the dead-letter queue.
@@ -780,12 +812,13 @@ impl QueueActor {
     }
 
     /// Stores that row `id` has `count` failed deliveries, so that a restart or a
-    /// failover goes on counting (a failed write is logged: the count in memory
-    /// still holds while this broker runs).
-    fn store_redeliveries(&mut self, id: i64, count: u32, ctx: &mut Context<Self>) {
+    /// failover goes on counting (a failed write is logged and reported to `done`: the
+    /// count in memory still holds while this broker runs).
+    fn store_redeliveries(&mut self, id: i64, count: u32, done: Written, ctx: &mut Context<Self>) {
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
         let write = async move { store.redelivered(container, id, count, None).await };
         ctx.spawn(write.into_actor(self).map(move |result, act, _| {
+            report(done, result.as_ref().map(|_| ()));
             if let Err(e) = result {
                 tracing::warn!(queue = %act.core.container, id, error = %e,
                     "cannot store a message's redelivery count; a restart would count from 0");
@@ -793,10 +826,12 @@ impl QueueActor {
         }));
     }
 
-    /// Deletes rows without counting them (a dead message with nowhere to go).
-    fn delete_rows(&mut self, ids: Vec<i64>, ctx: &mut Context<Self>) {
+    /// Deletes rows without counting them (a dead message with nowhere to go); `done`
+    /// hears when the delete has finished.
+    fn delete_rows(&mut self, ids: Vec<i64>, done: Written, ctx: &mut Context<Self>) {
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
         ctx.spawn(async move { store.remove(container, ids).await }.into_actor(self).map(|result, act, _| {
+            report(done, result.as_ref().map(|_| ()));
             if let Err(e) = result {
                 tracing::warn!(queue = %act.core.container, error = %e, "delete of a dead message failed");
             }
@@ -804,8 +839,10 @@ impl QueueActor {
     }
 
     /// A delivery ended without an ack: the message goes back in its place, or to the
-    /// dead-letter queue past `maximum_redeliveries`.
-    fn give_back(&mut self, place: Place, why: &str, ctx: &mut Context<Self>) {
+    /// dead-letter queue past `maximum_redeliveries`. `done` hears when what this
+    /// changed in the store (the failure count, a back-off hold, the move) is
+    /// committed.
+    fn give_back(&mut self, place: Place, why: &str, done: Written, ctx: &mut Context<Self>) {
         let Some(Delivered {
             mut entry,
             replaced,
@@ -823,18 +860,18 @@ impl QueueActor {
                 "{why}: delivery failed {} times (maximum_redeliveries {})",
                 entry.failed_deliveries, self.core.policy.maximum_redeliveries
             );
-            self.dead_letter(entry, &cause, false, ctx);
+            self.dead_letter(entry, &cause, false, done, ctx);
         } else {
             let wait = self
                 .core
                 .policy
                 .redelivery_delay_after(entry.failed_deliveries);
             if wait > 0 {
-                self.redeliver_later(place, entry, wait, ctx);
+                self.redeliver_later(place, entry, wait, done, ctx);
                 return;
             }
             if let Some(id) = entry.message.id {
-                self.store_redeliveries(id, entry.failed_deliveries, ctx);
+                self.store_redeliveries(id, entry.failed_deliveries, done, ctx);
             }
             self.cursor.put_back(place, entry);
         }
@@ -846,40 +883,68 @@ impl QueueActor {
     /// scheduler releases when due, as a new message at the queue's end (as ActiveMQ's
     /// broker-side redelivery resends it); a failed write puts it back at once. A
     /// non-persistent one waits in memory (still charged to the queue's usage) and
-    /// takes its place again.
-    fn redeliver_later(&mut self, place: Place, entry: Entry, wait: u64, ctx: &mut Context<Self>) {
+    /// takes its place again. Either way it is dropped instead if a newer message with
+    /// its last-value key arrives meanwhile (in the store, that message's commit
+    /// deletes the held row). `done` hears when the hold is committed.
+    fn redeliver_later(
+        &mut self,
+        place: Place,
+        entry: Entry,
+        wait: u64,
+        done: Written,
+        ctx: &mut Context<Self>,
+    ) {
         self.stats.redeliveries_delayed += 1;
         let due = now_ms().saturating_add(wait.min(i64::MAX as u64) as i64);
-        let Some(id) = entry.message.id.filter(|_| place.1 == 0) else {
+        let id = entry.message.id.filter(|_| place.1 == 0);
+        let message_id = entry.message.message_id.clone();
+        let count = entry.failed_deliveries;
+        self.held_back.insert(
+            place,
+            Delivered {
+                entry,
+                replaced: false,
+            },
+        );
+        let Some(id) = id else {
             let wait = Duration::from_millis(wait.min(u64::from(u32::MAX)));
             ctx.run_later(wait, move |act, ctx| {
-                act.cursor.put_back(place, entry);
+                act.come_back(place);
                 act.dispatch(ctx);
             });
             return;
         };
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        let hold_as = redelivery_xid(due, &entry.message.message_id, id);
-        let count = entry.failed_deliveries;
+        let hold_as = redelivery_xid(due, &message_id, id);
         let write = async move { store.redelivered(container, id, count, Some(hold_as)).await };
-        ctx.spawn(
-            write
-                .into_actor(self)
-                .map(move |result, act, ctx| match result {
-                    Ok(_) => {
-                        // Out of the queue until the scheduler releases it (a row already
-                        // gone, acked or purged, stays gone).
-                        act.cursor.deleted(&[id]);
-                        act.schedule_waker.wake(due);
-                    }
-                    Err(e) => {
-                        tracing::warn!(queue = %act.core.container, id, error = %e,
-                    "cannot hold a redelivery back in the store; it is redelivered at once");
-                        act.cursor.put_back(place, entry);
-                        act.dispatch(ctx);
-                    }
-                }),
-        );
+        ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
+            report(done, result.as_ref().map(|_| ()));
+            match result {
+                Ok(_) => {
+                    // Out of the queue until the scheduler releases it (a row already
+                    // gone, acked, purged or replaced, stays gone).
+                    act.held_back.remove(&place);
+                    act.cursor.deleted(&[id]);
+                    act.schedule_waker.wake(due);
+                }
+                Err(e) => {
+                    tracing::warn!(queue = %act.core.container, id, error = %e,
+                        "cannot hold a redelivery back in the store; it is redelivered at once");
+                    act.come_back(place);
+                    act.dispatch(ctx);
+                }
+            }
+        }));
+    }
+
+    /// A failed delivery held back in memory comes back to its place, unless a newer
+    /// message with its last-value key arrived meanwhile.
+    fn come_back(&mut self, place: Place) {
+        match self.held_back.remove(&place) {
+            Some(Delivered { replaced: true, .. }) => self.drop_replaced(place),
+            Some(Delivered { entry, .. }) => self.cursor.put_back(place, entry),
+            None => {}
+        }
     }
 
     /// A message that came back after a newer one with its last-value key replaced
@@ -899,6 +964,7 @@ impl QueueActor {
         for (_, delivered) in self
             .delivered
             .iter_mut()
+            .chain(self.held_back.iter_mut())
             .filter(|(place, _)| **place < below)
         {
             if delivered.entry.message.last_value_key(header) == Some(key.as_str()) {
@@ -933,7 +999,7 @@ impl QueueActor {
         self.groups.release(id);
         for (delivery_id, place) in consumer.in_flight {
             if delivery_id <= handed_up_to {
-                self.give_back(place, "consumer closed without ack", ctx);
+                self.give_back(place, "consumer closed without ack", None, ctx);
             } else if let Some(Delivered { entry, replaced }) = self.delivered.remove(&place) {
                 if replaced {
                     self.drop_replaced(place);
@@ -991,7 +1057,9 @@ impl QueueActor {
                 }
                 act.cursor.remove(stored.id);
                 let entry = Entry::new(Arc::new(TopicMessage::from_stored(&stored)));
-                if let Some(moved) = act.dead_letter_move(entry, "message expired", true, ctx) {
+                if let Some((moved, _)) =
+                    act.dead_letter_move(entry, "message expired", true, None, ctx)
+                {
                     moves.push(moved);
                 }
             }
@@ -1081,7 +1149,7 @@ impl DestinationActor for QueueActor {
             if entry.message.id.is_none() {
                 self.core.count_expired(1);
             } else if self.core.policy.dead_letter_expired {
-                self.dead_letter(entry, "message expired", true, ctx);
+                self.dead_letter(entry, "message expired", true, None, ctx);
             } else {
                 // Stored: the page below deletes it and counts it.
             }
@@ -1589,18 +1657,26 @@ impl Handler<AcksStored> for QueueActor {
 }
 
 impl Handler<Nack> for QueueActor {
-    type Result = Result<(), ActorError>;
+    // Answered once what the NACK changed in the store (the failure count, the
+    // back-off hold, the move to the dead-letter queue) is committed, so a receipt
+    // survives a crash.
+    type Result = ResponseFuture<Result<(), ActorError>>;
 
     fn handle(&mut self, msg: Nack, ctx: &mut Context<Self>) -> Self::Result {
         let Some(consumer) = self.consumers.get_mut(&msg.subscription) else {
-            return Err(ActorError::UnknownSubscription(msg.subscription));
+            return Box::pin(std::future::ready(Err(ActorError::UnknownSubscription(
+                msg.subscription,
+            ))));
         };
         let Some(place) = consumer.in_flight.remove(&msg.delivery_id) else {
-            return Err(ActorError::not_awaiting_ack(msg.delivery_id));
+            let refused = ActorError::not_awaiting_ack(msg.delivery_id);
+            return Box::pin(std::future::ready(Err(refused)));
         };
-        self.give_back(place, "NACK", ctx);
+        let (done, written) = tokio::sync::oneshot::channel();
+        self.give_back(place, "NACK", Some(done), ctx);
         self.dispatch(ctx);
-        Ok(())
+        // A sender dropped without a report: every write was committed.
+        Box::pin(async move { written.await.map_or(Ok(()), Err) })
     }
 }
 

@@ -14,8 +14,9 @@
 
 use std::sync::{Arc, OnceLock};
 
-/// The xid prefix of scheduled messages in the store.
-pub const SCHEDULED_XID_PREFIX: &str = "sched:";
+/// The xid prefix of scheduled messages in the store (the store's own: a newer last
+/// value deletes a message held back under it, [`ebb_store::SCHEDULED_XID_PREFIX`]).
+pub const SCHEDULED_XID_PREFIX: &str = ebb_store::SCHEDULED_XID_PREFIX;
 
 /// The xid of a message due at `due_ms` (epoch ms), with message id `message_id`
 /// (`PREFIX:N`): messages due at the same ms sort by `N`, zero-padded, so in the order

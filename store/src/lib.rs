@@ -71,6 +71,13 @@ use std::sync::Arc;
 pub use error::{redact_url, Result, StoreError};
 pub use model::*;
 
+/// The xid prefix of scheduled messages and of messages held back for a later
+/// redelivery (a queue's redelivery back-off). Such a prepared row is a message the
+/// broker has already accepted: unlike a transaction's, its id is its place in arrival
+/// order, so a newer message with its last-value key deletes it
+/// ([`NewMessage::last_value`]) rather than letting it come back later as the newest.
+pub const SCHEDULED_XID_PREFIX: &str = "sched:";
+
 /// Which database a store runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backend {

@@ -45,9 +45,13 @@ pub struct NewMessage {
     /// Its last-value key, on a kind of destination that keeps one message per value
     /// of a header (a last-value queue, as Artemis's keyed by `_AMQ_LVQ_NAME`): the
     /// value of that header. When the message is committed (added, or its prepared
-    /// transaction committed), the older committed messages of its container with the
-    /// same key are deleted in the same store transaction, so a crash never leaves two
-    /// or none. `None` (every other kind, or no such header): nothing is replaced.
+    /// transaction committed), the older messages of its container with the same key
+    /// are deleted in the same store transaction, so a crash never leaves two or none:
+    /// the committed ones, and the ones held back for a later release (a redelivery
+    /// back-off, [`crate::SCHEDULED_XID_PREFIX`]). A held-back message arrived before
+    /// this one, so it must never come back later and replace it; a transaction's
+    /// message arrives at its commit, and is not touched. `None` (every other kind, or no such header):
+    /// nothing is replaced.
     pub last_value: Option<String>,
 }
 
@@ -291,9 +295,10 @@ pub enum WriteOp {
         id: i64,
         message: NewMessage,
     },
-    /// Delete the committed messages of `container` whose last-value key is `key` and
-    /// whose id is below `below`: what a newer message with that key that is not
-    /// stored (a non-persistent one) replaces. Adds and commits of messages with a key
+    /// Delete the committed and held-back messages (see [`NewMessage::last_value`]) of
+    /// `container` whose last-value key is `key` and whose id is below `below`: what a
+    /// newer message with that key that is not stored (a non-persistent one)
+    /// replaces. Adds and commits of messages with a key
     /// do this themselves ([`NewMessage::last_value`]). The outcome is
     /// [`WriteOutcome::Deleted`] with the rows deleted; bounded as a commit
     /// ([`crate::statements::WRITE_BATCH`] rows), and by the rule itself there is at

@@ -94,8 +94,10 @@ pub(crate) struct Statements {
     /// id]`, [`ID_LIST_MAX`] pairs) get their new ids and are committed; returns each
     /// one's new id, container and last-value key
     pub renumber_many: String,
-    /// deletes the committed rows of container `$1` with last-value key `$2` and an id
-    /// below `$3` (what a newer row with that key replaces), at most `$4` of them
+    /// deletes the rows of container `$1` with last-value key `$2` and an id below `$3`
+    /// (what a newer row with that key replaces) that are committed or held back
+    /// ([`crate::SCHEDULED_XID_PREFIX`]: a message already accepted, whose id is its
+    /// place in arrival order), never a transaction's, at most `$4` of them
     /// (by the rule itself there is at most one, plus the batch's own older rows);
     /// returns each one's `msg` length
     pub replace_last_values: String,
@@ -572,8 +574,11 @@ impl Statements {
             ),
             replace_last_values: format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs \
-                 WHERE container = $1 AND lvkey = $2 AND xid IS NULL AND id < $3 \
-                 ORDER BY id LIMIT $4) RETURNING {MSG_LENGTH}"
+                 WHERE container = $1 AND lvkey = $2 AND id < $3 \
+                 AND (xid IS NULL OR substr(xid, 1, {sl}) = '{sched}') \
+                 ORDER BY id LIMIT $4) RETURNING {MSG_LENGTH}",
+                sl = crate::SCHEDULED_XID_PREFIX.len(),
+                sched = crate::SCHEDULED_XID_PREFIX,
             ),
             delete_prepared: format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs WHERE xid = $1 LIMIT $2) \

@@ -154,6 +154,58 @@ def crash_safety():
     stop(proc)
 
 
+def receipted_nack_crash():
+    """200 persistent messages on a queue with a redelivery back-off of 2 s and
+    `maximum_redeliveries = 2`, each NACKed with a receipt; every receipt read, then
+    SIGKILL. After the restart every message comes back marked redelivered (its
+    failure was counted in the store before the RECEIPT), and after two more NACKs
+    each, every one is in the dead-letter queue: none is lost, none comes back
+    uncounted."""
+    count = 200
+    proc = start()
+    producer, p = connect()
+    for n in range(count):
+        producer.send("/queue/nacked", f"m{n}", headers={"persistent": "true", "receipt": f"s{n}", "n": str(n)})
+    wait_until(lambda: len(p.receipts) == count) or fail("not every SEND was receipted")
+    bye(producer, p)
+    conn, seen = connect()
+    conn.subscribe("/queue/nacked", id="c", ack="client-individual", headers={"activemq.prefetchSize": str(count)})
+    wait_until(lambda: len(seen.messages) == count) or fail(f"{len(seen.messages)} of {count} delivered")
+    for i, m in enumerate(list(seen.messages)):
+        conn.nack(m.headers["ack"], receipt=f"n{i}")
+    wait_until(lambda: len(seen.receipts) == count) or fail("not every NACK was receipted")
+    kill(proc)
+    proc = start()
+    conn, seen = connect()
+    conn.subscribe("/queue/nacked", id="c", ack="client-individual", headers={"activemq.prefetchSize": str(count)})
+    failures = {}
+    nacked = 0
+    # Each comes back twice more (the 1st and 2nd redelivery), NACKed each time; the
+    # third failure moves it to DLQ.nacked.
+    while nacked < 2 * count:
+        wait_until(lambda: len(seen.messages) > nacked) or fail(f"only {nacked} of {2 * count} redeliveries came")
+        with seen.lock:
+            m = seen.messages[nacked]
+        n = int(m.headers["n"])
+        if m.headers.get("redelivered") != "true":
+            fail(f"m{n} came back after the restart without redelivered:true: its receipted NACK was lost")
+        failures[n] = failures.get(n, 0) + 1
+        if failures[n] > 2:
+            fail(f"m{n} came back {failures[n]} times: its failures were not all counted")
+        conn.nack(m.headers["ack"])
+        nacked += 1
+    bye(conn, seen)
+    conn, seen = connect()
+    conn.subscribe("/queue/DLQ.nacked", id="d", ack="auto")
+    wait_until(lambda: len(seen.messages) >= count) or fail(f"{len(seen.messages)} of {count} dead-lettered")
+    dead = sorted(int(m.headers["n"]) for m in seen.messages)
+    if dead != list(range(count)):
+        fail(f"the dead-letter queue holds {len(dead)} messages, not each of the {count} once")
+    print(f"receipted_nack_crash: {count} NACKs receipted before SIGKILL, {nacked} redeliveries after, {len(dead)} dead-lettered", flush=True)
+    bye(conn, seen)
+    stop(proc)
+
+
 def acks_and_transactions():
     """Client-individual acks out of order, a transaction that commits one send and
     aborts another, and cumulative client acks."""
@@ -811,6 +863,7 @@ def virtual_topic():
     "tls": tls,
     "data_loss": data_loss,
     "crash_safety": crash_safety,
+    "receipted_nack_crash": receipted_nack_crash,
     "acks_and_transactions": acks_and_transactions,
     "auth": auth,
 }[SCENARIO]()

@@ -170,6 +170,130 @@ async fn a_replaced_message_in_flight_is_not_redelivered(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A last-value queue with a redelivery back-off of 1 s (long enough for the test's
+/// next send to come first on a busy machine).
+fn backoff_policy() -> Policy {
+    Policy {
+        initial_redelivery_delay: 1_000,
+        redelivery_delay: 1_000,
+        ..quiet_policy()
+    }
+}
+
+/// Takes `key`'s value from `Q` with a consumer of its own, NACKs it (answered once
+/// its back-off hold is committed) and closes the consumer.
+async fn nack_one(b: &Broker, expected: &str) {
+    let client = SubscribeOptions::non_durable()
+        .ack(AckMode::Client)
+        .prefetch(1);
+    let mut sub = b.subscribe(Q, client).await.unwrap();
+    let m = next(&mut sub).await;
+    assert_eq!(body(&m), expected);
+    sub.nack(&m).await.unwrap();
+    drop(sub);
+}
+
+/// Waits until nothing is held back for `Q`, then past the back-off's due time (a
+/// wait, not a measure): whatever was held has come back by then, or is gone.
+async fn past_the_back_off(b: &Broker) {
+    poll_until("nothing held back", || async {
+        b.scheduled(None, 10)
+            .await
+            .unwrap()
+            .messages
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+}
+
+/// A value held back by the redelivery back-off arrived before any value sent while
+/// it waits: it never comes back to replace that newer one (the data loss:
+/// the held copy was released as the newest and deleted the receipted newer value).
+/// The newer value waits, or was consumed: either way the held one is gone, also
+/// across a restart while it waits, and non-persistent values alike.
+async fn a_held_back_value_never_replaces_a_newer_one(t: TestStore) {
+    // Persistent, the newer value waiting: only it is stored and delivered.
+    let b = lvq_broker(&t, backoff_policy()).await;
+    b.send(Q, price("EURUSD", "v1", true)).await.unwrap();
+    nack_one(&b, "v1").await;
+    assert_eq!(b.scheduled(None, 10).await.unwrap().messages.len(), 1);
+    b.send(Q, price("EURUSD", "v2", true)).await.unwrap();
+    past_the_back_off(&b).await;
+    assert_eq!(stored(&b).await, ["v2"]);
+    let mut sub = b.subscribe(Q, client_ack()).await.unwrap();
+    let m = next(&mut sub).await;
+    assert_eq!((body(&m).as_str(), m.redelivered()), ("v2", false));
+    sub.ack(&m).await.unwrap();
+    assert!(
+        quiet(&mut sub).await.is_none(),
+        "the held-back v1 came back"
+    );
+    drop(sub);
+
+    // Persistent, the newer value consumed before the held one is due: the held one
+    // does not come back after it.
+    b.send(Q, price("GBPUSD", "g1", true)).await.unwrap();
+    nack_one(&b, "g1").await;
+    let mut sub = b.subscribe(Q, client_ack()).await.unwrap();
+    b.send(Q, price("GBPUSD", "g2", true)).await.unwrap();
+    let m = next(&mut sub).await;
+    assert_eq!(body(&m), "g2");
+    sub.ack(&m).await.unwrap();
+    past_the_back_off(&b).await;
+    assert!(
+        quiet(&mut sub).await.is_none(),
+        "the held-back g1 came back"
+    );
+    drop(sub);
+    wait_rows(&b, Q, 0).await;
+
+    // Across a restart while it waits.
+    b.send(Q, price("USDJPY", "y1", true)).await.unwrap();
+    nack_one(&b, "y1").await;
+    b.shutdown().await.unwrap();
+    let b = lvq_broker(&t, backoff_policy()).await;
+    b.send(Q, price("USDJPY", "y2", true)).await.unwrap();
+    past_the_back_off(&b).await;
+    assert_eq!(stored(&b).await, ["y2"]);
+    let mut sub = b.subscribe(Q, client_ack()).await.unwrap();
+    let m = next(&mut sub).await;
+    assert_eq!(body(&m), "y2");
+    sub.ack(&m).await.unwrap();
+    assert!(
+        quiet(&mut sub).await.is_none(),
+        "the held-back y1 came back"
+    );
+    drop(sub);
+    wait_rows(&b, Q, 0).await;
+
+    // Non-persistent: the held-back value waits in memory and is dropped, counted
+    // as replaced.
+    b.send(Q, price("AUDUSD", "a1", false)).await.unwrap();
+    nack_one(&b, "a1").await;
+    b.send(Q, price("AUDUSD", "a2", false)).await.unwrap();
+    let mut sub = b.subscribe(Q, client_ack()).await.unwrap();
+    let m = next(&mut sub).await;
+    assert_eq!(body(&m), "a2");
+    sub.ack(&m).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let back = quiet(&mut sub).await;
+    assert!(
+        back.is_none(),
+        "the held-back a1 came back: {:?}",
+        back.map(|m| body(&m))
+    );
+    let stats = wait_for_queue(&b, Q, |s| s.in_flight == 0).await;
+    assert_eq!(stats.replaced, 1, "{stats:?}");
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
+fn client_ack() -> SubscribeOptions {
+    SubscribeOptions::non_durable().ack(AckMode::Client)
+}
+
 /// Expiry and selectors work as on a queue: an expired last value is removed by
 /// housekeeping; a consumer with a selector on the key gets only its key's value.
 async fn expiry_and_selectors_work_as_on_a_queue(t: TestStore) {
@@ -315,6 +439,7 @@ on_every_backend!(
     only_the_newest_message_per_key_waits,
     a_paged_backlog_keeps_the_last_values_across_a_restart,
     a_replaced_message_in_flight_is_not_redelivered,
+    a_held_back_value_never_replaces_a_newer_one,
     expiry_and_selectors_work_as_on_a_queue,
     stomp_sends_replace_at_commit,
     the_admin_api_serves_the_kind,

@@ -91,6 +91,14 @@ async fn crash_safety(t: TestStore) {
     scenario(&t, "crash_safety").await;
 }
 
+/// Receipted NACKs survive SIGKILL: the back-off hold and the failure count are
+/// committed before each RECEIPT (see the scenario).
+async fn receipted_nack_crash(t: TestStore) {
+    let policy = "\n[[policy]]\ndestination = \"queue://>\"\ninitial_redelivery_delay = \"2s\"\n\
+                  redelivery_delay = \"2s\"\nmaximum_redeliveries = 2\n";
+    scenario_with(&t, "receipted_nack_crash", policy, &[]).await;
+}
+
 async fn acks_and_transactions(t: TestStore) {
     scenario(&t, "acks_and_transactions").await;
 }
@@ -168,6 +176,7 @@ python_scenarios!(
     request_reply,
     data_loss,
     crash_safety,
+    receipted_nack_crash,
     acks_and_transactions,
     auth,
     tls,

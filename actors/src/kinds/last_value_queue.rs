@@ -8,7 +8,10 @@
 //! groups. A newer message with a key replaces the older one in the store, in the
 //! transaction that commits the newer one (so a restart finds the newest value only);
 //! one that waits in memory is taken out; one a consumer holds stays with it but is
-//! not redelivered if it comes back. Messages without the header are kept as on a
+//! not redelivered if it comes back; one held back by the redelivery back-off (in the
+//! store under a scheduled xid, or in memory) is deleted by the newer one's arrival, so
+//! it never comes back later as the newest. "Newer" is arrival order at the broker (a
+//! transaction's message arrives at its commit). Messages without the header are kept as on a
 //! queue. A message moved in by an operator (or retried from a dead-letter queue)
 //! replaces by its key as a sent one does.
 
