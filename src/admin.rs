@@ -454,7 +454,8 @@ impl Broker {
     /// [`ebb_actors::broker::DELETE_PAGE`] rows, each one store transaction; messages
     /// held only in memory go with its actor; then its scheduled messages (and the
     /// redeliveries held back for it) are cancelled ([`Broker::cancel_scheduled_to`]),
-    /// so none of them brings it back later. Sends and subscriptions that arrive
+    /// so none of them brings it back later: the scheduler releases nothing meanwhile
+    /// (a page being released finishes first, and what it released is deleted). Sends and subscriptions that arrive
     /// meanwhile wait, and then go to a new, empty destination of the same name (a
     /// destination is created on first use). A destination only the store holds is
     /// deleted the same way. Answers what was deleted. A virtual topic's consumer
@@ -471,6 +472,10 @@ impl Broker {
     ) -> Result<DeletedDestination, Error> {
         self.refuse_if_shut_down()?;
         let key = destination.to_destination()?;
+        // No scheduled message is released to it between its deletion and the
+        // cancelling of the rest: such a release would make it again.
+        let _releases = self.hold_releases().await;
+        let upto = self.store().last_assigned_id();
         let deleted = self.registry().send(DeleteDestination(key.clone())).await?;
         self.forget_address(&key);
         let mut deleted = deleted?;
@@ -478,7 +483,7 @@ impl Broker {
         let _ = self.leave_virtual_group(&key).await?;
         // So does a shared subscription's.
         let _ = self.unbind_shared(&key).await?;
-        deleted.scheduled = self.cancel_scheduled_to(&key).await?;
+        deleted.scheduled = self.cancel_scheduled_upto(&key, upto).await?;
         Ok(deleted)
     }
 

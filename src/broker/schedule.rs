@@ -327,6 +327,17 @@ impl Broker {
         &self,
         destination: impl super::ToDestination,
     ) -> Result<u64, Error> {
+        self.cancel_scheduled_upto(destination, i64::MAX).await
+    }
+
+    /// [`Broker::cancel_scheduled_to`] of the messages with a store id up to `upto`
+    /// only: those scheduled before a deletion began, not those sent to the new
+    /// destination of the same name while it ran.
+    pub(crate) async fn cancel_scheduled_upto(
+        &self,
+        destination: impl super::ToDestination,
+        upto: i64,
+    ) -> Result<u64, Error> {
         self.refuse_if_shut_down()?;
         let container = destination.to_destination()?.container();
         let mut cancelled = 0;
@@ -341,7 +352,10 @@ impl Broker {
             let full = rows.len() == (SCHEDULER_PAGE + extra) as usize;
             let last = rows.last().map(|row| row.xid.clone());
             for row in rows {
-                if row.message.container == container && Some(&row.xid) != after.as_ref() {
+                if row.message.container == container
+                    && row.message.id <= upto
+                    && Some(&row.xid) != after.as_ref()
+                {
                     cancelled += self.store.rollback(row.xid).await?;
                 }
             }
@@ -402,6 +416,14 @@ impl Broker {
         self.runtime
             .arbiter()
             .spawn(async move { broker.run_scheduler().await });
+    }
+
+    /// Waits for a page of due messages being released to finish and holds off the
+    /// next until the guard is dropped: a destination's deletion holds it while it
+    /// deletes the destination and cancels its scheduled messages, so that no release
+    /// in between makes the destination again.
+    pub(crate) async fn hold_releases(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.scheduler.page.lock().await
     }
 
     /// Waits for a page being released to finish, and stops the scheduler: a step of
