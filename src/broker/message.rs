@@ -64,7 +64,8 @@ pub struct Message {
 /// How a scheduled message repeats ([`Message::repeat`](struct@Message)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Repeat {
-    /// Between two firings, ms (at least 1).
+    /// Between two firings, ms (at least [`MIN_SCHEDULED_PERIOD_MS`](crate::MIN_SCHEDULED_PERIOD_MS):
+    /// a shorter one is refused).
     pub period_ms: u64,
     /// Firings after the first (ActiveMQ's `AMQ_SCHEDULED_REPEAT`): it is delivered
     /// `count + 1` times in all.

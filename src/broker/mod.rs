@@ -43,8 +43,8 @@ pub use self::routing::{
     ROUTED_XID_PREFIX, VIRTUAL_CONTAINER_PREFIX,
 };
 pub use self::schedule::{
-    ScheduleBacklog, ScheduledMessage, ScheduledPage, SCHEDULED_XID_PREFIX, SCHEDULER_PAGE,
-    SCHEDULE_COUNT_LIMIT,
+    ScheduleBacklog, ScheduledMessage, ScheduledPage, MIN_SCHEDULED_PERIOD_MS,
+    SCHEDULED_XID_PREFIX, SCHEDULER_PAGE, SCHEDULE_COUNT_LIMIT,
 };
 pub use self::send::*;
 pub use self::sessions::{SessionSubscription, MAX_SESSION_SUBSCRIPTIONS};

@@ -220,6 +220,56 @@ async fn deleting_a_queue_as_its_messages_fall_due_cancels_every_one(t: TestStor
     b.shutdown().await.unwrap();
 }
 
+/// Repeating jobs meet the store limit as producers do: 5 jobs of 10 kB firing every
+/// 100 ms (the shortest period; a shorter one is refused) with nobody consuming stop
+/// firing once the store holds its limit, and fire again once a consumer makes room.
+/// Before, firings ignored the limit: 20 such jobs at 1 ms stored 136 × it.
+async fn repeating_jobs_wait_at_the_store_limit(t: TestStore) {
+    const LIMIT: u64 = 200 * 1024;
+    const BODY: usize = 10 * 1024;
+    let usage = UsageConfig {
+        store: LIMIT,
+        ..UsageConfig::default()
+    };
+    let policy = Policy {
+        expire_messages_period: 0,
+        ..Policy::default()
+    };
+    let b = broker_with(&t, vec![("queue://>", policy)], usage).await;
+    let e = b
+        .send(Q, Message::new("fast").repeat(Duration::from_millis(99), 3))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidValue, "{e}");
+    for _ in 0..5 {
+        let job = Message::new(vec![b'j'; BODY]).repeat(
+            Duration::from_millis(ebb::MIN_SCHEDULED_PERIOD_MS),
+            1_000_000,
+        );
+        b.send(Q, job).await.unwrap();
+    }
+    // Long enough for 150 firings without the limit (a wait, not a measure).
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let held = b.store().stored_bytes();
+    let firings = b.store().count_messages(Q).await.unwrap();
+    // What one page of the scheduler may fire past the limit: each job once.
+    let page = 5 * (BODY as u64 + 1024);
+    assert!(
+        held <= LIMIT + page,
+        "{held} bytes stored, limit {LIMIT}, {firings} messages"
+    );
+    assert!(firings >= 10, "only {firings} firings before the limit");
+    // Room again: the jobs go on.
+    let mut sub = b
+        .subscribe(Q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let got = take(&mut sub, firings as usize + 10).await;
+    assert!(got.iter().all(|m| m.body().len() == BODY));
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
 /// Scheduled messages falling due while a producer sends to the same queue: the
 /// releases' ids and the publishes' interleave, and none is lost or doubled, also
 /// with the consumer's cursor paging through the store.
@@ -706,6 +756,7 @@ async fn a_cron_job_missed_while_stopped_fires_once(t: TestStore) {
 on_every_backend!(
     #[actix_rt::test]
     deleting_a_queue_as_its_messages_fall_due_cancels_every_one,
+    repeating_jobs_wait_at_the_store_limit,
     a_cron_job_fires_each_occurrence_until_cancelled,
     a_cron_job_missed_while_stopped_fires_once,
     a_scheduled_message_is_delivered_when_due_and_not_before,
