@@ -801,6 +801,10 @@ pub enum ConfigError {
     /// A `[virtual_topics]` or `[[composite]]` setting that cannot be used.
     #[error("{0}")]
     Routing(String),
+    /// A `[[policy]]` entry the broker cannot honour (an invalid destination pattern, a
+    /// setting its kind does not offer: [`crate::PolicyMap::check`]).
+    #[error("{0}")]
+    Policy(String),
     /// A listener's address given both as `[listeners.NAME]` and by an older key.
     #[error("{new} and {old} both give the listener's address: keep {new} (the older key is still read alone)")]
     ListenerTwice {
@@ -874,6 +878,7 @@ impl FileConfig {
             Err(first) => return Err(every_error(text, first)),
         };
         config.check_listeners()?;
+        config.policies().check().map_err(ConfigError::Policy)?;
         config.routing()?;
         config.security().validate()?;
         for entry in &config.authorization {
@@ -1157,6 +1162,30 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    /// `prioritized_messages` is offered on topics only: on a queue kind it is refused
+    /// (it was accepted and ignored: priorities 1, 9, 4, 7 came in send order), as is
+    /// a policy whose destination is not a pattern.
+    #[test]
+    fn a_policy_a_destination_would_ignore_is_refused() {
+        let on = |destination: &str| {
+            FileConfig::parse(&format!(
+                "[[policy]]\ndestination = \"{destination}\"\nprioritized_messages = true\n"
+            ))
+        };
+        assert!(on("topic://>").is_ok());
+        for queue in ["queue://>", "lvq://prices", "temp-queue://>"] {
+            let e = on(queue).unwrap_err().to_string();
+            assert!(
+                e.contains(queue) && e.contains("prioritized_messages is offered on topics only"),
+                "{queue}: {e}"
+            );
+        }
+        let e = FileConfig::parse("[[policy]]\ndestination = \"jobs\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("jobs") && e.contains("destination"), "{e}");
     }
 
     #[test]

@@ -40,6 +40,11 @@ pub enum Error {
     /// repeating message without a period); the text says which.
     #[error("{0}")]
     InvalidValue(&'static str),
+    /// A policy entry the broker cannot honour (an invalid pattern, a setting its kind
+    /// of destination does not offer: [`ebb_actors::policy::PolicyMap::check`]); the
+    /// text names the entry.
+    #[error("{0}")]
+    InvalidPolicy(String),
     /// A cron expression that cannot be read (ActiveMQ's `AMQ_SCHEDULED_CRON`: five
     /// fields, minute to day of week), or that never occurs.
     #[error("invalid cron expression `{expression}` (AMQ_SCHEDULED_CRON): {reason}")]
@@ -173,6 +178,7 @@ impl Error {
             Error::InvalidDestination { .. } => ErrorCode::InvalidDestination,
             Error::InvalidPriority(_)
             | Error::InvalidValue(_)
+            | Error::InvalidPolicy(_)
             | Error::InvalidCron { .. }
             | Error::InvalidSubscription
             | Error::InvalidPrefetch => ErrorCode::InvalidValue,

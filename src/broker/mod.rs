@@ -291,6 +291,7 @@ impl Broker {
         store: Arc<dyn MessageStore>,
         config: BrokerConfig,
     ) -> Result<Self, Error> {
+        config.policies.check().map_err(Error::InvalidPolicy)?;
         let budget = HousekeepingBudget::new(config.housekeeping_permits);
         let (actor_config, policies, shared) = (
             config.store_actor.clone(),

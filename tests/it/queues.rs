@@ -17,6 +17,31 @@ fn queue_policy() -> Policy {
     }
 }
 
+/// `prioritized_messages` on a queue's policy is refused when the broker starts (a
+/// queue delivers in arrival order; it was accepted and ignored), with the entry named.
+#[actix_rt::test]
+async fn a_prioritized_queue_policy_is_refused() {
+    let t = TestStore::sqlite();
+    let config = ebb::BrokerConfig {
+        store: t.options.clone(),
+        policies: ebb::PolicyMap {
+            entries: vec![ebb::PolicyEntry {
+                destination: "queue://orders.>".into(),
+                policy: Policy {
+                    prioritized_messages: true,
+                    ..queue_policy()
+                },
+            }],
+        },
+        ..ebb::BrokerConfig::default()
+    };
+    let Err(e) = ebb::Broker::start(&t.url, config).await else {
+        panic!("a broker started with prioritized_messages on a queue");
+    };
+    assert_eq!(e.code(), ebb::ErrorCode::InvalidValue, "{e}");
+    assert!(e.to_string().contains("queue://orders.>"), "{e}");
+}
+
 /// 10,000 messages, 3 consumers consuming at the same speed: each message is received
 /// exactly once, and round-robin gives each consumer a third within 5 %.
 async fn competing_consumers_share_round_robin(t: TestStore) {

@@ -174,6 +174,29 @@ pub struct PolicyMap {
 }
 
 impl PolicyMap {
+    /// Checks every entry before a broker takes the map: its destination is a pattern
+    /// ([`DestinationPattern::parse`]), and it asks nothing its kind cannot do: with
+    /// `prioritized_messages`, a pattern of a point-to-point kind (a queue, a
+    /// last-value queue, a temporary queue) is refused, since a queue dispatches in
+    /// arrival order (ActiveMQ's `prioritizedMessages` on queues, and Artemis's
+    /// default, are not offered yet; topics keep a mark per priority). A setting a
+    /// destination would ignore is refused, never accepted.
+    ///
+    /// Errors: the first entry that breaks a rule, as text naming its pattern.
+    pub fn check(&self) -> Result<(), String> {
+        for entry in &self.entries {
+            let pattern = DestinationPattern::parse(&entry.destination)
+                .map_err(|e| format!("[[policy]] destination `{}`: {}", e.name, e.reason))?;
+            if entry.policy.prioritized_messages && pattern.kind().capabilities().point_to_point {
+                return Err(format!(
+                    "[[policy]] destination `{}`: prioritized_messages is offered on topics only (a queue delivers in arrival order); remove it from this entry",
+                    entry.destination
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The policy of destination `key`: the first entry whose pattern matches it (an
     /// entry whose pattern does not parse matches nothing), or the default.
     pub fn policy_for(&self, key: &DestinationKey) -> Policy {
