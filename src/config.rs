@@ -408,6 +408,13 @@ pub struct UsageSection {
     pub transactions: Option<ByteSize>,
     /// Durable subscriptions one client id may have (default 1,000; 0 = no limit).
     pub max_durable_subscriptions_per_client: Option<u32>,
+    /// Temporary destinations alive at once in the broker (default 10,000; 0 = no
+    /// limit; [`crate::UsageConfig::max_temporary_destinations`]).
+    pub max_temporary_destinations: Option<u32>,
+    /// Temporary destinations one user may have alive at once over its connections
+    /// (default 1,000; 0 = no limit;
+    /// [`crate::UsageConfig::max_temporary_destinations_per_user`]).
+    pub max_temporary_destinations_per_user: Option<u32>,
 }
 
 impl UsageSection {
@@ -429,6 +436,12 @@ impl UsageSection {
             max_durable_subscriptions_per_client: self
                 .max_durable_subscriptions_per_client
                 .unwrap_or(d.max_durable_subscriptions_per_client),
+            max_temporary_destinations: self
+                .max_temporary_destinations
+                .unwrap_or(d.max_temporary_destinations),
+            max_temporary_destinations_per_user: self
+                .max_temporary_destinations_per_user
+                .unwrap_or(d.max_temporary_destinations_per_user),
         }
     }
 }
@@ -1147,6 +1160,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(typo.contains("lisen"), "{typo}");
+    }
+
+    #[test]
+    fn temporary_destinations_are_bounded_under_usage() {
+        let d = FileConfig::parse("").unwrap().usage.usage();
+        assert_eq!(
+            (
+                d.max_temporary_destinations,
+                d.max_temporary_destinations_per_user
+            ),
+            (10_000, 1_000)
+        );
+        let c = FileConfig::parse(
+            "[usage]\nmax_temporary_destinations = 50\nmax_temporary_destinations_per_user = 0\n",
+        )
+        .unwrap()
+        .usage
+        .usage();
+        assert_eq!(
+            (
+                c.max_temporary_destinations,
+                c.max_temporary_destinations_per_user
+            ),
+            (50, 0)
+        );
+        let e = FileConfig::parse("[usage]\nmax_temporary_destinations = -1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_temporary_destinations"), "{e}");
     }
 
     #[test]

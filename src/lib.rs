@@ -286,7 +286,7 @@ pub use ebb_actors::destination::{
 pub use ebb_actors::kinds::{Capabilities, KindSpec};
 pub use ebb_actors::messages::{QueueStats, TopicStats};
 pub use ebb_actors::policy::{Policy, PolicyEntry, PolicyMap};
-pub use error::{Error, ErrorCode};
+pub use error::{Error, ErrorCode, TemporaryLimit};
 
 // What the broker hands out of its store, re-exported so that nothing outside the
 // facade names the store crate: how to open it, its errors, and the lease of an active

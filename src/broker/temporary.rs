@@ -29,6 +29,13 @@
 //!   `tempDestinationAuthorizationEntry`) when it is configured; without it, anyone
 //!   connected may make one, and may send to one whose name it was given (a
 //!   request's `reply-to`): the name is the capability, and it cannot be guessed.
+//! - **Bounds**: a connection has at most [`MAX_TEMPORARIES_PER_CONNECTION`] alive at
+//!   once, a user (over its connections) at most
+//!   [`crate::UsageConfig::max_temporary_destinations_per_user`], the broker at most
+//!   [`crate::UsageConfig::max_temporary_destinations`]; one more is refused with
+//!   [`Error::TooManyTemporaryDestinations`] (`limit-exceeded`) until one ends, so
+//!   clients that make them in a loop cannot take the broker's memory (each costs a
+//!   few tens of KB while it lives: hardening issue, point 4).
 //! - **Life**: [`Broker::end_temporaries`] (the STOMP session calls it when its
 //!   connection ends; a [`TemporaryQueue`] when dropped) forgets them at once, so
 //!   sends are refused from then on, and deletes each with its stored messages
@@ -45,7 +52,7 @@ use ebb_actors::{DestinationKey, DestinationKind};
 use rand::Rng;
 
 use super::{Broker, Message, Received, SubscribeOptions, Subscription};
-use crate::error::Error;
+use crate::error::{Error, TemporaryLimit};
 
 /// Connection numbers, one counter for every way in: a message's origin
 /// ([`Message::from_connection`]) and the owner of temporary destinations.
@@ -58,7 +65,9 @@ pub fn next_connection_id() -> u64 {
 }
 
 /// Most temporary destinations one connection may have at once (a client that makes
-/// them in a loop is refused, not served until memory runs out).
+/// them in a loop is refused with [`Error::TooManyTemporaryDestinations`], not served
+/// until memory runs out; the user's and the broker's limits are in
+/// [`crate::UsageConfig`]).
 pub const MAX_TEMPORARIES_PER_CONNECTION: usize = 1_000;
 
 /// Base-36 digits of the unguessable part of a temporary destination's name: 25
@@ -74,14 +83,19 @@ pub(crate) struct Temporaries {
 
 #[derive(Default)]
 struct Owners {
+    /// Every temporary destination alive → the connection that made it.
     by_key: HashMap<DestinationKey, u64>,
     by_connection: HashMap<u64, Made>,
+    /// How many each user (login) has alive, over its connections (none at 0).
+    by_user: HashMap<String, usize>,
 }
 
-/// What one connection has made: its names (kind, the name it gave) → their keys.
+/// What one connection has made: its names (kind, the name it gave) → their keys,
+/// and the user it made them as.
 #[derive(Default)]
 struct Made {
     named: HashMap<(DestinationKind, String), DestinationKey>,
+    user: Option<String>,
 }
 
 impl Default for Temporaries {
@@ -124,13 +138,34 @@ impl Broker {
     /// check (the protocols check the `admin` right of
     /// `[temp_destination_authorization_entry]` before they call it).
     ///
-    /// Errors: [`Error::InvalidDestination`] for a kind that is not temporary, a name
-    /// that cannot be one (empty, wildcards, too long with the broker's prefix: about
-    /// 150 bytes are left for it), or a connection that already has
-    /// [`MAX_TEMPORARIES_PER_CONNECTION`].
+    /// Errors: [`Error::InvalidDestination`] for a kind that is not temporary, or a
+    /// name that cannot be one (empty, wildcards, too long with the broker's prefix:
+    /// about 150 bytes are left for it); [`Error::TooManyTemporaryDestinations`] when
+    /// the connection has [`MAX_TEMPORARIES_PER_CONNECTION`] alive, or the broker
+    /// [`crate::UsageConfig::max_temporary_destinations`].
     pub fn temporary(
         &self,
         connection: u64,
+        kind: DestinationKind,
+        name: &str,
+    ) -> Result<DestinationKey, Error> {
+        self.temporary_for(connection, None, kind, name)
+    }
+
+    /// [`Broker::temporary`] for a connection logged in as `user` (its login; `None`:
+    /// without one), whose temporary destinations alive at once, over all its
+    /// connections, are bounded by [`crate::UsageConfig::max_temporary_destinations_per_user`].
+    /// A connection's first temporary destination records its user.
+    ///
+    /// Errors: as [`Broker::temporary`], and [`Error::TooManyTemporaryDestinations`]
+    /// when the connection, the user or the broker has as many alive as it may
+    /// ([`MAX_TEMPORARIES_PER_CONNECTION`],
+    /// [`crate::UsageConfig::max_temporary_destinations_per_user`],
+    /// [`crate::UsageConfig::max_temporary_destinations`]): nothing is made.
+    pub fn temporary_for(
+        &self,
+        connection: u64,
+        user: Option<&str>,
         kind: DestinationKind,
         name: &str,
     ) -> Result<DestinationKey, Error> {
@@ -159,15 +194,41 @@ impl Broker {
             unguessable()
         );
         let key = DestinationKey::new(kind, &global).map_err(|e| invalid(e.reason))?;
-        let made = owners.by_connection.entry(connection).or_default();
-        if made.named.len() >= MAX_TEMPORARIES_PER_CONNECTION {
-            return Err(invalid(
-                "this connection has 1,000 temporary destinations (the most one may have)",
-            ));
+        let usage = &self.usages.config;
+        let full = |limit, max: u64| Err(Error::TooManyTemporaryDestinations { limit, max });
+        let made = owners.by_connection.get(&connection);
+        if made.map_or(0, |m| m.named.len()) >= MAX_TEMPORARIES_PER_CONNECTION {
+            return full(
+                TemporaryLimit::Connection,
+                MAX_TEMPORARIES_PER_CONNECTION as u64,
+            );
         }
+        let user = made.map_or(user, |m| m.user.as_deref());
+        let per_user = usage.max_temporary_destinations_per_user as usize;
+        if let Some(user) = user {
+            if per_user > 0 && owners.by_user.get(user).copied().unwrap_or(0) >= per_user {
+                return full(TemporaryLimit::User(user.to_string()), per_user as u64);
+            }
+        }
+        let most = usage.max_temporary_destinations as usize;
+        if most > 0 && owners.by_key.len() >= most {
+            return full(TemporaryLimit::Broker, most as u64);
+        }
+        let user = user.map(str::to_string);
+        if let Some(user) = &user {
+            *owners.by_user.entry(user.clone()).or_default() += 1;
+        }
+        let made = owners.by_connection.entry(connection).or_default();
+        made.user = user;
         made.named.insert(local, key.clone());
         owners.by_key.insert(key.clone(), connection);
         Ok(key)
+    }
+
+    /// How many temporary destinations are alive now (made, and their connection not
+    /// ended), the count [`crate::UsageConfig::max_temporary_destinations`] bounds.
+    pub fn temporary_destinations(&self) -> usize {
+        self.temporaries.owners.lock().by_key.len()
     }
 
     /// The connection that owns temporary destination `key`, if it exists.
@@ -288,6 +349,14 @@ impl Broker {
         let keys: Vec<DestinationKey> = made.named.into_values().collect();
         for key in &keys {
             owners.by_key.remove(key);
+        }
+        if let Some(user) = made.user {
+            if let Some(count) = owners.by_user.get_mut(&user) {
+                *count = count.saturating_sub(keys.len());
+                if *count == 0 {
+                    owners.by_user.remove(&user);
+                }
+            }
         }
         keys
     }

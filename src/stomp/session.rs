@@ -1359,7 +1359,9 @@ impl Session {
     /// (`/remote-temp-queue/...`) before the frame is read: a consumer of the request
     /// can SEND to exactly its `reply-to` (as RabbitMQ's reply queues). Errors: why a
     /// name cannot be one, or the user lacks the `admin` right of
-    /// `[temp_destination_authorization_entry]` (the frame is refused with it).
+    /// `[temp_destination_authorization_entry]`, or a new one would pass a limit on
+    /// temporary destinations alive at once (the connection's, the user's, the
+    /// broker's: `limit-exceeded`); the frame is refused with it.
     pub fn localize(&mut self, frame: &mut Frame) -> Result<(), Refusal> {
         let names: &[&str] = match frame.command {
             frame::Command::Send => &["destination", "reply-to"],
@@ -1410,9 +1412,10 @@ impl Session {
             .security
             .authorize_temporary(self.principal.as_ref(), Right::Admin)
             .map_err(|e| Refusal::new(ErrorCode::NotAuthorized, e.to_string()))?;
+        let login = self.principal.as_ref().map(|p| p.login.as_str());
         let key = self
             .broker
-            .temporary(self.connection, kind, local)
+            .temporary_for(self.connection, login, kind, local)
             .map_err(|e| Refusal::of("", &e))?;
         Ok(Some(key.stomp()))
     }

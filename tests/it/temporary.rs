@@ -11,6 +11,11 @@
 //! `[temp_destination_authorization_entry]`, its `admin`, `write` and `read` decide who
 //! makes one, sends to another's and browses another's, over STOMP and the admin API
 //! alike; without it a reply between two users still works.
+//!
+//! Bounds (hardening issue, point 4): temporary destinations alive at once are
+//! bounded per connection (1,000), per user (`max_temporary_destinations_per_user`)
+//! and in the whole broker (`max_temporary_destinations`); one more is refused with
+//! `limit-exceeded` naming the setting, and accepted again once one ends.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +27,10 @@ use ebb::stomp::codec::Limits;
 use ebb::stomp::frame::{Command, Frame};
 use ebb::test_util::stomp::*;
 use ebb::test_util::*;
-use ebb::{next_connection_id, DestinationKey, Error, Message, SubscribeOptions};
+use ebb::{
+    next_connection_id, DestinationKey, DestinationKind, Error, ErrorCode, Message,
+    SubscribeOptions, TemporaryLimit, UsageConfig, MAX_TEMPORARIES_PER_CONNECTION,
+};
 
 /// Every test user's passcode.
 const PASSCODE: &str = "pass";
@@ -759,6 +767,166 @@ async fn the_admin_api_reads_temporary_queues_with_the_browse_right(t: TestStore
     s.stop().await;
 }
 
+/// `max_temporary_destinations` bounds the broker's temporary destinations alive at
+/// once, over the embedding API and STOMP together: up to it they are made, the next
+/// is refused (`TooManyTemporaryDestinations`, `limit-exceeded` over STOMP) while a
+/// name a connection has already is still its own, and once one ends (a handle
+/// dropped, a connection ended) a new one is accepted.
+async fn the_broker_bounds_its_temporary_destinations(t: TestStore) {
+    let usage = UsageConfig {
+        max_temporary_destinations: 4,
+        ..UsageConfig::default()
+    };
+    let b = broker_with(&t, vec![], usage).await;
+    let s = serve(b.clone(), Limits::default(), Security::default(), 30_000).await;
+    let mut held: Vec<_> = (0..3).map(|_| b.temporary_queue().unwrap()).collect();
+    let mut owner = Client::connected(s.addr, None).await;
+    owner
+        .write(b"SUBSCRIBE\ndestination:/temp-queue/mine\nid:1\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut owner, "s").await;
+    assert_eq!(b.temporary_destinations(), 4);
+
+    match b.temporary_queue() {
+        Err(e @ Error::TooManyTemporaryDestinations { .. }) => {
+            assert_eq!(e.code(), ErrorCode::LimitExceeded);
+            assert!(
+                matches!(
+                    e,
+                    Error::TooManyTemporaryDestinations {
+                        limit: TemporaryLimit::Broker,
+                        max: 4
+                    }
+                ),
+                "{e:?}"
+            );
+            assert_eq!(e.to_string(), "too many temporary destinations: the broker has 4 alive, the most the broker may have (max_temporary_destinations) (one must end first)");
+        }
+        other => panic!("a fifth: {:?}", other.map(|q| q.key().clone())),
+    }
+    let mut other = Client::connected(s.addr, None).await;
+    other
+        .write(b"SEND\ndestination:/temp-queue/x\nreceipt:r\n\nx\0")
+        .await;
+    let why = refused(&mut other, "limit-exceeded").await;
+    assert!(
+        why.contains("the broker has 4 alive") && why.contains("max_temporary_destinations"),
+        "{why}"
+    );
+    owner
+        .write(b"SEND\ndestination:/temp-queue/mine\nreceipt:again\n\nstill mine\0")
+        .await;
+    receipt(&mut owner, "again").await;
+    owner.next_is("still mine").await;
+    assert_eq!(b.temporary_destinations(), 4);
+
+    // One ends: one more is accepted, and no more than that.
+    held.pop();
+    assert_eq!(b.temporary_destinations(), 3);
+    let mut other = Client::connected(s.addr, None).await;
+    other
+        .write(b"SUBSCRIBE\ndestination:/temp-queue/x\nid:1\nreceipt:s\n\n\0")
+        .await;
+    receipt(&mut other, "s").await;
+    assert!(b.temporary_queue().is_err());
+    // A connection's end ends its own.
+    owner.write(b"DISCONNECT\nreceipt:bye\n\n\0").await;
+    receipt(&mut owner, "bye").await;
+    drop(owner);
+    poll_until("the connection's temporary queue ended", || async {
+        (b.temporary_destinations() == 3).then_some(())
+    })
+    .await;
+    held.push(b.temporary_queue().unwrap());
+    assert_eq!(b.temporary_destinations(), 4);
+    drop(held);
+    s.stop().await;
+}
+
+/// `max_temporary_destinations_per_user` bounds one user's temporary destinations
+/// over all its connections: alice makes three over two connections, a fourth (on a
+/// third connection) is refused naming her and the setting, bob is not held back,
+/// and when her second connection ends she may make one again.
+async fn stomp_a_user_has_at_most_its_share_of_temporary_destinations(t: TestStore) {
+    let usage = UsageConfig {
+        max_temporary_destinations_per_user: 3,
+        ..UsageConfig::default()
+    };
+    let b = broker_with(&t, vec![], usage).await;
+    let users = security(&[("alice", &["apps"]), ("bob", &["workers"])], None);
+    let s = serve(b.clone(), Limits::default(), users, 30_000).await;
+    let make = |name: &'static str| {
+        format!("SEND\ndestination:/temp-queue/{name}\nreceipt:{name}\n\n{name}\0")
+    };
+    let mut first = logged_in(s.addr, "alice").await;
+    for name in ["a", "b"] {
+        first.write(make(name).as_bytes()).await;
+        receipt(&mut first, name).await;
+    }
+    let mut second = logged_in(s.addr, "alice").await;
+    second.write(make("c").as_bytes()).await;
+    receipt(&mut second, "c").await;
+    assert_eq!(b.temporary_destinations(), 3);
+    let mut third = logged_in(s.addr, "alice").await;
+    third.write(make("d").as_bytes()).await;
+    let why = refused(&mut third, "limit-exceeded").await;
+    assert_eq!(why, "too many temporary destinations: user `alice` has 3 alive, the most one user may have (max_temporary_destinations_per_user) (one must end first)");
+    let mut bob = logged_in(s.addr, "bob").await;
+    bob.write(make("d").as_bytes()).await;
+    receipt(&mut bob, "d").await;
+    assert_eq!(b.temporary_destinations(), 4);
+
+    second.write(b"DISCONNECT\nreceipt:bye\n\n\0").await;
+    receipt(&mut second, "bye").await;
+    drop(second);
+    poll_until(
+        "alice's second connection's temporary queue ended",
+        || async { (b.temporary_destinations() == 3).then_some(()) },
+    )
+    .await;
+    let mut fourth = logged_in(s.addr, "alice").await;
+    fourth.write(make("d").as_bytes()).await;
+    receipt(&mut fourth, "d").await;
+    fourth.write(make("e").as_bytes()).await;
+    refused(&mut fourth, "limit-exceeded").await;
+    s.stop().await;
+}
+
+/// One connection has at most `MAX_TEMPORARIES_PER_CONNECTION` alive: the next is
+/// refused with `TooManyTemporaryDestinations` (`limit-exceeded`), a name it has
+/// already is still its own, and another connection is not held back.
+async fn a_connection_has_at_most_its_share_of_temporary_destinations(t: TestStore) {
+    let b = broker(&t, policy(0, 100), 2).await;
+    let connection = next_connection_id();
+    let queue = DestinationKind::TEMP_QUEUE;
+    for i in 0..MAX_TEMPORARIES_PER_CONNECTION {
+        b.temporary(connection, queue, &format!("q{i}")).unwrap();
+    }
+    b.temporary(connection, queue, "q0").unwrap();
+    match b.temporary(connection, queue, "one-more") {
+        Err(e @ Error::TooManyTemporaryDestinations { .. }) => {
+            assert_eq!(e.code(), ErrorCode::LimitExceeded);
+            assert!(
+                matches!(
+                    e,
+                    Error::TooManyTemporaryDestinations {
+                        limit: TemporaryLimit::Connection,
+                        max: 1_000
+                    }
+                ),
+                "{e:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    b.temporary(next_connection_id(), queue, "q0").unwrap();
+    assert_eq!(
+        b.temporary_destinations(),
+        MAX_TEMPORARIES_PER_CONNECTION + 1
+    );
+    b.shutdown().await.unwrap();
+}
+
 #[cfg(feature = "http")]
 on_every_backend!(
     #[actix_rt::test]
@@ -778,4 +946,7 @@ on_every_backend!(
     stomp_a_reply_queue_cannot_be_guessed_from_ones_own,
     stomp_a_reply_between_users_needs_no_grant_by_default,
     stomp_the_temporary_entry_decides_who_makes_sends_and_browses,
+    the_broker_bounds_its_temporary_destinations,
+    stomp_a_user_has_at_most_its_share_of_temporary_destinations,
+    a_connection_has_at_most_its_share_of_temporary_destinations,
 );
