@@ -78,6 +78,13 @@ pub struct FileConfig {
     /// admin, each a list of logins or groups, `*` for every user).
     #[serde(default)]
     pub authorization: Vec<crate::auth::AuthorizationEntry>,
+    /// `[temp_destination_authorization_entry]`: who may make temporary destinations
+    /// (`admin`), send to another connection's (`write`) and browse another
+    /// connection's (`read`), as ActiveMQ's `tempDestinationAuthorizationEntry`
+    /// ([`crate::auth::Security::authorize_temporary`]). Absent: anyone connected may
+    /// make one and send to one whose name it was given; only its connection reads it.
+    pub temp_destination_authorization_entry:
+        Option<crate::auth::TempDestinationAuthorizationEntry>,
     /// `[virtual_topics]`: ActiveMQ's virtual topics (on by default).
     #[serde(default)]
     pub virtual_topics: VirtualTopicsSection,
@@ -401,6 +408,13 @@ pub struct UsageSection {
     pub transactions: Option<ByteSize>,
     /// Durable subscriptions one client id may have (default 1,000; 0 = no limit).
     pub max_durable_subscriptions_per_client: Option<u32>,
+    /// Temporary destinations alive at once in the broker (default 10,000; 0 = no
+    /// limit; [`crate::UsageConfig::max_temporary_destinations`]).
+    pub max_temporary_destinations: Option<u32>,
+    /// Temporary destinations one user may have alive at once over its connections
+    /// (default 1,000; 0 = no limit;
+    /// [`crate::UsageConfig::max_temporary_destinations_per_user`]).
+    pub max_temporary_destinations_per_user: Option<u32>,
 }
 
 impl UsageSection {
@@ -422,6 +436,12 @@ impl UsageSection {
             max_durable_subscriptions_per_client: self
                 .max_durable_subscriptions_per_client
                 .unwrap_or(d.max_durable_subscriptions_per_client),
+            max_temporary_destinations: self
+                .max_temporary_destinations
+                .unwrap_or(d.max_temporary_destinations),
+            max_temporary_destinations_per_user: self
+                .max_temporary_destinations_per_user
+                .unwrap_or(d.max_temporary_destinations_per_user),
         }
     }
 }
@@ -578,6 +598,19 @@ pub fn check_pattern(text: &str) -> Result<(), ConfigError> {
             name: e.name,
             reason: e.reason,
         })
+}
+
+/// Refuses an `[[authorization]]` pattern over temporary destinations: their rights
+/// are `[temp_destination_authorization_entry]`'s, and such an entry would be read
+/// and never used.
+fn check_not_temporary(text: &str) -> Result<(), ConfigError> {
+    match crate::DestinationPattern::parse(text) {
+        Ok(pattern) if pattern.kind().capabilities().temporary => Err(ConfigError::Pattern {
+            name: text.to_string(),
+            reason: "[[authorization]] entries do not cover temporary destinations: give their rights in [temp_destination_authorization_entry]",
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// A count that must be at least 1 (page sizes, prefetch).
@@ -787,7 +820,9 @@ pub enum ConfigError {
     /// to [`MAX_REPORTED_ERRORS`]).
     #[error("{}", syntax_text(.0))]
     Syntax(Vec<String>),
-    /// A destination pattern of an `[[authorization]]` entry that does not parse.
+    /// A destination pattern of an `[[authorization]]` entry that does not parse, or
+    /// that names temporary destinations (their rights are
+    /// `[temp_destination_authorization_entry]`'s).
     #[error("destination pattern `{name}`: {reason}")]
     Pattern {
         /// The pattern's name part.
@@ -883,6 +918,7 @@ impl FileConfig {
         config.security().validate()?;
         for entry in &config.authorization {
             check_pattern(&entry.destination)?;
+            check_not_temporary(&entry.destination)?;
         }
         Ok(config)
     }
@@ -997,6 +1033,7 @@ impl FileConfig {
         crate::auth::Security {
             users: self.users.clone(),
             authorization: self.authorization.clone(),
+            temp_destination_authorization_entry: self.temp_destination_authorization_entry.clone(),
             login_guard: Default::default(),
         }
     }
@@ -1128,6 +1165,71 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(typo.contains("lisen"), "{typo}");
+    }
+
+    #[test]
+    fn temporary_destinations_are_bounded_under_usage() {
+        let d = FileConfig::parse("").unwrap().usage.usage();
+        assert_eq!(
+            (
+                d.max_temporary_destinations,
+                d.max_temporary_destinations_per_user
+            ),
+            (10_000, 1_000)
+        );
+        let c = FileConfig::parse(
+            "[usage]\nmax_temporary_destinations = 50\nmax_temporary_destinations_per_user = 0\n",
+        )
+        .unwrap()
+        .usage
+        .usage();
+        assert_eq!(
+            (
+                c.max_temporary_destinations,
+                c.max_temporary_destinations_per_user
+            ),
+            (50, 0)
+        );
+        let e = FileConfig::parse("[usage]\nmax_temporary_destinations = -1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_temporary_destinations"), "{e}");
+    }
+
+    #[test]
+    fn temporary_destinations_have_an_entry_of_their_own() {
+        let c = FileConfig::parse(
+            "[temp_destination_authorization_entry]\nread = [\"ops\"]\nwrite = [\"*\"]\nadmin = [\"apps\"]\n",
+        )
+        .unwrap();
+        let entry = c.security().temp_destination_authorization_entry.unwrap();
+        assert_eq!(
+            (entry.read, entry.write, entry.admin),
+            (
+                vec!["ops".to_string()],
+                vec!["*".to_string()],
+                vec!["apps".to_string()]
+            )
+        );
+        assert!(FileConfig::parse("")
+            .unwrap()
+            .security()
+            .temp_destination_authorization_entry
+            .is_none());
+        let e = FileConfig::parse("[temp_destination_authorization_entry]\nbrowse = [\"ops\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `browse`"), "{e}");
+        // An [[authorization]] entry over temporary destinations would never be used.
+        let e = FileConfig::parse(
+            "[[authorization]]\ndestination = \"temp-queue://>\"\nwrite = [\"*\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("give their rights in [temp_destination_authorization_entry]"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -82,6 +82,19 @@ pub enum Error {
         /// The limit.
         max: u32,
     },
+    /// A new temporary destination beyond a limit on those alive at once: the
+    /// broker's ([`crate::UsageConfig::max_temporary_destinations`]), one user's
+    /// ([`crate::UsageConfig::max_temporary_destinations_per_user`]) or one
+    /// connection's ([`crate::MAX_TEMPORARIES_PER_CONNECTION`]). Nothing was made;
+    /// one ends (its connection ends, or its [`crate::TemporaryQueue`] is dropped)
+    /// before another is accepted. Code [`ErrorCode::LimitExceeded`].
+    #[error("too many temporary destinations: {limit} has {max} alive, the most {} (one must end first)", limit.setting())]
+    TooManyTemporaryDestinations {
+        /// Whose limit.
+        limit: TemporaryLimit,
+        /// The limit (temporary destinations alive at once).
+        max: u64,
+    },
     /// A durable subscription needs a client id and a subscription name.
     #[error("a durable subscription needs a non-empty client id and subscription name")]
     InvalidSubscription,
@@ -129,6 +142,41 @@ pub enum Error {
         /// names it once).
         cause: std::io::Error,
     },
+}
+
+/// Whose limit on temporary destinations alive at once refused a new one
+/// ([`Error::TooManyTemporaryDestinations`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemporaryLimit {
+    /// The broker's, over every connection
+    /// ([`crate::UsageConfig::max_temporary_destinations`]).
+    Broker,
+    /// One user's (its login), over all its connections
+    /// ([`crate::UsageConfig::max_temporary_destinations_per_user`]).
+    User(String),
+    /// One connection's ([`crate::MAX_TEMPORARIES_PER_CONNECTION`]).
+    Connection,
+}
+
+impl TemporaryLimit {
+    /// Who may have how many, and the setting that says so (the error's text).
+    pub fn setting(&self) -> &'static str {
+        match self {
+            TemporaryLimit::Broker => "the broker may have (max_temporary_destinations)",
+            TemporaryLimit::User(_) => "one user may have (max_temporary_destinations_per_user)",
+            TemporaryLimit::Connection => "one connection may have",
+        }
+    }
+}
+
+impl std::fmt::Display for TemporaryLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TemporaryLimit::Broker => f.write_str("the broker"),
+            TemporaryLimit::User(login) => write!(f, "user `{login}`"),
+            TemporaryLimit::Connection => f.write_str("this connection"),
+        }
+    }
 }
 
 impl From<ActorError> for Error {
@@ -185,6 +233,7 @@ impl Error {
             Error::ResourceLimit { .. } => ErrorCode::ResourceLimit,
             Error::Unsupported(_) => ErrorCode::Unsupported,
             Error::TooManyDurableSubscriptions { .. } => ErrorCode::LimitExceeded,
+            Error::TooManyTemporaryDestinations { .. } => ErrorCode::LimitExceeded,
             Error::NotThisSubscription => ErrorCode::UnknownAck,
             Error::ShuttingDown => ErrorCode::ShuttingDown,
             Error::LeaseRunOut => ErrorCode::LeaseRunOut,
@@ -258,7 +307,8 @@ pub enum ErrorCode {
     ClientIdInUse,
     /// `limit-exceeded`: a per-connection or per-client limit is reached (frame size,
     /// headers, subscriptions, open transactions, a transaction's size, connections,
-    /// durable subscriptions per client id); the text names the setting.
+    /// durable subscriptions per client id; temporary destinations per connection, per
+    /// user and in the whole broker); the text names the setting.
     LimitExceeded,
     /// `resource-limit`: producer flow control refused a send (a memory, temp, store
     /// or destination limit is reached); nothing was stored. As ActiveMQ's

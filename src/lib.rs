@@ -44,7 +44,8 @@
 //! A temporary destination (`temp-queue://`, `temp-topic://`) belongs to a connection
 //! (a STOMP session, or a [`TemporaryQueue`]): the connection names it in its own
 //! namespace (`/temp-queue/replies`) and the broker gives it a broker-wide name
-//! ([`Broker::temporary`]); only that connection consumes from it, a send to one whose
+//! with 128 random bits in it, so no one guesses it ([`Broker::temporary`]); only that
+//! connection consumes from it, a send to one whose
 //! connection has ended is refused, and it is deleted with its messages when its
 //! connection ends (and at start, what a previous run left). Connections are numbered
 //! by [`next_connection_id`], one counter for every way in.
@@ -285,7 +286,7 @@ pub use ebb_actors::destination::{
 pub use ebb_actors::kinds::{Capabilities, KindSpec};
 pub use ebb_actors::messages::{QueueStats, TopicStats};
 pub use ebb_actors::policy::{Policy, PolicyEntry, PolicyMap};
-pub use error::{Error, ErrorCode};
+pub use error::{Error, ErrorCode, TemporaryLimit};
 
 // What the broker hands out of its store, re-exported so that nothing outside the
 // facade names the store crate: how to open it, its errors, and the lease of an active

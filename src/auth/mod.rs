@@ -9,6 +9,15 @@
 //! matches the destination decides; a destination no entry matches is refused. With
 //! no entries, every authenticated user may do everything.
 //!
+//! Temporary destinations have an entry of their own,
+//! [`TempDestinationAuthorizationEntry`] (`[temp_destination_authorization_entry]`,
+//! ActiveMQ's `tempDestinationAuthorizationEntry`): `admin` to make one, `write` to
+//! send to another connection's, `read` to browse another connection's
+//! ([`Security::authorize_temporary`]); a connection needs no right on its own. Without
+//! it, anyone connected may make one and send to one whose name it was given (names
+//! hold 128 random bits, [`crate::Broker::temporary`]), and only its own connection
+//! reads it.
+//!
 //! A user may instead (or also) be named by a client certificate: with
 //! `certificate_subject`, a connection over TLS whose client certificate (verified
 //! against `[tls] client_ca_file`) has that subject is that user without a passcode,
@@ -79,6 +88,30 @@ pub struct AuthorizationEntry {
     pub admin: Vec<String>,
 }
 
+/// Who may do what on temporary destinations (`[temp_destination_authorization_entry]`),
+/// as ActiveMQ's `tempDestinationAuthorizationEntry`: one entry for every temporary
+/// queue and topic, apart from `[[authorization]]` (whose patterns never cover them).
+/// Each list holds logins or groups, `*` for every user; a connection needs no right
+/// on the temporary destinations it made itself. See
+/// [`Security::authorize_temporary`] for what holds without it.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TempDestinationAuthorizationEntry {
+    /// Who may browse another connection's temporary queue (STOMP `browser:true`, the
+    /// admin API's and the console's message views). Consuming stays its own
+    /// connection's alone, as in ActiveMQ, whatever the rights.
+    #[serde(default)]
+    pub read: Vec<String>,
+    /// Who may send to another connection's temporary destination (a reply to a
+    /// request's `reply-to`).
+    #[serde(default)]
+    pub write: Vec<String>,
+    /// Who may make temporary destinations (STOMP `/temp-queue/NAME`,
+    /// `/temp-topic/NAME`).
+    #[serde(default)]
+    pub admin: Vec<String>,
+}
+
 /// A right an operation needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Right {
@@ -131,6 +164,9 @@ pub struct Security {
     pub users: Vec<User>,
     /// Who may do what; the first entry that matches a destination decides (none: everyone may do everything).
     pub authorization: Vec<AuthorizationEntry>,
+    /// Who may make, send to and browse temporary destinations
+    /// ([`Security::authorize_temporary`]); `None`: the default described there.
+    pub temp_destination_authorization_entry: Option<TempDestinationAuthorizationEntry>,
     /// Refused logins per client address, for every protocol of the broker
     /// ([`crate::login_guard`]); clones share it.
     pub login_guard: std::sync::Arc<crate::login_guard::LoginGuard>,
@@ -253,16 +289,20 @@ impl Security {
 
     /// Whether `principal` (None: anonymous, when no users are configured) has
     /// `right` on `destination`, by the first entry whose pattern
-    /// ([`DestinationPattern`]) matches it. The error says what is missing.
+    /// ([`DestinationPattern`]) matches it. A temporary destination is taken as
+    /// another connection's, decided by [`Security::authorize_temporary`]: a caller
+    /// that knows the connection checks first whether it is its own (which needs no
+    /// right). The error says what is missing.
     pub fn authorize(
         &self,
         principal: Option<&Principal>,
         right: Right,
         destination: &DestinationKey,
     ) -> Result<(), AccessError> {
-        // A temporary destination needs no grant beyond connecting: the broker lets
-        // only its connection consume from it ([`crate::Broker::temporary`]).
-        if self.authorization.is_empty() || destination.capabilities().temporary {
+        if destination.capabilities().temporary {
+            return self.authorize_temporary(principal, right);
+        }
+        if self.authorization.is_empty() {
             return Ok(());
         }
         let Some(entry) = self.authorization.iter().find(|e| {
@@ -271,6 +311,47 @@ impl Security {
             return Err(AccessError::NoEntry(destination.to_string()));
         };
         self.check(entry, principal, right, &destination.to_string())
+    }
+
+    /// Whether `principal` has `right` on temporary destinations other than its own
+    /// connection's (`admin`: on making one), by
+    /// [`Security::temp_destination_authorization_entry`], as ActiveMQ's
+    /// `tempDestinationAuthorizationEntry` (a connection needs no right on its own).
+    /// Without the entry, the default keeps request/reply working while nothing can
+    /// be guessed:
+    /// - `admin` (make one): everyone connected;
+    /// - `write` (send to another connection's): everyone who has its name, handed
+    ///   out in a request's `reply-to` (the name holds 128 random bits, so it is known
+    ///   only to whom it was given, and to readers of the advisory topics that name it);
+    /// - `read` (browse another connection's): nobody.
+    ///
+    /// Errors: [`AccessError::NoRight`] naming the right and the entry.
+    pub fn authorize_temporary(
+        &self,
+        principal: Option<&Principal>,
+        right: Right,
+    ) -> Result<(), AccessError> {
+        let granted = match (&self.temp_destination_authorization_entry, right) {
+            (None, Right::Admin | Right::Write) => return Ok(()),
+            (None, Right::Read) => false,
+            (Some(entry), Right::Read) => grants(&entry.read, principal),
+            (Some(entry), Right::Write) => grants(&entry.write, principal),
+            (Some(entry), Right::Admin) => grants(&entry.admin, principal),
+        };
+        if granted {
+            return Ok(());
+        }
+        Err(AccessError::NoRight {
+            who: principal.map_or("anonymous", |p| p.login.as_str()).to_string(),
+            right: right.name(),
+            what: match right {
+                Right::Admin => "temporary destinations (making one; [temp_destination_authorization_entry])",
+                Right::Read | Right::Write => {
+                    "another connection's temporary destinations ([temp_destination_authorization_entry])"
+                }
+            }
+            .to_string(),
+        })
     }
 
     /// Whether `principal` has `right` on every destination `pattern` matches, by one
@@ -318,12 +399,7 @@ impl Security {
             Right::Write => &entry.write,
             Right::Admin => &entry.admin,
         };
-        let allowed = principal.is_some_and(|p| {
-            granted
-                .iter()
-                .any(|g| g == "*" || *g == p.login || p.groups.contains(g))
-        });
-        if allowed {
+        if grants(granted, principal) {
             Ok(())
         } else {
             Err(AccessError::NoRight {
@@ -368,6 +444,16 @@ impl Security {
         }
         Ok(())
     }
+}
+
+/// Whether `granted` (logins, groups, `*` for every user) names `principal`; never
+/// an anonymous connection.
+fn grants(granted: &[String], principal: Option<&Principal>) -> bool {
+    principal.is_some_and(|p| {
+        granted
+            .iter()
+            .any(|g| g == "*" || *g == p.login || p.groups.contains(g))
+    })
 }
 
 /// A hash verified against for unknown logins (made once, on first use).
@@ -518,7 +604,56 @@ mod tests {
                     admin: vec![],
                 },
             ],
+            temp_destination_authorization_entry: None,
         }
+    }
+
+    /// Without `[temp_destination_authorization_entry]`: anyone makes one and sends to
+    /// another's (its name is the capability), nobody browses another's, and the
+    /// `[[authorization]]` entries play no part. With it, its lists decide.
+    #[test]
+    fn temporary_destinations_have_their_own_entry() {
+        let mut s = security();
+        let alice = s.authenticate(Some("alice"), Some("pa:ss")).unwrap();
+        let bob = s.authenticate(Some("bob"), Some("secret")).unwrap();
+        let reply = key("temp-queue://ebb-x-7-abc.replies");
+        for who in [alice.as_ref(), bob.as_ref(), None] {
+            assert!(s.authorize_temporary(who, Right::Admin).is_ok());
+            assert!(s.authorize(who, Right::Write, &reply).is_ok());
+            let e = s
+                .authorize(who, Right::Read, &reply)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("no read right on another connection's temporary destinations"),
+                "{e}"
+            );
+        }
+        s.temp_destination_authorization_entry = Some(TempDestinationAuthorizationEntry {
+            read: vec!["alice".into()],
+            write: vec!["billing".into()],
+            admin: vec!["*".into()],
+        });
+        assert!(s.authorize(alice.as_ref(), Right::Read, &reply).is_ok());
+        assert!(s.authorize(alice.as_ref(), Right::Write, &reply).is_ok());
+        assert!(s.authorize_temporary(bob.as_ref(), Right::Admin).is_ok());
+        let e = s
+            .authorize(bob.as_ref(), Right::Write, &reply)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "not authorized: bob has no write right on another connection's temporary destinations ([temp_destination_authorization_entry])");
+        assert!(s.authorize(bob.as_ref(), Right::Read, &reply).is_err());
+        // `*` is every user, never an anonymous connection.
+        assert!(s.authorize_temporary(None, Right::Admin).is_err());
+        s.temp_destination_authorization_entry = Some(Default::default());
+        let e = s
+            .authorize_temporary(alice.as_ref(), Right::Admin)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("alice has no admin right on temporary destinations"),
+            "{e}"
+        );
     }
 
     fn key(text: &str) -> DestinationKey {

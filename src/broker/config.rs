@@ -66,6 +66,19 @@ pub struct UsageConfig {
     /// backlog in the store while offline): creating one more is refused with
     /// [`Error::TooManyDurableSubscriptions`]. Default 1,000; 0 = no limit.
     pub max_durable_subscriptions_per_client: u32,
+    /// Temporary destinations alive at once in the whole broker, over every connection
+    /// and user (each costs a few tens of KB of memory while it lives, messages
+    /// apart): making one more is refused with
+    /// [`crate::Error::TooManyTemporaryDestinations`] until one ends. A bound in the manner of ActiveMQ's `maxDestinations`. Default
+    /// 10,000 (one per connection at the default `max_connections`); 0 = no limit.
+    pub max_temporary_destinations: u32,
+    /// Temporary destinations one user (login) may have alive at once, over all its
+    /// connections: making one more is refused with
+    /// [`crate::Error::TooManyTemporaryDestinations`] until one of them ends. Connections
+    /// without a login (a broker without users) and the embedding API's
+    /// [`crate::TemporaryQueue`]s count toward the broker's and their connection's
+    /// limits only. Default 1,000; 0 = no limit.
+    pub max_temporary_destinations_per_user: u32,
 }
 
 impl Default for UsageConfig {
@@ -78,6 +91,8 @@ impl Default for UsageConfig {
             send_fail_if_no_space_after_timeout: None,
             transactions: None,
             max_durable_subscriptions_per_client: 1_000,
+            max_temporary_destinations: 10_000,
+            max_temporary_destinations_per_user: 1_000,
         }
     }
 }

@@ -4,19 +4,38 @@
 //!
 //! A connection (a STOMP session, or a [`TemporaryQueue`] of the embedding API) names
 //! one in its own namespace; [`Broker::temporary`] gives it the name no other
-//! connection has, `<broker tag>-<connection>.<NAME>` (store key
-//! `temp-queue://ebb-lx3k9q-7.replies`, STOMP `/remote-temp-queue/ebb-lx3k9q-7.replies`,
-//! ActiveMQ's form for another connection's temporary destination), and records the
-//! connection as its owner. The rules, the same on every way in:
+//! connection has, `<broker tag>-<connection>-<unguessable>.<NAME>` (store key
+//! `temp-queue://ebb-lx3k9q-7-2f0c...k1.replies`, STOMP
+//! `/remote-temp-queue/ebb-lx3k9q-7-2f0c...k1.replies`, ActiveMQ's form for another
+//! connection's temporary destination), and records the connection as its owner. The
+//! unguessable part is 128 bits from the operating system's CSPRNG
+//! ([`UNGUESSABLE_DIGITS`] base-36 digits), drawn anew for every temporary
+//! destination: knowing the broker's tag, the connection numbers, and the names of
+//! one's own temporary destinations tells nothing of another's (the tag and the
+//! connection number alone made them guessable: hardening issue, point 2). The rules,
+//! the same on every way in:
 //! - **Consume**: only the owner ([`SubscribeOptions::connection`]); a subscription
 //!   from elsewhere gets [`Error::InvalidDestination`]. No wildcard matches one.
-//! - **Send**: any client, while it exists; a send to one whose connection has ended
-//!   (or that was never made) gets [`Error::InvalidDestination`] and nothing is
-//!   stored: as ActiveMQ, which refuses a publish to a deleted temporary destination
+//! - **Browse**: the owner, or a user with the `read` right of
+//!   `[temp_destination_authorization_entry]` ([`Broker::may_browse`]).
+//! - **Send**: while it exists; a send to one whose connection has ended (or that was
+//!   never made) gets [`Error::InvalidDestination`] and nothing is stored: as
+//!   ActiveMQ, which refuses a publish to a deleted temporary destination
 //!   (`InvalidDestinationException`), rather than dropping it unseen.
-//! - **Rights**: making one needs no grant beyond connecting, and sending to one none
-//!   beyond being connected (its name is unguessable and handed out in `reply-to`);
-//!   the owner's own rights still apply to what it sends elsewhere.
+//! - **Rights** (the protocols check them, [`crate::auth::Security::authorize_temporary`]):
+//!   its own connection needs none on it. Making one and sending to another
+//!   connection's need the `admin` and `write` rights of
+//!   `[temp_destination_authorization_entry]` (ActiveMQ's
+//!   `tempDestinationAuthorizationEntry`) when it is configured; without it, anyone
+//!   connected may make one, and may send to one whose name it was given (a
+//!   request's `reply-to`): the name is the capability, and it cannot be guessed.
+//! - **Bounds**: a connection has at most [`MAX_TEMPORARIES_PER_CONNECTION`] alive at
+//!   once, a user (over its connections) at most
+//!   [`crate::UsageConfig::max_temporary_destinations_per_user`], the broker at most
+//!   [`crate::UsageConfig::max_temporary_destinations`]; one more is refused with
+//!   [`Error::TooManyTemporaryDestinations`] (`limit-exceeded`) until one ends, so
+//!   clients that make them in a loop cannot take the broker's memory (each costs a
+//!   few tens of KB while it lives: hardening issue, point 4).
 //! - **Life**: [`Broker::end_temporaries`] (the STOMP session calls it when its
 //!   connection ends; a [`TemporaryQueue`] when dropped) forgets them at once, so
 //!   sends are refused from then on, and deletes each with its stored messages
@@ -30,9 +49,10 @@ use std::time::Duration;
 
 use ebb_actors::destination::now_ms;
 use ebb_actors::{DestinationKey, DestinationKind};
+use rand::Rng;
 
 use super::{Broker, Message, Received, SubscribeOptions, Subscription};
-use crate::error::Error;
+use crate::error::{Error, TemporaryLimit};
 
 /// Connection numbers, one counter for every way in: a message's origin
 /// ([`Message::from_connection`]) and the owner of temporary destinations.
@@ -45,8 +65,14 @@ pub fn next_connection_id() -> u64 {
 }
 
 /// Most temporary destinations one connection may have at once (a client that makes
-/// them in a loop is refused, not served until memory runs out).
+/// them in a loop is refused with [`Error::TooManyTemporaryDestinations`], not served
+/// until memory runs out; the user's and the broker's limits are in
+/// [`crate::UsageConfig`]).
 pub const MAX_TEMPORARIES_PER_CONNECTION: usize = 1_000;
+
+/// Base-36 digits of the unguessable part of a temporary destination's name: 25
+/// digits hold every 128-bit number (36^25 > 2^129).
+pub const UNGUESSABLE_DIGITS: usize = 25;
 
 /// Who owns which temporary destination (see the module documentation).
 pub(crate) struct Temporaries {
@@ -57,26 +83,38 @@ pub(crate) struct Temporaries {
 
 #[derive(Default)]
 struct Owners {
+    /// Every temporary destination alive → the connection that made it.
     by_key: HashMap<DestinationKey, u64>,
-    by_connection: HashMap<u64, Vec<DestinationKey>>,
+    by_connection: HashMap<u64, Made>,
+    /// How many each user (login) has alive, over its connections (none at 0).
+    by_user: HashMap<String, usize>,
+}
+
+/// What one connection has made: its names (kind, the name it gave) → their keys,
+/// and the user it made them as.
+#[derive(Default)]
+struct Made {
+    named: HashMap<(DestinationKind, String), DestinationKey>,
+    user: Option<String>,
 }
 
 impl Default for Temporaries {
     fn default() -> Self {
         Self {
-            tag: format!("ebb-{}", base36(now_ms().max(0) as u64)),
+            tag: format!("ebb-{}", base36(u128::from(now_ms().max(0) as u64), 0)),
             owners: Default::default(),
         }
     }
 }
 
-fn base36(mut n: u64) -> String {
+/// `n` in base 36 (lower case), at least `width` digits (zeros in front).
+fn base36(mut n: u128, width: usize) -> String {
     const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut out = Vec::new();
     loop {
         out.push(DIGITS[(n % 36) as usize]);
         n /= 36;
-        if n == 0 {
+        if n == 0 && out.len() >= width {
             break;
         }
     }
@@ -84,18 +122,50 @@ fn base36(mut n: u64) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+/// The unguessable part of a new temporary destination's name: 128 bits from the
+/// operating system's CSPRNG ([`rand::rngs::OsRng`]), [`UNGUESSABLE_DIGITS`] base-36
+/// digits.
+fn unguessable() -> String {
+    base36(rand::rngs::OsRng.gen::<u128>(), UNGUESSABLE_DIGITS)
+}
+
 impl Broker {
     /// The temporary destination of `kind` ([`DestinationKind::TEMP_QUEUE`] or
     /// [`DestinationKind::TEMP_TOPIC`]) that connection `connection` calls `name`
-    /// (STOMP's `/temp-queue/NAME`): made on first use, the same key each time after.
-    /// See the module documentation for its rules.
+    /// (STOMP's `/temp-queue/NAME`): made on first use, with a name no one can guess
+    /// (`<broker tag>-<connection>-<128 random bits>.NAME`), the same key each time
+    /// after. See the module documentation for its rules. Rights are the caller's to
+    /// check (the protocols check the `admin` right of
+    /// `[temp_destination_authorization_entry]` before they call it).
     ///
-    /// Errors: [`Error::InvalidDestination`] for a kind that is not temporary, a name
-    /// that cannot be one (empty, wildcards, too long with the broker's prefix), or a
-    /// connection that already has [`MAX_TEMPORARIES_PER_CONNECTION`].
+    /// Errors: [`Error::InvalidDestination`] for a kind that is not temporary, or a
+    /// name that cannot be one (empty, wildcards, too long with the broker's prefix:
+    /// about 150 bytes are left for it); [`Error::TooManyTemporaryDestinations`] when
+    /// the connection has [`MAX_TEMPORARIES_PER_CONNECTION`] alive, or the broker
+    /// [`crate::UsageConfig::max_temporary_destinations`].
     pub fn temporary(
         &self,
         connection: u64,
+        kind: DestinationKind,
+        name: &str,
+    ) -> Result<DestinationKey, Error> {
+        self.temporary_for(connection, None, kind, name)
+    }
+
+    /// [`Broker::temporary`] for a connection logged in as `user` (its login; `None`:
+    /// without one), whose temporary destinations alive at once, over all its
+    /// connections, are bounded by [`crate::UsageConfig::max_temporary_destinations_per_user`].
+    /// A connection's first temporary destination records its user.
+    ///
+    /// Errors: as [`Broker::temporary`], and [`Error::TooManyTemporaryDestinations`]
+    /// when the connection, the user or the broker has as many alive as it may
+    /// ([`MAX_TEMPORARIES_PER_CONNECTION`],
+    /// [`crate::UsageConfig::max_temporary_destinations_per_user`],
+    /// [`crate::UsageConfig::max_temporary_destinations`]): nothing is made.
+    pub fn temporary_for(
+        &self,
+        connection: u64,
+        user: Option<&str>,
         kind: DestinationKind,
         name: &str,
     ) -> Result<DestinationKey, Error> {
@@ -109,21 +179,56 @@ impl Broker {
         if name.is_empty() {
             return Err(invalid("empty"));
         }
-        let global = format!("{}-{connection}.{name}", self.temporaries.tag);
-        let key = DestinationKey::new(kind, &global).map_err(|e| invalid(e.reason))?;
+        let local = (kind, name.to_string());
         let mut owners = self.temporaries.owners.lock();
-        if owners.by_key.contains_key(&key) {
-            return Ok(key);
+        if let Some(key) = owners
+            .by_connection
+            .get(&connection)
+            .and_then(|made| made.named.get(&local))
+        {
+            return Ok(key.clone());
         }
-        let mine = owners.by_connection.entry(connection).or_default();
-        if mine.len() >= MAX_TEMPORARIES_PER_CONNECTION {
-            return Err(invalid(
-                "this connection has 1,000 temporary destinations (the most one may have)",
-            ));
+        let global = format!(
+            "{}-{connection}-{}.{name}",
+            self.temporaries.tag,
+            unguessable()
+        );
+        let key = DestinationKey::new(kind, &global).map_err(|e| invalid(e.reason))?;
+        let usage = &self.usages.config;
+        let full = |limit, max: u64| Err(Error::TooManyTemporaryDestinations { limit, max });
+        let made = owners.by_connection.get(&connection);
+        if made.map_or(0, |m| m.named.len()) >= MAX_TEMPORARIES_PER_CONNECTION {
+            return full(
+                TemporaryLimit::Connection,
+                MAX_TEMPORARIES_PER_CONNECTION as u64,
+            );
         }
-        mine.push(key.clone());
+        let user = made.map_or(user, |m| m.user.as_deref());
+        let per_user = usage.max_temporary_destinations_per_user as usize;
+        if let Some(user) = user {
+            if per_user > 0 && owners.by_user.get(user).copied().unwrap_or(0) >= per_user {
+                return full(TemporaryLimit::User(user.to_string()), per_user as u64);
+            }
+        }
+        let most = usage.max_temporary_destinations as usize;
+        if most > 0 && owners.by_key.len() >= most {
+            return full(TemporaryLimit::Broker, most as u64);
+        }
+        let user = user.map(str::to_string);
+        if let Some(user) = &user {
+            *owners.by_user.entry(user.clone()).or_default() += 1;
+        }
+        let made = owners.by_connection.entry(connection).or_default();
+        made.user = user;
+        made.named.insert(local, key.clone());
         owners.by_key.insert(key.clone(), connection);
         Ok(key)
+    }
+
+    /// How many temporary destinations are alive now (made, and their connection not
+    /// ended), the count [`crate::UsageConfig::max_temporary_destinations`] bounds.
+    pub fn temporary_destinations(&self) -> usize {
+        self.temporaries.owners.lock().by_key.len()
     }
 
     /// The connection that owns temporary destination `key`, if it exists.
@@ -148,6 +253,36 @@ impl Broker {
     /// Errors: [`Error::InvalidDestination`] saying which.
     pub fn may_consume(&self, key: &DestinationKey, connection: Option<u64>) -> Result<(), Error> {
         self.check_temporary_consumer(key, connection)
+    }
+
+    /// Whether `connection` may browse `key`: any destination but a temporary one that
+    /// no longer exists, or of another connection unless `others` (the user has the
+    /// `read` right of `[temp_destination_authorization_entry]`,
+    /// [`crate::auth::Security::authorize_temporary`]). Consuming stays the owner's
+    /// alone ([`Broker::may_consume`]), as ActiveMQ refuses a consumer of another
+    /// connection's temporary destination whatever the rights.
+    ///
+    /// Errors: [`Error::InvalidDestination`] saying which.
+    pub fn may_browse(
+        &self,
+        key: &DestinationKey,
+        connection: Option<u64>,
+        others: bool,
+    ) -> Result<(), Error> {
+        if !key.capabilities().temporary {
+            return Ok(());
+        }
+        match self.temporary_owner(key) {
+            Some(owner) if others || Some(owner) == connection => Ok(()),
+            Some(_) => Err(Error::InvalidDestination {
+                name: key.stomp(),
+                reason: "a temporary destination is browsed only by the connection that made it, or a user with the read right of [temp_destination_authorization_entry]",
+            }),
+            None => Err(Error::InvalidDestination {
+                name: key.stomp(),
+                reason: "no such temporary destination: the connection that made it has ended",
+            }),
+        }
     }
 
     /// Whether `key` is a temporary destination whose connection has ended (or that
@@ -210,9 +345,18 @@ impl Broker {
     /// from now on) and returns them, to be deleted.
     fn forget_temporaries(&self, connection: u64) -> Vec<DestinationKey> {
         let mut owners = self.temporaries.owners.lock();
-        let keys = owners.by_connection.remove(&connection).unwrap_or_default();
+        let made = owners.by_connection.remove(&connection).unwrap_or_default();
+        let keys: Vec<DestinationKey> = made.named.into_values().collect();
         for key in &keys {
             owners.by_key.remove(key);
+        }
+        if let Some(user) = made.user {
+            if let Some(count) = owners.by_user.get_mut(&user) {
+                *count = count.saturating_sub(keys.len());
+                if *count == 0 {
+                    owners.by_user.remove(&user);
+                }
+            }
         }
         keys
     }
@@ -331,7 +475,7 @@ pub struct TemporaryQueue {
 }
 
 impl TemporaryQueue {
-    /// Its key (`temp-queue://ebb-...-7.queue`); [`DestinationKey::stomp`] gives the
+    /// Its key (`temp-queue://ebb-...-7-....queue`); [`DestinationKey::stomp`] gives the
     /// form for a `reply-to` header.
     pub fn key(&self) -> &DestinationKey {
         &self.key
@@ -374,5 +518,34 @@ impl Drop for TemporaryQueue {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base36_pads_to_its_width_and_holds_every_128_bit_number() {
+        assert_eq!(base36(0, 0), "0");
+        assert_eq!(base36(35, 3), "00z");
+        assert_eq!(base36(36, 0), "10");
+        assert_eq!(
+            base36(u128::MAX, UNGUESSABLE_DIGITS).len(),
+            UNGUESSABLE_DIGITS
+        );
+        assert_eq!(
+            base36(0, UNGUESSABLE_DIGITS),
+            "0".repeat(UNGUESSABLE_DIGITS)
+        );
+    }
+
+    #[test]
+    fn every_unguessable_part_is_new() {
+        let parts: std::collections::HashSet<String> = (0..1_000).map(|_| unguessable()).collect();
+        assert_eq!(parts.len(), 1_000);
+        assert!(parts.iter().all(|p| p.len() == UNGUESSABLE_DIGITS
+            && p.bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())));
     }
 }

@@ -752,8 +752,16 @@ impl Session {
         }
     }
 
-    /// Refuses unless this connection's user has `right` on `destination`.
+    /// Refuses unless this connection's user has `right` on `destination`. A
+    /// temporary destination this connection made needs no right; another
+    /// connection's is decided by `[temp_destination_authorization_entry]`
+    /// ([`crate::auth::Security::authorize_temporary`]).
     fn authorize(&self, right: Right, destination: &DestinationKey) -> Result<(), Refusal> {
+        if destination.capabilities().temporary
+            && self.broker.temporary_owner(destination) == Some(self.connection)
+        {
+            return Ok(());
+        }
         self.config
             .security
             .authorize(self.principal.as_ref(), right, destination)
@@ -835,8 +843,12 @@ impl Session {
             exclusive,
             no_local,
         } = options;
+        // Who consumes or browses a temporary destination is the broker's rule (its
+        // own connection; a browse also with the read right on others'), below.
         if let Target::One(key) = &destination {
-            self.authorize(Right::Read, key)?;
+            if !key.capabilities().temporary {
+                self.authorize(Right::Read, key)?;
+            }
         }
         if self.subscriptions.contains_key(&id) {
             return refuse(
@@ -853,10 +865,17 @@ impl Session {
         }
         if browser {
             // Browsing needs only the read right (as ActiveMQ's browse permission); a
-            // temporary queue is browsed by its own connection only.
+            // temporary queue is browsed by its own connection, or with the read
+            // right of [temp_destination_authorization_entry].
             if let Target::One(key) = &destination {
+                let others = key.capabilities().temporary
+                    && self
+                        .config
+                        .security
+                        .authorize_temporary(self.principal.as_ref(), Right::Read)
+                        .is_ok();
                 self.broker
-                    .may_consume(key, Some(self.connection))
+                    .may_browse(key, Some(self.connection), others)
                     .map_err(|e| Refusal::of("cannot browse: ", &e))?;
             }
             let browser = self
@@ -1339,7 +1358,10 @@ impl Session {
     /// ([`crate::broker::Broker::temporary`]) and rewritten to its broker-wide STOMP name
     /// (`/remote-temp-queue/...`) before the frame is read: a consumer of the request
     /// can SEND to exactly its `reply-to` (as RabbitMQ's reply queues). Errors: why a
-    /// name cannot be one (the frame is refused with it).
+    /// name cannot be one, or the user lacks the `admin` right of
+    /// `[temp_destination_authorization_entry]`, or a new one would pass a limit on
+    /// temporary destinations alive at once (the connection's, the user's, the
+    /// broker's: `limit-exceeded`); the frame is refused with it.
     pub fn localize(&mut self, frame: &mut Frame) -> Result<(), Refusal> {
         let names: &[&str] = match frame.command {
             frame::Command::Send => &["destination", "reply-to"],
@@ -1386,9 +1408,14 @@ impl Session {
         else {
             return Ok(None);
         };
+        self.config
+            .security
+            .authorize_temporary(self.principal.as_ref(), Right::Admin)
+            .map_err(|e| Refusal::new(ErrorCode::NotAuthorized, e.to_string()))?;
+        let login = self.principal.as_ref().map(|p| p.login.as_str());
         let key = self
             .broker
-            .temporary(self.connection, kind, local)
+            .temporary_for(self.connection, login, kind, local)
             .map_err(|e| Refusal::of("", &e))?;
         Ok(Some(key.stomp()))
     }

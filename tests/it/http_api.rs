@@ -954,6 +954,7 @@ async fn reads_need_the_stomp_read_right(t: TestStore) {
     };
     let security = Security {
         login_guard: Default::default(),
+        temp_destination_authorization_entry: None,
         users: vec![
             user("viewer", "look", &["ops"]),
             user("root", "s3cret", &["admin"]),
@@ -1090,6 +1091,7 @@ async fn reads_need_the_stomp_read_right(t: TestStore) {
 async fn users_need_a_login_and_changes_the_admin_group(t: TestStore) {
     let security = Security {
         login_guard: Default::default(),
+        temp_destination_authorization_entry: None,
         users: vec![
             user("viewer", "look", &["ops"]),
             user("root", "s3cret", &["admin"]),
@@ -1796,6 +1798,7 @@ async fn the_http_server_bounds_connections_and_logins(t: TestStore) {
             Duration::from_secs(600),
             ebb::login_guard::MAX_FAILED_LOGINS,
         )),
+        temp_destination_authorization_entry: None,
         users: vec![User {
             login: "ops".into(),
             password_hash: hash_password("right").unwrap(),
@@ -2102,6 +2105,7 @@ async fn a_websocket_reads_little_before_connect(t: TestStore) {
 async fn refused_logins_are_throttled_per_address_across_protocols(t: TestStore) {
     let security = std::sync::Arc::new(Security {
         login_guard: Default::default(),
+        temp_destination_authorization_entry: None,
         users: vec![User {
             login: "ops".into(),
             password_hash: hash_password("right").unwrap(),

@@ -322,6 +322,7 @@ async fn stomp_and_mqtt_talk_to_each_other(t: TestStore) {
 async fn rights_apply_as_over_stomp(t: TestStore) {
     let security = Security {
         login_guard: Default::default(),
+        temp_destination_authorization_entry: None,
         users: vec![User {
             login: "alice".into(),
             password_hash: hash_password("secret").unwrap(),

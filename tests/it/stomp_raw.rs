@@ -459,6 +459,7 @@ async fn transactional_sends_are_prepared_until_commit(t: TestStore) {
 async fn login_and_rights_are_enforced(t: TestStore) {
     let security = Security {
         login_guard: Default::default(),
+        temp_destination_authorization_entry: None,
         users: vec![User {
             login: "alice".into(),
             password_hash: hash_password("pa:ss").unwrap(),

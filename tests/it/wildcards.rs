@@ -521,6 +521,7 @@ async fn a_wildcard_reads_only_what_the_connection_may_read(t: TestStore) {
     };
     let security = Security {
         login_guard: Default::default(),
+        temp_destination_authorization_entry: None,
         users: vec![User {
             login: "alice".into(),
             password_hash: hash_password("pw").unwrap(),

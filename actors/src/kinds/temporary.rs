@@ -3,10 +3,12 @@
 //!
 //! A client names one in its own namespace (STOMP `/temp-queue/NAME`,
 //! `/temp-topic/NAME`, as ActiveMQ and RabbitMQ); the broker gives it a name no other
-//! connection has (`temp-queue://<connection tag>.NAME`), and others reach it by that
-//! name, in ActiveMQ's STOMP form `/remote-temp-queue/...` (the `reply-to` header of a
-//! request carries it). Only the owning connection may consume from it; any connected
-//! client may send to it while it exists; it is deleted with its messages when its
+//! connection has and no one can guess (`temp-queue://<broker>-<connection>-<128
+//! random bits>.NAME`), and others reach it by that name, in ActiveMQ's STOMP form
+//! `/remote-temp-queue/...` (the `reply-to` header of a request carries it). Only the
+//! owning connection may consume from it; a client given its name may send to it while
+//! it exists (rights: `[temp_destination_authorization_entry]`, as ActiveMQ's
+//! `tempDestinationAuthorizationEntry`); it is deleted with its messages when its
 //! connection ends, and none survives a restart of the broker. The rules are the
 //! broker's (`ebb::Broker::temporary`); the table only says which kinds they apply to
 //! ([`Capabilities::temporary`]). Everything else is a queue's or a topic's.
