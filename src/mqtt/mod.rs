@@ -227,3 +227,33 @@ impl Protocol for Mqtt {
         session::serve(io, self.broker.clone(), self.config.clone(), connection)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every error of the MQTT folder is typed: a `thiserror` enum of the crate, or a
+    /// reason code with the text the wire carries. No function returns a bare
+    /// `String` as its error.
+    #[test]
+    fn no_function_has_a_bare_string_error() {
+        let files = [
+            ("mod.rs", include_str!("mod.rs")),
+            ("expiry.rs", include_str!("expiry.rs")),
+            ("session.rs", include_str!("session.rs")),
+            ("topic.rs", include_str!("topic.rs")),
+            ("wire.rs", include_str!("wire.rs")),
+        ];
+        // Built from pieces, so this file does not match itself.
+        let (returns, string_error) = (concat!("-> ", "Result<"), concat!(",", "String>"));
+        for (file, text) in files {
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or_default().replace(' ', "");
+                assert!(
+                    !(code.contains(&returns.replace(' ', "")) && code.contains(string_error)),
+                    "src/mqtt/{file}:{}: an error that is a bare String: {}",
+                    n + 1,
+                    line.trim()
+                );
+            }
+        }
+    }
+}

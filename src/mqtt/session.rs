@@ -27,7 +27,7 @@ use tokio_util::codec::{Decoder, Encoder};
 use super::topic;
 use super::wire::{self, reason, ConnAck, Connect, Filter, In, Out, Publish, Version, Will, Wire};
 use super::{MqttConfig, PRE_CONNECT_MAX_PACKET, TOPIC_ALIASES};
-use crate::auth::{LoginFailure, Principal, Right};
+use crate::auth::{AccessError, LoginFailure, Principal, Right};
 use crate::broker::{
     AckMode, Acker, Broker, Message, Received, SendOptions, SessionSubscription, Space,
     SubscribeOptions, Subscription, Target, MAX_SESSION_SUBSCRIPTIONS, SHARED_TOPIC_HEADER,
@@ -824,11 +824,12 @@ where
         }
     }
 
-    fn authorize(&self, right: Right, key: &DestinationKey) -> Result<(), String> {
+    /// Whether this connection's user has `right` on `key` (STOMP's rights).
+    /// Errors: [`AccessError`], whose text a refusal carries.
+    fn authorize(&self, right: Right, key: &DestinationKey) -> Result<(), AccessError> {
         self.config
             .security
             .authorize(self.principal.as_ref(), right, key)
-            .map_err(|e| e.to_string())
     }
 
     /// A publish refused before it reached the broker: 5.0 QoS 1 and 2 are answered
@@ -914,8 +915,8 @@ where
             Ok(key) => key,
             Err(e) => return self.refuse_publish(&p, reason::TOPIC_NAME_INVALID, e.to_string()),
         };
-        if let Err(why) = self.authorize(Right::Write, &key) {
-            return self.refuse_publish(&p, reason::NOT_AUTHORIZED, why);
+        if let Err(e) = self.authorize(Right::Write, &key) {
+            return self.refuse_publish(&p, reason::NOT_AUTHORIZED, e.to_string());
         }
         let persistent = p.qos > 0;
         match self.broker.check_space(&key, persistent) {
