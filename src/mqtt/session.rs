@@ -491,6 +491,9 @@ where
             wire::WireError::TooLarge { .. } => {
                 End::Refused(reason::PACKET_TOO_LARGE, e.to_string())
             }
+            wire::WireError::TopicAliasZero => {
+                End::Refused(reason::TOPIC_ALIAS_INVALID, e.to_string())
+            }
             _ => End::Refused(reason::MALFORMED_PACKET, e.to_string()),
         }
     }

@@ -300,6 +300,11 @@ pub enum WireError {
     /// CONNECT names a protocol level the broker does not speak.
     #[error("unsupported protocol version")]
     UnsupportedVersion,
+    /// A 5.0 PUBLISH with topic alias 0, which 5.0 does not allow (3.3.2.3.4; the
+    /// session answers DISCONNECT 0x94, topic alias invalid, as for an alias over the
+    /// maximum).
+    #[error("topic alias 0 is not valid: aliases are numbered from 1")]
+    TopicAliasZero,
     /// The socket failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -706,12 +711,125 @@ fn v5_out(packet: Out) -> v5::Packet {
     }
 }
 
+/// What [`Wire::look`] found of the packet at the start of the input.
+enum Look {
+    /// The packet is not all there yet: read more.
+    Wait,
+    /// The codec reads it (or refuses it).
+    Decode,
+}
+
+/// The fixed header at the start of `src`: its length and the remaining length it
+/// gives, bytes. `None` while its bytes are not all there; `Some(None)` when they are
+/// no remaining length (the codec refuses them).
+fn fixed_header(src: &[u8]) -> Option<Option<(usize, usize)>> {
+    let mut remaining = 0;
+    for i in 0..4 {
+        let byte = *src.get(1 + i)?;
+        remaining |= usize::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some(Some((2 + i, remaining)));
+        }
+    }
+    Some(None)
+}
+
+/// A variable byte integer at the start of `bytes`: its value and its length, bytes
+/// (`None` when it is cut short or longer than 4 bytes).
+fn varint(bytes: &[u8]) -> Option<(usize, usize)> {
+    let mut value = 0;
+    for (i, byte) in bytes.iter().take(4).enumerate() {
+        value |= usize::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
+}
+
+/// The big-endian two-byte integer at the start of `bytes` (a string's length, a
+/// packet id).
+fn two_bytes(bytes: &[u8]) -> Option<usize> {
+    Some(usize::from(u16::from_be_bytes(
+        bytes.get(..2)?.try_into().ok()?,
+    )))
+}
+
+/// The topic alias of a 5.0 PUBLISH whose first byte is `first` and whose variable
+/// header and payload are `body`; `None` without one, or when the bytes are not a
+/// PUBLISH (the codec says why).
+fn publish_alias(first: u8, body: &[u8]) -> Option<usize> {
+    let mut at = 2 + two_bytes(body)?;
+    if (first >> 1) & 0b11 != 0 {
+        at += 2; // the packet id
+    }
+    let rest = body.get(at..)?;
+    let (length, used) = varint(rest)?;
+    let mut properties = rest.get(used..used.checked_add(length)?)?;
+    while let Some((&id, value)) = properties.split_first() {
+        let size = match id {
+            // Payload format indicator; message expiry interval.
+            0x01 => 1,
+            0x02 => 4,
+            0x23 => return two_bytes(value),
+            // Content type, response topic, correlation data.
+            0x03 | 0x08 | 0x09 => 2 + two_bytes(value)?,
+            // User property: two strings.
+            0x26 => {
+                let name = 2 + two_bytes(value)?;
+                name + 2 + two_bytes(value.get(name..)?)?
+            }
+            // Subscription identifier.
+            0x0B => varint(value)?.1,
+            _ => return None,
+        };
+        properties = value.get(size..)?;
+    }
+    None
+}
+
+impl Wire {
+    /// Looks at the packet at the start of `src` before the codec does: waits until
+    /// all of it is there (the codec then reads it in one call), and refuses what the
+    /// codec refuses with a reason MQTT does not give: a 5.0 PUBLISH with topic alias
+    /// 0 ([`WireError::TopicAliasZero`]; the codec's is a malformed packet). A packet
+    /// over the size limit is left to the codec, which refuses it from its header.
+    fn look(&mut self, src: &mut BytesMut) -> Result<Look, WireError> {
+        let Some(header) = fixed_header(src) else {
+            return Ok(Look::Wait);
+        };
+        let Some((head, remaining)) = header else {
+            return Ok(Look::Decode);
+        };
+        if self.max_packet_size != 0 && remaining > self.max_packet_size as usize {
+            return Ok(Look::Decode);
+        }
+        if src.len() < head + remaining {
+            src.reserve(head + remaining - src.len());
+            return Ok(Look::Wait);
+        }
+        let (first, body) = (src[0], &src[head..head + remaining]);
+        if first >> 4 == 3
+            && self.version == Some(Version::V5)
+            && publish_alias(first, body) == Some(0)
+        {
+            return Err(WireError::TopicAliasZero);
+        }
+        Ok(Look::Decode)
+    }
+}
+
 impl Decoder for Wire {
     type Item = In;
     type Error = WireError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<In>, WireError> {
         loop {
+            if self.version.is_some() {
+                if let Look::Wait = self.look(src)? {
+                    return Ok(None);
+                }
+            }
             let decoded = self.codec.decode(src).map_err(malformed)?;
             let Some((packet, _)) = decoded else {
                 return Ok(None);
@@ -806,6 +924,33 @@ mod tests {
             matches!(e, WireError::TooLarge { size: 200, max: 16 }),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn topic_alias_0_is_refused_as_such() {
+        let mut wire = Wire::new(1024);
+        decode_all(&mut wire, CONNECT_V5).unwrap();
+        // QoS 1 PUBLISH to `a/b`, packet id 1, a user property, then topic alias 0.
+        let bad = b"\x32\x13\x00\x03a/b\x00\x01\x0a\x26\x00\x01k\x00\x01v\x23\x00\x00x";
+        let e = decode_all(&mut wire, bad).unwrap_err();
+        assert!(matches!(e, WireError::TopicAliasZero), "{e:?}");
+        // Alias 1 is read, also when its bytes come one at a time.
+        let mut wire = Wire::new(1024);
+        decode_all(&mut wire, CONNECT_V5).unwrap();
+        let good = b"\x32\x13\x00\x03a/b\x00\x01\x0a\x26\x00\x01k\x00\x01v\x23\x00\x01x";
+        let mut buf = BytesMut::new();
+        let mut packets = Vec::new();
+        for byte in good {
+            buf.extend_from_slice(&[*byte]);
+            packets.extend(wire.decode(&mut buf).unwrap());
+        }
+        match &packets[..] {
+            [In::Publish(p)] => assert_eq!(
+                (p.properties.topic_alias, &p.payload[..]),
+                (Some(1), &b"x"[..])
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     proptest! {

@@ -1366,9 +1366,36 @@ async fn a_disconnect_with_expiry_0_ends_the_session(t: TestStore) {
     s.stop().await;
 }
 
+/// A 5.0 PUBLISH with topic alias 0 gets DISCONNECT 0x94 (topic alias invalid), as
+/// one over the topic alias maximum does.
+async fn topic_alias_0_is_invalid(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut c, _) = MqttClient::v5(s.mqtt, "alias-0", 0).await;
+    // PUBLISH QoS 0 to `a/b`, properties: topic alias 0; payload `x`.
+    c.send_bytes(b"\x30\x0a\x00\x03a/b\x03\x23\x00\x00x").await;
+    let told = c.closed().await;
+    assert!(
+        told.iter().any(|p| matches!(p, MqttPacket::V5(v5::Packet::Disconnect(d)) if d.reason_code == v5::DisconnectReasonCode::TopicAliasInvalid)),
+        "{told:?}"
+    );
+    let (mut c, _) = MqttClient::v5(s.mqtt, "alias-65", 0).await;
+    let properties = v5::PublishProperties {
+        topic_alias: std::num::NonZeroU16::new(ebb::mqtt::TOPIC_ALIASES + 1),
+        ..Default::default()
+    };
+    c.publish_v5("a/b", b"x", 0, 0, properties).await;
+    let told = c.closed().await;
+    assert!(
+        told.iter().any(|p| matches!(p, MqttPacket::V5(v5::Packet::Disconnect(d)) if d.reason_code == v5::DisconnectReasonCode::TopicAliasInvalid)),
+        "{told:?}"
+    );
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     every_qos_round_trips,
+    topic_alias_0_is_invalid,
     a_disconnect_with_expiry_0_ends_the_session,
     qos2_is_exactly_once_across_a_restart,
     session_expiry_ends_an_offline_session,
