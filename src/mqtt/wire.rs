@@ -319,6 +319,10 @@ pub struct Wire {
     version: Option<Version>,
     /// The encoder of the client's version (3.1.1's until CONNECT is read).
     out: MqttCodec,
+    /// The CONNECT has an empty client id without clean start: the codec refuses
+    /// that, so [`Wire::look`] set the flag for it, and the CONNECT read says it was
+    /// not set (the session answers as the version says).
+    unclean_empty_id: bool,
 }
 
 impl Wire {
@@ -329,6 +333,7 @@ impl Wire {
             max_packet_size,
             version: None,
             out: MqttCodec::V3(v3::Codec::new(0)),
+            unclean_empty_id: false,
         }
     }
 
@@ -755,6 +760,22 @@ fn two_bytes(bytes: &[u8]) -> Option<usize> {
     )))
 }
 
+/// Where the flags byte of a CONNECT whose variable header and payload are `body` is
+/// in `body`, and whether its client id is empty (`None` when the bytes are not a
+/// CONNECT: the codec says why).
+fn connect_flags(body: &[u8], version: Version) -> Option<(usize, bool)> {
+    // Protocol name, level, then the flags.
+    let flags = 2 + two_bytes(body)? + 1;
+    body.get(flags)?;
+    // Keep alive.
+    let mut at = flags + 1 + 2;
+    if version == Version::V5 {
+        let (length, used) = varint(body.get(at..)?)?;
+        at += used + length;
+    }
+    Some((flags, two_bytes(body.get(at..)?)? == 0))
+}
+
 /// The topic alias of a 5.0 PUBLISH whose first byte is `first` and whose variable
 /// header and payload are `body`; `None` without one, or when the bytes are not a
 /// PUBLISH (the codec says why).
@@ -792,8 +813,12 @@ impl Wire {
     /// Looks at the packet at the start of `src` before the codec does: waits until
     /// all of it is there (the codec then reads it in one call), and refuses what the
     /// codec refuses with a reason MQTT does not give: a 5.0 PUBLISH with topic alias
-    /// 0 ([`WireError::TopicAliasZero`]; the codec's is a malformed packet). A packet
-    /// over the size limit is left to the codec, which refuses it from its header.
+    /// 0 ([`WireError::TopicAliasZero`]; the codec's is a malformed packet), and a
+    /// CONNECT with an empty client id without clean start, which the codec refuses
+    /// as a malformed packet in both versions (3.1.1 answers it CONNACK 0x02,
+    /// MQTT-3.1.3-8; 5.0 assigns an id): its clean start flag is set for the codec
+    /// and cleared again in the CONNECT read. A packet over the size limit is left to
+    /// the codec, which refuses it from its header.
     fn look(&mut self, src: &mut BytesMut) -> Result<Look, WireError> {
         let Some(header) = fixed_header(src) else {
             return Ok(Look::Wait);
@@ -809,13 +834,36 @@ impl Wire {
             return Ok(Look::Wait);
         }
         let (first, body) = (src[0], &src[head..head + remaining]);
-        if first >> 4 == 3
-            && self.version == Some(Version::V5)
-            && publish_alias(first, body) == Some(0)
-        {
-            return Err(WireError::TopicAliasZero);
+        match (first >> 4, self.version) {
+            (3, Some(Version::V5)) if publish_alias(first, body) == Some(0) => {
+                return Err(WireError::TopicAliasZero)
+            }
+            (1, Some(version)) => {
+                const CLEAN_START: u8 = 0x02;
+                if let Some((flags, true)) = connect_flags(body, version) {
+                    if src[head + flags] & CLEAN_START == 0 {
+                        src[head + flags] |= CLEAN_START;
+                        self.unclean_empty_id = true;
+                    }
+                }
+            }
+            _ => {}
         }
         Ok(Look::Decode)
+    }
+
+    /// `packet` as the client sent it: a CONNECT whose clean start [`Wire::look`] set
+    /// has it cleared (3.1.1: a session that does not end, as without clean session).
+    fn as_sent(&mut self, mut packet: In) -> In {
+        if let In::Connect(c) = &mut packet {
+            if std::mem::take(&mut self.unclean_empty_id) {
+                c.clean_start = false;
+                if c.version == Version::V3 {
+                    c.session_expiry = u32::MAX;
+                }
+            }
+        }
+        packet
     }
 }
 
@@ -853,8 +901,8 @@ impl Decoder for Wire {
                         self.out = MqttCodec::V5(v5::Codec::new(0, 0));
                     }
                 }
-                MqttPacket::V3(p) => return Ok(Some(v3_in(p))),
-                MqttPacket::V5(p) => return Ok(Some(v5_in(p))),
+                MqttPacket::V3(p) => return Ok(Some(self.as_sent(v3_in(p)))),
+                MqttPacket::V5(p) => return Ok(Some(self.as_sent(v5_in(p)))),
             }
         }
     }
@@ -924,6 +972,33 @@ mod tests {
             matches!(e, WireError::TooLarge { size: 200, max: 16 }),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn an_empty_client_id_without_clean_start_is_read() {
+        // 3.1.1 and 5.0 CONNECTs of client id `` without clean start, keep alive 60.
+        let v3 = b"\x10\x0c\x00\x04MQTT\x04\x00\x00\x3c\x00\x00";
+        let v5 = b"\x10\x0d\x00\x04MQTT\x05\x00\x00\x3c\x00\x00\x00";
+        for (bytes, version) in [(&v3[..], Version::V3), (&v5[..], Version::V5)] {
+            let mut wire = Wire::new(1024);
+            match &decode_all(&mut wire, bytes).unwrap()[..] {
+                [In::Connect(c)] => {
+                    assert_eq!((c.version, c.client_id.as_str()), (version, ""));
+                    assert!(!c.clean_start, "{version:?}");
+                    if version == Version::V3 {
+                        assert_eq!(c.session_expiry, u32::MAX);
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // With clean start it stays as it was.
+        let mut wire = Wire::new(1024);
+        let clean = b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00";
+        match &decode_all(&mut wire, clean).unwrap()[..] {
+            [In::Connect(c)] => assert!(c.clean_start && c.session_expiry == 0),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

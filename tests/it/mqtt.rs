@@ -1366,6 +1366,40 @@ async fn a_disconnect_with_expiry_0_ends_the_session(t: TestStore) {
     s.stop().await;
 }
 
+/// An empty client id: 3.1.1 with clean session 0 is answered CONNACK 0x02
+/// (identifier rejected, MQTT-3.1.3-8) before the connection closes; 5.0 without
+/// clean start is given one (CONNACK's assigned client identifier).
+async fn an_empty_client_id_is_answered_by_connack(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let mut old = MqttClient::open_v3(s.mqtt).await;
+    old.send_v3(v3::Packet::Connect(Box::new(v3::Connect {
+        clean_session: false,
+        keep_alive: 60,
+        client_id: ByteString::from(""),
+        ..Default::default()
+    })))
+    .await;
+    match old.recv().await {
+        Some(MqttPacket::V3(v3::Packet::ConnectAck(a))) => {
+            assert_eq!(a.return_code, v3::ConnectAckReason::IdentifierRejected)
+        }
+        other => panic!("no CONNACK 0x02: {other:?}"),
+    }
+    old.closed().await;
+    let mut connect = v5_connect("", 60);
+    connect.clean_start = false;
+    let (mut new, ack) = MqttClient::v5_with(s.mqtt, connect).await;
+    assert_eq!(ack.reason_code, v5::ConnectAckReason::Success);
+    assert!(
+        ack.assigned_client_id
+            .as_deref()
+            .is_some_and(|id| id.starts_with("ebb-mqtt-")),
+        "{ack:?}"
+    );
+    assert!(new.pong_is_next(true).await);
+    s.stop().await;
+}
+
 /// A 5.0 PUBLISH with topic alias 0 gets DISCONNECT 0x94 (topic alias invalid), as
 /// one over the topic alias maximum does.
 async fn topic_alias_0_is_invalid(t: TestStore) {
@@ -1395,6 +1429,7 @@ async fn topic_alias_0_is_invalid(t: TestStore) {
 on_every_backend!(
     #[actix_rt::test]
     every_qos_round_trips,
+    an_empty_client_id_is_answered_by_connack,
     topic_alias_0_is_invalid,
     a_disconnect_with_expiry_0_ends_the_session,
     qos2_is_exactly_once_across_a_restart,
