@@ -113,6 +113,11 @@ pub const DELIVERY_WINDOW: u16 = 100;
 /// Topic aliases a 5.0 client may set per connection (CONNACK's topic alias maximum).
 pub const TOPIC_ALIASES: u16 = 64;
 
+/// Counter (metric) of deliveries dropped because their PUBLISH, as encoded, is
+/// larger than the client's maximum packet size (5.0's CONNECT property; the spec's
+/// rule: dropped as if delivered).
+pub const DELIVERIES_TOO_LARGE_TOTAL: &str = "ebb_mqtt_deliveries_too_large_total";
+
 /// Largest packet before CONNECT is read (64 KiB): a CONNECT is small.
 pub const PRE_CONNECT_MAX_PACKET: u32 = 64 << 10;
 

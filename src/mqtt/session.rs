@@ -1211,6 +1211,9 @@ where
             return;
         };
         let mut publish = self.publish_of(topic, &message, qos);
+        if !self.fits(&publish) {
+            return;
+        }
         publish.retain = true;
         publish.dup = false;
         // No subscription's: its PUBACK acks nothing.
@@ -1587,25 +1590,36 @@ where
             (Some(key), _) | (None, Target::One(key)) => topic::topic_name(key),
             (None, Target::Pattern(p)) => p.stomp(),
         };
-        let publish = self.publish_of(topic, &message, qos);
-        if let Some(max) = self.client_max_packet {
-            let size = publish.payload.len() + publish.topic.len() + 64;
-            if size > max as usize {
-                // 5.0: a packet over the client's maximum is dropped as if delivered.
-                tracing::info!(session = %self.accepted.session_id, size, max, "a delivery over the client's maximum packet size is dropped");
-                if sub_qos > 0 {
-                    self.ack(&filter, &message);
-                }
-                return;
+        let mut publish = self.publish_of(topic, &message, qos);
+        if !self.fits(&publish) {
+            if sub_qos > 0 {
+                self.ack(&filter, &message);
             }
+            return;
         }
-        let mut publish = publish;
         publish.retain = keep_retain;
         if qos == 0 && sub_qos > 0 {
             // A QoS 0 message on a QoS 1 or 2 subscription: acked as it goes.
             self.ack(&filter, &message);
         }
         self.send_publish(publish, filter, message);
+    }
+
+    /// Whether `publish` fits the client's maximum packet size (5.0), its size
+    /// computed as it will be encoded ([`Publish::encoded_size`]). One that does not
+    /// is dropped, as if delivered (5.0, 3.1.2.11.4), logged and counted
+    /// ([`super::DELIVERIES_TOO_LARGE_TOTAL`]).
+    fn fits(&self, publish: &Publish) -> bool {
+        let Some(max) = self.client_max_packet else {
+            return true;
+        };
+        let size = publish.encoded_size(self.version());
+        if size <= max as usize {
+            return true;
+        }
+        tracing::info!(session = %self.accepted.session_id, topic = %publish.topic, size, max, "a delivery over the client's maximum packet size is dropped");
+        metrics::counter!(super::DELIVERIES_TOO_LARGE_TOTAL).increment(1);
+        false
     }
 
     fn publish_of(&self, topic: String, message: &Received, qos: u8) -> Box<Publish> {

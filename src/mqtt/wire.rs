@@ -107,6 +107,67 @@ pub struct Publish {
     pub properties: Properties,
 }
 
+/// Bytes of a variable byte integer of value `n` (MQTT's remaining length and
+/// property length).
+fn varint_size(n: usize) -> usize {
+    match n {
+        0..=127 => 1,
+        128..=16_383 => 2,
+        16_384..=2_097_151 => 3,
+        _ => 4,
+    }
+}
+
+/// Bytes of a UTF-8 string or binary data of `n` bytes: its two-byte length first.
+fn prefixed(n: usize) -> usize {
+    2 + n
+}
+
+impl Properties {
+    /// Their size in a 5.0 PUBLISH as [`Wire`] encodes them, bytes: the property
+    /// length, then each property's identifier byte and value (no topic alias: the
+    /// broker sends none).
+    pub fn encoded_size(&self) -> usize {
+        let mut n = 0;
+        if let Some(data) = &self.correlation_data {
+            n += 1 + prefixed(data.len());
+        }
+        if self.message_expiry_secs.is_some_and(|s| s != 0) {
+            n += 1 + 4;
+        }
+        if let Some(text) = &self.content_type {
+            n += 1 + prefixed(text.len());
+        }
+        if self.utf8_payload {
+            n += 1 + 1;
+        }
+        if let Some(text) = &self.response_topic {
+            n += 1 + prefixed(text.len());
+        }
+        for (name, value) in &self.user_properties {
+            n += 1 + prefixed(name.len()) + prefixed(value.len());
+        }
+        varint_size(n) + n
+    }
+}
+
+impl Publish {
+    /// Its size on the wire as [`Wire`] encodes it for a client of `version`, bytes:
+    /// the fixed header (its first byte and the remaining length, 1 to 4 bytes), the
+    /// topic, the packet id at QoS 1 and 2 (given or not yet), 5.0's properties, the
+    /// payload. What 5.0's maximum packet size of the client is compared with.
+    pub fn encoded_size(&self, version: Version) -> usize {
+        let mut remaining = prefixed(self.topic.len()) + self.payload.len();
+        if self.qos > 0 {
+            remaining += 2;
+        }
+        if version == Version::V5 {
+            remaining += self.properties.encoded_size();
+        }
+        1 + varint_size(remaining) + remaining
+    }
+}
+
 /// One filter of a SUBSCRIBE.
 #[derive(Debug, Clone)]
 pub struct Filter {
@@ -972,6 +1033,61 @@ mod tests {
             matches!(e, WireError::TooLarge { size: 200, max: 16 }),
             "{e:?}"
         );
+    }
+
+    /// Any string of up to `max` characters, some of them multi-byte.
+    fn text(max: usize) -> impl Strategy<Value = String> {
+        proptest::collection::vec(prop_oneof![Just('a'), Just('é'), Just('/')], 0..max)
+            .prop_map(|c| c.into_iter().collect())
+    }
+
+    fn any_publish() -> impl Strategy<Value = Publish> {
+        let properties = (
+            proptest::option::of(any::<u32>()),
+            proptest::option::of(text(40)),
+            proptest::option::of(text(40)),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+            proptest::collection::vec((text(20), text(300)), 0..4),
+            any::<bool>(),
+        )
+            .prop_map(|(expiry, content, response, data, user, utf8)| Properties {
+                message_expiry_secs: expiry,
+                content_type: content,
+                response_topic: response,
+                correlation_data: data.map(Bytes::from),
+                user_properties: user,
+                utf8_payload: utf8,
+                topic_alias: None,
+            });
+        (
+            text(300),
+            0..3u8,
+            // Around the lengths where the remaining length takes another byte.
+            prop_oneof![0..200usize, 16_250..16_500usize],
+            properties,
+        )
+            .prop_map(|(topic, qos, payload, properties)| Publish {
+                topic: if topic.is_empty() { "t".into() } else { topic },
+                qos,
+                retain: false,
+                dup: false,
+                packet_id: (qos > 0).then_some(7),
+                payload: Bytes::from(vec![b'x'; payload]),
+                properties,
+            })
+    }
+
+    proptest! {
+        /// What `encoded_size` says is what the codec writes, in both versions.
+        #[test]
+        fn encoded_size_is_what_is_written(p in any_publish(), v5 in any::<bool>()) {
+            let mut wire = Wire::new(1 << 20);
+            let version = if v5 { Version::V5 } else { Version::V3 };
+            decode_all(&mut wire, if v5 { CONNECT_V5 } else { CONNECT_V3 }).unwrap();
+            let mut written = BytesMut::new();
+            wire.encode(Out::Publish(Box::new(p.clone())), &mut written).unwrap();
+            prop_assert_eq!(p.encoded_size(version), written.len());
+        }
     }
 
     #[test]

@@ -1366,6 +1366,109 @@ async fn a_disconnect_with_expiry_0_ends_the_session(t: TestStore) {
     s.stop().await;
 }
 
+/// The size of `p` as a 5.0 PUBLISH on the wire, bytes, as the codec writes it.
+fn v5_size(p: &rmqtt_codec::types::Publish) -> usize {
+    use tokio_util::codec::Encoder;
+    let mut buf = bytes::BytesMut::new();
+    v5::Codec::new(0, 0)
+        .encode(v5::Packet::Publish(Box::new(p.clone())), &mut buf)
+        .unwrap();
+    buf.len()
+}
+
+/// 5.0's maximum packet size of the client: a delivery whose PUBLISH, as encoded
+/// (fixed header, topic, packet id, properties, payload), is exactly the limit goes
+/// out; one byte more is dropped (acked as if delivered, and counted in
+/// `ebb_mqtt_deliveries_too_large_total`), and the next that fits goes. Two limits:
+/// 64 bytes at QoS 0 without properties, 100 bytes at QoS 1 with a user property.
+async fn a_delivery_is_dropped_only_when_it_does_not_fit(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    #[cfg(feature = "cli")]
+    let metrics = ebb::http::HttpServer::start(
+        ebb::http::HttpOptions::new("127.0.0.1:0".parse().unwrap()),
+        s.broker.clone(),
+    )
+    .await
+    .expect("the metrics endpoint starts");
+    #[cfg(feature = "cli")]
+    let dropped = || async {
+        let text = ebb::cli::stat::fetch(&metrics.local_addr().to_string())
+            .await
+            .unwrap();
+        ebb::cli::stat::parse(&text)
+            .unwrap()
+            .iter()
+            .filter(|s| s.name == "ebb_mqtt_deliveries_too_large_total")
+            .map(|s| s.value)
+            .sum::<f64>()
+    };
+    #[cfg(feature = "cli")]
+    let before = dropped().await;
+    let user = vec![(ByteString::from("unit"), ByteString::from("celsius"))];
+    for (limit, q, props) in [(64u32, 0u8, Vec::new()), (100, 1, user.clone())] {
+        let topic = format!("fit/{limit}");
+        let mut connect = v5_connect(&format!("small-{limit}"), 0);
+        connect.max_packet_size = std::num::NonZeroU32::new(limit);
+        let (mut small, _) = MqttClient::v5_with(s.mqtt, connect).await;
+        small.subscribe_v5(1, &[(&topic, q)]).await;
+        // The payload whose delivery is `limit` bytes.
+        let properties = v5::PublishProperties {
+            user_properties: props.clone(),
+            ..Default::default()
+        };
+        let fits = (0..limit as usize)
+            .find(|n| {
+                v5_size(&publish(
+                    &topic,
+                    &vec![b'x'; *n],
+                    q,
+                    1,
+                    Some(properties.clone()),
+                )) == limit as usize
+            })
+            .expect("a payload fits exactly");
+        let (mut publisher, _) = MqttClient::v5(s.mqtt, &format!("big-{limit}"), 0).await;
+        for (id, n) in [(1, fits), (2, fits + 1), (3, 1)] {
+            publisher
+                .publish_v5(&topic, &vec![b'x'; n], 1, id, properties.clone())
+                .await;
+            assert!(matches!(
+                publisher.recv().await,
+                Some(MqttPacket::V5(v5::Packet::PublishAck(_)))
+            ));
+        }
+        for n in [fits, 1] {
+            let got = next_publish(&mut small).await;
+            assert_eq!(got.payload.len(), n, "limit {limit}: {got:?}");
+            if n == fits {
+                assert_eq!(v5_size(&got), limit as usize, "exactly the limit");
+            }
+            if let Some(id) = got.packet_id {
+                small
+                    .send_v5(v5::Packet::PublishAck(v5::PublishAck {
+                        packet_id: id,
+                        reason_code: v5::PublishAckReason::Success,
+                        properties: Vec::new(),
+                        reason_string: None,
+                    }))
+                    .await;
+            }
+        }
+        assert!(small.pong_is_next(true).await);
+    }
+    #[cfg(feature = "cli")]
+    {
+        let after = poll_until("the drops are counted", || async {
+            let now = dropped().await;
+            (now >= before + 2.0).then_some(now)
+        })
+        .await;
+        assert!(after >= before + 2.0);
+        metrics.stop().await;
+    }
+    s.stop().await;
+}
+
 /// An empty client id: 3.1.1 with clean session 0 is answered CONNACK 0x02
 /// (identifier rejected, MQTT-3.1.3-8) before the connection closes; 5.0 without
 /// clean start is given one (CONNACK's assigned client identifier).
@@ -1429,6 +1532,7 @@ async fn topic_alias_0_is_invalid(t: TestStore) {
 on_every_backend!(
     #[actix_rt::test]
     every_qos_round_trips,
+    a_delivery_is_dropped_only_when_it_does_not_fit,
     an_empty_client_id_is_answered_by_connack,
     topic_alias_0_is_invalid,
     a_disconnect_with_expiry_0_ends_the_session,
