@@ -1736,7 +1736,11 @@ where
         }
     }
 
-    /// Publishes `will` now, or after its delay unless `client` connects again.
+    /// Publishes `will` now, or after its delay unless `client` connects again. The
+    /// delay is cut to what is left of the session (5.0, 3.1.3.2.2: the will goes when
+    /// its delay passes or its session ends, whichever is first): none for a session
+    /// that ends with this connection, the session expiry interval for a persistent
+    /// one.
     fn publish_will(&self, client: &str, will: Will) {
         let Ok(key) = topic::destination(&will.topic) else {
             return;
@@ -1763,7 +1767,12 @@ where
         let state = Arc::clone(&self.config.state);
         let client = client.to_string();
         let generation = state.generations.lock().get(&client).copied();
-        let delay = Duration::from_secs(will.delay_secs as u64);
+        let session_left = if self.persistent {
+            self.session_expiry
+        } else {
+            0
+        };
+        let delay = Duration::from_secs(u64::from(will.delay_secs.min(session_left)));
         actix_rt::spawn(async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;

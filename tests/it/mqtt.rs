@@ -1469,6 +1469,29 @@ async fn a_delivery_is_dropped_only_when_it_does_not_fit(t: TestStore) {
     s.stop().await;
 }
 
+/// 5.0: a will is published when its delay passes or when its session ends,
+/// whichever comes first: a session of 1 s, or a clean one (which ends with its
+/// connection), does not wait for a will delay of an hour.
+async fn a_will_goes_when_its_session_ends_before_its_delay(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut watcher, _) = MqttClient::v5(s.mqtt, "will-watcher", 0).await;
+    watcher.subscribe_v5(1, &[("gone/#", 0)]).await;
+    for (client, expiry) in [("short", 1), ("clean", 0)] {
+        let mut connect = v5_connect(client, expiry);
+        let mut will = will_of(&format!("gone/{client}"), b"ended", 0);
+        will.will_delay_interval_sec = Some(3_600);
+        connect.last_will = Some(will);
+        let (c, _) = MqttClient::v5_with(s.mqtt, connect).await;
+        drop(c);
+        let will = next_publish(&mut watcher).await;
+        assert_eq!(
+            (&*will.topic, &will.payload[..]),
+            (format!("gone/{client}").as_str(), &b"ended"[..])
+        );
+    }
+    s.stop().await;
+}
+
 /// An empty client id: 3.1.1 with clean session 0 is answered CONNACK 0x02
 /// (identifier rejected, MQTT-3.1.3-8) before the connection closes; 5.0 without
 /// clean start is given one (CONNACK's assigned client identifier).
@@ -1533,6 +1556,7 @@ on_every_backend!(
     #[actix_rt::test]
     every_qos_round_trips,
     a_delivery_is_dropped_only_when_it_does_not_fit,
+    a_will_goes_when_its_session_ends_before_its_delay,
     an_empty_client_id_is_answered_by_connack,
     topic_alias_0_is_invalid,
     a_disconnect_with_expiry_0_ends_the_session,
