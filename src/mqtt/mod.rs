@@ -130,8 +130,9 @@ pub struct MqttConfig {
     /// `maxFrameSize`). Default [`MAX_PACKET_SIZE`].
     pub max_packet_size: u32,
     /// QoS 1 and 2 publishes a connection may have waiting for their commits (5.0's
-    /// receive maximum in CONNACK; a 3.1.1 client past it is not read until earlier
-    /// ones commit). Default [`RECEIVE_MAXIMUM`].
+    /// receive maximum in CONNACK, enforced: a 5.0 client with this many not answered
+    /// by PUBACK or PUBCOMP that sends another gets DISCONNECT 0x93; a 3.1.1 client
+    /// past it is not read until earlier ones commit). Default [`RECEIVE_MAXIMUM`].
     pub receive_maximum: u16,
     /// QoS 1 and 2 deliveries unacknowledged at once on a 3.1.1 connection (5.0: the
     /// client's receive maximum). Default [`DELIVERY_WINDOW`] (as ActiveMQ's durable

@@ -233,6 +233,7 @@ where
         sends: FuturesOrdered::new(),
         qos2: HashSet::new(),
         qos2_pending: HashSet::new(),
+        qos1_pending: HashSet::new(),
         stored: false,
         held: VecDeque::new(),
         wait: None,
@@ -285,8 +286,11 @@ struct Session<S> {
     /// QoS 2 packet ids received, stored and answered (PUBREC), not yet released
     /// (PUBREL).
     qos2: HashSet<u16>,
-    /// QoS 2 packet ids whose store commit is awaited (PUBREC not sent yet).
+    /// QoS 2 packet ids read and not answered yet (held for space, or their store
+    /// commit awaited: PUBREC not sent yet).
     qos2_pending: HashSet<u16>,
+    /// QoS 1 packet ids read and not answered yet (PUBACK not sent yet).
+    qos1_pending: HashSet<u16>,
     /// Something of this client id's session is stored (resumed, or a filter
     /// remembered): a session that ends without persisting discards it.
     stored: bool,
@@ -309,10 +313,29 @@ where
         self.link.wire.version().unwrap_or(Version::V3)
     }
 
+    /// Whether the next packet is read. Past [`MqttConfig::receive_maximum`] publishes
+    /// waiting for their commits, a 3.1.1 client is not read until one commits; a 5.0
+    /// client is read one packet further, so that a publish over the receive
+    /// maximum it was given is seen ([`Session::unanswered`]) and refused.
     fn reading(&self) -> bool {
-        self.disconnect.is_none()
-            && self.held.len() < MAX_HELD
-            && self.sends.len() < self.config.receive_maximum.max(1) as usize
+        let max = self.receive_maximum();
+        let pipelined = match self.version() {
+            Version::V5 => self.sends.len() <= max,
+            Version::V3 => self.sends.len() < max,
+        };
+        self.disconnect.is_none() && self.held.len() < MAX_HELD && pipelined
+    }
+
+    /// The receive maximum CONNACK gives a 5.0 client ([`MqttConfig::receive_maximum`]).
+    fn receive_maximum(&self) -> usize {
+        usize::from(self.config.receive_maximum.max(1))
+    }
+
+    /// QoS 1 and 2 publishes of the client not answered yet by PUBACK or PUBCOMP: read
+    /// and not yet answered, and QoS 2 ones answered by PUBREC and waiting for
+    /// PUBREL. 5.0's receive maximum bounds them.
+    fn unanswered(&self) -> usize {
+        self.qos1_pending.len() + self.qos2_pending.len() + self.qos2.len()
     }
 
     fn may_deliver(&self) -> bool {
@@ -840,6 +863,13 @@ where
     /// acknowledgement) the connection ends with it.
     fn refuse_publish(&mut self, p: &Publish, code: u8, why: String) -> Result<(), End> {
         tracing::info!(session = %self.accepted.session_id, topic = %p.topic, code, "refused PUBLISH: {why}");
+        if let Some(id) = p.packet_id {
+            // Answered (or the connection ends): no longer pending.
+            match p.qos {
+                1 => self.qos1_pending.remove(&id),
+                _ => self.qos2_pending.remove(&id),
+            };
+        }
         match (self.version(), p.qos, p.packet_id) {
             (Version::V5, 1, Some(id)) => self.out.push(Out::PubAck(id, code)),
             (Version::V5, 2, Some(id)) => self.out.push(Out::PubRec(id, code)),
@@ -881,6 +911,25 @@ where
                     }
                 }
             }
+        }
+        if let (1 | 2, Some(id)) = (p.qos, p.packet_id) {
+            let pending = match p.qos {
+                1 => &self.qos1_pending,
+                _ => &self.qos2_pending,
+            };
+            // A new one (a QoS 1 resend of one not answered yet is the same publish;
+            // QoS 2 resends were answered above) past 5.0's receive maximum: 3.3.4.
+            let max = self.receive_maximum();
+            if self.version() == Version::V5 && !pending.contains(&id) && self.unanswered() >= max {
+                return Err(End::Refused(
+                    reason::RECEIVE_MAXIMUM_EXCEEDED,
+                    format!("more than the receive maximum ({max}) of QoS 1 and 2 publishes not answered by PUBACK or PUBCOMP"),
+                ));
+            }
+            match p.qos {
+                1 => self.qos1_pending.insert(id),
+                _ => self.qos2_pending.insert(id),
+            };
         }
         if let Some(alias) = p.properties.topic_alias {
             if alias == 0 || alias > TOPIC_ALIASES {
@@ -944,9 +993,6 @@ where
             self.broker.producer_joined(&key);
         }
         let (id, qos) = (p.packet_id, p.qos);
-        if qos == 2 {
-            self.qos2_pending.insert(id.expect("checked"));
-        }
         // A held QoS 2 message's retained copy goes at PUBREL, built from it.
         let retained = if p.retain && !(qos == 2 && self.persistent) {
             self.retained_copy(&p)
@@ -1049,6 +1095,9 @@ where
             if outcome.is_ok() {
                 self.qos2.insert(id);
             }
+        }
+        if let (1, Some(id)) = (qos, id) {
+            self.qos1_pending.remove(&id);
         }
         match (outcome, id) {
             (Ok(()), Some(id)) if qos == 1 => self.out.push(Out::PubAck(id, reason::SUCCESS)),

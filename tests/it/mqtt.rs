@@ -1526,6 +1526,38 @@ async fn an_empty_client_id_is_answered_by_connack(t: TestStore) {
     s.stop().await;
 }
 
+/// The receive maximum CONNACK advertises is enforced: a 5.0 client with that many
+/// QoS 2 publishes unanswered by PUBCOMP (no PUBREL sent) may send no more; one
+/// released frees a place; the next over it gets DISCONNECT 0x93.
+async fn the_receive_maximum_is_enforced(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut c, ack) = MqttClient::v5(s.mqtt, "eager", 0).await;
+    let max = ack.receive_max.get();
+    assert_eq!(max, ebb::mqtt::RECEIVE_MAXIMUM);
+    for id in 1..=max {
+        c.publish_v5("rm/x", b"q2", 2, id, Default::default()).await;
+    }
+    for id in 1..=max {
+        pubrec_of(&mut c, id).await;
+    }
+    c.send_v5(pubrel(1)).await;
+    assert!(matches!(
+        c.recv().await,
+        Some(MqttPacket::V5(v5::Packet::PublishComplete(a))) if a.packet_id == pid(1)
+    ));
+    c.publish_v5("rm/x", b"q2", 2, max + 1, Default::default())
+        .await;
+    pubrec_of(&mut c, max + 1).await;
+    c.publish_v5("rm/x", b"over", 2, max + 2, Default::default())
+        .await;
+    let told = c.closed().await;
+    assert!(
+        told.iter().any(|p| matches!(p, MqttPacket::V5(v5::Packet::Disconnect(d)) if u8::from(d.reason_code) == 0x93)),
+        "{told:?}"
+    );
+    s.stop().await;
+}
+
 /// A 5.0 PUBLISH with topic alias 0 gets DISCONNECT 0x94 (topic alias invalid), as
 /// one over the topic alias maximum does.
 async fn topic_alias_0_is_invalid(t: TestStore) {
@@ -1558,6 +1590,7 @@ on_every_backend!(
     a_delivery_is_dropped_only_when_it_does_not_fit,
     a_will_goes_when_its_session_ends_before_its_delay,
     an_empty_client_id_is_answered_by_connack,
+    the_receive_maximum_is_enforced,
     topic_alias_0_is_invalid,
     a_disconnect_with_expiry_0_ends_the_session,
     qos2_is_exactly_once_across_a_restart,
