@@ -1234,7 +1234,8 @@ where
                 Target::One(one) => *one == key,
                 Target::Pattern(p) => p.matches(&key),
             };
-            if !matches || self.authorize(Right::Read, &key).is_err() {
+            if !matches || !topic::reads(filter, &key) || self.authorize(Right::Read, &key).is_err()
+            {
                 continue;
             }
             if found.len() == MAX_RETAINED_PER_SUBSCRIBE {
@@ -1378,11 +1379,18 @@ where
                 }
             }
             let mut options = SubscribeOptions::non_durable();
-            if matches!(target, Target::Pattern(_)) && security.has_authorization() {
+            if matches!(target, Target::Pattern(_)) {
+                // Only the topics MQTT's filter reads, of those the user may read. (A
+                // durable one is held on every topic its pattern matches: what the
+                // filter does not read is dropped at delivery.)
+                let authorizing = security.has_authorization();
+                let filter = filter.to_string();
                 options = options.accept(move |key| {
-                    security
-                        .authorize(principal.as_ref(), Right::Read, key)
-                        .is_ok()
+                    topic::reads(&filter, key)
+                        && (!authorizing
+                            || security
+                                .authorize(principal.as_ref(), Right::Read, key)
+                                .is_ok())
                 });
             }
             if no_local {
@@ -1635,7 +1643,21 @@ where
                 .header(SHARED_TOPIC_HEADER)
                 .and_then(|t| DestinationKey::from_container(t).ok())
         });
-        let topic = match (published_to.as_ref().or(message.destination()), &sub.target) {
+        let from = published_to.as_ref().or(message.destination());
+        // Only what MQTT's filter reads ([`topic::reads`]); a durable or shared
+        // subscription's pattern also matches the rest, which is dropped here.
+        let inner = match topic::shared(&filter) {
+            Ok(Some((_, inner))) => inner,
+            _ => filter.as_str(),
+        };
+        if from.is_some_and(|key| !topic::reads(inner, key)) {
+            tracing::debug!(session = %self.accepted.session_id, %filter, "a message of a topic the filter does not read (`$`, advisory) is dropped");
+            if sub_qos > 0 {
+                self.ack(&filter, &message);
+            }
+            return;
+        }
+        let topic = match (from, &sub.target) {
             (Some(key), _) | (None, Target::One(key)) => topic::topic_name(key),
             (None, Target::Pattern(p)) => p.stomp(),
         };

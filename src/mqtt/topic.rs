@@ -9,6 +9,10 @@
 //! bytes, a `,` (Ebb's composite convention) or a control character is refused, each
 //! with its reason. `a/#` matches `a/b` and deeper, not `a` itself (Ebb's `>` needs a
 //! segment; MQTT's `#` also matches the parent): subscribe to both for both.
+//!
+//! A filter reads fewer topics than its pattern matches ([`reads`]): one that starts
+//! with a wildcard does not read topics whose name starts with `$` (MQTT-4.7.2-1), and
+//! only one that names Ebb's advisory prefix literally reads the advisory topics.
 
 use crate::broker::Target;
 use crate::DestinationKey;
@@ -131,6 +135,30 @@ pub fn filter(filter: &str) -> Result<Target, TopicError> {
         .map_err(|e| refuse(WHAT, filter, e.reason))
 }
 
+/// Whether MQTT filter `filter` (a subscription's, or the FILTER of
+/// `$share/GROUP/FILTER`) reads topic `key`, which its Ebb pattern matches. MQTT's
+/// rules narrow the pattern twice:
+///
+/// - a filter whose first level is a wildcard (`#`, `+/...`) does not read a topic
+///   whose name starts with `$` (`$SYS/...`; MQTT-4.7.2-1): `$SYS/#` does;
+/// - Ebb's advisory topics (`ActiveMQ/Advisory/...`, [`crate::broker::ADVISORY_PREFIX`])
+///   are read only by a filter whose first two levels name them, `ActiveMQ/Advisory`
+///   (`ActiveMQ/Advisory/#`, `ActiveMQ/Advisory/Consumer/+/orders`): the broker's own
+///   messages reach no MQTT subscriber that did not ask for them by name, as the
+///   `$` topics a broker writes reach none.
+pub fn reads(filter: &str, key: &DestinationKey) -> bool {
+    let mut levels = filter.split('/');
+    let first = levels.next().unwrap_or_default();
+    // The swap of `/` and `.` keeps a first `$` where it is.
+    if key.name().starts_with('$') && matches!(first, "#" | "+") {
+        return false;
+    }
+    if crate::broker::is_advisory(key) {
+        return first == "ActiveMQ" && levels.next() == Some("Advisory");
+    }
+    true
+}
+
 /// A `$share/GROUP/FILTER` shared subscription's group and filter, or `None` for
 /// any other filter. Errors: a `$share/` filter without a group or a filter.
 pub fn shared(filter: &str) -> Result<Option<(&str, &str)>, TopicError> {
@@ -200,6 +228,29 @@ mod tests {
         for bad in ["a/#/b", "a/b#", "a+/b", "", "a//+", "/+"] {
             let e = filter(bad).unwrap_err();
             assert_eq!(e.what, "topic filter", "{bad}");
+        }
+    }
+
+    #[test]
+    fn wildcards_read_no_dollar_topic_and_no_advisory() {
+        let key = |name: &str| destination(name).unwrap();
+        let advisory = DestinationKey::topic("ActiveMQ.Advisory.Consumer.Topic.a").unwrap();
+        for (filter, topic, read) in [
+            ("#", key("$SYS/x"), false),
+            ("+/x", key("$SYS/x"), false),
+            ("+/+", key("$SYS/x"), false),
+            ("$SYS/#", key("$SYS/x"), true),
+            ("$SYS/+", key("$SYS/x"), true),
+            ("a/#", key("a/$x"), true),
+            ("#", key("a/b"), true),
+            ("#", advisory.clone(), false),
+            ("ActiveMQ/#", advisory.clone(), false),
+            ("+/Advisory/#", advisory.clone(), false),
+            ("ActiveMQ/Advisory/#", advisory.clone(), true),
+            ("ActiveMQ/Advisory/Consumer/+/a", advisory.clone(), true),
+            ("ActiveMQ/+/x", key("ActiveMQ/Other/x"), true),
+        ] {
+            assert_eq!(reads(filter, &topic), read, "{filter} on {}", topic.stomp());
         }
     }
 

@@ -1366,6 +1366,82 @@ async fn a_disconnect_with_expiry_0_ends_the_session(t: TestStore) {
     s.stop().await;
 }
 
+/// MQTT-4.7.2-1: a filter that starts with a wildcard (`#`, `+/+`) does not match a
+/// topic name that starts with `$`, and Ebb's advisory topics
+/// (`ActiveMQ/Advisory/...`) reach only a filter that names that prefix literally;
+/// whether the subscription is non-durable, durable (a persistent session) or shared,
+/// and for retained messages too. Filters that name `$SYS` or the advisory prefix
+/// get what they name.
+async fn wildcards_skip_dollar_topics_and_advisories(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut all, _) = MqttClient::v5(s.mqtt, "all", 0).await;
+    all.subscribe_v5(1, &[("#", 0)]).await;
+    let (mut two, _) = MqttClient::v5(s.mqtt, "two", 0).await;
+    two.subscribe_v5(1, &[("+/+", 0)]).await;
+    let (mut kept, _) = MqttClient::v3(s.mqtt, "kept", false).await;
+    kept.subscribe_v3(1, &[("#", 1)]).await;
+    let (mut shared, _) = MqttClient::v5(s.mqtt, "shared", 0).await;
+    shared.subscribe_v5(1, &[("$share/g/#", 0)]).await;
+    let (mut sys, _) = MqttClient::v5(s.mqtt, "sys", 0).await;
+    sys.subscribe_v5(1, &[("$SYS/#", 0)]).await;
+    let (mut adv, _) = MqttClient::v5(s.mqtt, "adv", 0).await;
+    adv.subscribe_v5(1, &[("ActiveMQ/Advisory/#", 0)]).await;
+    // A subscription to one topic: an advisory says so.
+    let (mut one, _) = MqttClient::v5(s.mqtt, "one", 0).await;
+    one.subscribe_v5(1, &[("adv/one", 0)]).await;
+    let advisory = next_publish(&mut adv).await;
+    assert!(
+        advisory.topic.starts_with("ActiveMQ/Advisory/"),
+        "{advisory:?}"
+    );
+    let (mut publisher, _) = MqttClient::v5(s.mqtt, "publisher", 0).await;
+    for (topic, id) in [("$SYS/x", 1), ("a/b", 2)] {
+        publisher
+            .publish_v5(topic, topic.as_bytes(), 1, id, Default::default())
+            .await;
+        assert!(matches!(
+            publisher.recv().await,
+            Some(MqttPacket::V5(v5::Packet::PublishAck(a))) if a.reason_code == v5::PublishAckReason::Success
+        ));
+    }
+    let got = next_publish(&mut sys).await;
+    assert_eq!(&*got.topic, "$SYS/x", "a filter naming `$SYS` reads it");
+    for (name, c, v5) in [
+        ("#", &mut all, true),
+        ("+/+", &mut two, true),
+        ("# (durable)", &mut kept, false),
+        ("$share/g/#", &mut shared, true),
+    ] {
+        let got = next_publish(c).await;
+        assert_eq!(&*got.topic, "a/b", "{name} got {got:?}");
+        if let Some(id) = got.packet_id {
+            assert!(!v5, "{name}: QoS 0");
+            c.send_v3(v3::Packet::PublishAck { packet_id: id }).await;
+        }
+        assert!(c.pong_is_next(v5).await, "{name} got more");
+    }
+    // Retained: `#` gets none of `$SYS/ret`'s; `$SYS/#` does.
+    let mut retained = publish("$SYS/ret", b"r", 1, 3, Some(Default::default()));
+    retained.retain = true;
+    publisher
+        .send_v5(v5::Packet::Publish(Box::new(retained)))
+        .await;
+    assert!(matches!(
+        publisher.recv().await,
+        Some(MqttPacket::V5(v5::Packet::PublishAck(_)))
+    ));
+    let (mut late, _) = MqttClient::v5(s.mqtt, "late", 0).await;
+    late.subscribe_v5(1, &[("#", 1)]).await;
+    assert_eq!(retained_after(&mut late).await, vec![]);
+    let (mut late_sys, _) = MqttClient::v5(s.mqtt, "late-sys", 0).await;
+    late_sys.subscribe_v5(1, &[("$SYS/+", 1)]).await;
+    assert_eq!(
+        retained_after(&mut late_sys).await,
+        vec![("$SYS/ret".into(), b"r".to_vec(), 1, true)]
+    );
+    s.stop().await;
+}
+
 /// The size of `p` as a 5.0 PUBLISH on the wire, bytes, as the codec writes it.
 fn v5_size(p: &rmqtt_codec::types::Publish) -> usize {
     use tokio_util::codec::Encoder;
@@ -1587,6 +1663,7 @@ async fn topic_alias_0_is_invalid(t: TestStore) {
 on_every_backend!(
     #[actix_rt::test]
     every_qos_round_trips,
+    wildcards_skip_dollar_topics_and_advisories,
     a_delivery_is_dropped_only_when_it_does_not_fit,
     a_will_goes_when_its_session_ends_before_its_delay,
     an_empty_client_id_is_answered_by_connack,
