@@ -1660,6 +1660,50 @@ async fn topic_alias_0_is_invalid(t: TestStore) {
     s.stop().await;
 }
 
+/// A topic level `>` or `*` (plain characters to MQTT, wildcards to Ebb) is mapped:
+/// `lit/>` is `/topic/lit.+>` and `lit/*` is `/topic/lit.+*` (`+` cannot be in an
+/// MQTT topic name, so no other name maps there), both ways, and MQTT's filters
+/// match them as MQTT says.
+async fn levels_that_are_ebb_wildcards_are_mapped(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let mut stomp = Client::connected(s.stomp, None).await;
+    stomp
+        .write(b"SUBSCRIBE\nid:1\ndestination:/topic/lit.+>\nreceipt:r\n\n\0")
+        .await;
+    receipt(&mut stomp, "r").await;
+    let (mut exact, _) = MqttClient::v5(s.mqtt, "exact", 0).await;
+    assert_eq!(
+        exact.subscribe_v5(1, &[("lit/>", 1)]).await,
+        vec![v5::SubscribeAckReason::GrantedQos1]
+    );
+    let (mut any, _) = MqttClient::v5(s.mqtt, "any", 0).await;
+    any.subscribe_v5(1, &[("lit/+", 0)]).await;
+    let (mut publisher, _) = MqttClient::v5(s.mqtt, "gt", 0).await;
+    publisher
+        .publish_v5("lit/>", b"gt", 1, 1, Default::default())
+        .await;
+    match publisher.recv().await {
+        Some(MqttPacket::V5(v5::Packet::PublishAck(a))) => {
+            assert_eq!(a.reason_code, v5::PublishAckReason::Success)
+        }
+        other => panic!("{other:?}"),
+    }
+    let m = stomp.frame().await.expect("MESSAGE");
+    assert_eq!(m.get("destination"), Some("/topic/lit.+>"));
+    assert_eq!(&m.body[..], b"gt");
+    for c in [&mut exact, &mut any] {
+        let got = next_publish(c).await;
+        assert_eq!((&*got.topic, &got.payload[..]), ("lit/>", &b"gt"[..]));
+    }
+    stomp
+        .write(b"SEND\ndestination:/topic/lit.+*\nreceipt:s\n\nstar\0")
+        .await;
+    receipt(&mut stomp, "s").await;
+    let got = next_publish(&mut any).await;
+    assert_eq!((&*got.topic, &got.payload[..]), ("lit/*", &b"star"[..]));
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     every_qos_round_trips,
@@ -1669,6 +1713,7 @@ on_every_backend!(
     an_empty_client_id_is_answered_by_connack,
     the_receive_maximum_is_enforced,
     topic_alias_0_is_invalid,
+    levels_that_are_ebb_wildcards_are_mapped,
     a_disconnect_with_expiry_0_ends_the_session,
     qos2_is_exactly_once_across_a_restart,
     session_expiry_ends_an_offline_session,
