@@ -113,6 +113,11 @@ pub const DELIVERY_WINDOW: u16 = 100;
 /// Topic aliases a 5.0 client may set per connection (CONNACK's topic alias maximum).
 pub const TOPIC_ALIASES: u16 = 64;
 
+/// Counter (metric) of deliveries dropped because their PUBLISH, as encoded, is
+/// larger than the client's maximum packet size (5.0's CONNECT property; the spec's
+/// rule: dropped as if delivered).
+pub const DELIVERIES_TOO_LARGE_TOTAL: &str = "ebb_mqtt_deliveries_too_large_total";
+
 /// Largest packet before CONNECT is read (64 KiB): a CONNECT is small.
 pub const PRE_CONNECT_MAX_PACKET: u32 = 64 << 10;
 
@@ -125,8 +130,9 @@ pub struct MqttConfig {
     /// `maxFrameSize`). Default [`MAX_PACKET_SIZE`].
     pub max_packet_size: u32,
     /// QoS 1 and 2 publishes a connection may have waiting for their commits (5.0's
-    /// receive maximum in CONNACK; a 3.1.1 client past it is not read until earlier
-    /// ones commit). Default [`RECEIVE_MAXIMUM`].
+    /// receive maximum in CONNACK, enforced: a 5.0 client with this many not answered
+    /// by PUBACK or PUBCOMP that sends another gets DISCONNECT 0x93; a 3.1.1 client
+    /// past it is not read until earlier ones commit). Default [`RECEIVE_MAXIMUM`].
     pub receive_maximum: u16,
     /// QoS 1 and 2 deliveries unacknowledged at once on a 3.1.1 connection (5.0: the
     /// client's receive maximum). Default [`DELIVERY_WINDOW`] (as ActiveMQ's durable
@@ -225,5 +231,35 @@ impl Protocol for Mqtt {
         S: AsyncRead + AsyncWrite + Unpin + 'static,
     {
         session::serve(io, self.broker.clone(), self.config.clone(), connection)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every error of the MQTT folder is typed: a `thiserror` enum of the crate, or a
+    /// reason code with the text the wire carries. No function returns a bare
+    /// `String` as its error.
+    #[test]
+    fn no_function_has_a_bare_string_error() {
+        let files = [
+            ("mod.rs", include_str!("mod.rs")),
+            ("expiry.rs", include_str!("expiry.rs")),
+            ("session.rs", include_str!("session.rs")),
+            ("topic.rs", include_str!("topic.rs")),
+            ("wire.rs", include_str!("wire.rs")),
+        ];
+        // Built from pieces, so this file does not match itself.
+        let (returns, string_error) = (concat!("-> ", "Result<"), concat!(",", "String>"));
+        for (file, text) in files {
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or_default().replace(' ', "");
+                assert!(
+                    !(code.contains(&returns.replace(' ', "")) && code.contains(string_error)),
+                    "src/mqtt/{file}:{}: an error that is a bare String: {}",
+                    n + 1,
+                    line.trim()
+                );
+            }
+        }
     }
 }

@@ -27,7 +27,7 @@ use tokio_util::codec::{Decoder, Encoder};
 use super::topic;
 use super::wire::{self, reason, ConnAck, Connect, Filter, In, Out, Publish, Version, Will, Wire};
 use super::{MqttConfig, PRE_CONNECT_MAX_PACKET, TOPIC_ALIASES};
-use crate::auth::{LoginFailure, Principal, Right};
+use crate::auth::{AccessError, LoginFailure, Principal, Right};
 use crate::broker::{
     AckMode, Acker, Broker, Message, Received, SendOptions, SessionSubscription, Space,
     SubscribeOptions, Subscription, Target, MAX_SESSION_SUBSCRIPTIONS, SHARED_TOPIC_HEADER,
@@ -233,6 +233,7 @@ where
         sends: FuturesOrdered::new(),
         qos2: HashSet::new(),
         qos2_pending: HashSet::new(),
+        qos1_pending: HashSet::new(),
         stored: false,
         held: VecDeque::new(),
         wait: None,
@@ -285,8 +286,11 @@ struct Session<S> {
     /// QoS 2 packet ids received, stored and answered (PUBREC), not yet released
     /// (PUBREL).
     qos2: HashSet<u16>,
-    /// QoS 2 packet ids whose store commit is awaited (PUBREC not sent yet).
+    /// QoS 2 packet ids read and not answered yet (held for space, or their store
+    /// commit awaited: PUBREC not sent yet).
     qos2_pending: HashSet<u16>,
+    /// QoS 1 packet ids read and not answered yet (PUBACK not sent yet).
+    qos1_pending: HashSet<u16>,
     /// Something of this client id's session is stored (resumed, or a filter
     /// remembered): a session that ends without persisting discards it.
     stored: bool,
@@ -309,10 +313,29 @@ where
         self.link.wire.version().unwrap_or(Version::V3)
     }
 
+    /// Whether the next packet is read. Past [`MqttConfig::receive_maximum`] publishes
+    /// waiting for their commits, a 3.1.1 client is not read until one commits; a 5.0
+    /// client is read one packet further, so that a publish over the receive
+    /// maximum it was given is seen ([`Session::unanswered`]) and refused.
     fn reading(&self) -> bool {
-        self.disconnect.is_none()
-            && self.held.len() < MAX_HELD
-            && self.sends.len() < self.config.receive_maximum.max(1) as usize
+        let max = self.receive_maximum();
+        let pipelined = match self.version() {
+            Version::V5 => self.sends.len() <= max,
+            Version::V3 => self.sends.len() < max,
+        };
+        self.disconnect.is_none() && self.held.len() < MAX_HELD && pipelined
+    }
+
+    /// The receive maximum CONNACK gives a 5.0 client ([`MqttConfig::receive_maximum`]).
+    fn receive_maximum(&self) -> usize {
+        usize::from(self.config.receive_maximum.max(1))
+    }
+
+    /// QoS 1 and 2 publishes of the client not answered yet by PUBACK or PUBCOMP: read
+    /// and not yet answered, and QoS 2 ones answered by PUBREC and waiting for
+    /// PUBREL. 5.0's receive maximum bounds them.
+    fn unanswered(&self) -> usize {
+        self.qos1_pending.len() + self.qos2_pending.len() + self.qos2.len()
     }
 
     fn may_deliver(&self) -> bool {
@@ -490,6 +513,9 @@ where
             }
             wire::WireError::TooLarge { .. } => {
                 End::Refused(reason::PACKET_TOO_LARGE, e.to_string())
+            }
+            wire::WireError::TopicAliasZero => {
+                End::Refused(reason::TOPIC_ALIAS_INVALID, e.to_string())
             }
             _ => End::Refused(reason::MALFORMED_PACKET, e.to_string()),
         }
@@ -824,11 +850,12 @@ where
         }
     }
 
-    fn authorize(&self, right: Right, key: &DestinationKey) -> Result<(), String> {
+    /// Whether this connection's user has `right` on `key` (STOMP's rights).
+    /// Errors: [`AccessError`], whose text a refusal carries.
+    fn authorize(&self, right: Right, key: &DestinationKey) -> Result<(), AccessError> {
         self.config
             .security
             .authorize(self.principal.as_ref(), right, key)
-            .map_err(|e| e.to_string())
     }
 
     /// A publish refused before it reached the broker: 5.0 QoS 1 and 2 are answered
@@ -836,6 +863,13 @@ where
     /// acknowledgement) the connection ends with it.
     fn refuse_publish(&mut self, p: &Publish, code: u8, why: String) -> Result<(), End> {
         tracing::info!(session = %self.accepted.session_id, topic = %p.topic, code, "refused PUBLISH: {why}");
+        if let Some(id) = p.packet_id {
+            // Answered (or the connection ends): no longer pending.
+            match p.qos {
+                1 => self.qos1_pending.remove(&id),
+                _ => self.qos2_pending.remove(&id),
+            };
+        }
         match (self.version(), p.qos, p.packet_id) {
             (Version::V5, 1, Some(id)) => self.out.push(Out::PubAck(id, code)),
             (Version::V5, 2, Some(id)) => self.out.push(Out::PubRec(id, code)),
@@ -878,6 +912,25 @@ where
                 }
             }
         }
+        if let (1 | 2, Some(id)) = (p.qos, p.packet_id) {
+            let pending = match p.qos {
+                1 => &self.qos1_pending,
+                _ => &self.qos2_pending,
+            };
+            // A new one (a QoS 1 resend of one not answered yet is the same publish;
+            // QoS 2 resends were answered above) past 5.0's receive maximum: 3.3.4.
+            let max = self.receive_maximum();
+            if self.version() == Version::V5 && !pending.contains(&id) && self.unanswered() >= max {
+                return Err(End::Refused(
+                    reason::RECEIVE_MAXIMUM_EXCEEDED,
+                    format!("more than the receive maximum ({max}) of QoS 1 and 2 publishes not answered by PUBACK or PUBCOMP"),
+                ));
+            }
+            match p.qos {
+                1 => self.qos1_pending.insert(id),
+                _ => self.qos2_pending.insert(id),
+            };
+        }
         if let Some(alias) = p.properties.topic_alias {
             if alias == 0 || alias > TOPIC_ALIASES {
                 return Err(End::Refused(
@@ -914,8 +967,8 @@ where
             Ok(key) => key,
             Err(e) => return self.refuse_publish(&p, reason::TOPIC_NAME_INVALID, e.to_string()),
         };
-        if let Err(why) = self.authorize(Right::Write, &key) {
-            return self.refuse_publish(&p, reason::NOT_AUTHORIZED, why);
+        if let Err(e) = self.authorize(Right::Write, &key) {
+            return self.refuse_publish(&p, reason::NOT_AUTHORIZED, e.to_string());
         }
         let persistent = p.qos > 0;
         match self.broker.check_space(&key, persistent) {
@@ -940,9 +993,6 @@ where
             self.broker.producer_joined(&key);
         }
         let (id, qos) = (p.packet_id, p.qos);
-        if qos == 2 {
-            self.qos2_pending.insert(id.expect("checked"));
-        }
         // A held QoS 2 message's retained copy goes at PUBREL, built from it.
         let retained = if p.retain && !(qos == 2 && self.persistent) {
             self.retained_copy(&p)
@@ -1045,6 +1095,9 @@ where
             if outcome.is_ok() {
                 self.qos2.insert(id);
             }
+        }
+        if let (1, Some(id)) = (qos, id) {
+            self.qos1_pending.remove(&id);
         }
         match (outcome, id) {
             (Ok(()), Some(id)) if qos == 1 => self.out.push(Out::PubAck(id, reason::SUCCESS)),
@@ -1181,7 +1234,8 @@ where
                 Target::One(one) => *one == key,
                 Target::Pattern(p) => p.matches(&key),
             };
-            if !matches || self.authorize(Right::Read, &key).is_err() {
+            if !matches || !topic::reads(filter, &key) || self.authorize(Right::Read, &key).is_err()
+            {
                 continue;
             }
             if found.len() == MAX_RETAINED_PER_SUBSCRIBE {
@@ -1207,6 +1261,9 @@ where
             return;
         };
         let mut publish = self.publish_of(topic, &message, qos);
+        if !self.fits(&publish) {
+            return;
+        }
         publish.retain = true;
         publish.dup = false;
         // No subscription's: its PUBACK acks nothing.
@@ -1322,11 +1379,18 @@ where
                 }
             }
             let mut options = SubscribeOptions::non_durable();
-            if matches!(target, Target::Pattern(_)) && security.has_authorization() {
+            if matches!(target, Target::Pattern(_)) {
+                // Only the topics MQTT's filter reads, of those the user may read. (A
+                // durable one is held on every topic its pattern matches: what the
+                // filter does not read is dropped at delivery.)
+                let authorizing = security.has_authorization();
+                let filter = filter.to_string();
                 options = options.accept(move |key| {
-                    security
-                        .authorize(principal.as_ref(), Right::Read, key)
-                        .is_ok()
+                    topic::reads(&filter, key)
+                        && (!authorizing
+                            || security
+                                .authorize(principal.as_ref(), Right::Read, key)
+                                .is_ok())
                 });
             }
             if no_local {
@@ -1579,29 +1643,54 @@ where
                 .header(SHARED_TOPIC_HEADER)
                 .and_then(|t| DestinationKey::from_container(t).ok())
         });
-        let topic = match (published_to.as_ref().or(message.destination()), &sub.target) {
+        let from = published_to.as_ref().or(message.destination());
+        // Only what MQTT's filter reads ([`topic::reads`]); a durable or shared
+        // subscription's pattern also matches the rest, which is dropped here.
+        let inner = match topic::shared(&filter) {
+            Ok(Some((_, inner))) => inner,
+            _ => filter.as_str(),
+        };
+        if from.is_some_and(|key| !topic::reads(inner, key)) {
+            tracing::debug!(session = %self.accepted.session_id, %filter, "a message of a topic the filter does not read (`$`, advisory) is dropped");
+            if sub_qos > 0 {
+                self.ack(&filter, &message);
+            }
+            return;
+        }
+        let topic = match (from, &sub.target) {
             (Some(key), _) | (None, Target::One(key)) => topic::topic_name(key),
             (None, Target::Pattern(p)) => p.stomp(),
         };
-        let publish = self.publish_of(topic, &message, qos);
-        if let Some(max) = self.client_max_packet {
-            let size = publish.payload.len() + publish.topic.len() + 64;
-            if size > max as usize {
-                // 5.0: a packet over the client's maximum is dropped as if delivered.
-                tracing::info!(session = %self.accepted.session_id, size, max, "a delivery over the client's maximum packet size is dropped");
-                if sub_qos > 0 {
-                    self.ack(&filter, &message);
-                }
-                return;
+        let mut publish = self.publish_of(topic, &message, qos);
+        if !self.fits(&publish) {
+            if sub_qos > 0 {
+                self.ack(&filter, &message);
             }
+            return;
         }
-        let mut publish = publish;
         publish.retain = keep_retain;
         if qos == 0 && sub_qos > 0 {
             // A QoS 0 message on a QoS 1 or 2 subscription: acked as it goes.
             self.ack(&filter, &message);
         }
         self.send_publish(publish, filter, message);
+    }
+
+    /// Whether `publish` fits the client's maximum packet size (5.0), its size
+    /// computed as it will be encoded ([`Publish::encoded_size`]). One that does not
+    /// is dropped, as if delivered (5.0, 3.1.2.11.4), logged and counted
+    /// ([`super::DELIVERIES_TOO_LARGE_TOTAL`]).
+    fn fits(&self, publish: &Publish) -> bool {
+        let Some(max) = self.client_max_packet else {
+            return true;
+        };
+        let size = publish.encoded_size(self.version());
+        if size <= max as usize {
+            return true;
+        }
+        tracing::info!(session = %self.accepted.session_id, topic = %publish.topic, size, max, "a delivery over the client's maximum packet size is dropped");
+        metrics::counter!(super::DELIVERIES_TOO_LARGE_TOTAL).increment(1);
+        false
     }
 
     fn publish_of(&self, topic: String, message: &Received, qos: u8) -> Box<Publish> {
@@ -1718,7 +1807,11 @@ where
         }
     }
 
-    /// Publishes `will` now, or after its delay unless `client` connects again.
+    /// Publishes `will` now, or after its delay unless `client` connects again. The
+    /// delay is cut to what is left of the session (5.0, 3.1.3.2.2: the will goes when
+    /// its delay passes or its session ends, whichever is first): none for a session
+    /// that ends with this connection, the session expiry interval for a persistent
+    /// one.
     fn publish_will(&self, client: &str, will: Will) {
         let Ok(key) = topic::destination(&will.topic) else {
             return;
@@ -1745,7 +1838,12 @@ where
         let state = Arc::clone(&self.config.state);
         let client = client.to_string();
         let generation = state.generations.lock().get(&client).copied();
-        let delay = Duration::from_secs(will.delay_secs as u64);
+        let session_left = if self.persistent {
+            self.session_expiry
+        } else {
+            0
+        };
+        let delay = Duration::from_secs(u64::from(will.delay_secs.min(session_left)));
         actix_rt::spawn(async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;

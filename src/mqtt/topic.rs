@@ -2,13 +2,19 @@
 //! maps them: a level separator `/` is Ebb's `.`, and a `.` in an MQTT topic is
 //! Ebb's `/` (the two swap, so every MQTT name has exactly one destination and back);
 //! the wildcards `+` (one level) and `#` (the rest) are Ebb's `*` and `>`. `a/b/c` is
-//! `topic://a.b.c`, which a STOMP client sends to as `/topic/a.b.c`.
+//! `topic://a.b.c`, which a STOMP client sends to as `/topic/a.b.c`. A level that is
+//! `>` or `*` (plain text to MQTT, a wildcard to Ebb) is escaped with a `+` in front,
+//! which no MQTT topic name has: `a/>` is `topic://a.+>` and back.
 //!
 //! Ebb's names are stricter than MQTT's: an empty level (`a//b`, `/a`) is refused in a
 //! filter with a wildcard (an Ebb pattern has no empty segment), a name over 200
 //! bytes, a `,` (Ebb's composite convention) or a control character is refused, each
 //! with its reason. `a/#` matches `a/b` and deeper, not `a` itself (Ebb's `>` needs a
 //! segment; MQTT's `#` also matches the parent): subscribe to both for both.
+//!
+//! A filter reads fewer topics than its pattern matches ([`reads`]): one that starts
+//! with a wildcard does not read topics whose name starts with `$` (MQTT-4.7.2-1), and
+//! only one that names Ebb's advisory prefix literally reads the advisory topics.
 
 use crate::broker::Target;
 use crate::DestinationKey;
@@ -33,8 +39,8 @@ fn refuse(what: &'static str, text: &str, reason: impl Into<String>) -> TopicErr
     }
 }
 
-/// Ebb's name for MQTT topic text (`/` and `.` swapped).
-fn swap(text: &str) -> String {
+/// `text` with `/` and `.` swapped.
+fn swap_separators(text: &str) -> String {
     text.chars()
         .map(|c| match c {
             '/' => '.',
@@ -42,6 +48,39 @@ fn swap(text: &str) -> String {
             c => c,
         })
         .collect()
+}
+
+/// What marks an escaped level: no MQTT topic name has a `+`, so no other level
+/// maps to a segment that starts with one.
+const ESCAPE: char = '+';
+
+/// Ebb's name for MQTT topic text: `/` and `.` swapped, and a level that is one of
+/// Ebb's wildcards (`>`, `*`) escaped (`+>`, `+*`), so that it names a destination.
+fn swap(text: &str) -> String {
+    if !text.contains(['>', '*']) {
+        return swap_separators(text);
+    }
+    text.split('/')
+        .map(|level| match level {
+            ">" | "*" => format!("{ESCAPE}{level}"),
+            level => swap_separators(level),
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// The MQTT topic text of Ebb name `name`: [`swap`] undone.
+fn unswap(name: &str) -> String {
+    if !name.contains(ESCAPE) {
+        return swap_separators(name);
+    }
+    name.split('.')
+        .map(|segment| match segment.strip_prefix(ESCAPE) {
+            Some(level @ (">" | "*")) => level.to_string(),
+            _ => swap_separators(segment),
+        })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// The destination of MQTT topic name `name` (a PUBLISH's): `a/b` is `topic://a.b`.
@@ -67,10 +106,11 @@ pub fn destination(name: &str) -> Result<DestinationKey, TopicError> {
         .map_err(|e| refuse(WHAT, name, e.reason))
 }
 
-/// The MQTT topic name of `key` (a delivery's): `topic://a.b` is `a/b`; a queue's
-/// messages (a STOMP client's `/queue/x`) keep their name the same way.
+/// The MQTT topic name of `key` (a delivery's): `topic://a.b` is `a/b`,
+/// `topic://a.+>` is `a/>`; a queue's messages (a STOMP client's `/queue/x`) keep
+/// their name the same way.
 pub fn topic_name(key: &DestinationKey) -> String {
-    swap(key.name())
+    unswap(key.name())
 }
 
 /// What MQTT topic filter `filter` (a SUBSCRIBE's) reads: one topic, or an Ebb
@@ -131,6 +171,30 @@ pub fn filter(filter: &str) -> Result<Target, TopicError> {
         .map_err(|e| refuse(WHAT, filter, e.reason))
 }
 
+/// Whether MQTT filter `filter` (a subscription's, or the FILTER of
+/// `$share/GROUP/FILTER`) reads topic `key`, which its Ebb pattern matches. MQTT's
+/// rules narrow the pattern twice:
+///
+/// - a filter whose first level is a wildcard (`#`, `+/...`) does not read a topic
+///   whose name starts with `$` (`$SYS/...`; MQTT-4.7.2-1): `$SYS/#` does;
+/// - Ebb's advisory topics (`ActiveMQ/Advisory/...`, [`crate::broker::ADVISORY_PREFIX`])
+///   are read only by a filter whose first two levels name them, `ActiveMQ/Advisory`
+///   (`ActiveMQ/Advisory/#`, `ActiveMQ/Advisory/Consumer/+/orders`): the broker's own
+///   messages reach no MQTT subscriber that did not ask for them by name, as the
+///   `$` topics a broker writes reach none.
+pub fn reads(filter: &str, key: &DestinationKey) -> bool {
+    let mut levels = filter.split('/');
+    let first = levels.next().unwrap_or_default();
+    // The swap of `/` and `.` keeps a first `$` where it is.
+    if key.name().starts_with('$') && matches!(first, "#" | "+") {
+        return false;
+    }
+    if crate::broker::is_advisory(key) {
+        return first == "ActiveMQ" && levels.next() == Some("Advisory");
+    }
+    true
+}
+
 /// A `$share/GROUP/FILTER` shared subscription's group and filter, or `None` for
 /// any other filter. Errors: a `$share/` filter without a group or a filter.
 pub fn shared(filter: &str) -> Result<Option<(&str, &str)>, TopicError> {
@@ -150,12 +214,12 @@ pub fn shared(filter: &str) -> Result<Option<(&str, &str)>, TopicError> {
 }
 
 /// The queue shared subscription `$share/GROUP/FILTER` (as [`shared`] splits it)
-/// consumes from: `queue://$share.GROUP.FILTER` with `/` and `.` swapped as in a
-/// topic, the wildcards kept as MQTT writes them (`$share/g/a/+/c` is
-/// `/queue/$share.g.a.+.c`), so every group of every filter has its own queue and
-/// an operator reads which in the admin API.
+/// consumes from: `queue://$share.GROUP.FILTER` with `/` and `.` swapped and a
+/// level `>` or `*` escaped as in a topic, the wildcards kept as MQTT writes them
+/// (`$share/g/a/+/c` is `/queue/$share.g.a.+.c`), so every group of every filter has
+/// its own queue and an operator reads which in the admin API.
 ///
-/// Errors: what Ebb refuses in a name (over 200 bytes, a `,`, a level `*` or `>`).
+/// Errors: what Ebb refuses in a name (over 200 bytes, a `,`).
 pub fn shared_queue(group: &str, filter: &str) -> Result<DestinationKey, TopicError> {
     let name = format!("$share.{}.{}", swap(group), swap(filter));
     DestinationKey::queue(&name).map_err(|e| refuse("topic filter", filter, e.reason))
@@ -174,6 +238,18 @@ mod tests {
         let dotted = destination("v1.2/x").unwrap();
         assert_eq!(dotted.stomp(), "/topic/v1/2.x");
         assert_eq!(topic_name(&dotted), "v1.2/x");
+        // Ebb's wildcards as levels are escaped; inside a level they are plain.
+        for (name, stomp) in [
+            ("a/>", "/topic/a.+>"),
+            ("*/b", "/topic/+*.b"),
+            ("a>/b*", "/topic/a>.b*"),
+        ] {
+            let key = destination(name).unwrap();
+            assert_eq!(key.stomp(), stomp);
+            assert_eq!(topic_name(&key), name);
+        }
+        assert_eq!(filter("a/>").unwrap().stomp(), "/topic/a.+>");
+        assert_eq!(filter("+/*/#").unwrap().stomp(), "/topic/*.+*.>");
     }
 
     #[test]
@@ -204,6 +280,29 @@ mod tests {
     }
 
     #[test]
+    fn wildcards_read_no_dollar_topic_and_no_advisory() {
+        let key = |name: &str| destination(name).unwrap();
+        let advisory = DestinationKey::topic("ActiveMQ.Advisory.Consumer.Topic.a").unwrap();
+        for (filter, topic, read) in [
+            ("#", key("$SYS/x"), false),
+            ("+/x", key("$SYS/x"), false),
+            ("+/+", key("$SYS/x"), false),
+            ("$SYS/#", key("$SYS/x"), true),
+            ("$SYS/+", key("$SYS/x"), true),
+            ("a/#", key("a/$x"), true),
+            ("#", key("a/b"), true),
+            ("#", advisory.clone(), false),
+            ("ActiveMQ/#", advisory.clone(), false),
+            ("+/Advisory/#", advisory.clone(), false),
+            ("ActiveMQ/Advisory/#", advisory.clone(), true),
+            ("ActiveMQ/Advisory/Consumer/+/a", advisory.clone(), true),
+            ("ActiveMQ/+/x", key("ActiveMQ/Other/x"), true),
+        ] {
+            assert_eq!(reads(filter, &topic), read, "{filter} on {}", topic.stomp());
+        }
+    }
+
+    #[test]
     fn shared_subscriptions_are_named() {
         assert_eq!(shared("$share/g/a/b").unwrap(), Some(("g", "a/b")));
         assert_eq!(shared("a/b").unwrap(), None);
@@ -214,14 +313,18 @@ mod tests {
             "/queue/$share.g/1.a.+.c/d"
         );
         assert_eq!(shared_queue("g", "#").unwrap().stomp(), "/queue/$share.g.#");
-        assert!(shared_queue("g", "a/*").is_err());
+        assert_eq!(
+            shared_queue(">", "a/*").unwrap().stomp(),
+            "/queue/$share.+>.a.+*"
+        );
+        assert!(shared_queue("g", "a,b").is_err());
     }
 
     proptest! {
         /// Any text is a destination or refused with a reason, never a panic; a
         /// destination maps back to the same text.
         #[test]
-        fn any_name_maps_back_or_is_refused(name in "[a-z/.+#,\\-]{0,12}") {
+        fn any_name_maps_back_or_is_refused(name in "[a-z/.+#,>*\\-]{0,12}") {
             match destination(&name) {
                 Ok(key) => prop_assert_eq!(topic_name(&key), name.clone()),
                 Err(e) => prop_assert!(!e.reason.is_empty()),

@@ -107,6 +107,67 @@ pub struct Publish {
     pub properties: Properties,
 }
 
+/// Bytes of a variable byte integer of value `n` (MQTT's remaining length and
+/// property length).
+fn varint_size(n: usize) -> usize {
+    match n {
+        0..=127 => 1,
+        128..=16_383 => 2,
+        16_384..=2_097_151 => 3,
+        _ => 4,
+    }
+}
+
+/// Bytes of a UTF-8 string or binary data of `n` bytes: its two-byte length first.
+fn prefixed(n: usize) -> usize {
+    2 + n
+}
+
+impl Properties {
+    /// Their size in a 5.0 PUBLISH as [`Wire`] encodes them, bytes: the property
+    /// length, then each property's identifier byte and value (no topic alias: the
+    /// broker sends none).
+    pub fn encoded_size(&self) -> usize {
+        let mut n = 0;
+        if let Some(data) = &self.correlation_data {
+            n += 1 + prefixed(data.len());
+        }
+        if self.message_expiry_secs.is_some_and(|s| s != 0) {
+            n += 1 + 4;
+        }
+        if let Some(text) = &self.content_type {
+            n += 1 + prefixed(text.len());
+        }
+        if self.utf8_payload {
+            n += 1 + 1;
+        }
+        if let Some(text) = &self.response_topic {
+            n += 1 + prefixed(text.len());
+        }
+        for (name, value) in &self.user_properties {
+            n += 1 + prefixed(name.len()) + prefixed(value.len());
+        }
+        varint_size(n) + n
+    }
+}
+
+impl Publish {
+    /// Its size on the wire as [`Wire`] encodes it for a client of `version`, bytes:
+    /// the fixed header (its first byte and the remaining length, 1 to 4 bytes), the
+    /// topic, the packet id at QoS 1 and 2 (given or not yet), 5.0's properties, the
+    /// payload. What 5.0's maximum packet size of the client is compared with.
+    pub fn encoded_size(&self, version: Version) -> usize {
+        let mut remaining = prefixed(self.topic.len()) + self.payload.len();
+        if self.qos > 0 {
+            remaining += 2;
+        }
+        if version == Version::V5 {
+            remaining += self.properties.encoded_size();
+        }
+        1 + varint_size(remaining) + remaining
+    }
+}
+
 /// One filter of a SUBSCRIBE.
 #[derive(Debug, Clone)]
 pub struct Filter {
@@ -300,6 +361,11 @@ pub enum WireError {
     /// CONNECT names a protocol level the broker does not speak.
     #[error("unsupported protocol version")]
     UnsupportedVersion,
+    /// A 5.0 PUBLISH with topic alias 0, which 5.0 does not allow (3.3.2.3.4; the
+    /// session answers DISCONNECT 0x94, topic alias invalid, as for an alias over the
+    /// maximum).
+    #[error("topic alias 0 is not valid: aliases are numbered from 1")]
+    TopicAliasZero,
     /// The socket failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -314,6 +380,10 @@ pub struct Wire {
     version: Option<Version>,
     /// The encoder of the client's version (3.1.1's until CONNECT is read).
     out: MqttCodec,
+    /// The CONNECT has an empty client id without clean start: the codec refuses
+    /// that, so [`Wire::look`] set the flag for it, and the CONNECT read says it was
+    /// not set (the session answers as the version says).
+    unclean_empty_id: bool,
 }
 
 impl Wire {
@@ -324,6 +394,7 @@ impl Wire {
             max_packet_size,
             version: None,
             out: MqttCodec::V3(v3::Codec::new(0)),
+            unclean_empty_id: false,
         }
     }
 
@@ -706,12 +777,168 @@ fn v5_out(packet: Out) -> v5::Packet {
     }
 }
 
+/// What [`Wire::look`] found of the packet at the start of the input.
+enum Look {
+    /// The packet is not all there yet: read more.
+    Wait,
+    /// The codec reads it (or refuses it).
+    Decode,
+}
+
+/// The fixed header at the start of `src`: its length and the remaining length it
+/// gives, bytes. `None` while its bytes are not all there; `Some(None)` when they are
+/// no remaining length (the codec refuses them).
+fn fixed_header(src: &[u8]) -> Option<Option<(usize, usize)>> {
+    let mut remaining = 0;
+    for i in 0..4 {
+        let byte = *src.get(1 + i)?;
+        remaining |= usize::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some(Some((2 + i, remaining)));
+        }
+    }
+    Some(None)
+}
+
+/// A variable byte integer at the start of `bytes`: its value and its length, bytes
+/// (`None` when it is cut short or longer than 4 bytes).
+fn varint(bytes: &[u8]) -> Option<(usize, usize)> {
+    let mut value = 0;
+    for (i, byte) in bytes.iter().take(4).enumerate() {
+        value |= usize::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
+}
+
+/// The big-endian two-byte integer at the start of `bytes` (a string's length, a
+/// packet id).
+fn two_bytes(bytes: &[u8]) -> Option<usize> {
+    Some(usize::from(u16::from_be_bytes(
+        bytes.get(..2)?.try_into().ok()?,
+    )))
+}
+
+/// Where the flags byte of a CONNECT whose variable header and payload are `body` is
+/// in `body`, and whether its client id is empty (`None` when the bytes are not a
+/// CONNECT: the codec says why).
+fn connect_flags(body: &[u8], version: Version) -> Option<(usize, bool)> {
+    // Protocol name, level, then the flags.
+    let flags = 2 + two_bytes(body)? + 1;
+    body.get(flags)?;
+    // Keep alive.
+    let mut at = flags + 1 + 2;
+    if version == Version::V5 {
+        let (length, used) = varint(body.get(at..)?)?;
+        at += used + length;
+    }
+    Some((flags, two_bytes(body.get(at..)?)? == 0))
+}
+
+/// The topic alias of a 5.0 PUBLISH whose first byte is `first` and whose variable
+/// header and payload are `body`; `None` without one, or when the bytes are not a
+/// PUBLISH (the codec says why).
+fn publish_alias(first: u8, body: &[u8]) -> Option<usize> {
+    let mut at = 2 + two_bytes(body)?;
+    if (first >> 1) & 0b11 != 0 {
+        at += 2; // the packet id
+    }
+    let rest = body.get(at..)?;
+    let (length, used) = varint(rest)?;
+    let mut properties = rest.get(used..used.checked_add(length)?)?;
+    while let Some((&id, value)) = properties.split_first() {
+        let size = match id {
+            // Payload format indicator; message expiry interval.
+            0x01 => 1,
+            0x02 => 4,
+            0x23 => return two_bytes(value),
+            // Content type, response topic, correlation data.
+            0x03 | 0x08 | 0x09 => 2 + two_bytes(value)?,
+            // User property: two strings.
+            0x26 => {
+                let name = 2 + two_bytes(value)?;
+                name + 2 + two_bytes(value.get(name..)?)?
+            }
+            // Subscription identifier.
+            0x0B => varint(value)?.1,
+            _ => return None,
+        };
+        properties = value.get(size..)?;
+    }
+    None
+}
+
+impl Wire {
+    /// Looks at the packet at the start of `src` before the codec does: waits until
+    /// all of it is there (the codec then reads it in one call), and refuses what the
+    /// codec refuses with a reason MQTT does not give: a 5.0 PUBLISH with topic alias
+    /// 0 ([`WireError::TopicAliasZero`]; the codec's is a malformed packet), and a
+    /// CONNECT with an empty client id without clean start, which the codec refuses
+    /// as a malformed packet in both versions (3.1.1 answers it CONNACK 0x02,
+    /// MQTT-3.1.3-8; 5.0 assigns an id): its clean start flag is set for the codec
+    /// and cleared again in the CONNECT read. A packet over the size limit is left to
+    /// the codec, which refuses it from its header.
+    fn look(&mut self, src: &mut BytesMut) -> Result<Look, WireError> {
+        let Some(header) = fixed_header(src) else {
+            return Ok(Look::Wait);
+        };
+        let Some((head, remaining)) = header else {
+            return Ok(Look::Decode);
+        };
+        if self.max_packet_size != 0 && remaining > self.max_packet_size as usize {
+            return Ok(Look::Decode);
+        }
+        if src.len() < head + remaining {
+            src.reserve(head + remaining - src.len());
+            return Ok(Look::Wait);
+        }
+        let (first, body) = (src[0], &src[head..head + remaining]);
+        match (first >> 4, self.version) {
+            (3, Some(Version::V5)) if publish_alias(first, body) == Some(0) => {
+                return Err(WireError::TopicAliasZero)
+            }
+            (1, Some(version)) => {
+                const CLEAN_START: u8 = 0x02;
+                if let Some((flags, true)) = connect_flags(body, version) {
+                    if src[head + flags] & CLEAN_START == 0 {
+                        src[head + flags] |= CLEAN_START;
+                        self.unclean_empty_id = true;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(Look::Decode)
+    }
+
+    /// `packet` as the client sent it: a CONNECT whose clean start [`Wire::look`] set
+    /// has it cleared (3.1.1: a session that does not end, as without clean session).
+    fn as_sent(&mut self, mut packet: In) -> In {
+        if let In::Connect(c) = &mut packet {
+            if std::mem::take(&mut self.unclean_empty_id) {
+                c.clean_start = false;
+                if c.version == Version::V3 {
+                    c.session_expiry = u32::MAX;
+                }
+            }
+        }
+        packet
+    }
+}
+
 impl Decoder for Wire {
     type Item = In;
     type Error = WireError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<In>, WireError> {
         loop {
+            if self.version.is_some() {
+                if let Look::Wait = self.look(src)? {
+                    return Ok(None);
+                }
+            }
             let decoded = self.codec.decode(src).map_err(malformed)?;
             let Some((packet, _)) = decoded else {
                 return Ok(None);
@@ -735,8 +962,8 @@ impl Decoder for Wire {
                         self.out = MqttCodec::V5(v5::Codec::new(0, 0));
                     }
                 }
-                MqttPacket::V3(p) => return Ok(Some(v3_in(p))),
-                MqttPacket::V5(p) => return Ok(Some(v5_in(p))),
+                MqttPacket::V3(p) => return Ok(Some(self.as_sent(v3_in(p)))),
+                MqttPacket::V5(p) => return Ok(Some(self.as_sent(v5_in(p)))),
             }
         }
     }
@@ -806,6 +1033,115 @@ mod tests {
             matches!(e, WireError::TooLarge { size: 200, max: 16 }),
             "{e:?}"
         );
+    }
+
+    /// Any string of up to `max` characters, some of them multi-byte.
+    fn text(max: usize) -> impl Strategy<Value = String> {
+        proptest::collection::vec(prop_oneof![Just('a'), Just('é'), Just('/')], 0..max)
+            .prop_map(|c| c.into_iter().collect())
+    }
+
+    fn any_publish() -> impl Strategy<Value = Publish> {
+        let properties = (
+            proptest::option::of(any::<u32>()),
+            proptest::option::of(text(40)),
+            proptest::option::of(text(40)),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+            proptest::collection::vec((text(20), text(300)), 0..4),
+            any::<bool>(),
+        )
+            .prop_map(|(expiry, content, response, data, user, utf8)| Properties {
+                message_expiry_secs: expiry,
+                content_type: content,
+                response_topic: response,
+                correlation_data: data.map(Bytes::from),
+                user_properties: user,
+                utf8_payload: utf8,
+                topic_alias: None,
+            });
+        (
+            text(300),
+            0..3u8,
+            // Around the lengths where the remaining length takes another byte.
+            prop_oneof![0..200usize, 16_250..16_500usize],
+            properties,
+        )
+            .prop_map(|(topic, qos, payload, properties)| Publish {
+                topic: if topic.is_empty() { "t".into() } else { topic },
+                qos,
+                retain: false,
+                dup: false,
+                packet_id: (qos > 0).then_some(7),
+                payload: Bytes::from(vec![b'x'; payload]),
+                properties,
+            })
+    }
+
+    proptest! {
+        /// What `encoded_size` says is what the codec writes, in both versions.
+        #[test]
+        fn encoded_size_is_what_is_written(p in any_publish(), v5 in any::<bool>()) {
+            let mut wire = Wire::new(1 << 20);
+            let version = if v5 { Version::V5 } else { Version::V3 };
+            decode_all(&mut wire, if v5 { CONNECT_V5 } else { CONNECT_V3 }).unwrap();
+            let mut written = BytesMut::new();
+            wire.encode(Out::Publish(Box::new(p.clone())), &mut written).unwrap();
+            prop_assert_eq!(p.encoded_size(version), written.len());
+        }
+    }
+
+    #[test]
+    fn an_empty_client_id_without_clean_start_is_read() {
+        // 3.1.1 and 5.0 CONNECTs of client id `` without clean start, keep alive 60.
+        let v3 = b"\x10\x0c\x00\x04MQTT\x04\x00\x00\x3c\x00\x00";
+        let v5 = b"\x10\x0d\x00\x04MQTT\x05\x00\x00\x3c\x00\x00\x00";
+        for (bytes, version) in [(&v3[..], Version::V3), (&v5[..], Version::V5)] {
+            let mut wire = Wire::new(1024);
+            match &decode_all(&mut wire, bytes).unwrap()[..] {
+                [In::Connect(c)] => {
+                    assert_eq!((c.version, c.client_id.as_str()), (version, ""));
+                    assert!(!c.clean_start, "{version:?}");
+                    if version == Version::V3 {
+                        assert_eq!(c.session_expiry, u32::MAX);
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // With clean start it stays as it was.
+        let mut wire = Wire::new(1024);
+        let clean = b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00";
+        match &decode_all(&mut wire, clean).unwrap()[..] {
+            [In::Connect(c)] => assert!(c.clean_start && c.session_expiry == 0),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn topic_alias_0_is_refused_as_such() {
+        let mut wire = Wire::new(1024);
+        decode_all(&mut wire, CONNECT_V5).unwrap();
+        // QoS 1 PUBLISH to `a/b`, packet id 1, a user property, then topic alias 0.
+        let bad = b"\x32\x13\x00\x03a/b\x00\x01\x0a\x26\x00\x01k\x00\x01v\x23\x00\x00x";
+        let e = decode_all(&mut wire, bad).unwrap_err();
+        assert!(matches!(e, WireError::TopicAliasZero), "{e:?}");
+        // Alias 1 is read, also when its bytes come one at a time.
+        let mut wire = Wire::new(1024);
+        decode_all(&mut wire, CONNECT_V5).unwrap();
+        let good = b"\x32\x13\x00\x03a/b\x00\x01\x0a\x26\x00\x01k\x00\x01v\x23\x00\x01x";
+        let mut buf = BytesMut::new();
+        let mut packets = Vec::new();
+        for byte in good {
+            buf.extend_from_slice(&[*byte]);
+            packets.extend(wire.decode(&mut buf).unwrap());
+        }
+        match &packets[..] {
+            [In::Publish(p)] => assert_eq!(
+                (p.properties.topic_alias, &p.payload[..]),
+                (Some(1), &b"x"[..])
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     proptest! {

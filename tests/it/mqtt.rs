@@ -1367,9 +1367,354 @@ async fn a_disconnect_with_expiry_0_ends_the_session(t: TestStore) {
     s.stop().await;
 }
 
+/// MQTT-4.7.2-1: a filter that starts with a wildcard (`#`, `+/+`) does not match a
+/// topic name that starts with `$`, and Ebb's advisory topics
+/// (`ActiveMQ/Advisory/...`) reach only a filter that names that prefix literally;
+/// whether the subscription is non-durable, durable (a persistent session) or shared,
+/// and for retained messages too. Filters that name `$SYS` or the advisory prefix
+/// get what they name.
+async fn wildcards_skip_dollar_topics_and_advisories(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut all, _) = MqttClient::v5(s.mqtt, "all", 0).await;
+    all.subscribe_v5(1, &[("#", 0)]).await;
+    let (mut two, _) = MqttClient::v5(s.mqtt, "two", 0).await;
+    two.subscribe_v5(1, &[("+/+", 0)]).await;
+    let (mut kept, _) = MqttClient::v3(s.mqtt, "kept", false).await;
+    kept.subscribe_v3(1, &[("#", 1)]).await;
+    let (mut shared, _) = MqttClient::v5(s.mqtt, "shared", 0).await;
+    shared.subscribe_v5(1, &[("$share/g/#", 0)]).await;
+    let (mut sys, _) = MqttClient::v5(s.mqtt, "sys", 0).await;
+    sys.subscribe_v5(1, &[("$SYS/#", 0)]).await;
+    let (mut adv, _) = MqttClient::v5(s.mqtt, "adv", 0).await;
+    adv.subscribe_v5(1, &[("ActiveMQ/Advisory/#", 0)]).await;
+    // A subscription to one topic: an advisory says so.
+    let (mut one, _) = MqttClient::v5(s.mqtt, "one", 0).await;
+    one.subscribe_v5(1, &[("adv/one", 0)]).await;
+    let advisory = next_publish(&mut adv).await;
+    assert!(
+        advisory.topic.starts_with("ActiveMQ/Advisory/"),
+        "{advisory:?}"
+    );
+    let (mut publisher, _) = MqttClient::v5(s.mqtt, "publisher", 0).await;
+    for (topic, id) in [("$SYS/x", 1), ("a/b", 2)] {
+        publisher
+            .publish_v5(topic, topic.as_bytes(), 1, id, Default::default())
+            .await;
+        assert!(matches!(
+            publisher.recv().await,
+            Some(MqttPacket::V5(v5::Packet::PublishAck(a))) if a.reason_code == v5::PublishAckReason::Success
+        ));
+    }
+    let got = next_publish(&mut sys).await;
+    assert_eq!(&*got.topic, "$SYS/x", "a filter naming `$SYS` reads it");
+    for (name, c, v5) in [
+        ("#", &mut all, true),
+        ("+/+", &mut two, true),
+        ("# (durable)", &mut kept, false),
+        ("$share/g/#", &mut shared, true),
+    ] {
+        let got = next_publish(c).await;
+        assert_eq!(&*got.topic, "a/b", "{name} got {got:?}");
+        if let Some(id) = got.packet_id {
+            assert!(!v5, "{name}: QoS 0");
+            c.send_v3(v3::Packet::PublishAck { packet_id: id }).await;
+        }
+        assert!(c.pong_is_next(v5).await, "{name} got more");
+    }
+    // Retained: `#` gets none of `$SYS/ret`'s; `$SYS/#` does.
+    let mut retained = publish("$SYS/ret", b"r", 1, 3, Some(Default::default()));
+    retained.retain = true;
+    publisher
+        .send_v5(v5::Packet::Publish(Box::new(retained)))
+        .await;
+    assert!(matches!(
+        publisher.recv().await,
+        Some(MqttPacket::V5(v5::Packet::PublishAck(_)))
+    ));
+    let (mut late, _) = MqttClient::v5(s.mqtt, "late", 0).await;
+    late.subscribe_v5(1, &[("#", 1)]).await;
+    assert_eq!(retained_after(&mut late).await, vec![]);
+    let (mut late_sys, _) = MqttClient::v5(s.mqtt, "late-sys", 0).await;
+    late_sys.subscribe_v5(1, &[("$SYS/+", 1)]).await;
+    assert_eq!(
+        retained_after(&mut late_sys).await,
+        vec![("$SYS/ret".into(), b"r".to_vec(), 1, true)]
+    );
+    s.stop().await;
+}
+
+/// The size of `p` as a 5.0 PUBLISH on the wire, bytes, as the codec writes it.
+fn v5_size(p: &rmqtt_codec::types::Publish) -> usize {
+    use tokio_util::codec::Encoder;
+    let mut buf = bytes::BytesMut::new();
+    v5::Codec::new(0, 0)
+        .encode(v5::Packet::Publish(Box::new(p.clone())), &mut buf)
+        .unwrap();
+    buf.len()
+}
+
+/// 5.0's maximum packet size of the client: a delivery whose PUBLISH, as encoded
+/// (fixed header, topic, packet id, properties, payload), is exactly the limit goes
+/// out; one byte more is dropped (acked as if delivered, and counted in
+/// `ebb_mqtt_deliveries_too_large_total`), and the next that fits goes. Two limits:
+/// 64 bytes at QoS 0 without properties, 100 bytes at QoS 1 with a user property.
+async fn a_delivery_is_dropped_only_when_it_does_not_fit(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    #[cfg(feature = "cli")]
+    let metrics = ebb::http::HttpServer::start(
+        ebb::http::HttpOptions::new("127.0.0.1:0".parse().unwrap()),
+        s.broker.clone(),
+    )
+    .await
+    .expect("the metrics endpoint starts");
+    #[cfg(feature = "cli")]
+    let dropped = || async {
+        let text = ebb::cli::stat::fetch(&metrics.local_addr().to_string())
+            .await
+            .unwrap();
+        ebb::cli::stat::parse(&text)
+            .unwrap()
+            .iter()
+            .filter(|s| s.name == "ebb_mqtt_deliveries_too_large_total")
+            .map(|s| s.value)
+            .sum::<f64>()
+    };
+    #[cfg(feature = "cli")]
+    let before = dropped().await;
+    let user = vec![(ByteString::from("unit"), ByteString::from("celsius"))];
+    for (limit, q, props) in [(64u32, 0u8, Vec::new()), (100, 1, user.clone())] {
+        let topic = format!("fit/{limit}");
+        let mut connect = v5_connect(&format!("small-{limit}"), 0);
+        connect.max_packet_size = std::num::NonZeroU32::new(limit);
+        let (mut small, _) = MqttClient::v5_with(s.mqtt, connect).await;
+        small.subscribe_v5(1, &[(&topic, q)]).await;
+        // The payload whose delivery is `limit` bytes.
+        let properties = v5::PublishProperties {
+            user_properties: props.clone(),
+            ..Default::default()
+        };
+        let fits = (0..limit as usize)
+            .find(|n| {
+                v5_size(&publish(
+                    &topic,
+                    &vec![b'x'; *n],
+                    q,
+                    1,
+                    Some(properties.clone()),
+                )) == limit as usize
+            })
+            .expect("a payload fits exactly");
+        let (mut publisher, _) = MqttClient::v5(s.mqtt, &format!("big-{limit}"), 0).await;
+        for (id, n) in [(1, fits), (2, fits + 1), (3, 1)] {
+            publisher
+                .publish_v5(&topic, &vec![b'x'; n], 1, id, properties.clone())
+                .await;
+            assert!(matches!(
+                publisher.recv().await,
+                Some(MqttPacket::V5(v5::Packet::PublishAck(_)))
+            ));
+        }
+        for n in [fits, 1] {
+            let got = next_publish(&mut small).await;
+            assert_eq!(got.payload.len(), n, "limit {limit}: {got:?}");
+            if n == fits {
+                assert_eq!(v5_size(&got), limit as usize, "exactly the limit");
+            }
+            if let Some(id) = got.packet_id {
+                small
+                    .send_v5(v5::Packet::PublishAck(v5::PublishAck {
+                        packet_id: id,
+                        reason_code: v5::PublishAckReason::Success,
+                        properties: Vec::new(),
+                        reason_string: None,
+                    }))
+                    .await;
+            }
+        }
+        assert!(small.pong_is_next(true).await);
+    }
+    #[cfg(feature = "cli")]
+    {
+        let after = poll_until("the drops are counted", || async {
+            let now = dropped().await;
+            (now >= before + 2.0).then_some(now)
+        })
+        .await;
+        assert!(after >= before + 2.0);
+        metrics.stop().await;
+    }
+    s.stop().await;
+}
+
+/// 5.0: a will is published when its delay passes or when its session ends,
+/// whichever comes first: a session of 1 s, or a clean one (which ends with its
+/// connection), does not wait for a will delay of an hour.
+async fn a_will_goes_when_its_session_ends_before_its_delay(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut watcher, _) = MqttClient::v5(s.mqtt, "will-watcher", 0).await;
+    watcher.subscribe_v5(1, &[("gone/#", 0)]).await;
+    for (client, expiry) in [("short", 1), ("clean", 0)] {
+        let mut connect = v5_connect(client, expiry);
+        let mut will = will_of(&format!("gone/{client}"), b"ended", 0);
+        will.will_delay_interval_sec = Some(3_600);
+        connect.last_will = Some(will);
+        let (c, _) = MqttClient::v5_with(s.mqtt, connect).await;
+        drop(c);
+        let will = next_publish(&mut watcher).await;
+        assert_eq!(
+            (&*will.topic, &will.payload[..]),
+            (format!("gone/{client}").as_str(), &b"ended"[..])
+        );
+    }
+    s.stop().await;
+}
+
+/// An empty client id: 3.1.1 with clean session 0 is answered CONNACK 0x02
+/// (identifier rejected, MQTT-3.1.3-8) before the connection closes; 5.0 without
+/// clean start is given one (CONNACK's assigned client identifier).
+async fn an_empty_client_id_is_answered_by_connack(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let mut old = MqttClient::open_v3(s.mqtt).await;
+    old.send_v3(v3::Packet::Connect(Box::new(v3::Connect {
+        clean_session: false,
+        keep_alive: 60,
+        client_id: ByteString::from(""),
+        ..Default::default()
+    })))
+    .await;
+    match old.recv().await {
+        Some(MqttPacket::V3(v3::Packet::ConnectAck(a))) => {
+            assert_eq!(a.return_code, v3::ConnectAckReason::IdentifierRejected)
+        }
+        other => panic!("no CONNACK 0x02: {other:?}"),
+    }
+    old.closed().await;
+    let mut connect = v5_connect("", 60);
+    connect.clean_start = false;
+    let (mut new, ack) = MqttClient::v5_with(s.mqtt, connect).await;
+    assert_eq!(ack.reason_code, v5::ConnectAckReason::Success);
+    assert!(
+        ack.assigned_client_id
+            .as_deref()
+            .is_some_and(|id| id.starts_with("ebb-mqtt-")),
+        "{ack:?}"
+    );
+    assert!(new.pong_is_next(true).await);
+    s.stop().await;
+}
+
+/// The receive maximum CONNACK advertises is enforced: a 5.0 client with that many
+/// QoS 2 publishes unanswered by PUBCOMP (no PUBREL sent) may send no more; one
+/// released frees a place; the next over it gets DISCONNECT 0x93.
+async fn the_receive_maximum_is_enforced(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut c, ack) = MqttClient::v5(s.mqtt, "eager", 0).await;
+    let max = ack.receive_max.get();
+    assert_eq!(max, ebb::mqtt::RECEIVE_MAXIMUM);
+    for id in 1..=max {
+        c.publish_v5("rm/x", b"q2", 2, id, Default::default()).await;
+    }
+    for id in 1..=max {
+        pubrec_of(&mut c, id).await;
+    }
+    c.send_v5(pubrel(1)).await;
+    assert!(matches!(
+        c.recv().await,
+        Some(MqttPacket::V5(v5::Packet::PublishComplete(a))) if a.packet_id == pid(1)
+    ));
+    c.publish_v5("rm/x", b"q2", 2, max + 1, Default::default())
+        .await;
+    pubrec_of(&mut c, max + 1).await;
+    c.publish_v5("rm/x", b"over", 2, max + 2, Default::default())
+        .await;
+    let told = c.closed().await;
+    assert!(
+        told.iter().any(|p| matches!(p, MqttPacket::V5(v5::Packet::Disconnect(d)) if u8::from(d.reason_code) == 0x93)),
+        "{told:?}"
+    );
+    s.stop().await;
+}
+
+/// A 5.0 PUBLISH with topic alias 0 gets DISCONNECT 0x94 (topic alias invalid), as
+/// one over the topic alias maximum does.
+async fn topic_alias_0_is_invalid(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let (mut c, _) = MqttClient::v5(s.mqtt, "alias-0", 0).await;
+    // PUBLISH QoS 0 to `a/b`, properties: topic alias 0; payload `x`.
+    c.send_bytes(b"\x30\x0a\x00\x03a/b\x03\x23\x00\x00x").await;
+    let told = c.closed().await;
+    assert!(
+        told.iter().any(|p| matches!(p, MqttPacket::V5(v5::Packet::Disconnect(d)) if d.reason_code == v5::DisconnectReasonCode::TopicAliasInvalid)),
+        "{told:?}"
+    );
+    let (mut c, _) = MqttClient::v5(s.mqtt, "alias-65", 0).await;
+    let properties = v5::PublishProperties {
+        topic_alias: std::num::NonZeroU16::new(ebb::mqtt::TOPIC_ALIASES + 1),
+        ..Default::default()
+    };
+    c.publish_v5("a/b", b"x", 0, 0, properties).await;
+    let told = c.closed().await;
+    assert!(
+        told.iter().any(|p| matches!(p, MqttPacket::V5(v5::Packet::Disconnect(d)) if d.reason_code == v5::DisconnectReasonCode::TopicAliasInvalid)),
+        "{told:?}"
+    );
+    s.stop().await;
+}
+
+/// A topic level `>` or `*` (plain characters to MQTT, wildcards to Ebb) is mapped:
+/// `lit/>` is `/topic/lit.+>` and `lit/*` is `/topic/lit.+*` (`+` cannot be in an
+/// MQTT topic name, so no other name maps there), both ways, and MQTT's filters
+/// match them as MQTT says.
+async fn levels_that_are_ebb_wildcards_are_mapped(t: TestStore) {
+    let s = mqtt_server(&t, Security::default()).await;
+    let mut stomp = Client::connected(s.stomp, None).await;
+    stomp
+        .write(b"SUBSCRIBE\nid:1\ndestination:/topic/lit.+>\nreceipt:r\n\n\0")
+        .await;
+    receipt(&mut stomp, "r").await;
+    let (mut exact, _) = MqttClient::v5(s.mqtt, "exact", 0).await;
+    assert_eq!(
+        exact.subscribe_v5(1, &[("lit/>", 1)]).await,
+        vec![v5::SubscribeAckReason::GrantedQos1]
+    );
+    let (mut any, _) = MqttClient::v5(s.mqtt, "any", 0).await;
+    any.subscribe_v5(1, &[("lit/+", 0)]).await;
+    let (mut publisher, _) = MqttClient::v5(s.mqtt, "gt", 0).await;
+    publisher
+        .publish_v5("lit/>", b"gt", 1, 1, Default::default())
+        .await;
+    match publisher.recv().await {
+        Some(MqttPacket::V5(v5::Packet::PublishAck(a))) => {
+            assert_eq!(a.reason_code, v5::PublishAckReason::Success)
+        }
+        other => panic!("{other:?}"),
+    }
+    let m = stomp.frame().await.expect("MESSAGE");
+    assert_eq!(m.get("destination"), Some("/topic/lit.+>"));
+    assert_eq!(&m.body[..], b"gt");
+    for c in [&mut exact, &mut any] {
+        let got = next_publish(c).await;
+        assert_eq!((&*got.topic, &got.payload[..]), ("lit/>", &b"gt"[..]));
+    }
+    stomp
+        .write(b"SEND\ndestination:/topic/lit.+*\nreceipt:s\n\nstar\0")
+        .await;
+    receipt(&mut stomp, "s").await;
+    let got = next_publish(&mut any).await;
+    assert_eq!((&*got.topic, &got.payload[..]), ("lit/*", &b"star"[..]));
+    s.stop().await;
+}
+
 on_every_backend!(
     #[actix_rt::test]
     every_qos_round_trips,
+    wildcards_skip_dollar_topics_and_advisories,
+    a_delivery_is_dropped_only_when_it_does_not_fit,
+    a_will_goes_when_its_session_ends_before_its_delay,
+    an_empty_client_id_is_answered_by_connack,
+    the_receive_maximum_is_enforced,
+    topic_alias_0_is_invalid,
+    levels_that_are_ebb_wildcards_are_mapped,
     a_disconnect_with_expiry_0_ends_the_session,
     qos2_is_exactly_once_across_a_restart,
     session_expiry_ends_an_offline_session,
