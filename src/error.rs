@@ -305,10 +305,10 @@ pub enum ErrorCode {
     /// `client-id-in-use`: another connection holds this client id and link stealing
     /// is off; or this connection's id was taken over by a newer one.
     ClientIdInUse,
-    /// `limit-exceeded`: a per-connection or per-client limit is reached (frame size,
-    /// headers, subscriptions, open transactions, a transaction's size, connections,
-    /// durable subscriptions per client id; temporary destinations per connection, per
-    /// user and in the whole broker); the text names the setting.
+    /// `limit-exceeded`: a per-connection, per-client, per-user or broker-wide limit is
+    /// reached (frame size, headers, subscriptions, open transactions, a transaction's
+    /// size, connections, durable subscriptions per client id; temporary destinations
+    /// per connection, per user and in the whole broker); the text names the setting.
     LimitExceeded,
     /// `resource-limit`: producer flow control refused a send (a memory, temp, store
     /// or destination limit is reached); nothing was stored. As ActiveMQ's
@@ -434,7 +434,7 @@ impl ErrorCode {
             ErrorCode::NotAuthorized => "the user lacks the right the request needs",
             ErrorCode::ClientIdInUse => "another connection holds the client id (or took it over)",
             ErrorCode::LimitExceeded => {
-                "a per-connection or per-client limit is reached; the text names the setting"
+                "a per-connection, per-client, per-user or broker-wide limit is reached (e.g. `max_temporary_destinations`); the text names the setting"
             }
             ErrorCode::ResourceLimit => "producer flow control refused a send; nothing was stored",
             ErrorCode::DurableInUse => "the durable subscription has its one consumer already",
