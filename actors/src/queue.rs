@@ -171,9 +171,12 @@ struct Delivered {
 /// `None` where nobody waits (a consumer that went away).
 type Written = Option<tokio::sync::oneshot::Sender<ActorError>>;
 
-/// Reports `result`'s error, if any, to whoever waits on `done`.
+/// Reports `result`'s error to whoever waits on `done` if it is the store's (what the
+/// NACK changed is not committed). Another failure (a dead-letter queue that cannot be
+/// named) changed nothing stored: the message stays in its queue and is delivered
+/// again, which is what the NACK asked for.
 fn report(done: Written, result: Result<(), &ActorError>) {
-    if let (Some(done), Err(e)) = (done, result) {
+    if let (Some(done), Err(e @ (ActorError::Store(_) | ActorError::Closed))) = (done, result) {
         let _ = done.send(e.clone());
     }
 }
