@@ -1150,6 +1150,65 @@ async fn users_need_a_login_and_changes_the_admin_group(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// The scheduler's backlog counts every destination's scheduled messages, so it is
+/// the admin group's, as the other broker-wide reads (connections): a user outside
+/// it gets `403` at `GET /api/v1/scheduler` and `null` for `scheduler` in `GET
+/// /api/v1/broker`; an admin gets the count.
+async fn the_scheduler_backlog_is_for_the_admin_group(t: TestStore) {
+    let security = Security {
+        login_guard: Default::default(),
+        users: vec![
+            user("viewer", "look", &["ops"]),
+            user("root", "s3cret", &["admin"]),
+        ],
+        authorization: vec![],
+    };
+    let (b, server, base) = http_server(&t, |o| o.security = std::sync::Arc::new(security)).await;
+    let due = ebb::now_ms() + 3_600_000;
+    b.send(
+        "queue://api.secret.later",
+        Message::new("in an hour").deliver_at(due),
+    )
+    .await
+    .unwrap();
+    let scheduler = format!("{base}/api/v1/scheduler");
+    let refused = call("GET", scheduler.clone(), None, Some("viewer:look")).await;
+    assert_eq!(refused.status, 403, "{}", refused.json);
+    assert!(
+        refused.json["error"]
+            .as_str()
+            .unwrap()
+            .contains("group `admin`"),
+        "{}",
+        refused.json
+    );
+    assert!(refused.json.get("scheduled").is_none(), "{}", refused.json);
+    let broker = call(
+        "GET",
+        format!("{base}/api/v1/broker"),
+        None,
+        Some("viewer:look"),
+    )
+    .await;
+    assert_eq!(broker.status, 200, "{}", broker.json);
+    assert!(broker.json["scheduler"].is_null(), "{}", broker.json);
+
+    let allowed = call("GET", scheduler, None, Some("root:s3cret")).await;
+    assert_eq!(allowed.status, 200, "{}", allowed.json);
+    assert_eq!(allowed.json["scheduled"], 1, "{}", allowed.json);
+    assert_eq!(allowed.json["next_due_ms"], due, "{}", allowed.json);
+    let broker = call(
+        "GET",
+        format!("{base}/api/v1/broker"),
+        None,
+        Some("root:s3cret"),
+    )
+    .await;
+    assert_eq!(broker.json["scheduler"]["scheduled"], 1, "{}", broker.json);
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
 /// A purge deletes what waits (stored and non-persistent) and leaves what a consumer
 /// holds; the consumer's acks then delete the rest, and nothing more is delivered.
 async fn purge_deletes_what_waits_and_leaves_what_a_consumer_holds(t: TestStore) {
@@ -2633,6 +2692,7 @@ on_every_backend!(
     the_api_sends_and_removes_subscriptions,
     bad_input_gets_a_4xx_with_a_json_error,
     users_need_a_login_and_changes_the_admin_group,
+    the_scheduler_backlog_is_for_the_admin_group,
     reads_need_the_stomp_read_right,
     requests_for_other_host_names_are_refused,
     a_body_that_trickles_in_gets_408,
