@@ -260,14 +260,18 @@ async fn kinds() -> Json<Vec<&'static crate::KindSpec>> {
     Json(DestinationKind::all().map(DestinationKind::spec).collect())
 }
 
-/// `GET /api/v1/broker`.
-async fn broker(State(state): State<AppState>) -> Result<Response, ApiError> {
+/// `GET /api/v1/broker`. Its `scheduler` (the broker-wide backlog, as `GET
+/// /api/v1/scheduler`) is `null` for a caller outside the admin group.
+async fn broker(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Response, ApiError> {
     let usage = state.broker.usage();
     let (lag, waiting) = state.broker.housekeeping_lag();
     let store = state.broker.ping_store().await;
     let scheduler = match store {
-        Ok(()) => state.broker.schedule_backlog().await.ok(),
-        Err(_) => None,
+        Ok(()) if caller.admin => state.broker.schedule_backlog().await.ok(),
+        _ => None,
     };
     let body = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
@@ -448,10 +452,18 @@ async fn scheduled(
 
 /// `GET /api/v1/scheduler`: the scheduler's backlog ([`crate::ScheduleBacklog`]):
 /// how many messages wait (counted up to [`crate::SCHEDULE_COUNT_LIMIT`]), the next
-/// due time, how many were released.
+/// due time, how many were released. Broker-wide (every destination's scheduled
+/// messages, also those the caller may not read), so only for the admin group
+/// (`403` for others), as listing connections.
 async fn scheduler(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
 ) -> Result<Json<crate::ScheduleBacklog>, ApiError> {
+    must_be_admin(
+        &state,
+        &caller,
+        "read the scheduler's backlog (it counts every destination's scheduled messages)",
+    )?;
     Ok(Json(state.broker.schedule_backlog().await?))
 }
 

@@ -17,6 +17,11 @@
 //! remove a subscription) wants a user in [`HttpOptions::admin_group`] (`admin`).
 //! A refused login waits [`crate::auth::FAILED_LOGIN_DELAY`] before its `401`.
 //!
+//! **Slots.** At most [`HttpOptions::max_connections`] connections are served at
+//! once ([`HttpOptions::max_connections_per_address`] from one address); beyond
+//! them, [`HEALTH_CONNECTIONS`] more are kept for `/healthz` and `/readyz`, so that
+//! slow clients holding every slot do not make the health probes fail.
+//!
 //! **Other sites' pages** cannot use the operator's browser against the server: a
 //! change from another `Origin` is refused, a POST must carry JSON, and without users
 //! a WebSocket from another origin is refused (`same_origin`; `[http]
@@ -97,6 +102,27 @@ pub const MAX_HTTP_CONNECTIONS_PER_ADDRESS: usize = 64;
 /// requests of a kept-alive connection, is closed (hyper's `header_read_timeout`).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Connections kept for health probes (`GET /healthz`, `GET /readyz`) beyond
+/// [`HttpOptions::max_connections`]: when every other slot is taken (by slow
+/// clients, say), a new connection takes one of these, and once its request head is
+/// read it is answered only if it asks for `/healthz` or `/readyz`; anything else
+/// gets `503` and the connection is closed after one request. So a flood that holds
+/// every slot (1,024 trickling bodies held for [`BODY_READ_TIMEOUT`]) does not make
+/// an orchestrator's liveness probe fail and kill a healthy broker.
+pub const HEALTH_CONNECTIONS: usize = 32;
+
+/// Most of the [`HEALTH_CONNECTIONS`] one IP address may hold at once (an
+/// orchestrator probes liveness and readiness from one address).
+pub const HEALTH_CONNECTIONS_PER_ADDRESS: usize = 4;
+
+/// A connection on one of the [`HEALTH_CONNECTIONS`] must send its whole request
+/// head within this long (a probe sends it at once): one that trickles its head is
+/// closed sooner than on an ordinary slot, so slow heads hold the reserve briefly.
+pub const HEALTH_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The paths a connection on one of the [`HEALTH_CONNECTIONS`] is answered for.
+pub const HEALTH_PATHS: [&str; 2] = ["/healthz", "/readyz"];
+
 /// A request's whole body must arrive within this long after its head (default of
 /// [`HttpOptions::body_read_timeout`]): a body that trickles in (1 byte every few
 /// seconds) gets `408` and the connection is closed, so slow clients cannot hold
@@ -156,8 +182,10 @@ pub struct HttpOptions {
     /// Largest request body accepted, bytes (a message sent through the API); a
     /// larger one gets `413`. Default [`MAX_BODY_BYTES`].
     pub max_body_bytes: usize,
-    /// Most HTTP connections served at once (WebSockets included); one more is
-    /// closed at once. Default [`MAX_HTTP_CONNECTIONS`]; `[http] max_connections`.
+    /// Most HTTP connections served at once (WebSockets included); beyond it, a
+    /// connection gets one of the [`HEALTH_CONNECTIONS`] (health probes only), or is
+    /// closed at once when those are taken too. Default [`MAX_HTTP_CONNECTIONS`];
+    /// `[http] max_connections`.
     pub max_connections: usize,
     /// Most HTTP connections from one IP address at once. Default
     /// [`MAX_HTTP_CONNECTIONS_PER_ADDRESS`]; `[http] max_connections_per_address`.
@@ -376,10 +404,12 @@ async fn bind(listen: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr
 }
 
 /// Accepts connections until `stop` and serves each with `app` (HTTP/1.1, with
-/// upgrades for WebSocket), at most `limits` = (in all, per address) at once (one
-/// more is closed at once), each closed when it sends no whole request head for
-/// [`HEADER_READ_TIMEOUT`]; with `tls`, after a handshake that must end within
-/// [`crate::tls::HANDSHAKE_TIMEOUT`].
+/// upgrades for WebSocket), at most `limits` = (in all, per address) at once, each
+/// closed when it sends no whole request head for [`HEADER_READ_TIMEOUT`]; with
+/// `tls`, after a handshake that must end within [`crate::tls::HANDSHAKE_TIMEOUT`].
+/// Beyond the limits, a connection takes one of the [`HEALTH_CONNECTIONS`] (at most
+/// [`HEALTH_CONNECTIONS_PER_ADDRESS`] from one address): one request, answered only
+/// at [`HEALTH_PATHS`]; past those too, it is closed at once.
 async fn serve_http(
     listener: tokio::net::TcpListener,
     #[cfg(feature = "tls")] tls: Option<tokio_rustls::TlsAcceptor>,
@@ -388,6 +418,11 @@ async fn serve_http(
     mut stop: watch::Receiver<bool>,
 ) {
     let slots = crate::stomp::connection::Slots::default();
+    // The health probes' reserve: counted apart, so the other slots never use it.
+    let reserve = crate::stomp::connection::Slots::default();
+    let probes = app
+        .clone()
+        .layer(axum::middleware::from_fn(health_probes_only));
     let (mut last_logged, mut unlogged) = (None::<std::time::Instant>, 0u64);
     loop {
         let (stream, peer) = tokio::select! {
@@ -402,20 +437,38 @@ async fn serve_http(
             },
             _ = until_stopped(&mut stop) => return,
         };
-        let slot = match slots.take_within(peer.ip(), limits.0, limits.1) {
-            Ok(slot) => slot,
+        let (slot, probe) = match slots.take_within(peer.ip(), limits.0, limits.1) {
+            Ok(slot) => (slot, false),
             Err(refusal) => {
+                let kept = reserve.take_within(
+                    peer.ip(),
+                    HEALTH_CONNECTIONS,
+                    HEALTH_CONNECTIONS_PER_ADDRESS,
+                );
                 if last_logged.is_none_or(|at: std::time::Instant| at.elapsed().as_secs() >= 1) {
-                    tracing::warn!(%peer, not_logged = unlogged, "refused HTTP connection: {refusal}");
+                    match &kept {
+                        Ok(_) => tracing::warn!(%peer, not_logged = unlogged,
+                            "HTTP connection served for health probes only: {refusal}"),
+                        Err(_) => tracing::warn!(%peer, not_logged = unlogged,
+                            "refused HTTP connection: {refusal}, and the health probes' {HEALTH_CONNECTIONS} are taken"),
+                    }
                     (last_logged, unlogged) = (Some(std::time::Instant::now()), 0);
                 } else {
                     unlogged += 1;
                 }
-                drop(stream);
-                continue;
+                match kept {
+                    Ok(slot) => (slot, true),
+                    Err(_) => {
+                        drop(stream);
+                        continue;
+                    }
+                }
             }
         };
-        let app = app.clone();
+        let app = match probe {
+            true => probes.clone(),
+            false => app.clone(),
+        };
         #[cfg(feature = "tls")]
         let tls = tls.clone();
         tokio::spawn(async move {
@@ -426,26 +479,29 @@ async fn serve_http(
                 match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, handshake).await {
                     Ok(Ok(stream)) => {
                         let subject = crate::tls::certificate_subject(stream.get_ref().1);
-                        serve_one(stream, peer, subject, app).await
+                        serve_one(stream, peer, subject, app, probe).await
                     }
                     Ok(Err(e)) => tracing::info!(%peer, error = %e, "HTTPS: TLS handshake failed"),
                     Err(_) => tracing::info!(%peer, "HTTPS: TLS handshake timed out"),
                 }
                 return;
             }
-            serve_one(stream, peer, None, app).await;
+            serve_one(stream, peer, None, app, probe).await;
         });
     }
 }
 
 /// Serves the requests of one connection from `peer` (its address reaches the
 /// handlers as [`axum::extract::ConnectInfo`], the subject of its verified client
-/// certificate, if any, as [`ws::ClientCertificate`]).
+/// certificate, if any, as [`ws::ClientCertificate`]). A `probe` connection (one of
+/// the [`HEALTH_CONNECTIONS`]) serves one request, and must send its head within
+/// [`HEALTH_HEADER_READ_TIMEOUT`].
 async fn serve_one<S>(
     stream: S,
     peer: SocketAddr,
     subject: Option<crate::auth::DistinguishedName>,
     app: Router,
+    probe: bool,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
@@ -473,15 +529,47 @@ async fn serve_one<S>(
     let service = hyper_util::service::TowerToHyperService::new(app);
     // hyper's own HTTP/1 server (not the auto-detecting one, which waits for the
     // first bytes before any timeout runs): the header-read timeout starts at once.
+    let head_within = match probe {
+        true => HEALTH_HEADER_READ_TIMEOUT,
+        false => HEADER_READ_TIMEOUT,
+    };
     let served = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(head_within)
+        .keep_alive(!probe)
         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
         .with_upgrades()
         .await;
     if let Err(e) = served {
         tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
     }
+}
+
+/// In front of the routes on a connection of the health probes' reserve
+/// ([`HEALTH_CONNECTIONS`]): a request for one of [`HEALTH_PATHS`] goes on; any other
+/// gets `503` (naming the cap, `Connection: close`) without reaching its route.
+async fn health_probes_only(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if HEALTH_PATHS.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
+    let mut refused = error::ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "the HTTP server serves its most connections ([http] max_connections or \
+             max_connections_per_address): only {} are answered now, on the connections \
+             kept for health probes",
+            HEALTH_PATHS.join(" and ")
+        ),
+    )
+    .into_response();
+    refused.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    refused
 }
 
 /// Returns once `stop` says stopped (or its sender is gone).

@@ -851,6 +851,80 @@ async fn a_body_that_trickles_in_gets_408(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// Health probes are answered while slow bodies hold every connection slot: with
+/// `max_connections` POSTs that announce 1,000 bytes and send one (held far longer
+/// than the test runs), ten `/healthz` and ten `/readyz` each answer `200` on the
+/// connections kept for health probes, another route there gets `503` naming the
+/// cap; once the slow clients go, the API answers again.
+async fn health_probes_are_answered_while_slow_bodies_hold_every_slot(t: TestStore) {
+    use tokio::io::AsyncWriteExt;
+    const MOST: usize = 8;
+    let (b, server, base) = http_server(&t, |o| {
+        o.max_connections = MOST;
+        o.max_connections_per_address = MOST;
+        o.body_read_timeout = Duration::from_secs(3_600);
+    })
+    .await;
+    let mut slow = Vec::new();
+    for _ in 0..MOST {
+        let mut c = tokio::net::TcpStream::connect(server.local_addr())
+            .await
+            .unwrap();
+        c.write_all(
+            b"POST /api/v1/queues/api.flood/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+              Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+        slow.push(c);
+    }
+    // The server accepts in the kernel's order: the slow ones hold every slot before
+    // the probes are looked at.
+    let mut answered = (0, 0);
+    for _ in 0..10 {
+        let alive = call("GET", format!("{base}/healthz"), None, None).await;
+        assert_eq!(alive.status, 200, "{}", alive.json);
+        assert_eq!(alive.json["status"], "alive");
+        answered.0 += 1;
+        let ready = call("GET", format!("{base}/readyz"), None, None).await;
+        assert_eq!(ready.status, 200, "{}", ready.json);
+        assert_eq!(ready.json["status"], "ready");
+        answered.1 += 1;
+    }
+    assert_eq!(answered, (10, 10));
+    let full = call("GET", format!("{base}/api/v1/broker"), None, None).await;
+    assert_eq!(full.status, 503, "{}", full.json);
+    assert!(
+        full.json["error"]
+            .as_str()
+            .unwrap()
+            .contains("max_connections"),
+        "{}",
+        full.json
+    );
+    assert_eq!(
+        b.store().count_messages("queue://api.flood").await.unwrap(),
+        0
+    );
+    // The slow clients go: their slots are free again.
+    drop(slow);
+    let deadline = std::time::Instant::now() + ebb::test_util::PATIENCE;
+    loop {
+        let broker = call("GET", format!("{base}/api/v1/broker"), None, None).await;
+        if broker.status == 200 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slots were never given back: {}",
+            broker.json
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
 /// DNS rebinding (issue 35): a page of `attacker.example` whose name resolves to this
 /// server sends `Host: attacker.example`; without users it would otherwise read
 /// bodies, purge queues and open STOMP WebSockets. Every route refuses a name that
@@ -1148,6 +1222,65 @@ async fn users_need_a_login_and_changes_the_admin_group(t: TestStore) {
         "{}",
         metrics.1
     );
+    server.stop().await;
+    b.shutdown().await.unwrap();
+}
+
+/// The scheduler's backlog counts every destination's scheduled messages, so it is
+/// the admin group's, as the other broker-wide reads (connections): a user outside
+/// it gets `403` at `GET /api/v1/scheduler` and `null` for `scheduler` in `GET
+/// /api/v1/broker`; an admin gets the count.
+async fn the_scheduler_backlog_is_for_the_admin_group(t: TestStore) {
+    let security = Security {
+        login_guard: Default::default(),
+        users: vec![
+            user("viewer", "look", &["ops"]),
+            user("root", "s3cret", &["admin"]),
+        ],
+        authorization: vec![],
+    };
+    let (b, server, base) = http_server(&t, |o| o.security = std::sync::Arc::new(security)).await;
+    let due = ebb::now_ms() + 3_600_000;
+    b.send(
+        "queue://api.secret.later",
+        Message::new("in an hour").deliver_at(due),
+    )
+    .await
+    .unwrap();
+    let scheduler = format!("{base}/api/v1/scheduler");
+    let refused = call("GET", scheduler.clone(), None, Some("viewer:look")).await;
+    assert_eq!(refused.status, 403, "{}", refused.json);
+    assert!(
+        refused.json["error"]
+            .as_str()
+            .unwrap()
+            .contains("group `admin`"),
+        "{}",
+        refused.json
+    );
+    assert!(refused.json.get("scheduled").is_none(), "{}", refused.json);
+    let broker = call(
+        "GET",
+        format!("{base}/api/v1/broker"),
+        None,
+        Some("viewer:look"),
+    )
+    .await;
+    assert_eq!(broker.status, 200, "{}", broker.json);
+    assert!(broker.json["scheduler"].is_null(), "{}", broker.json);
+
+    let allowed = call("GET", scheduler, None, Some("root:s3cret")).await;
+    assert_eq!(allowed.status, 200, "{}", allowed.json);
+    assert_eq!(allowed.json["scheduled"], 1, "{}", allowed.json);
+    assert_eq!(allowed.json["next_due_ms"], due, "{}", allowed.json);
+    let broker = call(
+        "GET",
+        format!("{base}/api/v1/broker"),
+        None,
+        Some("root:s3cret"),
+    )
+    .await;
+    assert_eq!(broker.json["scheduler"]["scheduled"], 1, "{}", broker.json);
     server.stop().await;
     b.shutdown().await.unwrap();
 }
@@ -1784,7 +1917,8 @@ async fn pages_of_other_sites_cannot_change_anything(t: TestStore) {
 }
 
 /// The HTTP server's own defences: an address's connections are capped (one more
-/// is closed at once) and an idle connection is closed after the header-read
+/// is served for health probes only: another route gets 503 naming the cap, and
+/// the connection ends after it) and an idle connection is closed after the header-read
 /// timeout, after which the address is served again; a login is checked before a
 /// body is read (a wrong password with a 10 MB body announced and none sent is
 /// answered at once); an address with too many refused logins gets 429 without a
@@ -1818,16 +1952,22 @@ async fn the_http_server_bounds_connections_and_logins(t: TestStore) {
     // The server accepts in the kernel's order, one at a time: the two idle ones hold
     // their slots before the third is looked at.
     let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    third
+        .write_all(b"GET /api/v1/broker HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
     let mut got = Vec::new();
     let read = tokio::time::timeout(
         ebb::http::HEADER_READ_TIMEOUT / 2,
         third.read_to_end(&mut got),
     )
     .await;
+    let got = String::from_utf8_lossy(&got);
     assert!(
-        matches!(read, Ok(Ok(0)) | Ok(Err(_))) && got.is_empty(),
-        "a third connection from one address is closed at once: {read:?} {got:?}"
+        matches!(read, Ok(Ok(_))) && got.starts_with("HTTP/1.1 503"),
+        "a third connection from one address gets 503 and ends: {read:?} {got}"
     );
+    assert!(got.contains("max_connections_per_address"), "{got}");
     // The idle ones are closed by the header-read timeout; then the address is served.
     for mut idle in [idle_a, idle_b] {
         let mut sink = Vec::new();
@@ -2637,9 +2777,11 @@ on_every_backend!(
     the_api_sends_and_removes_subscriptions,
     bad_input_gets_a_4xx_with_a_json_error,
     users_need_a_login_and_changes_the_admin_group,
+    the_scheduler_backlog_is_for_the_admin_group,
     reads_need_the_stomp_read_right,
     requests_for_other_host_names_are_refused,
     a_body_that_trickles_in_gets_408,
+    health_probes_are_answered_while_slow_bodies_hold_every_slot,
     stomp_over_websocket_carries_the_same_sessions,
     purge_deletes_what_waits_and_leaves_what_a_consumer_holds,
     destinations_are_deleted_when_nobody_uses_them,
