@@ -1238,6 +1238,7 @@ async fn the_scheduler_backlog_is_for_the_admin_group(t: TestStore) {
             user("root", "s3cret", &["admin"]),
         ],
         authorization: vec![],
+        temp_destination_authorization_entry: None,
     };
     let (b, server, base) = http_server(&t, |o| o.security = std::sync::Arc::new(security)).await;
     let due = ebb::now_ms() + 3_600_000;
