@@ -754,7 +754,7 @@ fn scheduled_of(frame: &Frame) -> Result<Scheduling, Refusal> {
     if count > 0 && period == 0 {
         return refuse(
             ErrorCode::InvalidValue,
-            format!("AMQ_SCHEDULED_REPEAT {count} needs AMQ_SCHEDULED_PERIOD: ms between deliveries, 1 or more"),
+            format!("AMQ_SCHEDULED_REPEAT {count} needs AMQ_SCHEDULED_PERIOD: ms between deliveries, 100 or more"),
         );
     }
     let repeat = (count > 0).then_some(Repeat {
