@@ -296,6 +296,10 @@ pub struct HttpSection {
     pub max_connections: Option<usize>,
     /// Most HTTP connections from one IP address at once (default 64).
     pub max_connections_per_address: Option<usize>,
+    /// Most destinations with series in `/metrics` (default 10,000): named ones
+    /// first, then temporary ones; `ebb_destination_series_omitted` counts the rest,
+    /// and the broker's totals (`ebb_messages_waiting`, ...) include them.
+    pub max_destination_series: Option<usize>,
 }
 
 /// `[tls]`: the certificate of the TLS listeners (`[stomp] ssl_listen`, `[http] tls`),

@@ -31,8 +31,8 @@
 //!   most [`MAX_SERIES`] × [`SERIES_BYTES`] (256 × 22,576 bytes = 5.8 MB). An idle
 //!   destination has no series: 10,000 idle destinations cost no history.
 //! - The last reading of each running destination ([`READING_BYTES`], 120, plus
-//!   its name; at most [`crate::stats::MAX_DESTINATIONS`], so about 1.4 MB for
-//!   10,000 destinations): the counters the next step's
+//!   its name: about 1.4 MB for 10,000 destinations, linear in their number): the
+//!   counters the next step's
 //!   rates are computed from, which also serve the sorted destination table
 //!   ([`History::table`]).
 //!

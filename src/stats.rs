@@ -10,11 +10,14 @@
 //! not count acks or in-flight deliveries (their subscriptions do, per subscription),
 //! and have no dead-letter queue.
 //!
-//! Cost of one call: one message to the registry, then, for each destination in turn
-//! (at most [`MAX_DESTINATIONS`]), one message to its actor and one `COUNT` of its rows
-//! in the store (a single-row answer; the statement walks the `(container, id)` index,
-//! so its time grows with the destination's backlog). Destinations are asked one after
-//! the other, so a stats call never holds more than one pool connection.
+//! Cost of one call: one message to the registry per [`STATS_PAGE`] running
+//! destinations, then, for each destination in turn, one message to its actor and one
+//! `COUNT` of its rows in the store (a single-row answer; the statement walks the
+//! `(container, id)` index, so its time grows with the destination's backlog).
+//! Destinations are asked one after the other, so a stats call never holds more than
+//! one pool connection. Every running destination is read: none is left out of the
+//! totals, however many there are (the answer's size grows with them, about 200 bytes
+//! and the name per destination).
 
 use ebb_actors::broker::ListDestinations;
 use serde::{Deserialize, Serialize};
@@ -23,9 +26,10 @@ use ebb_actors::messages::Stats;
 
 use crate::{Broker, Error};
 
-/// Most destinations one [`Broker::stats`] call reports (the first ones in store-key
-/// order); [`BrokerStats::destinations_total`] says how many there are in all.
-pub const MAX_DESTINATIONS: usize = 10_000;
+/// How many running destinations one question to the registry lists while
+/// [`Broker::stats`] pages through them (so that no one answer grows with their
+/// number).
+pub const STATS_PAGE: usize = 1_000;
 
 /// `used` as a percentage of `limit` (0.0 ..= 100.0, more when over the limit).
 /// A `limit` of 0 means "no limit" and gives 0.0: nothing is ever full.
@@ -190,40 +194,90 @@ impl DestinationStats {
 pub struct BrokerStats {
     /// Memory, store and temp usage and limits.
     pub usage: UsageStats,
-    /// One entry per running destination, sorted by store key, at most
-    /// [`MAX_DESTINATIONS`].
+    /// One entry per running destination, sorted by store key: every one of them.
+    /// (Read back from `/metrics` by `ebb stat`, it holds the destinations that have
+    /// series there, which `[http] max_destination_series` may cut.)
     pub destinations: Vec<DestinationStats>,
-    /// How many destinations are running in all; more than `destinations.len()` when
-    /// the list was cut at [`MAX_DESTINATIONS`].
+    /// How many destinations are running in all: `destinations.len()` for a
+    /// [`Broker::stats`] snapshot; more when read back from a `/metrics` whose
+    /// destination series were cut.
     pub destinations_total: u64,
+    /// The sums over every running destination (also those a `/metrics` reading had no
+    /// series for).
+    #[serde(default)]
+    pub totals: DestinationTotals,
     /// The scheduler's backlog (scheduled messages and redeliveries held back).
     #[serde(default)]
     pub scheduler: crate::ScheduleBacklog,
 }
 
+/// Gauges summed over every running destination (each as in [`DestinationStats`]):
+/// the broker's totals, which `/metrics` publishes whether or not it lists each
+/// destination (`ebb_messages_waiting`, `ebb_messages_in_flight`, `ebb_consumers`,
+/// `ebb_producers`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestinationTotals {
+    /// Messages waiting: the sum of the destinations' `queue_size`.
+    pub queue_size: u64,
+    /// Deliveries not acked yet: the sum of `in_flight`.
+    pub in_flight: u64,
+    /// Consumers attached: the sum of `consumers`.
+    pub consumers: u64,
+    /// Producers (connection and destination pairs): the sum of `producers`.
+    pub producers: u64,
+}
+
+impl DestinationTotals {
+    /// The sums over `destinations`.
+    pub fn of(destinations: &[DestinationStats]) -> Self {
+        destinations.iter().fold(Self::default(), |t, d| Self {
+            queue_size: t.queue_size + d.queue_size,
+            in_flight: t.in_flight + d.in_flight,
+            consumers: t.consumers + d.consumers,
+            producers: t.producers + d.producers,
+        })
+    }
+}
+
 impl Broker {
-    /// A snapshot of the broker's usage and of every running destination (at most
-    /// [`MAX_DESTINATIONS`], in store-key order). Destinations are the ones in use since
-    /// the broker started (sent to, subscribed to, asked about); a topic that only
-    /// exists in the store is not started by this call.
+    /// A snapshot of the broker's usage and of every running destination, in
+    /// store-key order. Destinations are the ones in use since the broker started
+    /// (sent to, subscribed to, asked about); a topic that only exists in the store is
+    /// not started by this call. The registry is asked for [`STATS_PAGE`] keys at a
+    /// time.
     ///
     /// A destination whose actor stops between the listing and its question is left
     /// out. Errors: [`Error::Actor`] when the registry is gone, [`Error::Store`] when a
     /// count fails (the store is closed or unreachable).
     pub async fn stats(&self) -> Result<BrokerStats, Error> {
-        let list = self
-            .registry()
-            .send(ListDestinations {
-                limit: MAX_DESTINATIONS,
-                after: None,
-            })
-            .await?;
-        let mut destinations = Vec::with_capacity(list.keys.len());
-        for destination in list.keys {
-            match self.destination_stats(&destination).await {
-                Ok(stats) => destinations.push(stats),
-                Err(Error::ShuttingDown) => continue,
-                Err(e) => return Err(e),
+        self.stats_paged(STATS_PAGE).await
+    }
+
+    /// [`Broker::stats`], asking the registry for `page` keys at a time (tests page
+    /// by a few).
+    #[doc(hidden)]
+    pub async fn stats_paged(&self, page: usize) -> Result<BrokerStats, Error> {
+        let mut destinations = Vec::new();
+        let mut after = None;
+        loop {
+            let list = self
+                .registry()
+                .send(ListDestinations {
+                    limit: page.max(1),
+                    after: after.take(),
+                })
+                .await?;
+            let last_page = list.keys.len() < page.max(1);
+            after = list.keys.last().cloned();
+            for destination in list.keys {
+                match self.destination_stats(&destination).await {
+                    Ok(stats) => destinations.push(stats),
+                    Err(Error::ShuttingDown) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            if last_page || after.is_none() {
+                break;
             }
         }
         let usage = self.usage();
@@ -242,8 +296,9 @@ impl Broker {
                 process_resident_bytes: crate::process::resident_bytes(),
                 process_peak_resident_bytes: crate::process::peak_resident_bytes(),
             },
+            destinations_total: destinations.len() as u64,
+            totals: DestinationTotals::of(&destinations),
             destinations,
-            destinations_total: list.total as u64,
             scheduler: self.schedule_backlog().await?,
         })
     }

@@ -676,19 +676,30 @@ impl Handler<ListDestinations> for BrokerActor {
     type Result = DestinationList;
 
     fn handle(&mut self, msg: ListDestinations, _: &mut Context<Self>) -> DestinationList {
-        let mut keys: Vec<DestinationKey> = self
+        let mut total = 0;
+        let mut keys: Vec<&DestinationKey> = self
             .destinations
             .iter()
             .filter(|(k, a)| a.connected() && !self.deleting.contains_key(*k))
-            .map(|(k, _)| k.clone())
+            .inspect(|_| total += 1)
+            .map(|(k, _)| k)
+            .filter(|k| msg.after.as_ref().is_none_or(|after| *k > after))
             .collect();
-        let total = keys.len();
-        if let Some(after) = &msg.after {
-            keys.retain(|k| k > after);
+        // The page's keys without sorting (or cloning) every key after it: linear in
+        // the running destinations, so paging through all of them stays cheap.
+        if keys.len() > msg.limit {
+            if msg.limit == 0 {
+                keys.clear();
+            } else {
+                keys.select_nth_unstable(msg.limit - 1);
+                keys.truncate(msg.limit);
+            }
         }
         keys.sort_unstable();
-        keys.truncate(msg.limit);
-        DestinationList { keys, total }
+        DestinationList {
+            keys: keys.into_iter().cloned().collect(),
+            total,
+        }
     }
 }
 

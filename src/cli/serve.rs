@@ -365,6 +365,10 @@ pub async fn execute(args: ServeArgs) -> anyhow::Result<()> {
         max_body_bytes: connection.limits.max_frame_bytes,
         tls: http_acceptor,
         history_step: crate::history::DEFAULT_STEP,
+        max_destination_series: file
+            .http
+            .max_destination_series
+            .unwrap_or(crate::metrics::MAX_DESTINATION_SERIES),
     });
 
     let broker = if ha {

@@ -153,7 +153,7 @@ pub fn watch_frame(
         "store    {}",
         usage_line(u.store_bytes, u.store_limit_bytes)
     );
-    let waiting: u64 = stats.destinations.iter().map(|d| d.queue_size).sum();
+    let waiting = stats.totals.queue_size;
     // Seconds between the two readings the rates come from.
     let seconds = before
         .filter(|_| recorded)
@@ -371,6 +371,9 @@ fn count(value: f64) -> u64 {
 pub fn from_samples(samples: &[Sample]) -> Option<BrokerStats> {
     let mut usage = UsageStats::default();
     let mut total = None;
+    // The broker's totals, when the endpoint publishes them (older brokers did not:
+    // then the sums of the destinations listed).
+    let mut totals: Option<crate::stats::DestinationTotals> = None;
     let mut seen = false;
     let mut destinations: BTreeMap<String, DestinationStats> = BTreeMap::new();
     for s in samples {
@@ -396,6 +399,16 @@ pub fn from_samples(samples: &[Sample]) -> Option<BrokerStats> {
                 total = Some(v);
                 continue;
             }
+            MESSAGES_WAITING | MESSAGES_IN_FLIGHT | CONSUMERS_TOTAL | PRODUCERS_TOTAL => {
+                let t = totals.get_or_insert_with(Default::default);
+                *match s.name.as_str() {
+                    MESSAGES_WAITING => &mut t.queue_size,
+                    MESSAGES_IN_FLIGHT => &mut t.in_flight,
+                    CONSUMERS_TOTAL => &mut t.consumers,
+                    _ => &mut t.producers,
+                } = v;
+                continue;
+            }
             _ => {
                 destination_sample(&mut destinations, s, v);
                 continue;
@@ -411,6 +424,7 @@ pub fn from_samples(samples: &[Sample]) -> Option<BrokerStats> {
     Some(BrokerStats {
         usage,
         destinations_total: total.unwrap_or(destinations.len() as u64),
+        totals: totals.unwrap_or_else(|| crate::stats::DestinationTotals::of(&destinations)),
         destinations,
         scheduler: Default::default(),
     })

@@ -197,6 +197,11 @@ pub struct HttpOptions {
     /// feature; [`crate::tls::TlsFiles::acceptor`] with ALPN `http/1.1`).
     #[cfg(feature = "tls")]
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Most destinations with series in `/metrics` (named ones first, then temporary
+    /// ones); the rest are counted in `ebb_destination_series_omitted` and in the
+    /// broker's totals. Default [`crate::metrics::MAX_DESTINATION_SERIES`] (10,000);
+    /// `[http] max_destination_series`.
+    pub max_destination_series: usize,
     /// The time between two points of the rates and depths the console charts
     /// ([`crate::history`]); default [`crate::history::DEFAULT_STEP`] (5 s).
     pub history_step: Duration,
@@ -225,6 +230,7 @@ impl HttpOptions {
             #[cfg(feature = "tls")]
             tls: None,
             history_step: crate::history::DEFAULT_STEP,
+            max_destination_series: crate::metrics::MAX_DESTINATION_SERIES,
         }
     }
 }
@@ -235,6 +241,8 @@ pub(crate) struct AppState {
     pub broker: Broker,
     pub options: Arc<HttpOptions>,
     pub metrics: PrometheusHandle,
+    /// The per-destination series of the last reading, rendered at each scrape.
+    pub series: crate::metrics::DestinationSeries,
     pub logins: Arc<login::LoginCache>,
     /// Rates and depths over time, fed by the metrics refresh task.
     pub history: Arc<crate::history::History>,
@@ -266,10 +274,12 @@ impl HttpServer {
         let logins = Arc::new(login::LoginCache::default());
         let history = Arc::new(crate::history::History::new(options.history_step));
         let connections = options.connections.clone();
+        let series = crate::metrics::DestinationSeries::new(options.max_destination_series);
         let state = AppState {
             broker: broker.clone(),
             options: Arc::new(options),
             metrics: metrics.clone(),
+            series: series.clone(),
             logins,
             history: history.clone(),
         };
@@ -281,10 +291,12 @@ impl HttpServer {
         if let Ok(stats) = broker.stats().await {
             crate::metrics::record(&stats);
             history.record(&stats, connections.len(), crate::history::now_ms());
+            series.update(Arc::new(stats));
         }
         let refresh = tokio::spawn(crate::metrics::refresh_loop(
             broker,
             metrics,
+            series,
             history.clone(),
             connections,
             stop_rx.clone(),
@@ -801,12 +813,14 @@ async fn same_origin(
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
+    let mut text = state.metrics.render();
+    state.series.render(&mut text);
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(),
+        text,
     )
         .into_response()
 }

@@ -18,8 +18,16 @@
 //! [`Broker::stats`](crate::Broker::stats) snapshot by the HTTP server's refresh task
 //! every `REFRESH_EVERY` (one second); when a snapshot takes longer than that, the task
 //! waits as long as the snapshot took before the next one, so it never keeps the store
-//! busy more than half the time. The histogram `ebb_expiry_page_rows` is recorded by the topic actor itself
-//! when an expiry page finishes, so it holds every page, not a sample.
+//! busy more than half the time. The per-destination series (label `destination`)
+//! are not kept in the recorder: the server renders them at each scrape from the last
+//! snapshot ([`DestinationSeries`]), so a destination that ended (a temporary queue
+//! whose connection closed, a deleted queue) has none from the next refresh on, and
+//! at most `[http] max_destination_series` destinations ([`MAX_DESTINATION_SERIES`])
+//! are listed, named ones before temporary ones; the broker's totals
+//! (`ebb_messages_waiting`, ...) count every destination. The histogram
+//! `ebb_expiry_page_rows` is recorded by the destinations themselves when an expiry
+//! page finishes, so it holds every page, not a sample; it is broker-wide (each
+//! destination's largest page is `ebb_destination_max_expiry_page_rows`).
 //!
 //! **Names** (Prometheus conventions: base units, `_total` for counters, usage as a
 //! ratio from 0 to 1, never a percentage):
@@ -30,7 +38,9 @@
 //! | `ebb_store_usage_bytes`, `ebb_store_limit_bytes`, `ebb_store_usage_ratio` | gauge | | the same for the store |
 //! | `ebb_temp_usage_bytes`, `ebb_temp_limit_bytes`, `ebb_temp_usage_ratio` | gauge | | the same for temporary storage |
 //! | `ebb_producers_blocked` | gauge | | producers waiting for space |
-//! | `ebb_destinations` | gauge | | running destinations (also those past the report's cap) |
+//! | `ebb_destinations` | gauge | | running destinations |
+//! | `ebb_messages_waiting`, `ebb_messages_in_flight`, `ebb_consumers`, `ebb_producers` | gauge | | the sums of the destinations' queue size, in flight, consumers and producers, over every running destination |
+//! | `ebb_destination_series_omitted` | gauge | | running destinations without series here (past `[http] max_destination_series`; temporary ones go first) |
 //! | `ebb_housekeeping_lag_seconds` | gauge | | how long the expiry page waiting longest for a housekeeping permit has waited |
 //! | `ebb_housekeeping_pages_waiting` | gauge | | expiry pages waiting for a housekeeping permit |
 //! | `ebb_stats_timestamp_seconds` | gauge | | when the values were last read from the broker, epoch seconds (set by [`record`]) |
@@ -50,18 +60,20 @@
 //! | `ebb_scheduled_lateness_seconds` | histogram | | how late each scheduled message was released, due time to release (buckets [`LATENESS_BUCKETS`]): a late scheduler shows here |
 //! | `ebb_routed_sends_total`, `ebb_routed_copies_total` | counter | `route` | sends that routing took to several destinations (`composite`: named or configured, one store transaction; `virtual_topic`: a topic and its consumer groups), and their copies, one per destination |
 //! | `ebb_advisories_total` | counter | `event` | advisory messages sent (`consumer_added`, `expired`, ...; none while nobody subscribes) |
-//! | `ebb_expiry_page_rows` | histogram | `destination` | rows one expiry page loaded (buckets [`PAGE_ROW_BUCKETS`]); a page that failed is counted in `ebb_expiry_pages_total` only |
+//! | `ebb_expiry_page_rows` | histogram | | rows one expiry page loaded, any destination's (buckets [`PAGE_ROW_BUCKETS`]); a page that failed is counted in `ebb_expiry_pages_total` only |
 //!
 //! The `destination` label is the store key (`topic://orders`). What each value means
 //! is in [`crate::stats`].
 //!
-//! A destination's series stay for the life of the process (destinations are never
-//! removed while the broker runs). `/metrics` asks for no login (as a Prometheus
+//! A destination's series last as long as it runs (see above). `/metrics` asks for no login (as a Prometheus
 //! scrape expects) and shows destination names: keep the HTTP server on loopback or
 //! a private network, or configure users, which the admin API then requires.
 
 #[cfg(feature = "prometheus")]
 mod recorder;
+mod series;
+
+pub use series::{DestinationSeries, MAX_DESTINATION_SERIES};
 
 #[cfg(feature = "prometheus")]
 pub(crate) use recorder::refresh_loop;
@@ -104,6 +116,17 @@ pub mod names {
     pub const PRODUCERS_BLOCKED: &str = "ebb_producers_blocked";
     /// Running destinations.
     pub const DESTINATIONS: &str = "ebb_destinations";
+    /// Messages waiting in every running destination (the sum of their queue sizes).
+    pub const MESSAGES_WAITING: &str = "ebb_messages_waiting";
+    /// Deliveries not acked yet, over every running destination.
+    pub const MESSAGES_IN_FLIGHT: &str = "ebb_messages_in_flight";
+    /// Consumers attached, over every running destination.
+    pub const CONSUMERS_TOTAL: &str = "ebb_consumers";
+    /// Producers (connection and destination pairs), over every running destination.
+    pub const PRODUCERS_TOTAL: &str = "ebb_producers";
+    /// Running destinations that `/metrics` has no series for (over `[http]
+    /// max_destination_series`).
+    pub const DESTINATION_SERIES_OMITTED: &str = "ebb_destination_series_omitted";
     /// How long the expiry page waiting longest for a housekeeping permit has waited, seconds.
     pub const HOUSEKEEPING_LAG_SECONDS: &str = "ebb_housekeeping_lag_seconds";
     /// Expiry pages waiting for a housekeeping permit.
@@ -208,10 +231,6 @@ const BYTE_GAUGES: &[(&str, &str)] = &[
         "Temporary storage limit in bytes (0 = none)",
     ),
     (
-        names::DESTINATION_MEMORY_BYTES,
-        "Bytes of messages a destination holds in memory",
-    ),
-    (
         names::PROCESS_RESIDENT_BYTES,
         "The broker process's resident memory",
     ),
@@ -269,24 +288,28 @@ const GAUGES: &[(&str, &str)] = &[
     ),
     (names::DESTINATIONS, "Running destinations"),
     (
+        names::MESSAGES_WAITING,
+        "Messages waiting (pending plus in flight) in every running destination",
+    ),
+    (
+        names::MESSAGES_IN_FLIGHT,
+        "Deliveries not acked yet, over every running destination",
+    ),
+    (
+        names::CONSUMERS_TOTAL,
+        "Consumers attached, over every running destination",
+    ),
+    (
+        names::PRODUCERS_TOTAL,
+        "Producers (connection and destination pairs), over every running destination",
+    ),
+    (
         names::HOUSEKEEPING_LAG_SECONDS,
         "How long the expiry page waiting longest for a housekeeping permit has waited, seconds",
     ),
     (
         names::HOUSEKEEPING_PAGES_WAITING,
         "Expiry pages waiting for a housekeeping permit",
-    ),
-    (names::QUEUE_SIZE, "Messages pending plus in flight"),
-    (names::IN_FLIGHT, "Deliveries not acked yet"),
-    (names::CONSUMERS, "Consumers attached"),
-    (
-        names::MAX_EXPIRY_PAGE_ROWS,
-        "Most rows one expiry page of a destination handled since start",
-    ),
-    (names::PRODUCERS, "Producers sending"),
-    (
-        names::DESTINATION_PRODUCERS_BLOCKED,
-        "Producers of a destination waiting for space",
     ),
     (
         names::HA_ROLE,
@@ -296,25 +319,6 @@ const GAUGES: &[(&str, &str)] = &[
 
 /// Counters: `(name, help)`.
 const COUNTERS: &[(&str, &str)] = &[
-    (names::ENQUEUED_TOTAL, "Messages accepted since start"),
-    (
-        names::DEQUEUED_TOTAL,
-        "Deliveries handed to consumers since start (topics: not acks)",
-    ),
-    (
-        names::DELIVERED_TOTAL,
-        "Deliveries handed to consumers since start, redeliveries included",
-    ),
-    (names::EXPIRED_TOTAL, "Message expirations since start"),
-    (
-        names::DEAD_LETTERED_TOTAL,
-        "Messages sent to a dead-letter queue",
-    ),
-    (names::EXPIRY_PAGES_TOTAL, "Expiry pages finished since start"),
-    (
-        names::EXPIRY_RUNS_TOTAL,
-        "Expiry runs (chains of pages) started since start",
-    ),
     (
         names::LOGIN_FAILURES_TOTAL,
         "Refused logins since start (label protocol)",
@@ -370,6 +374,17 @@ pub fn describe() {
     for &(name, what) in COUNTERS {
         describe_counter!(name, what);
     }
+    // The per-destination ones, for a recorder fed by [`record_destinations`] (the
+    // HTTP server renders them itself, with their help).
+    for (name, what, counter) in series::described() {
+        if name == names::DESTINATION_MEMORY_BYTES {
+            describe_gauge!(name, Unit::Bytes, what);
+        } else if counter {
+            describe_counter!(name, what);
+        } else {
+            describe_gauge!(name, what);
+        }
+    }
     describe_histogram!(names::EXPIRY_PAGE_ROWS, "Rows one expiry page loaded");
     describe_histogram!(
         names::SCHEDULED_LATENESS_SECONDS,
@@ -404,13 +419,17 @@ fn ratio(used: u64, limit: u64) -> f64 {
     crate::stats::percent(used, limit) / 100.0
 }
 
-/// Copies a snapshot into the installed recorder: gauges are set, counters are raised
-/// to the snapshot's totals (a counter never goes down). Does nothing without an
-/// installed recorder.
+/// Copies a snapshot's broker-wide values into the installed recorder: usage, the
+/// totals over every destination, the scheduler. Gauges are set, counters raised to
+/// the snapshot's totals (a counter never goes down). Does nothing without an
+/// installed recorder. The per-destination series are not the recorder's: the HTTP
+/// server renders them from the last snapshot ([`DestinationSeries`]), and an
+/// application with a recorder of its own copies them with [`record_destinations`].
 pub fn record(stats: &BrokerStats) {
     use names::*;
     gauge!(STATS_TIMESTAMP_SECONDS).set(crate::history::now_ms() as f64 / 1000.0);
     let u = &stats.usage;
+    let t = &stats.totals;
     for (name, value) in [
         (MEMORY_USAGE_BYTES, u.memory_bytes as f64),
         (MEMORY_LIMIT_BYTES, u.memory_limit_bytes as f64),
@@ -426,6 +445,10 @@ pub fn record(stats: &BrokerStats) {
         (TEMP_USAGE_RATIO, ratio(u.temp_bytes, u.temp_limit_bytes)),
         (PRODUCERS_BLOCKED, u.blocked_producers as f64),
         (DESTINATIONS, stats.destinations_total as f64),
+        (MESSAGES_WAITING, t.queue_size as f64),
+        (MESSAGES_IN_FLIGHT, t.in_flight as f64),
+        (CONSUMERS_TOTAL, t.consumers as f64),
+        (PRODUCERS_TOTAL, t.producers as f64),
         (PROCESS_RESIDENT_BYTES, u.process_resident_bytes as f64),
         (
             HOUSEKEEPING_LAG_SECONDS,
@@ -450,6 +473,15 @@ pub fn record(stats: &BrokerStats) {
     ] {
         gauge!(name).set(value);
     }
+}
+
+/// Copies each destination of a snapshot into the installed recorder, labelled
+/// `destination`, for an application that brings its own recorder (the HTTP server
+/// does not use it). A recorder keeps a series once it has one: the series of a
+/// destination that ended stay with their last values unless that recorder expires
+/// idle series (`metrics-exporter-prometheus`'s `idle_timeout`, for one).
+pub fn record_destinations(stats: &BrokerStats) {
+    use names::*;
     for d in &stats.destinations {
         let labels = [Label::new(DESTINATION_LABEL, d.destination.clone())];
         for (name, value) in [

@@ -46,11 +46,13 @@ pub fn install_recorder() -> Result<PrometheusHandle, Error> {
     Ok(handle)
 }
 
-/// Refreshes the metrics from the broker until `stop`, and hands each snapshot to
-/// `history` with the open `connections` counted; see the module documentation.
+/// Refreshes the metrics from the broker until `stop`: the recorder's broker-wide
+/// values, the per-destination `series`, and `history` (with the open `connections`
+/// counted); see the module documentation.
 pub(crate) async fn refresh_loop(
     broker: Broker,
     handle: PrometheusHandle,
+    series: super::DestinationSeries,
     history: std::sync::Arc<crate::history::History>,
     connections: crate::transport::connections::Connections,
     mut stop: watch::Receiver<bool>,
@@ -62,6 +64,7 @@ pub(crate) async fn refresh_loop(
             Ok(stats) => {
                 record(&stats);
                 history.record(&stats, connections.len(), crate::history::now_ms());
+                series.update(std::sync::Arc::new(stats));
                 if failing {
                     tracing::info!("metrics refresh works again");
                     failing = false;

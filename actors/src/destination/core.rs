@@ -406,8 +406,7 @@ pub fn page_finished<A: DestinationActor>(
     full: bool,
 ) {
     let core = act.core();
-    let container = core.container.clone();
-    core.counters.page_finished(&container, rows, ticket);
+    core.counters.page_finished(rows, ticket);
     match core.schedule.page_finished(full, rows) {
         AfterPage::NextPage => ctx.notify(ExpiryPage),
         AfterPage::RunOver { found_nothing } => {

@@ -35,17 +35,19 @@ pub struct DestinationCounters {
 }
 
 impl DestinationCounters {
-    /// Records a finished expiry page of `container` that handled `rows` rows under
+    /// Records a finished expiry page that handled `rows` rows under
     /// budget ticket `ticket` (`None`: it got no permit, the budget was closed); feeds
-    /// the `ebb_expiry_page_rows` histogram. A failed page is [`Self::page_failed`].
-    pub fn page_finished(&mut self, container: &str, rows: u64, ticket: Option<u64>) {
+    /// the broker-wide `ebb_expiry_page_rows` histogram. A failed page is
+    /// [`Self::page_failed`].
+    pub fn page_finished(&mut self, rows: u64, ticket: Option<u64>) {
         self.expiry_pages += 1;
         self.max_expiry_page_rows = self.max_expiry_page_rows.max(rows);
         if let Some(ticket) = ticket {
             self.last_page_ticket = ticket;
         }
-        metrics::histogram!("ebb_expiry_page_rows", "destination" => container.to_string())
-            .record(rows as f64);
+        // Broker-wide: a series per destination would outlive the destination in the
+        // process's recorder (each destination's largest page is a gauge instead).
+        metrics::histogram!("ebb_expiry_page_rows").record(rows as f64);
     }
 
     /// Records an expiry page that failed: counted as finished, not in the histogram.
@@ -61,9 +63,9 @@ mod tests {
     #[test]
     fn a_page_keeps_the_most_rows_and_the_last_ticket() {
         let mut c = DestinationCounters::default();
-        c.page_finished("queue://q", 400, Some(3));
-        c.page_finished("queue://q", 12, Some(7));
-        c.page_finished("queue://q", 0, None);
+        c.page_finished(400, Some(3));
+        c.page_finished(12, Some(7));
+        c.page_finished(0, None);
         c.page_failed();
         assert_eq!(
             (c.expiry_pages, c.max_expiry_page_rows, c.last_page_ticket),
