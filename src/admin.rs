@@ -53,6 +53,12 @@ pub struct TakeReport {
     pub in_flight: u64,
     /// Messages already gone (acked, expired, moved meanwhile) or not in the queue.
     pub gone: u64,
+    /// Messages a move took that their target, a last-value queue, dropped instead:
+    /// a message with the same last-value key had arrived there after them (arrival
+    /// at the broker, kept through every move), and an older value never replaces a
+    /// newer one. They are deleted here, in the store transaction that compared them,
+    /// and not counted in `taken` (see [`Broker::move_messages`]).
+    pub superseded: u64,
     /// Moves that could not be made (no `originalDestination`, or a failed move):
     /// those messages stay where they were.
     pub failed: u64,
@@ -68,6 +74,7 @@ impl TakeReport {
         self.taken += page.taken;
         self.in_flight += page.in_flight;
         self.gone += page.gone;
+        self.superseded += page.superseded;
         self.failed += page.failed;
         if self.first_failure.is_none() {
             self.first_failure.clone_from(&page.first_failure);
@@ -377,7 +384,10 @@ impl Broker {
     /// messages, as ActiveMQ's console "retry"). Each message moves in one store
     /// transaction (deleted in `from`, added in its target with a new, highest id):
     /// it is never in both queues nor in neither, also when the broker dies in the
-    /// middle of a call. The copy drops the headers the dead-letter queue added. A
+    /// middle of a call. The copy drops the headers the dead-letter queue added, and
+    /// keeps the message's arrival at the broker: into a last-value queue, a message
+    /// that arrived before the value waiting there for its key is deleted instead of
+    /// replacing it (counted `superseded`; [`ebb_store::WriteOp::DeadLetter`]). A
     /// message a consumer holds is left alone (`in_flight`). With [`Selection::All`]
     /// at most `max` messages are looked at (in pages of [`TAKE_PAGE`]); `next` says
     /// where to go on.

@@ -41,7 +41,7 @@ use crate::scheduled::ScheduleWaker;
 use std::collections::HashMap;
 
 use actix::prelude::*;
-use ebb_store::SubscriptionKey;
+use ebb_store::{Moved, SubscriptionKey};
 
 use crate::destination::{DestinationKey, DestinationPattern};
 use crate::error::ActorError;
@@ -465,7 +465,7 @@ impl Handler<GetDestination> for BrokerActor {
 }
 
 impl Handler<RouteDeadLetter> for BrokerActor {
-    type Result = ResponseActFuture<Self, Result<Option<i64>, ActorError>>;
+    type Result = ResponseActFuture<Self, Result<Moved, ActorError>>;
 
     fn handle(&mut self, msg: RouteDeadLetter, ctx: &mut Context<Self>) -> Self::Result {
         let letter = msg.letter;

@@ -1,7 +1,7 @@
 //! The messages actors exchange, and the values they carry.
 
 use actix::prelude::*;
-use ebb_store::SubscriptionKey;
+use ebb_store::{Moved, SubscriptionKey};
 use tokio::sync::mpsc;
 
 pub use crate::destination::{
@@ -278,8 +278,11 @@ pub struct QueueStats {
     pub redeliveries_delayed: u64,
     /// Messages a newer one with the same last-value key replaced (a last-value queue)
     /// while the queue held them in memory: taken out while waiting, or dropped when
-    /// they came back from a consumer. One replaced while only in the store is
-    /// deleted there, in the newer one's transaction, without being counted here.
+    /// they came back from a consumer; and messages moved in (from a dead-letter queue
+    /// or another queue) that were dropped because a message with their key that
+    /// arrived after them waits here (superseded). One replaced while only in the
+    /// store is deleted there, in the newer one's transaction, without being counted
+    /// here.
     pub replaced: u64,
     /// Consumers attached now.
     pub consumers: u64,
@@ -354,6 +357,11 @@ pub struct TakenPage {
     /// Messages already gone (acked, expired or moved meanwhile) or, with `only`, not
     /// in this queue.
     pub gone: u64,
+    /// Moves into a last-value queue dropped there instead: a message with the same
+    /// last-value key had arrived at it after the moved one (a newer value came while
+    /// it was away), so it did not replace that one. Deleted here, in the store
+    /// transaction that compared them ([`ebb_store::WriteOp::DeadLetter`]).
+    pub superseded: u64,
     /// Moves that could not be made (no `originalDestination`, or its move failed):
     /// those messages stay where they are.
     pub failed: u64,
@@ -366,10 +374,14 @@ pub struct TakenPage {
 
 /// A dead message for this queue (its dead-letter queue): from queue `from`, store row
 /// `from_id` (moved in one store transaction: deleted there, added here), with the
-/// reason and origin already in its headers. Answered once it is stored (`Ok(None)` if
-/// the source row was already gone: it is never dead-lettered twice).
+/// reason and origin already in its headers. Also a message an operator moves here
+/// (a retry back to its `originalDestination`, or a move between queues). Answered
+/// once the move is committed: [`Moved::Added`] with its id here, [`Moved::Gone`] if
+/// the source row was already gone (it is never dead-lettered twice), or, on a
+/// last-value queue, [`Moved::Superseded`] when a message with its key that arrived
+/// after it waits here (its source row is deleted and it is not added).
 #[derive(Message)]
-#[rtype(result = "Result<Option<i64>, ActorError>")]
+#[rtype(result = "Result<Moved, ActorError>")]
 pub struct AcceptDeadLetter {
     pub from: DestinationKey,
     pub from_id: i64,
@@ -380,7 +392,7 @@ pub struct AcceptDeadLetter {
 /// running), and answer as [`AcceptDeadLetter`] does. A queue reaches its dead-letter
 /// queue this way, through a `Recipient`, without knowing the registry.
 #[derive(Message)]
-#[rtype(result = "Result<Option<i64>, ActorError>")]
+#[rtype(result = "Result<Moved, ActorError>")]
 pub struct RouteDeadLetter {
     pub to: DestinationKey,
     pub letter: AcceptDeadLetter,

@@ -71,7 +71,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use ebb_store::Payload;
+use ebb_store::{Moved, Payload};
 use tokio::sync::mpsc;
 
 use crate::destination::{
@@ -181,10 +181,9 @@ fn report(done: Written, result: Result<(), &ActorError>) {
     }
 }
 
-/// A message's move to the dead-letter queue: answers its new id there, or `None` if
-/// its row was already gone.
+/// A message's move to the dead-letter queue: answers what became of it ([`Moved`]).
 type DeadLetterMove =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Option<i64>, ActorError>>>>;
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Moved, ActorError>>>>;
 
 /// See the module documentation.
 pub struct QueueActor {
@@ -787,7 +786,7 @@ impl QueueActor {
                     letter,
                 })
                 .await??;
-            if moved.is_some() {
+            if let Moved::Added(_) = moved {
                 events.emit(|| crate::events::Event::DeadLettered {
                     destination: from,
                     dead_letter_queue: to,
@@ -801,13 +800,19 @@ impl QueueActor {
     }
 
     /// Counts a finished move to the dead-letter queue.
-    fn count_move(&mut self, result: Result<Option<i64>, ActorError>, expired: bool) {
+    fn count_move(&mut self, result: Result<Moved, ActorError>, expired: bool) {
         match result {
-            Ok(Some(_)) => {
+            Ok(Moved::Added(_)) => {
                 self.stats.dead_lettered += 1;
                 self.core.count_expired(u64::from(expired));
             }
-            Ok(None) => {}
+            // A dead-letter queue keeps no last values, so none supersedes a dead
+            // letter; were one to, the message is gone from here: counted as dropped.
+            Ok(Moved::Superseded) => {
+                self.stats.discarded += 1;
+                self.core.count_expired(u64::from(expired));
+            }
+            Ok(Moved::Gone) => {}
             Err(e) => {
                 tracing::warn!(queue = %self.core.container, error = %e, "move to the dead-letter queue failed; the message stays in the queue")
             }
@@ -1315,9 +1320,11 @@ impl Handler<TakeMessages> for QueueActor {
     }
 }
 
-/// What became of one taken message: moved or deleted (`Ok(Some(_))`), already gone
-/// (`Ok(None)`), or left in place with the reason (`Err`).
-type TakeOutcome = (Taken, Result<Option<i64>, LeftInPlace>);
+/// What became of one taken message: moved or deleted (`Ok(Moved::Added(_))`; a purge
+/// answers `Added(0)` for each, and counts the page's one delete), dropped by its
+/// last-value target (`Ok(Moved::Superseded)`), already gone (`Ok(Moved::Gone)`), or
+/// left in place with the reason (`Err`).
+type TakeOutcome = (Taken, Result<Moved, LeftInPlace>);
 
 /// Why a message a move, retry or purge took was left in place (the admin API's
 /// `first_failure`).
@@ -1365,11 +1372,15 @@ impl QueueActor {
         let mut gone_ids = Vec::new();
         for (taken, outcome) in outcomes {
             match outcome {
-                Ok(Some(_)) => {
+                Ok(Moved::Added(_)) => {
                     page.taken += 1;
                     gone_ids.push(taken.row.id);
                 }
-                Ok(None) => {
+                Ok(Moved::Superseded) => {
+                    page.superseded += 1;
+                    gone_ids.push(taken.row.id);
+                }
+                Ok(Moved::Gone) => {
                     page.gone += 1;
                     gone_ids.push(taken.row.id);
                 }
@@ -1405,7 +1416,10 @@ async fn delete_taken(
     }
     match store.remove(container, ids).await {
         Ok(n) => (
-            taken.into_iter().map(|t| (t, Ok(Some(0)))).collect(),
+            taken
+                .into_iter()
+                .map(|t| (t, Ok(Moved::Added(0))))
+                .collect(),
             Ok(Some(n)),
         ),
         Err(e) => {
@@ -1418,7 +1432,8 @@ async fn delete_taken(
 
 /// A move page: each taken message to `to`, or to the queue its
 /// `originalDestination` names, through the registry (`route`), one store
-/// transaction each ([`AcceptDeadLetter`]).
+/// transaction each ([`AcceptDeadLetter`]; a last-value queue may answer that it is
+/// superseded there).
 async fn move_taken(
     taken: Vec<Taken>,
     to: Option<DestinationKey>,
@@ -1475,8 +1490,12 @@ fn original_destination(row: &ebb_store::StoredMessage) -> Result<DestinationKey
     })
 }
 
+/// Stores the message (see [`AcceptDeadLetter`]) in its place in publish order. On a
+/// last-value queue the store compares it with the value of its key by arrival
+/// ([`ebb_store::WriteOp::DeadLetter`]): superseded, it takes no place and is counted
+/// `replaced`; added, it replaces the older ones as a publish does.
 impl Handler<AcceptDeadLetter> for QueueActor {
-    type Result = ResponseActFuture<Self, Result<Option<i64>, ActorError>>;
+    type Result = ResponseActFuture<Self, Result<Moved, ActorError>>;
 
     fn handle(&mut self, msg: AcceptDeadLetter, _: &mut Context<Self>) -> Self::Result {
         if self.core.retired {
@@ -1493,18 +1512,19 @@ impl Handler<AcceptDeadLetter> for QueueActor {
             write
                 .into_actor(self)
                 .map(move |result, act, ctx| match result {
-                    Ok(Some(id)) => {
+                    Ok(Moved::Added(id)) => {
                         act.core.counters.enqueued += 1;
                         let stored = TopicMessage {
                             id: Some(id),
                             ..message
                         };
                         act.fill(place, Some(stored), ctx);
-                        Ok(Some(id))
+                        Ok(Moved::Added(id))
                     }
-                    Ok(None) => {
+                    Ok(other) => {
+                        act.stats.replaced += u64::from(other == Moved::Superseded);
                         act.fill(place, None, ctx);
-                        Ok(None)
+                        Ok(other)
                     }
                     Err(e) => {
                         act.fill(place, None, ctx);

@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use ebb_store::{
-    DurableSubscription, MessageStore, NewMessage, SubscriptionKey, WriteOp, WriteOutcome,
+    DurableSubscription, MessageStore, Moved, NewMessage, SubscriptionKey, WriteOp, WriteOutcome,
 };
 use tokio::sync::{oneshot, Semaphore};
 
@@ -747,14 +747,16 @@ impl StoreHandle {
     }
 
     /// [`WriteOp::DeadLetter`]: moves row `id` of `container` to `message` (normally
-    /// on a dead-letter queue); returns the copy's new id, or `None` when the row was
-    /// already gone and nothing was added.
+    /// on a dead-letter queue); returns the copy's new id ([`Moved::Added`]), or why
+    /// there is none: the row was already gone and nothing changed ([`Moved::Gone`]),
+    /// or a message with its last-value key that arrived after it waits where it goes
+    /// and the row was deleted ([`Moved::Superseded`]).
     pub async fn dead_letter(
         &self,
         container: String,
         id: i64,
         message: NewMessage,
-    ) -> Result<Option<i64>, ActorError> {
+    ) -> Result<Moved, ActorError> {
         let op = WriteOp::DeadLetter {
             container,
             id,
@@ -770,7 +772,7 @@ impl StoreHandle {
         container: String,
         id: i64,
         message: NewMessage,
-    ) -> impl Future<Output = Result<Option<i64>, ActorError>> {
+    ) -> impl Future<Output = Result<Moved, ActorError>> {
         let write = self.write_in_order(WriteOp::DeadLetter {
             container,
             id,

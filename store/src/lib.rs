@@ -73,9 +73,12 @@ pub use model::*;
 
 /// The xid prefix of scheduled messages and of messages held back for a later
 /// redelivery (a queue's redelivery back-off). Such a prepared row is a message the
-/// broker has already accepted: unlike a transaction's, its id is its place in arrival
-/// order, so a newer message with its last-value key deletes it
-/// ([`NewMessage::last_value`]) rather than letting it come back later as the newest.
+/// broker has already accepted: unlike a transaction's, it has its place in arrival
+/// order (its id, or its `arrived` column once a redelivery holds it: the release gives
+/// it a new id, not a new arrival), so a newer message with its last-value key deletes
+/// it ([`NewMessage::last_value`]) rather than letting it come back later as the
+/// newest, and a message moved in that arrived before it is superseded
+/// ([`WriteOp::DeadLetter`]).
 pub const SCHEDULED_XID_PREFIX: &str = "sched:";
 
 /// Which database a store runs on.

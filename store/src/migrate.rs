@@ -59,6 +59,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         "commit_mark",
         include_str!("../migrations/sqlite/0010_commit_mark.sql"),
     ),
+    (
+        11,
+        "arrival",
+        include_str!("../migrations/sqlite/0011_arrival.sql"),
+    ),
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -111,6 +116,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         10,
         "commit_mark",
         include_str!("../migrations/postgres/0010_commit_mark.sql"),
+    ),
+    (
+        11,
+        "arrival",
+        include_str!("../migrations/postgres/0011_arrival.sql"),
     ),
 ];
 

@@ -240,7 +240,10 @@ pub enum WriteOp {
     /// With `hold_as`, the row also becomes prepared under that xid: invisible and
     /// held, as a scheduled message (a redelivery that waits, ActiveMQ's
     /// `redeliveryDelay`), until a [`WriteOp::Commit`] of the xid makes it visible
-    /// again with a new, highest id and its count kept.
+    /// again with a new, highest id and its count kept. The row keeps its arrival at
+    /// the broker (its `arrived` column is set to its id if it had none), so the new
+    /// id does not make it newer than messages that arrived while it waited (see
+    /// [`WriteOp::DeadLetter`]).
     Redelivered {
         container: String,
         id: i64,
@@ -287,9 +290,21 @@ pub enum WriteOp {
     /// and built by the caller as the copy ActiveMQ's
     /// `RegionBroker.sendToDeadLetterQueue` sends (expiration 0, `originalExpiration`,
     /// `dlqDeliveryFailureCause`). The outcome is [`WriteOutcome::DeadLettered`]:
-    /// `Some(new id)`, or `None` when the source row was already gone (acked, expired
-    /// or dead-lettered before) and nothing was added, so a message is never
-    /// dead-lettered twice (ActiveMQ keeps an audit for the same purpose).
+    /// [`Moved::Added`] with the new id, or [`Moved::Gone`] when the source row was
+    /// already gone (acked, expired or dead-lettered before) and nothing was added, so
+    /// a message is never dead-lettered twice (ActiveMQ keeps an audit for the same
+    /// purpose). A run of them is answered as one by one would be.
+    ///
+    /// The copy keeps the message's arrival at the broker: the source row's (its
+    /// `arrived` column, or its id when that is NULL; migration 0011), not the new id.
+    /// Store ids are one store-wide sequence given in arrival order, so an arrival is
+    /// an id, and a message keeps its first one through every move (to a dead-letter
+    /// queue, back, between queues). When `message` has a last-value key
+    /// ([`NewMessage::last_value`]) and its container already holds a committed or
+    /// held-back message with that key that arrived after it (a newer value came while
+    /// this one was away), the source row is deleted and the copy is not added:
+    /// [`Moved::Superseded`]. Otherwise the copy replaces the older messages of its key
+    /// as an add does. Both in this op's transaction.
     DeadLetter {
         container: String,
         id: i64,
@@ -349,11 +364,34 @@ pub enum WriteOutcome {
     /// The ids a queue expiry page ([`WriteOp::ExpireQueue`]) deleted, ascending; at
     /// most its `limit`. Also the ids [`WriteOp::Reclaim`] deleted, ascending.
     Removed(Vec<i64>),
-    /// The dead-lettered message's new id ([`WriteOp::DeadLetter`]), or `None` when the
-    /// source row was already gone and nothing was added.
-    DeadLettered(Option<i64>),
+    /// What [`WriteOp::DeadLetter`] did: see [`Moved`].
+    DeadLettered(Moved),
     /// The new id of a [`WriteOp::Repeat`]'s copy, or `None` when its job was gone.
     Repeated(Option<i64>),
+}
+
+/// What a [`WriteOp::DeadLetter`] (a move of one message to another queue) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moved {
+    /// Moved: the source row is deleted and the copy added with this new id.
+    Added(i64),
+    /// The source row is deleted and the copy was not added: its target (a
+    /// last-value queue) holds a message with its last-value key that arrived at the
+    /// broker after it, which it must not replace (see [`WriteOp::DeadLetter`]).
+    Superseded,
+    /// Nothing changed: the source row was gone (acked, expired, moved before) or is
+    /// prepared.
+    Gone,
+}
+
+impl Moved {
+    /// The copy's new id, when it was added.
+    pub fn id(self) -> Option<i64> {
+        match self {
+            Self::Added(id) => Some(id),
+            Self::Superseded | Self::Gone => None,
+        }
+    }
 }
 
 /// Typed answers: each takes the value out of the outcome kind its op answers with
@@ -458,8 +496,8 @@ impl WriteOutcome {
         }
     }
 
-    /// The new id of [`WriteOp::DeadLetter`]'s copy, or `None` when nothing moved.
-    pub fn dead_lettered(self) -> crate::Result<Option<i64>> {
+    /// What [`WriteOp::DeadLetter`] did: its copy's new id, or why there is none.
+    pub fn dead_lettered(self) -> crate::Result<Moved> {
         match self {
             Self::DeadLettered(id) => Ok(id),
             other => Err(other.wrong("DeadLettered")),
@@ -491,7 +529,7 @@ pub struct ExpiredPage {
 
 #[cfg(test)]
 mod tests {
-    use super::WriteOutcome;
+    use super::{Moved, WriteOutcome};
     use crate::StoreError;
 
     #[test]
@@ -499,8 +537,10 @@ mod tests {
         assert_eq!(WriteOutcome::Added(7).added().unwrap(), 7);
         assert_eq!(WriteOutcome::Deleted(2).deleted().unwrap(), 2);
         assert_eq!(
-            WriteOutcome::DeadLettered(None).dead_lettered().unwrap(),
-            None
+            WriteOutcome::DeadLettered(Moved::Gone)
+                .dead_lettered()
+                .unwrap(),
+            Moved::Gone
         );
         let err = WriteOutcome::Deleted(2).added().unwrap_err();
         assert!(

@@ -743,11 +743,26 @@ macro_rules! impl_sql_store {
             }
 
             /// Inserts messages with new ids, in order, in multi-row statements, and adds
-            /// their encoded lengths to `bytes`.
+            /// their encoded lengths to `bytes`. Each new id is its message's arrival.
             async fn insert_messages(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 messages: Vec<$crate::NewMessage>,
+                bytes: &mut i64,
+            ) -> $crate::Result<Vec<i64>> {
+                let messages = messages.into_iter().map(|m| (m, None)).collect();
+                self.insert_arrived(conn, messages, bytes).await
+            }
+
+            /// [`Self::insert_messages`] of messages with their arrival at the broker
+            /// (the `arrived` column, see [`WriteOp::DeadLetter`]): `None` when the new
+            /// id is the arrival.
+            ///
+            /// [`WriteOp::DeadLetter`]: crate::WriteOp::DeadLetter
+            async fn insert_arrived(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                messages: Vec<($crate::NewMessage, Option<i64>)>,
                 bytes: &mut i64,
             ) -> $crate::Result<Vec<i64>> {
                 let mut ids = Vec::with_capacity(messages.len());
@@ -756,23 +771,23 @@ macro_rules! impl_sql_store {
                 while messages.peek().is_some() {
                     let size = $crate::statements::insert_chunk(left);
                     left -= size;
-                    let chunk: Vec<(i64, $crate::NewMessage)> = messages
+                    let chunk: Vec<(i64, $crate::NewMessage, Option<i64>)> = messages
                         .by_ref()
                         .take(size)
-                        .map(|m| (self.next_id(), m))
+                        .map(|(m, arrived)| (self.next_id(), m, arrived))
                         .collect();
-                    ids.extend(chunk.iter().map(|(id, _)| *id));
+                    ids.extend(chunk.iter().map(|(id, ..)| *id));
                     // What the rows with a last-value key replace, once they are in.
                     let keyed: Vec<(String, String, i64)> = chunk
                         .iter()
-                        .filter(|(_, m)| m.xid.is_none())
-                        .filter_map(|(id, m)| {
+                        .filter(|(_, m, _)| m.xid.is_none())
+                        .filter_map(|(id, m, _)| {
                             let key = m.last_value.clone()?;
                             Some((m.container.clone(), key, *id))
                         })
                         .collect();
                     let mut insert = sqlx::QueryBuilder::<$db>::new(&self.sql.insert_messages);
-                    insert.push_values(chunk, |mut row, (id, m)| {
+                    insert.push_values(chunk, |mut row, (id, m, arrived)| {
                         let msg = $crate::encoding::encode(&m.payload);
                         *bytes += msg.len() as i64;
                         let hdrs = $crate::sql::queryable_headers(m.indexed_headers, &m.payload);
@@ -784,7 +799,8 @@ macro_rules! impl_sql_store {
                             .push_bind(m.xid)
                             .push_bind(msg)
                             .push_bind(hdrs)
-                            .push_bind(m.last_value);
+                            .push_bind(m.last_value)
+                            .push_bind(arrived);
                     });
                     insert
                         .build()
@@ -973,45 +989,117 @@ macro_rules! impl_sql_store {
 
             /// A run of [`WriteOp::DeadLetter`](crate::WriteOp::DeadLetter) (at most
             /// [`ID_LIST_MAX`](crate::statements::ID_LIST_MAX) moves `(container, id,
-            /// message)`): one delete per source container, then one multi-row insert
-            /// of the messages whose rows were there, in op order (their new ids follow
-            /// it, as one by one); returns each move's new id, `None` for a row gone or
-            /// prepared (nothing added).
+            /// message)`): one delete per source container, then multi-row inserts of
+            /// the messages whose rows were there, in op order (their new ids follow
+            /// it, as one by one). A message with a last-value key is compared and
+            /// added on its own ([`Self::move_in`]), after the ones before it, so that it
+            /// sees them as one by one would. Returns each move's [`Moved`].
+            ///
+            /// [`Moved`]: crate::Moved
             async fn dead_letter_many(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 moves: Vec<(String, i64, $crate::NewMessage)>,
                 bytes: &mut i64,
-            ) -> $crate::Result<Vec<Option<i64>>> {
+            ) -> $crate::Result<Vec<$crate::Moved>> {
                 let mut by_container: std::collections::BTreeMap<&str, Vec<i64>> =
                     Default::default();
                 for (container, id, _) in &moves {
                     by_container.entry(container.as_str()).or_default().push(*id);
                 }
-                let mut removed = std::collections::HashSet::new();
+                // (container, id) → the removed row's arrival.
+                let mut removed = std::collections::HashMap::new();
                 for (container, ids) in by_container {
-                    let rows: Vec<(i64, i64)> = sqlx::query_as(&self.sql.remove_ids)
+                    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(&self.sql.remove_ids)
                         .bind(container)
                         .bind(<$db as $crate::sql::IdList>::id_list(&ids))
                         .fetch_all(&mut *conn)
                         .await
                         .map_err($crate::error::db("dead-letter messages"))?;
-                    let (ids, lengths): (Vec<i64>, Vec<i64>) = rows.into_iter().unzip();
+                    let lengths = rows.iter().map(|(_, length, _)| *length).collect();
                     $crate::sql::deleted(lengths, bytes);
-                    removed.extend(ids.into_iter().map(|id| (container.to_string(), id)));
+                    removed.extend(
+                        rows.into_iter()
+                            .map(|(id, _, arrival)| ((container.to_string(), id), arrival)),
+                    );
                 }
                 let mut moved = Vec::with_capacity(moves.len());
+                // Messages without a key waiting for one multi-row insert: (their
+                // place in `moved`, message, arrival).
                 let mut adds = Vec::new();
                 for (container, id, message) in moves {
                     // A row named twice moves once (the first move), as one by one.
-                    let there = removed.remove(&(container, id));
-                    moved.push(there);
-                    if there {
-                        adds.push(message);
+                    let Some(arrival) = removed.remove(&(container, id)) else {
+                        moved.push($crate::Moved::Gone);
+                        continue;
+                    };
+                    if message.last_value.is_some() && message.xid.is_none() {
+                        self.add_moved(conn, std::mem::take(&mut adds), &mut moved, bytes)
+                            .await?;
+                        moved.push(self.move_in(conn, message, arrival, bytes).await?);
+                    } else {
+                        adds.push((moved.len(), message, arrival));
+                        moved.push($crate::Moved::Gone);
                     }
                 }
-                let mut ids = self.insert_messages(conn, adds, bytes).await?.into_iter();
-                Ok(moved.into_iter().map(|there| if there { ids.next() } else { None }).collect())
+                self.add_moved(conn, adds, &mut moved, bytes).await?;
+                Ok(moved)
+            }
+
+            /// Inserts moved messages without a last-value key `(place in moved,
+            /// message, arrival)` in multi-row statements, and records their new ids
+            /// in `moved`.
+            async fn add_moved(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                adds: Vec<(usize, $crate::NewMessage, i64)>,
+                moved: &mut [$crate::Moved],
+                bytes: &mut i64,
+            ) -> $crate::Result<()> {
+                if adds.is_empty() {
+                    return Ok(());
+                }
+                let places: Vec<usize> = adds.iter().map(|(at, ..)| *at).collect();
+                let messages = adds
+                    .into_iter()
+                    .map(|(_, m, arrival)| (m, Some(arrival)))
+                    .collect();
+                let ids = self.insert_arrived(conn, messages, bytes).await?;
+                for (at, id) in places.into_iter().zip(ids) {
+                    moved[at] = $crate::Moved::Added(id);
+                }
+                Ok(())
+            }
+
+            /// Adds `message`, moved from another queue (its row there deleted in this
+            /// transaction), with its arrival `arrival`; but not when it has a last-value
+            /// key and its container holds a committed or held-back message with that
+            /// key that arrived after it (one read, `LIMIT 1`, by `msgs_lvidx`): a
+            /// newer value came while it was away, and it must not replace it
+            /// ([`WriteOp::DeadLetter`](crate::WriteOp::DeadLetter)).
+            async fn move_in(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                message: $crate::NewMessage,
+                arrival: i64,
+                bytes: &mut i64,
+            ) -> $crate::Result<$crate::Moved> {
+                if let (Some(key), None) = (&message.last_value, &message.xid) {
+                    let newer: Option<i64> = sqlx::query_scalar(&self.sql.newer_last_value)
+                        .bind(&message.container)
+                        .bind(key)
+                        .bind(arrival)
+                        .fetch_optional(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("compare last values"))?;
+                    if newer.is_some() {
+                        return Ok($crate::Moved::Superseded);
+                    }
+                }
+                let ids = self
+                    .insert_arrived(conn, vec![(message, Some(arrival))], bytes)
+                    .await?;
+                Ok($crate::Moved::Added(ids[0]))
             }
 
             /// Whether the next op of a write is a failed-delivery count of `container`.
@@ -1584,8 +1672,6 @@ macro_rules! impl_sql_store {
                 Ok(ids)
             }
 
-            /// [`WriteOp::DeadLetter`](crate::WriteOp::DeadLetter): returns the moved
-            /// message's new id, or `None` when row `id` was gone (nothing added).
             /// [`WriteOp::Repeat`](crate::WriteOp::Repeat): the job's rows move to
             /// `next_xid`; only if there were any, `copy` is added (its new id).
             async fn repeat(
@@ -1608,6 +1694,8 @@ macro_rules! impl_sql_store {
                 Ok(Some(self.insert_messages(conn, vec![copy], bytes).await?[0]))
             }
 
+            /// [`WriteOp::DeadLetter`](crate::WriteOp::DeadLetter): what became of row
+            /// `id` of `container` and its copy `message` (see [`Self::move_in`]).
             async fn dead_letter(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
@@ -1615,19 +1703,20 @@ macro_rules! impl_sql_store {
                 id: i64,
                 message: $crate::NewMessage,
                 bytes: &mut i64,
-            ) -> $crate::Result<Option<i64>> {
-                // The one-id remove statement: only a row that is still there, and not
-                // prepared, is moved.
-                let lengths: Vec<i64> = sqlx::query_scalar(&self.sql.remove)
+            ) -> $crate::Result<$crate::Moved> {
+                // The remove statement with one id: only a row that is still there, and
+                // not prepared, is moved; it returns the row's arrival.
+                let rows: Vec<(i64, i64, i64)> = sqlx::query_as(&self.sql.remove_ids)
                     .bind(container)
                     .bind(<$db as $crate::sql::IdList>::id_list(&[id]))
                     .fetch_all(&mut *conn)
                     .await
                     .map_err($crate::error::db("dead-letter message"))?;
-                if $crate::sql::deleted(lengths, bytes) == 0 {
-                    return Ok(None);
-                }
-                Ok(Some(self.insert_messages(conn, vec![message], bytes).await?[0]))
+                let Some(&(_, length, arrival)) = rows.first() else {
+                    return Ok($crate::Moved::Gone);
+                };
+                $crate::sql::deleted(vec![length], bytes);
+                self.move_in(conn, message, arrival, bytes).await
             }
         }
 

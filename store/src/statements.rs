@@ -14,7 +14,7 @@ use crate::Backend;
 /// Rows the mark advance looks at per statement (individual acks above the mark).
 pub const ADVANCE_WINDOW: i64 = 512;
 
-/// Most messages per multi-row `INSERT` (9 parameters each: SQLite allows 32,766).
+/// Most messages per multi-row `INSERT` (10 parameters each: SQLite allows 32,766).
 pub const INSERT_BATCH: usize = 256;
 
 /// How many of `left` messages (more than 0) the next multi-row `INSERT` takes: the
@@ -96,11 +96,18 @@ pub(crate) struct Statements {
     pub renumber_many: String,
     /// deletes the rows of container `$1` with last-value key `$2` and an id below `$3`
     /// (what a newer row with that key replaces) that are committed or held back
-    /// ([`crate::SCHEDULED_XID_PREFIX`]: a message already accepted, whose id is its
-    /// place in arrival order), never a transaction's, at most `$4` of them
+    /// ([`crate::SCHEDULED_XID_PREFIX`]: a message already accepted, which arrived
+    /// before the newer row), never a transaction's, at most `$4` of them
     /// (by the rule itself there is at most one, plus the batch's own older rows);
     /// returns each one's `msg` length
     pub replace_last_values: String,
+    /// one row (its id) of container `$1` with last-value key `$2` that arrived after
+    /// `$3` (its `COALESCE(arrived, id)`, see migration 0011) and is committed or held
+    /// back ([`crate::SCHEDULED_XID_PREFIX`]), `LIMIT 1`: whether a message of that
+    /// arrival moved into the container is superseded. One range of `msgs_lvidx`
+    /// `(container, lvkey)`, which by the last-value rule holds one such row at most
+    /// (plus a transaction's, which the filter skips)
+    pub newer_last_value: String,
     /// the prepared rows of xid `$1` move to xid `$2` (a repeating job's next due
     /// time), by `msgs_xidx`
     pub move_prepared: String,
@@ -118,8 +125,8 @@ pub(crate) struct Statements {
     /// queue ack: delete the rows of id list `$2` ([`ID_LIST_MAX`]) of container `$1`
     /// that are not prepared; returns each deleted row's `msg` length
     pub remove: String,
-    /// [`Self::remove`] returning `(id, msg length)` of each deleted row (a run of
-    /// moves to dead-letter queues)
+    /// [`Self::remove`] returning `(id, msg length, arrival)` of each deleted row (a
+    /// move to another queue: the copy keeps the arrival, `COALESCE(arrived, id)`)
     pub remove_ids: String,
     /// topic expiry: delete the rows of id list `$2` of container `$1` (not prepared)
     /// that every durable subscription of the container is done with (at or below the
@@ -130,11 +137,14 @@ pub(crate) struct Statements {
     /// subscription), by `indacks_midx`
     pub delete_message_indacks: String,
     /// a queue message's failed deliveries: row `$2` of container `$1` (not prepared)
-    /// gets count `$3`, and xid `$4` (NULL: stays visible; else held prepared)
+    /// gets count `$3`, and xid `$4` (NULL: stays visible; else held prepared); its
+    /// arrival is written out (`arrived = COALESCE(arrived, id)`), so the new id the
+    /// release of a held row gives it does not make it newer than it is
     pub redelivered: String,
     /// a run of [`Self::redelivered`]: the rows of list `$2` (a JSON array of `[id,
     /// count, xid or null]`, [`ID_LIST_MAX`] entries) of container `$1` (not prepared)
-    /// get their counts and xids; returns the id of each row changed. The container is
+    /// get their counts and xids, and their arrivals written out (as
+    /// [`Self::redelivered`]); returns the id of each row changed. The container is
     /// compared as an expression (`+container`, `container || ''`), so that no plan
     /// reads the container's rows by its index and joins: each listed row is one probe
     /// of the primary key, whatever the statistics say of the container
@@ -546,7 +556,7 @@ impl Statements {
             prefix: p.to_string(),
             backend,
             insert_messages: format!(
-                "INSERT INTO {p}msgs (id, container, msgid, expiration, priority, xid, msg, hdrs, lvkey) "
+                "INSERT INTO {p}msgs (id, container, msgid, expiration, priority, xid, msg, hdrs, lvkey, arrived) "
             ),
             max_message_id: format!("SELECT MAX(id) FROM {p}msgs"),
             prepared_ids: format!("SELECT id FROM {p}msgs WHERE xid = $1 ORDER BY id LIMIT $2"),
@@ -580,6 +590,13 @@ impl Statements {
                 sl = crate::SCHEDULED_XID_PREFIX.len(),
                 sched = crate::SCHEDULED_XID_PREFIX,
             ),
+            newer_last_value: format!(
+                "SELECT id FROM {p}msgs WHERE container = $1 AND lvkey = $2 \
+                 AND COALESCE(arrived, id) > $3 \
+                 AND (xid IS NULL OR substr(xid, 1, {sl}) = '{sched}') LIMIT 1",
+                sl = crate::SCHEDULED_XID_PREFIX.len(),
+                sched = crate::SCHEDULED_XID_PREFIX,
+            ),
             delete_prepared: format!(
                 "DELETE FROM {p}msgs WHERE id IN (SELECT id FROM {p}msgs WHERE xid = $1 LIMIT $2) \
                  RETURNING {MSG_LENGTH}"
@@ -597,23 +614,25 @@ impl Statements {
             ),
             remove_ids: format!(
                 "DELETE FROM {p}msgs WHERE container = $1 AND xid IS NULL AND {} \
-                 RETURNING id, {MSG_LENGTH}",
+                 RETURNING id, {MSG_LENGTH}, COALESCE(arrived, id)",
                 in_list(backend, "id", "$2")
             ),
             redelivered: format!(
-                "UPDATE {p}msgs SET redeliveries = $3, xid = $4 \
+                "UPDATE {p}msgs SET redeliveries = $3, xid = $4, arrived = COALESCE(arrived, id) \
                  WHERE container = $1 AND id = $2 AND xid IS NULL"
             ),
             redelivered_many: match backend {
                 Backend::Sqlite => format!(
                     "UPDATE {p}msgs SET redeliveries = json_extract(r.value, '$[1]'), \
-                       xid = json_extract(r.value, '$[2]') \
+                       xid = json_extract(r.value, '$[2]'), \
+                       arrived = COALESCE({p}msgs.arrived, {p}msgs.id) \
                      FROM json_each($2) r WHERE +{p}msgs.container = $1 \
                        AND {p}msgs.id = json_extract(r.value, '$[0]') AND {p}msgs.xid IS NULL \
                      RETURNING {p}msgs.id"
                 ),
                 Backend::Postgres => format!(
-                    "UPDATE {p}msgs m SET redeliveries = (r.v->>1)::int, xid = r.v->>2 \
+                    "UPDATE {p}msgs m SET redeliveries = (r.v->>1)::int, xid = r.v->>2, \
+                       arrived = COALESCE(m.arrived, m.id) \
                      FROM jsonb_array_elements($2::jsonb) r(v) WHERE m.container || '' = $1 \
                        AND m.id = (r.v->>0)::bigint AND m.xid IS NULL \
                      RETURNING m.id"
@@ -943,6 +962,7 @@ mod tests {
             &s.prepared_ids,
             &s.prepared_ids_many,
             &s.replace_last_values,
+            &s.newer_last_value,
             &s.cleanup[0],
             &s.cleanup[1],
             &s.delete_prepared,

@@ -290,6 +290,113 @@ async fn a_held_back_value_never_replaces_a_newer_one(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// The dead-letter queue of `Q`.
+const DLQ: &str = "queue://DLQ.prices";
+
+/// A last-value queue whose first failed delivery goes to the dead-letter queue.
+fn dead_letter_policy() -> Policy {
+    Policy {
+        maximum_redeliveries: 0,
+        ..quiet_policy()
+    }
+}
+
+/// The bodies stored for `container`, in store order.
+async fn stored_in(b: &Broker, container: &str) -> Vec<String> {
+    b.browse(container, 0, 1_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| String::from_utf8(m.body.to_vec()).unwrap())
+        .collect()
+}
+
+/// Takes `Q`'s next value with a consumer of its own and NACKs it: with
+/// [`dead_letter_policy`] it is in the dead-letter queue when the NACK is answered.
+async fn dead_letter_one(b: &Broker, expected: &str) {
+    nack_one(b, expected).await;
+    assert_eq!(stored(b).await, Vec::<String>::new());
+    assert_eq!(stored_in(b, DLQ).await, [expected]);
+}
+
+/// Every message of the dead-letter queue back to its `originalDestination` (the
+/// admin API's `move` without `to`).
+async fn retry_all(b: &Broker) -> ebb::admin::TakeReport {
+    b.move_messages(DLQ, None, Selection::All { after: 0 }, 10)
+        .await
+        .unwrap()
+}
+
+/// A value dead-lettered before a newer one with its key arrived, moved back from the
+/// dead-letter queue afterwards, is dropped there (superseded) instead of replacing
+/// the newer one: the move compares with what arrived meanwhile, by arrival at the
+/// broker, in the store transaction of the move; the report says why it did not move.
+async fn a_value_moved_back_after_a_newer_one_arrived_is_superseded(t: TestStore) {
+    let b = lvq_broker(&t, dead_letter_policy()).await;
+    b.send(Q, price("EURUSD", "v1", true)).await.unwrap();
+    dead_letter_one(&b, "v1").await;
+    b.send(Q, price("EURUSD", "v2", true)).await.unwrap();
+    let report = retry_all(&b).await;
+    assert_eq!(stored(&b).await, ["v2"], "v1 replaced the newer v2");
+    assert_eq!(
+        (report.superseded, report.taken, report.failed, report.gone),
+        (1, 0, 0, 0),
+        "{report:?}"
+    );
+    assert_eq!(stored_in(&b, DLQ).await, Vec::<String>::new());
+    let mut sub = b.subscribe(Q, client_ack()).await.unwrap();
+    let m = next(&mut sub).await;
+    assert_eq!(body(&m), "v2");
+    sub.ack(&m).await.unwrap();
+    assert!(quiet(&mut sub).await.is_none(), "v1 came back");
+    let stats = wait_for_queue(&b, Q, |s| s.in_flight == 0).await;
+    assert_eq!(stats.replaced, 1, "v1, superseded: {stats:?}");
+    drop(sub);
+    wait_rows(&b, Q, 0).await;
+    b.shutdown().await.unwrap();
+}
+
+/// A value moved back with nothing newer of its key waiting is the queue's value.
+/// Its arrival goes with it through every move: dead-lettered again, it is older than
+/// a value sent to another queue after its first arrival and moved in later, so it
+/// does not replace that one.
+async fn a_value_moved_back_with_nothing_newer_is_the_last_value(t: TestStore) {
+    let b = lvq_broker(&t, dead_letter_policy()).await;
+    b.send(Q, price("EURUSD", "v1", true)).await.unwrap();
+    dead_letter_one(&b, "v1").await;
+    // Sent after v1 arrived, to an ordinary queue.
+    b.send("queue://plain", price("EURUSD", "w", true))
+        .await
+        .unwrap();
+    let report = retry_all(&b).await;
+    assert_eq!(
+        (report.taken, report.superseded, report.failed),
+        (1, 0, 0),
+        "{report:?}"
+    );
+    assert_eq!(stored(&b).await, ["v1"]);
+
+    // A second round trip: v1 keeps its first arrival, so `w`, moved in from the
+    // ordinary queue, is newer.
+    dead_letter_one(&b, "v1").await;
+    let to = ebb::DestinationKey::parse(Q).unwrap();
+    let moved = b
+        .move_messages("queue://plain", Some(to), Selection::All { after: 0 }, 10)
+        .await
+        .unwrap();
+    assert_eq!(moved.taken, 1, "{moved:?}");
+    assert_eq!(stored(&b).await, ["w"]);
+    let report = retry_all(&b).await;
+    assert_eq!(stored(&b).await, ["w"], "v1 replaced the newer w");
+    assert_eq!(
+        (report.taken, report.superseded, report.failed),
+        (0, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(stored_in(&b, DLQ).await, Vec::<String>::new());
+    b.shutdown().await.unwrap();
+}
+
 fn client_ack() -> SubscribeOptions {
     SubscribeOptions::non_durable().ack(AckMode::Client)
 }
@@ -440,6 +547,8 @@ on_every_backend!(
     a_paged_backlog_keeps_the_last_values_across_a_restart,
     a_replaced_message_in_flight_is_not_redelivered,
     a_held_back_value_never_replaces_a_newer_one,
+    a_value_moved_back_after_a_newer_one_arrived_is_superseded,
+    a_value_moved_back_with_nothing_newer_is_the_last_value,
     expiry_and_selectors_work_as_on_a_queue,
     stomp_sends_replace_at_commit,
     the_admin_api_serves_the_kind,

@@ -13,7 +13,11 @@
 //! it never comes back later as the newest. "Newer" is arrival order at the broker (a
 //! transaction's message arrives at its commit). Messages without the header are kept as on a
 //! queue. A message moved in by an operator (or retried from a dead-letter queue)
-//! replaces by its key as a sent one does.
+//! keeps its arrival at the broker through every move, and the move's store
+//! transaction compares it with the stored value of its key (committed, or held back):
+//! if that one arrived after it, the moved one is dropped (superseded, counted
+//! `replaced`, and reported by the move); otherwise it replaces by its key as a sent
+//! one does ([`ebb_store::WriteOp::DeadLetter`]).
 
 use super::{Capabilities, KindActor, KindSpec};
 

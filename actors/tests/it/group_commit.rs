@@ -155,7 +155,10 @@ async fn every_typed_write_answers_its_own_value(t: TestStore) {
     );
     let after = store.stats().snapshot();
 
-    let (late, moved) = (late.unwrap(), moved.unwrap().expect("q3 was there to move"));
+    let (late, moved) = (
+        late.unwrap(),
+        moved.unwrap().id().expect("q3 was there to move"),
+    );
     assert!(late > queue[3] && moved > late, "{late} {moved}");
     assert_eq!(acked.unwrap(), 2);
     assert!(up_to.unwrap(), "the mark moves to {}", topic[2]);
@@ -169,7 +172,11 @@ async fn every_typed_write_answers_its_own_value(t: TestStore) {
     assert_eq!(abandoned.unwrap(), 1);
     assert_eq!(removed.unwrap(), 1);
     assert_eq!(expired.unwrap(), vec![queue[0], queue[1]]);
-    assert_eq!(not_moved.unwrap(), None, "q2 was removed before");
+    assert_eq!(
+        not_moved.unwrap(),
+        ebb_store::Moved::Gone,
+        "q2 was removed before"
+    );
     assert_eq!(
         cleaned.unwrap(),
         (3, topic[2]),

@@ -3,10 +3,13 @@
 //! same store transaction, on every path that commits a message (an add, a batch of
 //! adds, a prepared transaction's commit) and with [`WriteOp::ReplaceLastValue`]; the
 //! stored bytes follow; other keys, other containers, prepared rows and rows without
-//! a key are left alone; and what is replaced stays replaced after a reopen.
+//! a key are left alone; and what is replaced stays replaced after a reopen. A message
+//! moved in from another queue ([`WriteOp::DeadLetter`]) keeps its arrival at the
+//! broker through every move, and is dropped ([`Moved::Superseded`]) instead of
+//! replacing a message with its key that arrived after it: one by one and in a run.
 
 use ebb_store::test_util::{message, on_every_backend, prepared, Raw, TestStore};
-use ebb_store::{MessageStore, MessageStoreExt, NewMessage, WriteOp, WriteOutcome};
+use ebb_store::{MessageStore, MessageStoreExt, Moved, NewMessage, WriteOp, WriteOutcome};
 
 const Q: &str = "lvq://prices";
 const OTHER: &str = "lvq://other";
@@ -151,8 +154,215 @@ async fn a_message_that_is_not_stored_replaces_by_an_op(t: TestStore) {
     assert_eq!(bodies(&*store, Q).await, ["aapl 1", "ibm in tx"]);
 }
 
+const PLAIN: &str = "queue://plain";
+const DLQ: &str = "queue://DLQ.prices";
+
+/// Row `id` of `from` moves to `to` as `body`, with last-value key `key` there.
+fn move_op(from: &str, id: i64, to: &str, body: &str, key: Option<&str>) -> WriteOp {
+    WriteOp::DeadLetter {
+        container: from.into(),
+        id,
+        message: keyed(to, body, key),
+    }
+}
+
+async fn move_one(store: &dyn MessageStore, op: WriteOp) -> Moved {
+    match store.write_one(op).await.unwrap() {
+        WriteOutcome::DeadLettered(moved) => moved,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The ids waiting on `container`, in id order.
+async fn ids(store: &dyn MessageStore, container: &str) -> Vec<i64> {
+    let rows = store.browse(container, 0, 1_000).await.unwrap();
+    rows.iter().map(|m| m.id).collect()
+}
+
+async fn a_message_moved_in_never_replaces_one_that_arrived_after_it(t: TestStore) {
+    let store = t.open().await;
+    let mut raw = Raw::connect(&t).await;
+    // v1 arrives, and goes to the dead-letter queue (no key there).
+    let v1 = store
+        .add_messages(vec![keyed(Q, "v1", Some("IBM"))])
+        .await
+        .unwrap()[0];
+    let Moved::Added(dead) = move_one(&*store, move_op(Q, v1, DLQ, "v1", None)).await else {
+        panic!("not moved")
+    };
+    // v2 arrives; v1 comes back: superseded, its dead-letter row deleted.
+    store
+        .add_messages(vec![keyed(Q, "v2", Some("IBM"))])
+        .await
+        .unwrap();
+    let back = move_one(&*store, move_op(DLQ, dead, Q, "v1", Some("IBM"))).await;
+    assert_eq!(back, Moved::Superseded);
+    assert_eq!(bodies(&*store, Q).await, ["v2"]);
+    assert_eq!(bodies(&*store, DLQ).await, Vec::<String>::new());
+    assert_eq!(store.stored_bytes(), raw.stored_bytes().await);
+    // Gone is gone.
+    let again = move_one(&*store, move_op(DLQ, dead, Q, "v1", Some("IBM"))).await;
+    assert_eq!(again, Moved::Gone);
+
+    // Nothing newer: it comes back, replacing an older value. Its arrival goes with
+    // it through a second round trip: `w`, sent to another queue after it arrived and
+    // moved in later, is newer.
+    let [a1, w] = store
+        .add_messages(vec![keyed(Q, "a1", Some("AAPL")), keyed(PLAIN, "w", None)])
+        .await
+        .unwrap()[..]
+    else {
+        panic!()
+    };
+    let Moved::Added(dead) = move_one(&*store, move_op(Q, a1, DLQ, "a1", None)).await else {
+        panic!("not moved")
+    };
+    let Moved::Added(a1) = move_one(&*store, move_op(DLQ, dead, Q, "a1", Some("AAPL"))).await
+    else {
+        panic!("superseded with nothing newer")
+    };
+    assert_eq!(bodies(&*store, Q).await, ["v2", "a1"]);
+    let Moved::Added(dead) = move_one(&*store, move_op(Q, a1, DLQ, "a1", None)).await else {
+        panic!("not moved")
+    };
+    let Moved::Added(_) = move_one(&*store, move_op(PLAIN, w, Q, "w", Some("AAPL"))).await else {
+        panic!("w superseded")
+    };
+    let back = move_one(&*store, move_op(DLQ, dead, Q, "a1", Some("AAPL"))).await;
+    assert_eq!(back, Moved::Superseded, "a1 kept no arrival of its own");
+    assert_eq!(bodies(&*store, Q).await, ["v2", "w"]);
+    assert_eq!(store.stored_bytes(), raw.stored_bytes().await);
+
+    // Arrivals are stored: they hold after a reopen.
+    let older = store
+        .add_messages(vec![keyed(PLAIN, "older", None)])
+        .await
+        .unwrap()[0];
+    let newer = store
+        .add_messages(vec![keyed(PLAIN, "newer", None)])
+        .await
+        .unwrap()[0];
+    let Moved::Added(newer) = move_one(&*store, move_op(PLAIN, newer, DLQ, "newer", None)).await
+    else {
+        panic!("not moved")
+    };
+    drop(store);
+    let store = t.open().await;
+    let Moved::Added(_) = move_one(&*store, move_op(DLQ, newer, Q, "newer", Some("MSFT"))).await
+    else {
+        panic!("newer superseded")
+    };
+    let back = move_one(&*store, move_op(PLAIN, older, Q, "older", Some("MSFT"))).await;
+    assert_eq!(back, Moved::Superseded);
+    assert_eq!(bodies(&*store, Q).await, ["v2", "w", "newer"]);
+}
+
+/// In one write, a run of moves is answered as one by one: each sees the moves before
+/// it. A message held back for a redelivery counts as arrived when it first arrived,
+/// also once its release gives it a new id.
+async fn moves_in_a_run_and_held_back_messages_compare_arrivals(t: TestStore) {
+    let store = t.open().await;
+    let mut raw = Raw::connect(&t).await;
+    let plain = store
+        .add_messages(vec![
+            keyed(PLAIN, "k1 old", None),
+            keyed(PLAIN, "k1 new", None),
+            keyed(PLAIN, "k2 old", None),
+            keyed(PLAIN, "k2 new", None),
+            keyed(PLAIN, "no key", None),
+        ])
+        .await
+        .unwrap();
+    let outcomes = store
+        .write(vec![
+            // The newer first: the older one after it is superseded.
+            move_op(PLAIN, plain[1], Q, "k1 new", Some("K1")),
+            move_op(PLAIN, plain[4], Q, "no key", None),
+            move_op(PLAIN, plain[0], Q, "k1 old", Some("K1")),
+            // The older first: the newer one replaces it.
+            move_op(PLAIN, plain[2], Q, "k2 old", Some("K2")),
+            move_op(PLAIN, plain[3], Q, "k2 new", Some("K2")),
+            // Named twice: moved once.
+            move_op(PLAIN, plain[3], Q, "k2 new", Some("K2")),
+        ])
+        .await
+        .unwrap();
+    let moved: Vec<Moved> = outcomes
+        .into_iter()
+        .map(|o| match o {
+            WriteOutcome::DeadLettered(moved) => moved,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(
+        matches!(
+            moved[..],
+            [
+                Moved::Added(a),
+                Moved::Added(b),
+                Moved::Superseded,
+                Moved::Added(c),
+                Moved::Added(d),
+                Moved::Gone
+            ] if a < b && b < c && c < d
+        ),
+        "{moved:?}"
+    );
+    assert_eq!(bodies(&*store, Q).await, ["k1 new", "no key", "k2 new"]);
+    assert_eq!(store.stored_bytes(), raw.stored_bytes().await);
+
+    // Held back (a redelivery's back-off): its first arrival counts, before and after
+    // its release.
+    let [before, h, between] = store
+        .add_messages(vec![
+            keyed(PLAIN, "before", None),
+            keyed(Q, "h", Some("H")),
+            keyed(PLAIN, "between", None),
+        ])
+        .await
+        .unwrap()[..]
+    else {
+        panic!()
+    };
+    store
+        .write_one(WriteOp::Redelivered {
+            container: Q.into(),
+            id: h,
+            count: 1,
+            hold_as: Some(format!("{}1:held", ebb_store::SCHEDULED_XID_PREFIX)),
+        })
+        .await
+        .unwrap();
+    let back = move_one(&*store, move_op(PLAIN, before, Q, "before", Some("H"))).await;
+    assert_eq!(back, Moved::Superseded, "the held-back h arrived after it");
+    let released = store
+        .write_one(WriteOp::Commit {
+            xid: format!("{}1:held", ebb_store::SCHEDULED_XID_PREFIX),
+        })
+        .await
+        .unwrap();
+    let WriteOutcome::Committed(renumbered) = released else {
+        panic!("{released:?}")
+    };
+    assert!(renumbered[0].1 > between, "{renumbered:?}");
+    // Released with a new id, h still arrived before `between`.
+    let Moved::Added(last) =
+        move_one(&*store, move_op(PLAIN, between, Q, "between", Some("H"))).await
+    else {
+        panic!("between superseded by h's new id")
+    };
+    assert_eq!(ids(&*store, Q).await.last(), Some(&last));
+    assert_eq!(
+        bodies(&*store, Q).await,
+        ["k1 new", "no key", "k2 new", "between"]
+    );
+    assert_eq!(store.stored_bytes(), raw.stored_bytes().await);
+}
+
 on_every_backend!(
     a_newer_message_replaces_the_older_with_its_key,
     a_transaction_replaces_when_it_commits,
     a_message_that_is_not_stored_replaces_by_an_op,
+    a_message_moved_in_never_replaces_one_that_arrived_after_it,
+    moves_in_a_run_and_held_back_messages_compare_arrivals,
 );

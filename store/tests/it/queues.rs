@@ -9,7 +9,7 @@ use std::sync::Arc;
 use ebb_store::test_util::{
     message, message_p, now_ms, on_every_backend, prepared, TestStore, EXPIRED,
 };
-use ebb_store::{MessageStore, MessageStoreExt, NewMessage, Payload, WriteOp, WriteOutcome};
+use ebb_store::{MessageStore, MessageStoreExt, Moved, NewMessage, Payload, WriteOp, WriteOutcome};
 
 const Q: &str = "queue://orders";
 const DLQ: &str = "queue://DLQ.orders";
@@ -53,7 +53,7 @@ async fn dead_letter(store: &dyn MessageStore, id: i64, message: NewMessage) -> 
         .await
         .unwrap()
     {
-        WriteOutcome::DeadLettered(new) => new,
+        WriteOutcome::DeadLettered(moved) => moved.id(),
         other => panic!("{other:?}"),
     }
 }
@@ -289,7 +289,8 @@ async fn dead_letter_moves_a_message_once(t: TestStore) {
         ])
         .await
         .unwrap();
-    let (WriteOutcome::DeadLettered(Some(moved)), WriteOutcome::Added(added)) = (&out[0], &out[1])
+    let (WriteOutcome::DeadLettered(Moved::Added(moved)), WriteOutcome::Added(added)) =
+        (&out[0], &out[1])
     else {
         panic!("{out:?}")
     };

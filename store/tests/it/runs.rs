@@ -279,7 +279,7 @@ async fn a_run_of_dead_letter_moves_answers_as_one_by_one(t: TestStore) {
     let moved: Vec<Option<i64>> = outcomes
         .into_iter()
         .map(|o| match o {
-            WriteOutcome::DeadLettered(new) => new,
+            WriteOutcome::DeadLettered(moved) => moved.id(),
             other => panic!("{other:?}"),
         })
         .collect();

@@ -86,7 +86,10 @@ async fn stored_bytes_follows_every_add_and_delete(t: TestStore) {
         },
     )
     .await;
-    assert!(matches!(moved, WriteOutcome::DeadLettered(Some(_))));
+    assert!(matches!(
+        moved,
+        WriteOutcome::DeadLettered(ebb_store::Moved::Added(_))
+    ));
     same!("dead letter");
 
     // Topic cleanup after a durable subscription acked everything.

@@ -1,0 +1,12 @@
+-- A message's arrival at the broker, when it is not the row's own id: the store id
+-- the message was given when it first arrived (a SEND, or a transaction's COMMIT).
+-- Ids are one store-wide sequence in arrival order, so an id is an arrival; but a move
+-- to another queue (to a dead-letter queue, back from it, an operator's move) and the
+-- release of a redelivery held back give the row a new id. The row keeps its first
+-- arrival here, so that a last-value queue compares arrivals, not ids, when a message
+-- comes back: one that arrived before the value waiting for its key is dropped instead
+-- of replacing it (`WriteOp::DeadLetter`). NULL: the row's id is its arrival (every
+-- row written before this migration, and every row that has not moved). Nullable,
+-- without a default: adding the column rewrites no row, and no index is needed (the
+-- comparison reads the one row of a key by `msgs_lvidx`).
+ALTER TABLE {p}msgs ADD COLUMN arrived BIGINT;
