@@ -11,11 +11,13 @@
 //! and have no dead-letter queue.
 //!
 //! Cost of one call: one message to the registry per [`STATS_PAGE`] running
-//! destinations, then, for each destination in turn, one message to its actor and one
-//! `COUNT` of its rows in the store (a single-row answer; the statement walks the
-//! `(container, id)` index, so its time grows with the destination's backlog).
-//! Destinations are asked one after the other, so a stats call never holds more than
-//! one pool connection. Every running destination is read: none is left out of the
+//! destinations, then, for each destination in turn, one message to its actor and its
+//! committed rows from the store: kept from the last `COUNT` while nothing was written
+//! to it since ([`ebb_store::MessageStore::count_committed`]), else one `COUNT` (a
+//! single-row answer; the statement walks the `(container, id)` index, so its time
+//! grows with the destination's backlog). So an idle broker's reading runs no store
+//! statement. Destinations are asked one after the other, so a stats call never holds
+//! more than one pool connection. Every running destination is read: none is left out of the
 //! totals, however many there are (the answer's size grows with them, about 200 bytes
 //! and the name per destination).
 

@@ -51,6 +51,7 @@
 //!    no statistics (autovacuum off, or bulk-loaded before autoanalyze) or stale ones
 //!    gets the same plan ([`statements`] has the notes and the figures).
 
+mod counts;
 pub mod detached;
 pub mod encoding;
 mod error;
@@ -277,6 +278,7 @@ pub struct ReadStats {
     write_transactions: AtomicU64,
     write_ops: AtomicU64,
     in_doubt_commits: AtomicU64,
+    committed_counts: AtomicU64,
 }
 
 /// A copy of [`ReadStats`] at one moment.
@@ -296,6 +298,9 @@ pub struct StatsSnapshot {
     /// Commits whose answer was lost (the connection broke) and that were found
     /// committed, by their rows or by the commit mark, so answered as committed.
     pub in_doubt_commits: u64,
+    /// `COUNT` statements run by [`MessageStore::count_committed`] (a count kept since
+    /// the container's last write runs none).
+    pub committed_counts: u64,
 }
 
 impl ReadStats {
@@ -312,6 +317,10 @@ impl ReadStats {
         self.in_doubt_commits.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn counted_committed(&self) {
+        self.committed_counts.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn committed(&self, ops: u64) {
         self.write_transactions.fetch_add(1, Ordering::Relaxed);
         self.write_ops.fetch_add(ops, Ordering::Relaxed);
@@ -325,6 +334,7 @@ impl ReadStats {
             write_transactions: self.write_transactions.load(Ordering::Relaxed),
             write_ops: self.write_ops.load(Ordering::Relaxed),
             in_doubt_commits: self.in_doubt_commits.load(Ordering::Relaxed),
+            committed_counts: self.committed_counts.load(Ordering::Relaxed),
         }
     }
 }
@@ -581,6 +591,9 @@ pub trait MessageStore: Send + Sync + 'static {
 
     /// How many committed message rows `container` holds: what waits for delivery,
     /// without the rows of open transactions and scheduled messages (prepared rows).
+    /// The SQL stores keep each container's count from one `COUNT` until a write of
+    /// theirs changes the container (see the `counts` module): asked again with no
+    /// write in between, it runs no statement ([`StatsSnapshot::committed_counts`]).
     async fn count_committed(&self, container: &str) -> Result<u64>;
 
     /// How many durable subscriptions `container` has.

@@ -338,6 +338,37 @@ pub enum WriteOp {
     },
 }
 
+impl WriteOp {
+    /// The containers whose committed rows this op may change, as far as the op says:
+    /// a commit's ([`WriteOp::Commit`]) are those of its transaction's rows, which only
+    /// the store knows. A rollback changes only prepared rows: none. Drives the store's
+    /// kept counts (`count_committed`); also ops that change no row name their
+    /// container, which costs a count at most.
+    pub fn containers(&self) -> impl Iterator<Item = &str> {
+        let (first, second): (Option<&str>, Option<&str>) = match self {
+            WriteOp::Add(m) => (Some(&m.container), None),
+            WriteOp::Subscribe { container, .. }
+            | WriteOp::Unsubscribe { container, .. }
+            | WriteOp::Ack { container, .. }
+            | WriteOp::AckUpTo { container, .. }
+            | WriteOp::Cleanup { container, .. }
+            | WriteOp::Redelivered { container, .. }
+            | WriteOp::Remove { container, .. }
+            | WriteOp::ExpireQueue { container, .. }
+            | WriteOp::Reclaim { container, .. }
+            | WriteOp::ReplaceLastValue { container, .. } => (Some(container), None),
+            WriteOp::DeadLetter {
+                container, message, ..
+            } => (Some(container), Some(&message.container)),
+            WriteOp::Repeat { copy, .. } => (Some(&copy.container), None),
+            WriteOp::Commit { .. }
+            | WriteOp::Rollback { .. }
+            | WriteOp::RollbackAbandoned { .. } => (None, None),
+        };
+        first.into_iter().chain(second)
+    }
+}
+
 /// What one [`WriteOp`] did, in the same position of the result as its op.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteOutcome {

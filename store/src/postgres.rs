@@ -33,6 +33,9 @@ pub struct PgStore {
     lock_target: String,
     /// With [`StoreOptions::lease`]: the lease lock instead of the advisory lock.
     lease: crate::lease::LeaseSlot,
+    /// Committed row counts kept until their container is written
+    /// ([`crate::counts::CommittedCounts`]).
+    counts: crate::counts::CommittedCounts,
 }
 
 impl PgStore {

@@ -485,6 +485,7 @@ macro_rules! impl_sql_store {
                     lock: Default::default(),
                     lock_target,
                     lease: Default::default(),
+                    counts: Default::default(),
                 })
             }
 
@@ -840,12 +841,14 @@ macro_rules! impl_sql_store {
             /// Applies one op in the transaction on `conn`: one method per
             /// [`WriteOp`](crate::WriteOp) variant (documented there) does the work,
             /// and this wraps its answer in the op's [`WriteOutcome`](crate::WriteOutcome).
-            /// Adds the op's change of stored bytes to `bytes`.
+            /// Adds the op's change of stored bytes to `bytes`, and to `touched` the
+            /// containers a commit changed (see [`crate::WriteOp::containers`]).
             async fn apply(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 op: $crate::WriteOp,
                 bytes: &mut i64,
+                touched: &mut Vec<String>,
             ) -> $crate::Result<$crate::WriteOutcome> {
                 use $crate::{WriteOp, WriteOutcome};
                 Ok(match op {
@@ -882,7 +885,9 @@ macro_rules! impl_sql_store {
                             .await?,
                     },
                     WriteOp::Commit { xid } => {
-                        WriteOutcome::Committed(self.commit_prepared(conn, &xid, bytes).await?)
+                        WriteOutcome::Committed(
+                            self.commit_prepared(conn, &xid, bytes, touched).await?,
+                        )
                     }
                     WriteOp::Rollback { xid } => {
                         WriteOutcome::Deleted(self.rollback_prepared(conn, &xid, bytes).await?)
@@ -1143,6 +1148,7 @@ macro_rules! impl_sql_store {
                 conn: &mut <$db as sqlx::Database>::Connection,
                 xids: &[String],
                 bytes: &mut i64,
+                touched: &mut Vec<String>,
             ) -> $crate::Result<Vec<Vec<(i64, i64)>>> {
                 let texts: Vec<&str> = xids.iter().map(String::as_str).collect();
                 // By the xid index; no order is asked, so the index plans serve (unlike
@@ -1156,7 +1162,7 @@ macro_rules! impl_sql_store {
                 if rows.len() as i64 >= $crate::statements::WRITE_BATCH {
                     let mut all = Vec::with_capacity(xids.len());
                     for xid in xids {
-                        all.push(self.commit_prepared(conn, xid, bytes).await?);
+                        all.push(self.commit_prepared(conn, xid, bytes, touched).await?);
                     }
                     return Ok(all);
                 }
@@ -1187,6 +1193,11 @@ macro_rules! impl_sql_store {
                             .fetch_all(&mut *conn)
                             .await
                             .map_err($crate::error::db("commit transactions"))?;
+                    for (_, container, _) in &committed {
+                        if touched.last() != Some(container) {
+                            touched.push(container.clone());
+                        }
+                    }
                     last_values.extend(
                         committed
                             .into_iter()
@@ -1352,6 +1363,7 @@ macro_rules! impl_sql_store {
                 conn: &mut <$db as sqlx::Database>::Connection,
                 xid: &str,
                 bytes: &mut i64,
+                touched: &mut Vec<String>,
             ) -> $crate::Result<Vec<(i64, i64)>> {
                 // `xid = $1 ORDER BY id`: no index has that order on PostgreSQL (the xid
                 // index is on `xid` alone), so under the index-plan settings the planner
@@ -1383,6 +1395,9 @@ macro_rules! impl_sql_store {
                                 .fetch_one(&mut *conn)
                                 .await
                                 .map_err($crate::error::db("commit transaction"))?;
+                        if touched.last() != Some(&container) {
+                            touched.push(container.clone());
+                        }
                         if let Some(key) = key {
                             self.replace_last_values(conn, &container, &key, new, bytes)
                                 .await?;
@@ -1759,6 +1774,16 @@ macro_rules! impl_sql_store {
                 // The ids this batch gives new rows: `first_new..=last_new` (this is
                 // the store's one writer), to settle a commit whose answer is lost.
                 let first_new = self.last_assigned_id() + 1;
+                // The containers whose kept counts go after this write, whatever its
+                // outcome (see `crate::counts`); a commit adds its rows' below.
+                let mut touched: Vec<String> = Vec::new();
+                for op in &ops {
+                    for container in op.containers() {
+                        if touched.last().map(String::as_str) != Some(container) {
+                            touched.push(container.to_string());
+                        }
+                    }
+                }
                 let written = async {
                     let mut tx = sqlx::Connection::begin_with(&mut *conn, $tx.write)
                         .await
@@ -1782,7 +1807,7 @@ macro_rules! impl_sql_store {
                                     }
                                 }
                                 let renumbered =
-                                    self.commit_many(&mut *tx, &xids, &mut bytes).await?;
+                                    self.commit_many(&mut *tx, &xids, &mut bytes, &mut touched).await?;
                                 outcomes.extend(
                                     renumbered.into_iter().map($crate::WriteOutcome::Committed),
                                 );
@@ -1830,7 +1855,7 @@ macro_rules! impl_sql_store {
                             op => op,
                         };
                         let $crate::WriteOp::Add(first) = op else {
-                            outcomes.push(self.apply(&mut *tx, op, &mut bytes).await?);
+                            outcomes.push(self.apply(&mut *tx, op, &mut bytes, &mut touched).await?);
                             continue;
                         };
                         // A run of adds goes into multi-row inserts.
@@ -1862,6 +1887,9 @@ macro_rules! impl_sql_store {
                     Ok((outcomes, bytes, refused, token))
                 }
                 .await;
+                // After the transaction, committed or not: a count taken from now on
+                // sees what it left.
+                self.counts.written(touched.iter().map(String::as_str));
                 let last_new = self.last_assigned_id();
                 let (outcomes, bytes, refused, token) = match written {
                     Ok(written) => written,
@@ -2333,8 +2361,17 @@ macro_rules! impl_sql_store {
             }
 
             async fn count_committed(&self, container: &str) -> $crate::Result<u64> {
-                self.count(&self.sql.count_committed, container, "count messages")
-                    .await
+                // Kept since the container's last write (see `crate::counts`).
+                if let Some(rows) = self.counts.get(container) {
+                    return Ok(rows);
+                }
+                let token = self.counts.start(container);
+                self.stats.counted_committed();
+                let rows = self
+                    .count(&self.sql.count_committed, container, "count messages")
+                    .await?;
+                self.counts.finish(container, token, rows);
+                Ok(rows)
             }
 
             async fn count_messages(&self, container: &str) -> $crate::Result<u64> {

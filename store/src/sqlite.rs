@@ -41,6 +41,9 @@ pub struct SqliteStore {
     lock_target: String,
     /// Never configured on SQLite (the lock file is the lock).
     lease: crate::lease::LeaseSlot,
+    /// Committed row counts kept until their container is written
+    /// ([`crate::counts::CommittedCounts`]).
+    counts: crate::counts::CommittedCounts,
 }
 
 /// The smallest page cache a connection gets, KiB, whatever

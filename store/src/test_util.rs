@@ -315,6 +315,25 @@ impl Raw {
         n as u64
     }
 
+    /// A fresh `COUNT` of the committed rows of `container`: what
+    /// [`MessageStore::count_committed`] must say, kept count or not.
+    pub async fn count_committed(&mut self, container: &str) -> u64 {
+        let sql = "SELECT COUNT(*) FROM ebb_msgs WHERE container = $1 AND xid IS NULL";
+        let n: i64 = match self {
+            Raw::Sqlite(c) => sqlx::query_scalar(sql)
+                .bind(container)
+                .fetch_one(c)
+                .await
+                .unwrap(),
+            Raw::Postgres(c) => sqlx::query_scalar(sql)
+                .bind(container)
+                .fetch_one(c)
+                .await
+                .unwrap(),
+        };
+        n as u64
+    }
+
     /// Clears the `hdrs` column of row `id`, as for a row written before migration 4.
     pub async fn clear_headers(&mut self, id: i64) {
         let sql = "UPDATE ebb_msgs SET hdrs = NULL WHERE id = $1";

@@ -449,8 +449,49 @@ async fn every_destination_counts_and_an_ended_one_leaves_metrics(t: TestStore) 
     b.shutdown().await.unwrap();
 }
 
+/// A reading of an idle broker runs no store statement: each destination's committed
+/// rows are counted once and kept until a write changes them, so the next reading
+/// counts only the destination that was sent to, and still reports every depth right.
+async fn an_idle_reading_counts_nothing_again(t: TestStore) {
+    let b = broker(&t, policy(3_600_000, 400), 2).await;
+    for i in 0..20 {
+        for j in 0..2 {
+            b.send(
+                format!("queue://idle.{i:02}").as_str(),
+                Message::new(format!("{j}")),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let counted = || b.store().stats().snapshot().committed_counts;
+    let first = b.stats().await.unwrap();
+    assert_eq!(first.totals.queue_size, 40);
+    let before = counted();
+    let second = b.stats().await.unwrap();
+    assert_eq!(counted(), before, "an idle reading counts nothing");
+    assert_eq!(second.destinations, first.destinations);
+
+    b.send("queue://idle.07", Message::new("3")).await.unwrap();
+    let third = b.stats().await.unwrap();
+    assert_eq!(
+        counted(),
+        before + 1,
+        "only the queue sent to is counted again"
+    );
+    let sent = third
+        .destinations
+        .iter()
+        .find(|d| d.destination == "queue://idle.07")
+        .unwrap();
+    assert_eq!(sent.queue_size, 3);
+    assert_eq!(third.totals.queue_size, 41);
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    an_idle_reading_counts_nothing_again,
     every_destination_counts_and_an_ended_one_leaves_metrics,
     connections_are_counted_by_protocol,
     a_scrape_shows_real_values,

@@ -3,6 +3,7 @@
 
 mod bounded_reads;
 mod cancellation;
+mod committed_counts;
 mod conformance;
 mod expiry_never_acks_live;
 mod in_doubt;
