@@ -5,7 +5,7 @@
 //! ops, and when nothing was written (then it runs no statement at all).
 
 use ebb_store::test_util::{message, on_every_backend, prepared, Raw, TestStore, EXPIRED};
-use ebb_store::{MessageStore, MessageStoreExt, WriteOp, SCHEDULED_XID_PREFIX};
+use ebb_store::{MessageStoreExt, WriteOp, SCHEDULED_XID_PREFIX};
 
 const Q: &str = "queue://counts";
 const DLQ: &str = "queue://DLQ.counts";
