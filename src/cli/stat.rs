@@ -562,7 +562,16 @@ pub fn render(stats: &BrokerStats) -> String {
     let _ = writeln!(out, "destinations       {}", stats.destinations_total);
     out.push('\n');
     if stats.destinations.is_empty() {
-        out.push_str("no destination in use\n");
+        if stats.destinations_total > 0 {
+            // `[http] max_destination_series = 0`: running, but none listed.
+            let _ = writeln!(
+                out,
+                "(0 of {} destinations shown: the endpoint lists none, see [http] max_destination_series)",
+                stats.destinations_total
+            );
+        } else {
+            out.push_str("no destination in use\n");
+        }
         return out;
     }
     let header = [
@@ -860,6 +869,13 @@ topic://orders                      5          0          1          0         8
         stats.destinations_total = 10;
         assert!(render(&stats).ends_with("(3 of 10 destinations shown)\n"));
         stats.destinations.clear();
+        assert!(
+            render(&stats).ends_with(
+                "\n(0 of 10 destinations shown: the endpoint lists none, see [http] max_destination_series)\n"
+            ),
+            "{}",
+            render(&stats)
+        );
         stats.destinations_total = 0;
         assert!(render(&stats).ends_with("\nno destination in use\n"));
     }
