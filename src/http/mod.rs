@@ -429,9 +429,9 @@ async fn serve_http(
     limits: (usize, usize),
     mut stop: watch::Receiver<bool>,
 ) {
-    let slots = crate::stomp::connection::Slots::default();
+    let slots = crate::transport::caps::Slots::default();
     // The health probes' reserve: counted apart, so the other slots never use it.
-    let reserve = crate::stomp::connection::Slots::default();
+    let reserve = crate::transport::caps::Slots::default();
     let probes = app
         .clone()
         .layer(axum::middleware::from_fn(health_probes_only));

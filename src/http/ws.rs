@@ -13,7 +13,7 @@
 //! a client that does not read stops the session's writes, as a full TCP window does.
 //!
 //! **Limits and login** are those of the TCP listener: the connection takes a slot of
-//! the shared [`crate::stomp::connection::Slots`] (a refused one gets an ERROR
+//! the shared [`crate::transport::caps::Slots`] (a refused one gets an ERROR
 //! frame, then a close), CONNECT authenticates, and frame limits, heart-beats and
 //! stall timeouts apply unchanged. Before its session first answers, a WebSocket
 //! reads at most [`PRE_CONNECT_BUDGET`] bytes from its socket (then it waits for the
