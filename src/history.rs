@@ -52,7 +52,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::stats::{BrokerStats, DestinationKind};
+use crate::stats::{BrokerStats, DestinationKind, DestinationStats};
 
 /// The wall clock, epoch ms: the time [`History::record`] and the queries take.
 pub fn now_ms() -> i64 {
@@ -477,6 +477,9 @@ struct Inner {
     /// Sorted by key.
     readings: Vec<Reading>,
     tracked: HashMap<String, Tracked>,
+    /// Destinations whose last rates were not 0 (the next point without a change of
+    /// theirs sets them to 0).
+    moving: std::collections::HashSet<String>,
 }
 
 impl Default for History {
@@ -495,6 +498,7 @@ impl History {
                 broker: Series::new(),
                 readings: Vec::new(),
                 tracked: HashMap::new(),
+                moving: Default::default(),
             }),
         }
     }
@@ -514,11 +518,63 @@ impl History {
         self.step * COARSE_STEPS * COARSE_POINTS as u32
     }
 
+    /// Whether a reading taken at `now_ms` would be kept by [`History::record`]: a
+    /// step (less 5 %) has passed since the last one. A caller whose reading is costly
+    /// reads only then.
+    pub fn wants(&self, now_ms: i64) -> bool {
+        match self.inner.lock().last_ms {
+            Some(last) => ((now_ms - last) as f64) >= self.step.as_millis() as f64 * 0.95,
+            None => true,
+        }
+    }
+
     /// Takes `stats`, read at `now_ms` (epoch ms) with `connections` open, as the
     /// next point when a step has passed since the last one (less than 95 % of a
-    /// step: ignored, and `false`). `stats.destinations` must be sorted by key, as
-    /// [`crate::Broker::stats`] gives them.
+    /// step: ignored, and `false`): every destination it lists is read again, those
+    /// it does not list have ended. [`History::record_changes`] takes only what
+    /// changed.
     pub fn record(&self, stats: &BrokerStats, connections: usize, now_ms: i64) -> bool {
+        let ended: Vec<String> = {
+            let inner = self.inner.lock();
+            let listed: std::collections::HashSet<&str> = stats
+                .destinations
+                .iter()
+                .map(|d| d.destination.as_str())
+                .collect();
+            inner
+                .readings
+                .iter()
+                .filter(|r| !listed.contains(r.key.as_str()))
+                .map(|r| r.key.clone())
+                .collect()
+        };
+        let changed: Vec<&DestinationStats> = stats.destinations.iter().collect();
+        // The totals of what it lists (a snapshot read back from elsewhere may not
+        // carry them).
+        let summary = BrokerStats {
+            usage: stats.usage,
+            destinations: Vec::new(),
+            destinations_total: stats.destinations_total,
+            totals: crate::stats::DestinationTotals::of(&stats.destinations),
+            scheduler: stats.scheduler.clone(),
+        };
+        self.record_changes(&changed, &ended, &summary, connections, now_ms)
+    }
+
+    /// Takes the next point, as [`History::record`] does, from what changed since
+    /// the last one: `changed`, the destinations read again (in any order), `ended`,
+    /// the store keys of those that no longer run, and `summary`'s usage and totals
+    /// (its `destinations` are not looked at). Every other destination keeps its last
+    /// reading, with no activity over the step. Costs what changed plus the series
+    /// kept (at most [`MAX_SERIES`]), not the number of destinations.
+    pub fn record_changes(
+        &self,
+        changed: &[&DestinationStats],
+        ended: &[String],
+        summary: &BrokerStats,
+        connections: usize,
+        now_ms: i64,
+    ) -> bool {
         let mut inner = self.inner.lock();
         let seconds = match inner.last_ms {
             Some(last) if ((now_ms - last) as f64) < self.step.as_millis() as f64 * 0.95 => {
@@ -534,17 +590,15 @@ impl History {
             broker,
             readings,
             tracked,
+            moving,
             ..
         } = &mut *inner;
-        let mut next = Vec::with_capacity(stats.destinations.len());
         let mut total = Counters::default();
-        let mut depth = 0u64;
-        let mut before = readings.iter().peekable();
-        for d in &stats.destinations {
-            while before.peek().is_some_and(|r| r.key < d.destination) {
-                before.next();
-            }
-            let old = before.peek().filter(|r| r.key == d.destination);
+        let mut touched = std::collections::HashSet::with_capacity(changed.len());
+        let mut added = Vec::new();
+        for d in changed {
+            let at = readings.binary_search_by(|r| r.key.as_str().cmp(&d.destination));
+            let old = at.ok().map(|i| &readings[i]);
             let counters = Counters {
                 enqueued: d.enqueued_total,
                 delivered: d.delivered_total,
@@ -557,8 +611,7 @@ impl History {
             let delta = counters.since(&old.map_or(Counters::default(), |r| r.counters));
             let rates = seconds.map_or(Rates::default(), |s| Rates::of(&delta, s));
             total.add(&delta);
-            depth += d.queue_size;
-            let changed = delta.any()
+            let active = delta.any()
                 || old.is_some_and(|r| r.depth != d.queue_size || r.consumers != d.consumers);
             if let Some(seconds) = seconds {
                 let point = DestinationPoint {
@@ -568,17 +621,17 @@ impl History {
                     in_flight: d.in_flight.min(u32::MAX as u64) as u32,
                     consumers: d.consumers.min(u32::MAX as u64) as u32,
                 };
-                if changed && !tracked.contains_key(&d.destination) {
+                if active && !tracked.contains_key(&d.destination) {
                     track(tracked, &d.destination, now_ms, idle_before, true);
                 }
                 if let Some(t) = tracked.get_mut(&d.destination) {
-                    if changed {
+                    if active {
                         t.active_ms = now_ms;
                     }
                     t.series.push(point, seconds as f32);
                 }
             }
-            next.push(Reading {
+            let reading = Reading {
                 key: d.destination.clone(),
                 kind: d.kind,
                 counters,
@@ -586,30 +639,86 @@ impl History {
                 in_flight: d.in_flight,
                 consumers: d.consumers,
                 rates,
-            });
+            };
+            if rates != Rates::default() {
+                moving.insert(d.destination.clone());
+            } else {
+                moving.remove(&d.destination);
+            }
+            touched.insert(d.destination.as_str());
+            match at {
+                Ok(i) => readings[i] = reading,
+                Err(_) => added.push(reading),
+            }
         }
-        *readings = next;
+        // New and ended destinations: one merge (a step with neither moves nothing).
+        if !added.is_empty() || !ended.is_empty() {
+            let ended: std::collections::HashSet<&str> = ended.iter().map(String::as_str).collect();
+            added.sort_by(|a, b| a.key.cmp(&b.key));
+            added.dedup_by(|a, b| a.key == b.key);
+            let old = std::mem::take(readings);
+            let mut merged = Vec::with_capacity(old.len() + added.len());
+            let mut added = added.into_iter().peekable();
+            for r in old {
+                while added.peek().is_some_and(|a| a.key < r.key) {
+                    merged.extend(added.next());
+                }
+                if !ended.contains(r.key.as_str()) {
+                    merged.push(r);
+                }
+            }
+            merged.extend(added);
+            *readings = merged;
+            for key in &ended {
+                moving.remove(*key);
+            }
+        }
+        // Destinations that moved over the last step and not over this one: their
+        // rates are 0 now.
+        let stopped: Vec<String> = moving
+            .iter()
+            .filter(|k| !touched.contains(k.as_str()))
+            .cloned()
+            .collect();
+        for key in stopped {
+            moving.remove(&key);
+            if let Ok(i) = readings.binary_search_by(|r| r.key.as_str().cmp(&key)) {
+                readings[i].rates = Rates::default();
+            }
+        }
         // Series end when their destination stops running, or when it stayed idle
-        // for a whole fine window and nobody asked for it.
+        // for a whole fine window and nobody asked for it; those kept that did not
+        // change get a point of their unchanged reading.
         let idle_for = self.fine_window().as_millis() as i64;
         tracked.retain(|key, t| {
-            readings
-                .binary_search_by(|r| r.key.as_str().cmp(key))
-                .is_ok()
-                && (t.active_ms > now_ms - idle_for || now_ms < t.viewed_until_ms)
+            let Ok(i) = readings.binary_search_by(|r| r.key.as_str().cmp(key)) else {
+                return false;
+            };
+            if let (Some(seconds), false) = (seconds, touched.contains(key.as_str())) {
+                let r = &readings[i];
+                let point = DestinationPoint {
+                    t_ms: now_ms,
+                    rates: Rates::default(),
+                    depth: r.depth,
+                    in_flight: r.in_flight.min(u32::MAX as u64) as u32,
+                    consumers: r.consumers.min(u32::MAX as u64) as u32,
+                };
+                t.series.push(point, seconds as f32);
+            }
+            t.active_ms > now_ms - idle_for || now_ms < t.viewed_until_ms
         });
         if let Some(seconds) = seconds {
-            let usage = &stats.usage;
+            let usage = &summary.usage;
             let point = BrokerPoint {
                 t_ms: now_ms,
                 rates: Rates::of(&total, seconds),
-                depth,
+                depth: summary.totals.queue_size,
                 memory_bytes: usage.memory_bytes,
                 store_bytes: usage.store_bytes,
                 resident_bytes: usage.process_resident_bytes,
                 housekeeping_lag_ms: usage.housekeeping_lag_ms.min(u32::MAX as u64) as u32,
                 connections: connections.min(u32::MAX as usize) as u32,
-                destinations: stats.destinations_total.min(u32::MAX as u64) as u32,
+                destinations: summary.destinations_total.min(u32::MAX as u64) as u32,
                 blocked_producers: usage.blocked_producers.min(u32::MAX as u64) as u32,
             };
             broker.push(point, seconds as f32);
@@ -859,6 +968,67 @@ mod tests {
     }
 
     const STEP_MS: i64 = 5_000;
+
+    /// A point from what changed reads only that: the others keep their readings,
+    /// one that moved over the last step stops moving, one that ended goes.
+    #[test]
+    fn a_point_from_changes_keeps_the_rest_as_they_were() {
+        let h = History::new(Duration::from_millis(STEP_MS as u64));
+        let first = snapshot(vec![
+            queue("a", 10, 0, 10),
+            queue("b", 5, 0, 5),
+            queue("c", 1, 0, 1),
+        ]);
+        assert!(h.record(&first, 0, 0));
+        let summary = BrokerStats {
+            destinations_total: 3,
+            totals: crate::stats::DestinationTotals {
+                queue_size: 26,
+                ..Default::default()
+            },
+            ..BrokerStats::default()
+        };
+        // Only `a` changed: 10 more messages over the 5 s step.
+        let a = queue("a", 20, 0, 20);
+        assert!(h.record_changes(&[&a], &[], &summary, 0, STEP_MS));
+        let rates = |h: &History| -> Vec<(String, f32, u64)> {
+            h.table("", SortBy::Name, false, 0, 10, |_| true)
+                .rows
+                .into_iter()
+                .map(|r| (r.destination, r.enqueued_per_s, r.depth))
+                .collect()
+        };
+        assert_eq!(
+            rates(&h),
+            [
+                ("queue://a".to_string(), 2.0, 20),
+                ("queue://b".to_string(), 0.0, 5),
+                ("queue://c".to_string(), 0.0, 1)
+            ]
+        );
+        let b = h.broker(Duration::from_secs(60), STEP_MS);
+        assert_eq!(b.columns.enqueued_per_s.last(), Some(&2.0));
+        assert_eq!(b.columns.depth.last(), Some(&26), "the summary's totals");
+        // Nothing changed but `c`, which ended: `a` stops moving.
+        let summary = BrokerStats {
+            destinations_total: 2,
+            ..summary
+        };
+        assert!(h.record_changes(&[], &["queue://c".to_string()], &summary, 0, 2 * STEP_MS));
+        assert_eq!(
+            rates(&h),
+            [
+                ("queue://a".to_string(), 0.0, 20),
+                ("queue://b".to_string(), 0.0, 5)
+            ]
+        );
+        assert!(!h.was_running("queue://c"));
+        // A new destination joins in its place in key order.
+        let aa = queue("aa", 3, 0, 3);
+        assert!(h.record_changes(&[&aa], &[], &summary, 0, 3 * STEP_MS));
+        let keys: Vec<String> = rates(&h).into_iter().map(|r| r.0).collect();
+        assert_eq!(keys, ["queue://a", "queue://aa", "queue://b"]);
+    }
 
     #[test]
     fn rates_are_per_second_over_each_step() {

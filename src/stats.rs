@@ -10,28 +10,27 @@
 //! not count acks or in-flight deliveries (their subscriptions do, per subscription),
 //! and have no dead-letter queue.
 //!
-//! Cost of one call: one message to the registry per [`STATS_PAGE`] running
-//! destinations, then, for each destination in turn, one message to its actor and its
-//! committed rows from the store: kept from the last `COUNT` while nothing was written
-//! to it since ([`ebb_store::MessageStore::count_committed`]), else one `COUNT` (a
-//! single-row answer; the statement walks the `(container, id)` index, so its time
-//! grows with the destination's backlog). So an idle broker's reading runs no store
-//! statement. Destinations are asked one after the other, so a stats call never holds
-//! more than one pool connection. Every running destination is read: none is left out of the
-//! totals, however many there are (the answer's size grows with them, about 200 bytes
-//! and the name per destination).
+//! **Cost.** No reading asks an actor. Each destination publishes its counters and
+//! gauges as it works, lock-free ([`ebb_actors::destination::StatsBoard`]), and the
+//! first change after a reading puts it on the board's change list; the store names
+//! the containers its writes touched ([`ebb_store::MessageStore::take_written`]). The
+//! broker keeps its last reading (`Reading`, about 300 bytes and the name per
+//! destination) and a refresh reads again only the destinations on either list: their
+//! published counters, their committed rows (kept by the store since the last write,
+//! else one `COUNT`: a single-row answer walking the `(container, id)` index), their
+//! memory and producers. So a refresh costs what changed, and an idle broker's runs
+//! no store statement for its destinations, however many it holds. [`Broker::stats`]
+//! then copies the whole reading out (its size grows with the destinations); the
+//! metrics refresh and `/metrics` read it in place instead.
 
-use ebb_actors::broker::ListDestinations;
+use std::collections::{BTreeMap, BTreeSet};
+
+use ebb_actors::DestinationKey;
 use serde::{Deserialize, Serialize};
 
 use ebb_actors::messages::Stats;
 
 use crate::{Broker, Error};
-
-/// How many running destinations one question to the registry lists while
-/// [`Broker::stats`] pages through them (so that no one answer grows with their
-/// number).
-pub const STATS_PAGE: usize = 1_000;
 
 /// `used` as a percentage of `limit` (0.0 ..= 100.0, more when over the limit).
 /// A `limit` of 0 means "no limit" and gives 0.0: nothing is ever full.
@@ -241,49 +240,127 @@ impl DestinationTotals {
     }
 }
 
+/// The broker's last reading of every running destination, kept and brought up to
+/// date from what changed since ([`Broker::stats`]; see the module documentation).
+/// Shared by every clone of a [`Broker`]; the HTTP server's `/metrics` renders from it.
+#[derive(Debug, Default)]
+pub(crate) struct Reading {
+    /// One refresh at a time (the change lists are taken once).
+    refresh: tokio::sync::Mutex<()>,
+    state: parking_lot::RwLock<ReadingState>,
+}
+
+/// What a [`Reading`] holds.
+#[derive(Debug, Default)]
+pub(crate) struct ReadingState {
+    /// Every running destination, by store key.
+    pub(crate) destinations: BTreeMap<String, DestinationStats>,
+    /// Their sums.
+    pub(crate) totals: DestinationTotals,
+    /// Destinations a refresh that failed part way did not read (read by the next).
+    pending: BTreeSet<DestinationKey>,
+    /// Store keys read again or dropped since the history last took them
+    /// ([`Reading::take_since_point`]); at most one entry per destination.
+    since_point: BTreeSet<String>,
+}
+
+impl ReadingState {
+    /// Puts `stats` in place of what was read for its destination (`None`: it no
+    /// longer runs), keeping the totals.
+    fn replace(&mut self, key: String, stats: Option<DestinationStats>) {
+        let old = match stats {
+            Some(new) => {
+                self.totals.add(&new, 1);
+                self.destinations.insert(key, new)
+            }
+            None => self.destinations.remove(&key),
+        };
+        if let Some(old) = old {
+            self.totals.add(&old, -1);
+        }
+    }
+}
+
+impl DestinationTotals {
+    /// Adds (`sign` 1) or takes away (`sign` -1) one destination's gauges.
+    fn add(&mut self, d: &DestinationStats, sign: i8) {
+        let apply = |total: &mut u64, v: u64| {
+            *total = if sign > 0 {
+                total.saturating_add(v)
+            } else {
+                total.saturating_sub(v)
+            };
+        };
+        apply(&mut self.queue_size, d.queue_size);
+        apply(&mut self.in_flight, d.in_flight);
+        apply(&mut self.consumers, d.consumers);
+        apply(&mut self.producers, d.producers);
+    }
+}
+
+impl Reading {
+    /// Reads `f` of the state as last refreshed.
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&ReadingState) -> T) -> T {
+        f(&self.state.read())
+    }
+
+    /// What changed since the last call, for the history's next point: the
+    /// destinations read again (as read now) and the store keys of those that ended.
+    pub(crate) fn take_since_point(&self) -> (Vec<DestinationStats>, Vec<String>) {
+        let mut state = self.state.write();
+        let keys = std::mem::take(&mut state.since_point);
+        let mut changed = Vec::new();
+        let mut ended = Vec::new();
+        for key in keys {
+            match state.destinations.get(&key) {
+                Some(d) => changed.push(d.clone()),
+                None => ended.push(key),
+            }
+        }
+        (changed, ended)
+    }
+}
+
 impl Broker {
     /// A snapshot of the broker's usage and of every running destination, in
     /// store-key order. Destinations are the ones in use since the broker started
     /// (sent to, subscribed to, asked about); a topic that only exists in the store is
-    /// not started by this call. The registry is asked for [`STATS_PAGE`] keys at a
-    /// time.
+    /// not started by this call.
     ///
-    /// A destination whose actor stops between the listing and its question is left
-    /// out. Errors: [`Error::Actor`] when the registry is gone, [`Error::Store`] when a
-    /// count fails (the store is closed or unreachable).
+    /// Cost: no actor is asked. Each destination publishes its counters as it works
+    /// ([`ebb_actors::destination::StatsBoard`]); the broker keeps its last reading and
+    /// reads again only the destinations that changed since (their counters, and
+    /// their committed rows from the store when a write touched them), then copies
+    /// the reading out (about 200 bytes and the name per destination). An idle
+    /// broker's call runs no store statement for its destinations.
+    ///
+    /// Errors: [`Error::Store`] when a count fails (the store is closed or
+    /// unreachable; what was not read is read by the next call).
     pub async fn stats(&self) -> Result<BrokerStats, Error> {
-        self.stats_paged(STATS_PAGE).await
+        self.refresh_reading().await?;
+        let (destinations, totals) = self.reading().with(|state| {
+            (
+                state.destinations.values().cloned().collect::<Vec<_>>(),
+                state.totals,
+            )
+        });
+        let mut stats = self.stats_summary().await?;
+        stats.destinations_total = destinations.len() as u64;
+        stats.totals = totals;
+        stats.destinations = destinations;
+        Ok(stats)
     }
 
-    /// [`Broker::stats`], asking the registry for `page` keys at a time (tests page
-    /// by a few).
-    #[doc(hidden)]
-    pub async fn stats_paged(&self, page: usize) -> Result<BrokerStats, Error> {
-        let mut destinations = Vec::new();
-        let mut after = None;
-        loop {
-            let list = self
-                .registry()
-                .send(ListDestinations {
-                    limit: page.max(1),
-                    after: after.take(),
-                })
-                .await?;
-            let last_page = list.keys.len() < page.max(1);
-            after = list.keys.last().cloned();
-            for destination in list.keys {
-                match self.destination_stats(&destination).await {
-                    Ok(stats) => destinations.push(stats),
-                    Err(Error::ShuttingDown) => continue,
-                    Err(e) => return Err(e),
-                }
-            }
-            if last_page || after.is_none() {
-                break;
-            }
-        }
+    /// The broker's usage, totals and scheduler backlog without the per-destination
+    /// entries (`destinations` empty, `destinations_total` the count): what the
+    /// metrics refresh records each second, at a cost that does not grow with the
+    /// destinations. Call [`Self::refresh_reading`] first for fresh totals.
+    pub(crate) async fn stats_summary(&self) -> Result<BrokerStats, Error> {
         let usage = self.usage();
         let (lag, waiting) = self.housekeeping_lag();
+        let (destinations_total, totals) = self
+            .reading()
+            .with(|state| (state.destinations.len() as u64, state.totals));
         Ok(BrokerStats {
             usage: UsageStats {
                 memory_bytes: usage.memory_bytes,
@@ -298,15 +375,83 @@ impl Broker {
                 process_resident_bytes: crate::process::resident_bytes(),
                 process_peak_resident_bytes: crate::process::peak_resident_bytes(),
             },
-            destinations_total: destinations.len() as u64,
-            totals: DestinationTotals::of(&destinations),
-            destinations,
+            destinations_total,
+            totals,
+            destinations: Vec::new(),
             scheduler: self.schedule_backlog().await?,
         })
     }
 
+    /// Brings the kept reading up to date: reads again the destinations whose
+    /// counters changed or whose committed rows a store write touched since the last
+    /// refresh, and drops those deleted. Answers the store keys it read or dropped
+    /// (for the history). One refresh at a time.
+    pub(crate) async fn refresh_reading(&self) -> Result<Vec<String>, Error> {
+        let _one = self.reading().refresh.lock().await;
+        let board = self.stats_board();
+        let mut todo: BTreeSet<DestinationKey> =
+            std::mem::take(&mut self.reading().state.write().pending);
+        todo.extend(board.take_changes().into_iter().map(|(key, _)| key));
+        match self.store().take_written() {
+            Some(containers) => todo.extend(
+                containers
+                    .iter()
+                    .filter_map(|c| DestinationKey::from_container(c).ok()),
+            ),
+            // The store's record starts now: count everything read so far again.
+            None => self.reading().with(|state| {
+                todo.extend(
+                    state
+                        .destinations
+                        .keys()
+                        .filter_map(|c| DestinationKey::from_container(c).ok()),
+                )
+            }),
+        }
+        let mut done = Vec::with_capacity(todo.len());
+        while let Some(key) = todo.pop_first() {
+            let running = board.get(&key).filter(|e| e.is_running());
+            let read = match running {
+                Some(entry) => match self.read_destination(&key, &entry.read()).await {
+                    Ok(stats) => Some(stats),
+                    Err(e) => {
+                        todo.insert(key);
+                        self.reading().state.write().pending.append(&mut todo);
+                        return Err(e);
+                    }
+                },
+                None => None,
+            };
+            let container = key.container();
+            let mut state = self.reading().state.write();
+            state.replace(container.clone(), read);
+            state.since_point.insert(container.clone());
+            drop(state);
+            done.push(container);
+        }
+        Ok(done)
+    }
+
+    /// One destination's [`DestinationStats`] from what it published (`counted`), its
+    /// committed rows (kept by the store since its last write, else one `COUNT`) and
+    /// its memory and producers.
+    async fn read_destination(
+        &self,
+        key: &DestinationKey,
+        counted: &Stats,
+    ) -> Result<DestinationStats, Error> {
+        let container = key.container();
+        let stored = self.store().count_committed(&container).await?;
+        let mut stats = DestinationStats::from_stats(container, key.kind(), counted, stored);
+        let flow = self.destination_flow(key)?;
+        stats.memory_bytes = flow.memory_bytes;
+        stats.blocked_producers = flow.blocked_producers;
+        stats.producers = flow.producers;
+        Ok(stats)
+    }
+
     /// One destination's [`DestinationStats`] (its actor started if it is not
-    /// running): one message to its actor and one `COUNT` of its stored rows.
+    /// running): what it published, and its committed rows.
     ///
     /// Errors: [`Error::ShuttingDown`] when it is not running after shutdown,
     /// [`Error::Store`] when the count fails.
@@ -314,16 +459,13 @@ impl Broker {
         &self,
         destination: &crate::DestinationKey,
     ) -> Result<DestinationStats, Error> {
-        let key = destination.container();
-        let counted = self.stats_of(destination).await?;
-        let stored = self.store().count_committed(&key).await?;
-        let mut stats =
-            DestinationStats::from_stats(key.clone(), destination.kind(), &counted, stored);
-        let flow = self.destination_flow(&key)?;
-        stats.memory_bytes = flow.memory_bytes;
-        stats.blocked_producers = flow.blocked_producers;
-        stats.producers = flow.producers;
-        Ok(stats)
+        self.ensure_running(destination).await?;
+        let counted = self
+            .stats_board()
+            .get(destination)
+            .map(|entry| entry.read())
+            .unwrap_or_default();
+        self.read_destination(destination, &counted).await
     }
 }
 
@@ -378,6 +520,64 @@ mod tests {
         );
         let json = serde_json::to_string(&d).unwrap();
         assert!(json.contains("\"kind\":\"topic\""), "{json}");
+    }
+
+    /// A refresh reads again only what changed since the last one: the destination
+    /// sent to, its store write, the one whose consumer came, the one deleted; an
+    /// idle broker's refresh reads nothing.
+    #[actix_rt::test]
+    async fn a_refresh_reads_only_what_changed() {
+        use crate::{AckMode, BrokerConfig, Message, SubscribeOptions};
+        let b = Broker::start("sqlite::memory:", BrokerConfig::default())
+            .await
+            .unwrap();
+        for name in ["queue://a", "queue://b", "queue://c"] {
+            b.send(name, Message::new("m").persistent(true))
+                .await
+                .unwrap();
+        }
+        let first = b.stats().await.unwrap();
+        assert_eq!(first.destinations_total, 3);
+        assert_eq!(first.totals.queue_size, 3);
+        assert_eq!(b.refresh_reading().await.unwrap(), Vec::<String>::new());
+
+        b.send("queue://b", Message::new("m2").persistent(true))
+            .await
+            .unwrap();
+        assert_eq!(b.refresh_reading().await.unwrap(), ["queue://b"]);
+        assert_eq!(b.refresh_reading().await.unwrap(), Vec::<String>::new());
+        let stats = b.stats().await.unwrap();
+        assert_eq!(stats.totals.queue_size, 4);
+        assert_eq!(stats.destinations[1].queue_size, 2);
+        assert_eq!(stats.destinations[1].enqueued_total, 2);
+
+        let mut sub = b
+            .subscribe(
+                "queue://c",
+                SubscribeOptions::default().ack(AckMode::Client),
+            )
+            .await
+            .unwrap();
+        let got = futures::StreamExt::next(&mut sub).await.unwrap();
+        assert_eq!(b.refresh_reading().await.unwrap(), ["queue://c"]);
+        sub.acker().ack(&got).await.unwrap();
+        let changed = b.refresh_reading().await.unwrap();
+        assert_eq!(changed, ["queue://c"]);
+        let c = b.stats().await.unwrap().destinations[2].clone();
+        assert_eq!((c.queue_size, c.consumers, c.dequeued_total), (0, 1, 1));
+        drop(sub);
+
+        b.delete_destination("queue://a").await.unwrap();
+        b.refresh_reading().await.unwrap();
+        let stats = b.stats().await.unwrap();
+        let keys: Vec<&str> = stats
+            .destinations
+            .iter()
+            .map(|d| d.destination.as_str())
+            .collect();
+        assert_eq!(keys, ["queue://b", "queue://c"]);
+        assert_eq!(stats.totals.queue_size, 2);
+        b.shutdown().await.unwrap();
     }
 
     #[test]

@@ -114,6 +114,8 @@ pub struct BrokerActor {
     schedule_waker: ScheduleWaker,
     /// Where destinations report what happens to them (advisory topics).
     events: crate::events::Events,
+    /// Where each destination publishes its counters for stats readings.
+    board: std::sync::Arc<crate::destination::StatsBoard>,
 }
 
 impl BrokerActor {
@@ -131,7 +133,19 @@ impl BrokerActor {
             shutting_down: false,
             schedule_waker: ScheduleWaker::default(),
             events: crate::events::Events::default(),
+            board: std::sync::Arc::default(),
         }
+    }
+
+    /// Each destination publishes its counters and gauges on `board` (an entry made
+    /// when its actor starts, removed when it is deleted), where stats readings find
+    /// them without asking any actor.
+    pub fn with_stats_board(
+        mut self,
+        board: std::sync::Arc<crate::destination::StatsBoard>,
+    ) -> Self {
+        self.board = board;
+        self
     }
 
     /// Its destinations, and it, report events through `events` (the broker's
@@ -206,6 +220,7 @@ impl BrokerActor {
                     .map(|d| (d.key.clone(), d.selector.clone()))
                     .collect();
                 let mut topic = TopicActor::new(key.clone(), policy, store, budget)
+                    .with_published(self.board.started(&key))
                     .with_wildcard_durables(durables)
                     .with_events(self.events.clone());
                 // Non-durable wildcard subscriptions are attached before the topic
@@ -242,7 +257,8 @@ impl BrokerActor {
                 let dead_letters = ctx.address().recipient();
                 let queue = QueueActor::new(key.clone(), policy, store, budget, Some(dead_letters))
                     .with_schedule_waker(self.schedule_waker.clone())
-                    .with_events(self.events.clone());
+                    .with_events(self.events.clone())
+                    .with_published(self.board.started(&key));
                 DestinationAddr::Queue(queue.start())
             }
         };
@@ -554,6 +570,7 @@ impl Handler<DeleteDestination> for BrokerActor {
                         "deleting the destination failed; what is left stays"),
                 }
                 act.destinations.remove(&key);
+                act.board.remove(&key);
                 addr.stop();
             }
             act.deleting.remove(&key);

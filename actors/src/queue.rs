@@ -76,7 +76,7 @@ use tokio::sync::mpsc;
 
 use crate::destination::{
     self, destination_handlers, now_ms, AckBatch, Completions, DestinationActor, DestinationCore,
-    DestinationKey, Plan,
+    DestinationKey, Gauges, Plan, Published,
 };
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
@@ -267,6 +267,47 @@ impl QueueActor {
         self
     }
 
+    /// Publishes its counters and gauges to `published`, its entry on the broker's
+    /// [`crate::destination::StatsBoard`], as it works.
+    pub fn with_published(mut self, published: Arc<Published>) -> Self {
+        self.core.publish_to(published);
+        self.publish_gauges();
+        self
+    }
+
+    /// Its gauges now, and the counters it keeps outside the core's.
+    fn gauges(&self) -> Gauges {
+        Gauges {
+            dequeued: self.stats.dequeued,
+            dead_lettered: self.stats.dead_lettered,
+            consumers: self.consumers.len() as u64,
+            in_flight: self.delivered.len() as u64,
+            pending_non_persistent: self.cursor.transient_len() as u64,
+        }
+    }
+
+    /// Its [`Stats`] now; in debug builds, checks that what it published says the
+    /// same (a change that forgot to publish fails the test that reads it).
+    fn stats_now(&self) -> Stats {
+        let g = self.gauges();
+        let stats = Stats {
+            counters: self.core.counters(),
+            dequeued: g.dequeued,
+            dead_lettered: g.dead_lettered,
+            consumers: g.consumers,
+            in_flight: g.in_flight,
+            pending_non_persistent: g.pending_non_persistent,
+        };
+        destination::debug_check_published(self.core.published(), &stats);
+        stats
+    }
+
+    /// Publishes [`Self::gauges`] (marked for the next reading when they changed):
+    /// called wherever consumers, deliveries, acks or waiting messages change.
+    fn publish_gauges(&self) {
+        self.core.published().publish_gauges(self.gauges());
+    }
+
     /// The consumer that gets every message now: the oldest exclusive one, if any
     /// (ActiveMQ's exclusive owner).
     fn exclusive_owner(&self) -> Option<u64> {
@@ -345,6 +386,7 @@ impl QueueActor {
         self.remove_expired(expired, ctx);
         self.read_if_needed(ctx);
         self.scan_if_needed(ctx);
+        self.publish_gauges();
     }
 
     /// Dispatch when some consumers have selectors: each waiting message, in order,
@@ -449,7 +491,7 @@ impl QueueActor {
                 self.groups.assign(group, consumer_id);
             }
         }
-        self.core.counters.dispatched += 1;
+        self.core.counters_mut().dispatched += 1;
         if entry.failed_deliveries > 0 {
             self.stats.redelivered += 1;
         }
@@ -817,6 +859,7 @@ impl QueueActor {
                 tracing::warn!(queue = %self.core.container, error = %e, "move to the dead-letter queue failed; the message stays in the queue")
             }
         }
+        self.publish_gauges();
     }
 
     /// Stores that row `id` has `count` failed deliveries, so that a restart or a
@@ -858,6 +901,7 @@ impl QueueActor {
         else {
             return;
         };
+        self.publish_gauges();
         if replaced {
             self.drop_replaced(place);
             return;
@@ -1016,6 +1060,7 @@ impl QueueActor {
                 }
             }
         }
+        self.publish_gauges();
     }
 
     /// Runs one expiry page (see the module documentation).
@@ -1145,11 +1190,11 @@ impl DestinationActor for QueueActor {
     /// Drops expired non-persistent messages (they exist only here) and starts an
     /// expiry run if expiry is armed.
     fn tick(&mut self, ctx: &mut Context<Self>) {
-        self.core.counters.ticks += 1;
+        self.core.counters_mut().ticks += 1;
         if !self.core.schedule.start_run(|| true) {
             return;
         }
-        self.core.counters.expiry_runs += 1;
+        self.core.counters_mut().expiry_runs += 1;
         // Non-persistent messages exist only here: drop the expired ones (bounded by
         // what the queue holds in memory).
         let now = now_ms();
@@ -1513,7 +1558,7 @@ impl Handler<AcceptDeadLetter> for QueueActor {
                 .into_actor(self)
                 .map(move |result, act, ctx| match result {
                     Ok(Moved::Added(id)) => {
-                        act.core.counters.enqueued += 1;
+                        act.core.counters_mut().enqueued += 1;
                         let stored = TopicMessage {
                             id: Some(id),
                             ..message
@@ -1744,6 +1789,7 @@ impl Handler<CloseConsumers> for QueueActor {
                 }
             }
         }
+        self.publish_gauges();
         let committed = self.acks.add([]);
         self.write_acks(ctx);
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
@@ -1808,14 +1854,7 @@ impl Handler<GetStats> for QueueActor {
     type Result = Stats;
 
     fn handle(&mut self, _: GetStats, _: &mut Context<Self>) -> Stats {
-        Stats {
-            counters: self.core.counters(),
-            dequeued: self.stats.dequeued,
-            dead_lettered: self.stats.dead_lettered,
-            consumers: self.consumers.len() as u64,
-            in_flight: self.delivered.len() as u64,
-            pending_non_persistent: self.cursor.transient_len() as u64,
-        }
+        self.stats_now()
     }
 }
 
@@ -1823,6 +1862,7 @@ impl Handler<GetQueueStats> for QueueActor {
     type Result = QueueStats;
 
     fn handle(&mut self, _: GetQueueStats, _: &mut Context<Self>) -> QueueStats {
+        self.stats_now();
         QueueStats {
             counters: self.core.counters(),
             consumers: self.consumers.len() as u64,

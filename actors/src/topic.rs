@@ -61,7 +61,7 @@ use ebb_store::{ExpiredKey, SubscriptionKey};
 
 use crate::destination::{
     self, destination_handlers, now_ms, AckBatch, Completions, DestinationActor, DestinationCore,
-    DestinationKey, Plan,
+    DestinationKey, Gauges, Plan, Published,
 };
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
@@ -180,6 +180,43 @@ impl TopicActor {
         self
     }
 
+    /// Publishes its counters and gauges to `published`, its entry on the broker's
+    /// [`crate::destination::StatsBoard`], as it works.
+    pub fn with_published(mut self, published: Arc<Published>) -> Self {
+        self.core.publish_to(published);
+        self.publish_gauges();
+        self
+    }
+
+    /// Its gauges now: a topic counts a delivery as consumed, and counts no ack in
+    /// flight (its subscriptions do, each).
+    fn gauges(&self) -> Gauges {
+        Gauges {
+            dequeued: self.core.counters().dispatched,
+            consumers: self.subscriptions.len() as u64,
+            ..Gauges::default()
+        }
+    }
+
+    /// Publishes [`Self::gauges`]: called wherever deliveries or subscriptions change.
+    fn publish_gauges(&self) {
+        self.core.published().publish_gauges(self.gauges());
+    }
+
+    /// Its [`Stats`] now; in debug builds, checks that what it published says the
+    /// same.
+    fn stats_now(&self) -> Stats {
+        let g = self.gauges();
+        let stats = Stats {
+            counters: self.core.counters(),
+            dequeued: g.dequeued,
+            consumers: g.consumers,
+            ..Stats::default()
+        };
+        destination::debug_check_published(self.core.published(), &stats);
+        stats
+    }
+
     /// The topic also holds these durable subscriptions (key, selector text) of
     /// wildcard destinations that match it: [`BrokerActor`](crate::broker::BrokerActor)
     /// gives them, so that the topic stores what they need from its first message on,
@@ -222,6 +259,7 @@ impl TopicActor {
             state = state.no_local(origin);
         }
         self.subscriptions.insert(id, state.with_handed(msg.handed));
+        self.publish_gauges();
         id
     }
 
@@ -234,6 +272,7 @@ impl TopicActor {
     /// [`Self::dispatch`] with the clock read once by the caller (`now_ms`, epoch ms),
     /// for a caller that dispatches to every subscription.
     fn dispatch_at(&mut self, id: u64, now_ms: i64, ctx: &mut Context<Self>) {
+        let consumers = self.subscriptions.len() as u64;
         let Some(sub) = self.subscriptions.get_mut(&id) else {
             return;
         };
@@ -241,7 +280,16 @@ impl TopicActor {
             deliveries,
             expired,
         } = sub.take_ready(now_ms);
-        self.core.counters.dispatched += deliveries.len() as u64;
+        if !deliveries.is_empty() {
+            self.core.counters_mut().dispatched += deliveries.len() as u64;
+            // The topic's `dequeued` is its deliveries.
+            let gauges = Gauges {
+                dequeued: self.core.counters().dispatched,
+                consumers,
+                ..Gauges::default()
+            };
+            self.core.published().publish_gauges(gauges);
+        }
         let skipped = sub.take_skipped();
         let alive = sub.send(deliveries);
         if !skipped.is_empty() {
@@ -359,6 +407,7 @@ impl TopicActor {
         let Some(sub) = self.subscriptions.remove(&id) else {
             return;
         };
+        self.publish_gauges();
         if let Some(key) = &sub.durable {
             if let Some(durable) = self.durables.get_mut(key) {
                 durable.online = None;
@@ -638,6 +687,7 @@ impl TopicActor {
             None => state,
         };
         self.subscriptions.insert(id, state);
+        self.publish_gauges();
         self.dispatch(id, ctx);
     }
 }
@@ -738,13 +788,13 @@ impl DestinationActor for TopicActor {
     /// Starts a cleanup batch if one is due, and an expiry run if expiry is armed and
     /// some durable subscription is one expiry works for.
     fn tick(&mut self, ctx: &mut Context<Self>) {
-        self.core.counters.ticks += 1;
+        self.core.counters_mut().ticks += 1;
         self.cleanup(ctx);
         let all = self.core.policy.expire_online_durable_subscriptions;
         let durables = &self.durables;
         let has_work = || durables.values().any(|d| all || d.online.is_none());
         if self.core.schedule.start_run(has_work) {
-            self.core.counters.expiry_runs += 1;
+            self.core.counters_mut().expiry_runs += 1;
             self.page(ctx);
         }
     }
@@ -1113,12 +1163,7 @@ impl Handler<GetStats> for TopicActor {
     type Result = Stats;
 
     fn handle(&mut self, _: GetStats, _: &mut Context<Self>) -> Stats {
-        Stats {
-            counters: self.core.counters(),
-            dequeued: self.core.counters().dispatched,
-            consumers: self.subscriptions.len() as u64,
-            ..Stats::default()
-        }
+        self.stats_now()
     }
 }
 
@@ -1126,6 +1171,7 @@ impl Handler<GetTopicStats> for TopicActor {
     type Result = TopicStats;
 
     fn handle(&mut self, _: GetTopicStats, _: &mut Context<Self>) -> TopicStats {
+        self.stats_now();
         TopicStats {
             counters: self.core.counters(),
             online_subscriptions: self.subscriptions.len() as u64,

@@ -22,6 +22,8 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
+use crate::destination::Published;
+
 /// A byte counter with a limit; see the module documentation. Shared (`Arc`).
 #[derive(Debug)]
 pub struct Usage {
@@ -33,6 +35,12 @@ pub struct Usage {
     /// Shared by a root and all its children: every release wakes every waiter.
     space: Arc<Notify>,
     blocked: Arc<AtomicU64>,
+    /// Producers blocked anywhere in this usage's tree (shared by a root and its
+    /// children), so that the broker's count reads one number.
+    tree_blocked: Arc<AtomicU64>,
+    /// A destination's usage marks the destination's stats entry when its bytes or
+    /// blocked producers change (see [`crate::destination::StatsBoard`]).
+    watch: Option<Arc<Published>>,
 }
 
 impl Usage {
@@ -45,19 +53,58 @@ impl Usage {
             parent: None,
             space: Arc::new(Notify::new()),
             blocked: Arc::new(AtomicU64::new(0)),
+            tree_blocked: Arc::new(AtomicU64::new(0)),
+            watch: None,
         })
     }
 
     /// A child of this usage (a destination's): its bytes count here too.
     pub fn child(self: &Arc<Self>, name: impl Into<String>, limit: u64) -> Arc<Self> {
+        self.child_watched(name.into(), limit, None)
+    }
+
+    /// A destination's usage, a child of this one ([`Self::child`]) that marks the
+    /// destination's stats entry `published` whenever its bytes or its blocked
+    /// producers change, so that a stats reading reads it again.
+    pub fn destination_child(
+        self: &Arc<Self>,
+        name: impl Into<String>,
+        limit: u64,
+        published: Arc<Published>,
+    ) -> Arc<Self> {
+        self.child_watched(name.into(), limit, Some(published))
+    }
+
+    fn child_watched(
+        self: &Arc<Self>,
+        name: String,
+        limit: u64,
+        watch: Option<Arc<Published>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
-            name: name.into(),
+            name,
             limit,
             used: AtomicU64::new(0),
             parent: Some(Arc::clone(self)),
             space: Arc::clone(&self.space),
             blocked: Arc::new(AtomicU64::new(0)),
+            tree_blocked: Arc::clone(&self.tree_blocked),
+            watch,
         })
+    }
+
+    /// Whether it marks `published` when it changes ([`Self::destination_child`]).
+    pub fn watches(&self, published: &Arc<Published>) -> bool {
+        self.watch
+            .as_ref()
+            .is_some_and(|w| Arc::ptr_eq(w, published))
+    }
+
+    /// Marks the watched stats entry, if any.
+    fn changed(&self) {
+        if let Some(published) = &self.watch {
+            published.mark();
+        }
     }
 
     /// What it is named in errors and metrics (`memory`, `temp`, `queue://jobs`).
@@ -78,6 +125,19 @@ impl Usage {
     /// Producers waiting for space here now.
     pub fn blocked_producers(&self) -> u64 {
         self.blocked.load(Ordering::Relaxed)
+    }
+
+    /// Producers waiting for space anywhere in this usage's tree now (its root and
+    /// every child of it): one read, however many destinations there are.
+    pub fn tree_blocked_producers(&self) -> u64 {
+        self.tree_blocked.load(Ordering::Relaxed)
+    }
+
+    /// Counts one more producer blocked here.
+    fn block(&self) {
+        self.blocked.fetch_add(1, Ordering::Relaxed);
+        self.tree_blocked.fetch_add(1, Ordering::Relaxed);
+        self.changed();
     }
 
     /// The first usage, this one or an ancestor, that is at or over its limit.
@@ -146,8 +206,8 @@ impl Usage {
         if self.full().is_none() {
             return;
         }
-        self.blocked.fetch_add(1, Ordering::Relaxed);
-        let _unblock = Unblock(&self.blocked);
+        self.block();
+        let _unblock = Unblock(self);
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);
@@ -164,8 +224,8 @@ impl Usage {
     /// Counts a producer as blocked here until the returned guard is dropped (for
     /// waits this usage does not run itself, such as on the store limit).
     pub fn blocked(&self) -> impl Drop + '_ {
-        self.blocked.fetch_add(1, Ordering::Relaxed);
-        Unblock(&self.blocked)
+        self.block();
+        Unblock(self)
     }
 
     fn add(&self, bytes: u64) {
@@ -174,6 +234,7 @@ impl Usage {
             usage.used.fetch_add(bytes, Ordering::Relaxed);
             at = usage.parent.as_deref();
         }
+        self.changed();
     }
 
     fn release(&self, bytes: u64) {
@@ -182,15 +243,18 @@ impl Usage {
             usage.used.fetch_sub(bytes, Ordering::Relaxed);
             at = usage.parent.as_deref();
         }
+        self.changed();
         self.space.notify_waiters();
     }
 }
 
-struct Unblock<'a>(&'a AtomicU64);
+struct Unblock<'a>(&'a Usage);
 
 impl Drop for Unblock<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.blocked.fetch_sub(1, Ordering::Relaxed);
+        self.0.tree_blocked.fetch_sub(1, Ordering::Relaxed);
+        self.0.changed();
     }
 }
 

@@ -191,10 +191,11 @@ impl Broker {
         if !self.advisory_wanted(&topic) {
             return;
         }
-        let count = match self.stats_of(key).await {
-            Ok(stats) => stats.consumers,
-            Err(_) => 0,
-        };
+        // As the destination published it (it did before it answered the change).
+        let count = self
+            .stats_board()
+            .get(key)
+            .map_or(0, |entry| entry.read().consumers);
         let event = if added {
             "consumer_added"
         } else {

@@ -5,6 +5,7 @@ use super::destination::ToDestination;
 use super::message::Message;
 use super::Broker;
 use crate::error::Error;
+use ebb_actors::destination::StatsBoard;
 use ebb_actors::policy::PolicyMap;
 use ebb_actors::usage::Usage;
 use ebb_actors::DestinationKey;
@@ -36,15 +37,27 @@ pub(super) struct Usages {
     pub(super) destinations: parking_lot::Mutex<HashMap<DestinationKey, Arc<Usage>>>,
     /// Producers per destination, as transports report them.
     pub(super) producers: parking_lot::Mutex<HashMap<DestinationKey, u64>>,
+    /// Where each destination publishes its counters (the registry's too): a
+    /// destination's usage marks its entry when its bytes change.
+    pub(super) board: Arc<StatsBoard>,
 }
 
 impl Usages {
+    /// Destination `key`'s usage, a child of `memory` that marks `key`'s stats entry;
+    /// made anew when the destination was deleted and started again since (its entry
+    /// is a new one).
     pub(super) fn of(&self, key: &DestinationKey) -> Arc<Usage> {
+        let entry = self.board.entry(key);
         let mut map = self.destinations.lock();
-        Arc::clone(map.entry(key.clone()).or_insert_with(|| {
-            let limit = self.policies.policy_for(key).memory_limit;
-            self.memory.child(key.container(), limit)
-        }))
+        match map.get(key) {
+            Some(usage) if usage.watches(&entry) => Arc::clone(usage),
+            _ => {
+                let limit = self.policies.policy_for(key).memory_limit;
+                let usage = self.memory.destination_child(key.container(), limit, entry);
+                map.insert(key.clone(), Arc::clone(&usage));
+                usage
+            }
+        }
     }
 }
 
@@ -199,16 +212,17 @@ impl Broker {
         (self.budget.lag(), self.budget.pages_waiting())
     }
 
+    /// Where each destination publishes its counters ([`StatsBoard`]).
+    pub(crate) fn stats_board(&self) -> &StatsBoard {
+        &self.usages.board
+    }
+
     /// The broker's memory, store and temp usage now, and producers blocked.
     pub fn usage(&self) -> UsageSnapshot {
         let u = &self.usages;
-        let blocked = u
-            .destinations
-            .lock()
-            .values()
-            .map(|d| d.blocked_producers())
-            .sum::<u64>()
-            + u.temp.blocked_producers();
+        // One read each: the trees count their producers blocked (the root's own
+        // waits, as on the store limit, included).
+        let blocked = u.memory.tree_blocked_producers() + u.temp.tree_blocked_producers();
         UsageSnapshot {
             memory_bytes: u.memory.used(),
             memory_limit: u.memory.limit(),
@@ -248,6 +262,7 @@ impl Broker {
                 *n += 1;
                 *n
             };
+            self.usages.board.mark(&key);
             self.advise_producer(&key, count, true);
         }
     }
@@ -260,6 +275,7 @@ impl Broker {
                 *n
             });
             if let Some(count) = count {
+                self.usages.board.mark(&key);
                 self.advise_producer(&key, count, false);
             }
         }

@@ -66,7 +66,7 @@ use actix::{Addr, Handler};
 use ebb_actors::broker::{
     BrokerActor, DestinationAddr, GetDestination, GetRunning, ShutdownBroker,
 };
-use ebb_actors::destination::now_ms;
+use ebb_actors::destination::{now_ms, StatsBoard};
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::queue::QueueActor;
 use ebb_actors::scheduled::ScheduleWaker;
@@ -102,6 +102,8 @@ pub struct Broker {
     routes: Arc<routing::Routes>,
     /// Advisory messages ([`advisory`]).
     advisories: Arc<advisory::Advisories>,
+    /// The last stats reading, kept up to date from what changed ([`Broker::stats`]).
+    reading: Arc<crate::stats::Reading>,
 }
 
 /// A [`Broker`] that does not keep its thread alive (the broker ends when the last
@@ -121,6 +123,7 @@ struct WeakBroker {
     /// Weak: the advisories' event sink holds a [`WeakBroker`], which would otherwise
     /// keep them, and with them the whole broker and its store, alive for ever.
     advisories: std::sync::Weak<advisory::Advisories>,
+    reading: Arc<crate::stats::Reading>,
 }
 
 impl WeakBroker {
@@ -139,6 +142,7 @@ impl WeakBroker {
             temporaries: Arc::clone(&self.temporaries),
             routes: Arc::clone(&self.routes),
             advisories: self.advisories.upgrade()?,
+            reading: Arc::clone(&self.reading),
         })
     }
 }
@@ -303,11 +307,14 @@ impl Broker {
         let queues_wake = waker.clone();
         let advisories = Arc::new(advisory::Advisories::default());
         let events = advisories.events.clone();
+        let board = Arc::new(StatsBoard::default());
+        let registry_board = Arc::clone(&board);
         let (handle, registry) = runtime.run_blocking(move || {
             let handle = StoreHandle::start(store, actor_config);
             let registry = BrokerActor::new(handle.clone(), policies, shared)
                 .with_schedule_waker(queues_wake)
-                .with_events(events);
+                .with_events(events)
+                .with_stats_board(registry_board);
             (handle, actix::Actor::start(registry))
         })?;
         let broker = Self {
@@ -328,12 +335,14 @@ impl Broker {
                 policies: config.policies.clone(),
                 destinations: Default::default(),
                 producers: Default::default(),
+                board,
             }),
             shut_down: Arc::default(),
             scheduler: Arc::default(),
             temporaries: Arc::default(),
             routes: Arc::new(routing::Routes::new(config.routing.clone())),
             advisories,
+            reading: Arc::default(),
         };
         broker.start_advisories();
         // A queue that holds a redelivery back in the store wakes the scheduler. The
@@ -376,6 +385,7 @@ impl Broker {
             temporaries: Arc::clone(&self.temporaries),
             routes: Arc::clone(&self.routes),
             advisories: Arc::downgrade(&self.advisories),
+            reading: Arc::clone(&self.reading),
         }
     }
 

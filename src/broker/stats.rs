@@ -4,14 +4,19 @@ use super::destination::ToDestination;
 use super::Broker;
 use crate::error::Error;
 use ebb_actors::broker::DestinationAddr;
-use ebb_actors::messages::{GetQueueStats, GetStats, GetTopicStats, QueueStats, Stats, TopicStats};
+use ebb_actors::messages::{GetQueueStats, GetTopicStats, QueueStats, TopicStats};
 use ebb_actors::DestinationKey;
 
 impl Broker {
-    /// What destination `key` reports, whatever its kind ([`GetStats`], starting it
-    /// if it is not running); readable after shutdown for one that was running.
-    pub(crate) async fn stats_of(&self, key: &DestinationKey) -> Result<Stats, Error> {
-        Ok(self.lookup(key).await?.ask(GetStats).await?)
+    /// Starts destination `key` if it is not running (after shutdown: only one that
+    /// was running is found, else [`Error::ShuttingDown`]).
+    pub(crate) async fn ensure_running(&self, key: &DestinationKey) -> Result<(), Error> {
+        self.lookup(key).await.map(|_| ())
+    }
+
+    /// The last stats reading ([`Broker::stats`]).
+    pub(crate) fn reading(&self) -> &crate::stats::Reading {
+        &self.reading
     }
 
     /// The counters of topic `name` (starting it if it is not running).

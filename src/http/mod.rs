@@ -288,11 +288,8 @@ impl HttpServer {
         // The first scrape, even one made the moment the address is logged, finds
         // the broker's values (the loop then refreshes them; a failure here is its
         // to report).
-        if let Ok(stats) = broker.stats().await {
-            crate::metrics::record(&stats);
-            history.record(&stats, connections.len(), crate::history::now_ms());
-            series.update(Arc::new(stats));
-        }
+        let _ = crate::metrics::refresh(&broker, &history, &connections).await;
+        series.follow(broker.clone());
         let refresh = tokio::spawn(crate::metrics::refresh_loop(
             broker,
             metrics,

@@ -14,16 +14,18 @@
 //! without the feature, calls [`describe`] once and [`record`] with a snapshot as
 //! often as it likes.
 //!
-//! **Where values come from.** Broker and destination values are copied from a
-//! [`Broker::stats`](crate::Broker::stats) snapshot by the HTTP server's refresh task
-//! every `REFRESH_EVERY` (one second); when a snapshot takes longer than that, the task
-//! waits as long as the snapshot took before the next one, so it never keeps the store
-//! busy more than half the time. The per-destination series (label `destination`)
-//! are not kept in the recorder: the server renders them at each scrape from the last
-//! snapshot ([`DestinationSeries`]), so a destination that ended (a temporary queue
-//! whose connection closed, a deleted queue) has none from the next refresh on, and
-//! at most `[http] max_destination_series` destinations ([`MAX_DESTINATION_SERIES`])
-//! are listed, named ones before temporary ones; the broker's totals
+//! **Where values come from.** The HTTP server's refresh task brings the broker's kept
+//! reading up to date every `REFRESH_EVERY` (one second): only the destinations that
+//! changed since are read again (see [`crate::stats`]), so an idle broker's refresh
+//! reads nothing, however many destinations it holds; it then records the broker-wide
+//! values and, every history step, gives the history what changed. When a refresh
+//! takes longer than a second, the task waits as long as it took before the next one.
+//! The per-destination series (label `destination`) are not kept in the recorder: the
+//! server renders them at each scrape from the kept reading, in place
+//! ([`DestinationSeries`]), so a destination that ended (a temporary queue whose
+//! connection closed, a deleted queue) has none from the next refresh on, and at most
+//! `[http] max_destination_series` destinations ([`MAX_DESTINATION_SERIES`]) are
+//! listed, named ones before temporary ones; the broker's totals
 //! (`ebb_messages_waiting`, ...) count every destination. The histogram
 //! `ebb_expiry_page_rows` is recorded by the destinations themselves when an expiry
 //! page finishes, so it holds every page, not a sample; it is broker-wide (each
@@ -76,9 +78,9 @@ mod series;
 pub use series::{DestinationSeries, MAX_DESTINATION_SERIES};
 
 #[cfg(feature = "prometheus")]
-pub(crate) use recorder::refresh_loop;
-#[cfg(feature = "prometheus")]
 pub use recorder::{install_recorder, REFRESH_EVERY};
+#[cfg(feature = "prometheus")]
+pub(crate) use recorder::{refresh, refresh_loop};
 
 use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Label};
 use serde::Deserialize;

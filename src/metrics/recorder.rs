@@ -46,6 +46,27 @@ pub fn install_recorder() -> Result<PrometheusHandle, Error> {
     Ok(handle)
 }
 
+/// One refresh: the broker's kept reading brought up to date (what changed since the
+/// last one), its broker-wide values recorded, and, when a step is due, the history's
+/// point from what changed since the last point. Costs what changed.
+pub(crate) async fn refresh(
+    broker: &Broker,
+    history: &crate::history::History,
+    connections: &crate::transport::connections::Connections,
+) -> Result<(), Error> {
+    broker.refresh_reading().await?;
+    let summary = broker.stats_summary().await?;
+    record(&summary);
+    let now = crate::history::now_ms();
+    if history.wants(now) {
+        // What changed since the last point (whoever refreshed the reading since).
+        let (changed, ended) = broker.reading().take_since_point();
+        let changed: Vec<&crate::stats::DestinationStats> = changed.iter().collect();
+        history.record_changes(&changed, &ended, &summary, connections.len(), now);
+    }
+    Ok(())
+}
+
 /// Refreshes the metrics from the broker until `stop`: the recorder's broker-wide
 /// values, the per-destination `series`, and `history` (with the open `connections`
 /// counted); see the module documentation.
@@ -58,13 +79,11 @@ pub(crate) async fn refresh_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut failing = false;
+    series.follow(broker.clone());
     while !*stop.borrow() {
         let started = Instant::now();
-        match broker.stats().await {
-            Ok(stats) => {
-                record(&stats);
-                history.record(&stats, connections.len(), crate::history::now_ms());
-                series.update(std::sync::Arc::new(stats));
+        match refresh(&broker, &history, &connections).await {
+            Ok(()) => {
                 if failing {
                     tracing::info!("metrics refresh works again");
                     failing = false;

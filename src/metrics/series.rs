@@ -98,13 +98,25 @@ pub(super) fn described() -> impl Iterator<Item = (&'static str, &'static str, b
 }
 
 /// The destinations of the last reading that `/metrics` lists, shared between the
-/// refresh task (which hands each reading to [`DestinationSeries::update`]) and the
-/// `/metrics` handler ([`DestinationSeries::render`]). Cloning shares it. Holds the
-/// reading itself (an `Arc`), no copy.
+/// refresh task and the `/metrics` handler ([`DestinationSeries::render`]). Cloning
+/// shares it. It renders either a snapshot handed to [`DestinationSeries::update`]
+/// (an `Arc`, no copy) or, once it [follows](DestinationSeries::follow) a broker, the
+/// broker's kept reading in place (what the HTTP server does: no copy per refresh).
 #[derive(Clone)]
 pub struct DestinationSeries {
-    latest: Arc<RwLock<Option<Arc<BrokerStats>>>>,
+    latest: Arc<RwLock<Source>>,
     max: usize,
+}
+
+/// What [`DestinationSeries`] renders.
+#[derive(Default)]
+enum Source {
+    #[default]
+    Nothing,
+    Snapshot(Arc<BrokerStats>),
+    // Followed by the HTTP server's refresh (the `prometheus` feature).
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    Live(crate::Broker),
 }
 
 impl DestinationSeries {
@@ -119,17 +131,40 @@ impl DestinationSeries {
     /// The reading the next scrapes render (the previous one is dropped: a destination
     /// it listed and this one does not has no series from now on).
     pub fn update(&self, stats: Arc<BrokerStats>) {
-        *self.latest.write() = Some(stats);
+        *self.latest.write() = Source::Snapshot(stats);
+    }
+
+    /// Renders `broker`'s kept reading from now on (as its last refresh left it:
+    /// [`crate::Broker::stats`] and the metrics refresh bring it up to date).
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn follow(&self, broker: crate::Broker) {
+        *self.latest.write() = Source::Live(broker);
     }
 
     /// Appends the per-destination series of the last reading to `out`, in Prometheus'
     /// text format (with `# HELP` and `# TYPE` lines), and
     /// `ebb_destination_series_omitted`. Nothing before the first reading.
     pub fn render(&self, out: &mut String) {
-        let Some(stats) = self.latest.read().clone() else {
-            return;
-        };
-        let (listed, omitted) = select(&stats.destinations, self.max);
+        match &*self.latest.read() {
+            Source::Nothing => {}
+            Source::Snapshot(stats) => render(&stats.destinations, self.max, out),
+            Source::Live(broker) => broker.reading().with(|state| {
+                let destinations: Vec<&DestinationStats> = state.destinations.values().collect();
+                render(&destinations, self.max, out)
+            }),
+        }
+    }
+}
+
+/// Appends the series of `destinations` (in key order) to `out`: see
+/// [`DestinationSeries::render`].
+fn render<D: std::borrow::Borrow<DestinationStats>>(
+    destinations: &[D],
+    max: usize,
+    out: &mut String,
+) {
+    {
+        let (listed, omitted) = select(destinations, max);
         let _ = writeln!(
             out,
             "# HELP {DESTINATION_SERIES_OMITTED} Running destinations without series here (over [http] max_destination_series; the ebb_messages_* totals count them)\n# TYPE {DESTINATION_SERIES_OMITTED} gauge\n{DESTINATION_SERIES_OMITTED} {omitted}"
@@ -156,12 +191,15 @@ impl DestinationSeries {
 
 /// The destinations that get series, named ones first (then temporary ones), each
 /// group in key order, at most `max`; and how many were left out.
-fn select(destinations: &[DestinationStats], max: usize) -> (Vec<&DestinationStats>, usize) {
+fn select<D: std::borrow::Borrow<DestinationStats>>(
+    destinations: &[D],
+    max: usize,
+) -> (Vec<&DestinationStats>, usize) {
     let temporary = |d: &&DestinationStats| d.kind.capabilities().temporary;
-    let mut listed: Vec<&DestinationStats> = destinations
-        .iter()
+    let all = || destinations.iter().map(|d| d.borrow());
+    let mut listed: Vec<&DestinationStats> = all()
         .filter(|d| !temporary(d))
-        .chain(destinations.iter().filter(temporary))
+        .chain(all().filter(temporary))
         .take(max)
         .collect();
     let omitted = destinations.len() - listed.len();

@@ -19,7 +19,7 @@
 //! Memory: one entry per container counted and not written since (about 60 bytes and
 //! the name); a write, a deletion included, removes its containers' entries.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -28,6 +28,9 @@ use std::sync::{Mutex, PoisonError};
 pub(crate) struct CommittedCounts {
     entries: Mutex<HashMap<String, Entry>>,
     tokens: AtomicU64,
+    /// Containers written since the last [`Self::take_written`] (`None` until the
+    /// first call: nobody reads the feed, nothing is recorded).
+    written: Mutex<Option<HashSet<String>>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,12 +72,32 @@ impl CommittedCounts {
 
     /// A write to `containers` is over (committed or not): their counts are dropped.
     pub(crate) fn written<'a>(&self, containers: impl IntoIterator<Item = &'a str>) {
+        let mut feed = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         let mut entries = self.lock();
-        if entries.is_empty() {
+        if entries.is_empty() && feed.is_none() {
             return;
         }
         for container in containers {
             entries.remove(container);
+            if let Some(feed) = feed.as_mut() {
+                if !feed.contains(container) {
+                    feed.insert(container.to_string());
+                }
+            }
+        }
+    }
+
+    /// The containers written since the last call, each once; `None` on the first
+    /// call, which starts the feed (nothing was recorded before it). Memory: one entry
+    /// per container written between two calls.
+    pub(crate) fn take_written(&self) -> Option<Vec<String>> {
+        let mut feed = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        match feed.as_mut() {
+            Some(written) => Some(written.drain().collect()),
+            None => {
+                *feed = Some(HashSet::new());
+                None
+            }
         }
     }
 
@@ -92,6 +115,19 @@ impl CommittedCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_written_feed_names_each_container_once_from_its_first_call() {
+        let c = CommittedCounts::default();
+        c.written(["queue://before"]);
+        assert_eq!(c.take_written(), None, "the first call starts the feed");
+        c.written(["queue://a", "queue://b"]);
+        c.written(["queue://a"]);
+        let mut written = c.take_written().unwrap();
+        written.sort();
+        assert_eq!(written, ["queue://a", "queue://b"]);
+        assert_eq!(c.take_written(), Some(Vec::new()));
+    }
 
     #[test]
     fn a_count_is_kept_until_its_container_is_written() {

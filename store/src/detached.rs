@@ -273,6 +273,10 @@ impl MessageStore for Detached {
         .await
     }
 
+    fn take_written(&self) -> Option<Vec<String>> {
+        self.0.take_written()
+    }
+
     async fn count_subscriptions(&self, container: &str) -> Result<u64> {
         let container = container.to_string();
         detached(&self.0, |s| async move {

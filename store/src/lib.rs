@@ -596,6 +596,13 @@ pub trait MessageStore: Send + Sync + 'static {
     /// write in between, it runs no statement ([`StatsSnapshot::committed_counts`]).
     async fn count_committed(&self, container: &str) -> Result<u64>;
 
+    /// The containers whose committed rows this store's writes may have changed since
+    /// the last call, each once: a reader that keeps each destination's count (the
+    /// broker's stats reading) counts only those again. `None` on the first call,
+    /// which starts the record (nothing was recorded before it: count every one).
+    /// Only this store's own writes are seen (see [`Self::count_committed`]).
+    fn take_written(&self) -> Option<Vec<String>>;
+
     /// How many durable subscriptions `container` has.
     async fn count_subscriptions(&self, container: &str) -> Result<u64>;
 

@@ -2374,6 +2374,10 @@ macro_rules! impl_sql_store {
                 Ok(rows)
             }
 
+            fn take_written(&self) -> Option<Vec<String>> {
+                self.counts.take_written()
+            }
+
             async fn count_messages(&self, container: &str) -> $crate::Result<u64> {
                 self.count(&self.sql.count_messages, container, "count messages")
                     .await

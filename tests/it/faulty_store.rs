@@ -53,6 +53,9 @@ impl MessageStore for FaultyStore {
     fn stats(&self) -> &ReadStats {
         self.inner.stats()
     }
+    fn take_written(&self) -> Option<Vec<String>> {
+        self.inner.take_written()
+    }
     async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
         if ops.iter().any(self.slow_writes) {
             tokio::time::sleep(self.write_delay).await;

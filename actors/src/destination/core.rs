@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 use super::policy::Policy;
 use super::{
     AfterPage, Completions, DestinationCounters, DestinationKey, HousekeepingSchedule,
-    PreparedMessages, PublishOrder,
+    PreparedMessages, PublishOrder, Published,
 };
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
@@ -200,6 +200,33 @@ where
     }
 }
 
+/// A destination's counters being changed ([`DestinationCore::counters_mut`]):
+/// published ([`Published::publish_counters`]) when dropped.
+pub struct CountersMut<'a> {
+    counters: &'a mut DestinationCounters,
+    published: &'a Published,
+}
+
+impl std::ops::Deref for CountersMut<'_> {
+    type Target = DestinationCounters;
+
+    fn deref(&self) -> &DestinationCounters {
+        self.counters
+    }
+}
+
+impl std::ops::DerefMut for CountersMut<'_> {
+    fn deref_mut(&mut self) -> &mut DestinationCounters {
+        self.counters
+    }
+}
+
+impl Drop for CountersMut<'_> {
+    fn drop(&mut self) {
+        self.published.publish_counters(self.counters);
+    }
+}
+
 /// What every destination actor holds (see the module documentation).
 pub struct DestinationCore {
     /// Which destination this is.
@@ -218,8 +245,12 @@ pub struct DestinationCore {
     pub prepared: PreparedMessages,
     /// Timer, expiry runs and pages, cleanup batches, stop.
     pub schedule: HousekeepingSchedule<SpawnHandle>,
-    /// What every destination counts.
-    pub counters: DestinationCounters,
+    /// What every destination counts: read with [`Self::counters`], changed through
+    /// [`Self::counters_mut`] (which publishes them).
+    counters: DestinationCounters,
+    /// Where its counters and gauges are published for stats readings
+    /// ([`Published`]).
+    published: Arc<Published>,
     /// Transactional publishes whose prepared store write is in flight.
     pub prepared_writes: u64,
     /// Retired for deletion ([`Retire`]): it takes no new message or consumer.
@@ -236,6 +267,7 @@ impl DestinationCore {
         store: StoreHandle,
         budget: HousekeepingBudget,
     ) -> Self {
+        let container_key = key.clone();
         Self {
             container: key.container(),
             key,
@@ -246,9 +278,30 @@ impl DestinationCore {
             prepared: PreparedMessages::default(),
             schedule: HousekeepingSchedule::default(),
             counters: DestinationCounters::default(),
+            published: Published::detached(container_key),
             prepared_writes: 0,
             retired: false,
             events: crate::events::Events::default(),
+        }
+    }
+
+    /// Publishes its counters and gauges to `published` (its entry on the broker's
+    /// [`crate::destination::StatsBoard`]) from now on.
+    pub fn publish_to(&mut self, published: Arc<Published>) {
+        published.publish_counters(&self.counters);
+        self.published = published;
+    }
+
+    /// Where it publishes its counters and gauges.
+    pub fn published(&self) -> &Published {
+        &self.published
+    }
+
+    /// Its counters, to change: they are published when the guard is dropped.
+    pub fn counters_mut(&mut self) -> CountersMut<'_> {
+        CountersMut {
+            counters: &mut self.counters,
+            published: &self.published,
         }
     }
 
@@ -257,7 +310,7 @@ impl DestinationCore {
         if n == 0 {
             return;
         }
-        self.counters.expired += n;
+        self.counters_mut().expired += n;
         let destination = &self.key;
         self.events.emit(|| crate::events::Event::Expired {
             destination: destination.clone(),
@@ -381,7 +434,7 @@ pub fn begin_page<A: DestinationActor>(act: &mut A, ctx: &mut Context<A>) -> boo
         end_run(act, ctx);
         return false;
     }
-    core.counters.expiry_pages_started += 1;
+    core.counters_mut().expiry_pages_started += 1;
     true
 }
 
@@ -406,7 +459,7 @@ pub fn page_finished<A: DestinationActor>(
     full: bool,
 ) {
     let core = act.core();
-    core.counters.page_finished(rows, ticket);
+    core.counters_mut().page_finished(rows, ticket);
     match core.schedule.page_finished(full, rows) {
         AfterPage::NextPage => ctx.notify(ExpiryPage),
         AfterPage::RunOver { found_nothing } => {
@@ -422,7 +475,7 @@ pub fn page_finished<A: DestinationActor>(
 pub fn page_failed<A: DestinationActor>(act: &mut A, ctx: &mut Context<A>, error: &ActorError) {
     let core = act.core();
     core.schedule.page_finished(false, 0);
-    core.counters.page_failed();
+    core.counters_mut().page_failed();
     tracing::warn!(destination = %core.container, %error, "expiry page failed; the next tick tries again");
     end_run(act, ctx);
 }
@@ -475,7 +528,7 @@ pub fn publish<A: DestinationActor>(
         return PublishTicket::ready(Err(act.core().retired_error()));
     }
     if message.is_expired(now_ms()) {
-        act.core().counters.enqueued += 1;
+        act.core().counters_mut().enqueued += 1;
         act.core().count_expired(1);
         let outcome = PublishOutcome {
             id: None,
@@ -491,7 +544,7 @@ pub fn publish<A: DestinationActor>(
     let core = act.core();
     match (xid, plan.store) {
         (None, false) => {
-            core.counters.enqueued += 1;
+            core.counters_mut().enqueued += 1;
             let released = core.order.push(Arc::new(message));
             act.release(released, ctx);
             PublishTicket::ready(Ok(accepted(None)))
@@ -509,7 +562,7 @@ pub fn publish<A: DestinationActor>(
                     }
                     let (stored, outcome) = match result {
                         Ok(id) => {
-                            core.counters.enqueued += 1;
+                            core.counters_mut().enqueued += 1;
                             let stored = TopicMessage {
                                 id: Some(id),
                                 ..message
@@ -563,7 +616,7 @@ pub fn commit_prepared<A: DestinationActor>(
 ) {
     let core = act.core();
     let messages = core.prepared.commit(xid, renumbered);
-    core.counters.enqueued += messages.len() as u64;
+    core.counters_mut().enqueued += messages.len() as u64;
     let mut released = Vec::new();
     for message in messages {
         released.extend(core.order.push(Arc::new(message)));
@@ -610,7 +663,7 @@ pub fn release_scheduled<A: DestinationActor>(
                 let core = act.core();
                 let stored = match result {
                     Ok(id) => id.map(|new| {
-                        core.counters.enqueued += 1;
+                        core.counters_mut().enqueued += 1;
                         Arc::new(TopicMessage {
                             id: Some(new),
                             ..message

@@ -10,6 +10,7 @@
 //! | [`PreparedMessages`] | messages of open transactions, renumbered at commit | `prepared.rs` |
 //! | [`HousekeepingSchedule`] | timer, expiry runs and pages, cleanup batches, stop | `schedule.rs` |
 //! | [`DestinationCounters`] | the counters every kind reports | `counters.rs` |
+//! | [`Published`], [`StatsBoard`] | the counters and gauges each destination publishes as it works, and which changed since the last reading | `published.rs` |
 //! | [`policy::Policy`], [`policy::PolicyMap`] | per-destination settings, matched by pattern (also `ebb_actors::policy`) | `policy.rs` |
 //! | [`AckBatch`] | acks of one subscription gathered while its last ack write is in flight, written together | `ack_batch.rs` |
 //! | [`Completions`] | store writes in flight, their results handed back to the actor (one future, however many writes) | `completions.rs` |
@@ -27,13 +28,15 @@ pub mod key;
 pub mod policy;
 mod prepared;
 mod publish_order;
+mod published;
 mod schedule;
 
 pub use self::core::{
     begin_page, commit_prepared, end_run, idle_if_done, now_ms, page_failed, page_finished,
     publish, release_scheduled, retire, schedule, stop_housekeeping, AbortPrepared, CommitPrepared,
-    DestinationActor, DestinationCore, DueMessage, ExpiryPage, Plan, Publish, PublishPrepared,
-    PublishTicket, ReleaseScheduled, Retire, RunHousekeeping, StopDestination, StopHousekeeping,
+    CountersMut, DestinationActor, DestinationCore, DueMessage, ExpiryPage, Plan, Publish,
+    PublishPrepared, PublishTicket, ReleaseScheduled, Retire, RunHousekeeping, StopDestination,
+    StopHousekeeping,
 };
 pub use ack_batch::{AckAnswer, AckBatch, AckWrite};
 pub use completions::Completions;
@@ -44,6 +47,7 @@ pub use key::{
 };
 pub use prepared::PreparedMessages;
 pub use publish_order::PublishOrder;
+pub use published::{debug_check_published, Gauges, Published, StatsBoard};
 pub use schedule::{AfterPage, HousekeepingSchedule};
 
 /// Implements, for destination actor `$actor` (a [`DestinationActor`]), the handlers

@@ -1,0 +1,358 @@
+//! [`Published`] and [`StatsBoard`]: the counters each destination publishes as it
+//! works, so that a stats reading never asks an actor and costs what changed.
+//!
+//! Each destination has one [`Published`] (about 150 bytes and its name): lock-free
+//! counters (enqueued, delivered, acked, expired, dead-lettered, expiry pages and
+//! runs) and gauges (consumers, in-flight deliveries, non-persistent messages waiting)
+//! that its actor, the only writer, updates as it works. The first change after a
+//! reading puts the destination's key on the board's change list (one atomic swap
+//! for every later change until the next reading). Its memory usage marks it too
+//! (`crate::usage::Usage` holds its destination's entry), as do the producers the
+//! broker counts for it ([`StatsBoard::mark`]).
+//!
+//! The [`StatsBoard`] holds every destination's entry, keyed by destination: the
+//! registry ([`crate::broker::BrokerActor`]) starts one with the actor and removes it
+//! when the destination is deleted. A reader takes the change list
+//! ([`StatsBoard::take_changes`]) and reads only the entries on it: an idle broker's
+//! reading reads nothing, however many destinations it holds.
+//!
+//! Counters start from 0 with the broker (as each actor's did); an entry outlives a
+//! stop of its actor that is not a deletion, so its counters go on.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::{DestinationCounters, DestinationKey};
+use crate::messages::Stats;
+
+/// One destination's published counters and gauges (see the module documentation).
+/// Shared (`Arc`) by its actor, its memory usage and the [`StatsBoard`].
+#[derive(Debug)]
+pub struct Published {
+    key: DestinationKey,
+    enqueued: AtomicU64,
+    dispatched: AtomicU64,
+    dequeued: AtomicU64,
+    expired: AtomicU64,
+    dead_lettered: AtomicU64,
+    expiry_pages: AtomicU64,
+    expiry_runs: AtomicU64,
+    max_expiry_page_rows: AtomicU64,
+    consumers: AtomicU64,
+    in_flight: AtomicU64,
+    pending_non_persistent: AtomicU64,
+    /// Whether its actor runs (set by the registry; a reading lists running ones).
+    running: AtomicBool,
+    /// On the change list since the last reading took it.
+    dirty: AtomicBool,
+    changes: Arc<ChangeList>,
+}
+
+/// Keys changed since the last [`StatsBoard::take_changes`], each once.
+#[derive(Debug, Default)]
+struct ChangeList(parking_lot::Mutex<Vec<DestinationKey>>);
+
+impl Published {
+    fn new(key: DestinationKey, changes: Arc<ChangeList>) -> Self {
+        Self {
+            key,
+            enqueued: AtomicU64::new(0),
+            dispatched: AtomicU64::new(0),
+            dequeued: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            expiry_pages: AtomicU64::new(0),
+            expiry_runs: AtomicU64::new(0),
+            max_expiry_page_rows: AtomicU64::new(0),
+            consumers: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            pending_non_persistent: AtomicU64::new(0),
+            running: AtomicBool::new(false),
+            dirty: AtomicBool::new(false),
+            changes,
+        }
+    }
+
+    /// An entry on no board (nobody reads its changes): for an actor started
+    /// without a registry, as tests do.
+    pub fn detached(key: DestinationKey) -> Arc<Self> {
+        Arc::new(Self::new(key, Arc::default()))
+    }
+
+    /// Which destination this is.
+    pub fn key(&self) -> &DestinationKey {
+        &self.key
+    }
+
+    /// Whether its actor runs now.
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Puts it on the change list, unless it is there already: the next reading reads
+    /// it again.
+    pub fn mark(&self) {
+        if !self.dirty.swap(true, Ordering::AcqRel) {
+            self.changes.0.lock().push(self.key.clone());
+        }
+    }
+
+    /// Takes it off the change list's bookkeeping before a reading reads it (a change
+    /// after this puts it back on).
+    fn clear_mark(&self) {
+        self.dirty.store(false, Ordering::Release);
+    }
+
+    /// Stores `value` in `field` (written by one actor only); true when it changed.
+    fn put(field: &AtomicU64, value: u64) -> bool {
+        if field.load(Ordering::Relaxed) == value {
+            return false;
+        }
+        field.store(value, Ordering::Release);
+        true
+    }
+
+    /// Publishes what `counters` (the actor's own) hold now, marking the entry when
+    /// something changed.
+    pub fn publish_counters(&self, counters: &DestinationCounters) {
+        let changed = Self::put(&self.enqueued, counters.enqueued)
+            | Self::put(&self.dispatched, counters.dispatched)
+            | Self::put(&self.expired, counters.expired)
+            | Self::put(&self.expiry_pages, counters.expiry_pages)
+            | Self::put(&self.expiry_runs, counters.expiry_runs)
+            | Self::put(&self.max_expiry_page_rows, counters.max_expiry_page_rows);
+        if changed {
+            self.mark();
+        }
+    }
+
+    /// Publishes the gauges and the two counters a kind keeps outside
+    /// [`DestinationCounters`]: messages consumed (a queue's acks, a topic's
+    /// deliveries), dead-lettered, consumers attached, deliveries not acked, and
+    /// non-persistent messages waiting in memory.
+    pub fn publish_gauges(&self, gauges: Gauges) {
+        let changed = Self::put(&self.dequeued, gauges.dequeued)
+            | Self::put(&self.dead_lettered, gauges.dead_lettered)
+            | Self::put(&self.consumers, gauges.consumers)
+            | Self::put(&self.in_flight, gauges.in_flight)
+            | Self::put(&self.pending_non_persistent, gauges.pending_non_persistent);
+        if changed {
+            self.mark();
+        }
+    }
+
+    /// What it publishes now, as a [`Stats`] (the counters it does not publish, such
+    /// as `ticks`, are 0).
+    pub fn read(&self) -> Stats {
+        let get = |field: &AtomicU64| field.load(Ordering::Acquire);
+        Stats {
+            counters: DestinationCounters {
+                enqueued: get(&self.enqueued),
+                dispatched: get(&self.dispatched),
+                expired: get(&self.expired),
+                expiry_pages: get(&self.expiry_pages),
+                expiry_runs: get(&self.expiry_runs),
+                max_expiry_page_rows: get(&self.max_expiry_page_rows),
+                ..DestinationCounters::default()
+            },
+            dequeued: get(&self.dequeued),
+            dead_lettered: get(&self.dead_lettered),
+            consumers: get(&self.consumers),
+            in_flight: get(&self.in_flight),
+            pending_non_persistent: get(&self.pending_non_persistent),
+        }
+    }
+}
+
+/// In debug builds, panics when `published` does not say what the actor's own
+/// `stats` say (the fields it publishes): a change that was not published. Release
+/// builds check nothing.
+pub fn debug_check_published(published: &Published, stats: &Stats) {
+    if cfg!(debug_assertions) {
+        let read = published.read();
+        let c = &stats.counters;
+        let own = (
+            (
+                c.enqueued,
+                c.dispatched,
+                c.expired,
+                c.expiry_pages,
+                c.expiry_runs,
+            ),
+            c.max_expiry_page_rows,
+            (stats.dequeued, stats.dead_lettered, stats.consumers),
+            (stats.in_flight, stats.pending_non_persistent),
+        );
+        let r = &read.counters;
+        let said = (
+            (
+                r.enqueued,
+                r.dispatched,
+                r.expired,
+                r.expiry_pages,
+                r.expiry_runs,
+            ),
+            r.max_expiry_page_rows,
+            (read.dequeued, read.dead_lettered, read.consumers),
+            (read.in_flight, read.pending_non_persistent),
+        );
+        assert_eq!(
+            own,
+            said,
+            "{}: what its actor holds (left) is not what it published (right)",
+            published.key()
+        );
+    }
+}
+
+/// The gauges a destination publishes with [`Published::publish_gauges`] (each as in
+/// [`Stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// Messages consumed: a queue's acks, a topic's deliveries.
+    pub dequeued: u64,
+    /// Messages moved to a dead-letter queue.
+    pub dead_lettered: u64,
+    /// Consumers (online subscriptions) attached now.
+    pub consumers: u64,
+    /// Deliveries not acked yet, now.
+    pub in_flight: u64,
+    /// Non-persistent messages waiting in memory, now.
+    pub pending_non_persistent: u64,
+}
+
+/// Every destination's [`Published`] entry, and the list of those changed since the
+/// last reading (see the module documentation). Shared (`Arc`) by the registry, the
+/// broker's memory usages and the stats reader.
+#[derive(Debug, Default)]
+pub struct StatsBoard {
+    entries: parking_lot::Mutex<HashMap<DestinationKey, Arc<Published>>>,
+    changes: Arc<ChangeList>,
+}
+
+impl StatsBoard {
+    /// The entry of `key`, made (and marked) if there is none; not running until
+    /// [`Self::started`].
+    pub fn entry(&self, key: &DestinationKey) -> Arc<Published> {
+        let mut entries = self.entries.lock();
+        if let Some(entry) = entries.get(key) {
+            return Arc::clone(entry);
+        }
+        let entry = Arc::new(Published::new(key.clone(), Arc::clone(&self.changes)));
+        entries.insert(key.clone(), Arc::clone(&entry));
+        drop(entries);
+        entry.mark();
+        entry
+    }
+
+    /// The entry of `key`, if it has one.
+    pub fn get(&self, key: &DestinationKey) -> Option<Arc<Published>> {
+        self.entries.lock().get(key).cloned()
+    }
+
+    /// `key`'s actor started: its entry (made if there is none), running and marked.
+    pub fn started(&self, key: &DestinationKey) -> Arc<Published> {
+        let entry = self.entry(key);
+        entry.running.store(true, Ordering::Release);
+        entry.mark();
+        entry
+    }
+
+    /// `key` was deleted: its entry goes (marked, so that the next reading drops it).
+    pub fn remove(&self, key: &DestinationKey) {
+        if let Some(entry) = self.entries.lock().remove(key) {
+            entry.running.store(false, Ordering::Release);
+            entry.mark();
+        }
+    }
+
+    /// Marks `key`'s entry as changed, if it has one (a change the broker counts for
+    /// it, such as its producers).
+    pub fn mark(&self, key: &DestinationKey) {
+        if let Some(entry) = self.get(key) {
+            entry.mark();
+        }
+    }
+
+    /// The keys changed since the last call, each once, with their entries now
+    /// (`None`: deleted, or not running), their marks cleared before the entries are
+    /// read (a change after that marks them again).
+    pub fn take_changes(&self) -> Vec<(DestinationKey, Option<Arc<Published>>)> {
+        let keys = std::mem::take(&mut *self.changes.0.lock());
+        let entries = self.entries.lock();
+        keys.into_iter()
+            .map(|key| {
+                let entry = entries.get(&key).cloned();
+                if let Some(entry) = &entry {
+                    entry.clear_mark();
+                }
+                let running = entry.filter(|e| e.is_running());
+                (key, running)
+            })
+            .collect()
+    }
+
+    /// Entries on the board (running or not).
+    pub fn len(&self) -> usize {
+        self.entries.lock().len()
+    }
+
+    /// Whether the board has no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> DestinationKey {
+        DestinationKey::queue(name).unwrap()
+    }
+
+    #[test]
+    fn only_what_changed_is_read_again() {
+        let board = StatsBoard::default();
+        let a = board.started(&key("a"));
+        let _b = board.started(&key("b"));
+        let first: Vec<_> = board.take_changes().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(first, vec![key("a"), key("b")]);
+        assert!(board.take_changes().is_empty(), "nothing changed");
+        let counters = DestinationCounters {
+            enqueued: 3,
+            ..Default::default()
+        };
+        a.publish_counters(&counters);
+        a.publish_counters(&counters);
+        a.publish_gauges(Gauges {
+            consumers: 1,
+            ..Gauges::default()
+        });
+        let changed = board.take_changes();
+        assert_eq!(changed.len(), 1, "marked once however often it changed");
+        let read = changed[0].1.as_ref().unwrap().read();
+        assert_eq!((read.enqueued, read.consumers), (3, 1));
+        a.publish_counters(&counters);
+        assert!(
+            board.take_changes().is_empty(),
+            "the same values change nothing"
+        );
+    }
+
+    #[test]
+    fn a_deleted_destination_is_read_as_gone() {
+        let board = StatsBoard::default();
+        board.started(&key("a"));
+        board.take_changes();
+        board.remove(&key("a"));
+        let changed = board.take_changes();
+        assert_eq!(changed.len(), 1);
+        assert!(changed[0].1.is_none());
+        assert!(board.is_empty());
+        // An entry made before its actor starts is not read as running.
+        board.entry(&key("b"));
+        assert!(board.take_changes()[0].1.is_none());
+    }
+}
