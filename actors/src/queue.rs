@@ -275,6 +275,12 @@ impl QueueActor {
         self
     }
 
+    /// Whether it caches what is sent to it while no consumer is attached: only with a
+    /// `memory_limit` of its own (see [`Policy::memory_limit`]).
+    fn caches_alone(&self) -> bool {
+        self.core.policy.memory_limit > 0
+    }
+
     /// Its gauges now, and the counters it keeps outside the core's.
     fn gauges(&self) -> Gauges {
         Gauges {
@@ -670,9 +676,15 @@ impl QueueActor {
             });
     }
 
-    /// Starts a bounded store read when the cursor wants one (also with no consumer: a
-    /// queue caches what it may, so its memory limit holds producers back, as ActiveMQ's).
+    /// Starts a bounded store read when the cursor wants one and someone will take
+    /// what it reads: a consumer is attached, or the queue has a `memory_limit` of its
+    /// own, which its cache fills to hold its producers back (as ActiveMQ's queue
+    /// `memoryLimit`). Otherwise the backlog stays in the store (it costs no memory)
+    /// and the first consumer's dispatch reads it.
     fn read_if_needed(&mut self, ctx: &mut Context<Self>) {
+        if self.consumers.is_empty() && !self.caches_alone() {
+            return;
+        }
         let Some((after, limit)) = self.cursor.read_request() else {
             return;
         };
@@ -1049,6 +1061,9 @@ impl QueueActor {
         let handed_up_to = handed_up_to(&consumer.handed);
         self.selective -= usize::from(consumer.selector.is_some());
         self.groups.release(id);
+        if self.consumers.is_empty() && !self.caches_alone() {
+            self.cursor.stop_caching();
+        }
         for (delivery_id, place) in consumer.in_flight {
             if delivery_id <= handed_up_to {
                 self.give_back(place, "consumer closed without ack", None, ctx);

@@ -25,7 +25,16 @@
 //!   message falls between the store and the live path.
 //!
 //! Non-persistent messages are cached whatever the mode (they exist nowhere else); the
-//! broker's memory limit bounds them through producer flow control.
+//! broker's memory limit bounds them through producer flow control. In store mode, one
+//! above the cursor's position waits for the reads to pass its place before it is
+//! handed out, so a producer's mix of persistent and non-persistent messages keeps its
+//! order.
+//!
+//! **Nobody consuming.** The queue reads only while a consumer is attached, and turns
+//! the cursor to store mode when its last consumer leaves ([`QueueCursor::stop_caching`]):
+//! a backlog nobody consumes costs no memory, however many queues hold one. A queue
+//! with a `memory_limit` of its own goes on caching, so that its producers are held
+//! once it is full (producer flow control, case FLOW-01).
 //!
 //! **Out of order.** A consumer with a selector may find nothing it matches in the
 //! cache while the cache is full of messages no one takes (case SEL-10: 450 messages
@@ -129,6 +138,8 @@ struct ReadInFlight {
 #[derive(Debug)]
 pub struct QueueCursor {
     pending: BTreeMap<Place, Entry>,
+    /// How many of `pending` are non-persistent (kept with every insert and removal).
+    transients: usize,
     cache_limit: usize,
     /// Percent of its memory limit above which a published stored message is left in
     /// the store (see the module documentation).
@@ -173,6 +184,7 @@ impl QueueCursor {
     pub fn new(cache_limit: usize, high_water: u8, floor: i64) -> Self {
         Self {
             pending: BTreeMap::new(),
+            transients: 0,
             cache_limit: cache_limit.max(2),
             high_water,
             mode: Mode::Store,
@@ -226,7 +238,7 @@ impl QueueCursor {
             .map(|(p, _)| *p)
             .collect();
         for place in &older {
-            self.pending.remove(place);
+            self.unput(*place);
         }
         if let Some(read) = &mut self.read {
             read.during.retain(|m| {
@@ -271,7 +283,19 @@ impl QueueCursor {
 
     fn insert(&mut self, place: Place, entry: Entry) {
         self.lowest_inserted = Some(self.lowest_inserted.map_or(place, |l| l.min(place)));
-        self.pending.insert(place, entry);
+        if self.pending.insert(place, entry).is_none() && place.1 > 0 {
+            self.transients += 1;
+        }
+    }
+
+    /// Takes the message waiting at `place` out (every removal goes through here, so
+    /// that the count of non-persistent ones stays exact).
+    fn unput(&mut self, place: Place) -> Option<Entry> {
+        let entry = self.pending.remove(&place);
+        if entry.is_some() && place.1 > 0 {
+            self.transients -= 1;
+        }
+        entry
     }
 
     /// The lowest place a message was put at since the last call (a consumer with a
@@ -285,9 +309,22 @@ impl QueueCursor {
         self.lowest_inserted.is_some()
     }
 
-    /// The place of the first waiting message at or after `from`.
+    /// The place of the first waiting message at or after `from` that may be handed
+    /// out now ([`Self::pop`] says which).
     pub fn first_from(&self, from: Place) -> Option<Place> {
-        self.pending.range(from..).next().map(|(p, _)| *p)
+        self.pending
+            .range(from..)
+            .next()
+            .map(|(p, _)| *p)
+            .filter(|p| self.may_hand_out(*p))
+    }
+
+    /// Whether the message waiting at `place` may be handed out now: a stored one
+    /// always; a non-persistent one in live mode, or in store mode once the reads have
+    /// passed its place (stored messages before it may not be read yet: it waits for
+    /// them, so a producer's mix keeps its order).
+    fn may_hand_out(&self, place: Place) -> bool {
+        place.1 == 0 || self.mode == Mode::Live || place.0 <= self.paged_upto
     }
 
     /// The waiting message at `place`.
@@ -297,7 +334,7 @@ impl QueueCursor {
 
     /// Takes the waiting message at `place`.
     pub fn take(&mut self, place: Place) -> Option<Entry> {
-        self.pending.remove(&place)
+        self.unput(place)
     }
 
     /// The place of the last waiting message.
@@ -389,16 +426,30 @@ impl QueueCursor {
         offered
     }
 
+    /// The queue has no consumer left: from now on, published persistent messages are
+    /// left in the store (a live cursor turns to store mode, as when its cache is
+    /// full), so that a backlog nobody consumes costs no memory. What the cache holds
+    /// stays (at most its limit); the queue reads again once a consumer comes.
+    pub fn stop_caching(&mut self) {
+        if self.mode == Mode::Live {
+            self.mode = Mode::Store;
+        }
+    }
+
     /// What to read from the store now, if anything: `(after id, limit)` for `browse`.
     /// Only in store mode, with no read in flight and the cache below half its limit.
     pub fn read_request(&mut self) -> Option<(i64, u32)> {
         if self.mode != Mode::Store || self.read.is_some() {
             return None;
         }
-        if self.pending.len() >= self.cache_limit / 2 {
+        // Stored messages count against the cache; non-persistent ones (bounded by the
+        // memory limits) do not, so that they never keep the reads that pass them
+        // from starting.
+        let cached = self.pending.len() - self.transients;
+        if cached >= self.cache_limit / 2 {
             return None;
         }
-        let asked = (self.cache_limit - self.pending.len()) as u32;
+        let asked = (self.cache_limit - cached) as u32;
         self.cursor_read = Some(self.begin_read());
         self.read = Some(ReadInFlight {
             asked,
@@ -549,9 +600,15 @@ impl QueueCursor {
         self.ahead.len()
     }
 
-    /// Takes the first waiting message.
+    /// Takes the first waiting message, if it may be handed out now: in store mode, a
+    /// non-persistent message above the cursor's position waits for the reads to pass
+    /// its place.
     pub fn pop(&mut self) -> Option<(Place, Entry)> {
-        self.pending.pop_first()
+        let place = *self.pending.first_key_value()?.0;
+        if !self.may_hand_out(place) {
+            return None;
+        }
+        self.unput(place).map(|entry| (place, entry))
     }
 
     /// Puts a message a consumer gave back in its place (it is dispatched next).
@@ -561,7 +618,7 @@ impl QueueCursor {
 
     /// Forgets stored message `id` (deleted by expiry); true if it was cached.
     pub fn remove(&mut self, id: i64) -> bool {
-        self.pending.remove(&(id, 0)).is_some()
+        self.unput((id, 0)).is_some()
     }
 
     /// Removes and returns every cached message that has expired at `now_ms`.
@@ -574,7 +631,7 @@ impl QueueCursor {
             .collect();
         places
             .into_iter()
-            .filter_map(|p| self.pending.remove(&p).map(|e| (p, e)))
+            .filter_map(|p| self.unput(p).map(|e| (p, e)))
             .collect()
     }
 
@@ -599,7 +656,7 @@ impl QueueCursor {
 
     /// Non-persistent messages waiting (they are nowhere else).
     pub fn transient_len(&self) -> usize {
-        self.pending.keys().filter(|(_, n)| *n > 0).count()
+        self.transients
     }
 }
 
@@ -692,7 +749,8 @@ mod tests {
         // before that write is answered must not bring them back.
         let offered = c.offer(keyed(None, "x"));
         assert_eq!(offered.supersedes, Some(("x".to_string(), (7, 1))));
-        assert_eq!(c.read_request(), Some((4, 3)));
+        // The non-persistent message does not count against the cache.
+        assert_eq!(c.read_request(), Some((4, 4)));
         c.on_read(Some(vec![keyed(Some(6), "x"), msg(Some(7))]));
         assert_eq!(c.superseded_len(), 1);
         c.replacement_stored("x", (7, 1));
@@ -708,6 +766,32 @@ mod tests {
         c.offer(keyed(Some(1), "x"));
         assert_eq!(c.offer(keyed(Some(2), "x")), Offered::default());
         assert_eq!(ids(&mut c), [Some(1), Some(2)]);
+    }
+
+    /// A non-persistent message published while stored ones wait unread (store mode,
+    /// nothing cached) is not handed out before them: it waits for the reads to pass
+    /// its place, and a queue full of such messages still reads.
+    #[test]
+    fn a_non_persistent_message_waits_for_the_stored_ones_before_it() {
+        let mut c = QueueCursor::new(4, 70, 0);
+        // Stored 1..=3 while nothing reads (no consumer), then a non-persistent one.
+        for id in 1..=3 {
+            c.offer(msg(Some(id)));
+        }
+        for _ in 0..3 {
+            c.offer(msg(None));
+        }
+        assert_eq!(c.transient_len(), 3);
+        assert!(c.pop().is_none(), "the stored ones come first");
+        assert_eq!(c.first_from((0, 0)), None);
+        assert_eq!(
+            c.read_request(),
+            Some((0, 4)),
+            "transients do not fill the cache"
+        );
+        c.on_read(Some(vec![msg(Some(1)), msg(Some(2)), msg(Some(3))]));
+        assert_eq!(ids(&mut c), [Some(1), Some(2), Some(3), None, None, None]);
+        assert_eq!(c.transient_len(), 0);
     }
 
     fn ids(c: &mut QueueCursor) -> Vec<Option<i64>> {

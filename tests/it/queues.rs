@@ -475,8 +475,64 @@ async fn queue_survives_restart(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A queue nobody consumes keeps its persistent backlog in the store only: nothing
+/// of it is cached or charged to memory (10,000 idle queues with a backlog each used
+/// to hold it all); the first consumer reads it, in send order, and a queue whose
+/// last consumer left caches nothing more.
+async fn a_backlog_without_consumers_stays_in_the_store(t: TestStore) {
+    let b = broker_with(
+        &t,
+        vec![("queue://>", queue_policy())],
+        UsageConfig::default(),
+    )
+    .await;
+    let q = "queue://unread";
+    for i in 0..50 {
+        b.send(q, Message::new(format!("m{i:02}"))).await.unwrap();
+    }
+    let stats = b.queue_stats(q).await.unwrap();
+    assert_eq!(stats.pending_in_memory, 0, "{stats:?}");
+    assert!(!stats.cursor_live, "{stats:?}");
+    assert_eq!(b.destination_flow(q).unwrap().memory_bytes, 0);
+    assert_eq!(b.stats().await.unwrap().destinations[0].queue_size, 50);
+
+    let mut sub = b
+        .subscribe(q, SubscribeOptions::non_durable().prefetch(100))
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, 50).await.iter().map(body).collect();
+    let sent: Vec<String> = (0..50).map(|i| format!("m{i:02}")).collect();
+    assert_eq!(got, sent, "read from the store in send order");
+    b.send(q, Message::new("live")).await.unwrap();
+    assert_eq!(body(&next(&mut sub).await), "live");
+    drop(sub);
+    poll_until("the consumer is gone", || async {
+        (b.queue_stats(q).await.ok()?.consumers == 0).then_some(())
+    })
+    .await;
+    for i in 0..20 {
+        b.send(q, Message::new(format!("after{i}"))).await.unwrap();
+    }
+    let stats = b.queue_stats(q).await.unwrap();
+    assert_eq!(
+        stats.pending_in_memory, 0,
+        "nothing cached once alone: {stats:?}"
+    );
+    assert_eq!(b.destination_flow(q).unwrap().memory_bytes, 0);
+    let mut sub = b
+        .subscribe(q, SubscribeOptions::non_durable().prefetch(100))
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, 20).await.iter().map(body).collect();
+    let sent: Vec<String> = (0..20).map(|i| format!("after{i}")).collect();
+    assert_eq!(got, sent);
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
+    a_backlog_without_consumers_stays_in_the_store,
     competing_consumers_share_round_robin,
     backlog_pages_from_the_store_in_order,
     failed_deliveries_end_in_the_dead_letter_queue,

@@ -74,7 +74,10 @@ pub struct Policy {
     pub dead_letter_expired: bool,
     /// Bytes of message bodies this destination may hold in memory (pending, in
     /// flight, in cursors); when reached, producers to it wait (producer flow control).
-    /// 0 = only the broker-wide memory limit applies (ActiveMQ's `memoryLimit`).
+    /// 0 = only the broker-wide memory limit applies (ActiveMQ's `memoryLimit`). A
+    /// queue with a limit of its own caches what is sent to it also while nobody
+    /// consumes, so that its producers are held once it is full; without one, a queue
+    /// with no consumer leaves persistent messages in the store (they cost no memory).
     pub memory_limit: u64,
     /// Percent of the broker's memory limit above which the destination's cursors
     /// stop caching stored messages and leave them in the store,
