@@ -84,7 +84,7 @@ use crate::message_groups::{MessageGroups, GROUP_HEADER, GROUP_SEQ_HEADER};
 use crate::messages::*;
 use crate::policy::Policy;
 use crate::queue_cursor::{Entry, Place, QueueCursor};
-use crate::scheduled::{redelivery_xid, ScheduleWaker};
+use crate::queue_held::HeldReads;
 use crate::selector::Selector;
 use crate::store_actor::StoreHandle;
 
@@ -216,8 +216,12 @@ pub struct QueueActor {
     groups: MessageGroups,
     /// Shutdown closed its consumers ([`CloseConsumers`]): it takes no new ones.
     closing: bool,
-    /// Wakes the broker's scheduler when a redelivery waits in the store.
-    schedule_waker: ScheduleWaker,
+    /// Where the reads of the messages the back-off holds in their rows are
+    /// ([`crate::queue_held`]).
+    held: HeldReads,
+    /// The timer that reads the held messages when the next one is due: its due time
+    /// (epoch ms) and handle.
+    held_timer: Option<(i64, SpawnHandle)>,
 }
 
 impl QueueActor {
@@ -250,15 +254,9 @@ impl QueueActor {
             scanning: false,
             groups: MessageGroups::default(),
             closing: false,
-            schedule_waker: ScheduleWaker::default(),
+            held: HeldReads::default(),
+            held_timer: None,
         }
-    }
-
-    /// Wakes the broker's scheduler through `waker` when a redelivery is held back in
-    /// the store (`initial_redelivery_delay` and the rest of the policy's back-off).
-    pub fn with_schedule_waker(mut self, waker: ScheduleWaker) -> Self {
-        self.schedule_waker = waker;
-        self
     }
 
     /// Reports its expiries and dead letters through `events` (advisory topics).
@@ -344,6 +342,7 @@ impl QueueActor {
         }
         self.remove_expired(expired, ctx);
         self.read_if_needed(ctx);
+        self.read_held_if_needed(ctx);
         self.scan_if_needed(ctx);
     }
 
@@ -513,7 +512,7 @@ impl QueueActor {
         let container = self.core.container.clone();
         let read = async move {
             if filter.is_empty() {
-                store.browse(&container, after, limit).await
+                store.read_queue(&container, after, limit).await
             } else {
                 store
                     .scan_matching(&container, after, upto, &filter, limit)
@@ -636,7 +635,7 @@ impl QueueActor {
         };
         let store = Arc::clone(self.core.store.store());
         let container = self.core.container.clone();
-        let fut = async move { store.browse(&container, after, limit).await };
+        let fut = async move { store.read_queue(&container, after, limit).await };
         ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
             Ok(rows) => {
                 let rows = rows
@@ -885,15 +884,16 @@ impl QueueActor {
         }
     }
 
-    /// The redelivery back-off: the message comes back after `wait` ms while the
-    /// messages behind it flow. A stored one waits in the store, held as a scheduled
-    /// message (its count stored with it, in one statement) that the broker's
-    /// scheduler releases when due, as a new message at the queue's end (as ActiveMQ's
-    /// broker-side redelivery resends it); a failed write puts it back at once. A
-    /// non-persistent one waits in memory (still charged to the queue's usage) and
-    /// takes its place again. Either way it is dropped instead if a newer message with
-    /// its last-value key arrives meanwhile (in the store, that message's commit
-    /// deletes the held row). `done` hears when the hold is committed.
+    /// The redelivery back-off (ActiveMQ's `redeliveryDelay`, with
+    /// `useExponentialBackOff`): the message comes back after `wait` ms while the
+    /// messages behind it flow. A stored one waits in its row: one write stores its
+    /// count and its due time with it, and the queue forgets it until it reads it back
+    /// by due time ([`crate::queue_held`]) and puts it back in its place, marked
+    /// redelivered; a failed write puts it back at once. A non-persistent one waits in
+    /// memory (still charged to the queue's usage) and takes its place again. Either
+    /// way it is dropped instead if a newer message with its last-value key arrives
+    /// meanwhile (in the store, that message's commit deletes the held row). `done`
+    /// hears when the hold is committed.
     fn redeliver_later(
         &mut self,
         place: Place,
@@ -903,9 +903,11 @@ impl QueueActor {
         ctx: &mut Context<Self>,
     ) {
         self.stats.redeliveries_delayed += 1;
+        // At least 1 ms: a hold is due after every read that may begin before it is
+        // committed (see `queue_held`).
+        let wait = wait.max(1);
         let due = now_ms().saturating_add(wait.min(i64::MAX as u64) as i64);
         let id = entry.message.id.filter(|_| place.1 == 0);
-        let message_id = entry.message.message_id.clone();
         let count = entry.failed_deliveries;
         self.held_back.insert(
             place,
@@ -923,26 +925,122 @@ impl QueueActor {
             return;
         };
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        let hold_as = redelivery_xid(due, &message_id, id);
-        let write = async move { store.redelivered(container, id, count, Some(hold_as)).await };
+        self.held.hold_started(due, id);
+        let write = async move { store.redelivered(container, id, count, Some(due)).await };
         ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
             report(done, result.as_ref().map(|_| ()));
+            let passed = act.held.hold_finished(due, id, result.is_ok());
             match result {
-                Ok(_) => {
-                    // Out of the queue until the scheduler releases it (a row already
-                    // gone, acked, purged or replaced, stays gone).
+                // Held in its row (a row already gone, acked, purged or replaced,
+                // stays gone): read back when due.
+                Ok(_) if !passed => {
                     act.held_back.remove(&place);
-                    act.cursor.deleted(&[id]);
-                    act.schedule_waker.wake(due);
+                }
+                Ok(_) => {
+                    // The reads passed its due time already (the clock went back):
+                    // it waits in memory instead.
+                    let wait = Duration::from_millis(
+                        (due - now_ms()).clamp(0, i64::from(u32::MAX)) as u64,
+                    );
+                    ctx.run_later(wait, move |act, ctx| {
+                        act.come_back(place);
+                        act.dispatch(ctx);
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(queue = %act.core.container, id, error = %e,
                         "cannot hold a redelivery back in the store; it is redelivered at once");
                     act.come_back(place);
-                    act.dispatch(ctx);
                 }
             }
+            act.dispatch(ctx);
         }));
+    }
+
+    /// Reads back the held messages that are due (see [`crate::queue_held`]), a page
+    /// at a time, while the cursor has room for them; otherwise sets the timer for
+    /// the next one's due time.
+    fn read_held_if_needed(&mut self, ctx: &mut Context<Self>) {
+        let now = now_ms();
+        let page = self.core.policy.max_page_size.max(1) as usize;
+        let limit = page.min(self.cursor.room());
+        if limit == 0 {
+            return; // read once the consumers have taken some of what waits
+        }
+        let Some((after, upto)) = self.held.read_request(now) else {
+            self.arm_held_timer(now, ctx);
+            return;
+        };
+        let seq = self.cursor.begin_read();
+        let store = Arc::clone(self.core.store.store());
+        let container = self.core.container.clone();
+        let limit = limit as u32;
+        let read = async move { store.read_held(&container, after, upto, limit).await };
+        ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
+            match result {
+                Ok(page) => act.held_read(page, limit),
+                Err(e) => {
+                    tracing::warn!(queue = %act.core.container, error = %e,
+                        "reading the redeliveries held back failed; retrying in 1 s");
+                    act.held.on_failed(now_ms());
+                }
+            }
+            act.cursor.end_read(seq);
+            act.dispatch(ctx);
+        }));
+    }
+
+    /// A page of held messages read back: each goes back in its place, marked
+    /// redelivered with its stored count, unless the queue holds it already or a newer
+    /// last value replaced it while the read was in flight.
+    fn held_read(&mut self, page: ebb_store::HeldPage, limit: u32) {
+        let positions: Vec<(i64, i64)> = page
+            .messages
+            .iter()
+            .map(|h| (h.due, h.message.id))
+            .collect();
+        let full = positions.len() >= limit as usize;
+        for held in page.messages {
+            let place = (held.message.id, 0);
+            if self.delivered.contains_key(&place)
+                || self.held_back.contains_key(&place)
+                || self.cursor.get(place).is_some()
+            {
+                continue;
+            }
+            let message = Arc::new(TopicMessage::from_stored(&held.message));
+            if self.cursor.is_superseded(place, &message) {
+                continue;
+            }
+            self.stats.redeliveries_released += 1;
+            self.cursor.put_back(place, Entry::new(message));
+        }
+        self.held.on_read(&positions, full, page.next_due);
+    }
+
+    /// Sets the timer for the next held message's due time, unless one is set for
+    /// that time or earlier.
+    fn arm_held_timer(&mut self, now: i64, ctx: &mut Context<Self>) {
+        let Some(at) = self.held.wake_at(now) else {
+            return;
+        };
+        if at <= now
+            || self
+                .held_timer
+                .as_ref()
+                .is_some_and(|(armed, _)| *armed <= at)
+        {
+            return;
+        }
+        if let Some((_, handle)) = self.held_timer.take() {
+            ctx.cancel_future(handle);
+        }
+        let wait = Duration::from_millis((at - now).min(i64::from(u32::MAX)) as u64);
+        let handle = ctx.run_later(wait, |act, ctx| {
+            act.held_timer = None;
+            act.dispatch(ctx);
+        });
+        self.held_timer = Some((at, handle));
     }
 
     /// A failed delivery held back in memory comes back to its place, unless a newer

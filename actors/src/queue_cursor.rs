@@ -310,6 +310,12 @@ impl QueueCursor {
         self.ahead.contains_key(&id)
     }
 
+    /// How many more messages the cache takes before it is at its limit (what a
+    /// read of held redeliveries may put back).
+    pub fn room(&self) -> usize {
+        self.cache_limit.saturating_sub(self.pending.len())
+    }
+
     /// Messages waiting in memory.
     pub fn len(&self) -> usize {
         self.pending.len()

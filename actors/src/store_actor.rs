@@ -678,20 +678,20 @@ impl StoreHandle {
     }
 
     /// [`WriteOp::Redelivered`]: row `id` of queue `container` now has `count` failed
-    /// deliveries, and with `hold_as` (a scheduled xid) it waits, held prepared, for
-    /// the scheduler; returns whether the row was there.
+    /// deliveries, and with `hold_until` (epoch ms) it waits in its row until then
+    /// (the queue reads it back by due time); returns whether the row was there.
     pub async fn redelivered(
         &self,
         container: String,
         id: i64,
         count: u32,
-        hold_as: Option<String>,
+        hold_until: Option<i64>,
     ) -> Result<bool, ActorError> {
         let op = WriteOp::Redelivered {
             container,
             id,
             count,
-            hold_as,
+            hold_until,
         };
         Ok(self.write(op).await?.deleted()? > 0)
     }

@@ -477,6 +477,46 @@ pub trait MessageStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Arc<StoredMessage>>>;
 
+    /// A page of queue `container` for its cursor: [`MessageStore::browse`] without the
+    /// messages held back in their rows for a redelivery ([`WriteOp::Redelivered`]
+    /// with `hold_until`; the queue reads those with [`MessageStore::read_held`]). The
+    /// same one range of `msgs_cidx`, at most `limit` rows; a held row it passes costs
+    /// one index entry and no body. The default is `browse` (a store that holds
+    /// nothing back).
+    ///
+    /// Errors: [`StoreError::Database`], [`StoreError::Corrupt`], [`StoreError::Closed`].
+    async fn read_queue(
+        &self,
+        container: &str,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>> {
+        self.browse(container, after_id, limit).await
+    }
+
+    /// Up to `limit` messages of queue `container` held back in their rows for a
+    /// redelivery ([`WriteOp::Redelivered`] with `hold_until`) that are due at
+    /// `now_ms` (epoch ms) and come after position `after` (`(due, id)` of the last
+    /// one a page before returned; `(i64::MIN, i64::MIN)` for the first), in `(due,
+    /// id)` order, with their due times and failure counts: one range of the partial
+    /// index `msgs_didx`, `LIMIT` in SQL; counted in [`ReadStats`]. A short page also
+    /// says when the next held message is due (one more index entry, no body). A row
+    /// keeps its due time once it is due, so a queue pages on from its position: from
+    /// the start again only when it starts (a crash or a restart then finds every
+    /// held message). The default holds nothing.
+    ///
+    /// Errors: [`StoreError::Database`], [`StoreError::Corrupt`], [`StoreError::Closed`].
+    async fn read_held(
+        &self,
+        container: &str,
+        after: (i64, i64),
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<HeldPage> {
+        let _ = (container, after, now_ms, limit);
+        Ok(HeldPage::default())
+    }
+
     /// Up to `limit` prepared messages (of any container) whose xid is at least `from`
     /// and below `to`, in xid order, with their xids: one range of the xid index,
     /// stopped at `limit` in SQL. The scheduler names its messages' transactions by

@@ -913,9 +913,9 @@ macro_rules! impl_sql_store {
                         container,
                         id,
                         count,
-                        hold_as,
+                        hold_until,
                     } => WriteOutcome::Deleted(
-                        self.redelivered(conn, &container, id, count, hold_as.as_deref())
+                        self.redelivered(conn, &container, id, count, hold_until)
                             .await?,
                     ),
                     WriteOp::ExpireQueue {
@@ -956,8 +956,8 @@ macro_rules! impl_sql_store {
             }
 
             /// [`WriteOp::Redelivered`](crate::WriteOp::Redelivered): row `id` of
-            /// `container` has `count` failed deliveries now, and is held prepared under
-            /// `hold_as` if given; returns the rows changed (0 for a row that is gone or
+            /// `container` has `count` failed deliveries now, and is held in its row until
+            /// `hold_until` (epoch ms) if given; returns the rows changed (0 for a row that is gone or
             /// prepared, else 1).
             async fn redelivered(
                 &self,
@@ -965,13 +965,13 @@ macro_rules! impl_sql_store {
                 container: &str,
                 id: i64,
                 count: u32,
-                hold_as: Option<&str>,
+                hold_until: Option<i64>,
             ) -> $crate::Result<u64> {
                 let changed = sqlx::query(&self.sql.redelivered)
                     .bind(container)
                     .bind(id)
                     .bind(i64::from(count))
-                    .bind(hold_as)
+                    .bind(hold_until)
                     .execute(&mut *conn)
                     .await
                     .map_err($crate::error::db("count a failed delivery"))?;
@@ -1117,13 +1117,13 @@ macro_rules! impl_sql_store {
 
             /// A run of [`WriteOp::Redelivered`](crate::WriteOp::Redelivered) of one
             /// container (at most [`ID_LIST_MAX`](crate::statements::ID_LIST_MAX)
-            /// rows `(id, count, hold_as)`) in one statement; returns the ids of the
+            /// rows `(id, count, hold_until)`) in one statement; returns the ids of the
             /// rows changed (a row gone or prepared is not).
             async fn redelivered_many(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 container: &str,
-                rows: &[(i64, u32, Option<String>)],
+                rows: &[(i64, u32, Option<i64>)],
             ) -> $crate::Result<std::collections::HashSet<i64>> {
                 let list = serde_json::to_string(rows).unwrap_or_else(|_| "[]".into());
                 let changed: Vec<i64> = sqlx::query_scalar(&self.sql.redelivered_many)
@@ -1813,18 +1813,18 @@ macro_rules! impl_sql_store {
                                 );
                                 continue;
                             }
-                            $crate::WriteOp::Redelivered { container, id, count, hold_as }
+                            $crate::WriteOp::Redelivered { container, id, count, hold_until }
                                 if Self::next_is_redelivered(&mut ops, &container) =>
                             {
-                                let mut rows = vec![(id, count, hold_as)];
+                                let mut rows = vec![(id, count, hold_until)];
                                 while rows.len() < $crate::statements::ID_LIST_MAX
                                     && Self::next_is_redelivered(&mut ops, &container)
                                 {
                                     if let Some($crate::WriteOp::Redelivered {
-                                        id, count, hold_as, ..
+                                        id, count, hold_until, ..
                                     }) = ops.next()
                                     {
-                                        rows.push((id, count, hold_as));
+                                        rows.push((id, count, hold_until));
                                     }
                                 }
                                 let changed =
@@ -2200,6 +2200,65 @@ macro_rules! impl_sql_store {
             ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
                 self.read_page("browse", &self.sql.browse, container, after_id, limit)
                     .await
+            }
+
+            async fn read_queue(
+                &self,
+                container: &str,
+                after_id: i64,
+                limit: u32,
+            ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
+                self.read_page("read queue", &self.sql.read_queue, container, after_id, limit)
+                    .await
+            }
+
+            async fn read_held(
+                &self,
+                container: &str,
+                after: (i64, i64),
+                now_ms: i64,
+                limit: u32,
+            ) -> $crate::Result<$crate::HeldPage> {
+                const OP: &str = "read held";
+                let mut tx = self.begin_read(OP).await?;
+                let rows: Vec<(i64, i64, String, i64, i32, Vec<u8>, i32)> =
+                    sqlx::query_as(&self.sql.read_held)
+                        .bind(container)
+                        .bind(after.0)
+                        .bind(after.1)
+                        .bind(now_ms)
+                        .bind(i64::from(limit))
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err($crate::error::db(OP))?;
+                // A short page holds every row due by now: the next one's due time
+                // (one index entry) tells the queue when to read again.
+                let next_due = if rows.len() < limit as usize {
+                    let from = rows.last().map_or(after, |r| (r.0, r.1));
+                    sqlx::query_scalar::<_, i64>(&self.sql.next_held_due)
+                        .bind(container)
+                        .bind(from.0)
+                        .bind(from.1)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err($crate::error::db(OP))?
+                } else {
+                    None
+                };
+                tx.commit().await.map_err($crate::error::db(OP))?;
+                let dues: Vec<i64> = rows.iter().map(|r| r.0).collect();
+                let rows = rows
+                    .into_iter()
+                    .map(|(_, id, msgid, expiration, priority, msg, redeliveries)| {
+                        (id, msgid, expiration, priority, msg, redeliveries)
+                    })
+                    .collect();
+                let messages = $crate::sql::decode_messages(container, rows, &self.stats)?
+                    .into_iter()
+                    .zip(dues)
+                    .map(|(message, due)| $crate::HeldMessage { due, message })
+                    .collect();
+                Ok($crate::HeldPage { messages, next_due })
             }
 
             async fn read_prepared_range(
