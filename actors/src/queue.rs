@@ -222,6 +222,12 @@ pub struct QueueActor {
     /// The timer that reads the held messages when the next one is due: its due time
     /// (epoch ms) and handle.
     held_timer: Option<(i64, SpawnHandle)>,
+    /// Held rows a take (a purge, a move) took before the queue read them back: a read
+    /// of held rows must not put them back. Each is forgotten once its take's write
+    /// has answered (the number of the last read begun before then) and every read
+    /// begun before that has returned (bounded by a take's page and the reads in
+    /// flight).
+    taken_held: HashMap<i64, Option<u64>>,
 }
 
 impl QueueActor {
@@ -256,6 +262,7 @@ impl QueueActor {
             closing: false,
             held: HeldReads::default(),
             held_timer: None,
+            taken_held: HashMap::new(),
         }
     }
 
@@ -986,6 +993,7 @@ impl QueueActor {
                 }
             }
             act.cursor.end_read(seq);
+            act.prune_taken_held();
             act.dispatch(ctx);
         }));
     }
@@ -1004,6 +1012,7 @@ impl QueueActor {
             let place = (held.message.id, 0);
             if self.delivered.contains_key(&place)
                 || self.held_back.contains_key(&place)
+                || self.taken_held.contains_key(&held.message.id)
                 || self.cursor.get(place).is_some()
             {
                 continue;
@@ -1016,6 +1025,13 @@ impl QueueActor {
             self.cursor.put_back(place, Entry::new(message));
         }
         self.held.on_read(&positions, full, page.next_due);
+    }
+
+    /// Forgets the held rows taken whose take no read in flight can have missed.
+    fn prune_taken_held(&mut self) {
+        let oldest = self.cursor.oldest_read_in_flight().unwrap_or(u64::MAX);
+        self.taken_held
+            .retain(|_, answered| answered.is_none_or(|last| last >= oldest));
     }
 
     /// Sets the timer for the next held message's due time, unless one is set for
@@ -1306,6 +1322,15 @@ impl QueueActor {
                     row,
                     cached: Some(entry),
                 });
+            } else if row
+                .held_until
+                .is_some_and(|due| self.held.not_read_back(due, row.id))
+                && !self.taken_held.contains_key(&row.id)
+            {
+                // Held back in its row, not read back yet: taken from the store, and
+                // kept from the reads of held rows while its take is in flight.
+                self.taken_held.insert(row.id, None);
+                taken.push(Taken { row, cached: None });
             } else if self.cursor.is_ahead(row.id) || row.id <= self.cursor.covered_upto() {
                 // Acked, or taken by a scan and being acked: its delete is on its way.
                 page.gone += 1;
@@ -1468,6 +1493,12 @@ impl QueueActor {
         ctx: &mut Context<Self>,
     ) -> Result<TakenPage, ActorError> {
         let mut gone_ids = Vec::new();
+        // The takes' writes have answered: reads begun from now on see what they did.
+        let last_started = self.cursor.last_read_started();
+        for answered in self.taken_held.values_mut() {
+            answered.get_or_insert(last_started);
+        }
+        self.prune_taken_held();
         for (taken, outcome) in outcomes {
             match outcome {
                 Ok(Moved::Added(_)) => {

@@ -477,6 +477,16 @@ impl QueueCursor {
         seq
     }
 
+    /// The number of the last read begun (0: none yet).
+    pub fn last_read_started(&self) -> u64 {
+        self.next_read - 1
+    }
+
+    /// The number of the oldest read in flight, if any.
+    pub fn oldest_read_in_flight(&self) -> Option<u64> {
+        self.reads_in_flight.first().copied()
+    }
+
     /// Read `seq` came back (its rows were handled).
     pub fn end_read(&mut self, seq: u64) {
         self.reads_in_flight.remove(&seq);

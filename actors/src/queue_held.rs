@@ -33,6 +33,12 @@ use std::collections::BTreeSet;
 /// How long a failed read waits before the next, ms.
 pub const RETRY_MS: i64 = 1_000;
 
+/// The least time between two reads of a queue's held rows, ms: a read takes every
+/// row due by then, so holds that fall due within this window come back together, in
+/// one read, instead of one read per ms of due times. A held message comes back at
+/// most this much after its due time (never before it), with the reads' own latency.
+pub const READ_SPACING_MS: i64 = 10;
+
 /// See the module documentation.
 #[derive(Debug)]
 pub struct HeldReads {
@@ -49,7 +55,8 @@ pub struct HeldReads {
     noted: Option<i64>,
     /// Holds whose write is in flight: `(due, id)`.
     writing: BTreeSet<(i64, i64)>,
-    /// No read before this time (epoch ms): a read failed.
+    /// No read before this time (epoch ms): the last read's start plus
+    /// [`READ_SPACING_MS`], or a failed read's plus [`RETRY_MS`].
     not_before: i64,
 }
 
@@ -120,6 +127,7 @@ impl HeldReads {
             return None;
         }
         self.reading = true;
+        self.not_before = now_ms.saturating_add(READ_SPACING_MS);
         Some((self.after, upto))
     }
 
@@ -132,7 +140,13 @@ impl HeldReads {
         if let Some(&last) = rows.last() {
             self.after = self.after.max(last);
         }
-        let next = if full { Some(self.after.0) } else { next_due };
+        let next = if full {
+            // More may be due: the next page at once.
+            self.not_before = i64::MIN;
+            Some(self.after.0)
+        } else {
+            next_due
+        };
         self.next_due = earliest(next, self.noted.take());
     }
 
@@ -153,8 +167,14 @@ impl HeldReads {
         if !self.started {
             return Some(self.not_before);
         }
-        let due = self.next_due?.max(self.not_before);
-        (due > now_ms || due <= self.bound(now_ms)).then_some(due)
+        let due = self.next_due?;
+        (due > now_ms || due <= self.bound(now_ms)).then_some(due.max(self.not_before))
+    }
+
+    /// True when the held row `id`, due at `due`, is after the reads' position: the
+    /// queue has not read it back (a take may take it from the store).
+    pub fn not_read_back(&self, due: i64, id: i64) -> bool {
+        (due, id) > self.after
     }
 
     /// Holds whose write is in flight.
@@ -176,7 +196,15 @@ mod tests {
         assert_eq!(h.read_request(399), None, "nothing due yet");
         assert_eq!(h.wake_at(399), Some(400));
         assert_eq!(h.read_request(400), Some(((90, 3), 400)));
-        h.on_read(&[(400, 9)], false, None);
+        h.on_read(&[(400, 9)], false, Some(401));
+        assert_eq!(
+            h.wake_at(401),
+            Some(400 + READ_SPACING_MS),
+            "not read again so soon"
+        );
+        assert_eq!(h.read_request(401), None);
+        assert!(h.read_request(400 + READ_SPACING_MS).is_some());
+        h.on_read(&[(401, 1)], false, None);
         assert_eq!(h.read_request(10_000), None, "nothing held any more");
         assert_eq!(h.wake_at(10_000), None);
     }

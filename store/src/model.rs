@@ -100,6 +100,11 @@ pub struct StoredMessage {
     /// A queue message's failed deliveries so far ([`WriteOp::Redelivered`]): its
     /// redelivery count, kept across restarts and failovers. 0 on topics.
     pub redeliveries: u32,
+    /// A queue message held back in its row for a redelivery
+    /// ([`WriteOp::Redelivered`] with `hold_until`): when it is due, epoch ms (its
+    /// `due` column). It keeps it once due, until it is acked, moved or held again.
+    /// `None` on every other row.
+    pub held_until: Option<i64>,
 }
 
 impl StoredMessage {

@@ -22,7 +22,7 @@ pub(crate) type RunRow = (
 );
 
 /// Row of a message read: `(id, msgid, expiration, priority, msg)`.
-pub(crate) type MessageRow = (i64, String, i64, i32, Vec<u8>, i32);
+pub(crate) type MessageRow = (i64, String, i64, i32, Vec<u8>, i32, Option<i64>);
 
 /// Counts the rows a `DELETE ... RETURNING` length statement deleted, and takes their
 /// `msg` lengths off `bytes`, the transaction's change of stored bytes.
@@ -222,7 +222,7 @@ pub(crate) fn decode_messages(
     stats.fetched(rows.len() as u64, bytes as u64);
     rows.into_iter()
         .map(
-            |(id, message_id, expiration, priority, msg, redeliveries)| {
+            |(id, message_id, expiration, priority, msg, redeliveries, held_until)| {
                 let payload =
                     crate::encoding::decode(&msg).map_err(|e| crate::StoreError::Corrupt {
                         id,
@@ -236,6 +236,7 @@ pub(crate) fn decode_messages(
                     priority: priority_of(priority),
                     payload: Arc::new(payload),
                     redeliveries: redeliveries.max(0) as u32,
+                    held_until,
                 }))
             },
         )
@@ -2221,7 +2222,7 @@ macro_rules! impl_sql_store {
             ) -> $crate::Result<$crate::HeldPage> {
                 const OP: &str = "read held";
                 let mut tx = self.begin_read(OP).await?;
-                let rows: Vec<(i64, i64, String, i64, i32, Vec<u8>, i32)> =
+                let rows: Vec<$crate::sql::MessageRow> =
                     sqlx::query_as(&self.sql.read_held)
                         .bind(container)
                         .bind(after.0)
@@ -2234,7 +2235,10 @@ macro_rules! impl_sql_store {
                 // A short page holds every row due by now: the next one's due time
                 // (one index entry) tells the queue when to read again.
                 let next_due = if rows.len() < limit as usize {
-                    let from = rows.last().map_or(after, |r| (r.0, r.1));
+                    let from = rows
+                        .last()
+                        .and_then(|r| r.6.map(|due| (due, r.0)))
+                        .unwrap_or(after);
                     sqlx::query_scalar::<_, i64>(&self.sql.next_held_due)
                         .bind(container)
                         .bind(from.0)
@@ -2246,17 +2250,12 @@ macro_rules! impl_sql_store {
                     None
                 };
                 tx.commit().await.map_err($crate::error::db(OP))?;
-                let dues: Vec<i64> = rows.iter().map(|r| r.0).collect();
-                let rows = rows
-                    .into_iter()
-                    .map(|(_, id, msgid, expiration, priority, msg, redeliveries)| {
-                        (id, msgid, expiration, priority, msg, redeliveries)
-                    })
-                    .collect();
                 let messages = $crate::sql::decode_messages(container, rows, &self.stats)?
                     .into_iter()
-                    .zip(dues)
-                    .map(|(message, due)| $crate::HeldMessage { due, message })
+                    .map(|message| $crate::HeldMessage {
+                        due: message.held_until.unwrap_or(i64::MIN),
+                        message,
+                    })
                     .collect();
                 Ok($crate::HeldPage { messages, next_due })
             }
@@ -2269,7 +2268,8 @@ macro_rules! impl_sql_store {
             ) -> $crate::Result<Vec<$crate::PreparedMessage>> {
                 const OP: &str = "read prepared range";
                 let mut tx = self.begin_read(OP).await?;
-                let rows: Vec<(i64, String, i64, i32, Vec<u8>, i32, String, String)> =
+                #[allow(clippy::type_complexity)]
+                let rows: Vec<(i64, String, i64, i32, Vec<u8>, i32, Option<i64>, String, String)> =
                     sqlx::query_as(&self.sql.read_prepared_range)
                         .bind(from)
                         .bind(to)
@@ -2279,8 +2279,8 @@ macro_rules! impl_sql_store {
                         .map_err($crate::error::db(OP))?;
                 tx.commit().await.map_err($crate::error::db(OP))?;
                 let mut out = Vec::with_capacity(rows.len());
-                for (id, msgid, expiration, priority, msg, redeliveries, container, xid) in rows {
-                    let row = (id, msgid, expiration, priority, msg, redeliveries);
+                for (id, msgid, expiration, priority, msg, redeliveries, due, container, xid) in rows {
+                    let row = (id, msgid, expiration, priority, msg, redeliveries, due);
                     let mut decoded =
                         $crate::sql::decode_messages(&container, vec![row], &self.stats)?;
                     out.push($crate::PreparedMessage {

@@ -187,7 +187,7 @@ pub(crate) struct Statements {
     /// queue's cursor page, one range of `msgs_cidx`
     pub read_queue: String,
     /// a queue's held rows due by `$4` (epoch ms) after position `($2, $3)` (due, id)
-    /// in `(due, id)` order, `LIMIT $5`, each with its due time first: one range of
+    /// in `(due, id)` order, `LIMIT $5`: one range of
     /// the partial index `msgs_didx (container, due, id) WHERE due IS NOT NULL`
     pub read_held: String,
     /// the due time of a queue's first held row after position `($2, $3)` (due, id):
@@ -321,7 +321,8 @@ const MSG_LENGTH: &str = "CAST(length(msg) AS BIGINT)";
 /// The largest id, an open upper end in range conditions.
 const MAX_ID: i64 = i64::MAX;
 
-const MESSAGE_COLUMNS: &str = "m.id, m.msgid, m.expiration, m.priority, m.msg, m.redeliveries";
+const MESSAGE_COLUMNS: &str =
+    "m.id, m.msgid, m.expiration, m.priority, m.msg, m.redeliveries, m.due";
 
 /// What an expiry page without selectors reads of a message (`read_expired_keys_after`).
 const KEY_COLUMNS: &str = "m.id, m.expiration, m.priority";
@@ -712,7 +713,7 @@ impl Statements {
                     r.from, r.range, r.order
                 )
             },
-            read_held: held(p, backend, &format!("m.due, {MESSAGE_COLUMNS}"), "$4", "$5"),
+            read_held: held(p, backend, MESSAGE_COLUMNS, "$4", "$5"),
             next_held_due: held(p, backend, "m.due", &MAX_ID.to_string(), "1"),
             has_expiring: format!(
                 "SELECT 1 FROM {p}msgs WHERE container = $1 AND expiration > 0 LIMIT 1"

@@ -210,9 +210,32 @@ async fn a_back_off_writes_one_row_and_its_release_none(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A message held back is still a message of its queue: browsing shows it while it
+/// waits, and a purge deletes it from its row; it never comes back.
+async fn a_held_message_is_browsed_and_purged_with_its_queue(t: TestStore) {
+    let b = backoff_broker(&t).await;
+    let q = "queue://backoff.purge";
+    b.send(q, Message::new("held")).await.unwrap();
+    let mut sub = b.subscribe(q, client_ack()).await.unwrap();
+    let m = take(&mut sub, 1).await.remove(0);
+    sub.nack(&m).await.unwrap();
+    assert_eq!(held(&b, q).await.len(), 1);
+    let page = b.browse(q, 0, 10).await.unwrap();
+    assert_eq!(page.len(), 1, "browsing shows the held message");
+    let purged = b.purge_queue(q).await.unwrap();
+    assert_eq!(purged.taken, 1, "{purged:?}");
+    assert!(held(&b, q).await.is_empty(), "its row is gone");
+    assert!(
+        quiet(&mut sub).await.is_none(),
+        "the purged message came back"
+    );
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
     a_back_off_writes_one_row_and_its_release_none,
+    a_held_message_is_browsed_and_purged_with_its_queue,
     a_nacked_message_waits_longer_each_time_while_others_flow,
     a_non_persistent_message_waits_in_memory,
     a_waiting_redelivery_survives_a_restart,
