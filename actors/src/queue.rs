@@ -181,6 +181,36 @@ fn report(done: Written, result: Result<(), &ActorError>) {
     }
 }
 
+/// A failed delivery's write, waiting in the queue's batch of them
+/// ([`FailureBatch`]): what its commit answers.
+enum FailureWrite {
+    /// Its count only: answers `done`.
+    Count { done: Written },
+    /// Its count and its back-off hold until `due` (epoch ms): the message at `place`
+    /// waits in `held_back` until the write answers.
+    Hold {
+        place: Place,
+        due: i64,
+        done: Written,
+    },
+}
+
+/// The failed deliveries' writes (counts and back-off holds) gathered while one such
+/// write is in flight, and written together in the next: as the acks are
+/// ([`AckBatch`]), so a consumer that NACKs as fast as it acks costs a store write
+/// per commit, not one per NACK. Each NACK is still answered only after the write that
+/// holds it commits.
+#[derive(Default)]
+struct FailureBatch {
+    /// `(id, count, due)` of each row to write, one per id (a later failure of the
+    /// same message replaces its row: the count and hold it ends with).
+    rows: Vec<(i64, u32, Option<i64>)>,
+    /// What each failure answers, with its row id.
+    writes: Vec<(i64, FailureWrite)>,
+    /// A write is in flight.
+    writing: bool,
+}
+
 /// A message's move to the dead-letter queue: answers what became of it ([`Moved`]).
 type DeadLetterMove =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Moved, ActorError>>>>;
@@ -222,6 +252,8 @@ pub struct QueueActor {
     /// The timer that reads the held messages when the next one is due: its due time
     /// (epoch ms) and handle.
     held_timer: Option<(i64, SpawnHandle)>,
+    /// Failed deliveries' writes waiting for the one in flight.
+    failures: FailureBatch,
     /// Held rows a take (a purge, a move) took before the queue read them back: a read
     /// of held rows must not put them back. Each is forgotten once its take's write
     /// has answered (the number of the last read begun before then) and every read
@@ -263,6 +295,7 @@ impl QueueActor {
             held: HeldReads::default(),
             held_timer: None,
             taken_held: HashMap::new(),
+            failures: FailureBatch::default(),
         }
     }
 
@@ -829,15 +862,92 @@ impl QueueActor {
     /// failover goes on counting (a failed write is logged and reported to `done`: the
     /// count in memory still holds while this broker runs).
     fn store_redeliveries(&mut self, id: i64, count: u32, done: Written, ctx: &mut Context<Self>) {
+        self.write_failure(id, count, None, FailureWrite::Count { done }, ctx);
+    }
+
+    /// Queues a failed delivery's write (row `id` gets `count`, and `due` if held) in
+    /// the batch, and writes the batch unless a write is in flight.
+    fn write_failure(
+        &mut self,
+        id: i64,
+        count: u32,
+        due: Option<i64>,
+        write: FailureWrite,
+        ctx: &mut Context<Self>,
+    ) {
+        let batch = &mut self.failures;
+        match batch.rows.iter_mut().find(|row| row.0 == id) {
+            Some(row) => *row = (id, count, due),
+            None => batch.rows.push((id, count, due)),
+        }
+        batch.writes.push((id, write));
+        self.write_failures(ctx);
+    }
+
+    /// Writes the failed deliveries gathered, in one store transaction, unless a write
+    /// of them is in flight; each is answered when it commits.
+    fn write_failures(&mut self, ctx: &mut Context<Self>) {
+        if self.failures.writing || self.failures.rows.is_empty() {
+            return;
+        }
+        self.failures.writing = true;
+        let rows = std::mem::take(&mut self.failures.rows);
+        let writes = std::mem::take(&mut self.failures.writes);
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        let write = async move { store.redelivered(container, id, count, None).await };
-        ctx.spawn(write.into_actor(self).map(move |result, act, _| {
-            report(done, result.as_ref().map(|_| ()));
-            if let Err(e) = result {
-                tracing::warn!(queue = %act.core.container, id, error = %e,
-                    "cannot store a message's redelivery count; a restart would count from 0");
+        let write = async move { store.redelivered_many(container, rows).await };
+        ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
+            act.failures.writing = false;
+            for (id, write) in writes {
+                act.failure_written(id, write, result.as_ref().map(drop), ctx);
             }
+            act.write_failures(ctx);
+            act.dispatch(ctx);
         }));
+    }
+
+    /// A failed delivery's write of row `id` answered: its NACK hears it, and a held
+    /// message waits in its row (or, its write failed, comes back at once).
+    fn failure_written(
+        &mut self,
+        id: i64,
+        write: FailureWrite,
+        result: Result<(), &ActorError>,
+        ctx: &mut Context<Self>,
+    ) {
+        match write {
+            FailureWrite::Count { done } => {
+                report(done, result);
+                if let Err(e) = result {
+                    tracing::warn!(queue = %self.core.container, id, error = %e,
+                        "cannot store a message's redelivery count; a restart would count from 0");
+                }
+            }
+            FailureWrite::Hold { place, due, done } => {
+                report(done, result);
+                let passed = self.held.hold_finished(due, id, result.is_ok());
+                match result {
+                    // Held in its row (a row already gone, acked, purged or replaced,
+                    // stays gone): read back when due.
+                    Ok(()) if !passed => {
+                        self.held_back.remove(&place);
+                    }
+                    Ok(()) => {
+                        // The reads passed its due time already (the clock went back):
+                        // it waits in memory instead.
+                        let wait = (due - now_ms()).clamp(0, i64::from(u32::MAX)) as u64;
+                        ctx.run_later(Duration::from_millis(wait), move |act, ctx| {
+                            act.come_back(place);
+                            act.dispatch(ctx);
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!(queue = %self.core.container, id, error = %e,
+                            "cannot hold a redelivery back in the store; it is redelivered at once");
+                        self.come_back(place);
+                    }
+                }
+            }
+        }
     }
 
     /// Deletes rows without counting them (a dead message with nowhere to go); `done`
@@ -931,37 +1041,9 @@ impl QueueActor {
             });
             return;
         };
-        let (store, container) = (self.core.store.clone(), self.core.container.clone());
         self.held.hold_started(due, id);
-        let write = async move { store.redelivered(container, id, count, Some(due)).await };
-        ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
-            report(done, result.as_ref().map(|_| ()));
-            let passed = act.held.hold_finished(due, id, result.is_ok());
-            match result {
-                // Held in its row (a row already gone, acked, purged or replaced,
-                // stays gone): read back when due.
-                Ok(_) if !passed => {
-                    act.held_back.remove(&place);
-                }
-                Ok(_) => {
-                    // The reads passed its due time already (the clock went back):
-                    // it waits in memory instead.
-                    let wait = Duration::from_millis(
-                        (due - now_ms()).clamp(0, i64::from(u32::MAX)) as u64,
-                    );
-                    ctx.run_later(wait, move |act, ctx| {
-                        act.come_back(place);
-                        act.dispatch(ctx);
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(queue = %act.core.container, id, error = %e,
-                        "cannot hold a redelivery back in the store; it is redelivered at once");
-                    act.come_back(place);
-                }
-            }
-            act.dispatch(ctx);
-        }));
+        let write = FailureWrite::Hold { place, due, done };
+        self.write_failure(id, count, Some(due), write, ctx);
     }
 
     /// Reads back the held messages that are due (see [`crate::queue_held`]), a page

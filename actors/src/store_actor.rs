@@ -696,6 +696,34 @@ impl StoreHandle {
         Ok(self.write(op).await?.deleted()? > 0)
     }
 
+    /// A run of [`WriteOp::Redelivered`] of queue `container` in one store transaction
+    /// (one statement per 512 rows): each row `(id, count, hold_until)` as
+    /// [`Self::redelivered`]; returns, in order, whether each row was there. A queue
+    /// gathers its failed deliveries while one such write is in flight, as it does its
+    /// acks, so they cost a write per commit instead of one per NACK.
+    pub async fn redelivered_many(
+        &self,
+        container: String,
+        rows: Vec<(i64, u32, Option<i64>)>,
+    ) -> Result<Vec<bool>, ActorError> {
+        let ops = rows
+            .into_iter()
+            .map(|(id, count, hold_until)| WriteOp::Redelivered {
+                container: container.clone(),
+                id,
+                count,
+                hold_until,
+            })
+            .collect();
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| ActorError::Closed)?;
+        let outcomes = self.addr.send(WriteTogether(ops)).await??;
+        outcomes.into_iter().map(|o| Ok(o.deleted()? > 0)).collect()
+    }
+
     /// [`WriteOp::ReplaceLastValue`]: deletes the committed rows of `container` with
     /// last-value key `key` and an id below `below`; returns how many it deleted.
     pub async fn replace_last_value(
