@@ -47,8 +47,8 @@ pub struct NewMessage {
     /// value of that header. When the message is committed (added, or its prepared
     /// transaction committed), the older messages of its container with the same key
     /// are deleted in the same store transaction, so a crash never leaves two or none:
-    /// the committed ones, and the ones held back for a later release (a redelivery
-    /// back-off, [`crate::SCHEDULED_XID_PREFIX`]). A held-back message arrived before
+    /// the committed ones (a redelivery the back-off holds in its row among them), and
+    /// the ones held back under [`crate::SCHEDULED_XID_PREFIX`] by an older build. A held-back message arrived before
     /// this one, so it must never come back later and replace it; a transaction's
     /// message arrives at its commit, and is not touched. `None` (every other kind, or no such header):
     /// nothing is replaced.

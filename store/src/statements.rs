@@ -523,12 +523,14 @@ fn held(p: &str, backend: Backend, columns: &str, upto: &str, limit: &str) -> St
                AND m.due IS NOT NULL AND m.xid IS NULL \
              ORDER BY m.container, m.due, m.id LIMIT {limit}"
         ),
-        // SQLite positions a row comparison on its first column: the range is
-        // `due >= $2` up to `upto`, the tie's ids below `$3` skipped in it.
+        // The range is `due >= $2` up to `upto`; the rows of due time `$2` up to id
+        // `$3` are skipped by a filter in it (`due > $2 OR id > $3` is the row
+        // comparison once `due >= $2`). A row comparison here let SQLite, after an
+        // `ANALYZE`, skip-scan the index and sort.
         Backend::Sqlite => format!(
             "SELECT {columns} FROM {p}msgs m INDEXED BY {p}msgs_didx \
              WHERE m.container = $1 AND m.due IS NOT NULL AND m.due >= $2 \
-               AND m.due <= {upto} AND (m.due, m.id) > ($2, $3) AND m.xid IS NULL \
+               AND m.due <= {upto} AND (m.due > $2 OR m.id > $3) AND m.xid IS NULL \
              ORDER BY m.due, m.id LIMIT {limit}"
         ),
     }
