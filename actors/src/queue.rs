@@ -195,11 +195,11 @@ enum FailureWrite {
     },
 }
 
-/// The failed deliveries' writes (counts and back-off holds) gathered while one such
-/// write is in flight, and written together in the next: as the acks are
-/// ([`AckBatch`]), so a consumer that NACKs as fast as it acks costs a store write
-/// per commit, not one per NACK. Each NACK is still answered only after the write that
-/// holds it commits.
+/// The failed deliveries' writes (counts and back-off holds) gathered while the
+/// queue's ack write is in flight, and written with the next one, in its store
+/// transaction ([`QueueActor::write_acks`]): so a consumer that NACKs beside its acks
+/// adds no transaction of its own, and costs no store write per NACK. Each NACK is
+/// still answered only after the write that holds it commits.
 #[derive(Default)]
 struct FailureBatch {
     /// `(id, count, due)` of each row to write, one per id (a later failure of the
@@ -207,8 +207,6 @@ struct FailureBatch {
     rows: Vec<(i64, u32, Option<i64>)>,
     /// What each failure answers, with its row id.
     writes: Vec<(i64, FailureWrite)>,
-    /// A write is in flight.
-    writing: bool,
 }
 
 /// A message's move to the dead-letter queue: answers what became of it ([`Moved`]).
@@ -634,14 +632,17 @@ impl QueueActor {
         }
     }
 
-    /// Deletes the acked rows gathered while the last delete was in flight, in one
-    /// write, unless one is in flight ([`AckBatch`]).
+    /// Deletes the acked rows gathered while the last delete was in flight, and writes
+    /// the failed deliveries gathered with them ([`FailureBatch`]), in one write (one
+    /// store transaction), unless one is in flight ([`AckBatch`]).
     fn write_acks(&mut self, ctx: &mut Context<Self>) {
         let Some(mut write) = self.acks.take() else {
             return;
         };
         let ids = std::mem::take(&mut write.items);
-        if ids.is_empty() {
+        let rows = std::mem::take(&mut self.failures.rows);
+        let failures = std::mem::take(&mut self.failures.writes);
+        if ids.is_empty() && rows.is_empty() {
             // Only waiters for what came before (`CloseConsumers`): that is committed.
             write.answer(&Ok(()));
             self.acks.finished();
@@ -655,15 +656,27 @@ impl QueueActor {
             .filter(|id| self.cursor.is_ahead(*id))
             .collect();
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        let delete = async move { store.remove(container, ids).await.map(drop) };
+        let delete = async move {
+            store
+                .remove_and_redeliver(container, ids, rows)
+                .await
+                .map(drop)
+        };
         self.completions
             .when_done(ctx, delete, move |result, act, ctx| {
                 if result.is_ok() {
                     act.cursor.deleted(&ahead);
                 }
                 write.answer(&result);
+                let failed = !failures.is_empty();
+                for (id, failure) in failures {
+                    act.failure_written(id, failure, result.as_ref().map(|_| ()), ctx);
+                }
                 act.acks.finished();
                 act.write_acks(ctx);
+                if failed {
+                    act.dispatch(ctx);
+                }
             });
     }
 
@@ -866,7 +879,7 @@ impl QueueActor {
     }
 
     /// Queues a failed delivery's write (row `id` gets `count`, and `due` if held) in
-    /// the batch, and writes the batch unless a write is in flight.
+    /// the batch, written with the next ack write.
     fn write_failure(
         &mut self,
         id: i64,
@@ -881,28 +894,9 @@ impl QueueActor {
             None => batch.rows.push((id, count, due)),
         }
         batch.writes.push((id, write));
-        self.write_failures(ctx);
-    }
-
-    /// Writes the failed deliveries gathered, in one store transaction, unless a write
-    /// of them is in flight; each is answered when it commits.
-    fn write_failures(&mut self, ctx: &mut Context<Self>) {
-        if self.failures.writing || self.failures.rows.is_empty() {
-            return;
-        }
-        self.failures.writing = true;
-        let rows = std::mem::take(&mut self.failures.rows);
-        let writes = std::mem::take(&mut self.failures.writes);
-        let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        let write = async move { store.redelivered_many(container, rows).await };
-        ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
-            act.failures.writing = false;
-            for (id, write) in writes {
-                act.failure_written(id, write, result.as_ref().map(drop), ctx);
-            }
-            act.write_failures(ctx);
-            act.dispatch(ctx);
-        }));
+        // Goes with the next ack write (one is started now if none is in flight).
+        drop(self.acks.add([]));
+        self.write_acks(ctx);
     }
 
     /// A failed delivery's write of row `id` answered: its NACK hears it, and a held

@@ -696,32 +696,49 @@ impl StoreHandle {
         Ok(self.write(op).await?.deleted()? > 0)
     }
 
-    /// A run of [`WriteOp::Redelivered`] of queue `container` in one store transaction
-    /// (one statement per 512 rows): each row `(id, count, hold_until)` as
-    /// [`Self::redelivered`]; returns, in order, whether each row was there. A queue
-    /// gathers its failed deliveries while one such write is in flight, as it does its
-    /// acks, so they cost a write per commit instead of one per NACK.
-    pub async fn redelivered_many(
+    /// A queue's acks and failed deliveries in one store transaction: a
+    /// [`WriteOp::Remove`] of `ids` (none when empty), then the run of
+    /// [`WriteOp::Redelivered`] of `rows` (`(id, count, hold_until)` each, as
+    /// [`Self::redelivered`]; one statement per 512 rows). Returns the rows deleted
+    /// and, in order, whether each failed delivery's row was there. The queue gathers
+    /// its failed deliveries beside its acks, so they add no transaction of their own.
+    pub async fn remove_and_redeliver(
         &self,
         container: String,
+        ids: Vec<i64>,
         rows: Vec<(i64, u32, Option<i64>)>,
-    ) -> Result<Vec<bool>, ActorError> {
-        let ops = rows
-            .into_iter()
-            .map(|(id, count, hold_until)| WriteOp::Redelivered {
+    ) -> Result<(u64, Vec<bool>), ActorError> {
+        let mut ops = Vec::with_capacity(rows.len() + 1);
+        let removes = !ids.is_empty();
+        if removes {
+            ops.push(WriteOp::Remove {
                 container: container.clone(),
-                id,
-                count,
-                hold_until,
-            })
-            .collect();
+                ids,
+            });
+        }
+        ops.extend(
+            rows.into_iter()
+                .map(|(id, count, hold_until)| WriteOp::Redelivered {
+                    container: container.clone(),
+                    id,
+                    count,
+                    hold_until,
+                }),
+        );
         let _permit = self
             .permits
             .acquire()
             .await
             .map_err(|_| ActorError::Closed)?;
-        let outcomes = self.addr.send(WriteTogether(ops)).await??;
-        outcomes.into_iter().map(|o| Ok(o.deleted()? > 0)).collect()
+        let mut outcomes = self.addr.send(WriteTogether(ops)).await??.into_iter();
+        let removed = match removes {
+            true => outcomes.next().ok_or(ActorError::Closed)?.deleted()?,
+            false => 0,
+        };
+        let changed = outcomes
+            .map(|o| Ok(o.deleted()? > 0))
+            .collect::<Result<_, ActorError>>()?;
+        Ok((removed, changed))
     }
 
     /// [`WriteOp::ReplaceLastValue`]: deletes the committed rows of `container` with
