@@ -50,6 +50,11 @@
 //! detached) goes back in its place with its failed-delivery count up and is delivered
 //! again marked `redelivered`; a stored message's count is stored too
 //! ([`ebb_store::WriteOp::Redelivered`]), so a restart or a failover goes on counting.
+//! With a redelivery delay (ActiveMQ's `redeliveryDelay`, `useExponentialBackOff`) a
+//! stored message waits in its own row instead: its due time is written with its
+//! count, and the queue reads it back when due ([`crate::queue_held`]). Failed
+//! deliveries' writes go in the transaction of the queue's next ack write
+//! (`FailureBatch`); a NACK is answered once its write is committed.
 //! Past `maximum_redeliveries` failures it goes to the
 //! dead-letter queue (`DLQ.<queue>` or the policy's shared one) with the headers
 //! `dlqDeliveryFailureCause` and `originalDestination` (ActiveMQ's names): moved in one
