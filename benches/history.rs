@@ -9,8 +9,9 @@
 //! seconds (`EBB_BENCH_HISTORY_SECONDS`, default 30). Then it reads
 //! `GET /api/v1/broker/history` (the bytes the history counts: series, last
 //! readings, the broker's series), times `GET /api/v1/broker/destinations` sorted by
-//! depth (a sort of every running destination), and times `Broker::stats` (the
-//! snapshot the refresh task takes every second for `/metrics` and the history).
+//! depth (a sort of every running destination), and times `Broker::stats` (a refresh
+//! of the kept reading, as the metrics task does every second, then a copy of every
+//! destination's entry).
 //!
 //! Run: `cargo bench --bench history` (`EBB_BENCH_POSTGRES_URL` for PostgreSQL).
 
@@ -141,7 +142,7 @@ fn main() {
             sorted.1.as_secs_f64() * 1000.0
         );
         println!(
-            "| Broker::stats (the reading every second), median of 5 | {:.0} ms |",
+            "| Broker::stats (a refresh of what changed, then a copy of every destination's reading), median of 5 | {:.1} ms |",
             snapshots[2].as_secs_f64() * 1000.0
         );
         server.stop().await;

@@ -37,7 +37,6 @@
 //! destination answers once the acks it accepted are committed); flush the store actor
 //! (every accepted write commits); close the pool last.
 
-use crate::scheduled::ScheduleWaker;
 use std::collections::HashMap;
 
 use actix::prelude::*;
@@ -110,8 +109,6 @@ pub struct BrokerActor {
     /// Destinations being deleted: requests for them wait for the end.
     deleting: HashMap<DestinationKey, Deleted>,
     shutting_down: bool,
-    /// Given to each queue: wakes the broker's scheduler.
-    schedule_waker: ScheduleWaker,
     /// Where destinations report what happens to them (advisory topics).
     events: crate::events::Events,
     /// Where each destination publishes its counters for stats readings.
@@ -131,7 +128,6 @@ impl BrokerActor {
             wildcard_durables: Vec::new(),
             deleting: HashMap::new(),
             shutting_down: false,
-            schedule_waker: ScheduleWaker::default(),
             events: crate::events::Events::default(),
             board: std::sync::Arc::default(),
         }
@@ -152,13 +148,6 @@ impl BrokerActor {
     /// advisory topics): destinations started and deleted, expiries, dead letters.
     pub fn with_events(mut self, events: crate::events::Events) -> Self {
         self.events = events;
-        self
-    }
-
-    /// Its queues wake the broker's scheduler through `waker` (redeliveries held back
-    /// in the store).
-    pub fn with_schedule_waker(mut self, waker: ScheduleWaker) -> Self {
-        self.schedule_waker = waker;
         self
     }
 
@@ -256,7 +245,6 @@ impl BrokerActor {
             KindActor::Queue => {
                 let dead_letters = ctx.address().recipient();
                 let queue = QueueActor::new(key.clone(), policy, store, budget, Some(dead_letters))
-                    .with_schedule_waker(self.schedule_waker.clone())
                     .with_events(self.events.clone())
                     .with_published(self.board.started(&key));
                 DestinationAddr::Queue(queue.start())

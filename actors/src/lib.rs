@@ -32,7 +32,8 @@
 //!   [`kinds::KindActor`] and of the registry's
 //!   [`DestinationAddr`](broker::DestinationAddr).
 //! - [`subscription`] (one topic subscription's cursor and credit), [`queue_cursor`] (a
-//!   queue's cursor), [`message_groups`] (which consumer owns each message group),
+//!   queue's cursor), [`queue_held`] (where a queue reads back the messages its
+//!   redelivery back-off holds in their rows), [`message_groups`] (which consumer owns each message group),
 //!   [`selector`] (JMS message selectors: parser and three-valued evaluation), [`usage`] (memory limits and producer flow control), [`policy`]
 //!   (ActiveMQ-style policy map, in `destination/policy.rs`), [`housekeeping`] (the fair budget of expiry pages),
 //!   [`messages`] (what actors exchange).
@@ -77,6 +78,7 @@ pub mod message_groups;
 pub mod messages;
 pub mod queue;
 pub mod queue_cursor;
+pub mod queue_held;
 pub mod scheduled;
 pub mod selector;
 pub mod store_actor;

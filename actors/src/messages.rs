@@ -273,9 +273,12 @@ pub struct QueueStats {
     /// Deliveries that were redeliveries.
     pub redelivered: u64,
     /// Failed deliveries whose redelivery waited (the policy's
-    /// `initial_redelivery_delay` and back-off), held in the store by the scheduler
-    /// or, non-persistent, in memory.
+    /// `initial_redelivery_delay` and back-off): held in their rows in the store
+    /// (their due time written with their count) or, non-persistent, in memory.
     pub redeliveries_delayed: u64,
+    /// Held messages this queue read back from the store once due (at start too: those
+    /// a restart found held), each put back in its place marked redelivered.
+    pub redeliveries_released: u64,
     /// Messages a newer one with the same last-value key replaced (a last-value queue)
     /// while the queue held them in memory: taken out while waiting, or dropped when
     /// they came back from a consumer; and messages moved in (from a dead-letter queue

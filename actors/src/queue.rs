@@ -50,6 +50,11 @@
 //! detached) goes back in its place with its failed-delivery count up and is delivered
 //! again marked `redelivered`; a stored message's count is stored too
 //! ([`ebb_store::WriteOp::Redelivered`]), so a restart or a failover goes on counting.
+//! With a redelivery delay (ActiveMQ's `redeliveryDelay`, `useExponentialBackOff`) a
+//! stored message waits in its own row instead: its due time is written with its
+//! count, and the queue reads it back when due ([`crate::queue_held`]). Failed
+//! deliveries' writes go in the transaction of the queue's next ack write
+//! (`FailureBatch`); a NACK is answered once its write is committed.
 //! Past `maximum_redeliveries` failures it goes to the
 //! dead-letter queue (`DLQ.<queue>` or the policy's shared one) with the headers
 //! `dlqDeliveryFailureCause` and `originalDestination` (ActiveMQ's names): moved in one
@@ -84,7 +89,7 @@ use crate::message_groups::{MessageGroups, GROUP_HEADER, GROUP_SEQ_HEADER};
 use crate::messages::*;
 use crate::policy::Policy;
 use crate::queue_cursor::{Entry, Place, QueueCursor};
-use crate::scheduled::{redelivery_xid, ScheduleWaker};
+use crate::queue_held::HeldReads;
 use crate::selector::Selector;
 use crate::store_actor::StoreHandle;
 
@@ -181,6 +186,34 @@ fn report(done: Written, result: Result<(), &ActorError>) {
     }
 }
 
+/// A failed delivery's write, waiting in the queue's batch of them
+/// ([`FailureBatch`]): what its commit answers.
+enum FailureWrite {
+    /// Its count only: answers `done`.
+    Count { done: Written },
+    /// Its count and its back-off hold until `due` (epoch ms): the message at `place`
+    /// waits in `held_back` until the write answers.
+    Hold {
+        place: Place,
+        due: i64,
+        done: Written,
+    },
+}
+
+/// The failed deliveries' writes (counts and back-off holds) gathered while the
+/// queue's ack write is in flight, and written with the next one, in its store
+/// transaction ([`QueueActor::write_acks`]): so a consumer that NACKs beside its acks
+/// adds no transaction of its own, and costs no store write per NACK. Each NACK is
+/// still answered only after the write that holds it commits.
+#[derive(Default)]
+struct FailureBatch {
+    /// `(id, count, due)` of each row to write, one per id (a later failure of the
+    /// same message replaces its row: the count and hold it ends with).
+    rows: Vec<(i64, u32, Option<i64>)>,
+    /// What each failure answers, with its row id.
+    writes: Vec<(i64, FailureWrite)>,
+}
+
 /// A message's move to the dead-letter queue: answers what became of it ([`Moved`]).
 type DeadLetterMove =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Moved, ActorError>>>>;
@@ -216,8 +249,20 @@ pub struct QueueActor {
     groups: MessageGroups,
     /// Shutdown closed its consumers ([`CloseConsumers`]): it takes no new ones.
     closing: bool,
-    /// Wakes the broker's scheduler when a redelivery waits in the store.
-    schedule_waker: ScheduleWaker,
+    /// Where the reads of the messages the back-off holds in their rows are
+    /// ([`crate::queue_held`]).
+    held: HeldReads,
+    /// The timer that reads the held messages when the next one is due: its due time
+    /// (epoch ms) and handle.
+    held_timer: Option<(i64, SpawnHandle)>,
+    /// Failed deliveries' writes waiting for the one in flight.
+    failures: FailureBatch,
+    /// Held rows a take (a purge, a move) took before the queue read them back: a read
+    /// of held rows must not put them back. Each is forgotten once its take's write
+    /// has answered (the number of the last read begun before then) and every read
+    /// begun before that has returned (bounded by a take's page and the reads in
+    /// flight).
+    taken_held: HashMap<i64, Option<u64>>,
 }
 
 impl QueueActor {
@@ -250,15 +295,11 @@ impl QueueActor {
             scanning: false,
             groups: MessageGroups::default(),
             closing: false,
-            schedule_waker: ScheduleWaker::default(),
+            held: HeldReads::default(),
+            held_timer: None,
+            taken_held: HashMap::new(),
+            failures: FailureBatch::default(),
         }
-    }
-
-    /// Wakes the broker's scheduler through `waker` when a redelivery is held back in
-    /// the store (`initial_redelivery_delay` and the rest of the policy's back-off).
-    pub fn with_schedule_waker(mut self, waker: ScheduleWaker) -> Self {
-        self.schedule_waker = waker;
-        self
     }
 
     /// Reports its expiries and dead letters through `events` (advisory topics).
@@ -391,6 +432,7 @@ impl QueueActor {
         }
         self.remove_expired(expired, ctx);
         self.read_if_needed(ctx);
+        self.read_held_if_needed(ctx);
         self.scan_if_needed(ctx);
         self.publish_gauges();
     }
@@ -561,7 +603,7 @@ impl QueueActor {
         let container = self.core.container.clone();
         let read = async move {
             if filter.is_empty() {
-                store.browse(&container, after, limit).await
+                store.read_queue(&container, after, limit).await
             } else {
                 store
                     .scan_matching(&container, after, upto, &filter, limit)
@@ -643,14 +685,17 @@ impl QueueActor {
         }
     }
 
-    /// Deletes the acked rows gathered while the last delete was in flight, in one
-    /// write, unless one is in flight ([`AckBatch`]).
+    /// Deletes the acked rows gathered while the last delete was in flight, and writes
+    /// the failed deliveries gathered with them ([`FailureBatch`]), in one write (one
+    /// store transaction), unless one is in flight ([`AckBatch`]).
     fn write_acks(&mut self, ctx: &mut Context<Self>) {
         let Some(mut write) = self.acks.take() else {
             return;
         };
         let ids = std::mem::take(&mut write.items);
-        if ids.is_empty() {
+        let rows = std::mem::take(&mut self.failures.rows);
+        let failures = std::mem::take(&mut self.failures.writes);
+        if ids.is_empty() && rows.is_empty() {
             // Only waiters for what came before (`CloseConsumers`): that is committed.
             write.answer(&Ok(()));
             self.acks.finished();
@@ -664,15 +709,27 @@ impl QueueActor {
             .filter(|id| self.cursor.is_ahead(*id))
             .collect();
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        let delete = async move { store.remove(container, ids).await.map(drop) };
+        let delete = async move {
+            store
+                .remove_and_redeliver(container, ids, rows)
+                .await
+                .map(drop)
+        };
         self.completions
             .when_done(ctx, delete, move |result, act, ctx| {
                 if result.is_ok() {
                     act.cursor.deleted(&ahead);
                 }
                 write.answer(&result);
+                let failed = !failures.is_empty();
+                for (id, failure) in failures {
+                    act.failure_written(id, failure, result.as_ref().map(|_| ()), ctx);
+                }
                 act.acks.finished();
                 act.write_acks(ctx);
+                if failed {
+                    act.dispatch(ctx);
+                }
             });
     }
 
@@ -690,7 +747,7 @@ impl QueueActor {
         };
         let store = Arc::clone(self.core.store.store());
         let container = self.core.container.clone();
-        let fut = async move { store.browse(&container, after, limit).await };
+        let fut = async move { store.read_queue(&container, after, limit).await };
         ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
             Ok(rows) => {
                 let rows = rows
@@ -878,15 +935,73 @@ impl QueueActor {
     /// failover goes on counting (a failed write is logged and reported to `done`: the
     /// count in memory still holds while this broker runs).
     fn store_redeliveries(&mut self, id: i64, count: u32, done: Written, ctx: &mut Context<Self>) {
-        let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        let write = async move { store.redelivered(container, id, count, None).await };
-        ctx.spawn(write.into_actor(self).map(move |result, act, _| {
-            report(done, result.as_ref().map(|_| ()));
-            if let Err(e) = result {
-                tracing::warn!(queue = %act.core.container, id, error = %e,
-                    "cannot store a message's redelivery count; a restart would count from 0");
+        self.write_failure(id, count, None, FailureWrite::Count { done }, ctx);
+    }
+
+    /// Queues a failed delivery's write (row `id` gets `count`, and `due` if held) in
+    /// the batch, written with the next ack write.
+    fn write_failure(
+        &mut self,
+        id: i64,
+        count: u32,
+        due: Option<i64>,
+        write: FailureWrite,
+        ctx: &mut Context<Self>,
+    ) {
+        let batch = &mut self.failures;
+        match batch.rows.iter_mut().find(|row| row.0 == id) {
+            Some(row) => *row = (id, count, due),
+            None => batch.rows.push((id, count, due)),
+        }
+        batch.writes.push((id, write));
+        // Goes with the next ack write (one is started now if none is in flight).
+        drop(self.acks.add([]));
+        self.write_acks(ctx);
+    }
+
+    /// A failed delivery's write of row `id` answered: its NACK hears it, and a held
+    /// message waits in its row (or, its write failed, comes back at once).
+    fn failure_written(
+        &mut self,
+        id: i64,
+        write: FailureWrite,
+        result: Result<(), &ActorError>,
+        ctx: &mut Context<Self>,
+    ) {
+        match write {
+            FailureWrite::Count { done } => {
+                report(done, result);
+                if let Err(e) = result {
+                    tracing::warn!(queue = %self.core.container, id, error = %e,
+                        "cannot store a message's redelivery count; a restart would count from 0");
+                }
             }
-        }));
+            FailureWrite::Hold { place, due, done } => {
+                report(done, result);
+                let passed = self.held.hold_finished(due, id, result.is_ok());
+                match result {
+                    // Held in its row (a row already gone, acked, purged or replaced,
+                    // stays gone): read back when due.
+                    Ok(()) if !passed => {
+                        self.held_back.remove(&place);
+                    }
+                    Ok(()) => {
+                        // The reads passed its due time already (the clock went back):
+                        // it waits in memory instead.
+                        let wait = (due - now_ms()).clamp(0, i64::from(u32::MAX)) as u64;
+                        ctx.run_later(Duration::from_millis(wait), move |act, ctx| {
+                            act.come_back(place);
+                            act.dispatch(ctx);
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!(queue = %self.core.container, id, error = %e,
+                            "cannot hold a redelivery back in the store; it is redelivered at once");
+                        self.come_back(place);
+                    }
+                }
+            }
+        }
     }
 
     /// Deletes rows without counting them (a dead message with nowhere to go); `done`
@@ -941,15 +1056,16 @@ impl QueueActor {
         }
     }
 
-    /// The redelivery back-off: the message comes back after `wait` ms while the
-    /// messages behind it flow. A stored one waits in the store, held as a scheduled
-    /// message (its count stored with it, in one statement) that the broker's
-    /// scheduler releases when due, as a new message at the queue's end (as ActiveMQ's
-    /// broker-side redelivery resends it); a failed write puts it back at once. A
-    /// non-persistent one waits in memory (still charged to the queue's usage) and
-    /// takes its place again. Either way it is dropped instead if a newer message with
-    /// its last-value key arrives meanwhile (in the store, that message's commit
-    /// deletes the held row). `done` hears when the hold is committed.
+    /// The redelivery back-off (ActiveMQ's `redeliveryDelay`, with
+    /// `useExponentialBackOff`): the message comes back after `wait` ms while the
+    /// messages behind it flow. A stored one waits in its row: one write stores its
+    /// count and its due time with it, and the queue forgets it until it reads it back
+    /// by due time ([`crate::queue_held`]) and puts it back in its place, marked
+    /// redelivered; a failed write puts it back at once. A non-persistent one waits in
+    /// memory (still charged to the queue's usage) and takes its place again. Either
+    /// way it is dropped instead if a newer message with its last-value key arrives
+    /// meanwhile (in the store, that message's commit deletes the held row). `done`
+    /// hears when the hold is committed.
     fn redeliver_later(
         &mut self,
         place: Place,
@@ -959,9 +1075,11 @@ impl QueueActor {
         ctx: &mut Context<Self>,
     ) {
         self.stats.redeliveries_delayed += 1;
+        // At least 1 ms: a hold is due after every read that may begin before it is
+        // committed (see `queue_held`).
+        let wait = wait.max(1);
         let due = now_ms().saturating_add(wait.min(i64::MAX as u64) as i64);
         let id = entry.message.id.filter(|_| place.1 == 0);
-        let message_id = entry.message.message_id.clone();
         let count = entry.failed_deliveries;
         self.held_back.insert(
             place,
@@ -978,27 +1096,104 @@ impl QueueActor {
             });
             return;
         };
-        let (store, container) = (self.core.store.clone(), self.core.container.clone());
-        let hold_as = redelivery_xid(due, &message_id, id);
-        let write = async move { store.redelivered(container, id, count, Some(hold_as)).await };
-        ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
-            report(done, result.as_ref().map(|_| ()));
+        self.held.hold_started(due, id);
+        let write = FailureWrite::Hold { place, due, done };
+        self.write_failure(id, count, Some(due), write, ctx);
+    }
+
+    /// Reads back the held messages that are due (see [`crate::queue_held`]), a page
+    /// at a time, while the cursor has room for them; otherwise sets the timer for
+    /// the next one's due time.
+    fn read_held_if_needed(&mut self, ctx: &mut Context<Self>) {
+        let now = now_ms();
+        let page = self.core.policy.max_page_size.max(1) as usize;
+        let limit = page.min(self.cursor.room());
+        if limit == 0 {
+            return; // read once the consumers have taken some of what waits
+        }
+        let Some((after, upto)) = self.held.read_request(now) else {
+            self.arm_held_timer(now, ctx);
+            return;
+        };
+        let seq = self.cursor.begin_read();
+        let store = Arc::clone(self.core.store.store());
+        let container = self.core.container.clone();
+        let limit = limit as u32;
+        let read = async move { store.read_held(&container, after, upto, limit).await };
+        ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
             match result {
-                Ok(_) => {
-                    // Out of the queue until the scheduler releases it (a row already
-                    // gone, acked, purged or replaced, stays gone).
-                    act.held_back.remove(&place);
-                    act.cursor.deleted(&[id]);
-                    act.schedule_waker.wake(due);
-                }
+                Ok(page) => act.held_read(page, limit),
                 Err(e) => {
-                    tracing::warn!(queue = %act.core.container, id, error = %e,
-                        "cannot hold a redelivery back in the store; it is redelivered at once");
-                    act.come_back(place);
-                    act.dispatch(ctx);
+                    tracing::warn!(queue = %act.core.container, error = %e,
+                        "reading the redeliveries held back failed; retrying in 1 s");
+                    act.held.on_failed(now_ms());
                 }
             }
+            act.cursor.end_read(seq);
+            act.prune_taken_held();
+            act.dispatch(ctx);
         }));
+    }
+
+    /// A page of held messages read back: each goes back in its place, marked
+    /// redelivered with its stored count, unless the queue holds it already or a newer
+    /// last value replaced it while the read was in flight.
+    fn held_read(&mut self, page: ebb_store::HeldPage, limit: u32) {
+        let positions: Vec<(i64, i64)> = page
+            .messages
+            .iter()
+            .map(|h| (h.due, h.message.id))
+            .collect();
+        let full = positions.len() >= limit as usize;
+        for held in page.messages {
+            let place = (held.message.id, 0);
+            if self.delivered.contains_key(&place)
+                || self.held_back.contains_key(&place)
+                || self.taken_held.contains_key(&held.message.id)
+                || self.cursor.get(place).is_some()
+            {
+                continue;
+            }
+            let message = Arc::new(TopicMessage::from_stored(&held.message));
+            if self.cursor.is_superseded(place, &message) {
+                continue;
+            }
+            self.stats.redeliveries_released += 1;
+            self.cursor.put_back(place, Entry::new(message));
+        }
+        self.held.on_read(&positions, full, page.next_due);
+    }
+
+    /// Forgets the held rows taken whose take no read in flight can have missed.
+    fn prune_taken_held(&mut self) {
+        let oldest = self.cursor.oldest_read_in_flight().unwrap_or(u64::MAX);
+        self.taken_held
+            .retain(|_, answered| answered.is_none_or(|last| last >= oldest));
+    }
+
+    /// Sets the timer for the next held message's due time, unless one is set for
+    /// that time or earlier.
+    fn arm_held_timer(&mut self, now: i64, ctx: &mut Context<Self>) {
+        let Some(at) = self.held.wake_at(now) else {
+            return;
+        };
+        if at <= now
+            || self
+                .held_timer
+                .as_ref()
+                .is_some_and(|(armed, _)| *armed <= at)
+        {
+            return;
+        }
+        if let Some((_, handle)) = self.held_timer.take() {
+            ctx.cancel_future(handle);
+        }
+        let wait = Duration::from_millis((at - now).min(i64::from(u32::MAX)) as u64);
+        let handle = ctx.run_later(wait, |act, ctx| {
+            act.held_timer = None;
+            act.dispatch(ctx);
+        });
+        self.held_timer = Some((at, handle));
     }
 
     /// A failed delivery held back in memory comes back to its place, unless a newer
@@ -1268,6 +1463,15 @@ impl QueueActor {
                     row,
                     cached: Some(entry),
                 });
+            } else if row
+                .held_until
+                .is_some_and(|due| self.held.not_read_back(due, row.id))
+                && !self.taken_held.contains_key(&row.id)
+            {
+                // Held back in its row, not read back yet: taken from the store, and
+                // kept from the reads of held rows while its take is in flight.
+                self.taken_held.insert(row.id, None);
+                taken.push(Taken { row, cached: None });
             } else if self.cursor.is_ahead(row.id) || row.id <= self.cursor.covered_upto() {
                 // Acked, or taken by a scan and being acked: its delete is on its way.
                 page.gone += 1;
@@ -1430,6 +1634,12 @@ impl QueueActor {
         ctx: &mut Context<Self>,
     ) -> Result<TakenPage, ActorError> {
         let mut gone_ids = Vec::new();
+        // The takes' writes have answered: reads begun from now on see what they did.
+        let last_started = self.cursor.last_read_started();
+        for answered in self.taken_held.values_mut() {
+            answered.get_or_insert(last_started);
+        }
+        self.prune_taken_held();
         for (taken, outcome) in outcomes {
             match outcome {
                 Ok(Moved::Added(_)) => {

@@ -347,6 +347,12 @@ impl QueueCursor {
         self.ahead.contains_key(&id)
     }
 
+    /// How many more messages the cache takes before it is at its limit (what a
+    /// read of held redeliveries may put back).
+    pub fn room(&self) -> usize {
+        self.cache_limit.saturating_sub(self.pending.len())
+    }
+
     /// Messages waiting in memory.
     pub fn len(&self) -> usize {
         self.pending.len()
@@ -520,6 +526,16 @@ impl QueueCursor {
         self.next_read += 1;
         self.reads_in_flight.insert(seq);
         seq
+    }
+
+    /// The number of the last read begun (0: none yet).
+    pub fn last_read_started(&self) -> u64 {
+        self.next_read - 1
+    }
+
+    /// The number of the oldest read in flight, if any.
+    pub fn oldest_read_in_flight(&self) -> Option<u64> {
+        self.reads_in_flight.first().copied()
     }
 
     /// Read `seq` came back (its rows were handled).

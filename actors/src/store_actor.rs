@@ -678,22 +678,67 @@ impl StoreHandle {
     }
 
     /// [`WriteOp::Redelivered`]: row `id` of queue `container` now has `count` failed
-    /// deliveries, and with `hold_as` (a scheduled xid) it waits, held prepared, for
-    /// the scheduler; returns whether the row was there.
+    /// deliveries, and with `hold_until` (epoch ms) it waits in its row until then
+    /// (the queue reads it back by due time); returns whether the row was there.
     pub async fn redelivered(
         &self,
         container: String,
         id: i64,
         count: u32,
-        hold_as: Option<String>,
+        hold_until: Option<i64>,
     ) -> Result<bool, ActorError> {
         let op = WriteOp::Redelivered {
             container,
             id,
             count,
-            hold_as,
+            hold_until,
         };
         Ok(self.write(op).await?.deleted()? > 0)
+    }
+
+    /// A queue's acks and failed deliveries in one store transaction: a
+    /// [`WriteOp::Remove`] of `ids` (none when empty), then the run of
+    /// [`WriteOp::Redelivered`] of `rows` (`(id, count, hold_until)` each, as
+    /// [`Self::redelivered`]; one statement per 512 rows). Returns the rows deleted
+    /// and, in order, whether each failed delivery's row was there. The queue gathers
+    /// its failed deliveries beside its acks, so they add no transaction of their own.
+    pub async fn remove_and_redeliver(
+        &self,
+        container: String,
+        ids: Vec<i64>,
+        rows: Vec<(i64, u32, Option<i64>)>,
+    ) -> Result<(u64, Vec<bool>), ActorError> {
+        let mut ops = Vec::with_capacity(rows.len() + 1);
+        let removes = !ids.is_empty();
+        if removes {
+            ops.push(WriteOp::Remove {
+                container: container.clone(),
+                ids,
+            });
+        }
+        ops.extend(
+            rows.into_iter()
+                .map(|(id, count, hold_until)| WriteOp::Redelivered {
+                    container: container.clone(),
+                    id,
+                    count,
+                    hold_until,
+                }),
+        );
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| ActorError::Closed)?;
+        let mut outcomes = self.addr.send(WriteTogether(ops)).await??.into_iter();
+        let removed = match removes {
+            true => outcomes.next().ok_or(ActorError::Closed)?.deleted()?,
+            false => 0,
+        };
+        let changed = outcomes
+            .map(|o| Ok(o.deleted()? > 0))
+            .collect::<Result<_, ActorError>>()?;
+        Ok((removed, changed))
     }
 
     /// [`WriteOp::ReplaceLastValue`]: deletes the committed rows of `container` with

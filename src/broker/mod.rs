@@ -69,7 +69,6 @@ use ebb_actors::broker::{
 use ebb_actors::destination::{now_ms, StatsBoard};
 use ebb_actors::housekeeping::HousekeepingBudget;
 use ebb_actors::queue::QueueActor;
-use ebb_actors::scheduled::ScheduleWaker;
 pub use ebb_actors::selector::{Selector, SelectorError};
 use ebb_actors::topic::TopicActor;
 use ebb_actors::usage::Usage;
@@ -303,8 +302,6 @@ impl Broker {
             budget.clone(),
         );
         runtime.hold_store(&store);
-        let waker = ScheduleWaker::default();
-        let queues_wake = waker.clone();
         let advisories = Arc::new(advisory::Advisories::default());
         let events = advisories.events.clone();
         let board = Arc::new(StatsBoard::default());
@@ -312,7 +309,6 @@ impl Broker {
         let (handle, registry) = runtime.run_blocking(move || {
             let handle = StoreHandle::start(store, actor_config);
             let registry = BrokerActor::new(handle.clone(), policies, shared)
-                .with_schedule_waker(queues_wake)
                 .with_events(events)
                 .with_stats_board(registry_board);
             (handle, actix::Actor::start(registry))
@@ -345,15 +341,6 @@ impl Broker {
             reading: Arc::default(),
         };
         broker.start_advisories();
-        // A queue that holds a redelivery back in the store wakes the scheduler. The
-        // waker lives with the actors and holds the broker weakly: it keeps nothing
-        // alive once the broker's last handle is gone.
-        let weak = broker.downgrade();
-        waker.set(move |due| {
-            if let Some(broker) = weak.upgrade() {
-                broker.wake_scheduler_for(due);
-            }
-        });
         Ok(broker)
     }
 

@@ -13,8 +13,9 @@
 use std::sync::Arc;
 
 use crate::{
-    Backend, DurableSubscription, ExpiredKey, ExpiredPage, LeaseState, LockAttempt, MessageStore,
-    PreparedMessage, ReadStats, Result, StoredMessage, SubscriptionKey, WriteOp, WriteOutcome,
+    Backend, DurableSubscription, ExpiredKey, ExpiredPage, HeldPage, LeaseState, LockAttempt,
+    MessageStore, PreparedMessage, ReadStats, Result, StoredMessage, SubscriptionKey, WriteOp,
+    WriteOutcome,
 };
 
 /// A store whose calls run detached from their callers (see the module
@@ -163,6 +164,33 @@ impl MessageStore for Detached {
         let container = container.to_string();
         detached(&self.0, |s| async move {
             s.browse(&container, after_id, limit).await
+        })
+        .await
+    }
+
+    async fn read_queue(
+        &self,
+        container: &str,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>> {
+        let container = container.to_string();
+        detached(&self.0, |s| async move {
+            s.read_queue(&container, after_id, limit).await
+        })
+        .await
+    }
+
+    async fn read_held(
+        &self,
+        container: &str,
+        after: (i64, i64),
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<HeldPage> {
+        let container = container.to_string();
+        detached(&self.0, |s| async move {
+            s.read_held(&container, after, now_ms, limit).await
         })
         .await
     }

@@ -25,7 +25,12 @@
 //! without marks: acking deletes the row ([`WriteOp::Remove`]), expiry deletes expired
 //! rows chosen by expiration time ([`WriteOp::ExpireQueue`], or
 //! [`MessageStore::read_expired`] then [`WriteOp::DeadLetter`] for a dead-letter queue).
-//! [`MessageStore::stored_bytes`] is the store usage every write keeps exact.
+//! [`MessageStore::stored_bytes`] is the store usage every write keeps exact. A queue
+//! message whose redelivery waits (a queue's back-off, ActiveMQ's `redeliveryDelay`)
+//! stays in its row: [`WriteOp::Redelivered`] with `hold_until` writes its count and
+//! its due time (the `due` column, migration 0012) in one `UPDATE`; the queue's cursor
+//! reads skip it ([`MessageStore::read_queue`]) and the queue reads it back when due
+//! ([`MessageStore::read_held`], the partial index `msgs_didx`).
 //!
 //! Three promises hold on both backends, and the conformance suite (`tests/`) checks them:
 //! 1. **Every read is bounded in SQL.** No statement returns a number of rows that grows
@@ -72,11 +77,12 @@ use std::sync::Arc;
 pub use error::{redact_url, Result, StoreError};
 pub use model::*;
 
-/// The xid prefix of scheduled messages and of messages held back for a later
-/// redelivery (a queue's redelivery back-off). Such a prepared row is a message the
+/// The xid prefix of scheduled messages (and of redeliveries held back by a build
+/// before migration 0012, which held them as scheduled messages; a hold now stays in
+/// its row, [`WriteOp::Redelivered`]). Such a prepared row is a message the
 /// broker has already accepted: unlike a transaction's, it has its place in arrival
-/// order (its id, or its `arrived` column once a redelivery holds it: the release gives
-/// it a new id, not a new arrival), so a newer message with its last-value key deletes
+/// order (its id, or its `arrived` column once an older build's redelivery held it: the
+/// release gives it a new id, not a new arrival), so a newer message with its last-value key deletes
 /// it ([`NewMessage::last_value`]) rather than letting it come back later as the
 /// newest, and a message moved in that arrived before it is superseded
 /// ([`WriteOp::DeadLetter`]).
@@ -476,6 +482,46 @@ pub trait MessageStore: Send + Sync + 'static {
         filter: &[(String, Vec<String>)],
         limit: u32,
     ) -> Result<Vec<Arc<StoredMessage>>>;
+
+    /// A page of queue `container` for its cursor: [`MessageStore::browse`] without the
+    /// messages held back in their rows for a redelivery ([`WriteOp::Redelivered`]
+    /// with `hold_until`; the queue reads those with [`MessageStore::read_held`]). The
+    /// same one range of `msgs_cidx`, at most `limit` rows; a held row it passes costs
+    /// one index entry and no body. The default is `browse` (a store that holds
+    /// nothing back).
+    ///
+    /// Errors: [`StoreError::Database`], [`StoreError::Corrupt`], [`StoreError::Closed`].
+    async fn read_queue(
+        &self,
+        container: &str,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<Arc<StoredMessage>>> {
+        self.browse(container, after_id, limit).await
+    }
+
+    /// Up to `limit` messages of queue `container` held back in their rows for a
+    /// redelivery ([`WriteOp::Redelivered`] with `hold_until`) that are due at
+    /// `now_ms` (epoch ms) and come after position `after` (`(due, id)` of the last
+    /// one a page before returned; `(i64::MIN, i64::MIN)` for the first), in `(due,
+    /// id)` order, with their due times and failure counts: one range of the partial
+    /// index `msgs_didx`, `LIMIT` in SQL; counted in [`ReadStats`]. A short page also
+    /// says when the next held message is due (one more index entry, no body). A row
+    /// keeps its due time once it is due, so a queue pages on from its position: from
+    /// the start again only when it starts (a crash or a restart then finds every
+    /// held message). The default holds nothing.
+    ///
+    /// Errors: [`StoreError::Database`], [`StoreError::Corrupt`], [`StoreError::Closed`].
+    async fn read_held(
+        &self,
+        container: &str,
+        after: (i64, i64),
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<HeldPage> {
+        let _ = (container, after, now_ms, limit);
+        Ok(HeldPage::default())
+    }
 
     /// Up to `limit` prepared messages (of any container) whose xid is at least `from`
     /// and below `to`, in xid order, with their xids: one range of the xid index,

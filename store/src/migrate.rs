@@ -64,6 +64,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         "arrival",
         include_str!("../migrations/sqlite/0011_arrival.sql"),
     ),
+    (
+        12,
+        "redelivery_due",
+        include_str!("../migrations/sqlite/0012_redelivery_due.sql"),
+    ),
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -121,6 +126,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         11,
         "arrival",
         include_str!("../migrations/postgres/0011_arrival.sql"),
+    ),
+    (
+        12,
+        "redelivery_due",
+        include_str!("../migrations/postgres/0012_redelivery_due.sql"),
     ),
 ];
 

@@ -47,12 +47,32 @@ pub struct NewMessage {
     /// value of that header. When the message is committed (added, or its prepared
     /// transaction committed), the older messages of its container with the same key
     /// are deleted in the same store transaction, so a crash never leaves two or none:
-    /// the committed ones, and the ones held back for a later release (a redelivery
-    /// back-off, [`crate::SCHEDULED_XID_PREFIX`]). A held-back message arrived before
+    /// the committed ones (a redelivery the back-off holds in its row among them), and
+    /// the ones held back under [`crate::SCHEDULED_XID_PREFIX`] by an older build. A held-back message arrived before
     /// this one, so it must never come back later and replace it; a transaction's
     /// message arrives at its commit, and is not touched. `None` (every other kind, or no such header):
     /// nothing is replaced.
     pub last_value: Option<String>,
+}
+
+/// A queue message held back in its row for a redelivery, with its due time
+/// ([`crate::MessageStore::read_held`]).
+#[derive(Debug, Clone)]
+pub struct HeldMessage {
+    /// When it may be delivered again, epoch ms (its `due` column).
+    pub due: i64,
+    /// The message, with its failure count (`redeliveries`).
+    pub message: Arc<StoredMessage>,
+}
+
+/// A page of a queue's held messages ([`crate::MessageStore::read_held`]).
+#[derive(Debug, Clone, Default)]
+pub struct HeldPage {
+    /// The held messages due by the time asked, in `(due, id)` order.
+    pub messages: Vec<HeldMessage>,
+    /// On a short page: the due time of the next held message after the page (epoch
+    /// ms; `None`: none is held after it). On a full page: `None` (read on).
+    pub next_due: Option<i64>,
 }
 
 /// A stored message of a prepared transaction, with its xid
@@ -80,6 +100,11 @@ pub struct StoredMessage {
     /// A queue message's failed deliveries so far ([`WriteOp::Redelivered`]): its
     /// redelivery count, kept across restarts and failovers. 0 on topics.
     pub redeliveries: u32,
+    /// A queue message held back in its row for a redelivery
+    /// ([`WriteOp::Redelivered`] with `hold_until`): when it is due, epoch ms (its
+    /// `due` column). It keeps it once due, until it is acked, moved or held again.
+    /// `None` on every other row.
+    pub held_until: Option<i64>,
 }
 
 impl StoredMessage {
@@ -237,18 +262,19 @@ pub enum WriteOp {
     /// is gone or prepared is left alone; the outcome is [`WriteOutcome::Deleted`]
     /// with the rows changed (0 or 1).
     ///
-    /// With `hold_as`, the row also becomes prepared under that xid: invisible and
-    /// held, as a scheduled message (a redelivery that waits, ActiveMQ's
-    /// `redeliveryDelay`), until a [`WriteOp::Commit`] of the xid makes it visible
-    /// again with a new, highest id and its count kept. The row keeps its arrival at
-    /// the broker (its `arrived` column is set to its id if it had none), so the new
-    /// id does not make it newer than messages that arrived while it waited (see
-    /// [`WriteOp::DeadLetter`]).
+    /// With `hold_until` (epoch ms), the message is also held back until then in its
+    /// row (a redelivery that waits, ActiveMQ's `redeliveryDelay` with
+    /// `useExponentialBackOff`): the row's `due` column is set with the count, by the
+    /// same one-row `UPDATE` of two integer columns, and nothing else of the row
+    /// changes (its id, its arrival, its body, its other indexes). A queue's cursor
+    /// skips a held row ([`crate::MessageStore::read_queue`]); the queue reads it back
+    /// by due time ([`crate::MessageStore::read_held`]), also after a restart. Without
+    /// it, `due` is cleared: the row is the cursor's again.
     Redelivered {
         container: String,
         id: i64,
         count: u32,
-        hold_as: Option<String>,
+        hold_until: Option<i64>,
     },
     /// Queue ack: delete the rows `ids` of `container` (`queue://NAME`), except those in
     /// a prepared transaction (`xid` set). Acking a queue message deletes it, as in

@@ -22,7 +22,7 @@ pub(crate) type RunRow = (
 );
 
 /// Row of a message read: `(id, msgid, expiration, priority, msg)`.
-pub(crate) type MessageRow = (i64, String, i64, i32, Vec<u8>, i32);
+pub(crate) type MessageRow = (i64, String, i64, i32, Vec<u8>, i32, Option<i64>);
 
 /// Counts the rows a `DELETE ... RETURNING` length statement deleted, and takes their
 /// `msg` lengths off `bytes`, the transaction's change of stored bytes.
@@ -222,7 +222,7 @@ pub(crate) fn decode_messages(
     stats.fetched(rows.len() as u64, bytes as u64);
     rows.into_iter()
         .map(
-            |(id, message_id, expiration, priority, msg, redeliveries)| {
+            |(id, message_id, expiration, priority, msg, redeliveries, held_until)| {
                 let payload =
                     crate::encoding::decode(&msg).map_err(|e| crate::StoreError::Corrupt {
                         id,
@@ -236,6 +236,7 @@ pub(crate) fn decode_messages(
                     priority: priority_of(priority),
                     payload: Arc::new(payload),
                     redeliveries: redeliveries.max(0) as u32,
+                    held_until,
                 }))
             },
         )
@@ -913,9 +914,9 @@ macro_rules! impl_sql_store {
                         container,
                         id,
                         count,
-                        hold_as,
+                        hold_until,
                     } => WriteOutcome::Deleted(
-                        self.redelivered(conn, &container, id, count, hold_as.as_deref())
+                        self.redelivered(conn, &container, id, count, hold_until)
                             .await?,
                     ),
                     WriteOp::ExpireQueue {
@@ -956,8 +957,8 @@ macro_rules! impl_sql_store {
             }
 
             /// [`WriteOp::Redelivered`](crate::WriteOp::Redelivered): row `id` of
-            /// `container` has `count` failed deliveries now, and is held prepared under
-            /// `hold_as` if given; returns the rows changed (0 for a row that is gone or
+            /// `container` has `count` failed deliveries now, and is held in its row until
+            /// `hold_until` (epoch ms) if given; returns the rows changed (0 for a row that is gone or
             /// prepared, else 1).
             async fn redelivered(
                 &self,
@@ -965,13 +966,13 @@ macro_rules! impl_sql_store {
                 container: &str,
                 id: i64,
                 count: u32,
-                hold_as: Option<&str>,
+                hold_until: Option<i64>,
             ) -> $crate::Result<u64> {
                 let changed = sqlx::query(&self.sql.redelivered)
                     .bind(container)
                     .bind(id)
                     .bind(i64::from(count))
-                    .bind(hold_as)
+                    .bind(hold_until)
                     .execute(&mut *conn)
                     .await
                     .map_err($crate::error::db("count a failed delivery"))?;
@@ -1117,13 +1118,13 @@ macro_rules! impl_sql_store {
 
             /// A run of [`WriteOp::Redelivered`](crate::WriteOp::Redelivered) of one
             /// container (at most [`ID_LIST_MAX`](crate::statements::ID_LIST_MAX)
-            /// rows `(id, count, hold_as)`) in one statement; returns the ids of the
+            /// rows `(id, count, hold_until)`) in one statement; returns the ids of the
             /// rows changed (a row gone or prepared is not).
             async fn redelivered_many(
                 &self,
                 conn: &mut <$db as sqlx::Database>::Connection,
                 container: &str,
-                rows: &[(i64, u32, Option<String>)],
+                rows: &[(i64, u32, Option<i64>)],
             ) -> $crate::Result<std::collections::HashSet<i64>> {
                 let list = serde_json::to_string(rows).unwrap_or_else(|_| "[]".into());
                 let changed: Vec<i64> = sqlx::query_scalar(&self.sql.redelivered_many)
@@ -1813,18 +1814,18 @@ macro_rules! impl_sql_store {
                                 );
                                 continue;
                             }
-                            $crate::WriteOp::Redelivered { container, id, count, hold_as }
+                            $crate::WriteOp::Redelivered { container, id, count, hold_until }
                                 if Self::next_is_redelivered(&mut ops, &container) =>
                             {
-                                let mut rows = vec![(id, count, hold_as)];
+                                let mut rows = vec![(id, count, hold_until)];
                                 while rows.len() < $crate::statements::ID_LIST_MAX
                                     && Self::next_is_redelivered(&mut ops, &container)
                                 {
                                     if let Some($crate::WriteOp::Redelivered {
-                                        id, count, hold_as, ..
+                                        id, count, hold_until, ..
                                     }) = ops.next()
                                     {
-                                        rows.push((id, count, hold_as));
+                                        rows.push((id, count, hold_until));
                                     }
                                 }
                                 let changed =
@@ -2202,6 +2203,63 @@ macro_rules! impl_sql_store {
                     .await
             }
 
+            async fn read_queue(
+                &self,
+                container: &str,
+                after_id: i64,
+                limit: u32,
+            ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
+                self.read_page("read queue", &self.sql.read_queue, container, after_id, limit)
+                    .await
+            }
+
+            async fn read_held(
+                &self,
+                container: &str,
+                after: (i64, i64),
+                now_ms: i64,
+                limit: u32,
+            ) -> $crate::Result<$crate::HeldPage> {
+                const OP: &str = "read held";
+                let mut tx = self.begin_read(OP).await?;
+                let rows: Vec<$crate::sql::MessageRow> =
+                    sqlx::query_as(&self.sql.read_held)
+                        .bind(container)
+                        .bind(after.0)
+                        .bind(after.1)
+                        .bind(now_ms)
+                        .bind(i64::from(limit))
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err($crate::error::db(OP))?;
+                // A short page holds every row due by now: the next one's due time
+                // (one index entry) tells the queue when to read again.
+                let next_due = if rows.len() < limit as usize {
+                    let from = rows
+                        .last()
+                        .and_then(|r| r.6.map(|due| (due, r.0)))
+                        .unwrap_or(after);
+                    sqlx::query_scalar::<_, i64>(&self.sql.next_held_due)
+                        .bind(container)
+                        .bind(from.0)
+                        .bind(from.1)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err($crate::error::db(OP))?
+                } else {
+                    None
+                };
+                tx.commit().await.map_err($crate::error::db(OP))?;
+                let messages = $crate::sql::decode_messages(container, rows, &self.stats)?
+                    .into_iter()
+                    .map(|message| $crate::HeldMessage {
+                        due: message.held_until.unwrap_or(i64::MIN),
+                        message,
+                    })
+                    .collect();
+                Ok($crate::HeldPage { messages, next_due })
+            }
+
             async fn read_prepared_range(
                 &self,
                 from: &str,
@@ -2210,7 +2268,8 @@ macro_rules! impl_sql_store {
             ) -> $crate::Result<Vec<$crate::PreparedMessage>> {
                 const OP: &str = "read prepared range";
                 let mut tx = self.begin_read(OP).await?;
-                let rows: Vec<(i64, String, i64, i32, Vec<u8>, i32, String, String)> =
+                #[allow(clippy::type_complexity)]
+                let rows: Vec<(i64, String, i64, i32, Vec<u8>, i32, Option<i64>, String, String)> =
                     sqlx::query_as(&self.sql.read_prepared_range)
                         .bind(from)
                         .bind(to)
@@ -2220,8 +2279,8 @@ macro_rules! impl_sql_store {
                         .map_err($crate::error::db(OP))?;
                 tx.commit().await.map_err($crate::error::db(OP))?;
                 let mut out = Vec::with_capacity(rows.len());
-                for (id, msgid, expiration, priority, msg, redeliveries, container, xid) in rows {
-                    let row = (id, msgid, expiration, priority, msg, redeliveries);
+                for (id, msgid, expiration, priority, msg, redeliveries, due, container, xid) in rows {
+                    let row = (id, msgid, expiration, priority, msg, redeliveries, due);
                     let mut decoded =
                         $crate::sql::decode_messages(&container, vec![row], &self.stats)?;
                     out.push($crate::PreparedMessage {

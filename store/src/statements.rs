@@ -137,14 +137,15 @@ pub(crate) struct Statements {
     /// subscription), by `indacks_midx`
     pub delete_message_indacks: String,
     /// a queue message's failed deliveries: row `$2` of container `$1` (not prepared)
-    /// gets count `$3`, and xid `$4` (NULL: stays visible; else held prepared); its
-    /// arrival is written out (`arrived = COALESCE(arrived, id)`), so the new id the
-    /// release of a held row gives it does not make it newer than it is
+    /// gets count `$3` and due time `$4` (epoch ms; NULL: not held, the cursor's;
+    /// else held in its row until then, see migration 0012): two integer columns of
+    /// the one row, no other column, so its place, its arrival and its other indexes
+    /// stay as they are
     pub redelivered: String,
     /// a run of [`Self::redelivered`]: the rows of list `$2` (a JSON array of `[id,
-    /// count, xid or null]`, [`ID_LIST_MAX`] entries) of container `$1` (not prepared)
-    /// get their counts and xids, and their arrivals written out (as
-    /// [`Self::redelivered`]); returns the id of each row changed. The container is
+    /// count, due or null]`, [`ID_LIST_MAX`] entries) of container `$1` (not prepared)
+    /// get their counts and due times (as [`Self::redelivered`]); returns the id of
+    /// each row changed. The container is
     /// compared as an expression (`+container`, `container || ''`), so that no plan
     /// reads the container's rows by its index and joins: each listed row is one probe
     /// of the primary key, whatever the statistics say of the container
@@ -182,6 +183,16 @@ pub(crate) struct Statements {
     pub read_pending_merged: String,
     /// a page of a container: `container = $1 AND id > $2`, not prepared, `LIMIT $3`
     pub browse: String,
+    /// [`Self::browse`] without the rows held back for a redelivery (`due` set): a
+    /// queue's cursor page, one range of `msgs_cidx`
+    pub read_queue: String,
+    /// a queue's held rows due by `$4` (epoch ms) after position `($2, $3)` (due, id)
+    /// in `(due, id)` order, `LIMIT $5`: one range of
+    /// the partial index `msgs_didx (container, due, id) WHERE due IS NOT NULL`
+    pub read_held: String,
+    /// the due time of a queue's first held row after position `($2, $3)` (due, id):
+    /// one entry of `msgs_didx`, `LIMIT 1`
+    pub next_held_due: String,
     /// prepared rows whose xid is in `[$1, $2)`, in xid order, `LIMIT $3`: one range of
     /// the partial xid index (`msgs_xidx`); the scheduler's page by due time
     pub read_prepared_range: String,
@@ -310,7 +321,8 @@ const MSG_LENGTH: &str = "CAST(length(msg) AS BIGINT)";
 /// The largest id, an open upper end in range conditions.
 const MAX_ID: i64 = i64::MAX;
 
-const MESSAGE_COLUMNS: &str = "m.id, m.msgid, m.expiration, m.priority, m.msg, m.redeliveries";
+const MESSAGE_COLUMNS: &str =
+    "m.id, m.msgid, m.expiration, m.priority, m.msg, m.redeliveries, m.due";
 
 /// What an expiry page without selectors reads of a message (`read_expired_keys_after`).
 const KEY_COLUMNS: &str = "m.id, m.expiration, m.priority";
@@ -496,6 +508,34 @@ fn by_expiration(p: &str, backend: Backend) -> String {
     }
 }
 
+/// A queue's held rows (`due` set, migration 0012) after position `($2, $3)` (due,
+/// id) with a due time up to `upto`, in `(due, id)` order, `LIMIT limit`, with
+/// `columns`: one range of the partial index `msgs_didx`. `due IS NOT NULL` is
+/// written out, so that both planners see the index's own condition.
+fn held(p: &str, backend: Backend, columns: &str, upto: &str, limit: &str) -> String {
+    match backend {
+        // Row comparisons on the index's columns, ordered by them (see the notes
+        // above): only `msgs_didx` serves them, as one range.
+        Backend::Postgres => format!(
+            "SELECT {columns} FROM {p}msgs m \
+             WHERE (m.container, m.due, m.id) > ($1, $2, $3) \
+               AND (m.container, m.due, m.id) <= ($1, {upto}, {MAX_ID}) \
+               AND m.due IS NOT NULL AND m.xid IS NULL \
+             ORDER BY m.container, m.due, m.id LIMIT {limit}"
+        ),
+        // The range is `due >= $2` up to `upto`; the rows of due time `$2` up to id
+        // `$3` are skipped by a filter in it (`due > $2 OR id > $3` is the row
+        // comparison once `due >= $2`). A row comparison here let SQLite, after an
+        // `ANALYZE`, skip-scan the index and sort.
+        Backend::Sqlite => format!(
+            "SELECT {columns} FROM {p}msgs m INDEXED BY {p}msgs_didx \
+             WHERE m.container = $1 AND m.due IS NOT NULL AND m.due >= $2 \
+               AND m.due <= {upto} AND (m.due > $2 OR m.id > $3) AND m.xid IS NULL \
+             ORDER BY m.due, m.id LIMIT {limit}"
+        ),
+    }
+}
+
 /// A topic's expiry pages, with `columns`: see `read_expired_after`.
 fn expired_after(p: &str, backend: Backend, columns: &str) -> [String; 2] {
     let by_expiration = by_expiration(p, backend);
@@ -618,21 +658,19 @@ impl Statements {
                 in_list(backend, "id", "$2")
             ),
             redelivered: format!(
-                "UPDATE {p}msgs SET redeliveries = $3, xid = $4, arrived = COALESCE(arrived, id) \
+                "UPDATE {p}msgs SET redeliveries = $3, due = $4 \
                  WHERE container = $1 AND id = $2 AND xid IS NULL"
             ),
             redelivered_many: match backend {
                 Backend::Sqlite => format!(
                     "UPDATE {p}msgs SET redeliveries = json_extract(r.value, '$[1]'), \
-                       xid = json_extract(r.value, '$[2]'), \
-                       arrived = COALESCE({p}msgs.arrived, {p}msgs.id) \
+                       due = json_extract(r.value, '$[2]') \
                      FROM json_each($2) r WHERE +{p}msgs.container = $1 \
                        AND {p}msgs.id = json_extract(r.value, '$[0]') AND {p}msgs.xid IS NULL \
                      RETURNING {p}msgs.id"
                 ),
                 Backend::Postgres => format!(
-                    "UPDATE {p}msgs m SET redeliveries = (r.v->>1)::int, xid = r.v->>2, \
-                       arrived = COALESCE(m.arrived, m.id) \
+                    "UPDATE {p}msgs m SET redeliveries = (r.v->>1)::int, due = (r.v->>2)::bigint \
                      FROM jsonb_array_elements($2::jsonb) r(v) WHERE m.container || '' = $1 \
                        AND m.id = (r.v->>0)::bigint AND m.xid IS NULL \
                      RETURNING m.id"
@@ -669,6 +707,16 @@ impl Statements {
                     r.from, r.range, r.order
                 )
             },
+            read_queue: {
+                let r = range("$1", None, Bound::After("$2"));
+                format!(
+                    "SELECT {MESSAGE_COLUMNS} FROM {} WHERE {} AND m.xid IS NULL \
+                     AND m.due IS NULL ORDER BY {} LIMIT $3",
+                    r.from, r.range, r.order
+                )
+            },
+            read_held: held(p, backend, MESSAGE_COLUMNS, "$4", "$5"),
+            next_held_due: held(p, backend, "m.due", &MAX_ID.to_string(), "1"),
             has_expiring: format!(
                 "SELECT 1 FROM {p}msgs WHERE container = $1 AND expiration > 0 LIMIT 1"
             ),
@@ -791,7 +839,8 @@ impl Statements {
     }
 
     /// A page of a selector's scan of a queue: the rows of container `$1` in the id
-    /// window `$2 < id <= $3`, not prepared, whose headers may match: for each entry
+    /// window `$2 < id <= $3`, neither prepared nor held back for a redelivery (`due`
+    /// set: the queue reads those by due time), whose headers may match: for each entry
     /// of `values` (the count of allowed values of one header), the header named by
     /// the next placeholder has one of the values that follow (rows without the
     /// `hdrs` column's JSON, written before it existed, are returned to be tested in
@@ -824,7 +873,7 @@ impl Statements {
             Bound::Window("$2", "$3"),
         );
         format!(
-            "SELECT {MESSAGE_COLUMNS} FROM {} WHERE {} AND m.xid IS NULL{filter} \
+            "SELECT {MESSAGE_COLUMNS} FROM {} WHERE {} AND m.xid IS NULL AND m.due IS NULL{filter} \
              ORDER BY {} LIMIT ${n}",
             r.from, r.range, r.order
         )
@@ -956,6 +1005,9 @@ mod tests {
             &s.advance_window[0],
             &s.advance_window[1],
             &s.browse,
+            &s.read_queue,
+            &s.read_held,
+            &s.next_held_due,
             &s.has_expiring,
             &s.has_rows,
             &s.count_prepared_range,

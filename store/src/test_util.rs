@@ -385,7 +385,7 @@ impl Raw {
 
 /// The text of one of the store's statements on `backend`, with the default `ebb_`
 /// prefix, for tests that check plans: `read_pending`, `read_pending_priority`,
-/// `read_pending_merged`, `browse`, `read_expired`, `read_expired_tie` and `read_expired_later` (the two
+/// `read_pending_merged`, `browse`, `read_queue`, `read_held`, `read_expired`, `read_expired_tie` and `read_expired_later` (the two
 /// statements of `read_expired_after`), `read_expired_keys_tie` and `read_expired_keys_later`
 /// (the same without bodies), `read_prepared_range`, `count_prepared_range`, `advance_window`,
 /// `advance_window_priority`, `cleanup`, `cleanup_priority`, `expire_queue`. The binds
@@ -397,6 +397,8 @@ pub fn statement(backend: crate::Backend, name: &str) -> String {
         "read_pending_priority" => s.read_pending_priority,
         "read_pending_merged" => s.read_pending_merged,
         "browse" => s.browse,
+        "read_queue" => s.read_queue,
+        "read_held" => s.read_held,
         "read_prepared_range" => s.read_prepared_range,
         "count_prepared_range" => s.count_prepared_range,
         "read_expired" => s.read_expired,

@@ -138,6 +138,18 @@ impl MessageStore for FaultyStore {
     async fn browse(&self, c: &str, after: i64, limit: u32) -> Result<Vec<Arc<StoredMessage>>> {
         self.inner.browse(c, after, limit).await
     }
+    async fn read_queue(&self, c: &str, after: i64, limit: u32) -> Result<Vec<Arc<StoredMessage>>> {
+        self.inner.read_queue(c, after, limit).await
+    }
+    async fn read_held(
+        &self,
+        c: &str,
+        after: (i64, i64),
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<ebb_store::HeldPage> {
+        self.inner.read_held(c, after, now_ms, limit).await
+    }
     async fn read_prepared_range(
         &self,
         from: &str,

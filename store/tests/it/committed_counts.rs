@@ -5,7 +5,7 @@
 //! ops, and when nothing was written (then it runs no statement at all).
 
 use ebb_store::test_util::{message, on_every_backend, prepared, Raw, TestStore, EXPIRED};
-use ebb_store::{MessageStoreExt, WriteOp, SCHEDULED_XID_PREFIX};
+use ebb_store::{MessageStoreExt, WriteOp};
 
 const Q: &str = "queue://counts";
 const DLQ: &str = "queue://DLQ.counts";
@@ -80,21 +80,25 @@ async fn committed_counts_follow_every_write(t: TestStore) {
         .unwrap();
     same!("dead letter");
 
-    // A redelivery held back leaves the committed rows; its release (a commit of
-    // the scheduled xid, which names no container) brings it back.
-    let held = format!("{SCHEDULED_XID_PREFIX}1:counts");
+    // A redelivery held back stays a committed row (its due time written with its
+    // count); clearing the hold changes no count either.
     store
         .write_one(WriteOp::Redelivered {
             container: Q.into(),
             id: q[5],
             count: 1,
-            hold_as: Some(held.clone()),
+            hold_until: Some(ebb_store::test_util::now_ms() + 60_000),
         })
         .await
         .unwrap();
     same!("redelivery held back");
     store
-        .write_one(WriteOp::Commit { xid: held })
+        .write_one(WriteOp::Redelivered {
+            container: Q.into(),
+            id: q[5],
+            count: 2,
+            hold_until: None,
+        })
         .await
         .unwrap();
     same!("release");

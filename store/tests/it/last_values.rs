@@ -311,8 +311,7 @@ async fn moves_in_a_run_and_held_back_messages_compare_arrivals(t: TestStore) {
     assert_eq!(bodies(&*store, Q).await, ["k1 new", "no key", "k2 new"]);
     assert_eq!(store.stored_bytes(), raw.stored_bytes().await);
 
-    // Held back (a redelivery's back-off): its first arrival counts, before and after
-    // its release.
+    // Held back in its row (a redelivery's back-off): it keeps its id, so its arrival.
     let [before, h, between] = store
         .add_messages(vec![
             keyed(PLAIN, "before", None),
@@ -329,33 +328,28 @@ async fn moves_in_a_run_and_held_back_messages_compare_arrivals(t: TestStore) {
             container: Q.into(),
             id: h,
             count: 1,
-            hold_as: Some(format!("{}1:held", ebb_store::SCHEDULED_XID_PREFIX)),
+            hold_until: Some(ebb_store::test_util::now_ms() + 60_000),
         })
         .await
         .unwrap();
     let back = move_one(&*store, move_op(PLAIN, before, Q, "before", Some("H"))).await;
     assert_eq!(back, Moved::Superseded, "the held-back h arrived after it");
-    let released = store
-        .write_one(WriteOp::Commit {
-            xid: format!("{}1:held", ebb_store::SCHEDULED_XID_PREFIX),
-        })
-        .await
-        .unwrap();
-    let WriteOutcome::Committed(renumbered) = released else {
-        panic!("{released:?}")
-    };
-    assert!(renumbered[0].1 > between, "{renumbered:?}");
-    // Released with a new id, h still arrived before `between`.
+    // `between` arrived after h: moved in, it replaces the held h.
     let Moved::Added(last) =
         move_one(&*store, move_op(PLAIN, between, Q, "between", Some("H"))).await
     else {
-        panic!("between superseded by h's new id")
+        panic!("between superseded by the held h")
     };
     assert_eq!(ids(&*store, Q).await.last(), Some(&last));
     assert_eq!(
         bodies(&*store, Q).await,
         ["k1 new", "no key", "k2 new", "between"]
     );
+    let held = store
+        .read_held(Q, (i64::MIN, i64::MIN), i64::MAX, 10)
+        .await
+        .unwrap();
+    assert!(held.messages.is_empty(), "h was replaced: {held:?}");
     assert_eq!(store.stored_bytes(), raw.stored_bytes().await);
 }
 

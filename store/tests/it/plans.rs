@@ -37,6 +37,11 @@ fn is_prepared(x: i64) -> bool {
     x % 997 == 0
 }
 
+/// Row `x` is a queue's message held back for a redelivery (its `due` is `x`).
+fn is_held(x: i64) -> bool {
+    is_queue(x) && x % 3 == 0
+}
+
 /// Row `x` is acked individually by `c1/sub1` (one mark for every priority, at the
 /// start of the load): 90 topic rows among the first 300.
 fn is_acked(x: i64) -> bool {
@@ -98,10 +103,11 @@ impl Load {
         };
         vec![
             format!(
-                "{} INSERT INTO ebb_msgs (id, container, msgid, expiration, priority, xid, msg) \
+                "{} INSERT INTO ebb_msgs (id, container, msgid, expiration, priority, xid, msg, due) \
                  SELECT {offset} + x, CASE WHEN x % 11 = 0 THEN '{queue}' ELSE '{topic}' END, \
                    'ID:' || x, CASE WHEN x % 11 = 0 AND x % 2 = 0 THEN 1000 ELSE 0 END, x % 10, \
-                   CASE WHEN x % 997 = 0 THEN 'tx{offset}:' ELSE NULL END, {body} FROM g",
+                   CASE WHEN x % 997 = 0 THEN 'tx{offset}:' ELSE NULL END, {body}, \
+                   CASE WHEN x % 33 = 0 THEN x ELSE NULL END FROM g",
                 series(ROWS)
             ),
             format!(
@@ -133,6 +139,23 @@ impl Load {
                 continue;
             }
             if is_prepared(x) || (acks && is_acked(x)) {
+                removed += 1;
+                continue;
+            }
+            returned += 1;
+            if returned == LIMIT {
+                break;
+            }
+        }
+        (returned, removed)
+    }
+
+    /// `(rows returned, rows the filter removed)` of a page of [`LIMIT`] from the
+    /// start of the queue for its cursor: prepared and held rows are passed over.
+    fn queue_page(&self) -> (i64, i64) {
+        let (mut returned, mut removed) = (0, 0);
+        for x in (1..=ROWS).filter(|x| is_queue(*x)) {
+            if is_prepared(x) || is_held(x) {
                 removed += 1;
                 continue;
             }
@@ -248,6 +271,35 @@ impl Load {
                 pg_range: "ROW(container, id) > ROW(",
                 ranges: 1,
                 examined: Examined::Exactly(browse),
+            },
+            // A queue's cursor page: the same range of the queue, held rows passed over.
+            Case {
+                name: "read_queue",
+                write: false,
+                binds: vec![text(q), B::Int(off), B::Int(LIMIT)],
+                index: "ebb_msgs_cidx",
+                sqlite_range: "(container=? AND id>?)",
+                pg_range: "ROW(container, id) > ROW(",
+                ranges: 1,
+                examined: Examined::Exactly(self.queue_page()),
+            },
+            // A queue's held rows read back by due time (the load's: every 33rd row,
+            // due at its number): a range of the partial index, never the table.
+            Case {
+                name: "read_held",
+                write: false,
+                binds: vec![
+                    text(q),
+                    B::Int(0),
+                    B::Int(0),
+                    B::Int(i64::MAX),
+                    B::Int(LIMIT),
+                ],
+                index: "ebb_msgs_didx",
+                sqlite_range: "(container=? AND due>? AND due<?)",
+                pg_range: "ROW(container, due, id) > ROW(",
+                ranges: 1,
+                examined: Examined::Exactly((LIMIT, 0)),
             },
             // The scheduler's page: prepared rows by xid (the load's are `tx<offset>:`, one in
             // every 997 rows), a range of the partial xid index, never the table.
@@ -398,7 +450,7 @@ impl Load {
                 write: true,
                 binds: vec![
                     text(q),
-                    B::Json(format!("[[{},1,null],[{},2,\"held\"]]", off + 11, off + 22)),
+                    B::Json(format!("[[{},1,null],[{},2,5000]]", off + 11, off + 22)),
                 ],
                 index: PRIMARY_KEY,
                 sqlite_range: "(rowid=?)",
