@@ -16,8 +16,9 @@
 //! ([`StatsBoard::take_changes`]) and reads only the entries on it: an idle broker's
 //! reading reads nothing, however many destinations it holds.
 //!
-//! Counters start from 0 with the broker (as each actor's did); an entry outlives a
-//! stop of its actor that is not a deletion, so its counters go on.
+//! Counters start from 0 with the broker, as each actor's do: an actor started again
+//! for a destination (after its actor died) publishes its own, from 0, to the same
+//! entry. Only a deletion removes the entry.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
