@@ -489,6 +489,7 @@ impl Broker {
         let deleted = self.registry().send(DeleteDestination(key.clone())).await?;
         self.forget_address(&key);
         let mut deleted = deleted?;
+        self.forget_usage(&key);
         // A virtual topic's consumer group ends with its queue.
         let _ = self.leave_virtual_group(&key).await?;
         // So does a shared subscription's.

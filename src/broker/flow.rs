@@ -212,6 +212,14 @@ impl Broker {
         (self.budget.lag(), self.budget.pages_waiting())
     }
 
+    /// Destination `key` was deleted: its memory usage goes (a successor gets a new
+    /// one), so that what the broker keeps per destination does not grow with every
+    /// temporary queue ever made. Bytes still charged to it by messages in flight
+    /// are given back to it and its parent when they are dropped, as before.
+    pub(crate) fn forget_usage(&self, key: &DestinationKey) {
+        self.usages.destinations.lock().remove(key);
+    }
+
     /// Where each destination publishes its counters ([`StatsBoard`]).
     pub(crate) fn stats_board(&self) -> &StatsBoard {
         &self.usages.board
@@ -270,10 +278,18 @@ impl Broker {
     /// The producer counted by [`Broker::producer_joined`] is gone.
     pub fn producer_left(&self, destination: impl ToDestination) {
         if let Ok(key) = destination.to_destination() {
-            let count = self.usages.producers.lock().get_mut(&key).map(|n| {
-                *n = n.saturating_sub(1);
-                *n
-            });
+            let count = {
+                let mut producers = self.usages.producers.lock();
+                let count = producers.get_mut(&key).map(|n| {
+                    *n = n.saturating_sub(1);
+                    *n
+                });
+                // The last one gone: nothing is kept for the destination.
+                if count == Some(0) {
+                    producers.remove(&key);
+                }
+                count
+            };
             if let Some(count) = count {
                 self.usages.board.mark(&key);
                 self.advise_producer(&key, count, false);

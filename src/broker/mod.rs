@@ -639,6 +639,30 @@ mod tests {
         b.shutdown().await.unwrap();
     }
 
+    /// What the broker keeps per destination goes with it: 50 queues sent to by a
+    /// producer and deleted leave no memory usage, no producer count and no stats
+    /// entry behind (temporary queues, made and deleted all day, used to leave theirs).
+    #[actix_rt::test]
+    async fn a_deleted_destination_leaves_nothing_behind() {
+        let b = Broker::start("sqlite::memory:", BrokerConfig::default())
+            .await
+            .unwrap();
+        for i in 0..50 {
+            let key = DestinationKey::queue(&format!("gone.{i}")).unwrap();
+            b.producer_joined(&key);
+            b.send(&key, Message::new("m").persistent(true))
+                .await
+                .unwrap();
+            b.producer_left(&key);
+            b.delete_destination(&key).await.unwrap();
+        }
+        assert_eq!(b.usages.destinations.lock().len(), 0);
+        assert_eq!(b.usages.producers.lock().len(), 0);
+        assert_eq!(b.stats_board().len(), 0);
+        assert_eq!(b.stats().await.unwrap().destinations_total, 0);
+        b.shutdown().await.unwrap();
+    }
+
     #[test]
     fn text_and_keys_name_the_same_destination() {
         let key = "topic://orders.eu".to_destination().unwrap();
