@@ -171,40 +171,31 @@ impl Published {
 /// builds check nothing.
 pub fn debug_check_published(published: &Published, stats: &Stats) {
     if cfg!(debug_assertions) {
-        let read = published.read();
-        let c = &stats.counters;
-        let own = (
-            (
-                c.enqueued,
-                c.dispatched,
-                c.expired,
-                c.expiry_pages,
-                c.expiry_runs,
-            ),
-            c.max_expiry_page_rows,
-            (stats.dequeued, stats.dead_lettered, stats.consumers),
-            (stats.in_flight, stats.pending_non_persistent),
-        );
-        let r = &read.counters;
-        let said = (
-            (
-                r.enqueued,
-                r.dispatched,
-                r.expired,
-                r.expiry_pages,
-                r.expiry_runs,
-            ),
-            r.max_expiry_page_rows,
-            (read.dequeued, read.dead_lettered, read.consumers),
-            (read.in_flight, read.pending_non_persistent),
-        );
         assert_eq!(
-            own,
-            said,
+            published_fields(stats),
+            published_fields(&published.read()),
             "{}: what its actor holds (left) is not what it published (right)",
             published.key()
         );
     }
+}
+
+/// The fields of `stats` a destination publishes (those [`Published::read`] fills).
+fn published_fields(stats: &Stats) -> [u64; 11] {
+    let c = &stats.counters;
+    [
+        c.enqueued,
+        c.dispatched,
+        c.expired,
+        c.expiry_pages,
+        c.expiry_runs,
+        c.max_expiry_page_rows,
+        stats.dequeued,
+        stats.dead_lettered,
+        stats.consumers,
+        stats.in_flight,
+        stats.pending_non_persistent,
+    ]
 }
 
 /// The gauges a destination publishes with [`Published::publish_gauges`] (each as in
