@@ -16,7 +16,12 @@
 //! - **after a restart**: resident memory (`VmRSS`) of a new process on the same store,
 //!   once it answers, nothing touched;
 //! - **after touching each**: resident memory once every queue was browsed once over
-//!   STOMP (`browser:true`, which starts its actor), and that growth per queue.
+//!   STOMP (`browser:true`, which starts its actor), and that growth per queue;
+//! - **once they sleep**: resident memory once every queue is asleep again
+//!   (`ebb_destinations_asleep` on `/metrics`), and that growth per queue over the
+//!   restart's. The broker runs with `inactive_timeout_before_sleep = "2s"` for all
+//!   queues (`EBB_BENCH_SLEEP_AFTER`, a duration; default 60 s in production), so
+//!   queues also sleep during the fill.
 //!
 //! RabbitMQ (its STOMP plugin on 127.0.0.1:61623: `bash benches/peers/rabbitmq-stomp.sh`;
 //! missing, its row is skipped, saying so) gets the same D queues × 10 persistent
@@ -88,6 +93,12 @@ async fn ebb(queues: usize, idle_s: u64) -> String {
     let dir = std::env::temp_dir().join(format!("ebb-bench-destinations-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    let sleep_after = std::env::var("EBB_BENCH_SLEEP_AFTER").unwrap_or_else(|_| "2s".into());
+    std::fs::write(
+        dir.join("ebb.toml"),
+        format!("[[policy]]\ndestination = \"queue://>\"\ninactive_timeout_before_sleep = \"{sleep_after}\"\n"),
+    )
+    .unwrap();
     let (stomp, http) = (free_addr(), free_addr());
     let mut broker = serve(&dir, stomp, http).await;
     let pid = broker.id();
@@ -160,16 +171,40 @@ async fn ebb(queues: usize, idle_s: u64) -> String {
         mib(touched),
         thousands(touched.saturating_sub(restarted) as f64 / queues as f64)
     );
+    let started = Instant::now();
+    let all_asleep = loop {
+        let metrics = String::from_utf8_lossy(&http_get(http, "/metrics").await).into_owned();
+        let asleep = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("ebb_destinations_asleep "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0) as usize;
+        if asleep >= queues || started.elapsed() > Duration::from_secs(120) {
+            break asleep;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let slept = rss(pid);
+    println!(
+        "Ebb: {} queues asleep after {:.1} s: {}, {} bytes per queue over the restart's",
+        thousands(all_asleep as f64),
+        started.elapsed().as_secs_f64(),
+        mib(slept),
+        thousands(slept.saturating_sub(restarted) as f64 / queues as f64)
+    );
     stop(&mut broker);
     let _ = std::fs::remove_dir_all(&dir);
     format!(
-        "Ebb (SQLite), {} queues: peak while filling {}; idle CPU {idle_cpu:.1} % (right after the fill {first_cpu:.1} %); /metrics {scrape_ms:.0} ms, {} bytes; after a restart {}; after touching each {} ({} bytes per queue)",
+        "Ebb (SQLite), {} queues, asleep after {sleep_after} idle: peak while filling {}; idle CPU {idle_cpu:.1} % (right after the fill {first_cpu:.1} %); /metrics {scrape_ms:.0} ms, {} bytes; after a restart {}; after touching each {} ({} bytes per queue); once {} sleep {} ({} bytes per queue)",
         thousands(queues as f64),
         mib(peak_fill),
         thousands(metrics_bytes as f64),
         mib(restarted),
         mib(touched),
-        thousands(touched.saturating_sub(restarted) as f64 / queues as f64)
+        thousands(touched.saturating_sub(restarted) as f64 / queues as f64),
+        thousands(all_asleep as f64),
+        mib(slept),
+        thousands(slept.saturating_sub(restarted) as f64 / queues as f64)
     )
 }
 
@@ -468,6 +503,8 @@ async fn serve(dir: &Path, stomp: SocketAddr, http: SocketAddr) -> Child {
             &stomp.to_string(),
             "--http",
             &http.to_string(),
+            "--config",
+            &dir.join("ebb.toml").display().to_string(),
         ])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())

@@ -359,18 +359,18 @@ impl Broker {
     /// Errors: [`Error::InvalidDestination`] (also for a topic), a store error: the
     /// pages deleted before it stay deleted, the page that failed is kept whole.
     pub async fn purge_queue(&self, destination: impl ToDestination) -> Result<TakeReport, Error> {
-        let queue = self.queue_addr(destination).await?;
+        let key = self.queue_key(destination).await?;
         let mut report = TakeReport::default();
         let mut after = 0;
         loop {
-            let page = queue
-                .send(TakeMessages {
+            let page = self
+                .take_page(&key, || TakeMessages {
                     after,
                     only: None,
                     limit: TAKE_PAGE,
                     action: TakeAction::Delete,
                 })
-                .await??;
+                .await?;
             report.add(&page);
             match page.next {
                 Some(next) => after = next,
@@ -410,7 +410,7 @@ impl Broker {
                 });
             }
         }
-        let queue = self.queue_addr(&from).await?;
+        let key = self.queue_key(&from).await?;
         let action = TakeAction::Move(to);
         let mut report = TakeReport::default();
         match selection {
@@ -422,14 +422,14 @@ impl Broker {
                     ))));
                 }
                 for chunk in ids.chunks(TAKE_PAGE as usize) {
-                    let page = queue
-                        .send(TakeMessages {
+                    let page = self
+                        .take_page(&key, || TakeMessages {
                             after: 0,
                             only: Some(chunk.to_vec()),
                             limit: TAKE_PAGE,
                             action: action.clone(),
                         })
-                        .await??;
+                        .await?;
                     report.add(&page);
                 }
                 report.next = None;
@@ -438,14 +438,14 @@ impl Broker {
                 let mut left = max.max(1);
                 while left > 0 {
                     let limit = left.min(TAKE_PAGE);
-                    let page = queue
-                        .send(TakeMessages {
+                    let page = self
+                        .take_page(&key, || TakeMessages {
                             after,
                             only: None,
                             limit,
                             action: action.clone(),
                         })
-                        .await??;
+                        .await?;
                     report.add(&page);
                     left -= limit;
                     match page.next {
@@ -498,20 +498,29 @@ impl Broker {
         Ok(deleted)
     }
 
-    /// The queue actor of `destination` (started if it is not running).
-    async fn queue_addr(
-        &self,
-        destination: impl ToDestination,
-    ) -> Result<actix::Addr<ebb_actors::queue::QueueActor>, Error> {
+    /// The key of queue `destination`, its actor started if it is not running. Errors:
+    /// [`Error::InvalidDestination`] for a topic or a bad name, [`Error::ShuttingDown`].
+    async fn queue_key(&self, destination: impl ToDestination) -> Result<DestinationKey, Error> {
         self.refuse_if_shut_down()?;
         let key = destination.to_destination()?;
         match self.destination_for_admin(&key).await? {
-            DestinationAddr::Queue(queue) => Ok(queue),
+            DestinationAddr::Queue(_) => Ok(key),
             DestinationAddr::Topic(_) => Err(Error::InvalidDestination {
                 name: key.container(),
                 reason: "only a queue's messages can be purged or moved",
             }),
         }
+    }
+
+    /// One page of a purge or move of queue `key`: asked of its actor of the moment
+    /// (the queue may have gone to sleep between two pages).
+    async fn take_page(
+        &self,
+        key: &DestinationKey,
+        make: impl Fn() -> TakeMessages,
+    ) -> Result<TakenPage, Error> {
+        let retired = crate::broker::is_retired;
+        Ok(self.ask_queue_live(key, make, retired).await??)
     }
 
     /// A running destination's view (started if it is not running).

@@ -552,6 +552,9 @@ pub struct PolicySection {
     /// store (ActiveMQ's `cursorMemoryHighWaterMark`, default 70; 1 to 100).
     #[serde(default, deserialize_with = "percent")]
     pub cursor_memory_high_water_mark: Option<u8>,
+    /// How long a queue stays idle before its actor stops and it sleeps (ms or with a
+    /// unit; default 60 s; 0 = never), after ActiveMQ's `inactiveTimeoutBeforeGC`.
+    pub inactive_timeout_before_sleep: Option<Millis>,
 }
 
 /// A back-off multiplier: a finite number, 1 or more.
@@ -1097,6 +1100,9 @@ impl FileConfig {
                         cursor_memory_high_water_mark: p
                             .cursor_memory_high_water_mark
                             .unwrap_or(d.cursor_memory_high_water_mark),
+                        inactive_timeout_before_sleep: p
+                            .inactive_timeout_before_sleep
+                            .map_or(d.inactive_timeout_before_sleep, |m| m.0),
                     },
                 }
             })

@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ebb_actors::DestinationKey;
 use serde::{Deserialize, Serialize};
 
+use ebb_actors::destination::Published;
 use ebb_actors::messages::Stats;
 
 use crate::{Broker, Error};
@@ -149,6 +150,15 @@ pub struct DestinationStats {
     pub memory_bytes: u64,
     /// Producers of this destination waiting for space now (producer flow control).
     pub blocked_producers: u64,
+    /// Asleep: idle, its actor stopped, only its key and counters kept (see the
+    /// policy's `inactive_timeout_before_sleep`); the next send, subscription or
+    /// browse wakes it.
+    #[serde(default)]
+    pub asleep: bool,
+    /// Times it went to sleep since the broker started (many, with messages between
+    /// them: its `inactive_timeout_before_sleep` may be shorter than its pauses).
+    #[serde(default)]
+    pub sleeps_total: u64,
 }
 
 impl DestinationStats {
@@ -181,6 +191,8 @@ impl DestinationStats {
             expiry_runs_total: stats.expiry_runs,
             memory_bytes: 0,
             blocked_producers: 0,
+            asleep: false,
+            sleeps_total: 0,
         }
     }
 
@@ -226,6 +238,9 @@ pub struct DestinationTotals {
     pub consumers: u64,
     /// Producers (connection and destination pairs): the sum of `producers`.
     pub producers: u64,
+    /// Destinations asleep (`ebb_destinations_asleep`): those whose `asleep` is set.
+    #[serde(default)]
+    pub asleep: u64,
 }
 
 impl DestinationTotals {
@@ -236,6 +251,7 @@ impl DestinationTotals {
             in_flight: t.in_flight + d.in_flight,
             consumers: t.consumers + d.consumers,
             producers: t.producers + d.producers,
+            asleep: t.asleep + u64::from(d.asleep),
         })
     }
 }
@@ -295,6 +311,7 @@ impl DestinationTotals {
         apply(&mut self.in_flight, d.in_flight);
         apply(&mut self.consumers, d.consumers);
         apply(&mut self.producers, d.producers);
+        apply(&mut self.asleep, u64::from(d.asleep));
     }
 }
 
@@ -411,8 +428,12 @@ impl Broker {
         let mut done = Vec::with_capacity(todo.len());
         while let Some(key) = todo.pop_first() {
             let running = board.get(&key).filter(|e| e.is_running());
+            if running.as_ref().is_some_and(|e| e.is_asleep()) {
+                // Its actor stopped: the cached address would only hold its mailbox.
+                self.forget_address(&key);
+            }
             let read = match running {
-                Some(entry) => match self.read_destination(&key, &entry.read()).await {
+                Some(entry) => match self.read_destination(&key, &entry).await {
                     Ok(stats) => Some(stats),
                     Err(e) => {
                         todo.insert(key);
@@ -432,17 +453,20 @@ impl Broker {
         Ok(done)
     }
 
-    /// One destination's [`DestinationStats`] from what it published (`counted`), its
+    /// One destination's [`DestinationStats`] from what it published (`entry`), its
     /// committed rows (kept by the store since its last write, else one `COUNT`) and
     /// its memory and producers.
     async fn read_destination(
         &self,
         key: &DestinationKey,
-        counted: &Stats,
+        entry: &Published,
     ) -> Result<DestinationStats, Error> {
         let container = key.container();
         let stored = self.store().count_committed(&container).await?;
-        let mut stats = DestinationStats::from_stats(container, key.kind(), counted, stored);
+        let counted = entry.read();
+        let mut stats = DestinationStats::from_stats(container, key.kind(), &counted, stored);
+        stats.asleep = entry.is_asleep();
+        stats.sleeps_total = entry.sleeps();
         let flow = self.destination_flow(key)?;
         stats.memory_bytes = flow.memory_bytes;
         stats.blocked_producers = flow.blocked_producers;
@@ -450,8 +474,9 @@ impl Broker {
         Ok(stats)
     }
 
-    /// One destination's [`DestinationStats`] (its actor started if it is not
-    /// running): what it published, and its committed rows.
+    /// One destination's [`DestinationStats`] (its actor started if it is neither
+    /// running nor asleep: a sleeping one is not woken): what it published, and its
+    /// committed rows.
     ///
     /// Errors: [`Error::ShuttingDown`] when it is not running after shutdown,
     /// [`Error::Store`] when the count fails.
@@ -459,13 +484,15 @@ impl Broker {
         &self,
         destination: &crate::DestinationKey,
     ) -> Result<DestinationStats, Error> {
-        self.ensure_running(destination).await?;
-        let counted = self
-            .stats_board()
-            .get(destination)
-            .map(|entry| entry.read())
-            .unwrap_or_default();
-        self.read_destination(destination, &counted).await
+        let known = |b: &Self| b.stats_board().get(destination).filter(|e| e.is_running());
+        let entry = match known(self) {
+            Some(entry) => entry,
+            None => {
+                self.ensure_running(destination).await?;
+                known(self).unwrap_or_else(|| Published::detached(destination.clone()))
+            }
+        };
+        self.read_destination(destination, &entry).await
     }
 }
 

@@ -31,6 +31,16 @@
 //! that reached the retired actor is answered [`ActorError::Retired`], and the broker
 //! sends it again to the new one: nothing accepted is lost, nothing is half-deleted.
 //!
+//! **Sleeping destinations** ([`crate::destination::sleep`]): a queue idle for its
+//! policy's `inactive_timeout_before_sleep` asks to sleep ([`Doze`]); the registry
+//! holds requests for it as during a deletion, asks it to [`Sleep`] (refused if
+//! anything arrived), then stops its actor and keeps only the key, marked asleep. The
+//! next request starts a new actor, which reads the store as after a restart and
+//! carries on the counters of its stats entry. Listings and "is it running" count a
+//! sleeping destination as running (it was started and is not deleted); the advisory
+//! of a new destination is not sent again when it wakes. A wildcard subscription
+//! that starts watching wakes the sleeping destinations it matches.
+//!
 //! Shutdown, in order: refuse new destinations; stop every destination's housekeeping
 //! (each answers once its page in flight has finished, and starts none after); end
 //! every consumer's stream ([`CloseConsumers`]: wildcard subscriptions stop, each
@@ -42,6 +52,7 @@ use std::collections::HashMap;
 use actix::prelude::*;
 use ebb_store::{Moved, SubscriptionKey};
 
+use crate::destination::sleep::{Doze, Sleep};
 use crate::destination::{DestinationKey, DestinationPattern};
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
@@ -98,16 +109,43 @@ struct Watcher {
     accept: Option<Accept>,
 }
 
+/// A destination the registry knows: its running actor, or asleep (no actor; the next
+/// request starts one).
+enum Slot {
+    Running(DestinationAddr),
+    Asleep,
+}
+
+impl Slot {
+    /// Its actor, if it runs.
+    fn running(&self) -> Option<&DestinationAddr> {
+        match self {
+            Slot::Running(addr) if addr.connected() => Some(addr),
+            _ => None,
+        }
+    }
+
+    /// Whether it runs or sleeps (an actor that stopped of itself is neither).
+    fn exists(&self) -> bool {
+        match self {
+            Slot::Running(addr) => addr.connected(),
+            Slot::Asleep => true,
+        }
+    }
+}
+
 /// See the module documentation.
 pub struct BrokerActor {
     store: StoreHandle,
     policies: PolicyMap,
     budget: HousekeepingBudget,
-    destinations: HashMap<DestinationKey, DestinationAddr>,
+    destinations: HashMap<DestinationKey, Slot>,
     watchers: Vec<Watcher>,
     wildcard_durables: Vec<WildcardDurable>,
     /// Destinations being deleted: requests for them wait for the end.
     deleting: HashMap<DestinationKey, Deleted>,
+    /// Destinations going to sleep: requests for them wait for the end.
+    dozing: HashMap<DestinationKey, Deleted>,
     shutting_down: bool,
     /// Where destinations report what happens to them (advisory topics).
     events: crate::events::Events,
@@ -127,6 +165,7 @@ impl BrokerActor {
             watchers: Vec::new(),
             wildcard_durables: Vec::new(),
             deleting: HashMap::new(),
+            dozing: HashMap::new(),
             shutting_down: false,
             events: crate::events::Events::default(),
             board: std::sync::Arc::default(),
@@ -189,13 +228,18 @@ impl BrokerActor {
         key: DestinationKey,
         ctx: &mut Context<Self>,
     ) -> Result<DestinationAddr, ActorError> {
-        if let Some(addr) = self.destinations.get(&key) {
-            if addr.connected() {
-                return Ok(addr.clone());
-            }
-        }
+        let woken = match self.destinations.get(&key) {
+            Some(slot) => match slot.running() {
+                Some(addr) => return Ok(addr.clone()),
+                None => matches!(slot, Slot::Asleep),
+            },
+            None => false,
+        };
         if self.shutting_down {
             return Err(ActorError::ShuttingDown);
+        }
+        if woken {
+            tracing::debug!(destination = %key, "a sleeping destination wakes");
         }
         let policy = self.policies.policy_for(&key);
         let (store, budget) = (self.store.clone(), self.budget.clone());
@@ -239,44 +283,89 @@ impl BrokerActor {
                 self.notify_watchers(&key, &addr, |w| w.durable.is_some());
                 self.events
                     .emit(|| crate::events::Event::DestinationAdded(key.clone()));
-                self.destinations.insert(key, addr.clone());
+                self.destinations.insert(key, Slot::Running(addr.clone()));
                 return Ok(addr);
             }
             KindActor::Queue => {
                 let dead_letters = ctx.address().recipient();
                 let queue = QueueActor::new(key.clone(), policy, store, budget, Some(dead_letters))
                     .with_events(self.events.clone())
-                    .with_published(self.board.started(&key));
+                    .with_published(self.board.started(&key))
+                    .with_sleeper(ctx.address().recipient());
                 DestinationAddr::Queue(queue.start())
             }
         };
         self.watchers.retain(|w| w.recipient.connected());
         self.notify_watchers(&key, &addr, |_| true);
-        self.events
-            .emit(|| crate::events::Event::DestinationAdded(key.clone()));
-        self.destinations.insert(key, addr.clone());
+        if !woken {
+            self.events
+                .emit(|| crate::events::Event::DestinationAdded(key.clone()));
+        }
+        self.destinations.insert(key, Slot::Running(addr.clone()));
         Ok(addr)
     }
 
-    /// [`Self::destination`], once a deletion of `key` under way has ended.
+    /// [`Self::destination`], once a deletion of `key`, or its going to sleep, under
+    /// way has ended.
     fn destination_when_deleted(
         &mut self,
         key: DestinationKey,
         ctx: &mut Context<Self>,
     ) -> ResponseActFuture<Self, Result<DestinationAddr, ActorError>> {
-        match self.deleting.get(&key) {
+        match self.settled(&key) {
             None => Box::pin(fut::ready(self.destination(key, ctx))),
-            Some(deleted) => {
-                let deleted = deleted.clone();
-                Box::pin(
-                    async move {
-                        let _ = deleted.await;
-                    }
+            Some(settled) => Box::pin(
+                settled
                     .into_actor(self)
-                    .map(move |(), act, ctx| act.destination(key, ctx)),
-                )
-            }
+                    .then(move |(), act, ctx| act.destination_when_deleted(key, ctx)),
+            ),
         }
+    }
+
+    /// What resolves once a deletion of `key`, or its going to sleep, has ended
+    /// (`None`: neither is under way).
+    fn settled(&self, key: &DestinationKey) -> Option<impl std::future::Future<Output = ()>> {
+        let pending = self.deleting.get(key).or_else(|| self.dozing.get(key))?;
+        let pending = pending.clone();
+        Some(async move {
+            let _ = pending.await;
+        })
+    }
+
+    /// Hands `letter` to queue `to`, again to its successor when the queue went to
+    /// sleep (or was deleted) on the way, a few times at most.
+    fn route_letter(
+        &mut self,
+        to: DestinationKey,
+        letter: crate::messages::AcceptDeadLetter,
+        attempts: u32,
+        ctx: &mut Context<Self>,
+    ) -> ResponseActFuture<Self, Result<Moved, ActorError>> {
+        let again = (to.clone(), letter.clone());
+        Box::pin(
+            self.destination_when_deleted(to, ctx)
+                .then(move |target, act, _| {
+                    async move {
+                        match target? {
+                            DestinationAddr::Queue(queue) => queue.send(letter).await?,
+                            DestinationAddr::Topic(_) => {
+                                unreachable!("a queue key names a queue")
+                            }
+                        }
+                    }
+                    .into_actor(act)
+                })
+                .then(move |result, act, ctx| {
+                    let stopped =
+                        matches!(result, Err(ActorError::Retired(_) | ActorError::Mailbox(_)));
+                    if stopped && attempts > 1 {
+                        let (to, letter) = again;
+                        act.route_letter(to, letter, attempts - 1, ctx)
+                    } else {
+                        Box::pin(fut::ready(result))
+                    }
+                }),
+        )
     }
 
     /// Tells each watcher `which` selects whose pattern matches `key` that it started
@@ -403,7 +492,7 @@ pub struct Watch {
 impl Handler<Watch> for BrokerActor {
     type Result = Result<Vec<(DestinationKey, DestinationAddr)>, ActorError>;
 
-    fn handle(&mut self, msg: Watch, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Watch, ctx: &mut Context<Self>) -> Self::Result {
         if self.shutting_down {
             return Err(ActorError::ShuttingDown);
         }
@@ -418,12 +507,21 @@ impl Handler<Watch> for BrokerActor {
                 selector,
             });
         }
+        // Sleeping destinations it matches wake: it consumes from them too.
+        let asleep: Vec<DestinationKey> = self
+            .destinations
+            .iter()
+            .filter(|(k, slot)| matches!(slot, Slot::Asleep) && msg.pattern.matches(k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in asleep {
+            self.destination(key, ctx)?;
+        }
         let running = self
             .destinations
             .iter()
-            .filter(|(k, a)| {
-                a.connected() && msg.pattern.matches(k) && !self.deleting.contains_key(*k)
-            })
+            .filter_map(|(k, slot)| Some((k, slot.running()?)))
+            .filter(|(k, _)| msg.pattern.matches(k) && !self.deleting.contains_key(*k))
             .map(|(k, a)| (k.clone(), a.clone()))
             .collect();
         self.watchers.push(Watcher {
@@ -472,21 +570,8 @@ impl Handler<RouteDeadLetter> for BrokerActor {
     type Result = ResponseActFuture<Self, Result<Moved, ActorError>>;
 
     fn handle(&mut self, msg: RouteDeadLetter, ctx: &mut Context<Self>) -> Self::Result {
-        let letter = msg.letter;
-        Box::pin(
-            self.destination_when_deleted(msg.to, ctx)
-                .then(move |target, act, _| {
-                    async move {
-                        match target? {
-                            DestinationAddr::Queue(queue) => queue.send(letter).await?,
-                            DestinationAddr::Topic(_) => {
-                                unreachable!("a queue key names a queue")
-                            }
-                        }
-                    }
-                    .into_actor(act)
-                }),
-        )
+        // Each attempt follows a sleep or deletion that ended after the one before.
+        self.route_letter(msg.to, msg.letter, 8, ctx)
     }
 }
 
@@ -517,7 +602,27 @@ impl Handler<DeleteDestination> for BrokerActor {
     type Result = ResponseActFuture<Self, Result<DeletedDestination, ActorError>>;
 
     fn handle(&mut self, msg: DeleteDestination, ctx: &mut Context<Self>) -> Self::Result {
-        let key = msg.0;
+        self.delete(msg.0, ctx)
+    }
+}
+
+impl BrokerActor {
+    /// Handles [`DeleteDestination`], once a sleep of `key` under way has ended.
+    fn delete(
+        &mut self,
+        key: DestinationKey,
+        ctx: &mut Context<Self>,
+    ) -> ResponseActFuture<Self, Result<DeletedDestination, ActorError>> {
+        if let Some(dozing) = self.dozing.get(&key) {
+            let dozing = dozing.clone();
+            return Box::pin(
+                async move {
+                    let _ = dozing.await;
+                }
+                .into_actor(self)
+                .then(move |(), act, ctx| act.delete(key, ctx)),
+            );
+        }
         if self.deleting.contains_key(&key) {
             let why = format!("destination {key} is being deleted already");
             return Box::pin(fut::ready(Err(ActorError::InUse(why))));
@@ -629,7 +734,7 @@ impl Handler<IsRunning> for BrokerActor {
 
     fn handle(&mut self, msg: IsRunning, _: &mut Context<Self>) -> bool {
         !self.deleting.contains_key(&msg.0)
-            && self.destinations.get(&msg.0).is_some_and(|a| a.connected())
+            && self.destinations.get(&msg.0).is_some_and(Slot::exists)
     }
 }
 
@@ -657,12 +762,7 @@ impl Handler<GetRunning> for BrokerActor {
                 }
             }
             .into_actor(self)
-            .map(move |(), act, _| {
-                act.destinations
-                    .get(&key)
-                    .filter(|a| a.connected())
-                    .cloned()
-            }),
+            .map(move |(), act, _| act.destinations.get(&key).and_then(Slot::running).cloned()),
         )
     }
 }
@@ -685,7 +785,7 @@ impl Handler<ListDestinations> for BrokerActor {
         let mut keys: Vec<&DestinationKey> = self
             .destinations
             .iter()
-            .filter(|(k, a)| a.connected() && !self.deleting.contains_key(*k))
+            .filter(|(k, slot)| slot.exists() && !self.deleting.contains_key(*k))
             .inspect(|_| total += 1)
             .map(|(k, _)| k)
             .filter(|k| msg.after.as_ref().is_none_or(|after| *k > after))
@@ -718,7 +818,12 @@ impl Handler<ShutdownBroker> for BrokerActor {
 
     fn handle(&mut self, _: ShutdownBroker, _: &mut Context<Self>) -> Self::Result {
         self.shutting_down = true;
-        let destinations: Vec<DestinationAddr> = self.destinations.values().cloned().collect();
+        let destinations: Vec<DestinationAddr> = self
+            .destinations
+            .values()
+            .filter_map(Slot::running)
+            .cloned()
+            .collect();
         let watchers: Vec<Addr<WildcardActor>> =
             self.watchers.drain(..).map(|w| w.recipient).collect();
         let store = self.store.clone();
@@ -738,5 +843,35 @@ impl Handler<ShutdownBroker> for BrokerActor {
             );
             Ok(())
         })
+    }
+}
+
+impl Handler<Doze> for BrokerActor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    /// Puts the destination to sleep (module documentation), unless it does not run,
+    /// is being deleted or goes to sleep already, or the broker shuts down.
+    fn handle(&mut self, msg: Doze, _: &mut Context<Self>) -> Self::Result {
+        let key = msg.key;
+        let busy = self.deleting.contains_key(&key) || self.dozing.contains_key(&key);
+        let addr = match self.destinations.get(&key).and_then(Slot::running) {
+            Some(addr) if !busy && !self.shutting_down => addr.clone(),
+            _ => return Box::pin(fut::ready(())),
+        };
+        let (done, dozed) = futures::channel::oneshot::channel();
+        self.dozing
+            .insert(key.clone(), futures::FutureExt::shared(dozed));
+        let target = addr.clone();
+        let asked = async move { matches!(target.ask(Sleep).await, Ok(Ok(()))) };
+        Box::pin(asked.into_actor(self).map(move |asleep, act, _| {
+            if asleep {
+                act.destinations.insert(key.clone(), Slot::Asleep);
+                act.board.asleep(&key, true);
+                addr.stop();
+                tracing::debug!(destination = %key, "destination asleep");
+            }
+            act.dozing.remove(&key);
+            let _ = done.send(());
+        }))
     }
 }

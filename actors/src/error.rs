@@ -33,11 +33,12 @@ pub enum ActorError {
     /// ActiveMQ's "Destination still has an active subscription".
     #[error("{0}")]
     InUse(String),
-    /// The destination (its store key) was deleted while the request was on its way:
-    /// nothing was done. The broker's own calls ask the destination's successor
-    /// instead, so a caller sees it only when the destination is deleted again and
-    /// again.
-    #[error("destination {0} was deleted")]
+    /// The destination's actor (its store key) stopped while the request was on its
+    /// way, because the destination was deleted or went to sleep
+    /// ([`crate::destination::sleep`]): nothing was done. The broker's own calls ask
+    /// the destination's successor instead, so a caller sees it only when that
+    /// happens again and again.
+    #[error("destination {0} was deleted or went to sleep while the request was on its way")]
     Retired(String),
     /// The actor stopped before it answered.
     #[error("actor is gone: {0}")]

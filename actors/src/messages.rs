@@ -383,7 +383,7 @@ pub struct TakenPage {
 /// the source row was already gone (it is never dead-lettered twice), or, on a
 /// last-value queue, [`Moved::Superseded`] when a message with its key that arrived
 /// after it waits here (its source row is deleted and it is not added).
-#[derive(Message)]
+#[derive(Message, Clone)]
 #[rtype(result = "Result<Moved, ActorError>")]
 pub struct AcceptDeadLetter {
     pub from: DestinationKey,

@@ -79,6 +79,7 @@ use actix::prelude::*;
 use ebb_store::{Moved, Payload};
 use tokio::sync::mpsc;
 
+use crate::destination::sleep::{Doze, IdleWatch, Sleep};
 use crate::destination::{
     self, destination_handlers, now_ms, AckBatch, Completions, DestinationActor, DestinationCore,
     DestinationKey, Gauges, Plan, Published,
@@ -257,6 +258,13 @@ pub struct QueueActor {
     held_timer: Option<(i64, SpawnHandle)>,
     /// Failed deliveries' writes waiting for the one in flight.
     failures: FailureBatch,
+    /// Where it asks to sleep when idle ([`Doze`]: the registry); without it the queue
+    /// never sleeps.
+    sleeper: Option<Recipient<Doze>>,
+    /// When it has been idle long enough to ask ([`IdleWatch`]).
+    idle: IdleWatch,
+    /// Browses and takes begun (activity the counters do not show).
+    touched: u64,
     /// Held rows a take (a purge, a move) took before the queue read them back: a read
     /// of held rows must not put them back. Each is forgotten once its take's write
     /// has answered (the number of the last read begun before then) and every read
@@ -299,7 +307,17 @@ impl QueueActor {
             held_timer: None,
             taken_held: HashMap::new(),
             failures: FailureBatch::default(),
+            sleeper: None,
+            idle: IdleWatch::default(),
+            touched: 0,
         }
+    }
+
+    /// Asks `registry` to let it sleep once it has been idle for its policy's
+    /// `inactive_timeout_before_sleep` (see [`crate::destination::sleep`]).
+    pub fn with_sleeper(mut self, registry: Recipient<Doze>) -> Self {
+        self.sleeper = Some(registry);
+        self
     }
 
     /// Reports its expiries and dead letters through `events` (advisory topics).
@@ -311,6 +329,9 @@ impl QueueActor {
     /// Publishes its counters and gauges to `published`, its entry on the broker's
     /// [`crate::destination::StatsBoard`], as it works.
     pub fn with_published(mut self, published: Arc<Published>) -> Self {
+        let was = published.read();
+        self.stats.dequeued = was.dequeued;
+        self.stats.dead_lettered = was.dead_lettered;
         self.core.publish_to(published);
         self.publish_gauges();
         self
@@ -1364,6 +1385,78 @@ impl Actor for QueueActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.load(ctx);
+        let timeout = self.core.policy.inactive_timeout_before_sleep;
+        if timeout > 0 && self.sleeper.is_some() {
+            ctx.run_interval(Duration::from_millis(timeout), Self::idle_tick);
+        }
+    }
+}
+
+/// Sleeping when idle (see [`crate::destination::sleep`]).
+impl QueueActor {
+    /// Whether it holds nothing a successor reading the store would not find, and
+    /// waits for nothing: no consumer, no delivery, nothing in memory, no write or
+    /// read in flight, no open transaction, nothing that expires. (Redeliveries held
+    /// in their rows may wait: the successor reads them back as after a restart.)
+    fn may_sleep(&self) -> bool {
+        let core = &self.core;
+        !core.retired
+            && !self.closing
+            && self.consumers.is_empty()
+            && self.delivered.is_empty()
+            && self.held_back.is_empty()
+            && self.cursor.is_at_rest()
+            && self.completions.in_flight() == 0
+            && self.acks.is_idle()
+            && self.failures.rows.is_empty()
+            && self.failures.writes.is_empty()
+            && self.taken_held.is_empty()
+            && core.prepared.transactions() == 0
+            && core.prepared_writes == 0
+            && core.order.waiting() == 0
+            && self.held.is_idle()
+            && !self.scanning
+            && !core.schedule.expiry_armed()
+            && !core.schedule.run_active()
+    }
+
+    /// What it counts as activity: messages in and out, expiries, browses, takes.
+    fn activity(&self) -> u64 {
+        let c = self.core.counters();
+        c.enqueued
+            .wrapping_add(c.dispatched)
+            .wrapping_add(c.expired)
+            .wrapping_add(self.stats.dequeued)
+            .wrapping_add(self.stats.dead_lettered)
+            .wrapping_add(self.touched)
+    }
+
+    /// The idle timer's tick: asks the registry to let it sleep after a whole period
+    /// idle.
+    fn idle_tick(&mut self, _: &mut Context<Self>) {
+        if !self.idle.tick(self.may_sleep(), self.activity()) {
+            return;
+        }
+        if let Some(sleeper) = &self.sleeper {
+            sleeper.do_send(Doze {
+                key: self.core.key.clone(),
+            });
+        }
+    }
+}
+
+impl Handler<Sleep> for QueueActor {
+    type Result = ResponseFuture<Result<(), ActorError>>;
+
+    fn handle(&mut self, _: Sleep, ctx: &mut Context<Self>) -> Self::Result {
+        // Anything since the last idle tick (a browse begun, a message) keeps it awake.
+        if !self.may_sleep() || !self.idle.still(self.activity()) {
+            let container = self.core.container.clone();
+            return Box::pin(
+                async move { Err(ActorError::InUse(format!("{container} is not idle"))) },
+            );
+        }
+        destination::retire(self, ctx)
     }
 }
 
@@ -1514,6 +1607,7 @@ impl Handler<TakeMessages> for QueueActor {
         if self.core.retired {
             return Box::pin(fut::ready(Err(self.core.retired_error())));
         }
+        self.touched += 1;
         let TakeMessages {
             after,
             only,
@@ -2043,6 +2137,7 @@ impl Handler<Browse> for QueueActor {
     type Result = ResponseActFuture<Self, Result<BrowsePage, ActorError>>;
 
     fn handle(&mut self, msg: Browse, _: &mut Context<Self>) -> Self::Result {
+        self.touched += 1;
         let store = Arc::clone(self.core.store.store());
         let container = self.core.container.clone();
         let limit = msg.limit.max(1) as usize;

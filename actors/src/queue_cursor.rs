@@ -610,6 +610,17 @@ impl QueueCursor {
         });
     }
 
+    /// True when it holds nothing a successor would not find in the store: no message
+    /// waits in memory, none is taken ahead, no read is in flight and no replacement
+    /// is remembered (a queue may sleep only then).
+    pub fn is_at_rest(&self) -> bool {
+        self.pending.is_empty()
+            && self.ahead.is_empty()
+            && self.reads_in_flight.is_empty()
+            && self.read.is_none()
+            && self.superseded.is_empty()
+    }
+
     /// Messages taken ahead and not yet forgotten (bounded by the consumers'
     /// prefetch and the acks in flight).
     pub fn ahead_len(&self) -> usize {

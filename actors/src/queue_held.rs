@@ -177,6 +177,13 @@ impl HeldReads {
         (due, id) > self.after
     }
 
+    /// True when no read and no hold's write is in flight: what is held is all in the
+    /// store (a queue may sleep only then; woken, it reads its held rows from the
+    /// beginning, as after a restart).
+    pub fn is_idle(&self) -> bool {
+        !self.reading && self.writing.is_empty()
+    }
+
     /// Holds whose write is in flight.
     pub fn writing_len(&self) -> usize {
         self.writing.len()

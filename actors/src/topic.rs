@@ -811,6 +811,23 @@ impl DestinationActor for TopicActor {
 
 destination_handlers!(TopicActor);
 
+/// Topics do not sleep yet (their durable subscriptions' cursors would have to be
+/// rebuilt from the store): always refused.
+impl Handler<crate::destination::sleep::Sleep> for TopicActor {
+    type Result = Result<(), ActorError>;
+
+    fn handle(
+        &mut self,
+        _: crate::destination::sleep::Sleep,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        Err(ActorError::InUse(format!(
+            "{}: a topic does not sleep",
+            self.core.container
+        )))
+    }
+}
+
 /// One expiry page of `container` after `after`, at most `limit` rows: the keys, and
 /// with `bodies` (a selector needs the headers) the messages too.
 async fn read_expired_page(

@@ -100,26 +100,28 @@ impl Broker {
         selector: Option<Selector>,
     ) -> Result<QueueBrowser, Error> {
         let key = destination.to_destination()?;
-        let DestinationAddr::Queue(queue) = self.destination(&key).await? else {
+        if !matches!(self.destination(&key).await?, DestinationAddr::Queue(_)) {
             return Err(Error::InvalidDestination {
                 name: key.container(),
                 reason: "only a queue can be browsed: a topic keeps no messages for later",
             });
-        };
+        }
+        let broker = self.clone();
         let pages = futures::stream::unfold(Some((0i64, 0u64)), move |after| {
-            let queue = queue.clone();
+            let (broker, key) = (broker.clone(), key.clone());
             async move {
                 let after = after?;
-                let page = queue
-                    .send(Browse {
-                        after,
-                        limit: BROWSE_PAGE,
-                    })
-                    .await;
-                let page = match page
-                    .map_err(Error::from)
-                    .and_then(|p| p.map_err(Error::from))
-                {
+                // Each page asks the queue's actor of the moment: a slow browse may
+                // outlive one that went to sleep.
+                let make = || Browse {
+                    after,
+                    limit: BROWSE_PAGE,
+                };
+                let page = broker
+                    .ask_queue_live(&key, make, |_| false)
+                    .await
+                    .and_then(|p| p.map_err(Error::from));
+                let page = match page {
                     Ok(page) => page,
                     Err(e) => return Some((vec![Err(e)], None)),
                 };

@@ -187,9 +187,9 @@ impl Broker {
                     || ReleaseScheduled {
                         releases: releases.clone(),
                     },
-                    |_| false,
+                    super::is_retired,
                 )
-                .await?;
+                .await??;
             if n < asked {
                 return Err(Error::Actor(ebb_actors::ActorError::Invalid(format!(
                     "{} of the messages held under `{name}` could not be committed at {key}; they stay held",

@@ -433,9 +433,10 @@ impl Broker {
     }
 
     /// Sends `make()` to destination `key` and answers its answer; when the
-    /// destination was deleted meanwhile (the answer is one `retired` says was refused
-    /// by a retired actor, or the actor stopped before handling it: nothing was done),
-    /// sends it again to the destination's successor, a few times at most.
+    /// destination was deleted or went to sleep meanwhile (the answer is one `retired`
+    /// says was refused by a retired actor, or the actor stopped before handling it:
+    /// nothing was done), sends it again to the destination's successor, a few times
+    /// at most.
     async fn ask_live<M>(
         &self,
         key: &DestinationKey,
@@ -464,12 +465,55 @@ impl Broker {
         TopicActor: Handler<M>,
         QueueActor: Handler<M>,
     {
-        // Each retry follows a deletion that ended after the previous attempt.
+        let send = |addr: DestinationAddr| {
+            let message = make();
+            Ok(async move { addr.ask(message).await })
+        };
+        self.ask_live_via(key, send, retired).await
+    }
+
+    /// [`Broker::ask_live`] for a message only a queue takes: a topic `key` is
+    /// refused ([`Error::InvalidDestination`]).
+    pub(crate) async fn ask_queue_live<M>(
+        &self,
+        key: &DestinationKey,
+        make: impl Fn() -> M,
+        retired: impl Fn(&M::Result) -> bool,
+    ) -> Result<M::Result, Error>
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        QueueActor: Handler<M>,
+    {
+        let send = |addr: DestinationAddr| match addr {
+            DestinationAddr::Queue(queue) => {
+                let message = make();
+                Ok(async move { queue.send(message).await })
+            }
+            DestinationAddr::Topic(_) => Err(Error::InvalidDestination {
+                name: key.container(),
+                reason: "this works on queues only",
+            }),
+        };
+        Ok(self.ask_live_via(key, send, retired).await?.1)
+    }
+
+    /// The retries of [`Broker::ask_live`], with `send` asking the actor.
+    async fn ask_live_via<R, F>(
+        &self,
+        key: &DestinationKey,
+        send: impl Fn(DestinationAddr) -> Result<F, Error>,
+        retired: impl Fn(&R) -> bool,
+    ) -> Result<(DestinationAddr, R), Error>
+    where
+        F: std::future::Future<Output = Result<R, actix::MailboxError>>,
+    {
+        // Each retry follows a deletion or sleep that ended after the previous attempt.
         const ATTEMPTS: usize = 8;
         let mut attempt = 1;
         loop {
             let addr = self.destination(key).await?;
-            match addr.ask(make()).await {
+            match send(addr.clone())?.await {
                 Ok(answer) if !retired(&answer) => return Ok((addr, answer)),
                 Err(e @ actix::MailboxError::Timeout) => return Err(e.into()),
                 Ok(answer) if attempt == ATTEMPTS => return Ok((addr, answer)),
@@ -571,6 +615,13 @@ impl Broker {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// True for an answer refused by a destination that was deleted or went to sleep
+/// while the request was on its way ([`ebb_actors::ActorError::Retired`]): the request
+/// may go to its successor ([`Broker::ask_live`]).
+pub(crate) fn is_retired<T>(answer: &Result<T, ebb_actors::ActorError>) -> bool {
+    matches!(answer, Err(ebb_actors::ActorError::Retired(_)))
 }
 
 #[cfg(test)]

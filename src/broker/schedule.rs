@@ -581,9 +581,10 @@ impl Broker {
                     || ReleaseScheduled {
                         releases: releases.clone(),
                     },
-                    |_| false,
+                    super::is_retired,
                 )
-                .await;
+                .await
+                .and_then(|r| r.map_err(Error::from));
             let n = match released {
                 Ok(n) => n,
                 Err(e) => {

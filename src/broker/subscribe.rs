@@ -106,10 +106,8 @@ impl Broker {
             no_local: options.no_local,
             auto_acks: shared.clone(),
         };
-        use ebb_actors::ActorError;
-        let retired = |r: &Result<u64, ActorError>| matches!(r, Err(ActorError::Retired(_)));
         let (destination, id) = self
-            .ask_live_at(&key, || subscribe.clone(), retired)
+            .ask_live_at(&key, || subscribe.clone(), super::is_retired)
             .await?;
         let id = id?;
         let advised = self.advised(Some(&key), None, id);

@@ -399,12 +399,14 @@ pub fn from_samples(samples: &[Sample]) -> Option<BrokerStats> {
                 total = Some(v);
                 continue;
             }
-            MESSAGES_WAITING | MESSAGES_IN_FLIGHT | CONSUMERS_TOTAL | PRODUCERS_TOTAL => {
+            MESSAGES_WAITING | MESSAGES_IN_FLIGHT | CONSUMERS_TOTAL | PRODUCERS_TOTAL
+            | DESTINATIONS_ASLEEP => {
                 let t = totals.get_or_insert_with(Default::default);
                 *match s.name.as_str() {
                     MESSAGES_WAITING => &mut t.queue_size,
                     MESSAGES_IN_FLIGHT => &mut t.in_flight,
                     CONSUMERS_TOTAL => &mut t.consumers,
+                    DESTINATIONS_ASLEEP => &mut t.asleep,
                     _ => &mut t.producers,
                 } = v;
                 continue;
@@ -498,6 +500,8 @@ fn empty_destination(key: &str, kind: DestinationKind) -> DestinationStats {
         blocked_producers: 0,
         max_expiry_page_rows: 0,
         expiry_runs_total: 0,
+        asleep: false,
+        sleeps_total: 0,
     }
 }
 

@@ -118,6 +118,8 @@ pub mod names {
     pub const PRODUCERS_BLOCKED: &str = "ebb_producers_blocked";
     /// Running destinations.
     pub const DESTINATIONS: &str = "ebb_destinations";
+    /// Destinations asleep (idle, actor stopped; counted in `ebb_destinations` too).
+    pub const DESTINATIONS_ASLEEP: &str = "ebb_destinations_asleep";
     /// Messages waiting in every running destination (the sum of their queue sizes).
     pub const MESSAGES_WAITING: &str = "ebb_messages_waiting";
     /// Deliveries not acked yet, over every running destination.
@@ -290,6 +292,10 @@ const GAUGES: &[(&str, &str)] = &[
     ),
     (names::DESTINATIONS, "Running destinations"),
     (
+        names::DESTINATIONS_ASLEEP,
+        "Destinations asleep: idle, their actors stopped (counted in ebb_destinations too)",
+    ),
+    (
         names::MESSAGES_WAITING,
         "Messages waiting (pending plus in flight) in every running destination",
     ),
@@ -447,6 +453,7 @@ pub fn record(stats: &BrokerStats) {
         (TEMP_USAGE_RATIO, ratio(u.temp_bytes, u.temp_limit_bytes)),
         (PRODUCERS_BLOCKED, u.blocked_producers as f64),
         (DESTINATIONS, stats.destinations_total as f64),
+        (DESTINATIONS_ASLEEP, t.asleep as f64),
         (MESSAGES_WAITING, t.queue_size as f64),
         (MESSAGES_IN_FLIGHT, t.in_flight as f64),
         (CONSUMERS_TOTAL, t.consumers as f64),

@@ -82,6 +82,7 @@ mod routing;
 mod runtimes;
 mod scheduled;
 mod selectors;
+mod sleeping;
 #[cfg(feature = "cli")]
 mod soak;
 mod stomp_cases;

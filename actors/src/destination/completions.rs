@@ -21,11 +21,17 @@ type Done<A> = Box<dyn FnOnce(&mut A, &mut Context<A>)>;
 /// See the module documentation. One per actor; created on first use.
 pub struct Completions<A: Actor<Context = Context<A>>> {
     tx: Option<mpsc::UnboundedSender<Done<A>>>,
+    /// Work begun whose `then` has not run yet (shared with each piece's answer,
+    /// which counts itself done on the actor).
+    in_flight: std::rc::Rc<std::cell::Cell<usize>>,
 }
 
 impl<A: Actor<Context = Context<A>>> Default for Completions<A> {
     fn default() -> Self {
-        Self { tx: None }
+        Self {
+            tx: None,
+            in_flight: std::rc::Rc::default(),
+        }
     }
 }
 
@@ -57,9 +63,20 @@ impl<A: Actor<Context = Context<A>>> Completions<A> {
                 tx
             })
             .clone();
+        let in_flight = std::rc::Rc::clone(&self.in_flight);
+        in_flight.set(in_flight.get() + 1);
         actix_rt::spawn(async move {
             let output = work.await;
-            let _ = tx.send(Box::new(move |act, ctx| then(output, act, ctx)));
+            let _ = tx.send(Box::new(move |act, ctx| {
+                in_flight.set(in_flight.get() - 1);
+                then(output, act, ctx)
+            }));
         });
+    }
+
+    /// Pieces of work begun whose `then` has not run yet: 0 when the actor waits for
+    /// nothing (a queue may sleep only then).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.get()
     }
 }

@@ -84,8 +84,11 @@ pub struct CommitPrepared {
 /// A repeating message's firing ([`DueMessage::next`]) is a copy: added, with its own
 /// message id, in the store transaction that moves the job to its next due time
 /// ([`ebb_store::WriteOp::Repeat`]); the job itself is delivered at its last firing.
+///
+/// Errors: [`ActorError::Retired`] from a destination deleted or asleep (nothing was
+/// released: its successor takes them).
 #[derive(Message)]
-#[rtype(result = "usize")]
+#[rtype(result = "Result<usize, ActorError>")]
 pub struct ReleaseScheduled {
     pub releases: Vec<DueMessage>,
 }
@@ -286,9 +289,11 @@ impl DestinationCore {
     }
 
     /// Publishes its counters and gauges to `published` (its entry on the broker's
-    /// [`crate::destination::StatsBoard`]) from now on.
+    /// [`crate::destination::StatsBoard`]) from now on, carrying on the counters the
+    /// entry holds (those of the actor before it, when the destination slept or its
+    /// actor stopped: see [`Published::carry_on`]).
     pub fn publish_to(&mut self, published: Arc<Published>) {
-        published.publish_counters(&self.counters);
+        published.carry_on(&mut self.counters);
         self.published = published;
     }
 
@@ -630,7 +635,12 @@ pub fn release_scheduled<A: DestinationActor>(
     act: &mut A,
     releases: Vec<DueMessage>,
     ctx: &mut Context<A>,
-) -> ResponseFuture<usize> {
+) -> ResponseFuture<Result<usize, ActorError>> {
+    if act.core().retired {
+        // A commit now would land after its successor read the store.
+        let refused = act.core().retired_error();
+        return Box::pin(async move { Err(refused) });
+    }
     if releases.iter().any(|due| due.message.expiration > 0) {
         act.core().schedule.arm();
         schedule(act, ctx);
@@ -682,11 +692,11 @@ pub fn release_scheduled<A: DestinationActor>(
         answers.push(answered);
     }
     Box::pin(async move {
-        futures::future::join_all(answers)
+        Ok(futures::future::join_all(answers)
             .await
             .into_iter()
             .filter(|a| matches!(a, Ok(true)))
-            .count()
+            .count())
     })
 }
 

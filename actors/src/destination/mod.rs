@@ -14,6 +14,7 @@
 //! | [`policy::Policy`], [`policy::PolicyMap`] | per-destination settings, matched by pattern (also `ebb_actors::policy`) | `policy.rs` |
 //! | [`AckBatch`] | acks of one subscription gathered while its last ack write is in flight, written together | `ack_batch.rs` |
 //! | [`Completions`] | store writes in flight, their results handed back to the actor (one future, however many writes) | `completions.rs` |
+//! | [`sleep::IdleWatch`], [`sleep::Doze`], [`sleep::Sleep`] | when an idle destination stops its actor and sleeps, and how | `sleep.rs` |
 //! | [`DestinationCore`], [`DestinationActor`] | the above together, and the shared handlers | `core.rs` |
 //!
 //! A new kind of destination adds its actor file (a [`DestinationCore`], the
@@ -30,6 +31,7 @@ mod prepared;
 mod publish_order;
 mod published;
 mod schedule;
+pub mod sleep;
 
 pub use self::core::{
     begin_page, commit_prepared, end_run, idle_if_done, now_ms, page_failed, page_finished,
@@ -98,7 +100,7 @@ macro_rules! destination_handlers {
         }
 
         impl actix::Handler<$crate::destination::ReleaseScheduled> for $actor {
-            type Result = actix::ResponseFuture<usize>;
+            type Result = actix::ResponseFuture<Result<usize, $crate::error::ActorError>>;
 
             fn handle(
                 &mut self,

@@ -86,6 +86,16 @@ pub struct Policy {
     /// producers of other destinations wait: what is cached stays below this share,
     /// and only non-persistent messages and messages in flight use the rest. 1–100.
     pub cursor_memory_high_water_mark: u8,
+    /// How long a queue stays idle before its actor stops and it sleeps, ms; 0 = it
+    /// never sleeps. Idle: no consumer, nothing held in memory (no non-persistent
+    /// message, no delivery, no open transaction, no write in flight), no redelivery
+    /// waiting and nothing in its store that expires. Asleep it keeps only its key and
+    /// counters (a few hundred bytes); a send, subscription, browse, purge, move, dead
+    /// letter or scheduled release wakes it, with nothing lost or reordered (see
+    /// `crate::broker`). It falls asleep between one and two timeouts after the last
+    /// thing that happened to it. After ActiveMQ's `inactiveTimeoutBeforeGC` (default
+    /// 60,000), which deletes an inactive destination; Ebb keeps it and its messages.
+    pub inactive_timeout_before_sleep: u64,
 }
 
 impl Policy {
@@ -158,6 +168,7 @@ impl Default for Policy {
             dead_letter_expired: false,
             memory_limit: 0,
             cursor_memory_high_water_mark: 70,
+            inactive_timeout_before_sleep: 60_000,
         }
     }
 }

@@ -16,9 +16,11 @@
 //! ([`StatsBoard::take_changes`]) and reads only the entries on it: an idle broker's
 //! reading reads nothing, however many destinations it holds.
 //!
-//! Counters start from 0 with the broker, as each actor's do: an actor started again
-//! for a destination (after its actor died) publishes its own, from 0, to the same
-//! entry. Only a deletion removes the entry.
+//! Counters start from 0 with the broker. An actor started again for a destination
+//! (woken from sleep, or after its actor died) carries on the counters of the entry
+//! ([`Published::carry_on`]). Only a deletion removes the entry. A sleeping
+//! destination's entry stays, marked asleep ([`StatsBoard::asleep`]): its counters
+//! and key are what it costs while asleep.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,8 +45,13 @@ pub struct Published {
     consumers: AtomicU64,
     in_flight: AtomicU64,
     pending_non_persistent: AtomicU64,
-    /// Whether its actor runs (set by the registry; a reading lists running ones).
+    /// Whether its actor runs, or it sleeps (set by the registry; a reading lists
+    /// these).
     running: AtomicBool,
+    /// Asleep: its actor stopped while idle, the next request starts one.
+    asleep: AtomicBool,
+    /// Times it went to sleep.
+    sleeps: AtomicU64,
     /// On the change list since the last reading took it.
     dirty: AtomicBool,
     changes: Arc<ChangeList>,
@@ -70,6 +77,8 @@ impl Published {
             in_flight: AtomicU64::new(0),
             pending_non_persistent: AtomicU64::new(0),
             running: AtomicBool::new(false),
+            asleep: AtomicBool::new(false),
+            sleeps: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
             changes,
         }
@@ -89,6 +98,31 @@ impl Published {
     /// Whether its actor runs now.
     pub fn is_running(&self) -> bool {
         self.running.load(Ordering::Acquire)
+    }
+
+    /// Whether it sleeps now (see [`crate::destination::sleep`]).
+    pub fn is_asleep(&self) -> bool {
+        self.asleep.load(Ordering::Acquire)
+    }
+
+    /// Times it went to sleep since the broker started.
+    pub fn sleeps(&self) -> u64 {
+        self.sleeps.load(Ordering::Relaxed)
+    }
+
+    /// A new actor of this destination starts with `counters` (its own, all 0): they
+    /// take the published values (those of the actor before it), and the entry keeps
+    /// them. The kind's own published counters (consumed, dead-lettered) are read by
+    /// the kind from [`Self::read`].
+    pub fn carry_on(&self, counters: &mut DestinationCounters) {
+        let was = self.read().counters;
+        counters.enqueued = was.enqueued;
+        counters.dispatched = was.dispatched;
+        counters.expired = was.expired;
+        counters.expiry_pages = was.expiry_pages;
+        counters.expiry_pages_started = was.expiry_pages;
+        counters.expiry_runs = was.expiry_runs;
+        counters.max_expiry_page_rows = was.max_expiry_page_rows;
     }
 
     /// Puts it on the change list, unless it is there already: the next reading reads
@@ -221,6 +255,8 @@ pub struct Gauges {
 pub struct StatsBoard {
     entries: parking_lot::Mutex<HashMap<DestinationKey, Arc<Published>>>,
     changes: Arc<ChangeList>,
+    /// Entries marked asleep now.
+    asleep: AtomicU64,
 }
 
 impl StatsBoard {
@@ -243,16 +279,40 @@ impl StatsBoard {
         self.entries.lock().get(key).cloned()
     }
 
-    /// `key`'s actor started: its entry (made if there is none), running and marked.
+    /// `key`'s actor started: its entry (made if there is none), running, awake and
+    /// marked.
     pub fn started(&self, key: &DestinationKey) -> Arc<Published> {
         let entry = self.entry(key);
         entry.running.store(true, Ordering::Release);
+        self.asleep(key, false);
         entry.mark();
         entry
     }
 
+    /// `key` went to sleep (`true`) or woke (`false`): its entry says so, and the
+    /// board counts it ([`Self::asleep_count`]).
+    pub fn asleep(&self, key: &DestinationKey, asleep: bool) {
+        if let Some(entry) = self.get(key) {
+            if entry.asleep.swap(asleep, Ordering::AcqRel) != asleep {
+                if asleep {
+                    self.asleep.fetch_add(1, Ordering::Relaxed);
+                    entry.sleeps.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.asleep.fetch_sub(1, Ordering::Relaxed);
+                }
+                entry.mark();
+            }
+        }
+    }
+
+    /// Destinations asleep now.
+    pub fn asleep_count(&self) -> u64 {
+        self.asleep.load(Ordering::Relaxed)
+    }
+
     /// `key` was deleted: its entry goes (marked, so that the next reading drops it).
     pub fn remove(&self, key: &DestinationKey) {
+        self.asleep(key, false);
         if let Some(entry) = self.entries.lock().remove(key) {
             entry.running.store(false, Ordering::Release);
             entry.mark();

@@ -1,0 +1,103 @@
+//! Idle destinations sleep: [`Doze`], [`Sleep`] and [`IdleWatch`].
+//!
+//! A destination that has been idle for its policy's `inactive_timeout_before_sleep`
+//! (see [`crate::policy::Policy::inactive_timeout_before_sleep`]) stops its actor and
+//! keeps only its key (in the registry) and its counters (its [`super::Published`]
+//! entry): a few hundred bytes instead of the actor's kilobytes. The steps:
+//!
+//! 1. While it may sleep, the actor runs one interval timer of the timeout; an
+//!    [`IdleWatch`] says when it has been idle at two ticks in a row with nothing
+//!    counted between them (so it sleeps between one and two timeouts after the last
+//!    thing that happened to it). It then sends [`Doze`] to the registry.
+//! 2. The registry, unless the destination is being deleted or the broker shuts down,
+//!    holds every request for it (as during a deletion) and asks the actor to
+//!    [`Sleep`].
+//! 3. The actor looks again: if anything arrived meanwhile (a consumer, a message, a
+//!    write in flight) it refuses and stays awake. Otherwise it retires as a deleted
+//!    destination does (publishes, subscriptions, dead letters, takes and scheduled
+//!    releases that reach it from now on are answered
+//!    [`crate::error::ActorError::Retired`], and the broker sends each again to its
+//!    successor), stops its housekeeping, and answers once every write it queued
+//!    has committed: the store then holds all it had.
+//! 4. The registry marks it asleep, stops the actor and releases the held requests;
+//!    the first of them starts a new actor, which reads the store as after a restart
+//!    and carries on the counters from the entry.
+//!
+//! Nothing is lost or reordered: the old actor took nothing after it retired, every
+//! write it took had committed before the new one started, and a producer's next send
+//! waits for its place in the new actor's order as any send does.
+
+use actix::prelude::*;
+
+use super::DestinationKey;
+use crate::error::ActorError;
+
+/// To the registry: destination `key` has been idle for its timeout and may sleep
+/// (see the module documentation). The registry asks the destination's actor of the
+/// moment, which refuses unless it is idle; ignored while it is being deleted or
+/// goes to sleep already, and once the broker shuts down.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Doze {
+    /// Which destination.
+    pub key: DestinationKey,
+}
+
+/// From the registry: sleep now if still idle. Refused with [`ActorError::InUse`]
+/// when something arrived since [`Doze`] (or the kind does not sleep); otherwise the
+/// destination is retired and the answer comes once every write it queued has
+/// committed.
+#[derive(Message)]
+#[rtype(result = "Result<(), ActorError>")]
+pub struct Sleep;
+
+/// When an idle destination asks to sleep: two ticks in a row that found it idle, with
+/// the same activity count (anything it counts: messages in and out, browses, takes).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IdleWatch {
+    /// The activity count at the last tick that found it idle.
+    idle_at: Option<u64>,
+}
+
+impl IdleWatch {
+    /// A tick: `idle` says whether the destination may sleep now, `activity` is its
+    /// activity count. True when it should ask to sleep ([`Doze`]).
+    pub fn tick(&mut self, idle: bool, activity: u64) -> bool {
+        if !idle {
+            self.idle_at = None;
+            return false;
+        }
+        if self.idle_at == Some(activity) {
+            return true;
+        }
+        self.idle_at = Some(activity);
+        false
+    }
+
+    /// Whether the activity count is still the one the last idle tick saw (nothing
+    /// happened since the tick that asked to sleep).
+    pub fn still(&self, activity: u64) -> bool {
+        self.idle_at == Some(activity)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn it_asks_after_two_idle_ticks_with_nothing_between() {
+        let mut w = IdleWatch::default();
+        assert!(!w.tick(true, 5), "the first idle tick only notes the count");
+        assert!(w.tick(true, 5), "idle for a whole period");
+        let mut w = IdleWatch::default();
+        assert!(!w.tick(true, 5));
+        assert!(!w.tick(true, 6), "something happened between the ticks");
+        assert!(w.tick(true, 6));
+        let mut w = IdleWatch::default();
+        assert!(!w.tick(true, 5));
+        assert!(!w.tick(false, 5), "busy at the tick");
+        assert!(!w.tick(true, 5), "idle again: a whole period from now");
+        assert!(w.tick(true, 5));
+    }
+}

@@ -1,0 +1,284 @@
+//! Idle queues sleep (`inactive_timeout_before_sleep`): the actor stops and only the
+//! key and counters stay; whatever reaches a sleeping queue wakes it, with nothing lost
+//! or reordered — a send, a subscription (plain or wildcard), a browse, a purge, a dead
+//! letter, a scheduled release — also when it races the queue going to sleep.
+
+use std::time::Duration;
+
+use ebb::test_util::*;
+use ebb::{AckMode, Broker, Message, Policy, SubscribeOptions, UsageConfig};
+use futures::StreamExt;
+
+/// A queue policy that sleeps after `ms` idle (no expiry timer).
+fn sleepy(ms: u64) -> Policy {
+    Policy {
+        expire_messages_period: 0,
+        inactive_timeout_before_sleep: ms,
+        ..Policy::default()
+    }
+}
+
+/// The reading of queue `name` (`queue://name`).
+async fn reading(b: &Broker, name: &str) -> ebb::stats::DestinationStats {
+    let container = format!("queue://{name}");
+    b.stats()
+        .await
+        .unwrap()
+        .destinations
+        .into_iter()
+        .find(|d| d.destination == container)
+        .unwrap_or_else(|| panic!("{container} is not in the reading"))
+}
+
+/// Waits until queue `name` is asleep, and answers its reading then.
+async fn asleep(b: &Broker, name: &str) -> ebb::stats::DestinationStats {
+    poll_until(&format!("queue://{name} sleeps"), || async {
+        let d = reading(b, name).await;
+        d.asleep.then_some(d)
+    })
+    .await
+}
+
+/// A queue with a backlog and no consumer sleeps: the reading keeps it, with its
+/// depth and counters, and says it sleeps. A consumer wakes it and gets the backlog
+/// in order; the counters carry on from where they were.
+async fn an_idle_queue_sleeps_and_wakes_with_its_messages(t: TestStore) {
+    let b = broker_with(&t, vec![("queue://>", sleepy(30))], UsageConfig::default()).await;
+    for i in 0..10 {
+        b.send(
+            "queue://idle",
+            Message::new(format!("m{i}")).persistent(true),
+        )
+        .await
+        .unwrap();
+    }
+    let d = asleep(&b, "idle").await;
+    assert_eq!((d.queue_size, d.enqueued_total), (10, 10), "{d:?}");
+    assert_eq!(d.sleeps_total, 1, "{d:?}");
+    let summary = b.stats().await.unwrap();
+    assert_eq!(summary.totals.asleep, 1, "{:?}", summary.totals);
+
+    let mut sub = b
+        .subscribe(
+            "queue://idle",
+            SubscribeOptions::non_durable().ack(AckMode::Client),
+        )
+        .await
+        .unwrap();
+    let got = take(&mut sub, 10).await;
+    let bodies: Vec<String> = got.iter().map(body).collect();
+    let sent: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+    assert_eq!(bodies, sent, "woken, it reads its backlog in order");
+    for m in &got {
+        sub.ack(m).await.unwrap();
+    }
+    let d = reading(&b, "idle").await;
+    assert!(!d.asleep, "a consumer keeps it awake: {d:?}");
+    assert_eq!(
+        (d.enqueued_total, d.dequeued_total, d.delivered_total),
+        (10, 10, 10),
+        "the counters carried on across the sleep: {d:?}"
+    );
+    drop(sub);
+    // Alone and empty again, it sleeps again.
+    let d = asleep(&b, "idle").await;
+    assert_eq!((d.queue_size, d.sleeps_total), (0, 2), "{d:?}");
+    b.shutdown().await.unwrap();
+}
+
+/// Four producers send in bursts with pauses longer than the queue's timeout, so the
+/// queue goes to sleep and wakes again and again while the sends go on (some reach
+/// it as it goes to sleep). Every message arrives once, in each producer's order.
+/// (All persistent: a non-persistent message waiting keeps a queue awake.)
+async fn sends_racing_sleep_lose_nothing_and_keep_order(t: TestStore) {
+    let b = broker_with(&t, vec![("queue://>", sleepy(3))], UsageConfig::default()).await;
+    const PRODUCERS: usize = 4;
+    const BURST: usize = 4;
+    const ROUNDS: usize = 40;
+    const N: usize = BURST * ROUNDS;
+    for round in 0..ROUNDS {
+        // Each producer sends a burst, the four at once; then all pause together.
+        let bursts = (0..PRODUCERS).map(|p| {
+            let b = b.clone();
+            async move {
+                for i in round * BURST..(round + 1) * BURST {
+                    let m = Message::new(format!("{p}-{i:04}")).persistent(true);
+                    b.send("queue://race", m).await.unwrap();
+                }
+            }
+        });
+        futures::future::join_all(bursts).await;
+        // 0–15 ms: some pauses outlast two ticks, some end as the queue dozes.
+        let pause = (round * 7 % 16) as u64;
+        actix_rt::time::sleep(Duration::from_millis(pause)).await;
+    }
+    let d = reading(&b, "race").await;
+    assert!(
+        d.sleeps_total >= 3,
+        "the queue slept only {} times: the race was not run",
+        d.sleeps_total
+    );
+    let mut sub = b
+        .subscribe("queue://race", SubscribeOptions::non_durable().prefetch(50))
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, PRODUCERS * N)
+        .await
+        .iter()
+        .map(body)
+        .collect();
+    assert!(next_within(&mut sub, 100).await.is_none(), "nothing twice");
+    for p in 0..PRODUCERS {
+        let mine: Vec<&String> = got
+            .iter()
+            .filter(|m| m.starts_with(&format!("{p}-")))
+            .collect();
+        let sent: Vec<String> = (0..N).map(|i| format!("{p}-{i:04}")).collect();
+        assert_eq!(
+            mine,
+            sent.iter().collect::<Vec<_>>(),
+            "producer {p}: every message once, in order"
+        );
+    }
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
+/// A dead letter for a sleeping dead-letter queue wakes it; a scheduled message due
+/// for a sleeping queue wakes it; a wildcard consumer wakes the sleeping queues it
+/// matches and consumes from them.
+async fn dead_letters_scheduled_messages_and_wildcards_wake_a_queue(t: TestStore) {
+    let policy = Policy {
+        maximum_redeliveries: 0,
+        ..sleepy(30)
+    };
+    let b = broker_with(&t, vec![("queue://>", policy)], UsageConfig::default()).await;
+    b.send("queue://DLQ.work", Message::new("earlier").persistent(true))
+        .await
+        .unwrap();
+    b.send("queue://later", Message::new("first").persistent(true))
+        .await
+        .unwrap();
+    for q in ["DLQ.work", "later"] {
+        asleep(&b, q).await;
+    }
+
+    // A dead letter.
+    b.send("queue://work", Message::new("poison").persistent(true))
+        .await
+        .unwrap();
+    let mut sub = b
+        .subscribe(
+            "queue://work",
+            SubscribeOptions::non_durable().ack(AckMode::Client),
+        )
+        .await
+        .unwrap();
+    let m = next(&mut sub).await;
+    sub.nack(&m).await.unwrap();
+    drop(sub);
+    let mut dlq = b
+        .subscribe("queue://DLQ.work", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut dlq, 2).await.iter().map(body).collect();
+    assert_eq!(got, ["earlier", "poison"]);
+    drop(dlq);
+
+    // A scheduled release, due while the queue sleeps.
+    b.send(
+        "queue://later",
+        Message::new("second")
+            .persistent(true)
+            .delay(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    asleep(&b, "later").await;
+    let d = poll_until("the scheduled message is released", || async {
+        let d = reading(&b, "later").await;
+        (d.queue_size == 2).then_some(d)
+    })
+    .await;
+    assert_eq!(d.enqueued_total, 2, "{d:?}");
+    let mut sub = b
+        .subscribe("queue://later", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, 2).await.iter().map(body).collect();
+    assert_eq!(got, ["first", "second"]);
+    drop(sub);
+
+    // A wildcard consumer.
+    for q in ["w.a", "w.b"] {
+        b.send(&*format!("queue://{q}"), Message::new(q).persistent(true))
+            .await
+            .unwrap();
+    }
+    for q in ["w.a", "w.b"] {
+        asleep(&b, q).await;
+    }
+    let mut wild = b
+        .subscribe("queue://w.>", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let mut got: Vec<String> = take(&mut wild, 2).await.iter().map(body).collect();
+    got.sort();
+    assert_eq!(got, ["w.a", "w.b"]);
+    drop(wild);
+    b.shutdown().await.unwrap();
+}
+
+/// Browsing, purging and moving the messages of a sleeping queue wake it and see
+/// everything it holds; its stats are read without waking it.
+async fn browse_purge_and_move_reach_a_sleeping_queue(t: TestStore) {
+    let b = broker_with(&t, vec![("queue://>", sleepy(30))], UsageConfig::default()).await;
+    for i in 0..5 {
+        b.send(
+            "queue://kept",
+            Message::new(format!("k{i}")).persistent(true),
+        )
+        .await
+        .unwrap();
+    }
+    let before = asleep(&b, "kept").await;
+    let view = b.destination_view("queue://kept").await.unwrap().unwrap();
+    assert_eq!(view.stats.queue_size, 5);
+    assert!(view.stats.asleep, "reading its stats does not wake it");
+    assert_eq!(reading(&b, "kept").await.sleeps_total, before.sleeps_total);
+
+    let browsed: Vec<String> = b
+        .browse_queue("queue://kept")
+        .await
+        .unwrap()
+        .map(|m| body(&m.unwrap()))
+        .collect()
+        .await;
+    assert_eq!(browsed, ["k0", "k1", "k2", "k3", "k4"]);
+    asleep(&b, "kept").await;
+    let moved = b
+        .move_messages(
+            "queue://kept",
+            Some(ebb::DestinationKey::queue("moved").unwrap()),
+            ebb::admin::Selection::All { after: 0 },
+            2,
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved.taken, 2, "{moved:?}");
+    asleep(&b, "kept").await;
+    let purged = b.purge_queue("queue://kept").await.unwrap();
+    assert_eq!(purged.taken, 3, "{purged:?}");
+    let d = asleep(&b, "kept").await;
+    assert_eq!(d.queue_size, 0, "{d:?}");
+    assert_eq!(reading(&b, "moved").await.queue_size, 2);
+    b.shutdown().await.unwrap();
+}
+
+on_every_backend!(
+    #[actix_rt::test]
+    an_idle_queue_sleeps_and_wakes_with_its_messages,
+    sends_racing_sleep_lose_nothing_and_keep_order,
+    dead_letters_scheduled_messages_and_wildcards_wake_a_queue,
+    browse_purge_and_move_reach_a_sleeping_queue,
+);
