@@ -39,7 +39,11 @@
 //! carries on the counters of its stats entry. Listings and "is it running" count a
 //! sleeping destination as running (it was started and is not deleted); the advisory
 //! of a new destination is not sent again when it wakes. A wildcard subscription
-//! that starts watching wakes the sleeping destinations it matches.
+//! that starts watching wakes the sleeping destinations it matches. A sleeping queue
+//! whose store holds messages that expire is woken for them ([`ExpireDue`]) at the
+//! time its [`Sleep`] answer gave: the registry keeps those times in one ordered set
+//! and one timer for the earliest, and wakes the due queues [`EXPIRY_WAKE_PAGE`] at a
+//! time, the next page once the one before has ended its expiry runs.
 //!
 //! Shutdown, in order: refuse new destinations; stop every destination's housekeeping
 //! (each answers once its page in flight has finished, and starts none after); end
@@ -47,12 +51,12 @@
 //! destination answers once the acks it accepted are committed); flush the store actor
 //! (every accepted write commits); close the pool last.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use actix::prelude::*;
 use ebb_store::{Moved, SubscriptionKey};
 
-use crate::destination::sleep::{Doze, Sleep};
+use crate::destination::sleep::{Doze, ExpireDue, Sleep};
 use crate::destination::{DestinationKey, DestinationPattern};
 use crate::error::ActorError;
 use crate::housekeeping::HousekeepingBudget;
@@ -85,6 +89,10 @@ const DEFINITION_PAGE: u32 = 500;
 /// subscriptions listed, or messages deleted, in one write.
 pub const DELETE_PAGE: u32 = 1000;
 
+/// Sleeping queues woken for expiry at a time ([`ExpireDue`]): the next page is woken
+/// once each of these has ended its expiry run.
+pub const EXPIRY_WAKE_PAGE: usize = 64;
+
 /// Resolves once a destination's deletion has ended (done or failed).
 type Deleted = futures::future::Shared<futures::channel::oneshot::Receiver<()>>;
 
@@ -110,10 +118,10 @@ struct Watcher {
 }
 
 /// A destination the registry knows: its running actor, or asleep (no actor; the next
-/// request starts one).
+/// request starts one) with the time to wake it for expiry (epoch ms), if any.
 enum Slot {
     Running(DestinationAddr),
-    Asleep,
+    Asleep(Option<u64>),
 }
 
 impl Slot {
@@ -129,7 +137,7 @@ impl Slot {
     fn exists(&self) -> bool {
         match self {
             Slot::Running(addr) => addr.connected(),
-            Slot::Asleep => true,
+            Slot::Asleep(_) => true,
         }
     }
 }
@@ -146,6 +154,12 @@ pub struct BrokerActor {
     deleting: HashMap<DestinationKey, Deleted>,
     /// Destinations going to sleep: requests for them wait for the end.
     dozing: HashMap<DestinationKey, Deleted>,
+    /// Sleeping queues to wake for expiry: (when, epoch ms; which), as their slots say.
+    expiry_wakes: BTreeSet<(u64, DestinationKey)>,
+    /// The timer for the earliest of [`Self::expiry_wakes`]: its time and handle.
+    wake_timer: Option<(u64, SpawnHandle)>,
+    /// A page of expiry wakes is under way (the timer waits for its end).
+    waking: bool,
     shutting_down: bool,
     /// Where destinations report what happens to them (advisory topics).
     events: crate::events::Events,
@@ -166,6 +180,9 @@ impl BrokerActor {
             wildcard_durables: Vec::new(),
             deleting: HashMap::new(),
             dozing: HashMap::new(),
+            expiry_wakes: BTreeSet::new(),
+            wake_timer: None,
+            waking: false,
             shutting_down: false,
             events: crate::events::Events::default(),
             board: std::sync::Arc::default(),
@@ -231,7 +248,7 @@ impl BrokerActor {
         let woken = match self.destinations.get(&key) {
             Some(slot) => match slot.running() {
                 Some(addr) => return Ok(addr.clone()),
-                None => matches!(slot, Slot::Asleep),
+                None => matches!(slot, Slot::Asleep(_)),
             },
             None => false,
         };
@@ -239,6 +256,7 @@ impl BrokerActor {
             return Err(ActorError::ShuttingDown);
         }
         if woken {
+            self.forget_wake(&key);
             tracing::debug!(destination = %key, "a sleeping destination wakes");
         }
         let policy = self.policies.policy_for(&key);
@@ -511,7 +529,7 @@ impl Handler<Watch> for BrokerActor {
         let asleep: Vec<DestinationKey> = self
             .destinations
             .iter()
-            .filter(|(k, slot)| matches!(slot, Slot::Asleep) && msg.pattern.matches(k))
+            .filter(|(k, slot)| matches!(slot, Slot::Asleep(_)) && msg.pattern.matches(k))
             .map(|(k, _)| k.clone())
             .collect();
         for key in asleep {
@@ -662,6 +680,7 @@ impl BrokerActor {
                     Err(e) => tracing::warn!(destination = %key, error = %e,
                         "deleting the destination failed; what is left stays"),
                 }
+                act.forget_wake(&key);
                 act.destinations.remove(&key);
                 act.board.remove(&key);
                 addr.stop();
@@ -862,16 +881,104 @@ impl Handler<Doze> for BrokerActor {
         self.dozing
             .insert(key.clone(), futures::FutureExt::shared(dozed));
         let target = addr.clone();
-        let asked = async move { matches!(target.ask(Sleep).await, Ok(Ok(()))) };
-        Box::pin(asked.into_actor(self).map(move |asleep, act, _| {
-            if asleep {
-                act.destinations.insert(key.clone(), Slot::Asleep);
+        let asked = async move {
+            match target.ask(Sleep).await {
+                Ok(Ok(slept)) => Some(slept),
+                _ => None,
+            }
+        };
+        Box::pin(asked.into_actor(self).map(move |slept, act, ctx| {
+            if let Some(slept) = slept {
+                act.destinations
+                    .insert(key.clone(), Slot::Asleep(slept.wake_at));
+                if let Some(at) = slept.wake_at {
+                    act.expiry_wakes.insert((at, key.clone()));
+                    act.arm_wake_timer(ctx);
+                }
                 act.board.asleep(&key, true);
                 addr.stop();
-                tracing::debug!(destination = %key, "destination asleep");
+                tracing::debug!(destination = %key, wake_at = ?slept.wake_at, "destination asleep");
             }
             act.dozing.remove(&key);
             let _ = done.send(());
         }))
+    }
+}
+
+/// Expiry of sleeping queues (module documentation).
+impl BrokerActor {
+    /// Drops `key`'s expiry wake (it woke, or is deleted).
+    fn forget_wake(&mut self, key: &DestinationKey) {
+        if let Some(Slot::Asleep(Some(at))) = self.destinations.get(key) {
+            self.expiry_wakes.remove(&(*at, key.clone()));
+        }
+    }
+
+    /// Sets the timer for the earliest expiry wake, unless a page of wakes is under way
+    /// (its end sets it) or the timer is set for that time or sooner.
+    fn arm_wake_timer(&mut self, ctx: &mut Context<Self>) {
+        if self.waking || self.shutting_down {
+            return;
+        }
+        let Some(&(first, _)) = self.expiry_wakes.first() else {
+            if let Some((_, timer)) = self.wake_timer.take() {
+                ctx.cancel_future(timer);
+            }
+            return;
+        };
+        if let Some((at, timer)) = self.wake_timer {
+            if at <= first {
+                return;
+            }
+            ctx.cancel_future(timer);
+        }
+        let wait = first.saturating_sub(crate::destination::now_ms().max(0) as u64);
+        let timer = ctx.run_later(std::time::Duration::from_millis(wait), |act, ctx| {
+            act.wake_timer = None;
+            act.wake_expiring(ctx);
+        });
+        self.wake_timer = Some((first, timer));
+    }
+
+    /// Wakes the sleeping queues whose expiry wake is due, at most
+    /// [`EXPIRY_WAKE_PAGE`], each with [`ExpireDue`]; once each has ended its run, the
+    /// timer is set for what is left.
+    fn wake_expiring(&mut self, ctx: &mut Context<Self>) {
+        if self.waking || self.shutting_down {
+            return;
+        }
+        let now = crate::destination::now_ms().max(0) as u64;
+        let mut page = Vec::new();
+        while page.len() < EXPIRY_WAKE_PAGE {
+            match self.expiry_wakes.first() {
+                Some((at, _)) if *at <= now => {}
+                _ => break,
+            }
+            let Some((_, key)) = self.expiry_wakes.pop_first() else {
+                break;
+            };
+            if let Some(slot) = self.destinations.get_mut(&key) {
+                // Woken now: the slot no longer names a wake time.
+                *slot = Slot::Asleep(None);
+            }
+            match self.destination(key.clone(), ctx) {
+                // Only queues sleep.
+                Ok(DestinationAddr::Queue(queue)) => page.push(queue),
+                Ok(DestinationAddr::Topic(_)) => {}
+                Err(e) => tracing::warn!(destination = %key, error = %e,
+                    "a sleeping queue could not be woken for expiry"),
+            }
+        }
+        if page.is_empty() {
+            self.arm_wake_timer(ctx);
+            return;
+        }
+        tracing::debug!(queues = page.len(), "sleeping queues woken for expiry");
+        self.waking = true;
+        let runs = futures::future::join_all(page.into_iter().map(|queue| queue.send(ExpireDue)));
+        ctx.spawn(runs.into_actor(self).map(|_, act, ctx| {
+            act.waking = false;
+            act.arm_wake_timer(ctx);
+        }));
     }
 }

@@ -77,9 +77,9 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use ebb_store::{Moved, Payload};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use crate::destination::sleep::{Doze, IdleWatch, Sleep};
+use crate::destination::sleep::{Doze, ExpireDue, IdleWatch, Sleep, Slept};
 use crate::destination::{
     self, destination_handlers, now_ms, AckBatch, Completions, DestinationActor, DestinationCore,
     DestinationKey, Gauges, Plan, Published,
@@ -265,6 +265,10 @@ pub struct QueueActor {
     idle: IdleWatch,
     /// Browses and takes begun (activity the counters do not show).
     touched: u64,
+    /// Woken for expiry ([`ExpireDue`]): asks to sleep again when the run ends.
+    doze_after_run: bool,
+    /// [`ExpireDue`]s answered when the expiry run ends.
+    after_run: Vec<oneshot::Sender<()>>,
     /// Held rows a take (a purge, a move) took before the queue read them back: a read
     /// of held rows must not put them back. Each is forgotten once its take's write
     /// has answered (the number of the last read begun before then) and every read
@@ -310,6 +314,8 @@ impl QueueActor {
             sleeper: None,
             idle: IdleWatch::default(),
             touched: 0,
+            doze_after_run: false,
+            after_run: Vec::new(),
         }
     }
 
@@ -1396,8 +1402,10 @@ impl Actor for QueueActor {
 impl QueueActor {
     /// Whether it holds nothing a successor reading the store would not find, and
     /// waits for nothing: no consumer, no delivery, nothing in memory, no write or
-    /// read in flight, no open transaction, nothing that expires. (Redeliveries held
-    /// in their rows may wait: the successor reads them back as after a restart.)
+    /// read in flight, no open transaction, no expiry run under way. (Redeliveries
+    /// held in their rows may wait: the successor reads them back as after a restart;
+    /// stored messages that expire later too: the registry wakes it for them,
+    /// [`Slept::wake_at`].)
     fn may_sleep(&self) -> bool {
         let core = &self.core;
         !core.retired
@@ -1416,7 +1424,6 @@ impl QueueActor {
             && core.order.waiting() == 0
             && self.held.is_idle()
             && !self.scanning
-            && !core.schedule.expiry_armed()
             && !core.schedule.run_active()
     }
 
@@ -1446,7 +1453,7 @@ impl QueueActor {
 }
 
 impl Handler<Sleep> for QueueActor {
-    type Result = ResponseFuture<Result<(), ActorError>>;
+    type Result = ResponseFuture<Result<Slept, ActorError>>;
 
     fn handle(&mut self, _: Sleep, ctx: &mut Context<Self>) -> Self::Result {
         // Anything since the last idle tick (a browse begun, a message) keeps it awake.
@@ -1456,7 +1463,46 @@ impl Handler<Sleep> for QueueActor {
                 async move { Err(ActorError::InUse(format!("{container} is not idle"))) },
             );
         }
-        destination::retire(self, ctx)
+        let retired = destination::retire(self, ctx);
+        // Expiry goes on while it sleeps: the registry wakes it for its earliest
+        // expiration, read once its writes have committed.
+        let period = self.core.policy.expire_messages_period;
+        let lookup = (period > 0 && self.core.schedule.expiry_armed()).then(|| {
+            let store = Arc::clone(self.core.store.store());
+            (store, self.core.container.clone())
+        });
+        Box::pin(async move {
+            retired.await?;
+            let Some((store, container)) = lookup else {
+                return Ok(Slept::default());
+            };
+            let next = store.next_expiration(&container).await.unwrap_or_else(|e| {
+                // Woken a period from now to look again.
+                tracing::warn!(queue = %container, error = %e, "cannot read the next expiration of a queue going to sleep");
+                Some(0)
+            });
+            Ok(Slept::after(next, now_ms() as u64, period))
+        })
+    }
+}
+
+/// Woken for expiry by the registry (see [`crate::destination::sleep`]): an expiry run
+/// now, answered when it ends; the queue then asks to sleep again at once if idle.
+impl Handler<ExpireDue> for QueueActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: ExpireDue, ctx: &mut Context<Self>) -> Self::Result {
+        self.doze_after_run = true;
+        let (answer, answered) = oneshot::channel();
+        self.after_run.push(answer);
+        DestinationActor::tick(self, ctx);
+        if !self.core.schedule.run_active() {
+            // Nothing to expire after all (or a stop under way): over at once.
+            self.run_ended(ctx);
+        }
+        Box::pin(async move {
+            let _ = answered.await;
+        })
     }
 }
 
@@ -1520,6 +1566,22 @@ impl DestinationActor for QueueActor {
     /// Only when no message in memory has an expiration either.
     fn may_disarm(&self) -> bool {
         self.cursor.transient_len() == 0
+    }
+
+    /// Answers the [`ExpireDue`]s waiting for the run; woken for it, asks to sleep
+    /// again at once if idle.
+    fn run_ended(&mut self, _: &mut Context<Self>) {
+        for answer in self.after_run.drain(..) {
+            let _ = answer.send(());
+        }
+        if std::mem::take(&mut self.doze_after_run) && self.may_sleep() {
+            self.idle.settle(self.activity());
+            if let Some(sleeper) = &self.sleeper {
+                sleeper.do_send(Doze {
+                    key: self.core.key.clone(),
+                });
+            }
+        }
     }
 
     fn in_use(&self) -> Option<String> {

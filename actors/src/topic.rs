@@ -814,7 +814,7 @@ destination_handlers!(TopicActor);
 /// Topics do not sleep yet (their durable subscriptions' cursors would have to be
 /// rebuilt from the store): always refused.
 impl Handler<crate::destination::sleep::Sleep> for TopicActor {
-    type Result = Result<(), ActorError>;
+    type Result = Result<crate::destination::sleep::Slept, ActorError>;
 
     fn handle(
         &mut self,

@@ -278,9 +278,13 @@ impl MessageStore for Detached {
         detached(&self.0, |s| async move { s.has_rows(&container).await }).await
     }
 
-    async fn has_expiring(&self, container: &str) -> Result<bool> {
+    async fn next_expiration(&self, container: &str) -> Result<Option<i64>> {
         let container = container.to_string();
-        detached(&self.0, |s| async move { s.has_expiring(&container).await }).await
+        detached(
+            &self.0,
+            |s| async move { s.next_expiration(&container).await },
+        )
+        .await
     }
 
     async fn count_messages(&self, container: &str) -> Result<u64> {

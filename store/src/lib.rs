@@ -624,9 +624,17 @@ pub trait MessageStore: Send + Sync + 'static {
         Ok(page.iter().map(|m| ExpiredKey::of(m)).collect())
     }
 
+    /// The earliest expiration (epoch ms) of `container`'s messages, prepared and held
+    /// ones included; `None` when none has one. One row of the expiration index
+    /// (`LIMIT 1`). A sleeping queue is woken for it
+    /// (`inactive_timeout_before_sleep`).
+    async fn next_expiration(&self, container: &str) -> Result<Option<i64>>;
+
     /// Whether `container` holds any message with an expiration (one indexed row at
-    /// most). A destination without one does no expiry work.
-    async fn has_expiring(&self, container: &str) -> Result<bool>;
+    /// most, [`Self::next_expiration`]). A destination without one does no expiry work.
+    async fn has_expiring(&self, container: &str) -> Result<bool> {
+        Ok(self.next_expiration(container).await?.is_some())
+    }
 
     /// Whether the store holds any message row of `container`, those of open
     /// transactions and scheduled ones included: one row, `LIMIT 1`.

@@ -2401,13 +2401,12 @@ macro_rules! impl_sql_store {
                     .collect())
             }
 
-            async fn has_expiring(&self, container: &str) -> $crate::Result<bool> {
-                let row: Option<i32> = sqlx::query_scalar(&self.sql.has_expiring)
+            async fn next_expiration(&self, container: &str) -> $crate::Result<Option<i64>> {
+                sqlx::query_scalar(&self.sql.next_expiration)
                     .bind(container)
                     .fetch_optional(&self.pool)
                     .await
-                    .map_err($crate::error::db("check expirations"))?;
-                Ok(row.is_some())
+                    .map_err($crate::error::db("read the next expiration"))
             }
 
             async fn has_rows(&self, container: &str) -> $crate::Result<bool> {

@@ -199,7 +199,9 @@ pub(crate) struct Statements {
     /// how many prepared rows have an xid in `[$1, $2)`, counted up to `$3`: the same
     /// range of `msgs_xidx`, keys only, `LIMIT $3` in a subquery
     pub count_prepared_range: String,
-    pub has_expiring: String,
+    /// the earliest expiration of container `$1` (`expiration > 0`), `LIMIT 1`: one
+    /// seek of the expiration index (`msgs_eidx`)
+    pub next_expiration: String,
     /// one row of container `$1`, prepared ones included (`LIMIT 1`, one seek of
     /// `msgs_cidx`): whether the store holds anything for it
     pub has_rows: String,
@@ -303,7 +305,7 @@ pub(crate) struct Statements {
 // (`tests/it/plans.rs` checks each plan, custom and generic, and the rows it examines).
 // Statements outside those transactions keep the planner's own choice: `recover_expired`'s
 // two (bounded by their id windows whatever the plan: the windows end at the
-// `limit`-th row, and the second reads only the runs found in them), `has_expiring`
+// `limit`-th row, and the second reads only the runs found in them), `next_expiration`
 // (`LIMIT 1` on the expiration index), the counts and the subscription reads (`acks`).
 //
 // SQLite positions a row comparison by its first column only, so its ranges are the
@@ -717,8 +719,9 @@ impl Statements {
             },
             read_held: held(p, backend, MESSAGE_COLUMNS, "$4", "$5"),
             next_held_due: held(p, backend, "m.due", &MAX_ID.to_string(), "1"),
-            has_expiring: format!(
-                "SELECT 1 FROM {p}msgs WHERE container = $1 AND expiration > 0 LIMIT 1"
+            next_expiration: format!(
+                "SELECT expiration FROM {p}msgs WHERE container = $1 AND expiration > 0 \
+                 ORDER BY expiration LIMIT 1"
             ),
             has_rows: format!("SELECT 1 FROM {p}msgs WHERE container = $1 LIMIT 1"),
             committed_probe: format!(
@@ -1008,7 +1011,7 @@ mod tests {
             &s.read_queue,
             &s.read_held,
             &s.next_held_due,
-            &s.has_expiring,
+            &s.next_expiration,
             &s.has_rows,
             &s.count_prepared_range,
             &s.prepared_ids,

@@ -190,8 +190,8 @@ impl MessageStore for FaultyStore {
     async fn has_rows(&self, c: &str) -> Result<bool> {
         self.inner.has_rows(c).await
     }
-    async fn has_expiring(&self, c: &str) -> Result<bool> {
-        self.inner.has_expiring(c).await
+    async fn next_expiration(&self, c: &str) -> Result<Option<i64>> {
+        self.inner.next_expiration(c).await
     }
     async fn count_messages(&self, c: &str) -> Result<u64> {
         self.inner.count_messages(c).await

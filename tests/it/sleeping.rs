@@ -1,7 +1,8 @@
 //! Idle queues sleep (`inactive_timeout_before_sleep`): the actor stops and only the
 //! key and counters stay; whatever reaches a sleeping queue wakes it, with nothing lost
 //! or reordered — a send, a subscription (plain or wildcard), a browse, a purge, a dead
-//! letter, a scheduled release — also when it races the queue going to sleep.
+//! letter, a scheduled release — also when it races the queue going to sleep; and its
+//! messages expire while it sleeps.
 
 use std::time::Duration;
 
@@ -277,10 +278,122 @@ async fn browse_purge_and_move_reach_a_sleeping_queue(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A queue policy that sleeps after `ms` idle and looks for expired messages every
+/// `period` ms.
+fn sleepy_expiring(ms: u64, period: u64) -> Policy {
+    Policy {
+        expire_messages_period: period,
+        ..sleepy(ms)
+    }
+}
+
+/// A queue holding messages that expire sleeps too; the registry wakes it when the
+/// earliest expires, it expires it and goes back to sleep at once; a message that
+/// expires much later does not wake it again meanwhile.
+async fn a_sleeping_queue_expires_its_messages_and_sleeps_again(t: TestStore) {
+    let policy = sleepy_expiring(30, 100);
+    let b = broker_with(&t, vec![("queue://>", policy)], UsageConfig::default()).await;
+    let q = "queue://ttl";
+    b.send(q, Message::new("kept").persistent(true))
+        .await
+        .unwrap();
+    b.send(
+        q,
+        Message::new("soon")
+            .persistent(true)
+            .ttl(Duration::from_millis(600)),
+    )
+    .await
+    .unwrap();
+    b.send(
+        q,
+        Message::new("later")
+            .persistent(true)
+            .ttl(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    let d = asleep(&b, "ttl").await;
+    assert_eq!((d.queue_size, d.expired_total), (3, 0), "{d:?}");
+    let slept = d.sleeps_total;
+
+    let d = poll_until("the sleeping queue's message expires", || async {
+        let d = reading(&b, "ttl").await;
+        (d.expired_total == 1 && d.asleep).then_some(d)
+    })
+    .await;
+    assert_eq!(d.queue_size, 2, "{d:?}");
+    assert_eq!(d.sleeps_total, slept + 1, "woken once, asleep again: {d:?}");
+
+    // Six periods on, "later" (an hour away) has not woken it.
+    actix_rt::time::sleep(Duration::from_millis(600)).await;
+    let d = reading(&b, "ttl").await;
+    assert!(d.asleep, "{d:?}");
+    assert_eq!(d.sleeps_total, slept + 1, "woken again for nothing: {d:?}");
+
+    let mut sub = b
+        .subscribe(q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, 2).await.iter().map(body).collect();
+    assert_eq!(got, ["kept", "later"]);
+    b.shutdown().await.unwrap();
+}
+
+/// More sleeping queues with messages expiring at once than the registry wakes in one
+/// page ([`ebb_actors::broker::EXPIRY_WAKE_PAGE`]): every one expires its message,
+/// keeps the other, and sleeps again.
+async fn many_sleeping_queues_expire_page_by_page(t: TestStore) {
+    const QUEUES: usize = ebb_actors::broker::EXPIRY_WAKE_PAGE + 36;
+    let policy = sleepy_expiring(30, 100);
+    let b = broker_with(&t, vec![("queue://>", policy)], UsageConfig::default()).await;
+    let name = |i: usize| format!("many.{i:03}");
+    for i in 0..QUEUES {
+        let q = format!("queue://{}", name(i));
+        b.send(&*q, Message::new("kept").persistent(true))
+            .await
+            .unwrap();
+        b.send(
+            &*q,
+            Message::new("gone")
+                .persistent(true)
+                .ttl(Duration::from_millis(800)),
+        )
+        .await
+        .unwrap();
+    }
+    poll_until(
+        "every queue expires its message and sleeps again",
+        || async {
+            let stats = b.stats().await.unwrap();
+            let done = stats
+                .destinations
+                .iter()
+                .filter(|d| d.destination.starts_with("queue://many."))
+                .filter(|d| d.asleep && d.expired_total == 1 && d.queue_size == 1)
+                .count();
+            (done == QUEUES).then_some(())
+        },
+    )
+    .await;
+    for i in [0, QUEUES / 2, QUEUES - 1] {
+        let q = format!("queue://{}", name(i));
+        let mut sub = b
+            .subscribe(&*q, SubscribeOptions::non_durable())
+            .await
+            .unwrap();
+        assert_eq!(body(&next(&mut sub).await), "kept");
+        assert!(next_within(&mut sub, 50).await.is_none(), "{q}");
+    }
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
     an_idle_queue_sleeps_and_wakes_with_its_messages,
     sends_racing_sleep_lose_nothing_and_keep_order,
     dead_letters_scheduled_messages_and_wildcards_wake_a_queue,
     browse_purge_and_move_reach_a_sleeping_queue,
+    a_sleeping_queue_expires_its_messages_and_sleeps_again,
+    many_sleeping_queues_expire_page_by_page,
 );

@@ -409,6 +409,11 @@ pub trait DestinationActor: Actor<Context = Context<Self>> + Handler<ExpiryPage>
         true
     }
 
+    /// An expiry run ended (its last page finished or failed, or a stop cut it). A
+    /// queue woken for expiry ([`crate::destination::sleep::ExpireDue`]) answers and
+    /// goes back to sleep here.
+    fn run_ended(&mut self, _ctx: &mut Context<Self>) {}
+
     /// Why the destination cannot be deleted now, for consumers of its own kind
     /// (`None`: nothing stops it). See [`Retire`].
     fn in_use(&self) -> Option<String>;
@@ -451,6 +456,7 @@ pub fn end_run<A: DestinationActor>(act: &mut A, ctx: &mut Context<A>) {
     core.schedule.wake_stop_waiters();
     schedule(act, ctx);
     idle_if_done(act, ctx);
+    act.run_ended(ctx);
 }
 
 /// An expiry page finished after handling `rows` rows under budget ticket `ticket`;

@@ -23,6 +23,17 @@
 //!    the first of them starts a new actor, which reads the store as after a restart
 //!    and carries on the counters from the entry.
 //!
+//! **Expiry goes on while it sleeps.** A queue whose store holds messages that expire
+//! may sleep too: its answer to [`Sleep`] says when to wake it ([`Slept::wake_at`]:
+//! its earliest expiration, one indexed row, but no sooner than one
+//! `expire_messages_period` from now, so a queue is woken for expiry at most once a
+//! period, and a message expires at most a period late, as while awake). The registry
+//! keeps one entry per such queue, ordered by that time, and wakes the due ones a
+//! page at a time ([`ExpireDue`]): each runs its expiry run at once and, when still
+//! idle, goes back to sleep as soon as the run ends; the next page is woken once the
+//! page before has ended. So no number of sleeping queues wakes at once, and a sleeping
+//! queue costs no timer of its own.
+//!
 //! Nothing is lost or reordered: the old actor took nothing after it retired, every
 //! write it took had committed before the new one started, and a producer's next send
 //! waits for its place in the new actor's order as any send does.
@@ -48,8 +59,37 @@ pub struct Doze {
 /// destination is retired and the answer comes once every write it queued has
 /// committed.
 #[derive(Message)]
-#[rtype(result = "Result<(), ActorError>")]
+#[rtype(result = "Result<Slept, ActorError>")]
 pub struct Sleep;
+
+/// The answer to [`Sleep`]: the destination is retired, its writes committed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Slept {
+    /// When to wake it for expiry (epoch ms): its store's earliest expiration, no
+    /// sooner than one `expire_messages_period` from now; `None` when nothing of it
+    /// expires or its policy turns expiry off (`expire_messages_period = 0`).
+    pub wake_at: Option<u64>,
+}
+
+impl Slept {
+    /// The wake time for a destination whose earliest stored expiration is `next`
+    /// (epoch ms; `None`: nothing expires), asleep at `now` (epoch ms) with expiry every
+    /// `period` ms (0: off). See [`Slept::wake_at`].
+    pub fn after(next: Option<i64>, now: u64, period: u64) -> Self {
+        let wake_at = match next {
+            Some(at) if period > 0 => Some(u64::try_from(at).unwrap_or(0).max(now + period)),
+            _ => None,
+        };
+        Self { wake_at }
+    }
+}
+
+/// From the registry to a queue it woke because its [`Slept::wake_at`] came: run an
+/// expiry run now (as a housekeeping tick would), answer when the run is over, and
+/// ask to sleep again at once ([`Doze`]) if still idle then.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ExpireDue;
 
 /// When an idle destination asks to sleep: two ticks in a row that found it idle, with
 /// the same activity count (anything it counts: messages in and out, browses, takes).
@@ -79,6 +119,13 @@ impl IdleWatch {
     pub fn still(&self, activity: u64) -> bool {
         self.idle_at == Some(activity)
     }
+
+    /// Idle now with `activity`, without waiting for ticks: the destination asks to
+    /// sleep at once ([`ExpireDue`]'s run ended), and [`Self::still`] holds until
+    /// something else happens.
+    pub fn settle(&mut self, activity: u64) {
+        self.idle_at = Some(activity);
+    }
 }
 
 #[cfg(test)]
@@ -99,5 +146,34 @@ mod tests {
         assert!(!w.tick(false, 5), "busy at the tick");
         assert!(!w.tick(true, 5), "idle again: a whole period from now");
         assert!(w.tick(true, 5));
+        let mut w = IdleWatch::default();
+        w.settle(7);
+        assert!(w.still(7));
+        assert!(!w.still(8), "something happened since");
+    }
+
+    #[test]
+    fn a_sleeper_is_woken_for_its_earliest_expiration_at_most_once_a_period() {
+        let now = 1_000_000;
+        assert_eq!(Slept::after(None, now, 30_000).wake_at, None);
+        assert_eq!(
+            Slept::after(Some(5_000_000), now, 30_000).wake_at,
+            Some(5_000_000)
+        );
+        assert_eq!(
+            Slept::after(Some(1_000_010), now, 30_000).wake_at,
+            Some(1_030_000),
+            "no sooner than a period from now"
+        );
+        assert_eq!(
+            Slept::after(Some(10), now, 30_000).wake_at,
+            Some(1_030_000),
+            "already expired: a period from now"
+        );
+        assert_eq!(
+            Slept::after(Some(5_000_000), now, 0).wake_at,
+            None,
+            "expiry off"
+        );
     }
 }

@@ -576,12 +576,22 @@ async fn has_expiring_sees_only_messages_with_an_expiration(t: TestStore) {
     assert!(!store.has_expiring(T).await.unwrap());
     store.add_messages(vec![message(T, "a", 0)]).await.unwrap();
     assert!(!store.has_expiring(T).await.unwrap());
+    assert_eq!(store.next_expiration(T).await.unwrap(), None);
+    let later = now_ms() + 60_000;
     store
-        .add_messages(vec![message(T, "b", now_ms() + 60_000)])
+        .add_messages(vec![message(T, "b", later), message(T, "c", later + 5)])
         .await
         .unwrap();
     assert!(store.has_expiring(T).await.unwrap());
+    assert_eq!(store.next_expiration(T).await.unwrap(), Some(later));
+    // The earliest, not the first stored.
+    store
+        .add_messages(vec![message(T, "d", later - 7)])
+        .await
+        .unwrap();
+    assert_eq!(store.next_expiration(T).await.unwrap(), Some(later - 7));
     assert!(!store.has_expiring("topic://other").await.unwrap());
+    assert_eq!(store.next_expiration("topic://other").await.unwrap(), None);
     let _ = EXPIRED;
 }
 
