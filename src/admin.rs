@@ -318,8 +318,14 @@ impl Broker {
             .list_subscriptions(&key.container(), after.as_ref(), limit)
             .await?;
         let keys: Vec<SubscriptionKey> = rows.iter().map(|s| s.key.clone()).collect();
-        let states = if self.registry().send(IsRunning(key.clone())).await? {
-            self.topic(&key).await?.send(DurableStates(keys)).await?
+        // A sleeping topic has no consumer: not woken to say so.
+        let asleep = self
+            .stats_board()
+            .get(&key)
+            .is_some_and(|entry| entry.is_asleep());
+        let states = if !asleep && self.registry().send(IsRunning(key.clone())).await? {
+            let make = || DurableStates(keys.clone());
+            self.ask_topic_live(&key, make, |_| false).await?
         } else {
             vec![DurableState::default(); rows.len()]
         };

@@ -31,7 +31,7 @@
 //! that reached the retired actor is answered [`ActorError::Retired`], and the broker
 //! sends it again to the new one: nothing accepted is lost, nothing is half-deleted.
 //!
-//! **Sleeping destinations** ([`crate::destination::sleep`]): a queue idle for its
+//! **Sleeping destinations** ([`crate::destination::sleep`]): a queue or topic idle for its
 //! policy's `inactive_timeout_before_sleep` asks to sleep ([`Doze`]); the registry
 //! holds requests for it as during a deletion, asks it to [`Sleep`] (refused if
 //! anything arrived), then stops its actor and keeps only the key, marked asleep. The
@@ -39,10 +39,10 @@
 //! carries on the counters of its stats entry. Listings and "is it running" count a
 //! sleeping destination as running (it was started and is not deleted); the advisory
 //! of a new destination is not sent again when it wakes. A wildcard subscription
-//! that starts watching wakes the sleeping destinations it matches. A sleeping queue
-//! whose store holds messages that expire is woken for them ([`ExpireDue`]) at the
+//! that starts watching wakes the sleeping destinations it matches. A sleeping
+//! destination whose store holds messages that expire is woken for them ([`ExpireDue`]) at the
 //! time its [`Sleep`] answer gave: the registry keeps those times in one ordered set
-//! and one timer for the earliest, and wakes the due queues [`EXPIRY_WAKE_PAGE`] at a
+//! and one timer for the earliest, and wakes the due ones [`EXPIRY_WAKE_PAGE`] at a
 //! time, the next page once the one before has ended its expiry runs.
 //!
 //! Shutdown, in order: refuse new destinations; stop every destination's housekeeping
@@ -89,7 +89,7 @@ const DEFINITION_PAGE: u32 = 500;
 /// subscriptions listed, or messages deleted, in one write.
 pub const DELETE_PAGE: u32 = 1000;
 
-/// Sleeping queues woken for expiry at a time ([`ExpireDue`]): the next page is woken
+/// Sleeping destinations woken for expiry at a time ([`ExpireDue`]): the next page is woken
 /// once each of these has ended its expiry run.
 pub const EXPIRY_WAKE_PAGE: usize = 64;
 
@@ -154,7 +154,8 @@ pub struct BrokerActor {
     deleting: HashMap<DestinationKey, Deleted>,
     /// Destinations going to sleep: requests for them wait for the end.
     dozing: HashMap<DestinationKey, Deleted>,
-    /// Sleeping queues to wake for expiry: (when, epoch ms; which), as their slots say.
+    /// Sleeping destinations to wake for expiry: (when, epoch ms; which), as their
+    /// slots say.
     expiry_wakes: BTreeSet<(u64, DestinationKey)>,
     /// The timer for the earliest of [`Self::expiry_wakes`]: its time and handle.
     wake_timer: Option<(u64, SpawnHandle)>,
@@ -273,7 +274,8 @@ impl BrokerActor {
                 let mut topic = TopicActor::new(key.clone(), policy, store, budget)
                     .with_published(self.board.started(&key))
                     .with_wildcard_durables(durables)
-                    .with_events(self.events.clone());
+                    .with_events(self.events.clone())
+                    .with_sleeper(ctx.address().recipient());
                 // Non-durable wildcard subscriptions are attached before the topic
                 // takes its first message (a message to a new topic would be missed
                 // by an attachment made later).
@@ -299,8 +301,10 @@ impl BrokerActor {
                         .do_send(Matched(key.clone(), addr.clone(), Some((id, rx))));
                 }
                 self.notify_watchers(&key, &addr, |w| w.durable.is_some());
-                self.events
-                    .emit(|| crate::events::Event::DestinationAdded(key.clone()));
+                if !woken {
+                    self.events
+                        .emit(|| crate::events::Event::DestinationAdded(key.clone()));
+                }
                 self.destinations.insert(key, Slot::Running(addr.clone()));
                 return Ok(addr);
             }
@@ -905,7 +909,7 @@ impl Handler<Doze> for BrokerActor {
     }
 }
 
-/// Expiry of sleeping queues (module documentation).
+/// Expiry of sleeping destinations (module documentation).
 impl BrokerActor {
     /// Drops `key`'s expiry wake (it woke, or is deleted).
     fn forget_wake(&mut self, key: &DestinationKey) {
@@ -940,7 +944,7 @@ impl BrokerActor {
         self.wake_timer = Some((first, timer));
     }
 
-    /// Wakes the sleeping queues whose expiry wake is due, at most
+    /// Wakes the sleeping destinations whose expiry wake is due, at most
     /// [`EXPIRY_WAKE_PAGE`], each with [`ExpireDue`]; once each has ended its run, the
     /// timer is set for what is left.
     fn wake_expiring(&mut self, ctx: &mut Context<Self>) {
@@ -962,20 +966,24 @@ impl BrokerActor {
                 *slot = Slot::Asleep(None);
             }
             match self.destination(key.clone(), ctx) {
-                // Only queues sleep.
-                Ok(DestinationAddr::Queue(queue)) => page.push(queue),
-                Ok(DestinationAddr::Topic(_)) => {}
+                Ok(addr) => page.push(addr),
                 Err(e) => tracing::warn!(destination = %key, error = %e,
-                    "a sleeping queue could not be woken for expiry"),
+                    "a sleeping destination could not be woken for expiry"),
             }
         }
         if page.is_empty() {
             self.arm_wake_timer(ctx);
             return;
         }
-        tracing::debug!(queues = page.len(), "sleeping queues woken for expiry");
+        tracing::debug!(
+            destinations = page.len(),
+            "sleeping destinations woken for expiry"
+        );
         self.waking = true;
-        let runs = futures::future::join_all(page.into_iter().map(|queue| queue.send(ExpireDue)));
+        let runs = page
+            .into_iter()
+            .map(|addr| async move { addr.ask(ExpireDue).await });
+        let runs = futures::future::join_all(runs);
         ctx.spawn(runs.into_actor(self).map(|_, act, ctx| {
             act.waking = false;
             act.arm_wake_timer(ctx);

@@ -77,9 +77,9 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use ebb_store::{Moved, Payload};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use crate::destination::sleep::{Doze, ExpireDue, IdleWatch, Sleep, Slept};
+use crate::destination::sleep::{self, Doze, Drowsiness, ExpireDue, Sleep, Sleeper, Slept};
 use crate::destination::{
     self, destination_handlers, now_ms, AckBatch, Completions, DestinationActor, DestinationCore,
     DestinationKey, Gauges, Plan, Published,
@@ -258,17 +258,10 @@ pub struct QueueActor {
     held_timer: Option<(i64, SpawnHandle)>,
     /// Failed deliveries' writes waiting for the one in flight.
     failures: FailureBatch,
-    /// Where it asks to sleep when idle ([`Doze`]: the registry); without it the queue
-    /// never sleeps.
-    sleeper: Option<Recipient<Doze>>,
-    /// When it has been idle long enough to ask ([`IdleWatch`]).
-    idle: IdleWatch,
+    /// Where it asks to sleep when idle, and when ([`Drowsiness`]).
+    drowsiness: Drowsiness,
     /// Browses and takes begun (activity the counters do not show).
     touched: u64,
-    /// Woken for expiry ([`ExpireDue`]): asks to sleep again when the run ends.
-    doze_after_run: bool,
-    /// [`ExpireDue`]s answered when the expiry run ends.
-    after_run: Vec<oneshot::Sender<()>>,
     /// Held rows a take (a purge, a move) took before the queue read them back: a read
     /// of held rows must not put them back. Each is forgotten once its take's write
     /// has answered (the number of the last read begun before then) and every read
@@ -311,18 +304,15 @@ impl QueueActor {
             held_timer: None,
             taken_held: HashMap::new(),
             failures: FailureBatch::default(),
-            sleeper: None,
-            idle: IdleWatch::default(),
+            drowsiness: Drowsiness::default(),
             touched: 0,
-            doze_after_run: false,
-            after_run: Vec::new(),
         }
     }
 
     /// Asks `registry` to let it sleep once it has been idle for its policy's
     /// `inactive_timeout_before_sleep` (see [`crate::destination::sleep`]).
     pub fn with_sleeper(mut self, registry: Recipient<Doze>) -> Self {
-        self.sleeper = Some(registry);
+        self.drowsiness = Drowsiness::new(Some(registry));
         self
     }
 
@@ -782,6 +772,11 @@ impl QueueActor {
                     .map(|m| Arc::new(TopicMessage::from_stored(m)))
                     .collect();
                 act.cursor.on_read(Some(rows));
+                if act.consumers.is_empty() && !act.caches_alone() {
+                    // The consumer it read for left during the read: a read that
+                    // caught up would cache from now on.
+                    act.cursor.stop_caching();
+                }
                 act.dispatch(ctx);
             }
             Err(e) => {
@@ -1391,21 +1386,20 @@ impl Actor for QueueActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.load(ctx);
-        let timeout = self.core.policy.inactive_timeout_before_sleep;
-        if timeout > 0 && self.sleeper.is_some() {
-            ctx.run_interval(Duration::from_millis(timeout), Self::idle_tick);
-        }
+        Drowsiness::start(self, ctx);
     }
 }
 
 /// Sleeping when idle (see [`crate::destination::sleep`]).
-impl QueueActor {
-    /// Whether it holds nothing a successor reading the store would not find, and
-    /// waits for nothing: no consumer, no delivery, nothing in memory, no write or
-    /// read in flight, no open transaction, no expiry run under way. (Redeliveries
-    /// held in their rows may wait: the successor reads them back as after a restart;
-    /// stored messages that expire later too: the registry wakes it for them,
-    /// [`Slept::wake_at`].)
+impl Sleeper for QueueActor {
+    fn drowsiness(&mut self) -> &mut Drowsiness {
+        &mut self.drowsiness
+    }
+
+    /// No consumer, no delivery, nothing in memory, no write or read in flight, no
+    /// open transaction, no expiry run under way. (Redeliveries held in their rows may
+    /// wait: the successor reads them back as after a restart; stored messages that
+    /// expire later too: the registry wakes it for them, [`Slept::wake_at`].)
     fn may_sleep(&self) -> bool {
         let core = &self.core;
         !core.retired
@@ -1427,7 +1421,7 @@ impl QueueActor {
             && !core.schedule.run_active()
     }
 
-    /// What it counts as activity: messages in and out, expiries, browses, takes.
+    /// Messages in and out, expiries, browses, takes.
     fn activity(&self) -> u64 {
         let c = self.core.counters();
         c.enqueued
@@ -1437,72 +1431,21 @@ impl QueueActor {
             .wrapping_add(self.stats.dead_lettered)
             .wrapping_add(self.touched)
     }
-
-    /// The idle timer's tick: asks the registry to let it sleep after a whole period
-    /// idle.
-    fn idle_tick(&mut self, _: &mut Context<Self>) {
-        if !self.idle.tick(self.may_sleep(), self.activity()) {
-            return;
-        }
-        if let Some(sleeper) = &self.sleeper {
-            sleeper.do_send(Doze {
-                key: self.core.key.clone(),
-            });
-        }
-    }
 }
 
 impl Handler<Sleep> for QueueActor {
     type Result = ResponseFuture<Result<Slept, ActorError>>;
 
     fn handle(&mut self, _: Sleep, ctx: &mut Context<Self>) -> Self::Result {
-        // Anything since the last idle tick (a browse begun, a message) keeps it awake.
-        if !self.may_sleep() || !self.idle.still(self.activity()) {
-            let container = self.core.container.clone();
-            return Box::pin(
-                async move { Err(ActorError::InUse(format!("{container} is not idle"))) },
-            );
-        }
-        let retired = destination::retire(self, ctx);
-        // Expiry goes on while it sleeps: the registry wakes it for its earliest
-        // expiration, read once its writes have committed.
-        let period = self.core.policy.expire_messages_period;
-        let lookup = (period > 0 && self.core.schedule.expiry_armed()).then(|| {
-            let store = Arc::clone(self.core.store.store());
-            (store, self.core.container.clone())
-        });
-        Box::pin(async move {
-            retired.await?;
-            let Some((store, container)) = lookup else {
-                return Ok(Slept::default());
-            };
-            let next = store.next_expiration(&container).await.unwrap_or_else(|e| {
-                // Woken a period from now to look again.
-                tracing::warn!(queue = %container, error = %e, "cannot read the next expiration of a queue going to sleep");
-                Some(0)
-            });
-            Ok(Slept::after(next, now_ms() as u64, period))
-        })
+        sleep::sleep(self, ctx)
     }
 }
 
-/// Woken for expiry by the registry (see [`crate::destination::sleep`]): an expiry run
-/// now, answered when it ends; the queue then asks to sleep again at once if idle.
 impl Handler<ExpireDue> for QueueActor {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _: ExpireDue, ctx: &mut Context<Self>) -> Self::Result {
-        self.doze_after_run = true;
-        let (answer, answered) = oneshot::channel();
-        self.after_run.push(answer);
-        DestinationActor::tick(self, ctx);
-        if !self.core.schedule.run_active() {
-            // Nothing to expire after all (or a stop under way): over at once.
-            self.run_ended(ctx);
-        }
-        Box::pin(async move {
-            let _ = answered.await;
-        })
+        sleep::expire_due(self, ctx)
     }
 }
 
@@ -1568,20 +1511,9 @@ impl DestinationActor for QueueActor {
         self.cursor.transient_len() == 0
     }
 
-    /// Answers the [`ExpireDue`]s waiting for the run; woken for it, asks to sleep
-    /// again at once if idle.
+    /// Answers the [`ExpireDue`]s waiting for the run (see [`sleep::run_ended`]).
     fn run_ended(&mut self, _: &mut Context<Self>) {
-        for answer in self.after_run.drain(..) {
-            let _ = answer.send(());
-        }
-        if std::mem::take(&mut self.doze_after_run) && self.may_sleep() {
-            self.idle.settle(self.activity());
-            if let Some(sleeper) = &self.sleeper {
-                sleeper.do_send(Doze {
-                    key: self.core.key.clone(),
-                });
-            }
-        }
+        sleep::run_ended(self);
     }
 
     fn in_use(&self) -> Option<String> {

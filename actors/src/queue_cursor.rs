@@ -610,11 +610,13 @@ impl QueueCursor {
         });
     }
 
-    /// True when it holds nothing a successor would not find in the store: no message
-    /// waits in memory, none is taken ahead, no read is in flight and no replacement
-    /// is remembered (a queue may sleep only then).
+    /// True when it holds nothing a successor would not find in the store: only
+    /// stored messages wait in memory (a cache of committed rows, each failed
+    /// delivery's count written to its row: the queue checks those writes), none is
+    /// taken ahead, no read is in flight and no replacement is remembered (a queue may
+    /// sleep only then). Looks at each waiting message: at most the cache's limit.
     pub fn is_at_rest(&self) -> bool {
-        self.pending.is_empty()
+        self.pending.values().all(|e| e.message.id.is_some())
             && self.ahead.is_empty()
             && self.reads_in_flight.is_empty()
             && self.read.is_none()

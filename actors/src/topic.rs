@@ -59,6 +59,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use ebb_store::{ExpiredKey, SubscriptionKey};
 
+use crate::destination::sleep::{self, Doze, Drowsiness, ExpireDue, Sleep, Sleeper, Slept};
 use crate::destination::{
     self, destination_handlers, now_ms, AckBatch, Completions, DestinationActor, DestinationCore,
     DestinationKey, Gauges, Plan, Published,
@@ -110,6 +111,8 @@ pub struct TopicActor {
     /// Cleanup is done up to this id: the next batch starts after it (see
     /// [`WriteOp::Cleanup`](ebb_store::WriteOp::Cleanup)); 0 at start.
     cleaned_up_to: i64,
+    /// Where it asks to sleep when idle, and when ([`Drowsiness`]).
+    drowsiness: Drowsiness,
 }
 
 /// Before every expired message in `(expiration, id)` order (every expiration is above
@@ -171,7 +174,15 @@ impl TopicActor {
             closing: false,
             expiry_after: FIRST_EXPIRED,
             cleaned_up_to: 0,
+            drowsiness: Drowsiness::default(),
         }
+    }
+
+    /// Asks `registry` to let it sleep once it has been idle for its policy's
+    /// `inactive_timeout_before_sleep` (see [`crate::destination::sleep`]).
+    pub fn with_sleeper(mut self, registry: Recipient<Doze>) -> Self {
+        self.drowsiness = Drowsiness::new(Some(registry));
+        self
     }
 
     /// Reports its expiries through `events` (advisory topics).
@@ -743,6 +754,66 @@ impl Actor for TopicActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         // The timer starts once the load shows work for it (see `schedule`).
         self.load(ctx);
+        Drowsiness::start(self, ctx);
+    }
+}
+
+/// Sleeping when idle (see [`crate::destination::sleep`]): a topic whose durable
+/// subscriptions are all offline sleeps with their backlogs in the store; the next
+/// actor reads them at start as after a restart.
+impl Sleeper for TopicActor {
+    fn drowsiness(&mut self) -> &mut Drowsiness {
+        &mut self.drowsiness
+    }
+
+    /// No subscription online, no durable one holding deliveries of an earlier
+    /// attachment not acked (their redelivered flag lives only here), no ack, write or
+    /// open transaction in flight, no expiry run or cleanup batch under way, and no
+    /// cleanup due while the timer would run it (rows every durable subscription has
+    /// acked are deleted before it sleeps).
+    fn may_sleep(&self) -> bool {
+        let core = &self.core;
+        let cleanup_due = core.schedule.cleanup_due() && core.policy.expire_messages_period > 0;
+        !core.retired
+            && !self.closing
+            && self.subscriptions.is_empty()
+            && self
+                .durables
+                .values()
+                .all(|d| d.online.is_none() && d.unacked.is_empty())
+            && self.acks.is_empty()
+            && self.completions.in_flight() == 0
+            && core.prepared.transactions() == 0
+            && core.prepared_writes == 0
+            && core.order.waiting() == 0
+            && !core.schedule.run_active()
+            && !core.schedule.cleanup_in_flight()
+            && !cleanup_due
+    }
+
+    /// Messages in and out, expiries, cleanup.
+    fn activity(&self) -> u64 {
+        let c = self.core.counters();
+        c.enqueued
+            .wrapping_add(c.dispatched)
+            .wrapping_add(c.expired)
+            .wrapping_add(self.stats.cleaned_up)
+    }
+}
+
+impl Handler<Sleep> for TopicActor {
+    type Result = ResponseFuture<Result<Slept, ActorError>>;
+
+    fn handle(&mut self, _: Sleep, ctx: &mut Context<Self>) -> Self::Result {
+        sleep::sleep(self, ctx)
+    }
+}
+
+impl Handler<ExpireDue> for TopicActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: ExpireDue, ctx: &mut Context<Self>) -> Self::Result {
+        sleep::expire_due(self, ctx)
     }
 }
 
@@ -807,26 +878,14 @@ impl DestinationActor for TopicActor {
         let n = self.subscriptions.len();
         (n > 0).then(|| format!("{n} subscriptions are online"))
     }
+
+    /// Answers the [`ExpireDue`]s waiting for the run (see [`sleep::run_ended`]).
+    fn run_ended(&mut self, _: &mut Context<Self>) {
+        sleep::run_ended(self);
+    }
 }
 
 destination_handlers!(TopicActor);
-
-/// Topics do not sleep yet (their durable subscriptions' cursors would have to be
-/// rebuilt from the store): always refused.
-impl Handler<crate::destination::sleep::Sleep> for TopicActor {
-    type Result = Result<crate::destination::sleep::Slept, ActorError>;
-
-    fn handle(
-        &mut self,
-        _: crate::destination::sleep::Sleep,
-        _: &mut Context<Self>,
-    ) -> Self::Result {
-        Err(ActorError::InUse(format!(
-            "{}: a topic does not sleep",
-            self.core.container
-        )))
-    }
-}
 
 /// One expiry page of `container` after `after`, at most `limit` rows: the keys, and
 /// with `bodies` (a selector needs the headers) the messages too.
@@ -1148,6 +1207,10 @@ impl Handler<RemoveDurable> for TopicActor {
 
     fn handle(&mut self, msg: RemoveDurable, _: &mut Context<Self>) -> Self::Result {
         let key = msg.0;
+        if self.core.retired {
+            // Deleted or asleep: the successor reads the store after this answer.
+            return Box::pin(fut::ready(Err(self.core.retired_error())));
+        }
         if self.durables.get(&key).is_some_and(|d| d.online.is_some()) {
             return Box::pin(fut::ready(Err(ActorError::DurableInUse(format!(
                 "{}/{}",

@@ -405,16 +405,6 @@ impl Broker {
         &self.registry
     }
 
-    pub(crate) async fn topic(&self, key: &DestinationKey) -> Result<Addr<TopicActor>, Error> {
-        match self.destination(key).await? {
-            DestinationAddr::Topic(addr) => Ok(addr),
-            DestinationAddr::Queue(_) => Err(Error::InvalidDestination {
-                name: key.container(),
-                reason: "this works on topics only",
-            }),
-        }
-    }
-
     /// The running actor of `key` (started on first use by the registry). Addresses
     /// are cached, so a send to a destination in use costs no round trip to the
     /// registry; an actor that stopped is looked up again.
@@ -493,6 +483,32 @@ impl Broker {
             DestinationAddr::Topic(_) => Err(Error::InvalidDestination {
                 name: key.container(),
                 reason: "this works on queues only",
+            }),
+        };
+        Ok(self.ask_live_via(key, send, retired).await?.1)
+    }
+
+    /// [`Broker::ask_live`] for a message only a topic takes: a queue `key` is
+    /// refused ([`Error::InvalidDestination`]).
+    pub(crate) async fn ask_topic_live<M>(
+        &self,
+        key: &DestinationKey,
+        make: impl Fn() -> M,
+        retired: impl Fn(&M::Result) -> bool,
+    ) -> Result<M::Result, Error>
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        TopicActor: Handler<M>,
+    {
+        let send = |addr: DestinationAddr| match addr {
+            DestinationAddr::Topic(topic) => {
+                let message = make();
+                Ok(async move { topic.send(message).await })
+            }
+            DestinationAddr::Queue(_) => Err(Error::InvalidDestination {
+                name: key.container(),
+                reason: "this works on topics only",
             }),
         };
         Ok(self.ask_live_via(key, send, retired).await?.1)

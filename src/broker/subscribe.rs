@@ -416,12 +416,22 @@ impl Broker {
             tracing::info!(client_id = %key.client_id, subscription = %key.subscription_name,
                 from = %container, to = %target,
                 "durable subscription moved to another destination: the old one is deleted with its backlog");
-            self.topic(&old)
-                .await?
-                .send(RemoveDurable(key.clone()))
-                .await??;
+            self.remove_durable_from(&old, &key).await?;
         }
         Ok(())
+    }
+
+    /// Removes durable subscription `key` from `topic` ([`RemoveDurable`]), from its
+    /// successor if the topic went to sleep (or was deleted) on the way.
+    async fn remove_durable_from(
+        &self,
+        topic: &DestinationKey,
+        key: &SubscriptionKey,
+    ) -> Result<bool, Error> {
+        let make = || RemoveDurable(key.clone());
+        Ok(self
+            .ask_topic_live(topic, make, super::is_retired)
+            .await??)
     }
 
     /// Deletes an offline durable subscription (its marks and pending acks); its
@@ -438,18 +448,12 @@ impl Broker {
         self.refuse_if_shut_down()?;
         let key = SubscriptionKey::new(client_id, subscription);
         let pattern = match destination.to_target()? {
-            Target::One(one) => {
-                let topic = self.topic(&one).await?;
-                return Ok(topic.send(RemoveDurable(key)).await??);
-            }
+            Target::One(one) => return self.remove_durable_from(&one, &key).await,
             Target::Pattern(pattern) => pattern,
         };
         self.forget_wildcard_durable(&key).await?;
         for topic in self.stored_matches(&pattern, Some(&key)).await? {
-            self.topic(&topic)
-                .await?
-                .send(RemoveDurable(key.clone()))
-                .await??;
+            self.remove_durable_from(&topic, &key).await?;
         }
         Ok(self
             .store

@@ -1,4 +1,4 @@
-//! Idle queues sleep (`inactive_timeout_before_sleep`): the actor stops and only the
+//! Idle queues and topics sleep (`inactive_timeout_before_sleep`): the actor stops and only the
 //! key and counters stay; whatever reaches a sleeping queue wakes it, with nothing lost
 //! or reordered — a send, a subscription (plain or wildcard), a browse, a purge, a dead
 //! letter, a scheduled release — also when it races the queue going to sleep; and its
@@ -19,9 +19,14 @@ fn sleepy(ms: u64) -> Policy {
     }
 }
 
-/// The reading of queue `name` (`queue://name`).
+/// The reading of queue `name` (`queue://name`), or of the destination `name` names
+/// when it has a kind (`topic://news`).
 async fn reading(b: &Broker, name: &str) -> ebb::stats::DestinationStats {
-    let container = format!("queue://{name}");
+    let container = if name.contains("://") {
+        name.to_string()
+    } else {
+        format!("queue://{name}")
+    };
     b.stats()
         .await
         .unwrap()
@@ -33,7 +38,7 @@ async fn reading(b: &Broker, name: &str) -> ebb::stats::DestinationStats {
 
 /// Waits until queue `name` is asleep, and answers its reading then.
 async fn asleep(b: &Broker, name: &str) -> ebb::stats::DestinationStats {
-    poll_until(&format!("queue://{name} sleeps"), || async {
+    poll_until(&format!("{name} sleeps"), || async {
         let d = reading(b, name).await;
         d.asleep.then_some(d)
     })
@@ -87,12 +92,29 @@ async fn an_idle_queue_sleeps_and_wakes_with_its_messages(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
-/// Four producers send in bursts with pauses longer than the queue's timeout, so the
-/// queue goes to sleep and wakes again and again while the sends go on (some reach
-/// it as it goes to sleep). Every message arrives once, in each producer's order.
+/// Four producers send in bursts with pauses longer than the destination's timeout,
+/// so it goes to sleep and wakes again and again while the sends go on (some reach it
+/// as it goes to sleep). Every message arrives once, in each producer's order.
 /// (All persistent: a non-persistent message waiting keeps a queue awake.)
 async fn sends_racing_sleep_lose_nothing_and_keep_order(t: TestStore) {
-    let b = broker_with(&t, vec![("queue://>", sleepy(3))], UsageConfig::default()).await;
+    race_sleeps(&t, "queue://race", SubscribeOptions::non_durable()).await;
+}
+
+/// The same on a topic, for its durable subscription, offline while the sends go on.
+async fn sends_racing_a_topic_sleep_lose_nothing_and_keep_order(t: TestStore) {
+    race_sleeps(&t, "topic://race", SubscribeOptions::durable("c1", "r")).await;
+}
+
+/// See [`sends_racing_sleep_lose_nothing_and_keep_order`]: `consumer` subscribes to
+/// `destination` before (and detaches) and after the sends.
+async fn race_sleeps(t: &TestStore, destination: &str, consumer: SubscribeOptions) {
+    let pattern = if destination.starts_with("topic://") {
+        "topic://>"
+    } else {
+        "queue://>"
+    };
+    let b = broker_with(t, vec![(pattern, sleepy(3))], UsageConfig::default()).await;
+    drop(b.subscribe(destination, consumer.clone()).await.unwrap());
     const PRODUCERS: usize = 4;
     const BURST: usize = 4;
     const ROUNDS: usize = 40;
@@ -104,23 +126,23 @@ async fn sends_racing_sleep_lose_nothing_and_keep_order(t: TestStore) {
             async move {
                 for i in round * BURST..(round + 1) * BURST {
                     let m = Message::new(format!("{p}-{i:04}")).persistent(true);
-                    b.send("queue://race", m).await.unwrap();
+                    b.send(destination, m).await.unwrap();
                 }
             }
         });
         futures::future::join_all(bursts).await;
-        // 0–15 ms: some pauses outlast two ticks, some end as the queue dozes.
+        // 0–15 ms: some pauses outlast two ticks, some end as it dozes.
         let pause = (round * 7 % 16) as u64;
         actix_rt::time::sleep(Duration::from_millis(pause)).await;
     }
-    let d = reading(&b, "race").await;
+    let d = reading(&b, destination).await;
     assert!(
         d.sleeps_total >= 3,
-        "the queue slept only {} times: the race was not run",
+        "{destination} slept only {} times: the race was not run",
         d.sleeps_total
     );
     let mut sub = b
-        .subscribe("queue://race", SubscribeOptions::non_durable().prefetch(50))
+        .subscribe(destination, consumer.prefetch(50))
         .await
         .unwrap();
     let got: Vec<String> = take(&mut sub, PRODUCERS * N)
@@ -388,12 +410,147 @@ async fn many_sleeping_queues_expire_page_by_page(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A topic whose durable subscriptions are all offline sleeps with their backlogs in
+/// the store (its rows every subscription acked are cleaned up first); a send wakes it
+/// and is kept for both; each subscription gets its backlog in order when it comes
+/// back; a message that expires while it sleeps is expired for them; listing its
+/// subscriptions does not wake it, removing one reaches it.
+async fn a_topic_with_offline_durable_subscriptions_sleeps(t: TestStore) {
+    let policy = sleepy_expiring(30, 100);
+    let b = broker_with(&t, vec![("topic://>", policy)], UsageConfig::default()).await;
+    let topic = "topic://news";
+    for name in ["a", "b", "c"] {
+        let sub = b
+            .subscribe(
+                topic,
+                SubscribeOptions::durable("c1", name).ack(AckMode::Client),
+            )
+            .await
+            .unwrap();
+        drop(sub);
+    }
+    for i in 0..3 {
+        b.send(topic, Message::new(format!("m{i}")).persistent(true))
+            .await
+            .unwrap();
+    }
+    let d = asleep(&b, topic).await;
+    assert_eq!(d.enqueued_total, 3, "{d:?}");
+    let slept = d.sleeps_total;
+
+    // Listing its subscriptions reads the store, not the sleeping actor.
+    let listed = b.list_durables(topic, None, 10).await.unwrap();
+    assert_eq!(listed.subscriptions.len(), 3);
+    assert!(listed.subscriptions.iter().all(|s| !s.online));
+    assert!(reading(&b, topic).await.asleep, "listing woke it");
+
+    // "a" comes back: its backlog, in order; acked, it goes again.
+    let mut a = b
+        .subscribe(
+            topic,
+            SubscribeOptions::durable("c1", "a").ack(AckMode::Client),
+        )
+        .await
+        .unwrap();
+    let got = take(&mut a, 3).await;
+    assert_eq!(got.iter().map(body).collect::<Vec<_>>(), ["m0", "m1", "m2"]);
+    for m in &got {
+        a.ack(m).await.unwrap();
+    }
+    drop(a);
+    let d = asleep(&b, topic).await;
+    assert!(d.sleeps_total > slept, "{d:?}");
+
+    // Sent while it sleeps: kept for "b"; one that expires meanwhile is expired.
+    b.send(topic, Message::new("m3").persistent(true))
+        .await
+        .unwrap();
+    b.send(
+        topic,
+        Message::new("brief")
+            .persistent(true)
+            .ttl(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    poll_until("the sleeping topic's message expires", || async {
+        let d = reading(&b, topic).await;
+        (d.asleep && d.expired_total >= 1).then_some(d)
+    })
+    .await;
+
+    // "c" is removed while the topic sleeps.
+    assert!(b.remove_durable(topic, "c1", "c").await.unwrap());
+    let listed = b.list_durables(topic, None, 10).await.unwrap();
+    let names: Vec<&str> = listed.subscriptions.iter().map(|s| &*s.name).collect();
+    assert_eq!(names, ["a", "b"]);
+
+    let mut sub = b
+        .subscribe(topic, SubscribeOptions::durable("c1", "b"))
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, 4).await.iter().map(body).collect();
+    assert_eq!(got, ["m0", "m1", "m2", "m3"]);
+    assert!(
+        next_within(&mut sub, 100).await.is_none(),
+        "the expired one came"
+    );
+    drop(sub);
+    let mut a = b
+        .subscribe(topic, SubscribeOptions::durable("c1", "a"))
+        .await
+        .unwrap();
+    assert_eq!(body(&next(&mut a).await), "m3");
+    assert!(next_within(&mut a, 100).await.is_none());
+    b.shutdown().await.unwrap();
+}
+
+/// A consumer that leaves in the middle of a backlog leaves the queue's cache of it
+/// (stored rows) behind: the queue sleeps all the same, and the next consumer gets the
+/// rest in order, once each.
+async fn a_queue_whose_consumer_left_mid_backlog_sleeps(t: TestStore) {
+    let b = broker_with(&t, vec![("queue://>", sleepy(30))], UsageConfig::default()).await;
+    let q = "queue://half";
+    for i in 0..10 {
+        b.send(q, Message::new(format!("m{i}")).persistent(true))
+            .await
+            .unwrap();
+    }
+    let mut sub = b
+        .subscribe(
+            q,
+            SubscribeOptions::non_durable()
+                .ack(AckMode::Client)
+                .prefetch(1),
+        )
+        .await
+        .unwrap();
+    let first = next(&mut sub).await;
+    assert_eq!(body(&first), "m0");
+    sub.ack(&first).await.unwrap();
+    drop(sub);
+    let d = asleep(&b, "half").await;
+    assert_eq!(d.queue_size, 9, "{d:?}");
+    let mut sub = b
+        .subscribe(q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, 9).await.iter().map(body).collect();
+    let rest: Vec<String> = (1..10).map(|i| format!("m{i}")).collect();
+    assert_eq!(got, rest);
+    assert!(next_within(&mut sub, 100).await.is_none(), "nothing twice");
+    b.shutdown().await.unwrap();
+}
+
 on_every_backend!(
     #[actix_rt::test]
     an_idle_queue_sleeps_and_wakes_with_its_messages,
     sends_racing_sleep_lose_nothing_and_keep_order,
+    sends_racing_a_topic_sleep_lose_nothing_and_keep_order,
     dead_letters_scheduled_messages_and_wildcards_wake_a_queue,
     browse_purge_and_move_reach_a_sleeping_queue,
     a_sleeping_queue_expires_its_messages_and_sleeps_again,
     many_sleeping_queues_expire_page_by_page,
+    a_topic_with_offline_durable_subscriptions_sleeps,
+    a_queue_whose_consumer_left_mid_backlog_sleeps,
 );

@@ -113,6 +113,16 @@ impl<H> HousekeepingSchedule<H> {
         self.cleanup_needed = true;
     }
 
+    /// Whether a cleanup batch is due (the next tick starts it).
+    pub fn cleanup_due(&self) -> bool {
+        self.cleanup_needed
+    }
+
+    /// Whether a cleanup batch is in flight.
+    pub fn cleanup_in_flight(&self) -> bool {
+        self.cleanup_in_flight
+    }
+
     /// Whether the timer should be started now, with period `period_ms` (0 = off): it
     /// is not running, there is work for it, and no stop is under way.
     pub fn timer_wanted(&self, period_ms: u64) -> bool {

@@ -38,8 +38,13 @@
 //! write it took had committed before the new one started, and a producer's next send
 //! waits for its place in the new actor's order as any send does.
 
-use actix::prelude::*;
+use std::sync::Arc;
+use std::time::Duration;
 
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use super::core::{now_ms, retire, DestinationActor};
 use super::DestinationKey;
 use crate::error::ActorError;
 
@@ -125,6 +130,130 @@ impl IdleWatch {
     /// something else happens.
     pub fn settle(&mut self, activity: u64) {
         self.idle_at = Some(activity);
+    }
+}
+
+/// What a destination that may sleep keeps for it: where it asks ([`Doze`]), its
+/// [`IdleWatch`], and the [`ExpireDue`]s waiting for its expiry run.
+#[derive(Default)]
+pub struct Drowsiness {
+    registry: Option<Recipient<Doze>>,
+    idle: IdleWatch,
+    /// Woken for expiry: asks to sleep again when the run ends.
+    doze_after_run: bool,
+    after_run: Vec<oneshot::Sender<()>>,
+}
+
+/// A destination that sleeps when idle: what the shared handlers below ask of it.
+pub trait Sleeper: DestinationActor {
+    /// Its [`Drowsiness`].
+    fn drowsiness(&mut self) -> &mut Drowsiness;
+
+    /// Whether it holds nothing a successor reading the store would not find, and
+    /// waits for nothing (no consumer, nothing in memory, no write in flight, no
+    /// expiry run under way).
+    fn may_sleep(&self) -> bool;
+
+    /// What it counts as activity (messages in and out, expiries, browses...): two
+    /// idle ticks with the same count in a row let it ask to sleep.
+    fn activity(&self) -> u64;
+}
+
+impl Drowsiness {
+    /// Asks `registry` to let it sleep when idle; without one it never sleeps.
+    pub fn new(registry: Option<Recipient<Doze>>) -> Self {
+        Self {
+            registry,
+            ..Self::default()
+        }
+    }
+
+    /// Starts the idle timer (one tick per `inactive_timeout_before_sleep`), unless the
+    /// policy turns sleeping off (0) or there is no registry to ask.
+    pub fn start<A: Sleeper>(act: &mut A, ctx: &mut Context<A>) {
+        let timeout = act.core().policy.inactive_timeout_before_sleep;
+        if timeout > 0 && act.drowsiness().registry.is_some() {
+            ctx.run_interval(Duration::from_millis(timeout), idle_tick);
+        }
+    }
+
+    fn doze(&self, key: &DestinationKey) {
+        if let Some(registry) = &self.registry {
+            registry.do_send(Doze { key: key.clone() });
+        }
+    }
+}
+
+/// The idle timer's tick: asks the registry to let it sleep after a whole period idle.
+fn idle_tick<A: Sleeper>(act: &mut A, _: &mut Context<A>) {
+    let (idle, activity) = (act.may_sleep(), act.activity());
+    if act.drowsiness().idle.tick(idle, activity) {
+        let key = act.core().key.clone();
+        act.drowsiness().doze(&key);
+    }
+}
+
+/// Handles [`Sleep`]: refused unless it is still idle with nothing counted since the
+/// tick that asked; else it retires ([`retire`]) and answers, once its writes have
+/// committed, when to wake it for expiry ([`Slept::wake_at`]: its store's earliest
+/// expiration, read then, when expiry is armed and on).
+pub fn sleep<A: Sleeper>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+) -> ResponseFuture<Result<Slept, ActorError>> {
+    let activity = act.activity();
+    if !act.may_sleep() || !act.drowsiness().idle.still(activity) {
+        let container = act.core().container.clone();
+        return Box::pin(async move { Err(ActorError::InUse(format!("{container} is not idle"))) });
+    }
+    let retired = retire(act, ctx);
+    let core = act.core();
+    let period = core.policy.expire_messages_period;
+    let lookup = (period > 0 && core.schedule.expiry_armed())
+        .then(|| (Arc::clone(core.store.store()), core.container.clone()));
+    Box::pin(async move {
+        retired.await?;
+        let Some((store, container)) = lookup else {
+            return Ok(Slept::default());
+        };
+        let next = store.next_expiration(&container).await.unwrap_or_else(|e| {
+            // Woken a period from now to look again.
+            tracing::warn!(destination = %container, error = %e, "cannot read the next expiration of a destination going to sleep");
+            Some(0)
+        });
+        Ok(Slept::after(next, now_ms() as u64, period))
+    })
+}
+
+/// Handles [`ExpireDue`]: an expiry run now (a housekeeping tick), answered when it
+/// ends ([`run_ended`]).
+pub fn expire_due<A: Sleeper>(act: &mut A, ctx: &mut Context<A>) -> ResponseFuture<()> {
+    let (answer, answered) = oneshot::channel();
+    let drowsy = act.drowsiness();
+    drowsy.doze_after_run = true;
+    drowsy.after_run.push(answer);
+    act.tick(ctx);
+    if !act.core().schedule.run_active() {
+        // Nothing to expire after all (or a stop under way): over at once.
+        run_ended(act);
+    }
+    Box::pin(async move {
+        let _ = answered.await;
+    })
+}
+
+/// An expiry run ended ([`DestinationActor::run_ended`]): answers the [`ExpireDue`]s
+/// waiting for it; woken for it and idle, asks to sleep again at once.
+pub fn run_ended<A: Sleeper>(act: &mut A) {
+    let (idle, activity) = (act.may_sleep(), act.activity());
+    let key = act.core().key.clone();
+    let drowsy = act.drowsiness();
+    for answer in drowsy.after_run.drain(..) {
+        let _ = answer.send(());
+    }
+    if std::mem::take(&mut drowsy.doze_after_run) && idle {
+        drowsy.idle.settle(activity);
+        drowsy.doze(&key);
     }
 }
 
