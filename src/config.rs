@@ -552,8 +552,8 @@ pub struct PolicySection {
     /// store (ActiveMQ's `cursorMemoryHighWaterMark`, default 70; 1 to 100).
     #[serde(default, deserialize_with = "percent")]
     pub cursor_memory_high_water_mark: Option<u8>,
-    /// How long a queue stays idle before its actor stops and it sleeps (ms or with a
-    /// unit; default 60 s; 0 = never), after ActiveMQ's `inactiveTimeoutBeforeGC`.
+    /// How long a queue or topic stays idle before its actor stops and it sleeps (ms or
+    /// with a unit; default 60 s; 0 = never), after ActiveMQ's `inactiveTimeoutBeforeGC`.
     pub inactive_timeout_before_sleep: Option<Millis>,
 }
 

@@ -416,7 +416,7 @@ impl Broker {
             tracing::info!(client_id = %key.client_id, subscription = %key.subscription_name,
                 from = %container, to = %target,
                 "durable subscription moved to another destination: the old one is deleted with its backlog");
-            self.remove_durable_from(&old, &key).await?;
+            self.remove_durable_from(&old, key).await?;
         }
         Ok(())
     }

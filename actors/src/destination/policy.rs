@@ -86,13 +86,15 @@ pub struct Policy {
     /// producers of other destinations wait: what is cached stays below this share,
     /// and only non-persistent messages and messages in flight use the rest. 1–100.
     pub cursor_memory_high_water_mark: u8,
-    /// How long a queue stays idle before its actor stops and it sleeps, ms; 0 = it
-    /// never sleeps. Idle: no consumer, nothing held in memory (no non-persistent
-    /// message, no delivery, no open transaction, no write in flight), no redelivery
-    /// waiting and nothing in its store that expires. Asleep it keeps only its key and
-    /// counters (a few hundred bytes); a send, subscription, browse, purge, move, dead
-    /// letter or scheduled release wakes it, with nothing lost or reordered (see
-    /// `crate::broker`). It falls asleep between one and two timeouts after the last
+    /// How long a queue or topic stays idle before its actor stops and it sleeps, ms;
+    /// 0 = it never sleeps. Idle: no consumer (a topic's durable subscriptions all
+    /// offline), nothing held in memory but a cache of stored messages (no
+    /// non-persistent message, no delivery, no open transaction, no write in flight),
+    /// no expiry run under way. Asleep it keeps only its key and counters (a few
+    /// hundred bytes); a send, subscription, browse, purge, move, dead letter or
+    /// scheduled release wakes it, with nothing lost or reordered, and so does its
+    /// earliest stored expiration (at most once per `expire_messages_period`; see
+    /// [`crate::destination::sleep`]). It falls asleep between one and two timeouts after the last
     /// thing that happened to it. After ActiveMQ's `inactiveTimeoutBeforeGC` (default
     /// 60,000), which deletes an inactive destination; Ebb keeps it and its messages.
     pub inactive_timeout_before_sleep: u64,

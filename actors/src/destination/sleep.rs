@@ -23,16 +23,20 @@
 //!    the first of them starts a new actor, which reads the store as after a restart
 //!    and carries on the counters from the entry.
 //!
-//! **Expiry goes on while it sleeps.** A queue whose store holds messages that expire
+//! Queues and topics sleep (a topic when its durable subscriptions are all offline);
+//! each says when it is idle ([`Sleeper`]) and shares the rest ([`Drowsiness`],
+//! [`sleep`], [`expire_due`], [`run_ended`]).
+//!
+//! **Expiry goes on while it sleeps.** A destination whose store holds messages that expire
 //! may sleep too: its answer to [`Sleep`] says when to wake it ([`Slept::wake_at`]:
 //! its earliest expiration, one indexed row, but no sooner than one
-//! `expire_messages_period` from now, so a queue is woken for expiry at most once a
+//! `expire_messages_period` from now, so it is woken for expiry at most once a
 //! period, and a message expires at most a period late, as while awake). The registry
-//! keeps one entry per such queue, ordered by that time, and wakes the due ones a
+//! keeps one entry per such destination, ordered by that time, and wakes the due ones a
 //! page at a time ([`ExpireDue`]): each runs its expiry run at once and, when still
 //! idle, goes back to sleep as soon as the run ends; the next page is woken once the
-//! page before has ended. So no number of sleeping queues wakes at once, and a sleeping
-//! queue costs no timer of its own.
+//! page before has ended. So no number of sleeping destinations wakes at once, and a sleeping
+//! destination costs no timer of its own.
 //!
 //! Nothing is lost or reordered: the old actor took nothing after it retired, every
 //! write it took had committed before the new one started, and a producer's next send
@@ -89,7 +93,7 @@ impl Slept {
     }
 }
 
-/// From the registry to a queue it woke because its [`Slept::wake_at`] came: run an
+/// From the registry to a destination it woke because its [`Slept::wake_at`] came: run an
 /// expiry run now (as a housekeeping tick would), answer when the run is over, and
 /// ask to sleep again at once ([`Doze`]) if still idle then.
 #[derive(Message)]
