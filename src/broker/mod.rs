@@ -544,7 +544,14 @@ impl Broker {
 
     /// Drops the cached address of `key` (the next call asks the registry).
     pub(crate) fn forget_address(&self, key: &DestinationKey) {
-        self.addresses.write().remove(key);
+        let mut addresses = self.addresses.write();
+        addresses.remove(key);
+        // Sleeping destinations leave the cache: its table shrinks with them (a hash
+        // map keeps its capacity otherwise, about 100 bytes per destination it held).
+        let len = addresses.len();
+        if addresses.capacity() > 64 && len * 4 < addresses.capacity() {
+            addresses.shrink_to(len * 2);
+        }
     }
 
     /// Drops `addr` from the address cache if it is still there for `key`.
