@@ -626,7 +626,7 @@ pub trait MessageStore: Send + Sync + 'static {
 
     /// The earliest expiration (epoch ms) of `container`'s messages, prepared and held
     /// ones included; `None` when none has one. One row of the expiration index
-    /// (`LIMIT 1`). A sleeping queue is woken for it
+    /// (`LIMIT 1`). A sleeping destination is woken for it
     /// (`inactive_timeout_before_sleep`).
     async fn next_expiration(&self, container: &str) -> Result<Option<i64>>;
 

@@ -410,8 +410,8 @@ pub trait DestinationActor: Actor<Context = Context<Self>> + Handler<ExpiryPage>
     }
 
     /// An expiry run ended (its last page finished or failed, or a stop cut it). A
-    /// queue woken for expiry ([`crate::destination::sleep::ExpireDue`]) answers and
-    /// goes back to sleep here.
+    /// destination woken for expiry ([`crate::destination::sleep::ExpireDue`]) answers
+    /// and goes back to sleep here.
     fn run_ended(&mut self, _ctx: &mut Context<Self>) {}
 
     /// Why the destination cannot be deleted now, for consumers of its own kind
