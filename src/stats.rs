@@ -276,8 +276,10 @@ pub(crate) struct ReadingState {
     /// Destinations a refresh that failed part way did not read (read by the next).
     pending: BTreeSet<DestinationKey>,
     /// Store keys read again or dropped since the history last took them
-    /// ([`Reading::take_since_point`]); at most one entry per destination.
-    since_point: BTreeSet<String>,
+    /// ([`Reading::take_since_point`]); at most one entry per destination. `None`
+    /// until a history first takes them: a broker without one (embedded, no HTTP
+    /// server) keeps no such set.
+    since_point: Option<BTreeSet<String>>,
 }
 
 impl ReadingState {
@@ -323,9 +325,13 @@ impl Reading {
 
     /// What changed since the last call, for the history's next point: the
     /// destinations read again (as read now) and the store keys of those that ended.
+    /// The first call answers every destination read so far.
     pub(crate) fn take_since_point(&self) -> (Vec<DestinationStats>, Vec<String>) {
         let mut state = self.state.write();
-        let keys = std::mem::take(&mut state.since_point);
+        let keys = match state.since_point.replace(BTreeSet::new()) {
+            Some(keys) => keys,
+            None => state.destinations.keys().cloned().collect(),
+        };
         let mut changed = Vec::new();
         let mut ended = Vec::new();
         for key in keys {
@@ -446,7 +452,9 @@ impl Broker {
             let container = key.container();
             let mut state = self.reading().state.write();
             state.replace(container.clone(), read);
-            state.since_point.insert(container.clone());
+            if let Some(since_point) = &mut state.since_point {
+                since_point.insert(container.clone());
+            }
             drop(state);
             done.push(container);
         }

@@ -3,7 +3,7 @@
 //! all sleep, each with a stored message (`inactive_timeout_before_sleep`): its
 //! registry slot, its stats entry, its place in the stats reading, the store's kept
 //! count of its rows. (SQLite's page cache is its own, outside this count.) Issue 52's
-//! goal is 1 KiB; measured 1,220–1,232 bytes (2026-12-07), so the test holds the line
+//! goal is 1 KiB; measured 1,153–1,168 bytes (2026-12-07), so the test holds the line
 //! at 1.5 KiB: an actor, a mailbox or a cursor left behind by a sleep costs kilobytes.
 
 use std::alloc::{GlobalAlloc, Layout, System};
