@@ -5,35 +5,13 @@
 //! subscriber costs store, not memory, and never holds the others back (the
 //! HornetQ/Artemis caveat); a full store stops producers with the store-limit error.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use ebb::test_util::*;
 use ebb::{AckMode, Error, Message, SubscribeOptions, UsageConfig};
 use futures::StreamExt;
 
 /// Counts the bytes allocated and not yet freed by the whole test process.
-struct Counting;
-
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: heap::CountingAllocator = heap::CountingAllocator;
 
 const MIB: u64 = 1 << 20;
 
@@ -63,7 +41,7 @@ async fn a_subscriber_that_reads_nothing_blocks_its_producers(t: TestStore) {
         ..ebb::Policy::default()
     };
     let b = broker_with(&t, vec![("topic://wide", wide)], limits(64 * MIB, false)).await;
-    let baseline = LIVE_BYTES.load(Ordering::Relaxed);
+    let baseline = heap::live_bytes();
     let mut idle = b
         .subscribe("topic://wide", SubscribeOptions::non_durable())
         .await
@@ -112,7 +90,7 @@ async fn a_subscriber_that_reads_nothing_blocks_its_producers(t: TestStore) {
         .unwrap();
         assert_eq!(body(&next(&mut fast).await), format!("f{i}"));
     }
-    let grown = LIVE_BYTES.load(Ordering::Relaxed).saturating_sub(baseline) as u64;
+    let grown = heap::live_bytes().saturating_sub(baseline) as u64;
     assert!(
         grown < 16 * MIB,
         "the heap grew by {grown} bytes for an 8 MiB limit"

@@ -6,34 +6,12 @@
 //! goal is 1 KiB; measured 1,153–1,168 bytes (2026-12-07), so the test holds the line
 //! at 1.5 KiB: an actor, a mailbox or a cursor left behind by a sleep costs kilobytes.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use ebb::test_util::*;
 use ebb::{Message, Policy, UsageConfig};
 
 /// Counts the bytes allocated and not yet freed by the whole test process.
-struct Counting;
-
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: heap::CountingAllocator = heap::CountingAllocator;
 
 /// The two backends' variants run one after the other: the count is the process's.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -74,7 +52,7 @@ async fn a_sleeping_queue_costs_at_most_one_and_a_half_kib(t: TestStore) {
     all_asleep(&b, 1).await;
     send("queue://warm".into()).await;
     all_asleep(&b, 1).await;
-    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let before = heap::live_bytes();
     for i in 0..QUEUES {
         send(format!("queue://m.{i:05}")).await;
     }
@@ -83,7 +61,7 @@ async fn a_sleeping_queue_costs_at_most_one_and_a_half_kib(t: TestStore) {
     let stats = b.stats().await.unwrap();
     assert_eq!(stats.totals.asleep, QUEUES as u64 + 1, "{:?}", stats.totals);
     drop(stats);
-    let after = LIVE_BYTES.load(Ordering::Relaxed);
+    let after = heap::live_bytes();
     let per = after.saturating_sub(before) / QUEUES;
     println!(
         "{QUEUES} sleeping queues: {} bytes of heap, {per} bytes each",

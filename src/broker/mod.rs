@@ -475,17 +475,12 @@ impl Broker {
         M::Result: Send,
         QueueActor: Handler<M>,
     {
-        let send = |addr: DestinationAddr| match addr {
-            DestinationAddr::Queue(queue) => {
-                let message = make();
-                Ok(async move { queue.send(message).await })
-            }
-            DestinationAddr::Topic(_) => Err(Error::InvalidDestination {
-                name: key.container(),
-                reason: "this works on queues only",
-            }),
+        let queue = |addr| match addr {
+            DestinationAddr::Queue(queue) => Some(queue),
+            DestinationAddr::Topic(_) => None,
         };
-        Ok(self.ask_live_via(key, send, retired).await?.1)
+        self.ask_kind_live(key, queue, "this works on queues only", make, retired)
+            .await
     }
 
     /// [`Broker::ask_live`] for a message only a topic takes: a queue `key` is
@@ -501,14 +496,37 @@ impl Broker {
         M::Result: Send,
         TopicActor: Handler<M>,
     {
-        let send = |addr: DestinationAddr| match addr {
-            DestinationAddr::Topic(topic) => {
+        let topic = |addr| match addr {
+            DestinationAddr::Topic(topic) => Some(topic),
+            DestinationAddr::Queue(_) => None,
+        };
+        self.ask_kind_live(key, topic, "this works on topics only", make, retired)
+            .await
+    }
+
+    /// [`Broker::ask_live`] for a message only one kind of actor `A` takes: `pick`
+    /// finds it in a destination's address; another kind is refused with `reason`.
+    async fn ask_kind_live<M, A>(
+        &self,
+        key: &DestinationKey,
+        pick: impl Fn(DestinationAddr) -> Option<Addr<A>>,
+        reason: &'static str,
+        make: impl Fn() -> M,
+        retired: impl Fn(&M::Result) -> bool,
+    ) -> Result<M::Result, Error>
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        A: actix::Actor<Context = actix::Context<A>> + Handler<M>,
+    {
+        let send = |addr: DestinationAddr| match pick(addr) {
+            Some(actor) => {
                 let message = make();
-                Ok(async move { topic.send(message).await })
+                Ok(async move { actor.send(message).await })
             }
-            DestinationAddr::Queue(_) => Err(Error::InvalidDestination {
+            None => Err(Error::InvalidDestination {
                 name: key.container(),
-                reason: "this works on topics only",
+                reason,
             }),
         };
         Ok(self.ask_live_via(key, send, retired).await?.1)

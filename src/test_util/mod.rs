@@ -14,6 +14,7 @@
 //! there is none it watches for [`QUIET`] and says why that window is enough. No test
 //! sleeps to order events.
 
+pub mod heap;
 pub mod mqtt;
 pub mod stomp;
 
