@@ -464,7 +464,7 @@ impl StoreHandle {
     /// waited for (the caller is an actor; producer flow control bounds what it sends).
     ///
     /// The untyped form of [`Self::add_in_order`] and [`Self::dead_letter_in_order`].
-    fn write_in_order(
+    pub(crate) fn write_in_order(
         &self,
         op: WriteOp,
     ) -> impl Future<Output = Result<WriteOutcome, ActorError>> {
@@ -641,6 +641,30 @@ impl StoreHandle {
         let mut outcomes = self.addr.send(WriteTogether(ops)).await??.into_iter();
         let committed = outcomes.next().ok_or(ActorError::Closed)?;
         Ok(committed.committed()?)
+    }
+
+    /// `ops` in one store transaction ([`WriteTogether`]): all commit or none does;
+    /// answers one outcome per op, in op order. The write is in the store actor's
+    /// mailbox when this returns, as [`Self::add_in_order`]'s. The broker's committer
+    /// of composite sends writes a batch's rows with this, between fencing their
+    /// destinations and lifting the fences (`crate::destination::FenceSends`), so that
+    /// each destination sees the new ids in its publish order. The bound on
+    /// outstanding writes is taken if free and not waited for.
+    ///
+    /// Errors: as [`Self::write`] (nothing of it was committed).
+    pub fn write_together_in_order(
+        &self,
+        ops: Vec<WriteOp>,
+    ) -> impl Future<Output = Result<Vec<WriteOutcome>, ActorError>> {
+        let permit = Arc::clone(&self.permits).try_acquire_owned().ok();
+        let request = (!ops.is_empty()).then(|| self.addr.send(WriteTogether(ops)));
+        async move {
+            let _permit = permit;
+            match request {
+                Some(request) => request.await?,
+                None => Ok(Vec::new()),
+            }
+        }
     }
 
     /// [`WriteOp::Rollback`]: deletes the messages of prepared transaction `xid`;

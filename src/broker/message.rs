@@ -192,6 +192,10 @@ pub struct PendingSend {
     /// The other copies of a send routed to several destinations one by one (a
     /// virtual topic's groups): it resolves once every copy is accepted.
     pub(super) others: Vec<PublishTicket>,
+    /// A send committed to several destinations at once (a composite): its commit's
+    /// answer, from the broker's committer ([`super::composite`]); `Ok(expired on
+    /// arrival)`. Awaited instead of `ticket` when set.
+    pub(super) committed: Option<tokio::sync::oneshot::Receiver<Result<bool, Error>>>,
 }
 
 impl PendingSend {
@@ -201,6 +205,20 @@ impl PendingSend {
             message_id,
             ticket,
             others: Vec::new(),
+            committed: None,
+        }
+    }
+
+    /// A send to several destinations in one store transaction whose commit answers
+    /// through `committed` (`Ok(expired on arrival)`; a dropped sender answers
+    /// [`Error::ShuttingDown`]).
+    pub(super) fn committed_later(
+        message_id: String,
+        committed: tokio::sync::oneshot::Receiver<Result<bool, Error>>,
+    ) -> Self {
+        Self {
+            committed: Some(committed),
+            ..Self::accepted(message_id, false)
         }
     }
 
@@ -243,6 +261,16 @@ impl std::future::Future for PendingSend {
             let outcome = std::task::ready!(Pin::new(last).poll(cx));
             self.others.pop();
             outcome?;
+        }
+        if let Some(committed) = &mut self.committed {
+            let expired = std::task::ready!(Pin::new(committed).poll(cx))
+                .unwrap_or(Err(Error::ShuttingDown))?;
+            self.committed = None;
+            return Poll::Ready(Ok(SendReceipt {
+                message_id: std::mem::take(&mut self.message_id),
+                store_id: None,
+                expired_on_arrival: expired,
+            }));
         }
         let outcome = std::task::ready!(Pin::new(&mut self.ticket).poll(cx))?;
         Poll::Ready(Ok(SendReceipt {

@@ -13,6 +13,7 @@
 
 mod advisory;
 mod browse;
+mod composite;
 mod config;
 mod cron;
 mod destination;
@@ -634,7 +635,8 @@ impl Broker {
         self.store.store()
     }
 
-    /// Shuts down: refuses new destinations, stops every timer, lets expiry pages in
+    /// Shuts down: refuses new composite sends and commits those under way (or
+    /// refuses them), refuses new destinations, stops every timer, lets expiry pages in
     /// flight finish and starts none, flushes the store actor (every accepted message
     /// is committed), and closes the store last. Returns when all of that is done.
     ///
@@ -646,6 +648,8 @@ impl Broker {
     /// [`Broker::queue_stats`], [`Broker::usage`]) stay readable. Calling it again is
     /// harmless.
     pub async fn shutdown(&self) -> Result<(), Error> {
+        // Composite sends under way are committed (or refused) first; none starts.
+        self.routes.committer.close().await;
         self.shut_down.store(true, Ordering::Release);
         // A page of scheduled messages in flight finishes first; none starts.
         self.stop_scheduler().await;

@@ -167,6 +167,8 @@ pub(super) struct Routes {
     next_xid: AtomicU64,
     /// The shared subscriptions' groups ([`super::shared`]).
     pub(super) shared: super::shared::SharedGroups,
+    /// Commits composite sends ([`super::composite`]).
+    pub(super) committer: super::composite::Committer,
 }
 
 impl Routes {
@@ -396,7 +398,11 @@ impl Broker {
         Ok(PendingSend::all(copies))
     }
 
-    /// A send that ends at several destinations: one transaction of its own.
+    /// A send that ends at several destinations, all or none: checked and charged
+    /// here, then stored in one store transaction by the broker's committer
+    /// ([`super::composite`]) while the sender goes on; the [`PendingSend`] resolves
+    /// once it is stored and released. A scheduled one is a transaction of its own
+    /// ([`Broker::send_routed_scheduled`]).
     async fn send_routed(
         &self,
         routes: Vec<Route>,
@@ -408,6 +414,33 @@ impl Broker {
                 self.wait_for_space(&route.key, message.persistent).await?;
             }
         }
+        if super::send::scheduled_due(&message).is_some() {
+            return self.send_routed_scheduled(routes, message).await;
+        }
+        // Taken after space (a shutdown waits for the sends that hold room).
+        let room = self.routes.committer.room().await?;
+        let message_id = self.next_message_id();
+        let mut copies = Vec::with_capacity(routes.len());
+        for route in &routes {
+            let copy = route.copy_of(&message);
+            let outgoing = self.outgoing_as(&route.key, copy, false, Some(&message_id))?;
+            copies.push((route.key.clone(), outgoing));
+        }
+        let send = super::composite::Prepared {
+            copies,
+            _room: room,
+        };
+        Ok(self.commit_later(message_id, send))
+    }
+
+    /// A scheduled send that ends at several destinations: one transaction of its own
+    /// (prepared at each destination, stored scheduled by its commit), committed before
+    /// this returns.
+    async fn send_routed_scheduled(
+        &self,
+        routes: Vec<Route>,
+        message: Message,
+    ) -> Result<PendingSend, Error> {
         let n = self.routes.next_xid.fetch_add(1, Ordering::Relaxed);
         let xid = format!("{ROUTED_XID_PREFIX}{}:{n}", self.ids.prefix);
         let mut tx = self.transaction(xid.clone());

@@ -306,6 +306,8 @@ impl Broker {
         if let Some(due) = scheduled_due(&message) {
             return self.send_scheduled(&key, message, due).await;
         }
+        // After the composite sends to `key` prepared before it.
+        self.routes.committer.before_send_to(&key).await;
         let outgoing = self.outgoing_as(&key, message, false, message_id)?;
         let message_id = outgoing.message_id.clone();
         let ticket = self

@@ -133,6 +133,10 @@ impl Broker {
             let _ = self.rollback_transaction(xid, destinations).await;
             return Err(refused);
         }
+        // After the composite sends to its destinations prepared before it.
+        for key in &keys {
+            self.routes.committer.before_send_to(key).await;
+        }
         let mut taken: Vec<TakenAck> = Vec::new();
         for TransactedAck { destination, ack } in acks {
             let answer = destination.take.send(ack).await;

@@ -46,6 +46,7 @@ mod chaos;
 mod cli_check;
 #[cfg(feature = "cli")]
 mod cli_passwd;
+mod composite_sends;
 #[cfg(feature = "http")]
 mod console;
 mod consumer_cases;

@@ -190,8 +190,8 @@ async fn a_composite_send_is_all_or_none(t: TestStore) {
         match (fault.load(SeqCst), op) {
             // Mid-way: the copy to the third destination cannot be stored.
             (1, WriteOp::Add(m)) => m.container == "queue://all.c",
-            // At the end: the commit of the routed transaction.
-            (2, WriteOp::Commit { xid }) => xid.starts_with(ebb::ROUTED_XID_PREFIX),
+            // At the start: the copy to the first destination.
+            (2, WriteOp::Add(m)) => m.container == "queue://all.a",
             _ => false,
         }
     }

@@ -20,7 +20,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use actix::prelude::*;
-use ebb_store::NewMessage;
+use ebb_store::{NewMessage, WriteOp};
 use tokio::sync::oneshot;
 
 use super::policy::Policy;
@@ -246,6 +246,8 @@ pub struct DestinationCore {
     pub order: PublishOrder<Arc<TopicMessage>>,
     /// Messages of open transactions.
     pub prepared: PreparedMessages,
+    /// Places held for a commit the broker writes ([`super::fence`]).
+    pub fence: super::CommitFence,
     /// Timer, expiry runs and pages, cleanup batches, stop.
     pub schedule: HousekeepingSchedule<SpawnHandle>,
     /// What every destination counts: read with [`Self::counters`], changed through
@@ -279,6 +281,7 @@ impl DestinationCore {
             budget,
             order: PublishOrder::default(),
             prepared: PreparedMessages::default(),
+            fence: super::CommitFence::default(),
             schedule: HousekeepingSchedule::default(),
             counters: DestinationCounters::default(),
             published: Published::detached(container_key),
@@ -365,7 +368,8 @@ impl DestinationCore {
         if expiring {
             self.schedule.expiring_write_started();
         }
-        self.store.add_in_order(self.new_message(message, xid))
+        let write = self.write_in_order(WriteOp::Add(self.new_message(message, xid)));
+        async move { Ok(write.await?.added()?) }
     }
 }
 
@@ -658,8 +662,11 @@ pub fn release_scheduled<A: DestinationActor>(
         type Stored = Pin<Box<dyn Future<Output = Result<Option<i64>, ActorError>>>>;
         let (message, commit): (TopicMessage, Stored) = match next {
             None => {
-                let commit = core.store.commit_in_order(xid.clone());
-                let first = async move { Ok(commit.await?.first().map(|(_, new)| *new)) };
+                let commit = core.write_in_order(WriteOp::Commit { xid: xid.clone() });
+                let first = async move {
+                    let renumbered = commit.await?.committed()?;
+                    Ok(renumbered.first().map(|(_, new)| *new))
+                };
                 (message, Box::pin(first))
             }
             Some((next_xid, message_id)) => {
@@ -669,8 +676,12 @@ pub fn release_scheduled<A: DestinationActor>(
                     ..message
                 };
                 let row = core.new_message(&copy, None);
-                let fired = core.store.repeat_in_order(xid.clone(), next_xid, row);
-                (copy, Box::pin(fired))
+                let fired = core.write_in_order(WriteOp::Repeat {
+                    xid: xid.clone(),
+                    next_xid,
+                    copy: row,
+                });
+                (copy, Box::pin(async move { Ok(fired.await?.repeated()?) }))
             }
         };
         let (answer, answered) = oneshot::channel();

@@ -25,6 +25,7 @@ mod ack_batch;
 mod completions;
 mod core;
 mod counters;
+mod fence;
 pub mod key;
 pub mod policy;
 mod prepared;
@@ -43,6 +44,10 @@ pub use self::core::{
 pub use ack_batch::{AckAnswer, AckBatch, AckWrite};
 pub use completions::Completions;
 pub use counters::DestinationCounters;
+pub use fence::{
+    fence_sends, fenced_stored, lift_fence, CommitFence, FenceSends, FencedCopy, FencedStored,
+    LiftFence, WriteAnswer,
+};
 pub use key::{
     DestinationKey, DestinationKind, DestinationPattern, InvalidDestination, COMPOSITE_ONLY,
     MAX_COMPOSITE, MAX_NAME_BYTES,
@@ -57,6 +62,9 @@ pub use schedule::{AfterPage, HousekeepingSchedule};
 /// [`PublishPrepared`](crate::destination::PublishPrepared),
 /// [`CommitPrepared`](crate::destination::CommitPrepared),
 /// [`AbortPrepared`](crate::destination::AbortPrepared),
+/// [`FenceSends`](crate::destination::FenceSends),
+/// [`LiftFence`](crate::destination::LiftFence),
+/// [`FencedStored`](crate::destination::FencedStored),
 /// [`RunHousekeeping`](crate::destination::RunHousekeeping),
 /// [`StopHousekeeping`](crate::destination::StopHousekeeping), [`ExpiryPage`],
 /// [`Retire`](crate::destination::Retire) and
@@ -122,6 +130,38 @@ macro_rules! destination_handlers {
                 $crate::destination::DestinationActor::core(self)
                     .prepared
                     .abort(&msg.xid);
+            }
+        }
+
+        impl actix::Handler<$crate::destination::FenceSends> for $actor {
+            type Result = Result<Vec<$crate::destination::FencedCopy>, $crate::error::ActorError>;
+
+            fn handle(
+                &mut self,
+                msg: $crate::destination::FenceSends,
+                ctx: &mut actix::Context<Self>,
+            ) -> Self::Result {
+                $crate::destination::fence_sends(self, msg.messages, ctx)
+            }
+        }
+
+        impl actix::Handler<$crate::destination::FencedStored> for $actor {
+            type Result = ();
+
+            fn handle(
+                &mut self,
+                msg: $crate::destination::FencedStored,
+                ctx: &mut actix::Context<Self>,
+            ) {
+                $crate::destination::fenced_stored(self, msg.ids, ctx);
+            }
+        }
+
+        impl actix::Handler<$crate::destination::LiftFence> for $actor {
+            type Result = ();
+
+            fn handle(&mut self, _: $crate::destination::LiftFence, _: &mut actix::Context<Self>) {
+                $crate::destination::lift_fence(self);
             }
         }
 
