@@ -55,9 +55,11 @@
 //! A send may reach more than the destination it names ([`Broker::routes_of`], the
 //! rules in `broker/routing.rs`): a composite (ActiveMQ's `/queue/a,/topic/b`,
 //! [`DestinationKey::parse_composite`], or a configured [`CompositeDestination`]
-//! with a selector per [`Forward`]) is committed to all its destinations in one store
-//! transaction, all or none, under an xid of [`ROUTED_XID_PREFIX`] (rolled back at
-//! start if a crash left it prepared); a virtual topic (`VirtualTopic.X`, on by
+//! with a selector per [`Forward`]) is stored at all its destinations in one store
+//! transaction, all or none, by the broker's committer, which writes the composite
+//! sends waiting for it together while their senders go on (`broker/composite.rs`; a
+//! scheduled one is a transaction of its own under an xid of [`ROUTED_XID_PREFIX`],
+//! rolled back at start if a crash left it prepared); a virtual topic (`VirtualTopic.X`, on by
 //! default, [`VirtualTopics`]) also delivers to each consumer group's queue
 //! `Consumer.<g>.VirtualTopic.X`, a group being stored from its first subscription
 //! on, each copy a send of its own unless `transacted_send`. Virtual topics and

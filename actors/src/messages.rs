@@ -5,8 +5,8 @@ use ebb_store::{Moved, SubscriptionKey};
 use tokio::sync::mpsc;
 
 pub use crate::destination::{
-    AbortPrepared, CommitPrepared, FenceSends, FencedCopy, FencedStored, LiftFence, Publish,
-    PublishPrepared, Retire, RunHousekeeping, StopDestination, StopHousekeeping,
+    AbortPrepared, CommitPrepared, FenceCommit, FenceSends, FencedCopy, FencedStored, LiftFence,
+    Publish, PublishPrepared, Retire, RunHousekeeping, StopDestination, StopHousekeeping,
 };
 use crate::destination::{DestinationCounters, DestinationKey};
 use crate::error::ActorError;

@@ -1416,6 +1416,7 @@ impl Sleeper for QueueActor {
             && core.prepared.transactions() == 0
             && core.prepared_writes == 0
             && core.order.waiting() == 0
+            && core.fence.is_idle()
             && self.held.is_idle()
             && !self.scanning
             && !core.schedule.run_active()

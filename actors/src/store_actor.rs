@@ -625,22 +625,25 @@ impl StoreHandle {
     /// transaction: [`WriteOp::Remove`], [`WriteOp::Ack`], [`WriteOp::AckUpTo`]) in one
     /// store transaction ([`WriteTogether`]): its sends become visible and its acks
     /// are stored, or neither. Returns the renumbering as [`Self::commit`].
-    pub async fn commit_with(
+    ///
+    /// The write is in the store actor's mailbox when this returns, as
+    /// [`Self::commit_in_order`]'s: the broker fences the transaction's destinations
+    /// (`crate::destination::FenceCommit`), calls this, and lifts the fences, so that
+    /// each destination sees the new ids in its publish order. The bound on
+    /// outstanding writes is taken if free and not waited for.
+    pub fn commit_with(
         &self,
         xid: String,
         with: Vec<WriteOp>,
-    ) -> Result<Vec<(i64, i64)>, ActorError> {
+    ) -> impl Future<Output = Result<Vec<(i64, i64)>, ActorError>> {
         let mut ops = Vec::with_capacity(with.len() + 1);
         ops.push(WriteOp::Commit { xid });
         ops.extend(with);
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| ActorError::Closed)?;
-        let mut outcomes = self.addr.send(WriteTogether(ops)).await??.into_iter();
-        let committed = outcomes.next().ok_or(ActorError::Closed)?;
-        Ok(committed.committed()?)
+        let write = self.write_together_in_order(ops);
+        async move {
+            let committed = write.await?.into_iter().next().ok_or(ActorError::Closed)?;
+            Ok(committed.committed()?)
+        }
     }
 
     /// `ops` in one store transaction ([`WriteTogether`]): all commit or none does;
@@ -651,7 +654,8 @@ impl StoreHandle {
     /// each destination sees the new ids in its publish order. The bound on
     /// outstanding writes is taken if free and not waited for.
     ///
-    /// Errors: as [`Self::write`] (nothing of it was committed).
+    /// Errors: [`ActorError::Store`] when the transaction failed (nothing of it was
+    /// committed), [`ActorError::Closed`] after [`Close`].
     pub fn write_together_in_order(
         &self,
         ops: Vec<WriteOp>,

@@ -786,6 +786,7 @@ impl Sleeper for TopicActor {
             && core.prepared.transactions() == 0
             && core.prepared_writes == 0
             && core.order.waiting() == 0
+            && core.fence.is_idle()
             && !core.schedule.run_active()
             && !core.schedule.cleanup_in_flight()
             && !cleanup_due

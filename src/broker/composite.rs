@@ -273,7 +273,10 @@ impl Broker {
                 messages: messages.clone(),
             };
             let copies = match self.ask_live(&fence.key, make, super::is_retired).await {
-                Ok(Ok(copies)) => copies,
+                Ok(Ok((number, copies))) => {
+                    fence.number = number;
+                    copies
+                }
                 Ok(Err(e)) => {
                     refusal = Some(Error::from(e));
                     break;
@@ -298,9 +301,10 @@ impl Broker {
             .is_none()
             .then(|| self.store.write_together_in_order(ops));
         for fence in fences {
-            let _ = self
-                .tell(std::slice::from_ref(&fence.key), || LiftFence)
-                .await;
+            let lift = || LiftFence {
+                fence: fence.number,
+            };
+            let _ = self.tell(std::slice::from_ref(&fence.key), lift).await;
         }
         let outcomes = match (write, refusal) {
             (Some(write), _) => write.await.and_then(|outcomes| {
@@ -326,6 +330,7 @@ impl Broker {
             };
             told.push(async move {
                 let stored = || FencedStored {
+                    fence: fence.number,
                     ids: stored.clone(),
                 };
                 self.tell(std::slice::from_ref(&fence.key), stored).await
@@ -358,6 +363,8 @@ struct Fence {
     sends: Vec<usize>,
     /// Rows it answered for its copies.
     rows: usize,
+    /// The fence's number at the destination.
+    number: u64,
 }
 
 impl Fence {
@@ -367,6 +374,7 @@ impl Fence {
             messages: Vec::new(),
             sends: Vec::new(),
             rows: 0,
+            number: 0,
         }
     }
 }

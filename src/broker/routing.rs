@@ -21,12 +21,14 @@
 //! A virtual topic's copies are sent one after another, each as a send of its own
 //! (pipelined; the receipt when every copy is stored), unless
 //! [`VirtualTopics::transacted_send`]. A composite send (named or configured), or a
-//! virtual topic's with `transacted_send`, is one transaction (a store xid under
-//! [`ROUTED_XID_PREFIX`]): prepared at each destination, then committed in one store
-//! transaction, so every destination has the message or none has (a store failure
-//! mid-way rolls back what was prepared; a crash before the commit leaves prepared
-//! rows that [`Broker::rollback_abandoned`] deletes at the next start). Its receipt
-//! comes after the commit; every copy has the same message id.
+//! virtual topic's with `transacted_send`, is all or none: its copies are handed to
+//! the broker's committer ([`super::composite`]), which stores waiting sends together
+//! in one store transaction (every destination has the message or none has) while
+//! the sender goes on; its receipt comes after that commit, and every copy has the
+//! same message id. A scheduled one is a transaction of its own (a store xid under
+//! [`ROUTED_XID_PREFIX`]: prepared at each destination, then committed; a crash before
+//! the commit leaves prepared rows that [`Broker::rollback_abandoned`] deletes at the
+//! next start).
 //!
 //! **What a virtual topic's message costs**: one stored row per consumer group (each
 //! group's queue holds its own copy, headers and body, beside its own acks,
@@ -47,8 +49,9 @@ use ebb_store::SubscriptionKey;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The prefix of the store xids of sends routed to several destinations
-/// ([`Broker::rollback_abandoned`] with it at start deletes what a crash left).
+/// The prefix of the store xids of scheduled sends routed to several destinations
+/// (each a transaction of its own; [`Broker::rollback_abandoned`] with it at start
+/// deletes what a crash left).
 pub const ROUTED_XID_PREFIX: &str = "ebb-routed:";
 
 /// The store container prefix under which a virtual topic's consumer groups are

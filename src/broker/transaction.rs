@@ -10,8 +10,8 @@ use crate::error::Error;
 use actix::Handler;
 use ebb_actors::destination::PublishTicket;
 use ebb_actors::messages::{
-    AbortPrepared, AcksStored, CommitPrepared, PublishOutcome, PublishPrepared, TakenAck,
-    TopicMessage,
+    AbortPrepared, AcksStored, CommitPrepared, FenceCommit, LiftFence, PublishOutcome,
+    PublishPrepared, TakenAck, TopicMessage,
 };
 use ebb_actors::queue::QueueActor;
 use ebb_actors::topic::TopicActor;
@@ -159,7 +159,27 @@ impl Broker {
             .map(|t| t.write.clone())
             .chain(scheduled.into_iter().map(WriteOp::Add))
             .collect();
-        let committed = self.store.commit_with(xid.to_string(), writes).await;
+        // Each destination reserves its messages' places and holds its own row writes
+        // until the commit is in the store actor's queue: the new ids follow its
+        // publish order ([`ebb_actors::destination::FenceCommit`]).
+        let mut fences = Vec::with_capacity(keys.len());
+        for key in &keys {
+            let fence = || FenceCommit {
+                xid: xid.to_string(),
+            };
+            match self.ask_live(key, fence, |_| false).await {
+                Ok(number) => fences.push((key, number)),
+                Err(e) => {
+                    self.lift_fences(&fences).await;
+                    report_acks_stored(taken, false);
+                    let _ = self.rollback_transaction(xid, destinations).await;
+                    return Err(e);
+                }
+            }
+        }
+        let committed = self.store.commit_with(xid.to_string(), writes);
+        self.lift_fences(&fences).await;
+        let committed = committed.await;
         report_acks_stored(taken, committed.is_ok());
         let renumbered = committed?;
         if schedules {
@@ -174,6 +194,15 @@ impl Broker {
         // One whose connection ended meanwhile waited for this transaction to go.
         self.delete_ended_temporaries(&keys).await;
         told
+    }
+
+    /// Lifts each `(destination, fence)` ([`LiftFence`]).
+    pub(super) async fn lift_fences(&self, fences: &[(&DestinationKey, u64)]) {
+        for &(key, fence) in fences {
+            let _ = self
+                .tell(std::slice::from_ref(key), || LiftFence { fence })
+                .await;
+        }
     }
 
     /// Sends `make()` to each of `destinations` and waits for each to handle it.

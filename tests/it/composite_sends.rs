@@ -1,8 +1,8 @@
 //! Composite sends are pipelined (issue 52): the sender goes on while the broker's
 //! committer stores them, many in one store transaction, all or none each; they keep
 //! their order beside plain sends of the same producer; a durable subscriber gets
-//! every message when composite and plain sends race to its topic (store ids grow in
-//! the order the topic releases them); a shutdown stores or refuses the sends under
+//! every message when composite sends, or transactions' COMMITs, race plain sends to
+//! its topic (store ids grow in the order the topic releases them); a shutdown stores or refuses the sends under
 //! way, never half of one. Both backends; embedding API and STOMP.
 
 use std::collections::HashMap;
@@ -142,6 +142,63 @@ async fn a_durable_subscriber_gets_every_message_while_composite_and_plain_sends
     b.shutdown().await.unwrap();
 }
 
+/// The same race with transactions: one producer commits transactions of three sends
+/// each to the topic (the broker writes each COMMIT, the topic fenced meanwhile),
+/// another sends plain messages, pipelined. Every message reaches the durable
+/// subscriber once, each producer's in order, store ids growing in delivery order.
+async fn a_durable_subscriber_gets_every_message_while_commits_and_plain_sends_race(t: TestStore) {
+    const TRANSACTIONS: usize = 100;
+    const PLAIN: usize = 300;
+    let b = broker(&t, policy(0, 400), 2).await;
+    let options = || SubscribeOptions::durable("race-tx", "d").prefetch(1_000);
+    let mut sub = b.subscribe("topic://race.tx", options()).await.unwrap();
+    let transactions = {
+        let b = b.clone();
+        actix_rt::spawn(async move {
+            for n in 0..TRANSACTIONS {
+                let mut tx = b.transaction(format!("race-tx:{n}"));
+                for i in 0..3 {
+                    let m = Message::new(format!("t{}", n * 3 + i)).persistent(true);
+                    tx.send("topic://race.tx", m).await.unwrap();
+                }
+                tx.commit().await.unwrap();
+            }
+        })
+    };
+    let plain = {
+        let b = b.clone();
+        actix_rt::spawn(async move {
+            let messages = (0..PLAIN).map(|i| Message::new(format!("p{i}")).persistent(true));
+            for outcome in b.send_all("topic://race.tx", messages).await {
+                outcome.unwrap();
+            }
+        })
+    };
+    let got = take(&mut sub, 3 * TRANSACTIONS + PLAIN).await;
+    transactions.await.unwrap();
+    plain.await.unwrap();
+    let ids: Vec<i64> = got.iter().map(|m| m.store_id().unwrap()).collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "store ids out of delivery order: {ids:?}"
+    );
+    let mut next: HashMap<char, usize> = HashMap::new();
+    for m in &got {
+        let text = body(m);
+        let (producer, i) = text.split_at(1);
+        let expected = next.entry(producer.chars().next().unwrap()).or_default();
+        assert_eq!(
+            i.parse::<usize>().unwrap(),
+            *expected,
+            "{text} out of order"
+        );
+        *expected += 1;
+    }
+    assert_eq!(next.get(&'t'), Some(&(3 * TRANSACTIONS)));
+    assert_eq!(next.get(&'p'), Some(&PLAIN));
+    b.shutdown().await.unwrap();
+}
+
 /// Composite sends still waiting for their commit when the broker shuts down are
 /// stored first: each one's receipt comes, and after a restart both queues hold every
 /// one of them.
@@ -212,6 +269,7 @@ on_every_backend!(
     #[actix_rt::test]
     composite_and_plain_sends_of_one_producer_keep_their_order,
     a_durable_subscriber_gets_every_message_while_composite_and_plain_sends_race,
+    a_durable_subscriber_gets_every_message_while_commits_and_plain_sends_race,
     a_shutdown_stores_the_composite_sends_under_way,
     stomp_composite_sends_are_pipelined_in_order,
 );

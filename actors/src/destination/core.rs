@@ -246,7 +246,7 @@ pub struct DestinationCore {
     pub order: PublishOrder<Arc<TopicMessage>>,
     /// Messages of open transactions.
     pub prepared: PreparedMessages,
-    /// Places held for a commit the broker writes ([`super::fence`]).
+    /// Fences up for writes the broker makes itself ([`super::CommitFence`]).
     pub fence: super::CommitFence,
     /// Timer, expiry runs and pages, cleanup batches, stop.
     pub schedule: HousekeepingSchedule<SpawnHandle>,
@@ -633,8 +633,27 @@ pub fn commit_prepared<A: DestinationActor>(
     let messages = core.prepared.commit(xid, renumbered);
     core.counters_mut().enqueued += messages.len() as u64;
     let mut released = Vec::new();
+    let mut messages = messages.into_iter();
+    // The places its fence reserved ([`super::FenceCommit`]), in send order (a
+    // message whose row was gone leaves its place empty); without a fence, in order
+    // from now.
+    for place in core.fence.take_places(xid) {
+        released.extend(core.order.fill(place, messages.next().map(Arc::new)));
+    }
     for message in messages {
         released.extend(core.order.push(Arc::new(message)));
+    }
+    act.release(released, ctx);
+}
+
+/// Handles [`AbortPrepared`]: forgets the messages of `xid`; the places its fence
+/// reserved ([`super::FenceCommit`]) are filled with nothing.
+pub fn abort_prepared<A: DestinationActor>(act: &mut A, xid: &str, ctx: &mut Context<A>) {
+    let core = act.core();
+    core.prepared.abort(xid);
+    let mut released = Vec::new();
+    for place in core.fence.take_places(xid) {
+        released.extend(core.order.fill(place, None));
     }
     act.release(released, ctx);
 }

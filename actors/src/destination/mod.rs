@@ -35,18 +35,18 @@ mod schedule;
 pub mod sleep;
 
 pub use self::core::{
-    begin_page, commit_prepared, end_run, idle_if_done, now_ms, page_failed, page_finished,
-    publish, release_scheduled, retire, schedule, stop_housekeeping, AbortPrepared, CommitPrepared,
-    CountersMut, DestinationActor, DestinationCore, DueMessage, ExpiryPage, Plan, Publish,
-    PublishPrepared, PublishTicket, ReleaseScheduled, Retire, RunHousekeeping, StopDestination,
-    StopHousekeeping,
+    abort_prepared, begin_page, commit_prepared, end_run, idle_if_done, now_ms, page_failed,
+    page_finished, publish, release_scheduled, retire, schedule, stop_housekeeping, AbortPrepared,
+    CommitPrepared, CountersMut, DestinationActor, DestinationCore, DueMessage, ExpiryPage, Plan,
+    Publish, PublishPrepared, PublishTicket, ReleaseScheduled, Retire, RunHousekeeping,
+    StopDestination, StopHousekeeping,
 };
 pub use ack_batch::{AckAnswer, AckBatch, AckWrite};
 pub use completions::Completions;
 pub use counters::DestinationCounters;
 pub use fence::{
-    fence_sends, fenced_stored, lift_fence, CommitFence, FenceSends, FencedCopy, FencedStored,
-    LiftFence, WriteAnswer,
+    fence_commit, fence_sends, fenced_stored, lift_fence, CommitFence, FenceCommit, FenceSends,
+    FencedCopy, FencedStored, LiftFence, WriteAnswer,
 };
 pub use key::{
     DestinationKey, DestinationKind, DestinationPattern, InvalidDestination, COMPOSITE_ONLY,
@@ -63,6 +63,7 @@ pub use schedule::{AfterPage, HousekeepingSchedule};
 /// [`CommitPrepared`](crate::destination::CommitPrepared),
 /// [`AbortPrepared`](crate::destination::AbortPrepared),
 /// [`FenceSends`](crate::destination::FenceSends),
+/// [`FenceCommit`](crate::destination::FenceCommit),
 /// [`LiftFence`](crate::destination::LiftFence),
 /// [`FencedStored`](crate::destination::FencedStored),
 /// [`RunHousekeeping`](crate::destination::RunHousekeeping),
@@ -125,16 +126,27 @@ macro_rules! destination_handlers {
             fn handle(
                 &mut self,
                 msg: $crate::destination::AbortPrepared,
-                _: &mut actix::Context<Self>,
+                ctx: &mut actix::Context<Self>,
             ) {
-                $crate::destination::DestinationActor::core(self)
-                    .prepared
-                    .abort(&msg.xid);
+                $crate::destination::abort_prepared(self, &msg.xid, ctx);
+            }
+        }
+
+        impl actix::Handler<$crate::destination::FenceCommit> for $actor {
+            type Result = u64;
+
+            fn handle(
+                &mut self,
+                msg: $crate::destination::FenceCommit,
+                _: &mut actix::Context<Self>,
+            ) -> u64 {
+                $crate::destination::fence_commit(self, msg.xid)
             }
         }
 
         impl actix::Handler<$crate::destination::FenceSends> for $actor {
-            type Result = Result<Vec<$crate::destination::FencedCopy>, $crate::error::ActorError>;
+            type Result =
+                Result<(u64, Vec<$crate::destination::FencedCopy>), $crate::error::ActorError>;
 
             fn handle(
                 &mut self,
@@ -153,15 +165,19 @@ macro_rules! destination_handlers {
                 msg: $crate::destination::FencedStored,
                 ctx: &mut actix::Context<Self>,
             ) {
-                $crate::destination::fenced_stored(self, msg.ids, ctx);
+                $crate::destination::fenced_stored(self, msg.fence, msg.ids, ctx);
             }
         }
 
         impl actix::Handler<$crate::destination::LiftFence> for $actor {
             type Result = ();
 
-            fn handle(&mut self, _: $crate::destination::LiftFence, _: &mut actix::Context<Self>) {
-                $crate::destination::lift_fence(self);
+            fn handle(
+                &mut self,
+                msg: $crate::destination::LiftFence,
+                _: &mut actix::Context<Self>,
+            ) {
+                $crate::destination::lift_fence(self, msg.fence);
             }
         }
 

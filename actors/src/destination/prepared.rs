@@ -57,6 +57,11 @@ impl PreparedMessages {
         self.by_xid.remove(xid).map_or(0, |m| m.len())
     }
 
+    /// How many messages transaction `xid` holds here.
+    pub fn count(&self, xid: &str) -> usize {
+        self.by_xid.get(xid).map_or(0, Vec::len)
+    }
+
     /// Open transactions with messages here.
     pub fn transactions(&self) -> usize {
         self.by_xid.len()
