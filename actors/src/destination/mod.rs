@@ -8,6 +8,7 @@
 //! | [`DestinationKey`], [`DestinationPattern`] | the one name of a destination (kind and plain name), and patterns over names | `key.rs` |
 //! | [`PublishOrder`] | the reorder buffer: messages released in publish order | `publish_order.rs` |
 //! | [`PreparedMessages`] | messages of open transactions, renumbered at commit | `prepared.rs` |
+//! | [`CommitFence`] | places reserved for rows the broker writes itself (a COMMIT, a batch of composite sends), and the destination's own row writes held until that write is queued | `fence.rs` |
 //! | [`HousekeepingSchedule`] | timer, expiry runs and pages, cleanup batches, stop | `schedule.rs` |
 //! | [`DestinationCounters`] | the counters every kind reports | `counters.rs` |
 //! | [`Published`], [`StatsBoard`] | the counters and gauges each destination publishes as it works, and which changed since the last reading | `published.rs` |
