@@ -112,6 +112,9 @@ impl Broker {
     /// transaction, reports that to the destinations that took acks, and releases the
     /// messages at `destinations`. `scheduled` (messages with a due time, held by the
     /// transaction until now) are stored scheduled in the same store transaction.
+    /// Each destination is fenced around the store write
+    /// ([`ebb_actors::destination::FenceCommit`]). A failed store write rolls the
+    /// transaction back.
     pub(super) async fn commit_transaction<D: ToDestination>(
         &self,
         xid: &str,
@@ -181,7 +184,16 @@ impl Broker {
         self.lift_fences(&fences).await;
         let committed = committed.await;
         report_acks_stored(taken, committed.is_ok());
-        let renumbered = committed?;
+        let renumbered = match committed {
+            Ok(renumbered) => renumbered,
+            Err(e) => {
+                // Nothing was committed, and the transaction ends here (a STOMP COMMIT
+                // ends it, committed or not): its messages go, and the places its
+                // fences reserved are freed.
+                let _ = self.rollback_transaction(xid, destinations).await;
+                return Err(e.into());
+            }
+        };
         if schedules {
             self.wake_scheduler();
         }
@@ -234,13 +246,19 @@ impl Broker {
     }
 
     /// [`Transaction::rollback`]: the stored messages of `xid` are deleted, none is
-    /// delivered; `destinations` forget what they held for it.
+    /// delivered; `destinations` forget what they held for it (also when the store's
+    /// delete fails: then the rows stay prepared, invisible, until the next start's
+    /// [`Broker::rollback_abandoned`], and the store's error is answered).
     pub(super) async fn rollback_transaction<D: ToDestination>(
         &self,
         xid: &str,
         destinations: &[D],
     ) -> Result<(), Error> {
-        self.store.rollback(xid.to_string()).await?;
+        // The destinations forget the transaction whatever the store answers (the places
+        // a fence reserved for its messages must not stay open): rows the store could
+        // not delete now stay prepared, invisible, until the next start's
+        // `rollback_abandoned` (or a later rollback) deletes them.
+        let stored = self.store.rollback(xid.to_string()).await;
         // A temporary destination whose connection ended may be gone already: telling
         // it is best effort, and it is deleted once the transaction no longer holds it.
         let (ended, live): (Vec<DestinationKey>, Vec<DestinationKey>) = destinations
@@ -255,6 +273,7 @@ impl Broker {
             let _ = self.tell(std::slice::from_ref(key), abort).await;
         }
         self.delete_ended_temporaries(&ended).await;
+        stored?;
         told
     }
 
@@ -460,8 +479,9 @@ impl Transaction {
     /// or refused since, or its subscription ended): nothing is committed, the
     /// transaction's messages are rolled back, and the acks taken before it stay
     /// un-committed (their messages stay stored and are delivered again after a
-    /// restart, as after a failed ack). A store error: nothing is committed (acked
-    /// messages as before; the prepared messages are removed at the next start by
+    /// restart, as after a failed ack). A store error: nothing is committed, and the
+    /// transaction is rolled back (acked messages as before; prepared rows the store
+    /// cannot delete now are removed at the next start by
     /// [`Broker::rollback_abandoned`]).
     pub async fn commit(self) -> Result<(), Error> {
         // The held messages' charges are released once the commit is done.

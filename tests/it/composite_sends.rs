@@ -6,11 +6,15 @@
 //! way, never half of one. Both backends; embedding API and STOMP.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use ebb::stomp::frame::Command;
 use ebb::test_util::stomp::*;
 use ebb::test_util::*;
-use ebb::{Broker, DestinationKey, Message, SendOptions, SubscribeOptions};
+use ebb::{Broker, BrokerConfig, DestinationKey, Message, SendOptions, SubscribeOptions};
+use ebb_store::WriteOp;
+
+use crate::faulty_store::FaultyStore;
 
 /// The rows `destination` holds in the store.
 async fn rows(b: &Broker, destination: &str) -> u64 {
@@ -199,6 +203,38 @@ async fn a_durable_subscriber_gets_every_message_while_commits_and_plain_sends_r
     b.shutdown().await.unwrap();
 }
 
+/// A COMMIT the store refuses rolls its transaction back, and the places its fence
+/// reserved at the destination are freed: a later send to that queue is delivered
+/// (a place left open would hold every later message back).
+async fn a_failed_commit_frees_the_places_its_fence_reserved(t: TestStore) {
+    let store = t.open().await;
+    let faulty = Arc::new(FaultyStore {
+        fail_writes: |op| matches!(op, WriteOp::Commit { xid } if xid == "doomed"),
+        ..FaultyStore::new(store)
+    });
+    let config = BrokerConfig {
+        store: t.options.clone(),
+        ..topic_config(policy(0, 400))
+    };
+    let b = Broker::start_with_store(faulty, config).unwrap();
+    let mut tx = b.transaction("doomed");
+    tx.send("queue://fenced", Message::new("never").persistent(true))
+        .await
+        .unwrap();
+    assert!(tx.commit().await.is_err());
+    b.send("queue://fenced", Message::new("after").persistent(true))
+        .await
+        .unwrap();
+    let mut sub = b
+        .subscribe("queue://fenced", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let got = take(&mut sub, 1).await;
+    assert_eq!(body(&got[0]), "after");
+    assert_eq!(rows(&b, "queue://fenced").await, 1);
+    b.shutdown().await.unwrap();
+}
+
 /// Composite sends still waiting for their commit when the broker shuts down are
 /// stored first: each one's receipt comes, and after a restart both queues hold every
 /// one of them.
@@ -270,6 +306,7 @@ on_every_backend!(
     composite_and_plain_sends_of_one_producer_keep_their_order,
     a_durable_subscriber_gets_every_message_while_composite_and_plain_sends_race,
     a_durable_subscriber_gets_every_message_while_commits_and_plain_sends_race,
+    a_failed_commit_frees_the_places_its_fence_reserved,
     a_shutdown_stores_the_composite_sends_under_way,
     stomp_composite_sends_are_pipelined_in_order,
 );
