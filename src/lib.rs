@@ -278,9 +278,9 @@ pub use broker::{
     QueueBrowser, Received, Repeat, RoutingConfig, ScheduleBacklog, ScheduledMessage,
     ScheduledPage, Selector, SelectorError, SendOptions, SendReceipt, Space, SpaceCheck,
     SubscribeOptions, Subscription, Target, TemporaryQueue, ToDestination, Transaction,
-    UsageConfig, UsageSnapshot, VirtualTopics, ACK_WINDOW, ADVISORY_PREFIX,
-    MAX_GROUPS_PER_VIRTUAL_TOPIC, MAX_TEMPORARIES_PER_CONNECTION, MIN_SCHEDULED_PERIOD_MS,
-    ROUTED_XID_PREFIX, SCHEDULER_PAGE, SCHEDULE_COUNT_LIMIT, SEND_WINDOW,
+    UsageConfig, UsageSnapshot, VirtualTopics, ACK_WINDOW, ADVISORY_PREFIX, COMMIT_BATCH,
+    COMPOSITE_WINDOW, MAX_GROUPS_PER_VIRTUAL_TOPIC, MAX_TEMPORARIES_PER_CONNECTION,
+    MIN_SCHEDULED_PERIOD_MS, ROUTED_XID_PREFIX, SCHEDULER_PAGE, SCHEDULE_COUNT_LIMIT, SEND_WINDOW,
 };
 pub use ebb_actors::destination::{
     now_ms, DestinationKey, DestinationKind, DestinationPattern, InvalidDestination,

@@ -48,15 +48,16 @@ use super::message::PendingSend;
 use super::Broker;
 use crate::error::Error;
 
-/// Most composite sends waiting for their commit at a time (the rest wait for room
-/// before they are prepared).
+/// Most composite sends waiting for their commit at a time
+/// ([`crate::Broker::start_send_to_each_with`]; the next waits for room before it is
+/// handed over).
 pub const COMPOSITE_WINDOW: usize = 256;
 
 /// Most composite sends committed in one store transaction.
 pub const COMMIT_BATCH: usize = 128;
 
 /// A composite send handed to the committer.
-pub(super) struct Prepared {
+pub(super) struct CompositeSend {
     /// Its copies, one per destination, in send order.
     pub(super) copies: Vec<(DestinationKey, TopicMessage)>,
     /// Its room in the window, held until it is stored or refused.
@@ -67,7 +68,7 @@ pub(super) struct Prepared {
 struct Job {
     /// Its number, in the order sends were handed over (from 1).
     seq: u64,
-    send: Prepared,
+    send: CompositeSend,
     answer: oneshot::Sender<Result<bool, Error>>,
 }
 
@@ -86,7 +87,7 @@ struct State {
     queue: VecDeque<Job>,
     /// The committer task runs.
     running: bool,
-    /// The number the last prepared send got.
+    /// The number the last send handed over got.
     last: u64,
     /// By destination: the number of the last composite send to it that is not
     /// released yet.
@@ -115,7 +116,7 @@ impl Committer {
             .map_err(|_| Error::ShuttingDown)
     }
 
-    /// Waits until every composite send prepared before now to `key` is released
+    /// Waits until every composite send to `key` handed over before now is released
     /// (or refused): the one wait a send of another kind to `key` makes, so that it
     /// follows them. At once when none is waiting.
     pub(super) async fn before_send_to(&self, key: &DestinationKey) {
@@ -130,7 +131,7 @@ impl Committer {
 
     /// Refuses every later composite send ([`Error::ShuttingDown`]) and waits until
     /// every one that has room in the window is released or refused (one being
-    /// prepared included): the first step of [`Broker::shutdown`].
+    /// checked included): the first step of [`Broker::shutdown`].
     pub(super) async fn close(&self) {
         if let Ok(all) = self.room.acquire_many(COMPOSITE_WINDOW as u32).await {
             all.forget();
@@ -145,7 +146,7 @@ impl Committer {
 
     /// Queues `send`; answers its outcome's receiver and whether the committer must be
     /// started.
-    fn enqueue(&self, send: Prepared) -> (oneshot::Receiver<Result<bool, Error>>, bool) {
+    fn enqueue(&self, send: CompositeSend) -> (oneshot::Receiver<Result<bool, Error>>, bool) {
         let (answer, answered) = oneshot::channel();
         let mut state = self.state.lock();
         state.last += 1;
@@ -194,7 +195,7 @@ impl Committer {
 impl Broker {
     /// Hands `send` to the committer; the [`PendingSend`] resolves once it is stored
     /// and released, or refused.
-    pub(super) fn commit_later(&self, message_id: String, send: Prepared) -> PendingSend {
+    pub(super) fn commit_later(&self, message_id: String, send: CompositeSend) -> PendingSend {
         let committer = &self.routes.committer;
         let (answered, start) = committer.enqueue(send);
         if start {

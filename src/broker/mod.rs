@@ -33,6 +33,7 @@ mod transaction;
 
 pub use self::advisory::{is_advisory, ADVISORY_PREFIX};
 pub use self::browse::*;
+pub use self::composite::{COMMIT_BATCH, COMPOSITE_WINDOW};
 pub use self::config::*;
 pub use self::cron::CronSchedule;
 pub use self::destination::*;

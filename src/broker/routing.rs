@@ -345,7 +345,12 @@ impl Broker {
 
     /// [`Broker::send_to_each`] with `options` ([`Broker::start_send_with`]'s): a
     /// send that ends at one destination has its place when this returns; one that
-    /// ends at several is committed when this returns (its [`PendingSend`] is ready).
+    /// ends at several, all or none, has been checked and handed to the broker's
+    /// committer (`broker/composite.rs`), and its [`PendingSend`] resolves once it is
+    /// stored at every destination (sends started one after another keep their order
+    /// at each destination, whatever their kind). At most
+    /// [`crate::COMPOSITE_WINDOW`] such sends wait for their commit at a
+    /// time: the next waits here for room.
     pub async fn start_send_to_each_with(
         &self,
         destinations: &[DestinationKey],
@@ -429,7 +434,7 @@ impl Broker {
             let outgoing = self.outgoing_as(&route.key, copy, false, Some(&message_id))?;
             copies.push((route.key.clone(), outgoing));
         }
-        let send = super::composite::Prepared {
+        let send = super::composite::CompositeSend {
             copies,
             _room: room,
         };

@@ -272,8 +272,9 @@ impl Broker {
     /// resolves after its commit (at once for one that is not stored). A send that
     /// routing takes to several destinations ([`Broker::routes_of`]) goes to each: a
     /// configured composite's (or a virtual topic's with
-    /// [`crate::VirtualTopics::transacted_send`]) is committed to all of them in one
-    /// store transaction before this returns; a virtual topic's copies are otherwise
+    /// [`crate::VirtualTopics::transacted_send`]) is stored at all of them in one
+    /// store transaction by the broker's committer, and the [`PendingSend`] resolves
+    /// after that commit ([`Broker::start_send_to_each_with`]); a virtual topic's copies are otherwise
     /// sends of their own, and the [`PendingSend`] resolves once every one is
     /// accepted ([`Broker::send_to_each`]).
     ///
@@ -306,7 +307,7 @@ impl Broker {
         if let Some(due) = scheduled_due(&message) {
             return self.send_scheduled(&key, message, due).await;
         }
-        // After the composite sends to `key` prepared before it.
+        // After the composite sends to `key` handed to the committer before it.
         self.routes.committer.before_send_to(&key).await;
         let outgoing = self.outgoing_as(&key, message, false, message_id)?;
         let message_id = outgoing.message_id.clone();
