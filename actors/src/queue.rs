@@ -76,7 +76,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use ebb_store::{Moved, Payload};
+use ebb_store::{Moved, Payload, WriteOp};
 use tokio::sync::mpsc;
 
 use crate::destination::sleep::{self, Doze, Drowsiness, ExpireDue, Sleep, Sleeper, Slept};
@@ -1862,10 +1862,13 @@ impl Handler<AcceptDeadLetter> for QueueActor {
         }
         let row = self.core.new_message(&msg.message, None);
         let place = self.core.order.reserve();
-        let write = self
-            .core
-            .store
-            .dead_letter_in_order(msg.from.container(), msg.from_id, row);
+        // In publish order, held while a fence is up (`destination::CommitFence`).
+        let write = self.core.write_in_order(WriteOp::DeadLetter {
+            container: msg.from.container(),
+            id: msg.from_id,
+            message: row,
+        });
+        let write = async move { Ok::<_, ActorError>(write.await?.dead_lettered()?) };
         let message = msg.message;
         Box::pin(
             write

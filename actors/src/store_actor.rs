@@ -8,8 +8,10 @@
 //! **Typed writes.** Callers use [`StoreHandle`]'s methods, one per [`WriteOp`]
 //! variant, each answering with the value of its outcome: [`StoreHandle::add`] the new
 //! id, [`StoreHandle::commit`] the renumbering, [`StoreHandle::remove`] the rows
-//! deleted, and so on. A destination stores its publishes with
-//! [`StoreHandle::add_in_order`], so their ids follow publish order.
+//! deleted, and so on. A destination sends its row-creating writes in its publish
+//! order ([`StoreHandle::write_in_order`], through
+//! [`crate::destination::DestinationCore::write_in_order`], which holds them while a
+//! fence is up), so their ids follow publish order.
 //!
 //! **Group commit.** At most one transaction is in flight. Writes that arrive meanwhile
 //! wait in the queue and go together into the next transaction (at most
@@ -489,7 +491,7 @@ impl StoreHandle {
     /// [`Self::add`] in the caller's order: the write is put in the store actor's
     /// mailbox now, before the future is returned, so writes sent this way from one
     /// actor's handlers get their ids in the order the handlers ran, whatever order
-    /// their futures are polled in. A destination stores its publishes with this (its
+    /// their futures are polled in. A destination stores its publishes so (its
     /// cursor relies on ids following publish order). The bound on outstanding writes is
     /// taken if free and not waited for (producer flow control bounds what an actor
     /// sends).

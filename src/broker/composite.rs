@@ -80,6 +80,11 @@ pub(super) struct Committer {
     /// The highest number whose send is released (or refused), and every one before.
     done: watch::Sender<u64>,
     room: Arc<Semaphore>,
+    /// Held by whoever fences destinations for a write of the broker's own (the
+    /// committer's batch, a transaction's COMMIT) from its first fence until the
+    /// write is in the store actor's queue: two such writes fenced at one destination
+    /// get their ids in the order their places were reserved.
+    pub(super) gate: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -101,6 +106,7 @@ impl Default for Committer {
             open_count: AtomicUsize::new(0),
             done: watch::channel(0).0,
             room: Arc::new(Semaphore::new(COMPOSITE_WINDOW)),
+            gate: tokio::sync::Mutex::new(()),
         }
     }
 }
@@ -199,8 +205,11 @@ impl Broker {
         let committer = &self.routes.committer;
         let (answered, start) = committer.enqueue(send);
         if start {
+            // On the broker's own thread: the task outlives the caller's runtime.
             let broker = self.clone();
-            self.spawn_task(async move { broker.run_committer().await });
+            self.runtime
+                .arbiter()
+                .spawn(async move { broker.run_committer().await });
         }
         PendingSend::committed_later(message_id, answered)
     }
@@ -268,6 +277,7 @@ impl Broker {
         let mut ops = Vec::new();
         let mut fenced = 0;
         let mut refusal = None;
+        let gate = self.routes.committer.gate.lock().await;
         for fence in &mut fences {
             let messages = std::mem::take(&mut fence.messages);
             let make = || FenceSends {
@@ -301,11 +311,12 @@ impl Broker {
         let write = refusal
             .is_none()
             .then(|| self.store.write_together_in_order(ops));
+        drop(gate);
         for fence in fences {
             let lift = || LiftFence {
                 fence: fence.number,
             };
-            let _ = self.tell(std::slice::from_ref(&fence.key), lift).await;
+            let _ = self.tell_each(std::slice::from_ref(&fence.key), lift).await;
         }
         let outcomes = match (write, refusal) {
             (Some(write), _) => write.await.and_then(|outcomes| {
@@ -334,7 +345,8 @@ impl Broker {
                     fence: fence.number,
                     ids: stored.clone(),
                 };
-                self.tell(std::slice::from_ref(&fence.key), stored).await
+                self.tell_each(std::slice::from_ref(&fence.key), stored)
+                    .await
             });
         }
         let told = futures::future::join_all(told).await;

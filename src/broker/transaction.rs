@@ -124,10 +124,13 @@ impl Broker {
     ) -> Result<(), Error> {
         // A temporary destination it sent to has ended (its connection is gone): the
         // whole transaction is refused and rolled back, as a send to it now would be.
-        let keys: Vec<DestinationKey> = destinations
-            .iter()
-            .filter_map(|d| d.to_destination().ok())
-            .collect();
+        let mut keys: Vec<DestinationKey> = Vec::with_capacity(destinations.len());
+        for key in destinations.iter().filter_map(|d| d.to_destination().ok()) {
+            // One fence per destination (a key named twice would reserve its places twice).
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
         if let Some(ended) = keys.iter().find(|k| self.is_ended_temporary(k)) {
             let refused = Error::InvalidDestination {
                 name: ended.stomp(),
@@ -165,6 +168,9 @@ impl Broker {
         // Each destination reserves its messages' places and holds its own row writes
         // until the commit is in the store actor's queue: the new ids follow its
         // publish order ([`ebb_actors::destination::FenceCommit`]).
+        // One broker write fenced at a time: its fences raised, then its write queued
+        // ([`super::composite::Committer::gate`]).
+        let gate = self.routes.committer.gate.lock().await;
         let mut fences = Vec::with_capacity(keys.len());
         for key in &keys {
             let fence = || FenceCommit {
@@ -173,6 +179,7 @@ impl Broker {
             match self.ask_live(key, fence, |_| false).await {
                 Ok(number) => fences.push((key, number)),
                 Err(e) => {
+                    drop(gate);
                     self.lift_fences(&fences).await;
                     report_acks_stored(taken, false);
                     let _ = self.rollback_transaction(xid, destinations).await;
@@ -181,6 +188,7 @@ impl Broker {
             }
         }
         let committed = self.store.commit_with(xid.to_string(), writes);
+        drop(gate);
         self.lift_fences(&fences).await;
         let committed = committed.await;
         report_acks_stored(taken, committed.is_ok());
@@ -198,7 +206,7 @@ impl Broker {
             self.wake_scheduler();
         }
         let told = self
-            .tell(destinations, || CommitPrepared {
+            .tell_each(&keys, || CommitPrepared {
                 xid: xid.to_string(),
                 renumbered: renumbered.clone(),
             })
@@ -208,13 +216,41 @@ impl Broker {
         told
     }
 
-    /// Lifts each `(destination, fence)` ([`LiftFence`]).
+    /// Lifts each `(destination, fence)` ([`LiftFence`]), also during shutdown.
     pub(super) async fn lift_fences(&self, fences: &[(&DestinationKey, u64)]) {
         for &(key, fence) in fences {
             let _ = self
-                .tell(std::slice::from_ref(key), || LiftFence { fence })
+                .tell_each(std::slice::from_ref(key), || LiftFence { fence })
                 .await;
         }
+    }
+
+    /// Sends `make()` to each of `keys`' running actor and waits for each to handle
+    /// it: every one is told, also after an error and during shutdown (what it tells
+    /// frees what a fence holds: held writes, reserved places). Answers the first
+    /// error. An actor that stopped meanwhile is not retried: what it held went with
+    /// it.
+    pub(super) async fn tell_each<M>(
+        &self,
+        keys: &[DestinationKey],
+        make: impl Fn() -> M,
+    ) -> Result<(), Error>
+    where
+        M: actix::Message<Result = ()> + Send + 'static,
+        TopicActor: Handler<M>,
+        QueueActor: Handler<M>,
+    {
+        let mut first = Ok(());
+        for key in keys {
+            let told = match self.lookup(key).await {
+                Ok(addr) => addr.ask(make()).await.map_err(Error::from),
+                Err(e) => Err(e),
+            };
+            if let (Err(e), Ok(())) = (told, &first) {
+                first = Err(e);
+            }
+        }
+        first
     }
 
     /// Sends `make()` to each of `destinations` and waits for each to handle it.
@@ -268,7 +304,7 @@ impl Broker {
         let abort = || AbortPrepared {
             xid: xid.to_string(),
         };
-        let told = self.tell(&live, abort).await;
+        let told = self.tell_each(&live, abort).await;
         for key in &ended {
             let _ = self.tell(std::slice::from_ref(key), abort).await;
         }

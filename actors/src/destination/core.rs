@@ -744,7 +744,13 @@ pub fn retire<A: DestinationActor>(
     let refusal = act.in_use().or_else(|| {
         let core = act.core();
         let open = core.prepared.transactions() as u64 + core.prepared_writes;
-        (open > 0).then(|| format!("{open} open transactions hold messages for it"))
+        if open > 0 {
+            return Some(format!("{open} open transactions hold messages for it"));
+        }
+        // Places reserved for a write the broker makes (a COMMIT, composite sends):
+        // they are filled within that write's round trip.
+        (!core.fence.is_idle())
+            .then(|| "a commit in progress holds places in it; try again".to_string())
     });
     if let Some(why) = refusal {
         let container = act.core().container.clone();

@@ -30,7 +30,9 @@
 //! ones). Once the broker's write is in the store actor's queue, [`LiftFence`] sends
 //! the writes held behind that fence: they come after the broker's write, so their ids
 //! are higher. Several fences may be up at once; a held write waits for every fence
-//! raised before it.
+//! raised before it. The broker raises the fences of one write at a time and queues
+//! that write before it raises the next one's (its gate), so two writes fenced at one
+//! destination get their ids in the order of their places.
 
 use std::collections::HashMap;
 use std::future::Future;
