@@ -9,8 +9,8 @@
 //! variant, each answering with the value of its outcome: [`StoreHandle::add`] the new
 //! id, [`StoreHandle::commit`] the renumbering, [`StoreHandle::remove`] the rows
 //! deleted, and so on. A destination sends its row-creating writes in its publish
-//! order ([`StoreHandle::write_in_order`], through
-//! [`crate::destination::DestinationCore::write_in_order`], which holds them while a
+//! order, put in this actor's mailbox as its handlers run
+//! ([`crate::destination::DestinationCore::write_in_order`], which holds them while a
 //! fence is up), so their ids follow publish order.
 //!
 //! **Group commit.** At most one transaction is in flight. Writes that arrive meanwhile
