@@ -25,6 +25,30 @@ fn keys(composite: &str) -> Vec<DestinationKey> {
     DestinationKey::parse_composite(composite).unwrap()
 }
 
+/// Checks what a durable subscriber got while producers raced: store ids grow in
+/// delivery order, and each producer's messages (bodies `<letter><index>`) come in
+/// index order from 0. Answers how many each producer's letter had.
+fn check_delivery_order(got: &[ebb::Received]) -> HashMap<char, usize> {
+    let ids: Vec<i64> = got.iter().map(|m| m.store_id().unwrap()).collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "store ids out of delivery order: {ids:?}"
+    );
+    let mut next: HashMap<char, usize> = HashMap::new();
+    for m in got {
+        let text = body(m);
+        let (producer, i) = text.split_at(1);
+        let expected = next.entry(producer.chars().next().unwrap()).or_default();
+        assert_eq!(
+            i.parse::<usize>().unwrap(),
+            *expected,
+            "{text} out of order"
+        );
+        *expected += 1;
+    }
+    next
+}
+
 /// One producer, pipelined: every third send is a plain one to `a`, the others are
 /// composites to `a` and `b`; nothing is awaited until the end. `a` gets all of them
 /// in send order, `b` the composites in send order.
@@ -110,24 +134,7 @@ async fn a_durable_subscriber_gets_every_message_while_composite_and_plain_sends
     let got = take(&mut sub, 2 * EACH).await;
     composite.await.unwrap();
     plain.await.unwrap();
-    let ids: Vec<i64> = got.iter().map(|m| m.store_id().unwrap()).collect();
-    assert!(
-        ids.windows(2).all(|w| w[0] < w[1]),
-        "store ids out of delivery order: {ids:?}"
-    );
-    let mut next: HashMap<char, usize> = HashMap::new();
-    for m in &got {
-        let text = body(m);
-        let (producer, i) = text.split_at(1);
-        let producer = producer.chars().next().unwrap();
-        let expected = next.entry(producer).or_default();
-        assert_eq!(
-            i.parse::<usize>().unwrap(),
-            *expected,
-            "{text} out of order"
-        );
-        *expected += 1;
-    }
+    let next = check_delivery_order(&got);
     assert_eq!(next.get(&'c'), Some(&EACH));
     assert_eq!(next.get(&'p'), Some(&EACH));
     for m in &got {
@@ -181,23 +188,7 @@ async fn a_durable_subscriber_gets_every_message_while_commits_and_plain_sends_r
     let got = take(&mut sub, 3 * TRANSACTIONS + PLAIN).await;
     transactions.await.unwrap();
     plain.await.unwrap();
-    let ids: Vec<i64> = got.iter().map(|m| m.store_id().unwrap()).collect();
-    assert!(
-        ids.windows(2).all(|w| w[0] < w[1]),
-        "store ids out of delivery order: {ids:?}"
-    );
-    let mut next: HashMap<char, usize> = HashMap::new();
-    for m in &got {
-        let text = body(m);
-        let (producer, i) = text.split_at(1);
-        let expected = next.entry(producer.chars().next().unwrap()).or_default();
-        assert_eq!(
-            i.parse::<usize>().unwrap(),
-            *expected,
-            "{text} out of order"
-        );
-        *expected += 1;
-    }
+    let next = check_delivery_order(&got);
     assert_eq!(next.get(&'t'), Some(&(3 * TRANSACTIONS)));
     assert_eq!(next.get(&'p'), Some(&PLAIN));
     b.shutdown().await.unwrap();
