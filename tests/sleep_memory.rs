@@ -1,6 +1,7 @@
 //! What a sleeping destination costs, counted in bytes: the process's heap (a
 //! counting allocator, this binary's own) before 2,000 queues are made and once they
-//! all sleep, each with a stored message (`inactive_timeout_before_sleep`): its
+//! all sleep, each with a stored message (made asleep by that send: no actor ever ran
+//! for them; `inactive_timeout_before_sleep`): its
 //! registry slot, its stats entry, its place in the stats reading, the store's kept
 //! count of its rows. (SQLite's page cache is its own, outside this count.) Issue 52's
 //! goal is 1 KiB; measured 1,153–1,168 bytes (2026-12-07), so the test holds the line

@@ -4,11 +4,13 @@
 //! each created on first use with the policy that matches its name; the policy map;
 //! the shared housekeeping budget; and the shutdown sequence.
 //!
-//! Messages it accepts: [`GetDestination`], [`RouteDeadLetter`] (a queue's dead
-//! message, handed to its dead-letter queue), [`ListDestinations`], [`IsRunning`],
+//! Messages it accepts: [`GetDestination`], [`PublishAsleep`], [`RouteDeadLetter`] (a
+//! queue's dead message, handed to its dead-letter queue), [`ListDestinations`],
+//! [`IsRunning`],
 //! [`DeleteDestination`], [`Watch`] and [`ForgetWildcardDurable`] (subscriptions to
 //! wildcard destinations), [`ShutdownBroker`].
-//! It never dispatches and writes nothing to the store. A new kind of destination is a
+//! It never dispatches; the only messages it writes are those sent to a sleeping
+//! queue ([`PublishAsleep`]). A new kind of destination is a
 //! variant of [`DestinationAddr`] and an arm in `BrokerActor::destination`.
 //!
 //! **Wildcard subscriptions.** Each [`WildcardActor`]
@@ -43,7 +45,10 @@
 //! destination whose store holds messages that expire is woken for them ([`ExpireDue`]) at the
 //! time its [`Sleep`] answer gave: the registry keeps those times in one ordered set
 //! and one timer for the earliest, and wakes the due ones [`EXPIRY_WAKE_PAGE`] at a
-//! time, the next page once the one before has ended its expiry runs.
+//! time, the next page once the one before has ended its expiry runs. A persistent
+//! send to a sleeping queue is written by the registry itself, without waking it
+//! ([`PublishAsleep`], module `asleep`); the actor started for it later waits for
+//! those writes first.
 //!
 //! Shutdown, in order: refuse new destinations; stop every destination's housekeeping
 //! (each answers once its page in flight has finished, and starts none after); end
@@ -69,6 +74,9 @@ use crate::topic::TopicActor;
 use crate::wildcard::{Accept, Matched, Template, WildcardActor};
 
 pub use crate::addr::DestinationAddr;
+
+mod asleep;
+pub use asleep::{AsleepPublish, PublishAsleep};
 
 /// The store keeps the definition of a durable subscription to a wildcard topic in a
 /// container of its own: this prefix and the pattern (`wildcard:topic://orders.>`).
@@ -166,6 +174,11 @@ pub struct BrokerActor {
     events: crate::events::Events,
     /// Where each destination publishes its counters for stats readings.
     board: std::sync::Arc<crate::destination::StatsBoard>,
+    /// Sleeping destinations' writes made by the registry ([`PublishAsleep`]): the
+    /// last one's number and completion, per destination while one is in flight.
+    asleep_writes: HashMap<DestinationKey, (u64, crate::destination::sleep::Written)>,
+    /// The number of the last of those writes.
+    asleep_write_seq: u64,
 }
 
 impl BrokerActor {
@@ -187,6 +200,8 @@ impl BrokerActor {
             shutting_down: false,
             events: crate::events::Events::default(),
             board: std::sync::Arc::default(),
+            asleep_writes: HashMap::new(),
+            asleep_write_seq: 0,
         }
     }
 
@@ -313,7 +328,8 @@ impl BrokerActor {
                 let queue = QueueActor::new(key.clone(), policy, store, budget, Some(dead_letters))
                     .with_events(self.events.clone())
                     .with_published(self.board.started(&key))
-                    .with_sleeper(ctx.address().recipient());
+                    .with_sleeper(ctx.address().recipient())
+                    .after_writes(self.asleep_writes_of(&key));
                 DestinationAddr::Queue(queue.start())
             }
         };

@@ -268,6 +268,9 @@ pub struct QueueActor {
     /// begun before that has returned (bounded by a take's page and the reads in
     /// flight).
     taken_held: HashMap<i64, Option<u64>>,
+    /// The registry's writes for it while it slept, still in flight when it started
+    /// ([`crate::broker::PublishAsleep`]): it handles nothing before they are done.
+    after_writes: Option<crate::destination::sleep::Written>,
 }
 
 impl QueueActor {
@@ -303,6 +306,7 @@ impl QueueActor {
             held: HeldReads::default(),
             held_timer: None,
             taken_held: HashMap::new(),
+            after_writes: None,
             failures: FailureBatch::default(),
             drowsiness: Drowsiness::default(),
             touched: 0,
@@ -311,6 +315,14 @@ impl QueueActor {
 
     /// Asks `registry` to let it sleep once it has been idle for its policy's
     /// `inactive_timeout_before_sleep` (see [`crate::destination::sleep`]).
+    /// Waits for `written` (the registry's writes for it while it slept, if any) before
+    /// it handles anything or reads the store, then carries on the counters of its
+    /// entry again (see [`crate::broker::PublishAsleep`]).
+    pub fn after_writes(mut self, written: Option<crate::destination::sleep::Written>) -> Self {
+        self.after_writes = written;
+        self
+    }
+
     pub fn with_sleeper(mut self, registry: Recipient<Doze>) -> Self {
         self.drowsiness = Drowsiness::new(Some(registry));
         self
@@ -1385,7 +1397,21 @@ impl Actor for QueueActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.load(ctx);
+        // Waits are polled last first: the writes' wait chains the load after it.
+        match self.after_writes.take() {
+            Some(written) => {
+                let wait = async move {
+                    let _ = written.await;
+                };
+                ctx.wait(wait.into_actor(self).map(|(), act, ctx| {
+                    act.core.carry_on_again();
+                    let floor = act.core.store.store().last_assigned_id();
+                    act.cursor.raise_floor(floor);
+                    act.load(ctx);
+                }));
+            }
+            None => self.load(ctx),
+        }
         Drowsiness::start(self, ctx);
     }
 }

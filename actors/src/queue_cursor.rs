@@ -559,6 +559,13 @@ impl QueueCursor {
         self.paged_upto
     }
 
+    /// Raises the floor given to [`Self::new`] to `floor` (the store's highest id now),
+    /// before anything was offered: the queue's actor waited for writes made for it
+    /// while it slept, which got ids above the floor it was made with.
+    pub fn raise_floor(&mut self, floor: i64) {
+        self.published_upto = self.published_upto.max(floor);
+    }
+
     /// The highest store id published so far (or stored when the queue started): a
     /// scan that has passed it has seen every stored message.
     pub fn published_upto(&self) -> i64 {

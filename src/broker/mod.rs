@@ -575,7 +575,7 @@ impl Broker {
     }
 
     /// Drops `addr` from the address cache if it is still there for `key`.
-    fn forget(&self, key: &DestinationKey, addr: &DestinationAddr) {
+    pub(super) fn forget(&self, key: &DestinationKey, addr: &DestinationAddr) {
         let mut addresses = self.addresses.write();
         if addresses.get(key).is_some_and(|a| a.same(addr)) {
             addresses.remove(key);

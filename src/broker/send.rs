@@ -8,6 +8,7 @@ use super::destination::ToDestination;
 use super::message::{Expiration, Message, PendingSend, SendReceipt};
 use super::Broker;
 use crate::error::Error;
+use ebb_actors::broker::{AsleepPublish, PublishAsleep};
 use ebb_actors::destination::{now_ms, PublishTicket};
 use ebb_actors::messages::{Publish, TopicMessage};
 use ebb_actors::DestinationKey;
@@ -311,13 +312,58 @@ impl Broker {
         self.routes.committer.before_send_to(&key).await;
         let outgoing = self.outgoing_as(&key, message, false, message_id)?;
         let message_id = outgoing.message_id.clone();
-        let ticket = self
-            .ask_live(
-                &key,
-                || Publish(outgoing.clone()),
-                PublishTicket::is_retired,
-            )
-            .await?;
+        let ticket = self.publish(&key, outgoing).await?;
         Ok(PendingSend::new(message_id, ticket))
+    }
+
+    /// Publishes `outgoing` to `key`: to its actor, or, for a persistent message to a
+    /// sleeping destination of a kind stored while asleep (a queue), through the
+    /// registry, which writes it without waking the destination
+    /// ([`ebb_actors::broker::PublishAsleep`]). A destination with a cached address runs
+    /// (or has just gone to sleep: its actor answers retired, and the send asks the
+    /// registry again).
+    async fn publish(
+        &self,
+        key: &DestinationKey,
+        outgoing: TopicMessage,
+    ) -> Result<PublishTicket, Error> {
+        if !(outgoing.persistent && key.capabilities().stored_while_asleep) {
+            return self
+                .ask_live(key, || Publish(outgoing.clone()), PublishTicket::is_retired)
+                .await;
+        }
+        // Each retry follows a sleep or deletion that ended after the attempt before.
+        const ATTEMPTS: usize = 8;
+        for attempt in 1..=ATTEMPTS {
+            let cached = self
+                .addresses
+                .read()
+                .get(key)
+                .filter(|addr| addr.connected())
+                .cloned();
+            let addr = match cached {
+                Some(addr) => addr,
+                None => {
+                    let asked = PublishAsleep {
+                        key: key.clone(),
+                        message: outgoing.clone(),
+                    };
+                    match self.registry.send(asked).await?? {
+                        AsleepPublish::Stored(ticket) => return Ok(ticket),
+                        AsleepPublish::Awake(addr) => {
+                            self.addresses.write().insert(key.clone(), addr.clone());
+                            addr
+                        }
+                    }
+                }
+            };
+            match addr.ask(Publish(outgoing.clone())).await {
+                Ok(ticket) if !ticket.is_retired() || attempt == ATTEMPTS => return Ok(ticket),
+                Err(e @ actix::MailboxError::Timeout) => return Err(e.into()),
+                Err(e) if attempt == ATTEMPTS => return Err(e.into()),
+                _ => self.forget(key, &addr),
+            }
+        }
+        unreachable!("the last attempt answers")
     }
 }

@@ -1,8 +1,10 @@
 //! Idle queues and topics sleep (`inactive_timeout_before_sleep`): the actor stops and only the
-//! key and counters stay; whatever reaches a sleeping queue wakes it, with nothing lost
-//! or reordered — a send, a subscription (plain or wildcard), a browse, a purge, a dead
-//! letter, a scheduled release — also when it races the queue going to sleep; and its
-//! messages expire while it sleeps.
+//! key and counters stay. A persistent send to a sleeping queue is written without
+//! waking it (and a send to a missing queue makes it asleep); whatever else reaches a
+//! sleeping queue wakes it, with nothing lost or reordered — a subscription (plain or
+//! wildcard), a browse, a purge, a dead letter, a scheduled release, a send to a topic
+//! — also when it races the queue going to sleep or the writes made while it slept;
+//! and its messages expire while it sleeps.
 
 use std::time::Duration;
 
@@ -60,7 +62,10 @@ async fn an_idle_queue_sleeps_and_wakes_with_its_messages(t: TestStore) {
     }
     let d = asleep(&b, "idle").await;
     assert_eq!((d.queue_size, d.enqueued_total), (10, 10), "{d:?}");
-    assert_eq!(d.sleeps_total, 1, "{d:?}");
+    assert_eq!(
+        d.sleeps_total, 0,
+        "made asleep by the first send, never awake: {d:?}"
+    );
     let summary = b.stats().await.unwrap();
     assert_eq!(summary.totals.asleep, 1, "{:?}", summary.totals);
 
@@ -88,32 +93,184 @@ async fn an_idle_queue_sleeps_and_wakes_with_its_messages(t: TestStore) {
     drop(sub);
     // Alone and empty again, it sleeps again.
     let d = asleep(&b, "idle").await;
-    assert_eq!((d.queue_size, d.sleeps_total), (0, 2), "{d:?}");
+    assert_eq!((d.queue_size, d.sleeps_total), (0, 1), "{d:?}");
     b.shutdown().await.unwrap();
 }
 
-/// Four producers send in bursts with pauses longer than the destination's timeout,
-/// so it goes to sleep and wakes again and again while the sends go on (some reach it
-/// as it goes to sleep). Every message arrives once, in each producer's order.
-/// (All persistent: a non-persistent message waiting keeps a queue awake.)
-async fn sends_racing_sleep_lose_nothing_and_keep_order(t: TestStore) {
-    race_sleeps(&t, "queue://race", SubscribeOptions::non_durable()).await;
+/// A persistent send to a missing queue makes it asleep, and one to a sleeping queue
+/// is written without waking it: no actor runs, the reading counts the messages. A
+/// message with an expiration sent to it while it sleeps is expired while it sleeps
+/// (its wake comes earlier). A non-persistent message wakes it (it lives in memory),
+/// and a send to a missing queue that a wildcard consumer watches starts it, so that
+/// the consumer gets the message.
+async fn persistent_sends_to_a_sleeping_queue_do_not_wake_it(t: TestStore) {
+    let policy = sleepy_expiring(30, 100);
+    let b = broker_with(&t, vec![("queue://>", policy)], UsageConfig::default()).await;
+    let q = "queue://born";
+    for i in 0..3 {
+        b.send(q, Message::new(format!("m{i}")).persistent(true))
+            .await
+            .unwrap();
+    }
+    let d = reading(&b, "born").await;
+    assert!(d.asleep, "made asleep by the send: {d:?}");
+    assert_eq!(
+        (d.queue_size, d.enqueued_total, d.sleeps_total),
+        (3, 3, 0),
+        "{d:?}"
+    );
+    b.send(
+        q,
+        Message::new("soon")
+            .persistent(true)
+            .ttl(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let d = reading(&b, "born").await;
+    assert!(d.asleep, "{d:?}");
+    assert_eq!((d.queue_size, d.enqueued_total), (4, 4), "{d:?}");
+    let d = poll_until("the message sent while it slept expires", || async {
+        let d = reading(&b, "born").await;
+        (d.expired_total == 1 && d.asleep).then_some(d)
+    })
+    .await;
+    assert_eq!(
+        (d.queue_size, d.sleeps_total),
+        (3, 1),
+        "woken once for it: {d:?}"
+    );
+
+    b.send(q, Message::new("m3").persistent(false))
+        .await
+        .unwrap();
+    let d = reading(&b, "born").await;
+    assert!(!d.asleep, "a non-persistent message wakes it: {d:?}");
+    let mut sub = b
+        .subscribe(q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, 4).await.iter().map(body).collect();
+    assert_eq!(got, ["m0", "m1", "m2", "m3"]);
+    drop(sub);
+
+    let mut watching = b
+        .subscribe("queue://watched.>", SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    b.send("queue://watched.a", Message::new("w").persistent(true))
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut watching, 1).await.iter().map(body).collect();
+    assert_eq!(
+        got,
+        ["w"],
+        "the wildcard consumer gets the new queue's message"
+    );
+    assert!(!reading(&b, "watched.a").await.asleep);
+    b.shutdown().await.unwrap();
 }
 
-/// The same on a topic, for its durable subscription, offline while the sends go on.
+/// Four producers send persistent messages in bursts the whole time, while a consumer
+/// comes (waking the queue), takes and acks what it gets, and goes (the queue sleeps
+/// after 3 ms alone): the sends alternate between the queue's actor and the registry,
+/// which writes them while it sleeps, and each wake races those writes (the new actor
+/// must read the store only once they committed). Every message arrives once, in each
+/// producer's order.
+async fn sends_racing_sleep_lose_nothing_and_keep_order(t: TestStore) {
+    let b = broker_with(&t, vec![("queue://>", sleepy(3))], UsageConfig::default()).await;
+    let q = "queue://race";
+    const PRODUCERS: usize = 4;
+    const BURST: usize = 4;
+    const ROUNDS: usize = 40;
+    const N: usize = BURST * ROUNDS;
+    drop(
+        b.subscribe(q, SubscribeOptions::non_durable())
+            .await
+            .unwrap(),
+    );
+    let mut got = Vec::new();
+    let mut written_asleep = 0;
+    for round in 0..ROUNDS {
+        let bursts = (0..PRODUCERS).map(|p| {
+            let b = b.clone();
+            async move {
+                for i in round * BURST..(round + 1) * BURST {
+                    let m = Message::new(format!("{p}-{i:04}")).persistent(true);
+                    b.send(q, m).await.unwrap();
+                }
+            }
+        });
+        let sends = futures::future::join_all(bursts);
+        // Every other round a consumer visits during the burst, taking a few.
+        let visit = async {
+            let mut taken = Vec::new();
+            if round % 2 == 1 {
+                let options = SubscribeOptions::non_durable()
+                    .ack(AckMode::Client)
+                    .prefetch(1);
+                let mut sub = b.subscribe(q, options).await.unwrap();
+                while let Some(m) = next_within(&mut sub, 5).await {
+                    sub.ack(&m).await.unwrap();
+                    taken.push(body(&m));
+                }
+            }
+            taken
+        };
+        let before = reading(&b, "race").await;
+        let (_, taken) = futures::join!(sends, visit);
+        let after = reading(&b, "race").await;
+        if before.asleep && after.asleep && after.sleeps_total == before.sleeps_total {
+            // Asleep through the whole burst: the registry wrote it.
+            written_asleep += 1;
+        }
+        got.extend(taken);
+        // 0–15 ms: some pauses outlast the timeout, some end as it dozes.
+        let pause = (round * 7 % 16) as u64;
+        actix_rt::time::sleep(Duration::from_millis(pause)).await;
+    }
+    let d = reading(&b, "race").await;
+    assert!(
+        d.sleeps_total >= 3 && written_asleep >= 3,
+        "slept {} times, {written_asleep} bursts written asleep: the race was not run",
+        d.sleeps_total
+    );
+    assert_eq!(d.enqueued_total, (PRODUCERS * N) as u64, "{d:?}");
+    let mut sub = b
+        .subscribe(q, SubscribeOptions::non_durable().prefetch(50))
+        .await
+        .unwrap();
+    let rest = PRODUCERS * N - got.len();
+    got.extend(take(&mut sub, rest).await.iter().map(body));
+    assert!(next_within(&mut sub, 100).await.is_none(), "nothing twice");
+    for p in 0..PRODUCERS {
+        let mine: Vec<&String> = got
+            .iter()
+            .filter(|m| m.starts_with(&format!("{p}-")))
+            .collect();
+        let sent: Vec<String> = (0..N).map(|i| format!("{p}-{i:04}")).collect();
+        assert_eq!(
+            mine,
+            sent.iter().collect::<Vec<_>>(),
+            "producer {p}: every message once, in order"
+        );
+    }
+    drop(sub);
+    b.shutdown().await.unwrap();
+}
+
+/// Four producers send in bursts to a topic with an offline durable subscription, with
+/// pauses longer than the topic's timeout, so it goes to sleep and wakes again and
+/// again while the sends go on (some reach it as it goes to sleep; a send wakes a
+/// topic). Every message arrives once, in each producer's order.
 async fn sends_racing_a_topic_sleep_lose_nothing_and_keep_order(t: TestStore) {
     race_sleeps(&t, "topic://race", SubscribeOptions::durable("c1", "r")).await;
 }
 
-/// See [`sends_racing_sleep_lose_nothing_and_keep_order`]: `consumer` subscribes to
-/// `destination` before (and detaches) and after the sends.
+/// See [`sends_racing_a_topic_sleep_lose_nothing_and_keep_order`]: `consumer`
+/// subscribes to `destination` before (and detaches) and after the sends.
 async fn race_sleeps(t: &TestStore, destination: &str, consumer: SubscribeOptions) {
-    let pattern = if destination.starts_with("topic://") {
-        "topic://>"
-    } else {
-        "queue://>"
-    };
-    let b = broker_with(t, vec![(pattern, sleepy(3))], UsageConfig::default()).await;
+    let b = broker_with(t, vec![("topic://>", sleepy(3))], UsageConfig::default()).await;
     drop(b.subscribe(destination, consumer.clone()).await.unwrap());
     const PRODUCERS: usize = 4;
     const BURST: usize = 4;
@@ -545,6 +702,7 @@ async fn a_queue_whose_consumer_left_mid_backlog_sleeps(t: TestStore) {
 on_every_backend!(
     #[actix_rt::test]
     an_idle_queue_sleeps_and_wakes_with_its_messages,
+    persistent_sends_to_a_sleeping_queue_do_not_wake_it,
     sends_racing_sleep_lose_nothing_and_keep_order,
     sends_racing_a_topic_sleep_lose_nothing_and_keep_order,
     dead_letters_scheduled_messages_and_wildcards_wake_a_queue,

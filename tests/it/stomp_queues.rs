@@ -468,8 +468,11 @@ async fn exp_03_big_expiry_does_not_starve_others(t: TestStore) {
     // Pages of 25: BIG's run is 120 pages, long enough to span SMALL's 300 ms tick on
     // a fast machine (with pages of 200 it could finish between two of SMALL's ticks;
     // with pages of 50, once in a few CI runs, it did).
+    // The queues stay awake (each on its own housekeeping timer, which is what the
+    // budget shares): a sleeping queue is woken for expiry by the registry instead.
     let expiring = Policy {
         dead_letter_expired: true,
+        inactive_timeout_before_sleep: 0,
         ..policy(300, 25)
     };
     let s = queue_server(&t, expiring, UsageConfig::default()).await;

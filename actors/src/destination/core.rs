@@ -341,18 +341,15 @@ impl DestinationCore {
 
     /// The store row for `message` on this destination (prepared when `xid` is set).
     pub fn new_message(&self, message: &TopicMessage, xid: Option<String>) -> NewMessage {
-        NewMessage {
-            container: self.container.clone(),
-            message_id: message.message_id.clone(),
-            expiration: message.expiration,
-            priority: message.priority,
-            xid,
-            payload: Arc::clone(&message.payload),
-            indexed_headers: self.key.capabilities().indexed_headers,
-            last_value: message
-                .last_value_key(self.key.capabilities().last_value_header)
-                .map(str::to_string),
-        }
+        stored_row(&self.key, message, xid)
+    }
+
+    /// Takes the counters of its entry again: writes the registry made for it while no
+    /// actor ran ([`crate::broker::PublishAsleep`]) counted there after this actor was
+    /// made. Called before it handles its first message, once those writes are done.
+    pub fn carry_on_again(&mut self) {
+        let published = Arc::clone(&self.published);
+        published.carry_on(&mut self.counters);
     }
 
     /// Writes `message` through the store actor, queued now in publish order (cursors
@@ -370,6 +367,24 @@ impl DestinationCore {
         }
         let write = self.write_in_order(WriteOp::Add(self.new_message(message, xid)));
         async move { Ok(write.await?.added()?) }
+    }
+}
+
+/// The store row for `message` on destination `key` (prepared when `xid` is set): its
+/// container, and the columns its kind asks for (indexed headers, a last value).
+pub fn stored_row(key: &DestinationKey, message: &TopicMessage, xid: Option<String>) -> NewMessage {
+    let capabilities = key.capabilities();
+    NewMessage {
+        container: key.container(),
+        message_id: message.message_id.clone(),
+        expiration: message.expiration,
+        priority: message.priority,
+        xid,
+        payload: Arc::clone(&message.payload),
+        indexed_headers: capabilities.indexed_headers,
+        last_value: message
+            .last_value_key(capabilities.last_value_header)
+            .map(str::to_string),
     }
 }
 

@@ -37,10 +37,10 @@ pub mod sleep;
 
 pub use self::core::{
     abort_prepared, begin_page, commit_prepared, end_run, idle_if_done, now_ms, page_failed,
-    page_finished, publish, release_scheduled, retire, schedule, stop_housekeeping, AbortPrepared,
-    CommitPrepared, CountersMut, DestinationActor, DestinationCore, DueMessage, ExpiryPage, Plan,
-    Publish, PublishPrepared, PublishTicket, ReleaseScheduled, Retire, RunHousekeeping,
-    StopDestination, StopHousekeeping,
+    page_finished, publish, release_scheduled, retire, schedule, stop_housekeeping, stored_row,
+    AbortPrepared, CommitPrepared, CountersMut, DestinationActor, DestinationCore, DueMessage,
+    ExpiryPage, Plan, Publish, PublishPrepared, PublishTicket, ReleaseScheduled, Retire,
+    RunHousekeeping, StopDestination, StopHousekeeping,
 };
 pub use ack_batch::{AckAnswer, AckBatch, AckWrite};
 pub use completions::Completions;

@@ -125,6 +125,15 @@ impl Published {
         counters.max_expiry_page_rows = was.max_expiry_page_rows;
     }
 
+    /// Counts `n` messages enqueued while no actor runs for it: the registry's writes
+    /// to a sleeping destination ([`crate::broker::PublishAsleep`]). Its next actor
+    /// waits for those writes before it carries on the counters, so the two never
+    /// write the entry at once.
+    pub fn count_enqueued(&self, n: u64) {
+        self.enqueued.fetch_add(n, Ordering::AcqRel);
+        self.mark();
+    }
+
     /// Puts it on the change list, unless it is there already: the next reading reads
     /// it again.
     pub fn mark(&self) {
@@ -285,6 +294,19 @@ impl StatsBoard {
         let entry = self.entry(key);
         entry.running.store(true, Ordering::Release);
         self.asleep(key, false);
+        entry.mark();
+        entry
+    }
+
+    /// `key` was made asleep, without an actor (a send to a missing destination that
+    /// the registry writes itself, [`crate::broker::PublishAsleep`]): its entry (made
+    /// if there is none) is running and asleep, and counts no sleep.
+    pub fn started_asleep(&self, key: &DestinationKey) -> Arc<Published> {
+        let entry = self.entry(key);
+        entry.running.store(true, Ordering::Release);
+        if !entry.asleep.swap(true, Ordering::AcqRel) {
+            self.asleep.fetch_add(1, Ordering::Relaxed);
+        }
         entry.mark();
         entry
     }

@@ -21,7 +21,9 @@
 //!    has committed: the store then holds all it had.
 //! 4. The registry marks it asleep, stops the actor and releases the held requests;
 //!    the first of them starts a new actor, which reads the store as after a restart
-//!    and carries on the counters from the entry.
+//!    and carries on the counters from the entry. A persistent send to a sleeping
+//!    queue does not start one: the registry writes it ([`crate::broker::PublishAsleep`]),
+//!    and the next actor waits for those writes before anything else.
 //!
 //! Queues and topics sleep (a topic when its durable subscriptions are all offline);
 //! each says when it is idle ([`Sleeper`]) and shares the rest ([`Drowsiness`],
@@ -99,6 +101,12 @@ impl Slept {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct ExpireDue;
+
+/// Resolves once the registry's last write for a sleeping destination is done
+/// (committed or failed; [`crate::broker::PublishAsleep`]): every earlier one is then
+/// done too (the store actor applies its mailbox in order). An actor started for it
+/// waits for this ([`crate::queue::QueueActor::after_writes`]).
+pub type Written = futures::future::Shared<futures::channel::oneshot::Receiver<()>>;
 
 /// When an idle destination asks to sleep: two ticks in a row that found it idle, with
 /// the same activity count (anything it counts: messages in and out, browses, takes).

@@ -40,6 +40,7 @@ pub static LAST_VALUE_QUEUE: KindSpec = KindSpec {
         indexed_headers: true,
         last_value_header: Some(LAST_VALUE_HEADER),
         temporary: false,
+        stored_while_asleep: false,
     },
     actor: KindActor::Queue,
 };

@@ -45,6 +45,14 @@ pub struct Capabilities {
     /// it is deleted with its messages when its connection ends, and none survives a
     /// restart. Never matched by a subscription's wildcard.
     pub temporary: bool,
+    /// A persistent message sent to it while it sleeps is written to the store by the
+    /// registry without waking it ([`crate::broker::PublishAsleep`]): its actor adds
+    /// nothing to such a message but the row (no consumer is attached to a sleeping
+    /// destination, and nothing of it is in memory). A destination of such a kind is
+    /// also made asleep by a send that finds it missing, so a backlog built up with
+    /// nobody consuming costs no running actor. Kinds whose actor does more with a
+    /// message than store it (a last value replaced, a topic's subscriptions) wake.
+    pub stored_while_asleep: bool,
 }
 
 /// The actor that runs a kind's destinations. Kinds that differ only in what the

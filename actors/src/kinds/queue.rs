@@ -17,6 +17,7 @@ pub static QUEUE: KindSpec = KindSpec {
         indexed_headers: true,
         last_value_header: None,
         temporary: false,
+        stored_while_asleep: true,
     },
     actor: KindActor::Queue,
 };

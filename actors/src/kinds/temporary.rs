@@ -30,6 +30,7 @@ pub static TEMP_QUEUE: KindSpec = KindSpec {
         indexed_headers: true,
         last_value_header: None,
         temporary: true,
+        stored_while_asleep: false,
     },
     actor: KindActor::Queue,
 };
@@ -50,6 +51,7 @@ pub static TEMP_TOPIC: KindSpec = KindSpec {
         indexed_headers: false,
         last_value_header: None,
         temporary: true,
+        stored_while_asleep: false,
     },
     actor: KindActor::Topic,
 };

@@ -18,6 +18,7 @@ pub static TOPIC: KindSpec = KindSpec {
         indexed_headers: false,
         last_value_header: None,
         temporary: false,
+        stored_while_asleep: false,
     },
     actor: KindActor::Topic,
 };
