@@ -435,8 +435,10 @@ impl Broker {
         while let Some(key) = todo.pop_first() {
             let running = board.get(&key).filter(|e| e.is_running());
             if running.as_ref().is_some_and(|e| e.is_asleep()) {
-                // Its actor stopped: the cached address would only hold its mailbox.
+                // Its actor stopped: the cached address would only hold its mailbox,
+                // and its memory usage counts nothing.
                 self.forget_address(&key);
+                self.forget_idle_usage(&key);
             }
             let read = match running {
                 Some(entry) => match self.read_destination(&key, &entry).await {

@@ -220,6 +220,23 @@ impl Broker {
         self.usages.destinations.lock().remove(key);
     }
 
+    /// Destination `key` sleeps: its memory usage goes too, unless something still
+    /// holds it (a message charged to it, a producer waiting for its space), so that a
+    /// sleeping destination keeps only its key and counters. The next send to it makes
+    /// a new one (as after a deletion, [`Self::forget_usage`]); its bytes were 0.
+    pub(crate) fn forget_idle_usage(&self, key: &DestinationKey) {
+        let mut usages = self.usages.destinations.lock();
+        if usages.get(key).is_some_and(|u| Arc::strong_count(u) == 1) {
+            usages.remove(key);
+            // The table shrinks with the destinations that sleep (a hash map keeps its
+            // capacity otherwise).
+            let len = usages.len();
+            if usages.capacity() > 64 && len * 4 < usages.capacity() {
+                usages.shrink_to(len * 2);
+            }
+        }
+    }
+
     /// Where each destination publishes its counters ([`StatsBoard`]).
     pub(crate) fn stats_board(&self) -> &StatsBoard {
         &self.usages.board
@@ -250,13 +267,22 @@ impl Broker {
         destination: impl ToDestination,
     ) -> Result<DestinationFlow, Error> {
         let key = destination.to_destination()?;
-        let usage = self.usages.of(&key);
         let producers = self.usages.producers.lock().get(&key).copied().unwrap_or(0);
-        Ok(DestinationFlow {
-            memory_bytes: usage.used(),
-            memory_limit: usage.limit(),
-            blocked_producers: usage.blocked_producers(),
-            producers,
+        // Read without making one: a sleeping destination has none (and uses nothing).
+        let usage = self.usages.destinations.lock().get(&key).cloned();
+        Ok(match usage {
+            Some(usage) => DestinationFlow {
+                memory_bytes: usage.used(),
+                memory_limit: usage.limit(),
+                blocked_producers: usage.blocked_producers(),
+                producers,
+            },
+            None => DestinationFlow {
+                memory_bytes: 0,
+                memory_limit: self.usages.policies.policy_for(&key).memory_limit,
+                blocked_producers: 0,
+                producers,
+            },
         })
     }
 

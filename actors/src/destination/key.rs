@@ -195,7 +195,9 @@ pub struct InvalidDestination {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DestinationKey {
     kind: DestinationKind,
-    name: String,
+    /// Shared by every clone: the registry, the stats board, the memory usages and the
+    /// readings each keep a key per destination, one name between them.
+    name: std::sync::Arc<str>,
 }
 
 impl DestinationKey {
@@ -224,7 +226,7 @@ impl DestinationKey {
         }
         Ok(Self {
             kind,
-            name: name.to_string(),
+            name: name.into(),
         })
     }
 
