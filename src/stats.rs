@@ -151,8 +151,9 @@ pub struct DestinationStats {
     /// Producers of this destination waiting for space now (producer flow control).
     pub blocked_producers: u64,
     /// Asleep: idle, its actor stopped, only its key and counters kept (see the
-    /// policy's `inactive_timeout_before_sleep`); the next send, subscription or
-    /// browse wakes it.
+    /// policy's `inactive_timeout_before_sleep`); a subscription, a browse or a send
+    /// that needs its actor wakes it (a persistent send to a sleeping queue is stored
+    /// without waking it).
     #[serde(default)]
     pub asleep: bool,
     /// Times it went to sleep since the broker started (many, with messages between

@@ -39,8 +39,8 @@
 //! anything arrived), then stops its actor and keeps only the key, marked asleep. The
 //! next request starts a new actor, which reads the store as after a restart and
 //! carries on the counters of its stats entry. Listings and "is it running" count a
-//! sleeping destination as running (it was started and is not deleted); the advisory
-//! of a new destination is not sent again when it wakes. A wildcard subscription
+//! sleeping destination as running (it was started, or made asleep by a send, and is
+//! not deleted); the advisory of a new destination is not sent again when it wakes. A wildcard subscription
 //! that starts watching wakes the sleeping destinations it matches. A sleeping
 //! destination whose store holds messages that expire is woken for them ([`ExpireDue`]) at the
 //! time its [`Sleep`] answer gave: the registry keeps those times in one ordered set

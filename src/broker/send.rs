@@ -335,6 +335,9 @@ impl Broker {
         // Each retry follows a sleep or deletion that ended after the attempt before.
         const ATTEMPTS: usize = 8;
         for attempt in 1..=ATTEMPTS {
+            // As every request to a destination: refused after shutdown, or once the
+            // lease ran out (`Broker::destination`).
+            self.refuse_if_shut_down()?;
             let cached = self
                 .addresses
                 .read()

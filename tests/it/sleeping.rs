@@ -171,6 +171,50 @@ async fn persistent_sends_to_a_sleeping_queue_do_not_wake_it(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// After a restart, the first send to a queue whose store holds a message that
+/// expires makes it asleep and sets its expiry wake from the store (a queue made
+/// asleep has not read its store): the old message expires while it sleeps.
+async fn a_queue_made_asleep_after_a_restart_expires_what_it_stored(t: TestStore) {
+    let policy = sleepy_expiring(30, 100);
+    let b = broker_with(
+        &t,
+        vec![("queue://>", policy.clone())],
+        UsageConfig::default(),
+    )
+    .await;
+    let q = "queue://old";
+    b.send(
+        q,
+        Message::new("soon")
+            .persistent(true)
+            .ttl(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    b.shutdown().await.unwrap();
+
+    let b = broker_with(&t, vec![("queue://>", policy)], UsageConfig::default()).await;
+    b.send(q, Message::new("kept").persistent(true))
+        .await
+        .unwrap();
+    let d = reading(&b, "old").await;
+    assert!(d.asleep, "made asleep by the send: {d:?}");
+    assert_eq!((d.queue_size, d.expired_total), (2, 0), "{d:?}");
+    let d = poll_until("the message stored before the restart expires", || async {
+        let d = reading(&b, "old").await;
+        (d.expired_total == 1 && d.asleep).then_some(d)
+    })
+    .await;
+    assert_eq!(d.queue_size, 1, "{d:?}");
+    let mut sub = b
+        .subscribe(q, SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, 1).await.iter().map(body).collect();
+    assert_eq!(got, ["kept"]);
+    b.shutdown().await.unwrap();
+}
+
 /// Four producers send persistent messages in bursts the whole time, while a consumer
 /// comes (waking the queue), takes and acks what it gets, and goes (the queue sleeps
 /// after 3 ms alone): the sends alternate between the queue's actor and the registry,
@@ -703,6 +747,7 @@ on_every_backend!(
     #[actix_rt::test]
     an_idle_queue_sleeps_and_wakes_with_its_messages,
     persistent_sends_to_a_sleeping_queue_do_not_wake_it,
+    a_queue_made_asleep_after_a_restart_expires_what_it_stored,
     sends_racing_sleep_lose_nothing_and_keep_order,
     sends_racing_a_topic_sleep_lose_nothing_and_keep_order,
     dead_letters_scheduled_messages_and_wildcards_wake_a_queue,

@@ -127,6 +127,7 @@ impl BrokerActor {
             self.events
                 .emit(|| crate::events::Event::DestinationAdded(key.clone()));
             self.destinations.insert(key.clone(), Slot::Asleep(None));
+            self.read_expiry_wake(&key, ctx);
             tracing::debug!(destination = %key, "destination made asleep by a send");
         }
         if message.expiration > 0 {
@@ -140,7 +141,11 @@ impl BrokerActor {
         let seq = self.asleep_write_seq;
         self.asleep_writes
             .insert(key.clone(), (seq, written.shared()));
-        let stored = async move {
+        // A task of its own, not a future in the registry's context (which actix polls
+        // on every wake-up of the registry, as `crate::destination::Completions`
+        // explains); it tells the registry when it is done.
+        let registry = ctx.address();
+        actix::spawn(async move {
             let outcome = write.await.map(|id| {
                 published.count_enqueued(1);
                 PublishOutcome {
@@ -152,12 +157,8 @@ impl BrokerActor {
             drop(message);
             let _ = answer.send(outcome);
             let _ = done.send(());
-        };
-        ctx.spawn(stored.into_actor(self).map(move |(), act, _| {
-            if act.asleep_writes.get(&key).is_some_and(|(s, _)| *s == seq) {
-                act.asleep_writes.remove(&key);
-            }
-        }));
+            registry.do_send(AsleepWritten { key, seq });
+        });
         Ok(AsleepPublish::Stored(ticket))
     }
 
@@ -184,11 +185,71 @@ impl BrokerActor {
         self.arm_wake_timer(ctx);
     }
 
+    /// Reads when a destination made asleep must be woken for the expiring rows its
+    /// store may hold already (from before a restart: one indexed row, as a
+    /// [`crate::destination::sleep::Sleep`] answer does), unless its policy turns
+    /// expiry off. A task of its own; the answer comes back as [`WakeForExpiry`].
+    fn read_expiry_wake(&mut self, key: &DestinationKey, ctx: &mut Context<Self>) {
+        if self.policies.policy_for(key).expire_messages_period == 0 {
+            return;
+        }
+        let store = std::sync::Arc::clone(self.store.store());
+        let (registry, key) = (ctx.address(), key.clone());
+        actix::spawn(async move {
+            match store.next_expiration(&key.container()).await {
+                Ok(Some(at)) => registry.do_send(WakeForExpiry { key, at }),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(destination = %key, error = %e,
+                    "cannot read whether a sleeping queue's messages expire; they expire once it wakes"),
+            }
+        });
+    }
+
     /// What an actor started for `key` now must wait for: the registry's writes for it
     /// still in flight.
     pub(super) fn asleep_writes_of(&self, key: &DestinationKey) -> Option<Written> {
         self.asleep_writes
             .get(key)
             .map(|(_, written)| written.clone())
+    }
+}
+
+/// A registry write for sleeping `key` ([`PublishAsleep`]) is done: its entry goes
+/// unless a later write replaced it.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct AsleepWritten {
+    key: DestinationKey,
+    seq: u64,
+}
+
+impl Handler<AsleepWritten> for BrokerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AsleepWritten, _: &mut Context<Self>) {
+        if self
+            .asleep_writes
+            .get(&msg.key)
+            .is_some_and(|(seq, _)| *seq == msg.seq)
+        {
+            self.asleep_writes.remove(&msg.key);
+        }
+    }
+}
+
+/// Sleeping `key`'s store holds a message that expires at `at` (epoch ms): wake it
+/// for it, if it still sleeps and is not woken sooner.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct WakeForExpiry {
+    key: DestinationKey,
+    at: i64,
+}
+
+impl Handler<WakeForExpiry> for BrokerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: WakeForExpiry, ctx: &mut Context<Self>) {
+        self.wake_for_expiry(&msg.key, msg.at, ctx);
     }
 }

@@ -190,6 +190,12 @@ macro_rules! destination_handlers {
                 _: $crate::destination::RunHousekeeping,
                 ctx: &mut actix::Context<Self>,
             ) {
+                // Retired (asleep or deleted), it counts and starts nothing: its
+                // successor runs its housekeeping, and the registry may be counting
+                // its sends on its stats entry meanwhile.
+                if $crate::destination::DestinationActor::core(self).retired {
+                    return;
+                }
                 $crate::destination::DestinationActor::tick(self, ctx);
             }
         }

@@ -91,8 +91,10 @@ pub struct Policy {
     /// offline), nothing held in memory but a cache of stored messages (no
     /// non-persistent message, no delivery, no open transaction, no write in flight),
     /// no expiry run under way. Asleep it keeps only its key and counters (a few
-    /// hundred bytes); a send, subscription, browse, purge, move, dead letter or
-    /// scheduled release wakes it, with nothing lost or reordered, and so does its
+    /// hundred bytes); a persistent send to a sleeping queue is written without waking it
+    /// ([`crate::broker::PublishAsleep`]); another send, a subscription, browse, purge,
+    /// move, dead letter or scheduled release wakes it, with nothing lost or reordered,
+    /// and so does its
     /// earliest stored expiration (at most once per `expire_messages_period`; see
     /// [`crate::destination::sleep`]). It falls asleep between one and two timeouts after the last
     /// thing that happened to it. After ActiveMQ's `inactiveTimeoutBeforeGC` (default

@@ -4,7 +4,8 @@
 //! Each destination has one [`Published`] (about 150 bytes and its name): lock-free
 //! counters (enqueued, delivered, acked, expired, dead-lettered, expiry pages and
 //! runs) and gauges (consumers, in-flight deliveries, non-persistent messages waiting)
-//! that its actor, the only writer, updates as it works. The first change after a
+//! that its actor, the only writer while it runs, updates as it works (while it
+//! sleeps, the registry counts the sends it stores for it, [`Published::count_enqueued`]). The first change after a
 //! reading puts the destination's key on the board's change list (one atomic swap
 //! for every later change until the next reading). Its memory usage marks it too
 //! (`crate::usage::Usage` holds its destination's entry), as do the producers the
