@@ -313,8 +313,6 @@ impl QueueActor {
         }
     }
 
-    /// Asks `registry` to let it sleep once it has been idle for its policy's
-    /// `inactive_timeout_before_sleep` (see [`crate::destination::sleep`]).
     /// Waits for `written` (the registry's writes for it while it slept, if any) before
     /// it handles anything or reads the store, then carries on the counters of its
     /// entry again (see [`crate::broker::PublishAsleep`]).
@@ -323,6 +321,8 @@ impl QueueActor {
         self
     }
 
+    /// Asks `registry` to let it sleep once it has been idle for its policy's
+    /// `inactive_timeout_before_sleep` (see [`crate::destination::sleep`]).
     pub fn with_sleeper(mut self, registry: Recipient<Doze>) -> Self {
         self.drowsiness = Drowsiness::new(Some(registry));
         self

@@ -25,7 +25,9 @@
 //! and a send to a missing destination that a wildcard subscription watches (it
 //! attaches to the new actor). A message with an expiration moves the sleeping
 //! destination's expiry wake earlier when it expires first
-//! ([`crate::destination::sleep::Slept::after`]).
+//! ([`crate::destination::sleep::Slept::after`]); a queue made asleep reads its
+//! earliest stored expiration once (rows kept from before a restart), as going to
+//! sleep does.
 
 use actix::prelude::*;
 use futures::FutureExt;
