@@ -97,6 +97,23 @@ async fn an_idle_queue_sleeps_and_wakes_with_its_messages(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// `got` (bodies `P-IIII`) holds each of `producers`' `n` messages once, in the order
+/// it sent them.
+fn each_producer_once_in_order(got: &[String], producers: usize, n: usize) {
+    for p in 0..producers {
+        let mine: Vec<&String> = got
+            .iter()
+            .filter(|m| m.starts_with(&format!("{p}-")))
+            .collect();
+        let sent: Vec<String> = (0..n).map(|i| format!("{p}-{i:04}")).collect();
+        assert_eq!(
+            mine,
+            sent.iter().collect::<Vec<_>>(),
+            "producer {p}: every message once, in order"
+        );
+    }
+}
+
 /// A persistent send to a missing queue makes it asleep, and one to a sleeping queue
 /// is written without waking it: no actor runs, the reading counts the messages. A
 /// message with an expiration sent to it while it sleeps is expired while it sleeps
@@ -287,18 +304,7 @@ async fn sends_racing_sleep_lose_nothing_and_keep_order(t: TestStore) {
     let rest = PRODUCERS * N - got.len();
     got.extend(take(&mut sub, rest).await.iter().map(body));
     assert!(next_within(&mut sub, 100).await.is_none(), "nothing twice");
-    for p in 0..PRODUCERS {
-        let mine: Vec<&String> = got
-            .iter()
-            .filter(|m| m.starts_with(&format!("{p}-")))
-            .collect();
-        let sent: Vec<String> = (0..N).map(|i| format!("{p}-{i:04}")).collect();
-        assert_eq!(
-            mine,
-            sent.iter().collect::<Vec<_>>(),
-            "producer {p}: every message once, in order"
-        );
-    }
+    each_producer_once_in_order(&got, PRODUCERS, N);
     drop(sub);
     b.shutdown().await.unwrap();
 }
@@ -352,18 +358,7 @@ async fn race_sleeps(t: &TestStore, destination: &str, consumer: SubscribeOption
         .map(body)
         .collect();
     assert!(next_within(&mut sub, 100).await.is_none(), "nothing twice");
-    for p in 0..PRODUCERS {
-        let mine: Vec<&String> = got
-            .iter()
-            .filter(|m| m.starts_with(&format!("{p}-")))
-            .collect();
-        let sent: Vec<String> = (0..N).map(|i| format!("{p}-{i:04}")).collect();
-        assert_eq!(
-            mine,
-            sent.iter().collect::<Vec<_>>(),
-            "producer {p}: every message once, in order"
-        );
-    }
+    each_producer_once_in_order(&got, PRODUCERS, N);
     drop(sub);
     b.shutdown().await.unwrap();
 }
