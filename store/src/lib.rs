@@ -57,6 +57,7 @@
 //!    gets the same plan ([`statements`] has the notes and the figures).
 
 mod counts;
+pub mod groups;
 pub mod detached;
 pub mod encoding;
 mod error;
@@ -75,6 +76,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use error::{redact_url, Result, StoreError};
+pub use groups::GROUP_CLIENT_ID;
 pub use model::*;
 
 /// The xid prefix of scheduled messages (and of redeliveries held back by a build

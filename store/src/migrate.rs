@@ -69,6 +69,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         "redelivery_due",
         include_str!("../migrations/sqlite/0012_redelivery_due.sql"),
     ),
+    (
+        13,
+        "group_deliveries",
+        include_str!("../migrations/sqlite/0013_group_deliveries.sql"),
+    ),
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -131,6 +136,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         12,
         "redelivery_due",
         include_str!("../migrations/postgres/0012_redelivery_due.sql"),
+    ),
+    (
+        13,
+        "group_deliveries",
+        include_str!("../migrations/postgres/0013_group_deliveries.sql"),
     ),
 ];
 

@@ -36,6 +36,8 @@ pub struct PgStore {
     /// Committed row counts kept until their container is written
     /// ([`crate::counts::CommittedCounts`]).
     counts: crate::counts::CommittedCounts,
+    /// The consumer groups over topics it knows ([`crate::groups`]).
+    groups: crate::groups::Groups,
 }
 
 impl PgStore {

@@ -469,6 +469,7 @@ macro_rules! impl_sql_store {
                     .fetch_one(&pool)
                     .await
                     .map_err($crate::error::db("read stored bytes"))?;
+                let groups = Self::load_groups(&pool, &sql).await?;
                 tracing::info!(
                     url = %shown_url,
                     backend = ?$backend,
@@ -487,8 +488,309 @@ macro_rules! impl_sql_store {
                     lock_target,
                     lease: Default::default(),
                     counts: Default::default(),
+                    groups,
                 })
             }
+
+            /// The consumer groups bound in the store ([`crate::groups`]), a keyset
+            /// page of [`GROUP_PAGE`](crate::groups::GROUP_PAGE) at a time.
+            async fn load_groups(
+                pool: &sqlx::Pool<$db>,
+                sql: &$crate::statements::Statements,
+            ) -> $crate::Result<$crate::groups::Groups> {
+                let groups = $crate::groups::Groups::default();
+                let mut after = String::new();
+                loop {
+                    let page: Vec<(String, String)> = sqlx::query_as(&sql.groups.list)
+                        .bind($crate::GROUP_CLIENT_ID)
+                        .bind(&after)
+                        .bind(i64::from($crate::groups::GROUP_PAGE))
+                        .fetch_all(pool)
+                        .await
+                        .map_err($crate::error::db("read consumer groups"))?;
+                    let full = page.len() == $crate::groups::GROUP_PAGE as usize;
+                    for (topic, group) in page {
+                        groups.bind(&topic, &group);
+                        after = group;
+                    }
+                    if !full {
+                        return Ok(groups);
+                    }
+                }
+            }
+
+            /// The group's mark on its topic (its binding's one row), or `None` when
+            /// `group` is no longer bound to `topic`.
+            async fn group_mark(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                topic: &str,
+                group: &str,
+            ) -> $crate::Result<Option<i64>> {
+                let key = $crate::SubscriptionKey::group(group);
+                let rows = self.subscription_rows(conn, topic, &key).await?;
+                Ok(rows.iter().map(|r| r.1).min())
+            }
+
+            /// A page of the topic rows group `group` needs after `after_id` (`[0]`
+            /// without the held ones, `[1]` with them), or in the window up to
+            /// `upto` (a scan), in one snapshot with its mark.
+            async fn group_page(
+                &self,
+                topic: &str,
+                group: &str,
+                after_id: i64,
+                upto: Option<i64>,
+                held_too: bool,
+                limit: u32,
+            ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
+                const OP: &str = "read group";
+                let mut tx = self.begin_read(OP).await?;
+                let Some(mark) = self.group_mark(&mut *tx, topic, group).await? else {
+                    return Ok(Vec::new());
+                };
+                let bound = after_id.max(mark);
+                let sql = match upto {
+                    Some(_) => &self.sql.groups.window,
+                    None => &self.sql.groups.pending[usize::from(held_too)],
+                };
+                let rows: Vec<$crate::sql::MessageRow> = sqlx::query_as(sql)
+                    .bind(topic)
+                    .bind(bound)
+                    .bind($crate::GROUP_CLIENT_ID)
+                    .bind(group)
+                    .bind(i64::from(limit))
+                    .bind(upto.unwrap_or(0))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err($crate::error::db(OP))?;
+                tx.commit().await.map_err($crate::error::db(OP))?;
+                $crate::sql::decode_messages(group, rows, &self.stats)
+            }
+
+            /// The topic rows group `group` needs that are expired at `now_ms`, by
+            /// `(expiration, id)`, at most `limit`.
+            async fn group_expired(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                topic: &str,
+                group: &str,
+                now_ms: i64,
+                limit: u32,
+            ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
+                let Some(mark) = self.group_mark(conn, topic, group).await? else {
+                    return Ok(Vec::new());
+                };
+                let rows: Vec<$crate::sql::MessageRow> = sqlx::query_as(&self.sql.groups.expired)
+                    .bind(topic)
+                    .bind(now_ms)
+                    .bind($crate::GROUP_CLIENT_ID)
+                    .bind(group)
+                    .bind(i64::from(limit))
+                    .bind(mark)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("read expired"))?;
+                $crate::sql::decode_messages(group, rows, &self.stats)
+            }
+
+            /// How many of the topic's rows group `group` needs.
+            async fn group_count(&self, topic: &str, group: &str) -> $crate::Result<u64> {
+                const OP: &str = "count group messages";
+                let mut tx = self.begin_read(OP).await?;
+                let Some(mark) = self.group_mark(&mut *tx, topic, group).await? else {
+                    return Ok(0);
+                };
+                let n: i64 = sqlx::query_scalar(&self.sql.groups.count)
+                    .bind(topic)
+                    .bind(mark)
+                    .bind($crate::GROUP_CLIENT_ID)
+                    .bind(group)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err($crate::error::db(OP))?;
+                tx.commit().await.map_err($crate::error::db(OP))?;
+                Ok(n.max(0) as u64)
+            }
+
+            /// A group's queue ack ([`WriteOp::Remove`](crate::WriteOp::Remove) on a
+            /// group): its own rows among `ids` are deleted, the topic's are acked for
+            /// it (and their delivery rows dropped). Returns how many were deleted or
+            /// newly acked.
+            async fn group_remove(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                topic: &str,
+                group: &str,
+                ids: &[i64],
+                bytes: &mut i64,
+            ) -> $crate::Result<u64> {
+                let own = self.remove(conn, group, ids, bytes).await?;
+                Ok(own + self.group_ack(conn, topic, group, ids).await?)
+            }
+
+            /// Acks `ids` (those that are the topic's rows) for group `group`, and
+            /// drops their delivery rows. Returns how many were newly acked.
+            async fn group_ack(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                topic: &str,
+                group: &str,
+                ids: &[i64],
+            ) -> $crate::Result<u64> {
+                if ids.is_empty() {
+                    return Ok(0);
+                }
+                let key = $crate::SubscriptionKey::group(group);
+                // One mark for every priority: the priority is not looked at.
+                let messages = ids.iter().map(|id| (*id, 0)).collect();
+                let acked = self.ack(conn, topic, &key, messages).await?;
+                for chunk in ids.chunks($crate::statements::ID_LIST_MAX) {
+                    sqlx::query(&self.sql.groups.forget)
+                        .bind(group)
+                        .bind(<$db as $crate::sql::IdList>::id_list(chunk))
+                        .execute(&mut *conn)
+                        .await
+                        .map_err($crate::error::db("drop group deliveries"))?;
+                }
+                Ok(acked)
+            }
+
+            /// [`WriteOp::Redelivered`](crate::WriteOp::Redelivered) on a group: its
+            /// own row as a queue's, else the topic's row in `group_deliveries`.
+            async fn group_redelivered(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                topic: &str,
+                group: &str,
+                id: i64,
+                count: u32,
+                hold_until: Option<i64>,
+            ) -> $crate::Result<u64> {
+                let own = self.redelivered(conn, group, id, count, hold_until).await?;
+                if own > 0 {
+                    return Ok(own);
+                }
+                let Some(mark) = self.group_mark(conn, topic, group).await? else {
+                    return Ok(0);
+                };
+                let changed = sqlx::query(&self.sql.groups.redelivered)
+                    .bind(group)
+                    .bind(id)
+                    .bind(i64::from(count))
+                    .bind(hold_until)
+                    .bind(topic)
+                    .bind(mark)
+                    .bind($crate::GROUP_CLIENT_ID)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("count a failed delivery"))?;
+                Ok(changed.rows_affected())
+            }
+
+            /// [`WriteOp::DeadLetter`](crate::WriteOp::DeadLetter) from a group: its own
+            /// row as a queue's; a topic row the group still needs is acked for it and
+            /// its copy added (arriving when the topic row did).
+            async fn group_dead_letter(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                topic: &str,
+                group: &str,
+                id: i64,
+                message: $crate::NewMessage,
+                bytes: &mut i64,
+            ) -> $crate::Result<$crate::Moved> {
+                let rows: Vec<(i64, i64, i64)> = sqlx::query_as(&self.sql.remove_ids)
+                    .bind(group)
+                    .bind(<$db as $crate::sql::IdList>::id_list(&[id]))
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err($crate::error::db("dead-letter message"))?;
+                if let Some(&(_, length, arrival)) = rows.first() {
+                    $crate::sql::deleted(vec![length], bytes);
+                    return self.move_in(conn, message, arrival, bytes).await;
+                }
+                if self.group_ack(conn, topic, group, &[id]).await? == 0 {
+                    return Ok($crate::Moved::Gone);
+                }
+                self.move_in(conn, message, id, bytes).await
+            }
+
+            /// [`WriteOp::ExpireQueue`](crate::WriteOp::ExpireQueue) on a group: its own
+            /// expired rows are deleted, then the topic's it needs are acked for it,
+            /// `limit` in all. Returns the ids, ascending.
+            async fn group_expire(
+                &self,
+                conn: &mut <$db as sqlx::Database>::Connection,
+                topic: &str,
+                group: &str,
+                now_ms: i64,
+                limit: u32,
+                bytes: &mut i64,
+            ) -> $crate::Result<Vec<i64>> {
+                let mut ids = self.expire_queue(conn, group, now_ms, limit, bytes).await?;
+                let left = limit.saturating_sub(ids.len() as u32);
+                if left > 0 {
+                    let expired = self.group_expired(conn, topic, group, now_ms, left).await?;
+                    let shared: Vec<i64> = expired.iter().map(|m| m.id).collect();
+                    self.group_ack(conn, topic, group, &shared).await?;
+                    ids.extend(shared);
+                }
+                ids.sort_unstable();
+                Ok(ids)
+            }
+
+            /// A page of held messages of `container` read by `statements` (the page,
+            /// then the next due time after a short one): a queue's own, or a
+            /// group's in `group_deliveries` (see [`crate::MessageStore::read_held`]).
+            async fn held_page(
+                &self,
+                statements: [&str; 2],
+                container: &str,
+                after: (i64, i64),
+                now_ms: i64,
+                limit: u32,
+            ) -> $crate::Result<$crate::HeldPage> {
+                const OP: &str = "read held";
+                let mut tx = self.begin_read(OP).await?;
+                let rows: Vec<$crate::sql::MessageRow> =
+                    sqlx::query_as(statements[0])
+                        .bind(container)
+                        .bind(after.0)
+                        .bind(after.1)
+                        .bind(now_ms)
+                        .bind(i64::from(limit))
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err($crate::error::db(OP))?;
+                // A short page holds every row due by now: the next one's due time
+                // (one index entry) tells the queue when to read again.
+                let next_due = if rows.len() < limit as usize {
+                    let from = rows
+                        .last()
+                        .and_then(|r| r.6.map(|due| (due, r.0)))
+                        .unwrap_or(after);
+                    sqlx::query_scalar::<_, i64>(statements[1])
+                        .bind(container)
+                        .bind(from.0)
+                        .bind(from.1)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err($crate::error::db(OP))?
+                } else {
+                    None
+                };
+                tx.commit().await.map_err($crate::error::db(OP))?;
+                let messages = $crate::sql::decode_messages(container, rows, &self.stats)?
+                    .into_iter()
+                    .map(|message| $crate::HeldMessage {
+                        due: message.held_until.unwrap_or(i64::MIN),
+                        message,
+                    })
+                    .collect();
+                Ok($crate::HeldPage { messages, next_due })
+            }
+
 
             /// A statement whose first binds are a subscription's mark row:
             /// `$1` container, `$2` client id, `$3` subscription name, `$4` priority row.
@@ -866,6 +1168,13 @@ macro_rules! impl_sql_store {
                             .await?,
                     ),
                     WriteOp::Unsubscribe { container, key } => {
+                        if key.is_group() {
+                            sqlx::query(&self.sql.groups.forget_all)
+                                .bind(&key.subscription_name)
+                                .execute(&mut *conn)
+                                .await
+                                .map_err($crate::error::db("drop group deliveries"))?;
+                        }
                         WriteOutcome::Unsubscribed(self.unsubscribe(conn, &container, &key).await?)
                     }
                     WriteOp::Ack {
@@ -907,26 +1216,43 @@ macro_rules! impl_sql_store {
                             .await?;
                         WriteOutcome::CleanedUp { deleted, reached }
                     }
-                    WriteOp::Remove { container, ids } => {
-                        WriteOutcome::Deleted(self.remove(conn, &container, &ids, bytes).await?)
-                    }
+                    WriteOp::Remove { container, ids } => match self.groups.topic_of(&container) {
+                        Some(topic) => WriteOutcome::Deleted(
+                            self.group_remove(conn, &topic, &container, &ids, bytes).await?,
+                        ),
+                        None => {
+                            WriteOutcome::Deleted(self.remove(conn, &container, &ids, bytes).await?)
+                        }
+                    },
                     WriteOp::Redelivered {
                         container,
                         id,
                         count,
                         hold_until,
-                    } => WriteOutcome::Deleted(
-                        self.redelivered(conn, &container, id, count, hold_until)
-                            .await?,
-                    ),
+                    } => WriteOutcome::Deleted(match self.groups.topic_of(&container) {
+                        Some(topic) => {
+                            self.group_redelivered(conn, &topic, &container, id, count, hold_until)
+                                .await?
+                        }
+                        None => {
+                            self.redelivered(conn, &container, id, count, hold_until)
+                                .await?
+                        }
+                    }),
                     WriteOp::ExpireQueue {
                         container,
                         now_ms,
                         limit,
-                    } => WriteOutcome::Removed(
-                        self.expire_queue(conn, &container, now_ms, limit, bytes)
-                            .await?,
-                    ),
+                    } => WriteOutcome::Removed(match self.groups.topic_of(&container) {
+                        Some(topic) => {
+                            self.group_expire(conn, &topic, &container, now_ms, limit, bytes)
+                                .await?
+                        }
+                        None => {
+                            self.expire_queue(conn, &container, now_ms, limit, bytes)
+                                .await?
+                        }
+                    }),
                     WriteOp::Reclaim { container, ids } => {
                         WriteOutcome::Removed(self.reclaim(conn, &container, &ids, bytes).await?)
                     }
@@ -934,10 +1260,16 @@ macro_rules! impl_sql_store {
                         container,
                         id,
                         message,
-                    } => WriteOutcome::DeadLettered(
-                        self.dead_letter(conn, &container, id, message, bytes)
-                            .await?,
-                    ),
+                    } => WriteOutcome::DeadLettered(match self.groups.topic_of(&container) {
+                        Some(topic) => {
+                            self.group_dead_letter(conn, &topic, &container, id, message, bytes)
+                                .await?
+                        }
+                        None => {
+                            self.dead_letter(conn, &container, id, message, bytes)
+                                .await?
+                        }
+                    }),
                     WriteOp::ReplaceLastValue {
                         container,
                         key,
@@ -986,11 +1318,14 @@ macro_rules! impl_sql_store {
                 matches!(ops.peek(), Some($crate::WriteOp::Commit { .. }))
             }
 
-            /// Whether the next op of a write is a move to a dead-letter queue.
+            /// Whether the next op of a write is a move to a dead-letter queue (from a
+            /// container that is not a group: a group's moves go one by one).
             fn next_is_dead_letter(
+                &self,
                 ops: &mut std::iter::Peekable<std::vec::IntoIter<$crate::WriteOp>>,
             ) -> bool {
-                matches!(ops.peek(), Some($crate::WriteOp::DeadLetter { .. }))
+                matches!(ops.peek(), Some($crate::WriteOp::DeadLetter { container, .. })
+                    if !self.groups.is_group(container))
             }
 
             /// A run of [`WriteOp::DeadLetter`](crate::WriteOp::DeadLetter) (at most
@@ -1778,11 +2113,22 @@ macro_rules! impl_sql_store {
                 // The containers whose kept counts go after this write, whatever its
                 // outcome (see `crate::counts`); a commit adds its rows' below.
                 let mut touched: Vec<String> = Vec::new();
+                // Consumer groups bound or unbound by this write: known once it commits.
+                let mut bindings: Vec<(bool, String, String)> = Vec::new();
                 for op in &ops {
                     for container in op.containers() {
                         if touched.last().map(String::as_str) != Some(container) {
                             touched.push(container.to_string());
                         }
+                    }
+                    match op {
+                        $crate::WriteOp::Subscribe { container, key, .. } if key.is_group() => {
+                            bindings.push((true, container.clone(), key.subscription_name.clone()));
+                        }
+                        $crate::WriteOp::Unsubscribe { container, key } if key.is_group() => {
+                            bindings.push((false, container.clone(), key.subscription_name.clone()));
+                        }
+                        _ => {}
                     }
                 }
                 let written = async {
@@ -1815,7 +2161,8 @@ macro_rules! impl_sql_store {
                                 continue;
                             }
                             $crate::WriteOp::Redelivered { container, id, count, hold_until }
-                                if Self::next_is_redelivered(&mut ops, &container) =>
+                                if Self::next_is_redelivered(&mut ops, &container)
+                                    && !self.groups.is_group(&container) =>
                             {
                                 let mut rows = vec![(id, count, hold_until)];
                                 while rows.len() < $crate::statements::ID_LIST_MAX
@@ -1836,11 +2183,12 @@ macro_rules! impl_sql_store {
                                 continue;
                             }
                             $crate::WriteOp::DeadLetter { container, id, message }
-                                if Self::next_is_dead_letter(&mut ops) =>
+                                if !self.groups.is_group(&container)
+                                    && self.next_is_dead_letter(&mut ops) =>
                             {
                                 let mut moves = vec![(container, id, message)];
                                 while moves.len() < $crate::statements::ID_LIST_MAX
-                                    && Self::next_is_dead_letter(&mut ops)
+                                    && self.next_is_dead_letter(&mut ops)
                                 {
                                     if let Some($crate::WriteOp::DeadLetter {
                                         container, id, message,
@@ -1889,8 +2237,17 @@ macro_rules! impl_sql_store {
                 }
                 .await;
                 // After the transaction, committed or not: a count taken from now on
-                // sees what it left.
-                self.counts.written(touched.iter().map(String::as_str));
+                // sees what it left. A topic's rows are its groups' too.
+                let groups: Vec<std::sync::Arc<str>> = touched
+                    .iter()
+                    .flat_map(|c| self.groups.groups_of(c))
+                    .collect();
+                self.counts.written(
+                    touched
+                        .iter()
+                        .map(String::as_str)
+                        .chain(groups.iter().map(|g| &**g)),
+                );
                 let last_new = self.last_assigned_id();
                 let (outcomes, bytes, refused, token) = match written {
                     Ok(written) => written,
@@ -1926,6 +2283,14 @@ macro_rules! impl_sql_store {
                 self.stored_bytes
                     .fetch_add(bytes, std::sync::atomic::Ordering::SeqCst);
                 self.stats.committed(count);
+                for (bound, topic, group) in bindings {
+                    if bound {
+                        self.groups.bind(&topic, &group);
+                    } else {
+                        self.groups.unbind(&topic, &group);
+                    }
+                    self.counts.written([group.as_str()]);
+                }
                 Ok(outcomes)
             }
 
@@ -2190,7 +2555,18 @@ macro_rules! impl_sql_store {
                     .await
                     .map_err($crate::error::db(OP))?;
                 tx.commit().await.map_err($crate::error::db(OP))?;
-                $crate::sql::decode_messages(container, rows, &self.stats)
+                let own = $crate::sql::decode_messages(container, rows, &self.stats)?;
+                // A group's topic rows have no headers column: they come back to be
+                // tested by the caller's selector.
+                match self.groups.topic_of(container) {
+                    Some(topic) => {
+                        let shared = self
+                            .group_page(&topic, container, after_id, Some(upto_id), false, limit)
+                            .await?;
+                        Ok($crate::groups::merge_by_id(own, shared, limit))
+                    }
+                    None => Ok(own),
+                }
             }
 
             async fn browse(
@@ -2199,8 +2575,18 @@ macro_rules! impl_sql_store {
                 after_id: i64,
                 limit: u32,
             ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
-                self.read_page("browse", &self.sql.browse, container, after_id, limit)
-                    .await
+                let own = self
+                    .read_page("browse", &self.sql.browse, container, after_id, limit)
+                    .await?;
+                match self.groups.topic_of(container) {
+                    Some(topic) => {
+                        let shared = self
+                            .group_page(&topic, container, after_id, None, true, limit)
+                            .await?;
+                        Ok($crate::groups::merge_by_id(own, shared, limit))
+                    }
+                    None => Ok(own),
+                }
             }
 
             async fn read_queue(
@@ -2209,8 +2595,18 @@ macro_rules! impl_sql_store {
                 after_id: i64,
                 limit: u32,
             ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
-                self.read_page("read queue", &self.sql.read_queue, container, after_id, limit)
-                    .await
+                let own = self
+                    .read_page("read queue", &self.sql.read_queue, container, after_id, limit)
+                    .await?;
+                match self.groups.topic_of(container) {
+                    Some(topic) => {
+                        let shared = self
+                            .group_page(&topic, container, after_id, None, false, limit)
+                            .await?;
+                        Ok($crate::groups::merge_by_id(own, shared, limit))
+                    }
+                    None => Ok(own),
+                }
             }
 
             async fn read_held(
@@ -2220,44 +2616,32 @@ macro_rules! impl_sql_store {
                 now_ms: i64,
                 limit: u32,
             ) -> $crate::Result<$crate::HeldPage> {
-                const OP: &str = "read held";
-                let mut tx = self.begin_read(OP).await?;
-                let rows: Vec<$crate::sql::MessageRow> =
-                    sqlx::query_as(&self.sql.read_held)
-                        .bind(container)
-                        .bind(after.0)
-                        .bind(after.1)
-                        .bind(now_ms)
-                        .bind(i64::from(limit))
-                        .fetch_all(&mut *tx)
-                        .await
-                        .map_err($crate::error::db(OP))?;
-                // A short page holds every row due by now: the next one's due time
-                // (one index entry) tells the queue when to read again.
-                let next_due = if rows.len() < limit as usize {
-                    let from = rows
-                        .last()
-                        .and_then(|r| r.6.map(|due| (due, r.0)))
-                        .unwrap_or(after);
-                    sqlx::query_scalar::<_, i64>(&self.sql.next_held_due)
-                        .bind(container)
-                        .bind(from.0)
-                        .bind(from.1)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err($crate::error::db(OP))?
-                } else {
-                    None
+                let own = self
+                    .held_page(
+                        [self.sql.read_held.as_str(), self.sql.next_held_due.as_str()],
+                        container,
+                        after,
+                        now_ms,
+                        limit,
+                    )
+                    .await?;
+                if !self.groups.is_group(container) {
+                    return Ok(own);
+                }
+                let statements = [self.sql.groups.held.as_str(), self.sql.groups.next_held_due.as_str()];
+                let shared = self.held_page(statements, container, after, now_ms, limit).await?;
+                let next_due = match (own.next_due, shared.next_due) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
                 };
-                tx.commit().await.map_err($crate::error::db(OP))?;
-                let messages = $crate::sql::decode_messages(container, rows, &self.stats)?
-                    .into_iter()
-                    .map(|message| $crate::HeldMessage {
-                        due: message.held_until.unwrap_or(i64::MIN),
-                        message,
-                    })
-                    .collect();
-                Ok($crate::HeldPage { messages, next_due })
+                let full = own.messages.len() + shared.messages.len() >= limit as usize;
+                let messages = $crate::groups::merge_by(own.messages, shared.messages, limit, |m| {
+                    (m.due, m.message.id)
+                });
+                Ok($crate::HeldPage {
+                    messages,
+                    next_due: if full { None } else { next_due },
+                })
             }
 
             async fn read_prepared_range(
@@ -2363,8 +2747,19 @@ macro_rules! impl_sql_store {
                 now_ms: i64,
                 limit: u32,
             ) -> $crate::Result<Vec<std::sync::Arc<$crate::StoredMessage>>> {
-                self.read_page("read expired", &self.sql.read_expired, container, now_ms, limit)
-                    .await
+                let own = self
+                    .read_page("read expired", &self.sql.read_expired, container, now_ms, limit)
+                    .await?;
+                let Some(topic) = self.groups.topic_of(container) else {
+                    return Ok(own);
+                };
+                let mut tx = self.begin_read("read expired").await?;
+                let shared = self
+                    .group_expired(&mut *tx, &topic, container, now_ms, limit)
+                    .await?;
+                tx.commit().await.map_err($crate::error::db("read expired"))?;
+                let key = |m: &std::sync::Arc<$crate::StoredMessage>| (m.expiration, m.id);
+                Ok($crate::groups::merge_by(own, shared, limit, key))
             }
 
             async fn read_expired_after(
@@ -2402,11 +2797,32 @@ macro_rules! impl_sql_store {
             }
 
             async fn next_expiration(&self, container: &str) -> $crate::Result<Option<i64>> {
-                sqlx::query_scalar(&self.sql.next_expiration)
+                const OP: &str = "read the next expiration";
+                let own: Option<i64> = sqlx::query_scalar(&self.sql.next_expiration)
                     .bind(container)
                     .fetch_optional(&self.pool)
                     .await
-                    .map_err($crate::error::db("read the next expiration"))
+                    .map_err($crate::error::db(OP))?;
+                let Some(topic) = self.groups.topic_of(container) else {
+                    return Ok(own);
+                };
+                let mut tx = self.begin_read(OP).await?;
+                let Some(mark) = self.group_mark(&mut *tx, &topic, container).await? else {
+                    return Ok(own);
+                };
+                let shared: Option<i64> = sqlx::query_scalar(&self.sql.groups.next_expiration)
+                    .bind(&*topic)
+                    .bind(mark)
+                    .bind($crate::GROUP_CLIENT_ID)
+                    .bind(container)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err($crate::error::db(OP))?;
+                tx.commit().await.map_err($crate::error::db(OP))?;
+                Ok(match (own, shared) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                })
             }
 
             async fn has_rows(&self, container: &str) -> $crate::Result<bool> {
@@ -2415,7 +2831,16 @@ macro_rules! impl_sql_store {
                     .fetch_optional(&self.pool)
                     .await
                     .map_err($crate::error::db("check rows"))?;
-                Ok(row.is_some())
+                if row.is_some() {
+                    return Ok(true);
+                }
+                match self.groups.topic_of(container) {
+                    Some(topic) => Ok(!self
+                        .group_page(&topic, container, 0, None, true, 1)
+                        .await?
+                        .is_empty()),
+                    None => Ok(false),
+                }
             }
 
             async fn count_committed(&self, container: &str) -> $crate::Result<u64> {
@@ -2425,9 +2850,12 @@ macro_rules! impl_sql_store {
                 }
                 let token = self.counts.start(container);
                 self.stats.counted_committed();
-                let rows = self
+                let mut rows = self
                     .count(&self.sql.count_committed, container, "count messages")
                     .await?;
+                if let Some(topic) = self.groups.topic_of(container) {
+                    rows += self.group_count(&topic, container).await?;
+                }
                 self.counts.finish(container, token, rows);
                 Ok(rows)
             }
@@ -2437,8 +2865,13 @@ macro_rules! impl_sql_store {
             }
 
             async fn count_messages(&self, container: &str) -> $crate::Result<u64> {
-                self.count(&self.sql.count_messages, container, "count messages")
-                    .await
+                let own = self
+                    .count(&self.sql.count_messages, container, "count messages")
+                    .await?;
+                match self.groups.topic_of(container) {
+                    Some(topic) => Ok(own + self.group_count(&topic, container).await?),
+                    None => Ok(own),
+                }
             }
 
             async fn count_subscriptions(&self, container: &str) -> $crate::Result<u64> {

@@ -44,6 +44,8 @@ pub struct SqliteStore {
     /// Committed row counts kept until their container is written
     /// ([`crate::counts::CommittedCounts`]).
     counts: crate::counts::CommittedCounts,
+    /// The consumer groups over topics it knows ([`crate::groups`]).
+    groups: crate::groups::Groups,
 }
 
 /// The smallest page cache a connection gets, KiB, whatever

@@ -227,6 +227,53 @@ pub(crate) struct Statements {
     /// container is in `[$1, $2)`, after `($3, $4, $5)` in `(container, client_id,
     /// sub_name)` order, by the primary key, `LIMIT $6`
     pub subscriptions_between: String,
+    /// Consumer groups ([`crate::groups`]). Their parameters: `$1` the topic, `$3`
+    /// the group client id, `$4` the group (its store key: the subscription's name
+    /// and `group_deliveries.grp`).
+    pub groups: GroupStatements,
+}
+
+/// Entries of a topic's expiration index a group's next expiration looks at, at most.
+pub const EXPIRING_LOOKED_AT: u32 = 1000;
+
+/// The statements of consumer groups over a topic's rows ([`crate::groups`]).
+#[derive(Debug, Default)]
+pub(crate) struct GroupStatements {
+    /// keyset page of the groups' bindings: `(container, sub_name)` of client id `$1`
+    /// with a name after `$2`, by `acks_kidx`, `LIMIT $3`
+    pub list: String,
+    /// the topic's rows the group needs after bound `$2` (`max(after, mark)`), not
+    /// prepared, not acked individually, `LIMIT $5`, with the group's failed
+    /// deliveries and due time: `[0]` without the held ones (the cursor's page),
+    /// `[1]` with them (a browse); one range of `msgs_cidx`, one probe of `indacks`
+    /// and of `group_deliveries` per row
+    pub pending: [String; 2],
+    /// [`Self::pending`]`[0]` in the id window `$2 < id <= $6` (a selector's scan)
+    pub window: String,
+    /// the group's held messages due by `$4` after position `($2, $3)` (due, id),
+    /// `LIMIT $5`, with their rows: one range of `group_deliveries_didx`, one probe
+    /// of the message's primary key each; `$1` the group
+    pub held: String,
+    /// the due time of the group's first held message after `($2, $3)`, `LIMIT 1`
+    pub next_held_due: String,
+    /// the topic's expired rows at `$2` the group needs (above mark `$6`, not acked
+    /// individually), by `(expiration, id)`, `LIMIT $5`: one range of `msgs_eidx`
+    pub expired: String,
+    /// how many of the topic's rows the group needs (above mark `$2`)
+    pub count: String,
+    /// the earliest expiration among the topic's rows the group needs (above mark
+    /// `$2`), among the first [`EXPIRING_LOOKED_AT`] entries of the topic's expiration
+    /// index (none when the group is done with all of them: the rows the group acked
+    /// and another subscription keeps are not read past without bound)
+    pub next_expiration: String,
+    /// a topic row's failed deliveries for the group: row `$2` of topic `$5` (above
+    /// mark `$6`, not prepared, not acked individually by client `$7`) gets count `$3`
+    /// and due time `$4` in `group_deliveries` of group `$1` (insert or update)
+    pub redelivered: String,
+    /// the group `$1`'s delivery rows of the messages of id list `$2`
+    pub forget: String,
+    /// every delivery row of group `$1` (its binding is removed)
+    pub forget_all: String,
 }
 
 // In the topic expiry statements `+m.expiration` keeps the planners (both backends) off
@@ -582,7 +629,9 @@ fn expired_after(p: &str, backend: Backend, columns: &str) -> [String; 2] {
 
 impl Statements {
     pub fn new(p: &str, backend: Backend) -> Self {
-        Self::message_statements(p, backend).with_subscription_statements()
+        let mut s = Self::message_statements(p, backend).with_subscription_statements();
+        s.groups = GroupStatements::new(p, backend);
+        s
     }
 
     /// The statements over messages alone: inserts, the pages of a queue and of a
@@ -1266,5 +1315,96 @@ mod insert_chunk_tests {
             }
         }
         assert_eq!(sizes.len(), 9, "{sizes:?}");
+    }
+}
+
+impl GroupStatements {
+    fn new(p: &str, backend: Backend) -> Self {
+        let range = |bound: Bound| IdRange::new(p, backend, "$1", None, bound);
+        let delivery = |column: &str| {
+            format!("(SELECT d.{column} FROM {p}group_deliveries d WHERE d.grp = $4 AND d.msg_id = m.id)")
+        };
+        let columns = format!(
+            "m.id, m.msgid, m.expiration, m.priority, m.msg, COALESCE({}, 0), {}",
+            delivery("redeliveries"),
+            delivery("due")
+        );
+        let acked = acked(p, "$3", "$4", "-1");
+        let page = |r: IdRange, held: bool| {
+            let not_held = if held {
+                String::new()
+            } else {
+                format!(" AND {} IS NULL", delivery("due"))
+            };
+            format!(
+                "SELECT {columns} FROM {} WHERE {} AND m.xid IS NULL AND {acked} IS NULL{not_held} \
+                 ORDER BY {} LIMIT $5",
+                r.from, r.range, r.order
+            )
+        };
+        let held = |columns: &str, upto: &str, limit: &str| {
+            format!(
+                "SELECT {columns} FROM {p}group_deliveries d \
+                 JOIN {p}msgs m ON m.id = d.msg_id \
+                 WHERE d.grp = $1 AND d.due IS NOT NULL AND d.due >= $2 AND d.due <= {upto} \
+                   AND (d.due > $2 OR d.msg_id > $3) AND m.xid IS NULL \
+                 ORDER BY d.due, d.msg_id LIMIT {limit}"
+            )
+        };
+        let by_expiration = by_expiration(p, backend);
+        Self {
+            list: format!(
+                "SELECT container, sub_name FROM {p}acks \
+                 WHERE client_id = $1 AND sub_name > $2 ORDER BY client_id, sub_name LIMIT $3"
+            ),
+            pending: [
+                page(range(Bound::After("$2")), false),
+                page(range(Bound::After("$2")), true),
+            ],
+            window: page(range(Bound::Window("$2", "$6")), false),
+            held: held(
+                "m.id, m.msgid, m.expiration, m.priority, m.msg, d.redeliveries, d.due",
+                "$4",
+                "$5",
+            ),
+            next_held_due: held("d.due", &MAX_ID.to_string(), "1"),
+            expired: format!(
+                "SELECT {columns} FROM {by_expiration} \
+                 WHERE m.container = $1 AND m.expiration > 0 AND m.expiration <= $2 \
+                   AND m.id > $6 AND m.xid IS NULL AND {acked} IS NULL \
+                 ORDER BY m.expiration, m.id LIMIT $5"
+            ),
+            count: {
+                let r = range(Bound::After("$2"));
+                format!(
+                    "SELECT COUNT(*) FROM {} WHERE {} AND m.xid IS NULL AND {acked} IS NULL",
+                    r.from, r.range
+                )
+            },
+            next_expiration: format!(
+                "SELECT m.expiration FROM (SELECT e.id, e.expiration FROM {} \
+                   WHERE e.container = $1 AND e.expiration > 0 AND e.xid IS NULL \
+                   ORDER BY e.expiration, e.id LIMIT {EXPIRING_LOOKED_AT}) m \
+                 WHERE m.id > $2 AND {acked} IS NULL ORDER BY m.expiration, m.id LIMIT 1",
+                match backend {
+                    Backend::Postgres => format!("{p}msgs e"),
+                    Backend::Sqlite => format!("{p}msgs e INDEXED BY {p}msgs_eidx"),
+                }
+            ),
+            redelivered: format!(
+                "INSERT INTO {p}group_deliveries (grp, msg_id, redeliveries, due) \
+                 SELECT $1, m.id, $3, $4 FROM {p}msgs m \
+                 WHERE m.id = $2 AND m.container = $5 AND m.id > $6 AND m.xid IS NULL \
+                   AND (SELECT 1 FROM {p}indacks i WHERE i.container = $5 AND i.client_id = $7 \
+                     AND i.sub_name = $1 AND i.priority = -1 AND i.msg_id = m.id) IS NULL \
+                 ON CONFLICT (grp, msg_id) DO UPDATE \
+                 SET redeliveries = excluded.redeliveries, due = excluded.due"
+            ),
+            forget: format!(
+                "DELETE FROM {p}group_deliveries WHERE grp = $1 AND {}",
+                in_list(backend, "msg_id", "$2")
+            ),
+            forget_all: format!("DELETE FROM {p}group_deliveries WHERE grp = $1"),
+        }
     }
 }

@@ -6,6 +6,7 @@ mod cancellation;
 mod committed_counts;
 mod conformance;
 mod expiry_never_acks_live;
+mod groups;
 mod in_doubt;
 mod last_values;
 mod lease;
