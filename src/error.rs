@@ -95,8 +95,9 @@ pub enum Error {
         /// The limit (temporary destinations alive at once).
         max: u64,
     },
-    /// A durable subscription needs a client id and a subscription name.
-    #[error("a durable subscription needs a non-empty client id and subscription name")]
+    /// A durable subscription needs a client id and a subscription name; a client id
+    /// starting with `ebb:` is the broker's own (consumer groups' bindings).
+    #[error("a durable subscription needs a non-empty client id and subscription name, and a client id that does not start with `ebb:` (the broker's own)")]
     InvalidSubscription,
     /// An ack or NACK of a message received on another [`crate::Subscription`] (or
     /// browsed): ack it on the one it came from.

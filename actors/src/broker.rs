@@ -76,6 +76,7 @@ use crate::wildcard::{Accept, Matched, Template, WildcardActor};
 pub use crate::addr::DestinationAddr;
 
 mod asleep;
+mod groups;
 pub use asleep::{AsleepPublish, PublishAsleep};
 
 /// The store keeps the definition of a durable subscription to a wildcard topic in a
@@ -179,6 +180,9 @@ pub struct BrokerActor {
     asleep_writes: HashMap<DestinationKey, (u64, crate::destination::sleep::Written)>,
     /// The number of the last of those writes.
     asleep_write_seq: u64,
+    /// Topics feed their consumer groups ([`crate::messages::FeedGroups`]): virtual
+    /// topics are on.
+    feeds_groups: bool,
 }
 
 impl BrokerActor {
@@ -202,7 +206,16 @@ impl BrokerActor {
             board: std::sync::Arc::default(),
             asleep_writes: HashMap::new(),
             asleep_write_seq: 0,
+            feeds_groups: false,
         }
+    }
+
+    /// Topics store what their bound consumer groups need and hand it to them
+    /// ([`crate::messages::BindGroup`], [`crate::messages::FeedGroups`]); off, bound
+    /// groups wait unfed (virtual topics turned off).
+    pub fn with_group_feed(mut self, on: bool) -> Self {
+        self.feeds_groups = on;
+        self
     }
 
     /// Each destination publishes its counters and gauges on `board` (an entry made
@@ -291,6 +304,9 @@ impl BrokerActor {
                     .with_wildcard_durables(durables)
                     .with_events(self.events.clone())
                     .with_sleeper(ctx.address().recipient());
+                if self.feeds_groups {
+                    topic = topic.with_group_feed(ctx.address().recipient());
+                }
                 // Non-durable wildcard subscriptions are attached before the topic
                 // takes its first message (a message to a new topic would be missed
                 // by an attachment made later).
@@ -330,6 +346,11 @@ impl BrokerActor {
                     .with_published(self.board.started(&key))
                     .with_sleeper(ctx.address().recipient())
                     .after_writes(self.asleep_writes_of(&key));
+                let queue = if self.feeds_groups {
+                    queue.with_group_acks(ctx.address().recipient())
+                } else {
+                    queue
+                };
                 DestinationAddr::Queue(queue.start())
             }
         };

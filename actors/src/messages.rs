@@ -1,5 +1,7 @@
 //! The messages actors exchange, and the values they carry.
 
+use std::sync::Arc;
+
 use actix::prelude::*;
 use ebb_store::{Moved, SubscriptionKey};
 use tokio::sync::mpsc;
@@ -137,6 +139,52 @@ pub struct CloseConsumers;
 #[derive(Message)]
 #[rtype(result = "Result<bool, ActorError>")]
 pub struct RemoveDurable(pub SubscriptionKey);
+
+/// Bind consumer group `group` (a queue's key, e.g. `queue://Consumer.A.VirtualTopic.X`)
+/// to this topic: the group reads every message the topic stores from now on, stored
+/// once ([`ebb_store::groups`]), and the topic hands it the messages it releases
+/// ([`FeedGroups`]). Its binding is a durable subscription of the topic, written
+/// through the store actor in the topic's write order, so a message released after
+/// the answer reaches the group and none released before does. Binding a bound group
+/// changes nothing. Errors: the store's.
+#[derive(Message)]
+#[rtype(result = "Result<(), ActorError>")]
+pub struct BindGroup(pub DestinationKey);
+
+/// Unbind consumer group `group` from this topic (its subscription, acks and delivery
+/// rows go): it reads only the rows sent to it directly from now on. `Ok(false)` when
+/// it was not bound. Errors: the store's.
+#[derive(Message)]
+#[rtype(result = "Result<bool, ActorError>")]
+pub struct UnbindGroup(pub DestinationKey);
+
+/// A topic's released messages (in release order) for its consumer groups `groups`,
+/// sent to the registry, which hands them to each group's queue actor
+/// ([`GroupMessages`]) or, for a sleeping group, counts the stored ones and leaves
+/// them in the store. A stored message is already committed: no group writes it again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FeedGroups {
+    /// The groups, each a queue bound to the topic.
+    pub groups: Arc<[DestinationKey]>,
+    /// The messages, each with its store id when stored.
+    pub messages: Arc<[Arc<TopicMessage>]>,
+}
+
+/// A consumer group of topic `.0` committed acks of the topic's rows: the topic's
+/// cleanup is due (what every subscription and group is done with is deleted). Sent
+/// by the group's queue to the registry, which passes it to the topic if it runs (a
+/// sleeping topic cleans up when it wakes).
+#[derive(Message, Clone)]
+#[rtype(result = "()")]
+pub struct GroupAcked(pub DestinationKey);
+
+/// Messages of the topic a consumer group reads ([`FeedGroups`]), for the group's
+/// queue actor: it counts them as enqueued and queues them in id order, as its own
+/// committed sends (a stored one its cursor has read already is not queued twice).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct GroupMessages(pub Arc<[Arc<TopicMessage>]>);
 
 /// For each of `keys` (durable subscriptions of this topic), whether a consumer is
 /// attached now and how many of its deliveries wait for an ack: one entry per key, in

@@ -260,6 +260,9 @@ pub struct QueueActor {
     failures: FailureBatch,
     /// Where it asks to sleep when idle, and when ([`Drowsiness`]).
     drowsiness: Drowsiness,
+    /// Where it says its acks of a topic's rows committed, as a consumer group
+    /// ([`Self::with_group_acks`]).
+    group_acks: Option<Recipient<GroupAcked>>,
     /// Browses and takes begun (activity the counters do not show).
     touched: u64,
     /// Held rows a take (a purge, a move) took before the queue read them back: a read
@@ -309,6 +312,7 @@ impl QueueActor {
             after_writes: None,
             failures: FailureBatch::default(),
             drowsiness: Drowsiness::default(),
+            group_acks: None,
             touched: 0,
         }
     }
@@ -336,6 +340,26 @@ impl QueueActor {
 
     /// Publishes its counters and gauges to `published`, its entry on the broker's
     /// [`crate::destination::StatsBoard`], as it works.
+    /// Tells `registry` when acks of a topic's rows commit, when it is a consumer
+    /// group reading a topic's rows ([`GroupAcked`]: the topic's cleanup is due).
+    pub fn with_group_acks(mut self, registry: Recipient<GroupAcked>) -> Self {
+        self.group_acks = Some(registry);
+        self
+    }
+
+    /// After its acks commit: a consumer group tells its topic's cleanup.
+    fn group_acked(&self) {
+        let Some(registry) = &self.group_acks else {
+            return;
+        };
+        let Some(topic) = self.core.store.store().group_topic(&self.core.container) else {
+            return;
+        };
+        if let Ok(topic) = DestinationKey::from_container(&topic) {
+            registry.do_send(GroupAcked(topic));
+        }
+    }
+
     pub fn with_published(mut self, published: Arc<Published>) -> Self {
         let was = published.read();
         self.stats.dequeued = was.dequeued;
@@ -748,6 +772,7 @@ impl QueueActor {
             .when_done(ctx, delete, move |result, act, ctx| {
                 if result.is_ok() {
                     act.cursor.deleted(&ahead);
+                    act.group_acked();
                 }
                 write.answer(&result);
                 let failed = !failures.is_empty();
@@ -1879,6 +1904,22 @@ fn original_destination(row: &ebb_store::StoredMessage) -> Result<DestinationKey
 /// last-value queue the store compares it with the value of its key by arrival
 /// ([`ebb_store::WriteOp::DeadLetter`]): superseded, it takes no place and is counted
 /// `replaced`; added, it replaces the older ones as a publish does.
+impl Handler<GroupMessages> for QueueActor {
+    type Result = ();
+
+    /// Its topic's messages, as a consumer group ([`GroupMessages`]): counted as
+    /// enqueued and queued in id order as its own committed sends. A retired queue
+    /// (deleted, or gone to sleep) drops them: its successor reads the stored ones.
+    fn handle(&mut self, msg: GroupMessages, ctx: &mut Context<Self>) {
+        if self.core.retired {
+            return;
+        }
+        self.core.counters_mut().enqueued += msg.0.len() as u64;
+        self.release(msg.0.to_vec(), ctx);
+        self.publish_gauges();
+    }
+}
+
 impl Handler<AcceptDeadLetter> for QueueActor {
     type Result = ResponseActFuture<Self, Result<Moved, ActorError>>;
 
@@ -2063,6 +2104,7 @@ impl Handler<AcksStored> for QueueActor {
                 .filter(|id| self.cursor.is_ahead(*id))
                 .collect();
             self.cursor.deleted(&ahead);
+            self.group_acked();
         }
     }
 }

@@ -113,6 +113,16 @@ pub struct TopicActor {
     cleaned_up_to: i64,
     /// Where it asks to sleep when idle, and when ([`Drowsiness`]).
     drowsiness: Drowsiness,
+    /// The consumer groups bound to it ([`BindGroup`]), with the mark each was bound
+    /// at: those it has read from the store, fed or not.
+    groups: BTreeMap<DestinationKey, i64>,
+    /// Where it hands the messages it releases for its groups (the registry), when
+    /// groups are fed: without it (virtual topics off) the bound groups wait, unfed,
+    /// and the topic stores nothing for them.
+    group_feed: Option<Recipient<FeedGroups>>,
+    /// [`Self::groups`] as the feed sends them (rebuilt when a group is bound or
+    /// unbound).
+    fed_groups: Arc<[DestinationKey]>,
 }
 
 /// Before every expired message in `(expiration, id)` order (every expiration is above
@@ -175,6 +185,59 @@ impl TopicActor {
             expiry_after: FIRST_EXPIRED,
             cleaned_up_to: 0,
             drowsiness: Drowsiness::default(),
+            groups: BTreeMap::new(),
+            group_feed: None,
+            fed_groups: Arc::from(Vec::new()),
+        }
+    }
+
+    /// Hands the messages it releases to its consumer groups through `registry`
+    /// ([`FeedGroups`]), and stores persistent messages for them: consumer groups
+    /// stored once ([`ebb_store::groups`]).
+    pub fn with_group_feed(mut self, registry: Recipient<FeedGroups>) -> Self {
+        self.group_feed = Some(registry);
+        self
+    }
+
+    /// Whether it feeds groups now (it has a feed and a bound group).
+    fn feeds_groups(&self) -> bool {
+        self.group_feed.is_some() && !self.groups.is_empty()
+    }
+
+    /// Rebuilds [`Self::fed_groups`] after a change of [`Self::groups`].
+    fn groups_changed(&mut self) {
+        self.fed_groups = self.groups.keys().cloned().collect();
+    }
+
+    /// Hands `messages` (released, in order) to its consumer groups: a stored one to
+    /// the groups bound before it was stored (above their marks), a non-persistent one
+    /// to every group.
+    fn feed_groups(&mut self, messages: Vec<Arc<TopicMessage>>) {
+        let Some(feed) = self.group_feed.as_ref().filter(|_| !self.groups.is_empty()) else {
+            return;
+        };
+        let highest = self.groups.values().copied().max().unwrap_or(0);
+        if messages.iter().all(|m| m.id.is_none_or(|id| id > highest)) {
+            feed.do_send(FeedGroups {
+                groups: Arc::clone(&self.fed_groups),
+                messages: messages.into(),
+            });
+            return;
+        }
+        // Released after a group was bound, stored before (rare: a bind between a
+        // store write and its release): each group gets those above its own mark.
+        for (group, mark) in &self.groups {
+            let theirs: Vec<Arc<TopicMessage>> = messages
+                .iter()
+                .filter(|m| m.id.is_none_or(|id| id > *mark))
+                .cloned()
+                .collect();
+            if !theirs.is_empty() {
+                feed.do_send(FeedGroups {
+                    groups: Arc::from(vec![group.clone()]),
+                    messages: theirs.into(),
+                });
+            }
         }
     }
 
@@ -542,9 +605,7 @@ impl TopicActor {
             return;
         }
         // With no durable subscription left, what is stored is needed by nobody.
-        let orphans_up_to = self
-            .durables
-            .is_empty()
+        let orphans_up_to = (self.durables.is_empty() && self.groups.is_empty())
             .then(|| self.core.store.store().last_assigned_id());
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
         let after = self.cleaned_up_to;
@@ -594,7 +655,10 @@ impl TopicActor {
                     .await?;
                 let full = page.len() == SUBSCRIPTION_PAGE as usize;
                 after = page.last().map(|s| s.key.clone());
-                keys.extend(page.into_iter().map(|s| (s.key, s.selector)));
+                keys.extend(page.into_iter().map(|s| {
+                    let mark = s.marks.iter().map(|(_, m)| *m).min().unwrap_or(0);
+                    (s.key, s.selector, mark)
+                }));
                 if !full {
                     break;
                 }
@@ -602,7 +666,7 @@ impl TopicActor {
             // Those of wildcard subscriptions it does not hold yet: created now,
             // through the store actor, before any message is handled.
             for (key, selector) in wildcard_durables {
-                if keys.iter().any(|(k, _)| *k == key) {
+                if keys.iter().any(|(k, ..)| *k == key) {
                     continue;
                 }
                 let sub = writer
@@ -615,7 +679,8 @@ impl TopicActor {
                     .await?;
                 tracing::info!(topic = %container, client_id = %key.client_id,
                     subscription = %key.subscription_name, "durable wildcard subscription joined a new topic");
-                keys.push((sub.key, selector));
+                let mark = sub.marks.iter().map(|(_, m)| *m).min().unwrap_or(0);
+                keys.push((sub.key, selector, mark));
             }
             let armed = store.has_expiring(&container).await?;
             Ok::<_, ActorError>((keys, armed))
@@ -626,9 +691,23 @@ impl TopicActor {
                     if !keys.is_empty() {
                         act.core.schedule.need_cleanup();
                     }
+                    let (groups, keys): (Vec<_>, Vec<_>) =
+                        keys.into_iter().partition(|(key, ..)| key.is_group());
+                    act.groups = groups
+                        .into_iter()
+                        .filter_map(|(key, _, mark)| {
+                            let group = DestinationKey::parse(&key.subscription_name).ok();
+                            if group.is_none() {
+                                tracing::warn!(topic = %act.core.container, group = %key.subscription_name,
+                                    "a bound consumer group's name does not parse; it is not fed");
+                            }
+                            group.map(|g| (g, mark))
+                        })
+                        .collect();
+                    act.groups_changed();
                     act.durables = keys
                         .into_iter()
-                        .map(|(key, text)| {
+                        .map(|(key, text, _)| {
                             let selector = text.and_then(|text| match Selector::parse(&text) {
                                 Ok(s) => Some(Arc::new(s)),
                                 Err(e) => {
@@ -830,7 +909,7 @@ impl DestinationActor for TopicActor {
     /// A persistent message is stored when some durable subscription needs it; a
     /// stored message with an expiration arms expiry.
     fn plan(&self, message: &TopicMessage) -> Plan {
-        let store = message.persistent && !self.durables.is_empty();
+        let store = message.persistent && (!self.durables.is_empty() || self.feeds_groups());
         Plan {
             store,
             arm_expiry: store && message.expiration > 0,
@@ -855,6 +934,7 @@ impl DestinationActor for TopicActor {
                 self.dispatch_at(id, now, ctx);
             }
         }
+        self.feed_groups(messages);
     }
 
     /// Starts a cleanup batch if one is due, and an expiry run if expiry is armed and
@@ -1237,6 +1317,77 @@ impl Handler<RemoveDurable> for TopicActor {
                     Ok(removed)
                 }),
         )
+    }
+}
+
+impl Handler<BindGroup> for TopicActor {
+    type Result = AtomicResponse<Self, Result<(), ActorError>>;
+
+    /// Writes the binding through the store actor and handles nothing else meanwhile
+    /// (an atomic response): a message published after this waits, so it is stored
+    /// above the group's mark and fed to it; one stored before it is below the mark
+    /// and is not.
+    fn handle(&mut self, msg: BindGroup, _: &mut Context<Self>) -> Self::Result {
+        let group = msg.0;
+        if self.core.retired {
+            return AtomicResponse::new(Box::pin(fut::ready(Err(self.core.retired_error()))));
+        }
+        if self.groups.contains_key(&group) {
+            return AtomicResponse::new(Box::pin(fut::ready(Ok(()))));
+        }
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        let key = SubscriptionKey::group(&group.container());
+        let write = async move { store.subscribe(container, key, None, false).await };
+        AtomicResponse::new(Box::pin(write.into_actor(self).map(
+            move |result, act, ctx| {
+                let sub = result?;
+                let mark = sub.marks.iter().map(|(_, m)| *m).min().unwrap_or(0);
+                act.groups.insert(group, mark);
+                act.groups_changed();
+                destination::schedule(act, ctx);
+                Ok(())
+            },
+        )))
+    }
+}
+
+impl Handler<GroupAcked> for TopicActor {
+    type Result = ();
+
+    /// A group's acks are committed: cleanup is due, as after a durable
+    /// subscription's.
+    fn handle(&mut self, _: GroupAcked, ctx: &mut Context<Self>) {
+        if self.core.retired {
+            return;
+        }
+        self.core.schedule.need_cleanup();
+        destination::schedule(self, ctx);
+    }
+}
+
+impl Handler<UnbindGroup> for TopicActor {
+    type Result = AtomicResponse<Self, Result<bool, ActorError>>;
+
+    fn handle(&mut self, msg: UnbindGroup, _: &mut Context<Self>) -> Self::Result {
+        let group = msg.0;
+        if self.core.retired {
+            return AtomicResponse::new(Box::pin(fut::ready(Err(self.core.retired_error()))));
+        }
+        if self.groups.remove(&group).is_some() {
+            self.groups_changed();
+        }
+        let (store, container) = (self.core.store.clone(), self.core.container.clone());
+        let key = SubscriptionKey::group(&group.container());
+        let write = async move { store.unsubscribe(container, key).await };
+        AtomicResponse::new(Box::pin(write.into_actor(self).map(
+            move |result, act, ctx| {
+                let removed = result?;
+                // Rows only this group held are done now.
+                act.core.schedule.need_cleanup();
+                destination::schedule(act, ctx);
+                Ok(removed)
+            },
+        )))
     }
 }
 

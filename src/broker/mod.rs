@@ -308,11 +308,14 @@ impl Broker {
         let events = advisories.events.clone();
         let board = Arc::new(StatsBoard::default());
         let registry_board = Arc::clone(&board);
+        // Virtual topics' groups that read their topic's rows are fed by the topic.
+        let feeds_groups = config.routing.virtual_topics.enabled;
         let (handle, registry) = runtime.run_blocking(move || {
             let handle = StoreHandle::start(store, actor_config);
             let registry = BrokerActor::new(handle.clone(), policies, shared)
                 .with_events(events)
-                .with_stats_board(registry_board);
+                .with_stats_board(registry_board)
+                .with_group_feed(feeds_groups);
             (handle, actix::Actor::start(registry))
         })?;
         let broker = Self {

@@ -8,17 +8,19 @@
 //!   nothing stays at the composite's own name);
 //! - a **virtual topic** ([`VirtualTopics`], ActiveMQ's `VirtualTopic.>`): a send to
 //!   `/topic/VirtualTopic.Orders` goes to that topic's subscribers and to every
-//!   consumer group's queue `/queue/Consumer.<group>.VirtualTopic.Orders` that exists.
-//!   A group's queue exists from its first subscription on (its definition is stored,
-//!   so an offline group keeps getting its messages across restarts, as a durable
-//!   subscription) until the queue is deleted.
+//!   consumer group's queue `/queue/Consumer.<group>.VirtualTopic.Orders` that exists
+//!   (a plain queue's group reads the topic's one row; see below). A group's queue
+//!   exists from its first subscription on (its definition and its binding are
+//!   stored, so an offline group keeps getting its messages across restarts, as a
+//!   durable subscription) until the queue is deleted.
 //! - a **shared subscription** ([`super::shared`], MQTT's `$share/GROUP/FILTER`): a
 //!   send to a topic the group's filter matches (a topic or a pattern) also goes to
 //!   the group's queue, the copy naming its topic (`ebb-topic`); counted in the
 //!   metrics as a virtual topic's copies are (`route="virtual_topic"`).
 //!
 //! A send that ends at one destination takes the usual path ([`Broker::start_send`]).
-//! A virtual topic's copies are sent one after another, each as a send of its own
+//! A virtual topic's copies (for groups that get copies) are sent one after another,
+//! each as a send of its own
 //! (pipelined; the receipt when every copy is stored), unless
 //! [`VirtualTopics::transacted_send`]. A composite send (named or configured), or a
 //! virtual topic's with `transacted_send`, is all or none: its copies are handed to
@@ -30,19 +32,28 @@
 //! the commit leaves prepared rows that [`Broker::rollback_abandoned`] deletes at the
 //! next start).
 //!
-//! **What a virtual topic's message costs**: one stored row per consumer group (each
-//! group's queue holds its own copy, headers and body, beside its own acks,
-//! redeliveries and dead letters, as ActiveMQ's virtual topics do), plus the topic's
-//! own row only if a durable subscription of the topic needs it. Sharing one row
-//! between groups would need the store's rows to be referenced by several queues'
-//! cursors: not done; the benchmark (`cargo bench --bench virtual_topic`) shows the
-//! rows and bytes per message beside a topic with as many durable subscriptions.
+//! **What a virtual topic's message costs**: one stored row, the topic's. A consumer
+//! group whose kind reads its topic's rows (a plain queue:
+//! [`ebb_actors::kinds::Capabilities::group_reads_topic`]) is *bound* to the topic
+//! when it is made ([`BindGroup`], a durable subscription of the topic under client
+//! id [`ebb_store::GROUP_CLIENT_ID`]) and reads the topic's rows through its own mark
+//! and acks, stored once however many groups there are ([`ebb_store::groups`]; as
+//! Artemis keeps one copy per address with a reference per queue); the topic hands it
+//! what it releases, and a sleeping group is not woken for it. The group keeps its
+//! queue behaviour (prefetch, redelivery with its counts and back-off, dead letters,
+//! selectors, browsing, the admin API), and rows sent to its queue directly are its
+//! own. A group of another kind (a last-value queue) gets a copy per message, as
+//! ActiveMQ's virtual topics do. A group stored as a queue of copies by an earlier
+//! version is bound at start: its copies stay its own rows. The benchmark (`cargo
+//! bench --bench virtual_topic`) shows the rows and bytes per message beside a topic
+//! with as many durable subscriptions.
 
 use super::message::{Message, PendingSend, SendReceipt};
 use super::send::SendOptions;
 use super::Broker;
 use crate::error::Error;
 use ebb_actors::destination::now_ms;
+use ebb_actors::messages::{BindGroup, UnbindGroup};
 use ebb_actors::selector::{Fields, Selector};
 use ebb_actors::DestinationKey;
 use ebb_store::SubscriptionKey;
@@ -95,9 +106,11 @@ pub struct VirtualTopics {
     /// The consumer queue prefix before the group: `Consumer.` (ActiveMQ's
     /// `Consumer.*.`).
     pub consumer_prefix: String,
-    /// Send to the topic and its groups in one store transaction, all or none
-    /// (ActiveMQ's `transactedSend`, default off as there): every copy is stored
-    /// prepared, then committed. Off, the copies are sent one after another as
+    /// Send to the topic and its groups that get copies (a last-value queue's) in one
+    /// store transaction, all or none (ActiveMQ's `transactedSend`, default off as
+    /// there): every copy is stored prepared, then committed. Groups that read the
+    /// topic's rows (plain queues) share its one row, so they have a message or none
+    /// has, whatever this says. Off, the copies are sent one after another as
     /// separate sends (pipelined, with the store's group commit) and the receipt comes
     /// when every copy is stored: nothing receipted is lost, but a crash before the
     /// receipt may leave the message in some groups only (the producer's retry then
@@ -265,6 +278,9 @@ impl Broker {
     /// subscription with [`VirtualTopics::transacted_send`].
     pub(super) fn plan(&self, named: &[DestinationKey], message: &Message) -> (Vec<Route>, bool) {
         let mut atomic = named.len() > 1;
+        // A group of a kind that reads its topic's rows is fed by the topic (stored
+        // once); the others get a copy.
+        let reads_topic = |queue: &DestinationKey| queue.capabilities().group_reads_topic;
         let mut out: Vec<Route> = Vec::new();
         let push = |key: &DestinationKey, out: &mut Vec<Route>| {
             if !out.iter().any(|r| &r.key == key) {
@@ -306,9 +322,12 @@ impl Broker {
                     if forward.selector.as_ref().is_none_or(|s| s.matches(&unsent)) {
                         push(&forward.destination, &mut out);
                         shared(&forward.destination, &mut out);
-                        // A forward to a virtual topic reaches its groups too.
+                        // A forward to a virtual topic reaches its groups too (those
+                        // that read the topic's rows get it from the topic).
                         for queue in groups.get(&forward.destination).into_iter().flatten() {
-                            push(queue, &mut out);
+                            if !reads_topic(queue) {
+                                push(queue, &mut out);
+                            }
                         }
                     }
                 }
@@ -316,8 +335,8 @@ impl Broker {
             }
             push(key, &mut out);
             if let Some(queues) = groups.get(key) {
-                atomic |= transacted;
-                for queue in queues {
+                for queue in queues.iter().filter(|q| !reads_topic(q)) {
+                    atomic |= transacted;
                     push(queue, &mut out);
                 }
             }
@@ -522,6 +541,7 @@ impl Broker {
                 false,
             )
             .await?;
+        self.bind_group(&topic, queue).await?;
         self.routes
             .groups
             .write()
@@ -546,11 +566,58 @@ impl Broker {
             .find_subscription_containers(&key, VIRTUAL_CONTAINER_PREFIX, DEFINITION_PAGE)
             .await?;
         for container in containers {
-            if container.starts_with(VIRTUAL_CONTAINER_PREFIX) {
-                was |= self.store.unsubscribe(container, key.clone()).await?;
+            if let Some(topic) = container.strip_prefix(VIRTUAL_CONTAINER_PREFIX) {
+                was |= self
+                    .store
+                    .unsubscribe(container.clone(), key.clone())
+                    .await?;
+                if let Ok(topic) = DestinationKey::from_container(topic) {
+                    self.unbind_group(&topic, queue).await?;
+                }
             }
         }
         Ok(was)
+    }
+
+    /// Binds group `queue` to `topic` when its kind reads its topic's rows (stored
+    /// once, [`ebb_store::groups`]): through the topic's actor, in its write order
+    /// ([`BindGroup`]), so that from the answer on every message the topic stores
+    /// reaches the group. A bound group is left as it is (one lookup of its binding).
+    async fn bind_group(
+        &self,
+        topic: &DestinationKey,
+        queue: &DestinationKey,
+    ) -> Result<(), Error> {
+        if !queue.capabilities().group_reads_topic
+            || self
+                .store
+                .store()
+                .group_topic(&queue.container())
+                .as_deref()
+                == Some(topic.container().as_str())
+        {
+            return Ok(());
+        }
+        let make = || BindGroup(queue.clone());
+        Ok(self
+            .ask_topic_live(topic, make, super::is_retired)
+            .await??)
+    }
+
+    /// Unbinds group `queue` from `topic` ([`UnbindGroup`]): its acks of the topic's
+    /// rows go, and the rows only it needed are cleaned up by the topic.
+    async fn unbind_group(
+        &self,
+        topic: &DestinationKey,
+        queue: &DestinationKey,
+    ) -> Result<(), Error> {
+        if self.store.store().group_topic(&queue.container()).is_none() {
+            return Ok(());
+        }
+        let make = || UnbindGroup(queue.clone());
+        self.ask_topic_live(topic, make, super::is_retired)
+            .await??;
+        Ok(())
     }
 
     /// True when `queue` is a consumer group of a virtual topic now.
@@ -595,35 +662,51 @@ impl Broker {
             VIRTUAL_CONTAINER_PREFIX,
         )
         .await?;
-        let mut groups = self.routes.groups.write();
-        for sub in definitions {
-            let text = &sub.container[VIRTUAL_CONTAINER_PREFIX.len()..];
-            match (
-                DestinationKey::from_container(text),
-                DestinationKey::from_container(&sub.key.subscription_name),
-            ) {
-                // Only what the settings make a group now: one made under other
-                // prefixes, or with virtual topics off, waits (stored) until they do
-                // again, or its queue is deleted.
-                (Ok(topic), Ok(queue))
-                    if self
-                        .routes
-                        .config
-                        .virtual_topics
-                        .topic_of_group(&queue)
-                        .as_ref()
-                        == Some(&topic) =>
-                {
-                    groups.entry(topic).or_default().insert(queue);
-                }
-                (Ok(_), Ok(_)) => {
-                    tracing::info!(container = %sub.container, group = %sub.key.subscription_name,
+        let mut bind = Vec::new();
+        {
+            let mut groups = self.routes.groups.write();
+            for sub in definitions {
+                let text = &sub.container[VIRTUAL_CONTAINER_PREFIX.len()..];
+                match (
+                    DestinationKey::from_container(text),
+                    DestinationKey::from_container(&sub.key.subscription_name),
+                ) {
+                    // Only what the settings make a group now: one made under other
+                    // prefixes, or with virtual topics off, waits (stored) until they do
+                    // again, or its queue is deleted.
+                    (Ok(topic), Ok(queue))
+                        if self
+                            .routes
+                            .config
+                            .virtual_topics
+                            .topic_of_group(&queue)
+                            .as_ref()
+                            == Some(&topic) =>
+                    {
+                        bind.push((topic.clone(), queue.clone()));
+                        groups.entry(topic).or_default().insert(queue);
+                    }
+                    (Ok(_), Ok(_)) => {
+                        tracing::info!(container = %sub.container, group = %sub.key.subscription_name,
                         "a stored virtual topic group is not one under the settings now ([virtual_topics]); it is kept, not used")
-                }
-                _ => {
-                    tracing::warn!(container = %sub.container, group = %sub.key.subscription_name,
+                    }
+                    _ => {
+                        tracing::warn!(container = %sub.container, group = %sub.key.subscription_name,
                         "a stored virtual topic group does not parse; it is left alone")
+                    }
                 }
+            }
+        }
+        // A group stored as a queue of copies (before groups were stored once) is
+        // bound to its topic now: its copies stay its own rows, and it reads the
+        // topic's rows from here on.
+        for (topic, queue) in bind {
+            if queue.capabilities().group_reads_topic
+                && self.store.store().group_topic(&queue.container()).is_none()
+            {
+                tracing::info!(group = %queue, topic = %topic,
+                    "consumer group bound to its topic: it reads the topic's rows, stored once");
+                self.bind_group(&topic, &queue).await?;
             }
         }
         Ok(())

@@ -49,7 +49,7 @@ impl Broker {
             return Err(Error::InvalidPrefetch);
         }
         let durable = match &options.durable {
-            Some((client, sub)) if client.is_empty() || sub.is_empty() => {
+            Some((client, sub)) if client.is_empty() || sub.is_empty() || reserved(client) => {
                 return Err(Error::InvalidSubscription)
             }
             Some((client, sub)) => Some(SubscriptionKey::new(client, sub)),
@@ -446,6 +446,9 @@ impl Broker {
         subscription: &str,
     ) -> Result<bool, Error> {
         self.refuse_if_shut_down()?;
+        if reserved(client_id) {
+            return Err(Error::InvalidSubscription);
+        }
         let key = SubscriptionKey::new(client_id, subscription);
         let pattern = match destination.to_target()? {
             Target::One(one) => return self.remove_durable_from(&one, &key).await,
@@ -537,4 +540,11 @@ pub(super) fn no_durable_subscriptions(name: String, kind: DestinationKind) -> E
         false => "this kind of destination has no durable subscriptions: subscribe without one",
     };
     Error::InvalidDestination { name, reason }
+}
+
+/// Client ids the broker keeps for its own durable subscriptions (`ebb:group`, the
+/// binding of a consumer group to its topic, [`ebb_store::GROUP_CLIENT_ID`]): a
+/// client's durable subscription under one could take a group's place.
+fn reserved(client_id: &str) -> bool {
+    client_id.starts_with("ebb:")
 }

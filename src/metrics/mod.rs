@@ -60,7 +60,7 @@
 //! | `ebb_scheduled_next_due_timestamp_seconds` | gauge | | the earliest due time, epoch seconds (0 when nothing waits); behind the clock when the scheduler is late |
 //! | `ebb_scheduled_released_total` | counter | | scheduled messages released to their destinations (`AMQ_SCHEDULED_DELAY`, [`crate::Message::deliver_at`]) |
 //! | `ebb_scheduled_lateness_seconds` | histogram | | how late each scheduled message was released, due time to release (buckets [`LATENESS_BUCKETS`]): a late scheduler shows here |
-//! | `ebb_routed_sends_total`, `ebb_routed_copies_total` | counter | `route` | sends that routing took to several destinations (`composite`: named or configured, one store transaction; `virtual_topic`: a topic and its consumer groups), and their copies, one per destination |
+//! | `ebb_routed_sends_total`, `ebb_routed_copies_total` | counter | `route` | sends that routing took to several destinations (`composite`: named or configured, one store transaction; `virtual_topic`: a topic and its consumer groups that get copies, not those that read its rows), and their copies, one per destination |
 //! | `ebb_advisories_total` | counter | `event` | advisory messages sent (`consumer_added`, `expired`, ...; none while nobody subscribes) |
 //! | `ebb_expiry_page_rows` | histogram | | rows one expiry page loaded, any destination's (buckets [`PAGE_ROW_BUCKETS`]); a page that failed is counted in `ebb_expiry_pages_total` only |
 //!

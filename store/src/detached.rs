@@ -325,6 +325,10 @@ impl MessageStore for Detached {
         .await
     }
 
+    fn group_topic(&self, container: &str) -> Option<String> {
+        self.0.group_topic(container)
+    }
+
     fn last_assigned_id(&self) -> i64 {
         self.0.last_assigned_id()
     }

@@ -209,6 +209,9 @@ mod tests {
         assert!(!g.is_group("queue://a"));
         assert_eq!(g.groups_of("topic://t").len(), 1);
         g.unbind("topic://other", "queue://b");
-        assert!(g.is_group("queue://b"), "unbinding from another topic changes nothing");
+        assert!(
+            g.is_group("queue://b"),
+            "unbinding from another topic changes nothing"
+        );
     }
 }

@@ -57,10 +57,10 @@
 //!    gets the same plan ([`statements`] has the notes and the figures).
 
 mod counts;
-pub mod groups;
 pub mod detached;
 pub mod encoding;
 mod error;
+pub mod groups;
 mod lease;
 mod migrate;
 pub mod model;
@@ -668,6 +668,15 @@ pub trait MessageStore: Send + Sync + 'static {
 
     /// The highest message id assigned so far (0 for an empty store).
     fn last_assigned_id(&self) -> i64;
+
+    /// The topic consumer group `container` (a queue's store key) is bound to, if it
+    /// is a group ([`groups`]: its reads and writes then merge the topic's rows it
+    /// needs with its own). From memory: the bindings read at open and written since.
+    /// The default (a store without groups): none.
+    fn group_topic(&self, container: &str) -> Option<String> {
+        let _ = container;
+        None
+    }
 
     /// Bytes of the `msg` column (encoded headers and body, [`encoding`]) held in the
     /// store for every container, prepared messages included: what ActiveMQ calls store

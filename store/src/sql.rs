@@ -2081,6 +2081,10 @@ macro_rules! impl_sql_store {
                 &self.stats
             }
 
+            fn group_topic(&self, container: &str) -> Option<String> {
+                self.groups.topic_of(container).map(|t| t.to_string())
+            }
+
             fn last_assigned_id(&self) -> i64 {
                 self.last_id.load(std::sync::atomic::Ordering::SeqCst)
             }

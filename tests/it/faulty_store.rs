@@ -205,6 +205,10 @@ impl MessageStore for FaultyStore {
     async fn count_individual_acks(&self, c: &str) -> Result<u64> {
         self.inner.count_individual_acks(c).await
     }
+    fn group_topic(&self, container: &str) -> Option<String> {
+        self.inner.group_topic(container)
+    }
+
     fn last_assigned_id(&self) -> i64 {
         self.inner.last_assigned_id()
     }

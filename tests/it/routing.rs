@@ -13,7 +13,7 @@ use ebb::{
     Broker, BrokerConfig, CompositeDestination, DestinationKey, Error, Forward, Message,
     RoutingConfig, Selector, SubscribeOptions,
 };
-use ebb_store::WriteOp;
+use ebb_store::{MessageStoreExt, WriteOp};
 
 use crate::faulty_store::FaultyStore;
 
@@ -241,14 +241,22 @@ async fn a_composite_send_is_all_or_none(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
-/// A virtual topic's copies: with `transacted_send` a copy that cannot be stored
-/// leaves no group with the message; without, the others keep theirs (separate sends,
-/// as ActiveMQ's default) and the send is still refused.
+/// A virtual topic's message is one row of the topic, which every group that reads
+/// the topic's rows (a plain queue) gets: a store that refuses that row leaves no
+/// group with it, whatever `transacted_send` says. A group that gets copies (a
+/// last-value queue) is one more send: with `transacted_send` a refused copy leaves
+/// no group with the message; without, the others keep theirs (separate sends, as
+/// ActiveMQ's default) and the send is still refused.
 async fn transacted_send_makes_the_groups_all_or_none(t: TestStore) {
-    for transacted in [true, false] {
+    const COPIED: &str = "lvq://Consumer.L.VirtualTopic.Orders";
+    for (transacted, refuse_topic) in [(true, false), (false, false), (false, true)] {
         let store = t.open().await;
         let faulty = Arc::new(FaultyStore {
-            fail_writes: |op| matches!(op, WriteOp::Add(m) if m.container.starts_with("queue://Consumer.B.")),
+            fail_writes: if refuse_topic {
+                |op| matches!(op, WriteOp::Add(m) if m.container == TOPIC)
+            } else {
+                |op| matches!(op, WriteOp::Add(m) if m.container.starts_with("lvq://Consumer.L."))
+            },
             ..FaultyStore::new(store)
         });
         let routing = RoutingConfig {
@@ -259,24 +267,184 @@ async fn transacted_send_makes_the_groups_all_or_none(t: TestStore) {
             ..Default::default()
         };
         let b = Broker::start_with_store(faulty, config(&t, routing)).unwrap();
-        for g in ["A", "B"] {
+        for g in [group("A"), group("B"), COPIED.to_string()] {
             drop(
-                b.subscribe(group(g).as_str(), SubscribeOptions::non_durable())
+                b.subscribe(g.as_str(), SubscribeOptions::non_durable())
                     .await
                     .unwrap(),
             );
         }
-        let before = rows(&b, &group("A")).await;
+        let before = [rows(&b, &group("A")).await, rows(&b, &group("B")).await];
+        let topic_before = rows(&b, TOPIC).await;
         assert!(b.send(TOPIC, Message::new("x")).await.is_err());
-        let kept = rows(&b, &group("A")).await - before;
+        let kept = [
+            rows(&b, &group("A")).await - before[0],
+            rows(&b, &group("B")).await - before[1],
+        ];
+        let expected = u64::from(!transacted && !refuse_topic);
         assert_eq!(
             kept,
-            if transacted { 0 } else { 1 },
-            "transacted_send = {transacted}"
+            [expected, expected],
+            "transacted_send = {transacted}, topic row refused = {refuse_topic}"
         );
-        assert_eq!(rows(&b, &group("B")).await, 0);
+        assert_eq!(
+            rows(&b, TOPIC).await - topic_before,
+            expected,
+            "one row for both groups"
+        );
+        // The copy is a send of its own: kept when another part is refused, unless
+        // the send is transacted.
+        assert_eq!(
+            rows(&b, COPIED).await,
+            u64::from(!transacted && refuse_topic)
+        );
         b.shutdown().await.unwrap();
     }
+}
+
+/// A virtual topic's message is stored once for all its groups: one row of the topic,
+/// which each group reads through its own acks. A group's consumers ack, NACK and
+/// dead-letter as on any queue without touching another group's view; a message sent
+/// to a group's queue itself is that group's only; once every group has acked, the
+/// topic's cleanup deletes the rows.
+async fn a_virtual_topic_message_is_one_row_for_every_group(t: TestStore) {
+    // No redelivery: a NACK dead-letters. The topic ticks every 50 ms (its cleanup).
+    let no_redelivery = ebb::Policy {
+        maximum_redeliveries: 0,
+        ..ebb::Policy::default()
+    };
+    let mut config = config(&t, RoutingConfig::default());
+    config.policies.entries = vec![
+        ebb::PolicyEntry {
+            destination: "queue://>".into(),
+            policy: no_redelivery,
+        },
+        ebb::PolicyEntry {
+            destination: "topic://>".into(),
+            policy: policy(50, 400),
+        },
+    ];
+    let b = Broker::start(&t.url, config).await.unwrap();
+    let groups = ["A", "B", "C"];
+    for g in groups {
+        drop(
+            b.subscribe(group(g).as_str(), SubscribeOptions::non_durable())
+                .await
+                .unwrap(),
+        );
+    }
+    for n in 0..10 {
+        b.send(TOPIC, Message::new(format!("m{n}")).persistent(true))
+            .await
+            .unwrap();
+    }
+    b.send(group("A").as_str(), Message::new("only A").persistent(true))
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(&b, TOPIC).await,
+        10,
+        "one row per message, for 3 groups"
+    );
+    let store = b.store();
+    let mut holding = store.list_containers("", "\u{7f}", 100).await.unwrap();
+    holding.sort();
+    assert_eq!(
+        holding,
+        [group("A"), TOPIC.to_string()],
+        "B and C hold no row"
+    );
+    assert_eq!(rows(&b, &group("A")).await, 11);
+    assert_eq!(rows(&b, &group("B")).await, 10);
+    // A takes everything; B NACKs its first message (no redelivery: dead-lettered)
+    // and acks the rest; C takes nothing yet.
+    let client = || SubscribeOptions::non_durable().ack(ebb::AckMode::Client);
+    let mut a = b.subscribe(group("A").as_str(), client()).await.unwrap();
+    let got = take(&mut a, 11).await;
+    let mut bodies: Vec<String> = got.iter().map(body).collect();
+    assert_eq!(
+        bodies.remove(10),
+        "only A",
+        "A's own message after the topic's"
+    );
+    assert_eq!(bodies, (0..10).map(|n| format!("m{n}")).collect::<Vec<_>>());
+    for m in &got {
+        a.ack(m).await.unwrap();
+    }
+    let mut sub_b = b.subscribe(group("B").as_str(), client()).await.unwrap();
+    let got = take(&mut sub_b, 10).await;
+    sub_b.nack(&got[0]).await.unwrap();
+    for m in &got[1..] {
+        sub_b.ack(m).await.unwrap();
+    }
+    let dlq = "queue://DLQ.Consumer.B.VirtualTopic.Orders";
+
+    poll_until("B's refused message is dead-lettered", || async {
+        (rows(&b, dlq).await == 1).then_some(())
+    })
+    .await;
+    poll_until("A and B have nothing left", || async {
+        (rows(&b, &group("A")).await == 0 && rows(&b, &group("B")).await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(rows(&b, &group("C")).await, 10, "C keeps every message");
+    assert_eq!(rows(&b, TOPIC).await, 10, "C still needs every row");
+    let mut c = b.subscribe(group("C").as_str(), client()).await.unwrap();
+    let got = take(&mut c, 10).await;
+    assert_eq!(body(&got[0]), "m0");
+    for m in &got {
+        c.ack(m).await.unwrap();
+    }
+    poll_until(
+        "the topic's cleanup deletes what every group acked",
+        || async { (rows(&b, TOPIC).await == 0).then_some(()) },
+    )
+    .await;
+    drop((a, sub_b, c));
+    b.shutdown().await.unwrap();
+}
+
+/// A group that an earlier Ebb stored as a queue of copies (its definition, and a
+/// row per message in its queue) is bound to its topic at start: it keeps its copies,
+/// in order before what the topic gets from now on, which is stored once.
+async fn a_group_stored_as_copies_is_bound_at_start(t: TestStore) {
+    let old = group("Old");
+    {
+        let store = t.open().await;
+        store
+            .write_one(WriteOp::Subscribe {
+                container: format!("{}{TOPIC}", ebb::broker::VIRTUAL_CONTAINER_PREFIX),
+                key: ebb_store::SubscriptionKey::new("ebb:virtual-topic", &old),
+                selector: None,
+                prioritized: false,
+            })
+            .await
+            .unwrap();
+        for n in 0..2 {
+            let copy = ebb_store::test_util::message(&old, &format!("copy {n}"), 0);
+            store.add_messages(vec![copy]).await.unwrap();
+        }
+        store.close().await;
+    }
+    let b = Broker::start(&t.url, config(&t, RoutingConfig::default()))
+        .await
+        .unwrap();
+    assert_eq!(b.store().group_topic(&old).as_deref(), Some(TOPIC));
+    for n in 0..2 {
+        b.send(TOPIC, Message::new(format!("new {n}")).persistent(true))
+            .await
+            .unwrap();
+    }
+    assert_eq!(rows(&b, TOPIC).await, 2);
+    assert_eq!(rows(&b, &old).await, 4);
+    let mut sub = b
+        .subscribe(old.as_str(), SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut sub, 4).await.iter().map(body).collect();
+    assert_eq!(got, ["copy 0", "copy 1", "new 0", "new 1"]);
+    drop(sub);
+    b.shutdown().await.unwrap();
 }
 
 async fn a_configured_composite_forwards_by_selector(t: TestStore) {
@@ -525,6 +693,8 @@ async fn stomp_composite_parts_are_localized_and_checked(t: TestStore) {
 
 on_every_backend!(
     #[actix_rt::test]
+    a_virtual_topic_message_is_one_row_for_every_group,
+    a_group_stored_as_copies_is_bound_at_start,
     every_group_gets_every_message_once_spread_over_its_consumers,
     an_offline_group_keeps_its_messages_across_a_restart,
     a_composite_send_is_all_or_none,

@@ -239,8 +239,23 @@ async fn a_queue_made_asleep_after_a_restart_expires_what_it_stored(t: TestStore
 /// must read the store only once they committed). Every message arrives once, in each
 /// producer's order.
 async fn sends_racing_sleep_lose_nothing_and_keep_order(t: TestStore) {
-    let b = broker_with(&t, vec![("queue://>", sleepy(3))], UsageConfig::default()).await;
-    let q = "queue://race";
+    race_queue_sleeps(&t, "queue://race", "queue://race").await;
+}
+
+/// [`sends_racing_sleep_lose_nothing_and_keep_order`] for a virtual topic's consumer
+/// group, which reads the topic's rows (stored once): the sends go to the topic, which
+/// feeds the group without waking it while it sleeps; a consumer of the group wakes
+/// it. Every message reaches the group once, in each producer's order.
+async fn a_sleeping_group_is_fed_by_its_topic_and_loses_nothing(t: TestStore) {
+    let group = "queue://Consumer.A.VirtualTopic.Race";
+    race_queue_sleeps(&t, "topic://VirtualTopic.Race", group).await;
+}
+
+/// Sends to `send_to` race queue `q` going to sleep (see
+/// [`sends_racing_sleep_lose_nothing_and_keep_order`]).
+async fn race_queue_sleeps(t: &TestStore, send_to: &str, q: &str) {
+    let policies = vec![("queue://>", sleepy(3)), ("topic://>", sleepy(3))];
+    let b = broker_with(t, policies, UsageConfig::default()).await;
     const PRODUCERS: usize = 4;
     const BURST: usize = 4;
     const ROUNDS: usize = 40;
@@ -258,7 +273,7 @@ async fn sends_racing_sleep_lose_nothing_and_keep_order(t: TestStore) {
             async move {
                 for i in round * BURST..(round + 1) * BURST {
                     let m = Message::new(format!("{p}-{i:04}")).persistent(true);
-                    b.send(q, m).await.unwrap();
+                    b.send(send_to, m).await.unwrap();
                 }
             }
         });
@@ -278,9 +293,9 @@ async fn sends_racing_sleep_lose_nothing_and_keep_order(t: TestStore) {
             }
             taken
         };
-        let before = reading(&b, "race").await;
+        let before = reading(&b, q).await;
         let (_, taken) = futures::join!(sends, visit);
-        let after = reading(&b, "race").await;
+        let after = reading(&b, q).await;
         if before.asleep && after.asleep && after.sleeps_total == before.sleeps_total {
             // Asleep through the whole burst: the registry wrote it.
             written_asleep += 1;
@@ -290,7 +305,7 @@ async fn sends_racing_sleep_lose_nothing_and_keep_order(t: TestStore) {
         let pause = (round * 7 % 16) as u64;
         actix_rt::time::sleep(Duration::from_millis(pause)).await;
     }
-    let d = reading(&b, "race").await;
+    let d = reading(&b, q).await;
     assert!(
         d.sleeps_total >= 3 && written_asleep >= 3,
         "slept {} times, {written_asleep} bursts written asleep: the race was not run",
@@ -744,6 +759,7 @@ on_every_backend!(
     persistent_sends_to_a_sleeping_queue_do_not_wake_it,
     a_queue_made_asleep_after_a_restart_expires_what_it_stored,
     sends_racing_sleep_lose_nothing_and_keep_order,
+    a_sleeping_group_is_fed_by_its_topic_and_loses_nothing,
     sends_racing_a_topic_sleep_lose_nothing_and_keep_order,
     dead_letters_scheduled_messages_and_wildcards_wake_a_queue,
     browse_purge_and_move_reach_a_sleeping_queue,

@@ -124,13 +124,7 @@ impl BrokerActor {
             return self.destination(key, ctx).map(AsleepPublish::Awake);
         }
         if !self.destinations.contains_key(&key) {
-            // Made asleep: listed and counted as any destination, with no actor.
-            self.board.started_asleep(&key);
-            self.events
-                .emit(|| crate::events::Event::DestinationAdded(key.clone()));
-            self.destinations.insert(key.clone(), Slot::Asleep(None));
-            self.read_expiry_wake(&key, ctx);
-            tracing::debug!(destination = %key, "destination made asleep by a send");
+            self.make_asleep(&key, ctx);
         }
         if message.expiration > 0 {
             self.wake_for_expiry(&key, message.expiration, ctx);
@@ -164,9 +158,25 @@ impl BrokerActor {
         Ok(AsleepPublish::Stored(ticket))
     }
 
+    /// Makes destination `key`, unknown until now, asleep: listed and counted as any
+    /// destination, with no actor; its expiry wake is read from the store.
+    pub(super) fn make_asleep(&mut self, key: &DestinationKey, ctx: &mut Context<Self>) {
+        self.board.started_asleep(key);
+        self.events
+            .emit(|| crate::events::Event::DestinationAdded(key.clone()));
+        self.destinations.insert(key.clone(), Slot::Asleep(None));
+        self.read_expiry_wake(key, ctx);
+        tracing::debug!(destination = %key, "destination made asleep");
+    }
+
     /// Moves sleeping `key`'s expiry wake to when a message expiring at `expiration`
     /// (epoch ms) is due, if that is earlier than the wake it has.
-    fn wake_for_expiry(&mut self, key: &DestinationKey, expiration: i64, ctx: &mut Context<Self>) {
+    pub(super) fn wake_for_expiry(
+        &mut self,
+        key: &DestinationKey,
+        expiration: i64,
+        ctx: &mut Context<Self>,
+    ) {
         let period = self.policies.policy_for(key).expire_messages_period;
         let now = now_ms().max(0) as u64;
         let Some(at) = Slept::after(Some(expiration), now, period).wake_at else {

@@ -41,6 +41,7 @@ pub static LAST_VALUE_QUEUE: KindSpec = KindSpec {
         last_value_header: Some(LAST_VALUE_HEADER),
         temporary: false,
         stored_while_asleep: false,
+        group_reads_topic: false,
     },
     actor: KindActor::Queue,
 };

@@ -53,6 +53,12 @@ pub struct Capabilities {
     /// nobody consuming costs no running actor. Kinds whose actor does more with a
     /// message than store it (a last value replaced, a topic's subscriptions) wake.
     pub stored_while_asleep: bool,
+    /// As a consumer group (a virtual topic's `Consumer.A.VirtualTopic.X`), it reads
+    /// its topic's rows, stored once for every group, through its own mark and acks
+    /// ([`ebb_store::groups`]), instead of getting a copy of each message: a plain
+    /// queue. A kind that keeps state per message of its own (a last-value queue's
+    /// key) gets copies.
+    pub group_reads_topic: bool,
 }
 
 /// The actor that runs a kind's destinations. Kinds that differ only in what the

@@ -18,6 +18,7 @@ pub static QUEUE: KindSpec = KindSpec {
         last_value_header: None,
         temporary: false,
         stored_while_asleep: true,
+        group_reads_topic: true,
     },
     actor: KindActor::Queue,
 };

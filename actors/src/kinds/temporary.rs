@@ -31,6 +31,7 @@ pub static TEMP_QUEUE: KindSpec = KindSpec {
         last_value_header: None,
         temporary: true,
         stored_while_asleep: false,
+        group_reads_topic: false,
     },
     actor: KindActor::Queue,
 };
@@ -52,6 +53,7 @@ pub static TEMP_TOPIC: KindSpec = KindSpec {
         last_value_header: None,
         temporary: true,
         stored_while_asleep: false,
+        group_reads_topic: false,
     },
     actor: KindActor::Topic,
 };

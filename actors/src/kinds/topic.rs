@@ -19,6 +19,7 @@ pub static TOPIC: KindSpec = KindSpec {
         last_value_header: None,
         temporary: false,
         stored_while_asleep: false,
+        group_reads_topic: false,
     },
     actor: KindActor::Topic,
 };

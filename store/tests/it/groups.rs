@@ -4,9 +4,7 @@
 //! backend.
 
 use ebb_store::test_util::{message, now_ms, on_every_backend, TestStore, EXPIRED};
-use ebb_store::{
-    MessageStore, MessageStoreExt, Moved, SubscriptionKey, WriteOp, WriteOutcome,
-};
+use ebb_store::{MessageStore, MessageStoreExt, Moved, SubscriptionKey, WriteOp, WriteOutcome};
 
 const T: &str = "topic://VirtualTopic.Orders";
 const G: &str = "queue://Consumer.A.VirtualTopic.Orders";
@@ -61,7 +59,11 @@ async fn groups_read_the_topic_rows_once_stored(t: TestStore) {
     let t2 = add(&*store, T, "t2", 0).await;
     assert_eq!(store.count_messages(T).await.unwrap(), 3, "stored once");
     assert_eq!(ids(&*store, G, false).await, [t1, own, t2]);
-    assert_eq!(ids(&*store, H, false).await, [t1, t2], "not what came before");
+    assert_eq!(
+        ids(&*store, H, false).await,
+        [t1, t2],
+        "not what came before"
+    );
     assert!(!ids(&*store, G, false).await.contains(&before));
     assert_eq!(store.count_committed(G).await.unwrap(), 3);
     assert_eq!(store.count_messages(H).await.unwrap(), 2);
@@ -94,7 +96,11 @@ async fn groups_read_the_topic_rows_once_stored(t: TestStore) {
     .await;
     assert_eq!(n, 2);
     assert_eq!(ids(&*store, G, false).await, [t1]);
-    assert_eq!(store.count_committed(G).await.unwrap(), 1, "the kept count follows");
+    assert_eq!(
+        store.count_committed(G).await.unwrap(),
+        1,
+        "the kept count follows"
+    );
     assert_eq!(ids(&*store, H, false).await, [t1, t2], "B still has both");
     // Acking again counts nothing.
     let again = WriteOp::Remove {
@@ -151,11 +157,21 @@ async fn a_groups_redeliveries_and_holds_are_its_own_and_durable(t: TestStore) {
     let browsed = store.browse(G, 0, 10).await.unwrap();
     assert_eq!(browsed[0].redeliveries, 2);
     assert_eq!(browsed[0].held_until, Some(due));
-    assert_eq!(ids(&*store, H, false).await, [t1, t2], "B's copy is not held");
-    let page = store.read_held(G, (i64::MIN, i64::MIN), now_ms(), 10).await.unwrap();
+    assert_eq!(
+        ids(&*store, H, false).await,
+        [t1, t2],
+        "B's copy is not held"
+    );
+    let page = store
+        .read_held(G, (i64::MIN, i64::MIN), now_ms(), 10)
+        .await
+        .unwrap();
     assert!(page.messages.is_empty());
     assert_eq!(page.next_due, Some(due));
-    let page = store.read_held(G, (i64::MIN, i64::MIN), due, 10).await.unwrap();
+    let page = store
+        .read_held(G, (i64::MIN, i64::MIN), due, 10)
+        .await
+        .unwrap();
     assert_eq!(page.messages.len(), 1);
     assert_eq!(page.messages[0].message.id, t1);
     assert_eq!(page.messages[0].due, due);
@@ -208,7 +224,10 @@ async fn a_group_dead_letters_and_expires_its_topic_rows_once(t: TestStore) {
     };
     let first = moved(store.write_one(move_t1()).await.unwrap());
     assert!(matches!(first, Moved::Added(_)), "{first:?}");
-    assert_eq!(moved(store.write_one(move_t1()).await.unwrap()), Moved::Gone);
+    assert_eq!(
+        moved(store.write_one(move_t1()).await.unwrap()),
+        Moved::Gone
+    );
     assert_eq!(store.count_messages(DLQ).await.unwrap(), 1);
     // Expired, read for a dead-letter queue, in expiration order.
     let read: Vec<i64> = store
