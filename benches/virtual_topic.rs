@@ -14,7 +14,9 @@
 //! `pg_total_relation_size` of the schema's tables) are read: per message. Then the
 //! 10 consumers attach at once and drain (auto ack): deliveries per second (N × 10
 //! over the time to the last delivery), each consumer checked to get all N, none
-//! twice. The median of R rounds, the two runs of a round one after the other.
+//! twice. The median of R rounds, the two runs of a round one after the other (which
+//! goes first alternates); and
+//! the median of the rounds' send-rate ratios (each round's two runs side by side).
 //!
 //! Run: `cargo bench --bench virtual_topic`. Settings: `EBB_BENCH_VT_MESSAGES` (N,
 //! default 20,000), `EBB_BENCH_VT_GROUPS` (default 10), `EBB_BENCH_VT_ROUNDS` (R,
@@ -78,7 +80,12 @@ fn main() {
     let mut runs: [Vec<Round>; 2] = Default::default();
     let mut failures = Vec::new();
     for round in 0..rounds {
-        for (at, mode) in [Mode::Virtual, Mode::Durable].into_iter().enumerate() {
+        // Which runs first alternates, so that neither always meets a cold start.
+        let mut order = [(0, Mode::Virtual), (1, Mode::Durable)];
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for (at, mode) in order {
             match runtime.block_on(run(&store, &dir, messages, groups, mode, round)) {
                 Ok(r) => runs[at].push(r),
                 Err(e) => failures.push(e),
@@ -87,6 +94,16 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The ratio of each round's two runs, one right after the other (the machine's
+    // load changes between rounds more than within one): their median is the
+    // figure to quote.
+    let mut send_ratios: Vec<f64> = runs[0]
+        .iter()
+        .zip(&runs[1])
+        .map(|(v, d)| v.send_rate / d.send_rate)
+        .collect();
+    send_ratios.sort_by(f64::total_cmp);
+    let send_ratio = send_ratios[send_ratios.len() / 2];
     let median = |rounds: &mut Vec<Round>| {
         rounds.sort_by(|a, b| a.delivery_rate.total_cmp(&b.delivery_rate));
         rounds[rounds.len() / 2].clone()
@@ -113,9 +130,18 @@ fn main() {
         virtual_topic.delivery_rate / durable.delivery_rate
     );
     println!(
+        "send rate, virtual ÷ durable, per round: {}; median {send_ratio:.2}",
+        send_ratios
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
         "{}",
         serde_json::json!({
             "bench": "virtual_topic",
+            "send_ratio_median": send_ratio,
             "store": store.label(),
             "messages": messages,
             "groups": groups,

@@ -496,8 +496,10 @@ impl Broker {
         self.forget_address(&key);
         let mut deleted = deleted?;
         self.forget_usage(&key);
-        // A virtual topic's consumer group ends with its queue.
+        // A virtual topic's consumer group ends with its queue; a virtual topic's
+        // groups outlive it (bound again to the topic's name).
         let _ = self.leave_virtual_group(&key).await?;
+        self.rebind_virtual_groups(&key).await?;
         // So does a shared subscription's.
         let _ = self.unbind_shared(&key).await?;
         deleted.scheduled = self.cancel_scheduled_upto(&key, upto).await?;

@@ -734,12 +734,21 @@ impl BrokerActor {
 }
 
 /// Deletes the durable subscriptions (with their marks and individual acks) and then
-/// the messages of `container`, a page ([`DELETE_PAGE`]) per store write.
+/// the messages of `container`, a page ([`DELETE_PAGE`]) per store write; a consumer
+/// group's binding to its topic first ([`ebb_store::groups`]), so that it no longer
+/// reads (nor holds) the topic's rows.
 async fn delete_rows(
     store: &StoreHandle,
     container: &str,
 ) -> Result<DeletedDestination, ActorError> {
     let mut deleted = DeletedDestination::default();
+    // A consumer group's binding to its topic goes first: from now on nothing feeds
+    // it (a feed for it finds it unbound) and the topic's rows are not its any more.
+    if let Some(topic) = store.store().group_topic(container) {
+        store
+            .unsubscribe(topic, SubscriptionKey::group(container))
+            .await?;
+    }
     let mut after: Option<SubscriptionKey> = None;
     loop {
         let page = store

@@ -53,6 +53,11 @@
 //!   → the matching destinations (a `Subscribe` per attachment, awaited in spawned
 //!   futures; acks and NACKs passed on). The registry tells it of new matching
 //!   destinations with `do_send` only, and never awaits it.
+//! - A topic feeds its consumer groups through the registry
+//!   ([`FeedGroups`](messages::FeedGroups), then
+//!   [`GroupMessages`](messages::GroupMessages) to each running group's queue), and a
+//!   group's queue tells its topic's cleanup through the registry
+//!   ([`GroupAcked`](messages::GroupAcked)): `do_send` only, never awaited.
 //! - The store actor sends to no actor; it only awaits the database.
 //! - A destination awaits the store only outside its mailbox: a publish's or an ack's
 //!   store write runs as a task of its own whose result comes back through the
@@ -61,7 +66,8 @@
 //!   it), other reads in spawned actor futures; never while holding its mailbox
 //!   (`ctx.wait` is used only at start: a topic's load, with the subscriptions of
 //!   wildcards it creates through the store actor, and the registry's read of the
-//!   wildcard definitions). Publishes are answered at once with their ticket, so a producer that awaits the answers one by one keeps
+//!   wildcard definitions; and for a topic's binding or unbinding of a consumer group,
+//!   one store actor write, so that no publish comes between it and the group's mark). Publishes are answered at once with their ticket, so a producer that awaits the answers one by one keeps
 //!   its order without waiting for each commit.
 //!
 //! [`RouteDeadLetter`]: messages::RouteDeadLetter

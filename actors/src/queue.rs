@@ -1386,6 +1386,9 @@ impl QueueActor {
                 }
             }
             let progressed = !removed.is_empty() || !moves.is_empty();
+            if !removed.is_empty() {
+                act.group_acked();
+            }
             let full = rows >= u64::from(limit) && progressed;
             let done = futures::future::join_all(moves);
             ctx.spawn(done.into_actor(act).map(move |results, act, ctx| {
@@ -1915,6 +1918,11 @@ impl Handler<GroupMessages> for QueueActor {
             return;
         }
         self.core.counters_mut().enqueued += msg.0.len() as u64;
+        if msg.0.iter().any(|m| m.expiration > 0) {
+            // As its own send with an expiration would: housekeeping watches it.
+            self.core.schedule.arm();
+            destination::schedule(self, ctx);
+        }
         self.release(msg.0.to_vec(), ctx);
         self.publish_gauges();
     }

@@ -49,6 +49,16 @@
 //! publishes, acks and dispatch already waiting; a short page ends the run until the
 //! next tick. Every page holds a permit of the shared [`HousekeepingBudget`].
 //!
+//! **Consumer groups.** A group queue bound to the topic ([`BindGroup`]: a virtual
+//! topic's `Consumer.A.VirtualTopic.X`) reads the topic's rows, stored once for every
+//! group ([`ebb_store::groups`]); its binding is a durable subscription of the topic
+//! under [`ebb_store::GROUP_CLIENT_ID`], so the topic's cleanup and expiry keep what
+//! the group still needs, but the topic neither dispatches to it nor expires for it
+//! (the group's queue does both). The topic stores a persistent message when it has a
+//! group, and hands what it releases to the registry for its groups ([`FeedGroups`]),
+//! buffered for at most 1 ms so that a run of releases is one feed. A group's
+//! committed acks make the topic's cleanup due ([`GroupAcked`]).
+//!
 //! The topic never writes to the store itself: every write goes to the store actor.
 //! Reads (backlog pages, expiry pages) go to the store's pool, bounded in SQL.
 
@@ -123,7 +133,18 @@ pub struct TopicActor {
     /// [`Self::groups`] as the feed sends them (rebuilt when a group is bound or
     /// unbound).
     fed_groups: Arc<[DestinationKey]>,
+    /// Released messages waiting to be fed to the groups: sent together at most
+    /// [`GROUP_FEED_DELAY`] after the first, or at once when [`GROUP_FEED_BATCH`]
+    /// wait, so that a run of releases is one feed, not one per message.
+    feed_buffer: Vec<Arc<TopicMessage>>,
 }
+
+/// Longest a released message waits to be fed to the topic's consumer groups: the
+/// latency a group's consumer may see beyond a topic subscriber's.
+const GROUP_FEED_DELAY: Duration = Duration::from_millis(1);
+
+/// Messages fed to the groups in one go at most (a full buffer is fed at once).
+const GROUP_FEED_BATCH: usize = 1_000;
 
 /// Before every expired message in `(expiration, id)` order (every expiration is above
 /// 0): where an expiry run starts.
@@ -188,6 +209,7 @@ impl TopicActor {
             groups: BTreeMap::new(),
             group_feed: None,
             fed_groups: Arc::from(Vec::new()),
+            feed_buffer: Vec::new(),
         }
     }
 
@@ -209,10 +231,30 @@ impl TopicActor {
         self.fed_groups = self.groups.keys().cloned().collect();
     }
 
-    /// Hands `messages` (released, in order) to its consumer groups: a stored one to
-    /// the groups bound before it was stored (above their marks), a non-persistent one
-    /// to every group.
-    fn feed_groups(&mut self, messages: Vec<Arc<TopicMessage>>) {
+    /// Buffers `messages` (released, in order) for its consumer groups, fed within
+    /// [`GROUP_FEED_DELAY`].
+    fn feed_groups(&mut self, messages: Vec<Arc<TopicMessage>>, ctx: &mut Context<Self>) {
+        if !self.feeds_groups() || messages.is_empty() {
+            return;
+        }
+        if self.feed_buffer.is_empty() {
+            ctx.run_later(GROUP_FEED_DELAY, |act, _| act.flush_group_feed());
+        }
+        self.feed_buffer.extend(messages);
+        if self.feed_buffer.len() >= GROUP_FEED_BATCH {
+            // The timer then finds the buffer empty, or a later run to feed with it.
+            self.flush_group_feed();
+        }
+    }
+
+    /// Hands the buffered messages to its consumer groups: a stored one to the groups
+    /// bound before it was stored (above their marks), a non-persistent one to every
+    /// group.
+    fn flush_group_feed(&mut self) {
+        let messages = std::mem::take(&mut self.feed_buffer);
+        if messages.is_empty() {
+            return;
+        }
         let Some(feed) = self.group_feed.as_ref().filter(|_| !self.groups.is_empty()) else {
             return;
         };
@@ -696,7 +738,7 @@ impl TopicActor {
                     act.groups = groups
                         .into_iter()
                         .filter_map(|(key, _, mark)| {
-                            let group = DestinationKey::parse(&key.subscription_name).ok();
+                            let group = DestinationKey::from_container(&key.subscription_name).ok();
                             if group.is_none() {
                                 tracing::warn!(topic = %act.core.container, group = %key.subscription_name,
                                     "a bound consumer group's name does not parse; it is not fed");
@@ -835,6 +877,12 @@ impl Actor for TopicActor {
         self.load(ctx);
         Drowsiness::start(self, ctx);
     }
+
+    /// What is buffered for the groups goes to them even as it stops (its flush may
+    /// not be handled any more): a running group's cursor may be waiting for it.
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.flush_group_feed();
+    }
 }
 
 /// Sleeping when idle (see [`crate::destination::sleep`]): a topic whose durable
@@ -861,6 +909,7 @@ impl Sleeper for TopicActor {
                 .values()
                 .all(|d| d.online.is_none() && d.unacked.is_empty())
             && self.acks.is_empty()
+            && self.feed_buffer.is_empty()
             && self.completions.in_flight() == 0
             && core.prepared.transactions() == 0
             && core.prepared_writes == 0
@@ -934,7 +983,7 @@ impl DestinationActor for TopicActor {
                 self.dispatch_at(id, now, ctx);
             }
         }
-        self.feed_groups(messages);
+        self.feed_groups(messages, ctx);
     }
 
     /// Starts a cleanup batch if one is due, and an expiry run if expiry is armed and

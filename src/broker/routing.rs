@@ -611,12 +611,25 @@ impl Broker {
         topic: &DestinationKey,
         queue: &DestinationKey,
     ) -> Result<(), Error> {
-        if self.store.store().group_topic(&queue.container()).is_none() {
+        if !queue.capabilities().group_reads_topic {
             return Ok(());
         }
+        // Told even when the store has unbound it already (a deletion does, first):
+        // the topic stops storing and feeding for it.
         let make = || UnbindGroup(queue.clone());
         self.ask_topic_live(topic, make, super::is_retired)
             .await??;
+        Ok(())
+    }
+
+    /// After virtual topic `topic` was deleted (its subscriptions, the groups'
+    /// bindings among them, with it): its groups that read its rows are bound again,
+    /// so that they get what is sent to it from now on (a group lives until its own
+    /// queue is deleted).
+    pub(crate) async fn rebind_virtual_groups(&self, topic: &DestinationKey) -> Result<(), Error> {
+        for queue in self.virtual_groups(topic) {
+            self.bind_group(topic, &queue).await?;
+        }
         Ok(())
     }
 

@@ -12,6 +12,7 @@
 //!   [`WriteOutcome::added`]: a wrong kind of answer is an error, never a panic).
 //! - [`encoding`]: the stored body format (a format byte, then postcard).
 //! - [`statements`]: every SQL text, made once per table prefix and backend.
+//! - [`groups`]: consumer groups over a topic's rows, stored once.
 //! - `sql` (private): the one implementation of the API, instantiated for
 //!   [`sqlite::SqliteStore`] and [`postgres::PgStore`]; one method per write, and
 //!   `apply` only dispatches a batch of writes inside one transaction.
@@ -31,6 +32,13 @@
 //! its due time (the `due` column, migration 0012) in one `UPDATE`; the queue's cursor
 //! reads skip it ([`MessageStore::read_queue`]) and the queue reads it back when due
 //! ([`MessageStore::read_held`], the partial index `msgs_didx`).
+//!
+//! A consumer group (a virtual topic's `Consumer.A.VirtualTopic.X` queue) is a queue
+//! whose messages are its topic's rows, stored once for every group ([`groups`]): it
+//! is bound by a durable subscription of the topic under [`GROUP_CLIENT_ID`], and
+//! every queue read and write above on its container merges its own rows with the
+//! topic's rows it still needs (an ack acks for it; its failed deliveries and held
+//! redeliveries are rows of `group_deliveries`, migration 0013).
 //!
 //! Three promises hold on both backends, and the conformance suite (`tests/`) checks them:
 //! 1. **Every read is bounded in SQL.** No statement returns a number of rows that grows

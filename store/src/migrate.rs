@@ -180,7 +180,8 @@ mod tests {
                     || sql.contains("{p}acks")
                     || sql.contains("{p}indacks")
                     || sql.contains("{p}lock")
-                    || sql.contains("{p}commit_mark"),
+                    || sql.contains("{p}commit_mark")
+                    || sql.contains("{p}group_deliveries"),
                 "{sql}"
             );
             assert!(!sql.contains(" ebb_"), "{sql}");

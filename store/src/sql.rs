@@ -731,10 +731,20 @@ macro_rules! impl_sql_store {
                 let mut ids = self.expire_queue(conn, group, now_ms, limit, bytes).await?;
                 let left = limit.saturating_sub(ids.len() as u32);
                 if left > 0 {
-                    let expired = self.group_expired(conn, topic, group, now_ms, left).await?;
-                    let shared: Vec<i64> = expired.iter().map(|m| m.id).collect();
-                    self.group_ack(conn, topic, group, &shared).await?;
-                    ids.extend(shared);
+                    if let Some(mark) = self.group_mark(conn, topic, group).await? {
+                        let shared: Vec<i64> = sqlx::query_scalar(&self.sql.groups.expired_ids)
+                            .bind(topic)
+                            .bind(now_ms)
+                            .bind($crate::GROUP_CLIENT_ID)
+                            .bind(group)
+                            .bind(i64::from(left))
+                            .bind(mark)
+                            .fetch_all(&mut *conn)
+                            .await
+                            .map_err($crate::error::db("expire group messages"))?;
+                        self.group_ack(conn, topic, group, &shared).await?;
+                        ids.extend(shared);
+                    }
                 }
                 ids.sort_unstable();
                 Ok(ids)

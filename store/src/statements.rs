@@ -259,6 +259,8 @@ pub(crate) struct GroupStatements {
     /// the topic's expired rows at `$2` the group needs (above mark `$6`, not acked
     /// individually), by `(expiration, id)`, `LIMIT $5`: one range of `msgs_eidx`
     pub expired: String,
+    /// [`Self::expired`] with the ids only (an expiry page acks them, reading no body)
+    pub expired_ids: String,
     /// how many of the topic's rows the group needs (above mark `$2`)
     pub count: String,
     /// the earliest expiration among the topic's rows the group needs (above mark
@@ -1370,6 +1372,12 @@ impl GroupStatements {
             next_held_due: held("d.due", &MAX_ID.to_string(), "1"),
             expired: format!(
                 "SELECT {columns} FROM {by_expiration} \
+                 WHERE m.container = $1 AND m.expiration > 0 AND m.expiration <= $2 \
+                   AND m.id > $6 AND m.xid IS NULL AND {acked} IS NULL \
+                 ORDER BY m.expiration, m.id LIMIT $5"
+            ),
+            expired_ids: format!(
+                "SELECT m.id FROM {by_expiration} \
                  WHERE m.container = $1 AND m.expiration > 0 AND m.expiration <= $2 \
                    AND m.id > $6 AND m.xid IS NULL AND {acked} IS NULL \
                  ORDER BY m.expiration, m.id LIMIT $5"

@@ -156,8 +156,15 @@ async fn an_offline_group_keeps_its_messages_across_a_restart(t: TestStore) {
     b.delete_destination(group("Offline").as_str())
         .await
         .unwrap();
-    b.send(TOPIC, Message::new("after delete")).await.unwrap();
+    b.send(TOPIC, Message::new("after delete").persistent(true))
+        .await
+        .unwrap();
     assert_eq!(rows(&b, &group("Offline")).await, 0);
+    let deleted = DestinationKey::parse(&group("Offline")).unwrap();
+    assert!(
+        !b.destination_exists(&deleted).await.unwrap(),
+        "the topic's feed does not make the deleted group again"
+    );
     assert!(b
         .virtual_groups(&DestinationKey::parse(TOPIC).unwrap())
         .is_empty());
@@ -400,7 +407,83 @@ async fn a_virtual_topic_message_is_one_row_for_every_group(t: TestStore) {
         || async { (rows(&b, TOPIC).await == 0).then_some(()) },
     )
     .await;
+    // Deleting the topic leaves its groups, which get what is sent to it from then on.
+    b.delete_destination(TOPIC).await.unwrap();
+    b.send(
+        TOPIC,
+        Message::new("after the topic's deletion").persistent(true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        body(&take(&mut c, 1).await[0]),
+        "after the topic's deletion"
+    );
     drop((a, sub_b, c));
+    b.shutdown().await.unwrap();
+}
+
+/// Messages with an expiration sent to a virtual topic expire from each group that
+/// reads them, as from a queue: counted as the group's expired and gone from its
+/// depth; the topic's rows go once every group is done with them.
+async fn a_group_expires_the_topic_rows_it_reads(t: TestStore) {
+    let mut config = config(&t, RoutingConfig::default());
+    config.policies.entries = vec![
+        ebb::PolicyEntry {
+            destination: "queue://>".into(),
+            policy: policy(50, 400),
+        },
+        ebb::PolicyEntry {
+            destination: "topic://>".into(),
+            policy: policy(50, 400),
+        },
+    ];
+    let b = Broker::start(&t.url, config).await.unwrap();
+    for g in ["A", "B"] {
+        drop(
+            b.subscribe(group(g).as_str(), SubscribeOptions::non_durable())
+                .await
+                .unwrap(),
+        );
+    }
+    for n in 0..5 {
+        let m = Message::new(format!("short {n}"))
+            .persistent(true)
+            .ttl(std::time::Duration::from_millis(100));
+        b.send(TOPIC, m).await.unwrap();
+    }
+    b.send(TOPIC, Message::new("keep").persistent(true))
+        .await
+        .unwrap();
+    for g in ["A", "B"] {
+        let container = group(g);
+        let d = poll_until("the group expires the topic's rows", || async {
+            let d = b
+                .stats()
+                .await
+                .unwrap()
+                .destinations
+                .into_iter()
+                .find(|d| d.destination == container)
+                .unwrap();
+            // The depth is counted again by a later reading than the one that
+            // first shows the expiries.
+            (d.expired_total == 5 && d.queue_size == 1).then_some(d)
+        })
+        .await;
+        assert_eq!(d.enqueued_total, 6, "{d:?}");
+    }
+    poll_until(
+        "the expired rows are deleted once both groups are done",
+        || async { (rows(&b, TOPIC).await == 1).then_some(()) },
+    )
+    .await;
+    let mut a = b
+        .subscribe(group("A").as_str(), SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    assert_eq!(body(&take(&mut a, 1).await[0]), "keep");
+    drop(a);
     b.shutdown().await.unwrap();
 }
 
@@ -695,6 +778,7 @@ on_every_backend!(
     #[actix_rt::test]
     a_virtual_topic_message_is_one_row_for_every_group,
     a_group_stored_as_copies_is_bound_at_start,
+    a_group_expires_the_topic_rows_it_reads,
     every_group_gets_every_message_once_spread_over_its_consumers,
     an_offline_group_keeps_its_messages_across_a_restart,
     a_composite_send_is_all_or_none,

@@ -133,7 +133,69 @@ async fn fully_expired_queue_backlog_goes_one_page_per_call(t: TestStore) {
     );
 }
 
+/// A consumer group's reads of its topic's rows ([`ebb_store::groups`]) are bounded as
+/// a queue's: with 50,000 expired topic rows behind the group's mark, each page
+/// fetches at most its limit, and an expiry page (acking for the group) decodes none.
+async fn a_groups_pages_of_its_topic_are_bounded(t: TestStore) {
+    const G: &str = "queue://Consumer.A.backlog";
+    let store = t.open().await;
+    store
+        .write_one(WriteOp::Subscribe {
+            container: T.into(),
+            key: SubscriptionKey::group(G),
+            selector: None,
+            prioritized: false,
+        })
+        .await
+        .unwrap();
+    backlog(&*store, EXPIRED).await;
+    let before = rows(&*store);
+    assert_eq!(store.read_queue(G, 0, 100).await.unwrap().len(), 100);
+    assert_eq!(store.browse(G, 0, 250).await.unwrap().len(), 250);
+    assert_eq!(
+        store
+            .scan_matching(G, 0, i64::MAX, &[], 50)
+            .await
+            .unwrap()
+            .len(),
+        50
+    );
+    assert_eq!(
+        store.read_expired(G, now_ms(), 400).await.unwrap().len(),
+        400
+    );
+    assert_eq!(
+        rows(&*store) - before,
+        800,
+        "each page its limit, not the backlog"
+    );
+    let before = rows(&*store);
+    let page = match store
+        .write_one(WriteOp::ExpireQueue {
+            container: G.into(),
+            now_ms: now_ms(),
+            limit: 400,
+        })
+        .await
+        .unwrap()
+    {
+        WriteOutcome::Removed(ids) => ids,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(page.len(), 400);
+    assert_eq!(
+        rows(&*store) - before,
+        0,
+        "an expiry page decodes no message"
+    );
+    assert_eq!(
+        store.count_committed(G).await.unwrap(),
+        BACKLOG as u64 - 400
+    );
+}
+
 on_every_backend!(
+    a_groups_pages_of_its_topic_are_bounded,
     backlog_without_ttl_reads_no_message_rows,
     fully_expired_backlog_reads_one_page,
     queue_backlog_without_expired_reads_no_message_rows,
