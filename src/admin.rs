@@ -497,7 +497,7 @@ impl Broker {
         let mut deleted = deleted?;
         self.forget_usage(&key);
         // A virtual topic's consumer group ends with its queue; a virtual topic's
-        // groups outlive it (bound again to the topic's name).
+        // groups outlive it (their bindings stay; one that is missing is bound again).
         let _ = self.leave_virtual_group(&key).await?;
         self.rebind_virtual_groups(&key).await?;
         // So does a shared subscription's.

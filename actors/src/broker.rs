@@ -736,7 +736,8 @@ impl BrokerActor {
 /// Deletes the durable subscriptions (with their marks and individual acks) and then
 /// the messages of `container`, a page ([`DELETE_PAGE`]) per store write; a consumer
 /// group's binding to its topic first ([`ebb_store::groups`]), so that it no longer
-/// reads (nor holds) the topic's rows.
+/// reads (nor holds) the topic's rows. A topic's groups' bindings are kept: the rows
+/// they have not read stay (cleanup keeps every row a binding's mark has not passed).
 async fn delete_rows(
     store: &StoreHandle,
     container: &str,
@@ -758,6 +759,11 @@ async fn delete_rows(
         let full = page.len() == DELETE_PAGE as usize;
         for sub in page {
             after = Some(sub.key.clone());
+            // A consumer group's binding stays: the group outlives its topic, and the
+            // rows it has not read stay with it (the cleanup below keeps them).
+            if sub.key.is_group() {
+                continue;
+            }
             if store.unsubscribe(container.to_string(), sub.key).await? {
                 deleted.subscriptions += 1;
             }

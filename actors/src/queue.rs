@@ -338,8 +338,6 @@ impl QueueActor {
         self
     }
 
-    /// Publishes its counters and gauges to `published`, its entry on the broker's
-    /// [`crate::destination::StatsBoard`], as it works.
     /// Tells `registry` when acks of a topic's rows commit, when it is a consumer
     /// group reading a topic's rows ([`GroupAcked`]: the topic's cleanup is due).
     pub fn with_group_acks(mut self, registry: Recipient<GroupAcked>) -> Self {
@@ -360,6 +358,8 @@ impl QueueActor {
         }
     }
 
+    /// Publishes its counters and gauges to `published`, its entry on the broker's
+    /// [`crate::destination::StatsBoard`], as it works.
     pub fn with_published(mut self, published: Arc<Published>) -> Self {
         let was = published.read();
         self.stats.dequeued = was.dequeued;
@@ -1903,10 +1903,6 @@ fn original_destination(row: &ebb_store::StoredMessage) -> Result<DestinationKey
     })
 }
 
-/// Stores the message (see [`AcceptDeadLetter`]) in its place in publish order. On a
-/// last-value queue the store compares it with the value of its key by arrival
-/// ([`ebb_store::WriteOp::DeadLetter`]): superseded, it takes no place and is counted
-/// `replaced`; added, it replaces the older ones as a publish does.
 impl Handler<GroupMessages> for QueueActor {
     type Result = ();
 
@@ -1928,6 +1924,10 @@ impl Handler<GroupMessages> for QueueActor {
     }
 }
 
+/// Stores the message (see [`AcceptDeadLetter`]) in its place in publish order. On a
+/// last-value queue the store compares it with the value of its key by arrival
+/// ([`ebb_store::WriteOp::DeadLetter`]): superseded, it takes no place and is counted
+/// `replaced`; added, it replaces the older ones as a publish does.
 impl Handler<AcceptDeadLetter> for QueueActor {
     type Result = ResponseActFuture<Self, Result<Moved, ActorError>>;
 

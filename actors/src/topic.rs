@@ -1422,15 +1422,17 @@ impl Handler<UnbindGroup> for TopicActor {
         if self.core.retired {
             return AtomicResponse::new(Box::pin(fut::ready(Err(self.core.retired_error()))));
         }
-        if self.groups.remove(&group).is_some() {
-            self.groups_changed();
-        }
         let (store, container) = (self.core.store.clone(), self.core.container.clone());
         let key = SubscriptionKey::group(&group.container());
         let write = async move { store.unsubscribe(container, key).await };
         AtomicResponse::new(Box::pin(write.into_actor(self).map(
             move |result, act, ctx| {
+                // Forgotten only once the store has unbound it: until then it is
+                // stored for and fed as the store shows it.
                 let removed = result?;
+                if act.groups.remove(&group).is_some() {
+                    act.groups_changed();
+                }
                 // Rows only this group held are done now.
                 act.core.schedule.need_cleanup();
                 destination::schedule(act, ctx);

@@ -342,6 +342,17 @@ impl Broker {
             }
             atomic |= shared(key, &mut out) && transacted;
         }
+        // A group bound to a topic the send also reaches reads the topic's row: a
+        // copy for it as well (a composite naming both) would deliver it twice.
+        if out.len() > 1 && self.routes.config.virtual_topics.enabled {
+            let containers: BTreeSet<String> = out.iter().map(|r| r.key.container()).collect();
+            let store = self.store.store();
+            out.retain(|r| {
+                store
+                    .group_topic(&r.key.container())
+                    .is_none_or(|topic| !containers.contains(&topic))
+            });
+        }
         (out, atomic)
     }
 

@@ -588,6 +588,7 @@ macro_rules! impl_sql_store {
                     .bind(group)
                     .bind(i64::from(limit))
                     .bind(mark)
+                    .bind($crate::statements::expired_window(limit))
                     .fetch_all(&mut *conn)
                     .await
                     .map_err($crate::error::db("read expired"))?;
@@ -739,6 +740,7 @@ macro_rules! impl_sql_store {
                             .bind(group)
                             .bind(i64::from(left))
                             .bind(mark)
+                            .bind($crate::statements::expired_window(left))
                             .fetch_all(&mut *conn)
                             .await
                             .map_err($crate::error::db("expire group messages"))?;
@@ -1178,7 +1180,10 @@ macro_rules! impl_sql_store {
                             .await?,
                     ),
                     WriteOp::Unsubscribe { container, key } => {
-                        if key.is_group() {
+                        let binding = key.is_group()
+                            && self.groups.topic_of(&key.subscription_name).as_deref()
+                                == Some(container.as_str());
+                        if binding {
                             sqlx::query(&self.sql.groups.forget_all)
                                 .bind(&key.subscription_name)
                                 .execute(&mut *conn)
@@ -2824,15 +2829,20 @@ macro_rules! impl_sql_store {
                 let Some(mark) = self.group_mark(&mut *tx, &topic, container).await? else {
                     return Ok(own);
                 };
-                let shared: Option<i64> = sqlx::query_scalar(&self.sql.groups.next_expiration)
-                    .bind(&*topic)
-                    .bind(mark)
-                    .bind($crate::GROUP_CLIENT_ID)
-                    .bind(container)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err($crate::error::db(OP))?;
+                let (needed, last, looked): (Option<i64>, Option<i64>, i64) =
+                    sqlx::query_as(&self.sql.groups.next_expiration)
+                        .bind(&*topic)
+                        .bind(mark)
+                        .bind($crate::GROUP_CLIENT_ID)
+                        .bind(container)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err($crate::error::db(OP))?;
                 tx.commit().await.map_err($crate::error::db(OP))?;
+                // A full window with nothing the group needs: its last expiration is
+                // a bound (what the group needs expires then or later).
+                let full = looked >= i64::from($crate::statements::EXPIRING_LOOKED_AT);
+                let shared = needed.or(if full { last } else { None });
                 Ok(match (own, shared) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),

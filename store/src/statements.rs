@@ -236,6 +236,14 @@ pub(crate) struct Statements {
 /// Entries of a topic's expiration index a group's next expiration looks at, at most.
 pub const EXPIRING_LOOKED_AT: u32 = 1000;
 
+/// The entries of a topic's expired range a group's expiry page of `limit` looks at,
+/// at most: `limit` plus [`EXPIRING_LOOKED_AT`] for the rows the group is done with
+/// and another subscription keeps (passed over; a page that finds fewer than `limit`
+/// in its window ends the run, and the next run looks again once those are gone).
+pub fn expired_window(limit: u32) -> i64 {
+    i64::from(limit) + i64::from(EXPIRING_LOOKED_AT)
+}
+
 /// The statements of consumer groups over a topic's rows ([`crate::groups`]).
 #[derive(Debug, Default)]
 pub(crate) struct GroupStatements {
@@ -257,16 +265,19 @@ pub(crate) struct GroupStatements {
     /// the due time of the group's first held message after `($2, $3)`, `LIMIT 1`
     pub next_held_due: String,
     /// the topic's expired rows at `$2` the group needs (above mark `$6`, not acked
-    /// individually), by `(expiration, id)`, `LIMIT $5`: one range of `msgs_eidx`
+    /// individually), by `(expiration, id)`, `LIMIT $5`, among the first `$7` entries
+    /// of the topic's expired range of `msgs_eidx` (a window: what the group is done
+    /// with and another subscription keeps is passed over within it), with their rows
     pub expired: String,
     /// [`Self::expired`] with the ids only (an expiry page acks them, reading no body)
     pub expired_ids: String,
     /// how many of the topic's rows the group needs (above mark `$2`)
     pub count: String,
-    /// the earliest expiration among the topic's rows the group needs (above mark
-    /// `$2`), among the first [`EXPIRING_LOOKED_AT`] entries of the topic's expiration
-    /// index (none when the group is done with all of them: the rows the group acked
-    /// and another subscription keeps are not read past without bound)
+    /// among the first [`EXPIRING_LOOKED_AT`] entries of the topic's expiration index:
+    /// the earliest expiration of a row the group needs (above mark `$2`, not acked),
+    /// the last expiration looked at, and how many were looked at (a full window with
+    /// none the group needs answers its last expiration: a bound, so that expiry still
+    /// looks again then)
     pub next_expiration: String,
     /// a topic row's failed deliveries for the group: row `$2` of topic `$5` (above
     /// mark `$6`, not prepared, not acked individually by client `$7`) gets count `$3`
@@ -1354,6 +1365,20 @@ impl GroupStatements {
             )
         };
         let by_expiration = by_expiration(p, backend);
+        // The topic's expired rows at `$2` in `(expiration, id)` order, the first
+        // `$7` index entries at most (a window: the rows the group is done with and
+        // another subscription keeps are passed over, never without bound), then
+        // those the group needs (above mark `$6`, not acked individually), `LIMIT $5`.
+        let window_acked = format!(
+            "(SELECT 1 FROM {p}indacks i WHERE i.container = $1 AND i.client_id = $3 \
+               AND i.sub_name = $4 AND i.priority = -1 AND i.msg_id = e.id)"
+        );
+        let window = format!(
+            "SELECT e.id FROM (SELECT m.id, m.expiration FROM {by_expiration} \
+               WHERE m.container = $1 AND m.expiration > 0 AND m.expiration <= $2 \
+                 AND m.xid IS NULL ORDER BY m.expiration, m.id LIMIT $7) e \
+             WHERE e.id > $6 AND {window_acked} IS NULL ORDER BY e.expiration, e.id LIMIT $5"
+        );
         Self {
             list: format!(
                 "SELECT container, sub_name FROM {p}acks \
@@ -1371,17 +1396,10 @@ impl GroupStatements {
             ),
             next_held_due: held("d.due", &MAX_ID.to_string(), "1"),
             expired: format!(
-                "SELECT {columns} FROM {by_expiration} \
-                 WHERE m.container = $1 AND m.expiration > 0 AND m.expiration <= $2 \
-                   AND m.id > $6 AND m.xid IS NULL AND {acked} IS NULL \
-                 ORDER BY m.expiration, m.id LIMIT $5"
+                "SELECT {columns} FROM ({window}) w JOIN {p}msgs m ON m.id = w.id \
+                 ORDER BY m.expiration, m.id"
             ),
-            expired_ids: format!(
-                "SELECT m.id FROM {by_expiration} \
-                 WHERE m.container = $1 AND m.expiration > 0 AND m.expiration <= $2 \
-                   AND m.id > $6 AND m.xid IS NULL AND {acked} IS NULL \
-                 ORDER BY m.expiration, m.id LIMIT $5"
-            ),
+            expired_ids: window.clone(),
             count: {
                 let r = range(Bound::After("$2"));
                 format!(
@@ -1390,10 +1408,11 @@ impl GroupStatements {
                 )
             },
             next_expiration: format!(
-                "SELECT m.expiration FROM (SELECT e.id, e.expiration FROM {} \
+                "SELECT MIN(CASE WHEN m.id > $2 AND {acked} IS NULL THEN m.expiration END), \
+                   MAX(m.expiration), CAST(COUNT(*) AS BIGINT) \
+                 FROM (SELECT e.id, e.expiration FROM {} \
                    WHERE e.container = $1 AND e.expiration > 0 AND e.xid IS NULL \
-                   ORDER BY e.expiration, e.id LIMIT {EXPIRING_LOOKED_AT}) m \
-                 WHERE m.id > $2 AND {acked} IS NULL ORDER BY m.expiration, m.id LIMIT 1",
+                   ORDER BY e.expiration, e.id LIMIT {EXPIRING_LOOKED_AT}) m",
                 match backend {
                     Backend::Postgres => format!("{p}msgs e"),
                     Backend::Sqlite => format!("{p}msgs e INDEXED BY {p}msgs_eidx"),
