@@ -427,6 +427,35 @@ async fn a_virtual_topic_message_is_one_row_for_every_group(t: TestStore) {
     b.shutdown().await.unwrap();
 }
 
+/// A composite send naming a virtual topic and one of its groups delivers once to the
+/// group: it reads the topic's row, so no copy of its own is added.
+async fn a_composite_naming_a_topic_and_its_group_delivers_once(t: TestStore) {
+    let b = Broker::start(&t.url, config(&t, RoutingConfig::default()))
+        .await
+        .unwrap();
+    let mut a = b
+        .subscribe(group("A").as_str(), SubscribeOptions::non_durable())
+        .await
+        .unwrap();
+    let keys = [
+        DestinationKey::parse(TOPIC).unwrap(),
+        DestinationKey::parse(&group("A")).unwrap(),
+    ];
+    b.send_to_each(&keys, Message::new("both").persistent(true))
+        .await
+        .unwrap();
+    b.send(TOPIC, Message::new("after").persistent(true))
+        .await
+        .unwrap();
+    let got: Vec<String> = take(&mut a, 2).await.iter().map(body).collect();
+    assert_eq!(got, ["both", "after"], "once, then the next one");
+    assert_eq!(rows(&b, TOPIC).await, 2);
+    let holding = b.store().list_containers("", "\u{7f}", 10).await.unwrap();
+    assert_eq!(holding, [TOPIC.to_string()], "no copy in the group's queue");
+    drop(a);
+    b.shutdown().await.unwrap();
+}
+
 /// Messages with an expiration sent to a virtual topic expire from each group that
 /// reads them, as from a queue: counted as the group's expired and gone from its
 /// depth; the topic's rows go once every group is done with them.
@@ -783,6 +812,7 @@ on_every_backend!(
     a_virtual_topic_message_is_one_row_for_every_group,
     a_group_stored_as_copies_is_bound_at_start,
     a_group_expires_the_topic_rows_it_reads,
+    a_composite_naming_a_topic_and_its_group_delivers_once,
     every_group_gets_every_message_once_spread_over_its_consumers,
     an_offline_group_keeps_its_messages_across_a_restart,
     a_composite_send_is_all_or_none,
