@@ -497,9 +497,8 @@ impl Broker {
         let mut deleted = deleted?;
         self.forget_usage(&key);
         // A virtual topic's consumer group ends with its queue; a virtual topic's
-        // groups outlive it (their bindings stay; one that is missing is bound again).
+        // groups outlive it (the deletion keeps their bindings).
         let _ = self.leave_virtual_group(&key).await?;
-        self.rebind_virtual_groups(&key).await?;
         // So does a shared subscription's.
         let _ = self.unbind_shared(&key).await?;
         deleted.scheduled = self.cancel_scheduled_upto(&key, upto).await?;

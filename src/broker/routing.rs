@@ -633,17 +633,6 @@ impl Broker {
         Ok(())
     }
 
-    /// After virtual topic `topic` was deleted (its subscriptions, the groups'
-    /// bindings among them, with it): its groups that read its rows are bound again,
-    /// so that they get what is sent to it from now on (a group lives until its own
-    /// queue is deleted).
-    pub(crate) async fn rebind_virtual_groups(&self, topic: &DestinationKey) -> Result<(), Error> {
-        for queue in self.virtual_groups(topic) {
-            self.bind_group(topic, &queue).await?;
-        }
-        Ok(())
-    }
-
     /// True when `queue` is a consumer group of a virtual topic now.
     pub(crate) fn is_virtual_group(&self, queue: &DestinationKey) -> bool {
         self.routes
