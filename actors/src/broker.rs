@@ -180,8 +180,7 @@ pub struct BrokerActor {
     asleep_writes: HashMap<DestinationKey, (u64, crate::destination::sleep::Written)>,
     /// The number of the last of those writes.
     asleep_write_seq: u64,
-    /// Topics feed their consumer groups ([`crate::messages::FeedGroups`]): virtual
-    /// topics are on.
+    /// Topics feed their consumer groups ([`crate::messages::FeedGroups`]).
     feeds_groups: bool,
 }
 
@@ -211,8 +210,9 @@ impl BrokerActor {
     }
 
     /// Topics store what their bound consumer groups need and hand it to them
-    /// ([`crate::messages::BindGroup`], [`crate::messages::FeedGroups`]); off, bound
-    /// groups wait unfed (virtual topics turned off).
+    /// ([`crate::messages::BindGroup`], [`crate::messages::FeedGroups`]); off (the
+    /// default, for a registry whose user binds no group), a bound group gets nothing
+    /// new from its topic.
     pub fn with_group_feed(mut self, on: bool) -> Self {
         self.feeds_groups = on;
         self

@@ -308,8 +308,9 @@ impl Broker {
         let events = advisories.events.clone();
         let board = Arc::new(StatsBoard::default());
         let registry_board = Arc::clone(&board);
-        // Virtual topics' groups that read their topic's rows are fed by the topic.
-        let feeds_groups = config.routing.virtual_topics.enabled;
+        // Consumer groups that read their topic's rows (virtual topics' and shared
+        // subscriptions' on one topic) are fed by the topic.
+        let feeds_groups = true;
         let (handle, registry) = runtime.run_blocking(move || {
             let handle = StoreHandle::start(store, actor_config);
             let registry = BrokerActor::new(handle.clone(), policies, shared)

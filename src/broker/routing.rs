@@ -344,7 +344,7 @@ impl Broker {
         }
         // A group bound to a topic the send also reaches reads the topic's row: a
         // copy for it as well (a composite naming both) would deliver it twice.
-        if out.len() > 1 && self.routes.config.virtual_topics.enabled {
+        if out.len() > 1 {
             let containers: BTreeSet<String> = out.iter().map(|r| r.key.container()).collect();
             let store = self.store.store();
             out.retain(|r| {
@@ -594,7 +594,7 @@ impl Broker {
     /// once, [`ebb_store::groups`]): through the topic's actor, in its write order
     /// ([`BindGroup`]), so that from the answer on every message the topic stores
     /// reaches the group. A bound group is left as it is (one lookup of its binding).
-    async fn bind_group(
+    pub(super) async fn bind_group(
         &self,
         topic: &DestinationKey,
         queue: &DestinationKey,
@@ -617,7 +617,7 @@ impl Broker {
 
     /// Unbinds group `queue` from `topic` ([`UnbindGroup`]): its acks of the topic's
     /// rows go, and the rows only it needed are cleaned up by the topic.
-    async fn unbind_group(
+    pub(super) async fn unbind_group(
         &self,
         topic: &DestinationKey,
         queue: &DestinationKey,
@@ -701,7 +701,7 @@ impl Broker {
                     }
                     (Ok(_), Ok(_)) => {
                         tracing::info!(container = %sub.container, group = %sub.key.subscription_name,
-                        "a stored virtual topic group is not one under the settings now ([virtual_topics]); it is kept, not used")
+                        "a stored virtual topic group is not one under the settings now ([virtual_topics]): it stays bound to its topic (it reads what the topic stores) until its queue is deleted, and no SUBSCRIBE makes it")
                     }
                     _ => {
                         tracing::warn!(container = %sub.container, group = %sub.key.subscription_name,

@@ -1,24 +1,31 @@
 //! Shared subscriptions: one topic, or every topic a pattern matches, delivered to a
 //! queue whose consumers compete for the messages (MQTT 5.0's `$share/GROUP/FILTER`,
 //! JMS 2.0's shared subscription; as Artemis, which keeps one queue per shared
-//! subscription). Each message published to a matching topic is copied into the
-//! group's queue, so each goes to one member; the queue keeps what arrives while no
-//! member is connected, with its own acks, redeliveries and dead letters.
+//! subscription). Each message published to a matching topic reaches the group's
+//! queue, so each goes to one member; the queue keeps what arrives while no member is
+//! connected, with its own acks, redeliveries and dead letters.
 //!
-//! A group is *bound* ([`Broker::join_shared_subscription`]) by its first member and
+//! How a message reaches the queue depends on what the group reads:
+//! - **One topic**: the queue is a consumer group *bound* to the topic
+//!   ([`ebb_store::groups`], as a virtual topic's groups): it reads the topic's one
+//!   stored row through its own mark and acks, and the topic feeds it what it
+//!   releases. Nothing is copied; the queue's own rows are only what was sent to it by
+//!   name (or copied by an earlier Ebb: such a group is bound at start).
+//! - **A pattern**: each message is copied into the queue, with
+//!   [`SHARED_TOPIC_HEADER`] naming the topic it was published to (which the queue's
+//!   name cannot say). Copies reach groups as they reach a virtual topic's
+//!   last-value groups ([`super::routing`]): separate pipelined sends, or one
+//!   transaction with [`super::VirtualTopics::transacted_send`].
+//!
+//! A group is made ([`Broker::join_shared_subscription`]) by its first member and
 //! lives while it has one: a member connected now (counted in memory, by connection)
 //! or a durable member (a persistent session's, stored as a row under
 //! [`SHARED_MEMBER_PREFIX`], so it holds the group and its backlog across restarts).
 //! When the last member leaves ([`Broker::leave_shared_subscription`]) the group
-//! ends: its binding, then its queue with its messages. The binding is stored under
+//! ends: its binding, then its queue with its messages. The group is stored under
 //! [`SHARED_CONTAINER_PREFIX`] (container: the filter's store key, one row per queue),
 //! read at start; a group that had no durable member when the broker stopped ends at
 //! start (its members were connections, which a restart ended).
-//!
-//! The copy a group's queue gets carries [`SHARED_TOPIC_HEADER`]: the topic it was
-//! published to, which the queue's name cannot say for a pattern. Sends reach groups
-//! as they reach a virtual topic's ([`super::routing`]): separate pipelined sends, or
-//! one transaction with [`super::VirtualTopics::transacted_send`].
 
 use super::destination::Target;
 use super::Broker;
@@ -80,12 +87,20 @@ fn binding_container(target: &Target) -> String {
     format!("{SHARED_CONTAINER_PREFIX}{text}")
 }
 
+/// Whether a group of one topic, of `queue`'s kind, is bound to the topic and reads
+/// its rows (a queue) rather than getting copies (a last-value queue).
+fn reads_its_topic(queue: &DestinationKey) -> bool {
+    queue.capabilities().group_reads_topic
+}
+
 fn member_container(queue: &DestinationKey) -> String {
     format!("{SHARED_MEMBER_PREFIX}{}", queue.container())
 }
 
 impl SharedGroups {
-    /// The group queues whose filter `topic` matches, in no set order.
+    /// The group queues that get a copy of what is sent to `topic`, in no set order:
+    /// those whose filter matches it, but for a group of that one topic that reads the
+    /// topic's rows (bound to it, fed by it).
     pub(super) fn queues_for(&self, topic: &DestinationKey) -> Vec<DestinationKey> {
         let groups = self.groups.read();
         if groups.is_empty() {
@@ -93,8 +108,8 @@ impl SharedGroups {
         }
         groups
             .iter()
-            .filter(|(_, g)| match &g.target {
-                Target::One(key) => key == topic,
+            .filter(|(queue, g)| match &g.target {
+                Target::One(key) => key == topic && !reads_its_topic(queue),
                 Target::Pattern(p) => p.matches(topic),
             })
             .map(|(queue, _)| queue.clone())
@@ -104,9 +119,10 @@ impl SharedGroups {
 
 impl Broker {
     /// Joins connection `connection` to the shared subscription whose queue is `queue`
-    /// and which reads `target` (a topic or a topic pattern), binding it first when it
-    /// is new: from then on every message published to a matching topic is also sent
-    /// to `queue`. `durable_member` (a persistent session, e.g. `mqtt:CLIENT`) is
+    /// and which reads `target` (a topic or a topic pattern), making the group first
+    /// when it is new: from then on every message published to a matching topic also
+    /// reaches `queue` (a group of one topic is bound to it and reads its rows, one of
+    /// a pattern gets copies). `durable_member` (a persistent session, e.g. `mqtt:CLIENT`) is
     /// stored, so the group and what arrives for it outlive this connection and a
     /// restart until [`Broker::leave_shared_subscription`] forgets it. Subscribe to
     /// `queue` after this to consume.
@@ -155,6 +171,11 @@ impl Broker {
                         false,
                     )
                     .await?;
+                if let Target::One(topic) = target {
+                    // Through the topic, in its write order: from the answer on,
+                    // every message the topic stores reaches the group.
+                    self.bind_group(topic, queue).await?;
+                }
                 shared.groups.write().insert(
                     queue.clone(),
                     Group {
@@ -253,13 +274,16 @@ impl Broker {
         Ok(())
     }
 
-    /// `queue` is no longer a group's: its binding and durable members' rows go, and
-    /// no topic sends to it (called when the queue is deleted, by whoever). Returns
-    /// whether it was one.
+    /// `queue` is no longer a group's: its binding (to its topic too, with its acks
+    /// of the topic's rows) and durable members' rows go, and no topic sends to it
+    /// (called when the queue is deleted, by whoever). Returns whether it was one.
     pub(crate) async fn unbind_shared(&self, queue: &DestinationKey) -> Result<bool, Error> {
         let Some(group) = self.routes.shared.groups.write().remove(queue) else {
             return Ok(false);
         };
+        if let Target::One(topic) = &group.target {
+            self.unbind_group(topic, queue).await?;
+        }
         self.store
             .unsubscribe(
                 binding_container(&group.target),
@@ -326,12 +350,17 @@ impl Broker {
             self.routes.shared.groups.write().insert(
                 queue.clone(),
                 Group {
-                    target,
+                    target: target.clone(),
                     online: HashSet::new(),
                 },
             );
             if !self.has_durable_member(&queue).await? {
                 ended.push(queue);
+            } else if let Target::One(topic) = &target {
+                // Bound already (one lookup), or made by an earlier Ebb as a queue of
+                // copies: its copies stay its own rows, and it reads the topic's from
+                // now on.
+                self.bind_group(topic, &queue).await?;
             }
         }
         for queue in &ended {

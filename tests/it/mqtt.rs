@@ -1048,6 +1048,106 @@ async fn shared_subscriptions_split_the_messages(t: TestStore) {
     s.stop().await;
 }
 
+/// A shared subscription of one topic (no wildcard) is stored once: each message is
+/// the topic's one row, which every group reads through its own acks (as a virtual
+/// topic's groups); its members split the messages and get the topic's name; a
+/// persistent member's group keeps what arrives while it is away, across a restart;
+/// once every group has acked, the topic's cleanup deletes the rows; an ended group
+/// holds none of them.
+async fn a_shared_subscription_of_one_topic_is_stored_once(t: TestStore) {
+    // The topic ticks every 50 ms (its cleanup).
+    let serve = || async { mqtt_serve(broker(&t, policy(50, 400), 2).await, Security::default()).await };
+    let s = serve().await;
+    let (mut a, _) = MqttClient::v5(s.mqtt, "one-a", 0).await;
+    let (mut b, _) = MqttClient::v5(s.mqtt, "one-b", 0).await;
+    for c in [&mut a, &mut b] {
+        assert_eq!(
+            c.subscribe_v5(1, &[("$share/g/orders/eu", 1)]).await,
+            vec![v5::SubscribeAckReason::GrantedQos1]
+        );
+    }
+    // A second group, whose only member is a persistent session, away.
+    let (mut away, _) = MqttClient::v5(s.mqtt, "one-away", 3_600).await;
+    away.subscribe_v5(1, &[("$share/h/orders/eu", 1)]).await;
+    away.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    drop(away);
+    let (mut sender, _) = MqttClient::v3(s.mqtt, "one-sender", true).await;
+    for i in 0..20u16 {
+        sender
+            .publish_v3("orders/eu", format!("m{i}").as_bytes(), 1, i + 1)
+            .await;
+        assert!(matches!(
+            sender.recv().await,
+            Some(MqttPacket::V3(v3::Packet::PublishAck { .. }))
+        ));
+    }
+    let got = drain_members(&mut [&mut a, &mut b], 20).await;
+    let mut payloads: Vec<String> = got.iter().map(|(_, _, p)| p.clone()).collect();
+    payloads.sort_by_key(|p| p[1..].parse::<u32>().unwrap());
+    assert_eq!(
+        payloads,
+        (0..20).map(|i| format!("m{i}")).collect::<Vec<_>>(),
+        "each message once between the members"
+    );
+    assert!(got.iter().all(|(_, topic, _)| topic == "orders/eu"));
+    let store = s.broker.store();
+    let topic = "topic://orders.eu";
+    assert_eq!(store.count_messages(topic).await.unwrap(), 20);
+    let holding = store.list_containers("", "\u{7f}", 100).await.unwrap();
+    assert_eq!(holding, [topic], "the groups' queues hold no row of their own");
+    let h = "queue://$share.h.orders.eu";
+    assert_eq!(
+        store.count_messages(h).await.unwrap(),
+        20,
+        "the group away reads the topic's rows"
+    );
+
+    // Across a restart, the persistent member gets its group's messages.
+    for c in [&mut a, &mut b] {
+        c.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    }
+    s.stop().await;
+    let s = serve().await;
+    let mut connect = v5_connect("one-away", 3_600);
+    connect.clean_start = false;
+    let (mut away, ack) = MqttClient::v5_with(s.mqtt, connect).await;
+    assert!(ack.session_present);
+    let got = drain_members(&mut [&mut away], 20).await;
+    assert_eq!(
+        got.iter().map(|(_, t, p)| (t.as_str(), p.clone())).collect::<Vec<_>>(),
+        (0..20)
+            .map(|i| ("orders/eu", format!("m{i}")))
+            .collect::<Vec<_>>(),
+        "in order, with the topic's name"
+    );
+    // Every group has acked (drain_members acks at QoS 1): the rows go.
+    let store = s.broker.store();
+    poll_until("the topic's cleanup deleted the rows", || async {
+        (store.count_messages(topic).await.unwrap() == 0).then_some(())
+    })
+    .await;
+
+    // The group ends with its member's session: it holds none of what comes later.
+    away.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    drop(away);
+    let (mut away, _) = MqttClient::v5(s.mqtt, "one-away", 0).await;
+    poll_until("a clean start ended the group", || async {
+        s.broker.shared_subscriptions().is_empty().then_some(())
+    })
+    .await;
+    let (mut sender, _) = MqttClient::v3(s.mqtt, "one-sender", true).await;
+    sender.publish_v3("orders/eu", b"late", 1, 99).await;
+    sender.recv().await;
+    assert_eq!(
+        store.count_messages(topic).await.unwrap(),
+        0,
+        "no group holds the topic's message: it is not stored"
+    );
+    assert_eq!(store.group_topic(h), None, "unbound");
+    away.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    s.stop().await;
+}
+
 /// True when `client`'s persistent session is stored (its filters).
 async fn has_session(s: &MqttServer, client: &str) -> bool {
     !s.broker
@@ -1721,6 +1821,7 @@ on_every_backend!(
     qos2_is_exactly_once_across_a_restart,
     session_expiry_ends_an_offline_session,
     shared_subscriptions_split_the_messages,
+    a_shared_subscription_of_one_topic_is_stored_once,
     a_persistent_session_keeps_its_backlog_across_a_restart,
     a_second_connect_takes_over_and_the_will_goes,
     stomp_and_mqtt_talk_to_each_other,

@@ -713,11 +713,15 @@ async fn groups_follow_the_settings_keep_their_kind_and_end_when_deleted(t: Test
         );
     }
     b.shutdown().await.unwrap();
-    // Off: the stored groups wait, unused.
+    // Off: a stored group stays bound to its topic (it reads what the topic stores)
+    // until its queue is deleted; a last-value group gets no copy.
     let off = virtual_topics_off();
     let b = start(off).await.unwrap();
-    b.send(TOPIC, Message::new("while off")).await.unwrap();
-    assert_eq!(rows(&b, &group("Plain")).await, 0);
+    b.send(TOPIC, Message::new("while off").persistent(true))
+        .await
+        .unwrap();
+    assert_eq!(rows(&b, &group("Plain")).await, 1);
+    assert_eq!(rows(&b, "lvq://Consumer.Last.VirtualTopic.Orders").await, 0);
     b.shutdown().await.unwrap();
     // On again: the last-value group is still one, the empty group can be deleted
     // although it is neither running nor holding a row.
@@ -743,7 +747,7 @@ async fn groups_follow_the_settings_keep_their_kind_and_end_when_deleted(t: Test
     )
     .await
     .unwrap();
-    assert_eq!(rows(&b, &group("Plain")).await, 1);
+    assert_eq!(rows(&b, &group("Plain")).await, 2);
     assert_eq!(rows(&b, "lvq://Consumer.Last.VirtualTopic.Orders").await, 1);
     assert_eq!(
         rows(&b, "queue://Consumer.Last.VirtualTopic.Orders").await,
