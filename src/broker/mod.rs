@@ -51,8 +51,8 @@ pub use self::schedule::{
 pub use self::send::*;
 pub use self::sessions::{SessionSubscription, MAX_SESSION_SUBSCRIPTIONS};
 pub use self::shared::{
-    MAX_SHARED_GROUPS, SHARED_CONTAINER_PREFIX, SHARED_MEMBER_PREFIX, SHARED_TOPIC_HEADER,
-    TOO_MANY_GROUPS,
+    shared_subscription_queue, MAX_SHARED_GROUPS, SHARED_CONTAINER_PREFIX, SHARED_MEMBER_PREFIX,
+    SHARED_TOPIC_HEADER, TOO_MANY_GROUPS,
 };
 
 pub(crate) use self::subscribe::*;

@@ -1,7 +1,9 @@
 //! Shared subscriptions: one topic, or every topic a pattern matches, delivered to a
 //! queue whose consumers compete for the messages (MQTT 5.0's `$share/GROUP/FILTER`,
-//! JMS 2.0's shared subscription; as Artemis, which keeps one queue per shared
-//! subscription). Each message published to a matching topic reaches the group's
+//! and JMS 2.0's shared durable subscription, which STOMP names with
+//! `shared-subscription-name`; as Artemis, which keeps one queue per shared
+//! subscription). Both protocols name a group's queue alike
+//! ([`shared_subscription_queue`]), so their members of one group compete. Each message published to a matching topic reaches the group's
 //! queue, so each goes to one member; the queue keeps what arrives while no member is
 //! connected, with its own acks, redeliveries and dead letters.
 //!
@@ -63,6 +65,44 @@ const SHARED_ROW_CLIENT: &str = "ebb:shared";
 /// as its subscription is dropped, so a delete that finds it still attached is tried
 /// again this many times, 20 ms apart, before the group is left for the next start.
 const DELETE_TRIES: u32 = 50;
+
+/// The queue of shared subscription `share` of `target` (a topic or a wildcard
+/// topic): `queue://$share.SHARE.NAME`, with the share's `.` written `/` and a
+/// wildcard segment written as MQTT writes it (`*` as `+`, `>` as `#`), so that it
+/// names one queue, and the same one as MQTT's `$share/SHARE/FILTER` of that topic
+/// (`orders.*` and `orders/+` share `queue://$share.S.orders.+`): members of either
+/// protocol share its messages.
+///
+/// Errors: [`Error::InvalidDestination`] for a share name with `/`, `,` or a wildcard,
+/// or a name too long (over 200 bytes).
+pub fn shared_subscription_queue(share: &str, target: &Target) -> Result<DestinationKey, Error> {
+    let invalid = |reason| Error::InvalidDestination {
+        name: share.to_string(),
+        reason,
+    };
+    if share.is_empty() || share.contains(['/', ',', '*', '>', '+', '#']) {
+        return Err(invalid(
+            "a shared subscription's name is not empty and has no / , * > + #",
+        ));
+    }
+    let name = match target {
+        Target::One(key) => key.name().to_string(),
+        Target::Pattern(p) => p
+            .to_string()
+            .split_once("://")
+            .map_or_else(String::new, |(_, name)| name.to_string())
+            .split('.')
+            .map(|segment| match segment {
+                "*" => "+",
+                ">" => "#",
+                segment => segment,
+            })
+            .collect::<Vec<_>>()
+            .join("."),
+    };
+    let queue = format!("$share.{}.{name}", share.replace('.', "/"));
+    DestinationKey::queue(&queue).map_err(|e| invalid(e.reason))
+}
 
 /// The shared subscription groups of a broker now.
 #[derive(Default)]

@@ -302,6 +302,34 @@ mod tests {
         }
     }
 
+    /// A STOMP shared subscription names the same queue as MQTT's `$share` of the
+    /// same group and filter, so members of both protocols share its messages.
+    #[test]
+    fn stomp_and_mqtt_shares_name_one_queue() {
+        use crate::broker::shared_subscription_queue;
+        for (group, filter, stomp) in [
+            ("g", "jobs/eu", "/topic/jobs.eu"),
+            ("g.1", "a/+/c", "/topic/a.*.c"),
+            ("w", "a/#", "/topic/a.>"),
+        ] {
+            use crate::broker::Target;
+            use crate::DestinationPattern;
+            let target = match DestinationPattern::subscription_from_stomp(stomp).unwrap() {
+                Some(p) => Target::Pattern(p),
+                None => Target::One(DestinationKey::parse(stomp).unwrap()),
+            };
+            assert_eq!(
+                shared_subscription_queue(group, &target).unwrap(),
+                shared_queue(group, filter).unwrap(),
+                "{group} {filter}"
+            );
+        }
+        let topic = crate::broker::Target::One(DestinationKey::parse("/topic/a").unwrap());
+        for bad in ["", "a/b", "a,b", "a*", "a>", "a+", "a#"] {
+            assert!(shared_subscription_queue(bad, &topic).is_err(), "{bad}");
+        }
+    }
+
     #[test]
     fn shared_subscriptions_are_named() {
         assert_eq!(shared("$share/g/a/b").unwrap(), Some(("g", "a/b")));

@@ -175,7 +175,18 @@ pub struct SubscribeHeaders {
     /// `activemq.noLocal:true` (non-durable topic subscriptions): not the messages
     /// this connection sends.
     pub no_local: bool,
+    /// `shared-subscription-name` (topics and wildcard topics): the shared durable
+    /// subscription of that name, whose consumers compete for its messages (JMS 2.0's
+    /// `createSharedDurableConsumer`; [`SHARED_SUBSCRIPTION_HEADER`]).
+    pub shared_name: Option<String>,
 }
+
+/// The SUBSCRIBE header naming a shared durable subscription of a topic, or of every
+/// topic a wildcard destination matches (JMS 2.0's shared durable subscription): every
+/// SUBSCRIBE naming it, on any connection, is one of its competing consumers, and
+/// what arrives while none is connected waits. On UNSUBSCRIBE (as
+/// `activemq.subscriptionName`) it ends the subscription once no consumer is left.
+pub const SHARED_SUBSCRIPTION_HEADER: &str = "shared-subscription-name";
 
 /// What an ACK or NACK names: STOMP 1.2's `id` (the MESSAGE's `ack` header), or 1.0
 /// and 1.1's `message-id` with an optional `subscription`. The session resolves it
@@ -237,7 +248,8 @@ pub enum Command {
     Unsubscribe {
         /// `id`, or the destination (STOMP 1.0).
         id: String,
-        /// `activemq.subscriptionName`: also delete the durable subscription.
+        /// `activemq.subscriptionName` (or [`SHARED_SUBSCRIPTION_HEADER`]): also
+        /// delete the durable subscription (a shared one once no consumer is left).
         durable_name: Option<String>,
     },
     /// ACK.
@@ -317,7 +329,8 @@ impl Command {
                     .or_else(|| frame.get("destination"))
                     .ok_or_else(|| Refusal::new(ErrorCode::MissingHeader, "UNSUBSCRIBE needs an id header"))?
                     .to_string(),
-                durable_name: header("activemq.subscriptionName"),
+                durable_name: header("activemq.subscriptionName")
+                    .or_else(|| header(SHARED_SUBSCRIPTION_HEADER)),
             },
             // STOMP 1.2 names the message to ack by the MESSAGE's `ack` header, sent
             // back as `id`; a 1.2 ACK or NACK without one is refused, as ActiveMQ and
@@ -421,6 +434,7 @@ const KNOWN_SUBSCRIBE: &[&str] = &[
     "activemq.subscriptionName",
     "activemq.subcriptionName",
     "activemq.dispatchAsync",
+    SHARED_SUBSCRIPTION_HEADER,
 ];
 
 /// The first SUBSCRIBE header that changes what the consumer receives and is not
@@ -581,7 +595,18 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
         );
     }
     let exclusive = exclusive_of(frame, caps.point_to_point)?;
-    let no_local = no_local_of(frame, caps.point_to_point, durable_name.is_some())?;
+    let shared_name = shared_name_of(frame, &destination, durable_name.is_some(), browser)?;
+    let no_local = no_local_of(
+        frame,
+        caps.point_to_point,
+        durable_name.is_some() || shared_name.is_some(),
+    )?;
+    if shared_name.is_some() && frame.get("selector").is_some_and(|s| !s.trim().is_empty()) {
+        return refuse(
+            ErrorCode::Unsupported,
+            "a selector on a shared subscription is not supported: its consumers share one stream of the topic's messages",
+        );
+    }
     if exclusive && browser {
         return refuse(
             ErrorCode::InvalidValue,
@@ -608,8 +633,43 @@ fn subscribe_of(frame: &Frame, version: Version) -> Result<Command, Refusal> {
             browser,
             exclusive,
             no_local,
+            shared_name,
         }),
     })
+}
+
+/// SUBSCRIBE's [`SHARED_SUBSCRIPTION_HEADER`]: for a topic or wildcard topic (not a
+/// temporary one), not with `activemq.subscriptionName` or `browser:true`; the name is
+/// not empty and has no `/`, `,` or wildcard (`*`, `>`, `+`, `#`): it names a queue.
+fn shared_name_of(
+    frame: &Frame,
+    destination: &Target,
+    durable: bool,
+    browser: bool,
+) -> Result<Option<String>, Refusal> {
+    let Some(name) = frame.get(SHARED_SUBSCRIPTION_HEADER) else {
+        return Ok(None);
+    };
+    let caps = destination.kind().capabilities();
+    if caps.point_to_point || caps.temporary || !caps.durable_subscriptions {
+        return refuse(
+            ErrorCode::InvalidRequest,
+            "shared-subscription-name is for topics (not temporary ones): a queue's consumers compete already",
+        );
+    }
+    if durable || browser {
+        return refuse(
+            ErrorCode::InvalidRequest,
+            "shared-subscription-name takes no activemq.subscriptionName or browser: a shared subscription is durable already, and a topic keeps nothing to browse",
+        );
+    }
+    if name.is_empty() || name.contains(['/', ',', '*', '>', '+', '#']) {
+        return refuse(
+            ErrorCode::InvalidValue,
+            format!("invalid shared-subscription-name `{name}`: not empty, without / , * > + #"),
+        );
+    }
+    Ok(Some(name.to_string()))
 }
 
 fn ack_ref_of(frame: &Frame) -> AckRef {

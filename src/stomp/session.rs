@@ -24,8 +24,8 @@ use tokio_stream::StreamMap;
 use super::command::{refuse, AckRef, Command, Refusal, Request, StompAck, SubscribeHeaders};
 use crate::auth::{LoginFailure, Principal, Right, Security};
 use crate::broker::{
-    AckMode, Acker, Broker, Message, QueueBrowser, Received, SendOptions, Space, SubscribeOptions,
-    Subscription, Target, Transaction,
+    shared_subscription_queue, AckMode, Acker, Broker, Message, QueueBrowser, Received,
+    SendOptions, Space, SubscribeOptions, Subscription, Target, Transaction, SHARED_TOPIC_HEADER,
 };
 use crate::stomp::frame::{self, Frame, Version};
 use crate::transport::client_ids::{Claim, ClientIds};
@@ -293,7 +293,14 @@ struct Sub {
     /// As subscribed: one destination or a wildcard destination.
     destination: Target,
     durable_name: Option<String>,
+    /// A shared subscription's: the queue of its group, which it consumes from.
+    shared: Option<DestinationKey>,
 }
+
+/// The durable member a shared subscription made over STOMP keeps in its group
+/// ([`Broker::join_shared_subscription`]): the subscription itself, which outlives
+/// its consumers until an UNSUBSCRIBE naming it.
+const SHARED_MEMBER: &str = "stomp:shared-subscription";
 
 /// A delivered message waiting for ACK/NACK, by its `ack` id.
 struct PendingAck {
@@ -842,6 +849,7 @@ impl Session {
             browser,
             exclusive,
             no_local,
+            shared_name,
         } = options;
         // Who consumes or browses a temporary destination is the broker's rule (its
         // own connection; a browse also with the read right on others'), below.
@@ -888,6 +896,7 @@ impl Session {
                 mode,
                 destination,
                 durable_name: None,
+                shared: None,
             };
             let feed = Feed::Browse {
                 browser,
@@ -900,6 +909,17 @@ impl Session {
             Some(name) => self.durable_options(&destination, name).await?,
             None => SubscribeOptions::non_durable(),
         };
+        options.prefetch = prefetch;
+        options.ack = if mode == StompAck::Auto {
+            AckMode::Auto
+        } else {
+            AckMode::Client
+        };
+        if let Some(share) = shared_name {
+            return self
+                .subscribe_shared(id, destination, &share, mode, options)
+                .await;
+        }
         if matches!(destination, Target::Pattern(_))
             && durable_name.is_none()
             && self.config.security.has_authorization()
@@ -913,16 +933,10 @@ impl Session {
                     .is_ok()
             });
         }
-        options.prefetch = prefetch;
         options.selector = selector;
         options.exclusive = exclusive;
         options.no_local = no_local.then_some(self.connection);
         options.connection = Some(self.connection);
-        options.ack = if mode == StompAck::Auto {
-            AckMode::Auto
-        } else {
-            AckMode::Client
-        };
         let subscription = self
             .broker
             .subscribe(&destination, options)
@@ -933,9 +947,94 @@ impl Session {
             mode,
             destination,
             durable_name,
+            shared: None,
         };
         self.add_subscription(id, sub, Feed::Consumer(Box::new(subscription)));
         Ok(())
+    }
+
+    /// SUBSCRIBE with `shared-subscription-name: SHARE` to `destination` (a topic or
+    /// a wildcard topic): a consumer of the shared durable subscription, whose group
+    /// queue ([`shared_subscription_queue`]) it consumes from, competing with every
+    /// other consumer of the share (MQTT's `$share/SHARE/…` of the same filter
+    /// included). Needs read on every topic `destination` covers, and admin to make
+    /// the subscription, as for a durable subscription. The subscription outlives its
+    /// consumers, across restarts, until an UNSUBSCRIBE names it.
+    async fn subscribe_shared(
+        &mut self,
+        id: String,
+        destination: Target,
+        share: &str,
+        mode: StompAck,
+        mut options: SubscribeOptions,
+    ) -> Result<(), Refusal> {
+        let queue = shared_subscription_queue(share, &destination)
+            .map_err(|e| Refusal::of("cannot subscribe: ", &e))?;
+        let exists = self
+            .broker
+            .shared_subscriptions()
+            .iter()
+            .any(|(q, _)| *q == queue);
+        let mut rights = vec![Right::Read];
+        rights.extend((!exists).then_some(Right::Admin));
+        for right in rights {
+            match &destination {
+                Target::One(key) => self.authorize(right, key)?,
+                Target::Pattern(p) => self
+                    .config
+                    .security
+                    .authorize_pattern(self.principal.as_ref(), right, p)
+                    .map_err(|e| Refusal::new(ErrorCode::NotAuthorized, e.to_string()))?,
+            }
+        }
+        self.broker
+            .join_shared_subscription(&destination, &queue, self.connection, Some(SHARED_MEMBER))
+            .await
+            .map_err(|e| Refusal::of("cannot subscribe: ", &e))?;
+        options.connection = Some(self.connection);
+        let subscription = match self
+            .broker
+            .subscribe(&Target::One(queue.clone()), options)
+            .await
+        {
+            Ok(subscription) => subscription,
+            Err(e) => {
+                self.leave_shared(&queue, false).await;
+                return Err(Refusal::of("cannot subscribe: ", &e));
+            }
+        };
+        let sub = Sub {
+            acker: Some(subscription.acker()),
+            mode,
+            destination,
+            durable_name: None,
+            shared: Some(queue),
+        };
+        self.add_subscription(id, sub, Feed::Consumer(Box::new(subscription)));
+        Ok(())
+    }
+
+    /// This connection's consumer of shared subscription `queue` is gone (dropped
+    /// before): the connection leaves the group unless another of its subscriptions
+    /// consumes from it; `forget` ends the subscription's durable membership too, so
+    /// the group ends once no consumer is left.
+    async fn leave_shared(&self, queue: &DestinationKey, forget: bool) {
+        let still = self
+            .subscriptions
+            .values()
+            .any(|s| s.shared.as_ref() == Some(queue));
+        let connection = (!still).then_some(self.connection);
+        let member = forget.then_some(SHARED_MEMBER);
+        if connection.is_none() && member.is_none() {
+            return;
+        }
+        if let Err(e) = self
+            .broker
+            .leave_shared_subscription(queue, connection, member)
+            .await
+        {
+            tracing::warn!(session = %self.session_id, queue = %queue.stomp(), error = %e, "cannot leave the shared subscription");
+        }
     }
 
     /// The options of durable subscription `name` to `destination`: it needs the
@@ -998,6 +1097,12 @@ impl Session {
         };
         self.streams.remove(&id);
         self.pending.retain(|_, p| p.subscription != id);
+        if let Some(queue) = &sub.shared {
+            // Naming it (either header) ends the shared subscription once no consumer
+            // is left.
+            self.leave_shared(queue, durable_name.is_some()).await;
+            return Ok(());
+        }
         // UNSUBSCRIBE with activemq.subscriptionName deletes the durable subscription.
         if let (Some(name), Some(client), true) = (
             durable_name,
@@ -1041,12 +1146,18 @@ impl Session {
         };
         let ack_id = format!("{}-{}", self.session_id, self.next_ack);
         self.next_ack += 1;
+        // A shared subscription's copy (a wildcard one's) names its topic.
+        let published_to = sub.shared.as_ref().and_then(|_| {
+            message
+                .header(SHARED_TOPIC_HEADER)
+                .and_then(|t| DestinationKey::from_container(t).ok())
+        });
         let mut frame = Frame::new(frame::Command::Message)
             .header("subscription", subscription.clone())
             .header("message-id", message.message_id())
             .header(
                 "destination",
-                match message.destination() {
+                match published_to.as_ref().or(message.destination()) {
                     Some(from) => from.stomp(),
                     None => sub.destination.stomp(),
                 },
@@ -1060,6 +1171,9 @@ impl Session {
             frame = frame.header("ack", ack_id.clone());
         }
         for (name, value) in message.headers() {
+            if sub.shared.is_some() && name == SHARED_TOPIC_HEADER {
+                continue;
+            }
             frame = frame.header(name.clone(), value.clone());
         }
         frame = frame.body(message.shared_body());
@@ -1446,6 +1560,15 @@ impl Session {
             }
         }
         drop(streams);
+        // It leaves the groups of its shared subscriptions (which stay: they are
+        // durable).
+        let shared: HashSet<DestinationKey> = std::mem::take(&mut self.subscriptions)
+            .into_values()
+            .filter_map(|s| s.shared)
+            .collect();
+        for queue in &shared {
+            self.leave_shared(queue, false).await;
+        }
         // Its temporary destinations go with it (after its subscriptions, so that
         // none of them holds one).
         self.broker.end_temporaries(self.connection).await;

@@ -1056,7 +1056,8 @@ async fn shared_subscriptions_split_the_messages(t: TestStore) {
 /// holds none of them.
 async fn a_shared_subscription_of_one_topic_is_stored_once(t: TestStore) {
     // The topic ticks every 50 ms (its cleanup).
-    let serve = || async { mqtt_serve(broker(&t, policy(50, 400), 2).await, Security::default()).await };
+    let serve =
+        || async { mqtt_serve(broker(&t, policy(50, 400), 2).await, Security::default()).await };
     let s = serve().await;
     let (mut a, _) = MqttClient::v5(s.mqtt, "one-a", 0).await;
     let (mut b, _) = MqttClient::v5(s.mqtt, "one-b", 0).await;
@@ -1069,7 +1070,8 @@ async fn a_shared_subscription_of_one_topic_is_stored_once(t: TestStore) {
     // A second group, whose only member is a persistent session, away.
     let (mut away, _) = MqttClient::v5(s.mqtt, "one-away", 3_600).await;
     away.subscribe_v5(1, &[("$share/h/orders/eu", 1)]).await;
-    away.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    away.send_v5(v5::Packet::Disconnect(Default::default()))
+        .await;
     drop(away);
     let (mut sender, _) = MqttClient::v3(s.mqtt, "one-sender", true).await;
     for i in 0..20u16 {
@@ -1094,7 +1096,11 @@ async fn a_shared_subscription_of_one_topic_is_stored_once(t: TestStore) {
     let topic = "topic://orders.eu";
     assert_eq!(store.count_messages(topic).await.unwrap(), 20);
     let holding = store.list_containers("", "\u{7f}", 100).await.unwrap();
-    assert_eq!(holding, [topic], "the groups' queues hold no row of their own");
+    assert_eq!(
+        holding,
+        [topic],
+        "the groups' queues hold no row of their own"
+    );
     let h = "queue://$share.h.orders.eu";
     assert_eq!(
         store.count_messages(h).await.unwrap(),
@@ -1114,7 +1120,9 @@ async fn a_shared_subscription_of_one_topic_is_stored_once(t: TestStore) {
     assert!(ack.session_present);
     let got = drain_members(&mut [&mut away], 20).await;
     assert_eq!(
-        got.iter().map(|(_, t, p)| (t.as_str(), p.clone())).collect::<Vec<_>>(),
+        got.iter()
+            .map(|(_, t, p)| (t.as_str(), p.clone()))
+            .collect::<Vec<_>>(),
         (0..20)
             .map(|i| ("orders/eu", format!("m{i}")))
             .collect::<Vec<_>>(),
@@ -1128,7 +1136,8 @@ async fn a_shared_subscription_of_one_topic_is_stored_once(t: TestStore) {
     .await;
 
     // The group ends with its member's session: it holds none of what comes later.
-    away.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    away.send_v5(v5::Packet::Disconnect(Default::default()))
+        .await;
     drop(away);
     let (mut away, _) = MqttClient::v5(s.mqtt, "one-away", 0).await;
     poll_until("a clean start ended the group", || async {
@@ -1144,7 +1153,8 @@ async fn a_shared_subscription_of_one_topic_is_stored_once(t: TestStore) {
         "no group holds the topic's message: it is not stored"
     );
     assert_eq!(store.group_topic(h), None, "unbound");
-    away.send_v5(v5::Packet::Disconnect(Default::default())).await;
+    away.send_v5(v5::Packet::Disconnect(Default::default()))
+        .await;
     s.stop().await;
 }
 

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use ebb::stomp::frame::Command;
+use ebb::stomp::frame::{Command, Frame};
 use ebb::test_util::stomp::*;
 use ebb::test_util::*;
 use ebb::{
@@ -677,6 +677,170 @@ async fn stomp_composite_send_and_its_refusals(t: TestStore) {
     s.stop().await;
 }
 
+/// SUBSCRIBE a STOMP client with `shared-subscription-name`, on `id`, to `dest`, and
+/// wait for its receipt.
+async fn subscribe_shared(c: &mut Client, id: &str, dest: &str, share: &str) {
+    c.write(
+        format!(
+            "SUBSCRIBE\nid:{id}\ndestination:{dest}\nshared-subscription-name:{share}\nack:client-individual\nreceipt:sub-{id}\n\n\0"
+        )
+        .as_bytes(),
+    )
+    .await;
+    receipt(c, &format!("sub-{id}")).await;
+}
+
+/// Takes MESSAGE frames from `clients` until `n` came (ACKing each), round robin.
+async fn take_shared(clients: &mut [&mut Client], n: usize) -> Vec<(usize, Frame)> {
+    let mut got = Vec::new();
+    let mut quiet_rounds = 0;
+    while got.len() < n && quiet_rounds < 50 {
+        quiet_rounds += 1;
+        for (k, c) in clients.iter_mut().enumerate() {
+            while let Some(f) = c.frame_within(100).await {
+                assert_eq!(f.command, Command::Message, "{f:?}");
+                let ack = f.get("ack").unwrap().to_string();
+                c.write(format!("ACK\nid:{ack}\n\n\0").as_bytes()).await;
+                got.push((k, f));
+                quiet_rounds = 0;
+            }
+        }
+    }
+    got
+}
+
+/// A STOMP shared durable subscription (`shared-subscription-name`, JMS 2.0's
+/// `createSharedDurableConsumer`): its consumers, on any connection, split the
+/// topic's messages, each MESSAGE naming the topic; the topic's row is stored once
+/// (the share's queue reads it); the subscription keeps what arrives while none of
+/// its consumers is connected, across a restart, until an UNSUBSCRIBE names it; a
+/// plain subscriber of the topic gets every message. Bad uses are refused.
+async fn a_stomp_shared_durable_subscription_splits_and_keeps(t: TestStore) {
+    let topic = "/topic/jobs.eu";
+    let s = server(&t, policy(50, 400)).await;
+    let mut c1 = Client::connected(s.addr, None).await;
+    let mut c2 = Client::connected(s.addr, None).await;
+    subscribe_shared(&mut c1, "1", topic, "workers").await;
+    subscribe_shared(&mut c2, "7", topic, "workers").await;
+    let mut plain = Client::connected(s.addr, None).await;
+    plain
+        .write(format!("SUBSCRIBE\nid:p\ndestination:{topic}\nreceipt:p\n\n\0").as_bytes())
+        .await;
+    receipt(&mut plain, "p").await;
+    let mut producer = Client::connected(s.addr, None).await;
+    for n in 0..20 {
+        producer
+            .write(
+                format!("SEND\ndestination:{topic}\npersistent:true\nreceipt:r{n}\n\nm{n}\0")
+                    .as_bytes(),
+            )
+            .await;
+        receipt(&mut producer, &format!("r{n}")).await;
+    }
+    let got = take_shared(&mut [&mut c1, &mut c2], 20).await;
+    let mut bodies: Vec<String> = got
+        .iter()
+        .map(|(_, f)| String::from_utf8_lossy(&f.body).to_string())
+        .collect();
+    bodies.sort_by_key(|b| b[1..].parse::<u32>().unwrap());
+    assert_eq!(
+        bodies,
+        (0..20).map(|n| format!("m{n}")).collect::<Vec<_>>(),
+        "each message once between the consumers"
+    );
+    assert!(got.iter().any(|(k, _)| *k == 0) && got.iter().any(|(k, _)| *k == 1));
+    for (_, f) in &got {
+        assert_eq!(f.get("destination"), Some(topic));
+        assert_eq!(f.get("ebb-topic"), None);
+    }
+    for n in 0..20 {
+        assert_eq!(
+            String::from_utf8_lossy(&plain.frame().await.unwrap().body),
+            format!("m{n}")
+        );
+    }
+    let queue = "queue://$share.workers.jobs.eu";
+    let store = s.broker.store();
+    assert_eq!(
+        store.group_topic(queue).as_deref(),
+        Some("topic://jobs.eu"),
+        "the share's queue reads the topic's rows"
+    );
+    // Nobody consumes: what arrives waits, stored once, across a restart.
+    drop((c1, c2));
+    producer
+        .write(
+            format!("SEND\ndestination:{topic}\npersistent:true\nreceipt:w\n\nwaits\0").as_bytes(),
+        )
+        .await;
+    receipt(&mut producer, "w").await;
+    poll_until("the consumers left the group", || async {
+        let online = s.broker.shared_subscriptions();
+        (online.len() == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        store.list_containers("", "\u{7f}", 100).await.unwrap(),
+        ["topic://jobs.eu"],
+        "the share's queue holds no row of its own"
+    );
+    drop((plain, producer));
+    s.stop().await;
+    let s = server(&t, policy(50, 400)).await;
+    assert_eq!(s.broker.shared_subscriptions().len(), 1, "durable");
+    let mut c3 = Client::connected(s.addr, None).await;
+    subscribe_shared(&mut c3, "x", topic, "workers").await;
+    let waited = c3.next_is("waits");
+    let waited = waited.await;
+    assert_eq!(waited.get("destination"), Some(topic));
+    c3.write(format!("ACK\nid:{}\n\n\0", waited.get("ack").unwrap()).as_bytes())
+        .await;
+    // UNSUBSCRIBE naming it ends it (its last consumer): its queue goes.
+    c3.write(b"UNSUBSCRIBE\nid:x\nshared-subscription-name:workers\nreceipt:u\n\n\0")
+        .await;
+    receipt(&mut c3, "u").await;
+    assert!(s.broker.shared_subscriptions().is_empty(), "ended");
+    let key = DestinationKey::parse(queue).unwrap();
+    poll_until("its queue is deleted", || async {
+        (!s.broker.destination_exists(&key).await.unwrap()).then_some(())
+    })
+    .await;
+    assert_eq!(s.broker.store().group_topic(queue), None, "unbound");
+    // Refused: on a queue, with a selector, with a durable name, a bad name.
+    for (headers, code) in [
+        (
+            "destination:/queue/jobs\nshared-subscription-name:w",
+            "invalid-request",
+        ),
+        (
+            "destination:/topic/jobs\nshared-subscription-name:w\nselector:a = 1",
+            "unsupported",
+        ),
+        (
+            "destination:/topic/jobs\nshared-subscription-name:w\nactivemq.subscriptionName:d",
+            "invalid-request",
+        ),
+        (
+            "destination:/topic/jobs\nshared-subscription-name:a/b",
+            "invalid-value",
+        ),
+    ] {
+        let mut c = Client::connected(s.addr, None).await;
+        c.write(format!("SUBSCRIBE\nid:1\n{headers}\n\n\0").as_bytes())
+            .await;
+        let refused = c.frame().await.unwrap();
+        assert_eq!(refused.command, Command::Error, "{headers}");
+        assert_eq!(
+            refused.get("error-code"),
+            Some(code),
+            "{headers}: {refused:?}"
+        );
+    }
+    assert!(s.broker.shared_subscriptions().is_empty());
+    drop(c3);
+    s.stop().await;
+}
+
 /// Embedding: a composite refused by name leaves nothing anywhere.
 async fn a_refused_composite_sends_nothing(t: TestStore) {
     let b = broker(&t, policy(0, 400), 2).await;
@@ -823,6 +987,7 @@ on_every_backend!(
     transacted_send_makes_the_groups_all_or_none,
     a_configured_composite_forwards_by_selector,
     stomp_composite_send_and_its_refusals,
+    a_stomp_shared_durable_subscription_splits_and_keeps,
     a_refused_composite_sends_nothing,
     groups_follow_the_settings_keep_their_kind_and_end_when_deleted,
     stomp_composite_parts_are_localized_and_checked,
