@@ -130,7 +130,8 @@ impl Broker {
 
     /// Delivers what is held under `name`: each destination commits its copy and
     /// delivers it as if just published; a copy for a shared subscription that has
-    /// ended meanwhile is deleted instead (its queue is not made again). Returns the
+    /// ended meanwhile is deleted instead (its queue is not made again), and so is one
+    /// for a group that reads its topic's rows now (it gets the topic's copy). Returns the
     /// released copies, each with its destination (none when nothing is held: released
     /// before, or never held).
     ///
@@ -155,9 +156,15 @@ impl Broker {
             let shared_copy = payload
                 .headers
                 .iter()
-                .any(|(k, _)| k == super::shared::SHARED_TOPIC_HEADER);
-            if shared_copy && !self.is_shared_group(&key) {
-                // Its group ended while it was held: not made again for it.
+                .find(|(k, _)| k == super::shared::SHARED_TOPIC_HEADER);
+            // A copy whose group ended while it was held is not made again for it; one
+            // held (by an earlier Ebb) for a group now bound to that topic would come
+            // twice: the group reads the topic's copy, released beside it.
+            let ended_or_bound = |(_, topic): &(String, String)| {
+                !self.is_shared_group(&key)
+                    || self.store().group_topic(&key.container()).as_ref() == Some(topic)
+            };
+            if shared_copy.is_some_and(ended_or_bound) {
                 self.rollback_abandoned(&row.xid).await?;
                 continue;
             }

@@ -205,12 +205,14 @@ pub(super) struct Route {
 
 impl Route {
     /// `message` as this destination gets it: a shared subscription's copy names its
-    /// topic ([`super::shared::SHARED_TOPIC_HEADER`], replacing any the sender set).
+    /// topic ([`super::shared::SHARED_TOPIC_HEADER`]); a sender's header of that name
+    /// is dropped from every copy, so only the broker sets it (a member reads it as
+    /// the topic a message was published to, and a held send's copy as its mark).
     pub(super) fn copy_of(&self, message: &Message) -> Message {
         let mut copy = message.clone();
+        let name = super::shared::SHARED_TOPIC_HEADER;
+        copy.headers.retain(|(k, _)| k != name);
         if let Some(topic) = &self.via {
-            let name = super::shared::SHARED_TOPIC_HEADER;
-            copy.headers.retain(|(k, _)| k != name);
             copy.headers.push((name.to_string(), topic.container()));
         }
         copy

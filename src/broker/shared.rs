@@ -74,7 +74,7 @@ const DELETE_TRIES: u32 = 50;
 /// protocol share its messages.
 ///
 /// Errors: [`Error::InvalidDestination`] for a share name with `/`, `,` or a wildcard,
-/// or a name too long (over 200 bytes).
+/// a topic with a `+` or `#` segment, or a queue name too long (over 200 bytes).
 pub fn shared_subscription_queue(share: &str, target: &Target) -> Result<DestinationKey, Error> {
     let invalid = |reason| Error::InvalidDestination {
         name: share.to_string(),
@@ -86,6 +86,13 @@ pub fn shared_subscription_queue(share: &str, target: &Target) -> Result<Destina
         ));
     }
     let name = match target {
+        // Its queue would be a wildcard's (`a.+` is `a.*`'s).
+        Target::One(key) if key.name().split('.').any(|s| s == "+" || s == "#") => {
+            return Err(Error::InvalidDestination {
+                name: key.stomp(),
+                reason: "a topic with a `+` or `#` segment has no shared subscription: its queue would be a wildcard's",
+            })
+        }
         Target::One(key) => key.name().to_string(),
         Target::Pattern(p) => p
             .to_string()
@@ -101,7 +108,10 @@ pub fn shared_subscription_queue(share: &str, target: &Target) -> Result<Destina
             .join("."),
     };
     let queue = format!("$share.{}.{name}", share.replace('.', "/"));
-    DestinationKey::queue(&queue).map_err(|e| invalid(e.reason))
+    DestinationKey::queue(&queue).map_err(|e| Error::InvalidDestination {
+        name: queue.clone(),
+        reason: e.reason,
+    })
 }
 
 /// The shared subscription groups of a broker now.
@@ -281,6 +291,23 @@ impl Broker {
         drop(_one_at_a_time);
         self.delete_group_queue(queue).await?;
         Ok(true)
+    }
+
+    /// Whether `member` is a durable member of the shared subscription whose queue is
+    /// `queue` (one row read): then joining it as that member makes nothing new.
+    ///
+    /// Errors: a store error.
+    pub async fn is_shared_member(
+        &self,
+        queue: &DestinationKey,
+        member: &str,
+    ) -> Result<bool, Error> {
+        let key = SubscriptionKey::new(SHARED_ROW_CLIENT, member);
+        Ok(self
+            .store()
+            .find_subscription(&member_container(queue), &key)
+            .await?
+            .is_some())
     }
 
     /// Whether a durable member of `queue`'s group is stored (one row read).

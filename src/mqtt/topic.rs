@@ -328,6 +328,11 @@ mod tests {
         for bad in ["", "a/b", "a,b", "a*", "a>", "a+", "a#"] {
             assert!(shared_subscription_queue(bad, &topic).is_err(), "{bad}");
         }
+        let plus = crate::broker::Target::One(DestinationKey::parse("/topic/a.+").unwrap());
+        assert!(
+            shared_subscription_queue("g", &plus).is_err(),
+            "a.+ is a.*'s queue"
+        );
     }
 
     #[test]

@@ -184,8 +184,8 @@ pub struct SubscribeHeaders {
 /// The SUBSCRIBE header naming a shared durable subscription of a topic, or of every
 /// topic a wildcard destination matches (JMS 2.0's shared durable subscription): every
 /// SUBSCRIBE naming it, on any connection, is one of its competing consumers, and
-/// what arrives while none is connected waits. On UNSUBSCRIBE (as
-/// `activemq.subscriptionName`) it ends the subscription once no consumer is left.
+/// what arrives while none is connected waits. On UNSUBSCRIBE it ends the shared
+/// subscription it names once no consumer is left.
 pub const SHARED_SUBSCRIPTION_HEADER: &str = "shared-subscription-name";
 
 /// What an ACK or NACK names: STOMP 1.2's `id` (the MESSAGE's `ack` header), or 1.0
@@ -248,9 +248,11 @@ pub enum Command {
     Unsubscribe {
         /// `id`, or the destination (STOMP 1.0).
         id: String,
-        /// `activemq.subscriptionName` (or [`SHARED_SUBSCRIPTION_HEADER`]): also
-        /// delete the durable subscription (a shared one once no consumer is left).
+        /// `activemq.subscriptionName`: also delete the durable subscription.
         durable_name: Option<String>,
+        /// [`SHARED_SUBSCRIPTION_HEADER`]: also end the shared subscription it names
+        /// (the one `id` consumes from), once no consumer is left.
+        shared_name: Option<String>,
     },
     /// ACK.
     Ack {
@@ -329,8 +331,8 @@ impl Command {
                     .or_else(|| frame.get("destination"))
                     .ok_or_else(|| Refusal::new(ErrorCode::MissingHeader, "UNSUBSCRIBE needs an id header"))?
                     .to_string(),
-                durable_name: header("activemq.subscriptionName")
-                    .or_else(|| header(SHARED_SUBSCRIPTION_HEADER)),
+                durable_name: header("activemq.subscriptionName"),
+                shared_name: header(SHARED_SUBSCRIPTION_HEADER),
             },
             // STOMP 1.2 names the message to ack by the MESSAGE's `ack` header, sent
             // back as `id`; a 1.2 ACK or NACK without one is refused, as ActiveMQ and
@@ -1345,13 +1347,17 @@ mod tests {
             &[("id", "s1"), ("activemq.subscriptionName", "d")],
         )
         .unwrap();
-        let Command::Unsubscribe { id, durable_name } = c else {
+        let Command::Unsubscribe {
+            id, durable_name, ..
+        } = c
+        else {
             panic!("{c:?}")
         };
         assert_eq!((id.as_str(), durable_name.as_deref()), ("s1", Some("d")));
         // STOMP 1.0: the destination names the subscription.
-        let Ok(Command::Unsubscribe { id, durable_name }) =
-            parse(frame::Command::Unsubscribe, &[("destination", "/topic/t")])
+        let Ok(Command::Unsubscribe {
+            id, durable_name, ..
+        }) = parse(frame::Command::Unsubscribe, &[("destination", "/topic/t")])
         else {
             panic!("no id from the destination")
         };

@@ -29,8 +29,8 @@ use crate::broker::{
 };
 use crate::stomp::frame::{self, Frame, Version};
 use crate::transport::client_ids::{Claim, ClientIds};
-use crate::DestinationKey;
 use crate::ErrorCode;
+use crate::{DestinationKey, Error};
 
 /// Most transactions a connection may have open at once (default of
 /// [`SessionLimits::max_open_transactions`]).
@@ -293,8 +293,17 @@ struct Sub {
     /// As subscribed: one destination or a wildcard destination.
     destination: Target,
     durable_name: Option<String>,
-    /// A shared subscription's: the queue of its group, which it consumes from.
-    shared: Option<DestinationKey>,
+    /// A shared subscription's: its name and its group's queue, which it consumes
+    /// from.
+    shared: Option<Shared>,
+}
+
+/// What a STOMP subscription to a shared subscription consumes from.
+struct Shared {
+    /// Its `shared-subscription-name`.
+    name: String,
+    /// Its group's queue ([`shared_subscription_queue`]).
+    queue: DestinationKey,
 }
 
 /// The durable member a shared subscription made over STOMP keeps in its group
@@ -629,7 +638,11 @@ impl Session {
                 ack,
                 options,
             } => self.subscribe(destination, id, ack, *options).await?,
-            Command::Unsubscribe { id, durable_name } => self.unsubscribe(id, durable_name).await?,
+            Command::Unsubscribe {
+                id,
+                durable_name,
+                shared_name,
+            } => self.unsubscribe(id, durable_name, shared_name).await?,
             Command::Ack { ack, transaction } => return self.ack(ack, transaction),
             Command::Nack { ack, transaction } => return self.nack(ack, transaction),
             Command::Begin { transaction } => self.begin(transaction)?,
@@ -957,8 +970,9 @@ impl Session {
     /// a wildcard topic): a consumer of the shared durable subscription, whose group
     /// queue ([`shared_subscription_queue`]) it consumes from, competing with every
     /// other consumer of the share (MQTT's `$share/SHARE/…` of the same filter
-    /// included). Needs read on every topic `destination` covers, and admin to make
-    /// the subscription, as for a durable subscription. The subscription outlives its
+    /// included). Needs read on every topic `destination` covers, and admin when it
+    /// makes the subscription durable (the share is new, or only MQTT clean sessions
+    /// hold its group), as for a durable subscription. The subscription outlives its
     /// consumers, across restarts, until an UNSUBSCRIBE names it.
     async fn subscribe_shared(
         &mut self,
@@ -968,29 +982,21 @@ impl Session {
         mode: StompAck,
         mut options: SubscribeOptions,
     ) -> Result<(), Refusal> {
-        let queue = shared_subscription_queue(share, &destination)
-            .map_err(|e| Refusal::of("cannot subscribe: ", &e))?;
-        let exists = self
+        let cannot = |e: Error| Refusal::of("cannot subscribe: ", &e);
+        let queue = shared_subscription_queue(share, &destination).map_err(cannot)?;
+        let durable = self
             .broker
-            .shared_subscriptions()
-            .iter()
-            .any(|(q, _)| *q == queue);
-        let mut rights = vec![Right::Read];
-        rights.extend((!exists).then_some(Right::Admin));
-        for right in rights {
-            match &destination {
-                Target::One(key) => self.authorize(right, key)?,
-                Target::Pattern(p) => self
-                    .config
-                    .security
-                    .authorize_pattern(self.principal.as_ref(), right, p)
-                    .map_err(|e| Refusal::new(ErrorCode::NotAuthorized, e.to_string()))?,
-            }
+            .is_shared_member(&queue, SHARED_MEMBER)
+            .await
+            .map_err(cannot)?;
+        self.authorize_target(Right::Read, &destination)?;
+        if !durable {
+            self.authorize_target(Right::Admin, &destination)?;
         }
         self.broker
             .join_shared_subscription(&destination, &queue, self.connection, Some(SHARED_MEMBER))
             .await
-            .map_err(|e| Refusal::of("cannot subscribe: ", &e))?;
+            .map_err(cannot)?;
         options.connection = Some(self.connection);
         let subscription = match self
             .broker
@@ -999,8 +1005,11 @@ impl Session {
         {
             Ok(subscription) => subscription,
             Err(e) => {
-                self.leave_shared(&queue, false).await;
-                return Err(Refusal::of("cannot subscribe: ", &e));
+                // Nothing consumes: the durable membership this SUBSCRIBE made goes too.
+                if let Err(left) = self.leave_shared(&queue, !durable).await {
+                    tracing::warn!(session = %self.session_id, queue = %queue.stomp(), error = %left, "cannot leave the shared subscription");
+                }
+                return Err(cannot(e));
             }
         };
         let sub = Sub {
@@ -1008,33 +1017,49 @@ impl Session {
             mode,
             destination,
             durable_name: None,
-            shared: Some(queue),
+            shared: Some(Shared {
+                name: share.to_string(),
+                queue,
+            }),
         };
         self.add_subscription(id, sub, Feed::Consumer(Box::new(subscription)));
         Ok(())
+    }
+
+    /// `right` on `target`: on one destination, or on every topic a pattern covers
+    /// (one authorization entry decides the whole pattern).
+    fn authorize_target(&self, right: Right, target: &Target) -> Result<(), Refusal> {
+        match target {
+            Target::One(key) => self.authorize(right, key),
+            Target::Pattern(p) => self
+                .config
+                .security
+                .authorize_pattern(self.principal.as_ref(), right, p)
+                .map_err(|e| Refusal::new(ErrorCode::NotAuthorized, e.to_string())),
+        }
     }
 
     /// This connection's consumer of shared subscription `queue` is gone (dropped
     /// before): the connection leaves the group unless another of its subscriptions
     /// consumes from it; `forget` ends the subscription's durable membership too, so
     /// the group ends once no consumer is left.
-    async fn leave_shared(&self, queue: &DestinationKey, forget: bool) {
+    ///
+    /// Errors: a store error (the group stays; see
+    /// [`Broker::leave_shared_subscription`]).
+    async fn leave_shared(&self, queue: &DestinationKey, forget: bool) -> Result<(), Error> {
         let still = self
             .subscriptions
             .values()
-            .any(|s| s.shared.as_ref() == Some(queue));
+            .any(|s| s.shared.as_ref().is_some_and(|s| s.queue == *queue));
         let connection = (!still).then_some(self.connection);
         let member = forget.then_some(SHARED_MEMBER);
         if connection.is_none() && member.is_none() {
-            return;
+            return Ok(());
         }
-        if let Err(e) = self
-            .broker
+        self.broker
             .leave_shared_subscription(queue, connection, member)
-            .await
-        {
-            tracing::warn!(session = %self.session_id, queue = %queue.stomp(), error = %e, "cannot leave the shared subscription");
-        }
+            .await?;
+        Ok(())
     }
 
     /// The options of durable subscription `name` to `destination`: it needs the
@@ -1088,20 +1113,47 @@ impl Session {
         &mut self,
         id: String,
         durable_name: Option<String>,
+        shared_name: Option<String>,
     ) -> Result<(), Refusal> {
-        let Some(sub) = self.subscriptions.remove(&id) else {
+        let Some(sub) = self.subscriptions.get(&id) else {
             return refuse(
                 ErrorCode::UnknownSubscription,
                 format!("no subscription with id `{id}` on this connection"),
             );
         };
+        // Ending a shared subscription names it, on one of its consumers, with the
+        // admin right that making it needs.
+        match (&sub.shared, &shared_name) {
+            (_, None) => {}
+            (Some(shared), Some(name)) if *name == shared.name => {
+                self.authorize_target(Right::Admin, &sub.destination)?;
+            }
+            (Some(shared), Some(name)) => {
+                return refuse(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "subscription `{id}` consumes from shared subscription `{}`, not `{name}`",
+                        shared.name
+                    ),
+                )
+            }
+            (None, Some(_)) => {
+                return refuse(
+                    ErrorCode::InvalidRequest,
+                    format!("subscription `{id}` is not a shared subscription"),
+                )
+            }
+        }
+        let Some(sub) = self.subscriptions.remove(&id) else {
+            return Ok(());
+        };
         self.streams.remove(&id);
         self.pending.retain(|_, p| p.subscription != id);
-        if let Some(queue) = &sub.shared {
-            // Naming it (either header) ends the shared subscription once no consumer
-            // is left.
-            self.leave_shared(queue, durable_name.is_some()).await;
-            return Ok(());
+        if let Some(shared) = &sub.shared {
+            return self
+                .leave_shared(&shared.queue, shared_name.is_some())
+                .await
+                .map_err(|e| Refusal::of("cannot leave the shared subscription: ", &e));
         }
         // UNSUBSCRIBE with activemq.subscriptionName deletes the durable subscription.
         if let (Some(name), Some(client), true) = (
@@ -1564,10 +1616,12 @@ impl Session {
         // durable).
         let shared: HashSet<DestinationKey> = std::mem::take(&mut self.subscriptions)
             .into_values()
-            .filter_map(|s| s.shared)
+            .filter_map(|s| s.shared.map(|s| s.queue))
             .collect();
         for queue in &shared {
-            self.leave_shared(queue, false).await;
+            if let Err(e) = self.leave_shared(queue, false).await {
+                tracing::warn!(session = %self.session_id, queue = %queue.stomp(), error = %e, "cannot leave the shared subscription");
+            }
         }
         // Its temporary destinations go with it (after its subscriptions, so that
         // none of them holds one).

@@ -1158,6 +1158,151 @@ async fn a_shared_subscription_of_one_topic_is_stored_once(t: TestStore) {
     s.stop().await;
 }
 
+/// A STOMP client logged in as `login` (passcode `secret`).
+async fn stomp_as(addr: std::net::SocketAddr, login: &str) -> Client {
+    let mut c = Client::open(addr).await;
+    c.write(
+        format!("CONNECT\naccept-version:1.2\nlogin:{login}\npasscode:secret\n\n\0").as_bytes(),
+    )
+    .await;
+    assert_eq!(c.frame().await.unwrap().command, Command::Connected);
+    c
+}
+
+/// Sends `frame` and returns the ERROR it gets (its `error-code`), or the RECEIPT's
+/// absence as `None`: `frame` asks for receipt `r`.
+async fn stomp_outcome(c: &mut Client, frame: &str) -> Option<String> {
+    c.write(frame.as_bytes()).await;
+    let f = c.frame().await.unwrap();
+    match f.command {
+        Command::Receipt => None,
+        Command::Error => Some(f.get("error-code").unwrap_or_default().to_string()),
+        other => panic!("{other:?}: {f:?}"),
+    }
+}
+
+/// A shared subscription is one group over both protocols (STOMP's
+/// `shared-subscription-name` and MQTT's `$share` of the same name and topic), and
+/// each way in asks the same rights: read to consume, admin to make it durable (a
+/// persistent session's, or any STOMP share) and to end a STOMP share; a header a
+/// sender sets under the broker's topic header name does not reach a member.
+async fn a_shared_subscription_is_one_group_with_one_set_of_rights(t: TestStore) {
+    let user = |login: &str, group: &str| User {
+        login: login.into(),
+        password_hash: hash_password("secret").unwrap(),
+        certificate_subject: None,
+        groups: vec![group.into()],
+    };
+    let security = Security {
+        login_guard: Default::default(),
+        temp_destination_authorization_entry: None,
+        users: vec![user("alice", "plant"), user("boss", "admins")],
+        authorization: vec![AuthorizationEntry {
+            destination: "topic://plant.>".into(),
+            read: vec!["plant".into(), "admins".into()],
+            write: vec!["plant".into(), "admins".into()],
+            admin: vec!["admins".into()],
+        }],
+    };
+    let s = mqtt_server(&t, security).await;
+    let subscribe = |id: &str| {
+        format!("SUBSCRIBE\nid:{id}\ndestination:/topic/plant.a\nshared-subscription-name:g\nack:client-individual\nreceipt:r\n\n\0")
+    };
+    // An MQTT clean session makes the group with read alone.
+    let mut connect = v5_connect("alice-m", 0);
+    connect.username = Some(ByteString::from("alice"));
+    connect.password = Some(Bytes::from_static(b"secret"));
+    let (mut member, _) = MqttClient::v5_with(s.mqtt, connect).await;
+    assert_eq!(
+        member.subscribe_v5(1, &[("$share/g/plant/a", 1)]).await,
+        vec![v5::SubscribeAckReason::GrantedQos1]
+    );
+    // A STOMP share is durable: joining it makes it so, which needs admin.
+    let mut alice = stomp_as(s.stomp, "alice").await;
+    assert_eq!(
+        stomp_outcome(&mut alice, &subscribe("1")).await.as_deref(),
+        Some("not-authorized")
+    );
+    let mut boss = stomp_as(s.stomp, "boss").await;
+    assert_eq!(stomp_outcome(&mut boss, &subscribe("b")).await, None);
+    // Durable now: read is enough to consume; ending it needs admin.
+    let mut alice = stomp_as(s.stomp, "alice").await;
+    assert_eq!(stomp_outcome(&mut alice, &subscribe("1")).await, None);
+    assert_eq!(
+        stomp_outcome(
+            &mut alice,
+            "UNSUBSCRIBE\nid:1\nshared-subscription-name:g\nreceipt:r\n\n\0"
+        )
+        .await
+        .as_deref(),
+        Some("not-authorized")
+    );
+    assert_eq!(s.broker.shared_subscriptions().len(), 1, "one group");
+    // The MQTT member and the STOMP one share the messages; a sender's `ebb-topic`
+    // header names nothing.
+    let mut sender = stomp_as(s.stomp, "alice").await;
+    for n in 0..10 {
+        let frame = format!(
+            "SEND\ndestination:/topic/plant.a\npersistent:true\nebb-topic:topic://plant.b\nreceipt:r\n\nm{n}\0"
+        );
+        assert_eq!(stomp_outcome(&mut sender, &frame).await, None);
+    }
+    let mut bodies = Vec::new();
+    let mut quiet = 0;
+    while bodies.len() < 10 && quiet < 20 {
+        quiet += 1;
+        while let Some(f) = boss.frame_within(100).await {
+            assert_eq!(f.get("destination"), Some("/topic/plant.a"), "{f:?}");
+            assert_eq!(f.get("ebb-topic"), None);
+            let ack = f.get("ack").unwrap().to_string();
+            boss.write(format!("ACK\nid:{ack}\n\n\0").as_bytes()).await;
+            bodies.push(String::from_utf8_lossy(&f.body).to_string());
+            quiet = 0;
+        }
+        for (_, topic, body) in drain_members(&mut [&mut member], 1).await {
+            assert_eq!(topic, "plant/a");
+            bodies.push(body);
+            quiet = 0;
+        }
+    }
+    bodies.sort_by_key(|b| b[1..].parse::<u32>().unwrap());
+    assert_eq!(bodies, (0..10).map(|n| format!("m{n}")).collect::<Vec<_>>());
+    // A wrong name is refused; the right one, with admin, ends the STOMP share's
+    // durable membership: the group lives on while its MQTT member is connected.
+    assert_eq!(
+        stomp_outcome(
+            &mut boss,
+            "UNSUBSCRIBE\nid:b\nshared-subscription-name:other\nreceipt:r\n\n\0"
+        )
+        .await
+        .as_deref(),
+        Some("invalid-request")
+    );
+    let mut boss = stomp_as(s.stomp, "boss").await;
+    assert_eq!(stomp_outcome(&mut boss, &subscribe("b")).await, None);
+    assert_eq!(
+        stomp_outcome(
+            &mut boss,
+            "UNSUBSCRIBE\nid:b\nshared-subscription-name:g\nreceipt:r\n\n\0"
+        )
+        .await,
+        None
+    );
+    assert_eq!(
+        s.broker.shared_subscriptions().len(),
+        1,
+        "the MQTT member holds it"
+    );
+    member
+        .send_v5(v5::Packet::Disconnect(Default::default()))
+        .await;
+    poll_until("the group ended with its last member", || async {
+        s.broker.shared_subscriptions().is_empty().then_some(())
+    })
+    .await;
+    s.stop().await;
+}
+
 /// True when `client`'s persistent session is stored (its filters).
 async fn has_session(s: &MqttServer, client: &str) -> bool {
     !s.broker
@@ -1832,6 +1977,7 @@ on_every_backend!(
     session_expiry_ends_an_offline_session,
     shared_subscriptions_split_the_messages,
     a_shared_subscription_of_one_topic_is_stored_once,
+    a_shared_subscription_is_one_group_with_one_set_of_rights,
     a_persistent_session_keeps_its_backlog_across_a_restart,
     a_second_connect_takes_over_and_the_will_goes,
     stomp_and_mqtt_talk_to_each_other,
