@@ -131,9 +131,9 @@ impl Broker {
     /// Delivers what is held under `name`: each destination commits its copy and
     /// delivers it as if just published; a copy for a shared subscription that has
     /// ended meanwhile is deleted instead (its queue is not made again), and so is one
-    /// for a group that reads its topic's rows now (it gets the topic's copy). Returns the
-    /// released copies, each with its destination (none when nothing is held: released
-    /// before, or never held).
+    /// for a group that reads its topic's rows now (it gets the topic's copy). Returns
+    /// the released copies, each with its destination (none when nothing is held:
+    /// released before, or never held).
     ///
     /// Errors: a store error, or a destination that could not commit (what it did
     /// not commit stays held: release again).

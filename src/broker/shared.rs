@@ -3,9 +3,10 @@
 //! and JMS 2.0's shared durable subscription, which STOMP names with
 //! `shared-subscription-name`; as Artemis, which keeps one queue per shared
 //! subscription). Both protocols name a group's queue alike
-//! ([`shared_subscription_queue`]), so their members of one group compete. Each message published to a matching topic reaches the group's
-//! queue, so each goes to one member; the queue keeps what arrives while no member is
-//! connected, with its own acks, redeliveries and dead letters.
+//! ([`shared_subscription_queue`]), so their members of one group compete. Each
+//! message published to a matching topic reaches the group's queue, so each goes to
+//! one member; the queue keeps what arrives while no member is connected, with its
+//! own acks, redeliveries and dead letters.
 //!
 //! How a message reaches the queue depends on what the group reads:
 //! - **One topic**: the queue is a consumer group *bound* to the topic
