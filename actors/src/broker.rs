@@ -78,6 +78,7 @@ pub use crate::addr::DestinationAddr;
 mod asleep;
 mod groups;
 pub use asleep::{AsleepPublish, PublishAsleep};
+pub use groups::KnowGroup;
 
 /// The store keeps the definition of a durable subscription to a wildcard topic in a
 /// container of its own: this prefix and the pattern (`wildcard:topic://orders.>`).

@@ -310,7 +310,14 @@ impl Security {
         }) else {
             return Err(AccessError::NoEntry(destination.to_string()));
         };
-        self.check(entry, principal, right, &destination.to_string())
+        self.check(entry, principal, right, &destination.to_string())?;
+        // A shared subscription's queue holds its topics' messages: reaching it by
+        // name needs the right on those topics too.
+        match shared_subscription_filter(destination) {
+            None => Ok(()),
+            Some(Ok(topic)) => self.authorize(principal, right, &topic),
+            Some(Err(pattern)) => self.authorize_pattern(principal, right, &pattern),
+        }
     }
 
     /// Whether `principal` has `right` on temporary destinations other than its own
@@ -563,6 +570,40 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
     })
 }
 
+/// The topic (`Ok`) or wildcard topic (`Err`) whose messages queue `queue` holds when
+/// it is a shared subscription's (`queue://$share.GROUP.FILTER`, as
+/// `ebb::broker::shared_subscription_queue` names it: the group has no `.`, and a
+/// filter segment `+` or `#` is the wildcard `*` or `>`); `None` for any other
+/// destination, or a name that gives no topic.
+fn shared_subscription_filter(
+    queue: &DestinationKey,
+) -> Option<Result<DestinationKey, DestinationPattern>> {
+    let container = queue.container();
+    let rest = container.strip_prefix("queue://$share.")?;
+    let (_group, filter) = rest.split_once('.')?;
+    let mut wildcard = false;
+    let segments: Vec<&str> = filter
+        .split('.')
+        .map(|segment| match segment {
+            "+" => {
+                wildcard = true;
+                "*"
+            }
+            "#" => {
+                wildcard = true;
+                ">"
+            }
+            segment => segment,
+        })
+        .collect();
+    let text = format!("topic://{}", segments.join("."));
+    if wildcard {
+        DestinationPattern::parse(&text).ok().map(Err)
+    } else {
+        DestinationKey::from_container(&text).ok().map(Ok)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -606,6 +647,44 @@ mod tests {
             ],
             temp_destination_authorization_entry: None,
         }
+    }
+
+    /// A shared subscription's queue (`$share.GROUP.FILTER`) holds its topics'
+    /// messages: naming it needs the queue's right and the right on the topics too.
+    #[test]
+    fn a_shared_subscriptions_queue_needs_its_topics_rights() {
+        let mut s = security();
+        s.authorization.push(AuthorizationEntry {
+            destination: "queue://>".into(),
+            read: vec!["*".into()],
+            write: vec!["*".into()],
+            admin: vec![],
+        });
+        let alice = s.authenticate(Some("alice"), Some("pa:ss")).unwrap();
+        let bob = s.authenticate(Some("bob"), Some("secret")).unwrap();
+        for name in ["queue://$share.g.orders.eu", "queue://$share.g.orders.+"] {
+            let queue = key(name);
+            assert!(
+                s.authorize(alice.as_ref(), Right::Read, &queue).is_ok(),
+                "{name}"
+            );
+            let e = s.authorize(bob.as_ref(), Right::Read, &queue).unwrap_err();
+            assert!(
+                e.to_string().contains("bob has no read right"),
+                "{name}: {e}"
+            );
+            assert!(
+                s.authorize(bob.as_ref(), Right::Write, &queue).is_ok(),
+                "{name}"
+            );
+        }
+        // Its topic has no entry: refused, as the topic is.
+        assert!(s
+            .authorize(alice.as_ref(), Right::Read, &key("queue://$share.g.secret"))
+            .is_err());
+        assert!(s
+            .authorize(alice.as_ref(), Right::Read, &key("queue://jobs"))
+            .is_ok());
     }
 
     /// Without `[temp_destination_authorization_entry]`: anyone makes one and sends to

@@ -52,6 +52,7 @@ use super::message::{Message, PendingSend, SendReceipt};
 use super::send::SendOptions;
 use super::Broker;
 use crate::error::Error;
+use ebb_actors::broker::KnowGroup;
 use ebb_actors::destination::now_ms;
 use ebb_actors::messages::{BindGroup, UnbindGroup};
 use ebb_actors::selector::{Fields, Selector};
@@ -723,6 +724,17 @@ impl Broker {
                     "consumer group bound to its topic: it reads the topic's rows, stored once");
                 self.bind_group(&topic, &queue).await?;
             }
+            self.know_group(&queue).await?;
+        }
+        Ok(())
+    }
+
+    /// Group `queue`, when it reads its topic's rows, is known to the registry from
+    /// now on ([`KnowGroup`]): listed, counted and deletable even with no row of its
+    /// own and no actor (as after a restart).
+    pub(super) async fn know_group(&self, queue: &DestinationKey) -> Result<(), Error> {
+        if queue.capabilities().group_reads_topic {
+            self.registry().send(KnowGroup(queue.clone())).await?;
         }
         Ok(())
     }

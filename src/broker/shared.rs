@@ -179,8 +179,9 @@ impl Broker {
     /// `queue` after this to consume.
     ///
     /// Errors: [`Error::InvalidDestination`] when `queue` is not a queue, is bound to
-    /// another filter, or [`MAX_SHARED_GROUPS`] are bound; a store error (nothing
-    /// joined).
+    /// another filter, or [`MAX_SHARED_GROUPS`] are bound, or for a durable member of
+    /// an advisory topic's group (advisories are not persistent); a store error
+    /// (nothing joined).
     pub async fn join_shared_subscription(
         &self,
         target: &Target,
@@ -195,6 +196,14 @@ impl Broker {
                 name: queue.stomp(),
                 reason: "a shared subscription's messages wait in a queue",
             });
+        }
+        if let (Some(_), Target::One(topic)) = (durable_member, target) {
+            if super::advisory::is_advisory(topic) {
+                return Err(Error::InvalidDestination {
+                    name: topic.stomp(),
+                    reason: "advisory messages are not persistent, so a durable shared subscription would keep none: share it from clean sessions only",
+                });
+            }
         }
         let shared = &self.routes.shared;
         let _one_at_a_time = shared.changes.lock().await;
@@ -429,6 +438,7 @@ impl Broker {
                 // copies: its copies stay its own rows, and it reads the topic's from
                 // now on.
                 self.bind_group(topic, &queue).await?;
+                self.know_group(&queue).await?;
             }
         }
         for queue in &ended {

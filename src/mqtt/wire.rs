@@ -270,7 +270,8 @@ pub struct ConnAck {
     pub assigned_client_id: Option<String>,
     /// Receive maximum of the broker: QoS 1 and 2 publishes it takes unacknowledged.
     pub receive_max: u16,
-    /// Largest packet the broker takes, bytes.
+    /// Largest packet the broker takes, bytes; 0 sends none (a refusal's CONNACK:
+    /// 5.0 forbids a maximum packet size of 0).
     pub max_packet_size: u32,
     /// Topic aliases the client may use.
     pub topic_alias_max: u16,
@@ -737,7 +738,8 @@ fn v5_out(packet: Out) -> v5::Packet {
                 reason_code: v5_connack_code(a.reason),
                 receive_max: NonZeroU16::new(a.receive_max).unwrap_or(NonZeroU16::MAX),
                 max_qos: QoS::ExactlyOnce,
-                max_packet_size: Some(a.max_packet_size),
+                // 0 (a refusal's default) is no size: 5.0 forbids sending it.
+                max_packet_size: (a.max_packet_size > 0).then_some(a.max_packet_size),
                 assigned_client_id: a.assigned_client_id.as_deref().map(ByteString::from),
                 topic_alias_max: a.topic_alias_max,
                 retain_available: a.retain_available,

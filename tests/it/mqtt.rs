@@ -342,6 +342,10 @@ async fn rights_apply_as_over_stomp(t: TestStore) {
     wrong.password = Some(Bytes::from_static(b"nope"));
     let (mut refused, ack) = MqttClient::v5_with(s.mqtt, wrong).await;
     assert_eq!(ack.reason_code, v5::ConnectAckReason::BadUserNameOrPassword);
+    assert_eq!(
+        ack.max_packet_size, None,
+        "5.0 forbids a maximum packet size of 0"
+    );
     refused.closed().await;
     let mut v3 = MqttClient::open_v3(s.mqtt).await;
     v3.send_v3(v3::Packet::Connect(Box::new(v3::Connect {

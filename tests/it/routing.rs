@@ -784,6 +784,14 @@ async fn a_stomp_shared_durable_subscription_splits_and_keeps(t: TestStore) {
     s.stop().await;
     let s = server(&t, policy(50, 400)).await;
     assert_eq!(s.broker.shared_subscriptions().len(), 1, "durable");
+    // Listed (asleep) with what waits for it, though it has no row of its own.
+    let listed = s.broker.list_destinations(None, 1_000).await.unwrap();
+    let share = listed
+        .destinations
+        .iter()
+        .find(|d| d.stats.destination.contains("$share.workers.jobs.eu"))
+        .expect("the share's queue is listed after the restart");
+    assert_eq!(share.stats.queue_size, 1, "{share:?}");
     let mut c3 = Client::connected(s.addr, None).await;
     subscribe_shared(&mut c3, "x", topic, "workers").await;
     let waited = c3.next_is("waits");
@@ -819,6 +827,10 @@ async fn a_stomp_shared_durable_subscription_splits_and_keeps(t: TestStore) {
         (
             "destination:/topic/jobs\nshared-subscription-name:a/b",
             "invalid-value",
+        ),
+        (
+            "destination:/topic/ActiveMQ.Advisory.Queue\nshared-subscription-name:w",
+            "invalid-destination",
         ),
     ] {
         let mut c = Client::connected(s.addr, None).await;

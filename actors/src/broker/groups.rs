@@ -36,6 +36,25 @@ impl Handler<FeedGroups> for BrokerActor {
     }
 }
 
+/// Consumer group `0`, bound in the store, is known to the registry: one neither
+/// running nor asleep (a group with no row of its own, after a restart) is made
+/// asleep, so that it is listed, counted and can be deleted as any destination (its
+/// messages are its topic's rows, which no listing of containers shows).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct KnowGroup(pub DestinationKey);
+
+impl Handler<KnowGroup> for BrokerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: KnowGroup, ctx: &mut Context<Self>) {
+        let bound = self.store.store().group_topic(&msg.0.container()).is_some();
+        if bound && !self.shutting_down && !self.destinations.contains_key(&msg.0) {
+            self.make_asleep(&msg.0, ctx);
+        }
+    }
+}
+
 impl Handler<GroupAcked> for BrokerActor {
     type Result = ();
 
