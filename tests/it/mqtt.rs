@@ -1173,8 +1173,8 @@ async fn stomp_as(addr: std::net::SocketAddr, login: &str) -> Client {
     c
 }
 
-/// Sends `frame` and returns the ERROR it gets (its `error-code`), or the RECEIPT's
-/// absence as `None`: `frame` asks for receipt `r`.
+/// Sends `frame`, which asks for a receipt, and returns `None` when the RECEIPT comes,
+/// or the `error-code` of the ERROR that comes instead.
 async fn stomp_outcome(c: &mut Client, frame: &str) -> Option<String> {
     c.write(frame.as_bytes()).await;
     let f = c.frame().await.unwrap();
