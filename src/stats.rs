@@ -14,21 +14,25 @@
 //! gauges as it works, lock-free ([`ebb_actors::destination::StatsBoard`]), and the
 //! first change after a reading puts it on the board's change list; the store names
 //! the containers its writes touched ([`ebb_store::MessageStore::take_written`]). The
-//! broker keeps its last reading (`Reading`, about 300 bytes and the name per
-//! destination) and a refresh reads again only the destinations on either list: their
-//! published counters, their committed rows (kept by the store since the last write,
-//! else one `COUNT`: a single-row answer walking the `(container, id)` index), their
-//! memory and producers. So a refresh costs what changed, and an idle broker's runs
+//! broker keeps its last reading on the same board entries
+//! ([`ebb_actors::destination::LastRead`], about 60 bytes each, with the sums on the
+//! board: no map of its own) and a refresh reads again only the destinations on
+//! either list: their committed rows (kept by the store since the last write, else
+//! one `COUNT`: a single-row answer walking the `(container, id)` index; a sleeping
+//! destination's kept count is dropped once read, so that it costs nothing there),
+//! their memory and producers. So a refresh costs what changed, and an idle broker's runs
 //! no store statement for its destinations, however many it holds. [`Broker::stats`]
-//! then copies the whole reading out (its size grows with the destinations); the
-//! metrics refresh and `/metrics` read it in place instead.
+//! then copies the whole reading out (its size grows with the destinations), its
+//! counters as published now; the metrics refresh reads only the sums, and
+//! `/metrics` copies out only the destinations it lists.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use ebb_actors::DestinationKey;
 use serde::{Deserialize, Serialize};
 
-use ebb_actors::destination::Published;
+use ebb_actors::destination::{LastRead, Published, ReadTotals, StatsBoard};
 use ebb_actors::messages::Stats;
 
 use crate::{Broker, Error};
@@ -257,88 +261,86 @@ impl DestinationTotals {
     }
 }
 
-/// The broker's last reading of every running destination, kept and brought up to
-/// date from what changed since ([`Broker::stats`]; see the module documentation).
-/// Shared by every clone of a [`Broker`]; the HTTP server's `/metrics` renders from it.
+/// The broker's reading of every running destination, kept and brought up to date
+/// from what changed since ([`Broker::stats`]; see the module documentation). Each
+/// destination's part lives on its stats board entry
+/// ([`ebb_actors::destination::LastRead`]), with the sums on the board; this keeps
+/// what a refresh has not read yet and what the history has not taken. Shared by
+/// every clone of a [`Broker`]; the HTTP server's `/metrics` renders from it.
 #[derive(Debug, Default)]
 pub(crate) struct Reading {
     /// One refresh at a time (the change lists are taken once).
     refresh: tokio::sync::Mutex<()>,
-    state: parking_lot::RwLock<ReadingState>,
+    state: parking_lot::Mutex<ReadingState>,
 }
 
 /// What a [`Reading`] holds.
 #[derive(Debug, Default)]
-pub(crate) struct ReadingState {
-    /// Every running destination, by store key.
-    pub(crate) destinations: BTreeMap<String, DestinationStats>,
-    /// Their sums.
-    pub(crate) totals: DestinationTotals,
+struct ReadingState {
     /// Destinations a refresh that failed part way did not read (read by the next).
     pending: BTreeSet<DestinationKey>,
-    /// Store keys read again or dropped since the history last took them
+    /// Destinations read again or dropped since the history last took them
     /// ([`Reading::take_since_point`]); at most one entry per destination. `None`
     /// until a history first takes them: a broker without one (embedded, no HTTP
     /// server) keeps no such set.
-    since_point: Option<BTreeSet<String>>,
+    since_point: Option<BTreeSet<DestinationKey>>,
 }
 
-impl ReadingState {
-    /// Puts `stats` in place of what was read for its destination (`None`: it no
-    /// longer runs), keeping the totals.
-    fn replace(&mut self, key: String, stats: Option<DestinationStats>) {
-        let old = match stats {
-            Some(new) => {
-                self.totals.add(&new, 1);
-                self.destinations.insert(key, new)
-            }
-            None => self.destinations.remove(&key),
-        };
-        if let Some(old) = old {
-            self.totals.add(&old, -1);
+impl DestinationTotals {
+    /// The sums the stats board keeps of its entries' readings.
+    fn of_read(t: &ReadTotals) -> Self {
+        Self {
+            queue_size: t.queue_size,
+            in_flight: t.in_flight,
+            consumers: t.consumers,
+            producers: t.producers,
+            asleep: t.asleep,
         }
     }
 }
 
-impl DestinationTotals {
-    /// Adds (`sign` 1) or takes away (`sign` -1) one destination's gauges.
-    fn add(&mut self, d: &DestinationStats, sign: i8) {
-        let apply = |total: &mut u64, v: u64| {
-            *total = if sign > 0 {
-                total.saturating_add(v)
-            } else {
-                total.saturating_sub(v)
-            };
-        };
-        apply(&mut self.queue_size, d.queue_size);
-        apply(&mut self.in_flight, d.in_flight);
-        apply(&mut self.consumers, d.consumers);
-        apply(&mut self.producers, d.producers);
-        apply(&mut self.asleep, u64::from(d.asleep));
+impl DestinationStats {
+    /// Destination `key`'s stats from what it publishes now (`entry`) and what the
+    /// last reading read of it (`read`).
+    fn of_entry(key: &DestinationKey, entry: &Published, read: &LastRead) -> Self {
+        let counted = entry.read();
+        let mut stats = Self::from_stats(key.container(), key.kind(), &counted, 0);
+        stats.queue_size = read.queue_size;
+        stats.in_flight = read.in_flight;
+        stats.consumers = read.consumers;
+        stats.producers = read.producers;
+        stats.memory_bytes = read.memory_bytes;
+        stats.blocked_producers = read.blocked_producers;
+        stats.asleep = read.asleep;
+        stats.sleeps_total = entry.sleeps();
+        stats
     }
 }
 
 impl Reading {
-    /// Reads `f` of the state as last refreshed.
-    pub(crate) fn with<T>(&self, f: impl FnOnce(&ReadingState) -> T) -> T {
-        f(&self.state.read())
-    }
-
     /// What changed since the last call, for the history's next point: the
     /// destinations read again (as read now) and the store keys of those that ended.
     /// The first call answers every destination read so far.
-    pub(crate) fn take_since_point(&self) -> (Vec<DestinationStats>, Vec<String>) {
-        let mut state = self.state.write();
-        let keys = match state.since_point.replace(BTreeSet::new()) {
-            Some(keys) => keys,
-            None => state.destinations.keys().cloned().collect(),
+    pub(crate) fn take_since_point(
+        &self,
+        board: &StatsBoard,
+    ) -> (Vec<DestinationStats>, Vec<String>) {
+        let keys = self.state.lock().since_point.replace(BTreeSet::new());
+        let Some(keys) = keys else {
+            let changed = board
+                .read_entries()
+                .iter()
+                .map(|(entry, read)| DestinationStats::of_entry(entry.key(), entry, read))
+                .collect();
+            return (changed, Vec::new());
         };
         let mut changed = Vec::new();
         let mut ended = Vec::new();
         for key in keys {
-            match state.destinations.get(&key) {
-                Some(d) => changed.push(d.clone()),
-                None => ended.push(key),
+            let entry = board.get(&key);
+            match entry.as_ref().and_then(|e| e.last_read().map(|r| (e, r))) {
+                Some((entry, read)) => changed.push(DestinationStats::of_entry(&key, entry, &read)),
+                None => ended.push(key.container()),
             }
         }
         (changed, ended)
@@ -352,9 +354,9 @@ impl Broker {
     /// not started by this call.
     ///
     /// Cost: no actor is asked. Each destination publishes its counters as it works
-    /// ([`ebb_actors::destination::StatsBoard`]); the broker keeps its last reading and
-    /// reads again only the destinations that changed since (their counters, and
-    /// their committed rows from the store when a write touched them), then copies
+    /// ([`ebb_actors::destination::StatsBoard`]); the broker keeps its last reading on
+    /// the same entries and reads again only the destinations that changed since
+    /// (their committed rows from the store when a write touched them), then copies
     /// the reading out (about 200 bytes and the name per destination). An idle
     /// broker's call runs no store statement for its destinations.
     ///
@@ -362,17 +364,34 @@ impl Broker {
     /// unreachable; what was not read is read by the next call).
     pub async fn stats(&self) -> Result<BrokerStats, Error> {
         self.refresh_reading().await?;
-        let (destinations, totals) = self.reading().with(|state| {
-            (
-                state.destinations.values().cloned().collect::<Vec<_>>(),
-                state.totals,
-            )
-        });
+        let destinations: Vec<DestinationStats> = self
+            .stats_board()
+            .read_entries()
+            .iter()
+            .map(|(entry, read)| DestinationStats::of_entry(entry.key(), entry, read))
+            .collect();
         let mut stats = self.stats_summary().await?;
         stats.destinations_total = destinations.len() as u64;
-        stats.totals = totals;
+        stats.totals = DestinationTotals::of(&destinations);
         stats.destinations = destinations;
         Ok(stats)
+    }
+
+    /// The last reading of at most `max` destinations, named ones first, then
+    /// temporary ones, each group in store-key order (what `/metrics` lists: see
+    /// `metrics::series`), and how many were left out. Only those listed are copied.
+    pub(crate) fn listed_stats(&self, max: usize) -> (Vec<DestinationStats>, usize) {
+        let entries = self.stats_board().read_entries();
+        let temporary = |e: &&(Arc<Published>, LastRead)| e.0.key().kind().capabilities().temporary;
+        let listed: Vec<DestinationStats> = entries
+            .iter()
+            .filter(|e| !temporary(e))
+            .chain(entries.iter().filter(temporary))
+            .take(max)
+            .map(|(entry, read)| DestinationStats::of_entry(entry.key(), entry, read))
+            .collect();
+        let omitted = entries.len() - listed.len();
+        (listed, omitted)
     }
 
     /// The broker's usage, totals and scheduler backlog without the per-destination
@@ -382,9 +401,7 @@ impl Broker {
     pub(crate) async fn stats_summary(&self) -> Result<BrokerStats, Error> {
         let usage = self.usage();
         let (lag, waiting) = self.housekeeping_lag();
-        let (destinations_total, totals) = self
-            .reading()
-            .with(|state| (state.destinations.len() as u64, state.totals));
+        let totals = self.stats_board().read_totals();
         Ok(BrokerStats {
             usage: UsageStats {
                 memory_bytes: usage.memory_bytes,
@@ -399,8 +416,8 @@ impl Broker {
                 process_resident_bytes: crate::process::resident_bytes(),
                 process_peak_resident_bytes: crate::process::peak_resident_bytes(),
             },
-            destinations_total,
-            totals,
+            destinations_total: totals.destinations,
+            totals: DestinationTotals::of_read(&totals),
             destinations: Vec::new(),
             scheduler: self.schedule_backlog().await?,
         })
@@ -414,7 +431,7 @@ impl Broker {
         let _one = self.reading().refresh.lock().await;
         let board = self.stats_board();
         let mut todo: BTreeSet<DestinationKey> =
-            std::mem::take(&mut self.reading().state.write().pending);
+            std::mem::take(&mut self.reading().state.lock().pending);
         todo.extend(board.take_changes().into_iter().map(|(key, _)| key));
         match self.store().take_written() {
             Some(containers) => todo.extend(
@@ -423,66 +440,69 @@ impl Broker {
                     .filter_map(|c| DestinationKey::from_container(c).ok()),
             ),
             // The store's record starts now: count everything read so far again.
-            None => self.reading().with(|state| {
-                todo.extend(
-                    state
-                        .destinations
-                        .keys()
-                        .filter_map(|c| DestinationKey::from_container(c).ok()),
-                )
-            }),
+            None => todo.extend(
+                board
+                    .read_entries()
+                    .into_iter()
+                    .map(|(entry, _)| entry.key().clone()),
+            ),
         }
         let mut done = Vec::with_capacity(todo.len());
         while let Some(key) = todo.pop_first() {
-            let running = board.get(&key).filter(|e| e.is_running());
-            if running.as_ref().is_some_and(|e| e.is_asleep()) {
+            let entry = board.get(&key);
+            let running = entry.as_ref().filter(|e| e.is_running());
+            let asleep = running.is_some_and(|e| e.is_asleep());
+            if asleep {
                 // Its actor stopped: the cached address would only hold its mailbox,
                 // and its memory usage counts nothing.
                 self.forget_address(&key);
                 self.forget_idle_usage(&key);
             }
-            let read = match running {
-                Some(entry) => match self.read_destination(&key, &entry).await {
-                    Ok(stats) => Some(stats),
+            if let Some(entry) = running {
+                match self.read_destination(&key, entry).await {
+                    Ok(read) => board.put_read(entry, Some(read)),
                     Err(e) => {
                         todo.insert(key);
-                        self.reading().state.write().pending.append(&mut todo);
+                        self.reading().state.lock().pending.append(&mut todo);
                         return Err(e);
                     }
-                },
-                None => None,
-            };
-            let container = key.container();
-            let mut state = self.reading().state.write();
-            state.replace(container.clone(), read);
-            if let Some(since_point) = &mut state.since_point {
-                since_point.insert(container.clone());
+                }
+                if asleep {
+                    // Counted again when it wakes: a sleeping destination keeps no
+                    // count in the store's memory beside its reading.
+                    self.store().forget_committed_count(&key.container());
+                }
+            } else if let Some(entry) = &entry {
+                board.put_read(entry, None);
             }
-            drop(state);
-            done.push(container);
+            if let Some(since_point) = &mut self.reading().state.lock().since_point {
+                since_point.insert(key.clone());
+            }
+            done.push(key.container());
         }
         Ok(done)
     }
 
-    /// One destination's [`DestinationStats`] from what it published (`entry`), its
-    /// committed rows (kept by the store since its last write, else one `COUNT`) and
-    /// its memory and producers.
+    /// What a reading reads of one destination beside its published counters
+    /// (`entry`): its committed rows (kept by the store since its last write, else
+    /// one `COUNT`), its memory and producers.
     async fn read_destination(
         &self,
         key: &DestinationKey,
         entry: &Published,
-    ) -> Result<DestinationStats, Error> {
-        let container = key.container();
-        let stored = self.store().count_committed(&container).await?;
+    ) -> Result<LastRead, Error> {
+        let stored = self.store().count_committed(&key.container()).await?;
         let counted = entry.read();
-        let mut stats = DestinationStats::from_stats(container, key.kind(), &counted, stored);
-        stats.asleep = entry.is_asleep();
-        stats.sleeps_total = entry.sleeps();
         let flow = self.destination_flow(key)?;
-        stats.memory_bytes = flow.memory_bytes;
-        stats.blocked_producers = flow.blocked_producers;
-        stats.producers = flow.producers;
-        Ok(stats)
+        Ok(LastRead {
+            queue_size: stored + counted.pending_non_persistent,
+            in_flight: counted.in_flight,
+            consumers: counted.consumers,
+            producers: flow.producers,
+            memory_bytes: flow.memory_bytes,
+            blocked_producers: flow.blocked_producers,
+            asleep: entry.is_asleep(),
+        })
     }
 
     /// One destination's [`DestinationStats`] (its actor started if it is neither
@@ -503,7 +523,8 @@ impl Broker {
                 known(self).unwrap_or_else(|| Published::detached(destination.clone()))
             }
         };
-        self.read_destination(destination, &entry).await
+        let read = self.read_destination(destination, &entry).await?;
+        Ok(DestinationStats::of_entry(destination, &entry, &read))
     }
 }
 

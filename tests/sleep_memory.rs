@@ -2,12 +2,14 @@
 //! counting allocator, this binary's own) before 2,000 queues are made and once they
 //! all sleep, each with a stored message (the send made it asleep; a browse then woke
 //! it, its actor read its message, and it slept again after
-//! `inactive_timeout_before_sleep`): its registry slot, its stats entry, its place in
-//! the stats reading, the store's kept count of its rows. (SQLite's page cache is its
-//! own, outside this count.) Issue 52's goal is 1 KiB: measured 1,153–1,168 bytes on
-//! 2026-12-07 before a sleeping queue gave back its memory usage and the copies of its
-//! name became one, 884–887 after; the test holds the goal. An actor, a mailbox or a
-//! cursor left behind by a sleep costs kilobytes.
+//! `inactive_timeout_before_sleep`): its registry slot and its stats entry, which
+//! holds what the stats reading read of it. (SQLite's page cache is its own, outside
+//! this count.) Issue 52's goal is 1 KiB: measured 1,153–1,168 bytes on 2026-12-07
+//! before a sleeping queue gave back its memory usage and the copies of its name
+//! became one, 884–887 after, 430 once the reading kept its part on the stats entry
+//! instead of a map of its own and the store dropped a sleeping queue's kept count;
+//! the test holds 512 bytes, so a copy per destination coming back fails it. An
+//! actor, a mailbox or a cursor left behind by a sleep costs kilobytes.
 
 use ebb::test_util::*;
 use ebb::{Message, Policy, UsageConfig};
@@ -23,8 +25,9 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Queues made, each with one stored message, left to sleep.
 const QUEUES: usize = 2_000;
 
-/// The most heap a sleeping destination may hold, bytes (issue 52's goal).
-const BOUND: usize = 1024;
+/// The most heap a sleeping destination may hold, bytes (issue 52's goal is 1,024;
+/// measured 430).
+const BOUND: usize = 512;
 
 async fn all_asleep(b: &ebb::Broker, n: u64) {
     poll_until("every queue sleeps", || async {
@@ -33,10 +36,10 @@ async fn all_asleep(b: &ebb::Broker, n: u64) {
     .await;
 }
 
-/// 2,000 sleeping queues hold at most 1 KiB of heap each, counted from before they
+/// 2,000 sleeping queues hold at most 512 bytes of heap each, counted from before they
 /// were made (after one queue slept and woke, so that what the broker makes once —
 /// pool connections, statement caches, the reading — is there already).
-async fn a_sleeping_queue_costs_at_most_one_kib(t: TestStore) {
+async fn a_sleeping_queue_costs_at_most_half_a_kib(t: TestStore) {
     let _serial = SERIAL.lock().await;
     let policy = Policy {
         expire_messages_period: 0,
@@ -86,5 +89,5 @@ async fn a_sleeping_queue_costs_at_most_one_kib(t: TestStore) {
 
 on_every_backend!(
     #[actix_rt::test]
-    a_sleeping_queue_costs_at_most_one_kib,
+    a_sleeping_queue_costs_at_most_half_a_kib,
 );

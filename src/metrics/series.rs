@@ -148,10 +148,10 @@ impl DestinationSeries {
         match &*self.latest.read() {
             Source::Nothing => {}
             Source::Snapshot(stats) => render(&stats.destinations, self.max, out),
-            Source::Live(broker) => broker.reading().with(|state| {
-                let destinations: Vec<&DestinationStats> = state.destinations.values().collect();
-                render(&destinations, self.max, out)
-            }),
+            Source::Live(broker) => {
+                let (listed, omitted) = broker.listed_stats(self.max);
+                write(&sorted(listed.iter().collect()), omitted, out)
+            }
         }
     }
 }
@@ -163,27 +163,30 @@ fn render<D: std::borrow::Borrow<DestinationStats>>(
     max: usize,
     out: &mut String,
 ) {
-    {
-        let (listed, omitted) = select(destinations, max);
-        let _ = writeln!(
-            out,
-            "# HELP {DESTINATION_SERIES_OMITTED} Running destinations without series here (over [http] max_destination_series; the ebb_messages_* totals count them)\n# TYPE {DESTINATION_SERIES_OMITTED} gauge\n{DESTINATION_SERIES_OMITTED} {omitted}"
-        );
-        if listed.is_empty() {
-            return;
-        }
-        for (fields, kind) in [
-            (DESTINATION_GAUGES, "gauge"),
-            (DESTINATION_COUNTERS, "counter"),
-        ] {
-            for &(name, help, value) in fields {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-                for d in &listed {
-                    out.push_str(name);
-                    out.push_str("{destination=\"");
-                    escape_label(out, &d.destination);
-                    let _ = writeln!(out, "\"}} {}", value(d));
-                }
+    let (listed, omitted) = select(destinations, max);
+    write(&listed, omitted, out)
+}
+
+/// Appends the series of `listed` (in key order) and `omitted` to `out`.
+fn write(listed: &[&DestinationStats], omitted: usize, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "# HELP {DESTINATION_SERIES_OMITTED} Running destinations without series here (over [http] max_destination_series; the ebb_messages_* totals count them)\n# TYPE {DESTINATION_SERIES_OMITTED} gauge\n{DESTINATION_SERIES_OMITTED} {omitted}"
+    );
+    if listed.is_empty() {
+        return;
+    }
+    for (fields, kind) in [
+        (DESTINATION_GAUGES, "gauge"),
+        (DESTINATION_COUNTERS, "counter"),
+    ] {
+        for &(name, help, value) in fields {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for d in listed {
+                out.push_str(name);
+                out.push_str("{destination=\"");
+                escape_label(out, &d.destination);
+                let _ = writeln!(out, "\"}} {}", value(d));
             }
         }
     }
@@ -197,14 +200,19 @@ fn select<D: std::borrow::Borrow<DestinationStats>>(
 ) -> (Vec<&DestinationStats>, usize) {
     let temporary = |d: &&DestinationStats| d.kind.capabilities().temporary;
     let all = || destinations.iter().map(|d| d.borrow());
-    let mut listed: Vec<&DestinationStats> = all()
+    let listed: Vec<&DestinationStats> = all()
         .filter(|d| !temporary(d))
         .chain(all().filter(temporary))
         .take(max)
         .collect();
     let omitted = destinations.len() - listed.len();
+    (sorted(listed), omitted)
+}
+
+/// `listed` in store-key order.
+fn sorted(mut listed: Vec<&DestinationStats>) -> Vec<&DestinationStats> {
     listed.sort_by(|a, b| a.destination.cmp(&b.destination));
-    (listed, omitted)
+    listed
 }
 
 /// A label value in Prometheus' text format: `\`, `"` and line feeds escaped.

@@ -70,6 +70,12 @@ impl CommittedCounts {
         }
     }
 
+    /// The kept count of `container` goes (a count under way is then not kept
+    /// either: its token no longer matches).
+    pub(crate) fn forget(&self, container: &str) {
+        self.lock().remove(container);
+    }
+
     /// A write to `containers` is over (committed or not): their counts are dropped.
     pub(crate) fn written<'a>(&self, containers: impl IntoIterator<Item = &'a str>) {
         let mut feed = self.written.lock().unwrap_or_else(PoisonError::into_inner);
@@ -93,7 +99,9 @@ impl CommittedCounts {
     pub(crate) fn take_written(&self) -> Option<Vec<String>> {
         let mut feed = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         match feed.as_mut() {
-            Some(written) => Some(written.drain().collect()),
+            // Taken, not drained: a burst of writes to many containers leaves no
+            // table of that size behind.
+            Some(written) => Some(std::mem::take(written).into_iter().collect()),
             None => {
                 *feed = Some(HashSet::new());
                 None

@@ -309,6 +309,10 @@ impl MessageStore for Detached {
         self.0.take_written()
     }
 
+    fn forget_committed_count(&self, container: &str) {
+        self.0.forget_committed_count(container);
+    }
+
     async fn count_subscriptions(&self, container: &str) -> Result<u64> {
         let container = container.to_string();
         detached(&self.0, |s| async move {

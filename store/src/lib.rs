@@ -667,6 +667,14 @@ pub trait MessageStore: Send + Sync + 'static {
     /// Only this store's own writes are seen (see [`Self::count_committed`]).
     fn take_written(&self) -> Option<Vec<String>>;
 
+    /// Drops the count [`Self::count_committed`] keeps for `container`, if any: the
+    /// next question counts again. For a container nobody will ask about for a
+    /// while (the broker's sleeping destinations), so that it costs no memory here.
+    /// The default keeps nothing to drop.
+    fn forget_committed_count(&self, container: &str) {
+        let _ = container;
+    }
+
     /// How many durable subscriptions `container` has.
     async fn count_subscriptions(&self, container: &str) -> Result<u64>;
 

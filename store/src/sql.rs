@@ -2888,6 +2888,10 @@ macro_rules! impl_sql_store {
                 self.counts.take_written()
             }
 
+            fn forget_committed_count(&self, container: &str) {
+                self.counts.forget(container);
+            }
+
             async fn count_messages(&self, container: &str) -> $crate::Result<u64> {
                 let own = self
                     .count(&self.sql.count_messages, container, "count messages")

@@ -56,6 +56,9 @@ impl MessageStore for FaultyStore {
     fn take_written(&self) -> Option<Vec<String>> {
         self.inner.take_written()
     }
+    fn forget_committed_count(&self, container: &str) {
+        self.inner.forget_committed_count(container)
+    }
     async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
         if ops.iter().any(self.slow_writes) {
             tokio::time::sleep(self.write_delay).await;

@@ -55,7 +55,7 @@ pub use key::{
 };
 pub use prepared::PreparedMessages;
 pub use publish_order::PublishOrder;
-pub use published::{debug_check_published, Gauges, Published, StatsBoard};
+pub use published::{debug_check_published, Gauges, LastRead, Published, ReadTotals, StatsBoard};
 pub use schedule::{AfterPage, HousekeepingSchedule};
 
 /// Implements, for destination actor `$actor` (a [`DestinationActor`]), the handlers

@@ -1,7 +1,7 @@
 //! [`Published`] and [`StatsBoard`]: the counters each destination publishes as it
 //! works, so that a stats reading never asks an actor and costs what changed.
 //!
-//! Each destination has one [`Published`] (about 150 bytes and its name): lock-free
+//! Each destination has one [`Published`] (about 220 bytes and its name): lock-free
 //! counters (enqueued, delivered, acked, expired, dead-lettered, expiry pages and
 //! runs) and gauges (consumers, in-flight deliveries, non-persistent messages waiting)
 //! that its actor, the only writer while it runs, updates as it works (while it
@@ -22,6 +22,13 @@
 //! ([`Published::carry_on`]). Only a deletion removes the entry. A sleeping
 //! destination's entry stays, marked asleep ([`StatsBoard::asleep`]): its counters
 //! and key are what it costs while asleep.
+//!
+//! **The reading lives here too.** What a stats reading reads besides the published
+//! counters (the stored rows, memory, producers; [`LastRead`]) is kept on the entry
+//! itself ([`StatsBoard::put_read`]), and the board keeps their sums
+//! ([`StatsBoard::read_totals`]): a reader keeps no map of its own, so a destination
+//! costs this one entry (its name shared with the registry's key) however many readers
+//! list it. A deletion takes its reading out of the sums at once.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,6 +63,66 @@ pub struct Published {
     /// On the change list since the last reading took it.
     dirty: AtomicBool,
     changes: Arc<ChangeList>,
+    /// What the last reading read of it (`None`: not read yet, or taken out).
+    last_read: parking_lot::Mutex<Option<LastRead>>,
+}
+
+/// What a stats reading read of one destination besides its published counters
+/// (kept on its [`Published`] entry by [`StatsBoard::put_read`]). Counts are messages
+/// unless said.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LastRead {
+    /// Messages waiting: the committed rows the store holds for it plus the
+    /// non-persistent messages waiting in memory.
+    pub queue_size: u64,
+    /// Deliveries not acked (queues).
+    pub in_flight: u64,
+    /// Consumers attached.
+    pub consumers: u64,
+    /// Connections producing to it.
+    pub producers: u64,
+    /// Bytes of messages it holds in memory.
+    pub memory_bytes: u64,
+    /// Producers waiting for space (producer flow control).
+    pub blocked_producers: u64,
+    /// Asleep when read.
+    pub asleep: bool,
+}
+
+/// The sums of every entry's [`LastRead`] ([`StatsBoard::read_totals`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadTotals {
+    /// Entries with a reading.
+    pub destinations: u64,
+    /// Sum of [`LastRead::queue_size`].
+    pub queue_size: u64,
+    /// Sum of [`LastRead::in_flight`].
+    pub in_flight: u64,
+    /// Sum of [`LastRead::consumers`].
+    pub consumers: u64,
+    /// Sum of [`LastRead::producers`].
+    pub producers: u64,
+    /// Entries read asleep.
+    pub asleep: u64,
+}
+
+impl ReadTotals {
+    /// Adds (`true`) or takes away (`false`) one reading.
+    fn apply(&mut self, read: &LastRead, add: bool) {
+        let apply = |total: &mut u64, v: u64| {
+            *total = if add {
+                total.saturating_add(v)
+            } else {
+                total.saturating_sub(v)
+            };
+        };
+        apply(&mut self.destinations, 1);
+        apply(&mut self.queue_size, read.queue_size);
+        apply(&mut self.in_flight, read.in_flight);
+        apply(&mut self.consumers, read.consumers);
+        apply(&mut self.producers, read.producers);
+        apply(&mut self.asleep, u64::from(read.asleep));
+    }
 }
 
 /// Keys changed since the last [`StatsBoard::take_changes`], each once.
@@ -82,7 +149,14 @@ impl Published {
             sleeps: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
             changes,
+            last_read: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// What the last reading read of it, if it was read and not taken out since
+    /// ([`StatsBoard::put_read`]).
+    pub fn last_read(&self) -> Option<LastRead> {
+        *self.last_read.lock()
     }
 
     /// An entry on no board (nobody reads its changes): for an actor started
@@ -267,6 +341,8 @@ pub struct StatsBoard {
     changes: Arc<ChangeList>,
     /// Entries marked asleep now.
     asleep: AtomicU64,
+    /// The sums of the entries' readings.
+    read_totals: parking_lot::Mutex<ReadTotals>,
 }
 
 impl StatsBoard {
@@ -333,13 +409,54 @@ impl StatsBoard {
         self.asleep.load(Ordering::Relaxed)
     }
 
-    /// `key` was deleted: its entry goes (marked, so that the next reading drops it).
+    /// `key` was deleted: its entry goes (marked, so that the next reading drops it),
+    /// and its reading leaves the sums.
     pub fn remove(&self, key: &DestinationKey) {
         self.asleep(key, false);
-        if let Some(entry) = self.entries.lock().remove(key) {
-            entry.running.store(false, Ordering::Release);
+        let removed = self.entries.lock().remove(key);
+        if let Some(entry) = removed {
+            // Before its reading is taken: a reading put after this is not kept
+            // (`put_read` checks it under the same lock).
+            entry.running.store(false, Ordering::SeqCst);
+            self.put_read(&entry, None);
             entry.mark();
         }
+    }
+
+    /// Keeps `read` as `entry`'s reading (`None`: takes it out) and brings the sums
+    /// up to date. An entry that no longer runs (deleted meanwhile) keeps none.
+    pub fn put_read(&self, entry: &Published, read: Option<LastRead>) {
+        let mut kept = entry.last_read.lock();
+        let read = read.filter(|_| entry.running.load(Ordering::SeqCst));
+        let old = std::mem::replace(&mut *kept, read);
+        if old == read {
+            return;
+        }
+        let mut totals = self.read_totals.lock();
+        if let Some(old) = &old {
+            totals.apply(old, false);
+        }
+        if let Some(read) = &read {
+            totals.apply(read, true);
+        }
+    }
+
+    /// The sums of every entry's reading.
+    pub fn read_totals(&self) -> ReadTotals {
+        *self.read_totals.lock()
+    }
+
+    /// Every entry with a reading, with it, in key order (the store key's order:
+    /// kind, then name). Its size grows with the destinations: for a listing.
+    pub fn read_entries(&self) -> Vec<(Arc<Published>, LastRead)> {
+        let mut read: Vec<_> = self
+            .entries
+            .lock()
+            .values()
+            .filter_map(|e| e.last_read().map(|r| (Arc::clone(e), r)))
+            .collect();
+        read.sort_unstable_by(|a, b| a.0.key.cmp(&b.0.key));
+        read
     }
 
     /// Marks `key`'s entry as changed, if it has one (a change the broker counts for
@@ -414,6 +531,55 @@ mod tests {
             board.take_changes().is_empty(),
             "the same values change nothing"
         );
+    }
+
+    /// The board sums what readings put on its entries; a deletion takes its
+    /// entry's reading out at once, and a reading put on a deleted entry (read while
+    /// the deletion went on) is not kept.
+    #[test]
+    fn readings_live_on_the_entries_and_leave_with_them() {
+        let board = StatsBoard::default();
+        let b = board.started(&key("b"));
+        let a = board.started(&key("a"));
+        let read = |queue_size, asleep| LastRead {
+            queue_size,
+            consumers: 1,
+            asleep,
+            ..LastRead::default()
+        };
+        board.put_read(&b, Some(read(5, true)));
+        board.put_read(&a, Some(read(3, false)));
+        board.put_read(&a, Some(read(4, false)));
+        let totals = board.read_totals();
+        assert_eq!(
+            (
+                totals.destinations,
+                totals.queue_size,
+                totals.consumers,
+                totals.asleep
+            ),
+            (2, 9, 2, 1)
+        );
+        let listed: Vec<_> = board
+            .read_entries()
+            .iter()
+            .map(|(e, r)| (e.key().clone(), r.queue_size))
+            .collect();
+        assert_eq!(listed, vec![(key("a"), 4), (key("b"), 5)]);
+
+        board.remove(&key("b"));
+        let totals = board.read_totals();
+        assert_eq!(
+            (totals.destinations, totals.queue_size, totals.asleep),
+            (1, 4, 0)
+        );
+        board.put_read(&b, Some(read(7, false)));
+        assert_eq!(b.last_read(), None, "a deleted entry keeps no reading");
+        assert_eq!(board.read_totals().queue_size, 4);
+
+        board.put_read(&a, None);
+        assert_eq!(board.read_totals(), ReadTotals::default());
+        assert!(board.read_entries().is_empty());
     }
 
     #[test]
