@@ -327,8 +327,9 @@ impl Reading {
     ) -> (Vec<DestinationStats>, Vec<String>) {
         let keys = self.state.lock().since_point.replace(BTreeSet::new());
         let Some(keys) = keys else {
-            let changed = board
-                .read_entries()
+            let mut entries = board.read_entries();
+            entries.sort_unstable_by(|a, b| a.0.key().cmp(b.0.key()));
+            let changed = entries
                 .iter()
                 .map(|(entry, read)| DestinationStats::of_entry(entry.key(), entry, read))
                 .collect();
@@ -364,9 +365,9 @@ impl Broker {
     /// unreachable; what was not read is read by the next call).
     pub async fn stats(&self) -> Result<BrokerStats, Error> {
         self.refresh_reading().await?;
-        let destinations: Vec<DestinationStats> = self
-            .stats_board()
-            .read_entries()
+        let mut entries = self.stats_board().read_entries();
+        entries.sort_unstable_by(|a, b| a.0.key().cmp(b.0.key()));
+        let destinations: Vec<DestinationStats> = entries
             .iter()
             .map(|(entry, read)| DestinationStats::of_entry(entry.key(), entry, read))
             .collect();
@@ -381,17 +382,26 @@ impl Broker {
     /// temporary ones, each group in store-key order (what `/metrics` lists: see
     /// `metrics::series`), and how many were left out. Only those listed are copied.
     pub(crate) fn listed_stats(&self, max: usize) -> (Vec<DestinationStats>, usize) {
-        let entries = self.stats_board().read_entries();
-        let temporary = |e: &&(Arc<Published>, LastRead)| e.0.key().kind().capabilities().temporary;
+        let mut entries = self.stats_board().read_entries();
+        let total = entries.len();
+        // Named ones before temporary ones, each in key order: the first `max` of
+        // that order are picked without sorting the others.
+        let temporary = |e: &(Arc<Published>, LastRead)| e.0.key().kind().capabilities().temporary;
+        let order = |a: &(Arc<Published>, LastRead), b: &(Arc<Published>, LastRead)| {
+            temporary(a)
+                .cmp(&temporary(b))
+                .then_with(|| a.0.key().cmp(b.0.key()))
+        };
+        if total > max && max > 0 {
+            entries.select_nth_unstable_by(max - 1, order);
+        }
+        entries.truncate(max);
+        entries.sort_unstable_by(|a, b| a.0.key().cmp(b.0.key()));
         let listed: Vec<DestinationStats> = entries
             .iter()
-            .filter(|e| !temporary(e))
-            .chain(entries.iter().filter(temporary))
-            .take(max)
             .map(|(entry, read)| DestinationStats::of_entry(entry.key(), entry, read))
             .collect();
-        let omitted = entries.len() - listed.len();
-        (listed, omitted)
+        (listed, total - entries.len())
     }
 
     /// The broker's usage, totals and scheduler backlog without the per-destination
@@ -636,6 +646,48 @@ mod tests {
             .collect();
         assert_eq!(keys, ["queue://b", "queue://c"]);
         assert_eq!(stats.totals.queue_size, 2);
+        b.shutdown().await.unwrap();
+    }
+
+    /// What `/metrics` lists: at most `max`, named destinations before temporary
+    /// ones, in key order, picked from the board without a map of their own; the
+    /// rest counted as left out.
+    #[actix_rt::test]
+    async fn the_listing_takes_named_destinations_first_in_key_order() {
+        use crate::{BrokerConfig, Message};
+        let b = Broker::start("sqlite::memory:", BrokerConfig::default())
+            .await
+            .unwrap();
+        let temporary = b.temporary_queue().unwrap();
+        b.send(temporary.key(), Message::new("t")).await.unwrap();
+        for name in ["queue://d", "queue://b", "topic://a", "queue://c"] {
+            b.send(name, Message::new("m").persistent(true))
+                .await
+                .unwrap();
+        }
+        b.stats().await.unwrap();
+        let names = |listed: &[DestinationStats]| {
+            listed
+                .iter()
+                .map(|d| d.destination.clone())
+                .collect::<Vec<_>>()
+        };
+        let (listed, omitted) = b.listed_stats(3);
+        assert_eq!(names(&listed), ["queue://b", "queue://c", "queue://d"]);
+        assert_eq!(omitted, 2);
+        let (listed, omitted) = b.listed_stats(5);
+        assert_eq!(
+            names(&listed),
+            [
+                "queue://b",
+                "queue://c",
+                "queue://d",
+                &temporary.key().container(),
+                "topic://a"
+            ]
+        );
+        assert_eq!((omitted, listed[0].queue_size), (0, 1));
+        assert_eq!(b.listed_stats(0), (Vec::new(), 5));
         b.shutdown().await.unwrap();
     }
 

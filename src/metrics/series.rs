@@ -150,7 +150,7 @@ impl DestinationSeries {
             Source::Snapshot(stats) => render(&stats.destinations, self.max, out),
             Source::Live(broker) => {
                 let (listed, omitted) = broker.listed_stats(self.max);
-                write(&sorted(listed.iter().collect()), omitted, out)
+                write(&listed.iter().collect::<Vec<_>>(), omitted, out)
             }
         }
     }
