@@ -43,6 +43,13 @@ pub(super) struct Usages {
 }
 
 impl Usages {
+    /// Destination `key`'s usage if it has one now (none is made).
+    pub(super) fn existing(&self, key: &DestinationKey) -> Option<Arc<Usage>> {
+        let entry = self.board.get(key)?;
+        let map = self.destinations.lock();
+        map.get(key).filter(|u| u.watches(&entry)).cloned()
+    }
+
     /// Destination `key`'s usage, a child of `memory` that marks `key`'s stats entry;
     /// made anew when the destination was deleted and started again since (its entry
     /// is a new one).
@@ -77,7 +84,13 @@ impl Broker {
                 return Some(("store".into(), used, config.store));
             }
         }
-        let usage = self.usages.of(key);
+        // A destination without a usage holds nothing in memory: only the broker's
+        // memory can be full for it. Checking makes none (a producer sending to many
+        // sleeping queues leaves nothing behind for each).
+        let usage = self
+            .usages
+            .existing(key)
+            .unwrap_or_else(|| Arc::clone(&self.usages.memory));
         if let Some(full) = usage.full() {
             return Some((full.name().to_string(), full.used(), full.limit()));
         }
@@ -359,4 +372,41 @@ pub struct DestinationFlow {
     pub blocked_producers: u64,
     /// Producers reported by transports ([`Broker::producer_joined`]).
     pub producers: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BrokerConfig, Message};
+
+    /// Checking a destination that holds nothing in memory makes no usage and no
+    /// stats entry for it (a producer sending to 100,000 sleeping queues left one
+    /// behind for each until the next stats reading), and still meets the broker's
+    /// memory when that is full.
+    #[actix_rt::test]
+    async fn a_flow_check_makes_no_usage() {
+        let mut config = BrokerConfig::default();
+        config.usage.memory = 1024;
+        let b = Broker::start("sqlite::memory:", config).await.unwrap();
+        let held = |b: &Broker| b.usages.destinations.lock().len();
+        for i in 0..100 {
+            let name = format!("queue://q{i}");
+            assert_eq!(b.check_space(name.as_str(), true).unwrap(), Space::Free);
+        }
+        assert_eq!(held(&b), 0, "no usage made by a check");
+        assert_eq!(b.stats_board().len(), 0, "no stats entry made by a check");
+        // A non-persistent message held in memory fills it.
+        b.send(
+            "queue://full",
+            Message::new(vec![b'x'; 2048]).persistent(false),
+        )
+        .await
+        .unwrap();
+        assert_eq!(held(&b), 1);
+        assert!(b.usage().memory_bytes >= 1024, "{:?}", b.usage());
+        assert_eq!(b.check_space("queue://q0", true).unwrap(), Space::Wait);
+        assert_eq!(b.check_space("queue://full", true).unwrap(), Space::Wait);
+        assert_eq!(held(&b), 1, "still none made for q0");
+        b.shutdown().await.unwrap();
+    }
 }
