@@ -181,6 +181,10 @@ impl Broker {
         let deadline = config
             .send_fail_if_no_space_after_timeout
             .map(|ms| started + Duration::from_millis(ms));
+        if self.full_usage(&key, persistent).is_none() {
+            // The common case: no wait, and no usage made to wait on.
+            return Ok(());
+        }
         let usage = self.usages.of(&key);
         loop {
             let Some((full, used, limit)) = self.full_usage(&key, persistent) else {

@@ -21,8 +21,9 @@
 //! values and, every history step, gives the history what changed. When a refresh
 //! takes longer than a second, the task waits as long as it took before the next one.
 //! The per-destination series (label `destination`) are not kept in the recorder: the
-//! server renders them at each scrape from the kept reading, in place
-//! ([`DestinationSeries`]), so a destination that ended (a temporary queue whose
+//! server renders them at each scrape from the kept reading on the stats board
+//! entries ([`DestinationSeries`]: each entry's handle and reading copied, the listed
+//! ones' stats built), so a destination that ended (a temporary queue whose
 //! connection closed, a deleted queue) has none from the next refresh on, and at most
 //! `[http] max_destination_series` destinations ([`MAX_DESTINATION_SERIES`]) are
 //! listed, named ones before temporary ones; the broker's totals

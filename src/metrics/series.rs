@@ -101,7 +101,9 @@ pub(super) fn described() -> impl Iterator<Item = (&'static str, &'static str, b
 /// refresh task and the `/metrics` handler ([`DestinationSeries::render`]). Cloning
 /// shares it. It renders either a snapshot handed to [`DestinationSeries::update`]
 /// (an `Arc`, no copy) or, once it [follows](DestinationSeries::follow) a broker, the
-/// broker's kept reading in place (what the HTTP server does: no copy per refresh).
+/// broker's kept reading at each scrape (what the HTTP server does: nothing copied per
+/// refresh; per scrape, each destination's entry handle and reading, about 70 bytes,
+/// and the stats of the listed ones).
 #[derive(Clone)]
 pub struct DestinationSeries {
     latest: Arc<RwLock<Source>>,

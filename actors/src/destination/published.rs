@@ -450,10 +450,12 @@ impl StatsBoard {
     /// [`Published::key`] for the store key's order). Its size grows with the
     /// destinations: for a listing.
     pub fn read_entries(&self) -> Vec<(Arc<Published>, LastRead)> {
-        self.entries
-            .lock()
-            .values()
-            .filter_map(|e| e.last_read().map(|r| (Arc::clone(e), r)))
+        // The board's lock only while the entries are cloned: registering and
+        // looking up destinations go on meanwhile.
+        let entries: Vec<Arc<Published>> = self.entries.lock().values().cloned().collect();
+        entries
+            .into_iter()
+            .filter_map(|e| e.last_read().map(|r| (e, r)))
             .collect()
     }
 
