@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use ebb_actors::destination::{LastRead, Published, ReadTotals, StatsBoard};
 use ebb_actors::messages::Stats;
 
+use crate::history::Change;
 use crate::{Broker, Error};
 
 /// `used` as a percentage of `limit` (0.0 ..= 100.0, more when over the limit).
@@ -320,32 +321,34 @@ impl DestinationStats {
 
 impl Reading {
     /// What changed since the last call, for the history's next point: the
-    /// destinations read again (as read now) and the store keys of those that ended.
-    /// The first call answers every destination read so far.
-    pub(crate) fn take_since_point(
+    /// destinations read again (their stats as read now, made one at a time as the
+    /// iterator is taken, so a step over 100,000 changed destinations never holds
+    /// their copies at once) and the store keys of those that ended. The first call
+    /// answers every destination read so far, in key order.
+    pub(crate) fn take_since_point<'b>(
         &self,
-        board: &StatsBoard,
-    ) -> (Vec<DestinationStats>, Vec<String>) {
+        board: &'b StatsBoard,
+    ) -> impl Iterator<Item = Change<DestinationStats>> + 'b {
         let keys = self.state.lock().since_point.replace(BTreeSet::new());
-        let Some(keys) = keys else {
-            let mut entries = board.read_entries();
-            entries.sort_unstable_by(|a, b| a.0.key().cmp(b.0.key()));
-            let changed = entries
-                .iter()
-                .map(|(entry, read)| DestinationStats::of_entry(entry.key(), entry, read))
-                .collect();
-            return (changed, Vec::new());
+        let (all, keys) = match keys {
+            Some(keys) => (Vec::new(), keys),
+            None => {
+                let mut entries = board.read_entries();
+                entries.sort_unstable_by(|a, b| a.0.key().cmp(b.0.key()));
+                (entries, BTreeSet::new())
+            }
         };
-        let mut changed = Vec::new();
-        let mut ended = Vec::new();
-        for key in keys {
+        let all = all.into_iter().map(|(entry, read)| {
+            Change::Read(DestinationStats::of_entry(entry.key(), &entry, &read))
+        });
+        let changed = keys.into_iter().map(move |key| {
             let entry = board.get(&key);
             match entry.as_ref().and_then(|e| e.last_read().map(|r| (e, r))) {
-                Some((entry, read)) => changed.push(DestinationStats::of_entry(&key, entry, &read)),
-                None => ended.push(key.container()),
+                Some((entry, read)) => Change::Read(DestinationStats::of_entry(&key, entry, &read)),
+                None => Change::Ended(key.container()),
             }
-        }
-        (changed, ended)
+        });
+        all.chain(changed)
     }
 }
 

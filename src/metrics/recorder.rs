@@ -60,9 +60,9 @@ pub(crate) async fn refresh(
     let now = crate::history::now_ms();
     if history.wants(now) {
         // What changed since the last point (whoever refreshed the reading since).
-        let (changed, ended) = broker.reading().take_since_point(broker.stats_board());
-        let changed: Vec<&crate::stats::DestinationStats> = changed.iter().collect();
-        history.record_changes(&changed, &ended, &summary, connections.len(), now);
+        // Each destination's stats are made as the history takes them, one at a time.
+        let changes = broker.reading().take_since_point(broker.stats_board());
+        history.record_changes(changes, &summary, connections.len(), now);
     }
     Ok(())
 }
