@@ -17,10 +17,13 @@
 //! broker keeps its last reading on the same board entries
 //! ([`ebb_actors::destination::LastRead`], about 60 bytes each, with the sums on the
 //! board: no map of its own) and a refresh reads again only the destinations on
-//! either list: their committed rows (kept by the store since the last write, else
-//! one `COUNT`: a single-row answer walking the `(container, id)` index; a sleeping
+//! either list, 256 at a time: their committed rows (kept by the store since the last
+//! write; the others of a batch counted by one statement, a `GROUP BY` over an `IN`
+//! list walking the `(container, id)` index of each, at most 256 rows; a sleeping
 //! destination's kept count is dropped once read, so that it costs nothing there),
-//! their memory and producers. So a refresh costs what changed, and an idle broker's runs
+//! their memory and producers. One statement per destination cost a round trip to
+//! the store's connection thread each: after a fill of 100,000 queues, a core for a
+//! minute. So a refresh costs what changed, and an idle broker's runs
 //! no store statement for its destinations, however many it holds. [`Broker::stats`]
 //! then copies the whole reading out (its size grows with the destinations), its
 //! counters as published now; the metrics refresh reads only the sums, and
@@ -352,6 +355,10 @@ impl Reading {
     }
 }
 
+/// Destinations a reading reads at a time: the store counts those it keeps no count
+/// of with one statement per batch ([`ebb_store::MessageStore::count_committed_many`]).
+const READ_BATCH: usize = 256;
+
 impl Broker {
     /// A snapshot of the broker's usage and of every running destination, in
     /// store-key order. Destinations are the ones in use since the broker started
@@ -463,39 +470,72 @@ impl Broker {
             ),
         }
         let mut done = Vec::with_capacity(todo.len());
-        while let Some(key) = todo.pop_first() {
-            let entry = board.get(&key);
-            let running = entry.as_ref().filter(|e| e.is_running());
-            let asleep = running.is_some_and(|e| e.is_asleep());
-            if asleep {
-                // Its actor stopped: the cached address would only hold its mailbox,
-                // and its memory usage counts nothing.
-                self.forget_address(&key);
-                self.forget_idle_usage(&key);
+        while !todo.is_empty() {
+            // A batch at a time: the store counts the rows of those it does not keep
+            // a count of with one statement per batch.
+            let mut batch = Vec::with_capacity(READ_BATCH.min(todo.len()));
+            while batch.len() < READ_BATCH {
+                let Some(key) = todo.pop_first() else { break };
+                let entry = board.get(&key);
+                let running = entry.filter(|e| e.is_running());
+                if running.as_ref().is_some_and(|e| e.is_asleep()) {
+                    // Its actor stopped: the cached address would only hold its
+                    // mailbox, and its memory usage counts nothing.
+                    self.forget_address(&key);
+                    self.forget_idle_usage(&key);
+                }
+                batch.push((key, running));
             }
-            if let Some(entry) = running {
-                match self.read_destination(&key, entry).await {
-                    Ok(read) => board.put_read(entry, Some(read)),
-                    Err(e) => {
-                        todo.insert(key);
-                        self.reading().state.lock().pending.append(&mut todo);
-                        return Err(e);
+            let containers: Vec<String> = batch
+                .iter()
+                .filter(|(_, running)| running.is_some())
+                .map(|(key, _)| key.container())
+                .collect();
+            let stored = match self.store().count_committed_many(&containers).await {
+                Ok(stored) => stored,
+                Err(e) => {
+                    let mut state = self.reading().state.lock();
+                    state.pending.extend(batch.into_iter().map(|(key, _)| key));
+                    state.pending.append(&mut todo);
+                    return Err(e.into());
+                }
+            };
+            let mut stored = stored.into_iter().zip(containers);
+            let mut batch = batch.into_iter();
+            while let Some((key, running)) = batch.next() {
+                match running {
+                    Some(entry) => {
+                        let (rows, container) = stored.next().expect("a count per running one");
+                        match self.read_destination_with(&key, &container, &entry, rows) {
+                            Ok(read) => board.put_read(&entry, Some(read)),
+                            Err(e) => {
+                                let mut state = self.reading().state.lock();
+                                state.pending.insert(key);
+                                state.pending.extend(batch.map(|(key, _)| key));
+                                state.pending.append(&mut todo);
+                                return Err(e);
+                            }
+                        }
+                    }
+                    None => {
+                        if let Some(entry) = board.get(&key) {
+                            board.put_read(&entry, None);
+                        }
                     }
                 }
-            } else if let Some(entry) = &entry {
-                board.put_read(entry, None);
+                if let Some(since_point) = &mut self.reading().state.lock().since_point {
+                    since_point.insert(key.clone());
+                }
+                done.push(key.container());
             }
-            if let Some(since_point) = &mut self.reading().state.lock().since_point {
-                since_point.insert(key.clone());
-            }
-            done.push(key.container());
         }
         Ok(done)
     }
 
     /// What a reading reads of one destination beside its published counters
     /// (`entry`): its committed rows (kept by the store since its last write, else
-    /// one `COUNT`; not kept for a sleeping one), its memory and producers.
+    /// one `COUNT`; not kept for a sleeping one), its memory and producers. A refresh
+    /// reads many at once instead ([`Self::refresh_reading`]).
     async fn read_destination(
         &self,
         key: &DestinationKey,
@@ -503,10 +543,21 @@ impl Broker {
     ) -> Result<LastRead, Error> {
         let container = key.container();
         let stored = self.store().count_committed(&container).await?;
+        self.read_destination_with(key, &container, entry, stored)
+    }
+
+    /// [`Self::read_destination`] with its committed rows counted (`stored`).
+    fn read_destination_with(
+        &self,
+        key: &DestinationKey,
+        container: &str,
+        entry: &Published,
+        stored: u64,
+    ) -> Result<LastRead, Error> {
         if entry.is_asleep() {
             // Counted again when it wakes or is written: a sleeping destination keeps
             // no count in the store's memory beside its reading.
-            self.store().forget_committed_count(&container);
+            self.store().forget_committed_count(container);
         }
         let counted = entry.read();
         let flow = self.destination_flow(key)?;

@@ -305,6 +305,14 @@ impl MessageStore for Detached {
         .await
     }
 
+    async fn count_committed_many(&self, containers: &[String]) -> Result<Vec<u64>> {
+        let containers = containers.to_vec();
+        detached(&self.0, |s| async move {
+            s.count_committed_many(&containers).await
+        })
+        .await
+    }
+
     fn take_written(&self) -> Option<Vec<String>> {
         self.0.take_written()
     }

@@ -2884,6 +2884,55 @@ macro_rules! impl_sql_store {
                 Ok(rows)
             }
 
+            async fn count_committed_many(
+                &self,
+                containers: &[String],
+            ) -> $crate::Result<Vec<u64>> {
+                use $crate::statements::COUNT_BATCH_SIZES;
+                let mut counts = vec![0; containers.len()];
+                let mut uncounted = Vec::new();
+                for (i, container) in containers.iter().enumerate() {
+                    match self.counts.get(container) {
+                        Some(rows) => counts[i] = rows,
+                        // A group's rows are counted with its topic's: one at a time.
+                        None if self.groups.topic_of(container).is_some() => {
+                            counts[i] = self.count_committed(container).await?;
+                        }
+                        None => uncounted.push(i),
+                    }
+                }
+                let largest = COUNT_BATCH_SIZES[COUNT_BATCH_SIZES.len() - 1];
+                for batch in uncounted.chunks(largest) {
+                    let size = COUNT_BATCH_SIZES
+                        .into_iter()
+                        .find(|&n| n >= batch.len())
+                        .unwrap_or(largest);
+                    let tokens: Vec<u64> = batch
+                        .iter()
+                        .map(|&i| self.counts.start(&containers[i]))
+                        .collect();
+                    self.stats.counted_committed();
+                    let sql = self.sql.count_committed_in(size);
+                    let mut query = sqlx::query_as::<_, (String, i64)>(&sql);
+                    for k in 0..size {
+                        // Padded with the batch's last name (`IN` ignores repeats).
+                        query = query.bind(&containers[batch[k.min(batch.len() - 1)]]);
+                    }
+                    let rows: std::collections::HashMap<String, i64> = query
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($crate::error::db("count messages"))?
+                        .into_iter()
+                        .collect();
+                    for (&i, token) in batch.iter().zip(tokens) {
+                        let n = rows.get(&containers[i]).copied().unwrap_or(0) as u64;
+                        counts[i] = n;
+                        self.counts.finish(&containers[i], token, n);
+                    }
+                }
+                Ok(counts)
+            }
+
             fn take_written(&self) -> Option<Vec<String>> {
                 self.counts.take_written()
             }

@@ -640,7 +640,28 @@ fn expired_after(p: &str, backend: Backend, columns: &str) -> [String; 2] {
     }
 }
 
+/// The sizes of the `IN` lists [`Statements::count_committed_in`] makes: a batch of
+/// containers is padded to the smallest that holds it (repeating its last name), so
+/// that at most three texts are prepared.
+pub(crate) const COUNT_BATCH_SIZES: [usize; 3] = [8, 64, 256];
+
 impl Statements {
+    /// The committed rows of each of `$1..=$n` (`n` one of [`COUNT_BATCH_SIZES`]):
+    /// one row `(container, count)` per container that holds any, so at most `n`
+    /// rows, each count a walk of `msgs_cidx` over that container as
+    /// [`Statements::count_committed`]'s.
+    pub(crate) fn count_committed_in(&self, n: usize) -> String {
+        let list = (1..=n)
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "SELECT container, COUNT(*) FROM {}msgs WHERE container IN ({list}) \
+             AND xid IS NULL GROUP BY container",
+            self.prefix
+        )
+    }
+
     pub fn new(p: &str, backend: Backend) -> Self {
         let mut s = Self::message_statements(p, backend).with_subscription_statements();
         s.groups = GroupStatements::new(p, backend);

@@ -2724,18 +2724,22 @@ async fn history_keeps_series_only_for_active_destinations() {
     let n = |field: &str| memory[field].as_u64().unwrap() as usize;
     let key_bytes = name(0).len();
     assert_eq!(n("series"), 100, "{memory}");
-    assert_eq!(
-        n("series_bytes"),
-        100 * (ebb::history::SERIES_BYTES + key_bytes),
+    // Young series hold their few points, not the day's worth they may grow to.
+    assert!(n("series_bytes") > 100 * key_bytes, "{memory}");
+    assert!(
+        n("series_bytes") < 100 * (ebb::history::SERIES_BYTES / 4 + key_bytes),
         "{memory}"
     );
     assert_eq!(n("readings"), 10_000, "{memory}");
-    assert_eq!(
-        n("reading_bytes"),
-        10_000 * (ebb::history::READING_BYTES + key_bytes),
+    // Each reading, its name in an `Arc` (two counts before it), and a place in the
+    // set of the 100 that moved (a pointer and a control byte each).
+    let readings = 10_000 * (ebb::history::READING_BYTES + key_bytes + 16);
+    assert!(
+        (readings..readings + 256 * 17).contains(&n("reading_bytes")),
         "{memory}"
     );
-    assert_eq!(n("broker_bytes"), ebb::history::BROKER_SERIES_BYTES);
+    assert!(n("broker_bytes") > 0, "{memory}");
+    assert!(n("broker_bytes") < ebb::history::BROKER_SERIES_BYTES, "{memory}");
     let sent_to = call(
         "GET",
         format!("{api}/broker/destinations?sort=depth&order=desc&limit=100"),

@@ -191,7 +191,55 @@ async fn a_count_beside_writes_is_never_kept_stale(t: TestStore) {
     assert_eq!(raw.count_committed(Q).await, 200);
 }
 
+/// Counts of many containers at once are each container's fresh `COUNT` (prepared
+/// rows left out, an empty or unknown container 0, a name given twice answered
+/// twice), in the order asked, with one statement per 256 containers not kept, and
+/// none for those kept since their last write.
+async fn counts_of_many_containers_take_a_statement_per_batch(t: TestStore) {
+    let store = t.open().await;
+    let mut raw = Raw::connect(&t).await;
+    let counts = || store.stats().snapshot().committed_counts;
+    let names: Vec<String> = (0..300).map(|i| format!("queue://many.{i:03}")).collect();
+    store
+        .add_messages(
+            names
+                .iter()
+                .enumerate()
+                .flat_map(|(i, n)| (0..i % 4).map(move |j| message(n, &format!("{j}"), 0)))
+                .chain([prepared(&names[1], "held", 0, "xid-many")])
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let mut asked = names.clone();
+    asked.push("queue://many.unknown".into());
+    asked.push(names[3].clone());
+    let before = counts();
+    let many = store.count_committed_many(&asked).await.unwrap();
+    // 302 names, of which 301 distinct and none kept: batches of 256 and 46.
+    assert_eq!(counts(), before + 2);
+    assert_eq!(many.len(), asked.len());
+    for (name, n) in asked.iter().zip(&many) {
+        assert_eq!(*n, raw.count_committed(name).await, "{name}");
+    }
+    assert_eq!(many[1], 1, "the prepared row is not counted");
+    assert_eq!(many[300], 0);
+    assert_eq!(many[301], 3);
+    // Kept now: asked again, nothing runs; one written to is counted alone.
+    store
+        .add_messages(vec![message(&names[7], "more", 0)])
+        .await
+        .unwrap();
+    let before = counts();
+    let again = store.count_committed_many(&asked).await.unwrap();
+    assert_eq!(counts(), before + 1);
+    assert_eq!(again[7], many[7] + 1);
+    assert_eq!(store.count_committed(&names[7]).await.unwrap(), again[7]);
+    assert_eq!(counts(), before + 1, "the batch's count is kept");
+}
+
 on_every_backend!(
     committed_counts_follow_every_write,
     a_count_beside_writes_is_never_kept_stale,
+    counts_of_many_containers_take_a_statement_per_batch,
 );
