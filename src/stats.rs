@@ -18,8 +18,8 @@
 //! ([`ebb_actors::destination::LastRead`], about 60 bytes each, with the sums on the
 //! board: no map of its own) and a refresh reads again only the destinations on
 //! either list, 256 at a time: their committed rows (kept by the store since the last
-//! write; the others of a batch counted by one statement, a `GROUP BY` over an `IN`
-//! list walking the `(container, id)` index of each, at most 256 rows; a sleeping
+//! write; the others counted 32 to a statement, a `GROUP BY` over an `IN` list
+//! walking the `(container, id)` index of each, at most 32 rows; a sleeping
 //! destination's kept count is dropped once read, so that it costs nothing there),
 //! their memory and producers. One statement per destination cost a round trip to
 //! the store's connection thread each: after a fill of 100,000 queues, a core for a
@@ -356,7 +356,7 @@ impl Reading {
 }
 
 /// Destinations a reading reads at a time: the store counts those it keeps no count
-/// of with one statement per batch ([`ebb_store::MessageStore::count_committed_many`]).
+/// of 32 to a statement ([`ebb_store::MessageStore::count_committed_many`]).
 const READ_BATCH: usize = 256;
 
 impl Broker {

@@ -316,7 +316,7 @@ pub struct StatsSnapshot {
     pub in_doubt_commits: u64,
     /// `COUNT` statements run by [`MessageStore::count_committed`] and
     /// [`MessageStore::count_committed_many`] (a count kept since the container's last
-    /// write runs none; a batch of up to 256 containers runs one).
+    /// write runs none; a batch of up to 32 containers runs one).
     pub committed_counts: u64,
 }
 
@@ -663,7 +663,7 @@ pub trait MessageStore: Send + Sync + 'static {
 
     /// [`Self::count_committed`] of each of `containers`, in their order: the SQL
     /// stores answer kept counts from memory and count the rest with one statement
-    /// per 256 containers (a `GROUP BY` over an `IN` list, at most 256 rows), so a
+    /// per 32 containers (a `GROUP BY` over an `IN` list, at most 32 rows), so a
     /// reader with many containers to count (the broker's stats reading after a
     /// fill of 100,000 queues) pays a round trip per batch, not per container. The
     /// default asks [`Self::count_committed`] for each.

@@ -2739,7 +2739,10 @@ async fn history_keeps_series_only_for_active_destinations() {
         "{memory}"
     );
     assert!(n("broker_bytes") > 0, "{memory}");
-    assert!(n("broker_bytes") < ebb::history::BROKER_SERIES_BYTES, "{memory}");
+    assert!(
+        n("broker_bytes") < ebb::history::BROKER_SERIES_BYTES,
+        "{memory}"
+    );
     let sent_to = call(
         "GET",
         format!("{api}/broker/destinations?sort=depth&order=desc&limit=100"),

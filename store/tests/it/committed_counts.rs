@@ -193,7 +193,7 @@ async fn a_count_beside_writes_is_never_kept_stale(t: TestStore) {
 
 /// Counts of many containers at once are each container's fresh `COUNT` (prepared
 /// rows left out, an empty or unknown container 0, a name given twice answered
-/// twice), in the order asked, with one statement per 256 containers not kept, and
+/// twice), in the order asked, with one statement per 32 containers not kept, and
 /// none for those kept since their last write.
 async fn counts_of_many_containers_take_a_statement_per_batch(t: TestStore) {
     let store = t.open().await;
@@ -216,8 +216,8 @@ async fn counts_of_many_containers_take_a_statement_per_batch(t: TestStore) {
     asked.push(names[3].clone());
     let before = counts();
     let many = store.count_committed_many(&asked).await.unwrap();
-    // 302 names, of which 301 distinct and none kept: batches of 256 and 46.
-    assert_eq!(counts(), before + 2);
+    // 302 names, none kept: 9 batches of 32 and one of 14.
+    assert_eq!(counts(), before + 10);
     assert_eq!(many.len(), asked.len());
     for (name, n) in asked.iter().zip(&many) {
         assert_eq!(*n, raw.count_committed(name).await, "{name}");
