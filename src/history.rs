@@ -35,8 +35,8 @@
 //!   its name in an `Arc`, 16 bytes more: about 1.5 MB for 10,000 destinations,
 //!   linear in their number): the counters the next step's rates are computed from,
 //!   which also serve the sorted destination table ([`History::table`]). New
-//!   readings join the sorted list in place, so a step that adds many never holds
-//!   the list twice; a step's input is taken one destination at a time
+//!   readings are sorted into the list in place, never copied into a second list;
+//!   a step's input is taken one destination at a time
 //!   ([`History::record_changes`]).
 //!
 //! [`History::usage`] counts these bytes as they are now.
@@ -592,8 +592,11 @@ impl History {
     /// usage and totals (its `destinations` are not looked at). Every other
     /// destination keeps its last reading, with no activity over the step. Costs
     /// what changed plus the series kept (at most [`MAX_SERIES`]), not the number of
-    /// destinations; `changes` is consumed one at a time (a caller that makes each
-    /// [`DestinationStats`] as it goes holds one at a time), and not at all when no
+    /// destinations, except a step that adds or ends destinations: it sorts the new
+    /// readings in among all the others (O(n log n) moves in place) or takes the
+    /// ended out (one pass). `changes` is consumed one at a time, under the
+    /// history's lock (a caller that makes each [`DestinationStats`] as it goes holds
+    /// one at a time; a query waits for the step meanwhile), and not at all when no
     /// step is due (`false`).
     pub fn record_changes<D: std::borrow::Borrow<DestinationStats>>(
         &self,
@@ -621,7 +624,9 @@ impl History {
             ..
         } = &mut *inner;
         let mut total = Counters::default();
-        let mut added = Vec::new();
+        // New readings are pushed after the sorted ones (sorted in with them after
+        // the loop); only those before `sorted` are searched.
+        let sorted = readings.len();
         let mut ended = std::collections::HashSet::new();
         for change in changes {
             let d = match change {
@@ -632,7 +637,7 @@ impl History {
                 }
             };
             let d: &DestinationStats = d.borrow();
-            let at = readings.binary_search_by(|r| (*r.key).cmp(&d.destination));
+            let at = readings[..sorted].binary_search_by(|r| (*r.key).cmp(&d.destination));
             let old = at.ok().map(|i| &readings[i]);
             let counters = Counters {
                 enqueued: d.enqueued_total,
@@ -687,20 +692,23 @@ impl History {
             };
             match at {
                 Ok(i) => readings[i] = reading,
-                Err(_) => added.push(reading),
+                Err(_) => readings.push(reading),
             }
         }
         // New and ended destinations, in place (a step with neither moves nothing):
-        // the readings never exist twice.
-        if !added.is_empty() {
-            readings.reserve_exact(added.len());
-            readings.append(&mut added);
+        // the readings are never copied into a second list. The list grows by
+        // doubling (a large one is moved by the allocator's `mremap`, not copied) and
+        // gives back what it does not use.
+        if readings.len() > sorted {
             readings.sort_unstable_by(|a, b| a.key.cmp(&b.key));
             readings.dedup_by(|a, b| a.key == b.key);
         }
         if !ended.is_empty() {
             readings.retain(|r| !ended.contains(&*r.key));
             moving.retain(|k| !ended.contains(&**k));
+        }
+        if readings.capacity() > readings.len() + readings.len() / 4 + 64 {
+            readings.shrink_to_fit();
         }
         // Destinations that moved over the last step and not over this one: their
         // rates are 0 now.
@@ -718,6 +726,10 @@ impl History {
             if let Ok(i) = readings.binary_search_by(|r| r.key.cmp(&key)) {
                 readings[i].rates = Rates::default();
             }
+        }
+        // After a burst over many destinations, the set gives its room back.
+        if moving.capacity() > 4 * moving.len() + 1024 {
+            moving.shrink_to_fit();
         }
         // Series end when their destination stops running, or when it stayed idle
         // for a whole fine window and nobody asked for it; those kept that did not

@@ -662,8 +662,10 @@ pub trait MessageStore: Send + Sync + 'static {
     async fn count_committed(&self, container: &str) -> Result<u64>;
 
     /// [`Self::count_committed`] of each of `containers`, in their order: the SQL
-    /// stores answer kept counts from memory and count the rest with one statement
-    /// per 32 containers (a `GROUP BY` over an `IN` list, at most 32 rows), so a
+    /// stores answer kept counts from memory, count a virtual topic or shared
+    /// subscription group's rows as [`Self::count_committed`] does (a statement or
+    /// two each), and count the rest with one statement per 32 containers (a
+    /// `GROUP BY` over an `IN` list, at most 32 rows), so a
     /// reader with many containers to count (the broker's stats reading after a
     /// fill of 100,000 queues) pays a round trip per batch, not per container. The
     /// default asks [`Self::count_committed`] for each.
