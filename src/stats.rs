@@ -471,8 +471,8 @@ impl Broker {
         }
         let mut done = Vec::with_capacity(todo.len());
         while !todo.is_empty() {
-            // A batch at a time: the store counts the rows of those it does not keep
-            // a count of with one statement per batch.
+            // A batch at a time: the store counts the rows of those it keeps no
+            // count of 32 to a statement.
             let mut batch = Vec::with_capacity(READ_BATCH.min(todo.len()));
             while batch.len() < READ_BATCH {
                 let Some(key) = todo.pop_first() else { break };
