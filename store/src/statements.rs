@@ -651,7 +651,7 @@ pub(crate) const COUNT_BATCH_SIZES: [usize; 2] = [8, 32];
 impl Statements {
     /// The committed rows of each of `$1..=$n` (`n` one of [`COUNT_BATCH_SIZES`]):
     /// one row `(container, count)` per container that holds any, so at most `n`
-    /// rows, each count a walk of `msgs_cidx` over that container as
+    /// rows (and `LIMIT n` says so), each count a walk of `msgs_cidx` over that container as
     /// [`Statements::count_committed`]'s.
     pub(crate) fn count_committed_in(&self, n: usize) -> String {
         let list = (1..=n)
@@ -660,7 +660,7 @@ impl Statements {
             .join(", ");
         format!(
             "SELECT container, COUNT(*) FROM {}msgs WHERE container IN ({list}) \
-             AND xid IS NULL GROUP BY container",
+             AND xid IS NULL GROUP BY container LIMIT {n}",
             self.prefix
         )
     }
