@@ -651,8 +651,8 @@ pub(crate) const COUNT_BATCH_SIZES: [usize; 2] = [8, 32];
 impl Statements {
     /// The committed rows of each of `$1..=$n` (`n` one of [`COUNT_BATCH_SIZES`]):
     /// one row `(container, count)` per container that holds any, so at most `n`
-    /// rows (and `LIMIT n` says so), each count a walk of `msgs_cidx` over that container as
-    /// [`Statements::count_committed`]'s.
+    /// rows (and `LIMIT n` says so), each count a walk of `msgs_cidx` over that
+    /// container as [`Statements::count_committed`]'s.
     pub(crate) fn count_committed_in(&self, n: usize) -> String {
         let list = (1..=n)
             .map(|i| format!("${i}"))
