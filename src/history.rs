@@ -55,6 +55,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::Serialize;
 
+pub use crate::stats::Change;
 use crate::stats::{BrokerStats, DestinationKind, DestinationStats};
 
 /// The wall clock, epoch ms: the time [`History::record`] and the queries take.
@@ -303,15 +304,6 @@ struct Tracked {
     active_ms: i64,
     /// Until when it stays tracked because its history was asked for, ms.
     viewed_until_ms: i64,
-}
-
-/// One destination's part of a point ([`History::record_changes`]).
-#[derive(Debug, Clone)]
-pub enum Change<D> {
-    /// Read again: its stats now.
-    Read(D),
-    /// Its store key: it no longer runs (deleted, or ended as temporary).
-    Ended(String),
 }
 
 /// A running destination's last reading.

@@ -38,7 +38,6 @@ use serde::{Deserialize, Serialize};
 use ebb_actors::destination::{LastRead, Published, ReadTotals, StatsBoard};
 use ebb_actors::messages::Stats;
 
-use crate::history::Change;
 use crate::{Broker, Error};
 
 /// `used` as a percentage of `limit` (0.0 ..= 100.0, more when over the limit).
@@ -353,6 +352,17 @@ impl Reading {
         });
         all.chain(changed)
     }
+}
+
+/// One destination's part of a history point
+/// ([`crate::history::History::record_changes`]): defined here, beside what it
+/// carries, so that the history depends on the stats and not the other way round.
+#[derive(Debug, Clone)]
+pub enum Change<D> {
+    /// Read again: its stats now.
+    Read(D),
+    /// Its store key: it no longer runs (deleted, or ended as temporary).
+    Ended(String),
 }
 
 /// Destinations a reading reads at a time: the store counts those it keeps no count
