@@ -193,9 +193,16 @@ pub struct MqttState {
 }
 
 /// MQTT as a [`Protocol`] of a listener: the broker its connections use and their
-/// settings. Clones share both.
+/// settings, behind one [`Arc`] that every connection of the listener shares (a
+/// connection holds a pointer to them, not a copy: issue 53). Clones share both;
+/// `mqtt.broker` and `mqtt.config` read them.
 #[derive(Clone)]
 pub struct Mqtt {
+    shared: Arc<MqttShared>,
+}
+
+/// What [`Mqtt`] shares with its connections.
+pub struct MqttShared {
     /// The broker each connection's session applies its packets to.
     pub broker: Broker,
     /// What every connection shares.
@@ -205,7 +212,17 @@ pub struct Mqtt {
 impl Mqtt {
     /// MQTT over `broker` with `config`.
     pub fn new(broker: Broker, config: MqttConfig) -> Self {
-        Mqtt { broker, config }
+        Mqtt {
+            shared: Arc::new(MqttShared { broker, config }),
+        }
+    }
+}
+
+impl std::ops::Deref for Mqtt {
+    type Target = MqttShared;
+
+    fn deref(&self) -> &MqttShared {
+        &self.shared
     }
 }
 
@@ -213,10 +230,10 @@ impl Protocol for Mqtt {
     const NAME: &'static str = "MQTT";
 
     fn take_slot(&self, address: std::net::IpAddr) -> Result<Slot, OverCap> {
-        self.config.slots.take_within(
+        self.shared.config.slots.take_within(
             address,
-            self.config.max_connections,
-            self.config.max_connections_per_address,
+            self.shared.config.max_connections,
+            self.shared.config.max_connections_per_address,
         )
     }
 
@@ -230,7 +247,7 @@ impl Protocol for Mqtt {
     where
         S: AsyncRead + AsyncWrite + Unpin + 'static,
     {
-        session::serve(io, self.broker.clone(), self.config.clone(), connection)
+        session::serve(io, Arc::clone(&self.shared), connection)
     }
 }
 

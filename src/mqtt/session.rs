@@ -16,17 +16,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use bytes::BytesMut;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
+use tokio::io::AsyncWriteExt;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamMap;
-use tokio_util::codec::{Decoder, Encoder};
 
 use super::topic;
 use super::wire::{self, reason, ConnAck, Connect, Filter, In, Out, Publish, Version, Will, Wire};
-use super::{MqttConfig, PRE_CONNECT_MAX_PACKET, TOPIC_ALIASES};
+use super::{MqttShared, PRE_CONNECT_MAX_PACKET, TOPIC_ALIASES};
 use crate::auth::{AccessError, LoginFailure, Principal, Right};
 use crate::broker::{
     AckMode, Acker, Broker, Message, Received, SendOptions, SessionSubscription, Space,
@@ -34,6 +32,8 @@ use crate::broker::{
     TOO_MANY_GROUPS,
 };
 use crate::transport::client_ids::Claim;
+use crate::transport::futures_set::Lazy;
+use crate::transport::link::Link;
 use crate::transport::Accepted;
 use crate::{DestinationKey, Error};
 
@@ -74,83 +74,6 @@ const MAX_HELD: usize = 1_000;
 /// Packets queued for the client before a turn stops taking deliveries.
 const WRITE_BATCH: usize = 256;
 
-/// The least a read asks for, bytes: an idle connection's read buffer is this small
-/// (a read that fills what it asked for doubles the next one, up to
-/// [`MAX_READ_CHUNK`]; one that uses under a quarter halves it).
-const MIN_READ_CHUNK: usize = 256;
-
-/// The most a read asks for, bytes.
-const MAX_READ_CHUNK: usize = 64 << 10;
-
-/// A write buffer larger than this after a flush is given back (a burst's).
-const KEEP_WRITE_BUFFER: usize = 64 << 10;
-
-/// One connection's bytes: the socket, the codec, and buffers sized to what the
-/// client sends, so that an idle connection holds a few hundred bytes (tokio-util's
-/// `Framed` keeps 8 KiB each way whatever the traffic; 10,000 idle connections held
-/// 160 MiB in them).
-struct Link<S> {
-    io: S,
-    wire: Wire,
-    read: BytesMut,
-    write: BytesMut,
-    /// What the next read asks for.
-    chunk: usize,
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> Link<S> {
-    fn new(io: S, wire: Wire) -> Self {
-        Link {
-            io,
-            wire,
-            read: BytesMut::new(),
-            write: BytesMut::new(),
-            chunk: MIN_READ_CHUNK,
-        }
-    }
-
-    /// The next packet; `None` at the end of the input (between packets). Cancel-safe:
-    /// the codec keeps what it decoded, and a read that did not finish read nothing.
-    async fn next(&mut self) -> Option<Result<In, wire::WireError>> {
-        loop {
-            match self.wire.decode(&mut self.read) {
-                Ok(Some(packet)) => return Some(Ok(packet)),
-                Ok(None) => {}
-                Err(e) => return Some(Err(e)),
-            }
-            if self.read.capacity() - self.read.len() < self.chunk / 2 {
-                self.read.reserve(self.chunk);
-            }
-            let room = self.read.capacity() - self.read.len();
-            match self.io.read_buf(&mut self.read).await {
-                Ok(0) if self.read.is_empty() => return None,
-                Ok(0) => {
-                    return Some(Err(wire::WireError::Malformed(
-                        "the connection ended in the middle of a packet".into(),
-                    )))
-                }
-                Ok(n) if n >= room => self.chunk = (self.chunk * 2).min(MAX_READ_CHUNK),
-                Ok(n) if n < room / 4 => self.chunk = (self.chunk / 2).max(MIN_READ_CHUNK),
-                Ok(_) => {}
-                Err(e) => return Some(Err(wire::WireError::Io(e))),
-            }
-        }
-    }
-
-    fn feed(&mut self, packet: Out) -> std::io::Result<()> {
-        self.wire.encode(packet, &mut self.write)
-    }
-
-    async fn flush(&mut self) -> std::io::Result<()> {
-        self.io.write_all(&self.write).await?;
-        self.write.clear();
-        if self.write.capacity() > KEEP_WRITE_BUFFER {
-            self.write = BytesMut::new();
-        }
-        self.io.flush().await
-    }
-}
-
 /// How long a closing connection may take to write its last packets.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
@@ -190,12 +113,14 @@ struct Sub {
     shared: Option<DestinationKey>,
 }
 
-/// Serves one MQTT connection until it ends.
-pub async fn serve<S>(io: S, broker: Broker, config: MqttConfig, accepted: Accepted)
+/// Serves one MQTT connection until it ends. The session is made (and registered)
+/// now, and the future holds it alone: an `async fn` would hold its arguments beside
+/// it for as long as the connection lives.
+pub fn serve<S>(io: S, mqtt: Arc<MqttShared>, accepted: Accepted) -> impl Future<Output = ()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let registration = config.connections.register(
+    let registration = mqtt.config.connections.register(
         &accepted.session_id,
         accepted.peer,
         <super::Mqtt as crate::transport::Protocol>::NAME,
@@ -204,11 +129,10 @@ where
     let mut s = Session {
         link: Link::new(
             io,
-            Wire::new(PRE_CONNECT_MAX_PACKET.min(config.max_packet_size)),
+            Wire::new(PRE_CONNECT_MAX_PACKET.min(mqtt.config.max_packet_size)),
         ),
-        broker,
+        mqtt,
         connection: crate::broker::next_connection_id(),
-        config,
         accepted,
         registration,
         registered: (false, 0),
@@ -230,7 +154,7 @@ where
         next_packet_id: 1,
         window: 0,
         client_max_packet: None,
-        sends: FuturesOrdered::new(),
+        sends: Lazy::default(),
         qos2: HashSet::new(),
         qos2_pending: HashSet::new(),
         qos1_pending: HashSet::new(),
@@ -238,22 +162,24 @@ where
         held: VecDeque::new(),
         wait: None,
         disconnect: None,
-        acks: FuturesUnordered::new(),
+        acks: Lazy::default(),
         aliases: HashMap::new(),
         producing: HashSet::new(),
         out: Vec::new(),
     };
-    let end = s.run().await;
-    // Boxed: its store calls would otherwise size every idle connection's task.
-    Box::pin(s.close(end)).await;
+    async move {
+        let end = s.run().await;
+        // Boxed: its store calls would otherwise size every idle connection's task.
+        Box::pin(s.close(end)).await;
+    }
 }
 
 struct Session<S> {
-    link: Link<S>,
-    broker: Broker,
+    link: Link<S, Wire>,
+    /// The broker and the settings, shared by every connection of the listener.
+    mqtt: Arc<MqttShared>,
     /// This connection's number ([`crate::broker::next_connection_id`]): no-local.
     connection: u64,
-    config: MqttConfig,
     accepted: Accepted,
     registration: crate::transport::connections::Registration,
     registered: (bool, usize),
@@ -262,7 +188,8 @@ struct Session<S> {
     principal: Option<Principal>,
     claim: Option<Claim>,
     take_over: Option<tokio::sync::oneshot::Receiver<()>>,
-    will: Option<Will>,
+    /// Boxed: most connections have none, and every connection would hold its room.
+    will: Option<Box<Will>>,
     /// The session outlives the connection (durable subscriptions, stored filters).
     persistent: bool,
     /// A stored session was resumed (or may exist): a non-persistent end discards it.
@@ -282,7 +209,7 @@ struct Session<S> {
     /// QoS 1 and 2 deliveries the client takes unacknowledged.
     window: usize,
     client_max_packet: Option<u32>,
-    sends: FuturesOrdered<Pending<Sent>>,
+    sends: Lazy<FuturesOrdered<Pending<Sent>>>,
     /// QoS 2 packet ids received, stored and answered (PUBREC), not yet released
     /// (PUBREL).
     qos2: HashSet<u16>,
@@ -299,7 +226,7 @@ struct Session<S> {
     /// A DISCONNECT read while publishes were held for space: it ends the connection
     /// once they have gone (nothing more is read meanwhile).
     disconnect: Option<End>,
-    acks: FuturesUnordered<Pending<Result<(), Error>>>,
+    acks: Lazy<FuturesUnordered<Pending<Result<(), Error>>>>,
     aliases: HashMap<u16, String>,
     producing: HashSet<DestinationKey>,
     out: Vec<Out>,
@@ -310,7 +237,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     fn version(&self) -> Version {
-        self.link.wire.version().unwrap_or(Version::V3)
+        self.link.codec().version().unwrap_or(Version::V3)
     }
 
     /// Whether the next packet is read. Past [`MqttConfig::receive_maximum`] publishes
@@ -328,7 +255,7 @@ where
 
     /// The receive maximum CONNACK gives a 5.0 client ([`MqttConfig::receive_maximum`]).
     fn receive_maximum(&self) -> usize {
-        usize::from(self.config.receive_maximum.max(1))
+        usize::from(self.mqtt.config.receive_maximum.max(1))
     }
 
     /// QoS 1 and 2 publishes of the client not answered yet by PUBACK or PUBCOMP: read
@@ -447,14 +374,15 @@ where
         if self.out.is_empty() {
             return Ok(());
         }
-        let stall = Duration::from_millis(self.config.connect_timeout_ms);
+        let stall = Duration::from_millis(self.mqtt.config.connect_timeout_ms);
         let link = &mut self.link;
-        let out = &mut self.out;
+        // Taken, so an idle connection keeps no room for packets.
+        let out = std::mem::take(&mut self.out);
         let write = async {
-            for packet in out.drain(..) {
+            for packet in out {
                 link.feed(packet)?;
             }
-            link.flush().await
+            link.write_out().await
         };
         match tokio::time::timeout(stall, write).await {
             Ok(Ok(())) => Ok(()),
@@ -466,7 +394,7 @@ where
         let mut due = Instant::now() + Duration::from_secs(3_600);
 
         if self.connected.is_none() {
-            due = due.min(self.opened + Duration::from_millis(self.config.connect_timeout_ms));
+            due = due.min(self.opened + Duration::from_millis(self.mqtt.config.connect_timeout_ms));
         }
         if let Some(keep_alive) = self.keep_alive {
             // While the broker holds publishes it does not read: no silence of the client's.
@@ -479,7 +407,7 @@ where
 
     fn on_timer(&mut self) -> Result<(), End> {
         if self.connected.is_none()
-            && self.opened.elapsed() >= Duration::from_millis(self.config.connect_timeout_ms)
+            && self.opened.elapsed() >= Duration::from_millis(self.mqtt.config.connect_timeout_ms)
         {
             tracing::info!(session = %self.accepted.session_id, "closing: no CONNECT in time");
             return Err(End::Lost);
@@ -649,7 +577,7 @@ where
             this.connack_refused(code, &why);
             Err(End::Lost)
         };
-        if self.broker.refuse_if_shut_down().is_err() {
+        if self.mqtt.broker.refuse_if_shut_down().is_err() {
             return refused(
                 self,
                 reason::SERVER_UNAVAILABLE,
@@ -692,18 +620,19 @@ where
                 return refused(self, code, why);
             }
         }
-        let claim = match self.config.client_ids.claim(&client_id, true).await {
+        let claim = match self.mqtt.config.client_ids.claim(&client_id, true).await {
             Ok(claim) => claim,
             Err(e) => return refused(self, reason::SERVER_UNAVAILABLE, e.to_string()),
         };
         self.claim = Some(claim);
         self.take_over = self.claim.as_mut().and_then(Claim::take_over_signal);
         {
-            let mut generations = self.config.state.generations.lock();
+            let mut generations = self.mqtt.config.state.generations.lock();
             *generations.entry(client_id.clone()).or_insert(0) += 1;
         }
         // The session: a clean start discards what is stored; otherwise it resumes.
         let stored = match self
+            .mqtt
             .broker
             .session_subscriptions(PROTOCOL, &client_id)
             .await
@@ -723,6 +652,7 @@ where
         // A persistent session is marked in the store while connected (below): a
         // mark says the session exists, even with no subscription.
         let marked = match self
+            .mqtt
             .broker
             .cancel_session_expiry(PROTOCOL, &client_id)
             .await
@@ -736,7 +666,10 @@ where
                 )
             }
         };
-        self.window = c.receive_max.unwrap_or(self.config.delivery_window).max(1) as usize;
+        self.window = c
+            .receive_max
+            .unwrap_or(self.mqtt.config.delivery_window)
+            .max(1) as usize;
         self.client_max_packet = c.max_packet_size;
         if c.keep_alive > 0 {
             self.keep_alive = Some(Duration::from_millis(c.keep_alive as u64 * 1_500));
@@ -750,12 +683,12 @@ where
                     format!("cannot discard the stored session: {e}"),
                 );
             }
-            self.config.state.received.lock().remove(&client_id);
+            self.mqtt.config.state.received.lock().remove(&client_id);
         } else {
             self.resumed = !stored.is_empty() || marked;
             self.stored = self.resumed;
             session_present = self.resumed;
-            if let Some(ids) = self.config.state.received.lock().remove(&client_id) {
+            if let Some(ids) = self.mqtt.config.state.received.lock().remove(&client_id) {
                 self.qos2 = ids;
             }
             for s in &stored {
@@ -770,6 +703,7 @@ where
             // connection ends); its mark says so, and that it exists.
             let mark = connected(self.session_expiry);
             if let Err(e) = self
+                .mqtt
                 .broker
                 .expire_session_at(PROTOCOL, &client_id, mark)
                 .await
@@ -782,17 +716,17 @@ where
             }
             self.stored = true;
         }
-        self.will = c.will;
+        self.will = c.will.map(Box::new);
         self.link
-            .wire
-            .set_max_packet_size(self.config.max_packet_size);
+            .codec_mut()
+            .set_max_packet_size(self.mqtt.config.max_packet_size);
         self.out.push(Out::ConnAck(Box::new(ConnAck {
             session_present,
             reason: reason::SUCCESS,
             reason_string: None,
             assigned_client_id: assigned,
-            receive_max: self.config.receive_maximum.max(1),
-            max_packet_size: self.config.max_packet_size,
+            receive_max: self.mqtt.config.receive_maximum.max(1),
+            max_packet_size: self.mqtt.config.max_packet_size,
             topic_alias_max: TOPIC_ALIASES,
             retain_available: true,
             shared_available: true,
@@ -803,7 +737,7 @@ where
 
     /// Logs in by the client certificate's subject (TLS) or by user name and password.
     async fn log_in(&mut self, c: &Connect) -> Result<(), (u8, String)> {
-        let security = Arc::clone(&self.config.security);
+        let security = Arc::clone(&self.mqtt.config.security);
         if let (Some(subject), true) = (
             &self.accepted.certificate_subject,
             security.requires_login(),
@@ -853,7 +787,8 @@ where
     /// Whether this connection's user has `right` on `key` (STOMP's rights).
     /// Errors: [`AccessError`], whose text a refusal carries.
     fn authorize(&self, right: Right, key: &DestinationKey) -> Result<(), AccessError> {
-        self.config
+        self.mqtt
+            .config
             .security
             .authorize(self.principal.as_ref(), right, key)
     }
@@ -899,7 +834,7 @@ where
             if self.persistent {
                 // Resent after a restart of the broker or a takeover (with DUP, or
                 // without, as some clients do): held already?
-                match self.broker.is_held(&self.held_name(id)).await {
+                match self.mqtt.broker.is_held(&self.held_name(id)).await {
                     Ok(true) => {
                         self.qos2.insert(id);
                         self.out.push(Out::PubRec(id, reason::SUCCESS));
@@ -971,10 +906,10 @@ where
             return self.refuse_publish(&p, reason::NOT_AUTHORIZED, e.to_string());
         }
         let persistent = p.qos > 0;
-        match self.broker.check_space(&key, persistent) {
+        match self.mqtt.broker.check_space(&key, persistent) {
             Ok(Space::Free) => {}
             Ok(Space::Wait) => {
-                let broker = self.broker.clone();
+                let broker = self.mqtt.broker.clone();
                 let waiting = key.clone();
                 self.wait = Some(Box::pin(async move {
                     broker.wait_for_space(&waiting, persistent).await
@@ -990,7 +925,7 @@ where
             Err((code, why)) => return self.refuse_publish(&p, code, why),
         };
         if self.producing.insert(key.clone()) {
-            self.broker.producer_joined(&key);
+            self.mqtt.broker.producer_joined(&key);
         }
         let (id, qos) = (p.packet_id, p.qos);
         // A held QoS 2 message's retained copy goes at PUBREL, built from it.
@@ -1003,9 +938,10 @@ where
         // under its packet id, so a resend after a crash is not stored twice.
         let held = (qos == 2 && self.persistent).then(|| self.held_name(id.expect("checked")));
         let sending = match &held {
-            Some(name) => self.broker.hold_send(&key, message, name).await,
+            Some(name) => self.mqtt.broker.hold_send(&key, message, name).await,
             None => {
-                self.broker
+                self.mqtt
+                    .broker
                     .start_send_with(&key, message, SendOptions::checked())
                     .await
             }
@@ -1014,15 +950,16 @@ where
             Ok(pending) => pending,
             Err(e) => {
                 if let Some(name) = &held {
-                    let _ = self.broker.drop_held(&format!("{name}:")).await;
+                    let _ = self.mqtt.broker.drop_held(&format!("{name}:")).await;
                 }
                 return self.on_sent((id, qos, Err(e)));
             }
         };
-        let broker = self.broker.clone();
+        let broker = self.mqtt.broker.clone();
         // A retained publish is answered once the retained queue has it too.
         let kept = match retained {
             Some((queue, copy)) => match self
+                .mqtt
                 .broker
                 .start_send_with(&queue, copy, SendOptions::checked())
                 .await
@@ -1032,7 +969,7 @@ where
             },
             None => None,
         };
-        self.sends.push_back(Box::pin(async move {
+        self.sends.push(Box::pin(async move {
             let mut outcome = sent.await.map(drop);
             if let Some(kept) = kept {
                 outcome = outcome.and(kept.await.map(drop));
@@ -1161,9 +1098,14 @@ where
     /// SUBSCRIBE of one filter: its SUBACK code.
     async fn subscribe_filter(&mut self, f: &Filter) -> u8 {
         if !self.info.contains_key(&f.filter)
-            && self.info.len() >= self.config.max_subscriptions.min(MAX_SESSION_SUBSCRIPTIONS)
+            && self.info.len()
+                >= self
+                    .mqtt
+                    .config
+                    .max_subscriptions
+                    .min(MAX_SESSION_SUBSCRIPTIONS)
         {
-            tracing::info!(session = %self.accepted.session_id, max = self.config.max_subscriptions, "refused filter: too many subscriptions (max_subscriptions)");
+            tracing::info!(session = %self.accepted.session_id, max = self.mqtt.config.max_subscriptions, "refused filter: too many subscriptions (max_subscriptions)");
             return reason::QUOTA_EXCEEDED;
         }
         let qos = f.qos.min(2);
@@ -1181,6 +1123,7 @@ where
             };
             self.stored = true;
             if let Err(e) = self
+                .mqtt
                 .broker
                 .remember_session_subscription(PROTOCOL, &client, &sub)
                 .await
@@ -1211,7 +1154,12 @@ where
         } else {
             crate::broker::Selector::parse(&format!("{header} LIKE '{prefix}%'")).ok()
         };
-        let mut browser = match self.broker.browse_queue_matching(&queue, selector).await {
+        let mut browser = match self
+            .mqtt
+            .broker
+            .browse_queue_matching(&queue, selector)
+            .await
+        {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot read the retained messages");
@@ -1339,7 +1287,7 @@ where
                 return reason::TOPIC_FILTER_INVALID;
             }
         };
-        let security = Arc::clone(&self.config.security);
+        let security = Arc::clone(&self.mqtt.config.security);
         let principal = self.principal.clone();
         let client = self.connected.clone().unwrap_or_default();
         let mut options = if self.persistent || resumed {
@@ -1348,6 +1296,7 @@ where
                 return reason::IMPLEMENTATION_SPECIFIC;
             }
             let exists = match self
+                .mqtt
                 .broker
                 .durable_subscription_exists(&target, &client, filter)
                 .await
@@ -1428,7 +1377,7 @@ where
             options.ack = AckMode::Client;
             options.prefetch = Some(self.window.min(32_767) as u32);
         }
-        let subscription = self.broker.subscribe(&source, options).await?;
+        let subscription = self.mqtt.broker.subscribe(&source, options).await?;
         let acker = subscription.acker();
         self.subs.insert(filter.to_string(), subscription);
         self.info.insert(
@@ -1466,13 +1415,14 @@ where
         }
         let durable = self.persistent || resumed;
         let bound = self
+            .mqtt
             .broker
             .shared_subscriptions()
             .iter()
             .any(|(q, _)| *q == queue);
         let mut rights = vec![Right::Read];
         rights.extend((durable && !bound).then_some(Right::Admin));
-        let security = &self.config.security;
+        let security = &self.mqtt.config.security;
         for right in rights {
             let checked = match &target {
                 Target::One(key) => security.authorize(self.principal.as_ref(), right, key),
@@ -1485,6 +1435,7 @@ where
         }
         let member = durable.then(|| self.shared_member());
         if let Err(e) = self
+            .mqtt
             .broker
             .join_shared_subscription(&target, &queue, self.connection, member.as_deref())
             .await
@@ -1506,7 +1457,7 @@ where
     /// PUBREL `id` of a persistent session: what is held under it is delivered, and a
     /// retained one is kept as its topic's retained message.
     async fn release(&mut self, id: u16) -> Result<(), Error> {
-        let released = self.broker.release_held(&self.held_name(id)).await?;
+        let released = self.mqtt.broker.release_held(&self.held_name(id)).await?;
         let Some((queue, header)) = retained_queue() else {
             return Ok(());
         };
@@ -1521,7 +1472,8 @@ where
             let copy = message
                 .header(header, topic::topic_name(&key))
                 .header(QOS_HEADER, "2");
-            self.broker
+            self.mqtt
+                .broker
                 .start_send_with(&queue, copy, SendOptions::checked())
                 .await?
                 .await?;
@@ -1552,6 +1504,7 @@ where
     async fn leave_shared(&self, queue: &DestinationKey, forget: bool) {
         let member = forget.then(|| self.shared_member());
         if let Err(e) = self
+            .mqtt
             .broker
             .leave_shared_subscription(queue, Some(self.connection), member.as_deref())
             .await
@@ -1575,11 +1528,13 @@ where
             let client = self.connected.clone().unwrap_or_default();
             let removed = async {
                 if sub.shared.is_none() {
-                    self.broker
+                    self.mqtt
+                        .broker
                         .remove_durable(&sub.target, &client, filter)
                         .await?;
                 }
-                self.broker
+                self.mqtt
+                    .broker
                     .forget_session_subscription(PROTOCOL, &client, filter)
                     .await
             };
@@ -1602,7 +1557,7 @@ where
             self.subs.remove(&s.filter);
             self.info.remove(&s.filter);
         }
-        discard_stored_session(&self.broker, client, stored, Some(self.connection)).await
+        discard_stored_session(&self.mqtt.broker, client, stored, Some(self.connection)).await
     }
 
     fn ack(&mut self, filter: &str, message: &Received) {
@@ -1749,14 +1704,14 @@ where
             let _ = self.on_sent(sent);
         }
         let _ = tokio::time::timeout(CLOSE_GRACE, self.flush()).await;
-        let _ = tokio::time::timeout(CLOSE_GRACE, self.link.io.shutdown()).await;
+        let _ = tokio::time::timeout(CLOSE_GRACE, self.link.io_mut().shutdown()).await;
         while self.acks.next().await.is_some() {}
         let Some(client) = self.connected.take() else {
             return;
         };
         if send_will {
             if let Some(will) = self.will.take() {
-                self.publish_will(&client, will);
+                self.publish_will(&client, *will);
             }
         }
         drop(std::mem::take(&mut self.subs));
@@ -1771,11 +1726,12 @@ where
         if self.persistent && !taken_over && self.session_expiry != u32::MAX {
             let deadline = epoch_ms() + i64::from(self.session_expiry) * 1_000;
             match self
+                .mqtt
                 .broker
                 .expire_session_at(PROTOCOL, &client, deadline)
                 .await
             {
-                Ok(()) => self.config.state.expiries.notify_one(),
+                Ok(()) => self.mqtt.config.state.expiries.notify_one(),
                 Err(e) => {
                     tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot store the session's expiry: it stays until the client ends it")
                 }
@@ -1783,7 +1739,8 @@ where
         }
         if self.persistent {
             if !self.qos2.is_empty() {
-                self.config
+                self.mqtt
+                    .config
                     .state
                     .received
                     .lock()
@@ -1791,7 +1748,12 @@ where
             }
         } else if self.stored && !taken_over {
             // Its subscriptions were durable only if stored: discard what is stored.
-            match self.broker.session_subscriptions(PROTOCOL, &client).await {
+            match self
+                .mqtt
+                .broker
+                .session_subscriptions(PROTOCOL, &client)
+                .await
+            {
                 Ok(stored) => {
                     if let Err(e) = self.discard_session(&client, &stored).await {
                         tracing::warn!(session = %self.accepted.session_id, error = %e, "cannot discard the ended session");
@@ -1803,7 +1765,7 @@ where
             }
         }
         for key in std::mem::take(&mut self.producing) {
-            self.broker.producer_left(&key);
+            self.mqtt.broker.producer_left(&key);
         }
     }
 
@@ -1834,8 +1796,8 @@ where
         } else {
             None
         };
-        let broker = self.broker.clone();
-        let state = Arc::clone(&self.config.state);
+        let broker = self.mqtt.broker.clone();
+        let state = Arc::clone(&self.mqtt.config.state);
         let client = client.to_string();
         let generation = state.generations.lock().get(&client).copied();
         let session_left = if self.persistent {

@@ -969,6 +969,18 @@ impl Decoder for Wire {
             }
         }
     }
+
+    /// The input ended: the packets still buffered, then an error if bytes of one
+    /// more are left.
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<In>, WireError> {
+        match self.decode(src)? {
+            Some(packet) => Ok(Some(packet)),
+            None if src.is_empty() => Ok(None),
+            None => Err(WireError::Malformed(
+                "the connection ended in the middle of a packet".into(),
+            )),
+        }
+    }
 }
 
 impl Encoder<Out> for Wire {

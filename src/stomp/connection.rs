@@ -18,22 +18,26 @@
 //! are not affected.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use std::future::Future;
 use std::pin::Pin;
 
 use futures::stream::FuturesOrdered;
-use futures::{FutureExt, SinkExt, StreamExt};
+use futures::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::command::{Refusal, Request};
-use super::session::{Close, Fed, Flow, Outcome, Session, SessionConfig, SpaceWait, Step};
+use super::session::{
+    Close, Fed, Flow, Outcome, Peer, Session, SessionConfig, SessionShared, SpaceWait, Step,
+};
 use crate::auth::Security;
 use crate::broker::Broker;
 use crate::stomp::codec::{Incoming, Limits, Outgoing, ProtocolError, StompCodec};
 use crate::transport::client_ids::ClientIds;
+use crate::transport::futures_set::Lazy;
+use crate::transport::link::Link;
 use crate::transport::{Accepted, Protocol};
 use crate::ErrorCode;
 use tokio::sync::oneshot;
@@ -52,19 +56,32 @@ impl From<std::io::Error> for ReadError {
     }
 }
 
-/// The STOMP decoder, with the socket's errors kept apart from the frames'.
-struct ReadCodec(StompCodec);
+/// A connection's two codecs: the reader's (its limits are the pre-CONNECT ones
+/// until CONNECT) with the socket's errors kept apart from the frames', and the
+/// writer's.
+struct Codecs {
+    read: StompCodec,
+    write: StompCodec,
+}
 
-impl tokio_util::codec::Decoder for ReadCodec {
+impl tokio_util::codec::Decoder for Codecs {
     type Item = Incoming;
     type Error = ReadError;
 
     fn decode(&mut self, buf: &mut bytes::BytesMut) -> Result<Option<Incoming>, ReadError> {
-        self.0.decode(buf).map_err(ReadError::Frame)
+        self.read.decode(buf).map_err(ReadError::Frame)
     }
 
     fn decode_eof(&mut self, buf: &mut bytes::BytesMut) -> Result<Option<Incoming>, ReadError> {
-        self.0.decode_eof(buf).map_err(ReadError::Frame)
+        self.read.decode_eof(buf).map_err(ReadError::Frame)
+    }
+}
+
+impl tokio_util::codec::Encoder<Outgoing> for Codecs {
+    type Error = ProtocolError;
+
+    fn encode(&mut self, item: Outgoing, dst: &mut bytes::BytesMut) -> Result<(), ProtocolError> {
+        self.write.encode(item, dst)
     }
 }
 
@@ -119,19 +136,53 @@ pub struct ConnectionConfig {
 }
 
 /// STOMP as a [`Protocol`] of a [`crate::transport::listener`]: the broker its
-/// connections use and their settings. Clones share both.
+/// connections use and their settings, behind one [`Arc`] that every connection of
+/// the listener shares (a connection holds a pointer to them, not a copy: issue 53).
+/// Clones share both; `stomp.broker` and `stomp.config` read them.
 #[derive(Clone)]
 pub struct Stomp {
+    shared: Arc<StompShared>,
+}
+
+/// What [`Stomp`] shares with its connections.
+pub struct StompShared {
     /// The broker each connection's session applies its frames to.
     pub broker: Broker,
     /// What every connection shares (limits, users, caps, registry).
     pub config: ConnectionConfig,
+    /// The part of `config` a session reads, with the broker.
+    session: Arc<SessionShared>,
 }
 
 impl Stomp {
     /// STOMP over `broker` with `config`.
     pub fn new(broker: Broker, config: ConnectionConfig) -> Self {
-        Stomp { broker, config }
+        let session = Arc::new(SessionShared {
+            broker: broker.clone(),
+            config: SessionConfig {
+                heartbeat_ms: config.heartbeat_ms,
+                server_name: config.server_name.clone(),
+                security: Arc::clone(&config.security),
+                client_ids: Arc::clone(&config.client_ids),
+                allow_link_stealing: config.allow_link_stealing,
+                limits: config.session_limits,
+            },
+        });
+        Stomp {
+            shared: Arc::new(StompShared {
+                broker,
+                config,
+                session,
+            }),
+        }
+    }
+}
+
+impl std::ops::Deref for Stomp {
+    type Target = StompShared;
+
+    fn deref(&self) -> &StompShared {
+        &self.shared
     }
 }
 
@@ -160,7 +211,7 @@ impl Protocol for Stomp {
     where
         S: AsyncRead + AsyncWrite + Unpin + 'static,
     {
-        serve_connection(io, self.broker.clone(), self.config.clone(), connection)
+        serve_connection(io, Arc::clone(&self.shared), connection)
     }
 }
 
@@ -267,7 +318,7 @@ struct Pipeline {
     held: VecDeque<Held>,
     held_bytes: usize,
     wait: Option<SpaceWait>,
-    in_flight: FuturesOrdered<Pin<Box<dyn Future<Output = Outcome>>>>,
+    in_flight: Lazy<FuturesOrdered<Pin<Box<dyn Future<Output = Outcome>>>>>,
     in_flight_bytes: usize,
     /// A frame that ends the connection (refused, or DISCONNECT) was applied: nothing
     /// after it is read or applied.
@@ -297,7 +348,7 @@ impl Pipeline {
             held: VecDeque::new(),
             held_bytes: 0,
             wait: None,
-            in_flight: FuturesOrdered::new(),
+            in_flight: Lazy::default(),
             in_flight_bytes: 0,
             ended: false,
             input_over: false,
@@ -315,6 +366,11 @@ impl Pipeline {
     fn unhold(&mut self) -> Option<Held> {
         let held = self.held.pop_front()?;
         self.held_bytes -= held.frame_bytes();
+        if self.held.is_empty() {
+            // Given back: an idle connection keeps no room for frames (a held frame
+            // is hundreds of bytes).
+            self.held = VecDeque::new();
+        }
         Some(held)
     }
 
@@ -362,7 +418,7 @@ impl Pipeline {
             }
         }
         self.in_flight_bytes += step.frame_bytes;
-        self.in_flight.push_back(step.outcome);
+        self.in_flight.push(step.outcome);
         Ok(())
     }
 
@@ -376,55 +432,75 @@ impl Pipeline {
 
 /// Serves one connection from `peer` over `transport` until it ends. `session_id`
 /// names it in CONNECTED, logs and [`ConnectionConfig::connections`], where it is
-/// listed while it lasts and where an operator may close it.
-pub async fn serve_connection<S>(
+/// listed while it lasts and where an operator may close it. The connection is made
+/// (and registered) now, and the future holds it alone: an `async fn` would hold its
+/// arguments beside it for as long as the connection lives.
+pub fn serve_connection<S>(
     io: S,
-    broker: Broker,
-    config: ConnectionConfig,
+    stomp: Arc<StompShared>,
     connection: Accepted,
-) where
+) -> impl Future<Output = ()>
+where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut c = Connection::open(io, broker, &config, connection);
-    let close = loop {
-        c.arm_timer();
-        let turn = tokio::select! {
-            incoming = c.reader.next(), if c.pipe.reading() => c.on_read(incoming).await,
-            waited = async { c.pipe.wait.as_mut().expect("guarded").await }, if c.pipe.wait.is_some() => {
-                c.on_space(waited).await
+    let mut c = Connection::open(io, stomp, connection);
+    // The connection is used in place (a binding of its own would be a second copy
+    // of it in the future, as an `async fn` taking it by value makes).
+    async move {
+        let close = c.run().await;
+        // Boxed, as a frame's application below: the close's store calls would
+        // otherwise size every idle connection's task (issue 53).
+        Box::pin(c.close(close)).await;
+    }
+}
+
+impl<S> Connection<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    /// The socket loop, until the connection ends: why it ends.
+    async fn run(&mut self) -> Close {
+        let c = self;
+        loop {
+            c.arm_timer();
+            let turn = tokio::select! {
+                incoming = c.link.next(), if c.pipe.reading() => c.on_read(incoming).await,
+                waited = async { c.pipe.wait.as_mut().expect("guarded").await }, if c.pipe.wait.is_some() => {
+                    c.on_space(waited).await
+                }
+                Some(outcome) = c.pipe.in_flight.next(), if !c.pipe.in_flight.is_empty() => {
+                    c.on_outcome(outcome).await
+                }
+                closed = async { c.registration.closed.as_mut().expect("guarded").await }, if c.registration.closed.is_some() => {
+                    c.registration.closed = None;
+                    c.on_operator_close(closed)
+                }
+                told = async { c.take_over.as_mut().expect("guarded").await }, if c.take_over.is_some() => {
+                    c.take_over = None;
+                    c.on_take_over(told)
+                }
+                Some((sub, fed)) = c.session.next_delivery(), if c.session.may_deliver() => {
+                    c.on_delivery(sub, fed)
+                }
+                _ = &mut c.timer => match c.on_timer().await {
+                    Some(turn) => turn,
+                    None => break Close::Done,
+                },
+            };
+            if let Some(close) = c.end_turn(turn).await {
+                break close;
             }
-            Some(outcome) = c.pipe.in_flight.next(), if !c.pipe.in_flight.is_empty() => {
-                c.on_outcome(outcome).await
-            }
-            closed = async { c.registration.closed.as_mut().expect("guarded").await }, if c.registration.closed.is_some() => {
-                c.registration.closed = None;
-                c.on_operator_close(closed)
-            }
-            told = async { c.take_over.as_mut().expect("guarded").await }, if c.take_over.is_some() => {
-                c.take_over = None;
-                c.on_take_over(told)
-            }
-            Some((sub, fed)) = c.session.next_delivery(), if c.session.may_deliver() => {
-                c.on_delivery(sub, fed)
-            }
-            _ = &mut c.timer => match c.on_timer().await {
-                Some(turn) => turn,
-                None => break Close::Done,
-            },
-        };
-        if let Some(close) = c.end_turn(turn, &config).await {
-            break close;
         }
-    };
-    c.close(close).await;
+    }
 }
 
 /// One STOMP connection's state between turns of [`serve_connection`]'s loop: the
-/// two halves of the socket with their codecs, the session, the pipeline of frames
-/// in flight, its entry in the registry, and the clocks of its timeouts.
-struct Connection<R, W> {
-    reader: FramedRead<R, ReadCodec>,
-    writer: FramedWrite<W, StompCodec>,
+/// socket with its codecs and buffers, the session, the pipeline of frames in
+/// flight, its entry in the registry, and the clocks of its timeouts.
+struct Connection<S> {
+    link: Link<S, Codecs>,
+    /// The broker and the settings, shared by every connection of the listener.
+    stomp: Arc<StompShared>,
     session: Session,
     pipe: Pipeline,
     registration: crate::transport::connections::Registration,
@@ -441,36 +517,29 @@ struct Connection<R, W> {
     timer: Pin<Box<tokio::time::Sleep>>,
 }
 
-impl<S> Connection<tokio::io::ReadHalf<S>, tokio::io::WriteHalf<S>>
+impl<S> Connection<S>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     /// The connection over `io`, registered, its session not yet connected.
-    fn open(io: S, broker: Broker, config: &ConnectionConfig, connection: Accepted) -> Self {
+    fn open(io: S, stomp: Arc<StompShared>, connection: Accepted) -> Self {
+        let config = &stomp.config;
         let Accepted {
             session_id,
             peer,
             transport,
             certificate_subject,
         } = connection;
-        let (read, write) = tokio::io::split(io);
         // Until CONNECT, frames are small: no one buffers megabytes before logging in.
         let mut pre_connect = config.limits;
         pre_connect.max_frame_bytes = pre_connect.max_frame_bytes.min(PRE_CONNECT_MAX_FRAME);
         pre_connect.max_header_bytes = pre_connect.max_header_bytes.min(PRE_CONNECT_MAX_FRAME);
-        let reader = FramedRead::new(read, ReadCodec(StompCodec::new(pre_connect)));
-        let mut writer = FramedWrite::new(write, StompCodec::new(config.limits));
-        // Frames of one turn go out in one write (the default boundary, 8 KiB, would
-        // write every few frames of a batch).
-        writer.set_backpressure_boundary(WRITE_BUFFER);
-        let session_config = SessionConfig {
-            heartbeat_ms: config.heartbeat_ms,
-            server_name: config.server_name.clone(),
-            security: std::sync::Arc::clone(&config.security),
-            client_ids: std::sync::Arc::clone(&config.client_ids),
-            allow_link_stealing: config.allow_link_stealing,
-            limits: config.session_limits,
-            peer: Some(peer),
+        let codecs = Codecs {
+            read: StompCodec::new(pre_connect),
+            write: StompCodec::new(config.limits),
+        };
+        let peer_of_session = Peer {
+            address: Some(peer),
             certificate_subject,
         };
         let registration = config
@@ -478,9 +547,8 @@ where
             .register(&session_id, peer, Stomp::NAME, transport);
         let now = Instant::now();
         Connection {
-            reader,
-            writer,
-            session: Session::new(broker, session_config, session_id),
+            link: Link::new(io, codecs),
+            session: Session::new(Arc::clone(&stomp.session), peer_of_session, session_id),
             pipe: Pipeline::new(config),
             registration,
             registered: (false, 0),
@@ -491,14 +559,14 @@ where
             partial: (0, now),
             stall: Duration::from_millis(config.stall_timeout_ms),
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            stomp,
         }
     }
 }
 
-impl<R, W> Connection<R, W>
+impl<S> Connection<S>
 where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
 {
     /// Sets the timer to what is due next. The timers wake the connection only when
     /// something is due: the next heart-beat to send (exactly one interval after the
@@ -548,7 +616,19 @@ where
                 if let Err(refusal) = localized {
                     request.command = Err(refusal);
                 }
-                take(session, request, pipe).await
+                drop(frame);
+                // The request is moved on before anything is awaited: held across an
+                // await, its bytes would be in every connection's task.
+                if applied_ahead(pipe, &request) {
+                    // Applied now (it frees space), answered in its place behind the
+                    // SEND that waits.
+                    let step = Box::pin(session.apply(request)).await.started();
+                    pipe.hold_back(Held::Applied(step));
+                    Ok(())
+                } else {
+                    pipe.hold_back(Held::Request(request));
+                    pump(session, pipe).await
+                }
             }
             Some(Err(ReadError::Io(e))) => {
                 // The socket failed or was cut (a reset; a TLS client that closes
@@ -576,7 +656,7 @@ where
 
     /// The client was read just now (or the broker did not read it meanwhile).
     fn read_now(&mut self) {
-        self.partial = (self.reader.read_buffer().len(), Instant::now());
+        self.partial = (self.link.buffered(), Instant::now());
         self.last_read = Instant::now();
     }
 
@@ -665,7 +745,7 @@ where
             self.last_read = Instant::now();
             self.partial.1 = Instant::now();
         }
-        let buffered = self.reader.read_buffer().len();
+        let buffered = self.link.buffered();
         if buffered != self.partial.0 {
             // Bytes of a frame still arriving count as activity (STOMP: any data).
             self.partial = (buffered, Instant::now());
@@ -693,7 +773,10 @@ where
             return Some(Err(Close::Done));
         }
         if send_every > 0 && self.last_write.elapsed() >= Duration::from_millis(send_every) {
-            let beat = tokio::time::timeout(stall, self.writer.send(Outgoing::Heartbeat));
+            if self.link.feed(Outgoing::Heartbeat).is_err() {
+                return None;
+            }
+            let beat = tokio::time::timeout(stall, self.link.write_out());
             if !matches!(beat.await, Ok(Ok(()))) {
                 return None;
             }
@@ -704,11 +787,7 @@ where
 
     /// After each turn: the registry and the codec follow the session, what the
     /// session queued is written; `Some` when the connection ends.
-    async fn end_turn(
-        &mut self,
-        turn: Result<(), Close>,
-        config: &ConnectionConfig,
-    ) -> Option<Close> {
+    async fn end_turn(&mut self, turn: Result<(), Close>) -> Option<Close> {
         if self.take_over.is_none() {
             self.take_over = self.session.take_over_signal();
         }
@@ -719,19 +798,28 @@ where
             self.registered = now;
         }
         // The version may have changed (CONNECT): both halves of the codec follow it.
-        self.reader.decoder_mut().0.version = self.session.version();
+        let version = self.session.version();
+        let codecs = self.link.codec_mut();
+        codecs.read.version = version;
+        codecs.write.version = version;
         if self.session.connected() {
-            self.reader.decoder_mut().0.limits = config.limits;
+            codecs.read.limits = self.stomp.config.limits;
         }
-        self.writer.encoder_mut().version = self.session.version();
         if !self.session.output().is_empty() {
             // A peer that reads nothing for the stall timeout is dead or hopelessly
             // slow: close it, so it holds no durable subscription and no buffers.
+            let (link, session) = (&mut self.link, &mut self.session);
+            // Taken, so an idle connection keeps no room for frames.
+            let output = std::mem::take(session.output());
             let write = async {
-                for frame in self.session.output().drain(..) {
-                    self.writer.feed(Outgoing::Frame(frame)).await?;
+                for frame in output {
+                    link.feed(Outgoing::Frame(frame))?;
+                    // Frames of one turn go out in one write, up to this many bytes.
+                    if link.queued() >= WRITE_BUFFER {
+                        link.write_out().await?;
+                    }
                 }
-                self.writer.flush().await
+                link.write_out().await.map_err(ProtocolError::from)
             };
             match tokio::time::timeout(self.stall, write).await {
                 Ok(Ok(())) => self.last_write = Instant::now(),
@@ -764,10 +852,10 @@ where
         // then the end), and what the client still sends is read and dropped for a
         // moment. Closing a socket with unread input makes TCP reset it, and a reset
         // can destroy the last frames (an ERROR) before the client has read them.
-        let _ = tokio::time::timeout(CLOSE_GRACE, self.writer.get_mut().shutdown()).await;
+        let _ = tokio::time::timeout(CLOSE_GRACE, self.link.io_mut().shutdown()).await;
         let drain = async {
             let mut sink = [0u8; 8 << 10];
-            while matches!(self.reader.get_mut().read(&mut sink).await, Ok(n) if n > 0) {}
+            while matches!(self.link.io_mut().read(&mut sink).await, Ok(n) if n > 0) {}
         };
         let _ = tokio::time::timeout(CLOSE_GRACE, drain).await;
     }
@@ -777,18 +865,12 @@ where
 /// may take to send its end; see the end of [`serve_connection`].
 pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// A request from the client: applied now, or held until the frames ahead of it go
-/// (see [`pump`]). A plain ACK or NACK goes ahead of frames held behind a SEND that
-/// waits for space, since it frees space; one inside a transaction keeps its place.
-async fn take(session: &mut Session, request: Request, pipe: &mut Pipeline) -> Result<(), Close> {
-    if pipe.wait.is_some() && request.frees_space() {
-        // Applied now (it frees space), answered in its place behind the SEND.
-        let step = session.apply(request).await.started();
-        pipe.hold_back(Held::Applied(step));
-        return Ok(());
-    }
-    pipe.hold_back(Held::Request(request));
-    pump(session, pipe).await
+/// Whether a request from the client is applied now, ahead of the frames held behind
+/// a SEND that waits for space: a plain ACK or NACK, since it frees space (one inside
+/// a transaction keeps its place). Otherwise it is held until the frames ahead of it
+/// go ([`pump`]).
+fn applied_ahead(pipe: &Pipeline, request: &Request) -> bool {
+    pipe.wait.is_some() && request.frees_space()
 }
 
 /// Applies held requests in order while it may: not after a frame that ended the
@@ -817,7 +899,9 @@ async fn pump(session: &mut Session, pipe: &mut Pipeline) -> Result<(), Close> {
             break;
         }
         let step = match session.flow(&request) {
-            Flow::Go => session.apply(request).await,
+            // Boxed: a frame's application (a SEND's store call above all) is kilobytes
+            // of state, which every connection's task would otherwise hold while idle.
+            Flow::Go => Box::pin(session.apply(request)).await,
             // The client is gone (or half-closed): a SEND that would wait for space,
             // and what follows it, is not applied (never receipted either).
             Flow::Wait(_) if pipe.input_over => {
@@ -870,19 +954,20 @@ mod tests {
     /// frame error.
     #[tokio::test]
     async fn a_failed_socket_is_not_a_bad_frame() {
-        let codec = ReadCodec(StompCodec::new(Limits::default()));
-        let mut reader =
-            FramedRead::new(CutAfter(Some(b"SEND\ndestination:/queue/a\n\nx\0")), codec);
-        assert!(matches!(reader.next().await, Some(Ok(Incoming::Frame(_)))));
-        match reader.next().await {
+        let codecs = || Codecs {
+            read: StompCodec::new(Limits::default()),
+            write: StompCodec::new(Limits::default()),
+        };
+        let mut link = Link::new(
+            CutAfter(Some(b"SEND\ndestination:/queue/a\n\nx\0")),
+            codecs(),
+        );
+        assert!(matches!(link.next().await, Some(Ok(Incoming::Frame(_)))));
+        match link.next().await {
             Some(Err(ReadError::Io(e))) => assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof),
             other => panic!("{other:?}"),
         }
-        let codec = ReadCodec(StompCodec::new(Limits::default()));
-        let mut reader = FramedRead::new(CutAfter(Some(b"NOT A FRAME\n\n\0")), codec);
-        assert!(matches!(
-            reader.next().await,
-            Some(Err(ReadError::Frame(_)))
-        ));
+        let mut link = Link::new(CutAfter(Some(b"NOT A FRAME\n\n\0")), codecs());
+        assert!(matches!(link.next().await, Some(Err(ReadError::Frame(_)))));
     }
 }

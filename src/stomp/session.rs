@@ -109,8 +109,22 @@ pub struct SessionConfig {
     pub allow_link_stealing: bool,
     /// What one connection may hold at once.
     pub limits: SessionLimits,
+}
+
+/// What every session of a listener shares: the broker its frames go to and the
+/// settings.
+pub struct SessionShared {
+    /// The broker.
+    pub broker: Broker,
+    /// The settings.
+    pub config: SessionConfig,
+}
+
+/// What a session knows of its connection: the client's address and certificate.
+#[derive(Debug, Clone, Default)]
+pub struct Peer {
     /// The client's address, for its refused logins ([`crate::login_guard`]) and logs.
-    pub peer: Option<std::net::SocketAddr>,
+    pub address: Option<std::net::SocketAddr>,
     /// The subject of the client certificate the connection presented over TLS (verified
     /// against `[tls] client_ca_file`): a user with that `certificate_subject` logs in
     /// without a passcode ([`Security::authenticate_certificate`]).
@@ -334,8 +348,10 @@ struct Tx {
 
 /// The broker-facing state of one connection.
 pub struct Session {
-    broker: Broker,
-    config: SessionConfig,
+    /// The broker and the settings, shared by every session of the listener (one
+    /// pointer each, not a copy: issue 53).
+    stomp: Arc<SessionShared>,
+    peer: Peer,
     session_id: String,
     connected: bool,
     version: Version,
@@ -364,10 +380,10 @@ pub struct Session {
 impl Session {
     /// A session before CONNECT. `session_id` names it in CONNECTED, ack ids, xids and
     /// logs.
-    pub fn new(broker: Broker, config: SessionConfig, session_id: String) -> Self {
+    pub fn new(stomp: Arc<SessionShared>, peer: Peer, session_id: String) -> Self {
         Self {
-            broker,
-            config,
+            stomp,
+            peer,
             session_id,
             connected: false,
             version: Version::V1_0,
@@ -417,7 +433,7 @@ impl Session {
     /// limit every subscription of the connection waits (what the destinations hold
     /// stays there) until acks come.
     pub fn may_deliver(&self) -> bool {
-        self.connected && self.pending.len() < self.config.limits.max_unacked
+        self.connected && self.pending.len() < self.stomp.config.limits.max_unacked
     }
 
     /// The negotiated protocol version (1.0 before CONNECT).
@@ -500,14 +516,14 @@ impl Session {
         }
         let destination = destination.clone();
         let persistent = message.persistent;
-        match self.broker.check_space(&destination, persistent) {
+        match self.stomp.broker.check_space(&destination, persistent) {
             Ok(Space::Free) | Err(_) => Flow::Go,
             Ok(Space::Fail(text)) => {
                 tracing::info!(session = %self.session_id, %destination, %text, "send refused by producer flow control");
                 Flow::Refused(Refusal::new(ErrorCode::ResourceLimit, text))
             }
             Ok(Space::Wait) => {
-                let broker = self.broker.clone();
+                let broker = self.stomp.broker.clone();
                 Flow::Wait(Box::pin(async move {
                     broker.wait_for_space(&destination, persistent).await
                 }))
@@ -663,7 +679,10 @@ impl Session {
         request_id: Option<String>,
     ) -> Result<(), Refusal> {
         // A broker whose lease ran out (paused past it) answers no CONNECT.
-        self.broker.refuse_if_shut_down().map_err(Refusal::from)?;
+        self.stomp
+            .broker
+            .refuse_if_shut_down()
+            .map_err(Refusal::from)?;
         // The version is agreed: a refusal of this CONNECT is framed in it too (its
         // header escapes keep a `\` or `:` of the message as it is).
         self.version = version;
@@ -672,14 +691,15 @@ impl Session {
         }
         if let Some(id) = &client_id {
             let claim = self
+                .stomp
                 .config
                 .client_ids
-                .claim(id, self.config.allow_link_stealing)
+                .claim(id, self.stomp.config.allow_link_stealing)
                 .await
                 .map_err(|e| Refusal::new(ErrorCode::ClientIdInUse, e.to_string()))?;
             self.claim = Some(claim);
         }
-        let (sx, sy) = self.config.heartbeat_ms;
+        let (sx, sy) = self.stomp.config.heartbeat_ms;
         // We send every max(sx, cy) if both want it; we expect every max(cx, sy).
         let send_every = if cy == 0 || sx == 0 { 0 } else { sx.max(cy) };
         let expect_every = if cx == 0 || sy == 0 { 0 } else { cx.max(sy) };
@@ -690,7 +710,7 @@ impl Session {
         let mut connected = Frame::new(frame::Command::Connected)
             .header("version", version.as_str())
             .header("heart-beat", format!("{send_every},{expect_every}"))
-            .header("server", self.config.server_name.clone())
+            .header("server", self.stomp.config.server_name.clone())
             .header("session", self.session_id.clone());
         if let Some(id) = request_id {
             connected = connected.header("response-id", id);
@@ -705,12 +725,12 @@ impl Session {
     /// given). Refused: the certificate's user is not `login`, or no user has its
     /// subject and no `login` was given (the ERROR names the subject presented).
     fn log_in_by_certificate(&mut self, login: Option<&str>) -> Result<bool, Refusal> {
-        let security = Arc::clone(&self.config.security);
-        let (Some(subject), true) = (&self.config.certificate_subject, security.requires_login())
+        let security = Arc::clone(&self.stomp.config.security);
+        let (Some(subject), true) = (&self.peer.certificate_subject, security.requires_login())
         else {
             return Ok(false);
         };
-        let peer = self.config.peer;
+        let peer = self.peer.address;
         match security.authenticate_certificate(subject, login) {
             None => {
                 tracing::info!(session = %self.session_id, peer = ?peer, %subject, "no user has this client certificate's subject");
@@ -749,9 +769,9 @@ impl Session {
         login: Option<String>,
         passcode: Option<String>,
     ) -> Result<(), Refusal> {
-        let security = Arc::clone(&self.config.security);
+        let security = Arc::clone(&self.stomp.config.security);
         let shown = login.clone();
-        let peer = self.config.peer;
+        let peer = self.peer.address;
         match security
             .log_in(peer.map(|p| p.ip()), "stomp", login, passcode)
             .await
@@ -778,11 +798,12 @@ impl Session {
     /// ([`crate::auth::Security::authorize_temporary`]).
     fn authorize(&self, right: Right, destination: &DestinationKey) -> Result<(), Refusal> {
         if destination.capabilities().temporary
-            && self.broker.temporary_owner(destination) == Some(self.connection)
+            && self.stomp.broker.temporary_owner(destination) == Some(self.connection)
         {
             return Ok(());
         }
-        self.config
+        self.stomp
+            .config
             .security
             .authorize(self.principal.as_ref(), right, destination)
             .map_err(|e| Refusal::new(ErrorCode::NotAuthorized, e.to_string()))
@@ -806,14 +827,14 @@ impl Session {
         }
         for key in std::iter::once(&destination).chain(&also) {
             if self.producing.insert(key.clone()) {
-                self.broker.producer_joined(key);
+                self.stomp.broker.producer_joined(key);
             }
         }
         let mut destinations = also;
         destinations.insert(0, destination);
         let started = match transaction {
             Some(tx) => {
-                let max = self.config.limits.max_transaction_bytes;
+                let max = self.stomp.config.limits.max_transaction_bytes;
                 let open = self.open_transaction(&tx)?;
                 open.bytes += message.charged_bytes();
                 if open.bytes > max {
@@ -826,12 +847,14 @@ impl Session {
             // Flow control was checked before ([`Session::flow`]) for the first; a
             // composite's others wait for space here.
             None if destinations.len() > 1 => {
-                self.broker
+                self.stomp
+                    .broker
                     .start_send_to_each_with(&destinations, message, SendOptions::default())
                     .await
             }
             None => {
-                self.broker
+                self.stomp
+                    .broker
                     .start_send_to_each_with(&destinations, message, SendOptions::checked())
                     .await
             }
@@ -877,7 +900,7 @@ impl Session {
                 format!("subscription id `{id}` is already in use on this connection"),
             );
         }
-        let max = self.config.limits.max_subscriptions;
+        let max = self.stomp.config.limits.max_subscriptions;
         if self.subscriptions.len() >= max {
             return refuse(
                 ErrorCode::LimitExceeded,
@@ -891,15 +914,18 @@ impl Session {
             if let Target::One(key) = &destination {
                 let others = key.capabilities().temporary
                     && self
+                        .stomp
                         .config
                         .security
                         .authorize_temporary(self.principal.as_ref(), Right::Read)
                         .is_ok();
-                self.broker
+                self.stomp
+                    .broker
                     .may_browse(key, Some(self.connection), others)
                     .map_err(|e| Refusal::of("cannot browse: ", &e))?;
             }
             let browser = self
+                .stomp
                 .broker
                 .browse_queue_matching(&destination, selector)
                 .await
@@ -935,11 +961,14 @@ impl Session {
         }
         if matches!(destination, Target::Pattern(_))
             && durable_name.is_none()
-            && self.config.security.has_authorization()
+            && self.stomp.config.security.has_authorization()
         {
             // A non-durable wildcard subscription reads the matching destinations
             // this connection may read.
-            let (security, principal) = (Arc::clone(&self.config.security), self.principal.clone());
+            let (security, principal) = (
+                Arc::clone(&self.stomp.config.security),
+                self.principal.clone(),
+            );
             options = options.accept(move |key| {
                 security
                     .authorize(principal.as_ref(), Right::Read, key)
@@ -951,6 +980,7 @@ impl Session {
         options.no_local = no_local.then_some(self.connection);
         options.connection = Some(self.connection);
         let subscription = self
+            .stomp
             .broker
             .subscribe(&destination, options)
             .await
@@ -985,6 +1015,7 @@ impl Session {
         let cannot = |e: Error| Refusal::of("cannot subscribe: ", &e);
         let queue = shared_subscription_queue(share, &destination).map_err(cannot)?;
         let durable = self
+            .stomp
             .broker
             .is_shared_member(&queue, SHARED_MEMBER)
             .await
@@ -993,12 +1024,14 @@ impl Session {
         if !durable {
             self.authorize_target(Right::Admin, &destination)?;
         }
-        self.broker
+        self.stomp
+            .broker
             .join_shared_subscription(&destination, &queue, self.connection, Some(SHARED_MEMBER))
             .await
             .map_err(cannot)?;
         options.connection = Some(self.connection);
         let subscription = match self
+            .stomp
             .broker
             .subscribe(&Target::One(queue.clone()), options)
             .await
@@ -1032,6 +1065,7 @@ impl Session {
         match target {
             Target::One(key) => self.authorize(right, key),
             Target::Pattern(p) => self
+                .stomp
                 .config
                 .security
                 .authorize_pattern(self.principal.as_ref(), right, p)
@@ -1056,7 +1090,8 @@ impl Session {
         if connection.is_none() && member.is_none() {
             return Ok(());
         }
-        self.broker
+        self.stomp
+            .broker
             .leave_shared_subscription(queue, connection, member)
             .await?;
         Ok(())
@@ -1079,6 +1114,7 @@ impl Session {
         };
         // Creating a durable subscription needs the admin right (ActiveMQ).
         let exists = self
+            .stomp
             .broker
             .durable_subscription_exists(destination, client, name)
             .await
@@ -1089,7 +1125,7 @@ impl Session {
             // Held on every matching topic, also while offline: the rights
             // must hold on all of them (one entry decides the whole pattern).
             Target::Pattern(pattern) => {
-                let security = &self.config.security;
+                let security = &self.stomp.config.security;
                 let principal = self.principal.as_ref();
                 let mut rights = vec![Right::Read];
                 rights.extend((!exists).then_some(Right::Admin));
@@ -1162,7 +1198,8 @@ impl Session {
             sub.destination.kind().capabilities().durable_subscriptions,
         ) {
             let name = sub.durable_name.unwrap_or(name);
-            self.broker
+            self.stomp
+                .broker
                 .remove_durable(&sub.destination, client, &name)
                 .await
                 .map_err(|e| Refusal::of("cannot remove durable subscription: ", &e))?;
@@ -1391,7 +1428,7 @@ impl Session {
                 format!("transaction `{tx}` is already begun"),
             );
         }
-        let max = self.config.limits.max_open_transactions;
+        let max = self.stomp.config.limits.max_open_transactions;
         if self.transactions.len() >= max {
             return refuse(
                 ErrorCode::LimitExceeded,
@@ -1400,7 +1437,7 @@ impl Session {
                 ),
             );
         }
-        let sends = self.broker.transaction(self.xid(&tx));
+        let sends = self.stomp.broker.transaction(self.xid(&tx));
         self.transactions.insert(
             tx,
             Tx {
@@ -1418,7 +1455,7 @@ impl Session {
     /// The open transaction `tx` a SEND, ACK or NACK joins, counted against
     /// [`SessionLimits::max_transaction_frames`].
     fn open_transaction(&mut self, tx: &str) -> Result<&mut Tx, Refusal> {
-        let max = self.config.limits.max_transaction_frames;
+        let max = self.stomp.config.limits.max_transaction_frames;
         let open = self.transactions.get_mut(tx).ok_or_else(|| {
             Refusal::new(
                 ErrorCode::UnknownTransaction,
@@ -1574,12 +1611,14 @@ impl Session {
         else {
             return Ok(None);
         };
-        self.config
+        self.stomp
+            .config
             .security
             .authorize_temporary(self.principal.as_ref(), Right::Admin)
             .map_err(|e| Refusal::new(ErrorCode::NotAuthorized, e.to_string()))?;
         let login = self.principal.as_ref().map(|p| p.login.as_str());
         let key = self
+            .stomp
             .broker
             .temporary_for(self.connection, login, kind, local)
             .map_err(|e| Refusal::of("", &e))?;
@@ -1598,7 +1637,7 @@ impl Session {
             }
         }
         for destination in self.producing.drain() {
-            self.broker.producer_left(&destination);
+            self.stomp.broker.producer_left(&destination);
         }
         // Dropping the subscriptions detaches them. After a store failure the broker
         // ended the connection, not the client: a store outage must not count as
@@ -1625,6 +1664,6 @@ impl Session {
         }
         // Its temporary destinations go with it (after its subscriptions, so that
         // none of them holds one).
-        self.broker.end_temporaries(self.connection).await;
+        self.stomp.broker.end_temporaries(self.connection).await;
     }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, Notify};
 
 /// Longest a CONNECT that steals a client id waits for the older connection to end.
 pub const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
@@ -25,6 +25,10 @@ pub const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
 pub struct ClientIds {
     held: Mutex<HashMap<String, Holder>>,
     next_token: std::sync::atomic::AtomicU64,
+    /// Wakes the claims waiting for a holder to let go (link stealing) whenever a
+    /// claim ends: one for the broker, not a channel per claim (a watch channel is
+    /// 344 bytes, which every connection with a client id held: issue 53).
+    released: Notify,
 }
 
 #[derive(Debug)]
@@ -32,8 +36,6 @@ struct Holder {
     token: u64,
     /// Fired to tell the holder a newer connection takes the id over.
     take_over: Option<oneshot::Sender<()>>,
-    /// Turns `true` when the holder's claim is dropped.
-    released: watch::Receiver<bool>,
 }
 
 /// A connection's hold on its client id; dropping it releases the id.
@@ -43,7 +45,6 @@ pub struct Claim {
     id: String,
     token: u64,
     taken_over: Option<oneshot::Receiver<()>>,
-    released: watch::Sender<bool>,
 }
 
 /// Why a client id cannot be claimed. The text is the refused CONNECT's.
@@ -75,8 +76,13 @@ impl ClientIds {
     /// at most [`TAKEOVER_WAIT`] in all.
     pub async fn claim(self: &Arc<Self>, id: &str, steal: bool) -> Result<Claim, ClaimError> {
         let deadline = tokio::time::Instant::now() + TAKEOVER_WAIT;
+        let mut told = false;
         loop {
-            let waited = {
+            // Listening before the look, so that a release between the two is seen.
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            {
                 let mut held = self.held.lock();
                 match held.get_mut(id) {
                     None => return Ok(self.hold(&mut held, id)),
@@ -84,17 +90,18 @@ impl ClientIds {
                     Some(holder) => {
                         if let Some(tell) = holder.take_over.take() {
                             let _ = tell.send(());
+                            told = true;
                         }
-                        holder.released.clone()
                     }
                 }
-            };
-            tracing::info!(client_id = %id, "client id taken over by a newer connection");
+            }
+            if told {
+                tracing::info!(client_id = %id, "client id taken over by a newer connection");
+                told = false;
+            }
             // Another CONNECT stealing the same id at the same moment may claim it
             // first; then this one takes it from that one in turn, until the deadline.
-            let mut released = waited;
-            let gone = released.wait_for(|released| *released);
-            if tokio::time::timeout_at(deadline, gone).await.is_err() {
+            if tokio::time::timeout_at(deadline, released).await.is_err() {
                 return Err(ClaimError::NotReleased {
                     id: id.to_string(),
                     waited_ms: TAKEOVER_WAIT.as_millis() as u64,
@@ -109,13 +116,11 @@ impl ClientIds {
             .next_token
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tell, taken_over) = oneshot::channel();
-        let (released, watch) = watch::channel(false);
         held.insert(
             id.to_string(),
             Holder {
                 token,
                 take_over: Some(tell),
-                released: watch,
             },
         );
         Claim {
@@ -123,7 +128,6 @@ impl ClientIds {
             id: id.to_string(),
             token,
             taken_over: Some(taken_over),
-            released,
         }
     }
 
@@ -158,7 +162,7 @@ impl Drop for Claim {
             held.remove(&self.id);
         }
         drop(held);
-        let _ = self.released.send(true);
+        self.ids.released.notify_waiters();
     }
 }
 

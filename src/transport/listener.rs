@@ -87,10 +87,14 @@ async fn accept<P: Protocol>(
                     let protocol = protocol.clone();
                     match &tls {
                         None => {
-                            actix_rt::spawn(async move {
-                                protocol.serve(stream, connection).await;
-                                drop(slot);
-                            });
+                            // Made before the task and mapped, not awaited in an
+                            // `async` block: the task then holds the connection's
+                            // future once (a block holds what it awaits beside what it
+                            // captured: twice the bytes of every connection, issue 53).
+                            let serving = protocol.serve(stream, connection);
+                            actix_rt::spawn(futures::FutureExt::map(serving, move |()| {
+                                drop(slot)
+                            }));
                         }
                         #[cfg(feature = "tls")]
                         Some(acceptor) => {
@@ -99,12 +103,16 @@ async fn accept<P: Protocol>(
                                 match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, handshake).await {
                                     Ok(Ok(stream)) => {
                                         connection.certificate_subject = crate::tls::certificate_subject(stream.get_ref().1);
-                                        protocol.serve(stream, connection).await;
+                                        // A task of its own, as over TCP: this one ends,
+                                        // and its handshake's bytes with it.
+                                        let serving = protocol.serve(stream, connection);
+                                        actix_rt::spawn(futures::FutureExt::map(serving, move |()| {
+                                            drop(slot)
+                                        }));
                                     }
                                     Ok(Err(e)) => tracing::info!(%peer, error = %e, "TLS handshake failed"),
                                     Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
                                 }
-                                drop(slot);
                             });
                         }
                         #[cfg(not(feature = "tls"))]

@@ -1,8 +1,9 @@
 //! What every protocol's connections share, knowing no protocol: the listener that
 //! accepts TCP (and TLS) connections and hands each to a [`Protocol`]
 //! ([`listener`]), the connection caps ([`caps`]), the registry of open connections
-//! operators list and close ([`connections`]), and the client ids connected now
-//! ([`client_ids`]).
+//! operators list and close ([`connections`]), the client ids connected now
+//! ([`client_ids`]), a connection's socket with its codec and buffers
+//! ([`link`]), and its sets of futures in flight ([`futures_set`]).
 //!
 //! A protocol is one folder that implements [`Protocol`]: STOMP is `src/stomp/`
 //! (its wire codec, a typed command per frame, a session over the embedding API and
@@ -15,6 +16,8 @@
 pub mod caps;
 pub mod client_ids;
 pub mod connections;
+pub mod futures_set;
+pub mod link;
 pub mod listener;
 
 use std::future::Future;
