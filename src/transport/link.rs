@@ -6,9 +6,10 @@
 //! whatever the traffic: 10,000 idle connections held 160 MiB in them (issue 53). A
 //! [`Link`] waiting for the client's next frame holds no read buffer: when nothing
 //! partial is buffered it reads onto the stack first ([`STACK_READ`] bytes, there
-//! only during the poll) and copies what came into a buffer sized to it; a read that
-//! finds nothing gives its buffer back. A read that fills what it asked for doubles
-//! the next one, up to [`MAX_READ_CHUNK`]; one that uses under a quarter halves it.
+//! only during the poll) and copies what came into a buffer sized to it (with room
+//! for the next read when the stack's was filled); a read that finds nothing gives
+//! its buffer back. A read that fills what it asked for doubles the next one, up to
+//! [`MAX_READ_CHUNK`]; one that uses under a quarter halves it.
 //! The write buffer is given back after each write that emptied it, so an idle
 //! connection holds neither.
 //!
@@ -140,9 +141,15 @@ impl<S: AsyncRead + Unpin, C> Link<S, C> {
                 Poll::Ready(Ok(())) => {
                     let n = buf.filled().len();
                     if n == STACK_READ {
+                        // More is likely waiting: room for the next read too.
                         self.chunk = (self.chunk * 2).min(MAX_READ_CHUNK);
+                        self.read.reserve(n + self.chunk);
+                    } else {
+                        if n < self.chunk / 4 {
+                            self.chunk = (self.chunk / 2).max(MIN_READ_CHUNK);
+                        }
+                        self.read.reserve(n);
                     }
-                    self.read.reserve(n.max(self.chunk));
                     self.read.extend_from_slice(buf.filled());
                     Poll::Ready(Ok(n))
                 }
@@ -180,10 +187,12 @@ impl<S: AsyncWrite + Unpin, C> Link<S, C> {
     }
 
     /// Writes everything queued and flushes the socket; the write buffer is then given
-    /// back.
+    /// back. Cancel-safe as to what was written: bytes written leave the buffer as
+    /// they go, so a write cut short (by a timeout) and started again sends the rest,
+    /// never a byte twice.
     pub async fn write_out(&mut self) -> std::io::Result<()> {
         if !self.write.is_empty() {
-            self.io.write_all(&self.write).await?;
+            self.io.write_all_buf(&mut self.write).await?;
         }
         self.write = BytesMut::new();
         self.io.flush().await
@@ -242,5 +251,29 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(&got, b"two\n");
+    }
+
+    /// A write cut short (here by a timeout: the peer reads nothing) and started again
+    /// sends the rest: every byte once, in order.
+    #[tokio::test]
+    async fn a_write_cut_short_goes_on_where_it_stopped() {
+        let (ours, mut theirs) = tokio::io::duplex(8);
+        let mut link = Link::new(ours, LinesCodec::new());
+        link.feed("0123456789abcdef").unwrap();
+        let cut = tokio::time::timeout(std::time::Duration::from_millis(20), link.write_out());
+        assert!(
+            cut.await.is_err(),
+            "the pipe holds 8 bytes: the write waits"
+        );
+        assert_eq!(link.queued(), 17 - 8, "the 8 bytes written left the buffer");
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; 17];
+            tokio::io::AsyncReadExt::read_exact(&mut theirs, &mut got)
+                .await
+                .unwrap();
+            got
+        });
+        link.write_out().await.unwrap();
+        assert_eq!(reader.await.unwrap(), b"0123456789abcdef\n");
     }
 }
