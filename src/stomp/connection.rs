@@ -923,7 +923,6 @@ async fn pump(session: &mut Session, pipe: &mut Pipeline) -> Result<(), Close> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::StreamExt;
 
     /// Reads `bytes`, then fails as rustls does when a TLS peer closes its socket
     /// without `close_notify`.
