@@ -67,15 +67,42 @@ pub struct ConnectionInfo {
     pub subscriptions: u64,
 }
 
+/// One connection's entry, compact (a [`ConnectionInfo`] is made of it when listed):
+/// the peer kept as an address, not as text; the session id is the map's key,
+/// shared with the connection's [`Registration`] (issue 53: every idle connection
+/// holds one).
 struct Entry {
-    info: ConnectionInfo,
+    peer: SocketAddr,
+    protocol: &'static str,
+    transport: Transport,
+    connected: bool,
+    opened_at_ms: i64,
+    login: Option<Box<str>>,
+    client_id: Option<Box<str>>,
+    subscriptions: u64,
     close: Option<oneshot::Sender<()>>,
+}
+
+impl Entry {
+    fn info(&self, session: &str) -> ConnectionInfo {
+        ConnectionInfo {
+            session: session.to_string(),
+            peer: self.peer.to_string(),
+            protocol: self.protocol,
+            transport: self.transport,
+            opened_at_ms: self.opened_at_ms,
+            connected: self.connected,
+            login: self.login.as_deref().map(str::to_string),
+            client_id: self.client_id.as_deref().map(str::to_string),
+            subscriptions: self.subscriptions,
+        }
+    }
 }
 
 /// The registry; clones share it (every listener of a broker is given the same one
 /// through its protocol's configuration, e.g. STOMP's `ConnectionConfig::connections`).
 #[derive(Clone, Default)]
-pub struct Connections(Arc<Mutex<BTreeMap<String, Entry>>>);
+pub struct Connections(Arc<Mutex<BTreeMap<Arc<str>, Entry>>>);
 
 impl std::fmt::Debug for Connections {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -89,7 +116,7 @@ impl std::fmt::Debug for Connections {
 /// entry when dropped.
 pub struct Registration {
     connections: Connections,
-    session: String,
+    session: Arc<str>,
     protocol: &'static str,
     transport: Transport,
     /// Resolves when an operator closes the connection.
@@ -110,20 +137,18 @@ impl Connections {
         let opened_at_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
+        let session: Arc<str> = Arc::from(session);
         self.0.lock().insert(
-            session.to_string(),
+            Arc::clone(&session),
             Entry {
-                info: ConnectionInfo {
-                    session: session.to_string(),
-                    peer: peer.to_string(),
-                    protocol,
-                    transport,
-                    opened_at_ms,
-                    connected: false,
-                    login: None,
-                    client_id: None,
-                    subscriptions: 0,
-                },
+                peer,
+                protocol,
+                transport,
+                connected: false,
+                opened_at_ms,
+                login: None,
+                client_id: None,
+                subscriptions: 0,
                 close: Some(close),
             },
         );
@@ -132,7 +157,7 @@ impl Connections {
         metrics::counter!(CONNECTIONS_OPENED_TOTAL, &labels).increment(1);
         Registration {
             connections: self.clone(),
-            session: session.to_string(),
+            session,
             protocol,
             transport,
             closed: Some(closed),
@@ -144,10 +169,10 @@ impl Connections {
     pub fn list(&self, after: Option<&str>, limit: usize) -> Vec<ConnectionInfo> {
         use std::ops::Bound::{Excluded, Unbounded};
         let map = self.0.lock();
-        let from = after.map_or(Unbounded, |a| Excluded(a.to_string()));
-        map.range((from, Unbounded))
+        let from = after.map_or(Unbounded, Excluded);
+        map.range::<str, _>((from, Unbounded))
             .take(limit)
-            .map(|(_, e)| e.info.clone())
+            .map(|(session, e)| e.info(session))
             .collect()
     }
 
@@ -178,23 +203,22 @@ impl Registration {
         client_id: Option<&str>,
         subscriptions: usize,
     ) {
-        if let Some(entry) = self.connections.0.lock().get_mut(&self.session) {
-            let info = &mut entry.info;
-            info.connected = connected;
-            if info.login.as_deref() != login {
-                info.login = login.map(str::to_string);
+        if let Some(entry) = self.connections.0.lock().get_mut(&*self.session) {
+            entry.connected = connected;
+            if entry.login.as_deref() != login {
+                entry.login = login.map(Box::from);
             }
-            if info.client_id.as_deref() != client_id {
-                info.client_id = client_id.map(str::to_string);
+            if entry.client_id.as_deref() != client_id {
+                entry.client_id = client_id.map(Box::from);
             }
-            info.subscriptions = subscriptions as u64;
+            entry.subscriptions = subscriptions as u64;
         }
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.connections.0.lock().remove(&self.session);
+        self.connections.0.lock().remove(&*self.session);
         let labels = [
             ("protocol", self.protocol),
             ("transport", self.transport.as_str()),
