@@ -326,7 +326,9 @@ impl Reading {
     /// destinations read again (their stats as read now, made one at a time as the
     /// iterator is taken, so a step over 100,000 changed destinations never holds
     /// their copies at once) and the store keys of those that ended. The first call
-    /// answers every destination read so far, in key order.
+    /// answers every destination read so far, in key order. (The metrics recorder's,
+    /// behind the `prometheus` feature.)
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     pub(crate) fn take_since_point<'b>(
         &self,
         board: &'b StatsBoard,

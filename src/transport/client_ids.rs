@@ -76,28 +76,22 @@ impl ClientIds {
     /// at most [`TAKEOVER_WAIT`] in all.
     pub async fn claim(self: &Arc<Self>, id: &str, steal: bool) -> Result<Claim, ClaimError> {
         let deadline = tokio::time::Instant::now() + TAKEOVER_WAIT;
-        let mut told = false;
         loop {
             // Listening before the look, so that a release between the two is seen.
             let released = self.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            {
+            let told = {
                 let mut held = self.held.lock();
                 match held.get_mut(id) {
                     None => return Ok(self.hold(&mut held, id)),
                     Some(_) if !steal => return Err(ClaimError::Held { id: id.to_string() }),
-                    Some(holder) => {
-                        if let Some(tell) = holder.take_over.take() {
-                            let _ = tell.send(());
-                            told = true;
-                        }
-                    }
+                    // The holder is told once; a later look finds it told already.
+                    Some(holder) => holder.take_over.take().map(|tell| tell.send(())).is_some(),
                 }
-            }
+            };
             if told {
                 tracing::info!(client_id = %id, "client id taken over by a newer connection");
-                told = false;
             }
             // Another CONNECT stealing the same id at the same moment may claim it
             // first; then this one takes it from that one in turn, until the deadline.

@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::caps::next_session_id;
+use super::caps::{next_session_id, Slot};
 use super::connections::Transport;
 use super::{Accepted, Protocol};
 
@@ -86,16 +86,7 @@ async fn accept<P: Protocol>(
                     };
                     let protocol = protocol.clone();
                     match &tls {
-                        None => {
-                            // Made before the task and mapped, not awaited in an
-                            // `async` block: the task then holds the connection's
-                            // future once (a block holds what it awaits beside what it
-                            // captured: twice the bytes of every connection, issue 53).
-                            let serving = protocol.serve(stream, connection);
-                            actix_rt::spawn(futures::FutureExt::map(serving, move |()| {
-                                drop(slot)
-                            }));
-                        }
+                        None => spawn_serving(protocol.serve(stream, connection), slot),
                         #[cfg(feature = "tls")]
                         Some(acceptor) => {
                             let handshake = acceptor.accept(stream);
@@ -105,10 +96,7 @@ async fn accept<P: Protocol>(
                                         connection.certificate_subject = crate::tls::certificate_subject(stream.get_ref().1);
                                         // A task of its own, as over TCP: this one ends,
                                         // and its handshake's bytes with it.
-                                        let serving = protocol.serve(stream, connection);
-                                        actix_rt::spawn(futures::FutureExt::map(serving, move |()| {
-                                            drop(slot)
-                                        }));
+                                        spawn_serving(protocol.serve(stream, connection), slot);
                                     }
                                     Ok(Err(e)) => tracing::info!(%peer, error = %e, "TLS handshake failed"),
                                     Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
@@ -131,6 +119,14 @@ async fn accept<P: Protocol>(
             }
         }
     }
+}
+
+/// Spawns a connection's future as its task, which gives the connection's `slot`
+/// back when it ends. The future is mapped, not awaited in an `async` block: the
+/// task then holds it once (a block holds what it awaits beside what it captured:
+/// twice the bytes of every connection, issue 53).
+fn spawn_serving(serving: impl std::future::Future<Output = ()> + 'static, slot: Slot) {
+    actix_rt::spawn(futures::FutureExt::map(serving, move |()| drop(slot)));
 }
 
 /// How long a refused connection's ERROR may take to write.
